@@ -1,0 +1,32 @@
+/* config.h: bundle configs in Lua (configs/*.lua), loaded through the sandbox.
+ *
+ * A config calls, any number of times:
+ *   variants { kind = "fwd", arch = {"sm_80", "sm_90a"}, dtype = {"fp16", "bf16"},
+ *              head_dim = {64, 128}, causal = {false, true},
+ *              block_m = 128, block_n = 64, warps = 4, stages = 2 }   -- tile fields optional
+ *     every field is a scalar or a list; the call adds the cartesian product of the lists.
+ *   tile_policy { arch = "sm_80" | {"sm_80", "sm_89"} (range), head_dim = 128 | {96, 128} (range),
+ *                 causal = true|false|nil, dtype = "bf16"|nil,
+ *                 block_m = .., block_n = .., warps = .., stages = .. }  -- overrides the defaults
+ * After the chunk runs, unset tile fields are filled from the (overridden) tile policy, every variant is
+ * validated (errors name the variant and the rule) and duplicates are dropped. Field type errors name
+ * the field and the expected type with file:line. */
+#ifndef FG_CONFIG_H
+#define FG_CONFIG_H
+
+#include "spec.h"
+
+typedef struct fg_config {
+    fg_spec *variants;     /* validated, tiles filled, unique, in the order first listed */
+    int count;             /* number of variants */
+    fg_tile_policy policy; /* the default policy plus the config's overrides */
+} fg_config;
+
+/* Loads and validates a config file. arch_override (may be NULL): a comma-separated arch list that
+ * replaces every variants{} arch field (`flashgen bundle --arch`). */
+fg_status config_load_file(const char *path, const char *arch_override, fg_config *out, fg_error *err);
+fg_status config_load_string(const char *chunkname, const char *text, size_t len, const char *arch_override,
+                             fg_config *out, fg_error *err);
+void config_free(fg_config *cfg);
+
+#endif

@@ -1,0 +1,160 @@
+/* spec.c: fg_spec's canonical text form (format and parse) and the quantities derived from a spec.
+ * The canonical text is the variant's name everywhere, so it must be stable: keys sorted, commas, no
+ * spaces, integers in decimal, booleans as 0/1. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "spec.h"
+
+static const char *const dtype_names[] = {"fp16", "bf16", "fp32", "e4m3", "e5m2"};
+
+const char *spec_dtype_name(fg_dtype dtype) {
+    if ((unsigned)dtype < sizeof dtype_names / sizeof dtype_names[0]) return dtype_names[dtype];
+    return "unknown";
+}
+
+int spec_dtype_size(fg_dtype dtype) {
+    switch (dtype) {
+    case FG_DTYPE_F16: case FG_DTYPE_BF16: return 2;
+    case FG_DTYPE_F32: return 4;
+    case FG_DTYPE_E4M3: case FG_DTYPE_E5M2: return 1;
+    }
+    return 0;
+}
+
+fg_status spec_dtype_parse(const char *text, fg_dtype *out, fg_error *err) {
+    for (int i = 0; i < (int)(sizeof dtype_names / sizeof dtype_names[0]); i++)
+        if (i != FG_DTYPE_F32 && strcmp(text, dtype_names[i]) == 0) {
+            *out = (fg_dtype)i;
+            return FG_OK;
+        }
+    return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                   "dtype '%s' is not one of fp16, bf16, e4m3, e5m2", text);
+}
+
+int spec_arch_format(int arch, int accel, char *buf, size_t n) {
+    int r = snprintf(buf, n, "sm_%d%s", arch, accel ? "a" : "");
+    return (r < 0 || (size_t)r >= n) ? -1 : r;
+}
+
+fg_status spec_arch_parse(const char *text, int *arch, int *accel, fg_error *err) {
+    const char *p = text;
+    if (strncmp(p, "sm_", 3) != 0) goto bad;
+    p += 3;
+    if (!isdigit((unsigned char)p[0]) || !isdigit((unsigned char)p[1])) goto bad;
+    int v = 0, digits = 0;
+    while (isdigit((unsigned char)*p) && digits < 3) v = v * 10 + (*p++ - '0'), digits++;
+    int a = 0;
+    if (*p == 'a') a = 1, p++;
+    if (*p != '\0' || v < 10) goto bad;
+    *arch = v;
+    *accel = a;
+    return FG_OK;
+bad:
+    return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                   "arch '%s' is not a CUDA target name like sm_80, sm_89 or sm_90a", text);
+}
+
+int spec_format(const fg_spec *s, char *buf, size_t n) {
+    char arch[16];
+    if (spec_arch_format(s->arch, s->arch_accel, arch, sizeof arch) < 0) return -1;
+    /* keys in byte order: arch block_m block_n causal dtype head_dim kind stages warps */
+    int r = snprintf(buf, n, "arch=%s,block_m=%d,block_n=%d,causal=%d,dtype=%s,head_dim=%d,kind=%s,stages=%d,warps=%d",
+                     arch, s->block_m, s->block_n, s->causal ? 1 : 0, spec_dtype_name(s->dtype),
+                     s->head_dim, s->kind == FG_KIND_FWD ? "fwd" : "unknown", s->stages, s->warps);
+    return (r < 0 || (size_t)r >= n) ? -1 : r;
+}
+
+/* Parses a non-negative decimal integer that fits an int; the whole token must be the number. */
+static int parse_int(const char *v, int *out) {
+    if (!isdigit((unsigned char)v[0])) return -1;
+    errno = 0;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (errno || *end || x > 1000000) return -1;
+    *out = (int)x;
+    return 0;
+}
+
+fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
+    enum { K_KIND, K_ARCH, K_DTYPE, K_HEAD_DIM, K_BLOCK_M, K_BLOCK_N, K_WARPS, K_STAGES, K_CAUSAL, K_COUNT };
+    static const char *const keys[K_COUNT] = {"kind", "arch", "dtype", "head_dim", "block_m",
+                                              "block_n", "warps", "stages", "causal"};
+    int seen[K_COUNT] = {0};
+    fg_spec s;
+    memset(&s, 0, sizeof s);
+    if (!text) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec text is NULL");
+    const char *p = text;
+    char tok[128];
+    for (;;) {
+        while (*p == ',' || isspace((unsigned char)*p)) p++;
+        if (!*p) break;
+        size_t len = strcspn(p, ", \t\r\n");
+        if (len >= sizeof tok)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: '%.40s...' is too long to be a key=value pair", p);
+        memcpy(tok, p, len);
+        tok[len] = '\0';
+        p += len;
+        char *eq = strchr(tok, '=');
+        if (!eq)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: '%s' is not a key=value pair", tok);
+        *eq = '\0';
+        const char *key = tok, *val = eq + 1;
+        int k = 0;
+        while (k < K_COUNT && strcmp(key, keys[k]) != 0) k++;
+        if (k == K_COUNT)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                           "spec: unknown key '%s' (keys: kind, arch, dtype, head_dim, block_m, block_n, warps, stages, causal)", key);
+        if (seen[k]) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: key '%s' appears twice", key);
+        seen[k] = 1;
+        fg_status st;
+        int *field = NULL;
+        switch (k) {
+        case K_KIND:
+            if (strcmp(val, "fwd") != 0)
+                return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: kind '%s' is not one of: fwd", val);
+            s.kind = FG_KIND_FWD;
+            break;
+        case K_ARCH:
+            if ((st = spec_arch_parse(val, &s.arch, &s.arch_accel, err)) != FG_OK) return st;
+            break;
+        case K_DTYPE:
+            if ((st = spec_dtype_parse(val, &s.dtype, err)) != FG_OK) return st;
+            break;
+        case K_CAUSAL:
+            if (strcmp(val, "0") == 0 || strcmp(val, "false") == 0) s.causal = 0;
+            else if (strcmp(val, "1") == 0 || strcmp(val, "true") == 0) s.causal = 1;
+            else return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: causal must be 0 or 1, got '%s'", val);
+            break;
+        case K_HEAD_DIM: field = &s.head_dim; break;
+        case K_BLOCK_M: field = &s.block_m; break;
+        case K_BLOCK_N: field = &s.block_n; break;
+        case K_WARPS: field = &s.warps; break;
+        case K_STAGES: field = &s.stages; break;
+        }
+        if (field && parse_int(val, field) != 0)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: %s must be a non-negative integer, got '%s'", key, val);
+    }
+    for (int k = K_KIND; k <= K_HEAD_DIM; k++)
+        if (!seen[k]) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: required key '%s' is missing", keys[k]);
+    *out = s;
+    return FG_OK;
+}
+
+int spec_equal(const fg_spec *a, const fg_spec *b) {
+    return a->kind == b->kind && a->arch == b->arch && a->arch_accel == b->arch_accel && a->dtype == b->dtype &&
+           a->head_dim == b->head_dim && a->block_m == b->block_m && a->block_n == b->block_n &&
+           a->warps == b->warps && a->stages == b->stages && (a->causal != 0) == (b->causal != 0);
+}
+
+int spec_head_dim_padded(const fg_spec *spec) { return (spec->head_dim + 15) / 16 * 16; }
+
+int spec_threads(const fg_spec *spec) { return spec->warps * 32; }
+
+/* Q tile plus `stages` K and V tiles, each row head_dim_padded elements (swizzled, never padded). */
+size_t spec_smem_bytes(const fg_spec *spec) {
+    size_t row = (size_t)spec_head_dim_padded(spec) * (size_t)spec_dtype_size(spec->dtype);
+    return row * ((size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages);
+}

@@ -1,0 +1,99 @@
+/* spec.h: fg_spec, the compile-time parameters of one kernel variant, and its canonical text form.
+ *
+ * The canonical text (keys sorted, comma-separated `key=value`, no spaces) is the variant's name in the
+ * CLI, the caches, bundle indexes and logs:
+ *   arch=sm_90a,block_m=128,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=fwd,stages=2,warps=4
+ * spec_format(spec_parse(text)) == text for every canonical text. */
+#ifndef FG_SPEC_H
+#define FG_SPEC_H
+
+#include <stddef.h>
+#include "fgerr.h"
+
+typedef enum fg_kind {
+    FG_KIND_FWD = 0 /* forward pass (the mma.sync FA2 family) */
+} fg_kind;
+
+typedef struct fg_spec {
+    fg_kind kind;   /* which kernel family */
+    int arch;       /* target compute capability times ten: 80, 86, 89, 90, 100, 120, ... */
+    int arch_accel; /* 1 for the arch-specific 'a' targets (sm_90a): such a cubin runs on that exact arch only */
+    fg_dtype dtype; /* element type of Q, K, V and O */
+    int head_dim;   /* d */
+    int block_m;    /* query rows per CTA; 0 = unset (filled from the tile policy) */
+    int block_n;    /* keys per pipeline step; 0 = unset */
+    int warps;      /* warps per CTA; 0 = unset */
+    int stages;     /* K/V shared-memory pipeline depth; 0 = unset */
+    int causal;     /* 1: bottom-right aligned causal mask compiled in */
+} fg_spec;
+
+/* Longest canonical text plus NUL, with room to spare. */
+#define FG_SPEC_NAME_MAX 160
+
+/* Writes the canonical text of spec into buf (n bytes). Returns the length, or -1 if it did not fit. */
+int spec_format(const fg_spec *spec, char *buf, size_t n);
+
+/* Parses `key=value` pairs separated by commas and/or whitespace, in any order. kind, arch, dtype and
+ * head_dim are required; tile fields (block_m, block_n, warps, stages) may be omitted (left 0); causal
+ * defaults to 0. Unknown keys, repeated keys and bad values are errors naming the key. */
+fg_status spec_parse(const char *text, fg_spec *out, fg_error *err);
+
+/* "sm_90a" <-> (90, 1). spec_arch_parse accepts "sm_XY" or "sm_XYa"; returns FG_ERR_INVALID_ARGUMENT otherwise. */
+fg_status spec_arch_parse(const char *text, int *arch, int *accel, fg_error *err);
+int spec_arch_format(int arch, int accel, char *buf, size_t n);
+
+/* "fp16"/"bf16" (also "e4m3", "e5m2" reserved) <-> fg_dtype. */
+fg_status spec_dtype_parse(const char *text, fg_dtype *out, fg_error *err);
+const char *spec_dtype_name(fg_dtype dtype);
+/* Bytes per element of a Q/K/V dtype. */
+int spec_dtype_size(fg_dtype dtype);
+
+/* Equality of every field. */
+int spec_equal(const fg_spec *a, const fg_spec *b);
+
+/* Derived quantities the validator, emitter and runtime share. */
+int spec_head_dim_padded(const fg_spec *spec);   /* head_dim rounded up to the MMA k (16) */
+size_t spec_smem_bytes(const fg_spec *spec);     /* dynamic shared memory the kernel needs */
+int spec_threads(const fg_spec *spec);           /* warps * 32 */
+
+/* ---- validation (validate.c): one list of refusal rules ---- */
+
+/* The largest dynamic shared memory per block on `arch` (opt-in), in bytes; 0 if the arch is unknown. */
+size_t arch_smem_limit(int arch);
+
+/* Checks every refusal rule; on the first broken rule returns FG_ERR_UNSUPPORTED (or
+ * FG_ERR_INVALID_ARGUMENT for malformed values) with the rule's sentence. Tile fields must be set. */
+fg_status spec_validate(const fg_spec *spec, fg_error *err);
+
+/* The rules, for tests and `flashgen --help`: count and names. */
+int spec_rule_count(void);
+const char *spec_rule_name(int i);
+
+/* ---- tile policy (tile_policy.c): default tiles, data, overridable from Lua ---- */
+
+typedef struct fg_tile_rule {
+    int arch_min, arch_max;         /* inclusive range of spec.arch this rule covers */
+    int head_dim_min, head_dim_max; /* inclusive range of head_dim */
+    int causal;                     /* 0 or 1, or -1 for either */
+    int dtype;                      /* an fg_dtype, or -1 for any */
+    int block_m, block_n, warps, stages; /* the tiles it gives */
+} fg_tile_rule;
+
+typedef struct fg_tile_policy {
+    fg_tile_rule *rules; /* later rules take precedence over earlier ones */
+    int count;           /* rules in use */
+    int cap;             /* allocated */
+} fg_tile_policy;
+
+/* Fills policy with flashgen's built-in rules (caller frees with tile_policy_free). */
+fg_status tile_policy_init_default(fg_tile_policy *policy, fg_error *err);
+/* Appends a rule that overrides earlier ones where they overlap. */
+fg_status tile_policy_add(fg_tile_policy *policy, const fg_tile_rule *rule, fg_error *err);
+fg_status tile_policy_copy(fg_tile_policy *dst, const fg_tile_policy *src, fg_error *err);
+void tile_policy_free(fg_tile_policy *policy);
+/* The rule that applies to spec (last match wins), or NULL. */
+const fg_tile_rule *tile_policy_lookup(const fg_tile_policy *policy, const fg_spec *spec);
+/* Sets every unset (0) tile field of spec from the policy; fields already set are kept. */
+fg_status spec_fill_tiles(fg_spec *spec, const fg_tile_policy *policy, fg_error *err);
+
+#endif

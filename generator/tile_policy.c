@@ -1,0 +1,97 @@
+/* tile_policy.c: the default tile sizes of each variant, as data (rules matched last-first), so a Lua
+ * config or the tuning database can override any of them without touching code.
+ * The built-in table follows FlashAttention-2's choices for the mma.sync forward, adjusted to flashgen's
+ * double-buffered K and V (2 stages of both in shared memory):
+ *   - head_dim <= 64: 128 x 128; head_dim <= 256: 128 x 64; 8 warps, each owning 16 query rows.
+ * FlashAttention-2 gives 4 warps 32 rows each at head_dim <= 128 (every K/V fragment used twice); with
+ * flashgen's kernel that needs ~190 accumulator registers and ptxas spills (measured with ptxas -v,
+ * sm_90a and sm_80, CUDA 13.0), so the default keeps 16 rows per warp until the autotuner says otherwise.
+ * and smaller tiles where the target has less shared memory (sm_80's 163 KiB; sm_86/89/120's 99 KiB). */
+#include <stdlib.h>
+#include <string.h>
+#include "spec.h"
+
+/* arch range, head_dim range, causal, dtype, block_m, block_n, warps, stages */
+static const fg_tile_rule default_rules[] = {
+    {80, 999, 8, 64, -1, -1, 128, 128, 8, 2},
+    {80, 999, 65, 128, -1, -1, 128, 64, 8, 2},
+    {80, 999, 129, 256, -1, -1, 128, 64, 8, 2},
+    /* sm_80/sm_87 (163 KiB): 128 x 64 x 8 warps needs 192 KiB at d 256 */
+    {80, 80, 193, 256, -1, -1, 64, 64, 4, 2},
+    {87, 87, 193, 256, -1, -1, 64, 64, 4, 2},
+    /* 99 KiB parts */
+    {86, 86, 129, 256, -1, -1, 64, 32, 4, 2},
+    {89, 89, 129, 256, -1, -1, 64, 32, 4, 2},
+    {120, 121, 129, 256, -1, -1, 64, 32, 4, 2},
+};
+
+fg_status tile_policy_add(fg_tile_policy *p, const fg_tile_rule *r, fg_error *err) {
+    if (p->count == p->cap) {
+        int cap = p->cap ? p->cap * 2 : 16;
+        fg_tile_rule *n = realloc(p->rules, (size_t)cap * sizeof *n);
+        if (!n) return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory growing the tile policy");
+        p->rules = n;
+        p->cap = cap;
+    }
+    p->rules[p->count++] = *r;
+    return FG_OK;
+}
+
+fg_status tile_policy_init_default(fg_tile_policy *p, fg_error *err) {
+    memset(p, 0, sizeof *p);
+    for (size_t i = 0; i < sizeof default_rules / sizeof default_rules[0]; i++) {
+        fg_status st = tile_policy_add(p, &default_rules[i], err);
+        if (st != FG_OK) {
+            tile_policy_free(p);
+            return st;
+        }
+    }
+    return FG_OK;
+}
+
+fg_status tile_policy_copy(fg_tile_policy *dst, const fg_tile_policy *src, fg_error *err) {
+    memset(dst, 0, sizeof *dst);
+    for (int i = 0; i < src->count; i++) {
+        fg_status st = tile_policy_add(dst, &src->rules[i], err);
+        if (st != FG_OK) {
+            tile_policy_free(dst);
+            return st;
+        }
+    }
+    return FG_OK;
+}
+
+void tile_policy_free(fg_tile_policy *p) {
+    free(p->rules);
+    memset(p, 0, sizeof *p);
+}
+
+const fg_tile_rule *tile_policy_lookup(const fg_tile_policy *p, const fg_spec *s) {
+    for (int i = p->count - 1; i >= 0; i--) {
+        const fg_tile_rule *r = &p->rules[i];
+        if (s->arch < r->arch_min || s->arch > r->arch_max) continue;
+        if (s->head_dim < r->head_dim_min || s->head_dim > r->head_dim_max) continue;
+        if (r->causal >= 0 && r->causal != (s->causal != 0)) continue;
+        if (r->dtype >= 0 && r->dtype != (int)s->dtype) continue;
+        return r;
+    }
+    return NULL;
+}
+
+fg_status spec_fill_tiles(fg_spec *s, const fg_tile_policy *p, fg_error *err) {
+    if (s->block_m && s->block_n && s->warps && s->stages) return FG_OK;
+    const fg_tile_rule *r = tile_policy_lookup(p, s);
+    if (!r) {
+        char arch[16];
+        spec_arch_format(s->arch, s->arch_accel, arch, sizeof arch);
+        return fg_fail(err, FG_ERR_UNSUPPORTED,
+                       "no tile policy rule covers arch %s, head_dim %d, causal %d, dtype %s: give block_m, "
+                       "block_n, warps and stages explicitly or add a tile_policy rule",
+                       arch, s->head_dim, s->causal, spec_dtype_name(s->dtype));
+    }
+    if (!s->block_m) s->block_m = r->block_m;
+    if (!s->block_n) s->block_n = r->block_n;
+    if (!s->warps) s->warps = r->warps;
+    if (!s->stages) s->stages = r->stages;
+    return FG_OK;
+}

@@ -1,0 +1,95 @@
+/* validate.c: which specs flashgen refuses, as one flat list of rules (the cuDNN frontend's habit).
+ * Each rule is a predicate that is true when the spec must be refused, and a sentence saying why.
+ * tests/test_spec.c breaks each rule once, by name. Add a rule here, never a check elsewhere. */
+#include <stdio.h>
+#include "spec.h"
+
+/* Opt-in maximum of dynamic shared memory per block, by compute capability (CUDA programming guide). */
+size_t arch_smem_limit(int arch) {
+    switch (arch) {
+    case 80: case 87: return 166912;                      /* A100, Orin: 163 KiB */
+    case 86: case 89: case 120: case 121: return 101376;  /* GA10x, Ada, consumer Blackwell: 99 KiB */
+    case 90: case 100: case 103: case 110: return 232448; /* Hopper, datacenter Blackwell: 227 KiB */
+    default: return 0;
+    }
+}
+
+/* Targets that have an arch-specific ('a') variant in NVRTC 12.8+. */
+static int arch_has_accel(int arch) {
+    return arch == 90 || arch == 100 || arch == 103 || arch == 110 || arch == 120 || arch == 121;
+}
+
+static int is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
+
+/* Query rows each warp owns: 16 per m16 MMA tile, so block_m / (16 * warps) tiles per warp. */
+static int m_tiles(const fg_spec *s) { return s->warps > 0 ? s->block_m / (16 * s->warps) : 0; }
+
+/* Registers for the fp32 accumulators a thread holds across the KV loop: O (d/2 per m-tile) and
+ * S (block_n/2 per m-tile). Past 160 of 255, ptxas spills (measured: 192 spills at head_dim 128 and 64,
+ * 160 does not at head_dim 256). */
+static int acc_registers(const fg_spec *s) {
+    return m_tiles(s) * (spec_head_dim_padded(s) / 2 + s->block_n / 2);
+}
+
+typedef struct rule {
+    const char *name;                          /* short id, used by tests */
+    int (*refuse)(const fg_spec *s);           /* true: the spec breaks the rule */
+    void (*say)(const fg_spec *s, fg_error *); /* writes the sentence */
+    fg_status status;                          /* FG_ERR_UNSUPPORTED or FG_ERR_INVALID_ARGUMENT */
+} rule;
+
+#define RULE(id, cond, status, ...)                                                      \
+    static int refuse_##id(const fg_spec *s) { return (cond); }                          \
+    static void say_##id(const fg_spec *s, fg_error *e) { fg_fail(e, status, __VA_ARGS__); }
+
+RULE(kind, s->kind != FG_KIND_FWD, FG_ERR_INVALID_ARGUMENT, "kind %d is not a kernel family (fwd)", (int)s->kind)
+RULE(arch_known, arch_smem_limit(s->arch) == 0, FG_ERR_UNSUPPORTED,
+     "arch sm_%d is not a target flashgen knows (sm_80, sm_86, sm_87, sm_89, sm_90, sm_100, sm_103, sm_110, sm_120, sm_121)", s->arch)
+RULE(arch_accel, s->arch_accel && !arch_has_accel(s->arch), FG_ERR_UNSUPPORTED,
+     "arch sm_%da does not exist: only sm_90, sm_100, sm_103, sm_110, sm_120 and sm_121 have an 'a' target", s->arch)
+RULE(dtype_half, s->dtype != FG_DTYPE_F16 && s->dtype != FG_DTYPE_BF16, FG_ERR_UNSUPPORTED,
+     "dtype %s has no forward kernel family in this flashgen: the mma.sync forward takes fp16 or bf16",
+     spec_dtype_name(s->dtype))
+RULE(head_dim_range, s->head_dim < 8 || s->head_dim > 256 || s->head_dim % 8 != 0, FG_ERR_UNSUPPORTED,
+     "head_dim %d is not supported: it must be a multiple of 8 from 8 to 256", s->head_dim)
+RULE(tiles_set, s->block_m <= 0 || s->block_n <= 0 || s->warps <= 0 || s->stages <= 0, FG_ERR_INVALID_ARGUMENT,
+     "tile fields must be set (block_m=%d, block_n=%d, warps=%d, stages=%d): fill them from the tile policy",
+     s->block_m, s->block_n, s->warps, s->stages)
+RULE(warps, s->warps != 1 && s->warps != 2 && s->warps != 4 && s->warps != 8, FG_ERR_UNSUPPORTED,
+     "warps %d is not supported: it must be 1, 2, 4 or 8", s->warps)
+RULE(block_m_mma, s->block_m % (16 * s->warps) != 0 || (m_tiles(s) != 1 && m_tiles(s) != 2), FG_ERR_UNSUPPORTED,
+     "block_m %d with %d warps is not supported: each warp owns 16 or 32 query rows (the MMA's m16), so block_m "
+     "must be 16 or 32 times warps", s->block_m, s->warps)
+RULE(block_n_mma, s->block_n % 16 != 0 || s->block_n < 16 || s->block_n > 256 || !is_pow2(s->block_n),
+     FG_ERR_UNSUPPORTED,
+     "block_n %d is not supported: it must be a power of two from 16 to 256 (the MMA's k16 steps over keys)", s->block_n)
+RULE(stages, s->stages < 2 || s->stages > 4, FG_ERR_UNSUPPORTED,
+     "stages %d is not supported: the K/V cp.async pipeline has 2 to 4 stages", s->stages)
+RULE(registers, acc_registers(s) > 160, FG_ERR_UNSUPPORTED,
+     "block_m %d, block_n %d, warps %d at head_dim %d need %d accumulator registers per thread (limit 160 of 255 "
+     "before spilling): use more warps or a smaller block_n", s->block_m, s->block_n, s->warps, s->head_dim, acc_registers(s))
+RULE(smem, arch_smem_limit(s->arch) != 0 && spec_smem_bytes(s) > arch_smem_limit(s->arch), FG_ERR_UNSUPPORTED,
+     "block_m %d, block_n %d, stages %d at head_dim %d need %zu bytes of shared memory, more than sm_%d's %zu",
+     s->block_m, s->block_n, s->stages, s->head_dim, spec_smem_bytes(s), s->arch, arch_smem_limit(s->arch))
+
+#define R(id, st) {#id, refuse_##id, say_##id, st}
+static const rule rules[] = {
+    R(kind, FG_ERR_INVALID_ARGUMENT),   R(arch_known, FG_ERR_UNSUPPORTED), R(arch_accel, FG_ERR_UNSUPPORTED),
+    R(dtype_half, FG_ERR_UNSUPPORTED),  R(head_dim_range, FG_ERR_UNSUPPORTED), R(tiles_set, FG_ERR_INVALID_ARGUMENT),
+    R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),
+    R(stages, FG_ERR_UNSUPPORTED),      R(registers, FG_ERR_UNSUPPORTED), R(smem, FG_ERR_UNSUPPORTED),
+};
+#define NRULES ((int)(sizeof rules / sizeof rules[0]))
+
+int spec_rule_count(void) { return NRULES; }
+const char *spec_rule_name(int i) { return i >= 0 && i < NRULES ? rules[i].name : NULL; }
+
+fg_status spec_validate(const fg_spec *spec, fg_error *err) {
+    for (int i = 0; i < NRULES; i++)
+        if (rules[i].refuse(spec)) {
+            fg_error tmp;
+            rules[i].say(spec, &tmp);
+            return fg_fail(err, rules[i].status, "%s", tmp.msg);
+        }
+    return FG_OK;
+}

@@ -1,0 +1,134 @@
+/* flashgen.h: the one public header of flashgen, a generator of FlashAttention kernels.
+ *
+ * flashgen writes CUDA source specialized for one variant (head dim, tiles, causal mask, precision,
+ * target GPU), compiles it at run time with NVRTC, caches the compiled code in memory and on disk,
+ * and launches it through the CUDA driver API on the caller's stream.
+ *
+ * Conventions (those of cuBLAS, cuDNN and SQLite):
+ *   - every call returns an fg_status; FG_OK is 0;
+ *   - on failure fg_last_error(ctx) returns one sentence naming the bad argument and the rule it broke;
+ *   - the library never prints unless asked (log level or callback), never exits, never aborts;
+ *   - nothing is allocated on the device by fg_attention_fwd, and nothing synchronizes the stream.
+ *
+ * Tensors use FlashAttention's layout [batch, seqlen, heads, head_dim] with the last dim contiguous;
+ * strides are in elements. GQA/MQA: K and V may have fewer heads than Q, dividing them.
+ */
+#ifndef FLASHGEN_H
+#define FLASHGEN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FG_VERSION_MAJOR 0
+#define FG_VERSION_MINOR 1
+#define FG_VERSION_PATCH 0
+#define FG_VERSION_STRING "0.1.0"
+
+typedef enum fg_status {
+    FG_OK = 0,
+    FG_ERR_INVALID_ARGUMENT = 1, /* a null pointer, bad shape, stride, dtype, alignment or size */
+    FG_ERR_UNSUPPORTED = 2,      /* a valid request flashgen has no kernel for (head dim, arch, dtype) */
+    FG_ERR_NO_DEVICE = 3,        /* no CUDA device, or the driver could not be loaded */
+    FG_ERR_CUDA = 4,             /* a CUDA driver call failed; the message names the call */
+    FG_ERR_COMPILE = 5,          /* NVRTC refused the generated source (a flashgen bug: report it) */
+    FG_ERR_NOT_FOUND = 6,        /* strict mode: the variant is in no cache and no bundle */
+    FG_ERR_IO = 7,               /* a file could not be read or written */
+    FG_ERR_FORMAT = 8,           /* a file is not what it claims (bundle, cache entry, config) */
+    FG_ERR_CONFIG = 9,           /* a Lua config failed; the message carries file:line */
+    FG_ERR_NO_MEMORY = 10,       /* host memory ran out */
+    FG_ERR_INTERNAL = 11         /* an invariant broke: a flashgen bug */
+} fg_status;
+
+typedef enum fg_dtype {
+    FG_DTYPE_F16 = 0,
+    FG_DTYPE_BF16 = 1,
+    FG_DTYPE_F32 = 2, /* for the LSE output only */
+    FG_DTYPE_E4M3 = 3, /* reserved for the FP8 kernels */
+    FG_DTYPE_E5M2 = 4  /* reserved for the FP8 kernels */
+} fg_dtype;
+
+typedef enum fg_log_level {
+    FG_LOG_NONE = 0,
+    FG_LOG_ERROR = 1,
+    FG_LOG_WARN = 2,
+    FG_LOG_INFO = 3, /* compiles (variant and seconds), bundle loads, cache decisions */
+    FG_LOG_DEBUG = 4
+} fg_log_level;
+
+typedef void (*fg_log_fn)(void *user, fg_log_level level, const char *message);
+
+/* A strided view of device memory. Strides are in elements; the last one must be 1. */
+typedef struct fg_tensor {
+    void *data;          /* device pointer (CUdeviceptr cast to a pointer) */
+    fg_dtype dtype;      /* element type */
+    int ndim;            /* 4 for Q/K/V/O ([batch, seqlen, heads, head_dim]), 3 for LSE ([batch, heads, seqlen_q]) */
+    int64_t shape[4];    /* sizes, outermost first */
+    int64_t stride[4];   /* strides in elements, outermost first */
+} fg_tensor;
+
+/* Arguments of one forward call. O = softmax(scale * Q K^T [+ causal mask]) V. */
+typedef struct fg_fwd_args {
+    fg_tensor q;         /* [batch, seqlen_q, heads_q, head_dim], fp16 or bf16 */
+    fg_tensor k;         /* [batch, seqlen_k, heads_kv, head_dim], heads_kv divides heads_q */
+    fg_tensor v;         /* [batch, seqlen_k, heads_kv, head_dim] */
+    fg_tensor o;         /* [batch, seqlen_q, heads_q, head_dim], written by the call */
+    fg_tensor lse;       /* optional ([batch, heads_q, seqlen_q], fp32, natural log); data NULL to skip */
+    float softmax_scale; /* 0 means 1/sqrt(head_dim) */
+    int causal;          /* 1: query i sees keys j <= i + seqlen_k - seqlen_q (bottom-right aligned) */
+} fg_fwd_args;
+
+typedef struct fg_context_options {
+    int device;            /* CUDA device ordinal */
+    const char *cache_dir; /* NULL: $FLASHGEN_CACHE_DIR, else $XDG_CACHE_HOME/flashgen, else ~/.cache/flashgen */
+    int disable_disk_cache;/* 1: keep compiled kernels in memory only */
+    int strict;            /* 1: a variant found in no cache and no bundle is FG_ERR_NOT_FOUND, never compiled */
+    fg_log_level log_level;/* messages at or above this importance go to log_fn (or stderr when log_fn is NULL) */
+    fg_log_fn log_fn;      /* optional log sink */
+    void *log_user;        /* passed back to log_fn */
+} fg_context_options;
+
+typedef struct fg_context fg_context;
+
+/* Fills *opt with the defaults: device 0, default cache directory, disk cache on, not strict, warnings logged. */
+void fg_context_options_init(fg_context_options *opt);
+
+/* Creates a context bound to opt->device (opt may be NULL for the defaults). On failure *ctx is NULL and
+ * the reason is returned; fg_last_error(NULL) then gives the sentence. The context owns a CUDA primary
+ * context retain, the in-memory kernel cache and loaded bundles; destroy it with fg_context_destroy. */
+fg_status fg_context_create(fg_context **ctx, const fg_context_options *opt);
+void fg_context_destroy(fg_context *ctx);
+
+/* Runs the forward pass on `stream` (a CUstream; NULL for the legacy default stream). The first call for a
+ * variant may compile it (logged at FG_LOG_INFO with its time); fg_prepare does that ahead. */
+fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *args, void *stream);
+
+/* Compiles (or loads from cache or bundle) the variant that fg_attention_fwd would run for args, without
+ * launching anything. Tensor data pointers may be NULL here. */
+fg_status fg_prepare(fg_context *ctx, const fg_fwd_args *args);
+
+/* Writes into buf (at most n bytes, NUL-terminated) which variant would run for args and why: the spec's
+ * canonical name, where its code would come from (memory, disk cache, bundle, JIT) and the reason for
+ * its tile choice. Tensor data pointers may be NULL here. */
+fg_status fg_explain(fg_context *ctx, const fg_fwd_args *args, char *buf, size_t n);
+
+/* Loads a bundle file written by `flashgen bundle`; its kernels are then used before any JIT compile. */
+fg_status fg_bundle_load(fg_context *ctx, const char *path);
+
+/* Same, from memory (for example the array written by `flashgen bundle --emit-c`). The bytes are copied. */
+fg_status fg_bundle_load_memory(fg_context *ctx, const void *data, size_t size);
+
+/* The sentence describing the last failure on ctx (or of fg_context_create when ctx is NULL). Never NULL.
+ * Valid until the next call on the same context. */
+const char *fg_last_error(const fg_context *ctx);
+
+/* A short constant name for a status ("FG_ERR_INVALID_ARGUMENT"). */
+const char *fg_status_string(fg_status status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

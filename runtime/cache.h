@@ -1,0 +1,76 @@
+/* cache.h: the on-disk cache of compiled kernels (cubins).
+ *
+ * Location: explicit directory, else $FLASHGEN_CACHE_DIR, else $XDG_CACHE_HOME/flashgen, else
+ * $HOME/.cache/flashgen (never a shared /tmp path). The directory is created 0700; a directory owned by
+ * another user, writable by group or others, or a symbolic link, is refused with a sentence.
+ *
+ * Key: SHA-256 over everything that determines the cubin: the emitted source (which encodes the spec),
+ * NVRTC version, compile options, target arch, generator version and the cache format version.
+ * Entry file `<hex key>.cubin`, mode 0600:
+ *   magic "FGCACHE\0" (8) | format version u32 LE | key (32) | name length u32 LE (<= 4096) |
+ *   name (spec text, no NUL) | payload length u64 LE | checksum (32) | payload
+ * The checksum is the SHA-256 of every other byte of the file (the header before it, then the payload),
+ * so a flipped bit anywhere, the name included, is detected.
+ * Any mismatch, truncation, extra byte or symlinked entry is a miss, never a crash and never a load.
+ * Writes go to a temporary file in the same directory, fsync, rename: a writer killed at any point
+ * leaves no entry that verifies; racing writers of one key are harmless. */
+#ifndef FG_CACHE_H
+#define FG_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "fgerr.h"
+
+#define FG_CACHE_FORMAT_VERSION 1u
+
+typedef struct fg_disk_cache {
+    char dir[4096]; /* absolute path of the cache directory */
+} fg_disk_cache;
+
+/* The inputs of a key. Strings are NUL-terminated; options is an array of nopts strings. */
+typedef struct fg_cache_key_inputs {
+    const char *source;            /* the emitted CUDA source */
+    size_t source_len;             /* its length */
+    const char *nvrtc_version;     /* e.g. "13.0" */
+    const char *const *options;    /* the NVRTC options, in order */
+    int nopts;                     /* number of options */
+    const char *arch;              /* "sm_90a" */
+    const char *generator_version; /* FG_VERSION_STRING */
+} fg_cache_key_inputs;
+
+void cache_key(const fg_cache_key_inputs *in, uint8_t key[32]);
+
+/* Resolves the location (dir may be NULL), creates it if missing (0700, parents as needed) and checks it
+ * is safe. FG_ERR_IO with a sentence naming the directory and the rule when it is not. */
+fg_status cache_open(fg_disk_cache *cache, const char *dir, fg_error *err);
+
+/* Looks a key up. FG_OK and a malloc'd payload (caller frees) on a verified hit; FG_ERR_NOT_FOUND on a
+ * miss of any kind (absent, short, corrupt, wrong key, symlink), with the reason in err for logging;
+ * FG_ERR_NO_MEMORY when the entry cannot be buffered. */
+fg_status cache_get(const fg_disk_cache *cache, const uint8_t key[32], uint8_t **payload, size_t *len,
+                    fg_error *err);
+
+/* Stores an entry atomically (temp file, write, fsync, rename, fsync of the directory). `name` is the
+ * spec's canonical text, kept for `flashgen cache ls`. */
+fg_status cache_put(const fg_disk_cache *cache, const uint8_t key[32], const char *name,
+                    const uint8_t *payload, size_t len, fg_error *err);
+
+/* Visits every entry file: cb(user, file name, spec name or NULL, payload length, verified). Used by
+ * `flashgen cache ls|verify`. Returns the number of entries visited, or -1 with err set. */
+typedef void (*fg_cache_visit_fn)(void *user, const char *file, const char *name, uint64_t payload_len,
+                                  int verified, const char *why_not);
+int cache_visit(const fg_disk_cache *cache, fg_cache_visit_fn cb, void *user, fg_error *err);
+
+/* Removes every entry (and stale temporary file: `.tmp-<pid>-...` whose process is gone or older than an
+ * hour) flashgen wrote in the directory; keeps other files. Returns the number removed, or -1 with err set. */
+int cache_clear(const fg_disk_cache *cache, fg_error *err);
+
+/* Writes `len` bytes to `path` atomically with mode 0600 (temp + fsync + rename). Shared by the cache,
+ * bundles, `flashgen compile -o` and the tuning database. */
+fg_status fg_write_file_atomic(const char *path, const void *data, size_t len, fg_error *err);
+
+/* Reads a whole file (malloc'd, caller frees; a NUL byte follows the contents, not counted in *len, so
+ * text can be used as a C string). FG_ERR_IO naming the path on failure. */
+fg_status fg_read_file(const char *path, uint8_t **data, size_t *len, fg_error *err);
+
+#endif

@@ -1,0 +1,128 @@
+/* compile.c: emitted source -> cubin through NVRTC. Needs no GPU: the target is the spec's arch.
+ * The options are part of the disk-cache key (compile_options is the one place they are written). */
+#include <nvrtc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "emit.h"
+#include "compile.h"
+
+int compile_options(const fg_spec *spec, const char **opts, char buf[64]) {
+    int n = 0;
+    snprintf(buf, 64, "--gpu-architecture=sm_%d%s", spec->arch, spec->arch_accel ? "a" : "");
+    opts[n++] = buf;
+    opts[n++] = "--std=c++17";
+    opts[n++] = "--ptxas-options=-v"; /* the resource report lands in the log, for checks and dumps */
+    opts[n++] = "-lineinfo";          /* readable compute-sanitizer and profiler reports; no code change */
+    return n;
+}
+
+const char *compile_nvrtc_version(void) {
+    static char text[32];
+    int major = 0, minor = 0;
+    if (text[0] == '\0') {
+        if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "unknown";
+        snprintf(text, sizeof text, "%d.%d", major, minor);
+    }
+    return text;
+}
+
+/* The integer that follows the last occurrence of `before`... in the ptxas report, e.g. "Used 172 registers". */
+static int report_number(const char *log, const char *suffix) {
+    const char *hit = NULL;
+    for (const char *p = strstr(log, suffix); p; p = strstr(p + 1, suffix)) hit = p;
+    if (!hit) return -1;
+    const char *q = hit;
+    while (q > log && q[-1] == ' ') q--;
+    const char *end = q;
+    while (q > log && q[-1] >= '0' && q[-1] <= '9') q--;
+    if (q == end) return -1;
+    return atoi(q);
+}
+
+void compile_result_free(fg_compile_result *r) {
+    if (!r) return;
+    free(r->cubin);
+    free(r->log);
+    free(r->ptx);
+    memset(r, 0, sizeof *r);
+}
+
+#define NV(call)                                                                                  \
+    do {                                                                                          \
+        nvrtcResult rc_ = (call);                                                                 \
+        if (rc_ != NVRTC_SUCCESS) {                                                               \
+            st = fg_fail(err, rc_ == NVRTC_ERROR_OUT_OF_MEMORY ? FG_ERR_NO_MEMORY : FG_ERR_COMPILE, \
+                         "%s failed: %s (%s)", #call, nvrtcGetErrorString(rc_), name);          \
+            goto done;                                                                            \
+        }                                                                                         \
+    } while (0)
+
+fg_status compile_source(const fg_spec *spec, const char *src, size_t len, int keep_ptx, fg_compile_result *out,
+                         fg_error *err) {
+    memset(out, 0, sizeof *out);
+    out->registers = out->spill_stores = out->spill_loads = out->stack_frame = out->smem_static = -1;
+    char name[FG_SPEC_NAME_MAX];
+    if (spec_format(spec, name, sizeof name) < 0) return fg_fail(err, FG_ERR_INTERNAL, "unformattable spec");
+    const char *opts[FG_NVRTC_MAX_OPTS];
+    char archbuf[64];
+    int nopts = compile_options(spec, opts, archbuf);
+    fg_status st = FG_OK;
+    nvrtcProgram prog = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    (void)len; /* NVRTC reads the NUL-terminated text */
+    NV(nvrtcCreateProgram(&prog, src, "flashgen_kernel.cu", 0, NULL, NULL));
+    nvrtcResult crc = nvrtcCompileProgram(prog, nopts, opts);
+    size_t log_size = 0;
+    NV(nvrtcGetProgramLogSize(prog, &log_size));
+    out->log = malloc(log_size + 1);
+    if (!out->log) { st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory reading the NVRTC log"); goto done; }
+    NV(nvrtcGetProgramLog(prog, out->log));
+    out->log[log_size] = '\0';
+    if (crc != NVRTC_SUCCESS) {
+        st = fg_fail(err, FG_ERR_COMPILE, "NVRTC could not compile %s (%s); this is a flashgen bug, please report it "
+                     "with the log: %.600s", name, nvrtcGetErrorString(crc), out->log);
+        goto done;
+    }
+    NV(nvrtcGetCUBINSize(prog, &out->cubin_size));
+    out->cubin = malloc(out->cubin_size ? out->cubin_size : 1);
+    if (!out->cubin) { st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory for a %zu-byte cubin", out->cubin_size); goto done; }
+    NV(nvrtcGetCUBIN(prog, (char *)out->cubin));
+    if (keep_ptx) {
+        size_t ptx_size = 0;
+        NV(nvrtcGetPTXSize(prog, &ptx_size));
+        out->ptx = malloc(ptx_size + 1);
+        if (!out->ptx) { st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory for PTX"); goto done; }
+        NV(nvrtcGetPTX(prog, out->ptx));
+        out->ptx[ptx_size] = '\0';
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    out->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    out->registers = report_number(out->log, " registers");
+    out->stack_frame = report_number(out->log, " bytes stack frame");
+    out->spill_stores = report_number(out->log, " bytes spill stores");
+    out->spill_loads = report_number(out->log, " bytes spill loads");
+    out->smem_static = report_number(out->log, " bytes smem");
+done:
+    if (prog) nvrtcDestroyProgram(&prog);
+    if (st != FG_OK) {
+        char *log = out->log;
+        out->log = NULL;
+        compile_result_free(out);
+        out->log = log; /* keep the log for dumps */
+    }
+    return st;
+}
+
+fg_status compile_spec(const fg_spec *spec, int keep_ptx, fg_compile_result *out, fg_error *err) {
+    char *src = NULL;
+    size_t len = 0;
+    memset(out, 0, sizeof *out);
+    fg_status st = emit_source(spec, &src, &len, err);
+    if (st != FG_OK) return st;
+    st = compile_source(spec, src, len, keep_ptx, out, err);
+    free(src);
+    return st;
+}

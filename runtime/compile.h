@@ -1,0 +1,40 @@
+/* compile.h: compiling emitted source to a cubin with NVRTC (no GPU needed), and the compile options
+ * that also key the disk cache. */
+#ifndef FG_COMPILE_H
+#define FG_COMPILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "spec.h"
+
+#define FG_NVRTC_MAX_OPTS 16
+
+typedef struct fg_compile_result {
+    uint8_t *cubin;      /* malloc'd cubin (caller frees with compile_result_free) */
+    size_t cubin_size;   /* bytes */
+    char *log;           /* NVRTC log including the ptxas -v resource report (malloc'd, may be "") */
+    char *ptx;           /* PTX text when requested (keep_ptx), else NULL */
+    double seconds;      /* wall time of nvrtcCompileProgram + getCUBIN */
+    int registers;       /* from the ptxas report: registers per thread (-1 if not found) */
+    int spill_stores;    /* bytes of spill stores (-1 if not found) */
+    int spill_loads;     /* bytes of spill loads (-1 if not found) */
+    int stack_frame;     /* bytes of stack frame (-1 if not found) */
+    int smem_static;     /* bytes of static shared memory (-1 if not found) */
+} fg_compile_result;
+
+/* The NVRTC options for spec, in order (pointers to static strings or into buf), and their count. */
+int compile_options(const fg_spec *spec, const char **opts, char buf[64]);
+
+/* "13.0": the NVRTC library's version. */
+const char *compile_nvrtc_version(void);
+
+/* Compiles src for spec's arch. keep_ptx also returns the PTX. FG_ERR_COMPILE carries the NVRTC log. */
+fg_status compile_source(const fg_spec *spec, const char *src, size_t len, int keep_ptx,
+                         fg_compile_result *out, fg_error *err);
+
+/* Convenience: emit + compile. */
+fg_status compile_spec(const fg_spec *spec, int keep_ptx, fg_compile_result *out, fg_error *err);
+
+void compile_result_free(fg_compile_result *r);
+
+#endif

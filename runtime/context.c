@@ -1,0 +1,204 @@
+/* context.c: fg_context's life cycle, logging, last-error handling and bundle loading. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "runtime.h"
+
+/* fg_context_create's failure has no context to hold it: it lives here, per thread. */
+static _Thread_local fg_error create_error;
+
+void fg_context_options_init(fg_context_options *opt) {
+    memset(opt, 0, sizeof *opt);
+    opt->log_level = FG_LOG_WARN;
+}
+
+const char *fg_status_string(fg_status s) {
+    switch (s) {
+    case FG_OK: return "FG_OK";
+    case FG_ERR_INVALID_ARGUMENT: return "FG_ERR_INVALID_ARGUMENT";
+    case FG_ERR_UNSUPPORTED: return "FG_ERR_UNSUPPORTED";
+    case FG_ERR_NO_DEVICE: return "FG_ERR_NO_DEVICE";
+    case FG_ERR_CUDA: return "FG_ERR_CUDA";
+    case FG_ERR_COMPILE: return "FG_ERR_COMPILE";
+    case FG_ERR_NOT_FOUND: return "FG_ERR_NOT_FOUND";
+    case FG_ERR_IO: return "FG_ERR_IO";
+    case FG_ERR_FORMAT: return "FG_ERR_FORMAT";
+    case FG_ERR_CONFIG: return "FG_ERR_CONFIG";
+    case FG_ERR_NO_MEMORY: return "FG_ERR_NO_MEMORY";
+    case FG_ERR_INTERNAL: return "FG_ERR_INTERNAL";
+    }
+    return "FG_ERR_UNKNOWN";
+}
+
+static const char *level_name(fg_log_level l) {
+    static const char *const names[] = {"none", "error", "warning", "info", "debug"};
+    return (unsigned)l <= FG_LOG_DEBUG ? names[l] : "log";
+}
+
+void rt_log(fg_context *ctx, fg_log_level level, const char *fmt, ...) {
+    if (!ctx || level > ctx->opt.log_level || level == FG_LOG_NONE) return;
+    char msg[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (ctx->opt.log_fn) ctx->opt.log_fn(ctx->opt.log_user, level, msg);
+    else fprintf(stderr, "flashgen %s: %s\n", level_name(level), msg);
+}
+
+fg_status rt_set_error(fg_context *ctx, const fg_error *err) {
+    pthread_mutex_lock(&ctx->lock);
+    ctx->err = *err;
+    pthread_mutex_unlock(&ctx->lock);
+    rt_log(ctx, FG_LOG_DEBUG, "%s: %s", fg_status_string(err->status), err->msg);
+    return err->status;
+}
+
+const char *fg_last_error(const fg_context *ctx) {
+    if (!ctx) return create_error.msg[0] ? create_error.msg : "no error";
+    return ctx->err.msg[0] ? ctx->err.msg : "no error";
+}
+
+fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) {
+    fg_error *err = &create_error;
+    fg_error_clear(err);
+    if (!out) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "fg_context_create: ctx (the output pointer) is NULL");
+    *out = NULL;
+    fg_context_options opt;
+    if (opt_in) opt = *opt_in;
+    else fg_context_options_init(&opt);
+    if (opt.device < 0)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "options.device is %d: a device ordinal is >= 0", opt.device);
+    if ((unsigned)opt.log_level > FG_LOG_DEBUG)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "options.log_level %d is not an fg_log_level (0..4)", (int)opt.log_level);
+
+    const fg_cuda_api *cu = cuda_api_get(err);
+    if (!cu) return err->status;
+    int count = 0;
+    FG_CU(err, cu->cuDeviceGetCount(&count));
+    if (count == 0) return fg_fail(err, FG_ERR_NO_DEVICE, "no CUDA device is visible to this process");
+    if (opt.device >= count)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "options.device is %d but only %d CUDA device%s visible",
+                       opt.device, count, count == 1 ? " is" : "s are");
+
+    fg_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory allocating a context");
+    ctx->cu = cu;
+    ctx->opt = opt;
+    ctx->opt.cache_dir = NULL; /* the caller's string need not outlive this call; disk.dir keeps it */
+    pthread_mutex_init(&ctx->lock, NULL);
+    int major = 0, minor = 0, smem = 0;
+    if (cu->cuDeviceGet(&ctx->device, opt.device) != CUDA_SUCCESS ||
+        cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ctx->device) != CUDA_SUCCESS ||
+        cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ctx->device) != CUDA_SUCCESS ||
+        cu->cuDeviceGetAttribute(&ctx->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ctx->device) != CUDA_SUCCESS ||
+        cu->cuDeviceGetAttribute(&smem, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, ctx->device) != CUDA_SUCCESS ||
+        cu->cuDeviceGetName(ctx->device_name, (int)sizeof ctx->device_name, ctx->device) != CUDA_SUCCESS) {
+        fg_fail(err, FG_ERR_CUDA, "could not query CUDA device %d (cuDeviceGet/cuDeviceGetAttribute failed)", opt.device);
+        goto fail;
+    }
+    ctx->arch = major * 10 + minor;
+    ctx->smem_optin = (size_t)smem;
+    if (ctx->arch < 80) {
+        fg_fail(err, FG_ERR_UNSUPPORTED, "device %d (%s) has compute capability %d.%d; flashgen's kernels need 8.0 or newer",
+                opt.device, ctx->device_name, major, minor);
+        goto fail;
+    }
+    CUresult rc = cu->cuDevicePrimaryCtxRetain(&ctx->cuctx, ctx->device);
+    if (rc != CUDA_SUCCESS) {
+        cuda_api_fail(err, rc, "cuDevicePrimaryCtxRetain", __FILE__, __LINE__);
+        ctx->cuctx = NULL;
+        goto fail;
+    }
+    if (tile_policy_init_default(&ctx->policy, err) != FG_OK) goto fail;
+
+    if (!opt.disable_disk_cache) {
+        fg_error cerr;
+        fg_error_clear(&cerr);
+        if (cache_open(&ctx->disk, opt_in ? opt_in->cache_dir : NULL, &cerr) == FG_OK) {
+            ctx->disk_ok = 1;
+        } else {
+            /* A cache we may not use is not fatal: kernels still compile, they are just not kept. */
+            snprintf(ctx->disk_problem, sizeof ctx->disk_problem, "%s", cerr.msg);
+            rt_log(ctx, FG_LOG_WARN, "disk cache disabled: %s", cerr.msg);
+        }
+    } else {
+        snprintf(ctx->disk_problem, sizeof ctx->disk_problem, "disabled by options.disable_disk_cache");
+    }
+    const char *dump = getenv("FLASHGEN_DUMP");
+    if (dump && *dump) {
+        ctx->dump = 1;
+        snprintf(ctx->dump_dir, sizeof ctx->dump_dir, "%s", dump);
+    }
+    rt_log(ctx, FG_LOG_INFO, "context on device %d: %s, sm_%d, %d SMs, %zu bytes shared memory per block",
+           opt.device, ctx->device_name, ctx->arch, ctx->sm_count, ctx->smem_optin);
+    *out = ctx;
+    return FG_OK;
+fail:
+    if (ctx->cuctx) cu->cuDevicePrimaryCtxRelease(ctx->device);
+    tile_policy_free(&ctx->policy);
+    pthread_mutex_destroy(&ctx->lock);
+    free(ctx);
+    return err->status;
+}
+
+void fg_context_destroy(fg_context *ctx) {
+    if (!ctx) return;
+    if (ctx->cuctx && ctx->cu->cuCtxPushCurrent(ctx->cuctx) == CUDA_SUCCESS) {
+        for (int i = 0; i < ctx->nkernels; i++) ctx->cu->cuModuleUnload(ctx->kernels[i].module);
+        CUcontext popped;
+        ctx->cu->cuCtxPopCurrent(&popped);
+    }
+    free(ctx->kernels);
+    for (int i = 0; i < ctx->nbundles; i++) bundle_free(&ctx->bundles[i]);
+    free(ctx->bundles);
+    tile_policy_free(&ctx->policy);
+    if (ctx->cuctx) ctx->cu->cuDevicePrimaryCtxRelease(ctx->device);
+    pthread_mutex_destroy(&ctx->lock);
+    free(ctx);
+}
+
+/* Takes ownership of a parsed bundle and appends it to the context's list. */
+static fg_status add_bundle(fg_context *ctx, fg_bundle *b, const char *what, fg_error *err) {
+    pthread_mutex_lock(&ctx->lock);
+    fg_bundle *n = realloc(ctx->bundles, (size_t)(ctx->nbundles + 1) * sizeof *n);
+    if (!n) {
+        pthread_mutex_unlock(&ctx->lock);
+        bundle_free(b);
+        return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory adding bundle %s", what);
+    }
+    ctx->bundles = n;
+    ctx->bundles[ctx->nbundles++] = *b;
+    pthread_mutex_unlock(&ctx->lock);
+    rt_log(ctx, FG_LOG_INFO, "loaded bundle %s: %zu kernels", what, b->count);
+    return FG_OK;
+}
+
+fg_status fg_bundle_load(fg_context *ctx, const char *path) {
+    if (!ctx) return FG_ERR_INVALID_ARGUMENT;
+    fg_error err;
+    fg_error_clear(&err);
+    if (!path) {
+        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_bundle_load: path is NULL");
+        return rt_set_error(ctx, &err);
+    }
+    fg_bundle b;
+    if (bundle_read(path, &b, &err) != FG_OK) return rt_set_error(ctx, &err);
+    if (add_bundle(ctx, &b, path, &err) != FG_OK) return rt_set_error(ctx, &err);
+    return FG_OK;
+}
+
+fg_status fg_bundle_load_memory(fg_context *ctx, const void *data, size_t size) {
+    if (!ctx) return FG_ERR_INVALID_ARGUMENT;
+    fg_error err;
+    fg_error_clear(&err);
+    if (!data) {
+        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_bundle_load_memory: data is NULL");
+        return rt_set_error(ctx, &err);
+    }
+    fg_bundle b;
+    if (bundle_parse(data, size, &b, &err) != FG_OK) return rt_set_error(ctx, &err);
+    if (add_bundle(ctx, &b, "(memory)", &err) != FG_OK) return rt_set_error(ctx, &err);
+    return FG_OK;
+}

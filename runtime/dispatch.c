@@ -1,0 +1,419 @@
+/* dispatch.c: a forward call from arguments to a launch.
+ *   check_args   every rule on the caller's tensors, each failure a sentence naming the argument;
+ *   choose_spec  problem -> variant (the device's arch, the tile policy);
+ *   get_kernel   memory cache -> disk cache -> bundles -> NVRTC (or FG_ERR_NOT_FOUND in strict mode);
+ *   launch       one cuLaunchKernel on the caller's stream with the params struct by value.
+ * Nothing here allocates device memory or synchronizes. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "compile.h"
+#include "emit.h"
+#include "fg_params.h"
+#include "runtime.h"
+#include "sha256.h"
+
+/* ------------------------------------------------------------------ argument checks */
+
+static const char *const tensor_dims[2][4] = {
+    {"batch", "seqlen", "heads", "head_dim"},
+    {"batch", "heads", "seqlen_q", "?"},
+};
+
+/* Checks the rules every tensor obeys; `need_data`: the pointer must be set (a launch). */
+static fg_status check_tensor(const fg_tensor *t, const char *name, int ndim, int need_data, fg_error *err) {
+    if (need_data && !t->data) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.data is NULL", name);
+    if (t->ndim != ndim)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.ndim is %d; it must be %d (%s)", name, t->ndim, ndim,
+                       ndim == 4 ? "[batch, seqlen, heads, head_dim]" : "[batch, heads, seqlen_q]");
+    const char *const *dims = tensor_dims[ndim == 4 ? 0 : 1];
+    for (int i = 0; i < ndim; i++) {
+        if (t->shape[i] < 0)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.shape[%d] (%s) is %lld; sizes must be >= 0", name, i,
+                           dims[i], (long long)t->shape[i]);
+        if (t->shape[i] > INT32_MAX)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.shape[%d] (%s) is %lld; sizes must be < 2^31", name, i,
+                           dims[i], (long long)t->shape[i]);
+        if (t->stride[i] < 0)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.stride[%d] (%s) is %lld; strides must be >= 0", name, i,
+                           dims[i], (long long)t->stride[i]);
+    }
+    if (t->stride[ndim - 1] != 1)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.stride[%d] (%s) is %lld; the last dimension must be contiguous (stride 1)",
+                       name, ndim - 1, dims[ndim - 1], (long long)t->stride[ndim - 1]);
+    return FG_OK;
+}
+
+/* The 16-byte rule of the cp.async loads and vector stores: pointer and every outer stride. */
+static fg_status check_align16(const fg_tensor *t, const char *name, fg_error *err) {
+    int esize = spec_dtype_size(t->dtype);
+    if ((uintptr_t)t->data % 16 != 0)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.data (%p) is not 16-byte aligned; flashgen loads 16 bytes at a time",
+                       name, t->data);
+    for (int i = 0; i < 3; i++)
+        if ((t->stride[i] * esize) % 16 != 0)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                           "%s.stride[%d] (%s) is %lld elements, not a multiple of 16 bytes (%d elements)", name, i,
+                           tensor_dims[0][i], (long long)t->stride[i], 16 / esize);
+    return FG_OK;
+}
+
+static fg_status check_args(const fg_fwd_args *a, int need_data, fg_error *err) {
+    fg_status st;
+    static const char *const names[4] = {"q", "k", "v", "o"};
+    const fg_tensor *ts[4] = {&a->q, &a->k, &a->v, &a->o};
+    for (int i = 0; i < 4; i++)
+        if ((st = check_tensor(ts[i], names[i], 4, need_data, err)) != FG_OK) return st;
+    for (int i = 0; i < 4; i++)
+        if (ts[i]->dtype != FG_DTYPE_F16 && ts[i]->dtype != FG_DTYPE_BF16)
+            return fg_fail(err, ts[i]->dtype == FG_DTYPE_E4M3 || ts[i]->dtype == FG_DTYPE_E5M2 ? FG_ERR_UNSUPPORTED
+                                                                                                : FG_ERR_INVALID_ARGUMENT,
+                           "%s.dtype is %s; the forward takes fp16 or bf16", names[i], spec_dtype_name(ts[i]->dtype));
+    for (int i = 1; i < 4; i++)
+        if (ts[i]->dtype != a->q.dtype)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.dtype (%s) differs from q.dtype (%s); all four must match",
+                           names[i], spec_dtype_name(ts[i]->dtype), spec_dtype_name(a->q.dtype));
+    const int64_t *q = a->q.shape, *k = a->k.shape, *v = a->v.shape, *o = a->o.shape;
+    if (k[0] != q[0] || v[0] != q[0] || o[0] != q[0])
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "batch sizes differ: q %lld, k %lld, v %lld, o %lld",
+                       (long long)q[0], (long long)k[0], (long long)v[0], (long long)o[0]);
+    if (v[1] != k[1])
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "v.shape[1] (seqlen %lld) differs from k.shape[1] (%lld)",
+                       (long long)v[1], (long long)k[1]);
+    if (o[1] != q[1] || o[2] != q[2])
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "o.shape [.., %lld, %lld, ..] differs from q.shape [.., %lld, %lld, ..]",
+                       (long long)o[1], (long long)o[2], (long long)q[1], (long long)q[2]);
+    if (v[2] != k[2])
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "v.shape[2] (heads %lld) differs from k.shape[2] (%lld)",
+                       (long long)v[2], (long long)k[2]);
+    if (k[3] != q[3] || v[3] != q[3] || o[3] != q[3])
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "head_dim differs: q %lld, k %lld, v %lld, o %lld",
+                       (long long)q[3], (long long)k[3], (long long)v[3], (long long)o[3]);
+    if (q[2] < 1 || k[2] < 1)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "heads must be >= 1 (q has %lld, k/v have %lld)",
+                       (long long)q[2], (long long)k[2]);
+    if (q[2] % k[2] != 0)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                       "k/v heads (%lld) must divide q heads (%lld) (GQA/MQA: each K/V head serves a group of query heads)",
+                       (long long)k[2], (long long)q[2]);
+    if (q[3] < 8 || q[3] > 256 || q[3] % 8 != 0)
+        return fg_fail(err, FG_ERR_UNSUPPORTED, "head_dim %lld is not supported: it must be a multiple of 8 from 8 to 256",
+                       (long long)q[3]);
+    if (q[0] > 65535 || q[2] > 65535)
+        return fg_fail(err, FG_ERR_UNSUPPORTED, "batch (%lld) and q heads (%lld) must each be at most 65535 (CUDA grid limits)",
+                       (long long)q[0], (long long)q[2]);
+    if (need_data)
+        for (int i = 0; i < 4; i++)
+            if ((st = check_align16(ts[i], names[i], err)) != FG_OK) return st;
+    if (a->lse.data) {
+        if ((st = check_tensor(&a->lse, "lse", 3, 1, err)) != FG_OK) return st;
+        if (a->lse.dtype != FG_DTYPE_F32)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "lse.dtype is %s; the log-sum-exp is written as fp32",
+                           spec_dtype_name(a->lse.dtype));
+        if (a->lse.shape[0] != q[0] || a->lse.shape[1] != q[2] || a->lse.shape[2] != q[1])
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                           "lse.shape is [%lld, %lld, %lld]; it must be [batch, q heads, seqlen_q] = [%lld, %lld, %lld]",
+                           (long long)a->lse.shape[0], (long long)a->lse.shape[1], (long long)a->lse.shape[2],
+                           (long long)q[0], (long long)q[2], (long long)q[1]);
+        if ((uintptr_t)a->lse.data % 4 != 0)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "lse.data (%p) is not 4-byte aligned", a->lse.data);
+    }
+    if (!(a->softmax_scale == 0.f || (isfinite(a->softmax_scale) && a->softmax_scale > 0.f)))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "softmax_scale is %g; it must be a positive finite number (or 0 for 1/sqrt(head_dim))",
+                       (double)a->softmax_scale);
+    if (a->causal != 0 && a->causal != 1)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "causal is %d; it must be 0 or 1", a->causal);
+    return FG_OK;
+}
+
+/* ------------------------------------------------------------------ variant choice */
+
+/* The variant for a problem on ctx's device: the device's arch (sm_90a on Hopper, so one cubin serves
+ * both mma.sync and later wgmma families), dtype, head_dim and mask from the call, tiles from the
+ * policy. `why` (may be NULL) receives the reason for the tiles. */
+static fg_status choose_spec(fg_context *ctx, const fg_fwd_args *a, fg_spec *s, char *why, size_t nwhy, fg_error *err) {
+    memset(s, 0, sizeof *s);
+    s->kind = FG_KIND_FWD;
+    s->arch = ctx->arch;
+    s->arch_accel = ctx->arch == 90;
+    s->dtype = a->q.dtype;
+    s->head_dim = (int)a->q.shape[3];
+    s->causal = a->causal;
+    const fg_tile_rule *r = tile_policy_lookup(&ctx->policy, s);
+    fg_status st = spec_fill_tiles(s, &ctx->policy, err);
+    if (st != FG_OK) return st;
+    if (why && r)
+        snprintf(why, nwhy, "tile policy rule for sm_%d..sm_%d, head_dim %d..%d%s", r->arch_min, r->arch_max,
+                 r->head_dim_min, r->head_dim_max, r->causal < 0 ? "" : (r->causal ? ", causal" : ", not causal"));
+    if ((st = spec_validate(s, err)) != FG_OK) return st;
+    if (spec_smem_bytes(s) > ctx->smem_optin) {
+        char name[FG_SPEC_NAME_MAX];
+        spec_format(s, name, sizeof name);
+        return fg_fail(err, FG_ERR_UNSUPPORTED, "variant %s needs %zu bytes of shared memory; device %s allows %zu per block",
+                       name, spec_smem_bytes(s), ctx->device_name, ctx->smem_optin);
+    }
+    return FG_OK;
+}
+
+/* ------------------------------------------------------------------ kernel lookup */
+
+static fg_kernel *find_loaded(fg_context *ctx, const char *name) {
+    for (int i = 0; i < ctx->nkernels; i++)
+        if (strcmp(ctx->kernels[i].name, name) == 0) return &ctx->kernels[i];
+    return NULL;
+}
+
+/* Loads a cubin into the context and records it in the memory cache. Caller holds ctx->lock. */
+static fg_status load_cubin(fg_context *ctx, const fg_spec *s, const char *name, const uint8_t *cubin,
+                            const char *source, fg_kernel **out, fg_error *err) {
+    const fg_cuda_api *cu = ctx->cu;
+    if (ctx->nkernels == ctx->capkernels) {
+        int cap = ctx->capkernels ? ctx->capkernels * 2 : 16;
+        fg_kernel *n = realloc(ctx->kernels, (size_t)cap * sizeof *n);
+        if (!n) return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory growing the kernel cache");
+        ctx->kernels = n;
+        ctx->capkernels = cap;
+    }
+    fg_kernel k;
+    memset(&k, 0, sizeof k);
+    snprintf(k.name, sizeof k.name, "%s", name);
+    k.spec = *s;
+    k.source = source;
+    FG_CU(err, cu->cuCtxPushCurrent(ctx->cuctx));
+    CUcontext popped;
+    CUresult rc = cu->cuModuleLoadData(&k.module, cubin);
+    if (rc == CUDA_SUCCESS) rc = cu->cuModuleGetFunction(&k.fn, k.module, FG_KERNEL_NAME);
+    size_t smem = spec_smem_bytes(s);
+    if (rc == CUDA_SUCCESS) rc = cu->cuFuncSetAttribute(k.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
+    if (rc != CUDA_SUCCESS) {
+        if (k.module) cu->cuModuleUnload(k.module);
+        cu->cuCtxPopCurrent(&popped);
+        return cuda_api_fail(err, rc, "loading the cubin of a variant (cuModuleLoadData/GetFunction/FuncSetAttribute)",
+                             __FILE__, __LINE__);
+    }
+    cu->cuCtxPopCurrent(&popped);
+    ctx->kernels[ctx->nkernels] = k;
+    *out = &ctx->kernels[ctx->nkernels++];
+    return FG_OK;
+}
+
+/* Writes source, PTX and log of a JIT compile under FLASHGEN_DUMP, named after the cache key. */
+static void dump_compile(fg_context *ctx, const char *hex, const char *src, const fg_compile_result *r) {
+    mkdir(ctx->dump_dir, 0700);
+    const char *exts[3] = {"cu", "ptx", "log"};
+    const char *texts[3] = {src, r->ptx, r->log};
+    for (int i = 0; i < 3; i++) {
+        if (!texts[i]) continue;
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s.%s", ctx->dump_dir, hex, exts[i]);
+        fg_error e;
+        if (fg_write_file_atomic(path, texts[i], strlen(texts[i]), &e) != FG_OK)
+            rt_log(ctx, FG_LOG_WARN, "FLASHGEN_DUMP: %s", e.msg);
+    }
+    rt_log(ctx, FG_LOG_INFO, "FLASHGEN_DUMP: wrote %s/%s.{cu,ptx,log}", ctx->dump_dir, hex);
+}
+
+/* Where a variant's code would come from, without loading it (for fg_explain). */
+typedef enum { FROM_MEMORY, FROM_DISK, FROM_BUNDLE, FROM_JIT } origin;
+
+/* Finds or builds the kernel for spec. `dry`: only report where it would come from (no compile, no
+ * load). Caller holds ctx->lock. */
+static fg_status get_kernel(fg_context *ctx, const fg_spec *s, int dry, origin *from, fg_kernel **out, fg_error *err) {
+    char name[FG_SPEC_NAME_MAX];
+    if (spec_format(s, name, sizeof name) < 0) return fg_fail(err, FG_ERR_INTERNAL, "unformattable spec");
+    fg_kernel *k = find_loaded(ctx, name);
+    if (k) {
+        *from = FROM_MEMORY;
+        if (out) *out = k;
+        return FG_OK;
+    }
+    fg_status st;
+    char *src = NULL;
+    size_t len = 0;
+    uint8_t key[32];
+    char hex[65];
+    if ((st = emit_source(s, &src, &len, err)) != FG_OK) return st;
+    const char *opts[FG_NVRTC_MAX_OPTS];
+    char archbuf[64], arch[16];
+    int nopts = compile_options(s, opts, archbuf);
+    spec_arch_format(s->arch, s->arch_accel, arch, sizeof arch);
+    fg_cache_key_inputs in = {src, len, compile_nvrtc_version(), opts, nopts, arch, FG_VERSION_STRING};
+    cache_key(&in, key);
+    sha256_hex(key, hex);
+
+    /* disk cache */
+    if (ctx->disk_ok) {
+        uint8_t *cubin = NULL;
+        size_t size = 0;
+        fg_error miss;
+        if (cache_get(&ctx->disk, key, &cubin, &size, &miss) == FG_OK) {
+            *from = FROM_DISK;
+            st = dry ? FG_OK : load_cubin(ctx, s, name, cubin, "disk cache", out, err);
+            free(cubin);
+            free(src);
+            return st;
+        }
+        rt_log(ctx, FG_LOG_DEBUG, "disk cache miss for %s: %s", name, miss.msg);
+    }
+    /* bundles, newest first */
+    for (int i = ctx->nbundles - 1; i >= 0; i--) {
+        const fg_bundle_entry *e = bundle_find(&ctx->bundles[i], name);
+        if (e) {
+            *from = FROM_BUNDLE;
+            free(src);
+            return dry ? FG_OK : load_cubin(ctx, s, name, e->data, "bundle", out, err);
+        }
+    }
+    *from = FROM_JIT;
+    if (dry) {
+        free(src);
+        return FG_OK;
+    }
+    if (ctx->opt.strict) {
+        free(src);
+        return fg_fail(err, FG_ERR_NOT_FOUND,
+                       "strict mode: variant %s is in no cache and no loaded bundle (add it to a bundle, or call "
+                       "fg_prepare without strict mode)", name);
+    }
+    rt_log(ctx, FG_LOG_INFO, "compiling %s with NVRTC ...", name);
+    fg_compile_result r;
+    st = compile_source(s, src, len, ctx->dump, &r, err);
+    if (ctx->dump) dump_compile(ctx, hex, src, &r);
+    free(src);
+    if (st != FG_OK) {
+        compile_result_free(&r);
+        return st;
+    }
+    rt_log(ctx, FG_LOG_INFO, "compiled %s in %.2f s (%d registers, %d bytes spilled)", name, r.seconds, r.registers,
+           r.spill_stores);
+    if (ctx->disk_ok) {
+        fg_error werr;
+        if (cache_put(&ctx->disk, key, name, r.cubin, r.cubin_size, &werr) != FG_OK)
+            rt_log(ctx, FG_LOG_WARN, "could not store %s in the disk cache: %s", name, werr.msg);
+    }
+    st = load_cubin(ctx, s, name, r.cubin, "JIT", out, err);
+    compile_result_free(&r);
+    return st;
+}
+
+/* ------------------------------------------------------------------ public entry points */
+
+static int empty_problem(const fg_fwd_args *a) {
+    return a->q.shape[0] == 0 || a->q.shape[1] == 0;
+}
+
+fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) {
+    if (!ctx) return FG_ERR_INVALID_ARGUMENT;
+    fg_error err;
+    fg_error_clear(&err);
+    if (!a) {
+        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_attention_fwd: args is NULL");
+        return rt_set_error(ctx, &err);
+    }
+    if (check_args(a, 1, &err) != FG_OK) return rt_set_error(ctx, &err);
+    if (empty_problem(a)) return FG_OK;
+    fg_spec s;
+    if (choose_spec(ctx, a, &s, NULL, 0, &err) != FG_OK) return rt_set_error(ctx, &err);
+    pthread_mutex_lock(&ctx->lock);
+    fg_kernel *k = NULL;
+    origin from;
+    fg_status st = get_kernel(ctx, &s, 0, &from, &k, &err);
+    CUfunction fn = k ? k->fn : NULL;
+    pthread_mutex_unlock(&ctx->lock);
+    if (st != FG_OK) return rt_set_error(ctx, &err);
+
+    fg_fwd_params p;
+    memset(&p, 0, sizeof p);
+    p.q = a->q.data;
+    p.k = a->k.data;
+    p.v = a->v.data;
+    p.o = a->o.data;
+    p.lse = (float *)a->lse.data;
+    for (int i = 0; i < 3; i++) {
+        p.q_stride[i] = a->q.stride[i];
+        p.k_stride[i] = a->k.stride[i];
+        p.v_stride[i] = a->v.stride[i];
+        p.o_stride[i] = a->o.stride[i];
+        p.lse_stride[i] = a->lse.data ? a->lse.stride[i] : 0;
+    }
+    p.batch = (int)a->q.shape[0];
+    p.seqlen_q = (int)a->q.shape[1];
+    p.heads_q = (int)a->q.shape[2];
+    p.head_dim = (int)a->q.shape[3];
+    p.seqlen_k = (int)a->k.shape[1];
+    p.heads_kv = (int)a->k.shape[2];
+    p.softmax_scale = a->softmax_scale != 0.f ? a->softmax_scale : (float)(1.0 / sqrt((double)p.head_dim));
+    p.scale_log2 = (float)((double)p.softmax_scale * 1.4426950408889634);
+
+    const fg_cuda_api *cu = ctx->cu;
+    void *params[] = {&p};
+    unsigned grid_x = (unsigned)((p.seqlen_q + s.block_m - 1) / s.block_m);
+    CUcontext popped;
+    CUresult rc = cu->cuCtxPushCurrent(ctx->cuctx);
+    if (rc == CUDA_SUCCESS) {
+        rc = cu->cuLaunchKernel(fn, grid_x, (unsigned)p.heads_q, (unsigned)p.batch, (unsigned)spec_threads(&s), 1, 1,
+                                (unsigned)spec_smem_bytes(&s), (CUstream)stream, params, NULL);
+        cu->cuCtxPopCurrent(&popped);
+    }
+    if (rc != CUDA_SUCCESS) {
+        cuda_api_fail(&err, rc, "cuLaunchKernel(fg_attention_fwd_kernel)", __FILE__, __LINE__);
+        return rt_set_error(ctx, &err);
+    }
+    return FG_OK;
+}
+
+fg_status fg_prepare(fg_context *ctx, const fg_fwd_args *a) {
+    if (!ctx) return FG_ERR_INVALID_ARGUMENT;
+    fg_error err;
+    fg_error_clear(&err);
+    if (!a) {
+        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_prepare: args is NULL");
+        return rt_set_error(ctx, &err);
+    }
+    fg_spec s;
+    if (check_args(a, 0, &err) != FG_OK || choose_spec(ctx, a, &s, NULL, 0, &err) != FG_OK)
+        return rt_set_error(ctx, &err);
+    pthread_mutex_lock(&ctx->lock);
+    origin from;
+    fg_kernel *k;
+    fg_status st = get_kernel(ctx, &s, 0, &from, &k, &err);
+    pthread_mutex_unlock(&ctx->lock);
+    return st == FG_OK ? FG_OK : rt_set_error(ctx, &err);
+}
+
+fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n) {
+    if (!ctx) return FG_ERR_INVALID_ARGUMENT;
+    fg_error err;
+    fg_error_clear(&err);
+    if (!a || !buf || n == 0) {
+        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_explain: %s is NULL or empty", !a ? "args" : "buf");
+        return rt_set_error(ctx, &err);
+    }
+    buf[0] = '\0';
+    fg_spec s;
+    char why[256] = "tiles given";
+    if (check_args(a, 0, &err) != FG_OK || choose_spec(ctx, a, &s, why, sizeof why, &err) != FG_OK)
+        return rt_set_error(ctx, &err);
+    pthread_mutex_lock(&ctx->lock);
+    origin from;
+    fg_status st = get_kernel(ctx, &s, 1, &from, NULL, &err);
+    pthread_mutex_unlock(&ctx->lock);
+    if (st != FG_OK) return rt_set_error(ctx, &err);
+    char name[FG_SPEC_NAME_MAX];
+    spec_format(&s, name, sizeof name);
+    static const char *const origins[] = {
+        "already loaded (memory cache)", "disk cache", "a loaded bundle",
+        "not compiled yet: the first call compiles it with NVRTC"};
+    const char *where = origins[from];
+    if (from == FROM_JIT && ctx->opt.strict) where = "in no cache or bundle: strict mode makes the call fail";
+    snprintf(buf, n,
+             "variant %s\n  kernel: FlashAttention-2 forward, mma.sync path (sm_80+), %d threads, %zu bytes shared memory, grid (%lld, %lld, %lld)\n"
+             "  tiles: %s\n  code: %s\n  device: %s (sm_%d, %d SMs)\n  disk cache: %s",
+             name, spec_threads(&s), spec_smem_bytes(&s), (long long)((a->q.shape[1] + s.block_m - 1) / s.block_m),
+             (long long)a->q.shape[2], (long long)a->q.shape[0], why, where, ctx->device_name, ctx->arch, ctx->sm_count,
+             ctx->disk_ok ? ctx->disk.dir : ctx->disk_problem);
+    return FG_OK;
+}

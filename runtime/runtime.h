@@ -1,0 +1,50 @@
+/* runtime.h: the inside of fg_context, shared by context.c (life cycle, logging, bundles) and
+ * dispatch.c (argument checks, variant choice, kernel lookup, launch). Not a public header. */
+#ifndef FG_RUNTIME_H
+#define FG_RUNTIME_H
+
+#include <pthread.h>
+#include "bundle.h"
+#include "cache.h"
+#include "cuda_api.h"
+#include "spec.h"
+
+/* One loaded kernel: the in-memory cache entry. */
+typedef struct fg_kernel {
+    char name[FG_SPEC_NAME_MAX]; /* spec canonical text */
+    fg_spec spec;                /* the variant */
+    CUmodule module;             /* owns the code */
+    CUfunction fn;               /* FG_KERNEL_NAME in module */
+    const char *source;          /* where it came from: "JIT", "disk cache", "bundle" */
+} fg_kernel;
+
+struct fg_context {
+    const fg_cuda_api *cu;       /* driver entry points */
+    CUdevice device;             /* the device this context launches on */
+    CUcontext cuctx;             /* its retained primary context */
+    int arch;                    /* compute capability x 10 */
+    int sm_count;                /* multiprocessors */
+    size_t smem_optin;           /* max dynamic shared memory per block (opt-in) */
+    char device_name[256];       /* e.g. "NVIDIA H200" */
+    fg_context_options opt;      /* options as given (cache_dir copied below) */
+    int disk_ok;                 /* the disk cache is usable */
+    fg_disk_cache disk;          /* its location */
+    char disk_problem[1024];     /* why the disk cache is off, for fg_explain */
+    fg_tile_policy policy;       /* default tiles */
+    fg_bundle *bundles;          /* loaded bundles */
+    int nbundles;                /* how many */
+    fg_kernel *kernels;          /* in-memory cache */
+    int nkernels, capkernels;    /* used / allocated */
+    int dump;                    /* FLASHGEN_DUMP is set: write source, PTX and log of each JIT compile */
+    char dump_dir[1024];         /* where */
+    pthread_mutex_t lock;        /* guards kernels, bundles and err */
+    fg_error err;                /* the last failure */
+};
+
+/* Logs through the context's sink when level is enabled. */
+void rt_log(fg_context *ctx, fg_log_level level, const char *fmt, ...) FG_PRINTF(3, 4);
+
+/* Records a failure as the context's last error and returns its status. */
+fg_status rt_set_error(fg_context *ctx, const fg_error *err);
+
+#endif

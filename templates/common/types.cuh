@@ -1,0 +1,38 @@
+// types.cuh: scalar types and conversions for the generated kernels, written against PTX so the source
+// needs no toolkit header (cuda_fp16.h / cuda_bf16.h) at JIT time.
+// The prelude defines FG_DTYPE_BF16 to 1 for bf16 variants and 0 for fp16.
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef long long i64;
+
+// Two floats -> one register of two 16-bit values (lo in the low half), rounded to nearest even.
+__device__ __forceinline__ u32 fg_pack2(float lo, float hi) {
+    u32 r;
+#if FG_DTYPE_BF16
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#endif
+    return r;
+}
+
+// 2^x on the special-function unit (MUFU.EX2); exp2(-inf) = +0, which masking relies on.
+__device__ __forceinline__ float fg_exp2(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ float fg_log2(float x) {
+    float r;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
+#define FG_NEG_INF (-__int_as_float(0x7f800000))
+
+// Generic address of dynamic shared memory -> the 32-bit shared-window address ldmatrix/cp.async take.
+__device__ __forceinline__ u32 fg_smem_addr(const void *p) {
+    return (u32)__cvta_generic_to_shared(p);
+}

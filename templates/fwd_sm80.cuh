@@ -1,0 +1,200 @@
+// fwd_sm80.cuh: the FlashAttention-2 forward kernel on the mma.sync path (sm_80 and newer).
+//
+// Grid: (query blocks, query heads, batch). A CTA owns FG_BLOCK_M query rows of one head; each of its
+// warps owns FG_MT m16 tiles (16 rows each), so softmax statistics never cross warps. K and V stream
+// through shared memory in FG_BLOCK_N-key blocks, FG_STAGES deep, loaded with cp.async while the
+// previous block is computed. Per key block:
+//   S = Q K^T          (mma.m16n8k16, Q and K fragments by ldmatrix from swizzled shared memory)
+//   mask               (only on blocks that cross the causal diagonal or the end of the keys)
+//   P = online softmax (fp32, log2 domain; O rescaled when the row maximum grows)
+//   O += P V           (P reused from registers as the A operand; V by ldmatrix.trans)
+// At the end O /= l (one normalization) and LSE = m * scale + ln(l), both staged through shared memory
+// for 16-byte coalesced stores. Every offset into global memory is 64-bit.
+
+constexpr int FG_THREADS = FG_WARPS * 32;
+constexpr int FG_MT = FG_BLOCK_M / (16 * FG_WARPS); // m16 tiles per warp
+constexpr int FG_NT = FG_BLOCK_N / 8;               // n8 tiles of S per m16 tile
+constexpr int FG_DT = FG_HEAD_DIM_PADDED / 8;       // n8 tiles of O per m16 tile
+constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM_PADDED * 2;
+constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM_PADDED * 2;
+
+extern "C" __global__ void __launch_bounds__(FG_THREADS)
+fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
+    extern __shared__ __align__(128) unsigned char fg_smem[];
+    // Heaviest causal blocks (the last query rows see the most keys) are scheduled first.
+    const int m_block = gridDim.x - 1 - blockIdx.x;
+    const int head = blockIdx.y, batch = blockIdx.z;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int kv_head = head / (p.heads_q / p.heads_kv);
+    const int m0 = m_block * FG_BLOCK_M;
+    const int sq = p.seqlen_q, sk = p.seqlen_k;
+
+    const u16 *q = (const u16 *)p.q + batch * p.q_stride[0] + (i64)m0 * p.q_stride[1] + head * p.q_stride[2];
+    const u16 *k = (const u16 *)p.k + batch * p.k_stride[0] + kv_head * p.k_stride[2];
+    const u16 *v = (const u16 *)p.v + batch * p.v_stride[0] + kv_head * p.v_stride[2];
+
+    // Keys this block may see: all of them, or, when causal, up to its last row's diagonal
+    // (query i sees keys j <= i + sk - sq: the mask is aligned to the bottom-right corner).
+    int n_end = sk;
+    if (FG_CAUSAL) n_end = min(n_end, min(m0 + FG_BLOCK_M, sq) + sk - sq);
+    const int n_blocks = n_end > 0 ? (n_end + FG_BLOCK_N - 1) / FG_BLOCK_N : 0;
+
+    const u32 s_q = fg_smem_addr(fg_smem);
+    const u32 s_k = s_q + FG_Q_BYTES;
+    const u32 s_v = s_k + FG_STAGES * FG_KV_BYTES;
+
+    // Prologue: Q with the first K/V block in group 0, then blocks 1 .. STAGES-2, one group each.
+    fg_load_tile<FG_BLOCK_M, FG_THREADS>(s_q, q, p.q_stride[1], sq - m0, tid);
+#pragma unroll
+    for (int st = 0; st < FG_STAGES - 1; st++) {
+        if (st < n_blocks) {
+            const int n0 = st * FG_BLOCK_N;
+            fg_load_tile<FG_BLOCK_N, FG_THREADS>(s_k + st * FG_KV_BYTES, k + (i64)n0 * p.k_stride[1], p.k_stride[1], sk - n0, tid);
+            fg_load_tile<FG_BLOCK_N, FG_THREADS>(s_v + st * FG_KV_BYTES, v + (i64)n0 * p.v_stride[1], p.v_stride[1], sk - n0, tid);
+        }
+        fg_cp_async_commit();
+    }
+
+    float acc[FG_MT][FG_DT][4];
+    float row_max[FG_MT][2], row_sum[FG_MT][2];
+#pragma unroll
+    for (int mt = 0; mt < FG_MT; mt++) {
+#pragma unroll
+        for (int dt = 0; dt < FG_DT; dt++) acc[mt][dt][0] = acc[mt][dt][1] = acc[mt][dt][2] = acc[mt][dt][3] = 0.f;
+        row_max[mt][0] = row_max[mt][1] = FG_NEG_INF;
+        row_sum[mt][0] = row_sum[mt][1] = 0.f;
+    }
+    const int g = lane / 4, t = lane % 4;
+    const int warp_row0 = warp * FG_MT * 16; // first row of this warp inside the block
+    // ldmatrix lanes: every x4 load reads rows lane%16 at chunk lane/16 of a 16x16 block, i.e. matrices
+    // (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15). For Q that is the A
+    // fragment in order; for K the two n8 tiles' B fragments are registers {0, 2} and {1, 3}; for V
+    // (transposed) they are {0, 1} and {2, 3}. One set of per-thread offsets serves all three.
+    const fg_frag_offsets f_off = fg_frag_offsets_make(lane % 16, lane / 16);
+    const u32 s_q_warp = s_q + (u32)(warp_row0 * FG_SW * 16); // this warp's rows (offsets are linear in row)
+
+    for (int j = 0; j < n_blocks; j++) {
+        // Block j has landed for this thread; the barrier makes it visible to all, and tells everyone
+        // that block j-1's buffers are free for the prefetch below.
+        fg_cp_async_wait<FG_STAGES - 2>();
+        __syncthreads();
+        {
+            const int jn = j + FG_STAGES - 1;
+            if (jn < n_blocks) {
+                const int n0 = jn * FG_BLOCK_N, st = jn % FG_STAGES;
+                fg_load_tile<FG_BLOCK_N, FG_THREADS>(s_k + st * FG_KV_BYTES, k + (i64)n0 * p.k_stride[1], p.k_stride[1], sk - n0, tid);
+                fg_load_tile<FG_BLOCK_N, FG_THREADS>(s_v + st * FG_KV_BYTES, v + (i64)n0 * p.v_stride[1], p.v_stride[1], sk - n0, tid);
+            }
+            fg_cp_async_commit();
+        }
+        const u32 sk_j = s_k + (j % FG_STAGES) * FG_KV_BYTES;
+        const u32 sv_j = s_v + (j % FG_STAGES) * FG_KV_BYTES;
+
+        // S = Q K^T
+        float s[FG_MT][FG_NT][4];
+#pragma unroll
+        for (int mt = 0; mt < FG_MT; mt++)
+#pragma unroll
+            for (int nt = 0; nt < FG_NT; nt++) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < FG_HEAD_DIM_PADDED / 16; kk++) {
+            u32 qf[FG_MT][4];
+#pragma unroll
+            for (int mt = 0; mt < FG_MT; mt++)
+                fg_ldmatrix_x4(qf[mt], fg_frag_addr<FG_BLOCK_M>(s_q_warp, f_off, mt * 16, kk));
+#pragma unroll
+            for (int n2 = 0; n2 < FG_NT / 2; n2++) {
+                u32 kf[4];
+                fg_ldmatrix_x4(kf, fg_frag_addr<FG_BLOCK_N>(sk_j, f_off, n2 * 16, kk));
+#pragma unroll
+                for (int mt = 0; mt < FG_MT; mt++) {
+                    fg_mma_16816(s[mt][2 * n2], qf[mt], kf[0], kf[2]);
+                    fg_mma_16816(s[mt][2 * n2 + 1], qf[mt], kf[1], kf[3]);
+                }
+            }
+        }
+
+        // Mask only where it can matter: past the last key, or across the causal diagonal.
+        const int n0 = j * FG_BLOCK_N;
+        const bool tail = n0 + FG_BLOCK_N > sk;
+        const bool diag = FG_CAUSAL && n0 + FG_BLOCK_N - 1 > m0 + warp_row0 + sk - sq;
+        if (tail || diag) {
+#pragma unroll
+            for (int mt = 0; mt < FG_MT; mt++)
+#pragma unroll
+                for (int nt = 0; nt < FG_NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int key = n0 + nt * 8 + 2 * t + (e & 1);
+                        const int row = m0 + warp_row0 + mt * 16 + g + (e >> 1) * 8;
+                        const int limit = FG_CAUSAL ? min(sk, row + sk - sq + 1) : sk;
+                        if (key >= limit) s[mt][nt][e] = FG_NEG_INF;
+                    }
+        }
+
+        fg_online_softmax<FG_MT, FG_NT, FG_DT>(s, row_max, row_sum, acc, p.scale_log2);
+
+        // O += P V. P is packed to 16 bits first, straight from the S fragments (which frees S's registers).
+        u32 pf[FG_MT][FG_BLOCK_N / 16][4];
+#pragma unroll
+        for (int mt = 0; mt < FG_MT; mt++)
+#pragma unroll
+            for (int kk = 0; kk < FG_BLOCK_N / 16; kk++) {
+                pf[mt][kk][0] = fg_pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                pf[mt][kk][1] = fg_pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                pf[mt][kk][2] = fg_pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                pf[mt][kk][3] = fg_pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
+#pragma unroll
+        for (int kk = 0; kk < FG_BLOCK_N / 16; kk++) {
+#pragma unroll
+            for (int d2 = 0; d2 < FG_DT / 2; d2++) {
+                u32 vf[4];
+                fg_ldmatrix_x4_trans(vf, fg_frag_addr<FG_BLOCK_N>(sv_j, f_off, kk * 16, d2));
+#pragma unroll
+                for (int mt = 0; mt < FG_MT; mt++) {
+                    fg_mma_16816(acc[mt][2 * d2], pf[mt][kk], vf[0], vf[1]);
+                    fg_mma_16816(acc[mt][2 * d2 + 1], pf[mt][kk], vf[2], vf[3]);
+                }
+            }
+        }
+    }
+
+    // Epilogue. Drain the (empty) trailing cp.async groups and make sure every warp is done with Q's
+    // shared memory before it is reused for O.
+    fg_cp_async_wait<0>();
+    __syncthreads();
+#pragma unroll
+    for (int mt = 0; mt < FG_MT; mt++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float l = fg_quad_sum(row_sum[mt][h]);
+            const float inv = l > 0.f ? 1.f / l : 0.f; // a row with nothing to attend gives O = 0
+            const int r = warp_row0 + mt * 16 + g + h * 8;
+#pragma unroll
+            for (int dt = 0; dt < FG_DT; dt++) {
+                const u32 packed = fg_pack2(acc[mt][dt][2 * h] * inv, acc[mt][dt][2 * h + 1] * inv);
+                const u32 addr = s_q + fg_tile_offset(r, dt, FG_BLOCK_M) + t * 4;
+                asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(packed));
+            }
+            if (p.lse != 0 && t == 0 && m0 + r < sq) {
+                const float lse = l > 0.f ? row_max[mt][h] * p.softmax_scale + fg_log2(l) * 0.69314718055994531f
+                                          : FG_NEG_INF;
+                p.lse[batch * p.lse_stride[0] + head * p.lse_stride[1] + (i64)(m0 + r) * p.lse_stride[2]] = lse;
+            }
+        }
+    }
+    __syncthreads();
+    u16 *o = (u16 *)p.o + batch * p.o_stride[0] + (i64)m0 * p.o_stride[1] + head * p.o_stride[2];
+#pragma unroll
+    for (int i = tid; i < FG_BLOCK_M * FG_CHUNKS; i += FG_THREADS) {
+        const int r = i / FG_CHUNKS, c = i % FG_CHUNKS;
+        if (m0 + r < sq && c * 8 < FG_HEAD_DIM) {
+            u32 x0, x1, x2, x3;
+            asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3) : "r"(s_q + fg_tile_offset(r, c, FG_BLOCK_M)));
+            asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};"
+                         ::"l"(o + (i64)r * p.o_stride[1] + c * 8), "r"(x0), "r"(x1), "r"(x2), "r"(x3) : "memory");
+        }
+    }
+}
