@@ -1,0 +1,118 @@
+/* test_compile.c: every shipped variant compiles through NVRTC with no spills (needs no GPU).
+ * configs/default.lua is compiled in full for every arch it lists; beyond it, every head dim flashgen
+ * accepts (multiples of 8 up to 256) is compiled with the default tiles for sm_90a and sm_80, and the
+ * 99 KiB parts' tiles for sm_86, so no supported variant can spill or fail to compile unnoticed.
+ * Compiles run on all cores (NVRTC is thread-safe across programs). */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "compile.h"
+#include "config.h"
+
+typedef struct job {
+    fg_spec *specs;       /* the variants */
+    int count;            /* how many */
+    int next;             /* next to take */
+    pthread_mutex_t lock; /* guards next and the failure text */
+    char failures[8192];  /* what went wrong, for the assertion message */
+    int nfail;            /* how many failed */
+    double seconds;       /* total compile seconds */
+    int max_regs;         /* largest register count seen */
+} job;
+
+static void *worker(void *arg) {
+    job *j = arg;
+    for (;;) {
+        pthread_mutex_lock(&j->lock);
+        int i = j->next++;
+        pthread_mutex_unlock(&j->lock);
+        if (i >= j->count) return NULL;
+        fg_compile_result r;
+        fg_error e;
+        fg_error_clear(&e);
+        char name[FG_SPEC_NAME_MAX];
+        spec_format(&j->specs[i], name, sizeof name);
+        fg_status st = compile_spec(&j->specs[i], 0, &r, &e);
+        pthread_mutex_lock(&j->lock);
+        size_t used = strlen(j->failures);
+        if (st != FG_OK) {
+            j->nfail++;
+            snprintf(j->failures + used, sizeof j->failures - used, "%s: %.200s\n", name, e.msg);
+        } else {
+            j->seconds += r.seconds;
+            if (r.registers > j->max_regs) j->max_regs = r.registers;
+            if (r.spill_stores != 0 || r.spill_loads != 0 || r.stack_frame != 0 || r.registers < 0 || r.cubin_size == 0) {
+                j->nfail++;
+                snprintf(j->failures + used, sizeof j->failures - used,
+                         "%s: %d registers, %d/%d bytes spilled, %d bytes stack\n", name, r.registers,
+                         r.spill_stores, r.spill_loads, r.stack_frame);
+            }
+        }
+        pthread_mutex_unlock(&j->lock);
+        compile_result_free(&r);
+    }
+}
+
+static void compile_all(fg_spec *specs, int count, const char *what) {
+    job j;
+    memset(&j, 0, sizeof j);
+    j.specs = specs;
+    j.count = count;
+    pthread_mutex_init(&j.lock, NULL);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int nthreads = ncpu < 1 ? 1 : (ncpu > 32 ? 32 : (int)ncpu);
+    pthread_t th[32];
+    for (int i = 0; i < nthreads; i++) pthread_create(&th[i], NULL, worker, &j);
+    for (int i = 0; i < nthreads; i++) pthread_join(th[i], NULL);
+    fprintf(stderr, "test_compile: %s: %d variants, %.1f compile-seconds, max %d registers, %d failures\n", what, count,
+            j.seconds, j.max_regs, j.nfail);
+    cr_assert_eq(j.nfail, 0, "%s:\n%s", what, j.failures);
+}
+
+Test(compile, default_config_every_variant_every_arch, .timeout = 900) {
+    fg_config cfg;
+    fg_error e;
+    cr_assert_eq(config_load_file("configs/default.lua", NULL, &cfg, &e), FG_OK, "%s", e.msg);
+    cr_assert_gt(cfg.count, 0);
+    int has80 = 0, has90a = 0;
+    for (int i = 0; i < cfg.count; i++) {
+        has80 |= cfg.variants[i].arch == 80;
+        has90a |= cfg.variants[i].arch == 90 && cfg.variants[i].arch_accel;
+    }
+    cr_assert(has80 && has90a, "configs/default.lua must list sm_80 and sm_90a");
+    compile_all(cfg.variants, cfg.count, "configs/default.lua");
+    config_free(&cfg);
+}
+
+Test(compile, every_head_dim_with_default_tiles, .timeout = 900) {
+    fg_tile_policy p;
+    fg_error e;
+    cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
+    fg_spec specs[256];
+    int n = 0;
+    const int archs[][2] = {{90, 1}, {80, 0}, {86, 0}};
+    for (int a = 0; a < 3; a++)
+        for (int d = 8; d <= 256; d += 8) {
+            if (a > 0 && d % 24 != 8 && d != 256) continue; /* a spread of head dims on the other archs */
+            fg_spec s = {.kind = FG_KIND_FWD, .arch = archs[a][0], .arch_accel = archs[a][1],
+                         .dtype = (d / 8) % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, .head_dim = d, .causal = (d / 16) % 2};
+            cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK, "%s", e.msg);
+            specs[n++] = s;
+        }
+    compile_all(specs, n, "head dims 8..256");
+    tile_policy_free(&p);
+}
+
+Test(compile, options_and_version) {
+    fg_spec s = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 64};
+    const char *opts[FG_NVRTC_MAX_OPTS];
+    char buf[64];
+    int n = compile_options(&s, opts, buf);
+    cr_assert_gt(n, 0);
+    cr_assert_str_eq(opts[0], "--gpu-architecture=sm_90a");
+    const char *v = compile_nvrtc_version();
+    cr_assert(strchr(v, '.') && strcmp(v, "unknown") != 0, "NVRTC version '%s'", v);
+}
