@@ -1,4 +1,4 @@
-/* config.h: bundle configs in Lua (configs/*.lua), loaded through the sandbox.
+/* config.h: bundle configs in Lua (configs/NAME.lua), loaded through the sandbox.
  *
  * A config calls, any number of times:
  *   variants { kind = "fwd", arch = {"sm_80", "sm_90a"}, dtype = {"fp16", "bf16"},

@@ -16,7 +16,7 @@
 struct lua_State;
 
 #define FG_LUA_MEM_LIMIT (64u << 20)
-#define FG_LUA_INSN_LIMIT 50000000L
+#define FG_LUA_INSN_LIMIT 20000000L
 
 /* Called after the environment is built and before the chunk runs, to install the host functions of a
  * config kind (variants{}, tile_policy{}, ...) as globals. Return nonzero to abort. */

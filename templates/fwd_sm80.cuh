@@ -18,7 +18,7 @@ constexpr int FG_DT = FG_HEAD_DIM_PADDED / 8;       // n8 tiles of O per m16 til
 constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM_PADDED * 2;
 constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM_PADDED * 2;
 
-extern "C" __global__ void __launch_bounds__(FG_THREADS)
+extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)
 fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
     extern __shared__ __align__(128) unsigned char fg_smem[];
     // Heaviest causal blocks (the last query rows see the most keys) are scheduled first.

@@ -1,0 +1,40 @@
+-- configs/default.lua: the default kernel bundle, and an example of a flashgen config.
+--
+-- `flashgen bundle configs/default.lua` compiles every variant listed here, for every listed arch,
+-- into one bundle. A config is Lua 5.4 run in a sandbox: plain data plus small functions, no files,
+-- no os, no require. Two functions describe what to build:
+--
+--   variants { field = value or {list of values}, ... }
+--     adds every combination (the cartesian product) of the listed values. Fields:
+--       kind      "fwd"                          the kernel family (required)
+--       arch      "sm_80", "sm_90a", ...          CUDA targets (required; `--arch` replaces it)
+--       dtype     "fp16", "bf16"                 element type of Q, K, V and O (required)
+--       head_dim  64, 128, ...                   multiples of 8 up to 256 (required)
+--       causal    false, true                    bottom-right aligned causal mask (default false)
+--       block_m, block_n, warps, stages          tile sizes (optional: the tile policy chooses)
+--
+--   tile_policy { arch = ..., head_dim = ..., causal = ..., dtype = ...,
+--                 block_m = ..., block_n = ..., warps = ..., stages = ... }
+--     overrides the built-in tile choice where its match fields apply; arch and head_dim take a single
+--     value or a {lo, hi} range, causal and dtype may be left out to match both. Later rules win.
+--
+-- Every variant is checked after the file runs; a variant flashgen cannot build is an error that
+-- names it and the rule it breaks. Listing a variant twice is harmless: duplicates are dropped.
+
+-- The head dims of the common model families: 64 (GPT-2, many small models), 96 (Phi), 128 (Llama,
+-- Mistral, Qwen), 192 and 256 (Gemma, DeepSeek-style and large-head models).
+local head_dims = {64, 96, 128, 192, 256}
+
+-- sm_80 code runs on every Ampere and newer GPU (A100, RTX 30xx/40xx, L4, ...); sm_90a is the
+-- Hopper-specific target (H100, H200), whose cubin runs on sm_90 only. 2 x 2 x 5 x 2 = 40 variants.
+variants {
+    kind = "fwd",
+    arch = {"sm_80", "sm_90a"},
+    dtype = {"fp16", "bf16"},
+    head_dim = head_dims,
+    causal = {false, true},
+}
+
+-- An override would look like this (commented out: the built-in policy is already tuned):
+-- tile_policy { arch = {"sm_90", "sm_90"}, head_dim = {65, 128}, block_m = 128, block_n = 128,
+--               warps = 8, stages = 2 }

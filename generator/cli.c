@@ -1,0 +1,1322 @@
+/* cli.c: the `flashgen` program, a thin shell over the library for people and scripts.
+ *
+ * One function per subcommand (cmd_gen, cmd_compile, ...), each parsing its own options with
+ * getopt_long and returning the process's exit status: 0 success, 1 failure, 2 usage error. Messages go
+ * to stderr as "flashgen <cmd>: <sentence>"; results go to stdout, so `flashgen list cfg.lua | wc -l`
+ * and `flashgen gen SPEC > k.cu` work. The usage texts double as the reference documentation (the
+ * README quotes them), so they say what each option does and what the defaults are.
+ *
+ * This is the only place in flashgen that prints without being asked or calls exit(): the library
+ * returns statuses and sentences, the program turns them into lines and exit codes. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "bundle.h"
+#include "cache.h"
+#include "compile.h"
+#include "config.h"
+#include "cuda_api.h"
+#include "emit.h"
+#include "flashgen.h"
+#include "reference.h" /* the CPU reference `run` checks against; build.ninja links reference.o */
+#include "spec.h"
+
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+
+/* ------------------------------------------------------------------ usage texts */
+
+static const char usage_main[] =
+    "flashgen " FG_VERSION_STRING ": generates FlashAttention CUDA kernels, compiles them with NVRTC, runs them.\n"
+    "\n"
+    "usage: flashgen COMMAND [OPTIONS] [ARGUMENTS]\n"
+    "       flashgen COMMAND --help      the options of one command\n"
+    "       flashgen --version\n"
+    "\n"
+    "commands:\n"
+    "  gen SPEC                 print the CUDA source of one kernel variant\n"
+    "  compile SPEC -o FILE     compile one variant with NVRTC and write its cubin\n"
+    "  list CONFIG              print the variants a Lua config lists, one canonical spec per line\n"
+    "  bundle CONFIG -o FILE    compile every variant of a config, in parallel, into one bundle file\n"
+    "  run                      run one forward pass on the GPU, check every element against the CPU\n"
+    "                           reference, and time it\n"
+    "  explain                  say which kernel `run` would launch for a problem, and why\n"
+    "  info                     versions, the disk cache, and the GPUs flashgen sees\n"
+    "  cache ls|verify|clear    list, check or empty the disk cache of compiled kernels\n"
+    "\n"
+    "SPEC names one variant by its compile-time parameters, as key=value pairs separated by commas or\n"
+    "spaces (one argument or several):\n"
+    "  arch=sm_90a dtype=bf16 head_dim=128 [causal=1] [kind=fwd] [block_m=N block_n=N warps=N stages=N]\n"
+    "arch, dtype (fp16, bf16) and head_dim are required; kind defaults to fwd, the only family so far;\n"
+    "causal defaults to 0; tile fields left out come from the default tile policy. The canonical form,\n"
+    "which `list` prints and caches and bundles use as the variant's name, has every key, sorted:\n"
+    "  arch=sm_90a,block_m=128,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=fwd,stages=2,warps=8\n"
+    "A spec that breaks a validation rule is refused with the rule's sentence. The rules, in order:\n"
+    "%s\n"
+    "\n"
+    "CONFIG is a Lua file calling variants{...} (cartesian products of fields) and tile_policy{...}\n"
+    "(tile overrides); it runs in a sandbox (no io/os/require, capped memory and instructions).\n"
+    "\n"
+    "environment:\n"
+    "  FLASHGEN_CACHE_DIR  disk cache directory (default $XDG_CACHE_HOME/flashgen, else ~/.cache/flashgen);\n"
+    "                      it must be owned by you and not writable by group or others\n"
+    "  FLASHGEN_DUMP       a directory: `run` writes the source, PTX and NVRTC log of each JIT compile there\n"
+    "\n"
+    "exit status: 0 on success, 1 on failure (stderr says what failed and why), 2 on a usage error.\n";
+
+static const char usage_gen[] =
+    "usage: flashgen gen SPEC...\n"
+    "\n"
+    "Prints the CUDA source flashgen would compile for the variant SPEC: a prelude of #defines for the\n"
+    "spec followed by the template pieces, self-contained (no #include), byte-for-byte deterministic.\n"
+    "Unset tile fields are filled from the default tile policy, then the spec is validated; a refused\n"
+    "spec prints the broken rule's sentence and exits 1.\n"
+    "\n"
+    "example: flashgen gen arch=sm_90a dtype=bf16 head_dim=128 causal=1 > kernel.cu\n";
+
+static const char usage_compile[] =
+    "usage: flashgen compile SPEC... -o FILE [--ptx FILE] [--log]\n"
+    "\n"
+    "Compiles the variant SPEC with NVRTC (no GPU needed: the target is the spec's arch) and writes the\n"
+    "cubin to FILE atomically (a complete file or none). Prints one line: the canonical name, compile\n"
+    "seconds, registers per thread, spill bytes (stores/loads) and dynamic shared memory bytes.\n"
+    "\n"
+    "  -o, --output FILE   where the cubin goes (required)\n"
+    "      --ptx FILE      also write the PTX text\n"
+    "      --log           print the NVRTC log, including the ptxas resource report\n";
+
+static const char usage_list[] =
+    "usage: flashgen list CONFIG [--arch LIST]\n"
+    "\n"
+    "Runs the Lua config CONFIG and prints every variant it lists, one canonical spec per line, after\n"
+    "filling tiles from the (possibly overridden) tile policy, validating, and dropping duplicates.\n"
+    "Config errors are reported as file:line.\n"
+    "\n"
+    "      --arch LIST     comma-separated targets (sm_80,sm_90a) replacing every variants{} arch field\n";
+
+static const char usage_bundle[] =
+    "usage: flashgen bundle CONFIG -o FILE [--arch LIST] [-j N] [--emit-c] [--symbol NAME]\n"
+    "\n"
+    "Compiles every variant CONFIG lists with N threads and writes them as one bundle file, which\n"
+    "fg_bundle_load() reads before any JIT compile. Progress goes to stderr, a line per finished variant:\n"
+    "  [ 3/40] 0.8 s  arch=sm_90a,block_m=128,...  (172 regs, 0 spill)\n"
+    "then a summary with the wall time. The bundle is refused (exit 1, nothing written) if any variant\n"
+    "fails to compile or spills registers to local memory; the failures are named. FILE is written\n"
+    "atomically only after every compile succeeded, so a failed or interrupted run leaves no FILE.\n"
+    "\n"
+    "  -o, --output FILE   the bundle file (required)\n"
+    "      --arch LIST     comma-separated targets replacing every variants{} arch field\n"
+    "  -j, --jobs N        parallel compiles (default: the number of online CPUs)\n"
+    "      --emit-c        write a C source instead: `const unsigned char NAME[]` and\n"
+    "                      `const unsigned long NAME_size`, for fg_bundle_load_memory()\n"
+    "      --symbol NAME   the array's name with --emit-c (default flashgen_bundle)\n";
+
+static const char usage_run[] =
+    "usage: flashgen run [--dtype fp16|bf16] [--batch B] [--seqlen-q N] [--seqlen-k N] [--heads H]\n"
+    "                    [--heads-kv H] [--head-dim D] [--causal] [--iters N] [--seed S] [--device N]\n"
+    "\n"
+    "Runs one forward pass on a GPU through the public API and checks it: random N(0,1) inputs, the output\n"
+    "poisoned with NaN before the launch, every element compared with the CPU reference (pass when\n"
+    "max|out - ref32| <= 2 * max|ref_lowp - ref32| + 1e-5, nothing NaN/Inf, the LSE within tolerance).\n"
+    "Then it times --iters launches (after 3 warm-up launches) with CUDA events and prints the median time\n"
+    "and TFLOP/s (4*b*h*sq*sk*d FLOPs, half that when causal). The first launch may JIT-compile the\n"
+    "kernel (logged). Exits 1 if the check fails or there is no GPU.\n"
+    "\n"
+    "      --dtype T       fp16 or bf16 (default bf16)\n"
+    "      --batch B       batch size (default 2)\n"
+    "      --seqlen-q N    query length (default 1024)\n"
+    "      --seqlen-k N    key/value length (default: the query length)\n"
+    "      --heads H       query heads (default 8)\n"
+    "      --heads-kv H    key/value heads, dividing H (default: H; fewer is GQA/MQA)\n"
+    "      --head-dim D    head dimension (default 128)\n"
+    "      --causal        bottom-right aligned causal mask\n"
+    "      --iters N       timed launches (default 20)\n"
+    "      --seed S        random seed of the inputs (default 0)\n"
+    "      --device N      CUDA device ordinal (default 0)\n";
+
+static const char usage_explain[] =
+    "usage: flashgen explain [--dtype fp16|bf16] [--batch B] [--seqlen-q N] [--seqlen-k N] [--heads H]\n"
+    "                        [--heads-kv H] [--head-dim D] [--causal] [--device N]\n"
+    "\n"
+    "Says which kernel variant `run` (or fg_attention_fwd) would launch for the problem, where its code\n"
+    "would come from (memory, disk cache, bundle, or a JIT compile) and why those tiles. Needs a GPU,\n"
+    "because the choice depends on it; compiles and launches nothing. Options and defaults as for `run`.\n";
+
+static const char usage_info[] =
+    "usage: flashgen info\n"
+    "\n"
+    "Prints the flashgen and NVRTC versions, the disk cache location with its entry count and size (or\n"
+    "why it is unusable), and for each GPU: name, compute capability, SM count, memory, driver version\n"
+    "and the arch flashgen compiles for on it (sm_90a on compute capability 9.0). Without a GPU it says\n"
+    "why and still exits 0.\n";
+
+static const char usage_cache[] =
+    "usage: flashgen cache ls|verify|clear [--dir DIR]\n"
+    "\n"
+    "  ls       one line per entry: file, variant name, cubin bytes (bad entries say why)\n"
+    "  verify   checks every entry's header and checksum; exits 1 naming each bad one\n"
+    "  clear    removes every entry (and stale temporary files); other files are kept\n"
+    "\n"
+    "      --dir DIR       the cache directory (default: $FLASHGEN_CACHE_DIR, else\n"
+    "                      $XDG_CACHE_HOME/flashgen, else ~/.cache/flashgen)\n";
+
+/* ------------------------------------------------------------------ messages and option helpers */
+
+/* Prints "flashgen CMD: <sentence>" on stderr. */
+static void say(const char *cmd, const char *fmt, ...) FG_PRINTF(2, 3);
+static void say(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "flashgen %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* Prints a usage error (a sentence plus where to read more) and returns EXIT_USAGE. */
+static int usage_error(const char *cmd, const char *fmt, ...) FG_PRINTF(2, 3);
+static int usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "flashgen %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "; see 'flashgen %s --help'\n", cmd);
+    va_end(ap);
+    return EXIT_USAGE;
+}
+
+/* Turns getopt_long's '?' (unknown option) or ':' (missing argument) into a usage error naming the
+ * option as the user typed it. Returns EXIT_USAGE. */
+static int bad_option(const char *cmd, char **argv, int c) {
+    const char *typed = optind > 0 ? argv[optind - 1] : "?";
+    char shortname[3] = {'-', (char)optopt, '\0'};
+    /* For a short option getopt reports the letter in optopt (it may sit inside a cluster like -jx);
+     * for a long one optopt is 0 (unknown) or the option's value, and the word is argv[optind-1]. */
+    int is_short = optopt > 0 && optopt < 128 && !(typed[0] == '-' && typed[1] == '-');
+    const char *name = is_short ? shortname : typed;
+    if (c == ':') return usage_error(cmd, "option '%s' needs a value", name);
+    return usage_error(cmd, "unknown option '%s'", name);
+}
+
+/* Parses a whole decimal integer from `text` for option `opt` into *out, requiring min <= value <= max.
+ * Garbage, signs below min (negatives) and overflow are usage errors naming the option: returns 0 or
+ * EXIT_USAGE (already printed). */
+static int parse_number(const char *cmd, const char *opt, const char *text, long long min, long long max,
+                        long long *out) {
+    const char *p = text;
+    while (*p == ' ') p++;
+    if (*p == '+') p++;
+    if (*p == '-' || *p < '0' || *p > '9') goto bad;
+    errno = 0;
+    char *end;
+    long long v = strtoll(p, &end, 10);
+    if (errno || *end != '\0' || v < min || v > max) goto bad;
+    *out = v;
+    return 0;
+bad:
+    return usage_error(cmd, "%s expects a whole number from %lld to %lld, got '%s'", opt, min, max, text);
+}
+
+/* Returns 1 if `text` is a C identifier of at most 200 characters (a usable --symbol). */
+static int is_c_identifier(const char *text) {
+    size_t n = strlen(text);
+    if (n == 0 || n > 200 || (text[0] >= '0' && text[0] <= '9')) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = text[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) return 0;
+    }
+    return 1;
+}
+
+/* Checks, before any long work, that the directory that will hold `path` exists and is writable, so a
+ * typo in -o fails in a second instead of after every compile. Returns 0, or 1 after printing why. */
+static int check_output_dir(const char *cmd, const char *path) {
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        say(cmd, "cannot write '%s': directory '%s' does not exist (%s)", path, dir, strerror(errno));
+        return 1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        say(cmd, "cannot write '%s': '%s' is not a directory", path, dir);
+        return 1;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        say(cmd, "cannot write '%s': directory '%s' is not writable (%s)", path, dir, strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+/* Seconds on the monotonic clock. */
+static double now_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The size of a file, or -1 when it cannot be stat'ed (only for messages). */
+static long long file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (long long)st.st_size : -1;
+}
+
+/* ------------------------------------------------------------------ spec arguments */
+
+/* Returns 1 if the spec text has a `key=` token (tokens split at commas and whitespace). */
+static int spec_has_key(const char *text, const char *key) {
+    size_t klen = strlen(key);
+    const char *p = text;
+    while (*p) {
+        while (*p == ',' || *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+        if (strncmp(p, key, klen) == 0 && p[klen] == '=') return 1;
+        p += strcspn(p, ", \t\r\n");
+    }
+    return 0;
+}
+
+/* Builds a complete, validated spec from the positional arguments argv[first..argc) joined by spaces:
+ * kind defaults to fwd, unset tiles are filled from the default tile policy. Returns 0, EXIT_USAGE when
+ * no spec was given, or EXIT_FAIL after printing the parser's or the broken rule's sentence. */
+static int spec_from_args(const char *cmd, int argc, char **argv, int first, fg_spec *spec) {
+    if (first >= argc) return usage_error(cmd, "a SPEC is required (for example arch=sm_90a dtype=bf16 head_dim=128)");
+    size_t len = 16;
+    for (int i = first; i < argc; i++) len += strlen(argv[i]) + 1;
+    char *text = malloc(len);
+    if (!text) {
+        say(cmd, "out of memory reading the spec");
+        return EXIT_FAIL;
+    }
+    text[0] = '\0';
+    for (int i = first; i < argc; i++) {
+        strcat(text, argv[i]);
+        strcat(text, " ");
+    }
+    /* fwd is the only kernel family, so asking people to type it would be ceremony. */
+    char *full = text;
+    if (!spec_has_key(text, "kind")) {
+        full = malloc(len + 9);
+        if (!full) {
+            free(text);
+            say(cmd, "out of memory reading the spec");
+            return EXIT_FAIL;
+        }
+        snprintf(full, len + 9, "kind=fwd %s", text);
+        free(text);
+    }
+    fg_error err;
+    fg_error_clear(&err);
+    fg_status st = spec_parse(full, spec, &err);
+    free(full);
+    if (st != FG_OK) {
+        say(cmd, "%s", err.msg);
+        return EXIT_FAIL;
+    }
+    fg_tile_policy policy;
+    if (tile_policy_init_default(&policy, &err) != FG_OK) {
+        say(cmd, "%s", err.msg);
+        return EXIT_FAIL;
+    }
+    st = spec_fill_tiles(spec, &policy, &err);
+    tile_policy_free(&policy);
+    if (st != FG_OK) {
+        /* No tile rule covers an unsupported head_dim, arch or dtype; the validation rule that refuses
+         * such a field explains the real problem better than "no tile rule". The rules on those fields
+         * come before tiles_set and are the ones that report FG_ERR_UNSUPPORTED on a tile-less spec. */
+        fg_error verr;
+        fg_error_clear(&verr);
+        if (spec_validate(spec, &verr) == FG_ERR_UNSUPPORTED) say(cmd, "%s", verr.msg);
+        else say(cmd, "%s", err.msg);
+        return EXIT_FAIL;
+    }
+    if (spec_validate(spec, &err) != FG_OK) {
+        say(cmd, "%s", err.msg);
+        return EXIT_FAIL;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ gen */
+
+/* `flashgen gen SPEC...`: prints the emitted source. */
+static int cmd_gen(int argc, char **argv) {
+    static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        if (c == 'h') {
+            fputs(usage_gen, stdout);
+            return EXIT_OK;
+        }
+        return bad_option("gen", argv, c);
+    }
+    fg_spec spec;
+    int rc = spec_from_args("gen", argc, argv, optind, &spec);
+    if (rc) return rc;
+    char *src = NULL;
+    size_t len = 0;
+    fg_error err;
+    fg_error_clear(&err);
+    if (emit_source(&spec, &src, &len, &err) != FG_OK) {
+        say("gen", "%s", err.msg);
+        return EXIT_FAIL;
+    }
+    size_t wrote = fwrite(src, 1, len, stdout);
+    free(src);
+    if (wrote != len || fflush(stdout) != 0) {
+        say("gen", "could not write the source to stdout (%s)", strerror(errno));
+        return EXIT_FAIL;
+    }
+    return EXIT_OK;
+}
+
+/* ------------------------------------------------------------------ compile */
+
+/* `flashgen compile SPEC... -o FILE [--ptx FILE] [--log]`. */
+static int cmd_compile(int argc, char **argv) {
+    static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
+                                         {"output", required_argument, NULL, 'o'},
+                                         {"ptx", required_argument, NULL, 'p'},
+                                         {"log", no_argument, NULL, 'l'},
+                                         {NULL, 0, NULL, 0}};
+    const char *out = NULL, *ptx = NULL;
+    int want_log = 0, c;
+    while ((c = getopt_long(argc, argv, ":ho:", opts, NULL)) != -1) {
+        switch (c) {
+        case 'h': fputs(usage_compile, stdout); return EXIT_OK;
+        case 'o': out = optarg; break;
+        case 'p': ptx = optarg; break;
+        case 'l': want_log = 1; break;
+        default: return bad_option("compile", argv, c);
+        }
+    }
+    if (!out) return usage_error("compile", "-o FILE is required (where the cubin goes)");
+    fg_spec spec;
+    int rc = spec_from_args("compile", argc, argv, optind, &spec);
+    if (rc) return rc;
+    if (check_output_dir("compile", out) || (ptx && check_output_dir("compile", ptx))) return EXIT_FAIL;
+
+    char name[FG_SPEC_NAME_MAX];
+    spec_format(&spec, name, sizeof name);
+    fg_compile_result r;
+    fg_error err;
+    fg_error_clear(&err);
+    if (compile_spec(&spec, ptx != NULL, &r, &err) != FG_OK) {
+        if (want_log && r.log && r.log[0]) fprintf(stderr, "%s\n", r.log);
+        say("compile", "%s", err.msg);
+        compile_result_free(&r);
+        return EXIT_FAIL;
+    }
+    if (want_log) printf("%s%s", r.log ? r.log : "", r.log && r.log[0] && r.log[strlen(r.log) - 1] != '\n' ? "\n" : "");
+    int status = EXIT_OK;
+    if (fg_write_file_atomic(out, r.cubin, r.cubin_size, &err) != FG_OK ||
+        (ptx && fg_write_file_atomic(ptx, r.ptx, strlen(r.ptx), &err) != FG_OK)) {
+        say("compile", "%s", err.msg);
+        status = EXIT_FAIL;
+    } else {
+        printf("%s  %.2f s  %d registers  %d bytes spill stores  %d bytes spill loads  %zu bytes shared memory\n",
+               name, r.seconds, r.registers, r.spill_stores, r.spill_loads, spec_smem_bytes(&spec));
+        if (r.spill_stores > 0)
+            say("compile", "warning: %s spills %d bytes to local memory; `flashgen bundle` would refuse it", name,
+                r.spill_stores);
+    }
+    compile_result_free(&r);
+    return status;
+}
+
+/* ------------------------------------------------------------------ list */
+
+/* `flashgen list CONFIG [--arch LIST]`. */
+static int cmd_list(int argc, char **argv) {
+    static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
+                                         {"arch", required_argument, NULL, 'a'},
+                                         {NULL, 0, NULL, 0}};
+    const char *arch = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'h': fputs(usage_list, stdout); return EXIT_OK;
+        case 'a': arch = optarg; break;
+        default: return bad_option("list", argv, c);
+        }
+    }
+    if (optind >= argc) return usage_error("list", "a CONFIG file is required");
+    if (optind + 1 < argc) return usage_error("list", "one CONFIG file is expected, got also '%s'", argv[optind + 1]);
+    fg_config cfg;
+    fg_error err;
+    fg_error_clear(&err);
+    if (config_load_file(argv[optind], arch, &cfg, &err) != FG_OK) {
+        say("list", "%s", err.msg);
+        return EXIT_FAIL;
+    }
+    for (int i = 0; i < cfg.count; i++) {
+        char name[FG_SPEC_NAME_MAX];
+        if (spec_format(&cfg.variants[i], name, sizeof name) < 0) {
+            say("list", "variant %d of %s does not format as a spec (a flashgen bug)", i + 1, argv[optind]);
+            config_free(&cfg);
+            return EXIT_FAIL;
+        }
+        puts(name);
+    }
+    config_free(&cfg);
+    if (fflush(stdout) != 0) {
+        say("list", "could not write to stdout (%s)", strerror(errno));
+        return EXIT_FAIL;
+    }
+    return EXIT_OK;
+}
+
+/* ------------------------------------------------------------------ bundle */
+
+/* One variant's compile, filled by whichever worker took it. */
+typedef struct bundle_job {
+    fg_spec spec;                 /* the variant */
+    char name[FG_SPEC_NAME_MAX];  /* its canonical text */
+    fg_compile_result result;     /* cubin and ptxas figures, valid when ok */
+    int ok;                       /* 1 when NVRTC succeeded */
+    char why[1024];               /* the failure sentence when not ok */
+} bundle_job;
+
+/* The work queue the workers share. */
+typedef struct bundle_pool {
+    bundle_job *jobs;       /* every variant, in config order */
+    int count;              /* how many */
+    int next;               /* the next job to take (under lock) */
+    int done;               /* finished jobs, for the progress counter (under lock) */
+    int width;              /* digits of count, so progress lines align */
+    pthread_mutex_t lock;   /* guards next, done and stderr lines */
+} bundle_pool;
+
+/* Worker: takes jobs until none are left, compiles each, prints a progress line per finished job. */
+static void *bundle_worker(void *arg) {
+    bundle_pool *pool = arg;
+    for (;;) {
+        pthread_mutex_lock(&pool->lock);
+        int i = pool->next < pool->count ? pool->next++ : -1;
+        pthread_mutex_unlock(&pool->lock);
+        if (i < 0) return NULL;
+        bundle_job *job = &pool->jobs[i];
+        fg_error err;
+        fg_error_clear(&err);
+        double t0 = now_seconds();
+        job->ok = compile_spec(&job->spec, 0, &job->result, &err) == FG_OK;
+        double secs = job->ok ? job->result.seconds : now_seconds() - t0;
+        if (!job->ok) snprintf(job->why, sizeof job->why, "%s", err.msg);
+        pthread_mutex_lock(&pool->lock);
+        int n = ++pool->done;
+        if (job->ok)
+            fprintf(stderr, "[%*d/%d] %.1f s  %s  (%d regs, %d spill)\n", pool->width, n, pool->count, secs,
+                    job->name, job->result.registers, job->result.spill_stores);
+        else
+            fprintf(stderr, "[%*d/%d] %.1f s  %s  FAILED\n", pool->width, n, pool->count, secs, job->name);
+        pthread_mutex_unlock(&pool->lock);
+    }
+}
+
+/* Starts `nthreads` workers over the pool and waits for them. Threads that cannot be created are made
+ * up for by the ones that were (each takes jobs until none are left). Returns 0, or -1 when no thread
+ * at all could be started (errno-style code in *why_errno). */
+static int bundle_run_pool(bundle_pool *pool, int nthreads, int *why_errno) {
+    pthread_t *threads = calloc((size_t)nthreads, sizeof *threads);
+    if (!threads) {
+        *why_errno = ENOMEM;
+        return -1;
+    }
+    pthread_attr_t attr;
+    int have_attr = pthread_attr_init(&attr) == 0;
+    /* NVRTC's front end recurses deeply on template-heavy source; give workers the main thread's room. */
+    if (have_attr) pthread_attr_setstacksize(&attr, (size_t)32 << 20);
+    int started = 0;
+    for (int t = 0; t < nthreads; t++) {
+        int e = pthread_create(&threads[started], have_attr ? &attr : NULL, bundle_worker, pool);
+        if (e != 0) {
+            *why_errno = e;
+            break;
+        }
+        started++;
+    }
+    if (have_attr) pthread_attr_destroy(&attr);
+    for (int t = 0; t < started; t++) pthread_join(threads[t], NULL);
+    free(threads);
+    return started > 0 ? 0 : -1;
+}
+
+/* `flashgen bundle CONFIG -o FILE [--arch LIST] [-j N] [--emit-c] [--symbol NAME]`. */
+static int cmd_bundle(int argc, char **argv) {
+    static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
+                                         {"output", required_argument, NULL, 'o'},
+                                         {"arch", required_argument, NULL, 'a'},
+                                         {"jobs", required_argument, NULL, 'j'},
+                                         {"emit-c", no_argument, NULL, 'c'},
+                                         {"symbol", required_argument, NULL, 's'},
+                                         {NULL, 0, NULL, 0}};
+    const char *out = NULL, *arch = NULL, *symbol = "flashgen_bundle";
+    long long jobs = 0;
+    int emit_c = 0, symbol_given = 0, c;
+    while ((c = getopt_long(argc, argv, ":ho:j:", opts, NULL)) != -1) {
+        switch (c) {
+        case 'h': fputs(usage_bundle, stdout); return EXIT_OK;
+        case 'o': out = optarg; break;
+        case 'a': arch = optarg; break;
+        case 'j':
+            if (parse_number("bundle", "-j/--jobs", optarg, 1, 1024, &jobs)) return EXIT_USAGE;
+            break;
+        case 'c': emit_c = 1; break;
+        case 's': symbol = optarg; symbol_given = 1; break;
+        default: return bad_option("bundle", argv, c);
+        }
+    }
+    if (optind >= argc) return usage_error("bundle", "a CONFIG file is required");
+    if (optind + 1 < argc) return usage_error("bundle", "one CONFIG file is expected, got also '%s'", argv[optind + 1]);
+    if (!out) return usage_error("bundle", "-o FILE is required (where the bundle goes)");
+    if (symbol_given && !emit_c) return usage_error("bundle", "--symbol only applies with --emit-c");
+    if (!is_c_identifier(symbol))
+        return usage_error("bundle", "--symbol '%s' is not a C identifier (letters, digits, '_', not starting with a digit)",
+                           symbol);
+    const char *config_path = argv[optind];
+    if (check_output_dir("bundle", out)) return EXIT_FAIL;
+
+    fg_config cfg;
+    fg_error err;
+    fg_error_clear(&err);
+    if (config_load_file(config_path, arch, &cfg, &err) != FG_OK) {
+        say("bundle", "%s", err.msg);
+        return EXIT_FAIL;
+    }
+    if (cfg.count == 0) {
+        say("bundle", "%s lists no variants: nothing to bundle", config_path);
+        config_free(&cfg);
+        return EXIT_FAIL;
+    }
+    if (jobs == 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        jobs = cpus > 0 ? cpus : 1;
+    }
+    if (jobs > cfg.count) jobs = cfg.count;
+
+    bundle_pool pool;
+    memset(&pool, 0, sizeof pool);
+    pool.jobs = calloc((size_t)cfg.count, sizeof *pool.jobs);
+    if (!pool.jobs) {
+        say("bundle", "out of memory for %d variants", cfg.count);
+        config_free(&cfg);
+        return EXIT_FAIL;
+    }
+    pool.count = cfg.count;
+    for (int n = cfg.count; n > 0; n /= 10) pool.width++;
+    for (int i = 0; i < cfg.count; i++) {
+        pool.jobs[i].spec = cfg.variants[i];
+        spec_format(&cfg.variants[i], pool.jobs[i].name, sizeof pool.jobs[i].name);
+    }
+    config_free(&cfg);
+    pthread_mutex_init(&pool.lock, NULL);
+
+    fprintf(stderr, "bundle: compiling %d variants of %s with %lld threads (NVRTC %s)\n", pool.count, config_path,
+            jobs, compile_nvrtc_version());
+    double t0 = now_seconds();
+    int why = 0, status = EXIT_OK;
+    if (bundle_run_pool(&pool, (int)jobs, &why) != 0) {
+        say("bundle", "could not start any compile thread (%s)", strerror(why));
+        status = EXIT_FAIL;
+        goto done;
+    }
+    double wall = now_seconds() - t0, cpu = 0;
+    int failed = 0, spilled = 0;
+    for (int i = 0; i < pool.count; i++) {
+        bundle_job *job = &pool.jobs[i];
+        if (!job->ok) {
+            say("bundle", "%s failed: %s", job->name, job->why);
+            failed++;
+            continue;
+        }
+        cpu += job->result.seconds;
+        if (job->result.spill_stores > 0) {
+            say("bundle", "%s spills registers (%d bytes of stores, %d of loads): give it other tiles or drop it",
+                job->name, job->result.spill_stores, job->result.spill_loads);
+            spilled++;
+        }
+    }
+    if (failed || spilled) {
+        say("bundle", "refusing to write %s: %d of %d variants failed to compile and %d spill (%.1f s wall)", out,
+            failed, pool.count, spilled, wall);
+        status = EXIT_FAIL;
+        goto done;
+    }
+
+    fg_bundle b = {NULL, 0};
+    for (int i = 0; i < pool.count && status == EXIT_OK; i++) {
+        if (bundle_add(&b, pool.jobs[i].name, pool.jobs[i].result.cubin, pool.jobs[i].result.cubin_size, &err) != FG_OK) {
+            say("bundle", "%s", err.msg);
+            status = EXIT_FAIL;
+        }
+    }
+    if (status == EXIT_OK) {
+        /* Ctrl-C during the write would leave a temporary file behind; hold such signals until the
+         * rename is done (they are delivered right after, with FILE complete). */
+        sigset_t hold, old;
+        sigemptyset(&hold);
+        sigaddset(&hold, SIGINT);
+        sigaddset(&hold, SIGTERM);
+        sigaddset(&hold, SIGHUP);
+        int held = sigprocmask(SIG_BLOCK, &hold, &old) == 0;
+        fg_status st = emit_c ? bundle_write_c(out, symbol, &b, &err) : bundle_write(out, &b, &err);
+        if (held) sigprocmask(SIG_SETMASK, &old, NULL);
+        if (st != FG_OK) {
+            say("bundle", "%s", err.msg);
+            status = EXIT_FAIL;
+        } else {
+            fprintf(stderr, "bundle: %d variants in %.1f s wall (%.1f s of compiling, %lld threads); wrote %s (%lld bytes%s)\n",
+                    pool.count, wall, cpu, jobs, out, file_size(out), emit_c ? ", C source" : "");
+        }
+    }
+    bundle_free(&b);
+done:
+    for (int i = 0; i < pool.count; i++) compile_result_free(&pool.jobs[i].result);
+    free(pool.jobs);
+    pthread_mutex_destroy(&pool.lock);
+    return status;
+}
+
+/* ------------------------------------------------------------------ run and explain */
+
+/* One attention problem, from the command line. */
+typedef struct problem {
+    fg_dtype dtype;          /* Q/K/V/O element type */
+    long long batch;         /* b */
+    long long seqlen_q;      /* sq */
+    long long seqlen_k;      /* sk; -1 until parsed: defaults to sq */
+    long long heads;         /* hq */
+    long long heads_kv;      /* hkv; -1 until parsed: defaults to hq */
+    long long head_dim;      /* d */
+    int causal;              /* bottom-right aligned causal mask */
+    long long iters;         /* timed launches (run) */
+    long long seed;          /* input seed (run) */
+    long long device;        /* CUDA ordinal */
+} problem;
+
+enum { OPT_DTYPE = 256, OPT_BATCH, OPT_SQ, OPT_SK, OPT_HEADS, OPT_HKV, OPT_D, OPT_CAUSAL, OPT_ITERS, OPT_SEED, OPT_DEVICE };
+
+/* The options `run` and `explain` share; `run` adds --iters and --seed. */
+#define PROBLEM_OPTIONS                                                                                        \
+    {"help", no_argument, NULL, 'h'}, {"dtype", required_argument, NULL, OPT_DTYPE},                          \
+        {"batch", required_argument, NULL, OPT_BATCH}, {"seqlen-q", required_argument, NULL, OPT_SQ},         \
+        {"seqlen-k", required_argument, NULL, OPT_SK}, {"heads", required_argument, NULL, OPT_HEADS},         \
+        {"heads-kv", required_argument, NULL, OPT_HKV}, {"head-dim", required_argument, NULL, OPT_D},         \
+        {"causal", no_argument, NULL, OPT_CAUSAL}, {"device", required_argument, NULL, OPT_DEVICE}
+
+/* Parses the problem options of `run` (timing != 0) or `explain` into *p. Returns -1 to go on, or the
+ * exit status to return now (0 after --help, EXIT_USAGE after a printed usage error). */
+static int parse_problem(const char *cmd, int argc, char **argv, int timing, problem *p) {
+    static const struct option run_opts[] = {PROBLEM_OPTIONS,
+                                             {"iters", required_argument, NULL, OPT_ITERS},
+                                             {"seed", required_argument, NULL, OPT_SEED},
+                                             {NULL, 0, NULL, 0}};
+    static const struct option explain_opts[] = {PROBLEM_OPTIONS, {NULL, 0, NULL, 0}};
+    *p = (problem){FG_DTYPE_BF16, 2, 1024, -1, 8, -1, 128, 0, 20, 0, 0};
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", timing ? run_opts : explain_opts, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case 'h': fputs(timing ? usage_run : usage_explain, stdout); return EXIT_OK;
+        case OPT_DTYPE:
+            if (strcmp(optarg, "fp16") == 0) p->dtype = FG_DTYPE_F16;
+            else if (strcmp(optarg, "bf16") == 0) p->dtype = FG_DTYPE_BF16;
+            else return usage_error(cmd, "--dtype must be fp16 or bf16, got '%s'", optarg);
+            break;
+        case OPT_BATCH: bad = parse_number(cmd, "--batch", optarg, 1, 65535, &p->batch); break;
+        case OPT_SQ: bad = parse_number(cmd, "--seqlen-q", optarg, 1, 1 << 24, &p->seqlen_q); break;
+        case OPT_SK: bad = parse_number(cmd, "--seqlen-k", optarg, 1, 1 << 24, &p->seqlen_k); break;
+        case OPT_HEADS: bad = parse_number(cmd, "--heads", optarg, 1, 65535, &p->heads); break;
+        case OPT_HKV: bad = parse_number(cmd, "--heads-kv", optarg, 1, 65535, &p->heads_kv); break;
+        case OPT_D: bad = parse_number(cmd, "--head-dim", optarg, 1, 1024, &p->head_dim); break;
+        case OPT_CAUSAL: p->causal = 1; break;
+        case OPT_ITERS: bad = parse_number(cmd, "--iters", optarg, 1, 1000000, &p->iters); break;
+        case OPT_SEED: bad = parse_number(cmd, "--seed", optarg, 0, LLONG_MAX, &p->seed); break;
+        case OPT_DEVICE: bad = parse_number(cmd, "--device", optarg, 0, 1023, &p->device); break;
+        default: return bad_option(cmd, argv, c);
+        }
+        if (bad) return EXIT_USAGE;
+    }
+    if (optind < argc) return usage_error(cmd, "unexpected argument '%s' (the problem is given by options)", argv[optind]);
+    if (p->seqlen_k < 0) p->seqlen_k = p->seqlen_q;
+    if (p->heads_kv < 0) p->heads_kv = p->heads;
+    if (p->heads % p->heads_kv != 0)
+        return usage_error(cmd, "--heads-kv %lld must divide --heads %lld (each K/V head serves a group of query heads)",
+                           p->heads_kv, p->heads);
+    /* Each option is bounded, but their product can still pass 2^63; the host must also hold every
+     * tensor and the CPU reference must finish, so refuse sizes no machine can check. */
+    double elems = (double)p->batch * (double)(p->seqlen_q > p->seqlen_k ? p->seqlen_q : p->seqlen_k) *
+                   (double)p->heads * (double)p->head_dim;
+    if (elems > 0x1p40)
+        return usage_error(cmd, "the problem has %.3g elements per tensor (batch x seqlen x heads x head_dim); "
+                           "the limit is 2^40", elems);
+    return -1;
+}
+
+/* A contiguous [d0, d1, d2, d3] tensor description (or [d0, d1, d2] when d3 is 0) at `data`. */
+static fg_tensor contiguous(void *data, fg_dtype dtype, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+    fg_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.dtype = dtype;
+    t.ndim = d3 ? 4 : 3;
+    int64_t shape[4] = {d0, d1, d2, d3};
+    int64_t stride = 1;
+    for (int i = t.ndim - 1; i >= 0; i--) {
+        t.shape[i] = shape[i];
+        t.stride[i] = stride;
+        stride *= shape[i];
+    }
+    return t;
+}
+
+/* Fills args with contiguous Q/K/V/O/LSE tensors of problem p at the given (device) addresses. */
+static void problem_args(const problem *p, void *q, void *k, void *v, void *o, void *lse, fg_fwd_args *a) {
+    memset(a, 0, sizeof *a);
+    a->q = contiguous(q, p->dtype, p->batch, p->seqlen_q, p->heads, p->head_dim);
+    a->k = contiguous(k, p->dtype, p->batch, p->seqlen_k, p->heads_kv, p->head_dim);
+    a->v = contiguous(v, p->dtype, p->batch, p->seqlen_k, p->heads_kv, p->head_dim);
+    a->o = contiguous(o, p->dtype, p->batch, p->seqlen_q, p->heads, p->head_dim);
+    a->lse = contiguous(lse, FG_DTYPE_F32, p->batch, p->heads, p->seqlen_q, 0);
+    a->causal = p->causal;
+}
+
+/* Creates a context on p->device with the info log on (so a JIT compile is visible, never a silent
+ * pause). Returns the context, or NULL after printing "no CUDA device: ..." or the failure. */
+static fg_context *open_context(const char *cmd, const problem *p) {
+    fg_error err;
+    fg_error_clear(&err);
+    if (!cuda_api_get(&err)) {
+        say(cmd, "no CUDA device: %s", err.msg);
+        return NULL;
+    }
+    fg_context_options opt;
+    fg_context_options_init(&opt);
+    opt.device = (int)p->device;
+    opt.log_level = FG_LOG_INFO;
+    fg_context *ctx = NULL;
+    fg_status st = fg_context_create(&ctx, &opt);
+    if (st != FG_OK) {
+        if (st == FG_ERR_NO_DEVICE) say(cmd, "no CUDA device: %s", fg_last_error(NULL));
+        else say(cmd, "%s", fg_last_error(NULL));
+        return NULL;
+    }
+    return ctx;
+}
+
+/* `flashgen explain [problem options]`. */
+static int cmd_explain(int argc, char **argv) {
+    problem p;
+    int rc = parse_problem("explain", argc, argv, 0, &p);
+    if (rc >= 0) return rc;
+    fg_context *ctx = open_context("explain", &p);
+    if (!ctx) return EXIT_FAIL;
+    fg_fwd_args a;
+    problem_args(&p, NULL, NULL, NULL, NULL, NULL, &a);
+    char buf[4096];
+    int status = EXIT_OK;
+    if (fg_explain(ctx, &a, buf, sizeof buf) != FG_OK) {
+        say("explain", "%s", fg_last_error(ctx));
+        status = EXIT_FAIL;
+    } else {
+        puts(buf);
+    }
+    fg_context_destroy(ctx);
+    return status;
+}
+
+/* Device buffers of one run, so one cleanup path frees whatever was allocated. */
+typedef struct run_buffers {
+    CUdeviceptr q, k, v, o, lse;  /* device tensors (0 = not allocated) */
+    uint16_t *hq, *hk, *hv, *ho;  /* host copies of Q/K/V and the output */
+    float *hlse;                  /* host copy of the LSE */
+    CUevent *events;              /* iters + 1 timing events */
+    int nevents;                  /* created so far */
+    CUstream stream;              /* the stream every launch goes to */
+} run_buffers;
+
+/* Compares floats for qsort. */
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Records a failed driver call in err and jumps to the cleanup (run_gpu's only exit). */
+#define RUN_CU(call)                                                                    \
+    do {                                                                                \
+        CUresult rc_ = (call);                                                          \
+        if (rc_ != CUDA_SUCCESS) {                                                      \
+            cuda_api_fail(&err, rc_, #call, __FILE__, __LINE__);                        \
+            goto fail;                                                                  \
+        }                                                                               \
+    } while (0)
+
+/* The body of `run` once the context exists: allocate, fill, launch, check, time. The CLI's own
+ * allocations happen in the device's primary context (the one fg_context_create retained), pushed
+ * here and popped at the end. Returns the exit status. */
+static int run_gpu(fg_context *ctx, const fg_cuda_api *cu, const problem *p) {
+    fg_error err;
+    fg_error_clear(&err);
+    run_buffers B;
+    memset(&B, 0, sizeof B);
+    int status = EXIT_FAIL, pushed = 0, retained = 0;
+    CUdevice dev;
+    CUcontext pctx = NULL, popped;
+    float *times = NULL;
+
+    size_t esz = (size_t)spec_dtype_size(p->dtype);
+    size_t nq = (size_t)(p->batch * p->seqlen_q * p->heads * p->head_dim);
+    size_t nkv = (size_t)(p->batch * p->seqlen_k * p->heads_kv * p->head_dim);
+    size_t nlse = (size_t)(p->batch * p->heads * p->seqlen_q);
+
+    RUN_CU(cu->cuDeviceGet(&dev, (int)p->device));
+    RUN_CU(cu->cuDevicePrimaryCtxRetain(&pctx, dev));
+    retained = 1;
+    RUN_CU(cu->cuCtxPushCurrent(pctx));
+    pushed = 1;
+
+    B.hq = malloc(nq * esz);
+    B.hk = malloc(nkv * esz);
+    B.hv = malloc(nkv * esz);
+    B.ho = malloc(nq * esz);
+    B.hlse = malloc(nlse * sizeof(float));
+    if (!B.hq || !B.hk || !B.hv || !B.ho || !B.hlse) {
+        fg_fail(&err, FG_ERR_NO_MEMORY, "out of host memory for a problem of %zu + 2 x %zu elements", nq, nkv);
+        goto fail;
+    }
+    fg_fwd_args host;
+    problem_args(p, B.hq, B.hk, B.hv, B.ho, B.hlse, &host);
+    uint64_t seed = (uint64_t)p->seed;
+    if (ref_fill_normal(&host.q, seed * 3 + 0, &err) != FG_OK || ref_fill_normal(&host.k, seed * 3 + 1, &err) != FG_OK ||
+        ref_fill_normal(&host.v, seed * 3 + 2, &err) != FG_OK)
+        goto fail;
+
+    RUN_CU(cu->cuMemAlloc(&B.q, nq * esz));
+    RUN_CU(cu->cuMemAlloc(&B.k, nkv * esz));
+    RUN_CU(cu->cuMemAlloc(&B.v, nkv * esz));
+    RUN_CU(cu->cuMemAlloc(&B.o, nq * esz));
+    RUN_CU(cu->cuMemAlloc(&B.lse, nlse * sizeof(float)));
+    RUN_CU(cu->cuMemcpyHtoD(B.q, B.hq, nq * esz));
+    RUN_CU(cu->cuMemcpyHtoD(B.k, B.hk, nkv * esz));
+    RUN_CU(cu->cuMemcpyHtoD(B.v, B.hv, nkv * esz));
+    /* All-ones bytes are NaN in fp16, bf16 and fp32: any element the kernel fails to write shows up. */
+    RUN_CU(cu->cuMemsetD8(B.o, 0xFF, nq * esz));
+    RUN_CU(cu->cuMemsetD8(B.lse, 0xFF, nlse * sizeof(float)));
+    RUN_CU(cu->cuStreamCreate(&B.stream, CU_STREAM_NON_BLOCKING));
+
+    fg_fwd_args dev_args;
+    problem_args(p, (void *)(uintptr_t)B.q, (void *)(uintptr_t)B.k, (void *)(uintptr_t)B.v, (void *)(uintptr_t)B.o,
+                 (void *)(uintptr_t)B.lse, &dev_args);
+    char explain[4096];
+    if (fg_explain(ctx, &dev_args, explain, sizeof explain) == FG_OK) printf("%s\n", explain);
+
+    if (fg_attention_fwd(ctx, &dev_args, B.stream) != FG_OK) {
+        fg_fail(&err, FG_ERR_INTERNAL, "fg_attention_fwd failed: %s", fg_last_error(ctx));
+        goto fail;
+    }
+    RUN_CU(cu->cuStreamSynchronize(B.stream));
+    RUN_CU(cu->cuMemcpyDtoH(B.ho, B.o, nq * esz));
+    RUN_CU(cu->cuMemcpyDtoH(B.hlse, B.lse, nlse * sizeof(float)));
+
+    ref_problem rp = {host.q, host.k, host.v, 0.f, p->causal};
+    ref_report rep;
+    double c0 = now_seconds();
+    if (ref_check_fwd(&rp, &host.o, &host.lse, &rep, &err) != FG_OK) goto fail;
+    char line[1024];
+    ref_report_format(&rep, line, sizeof line);
+    printf("check: %s (CPU reference %.1f s): %s\n", rep.pass ? "PASS" : "FAIL", now_seconds() - c0, line);
+    printf("max error %.3g, bound %.3g\n", rep.max_err, rep.bound);
+    if (!rep.pass) {
+        fg_fail(&err, FG_ERR_INTERNAL, "the output does not match the CPU reference (see the check line above)");
+        goto fail;
+    }
+
+    int iters = (int)p->iters;
+    B.events = calloc((size_t)iters + 1, sizeof *B.events);
+    times = malloc((size_t)iters * sizeof *times);
+    if (!B.events || !times) {
+        fg_fail(&err, FG_ERR_NO_MEMORY, "out of memory for %d timing events", iters);
+        goto fail;
+    }
+    for (int i = 0; i <= iters; i++, B.nevents++) RUN_CU(cu->cuEventCreate(&B.events[i], CU_EVENT_DEFAULT));
+    for (int i = 0; i < 3; i++)
+        if (fg_attention_fwd(ctx, &dev_args, B.stream) != FG_OK) {
+            fg_fail(&err, FG_ERR_INTERNAL, "fg_attention_fwd failed: %s", fg_last_error(ctx));
+            goto fail;
+        }
+    /* One event between consecutive launches: each interval is one kernel, and the median of them is
+     * robust to the odd slow launch (clock ramp, another process). */
+    RUN_CU(cu->cuEventRecord(B.events[0], B.stream));
+    for (int i = 0; i < iters; i++) {
+        if (fg_attention_fwd(ctx, &dev_args, B.stream) != FG_OK) {
+            fg_fail(&err, FG_ERR_INTERNAL, "fg_attention_fwd failed: %s", fg_last_error(ctx));
+            goto fail;
+        }
+        RUN_CU(cu->cuEventRecord(B.events[i + 1], B.stream));
+    }
+    RUN_CU(cu->cuEventSynchronize(B.events[iters]));
+    for (int i = 0; i < iters; i++) RUN_CU(cu->cuEventElapsedTime(&times[i], B.events[i], B.events[i + 1]));
+    qsort(times, (size_t)iters, sizeof *times, cmp_float);
+    double median_ms = iters % 2 ? times[iters / 2] : 0.5 * (times[iters / 2 - 1] + times[iters / 2]);
+    double flops = 4.0 * (double)p->batch * (double)p->heads * (double)p->seqlen_q * (double)p->seqlen_k *
+                   (double)p->head_dim * (p->causal ? 0.5 : 1.0);
+    printf("time: median %.4f ms over %d launches (min %.4f, max %.4f), %.1f TFLOP/s\n", median_ms, iters, times[0],
+           times[iters - 1], median_ms > 0 ? flops / (median_ms * 1e-3) / 1e12 : 0.0);
+    status = EXIT_OK;
+    goto cleanup;
+fail:
+    say("run", "%s", err.msg);
+cleanup:
+    for (int i = 0; i < B.nevents; i++) cu->cuEventDestroy(B.events[i]);
+    if (B.stream) cu->cuStreamDestroy(B.stream);
+    if (B.q) cu->cuMemFree(B.q);
+    if (B.k) cu->cuMemFree(B.k);
+    if (B.v) cu->cuMemFree(B.v);
+    if (B.o) cu->cuMemFree(B.o);
+    if (B.lse) cu->cuMemFree(B.lse);
+    if (pushed) cu->cuCtxPopCurrent(&popped);
+    if (retained) cu->cuDevicePrimaryCtxRelease(dev);
+    free(B.events);
+    free(times);
+    free(B.hq);
+    free(B.hk);
+    free(B.hv);
+    free(B.ho);
+    free(B.hlse);
+    return status;
+}
+
+/* `flashgen run [problem options] [--iters N] [--seed S]`. */
+static int cmd_run(int argc, char **argv) {
+    problem p;
+    int rc = parse_problem("run", argc, argv, 1, &p);
+    if (rc >= 0) return rc;
+    fg_context *ctx = open_context("run", &p);
+    if (!ctx) return EXIT_FAIL;
+    fg_error err;
+    fg_error_clear(&err);
+    const fg_cuda_api *cu = cuda_api_get(&err); /* loaded already: open_context succeeded */
+    printf("problem: %s, batch %lld, seqlen_q %lld, seqlen_k %lld, heads %lld, heads_kv %lld, head_dim %lld%s\n",
+           spec_dtype_name(p.dtype), p.batch, p.seqlen_q, p.seqlen_k, p.heads, p.heads_kv, p.head_dim,
+           p.causal ? ", causal" : "");
+    fflush(stdout);
+    int status = cu ? run_gpu(ctx, cu, &p) : EXIT_FAIL;
+    if (!cu) say("run", "no CUDA device: %s", err.msg);
+    fg_context_destroy(ctx);
+    return status;
+}
+
+/* ------------------------------------------------------------------ info */
+
+/* Accumulates entry counts for `info` and `cache verify`. */
+typedef struct cache_tally {
+    long long entries;   /* entries visited */
+    long long bad;       /* entries that did not verify */
+    unsigned long long bytes; /* payload bytes of the good entries */
+} cache_tally;
+
+/* cache_visit callback: counts entries and bytes. */
+static void tally_entry(void *user, const char *file, const char *name, uint64_t len, int verified, const char *why) {
+    cache_tally *t = user;
+    t->entries++;
+    if (verified) t->bytes += len;
+    else t->bad++;
+}
+
+/* Prints the GPU lines of `info`. Returns 0, or 1 when a device could not be queried. */
+static int info_devices(const fg_cuda_api *cu) {
+    fg_error err;
+    fg_error_clear(&err);
+    int count = 0, driver = 0;
+    CUresult rc = cu->cuDeviceGetCount(&count);
+    if (rc != CUDA_SUCCESS) {
+        cuda_api_fail(&err, rc, "cuDeviceGetCount", __FILE__, __LINE__);
+        say("info", "%s", err.msg);
+        return 1;
+    }
+    if (count == 0) {
+        printf("GPU:            no CUDA device: the driver sees none\n");
+        return 0;
+    }
+    if (cu->cuDriverGetVersion(&driver) == CUDA_SUCCESS)
+        printf("CUDA driver:    %d.%d\n", driver / 1000, driver % 1000 / 10);
+    for (int i = 0; i < count; i++) {
+        CUdevice d;
+        char name[256] = "";
+        int major = 0, minor = 0, sms = 0, smem = 0;
+        size_t mem = 0;
+        if (cu->cuDeviceGet(&d, i) != CUDA_SUCCESS || cu->cuDeviceGetName(name, (int)sizeof name, d) != CUDA_SUCCESS ||
+            cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d) != CUDA_SUCCESS ||
+            cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d) != CUDA_SUCCESS ||
+            cu->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d) != CUDA_SUCCESS ||
+            cu->cuDeviceGetAttribute(&smem, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, d) != CUDA_SUCCESS ||
+            cu->cuDeviceTotalMem(&mem, d) != CUDA_SUCCESS) {
+            say("info", "could not query CUDA device %d", i);
+            return 1;
+        }
+        int arch = major * 10 + minor;
+        char target[64];
+        /* The same choice the dispatcher makes: sm_90a on Hopper (wgmma/TMA need the 'a' target). */
+        if (arch < 80) snprintf(target, sizeof target, "none (flashgen needs compute capability 8.0+)");
+        else spec_arch_format(arch, arch == 90, target, sizeof target);
+        printf("GPU %d:          %s, compute capability %d.%d, %d SMs, %.1f GiB, %d bytes shared memory per block\n", i,
+               name, major, minor, sms, (double)mem / (1024.0 * 1024.0 * 1024.0), smem);
+        printf("  target arch:  %s\n", target);
+    }
+    return 0;
+}
+
+/* `flashgen info`. */
+static int cmd_info(int argc, char **argv) {
+    static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        if (c == 'h') {
+            fputs(usage_info, stdout);
+            return EXIT_OK;
+        }
+        return bad_option("info", argv, c);
+    }
+    if (optind < argc) return usage_error("info", "unexpected argument '%s'", argv[optind]);
+    printf("flashgen:       %s\n", FG_VERSION_STRING);
+    printf("NVRTC:          %s\n", compile_nvrtc_version());
+    fg_error err;
+    fg_error_clear(&err);
+    fg_disk_cache cache;
+    if (cache_open(&cache, NULL, &err) != FG_OK) {
+        printf("disk cache:     unusable: %s\n", err.msg);
+    } else {
+        cache_tally t = {0, 0, 0};
+        int n = cache_visit(&cache, tally_entry, &t, &err);
+        if (n < 0) printf("disk cache:     %s (unreadable: %s)\n", cache.dir, err.msg);
+        else
+            printf("disk cache:     %s, %lld entries, %llu bytes%s\n", cache.dir, t.entries, t.bytes,
+                   t.bad ? " (some entries are bad: run 'flashgen cache verify')" : "");
+    }
+    int status = EXIT_OK;
+    const fg_cuda_api *cu = cuda_api_get(&err);
+    if (!cu) printf("GPU:            no CUDA device: %s\n", err.msg);
+    else if (info_devices(cu) != 0) status = EXIT_FAIL;
+    if (fflush(stdout) != 0) {
+        say("info", "could not write to stdout (%s)", strerror(errno));
+        return EXIT_FAIL;
+    }
+    return status;
+}
+
+/* ------------------------------------------------------------------ cache */
+
+/* One visited cache entry, kept so `ls` can print in a stable (sorted) order. */
+typedef struct cache_row {
+    char *file;          /* entry file name */
+    char *name;          /* spec name, or NULL when unreadable */
+    uint64_t len;        /* payload bytes */
+    int verified;        /* 1 when header and checksum agree */
+    char *why;           /* why not verified, or NULL */
+} cache_row;
+
+/* The rows collected by collect_row. */
+typedef struct cache_rows {
+    cache_row *rows;     /* grown as entries are visited */
+    size_t count, cap;   /* used / allocated */
+    int failed;          /* 1 after an allocation failed */
+} cache_rows;
+
+/* Copies a string (NULL stays NULL); sets *failed when memory runs out. */
+static char *dup_or_null(const char *s, int *failed) {
+    if (!s) return NULL;
+    char *d = strdup(s);
+    if (!d) *failed = 1;
+    return d;
+}
+
+/* cache_visit callback: keeps a copy of each entry's description. */
+static void collect_row(void *user, const char *file, const char *name, uint64_t len, int verified, const char *why) {
+    cache_rows *r = user;
+    if (r->failed) return;
+    if (r->count == r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 64;
+        cache_row *n = realloc(r->rows, cap * sizeof *n);
+        if (!n) {
+            r->failed = 1;
+            return;
+        }
+        r->rows = n;
+        r->cap = cap;
+    }
+    cache_row *row = &r->rows[r->count++];
+    row->file = dup_or_null(file, &r->failed);
+    row->name = dup_or_null(name, &r->failed);
+    row->why = dup_or_null(verified ? NULL : why, &r->failed);
+    row->len = len;
+    row->verified = verified;
+}
+
+/* Orders rows by file name. */
+static int cmp_row(const void *a, const void *b) {
+    const cache_row *x = a, *y = b;
+    return strcmp(x->file ? x->file : "", y->file ? y->file : "");
+}
+
+/* `flashgen cache ls|verify|clear [--dir DIR]`. */
+static int cmd_cache(int argc, char **argv) {
+    static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
+                                         {"dir", required_argument, NULL, 'd'},
+                                         {NULL, 0, NULL, 0}};
+    const char *dir = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'h': fputs(usage_cache, stdout); return EXIT_OK;
+        case 'd': dir = optarg; break;
+        default: return bad_option("cache", argv, c);
+        }
+    }
+    if (optind >= argc) return usage_error("cache", "an action is required: ls, verify or clear");
+    const char *action = argv[optind];
+    if (strcmp(action, "ls") != 0 && strcmp(action, "verify") != 0 && strcmp(action, "clear") != 0)
+        return usage_error("cache", "unknown action '%s' (ls, verify or clear)", action);
+    if (optind + 1 < argc) return usage_error("cache", "unexpected argument '%s'", argv[optind + 1]);
+
+    fg_error err;
+    fg_error_clear(&err);
+    fg_disk_cache cache;
+    if (cache_open(&cache, dir, &err) != FG_OK) {
+        say("cache", "%s", err.msg);
+        return EXIT_FAIL;
+    }
+    if (strcmp(action, "clear") == 0) {
+        int n = cache_clear(&cache, &err);
+        if (n < 0) {
+            say("cache", "%s", err.msg);
+            return EXIT_FAIL;
+        }
+        printf("removed %d entr%s from %s\n", n, n == 1 ? "y" : "ies", cache.dir);
+        return EXIT_OK;
+    }
+
+    cache_rows r = {NULL, 0, 0, 0};
+    int n = cache_visit(&cache, collect_row, &r, &err);
+    int status = EXIT_OK;
+    if (n < 0 || r.failed) {
+        say("cache", "%s", n < 0 ? err.msg : "out of memory listing the cache");
+        status = EXIT_FAIL;
+        goto done;
+    }
+    qsort(r.rows, r.count, sizeof *r.rows, cmp_row);
+    size_t bad = 0;
+    unsigned long long bytes = 0;
+    for (size_t i = 0; i < r.count; i++) {
+        cache_row *row = &r.rows[i];
+        if (!row->verified) bad++;
+        else bytes += row->len;
+        if (strcmp(action, "ls") == 0) {
+            if (row->verified) printf("%s  %s  %llu\n", row->file, row->name ? row->name : "-", (unsigned long long)row->len);
+            else printf("%s  %s  %llu  BAD: %s\n", row->file, row->name ? row->name : "-", (unsigned long long)row->len,
+                        row->why ? row->why : "does not verify");
+        } else if (!row->verified) {
+            say("cache", "%s/%s: %s", cache.dir, row->file, row->why ? row->why : "does not verify");
+        }
+    }
+    if (strcmp(action, "verify") == 0) {
+        printf("%zu entr%s in %s: %zu good (%llu bytes), %zu bad\n", r.count, r.count == 1 ? "y" : "ies", cache.dir,
+               r.count - bad, bytes, bad);
+        if (bad) {
+            say("cache", "%zu entr%s failed verification; 'flashgen cache clear' removes them (they would be "
+                "recompiled anyway)", bad, bad == 1 ? "y" : "ies");
+            status = EXIT_FAIL;
+        }
+    }
+done:
+    for (size_t i = 0; i < r.count; i++) {
+        free(r.rows[i].file);
+        free(r.rows[i].name);
+        free(r.rows[i].why);
+    }
+    free(r.rows);
+    return status;
+}
+
+/* ------------------------------------------------------------------ main */
+
+/* A subcommand: its name and entry point. */
+typedef struct command {
+    const char *name;                   /* as typed */
+    int (*run)(int argc, char **argv);  /* argv[0] is the command name */
+} command;
+
+static const command commands[] = {
+    {"gen", cmd_gen},       {"compile", cmd_compile}, {"list", cmd_list}, {"bundle", cmd_bundle},
+    {"run", cmd_run},       {"explain", cmd_explain}, {"info", cmd_info}, {"cache", cmd_cache},
+};
+
+/* Prints the main usage with the validation rule names filled in, wrapped to the text's width. */
+static void print_main_usage(FILE *f) {
+    char rules[2048] = "  ";
+    size_t used = 2, line_start = 0;
+    for (int i = 0; i < spec_rule_count() && used < sizeof rules - 64; i++) {
+        const char *name = spec_rule_name(i);
+        const char *sep = i == 0 ? "" : (used - line_start + strlen(name) + 2 > 100 ? ",\n  " : ", ");
+        if (sep[0] && sep[1] == '\n') line_start = used + 2;
+        int n = snprintf(rules + used, sizeof rules - used, "%s%s", sep, name);
+        if (n < 0) break;
+        used += (size_t)n < sizeof rules - used ? (size_t)n : sizeof rules - used - 1;
+    }
+    fprintf(f, usage_main, rules);
+}
+
+/* Dispatches to the subcommand named by argv[1]. */
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        print_main_usage(stderr);
+        return EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
+        if (strcmp(name, "help") == 0 && argc > 2) {
+            /* `flashgen help CMD` is `flashgen CMD --help`. */
+            for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+                if (strcmp(argv[2], commands[i].name) == 0) {
+                    char help[] = "--help";
+                    char *sub[] = {argv[2], help, NULL};
+                    opterr = 0;
+                    return commands[i].run(2, sub);
+                }
+            fprintf(stderr, "flashgen: unknown command '%s'; run 'flashgen --help' for the list\n", argv[2]);
+            return EXIT_USAGE;
+        }
+        print_main_usage(stdout);
+        return EXIT_OK;
+    }
+    if (strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0) {
+        printf("flashgen %s\n", FG_VERSION_STRING);
+        return EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(name, commands[i].name) == 0) {
+            opterr = 0; /* bad_option prints our own message */
+            optind = 1;
+            int rc = commands[i].run(argc - 1, argv + 1);
+            if (fflush(stdout) != 0 && rc == EXIT_OK) {
+                fprintf(stderr, "flashgen %s: could not write to stdout (%s)\n", name, strerror(errno));
+                return EXIT_FAIL;
+            }
+            return rc;
+        }
+    if (name[0] == '-') fprintf(stderr, "flashgen: unknown option '%s'; run 'flashgen --help'\n", name);
+    else fprintf(stderr, "flashgen: unknown command '%s'; run 'flashgen --help' for the list\n", name);
+    return EXIT_USAGE;
+}

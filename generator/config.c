@@ -1,0 +1,534 @@
+/* config.c: bundle configs (configs/NAME.lua) -> a validated, duplicate-free list of fg_spec (see config.h).
+ *
+ * The chunk runs in the sandbox (lua_sandbox.c) with two host functions, variants{} and tile_policy{}.
+ * They only read and check their table argument and append to a C-side builder; nothing is filled or
+ * validated until the chunk has finished, so a tile_policy{} placed after the variants{} it affects
+ * still applies. Host functions read tables with raw access only: a config's metatables never run
+ * inside them. Every value is checked for type where it is read, and the error names the call, the
+ * field and the expected type, at the line of the call. */
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "config.h"
+#include "lua_sandbox.h"
+
+#define CFG_LIST_MAX 128         /* most values one field may list: far beyond any real bundle */
+#define CFG_MAX_VARIANTS 65536   /* most variants a config may list (before duplicates are dropped) */
+
+/* One field's values, as listed (a scalar is a list of one). arch values are arch * 2 + accel. */
+typedef struct cfg_list {
+    int n;                 /* number of values; 0 when the field is absent */
+    int v[CFG_LIST_MAX];   /* the values */
+} cfg_list;
+
+/* A variant as listed, with where it was listed (for messages after the chunk has run). */
+typedef struct cfg_item {
+    fg_spec spec; /* tiles may still be 0 (unset) */
+    int line;     /* line of the variants{} call that listed it */
+    int index;    /* position in listing order (keeps the first of equal variants when sorting) */
+} cfg_item;
+
+/* What the host functions build while the chunk runs. */
+typedef struct cfg_build {
+    cfg_item *items;         /* variants in the order listed, duplicates included */
+    int count;               /* items in use */
+    int cap;                 /* items allocated */
+    fg_tile_policy policy;   /* the defaults, then each tile_policy{} rule in call order */
+    cfg_list arch_override;  /* replaces every variants{} arch list when n > 0 */
+} cfg_build;
+
+/* How a field's values are read and what a type error says is expected. */
+typedef enum cfg_type {
+    CFG_INT,   /* a positive integer */
+    CFG_BOOL,  /* true/false, or 0/1 */
+    CFG_KIND,  /* a kernel family name: "fwd" */
+    CFG_ARCH,  /* "sm_80", "sm_90a": arch * 2 + accel */
+    CFG_DTYPE  /* "fp16", "bf16", ...: an fg_dtype */
+} cfg_type;
+
+static const char *const cfg_variant_fields[] = {"kind",    "arch",    "dtype", "head_dim", "causal",
+                                                 "block_m", "block_n", "warps", "stages",   NULL};
+static const char *const cfg_policy_fields[] = {"arch",    "head_dim", "causal", "dtype", "block_m",
+                                                "block_n", "warps",    "stages", NULL};
+
+/* Raises a Lua error "<where>: <fn>: <message>" (luaL_error adds the position of the calling line). The
+ * message is formatted here with the full printf (luaL_error knows only a few conversions). */
+static int cfg_raise(lua_State *L, const char *fn, const char *fmt, ...) FG_PRINTF(3, 4);
+static int cfg_raise(lua_State *L, const char *fn, const char *fmt, ...) {
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return luaL_error(L, "%s: %s", fn, msg);
+}
+
+/* The phrase a type error uses for what a field accepts. */
+static const char *cfg_expected(cfg_type type, int list_ok, int range) {
+    switch (type) {
+    case CFG_INT:
+        return range ? "an integer or a {lo, hi} pair of integers"
+                     : list_ok ? "an integer or a list of integers" : "an integer";
+    case CFG_BOOL:
+        return list_ok ? "a boolean (or 0/1) or a list of booleans" : "a boolean (or 0/1)";
+    case CFG_KIND:
+    case CFG_ARCH:
+    case CFG_DTYPE:
+        return range ? "a string or a {lo, hi} pair of strings"
+                     : list_ok ? "a string or a list of strings" : "a string";
+    }
+    return "a value";
+}
+
+/* A short description of the value at idx for "got ..." (the type, or the offending number). */
+static const char *cfg_got(lua_State *L, int idx, char *buf, size_t n) {
+    if (lua_type(L, idx) == LUA_TNUMBER) {
+        if (lua_isinteger(L, idx))
+            snprintf(buf, n, "%lld", (long long)lua_tointeger(L, idx));
+        else
+            snprintf(buf, n, "%.17g", (double)lua_tonumber(L, idx));
+        return buf;
+    }
+    return luaL_typename(L, idx);
+}
+
+/* Reads the scalar at idx as a value of `type` into *out, or raises an error naming fn, field and
+ * the expected phrase. `pos` (1-based) is the list position, 0 for a scalar. */
+static void cfg_read_scalar(lua_State *L, int idx, const char *fn, const char *field, cfg_type type,
+                            const char *expected, int pos, int *out) {
+    char got[64], at[32] = "";
+    if (pos > 0)
+        snprintf(at, sizeof at, " (list item %d)", pos);
+    int t = lua_type(L, idx);
+    switch (type) {
+    case CFG_INT: {
+        int isint = 0;
+        lua_Integer v = t == LUA_TNUMBER ? lua_tointegerx(L, idx, &isint) : 0;
+        if (!isint)
+            cfg_raise(L, fn, "field '%s' must be %s, got %s%s", field, expected, cfg_got(L, idx, got, sizeof got), at);
+        if (v < 1 || v > INT_MAX)
+            cfg_raise(L, fn, "field '%s' must be a positive integer, got %lld%s", field, (long long)v, at);
+        *out = (int)v;
+        return;
+    }
+    case CFG_BOOL:
+        if (t == LUA_TBOOLEAN) {
+            *out = lua_toboolean(L, idx);
+            return;
+        }
+        if (t == LUA_TNUMBER && lua_isinteger(L, idx) && (lua_tointeger(L, idx) == 0 || lua_tointeger(L, idx) == 1)) {
+            *out = (int)lua_tointeger(L, idx);
+            return;
+        }
+        cfg_raise(L, fn, "field '%s' must be %s, got %s%s", field, expected, cfg_got(L, idx, got, sizeof got), at);
+        return;
+    case CFG_KIND:
+    case CFG_ARCH:
+    case CFG_DTYPE: {
+        if (t != LUA_TSTRING) /* numbers are not accepted as names, though Lua could convert them */
+            cfg_raise(L, fn, "field '%s' must be %s, got %s%s", field, expected, cfg_got(L, idx, got, sizeof got), at);
+        const char *s = lua_tostring(L, idx);
+        fg_error e;
+        fg_error_clear(&e);
+        if (type == CFG_KIND) {
+            if (strcmp(s, "fwd") != 0)
+                cfg_raise(L, fn, "field 'kind' must name a kernel family (\"fwd\"), got \"%.60s\"%s", s, at);
+            *out = FG_KIND_FWD;
+        } else if (type == CFG_ARCH) {
+            int arch = 0, accel = 0;
+            if (spec_arch_parse(s, &arch, &accel, &e) != FG_OK)
+                cfg_raise(L, fn, "field 'arch'%s: %s", at, e.msg);
+            *out = arch * 2 + accel;
+        } else {
+            fg_dtype d;
+            if (spec_dtype_parse(s, &d, &e) != FG_OK)
+                cfg_raise(L, fn, "field 'dtype'%s: %s", at, e.msg);
+            *out = (int)d;
+        }
+        return;
+    }
+    }
+}
+
+/* Reads field `field` of the table at index tab into out: absent -> n = 0; a scalar -> one value; a
+ * list (only when list_ok) -> its values. A list must be a non-empty Lua array (keys 1..n, nothing else)
+ * of at most max values. Raises errors naming fn, field and the expected type. */
+static void cfg_read_field(lua_State *L, int tab, const char *fn, const char *field, cfg_type type, int list_ok,
+                           int range, int max, cfg_list *out) {
+    const char *expected = cfg_expected(type, list_ok, range);
+    char got[64];
+    out->n = 0;
+    lua_pushstring(L, field);
+    lua_rawget(L, tab);
+    int val = lua_gettop(L);
+    if (lua_isnil(L, val)) {
+        lua_pop(L, 1);
+        return;
+    }
+    if (lua_type(L, val) != LUA_TTABLE) {
+        cfg_read_scalar(L, val, fn, field, type, expected, 0, &out->v[0]);
+        out->n = 1;
+        lua_pop(L, 1);
+        return;
+    }
+    if (!list_ok)
+        cfg_raise(L, fn, "field '%s' must be %s, got %s", field, expected, cfg_got(L, val, got, sizeof got));
+    lua_Integer n = (lua_Integer)lua_rawlen(L, val);
+    lua_Integer keys = 0;
+    lua_pushnil(L);
+    while (lua_next(L, val)) {
+        lua_pop(L, 1);
+        keys++;
+    }
+    if (keys == 0)
+        cfg_raise(L, fn, "field '%s' is an empty list: give at least one value", field);
+    if (keys != n)
+        cfg_raise(L, fn, "field '%s' must be %s, got a table that is not a list (keys other than 1..n)", field,
+                  expected);
+    if (range && n != 2)
+        cfg_raise(L, fn, "field '%s' must be %s, got a list of %lld", field, expected, (long long)n);
+    if (n > max)
+        cfg_raise(L, fn, "field '%s' lists %lld values; at most %d are allowed", field, (long long)n, max);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_rawgeti(L, val, i);
+        if (lua_type(L, -1) == LUA_TTABLE)
+            cfg_raise(L, fn, "field '%s' must be %s, got a nested table (list item %lld)", field, expected,
+                      (long long)i);
+        cfg_read_scalar(L, -1, fn, field, type, expected, (int)i, &out->v[i - 1]);
+        lua_pop(L, 1);
+    }
+    out->n = (int)n;
+    lua_pop(L, 1);
+}
+
+/* Checks that the only argument is a table whose keys are all among `fields`; returns its index. */
+static int cfg_check_args(lua_State *L, const char *fn, const char *const *fields) {
+    char got[64];
+    if (lua_gettop(L) != 1 || lua_type(L, 1) != LUA_TTABLE)
+        cfg_raise(L, fn, "expects one table argument, as in %s { ... }, got %s%s", fn,
+                  lua_gettop(L) == 0 ? "no value" : cfg_got(L, 1, got, sizeof got),
+                  lua_gettop(L) > 1 ? " and more arguments" : "");
+    lua_pushnil(L);
+    while (lua_next(L, 1)) {
+        lua_pop(L, 1);
+        if (lua_type(L, -1) != LUA_TSTRING)
+            cfg_raise(L, fn, "field names must be strings (as in head_dim = 128), got a %s key",
+                      luaL_typename(L, -1));
+        size_t len;
+        const char *key = lua_tolstring(L, -1, &len);
+        int known = 0;
+        for (int i = 0; fields[i] && !known; i++)
+            known = strlen(fields[i]) == len && memcmp(fields[i], key, len) == 0;
+        if (!known) {
+            char list[200] = "";
+            for (int i = 0; fields[i]; i++) {
+                strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+                strncat(list, fields[i], sizeof list - strlen(list) - 1);
+            }
+            cfg_raise(L, fn, "unknown field '%.60s' (known fields: %s)", key, list);
+        }
+    }
+    return 1;
+}
+
+/* The line of the Lua code calling the running host function (0 if unknown). */
+static int cfg_call_line(lua_State *L) {
+    lua_Debug ar;
+    if (lua_getstack(L, 1, &ar) && lua_getinfo(L, "l", &ar) && ar.currentline > 0)
+        return ar.currentline;
+    return 0;
+}
+
+/* variants { ... }: appends the cartesian product of the listed values to the builder (upvalue 1).
+ * kind, dtype and head_dim are required, and arch unless an arch override is set; causal defaults to
+ * false and tile fields to unset. The product varies the last field fastest, in the order
+ * kind, arch, dtype, head_dim, causal, block_m, block_n, warps, stages. */
+static int cfg_variants(lua_State *L) {
+    static const char fn[] = "variants";
+    cfg_build *b = lua_touserdata(L, lua_upvalueindex(1));
+    cfg_list f[9]; /* in the order of cfg_variant_fields */
+    static const cfg_type types[9] = {CFG_KIND, CFG_ARCH, CFG_DTYPE, CFG_INT, CFG_BOOL,
+                                      CFG_INT,  CFG_INT,  CFG_INT,   CFG_INT};
+    int tab = cfg_check_args(L, fn, cfg_variant_fields);
+    for (int i = 0; i < 9; i++)
+        cfg_read_field(L, tab, fn, cfg_variant_fields[i], types[i], 1, 0, CFG_LIST_MAX, &f[i]);
+    if (f[0].n == 0)
+        cfg_raise(L, fn, "field 'kind' is required (kind = \"fwd\")");
+    if (b->arch_override.n > 0)
+        f[1] = b->arch_override;
+    else if (f[1].n == 0)
+        cfg_raise(L, fn, "field 'arch' is required (for example arch = {\"sm_80\", \"sm_90a\"})");
+    if (f[2].n == 0)
+        cfg_raise(L, fn, "field 'dtype' is required (for example dtype = {\"fp16\", \"bf16\"})");
+    if (f[3].n == 0)
+        cfg_raise(L, fn, "field 'head_dim' is required (for example head_dim = {64, 128})");
+    for (int i = 4; i < 9; i++)
+        if (f[i].n == 0) { /* causal false; tiles unset (0), filled from the policy after the chunk */
+            f[i].n = 1;
+            f[i].v[0] = 0;
+        }
+    long long total = 1;
+    for (int i = 0; i < 9; i++)
+        total *= f[i].n; /* at most 128^9 < 2^63: cannot overflow */
+    if (total > CFG_MAX_VARIANTS - b->count)
+        cfg_raise(L, fn, "this call lists %lld variants after %d earlier ones; a config may list at most %d",
+                  total, b->count, CFG_MAX_VARIANTS);
+    if (b->count + total > b->cap) {
+        long long want = b->cap ? b->cap : 64;
+        while (want < b->count + total)
+            want *= 2;
+        cfg_item *items = realloc(b->items, (size_t)want * sizeof *items);
+        if (items == NULL)
+            cfg_raise(L, fn, "out of host memory for %lld variants", (long long)(b->count + total));
+        b->items = items;
+        b->cap = (int)want;
+    }
+    int line = cfg_call_line(L);
+    for (long long k = 0; k < total; k++) {
+        int idx[9];
+        long long r = k;
+        for (int i = 8; i >= 0; i--) { /* mixed radix, last field fastest */
+            idx[i] = (int)(r % f[i].n);
+            r /= f[i].n;
+        }
+        cfg_item *it = &b->items[b->count++];
+        memset(it, 0, sizeof *it);
+        it->spec.kind = (fg_kind)f[0].v[idx[0]];
+        it->spec.arch = f[1].v[idx[1]] / 2;
+        it->spec.arch_accel = f[1].v[idx[1]] % 2;
+        it->spec.dtype = (fg_dtype)f[2].v[idx[2]];
+        it->spec.head_dim = f[3].v[idx[3]];
+        it->spec.causal = f[4].v[idx[4]];
+        it->spec.block_m = f[5].v[idx[5]];
+        it->spec.block_n = f[6].v[idx[6]];
+        it->spec.warps = f[7].v[idx[7]];
+        it->spec.stages = f[8].v[idx[8]];
+        it->line = line;
+        it->index = b->count - 1;
+    }
+    return 0;
+}
+
+/* tile_policy { ... }: appends one rule to the builder's policy (upvalue 1), overriding earlier rules
+ * where they overlap. arch and head_dim are a value or an inclusive {lo, hi} range (absent: any);
+ * an arch's 'a' suffix is ignored (rules match the compute capability). causal and dtype absent: any.
+ * block_m, block_n, warps and stages are all required: the rule must give a complete tile. */
+static int cfg_tile_policy(lua_State *L) {
+    static const char fn[] = "tile_policy";
+    cfg_build *b = lua_touserdata(L, lua_upvalueindex(1));
+    int tab = cfg_check_args(L, fn, cfg_policy_fields);
+    cfg_list arch, hd, causal, dtype, tiles[4];
+    cfg_read_field(L, tab, fn, "arch", CFG_ARCH, 1, 1, 2, &arch);
+    cfg_read_field(L, tab, fn, "head_dim", CFG_INT, 1, 1, 2, &hd);
+    cfg_read_field(L, tab, fn, "causal", CFG_BOOL, 0, 0, 1, &causal);
+    cfg_read_field(L, tab, fn, "dtype", CFG_DTYPE, 0, 0, 1, &dtype);
+    for (int i = 0; i < 4; i++) {
+        const char *name = cfg_policy_fields[4 + i];
+        cfg_read_field(L, tab, fn, name, CFG_INT, 0, 0, 1, &tiles[i]);
+        if (tiles[i].n == 0)
+            cfg_raise(L, fn, "field '%s' is required: a rule gives block_m, block_n, warps and stages", name);
+    }
+    fg_tile_rule rule;
+    memset(&rule, 0, sizeof rule);
+    rule.arch_min = arch.n ? arch.v[0] / 2 : 0;
+    rule.arch_max = arch.n ? arch.v[arch.n - 1] / 2 : INT_MAX;
+    rule.head_dim_min = hd.n ? hd.v[0] : 0;
+    rule.head_dim_max = hd.n ? hd.v[hd.n - 1] : INT_MAX;
+    if (rule.arch_min > rule.arch_max)
+        cfg_raise(L, fn, "field 'arch' range {sm_%d, sm_%d} is reversed: give {lo, hi}", rule.arch_min,
+                  rule.arch_max);
+    if (rule.head_dim_min > rule.head_dim_max)
+        cfg_raise(L, fn, "field 'head_dim' range {%d, %d} is reversed: give {lo, hi}", rule.head_dim_min,
+                  rule.head_dim_max);
+    rule.causal = causal.n ? causal.v[0] : -1;
+    rule.dtype = dtype.n ? dtype.v[0] : -1;
+    rule.block_m = tiles[0].v[0];
+    rule.block_n = tiles[1].v[0];
+    rule.warps = tiles[2].v[0];
+    rule.stages = tiles[3].v[0];
+    fg_error e;
+    fg_error_clear(&e);
+    if (tile_policy_add(&b->policy, &rule, &e) != FG_OK)
+        cfg_raise(L, fn, "%s", e.msg);
+    return 0;
+}
+
+/* Sandbox setup callback: installs variants and tile_policy as globals bound to the builder. Runs in
+ * protected mode, so allocation errors surface as Lua errors. */
+static int cfg_setup(lua_State *L, void *user) {
+    lua_pushlightuserdata(L, user);
+    lua_pushcclosure(L, cfg_variants, 1);
+    lua_setglobal(L, "variants");
+    lua_pushlightuserdata(L, user);
+    lua_pushcclosure(L, cfg_tile_policy, 1);
+    lua_setglobal(L, "tile_policy");
+    return 0;
+}
+
+/* Parses the comma-separated arch override ("sm_80, sm_90a") into out. */
+static fg_status cfg_parse_override(const char *text, cfg_list *out, fg_error *err) {
+    out->n = 0;
+    const char *p = text;
+    for (;;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        const char *end = p;
+        while (*end && *end != ',')
+            end++;
+        const char *last = end;
+        while (last > p && (last[-1] == ' ' || last[-1] == '\t'))
+            last--;
+        char name[32];
+        size_t n = (size_t)(last - p);
+        if (n == 0)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                           "arch override '%s' has an empty entry: give names like sm_80,sm_90a", text);
+        if (n >= sizeof name)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "arch override '%s': '%.*s' is not an arch name", text,
+                           (int)n, p);
+        if (out->n == CFG_LIST_MAX)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "arch override '%.40s...' lists more than %d archs", text,
+                           CFG_LIST_MAX);
+        memcpy(name, p, n);
+        name[n] = '\0';
+        int arch = 0, accel = 0;
+        fg_error e;
+        fg_error_clear(&e);
+        if (spec_arch_parse(name, &arch, &accel, &e) != FG_OK)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "arch override: %s", e.msg);
+        out->v[out->n++] = arch * 2 + accel;
+        if (*end == '\0')
+            return FG_OK;
+        p = end + 1;
+    }
+}
+
+/* qsort order over items: by every spec field, then by listing index, so equal specs sit together
+ * with the first listed one first. Must agree with spec_equal (causal compared as a truth value). */
+static int cfg_cmp(const void *pa, const void *pb) {
+    const cfg_item *x = pa, *y = pb;
+    const fg_spec *a = &x->spec, *b = &y->spec;
+    int ka[10] = {(int)a->kind, a->arch, a->arch_accel, (int)a->dtype, a->head_dim, a->block_m, a->block_n,
+                  a->warps, a->stages, a->causal != 0};
+    int kb[10] = {(int)b->kind, b->arch, b->arch_accel, (int)b->dtype, b->head_dim, b->block_m, b->block_n,
+                  b->warps, b->stages, b->causal != 0};
+    for (int i = 0; i < 10; i++)
+        if (ka[i] != kb[i])
+            return ka[i] < kb[i] ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* Fills tiles and validates every item; on the first failure fills err naming the chunk, the line of
+ * its variants{} call, the variant's canonical text and the rule. */
+static fg_status cfg_check_items(const char *chunkname, cfg_build *b, fg_error *err) {
+    for (int i = 0; i < b->count; i++) {
+        fg_spec *s = &b->items[i].spec;
+        char name[FG_SPEC_NAME_MAX];
+        fg_error e;
+        fg_error_clear(&e);
+        if (spec_fill_tiles(s, &b->policy, &e) != FG_OK) {
+            /* No tile rule covers it. The rules checked before the tile fields (arch, dtype, head_dim)
+             * say FG_ERR_UNSUPPORTED and usually name the real problem: prefer their sentence. */
+            fg_error v;
+            fg_error_clear(&v);
+            if (spec_validate(s, &v) == FG_ERR_UNSUPPORTED)
+                e = v;
+        } else if (spec_validate(s, &e) == FG_OK) {
+            continue;
+        }
+        if (spec_format(s, name, sizeof name) < 0)
+            snprintf(name, sizeof name, "(unprintable)");
+        return fg_fail(err, FG_ERR_CONFIG, "%s:%d: variant %s: %s", chunkname, b->items[i].line, name, e.msg);
+    }
+    return FG_OK;
+}
+
+/* Moves the unique validated variants of b, in first-listed order, into out (which takes b's policy). */
+static fg_status cfg_collect(const char *chunkname, cfg_build *b, fg_config *out, fg_error *err) {
+    cfg_item *sorted = malloc((size_t)b->count * sizeof *sorted);
+    unsigned char *dup = calloc((size_t)b->count, 1);
+    fg_spec *specs = malloc((size_t)b->count * sizeof *specs);
+    if (sorted == NULL || dup == NULL || specs == NULL) {
+        free(sorted);
+        free(dup);
+        free(specs);
+        return fg_fail(err, FG_ERR_NO_MEMORY, "%s: out of memory collecting %d variants", chunkname, b->count);
+    }
+    memcpy(sorted, b->items, (size_t)b->count * sizeof *sorted);
+    qsort(sorted, (size_t)b->count, sizeof *sorted, cfg_cmp);
+    for (int i = 1; i < b->count; i++)
+        if (spec_equal(&sorted[i].spec, &sorted[i - 1].spec))
+            dup[sorted[i].index] = 1;
+    int n = 0;
+    for (int i = 0; i < b->count; i++)
+        if (!dup[i])
+            specs[n++] = b->items[i].spec;
+    free(sorted);
+    free(dup);
+    out->variants = specs;
+    out->count = n;
+    out->policy = b->policy;
+    memset(&b->policy, 0, sizeof b->policy);
+    return FG_OK;
+}
+
+/* The shared body of config_load_file and config_load_string (path != NULL: read the file). */
+static fg_status cfg_load(const char *path, const char *chunkname, const char *text, size_t len,
+                          const char *arch_override, fg_config *out, fg_error *err) {
+    if (out == NULL)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "config: the output pointer must not be NULL");
+    memset(out, 0, sizeof *out);
+    if (path == NULL && (chunkname == NULL || (text == NULL && len > 0)))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "config: chunkname and text must not be NULL");
+    cfg_build *b = calloc(1, sizeof *b); /* on the heap: the override list is large for a stack frame */
+    if (b == NULL)
+        return fg_fail(err, FG_ERR_NO_MEMORY, "config: out of memory");
+    fg_status st = FG_OK;
+    if (arch_override != NULL)
+        st = cfg_parse_override(arch_override, &b->arch_override, err);
+    if (st == FG_OK)
+        st = tile_policy_init_default(&b->policy, err);
+    if (st == FG_OK)
+        st = path ? lua_sandbox_run_file(path, cfg_setup, NULL, b, err)
+                  : lua_sandbox_run(chunkname, text, len, cfg_setup, NULL, b, err);
+    const char *name = path ? path : chunkname;
+    if (st == FG_OK && b->count == 0)
+        st = fg_fail(err, FG_ERR_CONFIG, "%s: the config lists no variants (call variants { ... } at least once)",
+                     name);
+    if (st == FG_OK)
+        st = cfg_check_items(name, b, err);
+    if (st == FG_OK)
+        st = cfg_collect(name, b, out, err);
+    tile_policy_free(&b->policy); /* emptied by cfg_collect on success */
+    free(b->items);
+    free(b);
+    return st;
+}
+
+fg_status config_load_file(const char *path, const char *arch_override, fg_config *out, fg_error *err) {
+    if (path == NULL) {
+        if (out)
+            memset(out, 0, sizeof *out);
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "config_load_file: path must not be NULL");
+    }
+    return cfg_load(path, NULL, NULL, 0, arch_override, out, err);
+}
+
+fg_status config_load_string(const char *chunkname, const char *text, size_t len, const char *arch_override,
+                             fg_config *out, fg_error *err) {
+    return cfg_load(NULL, chunkname, text, len, arch_override, out, err);
+}
+
+void config_free(fg_config *cfg) {
+    if (cfg == NULL)
+        return;
+    free(cfg->variants);
+    tile_policy_free(&cfg->policy);
+    memset(cfg, 0, sizeof *cfg);
+}

@@ -1,0 +1,785 @@
+/* cache.c: the on-disk cache of compiled kernels (see cache.h for the location rules and the entry format),
+ * plus the two whole-file helpers every module that writes files uses (fg_write_file_atomic, fg_read_file).
+ *
+ * The cache trusts nothing it reads back: a file in it may be truncated by a crash, corrupted by a disk,
+ * half-written by an old version, replaced by a symlink or planted by someone else. So the directory must
+ * be private (ours, 0700-like, not a symlink), entries are opened without following links, and an entry
+ * is used only after every header field and the checksum (which covers header and payload) agree. Writes
+ * never modify an entry in place: a complete file is built under a unique temporary name in the same
+ * directory and renamed over the entry, so readers see either the old file or the new one. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+#include "cache.h"
+#include "sha256.h"
+
+/* Entry layout offsets; NAME is where the variable-length spec name starts. */
+enum {
+    ENTRY_MAGIC = 0,    /* "FGCACHE\0" */
+    ENTRY_VERSION = 8,  /* u32 LE */
+    ENTRY_KEY = 12,     /* 32 bytes */
+    ENTRY_NAMELEN = 44, /* u32 LE */
+    ENTRY_NAME = 48,    /* name bytes, then payload length u64 LE, checksum (32), payload */
+    ENTRY_FIXED = 88,   /* bytes of an entry besides its name and payload */
+};
+
+/* A spec's canonical text is far shorter; the bound keeps a corrupt length from meaning anything. */
+#define CACHE_NAME_MAX 4096u
+/* Cubins are kilobytes to a few megabytes; a larger entry is refused rather than buffered. */
+#define CACHE_PAYLOAD_MAX ((uint64_t)1 << 30)
+/* A temporary file this old belongs to a writer that is long gone even if its pid was reused. */
+#define CACHE_TMP_STALE_SECONDS 3600
+
+static const uint8_t entry_magic[8] = {'F', 'G', 'C', 'A', 'C', 'H', 'E', '\0'};
+static const char tmp_prefix[] = ".tmp-";
+
+/* Numbers the temporary files of this process, so two threads never pick the same name. */
+static atomic_ulong tmp_counter;
+
+static void put_le32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_le64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get_le32(const uint8_t *p) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static uint64_t get_le64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* Hashes one key ingredient as (present flag, u64 length, bytes): lengths make the encoding of the input
+ * list injective, so no two different input lists can produce the same hashed byte stream, and the flag
+ * keeps a missing value distinct from an empty one. */
+static void key_field(fg_sha256 *s, const void *data, size_t n) {
+    uint8_t head[9];
+    head[0] = data != NULL;
+    put_le64(head + 1, data ? (uint64_t)n : 0);
+    sha256_update(s, head, sizeof head);
+    if (data)
+        sha256_update(s, data, n);
+}
+
+/* Computes the cache key of a compile (see cache.h for what goes in). A NULL string counts as absent,
+ * which differs from "". Options are hashed in order, after their count. Cannot fail. */
+void cache_key(const fg_cache_key_inputs *in, uint8_t key[32]) {
+    static const char domain[] = "flashgen-cache";
+    fg_sha256 s;
+    uint8_t word[8];
+    sha256_init(&s);
+    key_field(&s, domain, sizeof domain - 1);
+    put_le32(word, FG_CACHE_FORMAT_VERSION);
+    sha256_update(&s, word, 4);
+    key_field(&s, in->source, in->source ? in->source_len : 0);
+    key_field(&s, in->nvrtc_version, in->nvrtc_version ? strlen(in->nvrtc_version) : 0);
+    int nopts = in->options && in->nopts > 0 ? in->nopts : 0;
+    put_le64(word, (uint64_t)nopts);
+    sha256_update(&s, word, 8);
+    for (int i = 0; i < nopts; i++)
+        key_field(&s, in->options[i], in->options[i] ? strlen(in->options[i]) : 0);
+    key_field(&s, in->arch, in->arch ? strlen(in->arch) : 0);
+    key_field(&s, in->generator_version, in->generator_version ? strlen(in->generator_version) : 0);
+    sha256_final(&s, key);
+}
+
+/* Writes all n bytes to fd, retrying short writes and EINTR. Returns 0, or -1 with errno set. */
+static int write_all(int fd, const uint8_t *p, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Reads exactly n bytes from fd. Returns 0, or -1 with errno set (EIO standing in for an early end of
+ * file, which means the file shrank under us). */
+static int read_exact(int fd, uint8_t *p, size_t n) {
+    while (n > 0) {
+        ssize_t r = read(fd, p, n);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (r == 0) {
+            errno = EIO;
+            return -1;
+        }
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* Writes `len` bytes to `path` so that the path names either its old file or the complete new one, never
+ * a partial file: temporary file in the destination's directory (O_EXCL, 0600, a name unique per
+ * process, thread and call), write, fsync, rename, fsync of the directory. The temporary file is removed
+ * on every failure. FG_ERR_INVALID_ARGUMENT for an unusable path, FG_ERR_IO naming the file and the
+ * failing step otherwise. */
+fg_status fg_write_file_atomic(const char *path, const void *data, size_t len, fg_error *err) {
+    if (!path || !path[0])
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "fg_write_file_atomic: the path is empty.");
+    if (!data && len > 0)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "fg_write_file_atomic: data is NULL but len is %zu.", len);
+    size_t plen = strlen(path);
+    if (path[plen - 1] == '/')
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "cannot write '%s': the path names a directory.", path);
+    if (plen >= PATH_MAX)
+        return fg_fail(err, FG_ERR_IO, "cannot write '%s': the path is longer than %d bytes.", path, PATH_MAX - 1);
+
+    /* Split into directory and base name; the temporary file must share the directory so that rename()
+     * stays within one file system and is atomic. */
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    const char *base;
+    if (!slash) {
+        strcpy(dir, ".");
+        base = path;
+    } else if (slash == path) {
+        strcpy(dir, "/");
+        base = path + 1;
+    } else {
+        memcpy(dir, path, (size_t)(slash - path));
+        dir[slash - path] = '\0';
+        base = slash + 1;
+    }
+
+    /* The base name is cut to 128 bytes so the temporary name stays under NAME_MAX (255). */
+    char tmp[PATH_MAX + 256];
+    unsigned long n = atomic_fetch_add(&tmp_counter, 1);
+    int w = snprintf(tmp, sizeof tmp, "%s%s%s%ld-%ld-%lu-%.128s", slash ? dir : "", slash && slash != path ? "/" : "",
+                     tmp_prefix, (long)getpid(), (long)syscall(SYS_gettid), n, base);
+    if (w < 0 || (size_t)w >= sizeof tmp)
+        return fg_fail(err, FG_ERR_IO, "cannot write '%s': its temporary file name is too long.", path);
+
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return fg_fail(err, FG_ERR_IO, "cannot create temporary file '%s' to write '%s': %s.", tmp, path,
+                       strerror(errno));
+    const char *step = NULL;
+    if (fchmod(fd, 0600) != 0)
+        step = "fchmod";
+    else if (write_all(fd, data, len) != 0)
+        step = "write";
+    else if (fsync(fd) != 0)
+        step = "fsync";
+    int saved = errno;
+    if (close(fd) != 0 && !step) {
+        step = "close";
+        saved = errno;
+    }
+    if (!step && rename(tmp, path) != 0) {
+        step = "rename";
+        saved = errno;
+    }
+    if (step) {
+        unlink(tmp); /* best effort: the failure being reported matters more than this one */
+        return fg_fail(err, FG_ERR_IO, "cannot write '%s' (%s of temporary file '%s' failed: %s).", path, step, tmp,
+                       strerror(saved));
+    }
+
+    /* The rename is durable only once the directory is flushed. File systems that cannot fsync a
+     * directory say EINVAL; that is not a failure of this write. */
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return fg_fail(err, FG_ERR_IO, "wrote '%s' but cannot open its directory '%s' to fsync it: %s.", path, dir,
+                       strerror(errno));
+    if (fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP) {
+        saved = errno;
+        close(dfd);
+        return fg_fail(err, FG_ERR_IO, "wrote '%s' but fsync of its directory '%s' failed: %s.", path, dir,
+                       strerror(saved));
+    }
+    if (close(dfd) != 0)
+        return fg_fail(err, FG_ERR_IO, "wrote '%s' but closing its directory '%s' failed: %s.", path, dir,
+                       strerror(errno));
+    return FG_OK;
+}
+
+/* Reads a whole file into a malloc'd buffer (caller frees) that has one extra NUL byte after the
+ * contents, not counted in *len, so text files can be used as C strings. FG_ERR_IO naming the path, or
+ * FG_ERR_NO_MEMORY. *data is NULL on failure. */
+fg_status fg_read_file(const char *path, uint8_t **data, size_t *len, fg_error *err) {
+    *data = NULL;
+    *len = 0;
+    if (!path || !path[0])
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "fg_read_file: the path is empty.");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return fg_fail(err, FG_ERR_IO, "cannot open '%s' for reading: %s.", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return fg_fail(err, FG_ERR_IO, "cannot stat '%s': %s.", path, strerror(e));
+    }
+    if (S_ISDIR(st.st_mode)) {
+        close(fd);
+        return fg_fail(err, FG_ERR_IO, "cannot read '%s': it is a directory.", path);
+    }
+    /* The size is only a hint (pipes and /proc files report 0; a file may grow): read to end of file. */
+    size_t cap = S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size < SIZE_MAX / 2
+                     ? (size_t)st.st_size + 1
+                     : 4096;
+    size_t used = 0;
+    uint8_t *buf = malloc(cap);
+    if (!buf) {
+        close(fd);
+        return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory reading '%s' (%zu bytes).", path, cap);
+    }
+    for (;;) {
+        if (used + 1 >= cap) {
+            if (cap > SIZE_MAX / 2) {
+                free(buf);
+                close(fd);
+                return fg_fail(err, FG_ERR_IO, "cannot read '%s': it is too large.", path);
+            }
+            uint8_t *grown = realloc(buf, cap * 2);
+            if (!grown) {
+                free(buf);
+                close(fd);
+                return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory reading '%s' (%zu bytes).", path, cap * 2);
+            }
+            buf = grown;
+            cap *= 2;
+        }
+        ssize_t r = read(fd, buf + used, cap - 1 - used);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            free(buf);
+            close(fd);
+            return fg_fail(err, FG_ERR_IO, "cannot read '%s': %s.", path, strerror(e));
+        }
+        if (r == 0)
+            break;
+        used += (size_t)r;
+    }
+    if (close(fd) != 0) {
+        int e = errno;
+        free(buf);
+        return fg_fail(err, FG_ERR_IO, "cannot close '%s' after reading: %s.", path, strerror(e));
+    }
+    buf[used] = '\0';
+    *data = buf;
+    *len = used;
+    return FG_OK;
+}
+
+/* Copies a path into out (PATH_MAX-sized, the size of fg_disk_cache.dir) with trailing slashes removed;
+ * a relative path is made absolute against the working directory, so the cache keeps working after a
+ * chdir. Returns FG_OK or FG_ERR_IO naming `what` (where the path came from). */
+static fg_status absolute_dir(const char *path, const char *suffix, const char *what, char out[4096],
+                              fg_error *err) {
+    char cwd[4096];
+    const char *prefix = "";
+    const char *sep = "";
+    if (path[0] != '/') {
+        if (!getcwd(cwd, sizeof cwd))
+            return fg_fail(err, FG_ERR_IO, "cannot make the cache directory '%s' (%s) absolute: getcwd failed: %s.",
+                           path, what, strerror(errno));
+        prefix = cwd;
+        sep = strcmp(cwd, "/") == 0 ? "" : "/";
+    }
+    int n = snprintf(out, 4096, "%s%s%s%s", prefix, sep, path, suffix);
+    if (n < 0 || n >= 4096)
+        return fg_fail(err, FG_ERR_IO, "the cache directory '%s%s' (%s) is longer than 4095 bytes.", path, suffix,
+                       what);
+    while (n > 1 && out[n - 1] == '/')
+        out[--n] = '\0';
+    return FG_OK;
+}
+
+/* Creates `path` and its missing parents, each with mode 0700 (mkdir -p). Existing directories are left
+ * as they are; whether the last one is acceptable is check_dir's business. FG_ERR_IO naming the
+ * component that could not be created. */
+static fg_status make_dirs(const char *path, fg_error *err) {
+    char buf[4096];
+    size_t n = strlen(path);
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0')
+            continue;
+        char c = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0700) != 0 && errno != EEXIST)
+            return fg_fail(err, FG_ERR_IO, "cannot create the cache directory '%s' (at '%s'): %s.", path, buf,
+                           strerror(errno));
+        buf[i] = c;
+    }
+    return FG_OK;
+}
+
+/* Refuses a cache directory another user could tamper with: a symlink (lstat, so the link itself is
+ * judged), not a directory, owned by another uid, writable by group or others, or not fully
+ * accessible to its owner. FG_ERR_IO with a sentence naming the directory and the rule. */
+static fg_status check_dir(const char *dir, fg_error *err) {
+    struct stat st;
+    if (lstat(dir, &st) != 0)
+        return fg_fail(err, FG_ERR_IO, "cannot stat the cache directory '%s': %s.", dir, strerror(errno));
+    if (S_ISLNK(st.st_mode))
+        return fg_fail(err, FG_ERR_IO,
+                       "refusing the cache directory '%s': it is a symbolic link, and the cache directory must "
+                       "be a real directory so that no one can redirect it.",
+                       dir);
+    if (!S_ISDIR(st.st_mode))
+        return fg_fail(err, FG_ERR_IO, "refusing the cache directory '%s': it exists but is not a directory.", dir);
+    if (st.st_uid != geteuid())
+        return fg_fail(err, FG_ERR_IO,
+                       "refusing the cache directory '%s': it is owned by uid %ld, not by this user (uid %ld), "
+                       "and compiled code is only loaded from a directory the user owns.",
+                       dir, (long)st.st_uid, (long)geteuid());
+    if (st.st_mode & (S_IWGRP | S_IWOTH))
+        return fg_fail(err, FG_ERR_IO,
+                       "refusing the cache directory '%s': its mode %04o lets group or others write to it; "
+                       "it must be private (chmod 700).",
+                       dir, (unsigned)(st.st_mode & 07777));
+    if ((st.st_mode & S_IRWXU) != S_IRWXU)
+        return fg_fail(err, FG_ERR_IO,
+                       "refusing the cache directory '%s': its mode %04o does not give its owner read, write "
+                       "and search permission (chmod 700).",
+                       dir, (unsigned)(st.st_mode & 07777));
+    return FG_OK;
+}
+
+/* Resolves, creates and checks the cache directory (rules in cache.h); an empty string counts as unset,
+ * and relative $XDG_CACHE_HOME or $HOME values are ignored (the XDG specification says so, and a relative
+ * home would scatter caches by working directory). On failure cache->dir is empty. */
+fg_status cache_open(fg_disk_cache *cache, const char *dir, fg_error *err) {
+    cache->dir[0] = '\0';
+    const char *env;
+    fg_status st;
+    if (dir && dir[0])
+        st = absolute_dir(dir, "", "given explicitly", cache->dir, err);
+    else if ((env = getenv("FLASHGEN_CACHE_DIR")) && env[0])
+        st = absolute_dir(env, "", "from $FLASHGEN_CACHE_DIR", cache->dir, err);
+    else if ((env = getenv("XDG_CACHE_HOME")) && env[0] == '/')
+        st = absolute_dir(env, "/flashgen", "from $XDG_CACHE_HOME", cache->dir, err);
+    else if ((env = getenv("HOME")) && env[0] == '/')
+        st = absolute_dir(env, "/.cache/flashgen", "from $HOME", cache->dir, err);
+    else
+        return fg_fail(err, FG_ERR_IO,
+                       "no cache directory: none was given and neither $FLASHGEN_CACHE_DIR, an absolute "
+                       "$XDG_CACHE_HOME nor an absolute $HOME is set.");
+    if (st == FG_OK)
+        st = make_dirs(cache->dir, err);
+    if (st == FG_OK)
+        st = check_dir(cache->dir, err);
+    if (st != FG_OK)
+        cache->dir[0] = '\0';
+    return st;
+}
+
+/* True for the file names cache_put writes: 64 lower-case hex digits and ".cubin". */
+static int is_entry_name(const char *name) {
+    if (strlen(name) != 70 || strcmp(name + 64, ".cubin") != 0)
+        return 0;
+    for (int i = 0; i < 64; i++)
+        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+            return 0;
+    return 1;
+}
+
+/* Decodes the 64 hex digits of an entry name into the key they stand for. */
+static void key_from_name(const char *name, uint8_t key[32]) {
+    for (int i = 0; i < 32; i++) {
+        int hi = name[2 * i] <= '9' ? name[2 * i] - '0' : name[2 * i] - 'a' + 10;
+        int lo = name[2 * i + 1] <= '9' ? name[2 * i + 1] - '0' : name[2 * i + 1] - 'a' + 10;
+        key[i] = (uint8_t)(hi << 4 | lo);
+    }
+}
+
+/* What entry_check learned about an entry; fields are valid as far as parsing got. */
+typedef struct entry_view {
+    int have_name;        /* 1 once the name length was in bounds and the name lay inside the file */
+    size_t name_off;      /* offset of the name bytes */
+    size_t name_len;      /* their count */
+    int have_len;         /* 1 once the payload length field was readable */
+    uint64_t payload_len; /* the payload length the header claims */
+    size_t payload_off;   /* offset of the payload */
+} entry_view;
+
+/* Verifies an entry image against the key it must hold. Returns 1 when every field agrees and the
+ * checksum matches; 0 otherwise with a reason (a phrase for "entry ... is a miss: <why>") in why. */
+static int entry_check(const uint8_t *buf, size_t size, const uint8_t key[32], entry_view *v, char *why,
+                       size_t whylen) {
+    memset(v, 0, sizeof *v);
+    if (size < ENTRY_FIXED) {
+        snprintf(why, whylen, "it is %zu bytes, shorter than the %d-byte header", size, ENTRY_FIXED);
+        return 0;
+    }
+    if (memcmp(buf + ENTRY_MAGIC, entry_magic, sizeof entry_magic) != 0) {
+        snprintf(why, whylen, "its magic is not \"FGCACHE\"");
+        return 0;
+    }
+    uint32_t version = get_le32(buf + ENTRY_VERSION);
+    if (version != FG_CACHE_FORMAT_VERSION) {
+        snprintf(why, whylen, "its format version is %u, this flashgen writes %u", version,
+                 FG_CACHE_FORMAT_VERSION);
+        return 0;
+    }
+    uint32_t name_len = get_le32(buf + ENTRY_NAMELEN);
+    if (name_len > CACHE_NAME_MAX) {
+        snprintf(why, whylen, "its name length %u exceeds %u", name_len, CACHE_NAME_MAX);
+        return 0;
+    }
+    if (size - ENTRY_FIXED < name_len) {
+        snprintf(why, whylen, "it is %zu bytes, too short for its %u-byte name", size, name_len);
+        return 0;
+    }
+    v->have_name = 1;
+    v->name_off = ENTRY_NAME;
+    v->name_len = name_len;
+    v->have_len = 1;
+    v->payload_len = get_le64(buf + ENTRY_NAME + name_len);
+    v->payload_off = ENTRY_FIXED + name_len;
+    if (memchr(buf + ENTRY_NAME, '\0', name_len)) {
+        snprintf(why, whylen, "its name contains a NUL byte");
+        return 0;
+    }
+    if (memcmp(buf + ENTRY_KEY, key, 32) != 0) {
+        snprintf(why, whylen, "the key it holds is not the key looked up");
+        return 0;
+    }
+    size_t remaining = size - v->payload_off;
+    if (v->payload_len != (uint64_t)remaining) {
+        snprintf(why, whylen, "its header claims a %llu-byte payload but %zu bytes follow",
+                 (unsigned long long)v->payload_len, remaining);
+        return 0;
+    }
+    uint8_t sum[32];
+    fg_sha256 s;
+    sha256_init(&s);
+    sha256_update(&s, buf, v->payload_off - 32);
+    sha256_update(&s, buf + v->payload_off, remaining);
+    sha256_final(&s, sum);
+    if (memcmp(sum, buf + v->payload_off - 32, 32) != 0) {
+        snprintf(why, whylen, "its checksum does not match its contents");
+        return 0;
+    }
+    return 1;
+}
+
+/* Loads the entry file `file` of the cache without following symlinks (O_NOFOLLOW; O_NONBLOCK so a FIFO
+ * planted under an entry name cannot block us) and only if it is a regular file of plausible size.
+ * FG_OK with a malloc'd image; FG_ERR_NOT_FOUND with the reason in why; FG_ERR_NO_MEMORY. */
+static fg_status entry_load(const char *dir, const char *file, uint8_t **image, size_t *size, char *why,
+                            size_t whylen) {
+    char path[4096 + 80];
+    *image = NULL;
+    *size = 0;
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            snprintf(why, whylen, "there is no such file");
+        else if (errno == ELOOP)
+            snprintf(why, whylen, "it is a symbolic link, which the cache never follows");
+        else
+            snprintf(why, whylen, "it cannot be opened: %s", strerror(errno));
+        return FG_ERR_NOT_FOUND;
+    }
+    struct stat st;
+    fg_status status = FG_ERR_NOT_FOUND;
+    uint8_t *buf = NULL;
+    if (fstat(fd, &st) != 0)
+        snprintf(why, whylen, "it cannot be stat'ed: %s", strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        snprintf(why, whylen, "it is not a regular file");
+    else if (st.st_size < ENTRY_FIXED)
+        snprintf(why, whylen, "it is %lld bytes, shorter than the %d-byte header", (long long)st.st_size,
+                 ENTRY_FIXED);
+    else if ((uint64_t)st.st_size > ENTRY_FIXED + CACHE_NAME_MAX + CACHE_PAYLOAD_MAX)
+        snprintf(why, whylen, "it is %lld bytes, larger than any entry flashgen writes", (long long)st.st_size);
+    else if (!(buf = malloc((size_t)st.st_size))) {
+        snprintf(why, whylen, "out of memory buffering its %lld bytes", (long long)st.st_size);
+        status = FG_ERR_NO_MEMORY;
+    } else if (read_exact(fd, buf, (size_t)st.st_size) != 0)
+        snprintf(why, whylen, "reading it failed: %s", strerror(errno));
+    else
+        status = FG_OK;
+    close(fd); /* read-only descriptor: a close error cannot lose data */
+    if (status != FG_OK) {
+        free(buf);
+        return status;
+    }
+    *image = buf;
+    *size = (size_t)st.st_size;
+    return FG_OK;
+}
+
+/* Looks a key up (see cache.h). FG_OK with a malloc'd payload (caller frees; a 0-byte payload still
+ * gets a non-NULL 1-byte allocation); FG_ERR_NOT_FOUND for any miss with the reason in err;
+ * FG_ERR_NO_MEMORY when the entry could not be buffered; FG_ERR_INVALID_ARGUMENT for NULL pointers. */
+fg_status cache_get(const fg_disk_cache *cache, const uint8_t key[32], uint8_t **payload, size_t *len,
+                    fg_error *err) {
+    if (!payload || !len)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "cache_get: payload and len must not be NULL.");
+    *payload = NULL;
+    *len = 0;
+    if (!cache || !key || !cache->dir[0])
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "cache_get: the cache is not open or the key is NULL.");
+    char file[80], hex[65], why[512];
+    sha256_hex(key, hex);
+    snprintf(file, sizeof file, "%s.cubin", hex);
+    uint8_t *image;
+    size_t size;
+    fg_status st = entry_load(cache->dir, file, &image, &size, why, sizeof why);
+    if (st != FG_OK)
+        return fg_fail(err, st, "cache entry '%s/%s' is a miss: %s.", cache->dir, file, why);
+    entry_view v;
+    if (!entry_check(image, size, key, &v, why, sizeof why)) {
+        free(image);
+        return fg_fail(err, FG_ERR_NOT_FOUND, "cache entry '%s/%s' is a miss: %s.", cache->dir, file, why);
+    }
+    size_t n = (size_t)v.payload_len;
+    uint8_t *out = malloc(n ? n : 1);
+    if (!out) {
+        free(image);
+        return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory copying the %zu-byte payload of cache entry '%s'.", n,
+                       file);
+    }
+    if (n)
+        memcpy(out, image + v.payload_off, n);
+    free(image);
+    *payload = out;
+    *len = n;
+    return FG_OK;
+}
+
+/* Stores an entry (see cache.h). The entry is assembled in memory, then written with
+ * fg_write_file_atomic, so readers and racing writers only ever see whole entries. name may be NULL
+ * (stored as empty). FG_ERR_INVALID_ARGUMENT for a missing key, a name over 4096 bytes or a payload over
+ * 1 GiB; FG_ERR_NO_MEMORY; FG_ERR_IO from the write. */
+fg_status cache_put(const fg_disk_cache *cache, const uint8_t key[32], const char *name, const uint8_t *payload,
+                    size_t len, fg_error *err) {
+    if (!cache || !key || !cache->dir[0])
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "cache_put: the cache is not open or the key is NULL.");
+    if (!payload && len > 0)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "cache_put: payload is NULL but len is %zu.", len);
+    size_t name_len = name ? strlen(name) : 0;
+    if (name_len > CACHE_NAME_MAX)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "cache_put: the entry name is %zu bytes; the limit is %u.",
+                       name_len, CACHE_NAME_MAX);
+    if ((uint64_t)len > CACHE_PAYLOAD_MAX)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                       "cache_put: the payload of '%s' is %zu bytes; the cache holds entries up to %llu bytes.",
+                       name ? name : "", len, (unsigned long long)CACHE_PAYLOAD_MAX);
+    size_t size = ENTRY_FIXED + name_len + len;
+    uint8_t *buf = malloc(size);
+    if (!buf)
+        return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory building a %zu-byte cache entry.", size);
+    memcpy(buf + ENTRY_MAGIC, entry_magic, sizeof entry_magic);
+    put_le32(buf + ENTRY_VERSION, FG_CACHE_FORMAT_VERSION);
+    memcpy(buf + ENTRY_KEY, key, 32);
+    put_le32(buf + ENTRY_NAMELEN, (uint32_t)name_len);
+    if (name_len)
+        memcpy(buf + ENTRY_NAME, name, name_len);
+    put_le64(buf + ENTRY_NAME + name_len, (uint64_t)len);
+    size_t sum_off = ENTRY_NAME + name_len + 8;
+    if (len)
+        memcpy(buf + sum_off + 32, payload, len);
+    fg_sha256 s;
+    sha256_init(&s);
+    sha256_update(&s, buf, sum_off);
+    sha256_update(&s, buf + sum_off + 32, len);
+    sha256_final(&s, buf + sum_off);
+
+    char path[4096 + 80], hex[65];
+    sha256_hex(key, hex);
+    snprintf(path, sizeof path, "%s/%s.cubin", cache->dir, hex);
+    fg_status st = fg_write_file_atomic(path, buf, size, err);
+    free(buf);
+    return st;
+}
+
+/* Frees a name list from list_dir. */
+static void free_names(char **names, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+static int cmp_names(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Lists the names in dir accepted by keep(), sorted, into a malloc'd array of malloc'd strings (the
+ * listing is taken whole before anything is removed, since readdir during unlink is unspecified).
+ * FG_OK, FG_ERR_IO naming the directory, or FG_ERR_NO_MEMORY. */
+static fg_status list_dir(const char *dir, int (*keep)(const char *), char ***names, size_t *count,
+                          fg_error *err) {
+    *names = NULL;
+    *count = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return fg_fail(err, FG_ERR_IO, "cannot list the cache directory '%s': %s.", dir, strerror(errno));
+    char **list = NULL;
+    size_t n = 0, cap = 0;
+    fg_status st = FG_OK;
+    for (;;) {
+        errno = 0;
+        struct dirent *e = readdir(d);
+        if (!e) {
+            if (errno != 0)
+                st = fg_fail(err, FG_ERR_IO, "cannot list the cache directory '%s': %s.", dir, strerror(errno));
+            break;
+        }
+        if (!keep(e->d_name))
+            continue;
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 16;
+            char **grown = realloc(list, ncap * sizeof *list);
+            if (!grown) {
+                st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory listing the cache directory '%s'.", dir);
+                break;
+            }
+            list = grown;
+            cap = ncap;
+        }
+        if (!(list[n] = strdup(e->d_name))) {
+            st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory listing the cache directory '%s'.", dir);
+            break;
+        }
+        n++;
+    }
+    closedir(d);
+    if (st != FG_OK) {
+        free_names(list, n);
+        return st;
+    }
+    if (n > 1)
+        qsort(list, n, sizeof *list, cmp_names);
+    *names = list;
+    *count = n;
+    return FG_OK;
+}
+
+/* Visits every entry file in name order (see cache.h). The callback gets the file's base name, the spec
+ * name when the header was readable that far (else NULL), the claimed payload length (0 when unknown),
+ * whether the entry verifies, and if not why (a phrase). cb may be NULL to only count. */
+int cache_visit(const fg_disk_cache *cache, fg_cache_visit_fn cb, void *user, fg_error *err) {
+    if (!cache || !cache->dir[0]) {
+        fg_fail(err, FG_ERR_INVALID_ARGUMENT, "cache_visit: the cache is not open.");
+        return -1;
+    }
+    char **names;
+    size_t count;
+    if (list_dir(cache->dir, is_entry_name, &names, &count, err) != FG_OK)
+        return -1;
+    for (size_t i = 0; i < count; i++) {
+        uint8_t key[32], *image;
+        size_t size;
+        char why[512];
+        char name[CACHE_NAME_MAX + 1];
+        key_from_name(names[i], key);
+        fg_status st = entry_load(cache->dir, names[i], &image, &size, why, sizeof why);
+        if (st != FG_OK) {
+            if (cb)
+                cb(user, names[i], NULL, 0, 0, why);
+            continue;
+        }
+        entry_view v;
+        int ok = entry_check(image, size, key, &v, why, sizeof why);
+        if (v.have_name) {
+            memcpy(name, image + v.name_off, v.name_len);
+            name[v.name_len] = '\0';
+        }
+        if (cb)
+            cb(user, names[i], v.have_name ? name : NULL, v.have_len ? v.payload_len : 0, ok, ok ? NULL : why);
+        free(image);
+    }
+    free_names(names, count);
+    return count > INT_MAX ? INT_MAX : (int)count;
+}
+
+/* True for a name that is a flashgen entry or looks like one of its temporary files. */
+static int is_clearable_name(const char *name) {
+    return is_entry_name(name) || strncmp(name, tmp_prefix, sizeof tmp_prefix - 1) == 0;
+}
+
+/* Decides whether a ".tmp-<pid>-..." file is abandoned: its writing process no longer exists on this
+ * machine, or it is older than any write could take. A name that does not carry a pid is not ours. */
+static int tmp_is_stale(const char *name, const struct stat *st) {
+    const char *p = name + sizeof tmp_prefix - 1;
+    char *end;
+    errno = 0;
+    long pid = strtol(p, &end, 10);
+    if (end == p || *end != '-' || errno != 0 || pid <= 0 || pid > INT_MAX)
+        return 0;
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+        return 1;
+    return time(NULL) - st->st_mtime > CACHE_TMP_STALE_SECONDS;
+}
+
+/* Removes every entry file and every stale temporary file (see tmp_is_stale) from the cache directory;
+ * other files, directories and temporary files of live writers stay. Returns the number removed, or -1
+ * with err set on the first removal that fails. */
+int cache_clear(const fg_disk_cache *cache, fg_error *err) {
+    if (!cache || !cache->dir[0]) {
+        fg_fail(err, FG_ERR_INVALID_ARGUMENT, "cache_clear: the cache is not open.");
+        return -1;
+    }
+    char **names;
+    size_t count;
+    if (list_dir(cache->dir, is_clearable_name, &names, &count, err) != FG_OK)
+        return -1;
+    int removed = 0;
+    for (size_t i = 0; i < count; i++) {
+        char path[4096 + 300];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", cache->dir, names[i]);
+        if (lstat(path, &st) != 0) {
+            if (errno == ENOENT)
+                continue; /* a concurrent clear or rename got there first */
+            fg_fail(err, FG_ERR_IO, "cannot stat '%s' while clearing the cache: %s.", path, strerror(errno));
+            removed = -1;
+            break;
+        }
+        if (S_ISDIR(st.st_mode))
+            continue;
+        if (!is_entry_name(names[i]) && !tmp_is_stale(names[i], &st))
+            continue;
+        if (unlink(path) != 0) {
+            if (errno == ENOENT)
+                continue;
+            fg_fail(err, FG_ERR_IO, "cannot remove '%s' while clearing the cache: %s.", path, strerror(errno));
+            removed = -1;
+            break;
+        }
+        if (removed < INT_MAX)
+            removed++;
+    }
+    free_names(names, count);
+    return removed;
+}

@@ -1,0 +1,97 @@
+/* reference.h: the CPU reference of the attention forward pass, and the helpers the GPU suite and the
+ * CLI share to judge a kernel's output (TESTING.md).
+ *
+ * Two references on the same inputs, computed in double precision on every core:
+ *   ref32    the exact math from the upcast fp16/bf16 inputs;
+ *   ref_lowp the kernel's precision: P = exp(scale*s - rowmax) rounded to the input dtype before P.V,
+ *            the row sum l taken from the unrounded P, O rounded to the dtype at the end (as
+ *            FlashAttention's own tests build their reference).
+ * A kernel output passes when max|out - ref32| <= 2 * max|ref_lowp - ref32| + 1e-5 and nothing is NaN/Inf.
+ *
+ * Tensors are host arrays described by an fg_tensor exactly like the public API's device tensors
+ * ([batch, seqlen, heads, head_dim], strides in elements, any strides allowed here), so one description
+ * serves the device buffer and its host copy. Semantics follow include/flashgen.h: softmax_scale 0 means
+ * 1/sqrt(head_dim); causal is bottom-right aligned (query i sees keys j <= i + seqlen_k - seqlen_q);
+ * K/V head h/(heads_q/heads_kv) serves query head h (GQA); a row that sees no key has O = 0, LSE = -inf.
+ * LSE is the natural log of sum_j exp(scale * s_ij), laid out [batch, heads_q, seqlen_q]. */
+#ifndef FG_TEST_REFERENCE_H
+#define FG_TEST_REFERENCE_H
+
+#include <stdint.h>
+#include "fgerr.h"
+
+/* ---- exact conversions, round to nearest even; NaN stays NaN (quieted), Inf and subnormals exact ---- */
+float ref_f16_to_float(uint16_t h);
+uint16_t ref_float_to_f16(float f);
+float ref_bf16_to_float(uint16_t h);
+uint16_t ref_float_to_bf16(float f);
+
+/* The same for a dtype chosen at run time (FG_DTYPE_F16 or FG_DTYPE_BF16; any other dtype gives NaN / 0). */
+float ref_to_float(fg_dtype dtype, uint16_t bits);
+uint16_t ref_from_float(fg_dtype dtype, float f);
+
+/* Fills every element of the view t (host data, fp16 or bf16) with N(0, 1) samples rounded to t->dtype.
+ * Element values depend only on (seed, logical index b,s,h,d in row-major order), not on the strides
+ * or the thread count: a strided view and a contiguous copy filled with one seed hold the same values.
+ * Memory between the view's elements (padding) is left untouched. Uses every core. */
+fg_status ref_fill_normal(const fg_tensor *t, uint64_t seed, fg_error *err);
+
+/* One forward problem on host tensors. q, k, v share one dtype (F16 or BF16). */
+typedef struct ref_problem {
+    fg_tensor q;         /* [b, sq, hq, d] */
+    fg_tensor k;         /* [b, sk, hkv, d], hkv divides hq; sk may be 0 */
+    fg_tensor v;         /* [b, sk, hkv, d] */
+    float softmax_scale; /* 0 means 1/sqrt(d) */
+    int causal;          /* 1: bottom-right aligned causal mask */
+} ref_problem;
+
+typedef enum ref_mode {
+    REF_32 = 0,  /* exact math in double from the upcast inputs */
+    REF_LOWP = 1 /* P and O rounded to the input dtype, as the kernel does */
+} ref_mode;
+
+/* Computes the forward pass of p in `mode`. o (caller-owned, b*sq*hq*d doubles) receives O contiguous
+ * [b, sq, hq, d]; lse (b*hq*sq doubles, or NULL) receives the LSE contiguous [b, hq, sq] (the same in
+ * both modes). Returns FG_ERR_INVALID_ARGUMENT for an inconsistent problem, FG_ERR_NO_MEMORY. */
+fg_status ref_attention_fwd(const ref_problem *p, ref_mode mode, double *o, double *lse, fg_error *err);
+
+/* LSE tolerance: |lse - ref| <= REF_LSE_ATOL + REF_LSE_RTOL * |ref|. The kernel's LSE comes from fp32
+ * scores and an fp32 row sum over at most a few thousand terms; its error is ~1e-6, so these leave a wide
+ * margin while a wrong scale, base (log2 vs ln) or row max is off by far more. */
+#define REF_LSE_ATOL 5e-4
+#define REF_LSE_RTOL 5e-5
+
+/* What ref_check_fwd found. Indices of the worst elements are logical ([b, s, h, d] / [b, h, s]). */
+typedef struct ref_report {
+    int pass;                  /* 1 when every rule below holds */
+    double max_err;            /* max |out - ref32| over finite outputs */
+    double max_lowp_err;       /* max |ref_lowp - ref32| */
+    double bound;              /* 2 * max_lowp_err + 1e-5 */
+    int64_t worst[4];          /* where max_err occurs (all -1 when there are no elements) */
+    double worst_out;          /* the output at worst */
+    double worst_ref;          /* ref32 at worst */
+    int64_t nonfinite;         /* outputs that are NaN or Inf (must be 0) */
+    int64_t first_nonfinite[4];/* the first of them in row-major order, or -1 */
+    int lse_checked;           /* 1 when an LSE tensor was given */
+    double lse_max_err;        /* max |lse - ref| over rows whose reference is finite */
+    int64_t lse_worst[3];      /* where lse_max_err occurs, or -1 */
+    int64_t lse_bad;           /* rows out of tolerance, non-finite where the reference is finite,
+                                  or not -inf where the reference is -inf (must be 0) */
+    int64_t lse_first_bad[3];  /* the first bad row in row-major order, or -1 */
+    double lse_first_bad_val;  /* its value */
+    double lse_first_bad_ref;  /* its reference */
+} ref_report;
+
+/* Judges a kernel's output against both references, row by row on every core, without storing the
+ * references (so a 2^31-element output needs no extra memory). out: host copy of O, same dtype as p and
+ * shape [b, sq, hq, d], any strides. lse: host copy of the LSE (FG_DTYPE_F32, ndim 3, [b, hq, sq]) or
+ * NULL to skip it. Fills *r (r->pass tells the verdict); returns FG_OK unless the arguments are
+ * inconsistent (FG_ERR_INVALID_ARGUMENT) or memory runs out (FG_ERR_NO_MEMORY). */
+fg_status ref_check_fwd(const ref_problem *p, const fg_tensor *out, const fg_tensor *lse, ref_report *r,
+                        fg_error *err);
+
+/* Writes a one-line account of r into buf (n bytes, NUL-terminated, truncated if needed):
+ * errors, bound, worst element, non-finite count and the LSE findings. Returns buf. */
+char *ref_report_format(const ref_report *r, char *buf, size_t n);
+
+#endif

@@ -1,0 +1,721 @@
+/* test_cli.c: the `flashgen` program (generator/cli.c), run as a user runs it.
+ *
+ * Each test forks and execs build/flashgen (or $FLASHGEN_BIN) from the repository root, with stdout and
+ * stderr captured to files and FLASHGEN_CACHE_DIR pointing into the test's own mkdtemp directory, so no
+ * test touches the user's cache. What is checked: exit codes (0 success, 1 failure, 2 usage), the
+ * "flashgen <cmd>: <sentence>" messages naming the bad option or field, that `gen` prints exactly what
+ * the library emits, that `compile` writes a real cubin, that `list` and `bundle` agree with the config,
+ * that bundles read back with the right names, that a failing bundle leaves no file, that --emit-c output
+ * compiles and holds the same bundle, and the cache subcommands on entries made here with cache_put.
+ * NVRTC compiles need no GPU; the one GPU case (`run`) checks the no-device message or, with a GPU, runs
+ * a small problem. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "bundle.h"
+#include "cache.h"
+#include "cuda_api.h"
+#include "emit.h"
+#include "spec.h"
+
+static char g_dir[64];    /* this test's scratch directory */
+static char g_cache[128]; /* g_dir/cache: FLASHGEN_CACHE_DIR of every run */
+
+/* Criterion .init: a fresh scratch directory per test, so tests may run in parallel. */
+static void scratch_init(void) {
+    strcpy(g_dir, "/tmp/fg-test-cli-XXXXXX");
+    cr_assert_not_null(mkdtemp(g_dir), "mkdtemp failed: %s", strerror(errno));
+    snprintf(g_cache, sizeof g_cache, "%s/cache", g_dir);
+}
+
+/* Criterion .fini: removes the scratch directory (only ever one of ours). */
+static void scratch_fini(void) {
+    char cmd[128];
+    if (!g_dir[0] || strncmp(g_dir, "/tmp/fg-test-cli-", 17) != 0) return;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) cr_log_warn("could not remove %s", g_dir);
+}
+
+TestSuite(cli, .init = scratch_init, .fini = scratch_fini, .timeout = 60);
+
+/* What one run of the program did. */
+typedef struct run_result {
+    int status;   /* exit status, or 128 + signal when killed */
+    char *out;    /* captured stdout (NUL-terminated, caller frees with run_free) */
+    char *err;    /* captured stderr */
+} run_result;
+
+/* Reads a whole file as a string (asserting on failure). */
+static char *slurp(const char *path, size_t *len_out) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot open %s: %s", path, strerror(errno));
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    cr_assert_not_null(buf);
+    size_t n;
+    while ((n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += n;
+        if (cap - len < 2) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            cr_assert_not_null(buf);
+        }
+    }
+    fclose(f);
+    buf[len] = '\0';
+    if (len_out) *len_out = len;
+    return buf;
+}
+
+/* Writes a string to a file (asserting on failure). */
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "cannot create %s: %s", path, strerror(errno));
+    cr_assert_eq(fputs(text, f) >= 0, 1);
+    cr_assert_eq(fclose(f), 0);
+}
+
+/* The program under test. */
+static const char *flashgen_bin(void) {
+    const char *b = getenv("FLASHGEN_BIN");
+    return b && *b ? b : "build/flashgen";
+}
+
+/* Starts flashgen with the NULL-terminated argument list args (not counting argv[0]), stdout and stderr
+ * going to g_dir/stdout and g_dir/stderr, FLASHGEN_CACHE_DIR set to cache_dir (g_cache when NULL).
+ * Returns the child's pid; finish_run collects it. */
+static pid_t start_run(const char *cache_dir, const char *const *args) {
+    const char *bin = flashgen_bin();
+    cr_assert_eq(access(bin, X_OK), 0, "%s is not an executable (%s): build it with ninja, or set FLASHGEN_BIN",
+                 bin, strerror(errno));
+    char out_path[160], err_path[160];
+    snprintf(out_path, sizeof out_path, "%s/stdout", g_dir);
+    snprintf(err_path, sizeof err_path, "%s/stderr", g_dir);
+    const char *argv[64];
+    int n = 0;
+    argv[n++] = bin;
+    for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
+    argv[n] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1, "fork failed: %s", strerror(errno));
+    if (pid == 0) {
+        int fo = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int fe = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fo < 0 || fe < 0 || dup2(fo, 1) < 0 || dup2(fe, 2) < 0) _exit(126);
+        setenv("FLASHGEN_CACHE_DIR", cache_dir ? cache_dir : g_cache, 1);
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits for the child started by start_run and collects its exit status and output. */
+static run_result finish_run(pid_t pid) {
+    char out_path[160], err_path[160];
+    snprintf(out_path, sizeof out_path, "%s/stdout", g_dir);
+    snprintf(err_path, sizeof err_path, "%s/stderr", g_dir);
+    int ws = 0;
+    cr_assert_eq(waitpid(pid, &ws, 0), pid);
+    run_result r;
+    r.status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    r.out = slurp(out_path, NULL);
+    r.err = slurp(err_path, NULL);
+    return r;
+}
+
+/* Runs flashgen to completion with FLASHGEN_CACHE_DIR set to cache_dir (g_cache when NULL). */
+static run_result run_with_cache(const char *cache_dir, const char *const *args) {
+    return finish_run(start_run(cache_dir, args));
+}
+
+/* Runs flashgen with the test's cache directory. */
+static run_result run(const char *const *args) { return run_with_cache(NULL, args); }
+
+/* RUN("gen", "--help"): runs flashgen with those arguments (the NULL terminator is added). */
+#define RUN(...) run((const char *const[]){__VA_ARGS__, NULL})
+
+/* Frees the captured output of a run. */
+static void run_free(run_result *r) {
+    free(r->out);
+    free(r->err);
+}
+
+/* Asserts the exit status, showing both streams when it is wrong. */
+#define EXPECT_STATUS(r, want)                                                                               \
+    cr_assert_eq((r).status, (want), "exit status %d, expected %d\n--- stdout:\n%.2000s\n--- stderr:\n%.2000s", \
+                 (r).status, (want), (r).out, (r).err)
+
+/* The canonical name of a partial spec once the default tile policy has filled it. */
+static void canonical(const char *partial, char name[FG_SPEC_NAME_MAX]) {
+    fg_spec s;
+    fg_error err;
+    fg_tile_policy pol;
+    cr_assert_eq(spec_parse(partial, &s, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(tile_policy_init_default(&pol, &err), FG_OK);
+    cr_assert_eq(spec_fill_tiles(&s, &pol, &err), FG_OK, "%s", err.msg);
+    tile_policy_free(&pol);
+    cr_assert_gt(spec_format(&s, name, FG_SPEC_NAME_MAX), 0);
+}
+
+/* Counts the lines of text (each ending in '\n'). */
+static int count_lines(const char *text) {
+    int n = 0;
+    for (; *text; text++) n += *text == '\n';
+    return n;
+}
+
+/* Returns 1 when `line` is one of the newline-terminated lines of text. */
+static int has_line(const char *text, const char *line) {
+    size_t n = strlen(line);
+    for (const char *p = text; (p = strstr(p, line)) != NULL; p++)
+        if ((p == text || p[-1] == '\n') && p[n] == '\n') return 1;
+    return 0;
+}
+
+/* Returns 1 when anything (a file, a link) exists at path. */
+static int file_exists(const char *path) {
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+/* A two-variant config: sm_80 fp16 and bf16 at head_dim 64 with explicit tiles, for bundles. */
+static const char two_variants[] =
+    "-- two small variants\n"
+    "variants { kind = \"fwd\", arch = \"sm_80\", dtype = {\"fp16\", \"bf16\"}, head_dim = 64,\n"
+    "           block_m = 64, block_n = 64, warps = 4, stages = 2 }\n";
+static const char *const two_names[2] = {
+    "arch=sm_80,block_m=64,block_n=64,causal=0,dtype=bf16,head_dim=64,kind=fwd,stages=2,warps=4",
+    "arch=sm_80,block_m=64,block_n=64,causal=0,dtype=fp16,head_dim=64,kind=fwd,stages=2,warps=4",
+};
+
+/* ---------------------------------------------------------------- help, version, usage errors */
+
+Test(cli, help_of_every_command_exits_0) {
+    run_result r = RUN("--help");
+    EXPECT_STATUS(r, 0);
+    const char *cmds[] = {"gen", "compile", "list", "bundle", "run", "explain", "info", "cache"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "\n  %s ", cmds[i]);
+        cr_expect_not_null(strstr(r.out, want), "flashgen --help does not list '%s':\n%s", cmds[i], r.out);
+    }
+    cr_expect_not_null(strstr(r.out, "head_dim_range"), "--help should list the validation rules");
+    run_free(&r);
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        r = RUN(cmds[i], "--help");
+        EXPECT_STATUS(r, 0);
+        char want[64];
+        snprintf(want, sizeof want, "usage: flashgen %s", cmds[i]);
+        cr_expect_not_null(strstr(r.out, want), "'%s --help' printed:\n%s", cmds[i], r.out);
+        cr_expect_str_empty(r.err, "'%s --help' wrote to stderr: %s", cmds[i], r.err);
+        run_free(&r);
+    }
+    r = RUN("help", "bundle");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "usage: flashgen bundle"));
+    run_free(&r);
+}
+
+Test(cli, version) {
+    run_result r = RUN("--version");
+    EXPECT_STATUS(r, 0);
+    cr_expect_str_eq(r.out, "flashgen " FG_VERSION_STRING "\n");
+    run_free(&r);
+}
+
+Test(cli, no_arguments_and_unknown_command_exit_2) {
+    run_result r = run((const char *const[]){NULL});
+    EXPECT_STATUS(r, 2);
+    cr_expect_not_null(strstr(r.err, "usage: flashgen"), "%s", r.err);
+    run_free(&r);
+    r = RUN("frobnicate");
+    EXPECT_STATUS(r, 2);
+    cr_expect_not_null(strstr(r.err, "unknown command 'frobnicate'"), "%s", r.err);
+    cr_expect_str_empty(r.out);
+    run_free(&r);
+    r = RUN("--frobnicate");
+    EXPECT_STATUS(r, 2);
+    cr_expect_not_null(strstr(r.err, "--frobnicate"), "%s", r.err);
+    run_free(&r);
+}
+
+/* Each bad option exits 2 with a message that starts with the command and names the option. */
+Test(cli, bad_options_exit_2_naming_the_option) {
+    struct {
+        const char *args[8];
+        const char *prefix, *names;
+    } cases[] = {
+        {{"gen", "--frob", "arch=sm_90a", NULL}, "flashgen gen: ", "'--frob'"},
+        {{"gen", NULL}, "flashgen gen: ", "SPEC"},
+        {{"compile", "arch=sm_80", "dtype=fp16", "head_dim=64", NULL}, "flashgen compile: ", "-o"},
+        {{"compile", "arch=sm_80", "-o", NULL}, "flashgen compile: ", "'-o' needs a value"},
+        {{"list", NULL}, "flashgen list: ", "CONFIG"},
+        {{"bundle", "x.lua", "-o", "x.bin", "-j", "-3", NULL}, "flashgen bundle: ", "-j"},
+        {{"bundle", "x.lua", "-o", "x.bin", "--jobs", "4x", NULL}, "flashgen bundle: ", "'4x'"},
+        {{"bundle", "x.lua", NULL}, "flashgen bundle: ", "-o"},
+        {{"bundle", "x.lua", "-o", "x.c", "--emit-c", "--symbol", "1abc", NULL}, "flashgen bundle: ", "--symbol"},
+        {{"run", "--batch", "abc", NULL}, "flashgen run: ", "--batch"},
+        {{"run", "--seqlen-q", "-5", NULL}, "flashgen run: ", "--seqlen-q"},
+        {{"run", "--head-dim", "", NULL}, "flashgen run: ", "--head-dim"},
+        {{"run", "--iters", "99999999999999999999", NULL}, "flashgen run: ", "--iters"},
+        {{"run", "--dtype", "fp32", NULL}, "flashgen run: ", "--dtype"},
+        {{"run", "--heads", "8", "--heads-kv", "3", NULL}, "flashgen run: ", "--heads-kv"},
+        {{"run", "stray", NULL}, "flashgen run: ", "'stray'"},
+        {{"explain", "--iters", "3", NULL}, "flashgen explain: ", "'--iters'"},
+        {{"info", "--verbose", NULL}, "flashgen info: ", "'--verbose'"},
+        {{"cache", NULL}, "flashgen cache: ", "ls, verify or clear"},
+        {{"cache", "shred", NULL}, "flashgen cache: ", "'shred'"},
+        {{"cache", "ls", "--dir", NULL}, "flashgen cache: ", "'--dir' needs a value"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run_result r = run(cases[i].args);
+        cr_expect_eq(r.status, 2, "case %zu (%s %s): exit %d, stderr: %s", i, cases[i].args[0],
+                     cases[i].args[1] ? cases[i].args[1] : "", r.status, r.err);
+        cr_expect_eq(strncmp(r.err, cases[i].prefix, strlen(cases[i].prefix)), 0, "case %zu: stderr '%s'", i, r.err);
+        cr_expect_not_null(strstr(r.err, cases[i].names), "case %zu: stderr '%s' does not name %s", i, r.err,
+                           cases[i].names);
+        run_free(&r);
+    }
+}
+
+/* ---------------------------------------------------------------- gen */
+
+/* gen prints exactly the library's emitted source for the tile-filled spec: no #include, the name. */
+Test(cli, gen_prints_the_emitted_source) {
+    char name[FG_SPEC_NAME_MAX];
+    canonical("kind=fwd,arch=sm_90a,dtype=bf16,head_dim=128,causal=1", name);
+    run_result r = RUN("gen", "arch=sm_90a", "dtype=bf16", "head_dim=128", "causal=1");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, name), "the source does not name the variant %s", name);
+    cr_expect_null(strstr(r.out, "#include"), "generated source must not #include anything");
+    cr_expect_not_null(strstr(r.out, FG_KERNEL_NAME));
+
+    fg_spec s;
+    fg_error err;
+    cr_assert_eq(spec_parse(name, &s, &err), FG_OK, "%s", err.msg);
+    char *src;
+    size_t len;
+    cr_assert_eq(emit_source(&s, &src, &len, &err), FG_OK, "%s", err.msg);
+    cr_expect_eq(strlen(r.out), len, "gen printed %zu bytes, emit_source gives %zu", strlen(r.out), len);
+    cr_expect_eq(strcmp(r.out, src), 0, "gen's output differs from emit_source's");
+
+    /* The canonical text as one argument gives the same bytes. */
+    run_result c = RUN("gen", name);
+    EXPECT_STATUS(c, 0);
+    cr_expect_str_eq(c.out, src);
+    free(src);
+    run_free(&c);
+    run_free(&r);
+}
+
+Test(cli, gen_refuses_an_invalid_spec_naming_the_field) {
+    run_result r = RUN("gen", "arch=sm_90a,dtype=bf16,head_dim=7");
+    EXPECT_STATUS(r, 1);
+    cr_expect_str_empty(r.out, "a refused spec must print no source");
+    cr_expect_eq(strncmp(r.err, "flashgen gen: ", 14), 0, "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "head_dim 7"), "%s", r.err);
+    /* No tile rule covers head_dim 7 either, but the message must be the validation rule's sentence
+     * (which says what head_dim may be), exactly as the library words it. */
+    fg_spec s = {FG_KIND_FWD, 90, 1, FG_DTYPE_BF16, 7, 64, 64, 4, 2, 0};
+    fg_error verr;
+    cr_assert_neq(spec_validate(&s, &verr), FG_OK);
+    char want[1200];
+    snprintf(want, sizeof want, "flashgen gen: %s\n", verr.msg);
+    cr_expect_str_eq(r.err, want);
+    run_free(&r);
+
+    struct {
+        const char *spec, *names;
+    } cases[] = {
+        {"dtype=bf16,head_dim=64", "arch"},                       /* a required key is missing */
+        {"arch=sm_90a,dtype=bf16,head_dim=sixty", "head_dim"},    /* not a number */
+        {"arch=sm_90a,dtype=fp64,head_dim=64", "fp64"},           /* unknown dtype */
+        {"arch=sm_75,dtype=bf16,head_dim=64", "sm_75"},           /* unknown target */
+        {"arch=sm_90a,dtype=bf16,head_dim=64,colour=red", "colour"},
+        {"arch=sm_80,dtype=fp16,head_dim=64,block_m=64,block_n=64,warps=3,stages=2", "warps 3"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        r = RUN("gen", cases[i].spec);
+        cr_expect_eq(r.status, 1, "%s: exit %d (%s)", cases[i].spec, r.status, r.err);
+        cr_expect_not_null(strstr(r.err, cases[i].names), "%s: stderr '%s' does not name %s", cases[i].spec, r.err,
+                           cases[i].names);
+        cr_expect_str_empty(r.out);
+        run_free(&r);
+    }
+}
+
+/* ---------------------------------------------------------------- compile */
+
+Test(cli, compile_writes_a_cubin_and_reports_registers) {
+    char cubin[160], ptx[160], name[FG_SPEC_NAME_MAX];
+    snprintf(cubin, sizeof cubin, "%s/k.cubin", g_dir);
+    snprintf(ptx, sizeof ptx, "%s/k.ptx", g_dir);
+    canonical("kind=fwd,arch=sm_80,dtype=fp16,head_dim=64", name);
+    run_result r = RUN("compile", "arch=sm_80", "dtype=fp16", "head_dim=64", "-o", cubin, "--ptx", ptx);
+    EXPECT_STATUS(r, 0);
+    cr_expect_eq(count_lines(r.out), 1, "compile prints one line, got:\n%s", r.out);
+    cr_expect_eq(strncmp(r.out, name, strlen(name)), 0, "the line starts with the name: %s", r.out);
+    cr_expect_not_null(strstr(r.out, " registers"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "bytes shared memory"), "%s", r.out);
+    /* The register count is a real number from ptxas, not the -1 of "not found". */
+    const char *reg = strstr(r.out, " registers");
+    cr_assert_not_null(reg);
+    const char *p = reg;
+    while (p > r.out && p[-1] >= '0' && p[-1] <= '9') p--;
+    cr_expect_gt(atoi(p), 0, "registers: %s", r.out);
+
+    size_t len;
+    char *bin = slurp(cubin, &len);
+    cr_expect_gt(len, 1000u, "the cubin is %zu bytes", len);
+    cr_expect_eq(memcmp(bin, "\177ELF", 4), 0, "a cubin is an ELF file");
+    free(bin);
+    char *text = slurp(ptx, NULL);
+    cr_expect_not_null(strstr(text, FG_KERNEL_NAME), "the PTX defines the kernel");
+    free(text);
+    struct stat st;
+    cr_assert_eq(stat(cubin, &st), 0);
+    cr_expect_eq(st.st_mode & 0777, 0600, "written with mode 0600 (fg_write_file_atomic)");
+    run_free(&r);
+
+    /* --log prints the ptxas report too. */
+    r = RUN("compile", name, "-o", cubin, "--log");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "ptxas"), "--log prints the ptxas report:\n%s", r.out);
+    run_free(&r);
+}
+
+Test(cli, compile_fails_cleanly) {
+    char cubin[160];
+    snprintf(cubin, sizeof cubin, "%s/none/k.cubin", g_dir);
+    run_result r = RUN("compile", "arch=sm_80,dtype=fp16,head_dim=64", "-o", cubin);
+    EXPECT_STATUS(r, 1);
+    cr_expect_not_null(strstr(r.err, "flashgen compile: cannot write"), "%s", r.err);
+    run_free(&r);
+    snprintf(cubin, sizeof cubin, "%s/k.cubin", g_dir);
+    r = RUN("compile", "arch=sm_80,dtype=fp16,head_dim=7", "-o", cubin);
+    EXPECT_STATUS(r, 1);
+    cr_expect_not_null(strstr(r.err, "head_dim"), "%s", r.err);
+    cr_expect_eq(file_exists(cubin), 0, "a refused spec writes no cubin");
+    run_free(&r);
+}
+
+/* ---------------------------------------------------------------- list */
+
+Test(cli, list_prints_the_configs_variants) {
+    char cfg[160];
+    snprintf(cfg, sizeof cfg, "%s/small.lua", g_dir);
+    write_text(cfg, "variants { kind = \"fwd\", arch = \"sm_80\", dtype = {\"fp16\", \"bf16\"}, head_dim = 64,\n"
+                    "           block_m = 64, block_n = 64, warps = 4, stages = 2 }\n"
+                    "variants { kind = \"fwd\", arch = \"sm_90a\", dtype = \"bf16\", head_dim = 128, causal = true }\n"
+                    "variants { kind = \"fwd\", arch = \"sm_80\", dtype = \"fp16\", head_dim = 64,\n"
+                    "           block_m = 64, block_n = 64, warps = 4, stages = 2 }  -- a duplicate\n");
+    char tiled[FG_SPEC_NAME_MAX];
+    canonical("kind=fwd,arch=sm_90a,dtype=bf16,head_dim=128,causal=1", tiled);
+    run_result r = RUN("list", cfg);
+    EXPECT_STATUS(r, 0);
+    cr_expect_eq(count_lines(r.out), 3, "three unique variants, got:\n%s", r.out);
+    cr_expect(has_line(r.out, two_names[0]), "missing %s in:\n%s", two_names[0], r.out);
+    cr_expect(has_line(r.out, two_names[1]), "missing %s in:\n%s", two_names[1], r.out);
+    cr_expect(has_line(r.out, tiled), "missing %s (tiles from the default policy) in:\n%s", tiled, r.out);
+    run_free(&r);
+
+    /* --arch replaces every arch field. */
+    r = RUN("list", cfg, "--arch", "sm_86");
+    EXPECT_STATUS(r, 0);
+    cr_expect_eq(count_lines(r.out), 3, "%s", r.out);
+    char overridden[FG_SPEC_NAME_MAX];
+    canonical("kind=fwd,arch=sm_86,dtype=bf16,head_dim=128,causal=1", overridden);
+    cr_expect(has_line(r.out, overridden), "missing %s in:\n%s", overridden, r.out);
+    cr_expect_null(strstr(r.out, "sm_80"), "--arch sm_86 left an sm_80 variant:\n%s", r.out);
+    run_free(&r);
+
+    char missing[160];
+    snprintf(missing, sizeof missing, "%s/absent.lua", g_dir);
+    r = RUN("list", missing);
+    EXPECT_STATUS(r, 1);
+    cr_expect_not_null(strstr(r.err, "absent.lua"), "%s", r.err);
+    run_free(&r);
+}
+
+/* ---------------------------------------------------------------- bundle */
+
+Test(cli, bundle_writes_a_readable_bundle) {
+    char cfg[160], out[160];
+    snprintf(cfg, sizeof cfg, "%s/two.lua", g_dir);
+    snprintf(out, sizeof out, "%s/two.fgb", g_dir);
+    write_text(cfg, two_variants);
+    run_result r = RUN("bundle", cfg, "-o", out, "-j", "2");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.err, "[1/2] "), "progress lines on stderr:\n%s", r.err);
+    cr_expect_not_null(strstr(r.err, "[2/2] "), "progress lines on stderr:\n%s", r.err);
+    cr_expect_not_null(strstr(r.err, " regs, 0 spill)"), "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "wall"), "a final summary with the wall time:\n%s", r.err);
+
+    fg_bundle b;
+    fg_error err;
+    cr_assert_eq(bundle_read(out, &b, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(b.count, 2u);
+    /* bundle entries are sorted by name; two_names is in that order. */
+    for (size_t i = 0; i < 2; i++) {
+        cr_expect_str_eq(b.entries[i].name, two_names[i]);
+        cr_expect_gt(b.entries[i].size, 1000u);
+        cr_expect_eq(memcmp(b.entries[i].data, "\177ELF", 4), 0);
+    }
+    bundle_free(&b);
+    run_free(&r);
+}
+
+Test(cli, bundle_with_a_config_error_writes_nothing) {
+    char cfg[160], out[160];
+    snprintf(cfg, sizeof cfg, "%s/broken.lua", g_dir);
+    snprintf(out, sizeof out, "%s/broken.fgb", g_dir);
+    write_text(cfg, "-- line 1\nvariants { kind = \"fwd\", arch = \"sm_80\",\n  dtype = = \"fp16\" }\n");
+    run_result r = RUN("bundle", cfg, "-o", out, "-j", "2");
+    EXPECT_STATUS(r, 1);
+    char where[200];
+    snprintf(where, sizeof where, "broken.lua:3");
+    cr_expect_not_null(strstr(r.err, where), "the error names %s:\n%s", where, r.err);
+    cr_expect_eq(strncmp(r.err, "flashgen bundle: ", 17), 0, "%s", r.err);
+    cr_expect_eq(file_exists(out), 0, "a failed bundle must leave no output file");
+    run_free(&r);
+}
+
+/* Interrupting a bundle while it compiles leaves neither the bundle nor a temporary file behind. */
+Test(cli, interrupted_bundle_leaves_no_file) {
+    char sub[160], cfg[200], out[200];
+    snprintf(sub, sizeof sub, "%s/out", g_dir);
+    cr_assert_eq(mkdir(sub, 0700), 0);
+    snprintf(cfg, sizeof cfg, "%s/two.lua", g_dir);
+    snprintf(out, sizeof out, "%s/two.fgb", sub);
+    write_text(cfg, two_variants);
+    pid_t pid = start_run(NULL, (const char *const[]){"bundle", cfg, "-o", out, "-j", "1", NULL});
+    usleep(400 * 1000); /* one compile takes about a second: the signal lands mid-compile */
+    cr_assert_eq(kill(pid, SIGINT), 0);
+    run_result r = finish_run(pid);
+    cr_expect_eq(r.status, 128 + SIGINT, "expected death by SIGINT, got status %d:\n%s", r.status, r.err);
+    DIR *d = opendir(sub);
+    cr_assert_not_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        cr_expect(strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0, "left behind: %s/%s", sub, e->d_name);
+    closedir(d);
+    run_free(&r);
+}
+
+/* A variant the validator refuses stops the bundle before any compile, naming the rule; no file. */
+Test(cli, bundle_refuses_an_invalid_variant) {
+    char cfg[160], out[160];
+    snprintf(cfg, sizeof cfg, "%s/bad.lua", g_dir);
+    snprintf(out, sizeof out, "%s/bad.fgb", g_dir);
+    write_text(cfg, "variants { kind = \"fwd\", arch = \"sm_80\", dtype = \"fp16\", head_dim = 64,\n"
+                    "           block_m = 64, block_n = 64, warps = 3, stages = 2 }\n");
+    run_result r = RUN("bundle", cfg, "-o", out);
+    EXPECT_STATUS(r, 1);
+    cr_expect_not_null(strstr(r.err, "warps"), "%s", r.err);
+    cr_expect_eq(file_exists(out), 0);
+    run_free(&r);
+}
+
+Test(cli, bundle_emit_c_compiles_and_holds_the_bundle) {
+    char cfg[160], csrc[160], obj[160], main_c[160], exe[160], dumped[160], cmd[1024];
+    snprintf(cfg, sizeof cfg, "%s/two.lua", g_dir);
+    snprintf(csrc, sizeof csrc, "%s/kernels.c", g_dir);
+    snprintf(obj, sizeof obj, "%s/kernels.o", g_dir);
+    snprintf(main_c, sizeof main_c, "%s/dump.c", g_dir);
+    snprintf(exe, sizeof exe, "%s/dump", g_dir);
+    snprintf(dumped, sizeof dumped, "%s/dumped.fgb", g_dir);
+    write_text(cfg, two_variants);
+    run_result r = RUN("bundle", cfg, "-o", csrc, "-j", "2", "--emit-c", "--symbol", "my_kernels");
+    EXPECT_STATUS(r, 0);
+    run_free(&r);
+
+    snprintf(cmd, sizeof cmd, "cc -c '%s' -o '%s'", csrc, obj);
+    cr_assert_eq(system(cmd), 0, "the --emit-c output does not compile: %s", cmd);
+    /* Link it to a program that writes the array out, and read that back as a bundle. */
+    write_text(main_c, "#include <stdio.h>\n"
+                       "extern const unsigned char my_kernels[];\n"
+                       "extern const unsigned long my_kernels_size;\n"
+                       "int main(int argc, char **argv) {\n"
+                       "    FILE *f = fopen(argv[1], \"wb\");\n"
+                       "    if (!f || fwrite(my_kernels, 1, my_kernels_size, f) != my_kernels_size) return 1;\n"
+                       "    return fclose(f) != 0;\n"
+                       "}\n");
+    snprintf(cmd, sizeof cmd, "cc '%s' '%s' -o '%s' && '%s' '%s'", main_c, obj, exe, exe, dumped);
+    cr_assert_eq(system(cmd), 0, "could not link or run %s", cmd);
+    fg_bundle b;
+    fg_error err;
+    cr_assert_eq(bundle_read(dumped, &b, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(b.count, 2u);
+    for (size_t i = 0; i < 2; i++) cr_expect_str_eq(b.entries[i].name, two_names[i]);
+    bundle_free(&b);
+}
+
+/* ---------------------------------------------------------------- run, info */
+
+Test(cli, run_without_a_gpu_says_so) {
+    fg_error err;
+    if (cuda_api_get(&err) != NULL) cr_skip_test("a CUDA driver is present: see run_small_problem_on_gpu");
+    run_result r = RUN("run", "--seqlen-q", "64", "--iters", "2");
+    EXPECT_STATUS(r, 1);
+    cr_expect_not_null(strstr(r.err, "flashgen run: no CUDA device: "), "%s", r.err);
+    run_free(&r);
+    r = RUN("explain");
+    EXPECT_STATUS(r, 1);
+    cr_expect_not_null(strstr(r.err, "flashgen explain: no CUDA device: "), "%s", r.err);
+    run_free(&r);
+}
+
+Test(cli, run_small_problem_on_gpu, .timeout = 120) {
+    fg_error err;
+    if (cuda_api_get(&err) == NULL) cr_skip_test("no CUDA device: %s", err.msg);
+    int count = 0;
+    if (cuda_api_get(&err)->cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0)
+        cr_skip_test("a CUDA driver but no device");
+    run_result r = RUN("run", "--dtype", "fp16", "--batch", "1", "--seqlen-q", "113", "--seqlen-k", "203", "--heads",
+                       "4", "--heads-kv", "2", "--head-dim", "64", "--causal", "--iters", "3");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "check: PASS"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "TFLOP/s"), "%s", r.out);
+    run_free(&r);
+}
+
+Test(cli, info_exits_0) {
+    run_result r = RUN("info");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "flashgen:       " FG_VERSION_STRING), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "NVRTC:"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, g_cache), "info names the cache directory from FLASHGEN_CACHE_DIR:\n%s", r.out);
+    cr_expect_not_null(strstr(r.out, "0 entries"), "%s", r.out);
+    fg_error err;
+    if (cuda_api_get(&err) == NULL) cr_expect_not_null(strstr(r.out, "no CUDA device: "), "%s", r.out);
+    else cr_expect_not_null(strstr(r.out, "target arch:"), "%s", r.out);
+    run_free(&r);
+
+    /* An unsafe cache directory is reported, not fatal. */
+    char bad[160];
+    snprintf(bad, sizeof bad, "%s/open", g_dir);
+    cr_assert_eq(mkdir(bad, 0700), 0);
+    cr_assert_eq(chmod(bad, 0777), 0);
+    r = run_with_cache(bad, (const char *const[]){"info", NULL});
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "unusable"), "%s", r.out);
+    run_free(&r);
+}
+
+/* ---------------------------------------------------------------- cache */
+
+/* Puts an entry with `n` payload bytes under a key derived from `name` into the cache at dir. */
+static void put_entry(const char *dir, const char *name, size_t n) {
+    fg_disk_cache c;
+    fg_error err;
+    cr_assert_eq(cache_open(&c, dir, &err), FG_OK, "%s", err.msg);
+    uint8_t key[32];
+    const char *opts[] = {"--gpu-architecture=sm_80"};
+    fg_cache_key_inputs in = {name, strlen(name), "13.0", opts, 1, "sm_80", FG_VERSION_STRING};
+    cache_key(&in, key);
+    uint8_t *payload = malloc(n);
+    cr_assert_not_null(payload);
+    for (size_t i = 0; i < n; i++) payload[i] = (uint8_t)(i * 7 + n);
+    cr_assert_eq(cache_put(&c, key, name, payload, n, &err), FG_OK, "%s", err.msg);
+    free(payload);
+}
+
+/* The entry file (`<hex>.cubin`) whose text contains `name`, into path. */
+static void find_entry(const char *dir, const char *name, char *path, size_t n) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "grep -l -F '%s' '%s'/*.cubin", name, dir);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    cr_assert_not_null(fgets(path, (int)n, p), "no entry holds %s", name);
+    pclose(p);
+    path[strcspn(path, "\n")] = '\0';
+}
+
+Test(cli, cache_ls_verify_clear) {
+    const char *a = "arch=sm_80,block_m=64,block_n=64,causal=0,dtype=fp16,head_dim=64,kind=fwd,stages=2,warps=4";
+    const char *b = "arch=sm_90a,block_m=128,block_n=64,causal=1,dtype=bf16,head_dim=128,kind=fwd,stages=2,warps=8";
+    put_entry(g_cache, a, 1234);
+    put_entry(g_cache, b, 5678);
+
+    run_result r = RUN("cache", "ls");
+    EXPECT_STATUS(r, 0);
+    cr_expect_eq(count_lines(r.out), 2, "%s", r.out);
+    cr_expect_not_null(strstr(r.out, a), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, b), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "  1234\n"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "  5678\n"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, ".cubin  "), "%s", r.out);
+    run_free(&r);
+
+    r = RUN("cache", "verify");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "2 good"), "%s", r.out);
+    run_free(&r);
+
+    /* Flip the last payload byte of b's entry: verify fails naming that file, ls marks it. */
+    char entry[512];
+    find_entry(g_cache, b, entry, sizeof entry);
+    int fd = open(entry, O_RDWR);
+    cr_assert_geq(fd, 0);
+    off_t end = lseek(fd, -1, SEEK_END);
+    unsigned char byte;
+    cr_assert_eq(pread(fd, &byte, 1, end), 1);
+    byte ^= 0x40;
+    cr_assert_eq(pwrite(fd, &byte, 1, end), 1);
+    close(fd);
+    const char *base = strrchr(entry, '/') + 1;
+    r = RUN("cache", "verify");
+    EXPECT_STATUS(r, 1);
+    cr_expect_not_null(strstr(r.err, base), "verify names the bad entry %s:\n%s", base, r.err);
+    cr_expect_not_null(strstr(r.out, "1 good"), "%s", r.out);
+    run_free(&r);
+    r = RUN("cache", "ls");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "BAD"), "%s", r.out);
+    run_free(&r);
+
+    /* --dir names another cache; it is empty. */
+    char other[160];
+    snprintf(other, sizeof other, "%s/other", g_dir);
+    r = RUN("cache", "ls", "--dir", other);
+    EXPECT_STATUS(r, 0);
+    cr_expect_str_empty(r.out);
+    run_free(&r);
+
+    /* A file that is not an entry survives clear. */
+    char keep[200];
+    snprintf(keep, sizeof keep, "%s/notes.txt", g_cache);
+    write_text(keep, "mine\n");
+    r = RUN("cache", "clear");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "removed 2 entries"), "%s", r.out);
+    run_free(&r);
+    cr_expect(file_exists(keep));
+    cr_expect_eq(file_exists(entry), 0);
+    r = RUN("cache", "ls");
+    EXPECT_STATUS(r, 0);
+    cr_expect_str_empty(r.out);
+    run_free(&r);
+}
+
+Test(cli, cache_refuses_an_unsafe_directory) {
+    char bad[160];
+    snprintf(bad, sizeof bad, "%s/open", g_dir);
+    cr_assert_eq(mkdir(bad, 0700), 0);
+    cr_assert_eq(chmod(bad, 0777), 0);
+    run_result r = RUN("cache", "ls", "--dir", bad);
+    EXPECT_STATUS(r, 1);
+    cr_expect_eq(strncmp(r.err, "flashgen cache: ", 16), 0, "%s", r.err);
+    cr_expect_not_null(strstr(r.err, bad), "the message names the directory: %s", r.err);
+    run_free(&r);
+}

@@ -1,0 +1,786 @@
+/* test_gpu_fwd.c: the GPU suite of the forward kernel, driven through the public API (include/flashgen.h)
+ * and judged by the CPU reference (tests/reference.h) with TESTING.md's rule.
+ *
+ * Every GPU test starts with gpu_open(), which skips the test with "no CUDA device: <reason>" when the
+ * driver or a device is missing, so CI without a GPU passes and says what it did not run. Outputs are
+ * poisoned (NaN) before each launch and followed by a guard band of GUARD elements with a known byte
+ * pattern; a test fails on any NaN left in the view, any changed guard byte, and any write between the
+ * elements of a strided output. Inputs that are strided views carry NaN in their padding, so a kernel
+ * that reads outside its view produces NaN.
+ *
+ * Each test runs in its own process (Criterion). The suite shares one disk cache directory so a variant
+ * is compiled once per run: $FG_TEST_CACHE_DIR if set (kept), else a mkdtemp directory made before the
+ * first test and removed after the last. One line per case goes to stderr: shape, errors, bound. */
+#include <criterion/criterion.h>
+#include <criterion/hooks.h>
+#include <criterion/logging.h>
+#include <criterion/parameterized.h>
+#include <ctype.h>
+#include <ftw.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "flashgen.h"
+#include "cuda_api.h"
+#include "reference.h"
+
+#define GUARD 1024 /* elements of known pattern after each output */
+#define CACHE_ENV "FG_TEST_CACHE_DIR"
+
+/* ------------------------------------------------------------------------------------------------ */
+/* The suite's cache directory                                                                       */
+/* ------------------------------------------------------------------------------------------------ */
+
+static char suite_dir[64]; /* the directory PRE_ALL made, "" when the user supplied one */
+
+/* nftw callback: removes one entry. A failure is ignored on purpose (the walk goes on): the worst case
+ * is a leftover temporary directory, which must not fail a test suite that otherwise passed. */
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    if (remove(path) != 0)
+        fprintf(stderr, "gpu_fwd: could not remove %s from the test cache directory\n", path);
+    return 0;
+}
+
+/* Removes dir and everything below it (a directory this suite created). */
+static void remove_tree(const char *dir) {
+    if (dir[0])
+        nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Makes a fresh 0700 directory under $TMPDIR (or /tmp) into buf; returns 0 or -1. */
+static int make_temp_dir(char *buf, size_t n) {
+    const char *base = getenv("TMPDIR");
+    if (!base || !base[0])
+        base = "/tmp";
+    if ((size_t)snprintf(buf, n, "%s/flashgen-test-XXXXXX", base) >= n)
+        return -1;
+    return mkdtemp(buf) ? 0 : -1;
+}
+
+ReportHook(PRE_ALL)(struct criterion_test_set *set) {
+    (void)set;
+    if (getenv(CACHE_ENV))
+        return;
+    if (make_temp_dir(suite_dir, sizeof suite_dir) == 0)
+        setenv(CACHE_ENV, suite_dir, 1); /* the test processes inherit it */
+    else
+        suite_dir[0] = '\0';
+}
+
+ReportHook(POST_ALL)(struct criterion_global_stats *stats) {
+    (void)stats;
+    remove_tree(suite_dir);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* The device                                                                                        */
+/* ------------------------------------------------------------------------------------------------ */
+
+typedef struct gpu_env {
+    const fg_cuda_api *cu; /* the driver table */
+    CUdevice dev;          /* device 0 */
+    CUcontext pctx;        /* its primary context, retained and current while the test runs */
+    fg_context *ctx;       /* the flashgen context under test */
+    CUstream stream;       /* a non-blocking stream for the launches */
+    char own_dir[64];      /* a cache directory this process made (no suite directory), or "" */
+} gpu_env;
+
+/* Checks a driver call made by the test itself; a failure fails the test with the call's text. */
+#define CK(call)                                                                            \
+    do {                                                                                    \
+        CUresult ck_rc_ = (call);                                                           \
+        if (ck_rc_ != CUDA_SUCCESS) {                                                       \
+            fg_error ck_e_;                                                                 \
+            cuda_api_fail(&ck_e_, ck_rc_, #call, __FILE__, __LINE__);                       \
+            cr_assert_fail("%s", ck_e_.msg);                                                \
+        }                                                                                   \
+    } while (0)
+
+/* Loads the driver, or skips the test with the reason; then makes device 0's primary context current,
+ * creates the flashgen context and a stream. */
+static void gpu_open(gpu_env *env) {
+    memset(env, 0, sizeof *env);
+    fg_error e;
+    fg_error_clear(&e);
+    env->cu = cuda_api_get(&e);
+    if (!env->cu)
+        cr_skip_test("no CUDA device: %s", e.msg);
+    int count = 0;
+    CUresult rc = env->cu->cuDeviceGetCount(&count);
+    if (rc != CUDA_SUCCESS || count < 1)
+        cr_skip_test("no CUDA device: the driver reports %d devices", rc == CUDA_SUCCESS ? count : 0);
+    CK(env->cu->cuDeviceGet(&env->dev, 0));
+    CK(env->cu->cuDevicePrimaryCtxRetain(&env->pctx, env->dev));
+    CK(env->cu->cuCtxPushCurrent(env->pctx));
+
+    const char *dir = getenv(CACHE_ENV);
+    if (!dir) {
+        cr_assert_eq(make_temp_dir(env->own_dir, sizeof env->own_dir), 0, "mkdtemp failed for the cache directory");
+        dir = env->own_dir;
+    }
+    fg_context_options opt;
+    fg_context_options_init(&opt);
+    opt.device = 0;
+    opt.cache_dir = dir;
+    opt.log_level = FG_LOG_INFO; /* compile times belong in the suite's log */
+    fg_status st = fg_context_create(&env->ctx, &opt);
+    cr_assert_eq(st, FG_OK, "fg_context_create: %s: %s", fg_status_string(st), fg_last_error(NULL));
+    CK(env->cu->cuStreamCreate(&env->stream, CU_STREAM_NON_BLOCKING));
+}
+
+/* Undoes gpu_open: stream, flashgen context, primary context, and a cache directory it made. Driver
+ * failures are ignored here: the test has already passed or failed on its own checks. */
+static void gpu_close(gpu_env *env) {
+    if (env->stream)
+        env->cu->cuStreamDestroy(env->stream);
+    fg_context_destroy(env->ctx);
+    CUcontext popped;
+    env->cu->cuCtxPopCurrent(&popped);
+    env->cu->cuDevicePrimaryCtxRelease(env->dev);
+    remove_tree(env->own_dir);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Device buffers with a host image                                                                  */
+/* ------------------------------------------------------------------------------------------------ */
+
+typedef struct dbuf {
+    fg_tensor view;   /* the device view given to flashgen (data = device pointer) */
+    fg_tensor host;   /* the same view over img */
+    unsigned char *img;/* host image of the allocation: span + guard elements */
+    CUdeviceptr dptr; /* the allocation */
+    int64_t span;     /* elements from the first element of the view to one past its last */
+    int64_t count;    /* elements in the view (< span when strided) */
+    int64_t guard;    /* guard elements after span */
+    size_t esize;     /* bytes per element */
+} dbuf;
+
+/* Contiguous strides for shape, or padded ones: every stride of a 4-d view grows by a multiple of 8
+ * elements (rows stay 16-byte aligned), as when Q/K/V are slices of a larger buffer. */
+static void make_strides(int ndim, const int64_t *shape, int padded, int64_t *stride) {
+    stride[ndim - 1] = 1;
+    static const int64_t pad4[4] = {40, 24, 16, 0}, pad3[3] = {8, 8, 0};
+    for (int i = ndim - 2; i >= 0; i--)
+        stride[i] = stride[i + 1] * shape[i + 1] + (padded ? (ndim == 4 ? pad4[i] : pad3[i]) : 0);
+}
+
+/* Allocates b for a view of `ndim` dims (strides given, or contiguous when stride is NULL) followed by
+ * `guard` guard elements, on the device and as a host image. `room` elements are added to the span for
+ * tests that later widen the view. */
+static void dbuf_init(gpu_env *env, dbuf *b, fg_dtype dt, int ndim, const int64_t *shape, const int64_t *stride,
+                      int64_t guard, int64_t room) {
+    memset(b, 0, sizeof *b);
+    b->view.dtype = dt;
+    b->view.ndim = ndim;
+    b->esize = dt == FG_DTYPE_F32 ? 4 : 2;
+    b->count = 1;
+    int64_t last = 0;
+    for (int i = 0; i < ndim; i++) {
+        b->view.shape[i] = shape[i];
+        b->count *= shape[i];
+    }
+    if (stride)
+        memcpy(b->view.stride, stride, (size_t)ndim * sizeof *stride);
+    else
+        make_strides(ndim, shape, 0, b->view.stride);
+    for (int i = 0; i < ndim; i++)
+        last += (shape[i] - 1) * b->view.stride[i];
+    b->span = b->count > 0 ? last + 1 + room : room;
+    b->guard = guard;
+    size_t bytes = (size_t)(b->span + guard) * b->esize;
+    b->img = malloc(bytes > 0 ? bytes : 1);
+    cr_assert_not_null(b->img, "out of host memory for %zu bytes", bytes);
+    CK(env->cu->cuMemAlloc(&b->dptr, bytes > 256 ? bytes : 256));
+    b->view.data = (void *)(uintptr_t)b->dptr;
+    b->host = b->view;
+    b->host.data = b->img;
+}
+
+/* Releases b's device allocation and host image; b is zeroed and may be freed again. */
+static void dbuf_free(gpu_env *env, dbuf *b) {
+    if (b->dptr)
+        env->cu->cuMemFree(b->dptr);
+    free(b->img);
+    memset(b, 0, sizeof *b);
+}
+
+/* Fills the view with N(0,1) values from `seed` (padding NaN) and uploads it. */
+static void dbuf_upload_random(gpu_env *env, dbuf *b, uint64_t seed) {
+    if (b->count != b->span)
+        memset(b->img, 0xFF, (size_t)b->span * b->esize); /* all-ones is NaN in fp16 and bf16 */
+    fg_error e;
+    fg_error_clear(&e);
+    cr_assert_eq(ref_fill_normal(&b->host, seed, &e), FG_OK, "%s", e.msg);
+    if (b->span > 0)
+        CK(env->cu->cuMemcpyHtoD(b->dptr, b->img, (size_t)b->span * b->esize));
+}
+
+/* Byte i of every guard band: varied, so a shifted or partial write cannot match by chance. */
+static unsigned char guard_byte(int64_t i) {
+    return (unsigned char)(0xA5u ^ (uint64_t)(i * 7));
+}
+
+/* Poisons the whole span with NaN (all-ones bytes: NaN in fp16, bf16 and fp32) and writes the guard. */
+static void dbuf_poison(gpu_env *env, dbuf *b) {
+    if (b->span > 0)
+        CK(env->cu->cuMemsetD8(b->dptr, 0xFF, (size_t)b->span * b->esize));
+    size_t gbytes = (size_t)b->guard * b->esize;
+    unsigned char *g = b->img + (size_t)b->span * b->esize;
+    for (size_t i = 0; i < gbytes; i++)
+        g[i] = guard_byte((int64_t)i);
+    if (gbytes)
+        CK(env->cu->cuMemcpyHtoD(b->dptr + (size_t)b->span * b->esize, g, gbytes));
+}
+
+/* Copies the span and guard band back into b's host image. */
+static void dbuf_download(gpu_env *env, dbuf *b) {
+    size_t bytes = (size_t)(b->span + b->guard) * b->esize;
+    if (bytes)
+        CK(env->cu->cuMemcpyDtoH(b->img, b->dptr, bytes));
+}
+
+/* Fails unless the guard band holds its pattern. */
+static void check_guard(const dbuf *b, const char *name) {
+    size_t gbytes = (size_t)b->guard * b->esize;
+    const unsigned char *g = b->img + (size_t)b->span * b->esize;
+    for (size_t i = 0; i < gbytes; i++)
+        cr_assert_eq(g[i], guard_byte((int64_t)i), "%s: guard element %zu after the last element was overwritten",
+                     name, i / b->esize);
+}
+
+/* Fails if any element of the span outside the view (padding of a strided output) lost its poison. */
+static void check_outside_view(const dbuf *b, const char *name) {
+    if (b->count == b->span)
+        return;
+    unsigned char *in = calloc((size_t)b->span, 1);
+    cr_assert_not_null(in);
+    const fg_tensor *t = &b->view;
+    int64_t s4[4] = {1, 1, 1, 1}, st4[4] = {0, 0, 0, 0};
+    for (int i = 0; i < t->ndim; i++) {
+        s4[4 - t->ndim + i] = t->shape[i];
+        st4[4 - t->ndim + i] = t->stride[i];
+    }
+    for (int64_t a = 0; a < s4[0]; a++)
+        for (int64_t c = 0; c < s4[1]; c++)
+            for (int64_t h = 0; h < s4[2]; h++)
+                for (int64_t x = 0; x < s4[3]; x++)
+                    in[a * st4[0] + c * st4[1] + h * st4[2] + x * st4[3]] = 1;
+    for (int64_t i = 0; i < b->span; i++) {
+        if (in[i])
+            continue;
+        for (size_t k = 0; k < b->esize; k++)
+            cr_assert_eq(b->img[(size_t)i * b->esize + k], 0xFF,
+                         "%s: element %lld lies between the view's elements but was written", name, (long long)i);
+    }
+    free(in);
+}
+
+/* Fails unless the whole span is still poisoned and the guard intact: nothing was written. */
+static void check_untouched(const dbuf *b, const char *name) {
+    for (size_t i = 0; i < (size_t)b->span * b->esize; i++)
+        cr_assert_eq(b->img[i], 0xFF, "%s: element %zu was written by a call that failed", name, i / b->esize);
+    check_guard(b, name);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* One forward case                                                                                  */
+/* ------------------------------------------------------------------------------------------------ */
+
+typedef struct fwd_case {
+    fg_dtype dt;   /* F16 or BF16 */
+    int b;         /* batch */
+    int sq, sk;    /* query and key lengths */
+    int hq, hkv;   /* query and KV heads */
+    int d;         /* head dim */
+    int causal;    /* bottom-right causal mask */
+    float scale;   /* softmax scale, 0 for the default */
+    int strided;   /* Q/K/V/O/LSE as padded slices of larger buffers */
+    int no_lse;    /* 1: do not request the LSE */
+} fwd_case;
+
+typedef struct fwd_run {
+    fwd_case c;       /* the case */
+    dbuf q, k, v;     /* inputs */
+    dbuf o, lse;      /* outputs (lse unused when c.no_lse) */
+    fg_fwd_args args; /* what fg_attention_fwd receives */
+} fwd_run;
+
+/* The dtype's short name for log lines. */
+static const char *dt_name(fg_dtype dt) {
+    return dt == FG_DTYPE_F16 ? "f16" : dt == FG_DTYPE_BF16 ? "bf16" : "?";
+}
+
+/* Writes the case's one-line description into buf (n bytes). */
+static void case_name(const fwd_case *c, char *buf, size_t n) {
+    snprintf(buf, n, "%s b=%d sq=%d sk=%d hq=%d hkv=%d d=%d causal=%d scale=%g%s%s", dt_name(c->dt), c->b, c->sq,
+             c->sk, c->hq, c->hkv, c->d, c->causal, (double)c->scale, c->strided ? " strided" : "",
+             c->no_lse ? " no-lse" : "");
+}
+
+/* Allocates and uploads a case's tensors and fills in the arguments. */
+static void run_setup(gpu_env *env, fwd_run *r, const fwd_case *c) {
+    memset(r, 0, sizeof *r);
+    r->c = *c;
+    int64_t qs[4] = {c->b, c->sq, c->hq, c->d}, ks[4] = {c->b, c->sk, c->hkv, c->d}, ls[3] = {c->b, c->hq, c->sq};
+    int64_t st[4];
+    make_strides(4, qs, c->strided, st);
+    dbuf_init(env, &r->q, c->dt, 4, qs, st, 0, 0);
+    dbuf_init(env, &r->o, c->dt, 4, qs, st, GUARD, 0);
+    make_strides(4, ks, c->strided, st);
+    dbuf_init(env, &r->k, c->dt, 4, ks, st, 0, 0);
+    dbuf_init(env, &r->v, c->dt, 4, ks, st, 0, 0);
+    dbuf_upload_random(env, &r->q, 0x51ull + (uint64_t)c->d);
+    dbuf_upload_random(env, &r->k, 0x52ull + (uint64_t)c->sk);
+    dbuf_upload_random(env, &r->v, 0x53ull + (uint64_t)c->sq);
+    if (!c->no_lse) {
+        make_strides(3, ls, c->strided, st);
+        dbuf_init(env, &r->lse, FG_DTYPE_F32, 3, ls, st, GUARD, 0);
+    }
+    r->args.q = r->q.view;
+    r->args.k = r->k.view;
+    r->args.v = r->v.view;
+    r->args.o = r->o.view;
+    if (!c->no_lse)
+        r->args.lse = r->lse.view;
+    r->args.softmax_scale = c->scale;
+    r->args.causal = c->causal;
+}
+
+/* Releases every buffer of r. */
+static void run_free(gpu_env *env, fwd_run *r) {
+    dbuf_free(env, &r->q);
+    dbuf_free(env, &r->k);
+    dbuf_free(env, &r->v);
+    dbuf_free(env, &r->o);
+    dbuf_free(env, &r->lse);
+}
+
+/* Poisons the outputs, calls fg_attention_fwd on the stream, waits, and downloads the outputs. */
+static void run_launch(gpu_env *env, fwd_run *r) {
+    dbuf_poison(env, &r->o);
+    if (!r->c.no_lse)
+        dbuf_poison(env, &r->lse);
+    CK(env->cu->cuCtxSynchronize()); /* the poison went through the legacy stream */
+    fg_status st = fg_attention_fwd(env->ctx, &r->args, (void *)env->stream);
+    char name[160];
+    case_name(&r->c, name, sizeof name);
+    cr_assert_eq(st, FG_OK, "%s: fg_attention_fwd returned %s: %s", name, fg_status_string(st),
+                 fg_last_error(env->ctx));
+    CK(env->cu->cuStreamSynchronize(env->stream));
+    dbuf_download(env, &r->o);
+    if (!r->c.no_lse)
+        dbuf_download(env, &r->lse);
+}
+
+/* Judges the downloaded outputs: guard bands, padding, then every element against the reference. */
+static void run_verify(fwd_run *r) {
+    char name[160], line[768];
+    case_name(&r->c, name, sizeof name);
+    check_guard(&r->o, "O");
+    check_outside_view(&r->o, "O");
+    if (!r->c.no_lse) {
+        check_guard(&r->lse, "LSE");
+        check_outside_view(&r->lse, "LSE");
+    }
+    ref_problem p = {r->q.host, r->k.host, r->v.host, r->c.scale, r->c.causal};
+    ref_report rep;
+    fg_error e;
+    fg_error_clear(&e);
+    cr_assert_eq(ref_check_fwd(&p, &r->o.host, r->c.no_lse ? NULL : &r->lse.host, &rep, &e), FG_OK, "%s: %s", name,
+                 e.msg);
+    ref_report_format(&rep, line, sizeof line);
+    fprintf(stderr, "gpu_fwd: %s: %s\n", name, line);
+    cr_assert(rep.pass, "%s: %s", name, line);
+}
+
+/* The whole life of one case. */
+static void run_case(const fwd_case *c) {
+    gpu_env env;
+    gpu_open(&env);
+    fwd_run r;
+    run_setup(&env, &r, c);
+    run_launch(&env, &r);
+    run_verify(&r);
+    run_free(&env, &r);
+    gpu_close(&env);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* The sweeps: each dimension covered with the others at modest values                               */
+/* ------------------------------------------------------------------------------------------------ */
+
+static const int head_dims[] = {32, 40, 64, 80, 96, 128, 160, 192, 224, 256};
+static const int seqlens[][2] = {{1, 1},       {1, 239},     {239, 1},     {113, 203},
+                                 {128, 128},   {200, 200},   {799, 3},     {1023, 1024},
+                                 {1024, 1023}, {1025, 1025}, {2048, 2048}, {4224, 4224}};
+
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+
+/* A contiguous case with the default scale and the LSE requested. */
+static fwd_case mk(fg_dtype dt, int b, int sq, int sk, int hq, int hkv, int d, int causal) {
+    fwd_case c = {dt, b, sq, sk, hq, hkv, d, causal, 0.0f, 0, 0};
+    return c;
+}
+
+/* Every head dim: fp16 non-causal with sq < sk (LSE off once, to cover that path), bf16 causal. */
+ParameterizedTestParameters(fwd, head_dims) {
+    static fwd_case cases[2 * NELEM(head_dims)];
+    for (size_t i = 0; i < NELEM(head_dims); i++) {
+        cases[2 * i] = mk(FG_DTYPE_F16, 2, 113, 203, 2, 2, head_dims[i], 0);
+        cases[2 * i].no_lse = head_dims[i] == 96;
+        cases[2 * i + 1] = mk(FG_DTYPE_BF16, 1, 113, 203, 2, 1, head_dims[i], 1);
+    }
+    return cr_make_param_array(fwd_case, cases, NELEM(cases));
+}
+ParameterizedTest(fwd_case *c, fwd, head_dims, .timeout = 300) {
+    run_case(c);
+}
+
+/* Every sequence-length pair, fp16 non-causal and bf16 causal (sq > sk rows fully masked included).
+ * The two largest pairs run with one head and small head dims to keep the CPU reference short. */
+ParameterizedTestParameters(fwd, seqlens) {
+    static fwd_case cases[2 * NELEM(seqlens)];
+    for (size_t i = 0; i < NELEM(seqlens); i++) {
+        int sq = seqlens[i][0], sk = seqlens[i][1];
+        int big = (int64_t)sq * sk > 1100 * 1100;
+        int b = big ? 1 : 2, h = big ? 1 : 2, d = sq == 4224 ? 64 : 128;
+        cases[2 * i] = mk(FG_DTYPE_F16, b, sq, sk, h, h, d, 0);
+        cases[2 * i + 1] = mk(FG_DTYPE_BF16, b, sq, sk, h, h, d, 1);
+    }
+    return cr_make_param_array(fwd_case, cases, NELEM(cases));
+}
+ParameterizedTest(fwd_case *c, fwd, seqlens, .timeout = 300) {
+    run_case(c);
+}
+
+/* GQA ratios 1, 4, 8 (8 query heads), causal and not, plus a decode-like single query row. */
+ParameterizedTestParameters(fwd, gqa) {
+    static fwd_case cases[8];
+    static const int kv[3] = {8, 2, 1};
+    for (int i = 0; i < 3; i++) {
+        cases[2 * i] = mk(FG_DTYPE_F16, 2, 113, 203, 8, kv[i], 64, 0);
+        cases[2 * i + 1] = mk(FG_DTYPE_BF16, 1, 1024, 1023, 8, kv[i], 64, 1);
+    }
+    cases[6] = mk(FG_DTYPE_F16, 2, 1, 239, 8, 1, 128, 0);
+    cases[7] = mk(FG_DTYPE_BF16, 2, 1, 239, 8, 2, 128, 1);
+    return cr_make_param_array(fwd_case, cases, NELEM(cases));
+}
+ParameterizedTest(fwd_case *c, fwd, gqa, .timeout = 300) {
+    run_case(c);
+}
+
+/* Q/K/V/O/LSE as slices of larger buffers (padded head, seq and batch strides, NaN in the padding). */
+ParameterizedTestParameters(fwd, strided) {
+    static fwd_case cases[4];
+    cases[0] = mk(FG_DTYPE_F16, 2, 113, 203, 4, 1, 64, 0);
+    cases[1] = mk(FG_DTYPE_BF16, 2, 203, 113, 4, 2, 128, 1);
+    cases[2] = mk(FG_DTYPE_F16, 1, 1025, 1025, 2, 2, 96, 1);
+    cases[3] = mk(FG_DTYPE_BF16, 2, 1, 239, 8, 1, 256, 0);
+    for (int i = 0; i < 4; i++)
+        cases[i].strided = 1;
+    return cr_make_param_array(fwd_case, cases, NELEM(cases));
+}
+ParameterizedTest(fwd_case *c, fwd, strided, .timeout = 300) {
+    run_case(c);
+}
+
+/* Non-default softmax scales: mild, tiny (nearly uniform) and large (peaked: exp overflows without the max). */
+ParameterizedTestParameters(fwd, scale) {
+    static fwd_case cases[3];
+    cases[0] = mk(FG_DTYPE_F16, 1, 200, 200, 2, 2, 64, 0);
+    cases[0].scale = 0.3f;
+    cases[1] = mk(FG_DTYPE_BF16, 1, 113, 203, 2, 1, 128, 1);
+    cases[1].scale = 0.01f;
+    cases[2] = mk(FG_DTYPE_F16, 2, 128, 128, 2, 2, 32, 0);
+    cases[2].scale = 2.0f;
+    return cr_make_param_array(fwd_case, cases, NELEM(cases));
+}
+ParameterizedTest(fwd_case *c, fwd, scale, .timeout = 300) {
+    run_case(c);
+}
+
+/* seqlen_k = 0 is allowed: every row sees nothing, so O = 0 and LSE = -inf. */
+ParameterizedTestParameters(fwd, empty_keys) {
+    static fwd_case cases[2];
+    cases[0] = mk(FG_DTYPE_F16, 2, 17, 0, 2, 2, 64, 0);
+    cases[1] = mk(FG_DTYPE_BF16, 1, 17, 0, 4, 2, 128, 1);
+    return cr_make_param_array(fwd_case, cases, NELEM(cases));
+}
+ParameterizedTest(fwd_case *c, fwd, empty_keys, .timeout = 300) {
+    run_case(c);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Bitwise repeatability and a tensor over 2^31 elements                                             */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* Five launches on the same inputs give the same O and LSE bytes (outputs re-poisoned each time). */
+static void check_repeatable(const fwd_case *c) {
+    gpu_env env;
+    gpu_open(&env);
+    fwd_run r;
+    run_setup(&env, &r, c);
+    run_launch(&env, &r);
+    run_verify(&r);
+    size_t ob = (size_t)(r.o.span + r.o.guard) * r.o.esize, lb = (size_t)(r.lse.span + r.lse.guard) * r.lse.esize;
+    unsigned char *o0 = malloc(ob), *l0 = malloc(lb > 0 ? lb : 1);
+    cr_assert(o0 && l0);
+    memcpy(o0, r.o.img, ob);
+    if (lb)
+        memcpy(l0, r.lse.img, lb);
+    for (int rep = 1; rep < 5; rep++) {
+        run_launch(&env, &r);
+        cr_assert_eq(memcmp(o0, r.o.img, ob), 0, "launch %d wrote different O bytes", rep + 1);
+        cr_assert_eq(memcmp(l0, r.lse.img, lb), 0, "launch %d wrote different LSE bytes", rep + 1);
+    }
+    fprintf(stderr, "gpu_fwd: 5 launches gave identical O and LSE bytes\n");
+    free(o0);
+    free(l0);
+    run_free(&env, &r);
+    gpu_close(&env);
+}
+
+Test(fwd, repeatable_f16_causal_gqa, .timeout = 300) {
+    fwd_case c = mk(FG_DTYPE_F16, 2, 1025, 1025, 4, 1, 128, 1);
+    check_repeatable(&c);
+}
+
+Test(fwd, repeatable_bf16_long, .timeout = 300) {
+    fwd_case c = mk(FG_DTYPE_BF16, 1, 2048, 2048, 2, 2, 64, 0);
+    check_repeatable(&c);
+}
+
+/* Q and O of 2^31 + 2176 elements ([1, 2^24 + 17, 1, 128]): any 32-bit element offset wraps. Eight keys
+ * keep the kernel and the reference (every element checked) short. */
+Test(fwd, big_tensor_over_2_pow_31_elements, .timeout = 600) {
+    fwd_case c = mk(FG_DTYPE_F16, 1, (1 << 24) + 17, 8, 1, 1, 128, 0);
+    cr_assert_gt((int64_t)c.sq * c.hq * c.d, (int64_t)1 << 31);
+    run_case(&c);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Bad arguments: refused with a sentence naming the argument, and nothing written                    */
+/* ------------------------------------------------------------------------------------------------ */
+
+enum mutation {
+    M_NULL_ARGS, M_NULL_CTX, M_Q_NULL, M_K_NULL, M_V_NULL, M_O_NULL, M_K_DTYPE, M_O_DTYPE, M_FP8_INPUTS,
+    M_Q_NDIM, M_K_BATCH, M_V_SEQLEN, M_O_SEQLEN, M_HEAD_DIM_7, M_HEAD_DIM_264, M_K_HEAD_DIM, M_Q_LAST_STRIDE,
+    M_O_LAST_STRIDE, M_Q_MISALIGNED, M_O_MISALIGNED, M_KV_HEADS_NOT_DIVIDING, M_NEGATIVE_SEQLEN, M_NEGATIVE_BATCH,
+    M_LSE_DTYPE, M_LSE_SHAPE, M_LSE_NDIM, M_COUNT
+};
+
+typedef struct bad_case {
+    int id;                /* enum mutation */
+    const char *what;      /* the rule broken, for messages */
+    const char *names[4];  /* the message must mention one of these (none: not checked) */
+} bad_case;
+
+static const bad_case bad_cases[M_COUNT] = {
+    {M_NULL_ARGS, "args is NULL", {"args"}},
+    {M_NULL_CTX, "ctx is NULL", {NULL}},
+    {M_Q_NULL, "q.data is NULL", {"q"}},
+    {M_K_NULL, "k.data is NULL", {"k"}},
+    {M_V_NULL, "v.data is NULL", {"v"}},
+    {M_O_NULL, "o.data is NULL", {"o", "out", "output"}},
+    {M_K_DTYPE, "k is bf16 while q is fp16", {"k", "dtype"}},
+    {M_O_DTYPE, "o is bf16 while q is fp16", {"o", "out", "dtype"}},
+    {M_FP8_INPUTS, "q/k/v are e4m3 (no kernel yet)", {"dtype", "e4m3", "fp8", "q"}},
+    {M_Q_NDIM, "q.ndim is 3", {"q", "ndim"}},
+    {M_K_BATCH, "k/v batch 2, q batch 1", {"k", "v", "batch"}},
+    {M_V_SEQLEN, "v has one key fewer than k", {"v", "k", "seqlen"}},
+    {M_O_SEQLEN, "o has one row more than q", {"o", "out", "output"}},
+    {M_HEAD_DIM_7, "head_dim 7", {"head_dim", "head dim", "headdim"}},
+    {M_HEAD_DIM_264, "head_dim 264", {"head_dim", "head dim", "headdim"}},
+    {M_K_HEAD_DIM, "k/v head_dim 32, q head_dim 64", {"head_dim", "head dim", "k", "v"}},
+    {M_Q_LAST_STRIDE, "q.stride[3] is 2", {"stride", "contiguous"}},
+    {M_O_LAST_STRIDE, "o.stride[3] is 2", {"stride", "contiguous"}},
+    {M_Q_MISALIGNED, "q.data is 2 bytes past an aligned address", {"q", "align"}},
+    {M_O_MISALIGNED, "o.data is 2 bytes past an aligned address", {"o", "out", "align"}},
+    {M_KV_HEADS_NOT_DIVIDING, "3 KV heads for 4 query heads", {"head", "heads", "divide"}},
+    {M_NEGATIVE_SEQLEN, "seqlen_q is -5", {"q", "seqlen", "negative", "shape"}},
+    {M_NEGATIVE_BATCH, "batch is -1", {"batch", "negative", "shape", "q"}},
+    {M_LSE_DTYPE, "lse is fp16", {"lse"}},
+    {M_LSE_SHAPE, "lse has one row fewer than q", {"lse"}},
+    {M_LSE_NDIM, "lse.ndim is 4", {"lse"}},
+};
+
+/* 1 when msg names `name`: short names (q, k, v, o, lse) as a separate token, longer ones anywhere,
+ * ignoring case. */
+static int mentions(const char *msg, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = msg; *p; p++) {
+        if (strncasecmp(p, name, n) != 0)
+            continue;
+        if (n > 3)
+            return 1;
+        int before = p > msg && isalnum((unsigned char)p[-1]);
+        int after = isalnum((unsigned char)p[n]);
+        if (!before && !after)
+            return 1;
+    }
+    return 0;
+}
+
+typedef struct { int id; } bad_param;
+
+ParameterizedTestParameters(fwd, bad_arguments) {
+    static bad_param ids[M_COUNT];
+    for (int i = 0; i < M_COUNT; i++)
+        ids[i].id = i;
+    return cr_make_param_array(bad_param, ids, M_COUNT);
+}
+
+/* The problem every bad-argument test mutates: fp16, b=1, sq=sk=64, 4 query heads over 2 KV heads, d=64,
+ * causal, with LSE; laid out with head stride 272 and room for 8 heads per row, so mutations that widen
+ * d or the head count stay inside the allocations and break only the rule under test. */
+#define BASE_SQ 64
+static void base_setup(gpu_env *env, fwd_run *r) {
+    memset(r, 0, sizeof *r);
+    r->c = mk(FG_DTYPE_F16, 1, BASE_SQ, BASE_SQ, 4, 2, 64, 1);
+    const int64_t hs = 272, ss = 8 * hs, bs = BASE_SQ * ss;
+    int64_t qs[4] = {1, BASE_SQ, 4, 64}, ks[4] = {1, BASE_SQ, 2, 64}, ls[3] = {1, 4, BASE_SQ};
+    int64_t st[4] = {bs, ss, hs, 1};
+    dbuf_init(env, &r->q, FG_DTYPE_F16, 4, qs, st, 0, 0);
+    dbuf_init(env, &r->k, FG_DTYPE_F16, 4, ks, st, 0, 0);
+    dbuf_init(env, &r->v, FG_DTYPE_F16, 4, ks, st, 0, 0);
+    dbuf_init(env, &r->o, FG_DTYPE_F16, 4, qs, st, GUARD, 0);
+    dbuf_init(env, &r->lse, FG_DTYPE_F32, 3, ls, NULL, GUARD, 0);
+    dbuf_upload_random(env, &r->q, 1);
+    dbuf_upload_random(env, &r->k, 2);
+    dbuf_upload_random(env, &r->v, 3);
+    fg_fwd_args a = {r->q.view, r->k.view, r->v.view, r->o.view, r->lse.view, 0.0f, 1};
+    r->args = a;
+}
+
+/* The unmutated problem runs and is right, so each refusal below comes from its mutation alone. */
+Test(fwd, bad_arguments_base_problem_is_valid, .timeout = 300) {
+    gpu_env env;
+    gpu_open(&env);
+    fwd_run r;
+    base_setup(&env, &r);
+    run_launch(&env, &r);
+    run_verify(&r);
+    run_free(&env, &r);
+    gpu_close(&env);
+}
+
+ParameterizedTest(bad_param *bp, fwd, bad_arguments, .timeout = 300) {
+    const bad_case *bc = &bad_cases[bp->id];
+    cr_assert_eq(bc->id, bp->id, "bad_cases is out of order");
+    gpu_env env;
+    gpu_open(&env);
+    fwd_run r;
+    base_setup(&env, &r);
+    fg_fwd_args a = r.args;
+
+    switch (bc->id) {
+    case M_Q_NULL: a.q.data = NULL; break;
+    case M_K_NULL: a.k.data = NULL; break;
+    case M_V_NULL: a.v.data = NULL; break;
+    case M_O_NULL: a.o.data = NULL; break;
+    case M_K_DTYPE: a.k.dtype = FG_DTYPE_BF16; break;
+    case M_O_DTYPE: a.o.dtype = FG_DTYPE_BF16; break;
+    case M_FP8_INPUTS: a.q.dtype = a.k.dtype = a.v.dtype = FG_DTYPE_E4M3; break;
+    case M_Q_NDIM: a.q.ndim = 3; break;
+    case M_K_BATCH: a.k.shape[0] = a.v.shape[0] = 2; break;
+    case M_V_SEQLEN: a.v.shape[1] = BASE_SQ - 1; break;
+    case M_O_SEQLEN: a.o.shape[1] = BASE_SQ + 1; break;
+    case M_HEAD_DIM_7: a.q.shape[3] = a.k.shape[3] = a.v.shape[3] = a.o.shape[3] = 7; break;
+    case M_HEAD_DIM_264: a.q.shape[3] = a.k.shape[3] = a.v.shape[3] = a.o.shape[3] = 264; break;
+    case M_K_HEAD_DIM: a.k.shape[3] = a.v.shape[3] = 32; break;
+    case M_Q_LAST_STRIDE: a.q.stride[3] = 2; break;
+    case M_O_LAST_STRIDE: a.o.stride[3] = 2; break;
+    case M_Q_MISALIGNED: a.q.data = (char *)a.q.data + 2; break;
+    case M_O_MISALIGNED: a.o.data = (char *)a.o.data + 2; break;
+    case M_KV_HEADS_NOT_DIVIDING: a.k.shape[2] = a.v.shape[2] = 3; break;
+    case M_NEGATIVE_SEQLEN: a.q.shape[1] = a.o.shape[1] = a.lse.shape[2] = -5; break;
+    case M_NEGATIVE_BATCH:
+        a.q.shape[0] = a.k.shape[0] = a.v.shape[0] = a.o.shape[0] = a.lse.shape[0] = -1;
+        break;
+    case M_LSE_DTYPE: a.lse.dtype = FG_DTYPE_F16; break;
+    case M_LSE_SHAPE: a.lse.shape[2] = BASE_SQ - 1; break;
+    case M_LSE_NDIM: a.lse.ndim = 4; a.lse.shape[3] = 1; a.lse.stride[3] = 1; break;
+    default: break;
+    }
+
+    dbuf_poison(&env, &r.o);
+    dbuf_poison(&env, &r.lse);
+    CK(env.cu->cuCtxSynchronize());
+    fg_status s;
+    const char *msg;
+    if (bc->id == M_NULL_CTX) {
+        s = fg_attention_fwd(NULL, &a, (void *)env.stream);
+        msg = fg_last_error(NULL);
+    } else {
+        s = fg_attention_fwd(env.ctx, bc->id == M_NULL_ARGS ? NULL : &a, (void *)env.stream);
+        msg = fg_last_error(env.ctx);
+    }
+    cr_assert_not_null(msg, "fg_last_error must never return NULL");
+    fprintf(stderr, "gpu_fwd: bad argument (%s): %s: %s\n", bc->what, fg_status_string(s), msg);
+    cr_assert(s == FG_ERR_INVALID_ARGUMENT || s == FG_ERR_UNSUPPORTED,
+              "%s: expected FG_ERR_INVALID_ARGUMENT or FG_ERR_UNSUPPORTED, got %s (%s)", bc->what, fg_status_string(s),
+              msg);
+    if (bc->names[0]) {
+        int named = 0;
+        for (int i = 0; i < 4 && bc->names[i]; i++)
+            named |= mentions(msg, bc->names[i]);
+        cr_assert(named, "%s: the message \"%s\" does not name the argument (expected one of %s%s%s%s%s%s%s)",
+                  bc->what, msg, bc->names[0], bc->names[1] ? ", " : "", bc->names[1] ? bc->names[1] : "",
+                  bc->names[2] ? ", " : "", bc->names[2] ? bc->names[2] : "", bc->names[3] ? ", " : "",
+                  bc->names[3] ? bc->names[3] : "");
+    }
+    CK(env.cu->cuCtxSynchronize());
+    dbuf_download(&env, &r.o);
+    dbuf_download(&env, &r.lse);
+    check_untouched(&r.o, "O");
+    check_untouched(&r.lse, "LSE");
+    run_free(&env, &r);
+    gpu_close(&env);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* The driver loader itself (runs everywhere, GPU or not)                                            */
+/* ------------------------------------------------------------------------------------------------ */
+
+Test(driver, loader_answers_consistently_and_formats_failures) {
+    fg_error a, b;
+    fg_error_clear(&a);
+    fg_error_clear(&b);
+    const fg_cuda_api *p1 = cuda_api_get(&a), *p2 = cuda_api_get(&b);
+    cr_assert_eq(p1, p2, "the driver is loaded once per process");
+    if (!p1) {
+        cr_assert_eq(a.status, FG_ERR_NO_DEVICE, "a missing driver or device is FG_ERR_NO_DEVICE");
+        cr_assert_str_eq(a.msg, b.msg);
+        cr_assert_neq(a.msg[0], '\0', "the failure needs a sentence");
+        cr_log_info("driver not available: %s", a.msg);
+    } else {
+        /* Every entry point was resolved. */
+        cr_assert_eq(sizeof *p1 % sizeof(void (*)(void)), 0);
+        for (size_t off = 0; off < sizeof *p1; off += sizeof(void (*)(void))) {
+            void (*fn)(void);
+            memcpy(&fn, (const char *)p1 + off, sizeof fn);
+            cr_assert_not_null((void *)(uintptr_t)fn, "entry %zu of fg_cuda_api is NULL", off / sizeof fn);
+        }
+    }
+    fg_error e;
+    fg_error_clear(&e);
+    fg_status s = cuda_api_fail(&e, CUDA_ERROR_INVALID_VALUE, "cuFake(42)", "somewhere.c", 7);
+    cr_assert_eq(s, FG_ERR_CUDA);
+    cr_assert_eq(e.status, FG_ERR_CUDA);
+    cr_assert_not_null(strstr(e.msg, "cuFake(42) failed: "), "%s", e.msg);
+    cr_assert_not_null(strstr(e.msg, " at somewhere.c:7"), "%s", e.msg);
+    if (p1)
+        cr_assert_not_null(strstr(e.msg, "CUDA_ERROR_INVALID_VALUE"), "%s", e.msg);
+    else
+        cr_assert_not_null(strstr(e.msg, "CUresult 1 "), "without a driver the code is printed: %s", e.msg);
+    cr_assert_eq(cuda_api_fail(NULL, CUDA_ERROR_OUT_OF_MEMORY, "x", "y", 1), FG_ERR_CUDA, "a NULL error is allowed");
+}

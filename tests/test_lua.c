@@ -1,0 +1,674 @@
+/* test_lua.c: the Lua sandbox (generator/lua_sandbox.c) and the bundle config loader (generator/config.c).
+ *
+ * Sandbox cases follow TESTING.md: runaway loops, huge strings, unbounded recursion, bytecode and every
+ * removed library each end in FG_ERR_CONFIG with file:line, quickly. "Quickly" is checked on two clocks:
+ * this process's CPU time must stay under a second (immune to other load on a CI machine, since
+ * Criterion runs each test in its own process), and wall time under 2.5 s (the sandbox's own
+ * wall-clock backstop is 2 s). Config cases cover the product, field type errors, tile overrides,
+ * duplicates, the arch override and validation. Run from the repository root (configs/default.lua). */
+#include <criterion/criterion.h>
+#include <criterion/redirect.h>
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "config.h"
+#include "lua_sandbox.h"
+
+/* CPU and wall seconds since the matching stopwatch_start. */
+typedef struct stopwatch {
+    struct timespec cpu;  /* CLOCK_PROCESS_CPUTIME_ID at start */
+    struct timespec wall; /* CLOCK_MONOTONIC at start */
+} stopwatch;
+
+static double ts_diff(const struct timespec *a, const struct timespec *b) {
+    return (double)(b->tv_sec - a->tv_sec) + (double)(b->tv_nsec - a->tv_nsec) * 1e-9;
+}
+
+static void stopwatch_start(stopwatch *w) {
+    cr_assert_eq(clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &w->cpu), 0);
+    cr_assert_eq(clock_gettime(CLOCK_MONOTONIC, &w->wall), 0);
+}
+
+/* Asserts the work since start took under a second of CPU and 2.5 s of wall time. */
+static void stopwatch_check(const stopwatch *w, const char *what) {
+    struct timespec cpu, wall;
+    cr_assert_eq(clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu), 0);
+    cr_assert_eq(clock_gettime(CLOCK_MONOTONIC, &wall), 0);
+    double c = ts_diff(&w->cpu, &cpu), t = ts_diff(&w->wall, &wall);
+    cr_assert_lt(c, 1.0, "%s took %.3f s of CPU time", what, c);
+    cr_assert_lt(t, 2.5, "%s took %.3f s of wall time", what, t);
+}
+
+/* Runs text as chunk `name` with no host functions; returns the status and leaves the message in *err. */
+static fg_status run_chunk(const char *name, const char *text, fg_error *err) {
+    fg_error_clear(err);
+    return lua_sandbox_run(name, text, strlen(text), NULL, NULL, NULL, err);
+}
+
+/* Runs text, which must fail with FG_ERR_CONFIG quickly, with a message containing `where` (the
+ * file:line prefix) and `what`. */
+static void expect_refused(const char *text, const char *where, const char *what) {
+    fg_error err;
+    stopwatch w;
+    stopwatch_start(&w);
+    fg_status st = run_chunk("cfg.lua", text, &err);
+    stopwatch_check(&w, text);
+    cr_assert_eq(st, FG_ERR_CONFIG, "status %d for <%s>: %s", st, text, err.msg);
+    cr_assert(strncmp(err.msg, where, strlen(where)) == 0, "message for <%s> should start with '%s': %s", text,
+              where, err.msg);
+    cr_assert(strstr(err.msg, what) != NULL, "message for <%s> should mention '%s': %s", text, what, err.msg);
+}
+
+/* ---- sandbox: resource limits ---- */
+
+Test(sandbox, infinite_loop_hits_instruction_budget) {
+    expect_refused("local x = 1\nwhile true do end", "cfg.lua:2:", "instruction budget exceeded");
+}
+
+Test(sandbox, pcall_cannot_swallow_the_budget) {
+    expect_refused("local n = 0\nwhile true do\n  pcall(function() while true do n = n + 1 end end)\nend",
+                   "cfg.lua:", "instruction budget exceeded");
+}
+
+Test(sandbox, string_rep_2_31_is_refused) {
+    expect_refused("local a = 1\nlocal s = string.rep('x', 2^31)", "cfg.lua:2:", "too large");
+}
+
+Test(sandbox, string_rep_past_memory_cap_names_line) {
+    expect_refused("local a = 1\nlocal s = string.rep('x', 2^30)", "cfg.lua:2:", "memory limit (64 MiB) exceeded");
+}
+
+Test(sandbox, memory_cap_error_survives_pcall) {
+    /* The script catches the allocation failure; the run must still fail. */
+    expect_refused("local ok = pcall(string.rep, 'x', 2^30)\nlocal t = {}\nfor i = 1, 10 do t[i] = i end",
+                   "cfg.lua:", "memory limit (64 MiB) exceeded");
+}
+
+Test(sandbox, growing_table_hits_memory_cap) {
+    expect_refused("local t = {}\nfor i = 1, 1e9 do t[i] = {i} end", "cfg.lua:2:", "memory limit");
+}
+
+Test(sandbox, unbounded_recursion) {
+    fg_error err;
+    stopwatch w;
+    stopwatch_start(&w);
+    fg_status st = run_chunk("cfg.lua", "local function f() return 1 + f() end\nf()", &err);
+    stopwatch_check(&w, "recursion");
+    cr_assert_eq(st, FG_ERR_CONFIG);
+    cr_assert(strncmp(err.msg, "cfg.lua:1:", 10) == 0, "%s", err.msg);
+    cr_assert(strstr(err.msg, "stack overflow") || strstr(err.msg, "memory limit"), "%s", err.msg);
+}
+
+Test(sandbox, unbounded_recursion_through_c) {
+    /* __index calling itself recurses through C; Lua's C-stack limit must turn it into an error. */
+    expect_refused("local t = setmetatable({}, {__index = function(t, k) return t[k] end})\nreturn t.x",
+                   "cfg.lua:1:", "stack overflow");
+}
+
+Test(sandbox, concat_loop_stopped_by_time_or_memory) {
+    /* Each instruction copies 32 MiB: the instruction budget alone would take minutes. */
+    fg_error err;
+    stopwatch w;
+    stopwatch_start(&w);
+    fg_status st = run_chunk("cfg.lua", "local s = ('x'):rep(2^24)\nwhile true do local t = s .. s end", &err);
+    struct timespec wall;
+    clock_gettime(CLOCK_MONOTONIC, &wall);
+    cr_assert_eq(st, FG_ERR_CONFIG);
+    cr_assert_lt(ts_diff(&w.wall, &wall), 2.5, "took too long: %s", err.msg);
+    /* A memory error names the line the hooks saw last, which here may still be line 1. */
+    cr_assert(strncmp(err.msg, "cfg.lua:", 8) == 0, "%s", err.msg);
+    cr_assert(strstr(err.msg, "time limit") || strstr(err.msg, "memory limit"), "%s", err.msg);
+}
+
+Test(sandbox, c_loops_are_bounded) {
+    /* Library functions that would loop in C, where no hook fires, for as long as their arguments say. */
+    expect_refused("table.move({}, 1, 2^50, 1)", "cfg.lua:1:", "table.move");
+    expect_refused("local t = setmetatable({}, {__len = function() return 2^50 end})\ntable.insert(t, 1, 1)",
+                   "cfg.lua:2:", "without a metatable");
+    expect_refused("local s = ('x'):rep(1000)\nreturn s:find(('.-'):rep(10) .. 'y')", "cfg.lua:2:",
+                   "could backtrack too long");
+    fg_error err;
+    stopwatch w;
+    stopwatch_start(&w);
+    cr_assert_eq(run_chunk("cfg.lua", "assert(string.rep('', 2^50) == '')\nassert(('x'):rep(0) == '')", &err),
+                 FG_OK, "%s", err.msg);
+    stopwatch_check(&w, "string.rep('', 2^50)");
+}
+
+/* ---- sandbox: what is not reachable ---- */
+
+Test(sandbox, removed_libraries_fail_with_position) {
+    static const char *const cases[] = {
+        "local a = 1\nos.execute('true')",      "local a = 1\nio.open('/etc/passwd')",
+        "local a = 1\nrequire('os')",           "local a = 1\nload('return 1')()",
+        "local a = 1\ndofile('/etc/passwd')",   "local a = 1\nloadfile('/etc/passwd')",
+        "local a = 1\ndebug.getinfo(1)",        "local a = 1\npackage.loadlib('x', 'y')",
+        "local a = 1\ncollectgarbage()",        "local a = 1\nstring.dump(print)",
+        "local a = 1\n('').dump(print)",        "local a = 1\ncoroutine.create(print)",
+        "local a = 1\n_G.os.exit()",            "local a = 1\ngetmetatable('').__index.dump(print)",
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_refused(cases[i], "cfg.lua:2:", "attempt to");
+}
+
+/* Collects the output of lua_dump. */
+typedef struct dumpbuf {
+    char data[8192]; /* the bytecode */
+    size_t len;      /* bytes written */
+} dumpbuf;
+
+static int dump_writer(lua_State *L, const void *p, size_t n, void *ud) {
+    (void)L;
+    dumpbuf *b = ud;
+    if (n > sizeof b->data - b->len)
+        return 1;
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+Test(sandbox, bytecode_chunk_is_refused) {
+    /* Real bytecode from an ordinary host state, as luac or string.dump would make it. */
+    lua_State *H = luaL_newstate();
+    cr_assert_not_null(H);
+    cr_assert_eq(luaL_loadstring(H, "return 42"), LUA_OK);
+    dumpbuf buf = {.len = 0};
+    cr_assert_eq(lua_dump(H, dump_writer, &buf, 0), 0);
+    lua_close(H);
+    cr_assert_gt(buf.len, 4);
+    fg_error err;
+    fg_error_clear(&err);
+    stopwatch w;
+    stopwatch_start(&w);
+    fg_status st = lua_sandbox_run("chunk.luac", buf.data, buf.len, NULL, NULL, NULL, &err);
+    stopwatch_check(&w, "bytecode");
+    cr_assert_eq(st, FG_ERR_CONFIG, "%s", err.msg);
+    cr_assert(strncmp(err.msg, "chunk.luac:1:", 13) == 0, "%s", err.msg);
+    cr_assert(strstr(err.msg, "bytecode") != NULL, "%s", err.msg);
+}
+
+Test(sandbox, safe_library_works) {
+    fg_error err;
+    const char *text =
+        "local a, b = ('sm_90a'):match('^sm_(%d+)(a?)$')\n"
+        "assert(a == '90' and b == 'a')\n"
+        "local t = {3, 1, 2}\n"
+        "table.sort(t)\n"
+        "assert(table.concat(t, ',') == '1,2,3')\n"
+        "table.insert(t, 1, 0)\n"
+        "assert(table.remove(t) == 3 and #t == 3)\n"
+        "assert(string.find('a.b', '.', 1, true) == 2)\n"
+        "assert(select('#', table.unpack({1, 2, 3})) == 3)\n"
+        "assert(#table.move({1, 2, 3}, 1, 3, 2) == 4)\n"
+        "assert(math.max(1, 5) == 5 and math.type(1) == 'integer')\n"
+        "assert(utf8.len('h\\u{e9}') == 2)\n"
+        "assert(pcall(error, 'x') == false)\n"
+        "assert(select(2, xpcall(error, function(m) return 'handled' end, 'x')) == 'handled')\n"
+        "assert(tostring(12) == '12' and tonumber('0x10') == 16 and type(print) == 'function')\n"
+        "local mt = {__index = function() return 7 end}\n"
+        "assert(setmetatable({}, mt).x == 7 and getmetatable(setmetatable({}, mt)) == mt)\n"
+        "assert(rawget({5}, 1) == 5 and rawlen({1, 2}) == 2 and rawequal(t, t))\n"
+        "local k = {} rawset(k, 'a', 1) assert(next(k) == 'a')\n"
+        "for i, v in ipairs({1}) do assert(i == v) end\n"
+        "for key in pairs({z = 1}) do assert(key == 'z') end\n"
+        "assert(string.format('%d-%s', 3, 'x') == '3-x' and ('ab'):upper() == 'AB')\n"
+        "assert(('a,b'):gsub(',', ';') == 'a;b')\n"
+        "assert(os == nil and io == nil and debug == nil and package == nil and load == nil)\n"
+        "assert(loadfile == nil and dofile == nil and require == nil and collectgarbage == nil)\n"
+        "assert(string.dump == nil and ('').dump == nil and coroutine == nil and _G == nil)\n";
+    cr_assert_eq(run_chunk("ok.lua", text, &err), FG_OK, "%s", err.msg);
+}
+
+/* ---- sandbox: messages ---- */
+
+Test(sandbox, syntax_error_reports_file_line) {
+    expect_refused("x = 1\ny = = 2\n", "cfg.lua:2:", "unexpected symbol");
+    expect_refused("x = 1\n\nfunction f(\n", "cfg.lua:4:", "expected");
+}
+
+Test(sandbox, runtime_errors_report_file_line) {
+    expect_refused("local a = 1\n\nerror('custom failure')", "cfg.lua:3:", "custom failure");
+    expect_refused("local a = 1\nerror('no position', 0)", "cfg.lua:2:", "no position");
+    expect_refused("local a = 1\nerror({})", "cfg.lua:2:", "error object is a table value");
+    expect_refused("local a = 1\nlocal b = nil + 1", "cfg.lua:2:", "arithmetic");
+    expect_refused("local a = 1\nstring.rep()", "cfg.lua:2:", "bad argument #1 to 'rep'");
+}
+
+Test(sandbox, long_chunk_name_kept_whole) {
+    /* Lua abbreviates names past 59 bytes; messages must carry the whole path. */
+    const char *name = "some/rather/deep/directory/tree/of/configs/for/a/project/bundle_config.lua";
+    fg_error err;
+    fg_error_clear(&err);
+    const char *text = "local a = 1\nerror('x')";
+    cr_assert_eq(lua_sandbox_run(name, text, strlen(text), NULL, NULL, NULL, &err), FG_ERR_CONFIG);
+    char want[256];
+    snprintf(want, sizeof want, "%s:2: x", name);
+    cr_assert_str_eq(err.msg, want);
+}
+
+static void redirect_stderr(void) { cr_redirect_stderr(); }
+
+Test(sandbox, print_goes_to_stderr_with_position, .init = redirect_stderr) {
+    fg_error err;
+    cr_assert_eq(run_chunk("p.lua", "local a = 1\nprint('hello', 1, nil)", &err), FG_OK, "%s", err.msg);
+    fflush(stderr);
+    cr_assert_stderr_eq_str("p.lua:2: hello\t1\tnil\n");
+}
+
+/* ---- sandbox: host callbacks ---- */
+
+static int host_twice(lua_State *L) {
+    lua_pushinteger(L, 2 * luaL_checkinteger(L, 1));
+    return 1;
+}
+
+static int setup_twice(lua_State *L, void *user) {
+    (void)user;
+    lua_pushcfunction(L, host_twice);
+    lua_setglobal(L, "twice");
+    return 0;
+}
+
+static int finish_read(lua_State *L, void *user) {
+    lua_getglobal(L, "answer");
+    *(lua_Integer *)user = lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    return 0;
+}
+
+static int setup_refuse(lua_State *L, void *user) {
+    (void)L;
+    (void)user;
+    return 1;
+}
+
+Test(sandbox, setup_and_finish_callbacks) {
+    fg_error err;
+    fg_error_clear(&err);
+    lua_Integer answer = 0;
+    const char *text = "answer = twice(21)";
+    cr_assert_eq(lua_sandbox_run("cb.lua", text, strlen(text), setup_twice, finish_read, &answer, &err), FG_OK,
+                 "%s", err.msg);
+    cr_assert_eq(answer, 42);
+    cr_assert_eq(lua_sandbox_run("cb.lua", text, strlen(text), setup_refuse, NULL, NULL, &err), FG_ERR_CONFIG);
+    cr_assert(strncmp(err.msg, "cb.lua:", 7) == 0, "%s", err.msg);
+}
+
+Test(sandbox, host_function_errors_name_the_line) {
+    expect_refused("local a = 1\nlocal x = ('x'):rep(-1) .. nil", "cfg.lua:2:", "concatenate");
+}
+
+Test(sandbox, missing_file_is_io_error) {
+    fg_error err;
+    fg_error_clear(&err);
+    cr_assert_eq(lua_sandbox_run_file("tests/no/such/config.lua", NULL, NULL, NULL, &err), FG_ERR_IO);
+    cr_assert(strstr(err.msg, "tests/no/such/config.lua") != NULL, "%s", err.msg);
+}
+
+Test(sandbox, many_runs_stay_independent) {
+    /* A fresh state per run: globals from one run are gone in the next. */
+    fg_error err;
+    for (int i = 0; i < 50; i++) {
+        cr_assert_eq(run_chunk("a.lua", "assert(leftover == nil)\nleftover = 1", &err), FG_OK, "%s", err.msg);
+    }
+}
+
+/* ---- config loader ---- */
+
+/* Loads text as config "cfg.lua" and asserts success. */
+static void load_ok(const char *text, const char *arch_override, fg_config *cfg) {
+    fg_error err;
+    fg_error_clear(&err);
+    fg_status st = config_load_string("cfg.lua", text, strlen(text), arch_override, cfg, &err);
+    cr_assert_eq(st, FG_OK, "config failed (%d): %s\n%s", st, err.msg, text);
+}
+
+/* Loads text as config "cfg.lua", asserts it fails with status `want`, a message that starts with
+ * `where` and contains `what`, and an output left empty. */
+static void load_fails(const char *text, const char *arch_override, fg_status want, const char *where,
+                       const char *what) {
+    fg_error err;
+    fg_error_clear(&err);
+    fg_config cfg;
+    memset(&cfg, 0x5a, sizeof cfg);
+    fg_status st = config_load_string("cfg.lua", text, strlen(text), arch_override, &cfg, &err);
+    cr_assert_eq(st, want, "status %d, message: %s\n%s", st, err.msg, text);
+    cr_assert(strncmp(err.msg, where, strlen(where)) == 0, "message should start with '%s': %s", where, err.msg);
+    cr_assert(strstr(err.msg, what) != NULL, "message should mention '%s': %s", what, err.msg);
+    cr_assert_null(cfg.variants);
+    cr_assert_eq(cfg.count, 0);
+}
+
+static int spec_named(const fg_config *cfg, int i, char *buf, size_t n) {
+    return spec_format(&cfg->variants[i], buf, n);
+}
+
+Test(config, cartesian_product) {
+    fg_config cfg;
+    load_ok("variants { kind = 'fwd', arch = {'sm_80', 'sm_90a'}, dtype = {'fp16', 'bf16'},\n"
+            "           head_dim = {64, 128}, causal = {false, true} }",
+            NULL, &cfg);
+    cr_assert_eq(cfg.count, 16);
+    /* the last field varies fastest */
+    cr_assert_eq(cfg.variants[0].arch, 80);
+    cr_assert_eq(cfg.variants[0].causal, 0);
+    cr_assert_eq(cfg.variants[1].causal, 1);
+    cr_assert_eq(cfg.variants[2].head_dim, 128);
+    cr_assert_eq(cfg.variants[4].dtype, FG_DTYPE_BF16);
+    cr_assert_eq(cfg.variants[8].arch, 90);
+    cr_assert_eq(cfg.variants[8].arch_accel, 1);
+    for (int i = 0; i < cfg.count; i++) {
+        fg_error err;
+        cr_assert_eq(spec_validate(&cfg.variants[i], &err), FG_OK, "%s", err.msg);
+        for (int j = 0; j < i; j++)
+            cr_assert(!spec_equal(&cfg.variants[i], &cfg.variants[j]));
+    }
+    config_free(&cfg);
+    cr_assert_null(cfg.variants);
+}
+
+Test(config, scalars_defaults_and_policy_tiles) {
+    fg_config cfg;
+    load_ok("variants { kind = 'fwd', arch = 'sm_80', dtype = 'bf16', head_dim = 128 }", NULL, &cfg);
+    cr_assert_eq(cfg.count, 1);
+    fg_spec s = cfg.variants[0];
+    cr_assert_eq(s.causal, 0);
+    fg_tile_policy def;
+    fg_error err;
+    cr_assert_eq(tile_policy_init_default(&def, &err), FG_OK);
+    const fg_tile_rule *r = tile_policy_lookup(&def, &s);
+    cr_assert_not_null(r);
+    cr_assert_eq(s.block_m, r->block_m);
+    cr_assert_eq(s.block_n, r->block_n);
+    cr_assert_eq(s.warps, r->warps);
+    cr_assert_eq(s.stages, r->stages);
+    cr_assert_eq(cfg.policy.count, def.count);
+    tile_policy_free(&def);
+    config_free(&cfg);
+}
+
+Test(config, causal_accepts_0_and_1) {
+    fg_config cfg;
+    load_ok("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = 64, causal = {0, 1} }", NULL,
+            &cfg);
+    cr_assert_eq(cfg.count, 2);
+    cr_assert_eq(cfg.variants[0].causal, 0);
+    cr_assert_eq(cfg.variants[1].causal, 1);
+    config_free(&cfg);
+}
+
+Test(config, explicit_tiles_kept) {
+    fg_config cfg;
+    load_ok("variants { kind = 'fwd', arch = 'sm_90a', dtype = 'fp16', head_dim = 64,\n"
+            "           block_m = 64, block_n = {32, 64}, warps = 4, stages = 3 }",
+            NULL, &cfg);
+    cr_assert_eq(cfg.count, 2);
+    cr_assert_eq(cfg.variants[0].block_m, 64);
+    cr_assert_eq(cfg.variants[0].block_n, 32);
+    cr_assert_eq(cfg.variants[1].block_n, 64);
+    cr_assert_eq(cfg.variants[1].warps, 4);
+    cr_assert_eq(cfg.variants[1].stages, 3);
+    config_free(&cfg);
+}
+
+Test(config, tile_policy_override_applies) {
+    /* The override comes after the variants it affects: tiles are filled once the chunk has run. */
+    fg_config cfg;
+    load_ok("variants { kind = 'fwd', arch = {'sm_80', 'sm_90a'}, dtype = 'fp16', head_dim = {64, 128} }\n"
+            "tile_policy { arch = {'sm_80', 'sm_89'}, head_dim = {33, 64}, causal = false, dtype = 'fp16',\n"
+            "              block_m = 64, block_n = 64, warps = 4, stages = 3 }",
+            NULL, &cfg);
+    cr_assert_eq(cfg.count, 4);
+    fg_tile_policy def;
+    fg_error err;
+    cr_assert_eq(tile_policy_init_default(&def, &err), FG_OK);
+    cr_assert_eq(cfg.policy.count, def.count + 1);
+    const fg_tile_rule *last = &cfg.policy.rules[cfg.policy.count - 1];
+    cr_assert_eq(last->arch_min, 80);
+    cr_assert_eq(last->arch_max, 89);
+    cr_assert_eq(last->head_dim_min, 33);
+    cr_assert_eq(last->head_dim_max, 64);
+    cr_assert_eq(last->causal, 0);
+    cr_assert_eq(last->dtype, FG_DTYPE_F16);
+    for (int i = 0; i < cfg.count; i++) {
+        const fg_spec *s = &cfg.variants[i];
+        if (s->arch == 80 && s->head_dim == 64) {
+            cr_assert_eq(s->block_m, 64);
+            cr_assert_eq(s->block_n, 64);
+            cr_assert_eq(s->warps, 4);
+            cr_assert_eq(s->stages, 3);
+        } else {
+            const fg_tile_rule *r = tile_policy_lookup(&def, s);
+            cr_assert_not_null(r);
+            cr_assert_eq(s->block_m, r->block_m, "variant %d keeps the default", i);
+            cr_assert_eq(s->stages, r->stages);
+        }
+    }
+    tile_policy_free(&def);
+    config_free(&cfg);
+}
+
+Test(config, tile_policy_any_match_fields) {
+    fg_config cfg;
+    load_ok("tile_policy { block_m = 64, block_n = 32, warps = 4, stages = 2 }\n"
+            "variants { kind = 'fwd', arch = {'sm_80', 'sm_90a'}, dtype = {'fp16', 'bf16'}, head_dim = {64, 256},\n"
+            "           causal = {true, false} }",
+            NULL, &cfg);
+    cr_assert_eq(cfg.count, 16);
+    const fg_tile_rule *last = &cfg.policy.rules[cfg.policy.count - 1];
+    cr_assert_eq(last->causal, -1);
+    cr_assert_eq(last->dtype, -1);
+    for (int i = 0; i < cfg.count; i++) {
+        cr_assert_eq(cfg.variants[i].block_n, 32);
+        cr_assert_eq(cfg.variants[i].warps, 4);
+    }
+    config_free(&cfg);
+}
+
+Test(config, duplicates_dropped_keeping_first_order) {
+    fg_config cfg;
+    /* The third call repeats the first variant with tiles equal to what the policy gives it. */
+    load_ok("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = {128, 64} }\n"
+            "variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = {64, 96}, causal = 0 }\n"
+            "variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = 128,\n"
+            "           block_m = 128, block_n = 64, warps = 8, stages = 2 }",
+            NULL, &cfg);
+    cr_assert_eq(cfg.count, 3);
+    cr_assert_eq(cfg.variants[0].head_dim, 128);
+    cr_assert_eq(cfg.variants[1].head_dim, 64);
+    cr_assert_eq(cfg.variants[2].head_dim, 96);
+    config_free(&cfg);
+}
+
+Test(config, lua_logic_builds_variants) {
+    fg_config cfg;
+    load_ok("for _, d in ipairs({32, 64, 128}) do\n"
+            "  for _, c in ipairs({false, true}) do\n"
+            "    variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = d, causal = c }\n"
+            "  end\n"
+            "end",
+            NULL, &cfg);
+    cr_assert_eq(cfg.count, 6);
+    config_free(&cfg);
+}
+
+Test(config, arch_override_replaces_every_arch_list) {
+    fg_config cfg;
+    load_ok("variants { kind = 'fwd', arch = {'sm_80', 'sm_90a'}, dtype = 'fp16', head_dim = 64 }\n"
+            "variants { kind = 'fwd', arch = 'sm_80', dtype = 'bf16', head_dim = 128 }",
+            " sm_86 , sm_90a", &cfg);
+    cr_assert_eq(cfg.count, 4);
+    int n86 = 0, n90a = 0;
+    for (int i = 0; i < cfg.count; i++) {
+        n86 += cfg.variants[i].arch == 86 && !cfg.variants[i].arch_accel;
+        n90a += cfg.variants[i].arch == 90 && cfg.variants[i].arch_accel;
+    }
+    cr_assert_eq(n86, 2);
+    cr_assert_eq(n90a, 2);
+    config_free(&cfg);
+    /* with an override the config may leave arch out */
+    load_ok("variants { kind = 'fwd', dtype = 'fp16', head_dim = 64 }", "sm_89", &cfg);
+    cr_assert_eq(cfg.count, 1);
+    cr_assert_eq(cfg.variants[0].arch, 89);
+    config_free(&cfg);
+    load_fails("variants { kind = 'fwd', dtype = 'fp16', head_dim = 64 }", "sm_80,,sm_90", FG_ERR_INVALID_ARGUMENT,
+               "arch override", "empty entry");
+    load_fails("variants { kind = 'fwd', dtype = 'fp16', head_dim = 64 }", "sm80", FG_ERR_INVALID_ARGUMENT,
+               "arch override", "sm80");
+}
+
+Test(config, zero_variants_refused) {
+    load_fails("-- nothing here\nlocal x = 1\n", NULL, FG_ERR_CONFIG, "cfg.lua:", "lists no variants");
+    load_fails("tile_policy { block_m = 64, block_n = 64, warps = 4, stages = 2 }", NULL, FG_ERR_CONFIG, "cfg.lua:",
+               "lists no variants");
+}
+
+Test(config, invalid_variant_names_variant_and_rule) {
+    load_fails("local a = 1\nvariants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = {64, 7} }", NULL,
+               FG_ERR_CONFIG, "cfg.lua:2: variant arch=sm_80,", "head_dim 7 is not supported");
+    load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = 7,\n"
+               "           block_m = 64, block_n = 64, warps = 4, stages = 2 }",
+               NULL, FG_ERR_CONFIG, "cfg.lua:1: variant ", "head_dim 7 is not supported");
+    load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = 64, warps = 3 }", NULL,
+               FG_ERR_CONFIG, "cfg.lua:1: variant arch=sm_80,", "warps 3 is not supported");
+    load_fails("variants { kind = 'fwd', arch = 'sm_70', dtype = 'fp16', head_dim = 64 }", NULL, FG_ERR_CONFIG,
+               "cfg.lua:1: variant arch=sm_70,", "sm_70");
+    load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'e4m3', head_dim = 64 }", NULL, FG_ERR_CONFIG,
+               "cfg.lua:1: variant ", "dtype e4m3");
+}
+
+Test(config, field_type_errors_name_field_and_type) {
+    load_fails("local a = 1\n\nvariants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = '128' }", NULL,
+               FG_ERR_CONFIG, "cfg.lua:3: variants: ",
+               "field 'head_dim' must be an integer or a list of integers, got string");
+    load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = {64, 'x'} }", NULL, FG_ERR_CONFIG,
+               "cfg.lua:1: variants: ", "field 'head_dim' must be an integer or a list of integers, got string (list item 2)");
+    load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = 64.5 }", NULL, FG_ERR_CONFIG,
+               "cfg.lua:1: variants: ", "field 'head_dim' must be an integer or a list of integers, got 64.5");
+    load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = -64 }", NULL, FG_ERR_CONFIG,
+               "cfg.lua:1: variants: ", "field 'head_dim' must be a positive integer, got -64");
+    load_fails("variants { kind = 'fwd', arch = 80, dtype = 'fp16', head_dim = 64 }", NULL, FG_ERR_CONFIG,
+               "cfg.lua:1: variants: ", "field 'arch' must be a string or a list of strings, got 80");
+    load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = 64, causal = 'yes' }", NULL,
+               FG_ERR_CONFIG, "cfg.lua:1: variants: ", "field 'causal' must be a boolean (or 0/1) or a list of booleans, got string");
+    load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = 64, causal = 2 }", NULL,
+               FG_ERR_CONFIG, "cfg.lua:1: variants: ", "field 'causal' must be a boolean");
+    load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = 64, warps = true }", NULL,
+               FG_ERR_CONFIG, "cfg.lua:1: variants: ", "field 'warps' must be an integer or a list of integers, got boolean");
+    load_fails("variants { kind = 'bwd', arch = 'sm_80', dtype = 'fp16', head_dim = 64 }", NULL, FG_ERR_CONFIG,
+               "cfg.lua:1: variants: ", "field 'kind'");
+    load_fails("variants { kind = 'fwd', arch = 'sm80', dtype = 'fp16', head_dim = 64 }", NULL, FG_ERR_CONFIG,
+               "cfg.lua:1: variants: ", "field 'arch': arch 'sm80'");
+    load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp32', head_dim = 64 }", NULL, FG_ERR_CONFIG,
+               "cfg.lua:1: variants: ", "field 'dtype': dtype 'fp32'");
+    load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = {} }", NULL, FG_ERR_CONFIG,
+               "cfg.lua:1: variants: ", "field 'head_dim' is an empty list");
+    load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = {64, x = 1} }", NULL,
+               FG_ERR_CONFIG, "cfg.lua:1: variants: ", "not a list");
+    load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = {{64}} }", NULL, FG_ERR_CONFIG,
+               "cfg.lua:1: variants: ", "nested table");
+}
+
+Test(config, unknown_and_missing_fields) {
+    load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dims = 64 }", NULL, FG_ERR_CONFIG,
+               "cfg.lua:1: variants: ", "unknown field 'head_dims'");
+    load_fails("variants { 'sm_80' }", NULL, FG_ERR_CONFIG, "cfg.lua:1: variants: ", "field names must be strings");
+    load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16' }", NULL, FG_ERR_CONFIG,
+               "cfg.lua:1: variants: ", "field 'head_dim' is required");
+    load_fails("variants { arch = 'sm_80', dtype = 'fp16', head_dim = 64 }", NULL, FG_ERR_CONFIG,
+               "cfg.lua:1: variants: ", "field 'kind' is required");
+    load_fails("variants { kind = 'fwd', dtype = 'fp16', head_dim = 64 }", NULL, FG_ERR_CONFIG,
+               "cfg.lua:1: variants: ", "field 'arch' is required");
+    load_fails("variants('fwd')", NULL, FG_ERR_CONFIG, "cfg.lua:1: variants: ", "expects one table");
+    load_fails("local a\nvariants()", NULL, FG_ERR_CONFIG, "cfg.lua:2: variants: ", "got no value");
+}
+
+Test(config, tile_policy_errors) {
+    const char *v = "variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = 64 }\n";
+    char text[512];
+    snprintf(text, sizeof text, "%stile_policy { arch = 'sm_80', block_m = 64, block_n = 64, stages = 2 }", v);
+    load_fails(text, NULL, FG_ERR_CONFIG, "cfg.lua:2: tile_policy: ", "field 'warps' is required");
+    snprintf(text, sizeof text, "%stile_policy { head_dim = {128, 64}, block_m = 64, block_n = 64, warps = 4, stages = 2 }", v);
+    load_fails(text, NULL, FG_ERR_CONFIG, "cfg.lua:2: tile_policy: ", "reversed");
+    snprintf(text, sizeof text, "%stile_policy { head_dim = {64, 96, 128}, block_m = 64, block_n = 64, warps = 4, stages = 2 }", v);
+    load_fails(text, NULL, FG_ERR_CONFIG, "cfg.lua:2: tile_policy: ",
+               "field 'head_dim' must be an integer or a {lo, hi} pair of integers");
+    snprintf(text, sizeof text, "%stile_policy { arch = {'sm_90', 'sm_80'}, block_m = 64, block_n = 64, warps = 4, stages = 2 }", v);
+    load_fails(text, NULL, FG_ERR_CONFIG, "cfg.lua:2: tile_policy: ", "reversed");
+    snprintf(text, sizeof text, "%stile_policy { dtype = {'fp16'}, block_m = 64, block_n = 64, warps = 4, stages = 2 }", v);
+    load_fails(text, NULL, FG_ERR_CONFIG, "cfg.lua:2: tile_policy: ", "field 'dtype' must be a string, got table");
+    snprintf(text, sizeof text, "%stile_policy { causal = 'no', block_m = 64, block_n = 64, warps = 4, stages = 2 }", v);
+    load_fails(text, NULL, FG_ERR_CONFIG, "cfg.lua:2: tile_policy: ", "field 'causal' must be a boolean (or 0/1), got string");
+    snprintf(text, sizeof text, "%stile_policy { block_m = {64}, block_n = 64, warps = 4, stages = 2 }", v);
+    load_fails(text, NULL, FG_ERR_CONFIG, "cfg.lua:2: tile_policy: ", "field 'block_m' must be an integer, got table");
+    snprintf(text, sizeof text, "%stile_policy { block = 64, block_n = 64, warps = 4, stages = 2 }", v);
+    load_fails(text, NULL, FG_ERR_CONFIG, "cfg.lua:2: tile_policy: ", "unknown field 'block'");
+    /* an override that gives an invalid tile is caught when the variant is validated */
+    snprintf(text, sizeof text, "%stile_policy { block_m = 64, block_n = 64, warps = 4, stages = 9 }", v);
+    load_fails(text, NULL, FG_ERR_CONFIG, "cfg.lua:1: variant arch=sm_80,", "stages 9 is not supported");
+}
+
+Test(config, too_many_variants_refused) {
+    load_fails("local d = {} for i = 1, 128 do d[i] = 8 * ((i - 1) % 32 + 1) end\n"
+               "variants { kind = 'fwd', arch = {'sm_80', 'sm_86', 'sm_89', 'sm_90'}, dtype = {'fp16', 'bf16'},\n"
+               "           head_dim = d, causal = {false, true}, block_n = {16, 32, 64, 128, 256}, stages = {2, 3, 4},\n"
+               "           warps = {1, 2, 4, 8} }",
+               NULL, FG_ERR_CONFIG, "cfg.lua:2: variants: ", "at most");
+}
+
+Test(config, sandbox_errors_pass_through) {
+    load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = 64 }\nwhile true do end", NULL,
+               FG_ERR_CONFIG, "cfg.lua:2:", "instruction budget exceeded");
+    load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = 64 }\nos.exit(1)", NULL,
+               FG_ERR_CONFIG, "cfg.lua:2:", "global 'os'");
+    load_fails("variants { kind = 'fwd',\n", NULL, FG_ERR_CONFIG, "cfg.lua:", "expected");
+}
+
+Test(config, host_functions_ignore_metatables) {
+    /* Reads are raw: an __index on the argument table must not supply fields. */
+    load_fails("local t = setmetatable({kind = 'fwd', arch = 'sm_80', dtype = 'fp16'}, {__index = function() return 64 end})\n"
+               "variants(t)",
+               NULL, FG_ERR_CONFIG, "cfg.lua:2: variants: ", "field 'head_dim' is required");
+}
+
+Test(config, default_config_loads_and_validates) {
+    fg_config cfg;
+    fg_error err;
+    fg_error_clear(&err);
+    cr_assert_eq(config_load_file("configs/default.lua", NULL, &cfg, &err), FG_OK, "%s", err.msg);
+    cr_assert_geq(cfg.count, 20);
+    cr_assert_leq(cfg.count, 64, "the default bundle should stay small enough for CI: %d variants", cfg.count);
+    int archs[2] = {0, 0};
+    for (int i = 0; i < cfg.count; i++) {
+        char name[FG_SPEC_NAME_MAX];
+        cr_assert_gt(spec_named(&cfg, i, name, sizeof name), 0);
+        cr_assert_eq(spec_validate(&cfg.variants[i], &err), FG_OK, "%s: %s", name, err.msg);
+        archs[0] += cfg.variants[i].arch == 80;
+        archs[1] += cfg.variants[i].arch == 90 && cfg.variants[i].arch_accel;
+        for (int j = 0; j < i; j++)
+            cr_assert(!spec_equal(&cfg.variants[i], &cfg.variants[j]), "%s listed twice", name);
+    }
+    cr_assert_eq(archs[0] + archs[1], cfg.count);
+    cr_assert_gt(archs[0], 0);
+    cr_assert_gt(archs[1], 0);
+    config_free(&cfg);
+    /* the same bundle for one other arch */
+    cr_assert_eq(config_load_file("configs/default.lua", "sm_89", &cfg, &err), FG_OK, "%s", err.msg);
+    for (int i = 0; i < cfg.count; i++)
+        cr_assert_eq(spec_validate(&cfg.variants[i], &err), FG_OK, "%s", err.msg);
+    config_free(&cfg);
+}
+
+Test(config, missing_file_is_io_error) {
+    fg_config cfg;
+    fg_error err;
+    fg_error_clear(&err);
+    cr_assert_eq(config_load_file("configs/does_not_exist.lua", NULL, &cfg, &err), FG_ERR_IO);
+    cr_assert(strstr(err.msg, "configs/does_not_exist.lua") != NULL, "%s", err.msg);
+    cr_assert_eq(cfg.count, 0);
+    config_free(&cfg); /* freeing an empty config is harmless */
+}
