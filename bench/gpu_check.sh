@@ -1,0 +1,51 @@
+#!/bin/sh
+# bench/gpu_check.sh: the GPU half of the checks, in one command for a lent GPU host.
+# Builds flashgen (with Lua and Criterion staged in .deps/ when the host has no packages: see
+# ../shared/tools/offline-deps.sh), then runs the GPU test suite, `flashgen run` on a few problems
+# (every element checked against the CPU reference, then timed), and compute-sanitizer on a small run.
+# Logs go to $OUT (or /tmp) as gpu_tests.log, run.log, sanitizer.log; a summary is printed last.
+set -u
+out=${OUT:-/tmp}
+if [ -d .deps ]; then
+  sh .deps/offline-deps.sh --relocate .deps >/dev/null
+  export PKG_CONFIG_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu/pkgconfig
+  export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+sh configure >/dev/null && ninja >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+export FLASHGEN_CACHE_DIR=$(mktemp -d)/cache
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+git rev-parse --short HEAD 2>/dev/null
+
+start=$(date +%s)
+build/tests/test_gpu_fwd --verbose=1 -j8 ${GPU_TEST_FILTER:+--filter "$GPU_TEST_FILTER"} >"$out/gpu_tests.log" 2>&1
+gpu_rc=$?
+echo "test_gpu_fwd: rc=$gpu_rc in $(( $(date +%s) - start )) s"
+
+: >"$out/run.log"
+run_rc=0
+for args in "--dtype bf16 --batch 4 --seqlen-q 2048 --seqlen-k 2048 --heads 16 --head-dim 128" \
+            "--dtype fp16 --batch 4 --seqlen-q 2048 --seqlen-k 2048 --heads 16 --head-dim 128 --causal" \
+            "--dtype bf16 --batch 2 --seqlen-q 4096 --seqlen-k 4096 --heads 16 --head-dim 64 --causal" \
+            "--dtype bf16 --batch 2 --seqlen-q 4096 --seqlen-k 4096 --heads 8 --head-dim 256" \
+            "--dtype bf16 --batch 2 --seqlen-q 1000 --seqlen-k 3000 --heads 32 --heads-kv 4 --head-dim 96 --causal"; do
+  echo "flashgen run $args" >>"$out/run.log"
+  build/flashgen run $args >>"$out/run.log" 2>&1 || run_rc=1
+done
+echo "flashgen run: rc=$run_rc"
+
+san_rc=0
+: >"$out/sanitizer.log"
+if command -v compute-sanitizer >/dev/null 2>&1; then
+  for tool in memcheck racecheck initcheck synccheck; do
+    compute-sanitizer --tool $tool --error-exitcode 9 build/flashgen run --batch 1 --seqlen-q 300 --seqlen-k 257 \
+      --heads 4 --heads-kv 2 --head-dim 72 --causal --iters 1 >>"$out/sanitizer.log" 2>&1 || san_rc=1
+    echo "compute-sanitizer $tool: $(tail -1 "$out/sanitizer.log")"
+  done
+else
+  echo "compute-sanitizer: not found"
+fi
+
+echo "==== summary"
+grep -E "Synthesis|FAIL|Assertion" "$out/gpu_tests.log" | head -20
+grep -E "TFLOP|error|FAIL|flashgen run" "$out/run.log" | head -30
+exit $(( gpu_rc | run_rc | san_rc ))
