@@ -121,8 +121,9 @@ fg_status fg_bundle_load(fg_context *ctx, const char *path);
 /* Same, from memory (for example the array written by `flashgen bundle --emit-c`). The bytes are copied. */
 fg_status fg_bundle_load_memory(fg_context *ctx, const void *data, size_t size);
 
-/* The sentence describing the last failure on ctx (or of fg_context_create when ctx is NULL). Never NULL.
- * Valid until the next call on the same context. */
+/* The sentence describing the last failure on ctx. With ctx NULL: the last failure on this thread of
+ * fg_context_create or of a call given a NULL context. Never NULL ("no error" when there was none).
+ * Valid until the next failing call on the same context (or thread). */
 const char *fg_last_error(const fg_context *ctx);
 
 /* A short constant name for a status ("FG_ERR_INVALID_ARGUMENT"). */

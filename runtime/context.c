@@ -5,7 +5,8 @@
 #include <string.h>
 #include "runtime.h"
 
-/* fg_context_create's failure has no context to hold it: it lives here, per thread. */
+/* fg_context_create's failure, and that of a call given no context, has no context to hold it: it
+ * lives here, per thread. */
 static _Thread_local fg_error create_error;
 
 void fg_context_options_init(fg_context_options *opt) {
@@ -53,6 +54,10 @@ fg_status rt_set_error(fg_context *ctx, const fg_error *err) {
     pthread_mutex_unlock(&ctx->lock);
     rt_log(ctx, FG_LOG_DEBUG, "%s: %s", fg_status_string(err->status), err->msg);
     return err->status;
+}
+
+fg_status rt_no_context(const char *fn) {
+    return fg_fail(&create_error, FG_ERR_INVALID_ARGUMENT, "%s: ctx is NULL (create one with fg_context_create)", fn);
 }
 
 const char *fg_last_error(const fg_context *ctx) {
@@ -176,7 +181,7 @@ static fg_status add_bundle(fg_context *ctx, fg_bundle *b, const char *what, fg_
 }
 
 fg_status fg_bundle_load(fg_context *ctx, const char *path) {
-    if (!ctx) return FG_ERR_INVALID_ARGUMENT;
+    if (!ctx) return rt_no_context("fg_bundle_load");
     fg_error err;
     fg_error_clear(&err);
     if (!path) {
@@ -190,7 +195,7 @@ fg_status fg_bundle_load(fg_context *ctx, const char *path) {
 }
 
 fg_status fg_bundle_load_memory(fg_context *ctx, const void *data, size_t size) {
-    if (!ctx) return FG_ERR_INVALID_ARGUMENT;
+    if (!ctx) return rt_no_context("fg_bundle_load_memory");
     fg_error err;
     fg_error_clear(&err);
     if (!data) {

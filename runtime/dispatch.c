@@ -306,7 +306,7 @@ static int empty_problem(const fg_fwd_args *a) {
 }
 
 fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) {
-    if (!ctx) return FG_ERR_INVALID_ARGUMENT;
+    if (!ctx) return rt_no_context("fg_attention_fwd");
     fg_error err;
     fg_error_clear(&err);
     if (!a) {
@@ -366,7 +366,7 @@ fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) 
 }
 
 fg_status fg_prepare(fg_context *ctx, const fg_fwd_args *a) {
-    if (!ctx) return FG_ERR_INVALID_ARGUMENT;
+    if (!ctx) return rt_no_context("fg_prepare");
     fg_error err;
     fg_error_clear(&err);
     if (!a) {
@@ -385,7 +385,7 @@ fg_status fg_prepare(fg_context *ctx, const fg_fwd_args *a) {
 }
 
 fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n) {
-    if (!ctx) return FG_ERR_INVALID_ARGUMENT;
+    if (!ctx) return rt_no_context("fg_explain");
     fg_error err;
     fg_error_clear(&err);
     if (!a || !buf || n == 0) {

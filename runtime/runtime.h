@@ -44,6 +44,9 @@ struct fg_context {
 /* Logs through the context's sink when level is enabled. */
 void rt_log(fg_context *ctx, fg_log_level level, const char *fmt, ...) FG_PRINTF(3, 4);
 
+/* Records "FN: ctx is NULL" where fg_last_error(NULL) finds it; returns FG_ERR_INVALID_ARGUMENT. */
+fg_status rt_no_context(const char *fn);
+
 /* Records a failure as the context's last error and returns its status. */
 fg_status rt_set_error(fg_context *ctx, const fg_error *err);
 

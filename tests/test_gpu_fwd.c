@@ -29,6 +29,9 @@
 #include "flashgen.h"
 #include "cuda_api.h"
 #include "reference.h"
+#include "bundle.h"
+#include "compile.h"
+#include <dirent.h>
 
 #define GUARD 1024 /* elements of known pattern after each output */
 #define CACHE_ENV "FG_TEST_CACHE_DIR"
@@ -586,7 +589,7 @@ typedef struct bad_case {
 
 static const bad_case bad_cases[M_COUNT] = {
     {M_NULL_ARGS, "args is NULL", {"args"}},
-    {M_NULL_CTX, "ctx is NULL", {NULL}},
+    {M_NULL_CTX, "ctx is NULL", {"ctx"}},
     {M_Q_NULL, "q.data is NULL", {"q"}},
     {M_K_NULL, "k.data is NULL", {"k"}},
     {M_V_NULL, "v.data is NULL", {"v"}},
@@ -783,4 +786,188 @@ Test(driver, loader_answers_consistently_and_formats_failures) {
     else
         cr_assert_not_null(strstr(e.msg, "CUresult 1 "), "without a driver the code is printed: %s", e.msg);
     cr_assert_eq(cuda_api_fail(NULL, CUDA_ERROR_OUT_OF_MEMORY, "x", "y", 1), FG_ERR_CUDA, "a NULL error is allowed");
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Where kernels come from: strict mode, bundles, the disk cache, the compile log                   */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* Another flashgen context on device 0: cache_dir NULL disables the disk cache. */
+static fg_context *extra_context(const char *cache_dir, int strict, fg_log_fn log, void *user) {
+    fg_context_options opt;
+    fg_context_options_init(&opt);
+    opt.cache_dir = cache_dir;
+    opt.disable_disk_cache = cache_dir == NULL;
+    opt.strict = strict;
+    opt.log_level = FG_LOG_INFO;
+    opt.log_fn = log;
+    opt.log_user = user;
+    fg_context *ctx = NULL;
+    fg_status st = fg_context_create(&ctx, &opt);
+    cr_assert_eq(st, FG_OK, "fg_context_create: %s", fg_last_error(NULL));
+    return ctx;
+}
+
+/* The variant name on the first line of fg_explain's text ("variant NAME\n..."). */
+static void explained_variant(fg_context *ctx, const fg_fwd_args *a, char *name, size_t n, char *text, size_t tn) {
+    cr_assert_eq(fg_explain(ctx, a, text, tn), FG_OK, "fg_explain: %s", fg_last_error(ctx));
+    cr_assert_eq(strncmp(text, "variant ", 8), 0, "fg_explain text: %s", text);
+    size_t len = strcspn(text + 8, "\n");
+    cr_assert_lt(len, n);
+    memcpy(name, text + 8, len);
+    name[len] = '\0';
+}
+
+/* Runs r with ctx in place of env's own context, then checks every element. */
+static void launch_and_verify_with(gpu_env *env, fg_context *ctx, fwd_run *r) {
+    fg_context *own = env->ctx;
+    env->ctx = ctx;
+    run_launch(env, r);
+    env->ctx = own;
+    run_verify(r);
+}
+
+Test(runtime, strict_mode_refuses_a_missing_variant_and_a_bundle_provides_it, .timeout = 300) {
+    gpu_env env;
+    gpu_open(&env);
+    fwd_run r;
+    fwd_case c = mk(FG_DTYPE_BF16, 1, 300, 257, 4, 2, 72, 1);
+    run_setup(&env, &r, &c);
+    fg_context *strict = extra_context(NULL, 1, NULL, NULL);
+    char name[FG_SPEC_NAME_MAX], text[2048];
+    explained_variant(strict, &r.args, name, sizeof name, text, sizeof text);
+    cr_assert(strstr(text, "code: in no cache or bundle: strict mode"), "fg_explain should say strict mode will refuse: %s", text);
+
+    dbuf_poison(&env, &r.o);
+    dbuf_poison(&env, &r.lse);
+    CK(env.cu->cuCtxSynchronize());
+    fg_status st = fg_attention_fwd(strict, &r.args, (void *)env.stream);
+    cr_assert_eq(st, FG_ERR_NOT_FOUND, "strict miss gave %s", fg_status_string(st));
+    cr_assert(strstr(fg_last_error(strict), name), "the error must name the variant: %s", fg_last_error(strict));
+    CK(env.cu->cuCtxSynchronize());
+    dbuf_download(&env, &r.o);
+    check_untouched(&r.o, "O");
+
+    /* Compile exactly that variant ahead of time into an in-memory bundle, as `flashgen bundle` does. */
+    fg_spec s;
+    fg_error e;
+    cr_assert_eq(spec_parse(name, &s, &e), FG_OK, "%s", e.msg);
+    fg_compile_result cr;
+    cr_assert_eq(compile_spec(&s, 0, &cr, &e), FG_OK, "%s", e.msg);
+    fg_bundle b = {0};
+    cr_assert_eq(bundle_add(&b, name, cr.cubin, cr.cubin_size, &e), FG_OK, "%s", e.msg);
+    uint8_t *bytes;
+    size_t nbytes;
+    cr_assert_eq(bundle_serialize(&b, &bytes, &nbytes, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(fg_bundle_load_memory(strict, bytes, nbytes), FG_OK, "%s", fg_last_error(strict));
+    explained_variant(strict, &r.args, name, sizeof name, text, sizeof text);
+    cr_assert(strstr(text, "code: a loaded bundle"), "fg_explain should name the bundle: %s", text);
+    launch_and_verify_with(&env, strict, &r);
+    fprintf(stderr, "gpu_fwd: strict mode: refused before the bundle, served from it after\n");
+
+    free(bytes);
+    bundle_free(&b);
+    compile_result_free(&cr);
+    fg_context_destroy(strict);
+    run_free(&env, &r);
+    gpu_close(&env);
+}
+
+/* The single cache entry file in dir (there must be exactly one). */
+static void only_entry(const char *dir, char *path, size_t n) {
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d, "cannot open %s", dir);
+    int count = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        size_t len = strlen(de->d_name);
+        if (len > 6 && strcmp(de->d_name + len - 6, ".cubin") == 0) {
+            snprintf(path, n, "%s/%s", dir, de->d_name);
+            count++;
+        }
+    }
+    closedir(d);
+    cr_assert_eq(count, 1, "%s holds %d cache entries, expected 1", dir, count);
+}
+
+Test(runtime, disk_cache_serves_another_context_and_a_corrupt_entry_is_recompiled, .timeout = 300) {
+    gpu_env env;
+    gpu_open(&env);
+    char dir[64];
+    cr_assert_eq(make_temp_dir(dir, sizeof dir), 0);
+    fwd_run r;
+    fwd_case c = mk(FG_DTYPE_F16, 2, 129, 77, 2, 1, 48, 0);
+    run_setup(&env, &r, &c);
+    char name[FG_SPEC_NAME_MAX], text[2048];
+
+    fg_context *a = extra_context(dir, 0, NULL, NULL);
+    explained_variant(a, &r.args, name, sizeof name, text, sizeof text);
+    cr_assert(strstr(text, "code: not compiled yet"), "an empty cache should mean a JIT compile: %s", text);
+    cr_assert_eq(fg_prepare(a, &r.args), FG_OK, "%s", fg_last_error(a));
+    fg_context_destroy(a);
+    char entry[512];
+    only_entry(dir, entry, sizeof entry);
+
+    fg_context *b = extra_context(dir, 1, NULL, NULL); /* strict: the disk cache must serve it */
+    explained_variant(b, &r.args, name, sizeof name, text, sizeof text);
+    cr_assert(strstr(text, "code: disk cache"), "fg_explain should name the disk cache: %s", text);
+    launch_and_verify_with(&env, b, &r);
+    fg_context_destroy(b);
+
+    /* Flip one byte in the middle of the entry: it must be a miss, never loaded. */
+    FILE *f = fopen(entry, "r+b");
+    cr_assert_not_null(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, size / 2, SEEK_SET);
+    int ch = fgetc(f);
+    fseek(f, size / 2, SEEK_SET);
+    fputc(ch ^ 0x40, f);
+    fclose(f);
+    fg_context *strict = extra_context(dir, 1, NULL, NULL);
+    cr_assert_eq(fg_prepare(strict, &r.args), FG_ERR_NOT_FOUND, "a corrupt entry must not be used");
+    fg_context_destroy(strict);
+    fg_context *again = extra_context(dir, 0, NULL, NULL); /* recompiles and replaces the entry */
+    cr_assert_eq(fg_prepare(again, &r.args), FG_OK, "%s", fg_last_error(again));
+    fg_context_destroy(again);
+    fg_context *strict2 = extra_context(dir, 1, NULL, NULL);
+    launch_and_verify_with(&env, strict2, &r);
+    fg_context_destroy(strict2);
+    fprintf(stderr, "gpu_fwd: disk cache: hit from a second context; corrupt entry missed, recompiled, replaced\n");
+
+    run_free(&env, &r);
+    remove_tree(dir);
+    gpu_close(&env);
+}
+
+/* Collects log lines (for the compile-log test). */
+typedef struct log_sink {
+    char text[8192]; /* every message, one per line */
+} log_sink;
+
+static void collect(void *user, fg_log_level level, const char *msg) {
+    log_sink *s = user;
+    size_t used = strlen(s->text);
+    snprintf(s->text + used, sizeof s->text - used, "%d %s\n", (int)level, msg);
+}
+
+Test(runtime, a_jit_compile_is_logged_with_its_variant_and_time, .timeout = 300) {
+    gpu_env env;
+    gpu_open(&env);
+    fwd_run r;
+    fwd_case c = mk(FG_DTYPE_BF16, 1, 64, 64, 2, 2, 56, 1);
+    run_setup(&env, &r, &c);
+    log_sink sink;
+    memset(&sink, 0, sizeof sink);
+    fg_context *ctx = extra_context(NULL, 0, collect, &sink);
+    char name[FG_SPEC_NAME_MAX], text[2048];
+    explained_variant(ctx, &r.args, name, sizeof name, text, sizeof text);
+    cr_assert_eq(fg_prepare(ctx, &r.args), FG_OK, "%s", fg_last_error(ctx));
+    char want[FG_SPEC_NAME_MAX + 16];
+    snprintf(want, sizeof want, "compiled %s in ", name);
+    cr_assert(strstr(sink.text, want), "the log must say '%s...': %s", want, sink.text);
+    cr_assert(strstr(sink.text, " s ("), "the log must give the compile time: %s", sink.text);
+    fg_context_destroy(ctx);
+    run_free(&env, &r);
+    gpu_close(&env);
 }
