@@ -10,7 +10,8 @@
  *   - C loops the hook cannot see: a few library functions loop in C for as long as their arguments say
  *     (string.rep('', 2^50), table.move over 2^50 slots, table.insert on a table whose __len lies,
  *     backtracking patterns such as ('.-'):rep(10)). Those are wrapped (sb_guard) with checks that bound
- *     their work before the original runs;
+ *     their work before the original runs. Finalizers (__gc) run with hooks disabled, so setmetatable
+ *     refuses metatables that carry one;
  *   - code: chunks load in text mode only (bytecode can crash the VM), and the environment that replaces
  *     the global table holds only the functions listed in the header: nothing reaches files, processes,
  *     the loader, the debug library or string.dump;
@@ -206,7 +207,8 @@ typedef enum sb_guard_kind {
     SB_GUARD_FIND,    /* string.find: the pattern cost, unless the plain flag is set */
     SB_GUARD_PATTERN, /* string.match, gmatch, gsub: the pattern cost */
     SB_GUARD_TABLE,   /* table.concat, insert, remove, sort, unpack: a plain table, so no __len/__index */
-    SB_GUARD_MOVE     /* table.move: plain tables and at most SB_MOVE_MAX slots */
+    SB_GUARD_MOVE,    /* table.move: plain tables and at most SB_MOVE_MAX slots */
+    SB_GUARD_SETMETA  /* setmetatable: no __gc, since finalizers run with debug hooks off */
 } sb_guard_kind;
 
 typedef struct sb_guard_entry {
@@ -221,7 +223,8 @@ static const sb_guard_entry sb_guards[] = {
     {LUA_STRLIBNAME, "gsub", SB_GUARD_PATTERN},    {LUA_TABLIBNAME, "concat", SB_GUARD_TABLE},
     {LUA_TABLIBNAME, "insert", SB_GUARD_TABLE},    {LUA_TABLIBNAME, "remove", SB_GUARD_TABLE},
     {LUA_TABLIBNAME, "sort", SB_GUARD_TABLE},      {LUA_TABLIBNAME, "unpack", SB_GUARD_TABLE},
-    {LUA_TABLIBNAME, "move", SB_GUARD_MOVE},       {NULL, NULL, SB_GUARD_REP}};
+    {LUA_TABLIBNAME, "move", SB_GUARD_MOVE},       {LUA_GNAME, "setmetatable", SB_GUARD_SETMETA},
+    {NULL, NULL, SB_GUARD_REP}};
 
 /* An upper bound on the matching steps of pattern p over an n-byte subject. Every repetition item
  * (*, +, -, ?) and back-reference (%1..%9) can try up to n+1 lengths at each of the others', and an
@@ -304,6 +307,17 @@ static int sb_guard(lua_State *L) {
             return luaL_error(L, "table.move of more than %d elements is refused in a config", SB_MOVE_MAX);
         break;
     }
+    case SB_GUARD_SETMETA:
+        /* Lua runs finalizers with hooks disabled, so a looping __gc would escape every limit. Only
+         * a metatable holding __gc when setmetatable runs marks the object for finalization; adding
+         * __gc to the metatable later has no effect, so checking here is enough. */
+        if (lua_type(L, 2) == LUA_TTABLE) {
+            lua_pushliteral(L, "__gc");
+            if (lua_rawget(L, 2) != LUA_TNIL)
+                return luaL_error(L, "__gc metamethods (finalizers) are not allowed in a config");
+            lua_pop(L, 1);
+        }
+        break;
     }
     lua_pushvalue(L, lua_upvalueindex(1));
     lua_insert(L, 1);
@@ -353,6 +367,14 @@ static void sb_open_env(lua_State *L) {
     for (int i = 0; sb_base_names[i]; i++) {
         lua_getfield(L, base, sb_base_names[i]);
         lua_setfield(L, env, sb_base_names[i]);
+    }
+    for (const sb_guard_entry *g = sb_guards; g->lib; g++) {
+        if (strcmp(g->lib, LUA_GNAME) != 0)
+            continue;
+        lua_getfield(L, base, g->name);
+        lua_pushinteger(L, g->kind);
+        lua_pushcclosure(L, sb_guard, 2);
+        lua_setfield(L, env, g->name);
     }
     lua_pushcfunction(L, sb_print);
     lua_setfield(L, env, "print");
