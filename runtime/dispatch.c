@@ -25,7 +25,6 @@ static const char *const tensor_dims[2][4] = {
 
 /* Checks the rules every tensor obeys; `need_data`: the pointer must be set (a launch). */
 static fg_status check_tensor(const fg_tensor *t, const char *name, int ndim, int need_data, fg_error *err) {
-    if (need_data && !t->data) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.data is NULL", name);
     if (t->ndim != ndim)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.ndim is %d; it must be %d (%s)", name, t->ndim, ndim,
                        ndim == 4 ? "[batch, seqlen, heads, head_dim]" : "[batch, heads, seqlen_q]");
@@ -41,6 +40,11 @@ static fg_status check_tensor(const fg_tensor *t, const char *name, int ndim, in
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.stride[%d] (%s) is %lld; strides must be >= 0", name, i,
                            dims[i], (long long)t->stride[i]);
     }
+    /* An empty tensor may have a NULL pointer (PyTorch gives empty tensors one): nothing is read or written. */
+    int empty = 0;
+    for (int i = 0; i < ndim; i++) empty |= t->shape[i] == 0;
+    if (need_data && !t->data && !empty)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.data is NULL", name);
     if (t->stride[ndim - 1] != 1)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.stride[%d] (%s) is %lld; the last dimension must be contiguous (stride 1)",
                        name, ndim - 1, dims[ndim - 1], (long long)t->stride[ndim - 1]);

@@ -971,3 +971,24 @@ Test(runtime, a_jit_compile_is_logged_with_its_variant_and_time, .timeout = 300)
     run_free(&env, &r);
     gpu_close(&env);
 }
+
+/* Empty tensors may come with NULL pointers (PyTorch's empty tensors do): sk = 0 with NULL K/V still
+ * writes O = 0 and LSE = -inf, and sq = 0 with NULL Q/O launches nothing and succeeds. */
+Test(fwd, empty_tensors_with_null_pointers, .timeout = 300) {
+    gpu_env env;
+    gpu_open(&env);
+    fwd_run r;
+    fwd_case c = mk(FG_DTYPE_BF16, 2, 33, 0, 4, 2, 64, 0);
+    run_setup(&env, &r, &c);
+    r.args.k.data = NULL;
+    r.args.v.data = NULL;
+    run_launch(&env, &r);
+    run_verify(&r);
+    fg_fwd_args a = r.args;
+    a.q.shape[1] = a.o.shape[1] = a.lse.shape[2] = 0;
+    a.q.data = a.o.data = a.lse.data = NULL;
+    fg_status st = fg_attention_fwd(env.ctx, &a, (void *)env.stream);
+    cr_assert_eq(st, FG_OK, "sq = 0 with NULL q/o: %s", fg_last_error(env.ctx));
+    run_free(&env, &r);
+    gpu_close(&env);
+}

@@ -1,0 +1,228 @@
+"""_capi.py: the ctypes mirror of include/flashgen.h and the loader of libflashgen.so.
+
+Every structure here repeats a C struct field for field, in order, with the same C types, so ctypes lays
+it out as the C compiler does; python/tests/test_binding.py compiles a small C program against the
+header and compares sizes and offsets. The library is loaded on first use, not at import, so that
+`import flashgen` works (and says what is missing) on a machine where the library is not built.
+"""
+
+import ctypes
+import os
+import threading
+
+# ---------------------------------------------------------------- enums (values of flashgen.h)
+
+FG_OK = 0
+FG_ERR_INVALID_ARGUMENT = 1
+FG_ERR_UNSUPPORTED = 2
+FG_ERR_NO_DEVICE = 3
+FG_ERR_CUDA = 4
+FG_ERR_COMPILE = 5
+FG_ERR_NOT_FOUND = 6
+FG_ERR_IO = 7
+FG_ERR_FORMAT = 8
+FG_ERR_CONFIG = 9
+FG_ERR_NO_MEMORY = 10
+FG_ERR_INTERNAL = 11
+
+# The names fg_status_string returns, used only when the library itself cannot be asked.
+STATUS_NAMES = {
+    FG_OK: "FG_OK",
+    FG_ERR_INVALID_ARGUMENT: "FG_ERR_INVALID_ARGUMENT",
+    FG_ERR_UNSUPPORTED: "FG_ERR_UNSUPPORTED",
+    FG_ERR_NO_DEVICE: "FG_ERR_NO_DEVICE",
+    FG_ERR_CUDA: "FG_ERR_CUDA",
+    FG_ERR_COMPILE: "FG_ERR_COMPILE",
+    FG_ERR_NOT_FOUND: "FG_ERR_NOT_FOUND",
+    FG_ERR_IO: "FG_ERR_IO",
+    FG_ERR_FORMAT: "FG_ERR_FORMAT",
+    FG_ERR_CONFIG: "FG_ERR_CONFIG",
+    FG_ERR_NO_MEMORY: "FG_ERR_NO_MEMORY",
+    FG_ERR_INTERNAL: "FG_ERR_INTERNAL",
+}
+
+FG_DTYPE_F16 = 0
+FG_DTYPE_BF16 = 1
+FG_DTYPE_F32 = 2
+FG_DTYPE_E4M3 = 3
+FG_DTYPE_E5M2 = 4
+
+FG_LOG_NONE = 0
+FG_LOG_ERROR = 1
+FG_LOG_WARN = 2
+FG_LOG_INFO = 3
+FG_LOG_DEBUG = 4
+
+# FG_VERSION_STRING of the header this binding mirrors (the C library exports no version function).
+VERSION_STRING = "0.1.0"
+
+# ---------------------------------------------------------------- structures
+
+
+class FgTensor(ctypes.Structure):
+    """fg_tensor: a strided view of device memory (strides in elements, outermost first)."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),        # device pointer
+        ("dtype", ctypes.c_int),          # fg_dtype (a C enum: int-sized)
+        ("ndim", ctypes.c_int),           # 4 for Q/K/V/O, 3 for the LSE
+        ("shape", ctypes.c_int64 * 4),    # sizes
+        ("stride", ctypes.c_int64 * 4),   # strides in elements
+    ]
+
+
+class FgFwdArgs(ctypes.Structure):
+    """fg_fwd_args: the arguments of one forward call."""
+
+    _fields_ = [
+        ("q", FgTensor),                  # [batch, seqlen_q, heads_q, head_dim]
+        ("k", FgTensor),                  # [batch, seqlen_k, heads_kv, head_dim]
+        ("v", FgTensor),                  # [batch, seqlen_k, heads_kv, head_dim]
+        ("o", FgTensor),                  # like q, written
+        ("lse", FgTensor),                # [batch, heads_q, seqlen_q] fp32; data NULL: no LSE
+        ("softmax_scale", ctypes.c_float),  # 0: 1/sqrt(head_dim)
+        ("causal", ctypes.c_int),
+    ]
+
+
+# fg_log_fn: void (*)(void *user, fg_log_level level, const char *message)
+FG_LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
+
+
+class FgContextOptions(ctypes.Structure):
+    """fg_context_options: how a context is created (filled by fg_context_options_init first)."""
+
+    _fields_ = [
+        ("device", ctypes.c_int),                # CUDA ordinal
+        ("cache_dir", ctypes.c_char_p),          # NULL: the default directory
+        ("disable_disk_cache", ctypes.c_int),    # 1: memory cache only
+        ("strict", ctypes.c_int),                # 1: no JIT compile, a miss is FG_ERR_NOT_FOUND
+        ("log_level", ctypes.c_int),             # fg_log_level
+        ("log_fn", FG_LOG_FN),                   # NULL: stderr
+        ("log_user", ctypes.c_void_p),           # passed back to log_fn
+    ]
+
+
+# ---------------------------------------------------------------- errors
+
+
+class FlashgenError(RuntimeError):
+    """A failure reported by flashgen: `status` is the status name ("FG_ERR_INVALID_ARGUMENT"), `code` its
+    value, `message` the library's sentence naming the argument and the rule it broke."""
+
+    def __init__(self, status, message, code=None):
+        self.status = status
+        self.code = code
+        self.message = message
+        super().__init__("%s: %s" % (status, message) if status else message)
+
+
+class LibraryNotFoundError(FlashgenError):
+    """libflashgen.so could not be found or loaded; the message lists what was tried and how to fix it."""
+
+    def __init__(self, message):
+        super().__init__(None, message)
+
+
+# ---------------------------------------------------------------- loading
+
+_lib = None
+_lib_path = None
+_load_lock = threading.Lock()
+
+
+def _package_relative():
+    """The library next to a source checkout: <repo>/build/libflashgen.so for <repo>/python/flashgen."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.normpath(os.path.join(here, "..", "..", "build", "libflashgen.so"))
+
+
+def _declare(lib):
+    """Gives every entry point its C prototype (ctypes would otherwise truncate pointers to int)."""
+    vp, c_int, c_size_t, c_char_p = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_char_p
+    args_p = ctypes.POINTER(FgFwdArgs)
+    protos = {
+        "fg_context_options_init": (None, [ctypes.POINTER(FgContextOptions)]),
+        "fg_context_create": (c_int, [ctypes.POINTER(vp), ctypes.POINTER(FgContextOptions)]),
+        "fg_context_destroy": (None, [vp]),
+        "fg_attention_fwd": (c_int, [vp, args_p, vp]),
+        "fg_prepare": (c_int, [vp, args_p]),
+        "fg_explain": (c_int, [vp, args_p, ctypes.c_char_p, c_size_t]),
+        "fg_bundle_load": (c_int, [vp, c_char_p]),
+        "fg_bundle_load_memory": (c_int, [vp, vp, c_size_t]),
+        "fg_last_error": (c_char_p, [vp]),
+        "fg_status_string": (c_char_p, [c_int]),
+    }
+    for name, (restype, argtypes) in protos.items():
+        fn = getattr(lib, name)  # AttributeError here means a library from another flashgen: reported by the caller
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+def _open(path):
+    """dlopens path and declares the API; raises LibraryNotFoundError with the loader's reason."""
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise LibraryNotFoundError("libflashgen could not be loaded from %s: %s" % (path, e)) from None
+    try:
+        _declare(lib)
+    except AttributeError as e:
+        raise LibraryNotFoundError("%s is not a compatible libflashgen (%s)" % (path, e)) from None
+    return lib
+
+
+def lib():
+    """The loaded library (loaded once, thread-safe). Order: $FLASHGEN_LIB exactly when set; else
+    ../../build/libflashgen.so relative to this package; else `libflashgen.so` through the dynamic
+    loader's search path (LD_LIBRARY_PATH, ldconfig). Raises LibraryNotFoundError."""
+    global _lib, _lib_path
+    if _lib is not None:
+        return _lib
+    with _load_lock:
+        if _lib is not None:
+            return _lib
+        env = os.environ.get("FLASHGEN_LIB")
+        if env:
+            if not os.path.exists(env):
+                raise LibraryNotFoundError(
+                    "FLASHGEN_LIB is %s, which does not exist (build it with `sh configure && ninja`, "
+                    "or unset FLASHGEN_LIB to use the checkout's build/libflashgen.so)" % env)
+            _lib, _lib_path = _open(env), env
+            return _lib
+        rel = _package_relative()
+        if os.path.exists(rel):
+            _lib, _lib_path = _open(rel), rel
+            return _lib
+        try:
+            loaded = ctypes.CDLL("libflashgen.so")
+        except OSError as e:
+            raise LibraryNotFoundError(
+                "libflashgen.so was not found: FLASHGEN_LIB is not set, %s does not exist, and the dynamic "
+                "loader could not find it (%s). Build it with `sh configure && ninja` in the repository root, "
+                "or set FLASHGEN_LIB to its path." % (rel, e)) from None
+        try:
+            _declare(loaded)
+        except AttributeError as e:
+            raise LibraryNotFoundError("the libflashgen.so on the loader path is not compatible (%s)" % e) from None
+        _lib, _lib_path = loaded, "libflashgen.so (loader search path)"
+        return _lib
+
+
+def lib_path():
+    """Where the loaded library came from, loading it first (raises LibraryNotFoundError)."""
+    lib()
+    return _lib_path
+
+
+def status_name(code):
+    """fg_status_string(code) as a Python string."""
+    name = lib().fg_status_string(code)
+    return name.decode() if name else STATUS_NAMES.get(code, "FG_ERR_UNKNOWN")
+
+
+def error_from(code, ctx):
+    """The FlashgenError for a failed call: the status name and fg_last_error(ctx) (ctx None: the
+    calling thread's last context-less failure, as after fg_context_create)."""
+    msg = lib().fg_last_error(ctx)
+    return FlashgenError(status_name(code), msg.decode(errors="replace") if msg else "no message", code)

@@ -1,0 +1,585 @@
+"""test_binding.py: tests of the Python binding (python/flashgen).
+
+Run:  python3 python/tests/test_binding.py        (or: python3 -m pytest python/tests)
+CPU tests need only Python and a C compiler: the import works without PyTorch or the library, the ctypes
+structures match include/flashgen.h (sizes and offsets from a C program compiled here), a missing
+library is a clear error, and the translation of torch-like, __cuda_array_interface__ and DLPack
+objects into fg_tensor is right. GPU tests (skipped with the reason printed when PyTorch or CUDA is
+absent) compare against PyTorch SDPA in fp32 on upcast inputs with the rule of TESTING.md
+(max|out - ref32| <= 2 * max|ref_lowp - ref32| + 1e-5), check the LSE, and check that bad input raises
+FlashgenError naming the argument.
+"""
+
+import ctypes
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYROOT = os.path.normpath(os.path.join(HERE, ".."))
+REPO = os.path.normpath(os.path.join(PYROOT, ".."))
+HEADER = os.path.join(REPO, "include", "flashgen.h")
+sys.path.insert(0, PYROOT)
+
+import flashgen  # noqa: E402  (after the path change)
+from flashgen import _capi, _tensors  # noqa: E402
+
+
+def run_python(code, env_extra=None):
+    """Runs `code` in a fresh interpreter with the package importable; returns (rc, stdout+stderr)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = PYROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(env_extra or {})
+    p = subprocess.run([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       universal_newlines=True, timeout=120)
+    return p.returncode, p.stdout
+
+
+def library_available():
+    try:
+        _capi.lib()
+        return True
+    except flashgen.LibraryNotFoundError:
+        return False
+
+
+# ====================================================================== CPU tests
+
+
+class ImportTest(unittest.TestCase):
+    def test_import_without_torch(self):
+        # sys.modules["torch"] = None makes any `import torch` fail, as on a machine without PyTorch.
+        rc, out = run_python(
+            "import sys; sys.modules['torch'] = None\n"
+            "import flashgen\n"
+            "d = flashgen.TensorDesc((1, 16, 2, 64), 'bf16')\n"
+            "print('version', flashgen.version, d.stride())\n")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("version %s (2048, 128, 64, 1)" % flashgen.version, out)
+
+    def test_error_is_runtime_error(self):
+        e = flashgen.FlashgenError("FG_ERR_IO", "bundle x.fgb could not be read", 7)
+        self.assertIsInstance(e, RuntimeError)
+        self.assertEqual((e.status, e.code, e.message), ("FG_ERR_IO", 7, "bundle x.fgb could not be read"))
+        self.assertEqual(str(e), "FG_ERR_IO: bundle x.fgb could not be read")
+        self.assertTrue(issubclass(flashgen.LibraryNotFoundError, flashgen.FlashgenError))
+
+
+class LayoutTest(unittest.TestCase):
+    """The ctypes structures and constants against the C compiler's view of include/flashgen.h."""
+
+    STRUCTS = ((_capi.FgTensor, "fg_tensor"), (_capi.FgFwdArgs, "fg_fwd_args"),
+               (_capi.FgContextOptions, "fg_context_options"))
+
+    @classmethod
+    def setUpClass(cls):
+        cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+        if not cc:
+            raise unittest.SkipTest("no C compiler (cc/gcc/clang) to compute the header's layout")
+        if not os.path.exists(HEADER):
+            raise unittest.SkipTest("%s not found" % HEADER)
+        with open(HEADER) as f:
+            cls.header_text = f.read()
+        cls.constants = sorted(n for n in dir(_capi) if re.fullmatch(r"FG_[A-Z0-9_]+", n) and n != "FG_LOG_FN")
+        lines = ["#include <stddef.h>", "#include <stdio.h>", "#include \"flashgen.h\"", "int main(void) {"]
+        for py, c in cls.STRUCTS:
+            lines.append('printf("%s sizeof %%zu\\n", sizeof(%s));' % (c, c))
+            for field in py._fields_:
+                lines.append('printf("%s %s %%zu\\n", offsetof(%s, %s));' % (c, field[0], c, field[0]))
+        for n in cls.constants:
+            lines.append('printf("const %s %%d\\n", (int)%s);' % (n, n))
+        lines.append('printf("version %s\\n", FG_VERSION_STRING);')
+        lines.append("return 0; }")
+        tmp = tempfile.mkdtemp(prefix="fg_layout_")
+        try:
+            src, exe = os.path.join(tmp, "layout.c"), os.path.join(tmp, "layout")
+            with open(src, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            subprocess.run([cc, "-std=c11", "-Wall", "-I", os.path.dirname(HEADER), src, "-o", exe], check=True)
+            out = subprocess.run([exe], check=True, stdout=subprocess.PIPE, universal_newlines=True).stdout
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        cls.c = {}  # ("fg_tensor", "data") -> "0", ("const", "FG_OK") -> "0", ("version",) -> "0.1.0"
+        for line in out.splitlines():
+            words = line.split(" ")
+            cls.c[tuple(words[:-1])] = words[-1]
+
+    def test_struct_sizes_and_offsets(self):
+        for py, c in self.STRUCTS:
+            self.assertEqual(ctypes.sizeof(py), int(self.c[(c, "sizeof")]), "sizeof(%s)" % c)
+            for field in py._fields_:
+                self.assertEqual(getattr(py, field[0]).offset, int(self.c[(c, field[0])]),
+                                 "offsetof(%s, %s)" % (c, field[0]))
+
+    def test_constants(self):
+        for n in self.constants:
+            self.assertEqual(getattr(_capi, n), int(self.c[("const", n)]), n)
+        # every enum constant of the header is mirrored
+        declared = set(re.findall(r"\b(FG_[A-Z0-9_]+)\s*=", self.header_text))
+        self.assertTrue(declared, "no enum constants parsed from the header")
+        self.assertEqual(declared - set(self.constants), set())
+        self.assertEqual(set(_capi.STATUS_NAMES.values()),
+                         {n for n in declared if n == "FG_OK" or n.startswith("FG_ERR_")})
+
+    def test_version(self):
+        self.assertEqual(flashgen.version, self.c[("version",)])
+
+
+class LibraryTest(unittest.TestCase):
+    def test_missing_library_is_a_clear_error(self):
+        rc, out = run_python(
+            "import flashgen\n"
+            "d = flashgen.TensorDesc((1, 16, 2, 64), 'bf16')\n"
+            "try:\n"
+            "    flashgen.explain(d, d, d)\n"
+            "except flashgen.LibraryNotFoundError as e:\n"
+            "    print('ERROR', e)\n",
+            {"FLASHGEN_LIB": "/nonexistent/dir/libflashgen.so"})
+        self.assertEqual(rc, 0, out)
+        self.assertIn("ERROR FLASHGEN_LIB is /nonexistent/dir/libflashgen.so, which does not exist", out)
+        self.assertIn("ninja", out)
+
+    def test_unloadable_library_is_a_clear_error(self):
+        with tempfile.NamedTemporaryFile(suffix=".so") as f:
+            f.write(b"not an ELF file")
+            f.flush()
+            rc, out = run_python(
+                "import flashgen\n"
+                "try:\n"
+                "    flashgen.library_path()\n"
+                "except flashgen.LibraryNotFoundError as e:\n"
+                "    print('ERROR', e)\n",
+                {"FLASHGEN_LIB": f.name})
+        self.assertEqual(rc, 0, out)
+        self.assertIn("ERROR libflashgen could not be loaded from %s" % f.name, out)
+
+    def test_status_names_from_library(self):
+        if not library_available():
+            self.skipTest("libflashgen.so is not built (sh configure && ninja)")
+        for code, name in _capi.STATUS_NAMES.items():
+            self.assertEqual(_capi.status_name(code), name)
+
+    def test_library_errors_become_flashgen_error(self):
+        # With no GPU, context creation fails and the library's sentence comes through; with one, the
+        # same call explains a kernel.
+        if not library_available():
+            self.skipTest("libflashgen.so is not built (sh configure && ninja)")
+        d = flashgen.TensorDesc((2, 300, 8, 64), "bf16")
+        kv = flashgen.TensorDesc((2, 300, 2, 64), "bf16")
+        try:
+            text = flashgen.explain(d, kv, kv, causal=True)
+        except flashgen.FlashgenError as e:
+            self.assertEqual(e.status, "FG_ERR_NO_DEVICE", str(e))
+            self.assertEqual(e.code, _capi.FG_ERR_NO_DEVICE)
+            self.assertRegex(e.message, r"CUDA", "the library's sentence is carried")
+        else:
+            self.assertIn("head_dim=64", text)
+            self.assertIn("causal=1", text)
+
+
+class _FakeDevice:
+    def __init__(self, kind, index):
+        self.type, self.index = kind, index
+
+
+class _FakeDtype:
+    def __init__(self, text):
+        self.text = text
+
+    def __str__(self):
+        return self.text
+
+
+class _FakeTensor:
+    """The torch.Tensor surface the binding reads: data_ptr(), dtype, shape, stride(), device."""
+
+    def __init__(self, ptr, dtype, shape, stride, device=("cuda", 0)):
+        self.ptr, self.dtype, self.shape, self._stride = ptr, _FakeDtype(dtype), shape, stride
+        self.device = _FakeDevice(*device)
+
+    def data_ptr(self):
+        return self.ptr
+
+    def stride(self):
+        return self._stride
+
+
+class _FakeCAI:
+    def __init__(self, ptr, typestr, shape, strides=None):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (ptr, False),
+                                         "strides": strides, "version": 3}
+
+
+class TranslationTest(unittest.TestCase):
+    def test_torch_like(self):
+        t = _FakeTensor(0x7F0000001000, "torch.bfloat16", (2, 300, 8, 64), (300 * 8 * 128, 8 * 128, 128, 1),
+                        ("cuda", 1))
+        v = _tensors.view(t, "q")
+        self.assertEqual((v.data, v.dtype, v.shape, v.stride, v.device),
+                         (0x7F0000001000, _capi.FG_DTYPE_BF16, (2, 300, 8, 64), (307200, 1024, 128, 1), 1))
+        st = v.struct()
+        self.assertEqual((st.data, st.dtype, st.ndim, list(st.shape), list(st.stride)),
+                         (0x7F0000001000, _capi.FG_DTYPE_BF16, 4, [2, 300, 8, 64], [307200, 1024, 128, 1]))
+
+    def test_lse_shape_fills_three_dims(self):
+        t = _FakeTensor(0x1000, "torch.float32", (2, 8, 300), (2400, 300, 1))
+        st = _tensors.view(t, "lse").struct()
+        self.assertEqual((st.dtype, st.ndim, list(st.shape), list(st.stride)),
+                         (_capi.FG_DTYPE_F32, 3, [2, 8, 300, 0], [2400, 300, 1, 0]))
+
+    def test_dtypes(self):
+        for text, code in (("torch.float16", _capi.FG_DTYPE_F16), ("torch.bfloat16", _capi.FG_DTYPE_BF16),
+                           ("torch.float8_e4m3fn", _capi.FG_DTYPE_E4M3)):
+            self.assertEqual(_tensors.view(_FakeTensor(16, text, (1,), (1,)), "q").dtype, code)
+        with self.assertRaises(flashgen.FlashgenError) as cm:
+            _tensors.view(_FakeTensor(16, "torch.float64", (1,), (1,)), "k")
+        self.assertEqual(cm.exception.status, "FG_ERR_INVALID_ARGUMENT")
+        self.assertIn("k.dtype is torch.float64", str(cm.exception))
+
+    def test_cuda_array_interface(self):
+        v = _tensors.view(_FakeCAI(0x2000, "<f2", (2, 16, 4, 32)), "v")
+        self.assertEqual((v.data, v.dtype, v.stride), (0x2000, _capi.FG_DTYPE_F16, (2048, 128, 32, 1)))
+        v = _tensors.view(_FakeCAI(0x2000, "<f2", (2, 16, 4, 32), (8192, 512, 64, 2)), "v")
+        self.assertEqual(v.stride, (4096, 256, 32, 1))
+        with self.assertRaises(flashgen.FlashgenError) as cm:
+            _tensors.view(_FakeCAI(0x2000, "<f8", (1,)), "v")
+        self.assertIn("typestr", str(cm.exception))
+
+    def test_dlpack(self):
+        try:
+            import numpy as np
+        except ImportError:
+            self.skipTest("numpy is not installed (it provides the DLPack producer used here)")
+        if not hasattr(np.ndarray, "__dlpack__"):
+            self.skipTest("this numpy has no __dlpack__")
+        a = np.arange(2 * 8 * 4 * 16, dtype=np.float16).reshape(2, 8, 4, 16)
+        t = a.transpose(0, 2, 1, 3)  # a strided view
+        v = _tensors.view(t, "q")
+        self.assertEqual((v.dtype, v.shape, v.stride, v.device),
+                         (_capi.FG_DTYPE_F16, (2, 4, 8, 16), (512, 16, 64, 1), "cpu"))
+        self.assertEqual(v.data, a.__array_interface__["data"][0])
+        with self.assertRaises(flashgen.FlashgenError) as cm:
+            flashgen.attention(t, t, t, out=t)
+        self.assertIn("q is in cpu memory", str(cm.exception))
+
+    def test_tensor_desc(self):
+        d = flashgen.TensorDesc((2, 100, 4, 64), "fp16", stride=(100 * 4 * 72, 4 * 72, 72, 1))
+        v = _tensors.view(d, "q")
+        self.assertEqual((v.data, v.dtype, v.stride), (0, _capi.FG_DTYPE_F16, (28800, 288, 72, 1)))
+
+    def test_binding_refuses_what_the_library_cannot_see(self):
+        q = _FakeTensor(0x1000, "torch.bfloat16", (1, 16, 2, 64), (2048, 128, 64, 1), ("cuda", 0))
+        k = _FakeTensor(0x2000, "torch.bfloat16", (1, 16, 2, 64), (2048, 128, 64, 1), ("cuda", 1))
+        with self.assertRaises(flashgen.FlashgenError) as cm:
+            flashgen.attention(q, k, q, out=q)
+        self.assertIn("k is on CUDA device 1 but q is on device 0", str(cm.exception))
+        cpu = _FakeTensor(0x1000, "torch.bfloat16", (1, 16, 2, 64), (2048, 128, 64, 1), ("cpu", None))
+        with self.assertRaises(flashgen.FlashgenError) as cm:
+            flashgen.attention(q, q, cpu, out=q)
+        self.assertIn("v is in cpu memory", str(cm.exception))
+
+    def test_non_torch_needs_out(self):
+        a = _FakeCAI(0x2000, "<f2", (1, 16, 2, 64))
+        with self.assertRaises(TypeError) as cm:
+            flashgen.attention(a, a, a)
+        self.assertIn("out=", str(cm.exception))
+        with self.assertRaises(TypeError):
+            flashgen.attention(a, a, a, out=a, return_lse=True)
+
+    def test_args_struct(self):
+        q = _tensors.view(flashgen.TensorDesc((1, 5, 4, 64), "bf16"), "q")
+        kv = _tensors.view(flashgen.TensorDesc((1, 7, 2, 64), "bf16"), "k")
+        a = flashgen._args(q, kv, kv, q, None, True, None)
+        self.assertEqual((a.causal, a.softmax_scale, a.lse.data, list(a.k.shape)), (1, 0.0, None, [1, 7, 2, 64]))
+        a = flashgen._args(q, kv, kv, q, None, False, 0.25)
+        self.assertEqual((a.causal, a.softmax_scale), (0, 0.25))
+
+
+# A stand-in for PyTorch (just the surface the binding touches) and for the C library (it records the
+# fg_fwd_args it gets), so attention()'s torch path -- allocation of O and the LSE, the stream, the
+# structures passed -- is tested here without PyTorch or a GPU. Run in a subprocess: it replaces
+# sys.modules["torch"].
+FAKE_TORCH_AND_LIB = r'''
+import ctypes, sys, types
+torch = types.ModuleType("torch")
+
+class dtype:
+    def __init__(self, name):
+        self.name = name
+    def __str__(self):
+        return "torch." + self.name
+
+for _n in ("float16", "bfloat16", "float32", "float64"):
+    setattr(torch, _n, dtype(_n))
+
+class device:
+    def __init__(self, type, index=None):
+        self.type, self.index = type, index
+
+class Tensor:
+    def __init__(self, shape, dt, dev, ptr):
+        self.shape, self.dtype, self.device, self.ptr = tuple(shape), dt, dev, ptr
+    def data_ptr(self):
+        return self.ptr
+    def stride(self):
+        st, acc = [], 1
+        for s in reversed(self.shape):
+            st.append(acc)
+            acc *= s
+        return tuple(reversed(st))
+
+torch.Tensor, torch.device = Tensor, device
+torch.empty_like = lambda t: Tensor(t.shape, t.dtype, t.device, 0x7f0000100000)
+torch.empty = lambda shape, dtype=None, device=None: Tensor(shape, dtype, device, 0x7f0000200000)
+class _Stream:
+    cuda_stream = 0x1234
+torch.cuda = types.SimpleNamespace(current_stream=lambda dev=None: _Stream(), is_initialized=lambda: False,
+                                   current_device=lambda: 0)
+sys.modules["torch"] = torch
+
+import flashgen
+from flashgen import _capi
+
+class FakeLib:
+    """Records fg_attention_fwd's arguments; fails with status `fail` when set."""
+    fail = 0
+    def fg_attention_fwd(self, ctx, args, stream):
+        a = args._obj
+        t = lambda x: (x.data or 0, x.dtype, x.ndim, list(x.shape), list(x.stride))
+        self.got = {"ctx": ctx, "stream": stream, "q": t(a.q), "k": t(a.k), "o": t(a.o), "lse": t(a.lse),
+                    "scale": a.softmax_scale, "causal": a.causal}
+        return self.fail
+    def fg_last_error(self, ctx):
+        return b"q.dtype (fp16) differs from k.dtype (bf16); all four must match"
+    def fg_status_string(self, code):
+        return _capi.STATUS_NAMES[code].encode()
+
+fake = FakeLib()
+_capi.lib = lambda: fake
+flashgen._context = lambda device: flashgen._Context(0xC0DE + device, device)
+cuda0 = device("cuda", 0)
+'''
+
+
+class FakeTorchTest(unittest.TestCase):
+    def run_fake(self, body):
+        rc, out = run_python(FAKE_TORCH_AND_LIB + body)
+        self.assertEqual(rc, 0, out)
+        return out
+
+    def test_attention_torch_path(self):
+        out = self.run_fake(
+            "q = Tensor((2, 300, 8, 64), torch.bfloat16, cuda0, 0x7f0000000000)\n"
+            "kv = Tensor((2, 500, 2, 64), torch.bfloat16, cuda0, 0x7f0000300000)\n"
+            "o, lse = flashgen.attention(q, kv, kv, causal=True, return_lse=True)\n"
+            "assert (o.ptr, o.shape, o.dtype) == (0x7f0000100000, q.shape, q.dtype)\n"
+            "assert (lse.ptr, lse.shape, lse.dtype.name) == (0x7f0000200000, (2, 8, 300), 'float32')\n"
+            "g = fake.got\n"
+            "assert g['ctx'] == 0xC0DE and g['stream'] == 0x1234, g\n"
+            "assert g['q'] == (0x7f0000000000, 1, 4, [2, 300, 8, 64], [153600, 512, 64, 1]), g['q']\n"
+            "assert g['k'] == (0x7f0000300000, 1, 4, [2, 500, 2, 64], [64000, 128, 64, 1]), g['k']\n"
+            "assert g['o'][:4] == (0x7f0000100000, 1, 4, [2, 300, 8, 64]), g['o']\n"
+            "assert g['lse'] == (0x7f0000200000, 2, 3, [2, 8, 300, 0], [2400, 300, 1, 0]), g['lse']\n"
+            "assert (g['scale'], g['causal']) == (0.0, 1), g\n"
+            "o2 = flashgen.attention(q, kv, kv, softmax_scale=0.5, stream=77, out=q)\n"
+            "assert o2 is q and fake.got['stream'] == 77 and fake.got['scale'] == 0.5 and fake.got['lse'][0] == 0\n"
+            "print('fine')\n")
+        self.assertIn("fine", out)
+
+    def test_library_failure_becomes_flashgen_error(self):
+        out = self.run_fake(
+            "q = Tensor((1, 16, 2, 64), torch.float16, cuda0, 0x7f0000000000)\n"
+            "fake.fail = _capi.FG_ERR_INVALID_ARGUMENT\n"
+            "try:\n"
+            "    flashgen.attention(q, q, q)\n"
+            "except flashgen.FlashgenError as e:\n"
+            "    print('status', e.status, e.code, '|', e.message)\n"
+            "fake.fail = 0\n"
+            "try:\n"
+            "    flashgen.attention(Tensor((1, 16, 2, 64), torch.float64, cuda0, 16), q, q)\n"
+            "except flashgen.FlashgenError as e:\n"
+            "    print('binding', e)\n"
+            "try:\n"
+            "    flashgen.attention(q, q, Tensor((1, 16, 2, 64), torch.float16, device('cuda', 3), 16))\n"
+            "except flashgen.FlashgenError as e:\n"
+            "    print('device', e)\n")
+        self.assertIn("status FG_ERR_INVALID_ARGUMENT 1 | q.dtype (fp16) differs from k.dtype (bf16)", out)
+        self.assertIn("binding FG_ERR_INVALID_ARGUMENT: q.dtype is torch.float64", out)
+        self.assertIn("device FG_ERR_INVALID_ARGUMENT: v is on CUDA device 3 but q is on device 0", out)
+
+
+# ====================================================================== GPU tests
+
+
+def _torch_cuda():
+    """(torch, None) when PyTorch with a CUDA device and the library are usable, else (None, reason)."""
+    try:
+        import torch
+    except ImportError:
+        return None, "PyTorch is not installed"
+    if not torch.cuda.is_available():
+        return None, "no CUDA device visible to PyTorch"
+    if not library_available():
+        return None, "libflashgen.so is not built"
+    return torch, None
+
+
+def reference(torch, q, k, v, causal, scale=None):
+    """(ref32, ref_lowp, lse32) for q [b, sq, hq, d] and k/v [b, sk, hkv, d] (fp16/bf16 on the GPU), all
+    [b, sq, hq, d] / [b, hq, sq] float32. ref32: PyTorch SDPA (math backend) in fp32 on upcast inputs,
+    with the bottom-right causal mask and GQA by repeat_interleave; rows that see no key are 0.
+    ref_lowp: the kernel's precision (P = exp(s - rowmax) rounded to the dtype before P.V, the row sum
+    from the unrounded P, O rounded to the dtype), as tests/reference.h defines it."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    qf = q.float().transpose(1, 2)
+    kf = k.float().repeat_interleave(hq // hkv, dim=2).transpose(1, 2)
+    vf = v.float().repeat_interleave(hq // hkv, dim=2).transpose(1, 2)
+    mask = None
+    if causal:
+        i = torch.arange(sq, device=q.device)[:, None]
+        j = torch.arange(sk, device=q.device)[None, :]
+        mask = j <= i + (sk - sq)
+    with sdpa_kernel(SDPBackend.MATH):
+        o32 = F.scaled_dot_product_attention(qf, kf, vf, attn_mask=mask, scale=scale)
+    s = (qf @ kf.transpose(-1, -2)) * scale
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    m = s.amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    p = torch.exp(s - m)
+    l = p.sum(dim=-1, keepdim=True)
+    olow = (p.to(q.dtype).float() @ vf) / l
+    seen = torch.isfinite(lse)[..., None]  # rows that see at least one key
+    o32 = torch.where(seen, o32, torch.zeros_like(o32))
+    olow = torch.where(seen, olow, torch.zeros_like(olow)).to(q.dtype).float()
+    return o32.transpose(1, 2), olow.transpose(1, 2), lse
+
+
+class GpuTest(unittest.TestCase):
+    # (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, causal, dtype)
+    SHAPES = (
+        (2, 128, 128, 4, 4, 64, False, "bfloat16"),
+        (1, 113, 203, 8, 2, 80, True, "float16"),      # tails, GQA 4, causal with sq < sk
+        (2, 239, 1, 4, 4, 128, False, "bfloat16"),     # one key
+        (3, 200, 200, 6, 3, 96, True, "float16"),
+        (1, 799, 3, 4, 4, 32, True, "bfloat16"),       # causal with sq > sk: rows that see no key
+        (2, 1024, 1023, 16, 2, 128, True, "float16"),  # GQA 8
+        (1, 1025, 1025, 8, 1, 256, True, "bfloat16"),  # MQA, head_dim 256
+    )
+
+    @classmethod
+    def setUpClass(cls):
+        torch, why = _torch_cuda()
+        if torch is None:
+            raise unittest.SkipTest("GPU tests skipped: " + why)
+        cls.torch = torch
+        torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference must be fp32
+        torch.manual_seed(0)
+
+    def inputs(self, b, sq, sk, hq, hkv, d, dtype):
+        t = self.torch
+        dt = getattr(t, dtype)
+        return (t.randn(b, sq, hq, d, device="cuda", dtype=dt), t.randn(b, sk, hkv, d, device="cuda", dtype=dt),
+                t.randn(b, sk, hkv, d, device="cuda", dtype=dt))
+
+    def judge(self, out, o32, olow, what):
+        t = self.torch
+        self.assertTrue(bool(t.isfinite(out).all()), "%s: NaN/Inf in the output" % what)
+        err = (out.float() - o32).abs().max().item()
+        lowp = (olow - o32).abs().max().item()
+        self.assertLessEqual(err, 2 * lowp + 1e-5, "%s: max|out-ref32| %.3g > 2*%.3g + 1e-5" % (what, err, lowp))
+
+    def judge_lse(self, lse, ref, what):
+        t = self.torch
+        fin = t.isfinite(ref)
+        self.assertTrue(bool(t.isneginf(lse[~fin]).all()), "%s: rows that see no key must have LSE -inf" % what)
+        tol = 5e-4 + 5e-5 * ref[fin].abs()
+        bad = ((lse[fin] - ref[fin]).abs() > tol) | ~t.isfinite(lse[fin])
+        self.assertFalse(bool(bad.any()), "%s: LSE max error %.3g" % (what, (lse[fin] - ref[fin]).abs().max().item()))
+
+    def test_against_sdpa(self):
+        for shape in self.SHAPES:
+            b, sq, sk, hq, hkv, d, causal, dtype = shape
+            with self.subTest(shape=shape):
+                q, k, v = self.inputs(b, sq, sk, hq, hkv, d, dtype)
+                o32, olow, lse32 = reference(self.torch, q, k, v, causal)
+                out = self.torch.full_like(q, float("nan"))  # every element must be written
+                got, lse = flashgen.attention(q, k, v, causal=causal, out=out, return_lse=True)
+                self.assertIs(got, out)
+                self.assertEqual(tuple(lse.shape), (b, hq, sq))
+                self.assertEqual(lse.dtype, self.torch.float32)
+                self.judge(out, o32, olow, str(shape))
+                self.judge_lse(lse, lse32, str(shape))
+                self.judge(flashgen.attention(q, k, v, causal=causal), o32, olow, str(shape) + " allocated")
+
+    def test_softmax_scale_and_strided_views(self):
+        t = self.torch
+        big = t.randn(2, 300, 12, 64, device="cuda", dtype=t.bfloat16)
+        q, k, v = big[:, :, 0:4], big[:, :, 4:8], big[:, 7:, 8:12]  # heads sliced; v also shorter
+        k = k[:, 7:]
+        self.assertFalse(q.is_contiguous())
+        o32, olow, lse32 = reference(t, q, k, v, True, scale=0.3)
+        out, lse = flashgen.attention(q, k, v, causal=True, softmax_scale=0.3, return_lse=True)
+        self.judge(out, o32, olow, "strided, scale 0.3")
+        self.judge_lse(lse, lse32, "strided, scale 0.3")
+
+    def test_current_stream(self):
+        t = self.torch
+        q, k, v = self.inputs(2, 512, 512, 8, 8, 128, "bfloat16")
+        o32, olow, _ = reference(t, q, k, v, False)
+        s = t.cuda.Stream()
+        s.wait_stream(t.cuda.current_stream())
+        with t.cuda.stream(s):
+            out = flashgen.attention(q, k, v)
+        s.synchronize()
+        self.judge(out, o32, olow, "side stream")
+
+    def test_explain_and_prepare(self):
+        t = self.torch
+        q, k, v = self.inputs(1, 64, 64, 4, 4, 64, "float16")
+        flashgen.prepare(q, k, v, causal=True)
+        text = flashgen.explain(q, k, v, causal=True)
+        self.assertIn("kind=fwd", text)
+        self.assertIn("head_dim=64", text)
+        self.assertIn("memory", text.lower(), "prepared, so the explain names the in-memory cache: " + text)
+        d = flashgen.TensorDesc((1, 64, 4, 64), "bf16")
+        self.assertIn("dtype=bf16", flashgen.explain(d, d, d, device=t.cuda.current_device()))
+
+    def assertRaisesNaming(self, status, words, fn):
+        with self.assertRaises(flashgen.FlashgenError) as cm:
+            fn()
+        self.assertEqual(cm.exception.status, status, str(cm.exception))
+        for w in words:
+            self.assertIn(w, cm.exception.message)
+
+    def test_bad_input(self):
+        t = self.torch
+        q, k, v = self.inputs(1, 16, 16, 2, 2, 64, "bfloat16")
+        self.assertRaisesNaming("FG_ERR_INVALID_ARGUMENT", ["k.dtype"],
+                                lambda: flashgen.attention(q, k.half(), v))
+        q7 = t.randn(1, 16, 2, 7, device="cuda", dtype=t.bfloat16)
+        self.assertRaisesNaming("FG_ERR_UNSUPPORTED", ["head_dim 7"], lambda: flashgen.attention(q7, q7, q7))
+        gapped = t.randn(1, 16, 2, 128, device="cuda", dtype=t.bfloat16)[..., ::2]
+        self.assertRaisesNaming("FG_ERR_INVALID_ARGUMENT", ["q.stride[3]"], lambda: flashgen.attention(gapped, k, v))
+        q6 = t.randn(1, 16, 6, 64, device="cuda", dtype=t.bfloat16)
+        k4 = t.randn(1, 16, 4, 64, device="cuda", dtype=t.bfloat16)
+        self.assertRaisesNaming("FG_ERR_INVALID_ARGUMENT", ["must divide"], lambda: flashgen.attention(q6, k4, k4))
+        self.assertRaisesNaming("FG_ERR_INVALID_ARGUMENT", ["q is in cpu memory"],
+                                lambda: flashgen.attention(q.cpu(), k, v))
+        self.assertRaisesNaming("FG_ERR_INVALID_ARGUMENT", ["softmax_scale"],
+                                lambda: flashgen.attention(q, k, v, softmax_scale=-1.0))
+        self.assertRaisesNaming("FG_ERR_IO", ["/nonexistent/x.fgb"], lambda: flashgen.bundle_load("/nonexistent/x.fgb"))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
