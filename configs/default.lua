@@ -35,6 +35,7 @@ variants {
     causal = {false, true},
 }
 
--- An override would look like this (commented out: the built-in policy is already tuned):
--- tile_policy { arch = {"sm_90", "sm_90"}, head_dim = {65, 128}, block_m = 128, block_n = 128,
---               warps = 8, stages = 2 }
+-- An override looks like this (left commented out: the built-in policy comes from a tile sweep).
+-- It would give every non-causal Hopper variant with head_dim 65..128 a 128 x 64 tile:
+-- tile_policy { arch = "sm_90a", head_dim = {65, 128}, causal = false,
+--               block_m = 128, block_n = 64, warps = 8, stages = 2 }

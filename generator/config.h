@@ -4,13 +4,17 @@
  *   variants { kind = "fwd", arch = {"sm_80", "sm_90a"}, dtype = {"fp16", "bf16"},
  *              head_dim = {64, 128}, causal = {false, true},
  *              block_m = 128, block_n = 64, warps = 4, stages = 2 }   -- tile fields optional
- *     every field is a scalar or a list; the call adds the cartesian product of the lists.
+ *     every field is a scalar or a list; the call adds the cartesian product of the lists (the last
+ *     field varies fastest). kind, arch (unless overridden), dtype and head_dim are required; causal
+ *     (booleans, or 0/1) defaults to false; unset tile fields come from the tile policy.
  *   tile_policy { arch = "sm_80" | {"sm_80", "sm_89"} (range), head_dim = 128 | {96, 128} (range),
  *                 causal = true|false|nil, dtype = "bf16"|nil,
  *                 block_m = .., block_n = .., warps = .., stages = .. }  -- overrides the defaults
+ *     absent match fields match anything; an arch's 'a' suffix is ignored; all four tiles are required.
  * After the chunk runs, unset tile fields are filled from the (overridden) tile policy, every variant is
- * validated (errors name the variant and the rule) and duplicates are dropped. Field type errors name
- * the field and the expected type with file:line. */
+ * validated (errors name the variant and the rule) and duplicates are dropped. Field type errors, unknown
+ * fields and missing required fields name the field and the expected type with file:line. A config may
+ * list at most 65536 variants and must list at least one. */
 #ifndef FG_CONFIG_H
 #define FG_CONFIG_H
 
@@ -23,10 +27,15 @@ typedef struct fg_config {
 } fg_config;
 
 /* Loads and validates a config file. arch_override (may be NULL): a comma-separated arch list that
- * replaces every variants{} arch field (`flashgen bundle --arch`). */
+ * replaces every variants{} arch field (`flashgen bundle --arch`). On success *out owns its arrays (free
+ * with config_free). On failure *out is left empty (count 0, NULL arrays) and the status is FG_ERR_CONFIG
+ * for anything wrong in the config (message "file:line: ..."), FG_ERR_IO for an unreadable file,
+ * FG_ERR_INVALID_ARGUMENT for a bad arch_override, FG_ERR_NO_MEMORY for host memory. */
 fg_status config_load_file(const char *path, const char *arch_override, fg_config *out, fg_error *err);
+/* Same, from memory: text (len bytes) is named chunkname in messages. */
 fg_status config_load_string(const char *chunkname, const char *text, size_t len, const char *arch_override,
                              fg_config *out, fg_error *err);
+/* Frees what a successful load gave and empties cfg; harmless on an empty (or failed) config. */
 void config_free(fg_config *cfg);
 
 #endif

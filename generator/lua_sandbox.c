@@ -11,7 +11,8 @@
  *     (string.rep('', 2^50), table.move over 2^50 slots, table.insert on a table whose __len lies,
  *     backtracking patterns such as ('.-'):rep(10)). Those are wrapped (sb_guard) with checks that bound
  *     their work before the original runs. Finalizers (__gc) run with hooks disabled, so setmetatable
- *     refuses metatables that carry one;
+ *     refuses metatables that carry one; and a message handler called for an error the hook raised
+ *     also runs with hooks disabled, so xpcall's handler is skipped once the run is stopped;
  *   - code: chunks load in text mode only (bytecode can crash the VM), and the environment that replaces
  *     the global table holds only the functions listed in the header: nothing reaches files, processes,
  *     the loader, the debug library or string.dump;
@@ -112,6 +113,7 @@ static void *sb_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     return p;
 }
 
+/* The run a callback belongs to: the allocator's userdata, so no registry lookup (or allocation). */
 static sb_run *sb_get_run(lua_State *L) {
     void *ud = NULL;
     lua_getallocf(L, &ud);
@@ -208,7 +210,8 @@ typedef enum sb_guard_kind {
     SB_GUARD_PATTERN, /* string.match, gmatch, gsub: the pattern cost */
     SB_GUARD_TABLE,   /* table.concat, insert, remove, sort, unpack: a plain table, so no __len/__index */
     SB_GUARD_MOVE,    /* table.move: plain tables and at most SB_MOVE_MAX slots */
-    SB_GUARD_SETMETA  /* setmetatable: no __gc, since finalizers run with debug hooks off */
+    SB_GUARD_SETMETA, /* setmetatable: no __gc, since finalizers run with debug hooks off */
+    SB_GUARD_XPCALL   /* xpcall: the message handler is skipped once the run is stopped */
 } sb_guard_kind;
 
 typedef struct sb_guard_entry {
@@ -224,7 +227,7 @@ static const sb_guard_entry sb_guards[] = {
     {LUA_TABLIBNAME, "insert", SB_GUARD_TABLE},    {LUA_TABLIBNAME, "remove", SB_GUARD_TABLE},
     {LUA_TABLIBNAME, "sort", SB_GUARD_TABLE},      {LUA_TABLIBNAME, "unpack", SB_GUARD_TABLE},
     {LUA_TABLIBNAME, "move", SB_GUARD_MOVE},       {LUA_GNAME, "setmetatable", SB_GUARD_SETMETA},
-    {NULL, NULL, SB_GUARD_REP}};
+    {LUA_GNAME, "xpcall", SB_GUARD_XPCALL},        {NULL, NULL, SB_GUARD_REP}};
 
 /* An upper bound on the matching steps of pattern p over an n-byte subject. Every repetition item
  * (*, +, -, ?) and back-reference (%1..%9) can try up to n+1 lengths at each of the others', and an
@@ -262,6 +265,21 @@ static void sb_check_plain_table(lua_State *L, int arg) {
     luaL_checktype(L, arg, LUA_TTABLE);
     if (lua_getmetatable(L, arg))
         luaL_argerror(L, arg, "a table without a metatable expected (the config sandbox refuses others)");
+}
+
+/* The message handler xpcall really gets (upvalue 1: the script's handler). An error raised by the
+ * hook reaches the message handler before Lua unwinds out of the hook, while hooks are still disabled,
+ * so a looping handler would run unchecked: once the run is stopped the script's handler is skipped and
+ * the error object passes through unchanged. */
+static int sb_xpcall_handler(lua_State *L) {
+    if (sb_get_run(L)->stop != SB_RUNNING) {
+        lua_settop(L, 1);
+        return 1;
+    }
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, 1);
+    return 1;
 }
 
 /* The wrapper around a guarded library function (upvalue 1: the original; upvalue 2: its
@@ -317,6 +335,12 @@ static int sb_guard(lua_State *L) {
                 return luaL_error(L, "__gc metamethods (finalizers) are not allowed in a config");
             lua_pop(L, 1);
         }
+        break;
+    case SB_GUARD_XPCALL:
+        luaL_checktype(L, 2, LUA_TFUNCTION);
+        lua_pushvalue(L, 2);
+        lua_pushcclosure(L, sb_xpcall_handler, 1);
+        lua_replace(L, 2);
         break;
     }
     lua_pushvalue(L, lua_upvalueindex(1));

@@ -63,6 +63,10 @@ static void expect_refused(const char *text, const char *where, const char *what
     cr_assert(strstr(err.msg, what) != NULL, "message for <%s> should mention '%s': %s", text, what, err.msg);
 }
 
+/* A regression that lets a runaway script loop must fail the test, not hang the suite. */
+TestSuite(sandbox, .timeout = 20);
+TestSuite(config, .timeout = 20);
+
 /* ---- sandbox: resource limits ---- */
 
 Test(sandbox, infinite_loop_hits_instruction_budget) {
@@ -137,6 +141,36 @@ Test(sandbox, c_loops_are_bounded) {
     cr_assert_eq(run_chunk("cfg.lua", "assert(string.rep('', 2^50) == '')\nassert(('x'):rep(0) == '')", &err),
                  FG_OK, "%s", err.msg);
     stopwatch_check(&w, "string.rep('', 2^50)");
+}
+
+Test(sandbox, code_that_runs_unhooked_is_refused_or_cut_short) {
+    /* Lua runs finalizers, and message handlers for errors raised by a hook, with hooks disabled. */
+    expect_refused("local a = 1\nsetmetatable({}, {__gc = function() while true do end end})", "cfg.lua:2:",
+                   "__gc");
+    expect_refused("local a = 1\nxpcall(function() error('x') end, function() while true do end end)",
+                   "cfg.lua:2:", "instruction budget exceeded");
+    expect_refused("local ok, e = xpcall(function() while true do end end, function(m) return m end)\n"
+                   "error(e)",
+                   "cfg.lua:1:", "instruction budget exceeded");
+    expect_refused("local x <close> = setmetatable({}, {__close = function() while true do end end})\n"
+                   "error('e')",
+                   "cfg.lua:", "instruction budget exceeded");
+    /* __gc added to a metatable after setmetatable marks nothing: the run ends normally, at once. */
+    fg_error err;
+    stopwatch w;
+    stopwatch_start(&w);
+    cr_assert_eq(run_chunk("cfg.lua",
+                           "local mt = {}\nlocal t = setmetatable({}, mt)\n"
+                           "mt.__gc = function() while true do end end\nt = nil",
+                           &err),
+                 FG_OK, "%s", err.msg);
+    stopwatch_check(&w, "__gc added late");
+    /* xpcall still works as a normal message handler */
+    cr_assert_eq(run_chunk("cfg.lua",
+                           "local ok, m = xpcall(error, function(m) return 'h:' .. m end, 'x', 0)\n"
+                           "assert(not ok and m == 'h:x', m)",
+                           &err),
+                 FG_OK, "%s", err.msg);
 }
 
 /* ---- sandbox: what is not reachable ---- */
@@ -343,6 +377,7 @@ static void load_fails(const char *text, const char *arch_override, fg_status wa
     cr_assert_eq(cfg.count, 0);
 }
 
+/* Writes the canonical name of variant i of cfg into buf; returns its length or -1. */
 static int spec_named(const fg_config *cfg, int i, char *buf, size_t n) {
     return spec_format(&cfg->variants[i], buf, n);
 }
@@ -470,13 +505,23 @@ Test(config, tile_policy_any_match_fields) {
 }
 
 Test(config, duplicates_dropped_keeping_first_order) {
+    /* The third call repeats the first variant with explicit tiles equal to what the policy gives it. */
+    fg_tile_policy def;
+    fg_error err;
+    cr_assert_eq(tile_policy_init_default(&def, &err), FG_OK);
+    fg_spec probe = {.kind = FG_KIND_FWD, .arch = 80, .dtype = FG_DTYPE_F16, .head_dim = 128};
+    const fg_tile_rule *r = tile_policy_lookup(&def, &probe);
+    cr_assert_not_null(r);
+    char text[1024];
+    snprintf(text, sizeof text,
+             "variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = {128, 64} }\n"
+             "variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = {64, 96}, causal = 0 }\n"
+             "variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = 128,\n"
+             "           block_m = %d, block_n = %d, warps = %d, stages = %d }",
+             r->block_m, r->block_n, r->warps, r->stages);
+    tile_policy_free(&def);
     fg_config cfg;
-    /* The third call repeats the first variant with tiles equal to what the policy gives it. */
-    load_ok("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = {128, 64} }\n"
-            "variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = {64, 96}, causal = 0 }\n"
-            "variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = 128,\n"
-            "           block_m = 128, block_n = 64, warps = 8, stages = 2 }",
-            NULL, &cfg);
+    load_ok(text, NULL, &cfg);
     cr_assert_eq(cfg.count, 3);
     cr_assert_eq(cfg.variants[0].head_dim, 128);
     cr_assert_eq(cfg.variants[1].head_dim, 64);
