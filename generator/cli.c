@@ -916,6 +916,7 @@ static int run_gpu(fg_context *ctx, const fg_cuda_api *cu, const problem *p) {
     RUN_CU(cu->cuMemsetD8(B.o, 0xFF, nq * esz));
     RUN_CU(cu->cuMemsetD8(B.lse, 0xFF, nlse * sizeof(float)));
     RUN_CU(cu->cuStreamCreate(&B.stream, CU_STREAM_NON_BLOCKING));
+    RUN_CU(cu->cuCtxSynchronize()); /* the poison and uploads ran on the legacy stream: land them before the launch */
 
     fg_fwd_args dev_args;
     problem_args(p, (void *)(uintptr_t)B.q, (void *)(uintptr_t)B.k, (void *)(uintptr_t)B.v, (void *)(uintptr_t)B.o,
