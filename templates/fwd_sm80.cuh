@@ -5,7 +5,8 @@
 // through shared memory in FG_BLOCK_N-key blocks, FG_STAGES deep, loaded with cp.async while the
 // previous block is computed. Per key block:
 //   S = Q K^T          (mma.m16n8k16, Q and K fragments by ldmatrix from swizzled shared memory)
-//   mask               (only on blocks that cross the causal diagonal or the end of the keys)
+//   mask               (only on blocks that cross the causal diagonal or the end of the keys: those
+//                       run in a separate, masked instance of the block step after the unmasked ones)
 //   P = online softmax (fp32, log2 domain; O rescaled when the row maximum grows)
 //   O += P V           (P reused from registers as the A operand; V by ldmatrix.trans)
 // At the end O /= l (one normalization) and LSE = m * scale + ln(l), both staged through shared memory
@@ -17,6 +18,12 @@ constexpr int FG_NT = FG_BLOCK_N / 8;               // n8 tiles of S per m16 til
 constexpr int FG_DT = FG_HEAD_DIM_PADDED / 8;       // n8 tiles of O per m16 tile
 constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM_PADDED * 2;
 constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM_PADDED * 2;
+
+// A compile-time bool as a type, so one generic lambda gives the masked and the unmasked block step.
+template <bool B>
+struct fg_bool {
+    static constexpr bool value = B;
+};
 
 extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)
 fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
@@ -38,19 +45,30 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
     int n_end = sk;
     if (FG_CAUSAL) n_end = min(n_end, min(m0 + FG_BLOCK_M, sq) + sk - sq);
     const int n_blocks = n_end > 0 ? (n_end + FG_BLOCK_N - 1) / FG_BLOCK_N : 0;
+    // The leading blocks no row of this CTA needs masked: wholly inside the keys and, when causal, wholly
+    // at or left of the first row's diagonal (row m0 sees keys <= m0 + sk - sq).
+    int n_unmasked = sk / FG_BLOCK_N;
+    if (FG_CAUSAL) n_unmasked = min(n_unmasked, max(0, m0 + sk - sq + 1) / FG_BLOCK_N);
+    n_unmasked = min(n_unmasked, n_blocks);
 
     const u32 s_q = fg_smem_addr(fg_smem);
     const u32 s_k = s_q + FG_Q_BYTES;
     const u32 s_v = s_k + FG_STAGES * FG_KV_BYTES;
 
     // Prologue: Q with the first K/V block in group 0, then blocks 1 .. STAGES-2, one group each.
-    fg_load_tile<FG_BLOCK_M, FG_THREADS>(s_q, q, p.q_stride[1], sq - m0, tid);
+    fg_tile_loader<FG_BLOCK_N, FG_THREADS> k_loader, v_loader;
+    {
+        fg_tile_loader<FG_BLOCK_M, FG_THREADS> q_loader;
+        q_loader.init(q, p.q_stride[1], tid);
+        q_loader.load(s_q, sq - m0);
+    }
+    k_loader.init(k, p.k_stride[1], tid);
+    v_loader.init(v, p.v_stride[1], tid);
 #pragma unroll
     for (int st = 0; st < FG_STAGES - 1; st++) {
         if (st < n_blocks) {
-            const int n0 = st * FG_BLOCK_N;
-            fg_load_tile<FG_BLOCK_N, FG_THREADS>(s_k + st * FG_KV_BYTES, k + (i64)n0 * p.k_stride[1], p.k_stride[1], sk - n0, tid);
-            fg_load_tile<FG_BLOCK_N, FG_THREADS>(s_v + st * FG_KV_BYTES, v + (i64)n0 * p.v_stride[1], p.v_stride[1], sk - n0, tid);
+            k_loader.load(s_k + st * FG_KV_BYTES, sk - st * FG_BLOCK_N);
+            v_loader.load(s_v + st * FG_KV_BYTES, sk - st * FG_BLOCK_N);
         }
         fg_cp_async_commit();
     }
@@ -66,14 +84,22 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
     }
     const int g = lane / 4, t = lane % 4;
     const int warp_row0 = warp * FG_MT * 16; // first row of this warp inside the block
-    // ldmatrix lanes: every x4 load reads rows lane%16 at chunk lane/16 of a 16x16 block, i.e. matrices
-    // (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15). For Q that is the A
-    // fragment in order; for K the two n8 tiles' B fragments are registers {0, 2} and {1, 3}; for V
-    // (transposed) they are {0, 1} and {2, 3}. One set of per-thread offsets serves all three.
-    const fg_frag_offsets f_off = fg_frag_offsets_make(lane % 16, lane / 16);
+    // ldmatrix lanes (lanes 8i..8i+7 address matrix i, which lands in register i):
+    //   Q, the A operand: rows lane%16, chunk lane/16: matrices (rows 0-7, k 0-7), (8-15, 0-7),
+    //     (0-7, 8-15), (8-15, 8-15) are a[0..3] in order;
+    //   K, B operands of two n8 tiles: rows lane%8 + 8*(lane/16), chunk (lane/8)%2: registers {0, 1}
+    //     are keys 0-7 (k 0-7, 8-15) and {2, 3} keys 8-15, each pair consecutive as the MMA wants;
+    //   V, transposed B operands: rows lane%8 + 8*((lane/8)%2) = lane%16, chunk lane/16 (Q's offsets):
+    //     registers {0, 1} are d 0-7 (keys 0-7, 8-15) and {2, 3} d 8-15.
+    const fg_frag_offsets qv_off = fg_frag_offsets_make(lane % 16, lane / 16);
+    const fg_frag_offsets k_off = fg_frag_offsets_make(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
     const u32 s_q_warp = s_q + (u32)(warp_row0 * FG_SW * 16); // this warp's rows (offsets are linear in row)
 
-    for (int j = 0; j < n_blocks; j++) {
+    int stage = 0;          // the shared-memory stage of block j
+    int prefetch_stage = FG_STAGES - 1; // the stage block j + STAGES - 1 goes to
+
+    // One key block: wait for its K/V, prefetch a later block, S = Q K^T, (mask), softmax, O += P V.
+    auto block_step = [&](int j, auto masked) {
         // Block j has landed for this thread; the barrier makes it visible to all, and tells everyone
         // that block j-1's buffers are free for the prefetch below.
         fg_cp_async_wait<FG_STAGES - 2>();
@@ -81,14 +107,15 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
         {
             const int jn = j + FG_STAGES - 1;
             if (jn < n_blocks) {
-                const int n0 = jn * FG_BLOCK_N, st = jn % FG_STAGES;
-                fg_load_tile<FG_BLOCK_N, FG_THREADS>(s_k + st * FG_KV_BYTES, k + (i64)n0 * p.k_stride[1], p.k_stride[1], sk - n0, tid);
-                fg_load_tile<FG_BLOCK_N, FG_THREADS>(s_v + st * FG_KV_BYTES, v + (i64)n0 * p.v_stride[1], p.v_stride[1], sk - n0, tid);
+                k_loader.load(s_k + prefetch_stage * FG_KV_BYTES, sk - jn * FG_BLOCK_N);
+                v_loader.load(s_v + prefetch_stage * FG_KV_BYTES, sk - jn * FG_BLOCK_N);
             }
             fg_cp_async_commit();
+            prefetch_stage = prefetch_stage == FG_STAGES - 1 ? 0 : prefetch_stage + 1;
         }
-        const u32 sk_j = s_k + (j % FG_STAGES) * FG_KV_BYTES;
-        const u32 sv_j = s_v + (j % FG_STAGES) * FG_KV_BYTES;
+        const u32 sk_j = s_k + stage * FG_KV_BYTES;
+        const u32 sv_j = s_v + stage * FG_KV_BYTES;
+        stage = stage == FG_STAGES - 1 ? 0 : stage + 1;
 
         // S = Q K^T
         float s[FG_MT][FG_NT][4];
@@ -101,24 +128,21 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
             u32 qf[FG_MT][4];
 #pragma unroll
             for (int mt = 0; mt < FG_MT; mt++)
-                fg_ldmatrix_x4(qf[mt], fg_frag_addr<FG_BLOCK_M>(s_q_warp, f_off, mt * 16, kk));
+                fg_ldmatrix_x4(qf[mt], fg_frag_addr<FG_BLOCK_M>(s_q_warp, qv_off, mt * 16, kk));
 #pragma unroll
             for (int n2 = 0; n2 < FG_NT / 2; n2++) {
                 u32 kf[4];
-                fg_ldmatrix_x4(kf, fg_frag_addr<FG_BLOCK_N>(sk_j, f_off, n2 * 16, kk));
+                fg_ldmatrix_x4(kf, fg_frag_addr<FG_BLOCK_N>(sk_j, k_off, n2 * 16, kk));
 #pragma unroll
                 for (int mt = 0; mt < FG_MT; mt++) {
-                    fg_mma_16816(s[mt][2 * n2], qf[mt], kf[0], kf[2]);
-                    fg_mma_16816(s[mt][2 * n2 + 1], qf[mt], kf[1], kf[3]);
+                    fg_mma_16816(s[mt][2 * n2], qf[mt], kf[0], kf[1]);
+                    fg_mma_16816(s[mt][2 * n2 + 1], qf[mt], kf[2], kf[3]);
                 }
             }
         }
 
-        // Mask only where it can matter: past the last key, or across the causal diagonal.
-        const int n0 = j * FG_BLOCK_N;
-        const bool tail = n0 + FG_BLOCK_N > sk;
-        const bool diag = FG_CAUSAL && n0 + FG_BLOCK_N - 1 > m0 + warp_row0 + sk - sq;
-        if (tail || diag) {
+        if constexpr (decltype(masked)::value) {
+            const int n0 = j * FG_BLOCK_N;
 #pragma unroll
             for (int mt = 0; mt < FG_MT; mt++)
 #pragma unroll
@@ -150,7 +174,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
 #pragma unroll
             for (int d2 = 0; d2 < FG_DT / 2; d2++) {
                 u32 vf[4];
-                fg_ldmatrix_x4_trans(vf, fg_frag_addr<FG_BLOCK_N>(sv_j, f_off, kk * 16, d2));
+                fg_ldmatrix_x4_trans(vf, fg_frag_addr<FG_BLOCK_N>(sv_j, qv_off, kk * 16, d2));
 #pragma unroll
                 for (int mt = 0; mt < FG_MT; mt++) {
                     fg_mma_16816(acc[mt][2 * d2], pf[mt][kk], vf[0], vf[1]);
@@ -158,7 +182,11 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
                 }
             }
         }
-    }
+    };
+
+    int j = 0;
+    for (; j < n_unmasked; j++) block_step(j, fg_bool<false>{});
+    for (; j < n_blocks; j++) block_step(j, fg_bool<true>{});
 
     // Epilogue. Drain the (empty) trailing cp.async groups and make sure every warp is done with Q's
     // shared memory before it is reused for O.

@@ -60,38 +60,59 @@ __device__ __forceinline__ u32 fg_frag_addr(u32 base, const fg_frag_offsets &f, 
     return base + (u32)((slab * ROWS + row0) * FG_SW * 16) + f.off[kk % (FG_SW / 2)];
 }
 
-// Copies a ROWS x head_dim tile whose first row is at `src` (rows `row_stride` elements apart) into the
-// swizzled tile at `dst`. Rows at or past rows_valid, and columns past head_dim, are zero-filled, so
-// tails never read out of bounds and padded columns contribute nothing.
+// One thread's share of streaming ROWS x head_dim tiles of a [rows, head_dim] tensor (rows
+// `row_stride` elements apart) into swizzled shared tiles, tile after tile. Rows at or past rows_valid,
+// and columns past head_dim, are zero-filled (cp.async with source size 0 reads nothing), so tails never
+// read out of bounds and padded columns contribute nothing.
+// When the threads split a row into whole chunk columns (THREADS % FG_CHUNKS == 0) and each step covers
+// a multiple of 8 rows, a thread keeps one column: its shared offset is fixed (the swizzle repeats every
+// 8 rows) and its global pointer only advances, so a tile costs one compare and one copy per 16 bytes.
+// Otherwise (head dims whose chunk count does not divide the thread count) each copy recomputes its
+// coordinates.
 template <int ROWS, int THREADS>
-__device__ __forceinline__ void fg_load_tile(u32 dst, const u16 *src, i64 row_stride, int rows_valid, int tid) {
-    if constexpr (THREADS % FG_CHUNKS == 0) {
-        // Each thread keeps one chunk column and walks down the rows: one pointer, bumped each step.
-        constexpr int ROWS_PER_STEP = THREADS / FG_CHUNKS;
-        const int c = tid % FG_CHUNKS;
-        int r = tid / FG_CHUNKS;
-        const u16 *ptr = src + (i64)r * row_stride + c * 8;
-        const i64 step = (i64)ROWS_PER_STEP * row_stride;
-        // When a step is a multiple of 8 rows the swizzle repeats, so the shared address only moves by a
-        // constant: one register instead of one per step.
-        const u32 dst0 = dst + fg_tile_offset(r, c, ROWS);
-        const bool col_ok = c * 8 < FG_HEAD_DIM;
-#pragma unroll
-        for (int i = 0; i < (ROWS + ROWS_PER_STEP - 1) / ROWS_PER_STEP; i++, r += ROWS_PER_STEP, ptr += step) {
-            if (ROWS % ROWS_PER_STEP == 0 || r < ROWS) {
-                const bool ok = r < rows_valid && col_ok;
-                const u32 d = ROWS_PER_STEP % 8 == 0 ? dst0 + (u32)(i * ROWS_PER_STEP * FG_SW * 16)
-                                                     : dst + fg_tile_offset(r, c, ROWS);
-                fg_cp_async16(d, ok ? ptr : src, ok);
-            }
-        }
-    } else {
-#pragma unroll 1
-        for (int i = tid; i < ROWS * FG_CHUNKS; i += THREADS) {
-            const int r = i / FG_CHUNKS, c = i % FG_CHUNKS;
-            const bool ok = r < rows_valid && c * 8 < FG_HEAD_DIM;
-            const u16 *p = ok ? src + (i64)r * row_stride + c * 8 : src;
-            fg_cp_async16(dst + fg_tile_offset(r, c, ROWS), p, ok);
+struct fg_tile_loader {
+    static constexpr bool FIXED = THREADS % FG_CHUNKS == 0 && (THREADS / FG_CHUNKS) % 8 == 0;
+    static constexpr int RPS = FIXED ? THREADS / FG_CHUNKS : 1; // rows per step when FIXED
+    const u16 *src;  // FIXED: this thread's element in the next tile; else the next tile's first row
+    i64 stride;      // elements between consecutive rows
+    u32 dst;         // FIXED: this thread's byte offset inside a tile
+    int row;         // FIXED: this thread's first row inside a tile
+    bool col_ok;     // FIXED: this thread's column lies inside head_dim
+    int tid;         // the thread's index in the block
+
+    __device__ __forceinline__ void init(const u16 *base, i64 row_stride, int thread) {
+        stride = row_stride;
+        tid = thread;
+        if constexpr (FIXED) {
+            const int c = thread % FG_CHUNKS;
+            row = thread / FG_CHUNKS;
+            col_ok = c * 8 < FG_HEAD_DIM;
+            dst = fg_tile_offset(row, c, ROWS);
+            src = base + (i64)row * row_stride + c * 8;
+        } else {
+            src = base;
         }
     }
-}
+
+    // Copies the next tile, of which the first rows_valid rows exist, into the tile at `tile`.
+    __device__ __forceinline__ void load(u32 tile, int rows_valid) {
+        if constexpr (FIXED) {
+            const u16 *p = src;
+            const i64 step = RPS * stride;
+#pragma unroll
+            for (int i = 0; i < (ROWS + RPS - 1) / RPS; i++, p += step) {
+                const int r = row + i * RPS;
+                if (ROWS % RPS == 0 || r < ROWS)
+                    fg_cp_async16(tile + dst + (u32)(i * RPS * FG_SW * 16), p, r < rows_valid && col_ok);
+            }
+        } else {
+#pragma unroll 1
+            for (int i = tid; i < ROWS * FG_CHUNKS; i += THREADS) {
+                const int r = i / FG_CHUNKS, c = i % FG_CHUNKS;
+                const bool ok = r < rows_valid && c * 8 < FG_HEAD_DIM;
+                fg_cp_async16(tile + fg_tile_offset(r, c, ROWS), ok ? src + (i64)r * stride + c * 8 : src, ok);
+            }
+        }
+        src += ROWS * stride;
+    }
+};

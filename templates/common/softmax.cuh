@@ -17,13 +17,21 @@ __device__ __forceinline__ float fg_quad_sum(float x) {
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-// Folds the score block s (MT m-tiles x NT n8-tiles of C fragments) into the running statistics:
-// rescales acc (MT x DT n8-tiles of O) and row_sum by exp2(c * (m_old - m_new)), and replaces s by the
-// unnormalized probabilities P = exp2(c * s - c * m_new).
+// Folds the score block s (MT m-tiles x NT n8-tiles of C fragments) into the running statistics and
+// replaces s by the unnormalized probabilities P = exp2(c * s - c * m).
+//
+// The maximum m is allowed to go stale (FlashAttention-4's conditional rescaling): it is raised only
+// when a row's new maximum exceeds it by more than 8 in log2 units. Until then P <= 2^8, far inside the
+// fp16/bf16 range, and the result is exact because O, l and the LSE all use the same m. When some row
+// of the warp does raise its m, O (acc) and l are rescaled by exp2(c * (m_old - m_new)); on typical
+// data that happens in the first few blocks of a row only, instead of on every block (the rescale is
+// MT * DT * 4 multiplies per thread, as many as the P.V product has MMAs).
 template <int MT, int NT, int DT>
 __device__ __forceinline__ void fg_online_softmax(float (&s)[MT][NT][4], float (&row_max)[MT][2],
                                                   float (&row_sum)[MT][2], float (&acc)[MT][DT][4],
                                                   float scale_log2) {
+    float corr[MT][2];
+    bool grew = false;
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
@@ -32,9 +40,13 @@ __device__ __forceinline__ void fg_online_softmax(float (&s)[MT][NT][4], float (
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
             mx = fg_quad_max(mx);
-            const float base = mx == FG_NEG_INF ? 0.f : mx * scale_log2;
-            const float corr = fg_exp2(row_max[mt][h] * scale_log2 - base);
-            row_max[mt][h] = mx;
+            const float m_old = row_max[mt][h];
+            const bool grow = mx > m_old && (m_old == FG_NEG_INF || (mx - m_old) * scale_log2 > 8.f);
+            const float m = grow ? mx : m_old;
+            corr[mt][h] = grow ? fg_exp2((m_old - mx) * scale_log2) : 1.f; // exp2(-inf) = 0 for a first max
+            grew |= grow;
+            row_max[mt][h] = m;
+            const float base = m == FG_NEG_INF ? 0.f : m * scale_log2;
             float sum = 0.f;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
@@ -42,12 +54,20 @@ __device__ __forceinline__ void fg_online_softmax(float (&s)[MT][NT][4], float (
                 s[mt][nt][2 * h + 1] = fg_exp2(fmaf(s[mt][nt][2 * h + 1], scale_log2, -base));
                 sum += s[mt][nt][2 * h] + s[mt][nt][2 * h + 1];
             }
-            row_sum[mt][h] = row_sum[mt][h] * corr + sum;
+            row_sum[mt][h] = row_sum[mt][h] * corr[mt][h] + sum;
+        }
+    }
+    // Warp-uniform branch: the quad reductions made `grow` equal across a row's four threads, and one
+    // row growing anywhere in the warp sends the whole warp through the (rare) rescale.
+    if (__any_sync(0xffffffffu, grew)) {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
             for (int dt = 0; dt < DT; dt++) {
-                acc[mt][dt][2 * h] *= corr;
-                acc[mt][dt][2 * h + 1] *= corr;
+                acc[mt][dt][0] *= corr[mt][0];
+                acc[mt][dt][1] *= corr[mt][0];
+                acc[mt][dt][2] *= corr[mt][1];
+                acc[mt][dt][3] *= corr[mt][1];
             }
-        }
     }
 }
