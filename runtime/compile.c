@@ -13,6 +13,7 @@ int compile_options(const fg_spec *spec, const char **opts, char buf[64]) {
     snprintf(buf, 64, "--gpu-architecture=sm_%d%s", spec->arch, spec->arch_accel ? "a" : "");
     opts[n++] = buf;
     opts[n++] = "--std=c++17";
+    opts[n++] = "--device-as-default-execution-space"; /* the templates' lambdas are device code */
     opts[n++] = "--ptxas-options=-v"; /* the resource report lands in the log, for checks and dumps */
     opts[n++] = "-lineinfo";          /* readable compute-sanitizer and profiler reports; no code change */
     return n;
