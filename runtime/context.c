@@ -91,6 +91,7 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
     if (!ctx) return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory allocating a context");
     ctx->cu = cu;
     ctx->opt = opt;
+    ctx->last_kernel = -1;
     ctx->opt.cache_dir = NULL; /* the caller's string need not outlive this call; disk.dir keeps it */
     pthread_mutex_init(&ctx->lock, NULL);
     int major = 0, minor = 0, smem = 0;

@@ -81,6 +81,7 @@ static void load_driver(void) {
         FG_SYM(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", NULL),
         FG_SYM(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", NULL),
         FG_SYM(cuCtxPushCurrent, "cuCtxPushCurrent_v2", NULL),
+        FG_SYM(cuCtxGetCurrent, "cuCtxGetCurrent", NULL),
         FG_SYM(cuCtxPopCurrent, "cuCtxPopCurrent_v2", NULL),
         FG_SYM(cuCtxSynchronize, "cuCtxSynchronize", NULL),
         FG_SYM(cuModuleLoadData, "cuModuleLoadData", NULL),

@@ -20,6 +20,7 @@ typedef struct fg_cuda_api {
     CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
     CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
     CUresult (*cuCtxPushCurrent)(CUcontext);
+    CUresult (*cuCtxGetCurrent)(CUcontext *);
     CUresult (*cuCtxPopCurrent)(CUcontext *);
     CUresult (*cuCtxSynchronize)(void);
     CUresult (*cuModuleLoadData)(CUmodule *, const void *);

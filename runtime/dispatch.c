@@ -319,15 +319,33 @@ fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) 
     }
     if (check_args(a, 1, &err) != FG_OK) return rt_set_error(ctx, &err);
     if (empty_problem(a)) return FG_OK;
+    /* The variant depends on the problem only through (dtype, head_dim, causal): a repeat of the last
+     * class skips choosing and looking up (host overhead per call is a JIT library's tax). */
     fg_spec s;
-    if (choose_spec(ctx, a, &s, NULL, 0, &err) != FG_OK) return rt_set_error(ctx, &err);
+    CUfunction fn = NULL;
     pthread_mutex_lock(&ctx->lock);
-    fg_kernel *k = NULL;
-    origin from;
-    fg_status st = get_kernel(ctx, &s, 0, &from, &k, &err);
-    CUfunction fn = k ? k->fn : NULL;
+    if (ctx->last_kernel >= 0 && ctx->last_dtype == a->q.dtype && ctx->last_head_dim == (int)a->q.shape[3] &&
+        ctx->last_causal == a->causal) {
+        s = ctx->kernels[ctx->last_kernel].spec;
+        fn = ctx->kernels[ctx->last_kernel].fn;
+    }
     pthread_mutex_unlock(&ctx->lock);
-    if (st != FG_OK) return rt_set_error(ctx, &err);
+    if (!fn) {
+        if (choose_spec(ctx, a, &s, NULL, 0, &err) != FG_OK) return rt_set_error(ctx, &err);
+        pthread_mutex_lock(&ctx->lock);
+        fg_kernel *k = NULL;
+        origin from;
+        fg_status st = get_kernel(ctx, &s, 0, &from, &k, &err);
+        if (st == FG_OK) {
+            fn = k->fn;
+            ctx->last_kernel = (int)(k - ctx->kernels);
+            ctx->last_dtype = a->q.dtype;
+            ctx->last_head_dim = (int)a->q.shape[3];
+            ctx->last_causal = a->causal;
+        }
+        pthread_mutex_unlock(&ctx->lock);
+        if (st != FG_OK) return rt_set_error(ctx, &err);
+    }
 
     fg_fwd_params p;
     memset(&p, 0, sizeof p);
@@ -355,12 +373,15 @@ fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) 
     const fg_cuda_api *cu = ctx->cu;
     void *params[] = {&p};
     unsigned grid_x = (unsigned)((p.seqlen_q + s.block_m - 1) / s.block_m);
-    CUcontext popped;
-    CUresult rc = cu->cuCtxPushCurrent(ctx->cuctx);
+    /* Launch in the device's primary context; switch to it only when the caller's thread has another. */
+    CUcontext current = NULL, popped;
+    CUresult rc = cu->cuCtxGetCurrent(&current);
+    int push = rc != CUDA_SUCCESS || current != ctx->cuctx;
+    rc = push ? cu->cuCtxPushCurrent(ctx->cuctx) : CUDA_SUCCESS;
     if (rc == CUDA_SUCCESS) {
         rc = cu->cuLaunchKernel(fn, grid_x, (unsigned)p.heads_q, (unsigned)p.batch, (unsigned)spec_threads(&s), 1, 1,
                                 (unsigned)spec_smem_bytes(&s), (CUstream)stream, params, NULL);
-        cu->cuCtxPopCurrent(&popped);
+        if (push) cu->cuCtxPopCurrent(&popped);
     }
     if (rc != CUDA_SUCCESS) {
         cuda_api_fail(&err, rc, "cuLaunchKernel(fg_attention_fwd_kernel)", __FILE__, __LINE__);

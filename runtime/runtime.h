@@ -37,7 +37,11 @@ struct fg_context {
     int nkernels, capkernels;    /* used / allocated */
     int dump;                    /* FLASHGEN_DUMP is set: write source, PTX and log of each JIT compile */
     char dump_dir[1024];         /* where */
-    pthread_mutex_t lock;        /* guards kernels, bundles and err */
+    int last_kernel;             /* fast path: index in kernels of the last launched variant, or -1 */
+    fg_dtype last_dtype;         /* ... and the problem class it serves: dtype, */
+    int last_head_dim;           /* head_dim */
+    int last_causal;             /* and mask (the spec depends on nothing else) */
+    pthread_mutex_t lock;        /* guards kernels, bundles, the fast path and err */
     fg_error err;                /* the last failure */
 };
 

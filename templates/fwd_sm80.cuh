@@ -60,15 +60,15 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
     {
         fg_tile_loader<FG_BLOCK_M, FG_THREADS> q_loader;
         q_loader.init(q, p.q_stride[1], tid);
-        q_loader.load(s_q, sq - m0);
+        q_loader.load(s_q, sq - m0, p.q_stride[1]);
     }
     k_loader.init(k, p.k_stride[1], tid);
     v_loader.init(v, p.v_stride[1], tid);
 #pragma unroll
     for (int st = 0; st < FG_STAGES - 1; st++) {
         if (st < n_blocks) {
-            k_loader.load(s_k + st * FG_KV_BYTES, sk - st * FG_BLOCK_N);
-            v_loader.load(s_v + st * FG_KV_BYTES, sk - st * FG_BLOCK_N);
+            k_loader.load(s_k + st * FG_KV_BYTES, sk - st * FG_BLOCK_N, p.k_stride[1]);
+            v_loader.load(s_v + st * FG_KV_BYTES, sk - st * FG_BLOCK_N, p.v_stride[1]);
         }
         fg_cp_async_commit();
     }
@@ -95,8 +95,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
     const fg_frag_offsets k_off = fg_frag_offsets_make(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
     const u32 s_q_warp = s_q + (u32)(warp_row0 * FG_SW * 16); // this warp's rows (offsets are linear in row)
 
-    int stage = 0;          // the shared-memory stage of block j
-    int prefetch_stage = FG_STAGES - 1; // the stage block j + STAGES - 1 goes to
+    int stage = 0; // the shared-memory stage of block j; block j + STAGES - 1 goes to the one before it
 
     // One key block: wait for its K/V, prefetch a later block, S = Q K^T, (mask), softmax, O += P V.
     auto block_step = [&](int j, auto masked) {
@@ -106,12 +105,12 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
         __syncthreads();
         {
             const int jn = j + FG_STAGES - 1;
+            const int prefetch_stage = stage == 0 ? FG_STAGES - 1 : stage - 1;
             if (jn < n_blocks) {
-                k_loader.load(s_k + prefetch_stage * FG_KV_BYTES, sk - jn * FG_BLOCK_N);
-                v_loader.load(s_v + prefetch_stage * FG_KV_BYTES, sk - jn * FG_BLOCK_N);
+                k_loader.load(s_k + prefetch_stage * FG_KV_BYTES, sk - jn * FG_BLOCK_N, p.k_stride[1]);
+                v_loader.load(s_v + prefetch_stage * FG_KV_BYTES, sk - jn * FG_BLOCK_N, p.v_stride[1]);
             }
             fg_cp_async_commit();
-            prefetch_stage = prefetch_stage == FG_STAGES - 1 ? 0 : prefetch_stage + 1;
         }
         const u32 sk_j = s_k + stage * FG_KV_BYTES;
         const u32 sv_j = s_v + stage * FG_KV_BYTES;
@@ -142,18 +141,19 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
         }
 
         if constexpr (decltype(masked)::value) {
-            const int n0 = j * FG_BLOCK_N;
+            // Per row, the first column (relative to this thread's 2t) that must be masked.
 #pragma unroll
             for (int mt = 0; mt < FG_MT; mt++)
 #pragma unroll
-                for (int nt = 0; nt < FG_NT; nt++)
+                for (int h = 0; h < 2; h++) {
+                    const int row = m0 + warp_row0 + mt * 16 + g + h * 8;
+                    const int limit = (FG_CAUSAL ? min(sk, row + sk - sq + 1) : sk) - j * FG_BLOCK_N - 2 * t;
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int key = n0 + nt * 8 + 2 * t + (e & 1);
-                        const int row = m0 + warp_row0 + mt * 16 + g + (e >> 1) * 8;
-                        const int limit = FG_CAUSAL ? min(sk, row + sk - sq + 1) : sk;
-                        if (key >= limit) s[mt][nt][e] = FG_NEG_INF;
+                    for (int nt = 0; nt < FG_NT; nt++) {
+                        if (nt * 8 >= limit) s[mt][nt][2 * h] = FG_NEG_INF;
+                        if (nt * 8 + 1 >= limit) s[mt][nt][2 * h + 1] = FG_NEG_INF;
                     }
+                }
         }
 
         fg_online_softmax<FG_MT, FG_NT, FG_DT>(s, row_max, row_sum, acc, p.scale_log2);

@@ -74,19 +74,17 @@ struct fg_tile_loader {
     static constexpr bool FIXED = THREADS % FG_CHUNKS == 0 && (THREADS / FG_CHUNKS) % 8 == 0;
     static constexpr int RPS = FIXED ? THREADS / FG_CHUNKS : 1; // rows per step when FIXED
     const u16 *src;  // FIXED: this thread's element in the next tile; else the next tile's first row
-    i64 stride;      // elements between consecutive rows
     u32 dst;         // FIXED: this thread's byte offset inside a tile
     int row;         // FIXED: this thread's first row inside a tile
     bool col_ok;     // FIXED: this thread's column lies inside head_dim
     int tid;         // the thread's index in the block
 
     __device__ __forceinline__ void init(const u16 *base, i64 row_stride, int thread) {
-        stride = row_stride;
         tid = thread;
         if constexpr (FIXED) {
             const int c = thread % FG_CHUNKS;
             row = thread / FG_CHUNKS;
-            col_ok = c * 8 < FG_HEAD_DIM;
+            col_ok = FG_HEAD_DIM == FG_HEAD_DIM_PADDED || c * 8 < FG_HEAD_DIM; // padded heads only
             dst = fg_tile_offset(row, c, ROWS);
             src = base + (i64)row * row_stride + c * 8;
         } else {
@@ -94,8 +92,9 @@ struct fg_tile_loader {
         }
     }
 
-    // Copies the next tile, of which the first rows_valid rows exist, into the tile at `tile`.
-    __device__ __forceinline__ void load(u32 tile, int rows_valid) {
+    // Copies the next tile, of which the first rows_valid rows exist, into the tile at `tile`. The row
+    // stride is passed again rather than kept: read from the kernel's parameters it costs no register.
+    __device__ __forceinline__ void load(u32 tile, int rows_valid, i64 stride) {
         if constexpr (FIXED) {
             const u16 *p = src;
             const i64 step = RPS * stride;

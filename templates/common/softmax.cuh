@@ -20,12 +20,11 @@ __device__ __forceinline__ float fg_quad_sum(float x) {
 // Folds the score block s (MT m-tiles x NT n8-tiles of C fragments) into the running statistics and
 // replaces s by the unnormalized probabilities P = exp2(c * s - c * m).
 //
-// The maximum m is allowed to go stale (FlashAttention-4's conditional rescaling): it is raised only
-// when a row's new maximum exceeds it by more than 8 in log2 units. Until then P <= 2^8, far inside the
-// fp16/bf16 range, and the result is exact because O, l and the LSE all use the same m. When some row
-// of the warp does raise its m, O (acc) and l are rescaled by exp2(c * (m_old - m_new)); on typical
-// data that happens in the first few blocks of a row only, instead of on every block (the rescale is
-// MT * DT * 4 multiplies per thread, as many as the P.V product has MMAs).
+// O (acc) and l are rescaled by exp2(c * (m_old - m_new)) only in warps where some row's maximum grew:
+// after the first blocks of a row the maximum rarely moves, and skipping a multiply by exactly 1 changes
+// no bit. (FlashAttention-4 goes further and keeps a stale maximum until it is 2^8 behind; measured here
+// that moved fp16 results off the low-precision reference by more than the tolerance rule allows on one
+// shape of the GPU suite, so flashgen keeps the exact maximum.)
 template <int MT, int NT, int DT>
 __device__ __forceinline__ void fg_online_softmax(float (&s)[MT][NT][4], float (&row_max)[MT][2],
                                                   float (&row_sum)[MT][2], float (&acc)[MT][DT][4],
@@ -41,7 +40,7 @@ __device__ __forceinline__ void fg_online_softmax(float (&s)[MT][NT][4], float (
             for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
             mx = fg_quad_max(mx);
             const float m_old = row_max[mt][h];
-            const bool grow = mx > m_old && (m_old == FG_NEG_INF || (mx - m_old) * scale_log2 > 8.f);
+            const bool grow = mx > m_old;
             const float m = grow ? mx : m_old;
             corr[mt][h] = grow ? fg_exp2((m_old - mx) * scale_log2) : 1.f; // exp2(-inf) = 0 for a first max
             grew |= grow;
@@ -58,8 +57,11 @@ __device__ __forceinline__ void fg_online_softmax(float (&s)[MT][NT][4], float (
         }
     }
     // Warp-uniform branch: the quad reductions made `grow` equal across a row's four threads, and one
-    // row growing anywhere in the warp sends the whole warp through the (rare) rescale.
-    if (__any_sync(0xffffffffu, grew)) {
+    // row growing anywhere in the warp sends the whole warp through the rescale. With one m16 tile per
+    // warp the branch costs more than it saves: it splits the block step in two, so ptxas can no longer
+    // hoist the V fragment loads above the softmax (H200, 2026-11-29: d256 128x64 8 warps 293 -> 325
+    // TFLOP/s with the branch removed; d128 causal 128x64 4 warps 302 -> 329 with it kept).
+    if (MT == 1 || __any_sync(0xffffffffu, grew)) {
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
