@@ -1,0 +1,32 @@
+#!/bin/sh
+# bench/resources.sh: registers, spills and shared memory of the variants the benchmark protocol runs,
+# and what the SASS of each holds (HMMA and LDSM present, no local-memory LDL/STL), as a Markdown table.
+#   sh bench/resources.sh [ARCH]        (default sm_90a; needs build/flashgen; no GPU)
+# The SASS columns need cuobjdump (the CUDA toolkit's, or the one in Triton's wheel: set CUOBJDUMP).
+set -eu
+arch=${1:-sm_90a}
+objdump=${CUOBJDUMP:-$(command -v cuobjdump || true)}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+echo "| variant | registers | spill bytes | shared memory | HMMA | LDSM | LDL/STL |"
+echo "|---|---|---|---|---|---|---|"
+for dtype in bf16 fp16; do
+  for d in 64 128 256; do
+    for causal in 0 1; do
+      line=$(build/flashgen compile "kind=fwd,arch=$arch,dtype=$dtype,head_dim=$d,causal=$causal" -o "$tmp/k.cubin")
+      name=$(echo "$line" | cut -d' ' -f1)
+      regs=$(echo "$line" | sed -n 's/.* \([0-9]*\) registers.*/\1/p')
+      spill=$(echo "$line" | sed -n 's/.* \([0-9]*\) bytes spill stores.*/\1/p')
+      smem=$(echo "$line" | sed -n 's/.* \([0-9]*\) bytes shared memory.*/\1/p')
+      if [ -n "$objdump" ]; then
+        "$objdump" -sass "$tmp/k.cubin" > "$tmp/k.sass"
+        hmma=$(grep -c 'HMMA' "$tmp/k.sass" || true)
+        ldsm=$(grep -c 'LDSM' "$tmp/k.sass" || true)
+        local_ops=$(grep -cE '\b(LDL|STL)\b' "$tmp/k.sass" || true)
+      else
+        hmma="-"; ldsm="-"; local_ops="-"
+      fi
+      echo "| $name | $regs | $spill | $smem | $hmma | $ldsm | $local_ops |"
+    done
+  done
+done
