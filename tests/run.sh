@@ -1,6 +1,6 @@
 #!/bin/sh
-# tests/run.sh: runs every test program (build/tests/test_*) from the repository root and prints a
-# summary. GPU suites skip with a reason where no GPU exists; the summary lists what was skipped.
+# tests/run.sh: runs every test program (build/tests/test_*, then the Python binding's tests) from the
+# repository root and prints a summary. GPU suites skip with a reason where no GPU exists; the summary lists what was skipped.
 # Exit status: 0 when every program passed. Extra arguments go to each Criterion program.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -15,9 +15,24 @@ for t in build/tests/test_*; do
   start=$(date +%s)
   if "$t" --verbose=0 "$@" >"$log" 2>&1; then status=ok; else status=FAILED; failed="$failed $name"; fi
   cat "$log"
-  grep -E '\[SKIP\]' "$log" | sed 's/^/   skipped: /' | head -n 5
+  skipped=$(grep -c '\[SKIP\]' "$log")
+  if [ "$skipped" -gt 0 ]; then
+    echo "   skipped $skipped test(s); reasons:"
+    grep '\[SKIP\]' "$log" | sed 's/^\[SKIP\] [^:]*: /     /' | sort | uniq -c | head -n 5
+  fi
   printf -- '-- %s: %s (%ss)\n' "$name" "$status" "$(( $(date +%s) - start ))"
 done
+# The Python binding's tests (CPU parts here; its GPU parts skip with a reason without torch and a GPU).
+if command -v python3 >/dev/null 2>&1; then
+  total=$((total + 1))
+  printf '== python/tests/test_binding.py\n'
+  if python3 python/tests/test_binding.py >"$log" 2>&1; then status=ok; else status=FAILED; failed="$failed test_binding.py"; fi
+  tail -n 4 "$log"
+  grep -iE 'skip' "$log" | head -n 5 | sed 's/^/   /'
+  printf -- '-- test_binding.py: %s\n' "$status"
+else
+  echo "== python/tests/test_binding.py: skipped (no python3)"
+fi
 rm -f "$log"
 if [ "$total" = 0 ]; then echo "no test programs in build/tests: run ninja first"; exit 1; fi
 if [ -n "$failed" ]; then echo "FAILED:$failed"; exit 1; fi
