@@ -1248,8 +1248,8 @@ typedef struct load_split {
 /* Repeats, DISK_REPS times, the steps fg_prepare takes on a disk-cache hit, with the runtime's internal
  * functions on cache_dir (populated with spec's entry): emit the source, compute the key (options +
  * SHA-256), read and verify the entry (cache_get), load the module (cuModuleLoadData, cuModuleGetFunction,
- * cuFuncSetAttribute), and fills *out with each step's median. A miss is an error: the recipe here must be
- * the runtime's (runtime/dispatch.c get_kernel). */
+ * cuFuncSetAttribute), and fills *out with each step's median. The key comes from compile_cache_key, the
+ * runtime's own; a miss is an error. */
 static fg_status split_disk_load(const bench_device *dev, const fg_spec *spec, const char *cache_dir, load_split *out,
                                  fg_error *err) {
     const fg_cuda_api *cu = dev->cu;
@@ -1264,20 +1264,14 @@ static fg_status split_disk_load(const bench_device *dev, const fg_spec *spec, c
         double t0 = now_s();
         if (emit_source(spec, &src, &len, err) != FG_OK) goto fail;
         double t1 = now_s();
-        const char *opts[FG_NVRTC_MAX_OPTS];
-        char archbuf[64], arch[16];
-        int nopts = compile_options(spec, opts, archbuf);
-        spec_arch_format(spec->arch, spec->arch_accel, arch, sizeof arch);
-        fg_cache_key_inputs in = {src, len, compile_nvrtc_version(), opts, nopts, arch, FG_VERSION_STRING};
         uint8_t key[32];
-        cache_key(&in, key);
+        compile_cache_key(spec, src, len, key);
         double t2 = now_s();
         fg_error miss;
         fg_error_clear(&miss);
         fg_status st = cache_get(&dc, key, &cubin, &size, &miss);
         if (st != FG_OK) {
-            fg_fail(err, st, "the split could not find the entry fg_prepare loaded (the key recipe here differs from "
-                    "the runtime's?): %s", miss.msg);
+            fg_fail(err, st, "the split could not find the entry fg_prepare loaded: %s", miss.msg);
             goto fail;
         }
         double t3 = now_s();

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "bundle.h"
+#include "le.h"
 #include "cache.h"
 #include "sha256.h"
 
@@ -26,29 +27,6 @@ _Static_assert(sizeof FG_VERSION_STRING <= BUNDLE_GENVER, "the generator version
 
 static const uint8_t bundle_magic[8] = {'F', 'G', 'B', 'U', 'N', 'D', 'L', '\0'};
 
-static void put_le32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_le64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_le32(const uint8_t *p) {
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint64_t get_le64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
 
 /* *sum = a + b unless that overflows size_t; returns 0 on overflow. */
 static int add_size(size_t a, size_t b, size_t *sum) {

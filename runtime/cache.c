@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "cache.h"
+#include "le.h"
 #include "sha256.h"
 
 /* Entry layout offsets; NAME is where the variable-length spec name starts. */
@@ -47,29 +48,6 @@ static const char tmp_prefix[] = ".tmp-";
 /* Numbers the temporary files of this process, so two threads never pick the same name. */
 static atomic_ulong tmp_counter;
 
-static void put_le32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_le64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_le32(const uint8_t *p) {
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint64_t get_le64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
 
 /* Hashes one key ingredient as (present flag, u64 length, bytes): lengths make the encoding of the input
  * list injective, so no two different input lists can produce the same hashed byte stream, and the flag

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 #include "emit.h"
+#include "cache.h"
 #include "compile.h"
 
 int compile_options(const fg_spec *spec, const char **opts, char buf[64]) {
@@ -17,6 +18,15 @@ int compile_options(const fg_spec *spec, const char **opts, char buf[64]) {
     opts[n++] = "--ptxas-options=-v"; /* the resource report lands in the log, for checks and dumps */
     opts[n++] = "-lineinfo";          /* readable compute-sanitizer and profiler reports; no code change */
     return n;
+}
+
+void compile_cache_key(const fg_spec *spec, const char *src, size_t len, uint8_t key[32]) {
+    const char *opts[FG_NVRTC_MAX_OPTS];
+    char archbuf[64], arch[16];
+    int nopts = compile_options(spec, opts, archbuf);
+    spec_arch_format(spec->arch, spec->arch_accel, arch, sizeof arch);
+    fg_cache_key_inputs in = {src, len, compile_nvrtc_version(), opts, nopts, arch, FG_VERSION_STRING};
+    cache_key(&in, key);
 }
 
 const char *compile_nvrtc_version(void) {

@@ -25,6 +25,10 @@ typedef struct fg_compile_result {
 /* The NVRTC options for spec, in order (pointers to static strings or into buf), and their count. */
 int compile_options(const fg_spec *spec, const char **opts, char buf[64]);
 
+/* The disk-cache key of spec's compiled code: everything that determines the cubin (the emitted
+ * source, NVRTC's version, the options, the target arch, flashgen's version), hashed by cache_key. */
+void compile_cache_key(const fg_spec *spec, const char *src, size_t len, uint8_t key[32]);
+
 /* "13.0": the NVRTC library's version. */
 const char *compile_nvrtc_version(void);
 

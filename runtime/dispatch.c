@@ -240,12 +240,7 @@ static fg_status get_kernel(fg_context *ctx, const fg_spec *s, int dry, origin *
     uint8_t key[32];
     char hex[65];
     if ((st = emit_source(s, &src, &len, err)) != FG_OK) return st;
-    const char *opts[FG_NVRTC_MAX_OPTS];
-    char archbuf[64], arch[16];
-    int nopts = compile_options(s, opts, archbuf);
-    spec_arch_format(s->arch, s->arch_accel, arch, sizeof arch);
-    fg_cache_key_inputs in = {src, len, compile_nvrtc_version(), opts, nopts, arch, FG_VERSION_STRING};
-    cache_key(&in, key);
+    compile_cache_key(s, src, len, key);
     sha256_hex(key, hex);
 
     /* disk cache */
