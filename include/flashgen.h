@@ -8,7 +8,11 @@
  *   - every call returns an fg_status; FG_OK is 0;
  *   - on failure fg_last_error(ctx) returns one sentence naming the bad argument and the rule it broke;
  *   - the library never prints unless asked (log level or callback), never exits, never aborts;
- *   - nothing is allocated on the device by fg_attention_fwd, and nothing synchronizes the stream.
+ *   - nothing synchronizes the stream; once a variant is loaded (fg_prepare, or a first call) no call
+ *     allocates device memory (loading a module does);
+ *   - a context may be shared by threads. The first call of a variant compiles or loads it while
+ *     holding the context's lock, so other threads' calls wait for it: call fg_prepare up front. A
+ *     log_fn must not call back into flashgen on the same context (it may run under that lock).
  *
  * Tensors use FlashAttention's layout [batch, seqlen, heads, head_dim] with the last dim contiguous;
  * strides are in elements. GQA/MQA: K and V may have fewer heads than Q, dividing them.
@@ -121,9 +125,10 @@ fg_status fg_bundle_load(fg_context *ctx, const char *path);
 /* Same, from memory (for example the array written by `flashgen bundle --emit-c`). The bytes are copied. */
 fg_status fg_bundle_load_memory(fg_context *ctx, const void *data, size_t size);
 
-/* The sentence describing the last failure on ctx. With ctx NULL: the last failure on this thread of
- * fg_context_create or of a call given a NULL context. Never NULL ("no error" when there was none).
- * Valid until the next failing call on the same context (or thread). */
+/* The sentence describing the last failure of a call on ctx made by this thread (errors are kept per
+ * thread, so threads sharing a context never see each other's). With ctx NULL: the last failure on this
+ * thread of fg_context_create or of a call given a NULL context. Never NULL ("no error" when there was
+ * none). Valid until this thread's next failing call. */
 const char *fg_last_error(const fg_context *ctx);
 
 /* A short constant name for a status ("FG_ERR_INVALID_ARGUMENT"). */

@@ -1,6 +1,7 @@
 /* compile.c: emitted source -> cubin through NVRTC. Needs no GPU: the target is the spec's arch.
  * The options are part of the disk-cache key (compile_options is the one place they are written). */
 #include <nvrtc.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,14 +30,19 @@ void compile_cache_key(const fg_spec *spec, const char *src, size_t len, uint8_t
     cache_key(&in, key);
 }
 
-const char *compile_nvrtc_version(void) {
-    static char text[32];
+static char nvrtc_version_text[32] = "unknown";
+static pthread_once_t nvrtc_version_once = PTHREAD_ONCE_INIT;
+
+static void read_nvrtc_version(void) {
     int major = 0, minor = 0;
-    if (text[0] == '\0') {
-        if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "unknown";
-        snprintf(text, sizeof text, "%d.%d", major, minor);
-    }
-    return text;
+    if (nvrtcVersion(&major, &minor) == NVRTC_SUCCESS)
+        snprintf(nvrtc_version_text, sizeof nvrtc_version_text, "%d.%d", major, minor);
+}
+
+/* Filled once, thread-safely: the text keys the disk cache, so a torn read would be a wrong key. */
+const char *compile_nvrtc_version(void) {
+    pthread_once(&nvrtc_version_once, read_nvrtc_version);
+    return nvrtc_version_text;
 }
 
 /* The integer that follows the last occurrence of `before`... in the ptxas report, e.g. "Used 172 registers". */

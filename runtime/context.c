@@ -48,10 +48,14 @@ void rt_log(fg_context *ctx, fg_log_level level, const char *fmt, ...) {
     else fprintf(stderr, "flashgen %s: %s\n", level_name(level), msg);
 }
 
+/* The last failure on this thread of a call on a context, and which context: a context shared by
+ * several threads gives each thread its own sentence, never another thread's (or a torn one). */
+static _Thread_local const fg_context *last_ctx;
+static _Thread_local fg_error last_error;
+
 fg_status rt_set_error(fg_context *ctx, const fg_error *err) {
-    pthread_mutex_lock(&ctx->lock);
-    ctx->err = *err;
-    pthread_mutex_unlock(&ctx->lock);
+    last_ctx = ctx;
+    last_error = *err;
     rt_log(ctx, FG_LOG_DEBUG, "%s: %s", fg_status_string(err->status), err->msg);
     return err->status;
 }
@@ -62,7 +66,7 @@ fg_status rt_no_context(const char *fn) {
 
 const char *fg_last_error(const fg_context *ctx) {
     if (!ctx) return create_error.msg[0] ? create_error.msg : "no error";
-    return ctx->err.msg[0] ? ctx->err.msg : "no error";
+    return last_ctx == ctx && last_error.msg[0] ? last_error.msg : "no error";
 }
 
 fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) {
@@ -93,7 +97,10 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
     ctx->opt = opt;
     ctx->last_kernel = -1;
     ctx->opt.cache_dir = NULL; /* the caller's string need not outlive this call; disk.dir keeps it */
-    pthread_mutex_init(&ctx->lock, NULL);
+    if (pthread_mutex_init(&ctx->lock, NULL) != 0) {
+        free(ctx);
+        return fg_fail(err, FG_ERR_INTERNAL, "pthread_mutex_init failed for a new context");
+    }
     int major = 0, minor = 0, smem = 0;
     if (cu->cuDeviceGet(&ctx->device, opt.device) != CUDA_SUCCESS ||
         cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ctx->device) != CUDA_SUCCESS ||
@@ -162,6 +169,7 @@ void fg_context_destroy(fg_context *ctx) {
     tile_policy_free(&ctx->policy);
     if (ctx->cuctx) ctx->cu->cuDevicePrimaryCtxRelease(ctx->device);
     pthread_mutex_destroy(&ctx->lock);
+    if (last_ctx == ctx) last_ctx = NULL; /* a later context at the same address starts clean */
     free(ctx);
 }
 

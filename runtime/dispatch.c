@@ -1,5 +1,5 @@
 /* dispatch.c: a forward call from arguments to a launch.
- *   check_args   every rule on the caller's tensors, each failure a sentence naming the argument;
+ *   (args.c)     every rule on the caller's tensors, each failure a sentence naming the argument;
  *   choose_spec  problem -> variant (the device's arch, the tile policy);
  *   get_kernel   memory cache -> disk cache -> bundles -> NVRTC (or FG_ERR_NOT_FOUND in strict mode);
  *   launch       one cuLaunchKernel on the caller's stream with the params struct by value.
@@ -13,125 +13,9 @@
 #include "compile.h"
 #include "emit.h"
 #include "fg_params.h"
+#include "args.h"
 #include "runtime.h"
 #include "sha256.h"
-
-/* ------------------------------------------------------------------ argument checks */
-
-static const char *const tensor_dims[2][4] = {
-    {"batch", "seqlen", "heads", "head_dim"},
-    {"batch", "heads", "seqlen_q", "?"},
-};
-
-/* Checks the rules every tensor obeys; `need_data`: the pointer must be set (a launch). */
-static fg_status check_tensor(const fg_tensor *t, const char *name, int ndim, int need_data, fg_error *err) {
-    if (t->ndim != ndim)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.ndim is %d; it must be %d (%s)", name, t->ndim, ndim,
-                       ndim == 4 ? "[batch, seqlen, heads, head_dim]" : "[batch, heads, seqlen_q]");
-    const char *const *dims = tensor_dims[ndim == 4 ? 0 : 1];
-    for (int i = 0; i < ndim; i++) {
-        if (t->shape[i] < 0)
-            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.shape[%d] (%s) is %lld; sizes must be >= 0", name, i,
-                           dims[i], (long long)t->shape[i]);
-        if (t->shape[i] > INT32_MAX)
-            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.shape[%d] (%s) is %lld; sizes must be < 2^31", name, i,
-                           dims[i], (long long)t->shape[i]);
-        if (t->stride[i] < 0)
-            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.stride[%d] (%s) is %lld; strides must be >= 0", name, i,
-                           dims[i], (long long)t->stride[i]);
-    }
-    /* An empty tensor may have a NULL pointer (PyTorch gives empty tensors one): nothing is read or written. */
-    int empty = 0;
-    for (int i = 0; i < ndim; i++) empty |= t->shape[i] == 0;
-    if (need_data && !t->data && !empty)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.data is NULL", name);
-    if (t->stride[ndim - 1] != 1)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.stride[%d] (%s) is %lld; the last dimension must be contiguous (stride 1)",
-                       name, ndim - 1, dims[ndim - 1], (long long)t->stride[ndim - 1]);
-    return FG_OK;
-}
-
-/* The 16-byte rule of the cp.async loads and vector stores: pointer and every outer stride. */
-static fg_status check_align16(const fg_tensor *t, const char *name, fg_error *err) {
-    int esize = spec_dtype_size(t->dtype);
-    if ((uintptr_t)t->data % 16 != 0)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.data (%p) is not 16-byte aligned; flashgen loads 16 bytes at a time",
-                       name, t->data);
-    for (int i = 0; i < 3; i++)
-        if ((t->stride[i] * esize) % 16 != 0)
-            return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
-                           "%s.stride[%d] (%s) is %lld elements, not a multiple of 16 bytes (%d elements)", name, i,
-                           tensor_dims[0][i], (long long)t->stride[i], 16 / esize);
-    return FG_OK;
-}
-
-static fg_status check_args(const fg_fwd_args *a, int need_data, fg_error *err) {
-    fg_status st;
-    static const char *const names[4] = {"q", "k", "v", "o"};
-    const fg_tensor *ts[4] = {&a->q, &a->k, &a->v, &a->o};
-    for (int i = 0; i < 4; i++)
-        if ((st = check_tensor(ts[i], names[i], 4, need_data, err)) != FG_OK) return st;
-    for (int i = 0; i < 4; i++)
-        if (ts[i]->dtype != FG_DTYPE_F16 && ts[i]->dtype != FG_DTYPE_BF16)
-            return fg_fail(err, ts[i]->dtype == FG_DTYPE_E4M3 || ts[i]->dtype == FG_DTYPE_E5M2 ? FG_ERR_UNSUPPORTED
-                                                                                                : FG_ERR_INVALID_ARGUMENT,
-                           "%s.dtype is %s; the forward takes fp16 or bf16", names[i], spec_dtype_name(ts[i]->dtype));
-    for (int i = 1; i < 4; i++)
-        if (ts[i]->dtype != a->q.dtype)
-            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.dtype (%s) differs from q.dtype (%s); all four must match",
-                           names[i], spec_dtype_name(ts[i]->dtype), spec_dtype_name(a->q.dtype));
-    const int64_t *q = a->q.shape, *k = a->k.shape, *v = a->v.shape, *o = a->o.shape;
-    if (k[0] != q[0] || v[0] != q[0] || o[0] != q[0])
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "batch sizes differ: q %lld, k %lld, v %lld, o %lld",
-                       (long long)q[0], (long long)k[0], (long long)v[0], (long long)o[0]);
-    if (v[1] != k[1])
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "v.shape[1] (seqlen %lld) differs from k.shape[1] (%lld)",
-                       (long long)v[1], (long long)k[1]);
-    if (o[1] != q[1] || o[2] != q[2])
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "o.shape [.., %lld, %lld, ..] differs from q.shape [.., %lld, %lld, ..]",
-                       (long long)o[1], (long long)o[2], (long long)q[1], (long long)q[2]);
-    if (v[2] != k[2])
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "v.shape[2] (heads %lld) differs from k.shape[2] (%lld)",
-                       (long long)v[2], (long long)k[2]);
-    if (k[3] != q[3] || v[3] != q[3] || o[3] != q[3])
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "head_dim differs: q %lld, k %lld, v %lld, o %lld",
-                       (long long)q[3], (long long)k[3], (long long)v[3], (long long)o[3]);
-    if (q[2] < 1 || k[2] < 1)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "heads must be >= 1 (q has %lld, k/v have %lld)",
-                       (long long)q[2], (long long)k[2]);
-    if (q[2] % k[2] != 0)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
-                       "k/v heads (%lld) must divide q heads (%lld) (GQA/MQA: each K/V head serves a group of query heads)",
-                       (long long)k[2], (long long)q[2]);
-    if (q[3] < 8 || q[3] > 256 || q[3] % 8 != 0)
-        return fg_fail(err, FG_ERR_UNSUPPORTED, "head_dim %lld is not supported: it must be a multiple of 8 from 8 to 256",
-                       (long long)q[3]);
-    if (q[0] > 65535 || q[2] > 65535)
-        return fg_fail(err, FG_ERR_UNSUPPORTED, "batch (%lld) and q heads (%lld) must each be at most 65535 (CUDA grid limits)",
-                       (long long)q[0], (long long)q[2]);
-    if (need_data)
-        for (int i = 0; i < 4; i++)
-            if ((st = check_align16(ts[i], names[i], err)) != FG_OK) return st;
-    if (a->lse.data) {
-        if ((st = check_tensor(&a->lse, "lse", 3, 1, err)) != FG_OK) return st;
-        if (a->lse.dtype != FG_DTYPE_F32)
-            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "lse.dtype is %s; the log-sum-exp is written as fp32",
-                           spec_dtype_name(a->lse.dtype));
-        if (a->lse.shape[0] != q[0] || a->lse.shape[1] != q[2] || a->lse.shape[2] != q[1])
-            return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
-                           "lse.shape is [%lld, %lld, %lld]; it must be [batch, q heads, seqlen_q] = [%lld, %lld, %lld]",
-                           (long long)a->lse.shape[0], (long long)a->lse.shape[1], (long long)a->lse.shape[2],
-                           (long long)q[0], (long long)q[2], (long long)q[1]);
-        if ((uintptr_t)a->lse.data % 4 != 0)
-            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "lse.data (%p) is not 4-byte aligned", a->lse.data);
-    }
-    if (!(a->softmax_scale == 0.f || (isfinite(a->softmax_scale) && a->softmax_scale > 0.f)))
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "softmax_scale is %g; it must be a positive finite number (or 0 for 1/sqrt(head_dim))",
-                       (double)a->softmax_scale);
-    if (a->causal != 0 && a->causal != 1)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "causal is %d; it must be 0 or 1", a->causal);
-    return FG_OK;
-}
 
 /* ------------------------------------------------------------------ variant choice */
 
@@ -300,10 +184,6 @@ static fg_status get_kernel(fg_context *ctx, const fg_spec *s, int dry, origin *
 
 /* ------------------------------------------------------------------ public entry points */
 
-static int empty_problem(const fg_fwd_args *a) {
-    return a->q.shape[0] == 0 || a->q.shape[1] == 0;
-}
-
 fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) {
     if (!ctx) return rt_no_context("fg_attention_fwd");
     fg_error err;
@@ -312,8 +192,8 @@ fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) 
         fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_attention_fwd: args is NULL");
         return rt_set_error(ctx, &err);
     }
-    if (check_args(a, 1, &err) != FG_OK) return rt_set_error(ctx, &err);
-    if (empty_problem(a)) return FG_OK;
+    if (rt_check_fwd_args(a, 1, &err) != FG_OK) return rt_set_error(ctx, &err);
+    if (rt_fwd_is_empty(a)) return FG_OK;
     /* The variant depends on the problem only through (dtype, head_dim, causal): a repeat of the last
      * class skips choosing and looking up (host overhead per call is a JIT library's tax). */
     fg_spec s;
@@ -367,7 +247,7 @@ fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) 
 
     const fg_cuda_api *cu = ctx->cu;
     void *params[] = {&p};
-    unsigned grid_x = (unsigned)((p.seqlen_q + s.block_m - 1) / s.block_m);
+    unsigned grid_x = (unsigned)(((int64_t)p.seqlen_q + s.block_m - 1) / s.block_m);
     /* Launch in the device's primary context; switch to it only when the caller's thread has another. */
     CUcontext current = NULL, popped;
     CUresult rc = cu->cuCtxGetCurrent(&current);
@@ -394,7 +274,7 @@ fg_status fg_prepare(fg_context *ctx, const fg_fwd_args *a) {
         return rt_set_error(ctx, &err);
     }
     fg_spec s;
-    if (check_args(a, 0, &err) != FG_OK || choose_spec(ctx, a, &s, NULL, 0, &err) != FG_OK)
+    if (rt_check_fwd_args(a, 0, &err) != FG_OK || choose_spec(ctx, a, &s, NULL, 0, &err) != FG_OK)
         return rt_set_error(ctx, &err);
     pthread_mutex_lock(&ctx->lock);
     origin from;
@@ -415,7 +295,7 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
     buf[0] = '\0';
     fg_spec s;
     char why[256] = "tiles given";
-    if (check_args(a, 0, &err) != FG_OK || choose_spec(ctx, a, &s, why, sizeof why, &err) != FG_OK)
+    if (rt_check_fwd_args(a, 0, &err) != FG_OK || choose_spec(ctx, a, &s, why, sizeof why, &err) != FG_OK)
         return rt_set_error(ctx, &err);
     pthread_mutex_lock(&ctx->lock);
     origin from;
@@ -429,11 +309,16 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
         "not compiled yet: the first call compiles it with NVRTC"};
     const char *where = origins[from];
     if (from == FROM_JIT && ctx->opt.strict) where = "in no cache or bundle: strict mode makes the call fail";
-    snprintf(buf, n,
+    int len = snprintf(buf, n,
              "variant %s\n  kernel: FlashAttention-2 forward, mma.sync path (sm_80+), %d threads, %zu bytes shared memory, grid (%lld, %lld, %lld)\n"
              "  tiles: %s\n  code: %s\n  device: %s (sm_%d, %d SMs)\n  disk cache: %s",
              name, spec_threads(&s), spec_smem_bytes(&s), (long long)((a->q.shape[1] + s.block_m - 1) / s.block_m),
              (long long)a->q.shape[2], (long long)a->q.shape[0], why, where, ctx->device_name, ctx->arch, ctx->sm_count,
              ctx->disk_ok ? ctx->disk.dir : ctx->disk_problem);
+    if (len < 0 || (size_t)len >= n) {
+        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_explain: buf holds %zu bytes; the explanation needs %d", n,
+                len < 0 ? 0 : len + 1);
+        return rt_set_error(ctx, &err);
+    }
     return FG_OK;
 }

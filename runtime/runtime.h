@@ -41,8 +41,7 @@ struct fg_context {
     fg_dtype last_dtype;         /* ... and the problem class it serves: dtype, */
     int last_head_dim;           /* head_dim */
     int last_causal;             /* and mask (the spec depends on nothing else) */
-    pthread_mutex_t lock;        /* guards kernels, bundles, the fast path and err */
-    fg_error err;                /* the last failure */
+    pthread_mutex_t lock;        /* guards kernels, bundles and the fast path */
 };
 
 /* Logs through the context's sink when level is enabled. */
@@ -51,7 +50,7 @@ void rt_log(fg_context *ctx, fg_log_level level, const char *fmt, ...) FG_PRINTF
 /* Records "FN: ctx is NULL" where fg_last_error(NULL) finds it; returns FG_ERR_INVALID_ARGUMENT. */
 fg_status rt_no_context(const char *fn);
 
-/* Records a failure as the context's last error and returns its status. */
+/* Records a failure as this thread's last error on ctx and returns its status. */
 fg_status rt_set_error(fg_context *ctx, const fg_error *err);
 
 #endif

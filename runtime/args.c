@@ -1,0 +1,235 @@
+/* args.c: every rule a forward call's arguments obey (see args.h), each failure a sentence that names
+ * the argument and the rule. Order matters only for which sentence a caller sees first: structure
+ * (ndim, sizes, strides), then types, then shapes against each other, then what the kernel needs
+ * (head_dim, grid and position limits, alignment), then memory (extent, overlap), then scalars. */
+#include <math.h>
+#include <stdint.h>
+#include "args.h"
+#include "spec.h"
+
+static const char *const qkvo_dims[4] = {"batch", "seqlen", "heads", "head_dim"};
+static const char *const lse_dims[3] = {"batch", "heads", "seqlen_q"};
+
+/* Past this many bytes a view cannot be real memory; it also keeps every offset far from int64 overflow. */
+#define FG_MAX_SPAN_BYTES (1ll << 48)
+
+/* The largest element offset of t (sum of (shape - 1) * stride), or -1 on overflow. 0 for empty views. */
+static int64_t max_offset(const fg_tensor *t) {
+    int64_t total = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] == 0) return 0;
+        int64_t term;
+        if (__builtin_mul_overflow(t->shape[i] - 1, t->stride[i], &term) || __builtin_add_overflow(total, term, &total))
+            return -1;
+    }
+    return total;
+}
+
+/* Structure of one tensor: ndim, sizes and strides in range, a pointer when one is needed, the last
+ * dimension contiguous (Q/K/V/O only: LSE elements are written one by one with full strides), and an
+ * extent that fits in memory. */
+static fg_status check_tensor(const fg_tensor *t, const char *name, int ndim, int need_data, fg_error *err) {
+    const char *const *dims = ndim == 4 ? qkvo_dims : lse_dims;
+    if (t->ndim != ndim)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.ndim is %d; it must be %d (%s)", name, t->ndim, ndim,
+                       ndim == 4 ? "[batch, seqlen, heads, head_dim]" : "[batch, heads, seqlen_q]");
+    int empty = 0;
+    for (int i = 0; i < ndim; i++) {
+        if (t->shape[i] < 0)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.shape[%d] (%s) is %lld; sizes must be >= 0", name, i,
+                           dims[i], (long long)t->shape[i]);
+        if (t->shape[i] > INT32_MAX)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.shape[%d] (%s) is %lld; sizes must be < 2^31", name, i,
+                           dims[i], (long long)t->shape[i]);
+        if (t->stride[i] < 0)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.stride[%d] (%s) is %lld; strides must be >= 0", name, i,
+                           dims[i], (long long)t->stride[i]);
+        empty |= t->shape[i] == 0;
+    }
+    /* An empty tensor may have a NULL pointer (PyTorch gives empty tensors one): nothing is read or written. */
+    if (need_data && !t->data && !empty) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.data is NULL", name);
+    if (ndim == 4 && t->shape[3] > 1 && t->stride[3] != 1)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                       "%s.stride[3] (head_dim) is %lld; the last dimension must be contiguous (stride 1)", name,
+                       (long long)t->stride[3]);
+    int64_t last = max_offset(t), bytes;
+    if (last < 0 || __builtin_mul_overflow(last + 1, (int64_t)spec_dtype_size(t->dtype), &bytes) ||
+        bytes > FG_MAX_SPAN_BYTES)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                       "%s's strides [%lld, %lld, %lld%s] with its shape span more than 2^48 bytes; no device has that "
+                       "much memory", name, (long long)t->stride[0], (long long)t->stride[1], (long long)t->stride[2],
+                       ndim == 4 ? ", 1" : "");
+    return FG_OK;
+}
+
+/* The 16-byte rule of the cp.async loads and vector stores: the pointer, and the stride of every outer
+ * dimension that has more than one element (a dimension of size 1 is never stepped over). */
+static fg_status check_align16(const fg_tensor *t, const char *name, fg_error *err) {
+    int esize = spec_dtype_size(t->dtype);
+    if ((uintptr_t)t->data % 16 != 0)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.data (%p) is not 16-byte aligned; flashgen loads 16 bytes at a time",
+                       name, t->data);
+    for (int i = 0; i < 3; i++)
+        if (t->shape[i] > 1 && (t->stride[i] * esize) % 16 != 0)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                           "%s.stride[%d] (%s) is %lld elements, not a multiple of 16 bytes (%d elements)", name, i,
+                           qkvo_dims[i], (long long)t->stride[i], 16 / esize);
+    return FG_OK;
+}
+
+/* 1 when two elements of t share an address: the dimensions of size > 1, taken by increasing stride,
+ * must each step over everything the smaller ones span. (A sufficient test; the layouts it refuses as
+ * overlapping but that are not, interleavings of several dims in one stride, are not real layouts.) */
+static int self_overlaps(const fg_tensor *t) {
+    int idx[4], n = 0;
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] > 1) idx[n++] = i;
+    for (int i = 1; i < n; i++) /* insertion sort by stride */
+        for (int j = i; j > 0 && t->stride[idx[j]] < t->stride[idx[j - 1]]; j--) {
+            int tmp = idx[j];
+            idx[j] = idx[j - 1];
+            idx[j - 1] = tmp;
+        }
+    int64_t span = 1; /* elements covered by the dimensions processed so far */
+    for (int i = 0; i < n; i++) {
+        if (t->stride[idx[i]] < span) return 1;
+        span += t->stride[idx[i]] * (t->shape[idx[i]] - 1);
+    }
+    return 0;
+}
+
+static int is_empty(const fg_tensor *t) {
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] == 0) return 1;
+    return 0;
+}
+
+/* The bytes [lo, hi) a non-empty view touches. */
+static void byte_range(const fg_tensor *t, uintptr_t *lo, uintptr_t *hi) {
+    *lo = (uintptr_t)t->data;
+    *hi = *lo + (uintptr_t)(max_offset(t) + 1) * (uintptr_t)spec_dtype_size(t->dtype);
+}
+
+/* Empty views touch nothing, so they are disjoint from everything. */
+static int disjoint(const fg_tensor *a, const fg_tensor *b) {
+    if (is_empty(a) || is_empty(b)) return 1;
+    uintptr_t alo, ahi, blo, bhi;
+    byte_range(a, &alo, &ahi);
+    byte_range(b, &blo, &bhi);
+    return ahi <= blo || bhi <= alo;
+}
+
+static int same_view(const fg_tensor *a, const fg_tensor *b) {
+    if (a->data != b->data || a->dtype != b->dtype || a->ndim != b->ndim) return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i] || (a->shape[i] > 1 && a->stride[i] != b->stride[i])) return 0;
+    return 1;
+}
+
+/* Outputs never overlap themselves, each other, K or V; O may be Q itself (each CTA reads its Q rows
+ * before it writes the same O rows) but not part of it. */
+static fg_status check_overlap(const fg_fwd_args *a, fg_error *err) {
+    if (self_overlaps(&a->o))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                       "o's strides [%lld, %lld, %lld, 1] make distinct elements share memory; an output must not overlap itself",
+                       (long long)a->o.stride[0], (long long)a->o.stride[1], (long long)a->o.stride[2]);
+    if (!disjoint(&a->o, &a->k) || !disjoint(&a->o, &a->v))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "o overlaps %s in memory; the output must not share memory with k or v",
+                       !disjoint(&a->o, &a->k) ? "k" : "v");
+    if (!same_view(&a->o, &a->q) && !disjoint(&a->o, &a->q))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                       "o overlaps q in memory without being exactly q (same pointer and strides); that in-place form is the only overlap allowed");
+    if (a->lse.data) {
+        if (self_overlaps(&a->lse))
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                           "lse's strides [%lld, %lld, %lld] make distinct elements share memory; an output must not overlap itself",
+                           (long long)a->lse.stride[0], (long long)a->lse.stride[1], (long long)a->lse.stride[2]);
+        const fg_tensor *others[4] = {&a->q, &a->k, &a->v, &a->o};
+        static const char *const names[4] = {"q", "k", "v", "o"};
+        for (int i = 0; i < 4; i++)
+            if (!disjoint(&a->lse, others[i]))
+                return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "lse overlaps %s in memory; outputs must not share memory with other tensors",
+                               names[i]);
+    }
+    return FG_OK;
+}
+
+int rt_fwd_is_empty(const fg_fwd_args *a) {
+    return a->q.shape[0] == 0 || a->q.shape[1] == 0 || a->q.shape[2] == 0;
+}
+
+fg_status rt_check_fwd_args(const fg_fwd_args *a, int need_data, fg_error *err) {
+    fg_status st;
+    static const char *const names[4] = {"q", "k", "v", "o"};
+    const fg_tensor *ts[4] = {&a->q, &a->k, &a->v, &a->o};
+    for (int i = 0; i < 4; i++) {
+        if (ts[i]->dtype != FG_DTYPE_F16 && ts[i]->dtype != FG_DTYPE_BF16)
+            return fg_fail(err, ts[i]->dtype == FG_DTYPE_E4M3 || ts[i]->dtype == FG_DTYPE_E5M2 ? FG_ERR_UNSUPPORTED
+                                                                                                : FG_ERR_INVALID_ARGUMENT,
+                           "%s.dtype is %s; the forward takes fp16 or bf16", names[i], spec_dtype_name(ts[i]->dtype));
+        if ((st = check_tensor(ts[i], names[i], 4, need_data, err)) != FG_OK) return st;
+    }
+    for (int i = 1; i < 4; i++)
+        if (ts[i]->dtype != a->q.dtype)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.dtype (%s) differs from q.dtype (%s); all four must match",
+                           names[i], spec_dtype_name(ts[i]->dtype), spec_dtype_name(a->q.dtype));
+    const int64_t *q = a->q.shape, *k = a->k.shape, *v = a->v.shape, *o = a->o.shape;
+    if (k[0] != q[0] || v[0] != q[0] || o[0] != q[0])
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "batch sizes differ: q %lld, k %lld, v %lld, o %lld",
+                       (long long)q[0], (long long)k[0], (long long)v[0], (long long)o[0]);
+    if (v[1] != k[1])
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "v.shape[1] (seqlen %lld) differs from k.shape[1] (%lld)",
+                       (long long)v[1], (long long)k[1]);
+    if (o[1] != q[1] || o[2] != q[2])
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "o.shape [.., %lld, %lld, ..] differs from q.shape [.., %lld, %lld, ..]",
+                       (long long)o[1], (long long)o[2], (long long)q[1], (long long)q[2]);
+    if (v[2] != k[2])
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "v.shape[2] (heads %lld) differs from k.shape[2] (%lld)",
+                       (long long)v[2], (long long)k[2]);
+    if (k[3] != q[3] || v[3] != q[3] || o[3] != q[3])
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "head_dim differs: q %lld, k %lld, v %lld, o %lld",
+                       (long long)q[3], (long long)k[3], (long long)v[3], (long long)o[3]);
+    if (q[2] > 0 && k[2] < 1)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "k/v heads are %lld; with %lld q heads there must be at least one",
+                       (long long)k[2], (long long)q[2]);
+    if (q[2] > 0 && q[2] % k[2] != 0)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                       "k/v heads (%lld) must divide q heads (%lld) (GQA/MQA: each K/V head serves a group of query heads)",
+                       (long long)k[2], (long long)q[2]);
+    if (q[3] < 8 || q[3] > 256 || q[3] % 8 != 0)
+        return fg_fail(err, FG_ERR_UNSUPPORTED, "head_dim %lld is not supported: it must be a multiple of 8 from 8 to 256",
+                       (long long)q[3]);
+    if (q[0] > 65535 || q[2] > 65535)
+        return fg_fail(err, FG_ERR_UNSUPPORTED, "batch (%lld) and q heads (%lld) must each be at most 65535 (CUDA grid limits)",
+                       (long long)q[0], (long long)q[2]);
+    /* The kernel's row and key positions, and the causal offset sk - sq, are 32-bit: keep every sum of
+     * them, plus a tile, below 2^31. */
+    if (q[1] + k[1] > (int64_t)INT32_MAX - 512)
+        return fg_fail(err, FG_ERR_UNSUPPORTED,
+                       "seqlen_q + seqlen_k is %lld; it must be below 2^31 - 512 (the kernel's positions are 32-bit)",
+                       (long long)(q[1] + k[1]));
+    if (a->lse.data) {
+        if (a->lse.dtype != FG_DTYPE_F32)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "lse.dtype is %s; the log-sum-exp is written as fp32",
+                           spec_dtype_name(a->lse.dtype));
+        if ((st = check_tensor(&a->lse, "lse", 3, 1, err)) != FG_OK) return st;
+        if (a->lse.shape[0] != q[0] || a->lse.shape[1] != q[2] || a->lse.shape[2] != q[1])
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                           "lse.shape is [%lld, %lld, %lld]; it must be [batch, q heads, seqlen_q] = [%lld, %lld, %lld]",
+                           (long long)a->lse.shape[0], (long long)a->lse.shape[1], (long long)a->lse.shape[2],
+                           (long long)q[0], (long long)q[2], (long long)q[1]);
+        if ((uintptr_t)a->lse.data % 4 != 0)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "lse.data (%p) is not 4-byte aligned", a->lse.data);
+    }
+    if (need_data && !rt_fwd_is_empty(a)) {
+        for (int i = 0; i < 4; i++)
+            if (!is_empty(ts[i]) && (st = check_align16(ts[i], names[i], err)) != FG_OK) return st;
+        if ((st = check_overlap(a, err)) != FG_OK) return st;
+    }
+    if (!(a->softmax_scale == 0.f || (isfinite(a->softmax_scale) && a->softmax_scale > 0.f)))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "softmax_scale is %g; it must be a positive finite number (or 0 for 1/sqrt(head_dim))",
+                       (double)a->softmax_scale);
+    if (a->causal != 0 && a->causal != 1)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "causal is %d; it must be 0 or 1", a->causal);
+    return FG_OK;
+}

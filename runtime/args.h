@@ -1,0 +1,17 @@
+/* args.h: the rules a forward call's arguments must obey, checked before anything is chosen or launched.
+ * Kept apart from dispatch so that CI, which has no GPU, tests every rule (tests/test_args.c). */
+#ifndef FG_ARGS_H
+#define FG_ARGS_H
+
+#include "fgerr.h"
+
+/* Checks a's tensors, sizes, strides, dtypes, scale and mask. need_data: a launch will follow, so
+ * pointers must be set (unless the tensor is empty), aligned, and the outputs must not overlap
+ * themselves or the inputs. Returns FG_OK, or FG_ERR_INVALID_ARGUMENT / FG_ERR_UNSUPPORTED with a
+ * sentence naming the argument and the rule. */
+fg_status rt_check_fwd_args(const fg_fwd_args *a, int need_data, fg_error *err);
+
+/* 1 when the call has nothing to compute (batch, seqlen_q or query heads is 0). */
+int rt_fwd_is_empty(const fg_fwd_args *a);
+
+#endif
