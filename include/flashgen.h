@@ -93,6 +93,9 @@ typedef struct fg_context_options {
     fg_log_level log_level;/* messages at or above this importance go to log_fn (or stderr when log_fn is NULL) */
     fg_log_fn log_fn;      /* optional log sink */
     void *log_user;        /* passed back to log_fn */
+    const char *tuning_db; /* per-GPU tuning database (`flashgen tune`); NULL: the default file in the
+                              cache directory for this GPU; "" to use none. A file made for another
+                              GPU or version is ignored with a warning, never trusted. */
 } fg_context_options;
 
 typedef struct fg_context fg_context;

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "compile.h"
 #include "runtime.h"
 
 /* fg_context_create's failure, and that of a call given no context, has no context to hold it: it
@@ -69,6 +70,47 @@ const char *fg_last_error(const fg_context *ctx) {
     return last_ctx == ctx && last_error.msg[0] ? last_error.msg : "no error";
 }
 
+/* Loads this GPU's tuning database, if there is one: `path`, else the default file in the disk cache's
+ * directory. Missing is normal (logged at debug); a file for another GPU or version, or a corrupt one,
+ * is ignored with a warning. Never fatal: without it the tile policy chooses. */
+static void load_tuning_db(fg_context *ctx, const char *path) {
+    fg_tune_identity id;
+    int driver = 0;
+    ctx->cu->cuDriverGetVersion(&driver);
+    tunedb_identity_init(&id, ctx->device_name, ctx->arch, ctx->sm_count, driver, compile_nvrtc_version());
+    tunedb_init(&ctx->tunedb, &id);
+    char buf[1024];
+    fg_error err;
+    fg_error_clear(&err);
+    if (path && !*path) {
+        snprintf(ctx->tunedb_note, sizeof ctx->tunedb_note, "none (options.tuning_db is \"\")");
+        return;
+    }
+    if (!path) {
+        if (!ctx->disk_ok) {
+            snprintf(ctx->tunedb_note, sizeof ctx->tunedb_note, "none (no disk cache directory to look in)");
+            return;
+        }
+        if (tunedb_path(ctx->disk.dir, &id, buf, sizeof buf, &err) != FG_OK) {
+            snprintf(ctx->tunedb_note, sizeof ctx->tunedb_note, "none (%s)", err.msg);
+            return;
+        }
+        path = buf;
+    }
+    fg_status st = tunedb_load(path, &id, &ctx->tunedb, &err);
+    if (st == FG_OK) {
+        ctx->tuned = 1;
+        snprintf(ctx->tunedb_note, sizeof ctx->tunedb_note, "%s (%d measured candidates)", path, ctx->tunedb.count);
+        rt_log(ctx, FG_LOG_INFO, "tuning database %s: %d measured candidates", path, ctx->tunedb.count);
+    } else if (st == FG_ERR_NOT_FOUND) {
+        snprintf(ctx->tunedb_note, sizeof ctx->tunedb_note, "none at %.1000s (run `flashgen tune`)", path);
+        rt_log(ctx, FG_LOG_DEBUG, "no tuning database at %s", path);
+    } else {
+        snprintf(ctx->tunedb_note, sizeof ctx->tunedb_note, "ignored: %.1100s", err.msg);
+        rt_log(ctx, FG_LOG_WARN, "tuning database ignored: %s", err.msg);
+    }
+}
+
 fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) {
     fg_error *err = &create_error;
     fg_error_clear(err);
@@ -96,7 +138,8 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
     ctx->cu = cu;
     ctx->opt = opt;
     ctx->last_kernel = -1;
-    ctx->opt.cache_dir = NULL; /* the caller's string need not outlive this call; disk.dir keeps it */
+    ctx->opt.cache_dir = NULL; /* the caller's strings need not outlive this call; disk.dir keeps it */
+    ctx->opt.tuning_db = NULL;
     if (pthread_mutex_init(&ctx->lock, NULL) != 0) {
         free(ctx);
         return fg_fail(err, FG_ERR_INTERNAL, "pthread_mutex_init failed for a new context");
@@ -139,6 +182,7 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
     } else {
         snprintf(ctx->disk_problem, sizeof ctx->disk_problem, "disabled by options.disable_disk_cache");
     }
+    load_tuning_db(ctx, opt_in ? opt_in->tuning_db : NULL);
     const char *dump = getenv("FLASHGEN_DUMP");
     if (dump && *dump) {
         ctx->dump = 1;
@@ -167,6 +211,7 @@ void fg_context_destroy(fg_context *ctx) {
     for (int i = 0; i < ctx->nbundles; i++) bundle_free(&ctx->bundles[i]);
     free(ctx->bundles);
     tile_policy_free(&ctx->policy);
+    tunedb_free(&ctx->tunedb);
     if (ctx->cuctx) ctx->cu->cuDevicePrimaryCtxRelease(ctx->device);
     pthread_mutex_destroy(&ctx->lock);
     if (last_ctx == ctx) last_ctx = NULL; /* a later context at the same address starts clean */

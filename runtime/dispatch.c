@@ -22,6 +22,38 @@
 /* The variant for a problem on ctx's device: the device's arch (sm_90a on Hopper, so one cubin serves
  * both mma.sync and later wgmma families), dtype, head_dim and mask from the call, tiles from the
  * policy. `why` (may be NULL) receives the reason for the tiles. */
+/* The problem class of a call, as the tuning database keys it (sizes bucketed). */
+static fg_tune_class problem_class(const fg_fwd_args *a) {
+    fg_tune_class c;
+    memset(&c, 0, sizeof c);
+    c.kind = FG_KIND_FWD;
+    c.dtype = a->q.dtype;
+    c.head_dim = (int)a->q.shape[3];
+    c.causal = a->causal;
+    c.gqa = a->k.shape[2] > 0 ? (int)(a->q.shape[2] / a->k.shape[2]) : 1; /* no heads: an empty call */
+    c.seqlen_q = tunedb_bucket(a->q.shape[1]);
+    c.seqlen_k = tunedb_bucket(a->k.shape[1]);
+    c.batch_heads = tunedb_bucket(a->q.shape[0] * a->q.shape[2]);
+    return c;
+}
+
+/* A variant this device can run: the spec's rules, and the device's own shared-memory limit. */
+static fg_status check_runnable(fg_context *ctx, const fg_spec *s, fg_error *err) {
+    fg_status st = spec_validate(s, err);
+    if (st != FG_OK) return st;
+    if (spec_smem_bytes(s) > ctx->smem_optin) {
+        char name[FG_SPEC_NAME_MAX];
+        spec_format(s, name, sizeof name);
+        return fg_fail(err, FG_ERR_UNSUPPORTED, "variant %s needs %zu bytes of shared memory; device %s allows %zu per block",
+                       name, spec_smem_bytes(s), ctx->device_name, ctx->smem_optin);
+    }
+    return FG_OK;
+}
+
+/* The variant for a problem on ctx's device: the device's arch (sm_90a on Hopper, so one cubin serves
+ * both mma.sync and later wgmma families), dtype, head_dim and mask from the call; tiles from the
+ * tuning database's winner for the nearest bucket when there is one, else from the tile policy.
+ * `why` (may be NULL) receives the reason for the tiles. */
 static fg_status choose_spec(fg_context *ctx, const fg_fwd_args *a, fg_spec *s, char *why, size_t nwhy, fg_error *err) {
     memset(s, 0, sizeof *s);
     s->kind = FG_KIND_FWD;
@@ -30,20 +62,26 @@ static fg_status choose_spec(fg_context *ctx, const fg_fwd_args *a, fg_spec *s, 
     s->dtype = a->q.dtype;
     s->head_dim = (int)a->q.shape[3];
     s->causal = a->causal;
+    char tuned_why[256] = "";
+    if (ctx->tuned) {
+        fg_tune_class c = problem_class(a);
+        fg_spec t;
+        fg_error terr;
+        if (tunedb_best(&ctx->tunedb, &c, &t, NULL, tuned_why, sizeof tuned_why) == FG_OK &&
+            t.arch == s->arch && t.arch_accel == s->arch_accel && check_runnable(ctx, &t, &terr) == FG_OK) {
+            *s = t;
+            if (why) snprintf(why, nwhy, "%s", tuned_why);
+            return FG_OK;
+        }
+    }
     const fg_tile_rule *r = tile_policy_lookup(&ctx->policy, s);
     fg_status st = spec_fill_tiles(s, &ctx->policy, err);
     if (st != FG_OK) return st;
     if (why && r)
-        snprintf(why, nwhy, "tile policy rule for sm_%d..sm_%d, head_dim %d..%d%s", r->arch_min, r->arch_max,
-                 r->head_dim_min, r->head_dim_max, r->causal < 0 ? "" : (r->causal ? ", causal" : ", not causal"));
-    if ((st = spec_validate(s, err)) != FG_OK) return st;
-    if (spec_smem_bytes(s) > ctx->smem_optin) {
-        char name[FG_SPEC_NAME_MAX];
-        spec_format(s, name, sizeof name);
-        return fg_fail(err, FG_ERR_UNSUPPORTED, "variant %s needs %zu bytes of shared memory; device %s allows %zu per block",
-                       name, spec_smem_bytes(s), ctx->device_name, ctx->smem_optin);
-    }
-    return FG_OK;
+        snprintf(why, nwhy, "tile policy rule for sm_%d..sm_%d, head_dim %d..%d%s%s%s", r->arch_min, r->arch_max,
+                 r->head_dim_min, r->head_dim_max, r->causal < 0 ? "" : (r->causal ? ", causal" : ", not causal"),
+                 ctx->tuned ? "; the tuning database has no winner: " : "", tuned_why);
+    return check_runnable(ctx, s, err);
 }
 
 /* ------------------------------------------------------------------ kernel lookup */
@@ -194,13 +232,14 @@ fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) 
     }
     if (rt_check_fwd_args(a, 1, &err) != FG_OK) return rt_set_error(ctx, &err);
     if (rt_fwd_is_empty(a)) return FG_OK;
-    /* The variant depends on the problem only through (dtype, head_dim, causal): a repeat of the last
-     * class skips choosing and looking up (host overhead per call is a JIT library's tax). */
+    /* The variant depends on the problem only through its class (dtype, head_dim, mask, and with a
+     * tuning database the GQA ratio and size buckets): a repeat of the last class skips choosing and
+     * looking up (host overhead per call is a JIT library's tax). */
     fg_spec s;
     CUfunction fn = NULL;
+    const fg_tune_class cls = problem_class(a);
     pthread_mutex_lock(&ctx->lock);
-    if (ctx->last_kernel >= 0 && ctx->last_dtype == a->q.dtype && ctx->last_head_dim == (int)a->q.shape[3] &&
-        ctx->last_causal == a->causal) {
+    if (ctx->last_kernel >= 0 && memcmp(&ctx->last_class, &cls, sizeof cls) == 0) {
         s = ctx->kernels[ctx->last_kernel].spec;
         fn = ctx->kernels[ctx->last_kernel].fn;
     }
@@ -214,9 +253,7 @@ fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) 
         if (st == FG_OK) {
             fn = k->fn;
             ctx->last_kernel = (int)(k - ctx->kernels);
-            ctx->last_dtype = a->q.dtype;
-            ctx->last_head_dim = (int)a->q.shape[3];
-            ctx->last_causal = a->causal;
+            ctx->last_class = cls;
         }
         pthread_mutex_unlock(&ctx->lock);
         if (st != FG_OK) return rt_set_error(ctx, &err);
@@ -294,7 +331,7 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
     }
     buf[0] = '\0';
     fg_spec s;
-    char why[256] = "tiles given";
+    char why[600] = "tiles given";
     if (rt_check_fwd_args(a, 0, &err) != FG_OK || choose_spec(ctx, a, &s, why, sizeof why, &err) != FG_OK)
         return rt_set_error(ctx, &err);
     pthread_mutex_lock(&ctx->lock);
@@ -311,10 +348,10 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
     if (from == FROM_JIT && ctx->opt.strict) where = "in no cache or bundle: strict mode makes the call fail";
     int len = snprintf(buf, n,
              "variant %s\n  kernel: FlashAttention-2 forward, mma.sync path (sm_80+), %d threads, %zu bytes shared memory, grid (%lld, %lld, %lld)\n"
-             "  tiles: %s\n  code: %s\n  device: %s (sm_%d, %d SMs)\n  disk cache: %s",
+             "  tiles: %s\n  code: %s\n  device: %s (sm_%d, %d SMs)\n  disk cache: %s\n  tuning database: %s",
              name, spec_threads(&s), spec_smem_bytes(&s), (long long)((a->q.shape[1] + s.block_m - 1) / s.block_m),
              (long long)a->q.shape[2], (long long)a->q.shape[0], why, where, ctx->device_name, ctx->arch, ctx->sm_count,
-             ctx->disk_ok ? ctx->disk.dir : ctx->disk_problem);
+             ctx->disk_ok ? ctx->disk.dir : ctx->disk_problem, ctx->tunedb_note);
     if (len < 0 || (size_t)len >= n) {
         fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_explain: buf holds %zu bytes; the explanation needs %d", n,
                 len < 0 ? 0 : len + 1);

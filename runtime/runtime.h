@@ -8,6 +8,7 @@
 #include "cache.h"
 #include "cuda_api.h"
 #include "spec.h"
+#include "tunedb.h"
 
 /* One loaded kernel: the in-memory cache entry. */
 typedef struct fg_kernel {
@@ -37,10 +38,12 @@ struct fg_context {
     int nkernels, capkernels;    /* used / allocated */
     int dump;                    /* FLASHGEN_DUMP is set: write source, PTX and log of each JIT compile */
     char dump_dir[1024];         /* where */
+    int tuned;                   /* a tuning database for this GPU is loaded */
+    fg_tunedb tunedb;            /* it (records of every measured candidate) */
+    char tunedb_note[1200];      /* its path and size, or why there is none (for fg_explain) */
     int last_kernel;             /* fast path: index in kernels of the last launched variant, or -1 */
-    fg_dtype last_dtype;         /* ... and the problem class it serves: dtype, */
-    int last_head_dim;           /* head_dim */
-    int last_causal;             /* and mask (the spec depends on nothing else) */
+    fg_tune_class last_class;    /* ... and the problem class it serves (sizes bucketed; the buckets
+                                    matter only with a tuning database: the policy ignores them) */
     pthread_mutex_t lock;        /* guards kernels, bundles and the fast path */
 };
 
