@@ -100,6 +100,7 @@ class FgContextOptions(ctypes.Structure):
         ("log_level", ctypes.c_int),             # fg_log_level
         ("log_fn", FG_LOG_FN),                   # NULL: stderr
         ("log_user", ctypes.c_void_p),           # passed back to log_fn
+        ("tuning_db", ctypes.c_char_p),          # per-GPU tuning database path; NULL: the default file
     ]
 
 
