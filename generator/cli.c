@@ -1217,7 +1217,7 @@ static int cmd_cache(int argc, char **argv) {
         status = EXIT_FAIL;
         goto done;
     }
-    qsort(r.rows, r.count, sizeof *r.rows, cmp_row);
+    if (r.count > 1) qsort(r.rows, r.count, sizeof *r.rows, cmp_row); /* qsort(NULL, 0) is undefined */
     size_t bad = 0;
     unsigned long long bytes = 0;
     for (size_t i = 0; i < r.count; i++) {

@@ -62,6 +62,8 @@ typedef struct sb_run {
     char short_src[LUA_IDSIZE]; /* how Lua abbreviates chunkname in the positions it writes */
     const char *text;           /* the chunk (not owned) */
     size_t len;                 /* its length in bytes */
+    size_t load_pos;            /* bytes of text handed to the parser so far (sb_read_line) */
+    int parsing;                /* 1 while lua_load runs: line is then the line being parsed */
     fg_lua_setup_fn setup;      /* installs the host functions; may be NULL */
     fg_lua_setup_fn finish;     /* reads results after the chunk ran; may be NULL */
     void *user;                 /* passed to setup and finish */
@@ -165,7 +167,9 @@ static void sb_hook(lua_State *L, lua_Debug *ar) {
 
 /* Message handler for the whole run: returns the error as a string that starts with a position.
  * Messages Lua already positioned (they start with short_src and ':') pass unchanged; others get the
- * line of the innermost running chunk code, or just the chunk name when no chunk code is running. */
+ * line of the innermost running chunk code, or while parsing the line being parsed (the parser's
+ * nesting limit, "C stack overflow", comes without a position), or just the chunk name when no chunk
+ * code is running. */
 static int sb_msgh(lua_State *L) {
     sb_run *run = sb_get_run(L);
     const char *msg = lua_type(L, 1) == LUA_TSTRING ? lua_tostring(L, 1) : NULL;
@@ -181,7 +185,10 @@ static int sb_msgh(lua_State *L) {
             return 1;
         }
     }
-    lua_pushfstring(L, "%s: %s", run->short_src, msg);
+    if (run->parsing && run->line > 0)
+        lua_pushfstring(L, "%s:%d: %s", run->short_src, run->line, msg);
+    else
+        lua_pushfstring(L, "%s: %s", run->short_src, msg);
     return 1;
 }
 
@@ -427,6 +434,25 @@ static void sb_open_env(lua_State *L) {
     lua_settop(L, base - 1);
 }
 
+/* lua_Reader over the chunk text that hands the parser one line at a time and records that line in
+ * run->line. The parser raises a few errors without a position (nesting deeper than its C-stack limit,
+ * positioned by sb_msgh, and memory errors, which take run->line through sb_set_stop); the last line
+ * handed out is the line the parser was reading. Never fails; returns NULL at the end of the text. */
+static const char *sb_read_line(lua_State *L, void *ud, size_t *size) {
+    sb_run *run = ud;
+    (void)L;
+    if (run->load_pos >= run->len) {
+        *size = 0;
+        return NULL;
+    }
+    const char *start = run->text + run->load_pos;
+    const char *nl = memchr(start, '\n', run->len - run->load_pos);
+    *size = nl ? (size_t)(nl - start) + 1 : run->len - run->load_pos;
+    run->load_pos += *size;
+    run->line++;
+    return start;
+}
+
 /* The protected body of a run (argument 1: the sb_run). Errors raised anywhere in it reach sb_msgh. */
 static int sb_main(lua_State *L) {
     sb_run *run = lua_touserdata(L, 1);
@@ -452,9 +478,13 @@ static int sb_main(lua_State *L) {
         return lua_error(L);
     }
     const char *name = lua_pushfstring(L, "=%s", run->chunkname);
-    int st = luaL_loadbufferx(L, run->text, run->len, name, "t");
+    run->line = 0; /* sb_read_line counts the lines it hands out */
+    run->parsing = 1;
+    int st = lua_load(L, sb_read_line, run, name, "t");
+    run->parsing = 0;
     if (st != LUA_OK)
-        return lua_error(L); /* syntax errors already read "file:line: ..." */
+        return lua_error(L); /* "file:line: ...", from the parser or from sb_msgh */
+    run->line = 0; /* from here on, the hooks say which line runs */
     lua_Debug ar;
     lua_pushvalue(L, -1);
     if (lua_getinfo(L, ">S", &ar)) /* Lua's exact abbreviation of the name, for sb_msgh's prefix test */
