@@ -65,13 +65,13 @@ static long long sp_scalar(lua_State *L, int idx, const char *fn, const char *fi
     case SP_KIND: {
         const char *s = tunedb_lua_string(L, idx, fn, field, pos, 64);
         if (strcmp(s, "fwd") != 0)
-            tunedb_lua_raise(L, fn, "field 'kind' must name a kernel family (\"fwd\"), got \"%s\"", s);
+            lua_sandbox_raise(L, fn, "field 'kind' must name a kernel family (\"fwd\"), got \"%s\"", s);
         return FG_KIND_FWD;
     }
     case SP_DTYPE: {
         fg_dtype d = FG_DTYPE_F16;
         if (spec_dtype_parse(tunedb_lua_string(L, idx, fn, field, pos, 64), &d, &e) != FG_OK)
-            tunedb_lua_raise(L, fn, "field 'dtype': %s", e.msg);
+            lua_sandbox_raise(L, fn, "field 'dtype': %s", e.msg);
         return d;
     }
     }
@@ -101,17 +101,17 @@ static void sp_read(lua_State *L, const char *fn, const char *field, sp_type typ
         keys++;
     }
     if (keys == 0)
-        tunedb_lua_raise(L, fn, "field '%s' is an empty list: give at least one value", field);
+        lua_sandbox_raise(L, fn, "field '%s' is an empty list: give at least one value", field);
     if (keys != n)
-        tunedb_lua_raise(L, fn, "field '%s' must be a value or a list of values, got a table that is not a list "
+        lua_sandbox_raise(L, fn, "field '%s' must be a value or a list of values, got a table that is not a list "
                                 "(keys other than 1..n)", field);
     if (n > SP_LIST_MAX)
-        tunedb_lua_raise(L, fn, "field '%s' lists %lld values; at most %d are allowed", field, (long long)n,
+        lua_sandbox_raise(L, fn, "field '%s' lists %lld values; at most %d are allowed", field, (long long)n,
                          SP_LIST_MAX);
     for (lua_Integer i = 1; i <= n; i++) {
         lua_rawgeti(L, val, i);
         if (lua_type(L, -1) == LUA_TTABLE)
-            tunedb_lua_raise(L, fn, "field '%s' must be a value or a list of values, got a nested table (list item %lld)",
+            lua_sandbox_raise(L, fn, "field '%s' must be a value or a list of values, got a nested table (list item %lld)",
                              field, (long long)i);
         long long v = sp_scalar(L, -1, fn, field, type, (int)i);
         int repeat = 0;
@@ -174,7 +174,7 @@ static int sp_space(lua_State *L) {
     static const int required[] = {F_DTYPE, F_HEAD_DIM, F_SEQLEN_Q, F_BATCH_HEADS, F_BLOCK_M, F_BLOCK_N, F_WARPS, F_STAGES};
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
         if (f[required[i]].n == 0)
-            tunedb_lua_raise(L, fn, "field '%s' is required", sp_fields[required[i]]);
+            lua_sandbox_raise(L, fn, "field '%s' is required", sp_fields[required[i]]);
     if (f[F_KIND].n == 0)
         f[F_KIND].v[f[F_KIND].n++] = FG_KIND_FWD;
     if (f[F_CAUSAL].n == 0)
@@ -190,10 +190,10 @@ static int sp_space(lua_State *L) {
     for (int i = F_BLOCK_M; i <= F_STAGES; i++)
         ncand *= f[i].n;
     if (nprob > FG_SPACE_MAX_PROBLEMS - b->count)
-        tunedb_lua_raise(L, fn, "this call lists %lld problems after %d earlier ones; a space may list at most %d",
+        lua_sandbox_raise(L, fn, "this call lists %lld problems after %d earlier ones; a space may list at most %d",
                          nprob, b->count, FG_SPACE_MAX_PROBLEMS);
     if (nprob * ncand > FG_SPACE_MAX_CANDIDATES - b->total)
-        tunedb_lua_raise(L, fn, "this call lists %lld problems x %lld candidates after %d earlier candidates; a space "
+        lua_sandbox_raise(L, fn, "this call lists %lld problems x %lld candidates after %d earlier candidates; a space "
                                 "may list at most %d", nprob, ncand, b->total, FG_SPACE_MAX_CANDIDATES);
     if (b->count + nprob > b->cap) {
         long long want = b->cap ? b->cap : 16;
@@ -201,7 +201,7 @@ static int sp_space(lua_State *L) {
             want *= 2;
         fg_tune_problem *grown = realloc(b->problems, (size_t)want * sizeof *grown);
         if (grown == NULL)
-            tunedb_lua_raise(L, fn, "out of host memory for %lld problems", b->count + nprob);
+            lua_sandbox_raise(L, fn, "out of host memory for %lld problems", b->count + nprob);
         b->problems = grown;
         b->cap = (int)want;
     }
@@ -230,14 +230,14 @@ static int sp_space(lua_State *L) {
         p.cls.batch_heads = tunedb_bucket(p.batch_heads);
         p.line = line;
         if (p.batch_heads % p.cls.gqa != 0)
-            tunedb_lua_raise(L, fn, "batch_heads %d is not a multiple of gqa %d: heads_q must be a whole number of "
+            lua_sandbox_raise(L, fn, "batch_heads %d is not a multiple of gqa %d: heads_q must be a whole number of "
                                     "K/V heads", p.batch_heads, p.cls.gqa);
         for (int i = 0; i < b->count; i++) {
             const fg_tune_class *o = &b->problems[i].cls;
             if (o->kind == p.cls.kind && o->dtype == p.cls.dtype && o->head_dim == p.cls.head_dim &&
                 o->causal == p.cls.causal && o->gqa == p.cls.gqa && o->seqlen_q == p.cls.seqlen_q &&
                 o->seqlen_k == p.cls.seqlen_k && o->batch_heads == p.cls.batch_heads)
-                tunedb_lua_raise(L, fn, "the problem %s head_dim %d%s gqa %d sq %d sk %d bh %d falls in the same "
+                lua_sandbox_raise(L, fn, "the problem %s head_dim %d%s gqa %d sq %d sk %d bh %d falls in the same "
                                         "class (buckets sq %lld sk %lld bh %lld) as one listed at line %d: list "
                                         "each bucket once",
                                  spec_dtype_name(p.cls.dtype), p.cls.head_dim, p.cls.causal ? " causal" : "", p.cls.gqa,
@@ -246,7 +246,7 @@ static int sp_space(lua_State *L) {
         }
         p.cands = calloc((size_t)ncand, sizeof *p.cands);
         if (p.cands == NULL)
-            tunedb_lua_raise(L, fn, "out of host memory for %lld candidates", ncand);
+            lua_sandbox_raise(L, fn, "out of host memory for %lld candidates", ncand);
         b->problems[b->count++] = p; /* owned by the builder from here: nothing below raises */
         sp_fill_candidates(b, &b->problems[b->count - 1], f);
     }
@@ -255,9 +255,7 @@ static int sp_space(lua_State *L) {
 
 /* Sandbox setup callback: installs space as a global bound to the builder. */
 static int sp_setup(lua_State *L, void *user) {
-    lua_pushlightuserdata(L, user);
-    lua_pushcclosure(L, sp_space, 1);
-    lua_setglobal(L, "space");
+    lua_sandbox_bind(L, "space", sp_space, user);
     return 0;
 }
 

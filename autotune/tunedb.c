@@ -498,27 +498,6 @@ fg_status tunedb_save(const char *path, const fg_tunedb *db, fg_error *err) {
 
 /* ------------------------------------------------------------------ Lua argument helpers */
 
-int tunedb_lua_raise(lua_State *L, const char *fn, const char *fmt, ...) {
-    char msg[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return luaL_error(L, "%s: %s", fn, msg); /* luaL_error prefixes the calling line's position */
-}
-
-/* A short description of the value at idx for "got ...": the number itself, else its type. */
-static const char *tdb_got(lua_State *L, int idx, char *buf, size_t n) {
-    if (lua_type(L, idx) == LUA_TNUMBER) {
-        if (lua_isinteger(L, idx))
-            snprintf(buf, n, "%lld", (long long)lua_tointeger(L, idx));
-        else
-            snprintf(buf, n, "%.17g", (double)lua_tonumber(L, idx));
-        return buf;
-    }
-    return luaL_typename(L, idx);
-}
-
 /* " (list item N)" for list positions, "" for scalars. */
 static const char *tdb_at(int pos, char *buf, size_t n) {
     if (pos > 0)
@@ -532,20 +511,20 @@ void tunedb_lua_check_table(lua_State *L, int idx, const char *fn, const char *w
     char got[64];
     if (what == NULL) { /* the call's argument */
         if (lua_gettop(L) != 1 || lua_type(L, 1) != LUA_TTABLE)
-            tunedb_lua_raise(L, fn, "expects one table argument, as in %s { ... }, got %s%s", fn,
-                             lua_gettop(L) == 0 ? "no value" : tdb_got(L, 1, got, sizeof got),
+            lua_sandbox_raise(L, fn, "expects one table argument, as in %s { ... }, got %s%s", fn,
+                             lua_gettop(L) == 0 ? "no value" : lua_sandbox_describe(L, 1, got, sizeof got),
                              lua_gettop(L) > 1 ? " and more arguments" : "");
         idx = 1;
         what = "the argument";
     } else if (lua_type(L, idx) != LUA_TTABLE) {
-        tunedb_lua_raise(L, fn, "field '%s' must be a table, got %s", what, tdb_got(L, idx, got, sizeof got));
+        lua_sandbox_raise(L, fn, "field '%s' must be a table, got %s", what, lua_sandbox_describe(L, idx, got, sizeof got));
     }
     idx = lua_absindex(L, idx);
     lua_pushnil(L);
     while (lua_next(L, idx)) {
         lua_pop(L, 1);
         if (lua_type(L, -1) != LUA_TSTRING)
-            tunedb_lua_raise(L, fn, "field names in %s must be strings (as in head_dim = 128), got a %s key", what,
+            lua_sandbox_raise(L, fn, "field names in %s must be strings (as in head_dim = 128), got a %s key", what,
                              luaL_typename(L, -1));
         size_t len;
         const char *key = lua_tolstring(L, -1, &len);
@@ -558,7 +537,7 @@ void tunedb_lua_check_table(lua_State *L, int idx, const char *fn, const char *w
                 strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
                 strncat(list, fields[i], sizeof list - strlen(list) - 1);
             }
-            tunedb_lua_raise(L, fn, "unknown field '%.60s' in %s (known fields: %s)", key, what, list);
+            lua_sandbox_raise(L, fn, "unknown field '%.60s' in %s (known fields: %s)", key, what, list);
         }
     }
 }
@@ -569,10 +548,10 @@ long long tunedb_lua_int(lua_State *L, int idx, const char *fn, const char *fiel
     int isint = 0;
     lua_Integer v = lua_type(L, idx) == LUA_TNUMBER ? lua_tointegerx(L, idx, &isint) : 0;
     if (!isint)
-        tunedb_lua_raise(L, fn, "field '%s' must be an integer, got %s%s", field, tdb_got(L, idx, got, sizeof got),
+        lua_sandbox_raise(L, fn, "field '%s' must be an integer, got %s%s", field, lua_sandbox_describe(L, idx, got, sizeof got),
                          tdb_at(pos, at, sizeof at));
     if (v < lo || v > hi)
-        tunedb_lua_raise(L, fn, "field '%s' must be an integer from %lld to %lld, got %lld%s", field, lo, hi,
+        lua_sandbox_raise(L, fn, "field '%s' must be an integer from %lld to %lld, got %lld%s", field, lo, hi,
                          (long long)v, tdb_at(pos, at, sizeof at));
     return (long long)v;
 }
@@ -584,7 +563,7 @@ int tunedb_lua_bool(lua_State *L, int idx, const char *fn, const char *field, in
     if (lua_type(L, idx) == LUA_TNUMBER && lua_isinteger(L, idx) &&
         (lua_tointeger(L, idx) == 0 || lua_tointeger(L, idx) == 1))
         return (int)lua_tointeger(L, idx);
-    tunedb_lua_raise(L, fn, "field '%s' must be a boolean (or 0/1), got %s%s", field, tdb_got(L, idx, got, sizeof got),
+    lua_sandbox_raise(L, fn, "field '%s' must be a boolean (or 0/1), got %s%s", field, lua_sandbox_describe(L, idx, got, sizeof got),
                      tdb_at(pos, at, sizeof at));
     return 0;
 }
@@ -592,15 +571,15 @@ int tunedb_lua_bool(lua_State *L, int idx, const char *fn, const char *field, in
 const char *tunedb_lua_string(lua_State *L, int idx, const char *fn, const char *field, int pos, size_t maxlen) {
     char got[64], at[32];
     if (lua_type(L, idx) != LUA_TSTRING) /* numbers are not names, though Lua could convert them */
-        tunedb_lua_raise(L, fn, "field '%s' must be a string, got %s%s", field, tdb_got(L, idx, got, sizeof got),
+        lua_sandbox_raise(L, fn, "field '%s' must be a string, got %s%s", field, lua_sandbox_describe(L, idx, got, sizeof got),
                          tdb_at(pos, at, sizeof at));
     size_t len;
     const char *s = lua_tolstring(L, idx, &len);
     if (len > maxlen)
-        tunedb_lua_raise(L, fn, "field '%s' is %zu bytes long; at most %zu are allowed%s", field, len, maxlen,
+        lua_sandbox_raise(L, fn, "field '%s' is %zu bytes long; at most %zu are allowed%s", field, len, maxlen,
                          tdb_at(pos, at, sizeof at));
     if (strlen(s) != len)
-        tunedb_lua_raise(L, fn, "field '%s' contains a NUL byte%s", field, tdb_at(pos, at, sizeof at));
+        lua_sandbox_raise(L, fn, "field '%s' contains a NUL byte%s", field, tdb_at(pos, at, sizeof at));
     return s;
 }
 
@@ -622,7 +601,7 @@ static int tdb_required(lua_State *L, int tab, const char *fn, const char *field
     lua_pushstring(L, field);
     lua_rawget(L, tab);
     if (lua_isnil(L, -1))
-        tunedb_lua_raise(L, fn, "field '%s' is required", field);
+        lua_sandbox_raise(L, fn, "field '%s' is required", field);
     return lua_gettop(L);
 }
 
@@ -651,15 +630,15 @@ static int tdb_tuning(lua_State *L) {
     tdb_loader *ld = lua_touserdata(L, lua_upvalueindex(1));
     luaL_checkstack(L, 32, "tuning header"); /* each field read stays on the stack until the call returns */
     if (ld->header_line)
-        tunedb_lua_raise(L, fn, "the header appears twice (first at line %d)", ld->header_line);
+        lua_sandbox_raise(L, fn, "the header appears twice (first at line %d)", ld->header_line);
     char got[64];
     if (lua_gettop(L) != 1 || lua_type(L, 1) != LUA_TTABLE)
-        tunedb_lua_raise(L, fn, "expects one table argument, got %s", lua_gettop(L) ? tdb_got(L, 1, got, sizeof got) : "no value");
+        lua_sandbox_raise(L, fn, "expects one table argument, got %s", lua_gettop(L) ? lua_sandbox_describe(L, 1, got, sizeof got) : "no value");
     long long format = tunedb_lua_int(L, tdb_required(L, 1, fn, "format"), fn, "format", 0, 1, INT_MAX);
     if (format != FG_TUNEDB_FORMAT_VERSION) {
         snprintf(ld->refusal, sizeof ld->refusal, "tuning database format %lld; this flashgen (%s) reads format %d",
                  format, FG_VERSION_STRING, FG_TUNEDB_FORMAT_VERSION);
-        tunedb_lua_raise(L, fn, "%s", ld->refusal);
+        lua_sandbox_raise(L, fn, "%s", ld->refusal);
     }
     lua_settop(L, 1);
     tunedb_lua_check_table(L, 1, fn, NULL, fields);
@@ -707,7 +686,7 @@ static int tdb_tuning(lua_State *L) {
         if (diff[0]) {
             snprintf(ld->refusal, sizeof ld->refusal,
                      "made for another GPU or software version, so it is not used: %s", diff);
-            tunedb_lua_raise(L, fn, "%s", ld->refusal);
+            lua_sandbox_raise(L, fn, "%s", ld->refusal);
         }
     }
     ld->db.id = id;
@@ -719,7 +698,7 @@ static int tdb_tuning(lua_State *L) {
 static int64_t tdb_read_bucket(lua_State *L, int tab, const char *fn, const char *field) {
     long long v = tunedb_lua_int(L, tdb_required(L, tab, fn, field), fn, field, 0, 1, TDB_BUCKET_MAX);
     if ((v & (v - 1)) != 0)
-        tunedb_lua_raise(L, fn, "field '%s' must be a power of two (a bucket), got %lld", field, v);
+        lua_sandbox_raise(L, fn, "field '%s' must be a power of two (a bucket), got %lld", field, v);
     return (int64_t)v;
 }
 
@@ -728,10 +707,10 @@ static double tdb_read_number(lua_State *L, int tab, const char *fn, const char 
     char got[64];
     int idx = tdb_required(L, tab, fn, field);
     if (lua_type(L, idx) != LUA_TNUMBER)
-        tunedb_lua_raise(L, fn, "field '%s' must be a number, got %s", field, tdb_got(L, idx, got, sizeof got));
+        lua_sandbox_raise(L, fn, "field '%s' must be a number, got %s", field, lua_sandbox_describe(L, idx, got, sizeof got));
     double v = (double)lua_tonumber(L, idx);
     if (!isfinite(v) || v < 0)
-        tunedb_lua_raise(L, fn, "field '%s' must be a finite number, not negative, got %g", field, v);
+        lua_sandbox_raise(L, fn, "field '%s' must be a finite number, not negative, got %g", field, v);
     return v;
 }
 
@@ -744,7 +723,7 @@ static int tdb_result(lua_State *L) {
     tdb_loader *ld = lua_touserdata(L, lua_upvalueindex(1));
     luaL_checkstack(L, 32, "result record"); /* each field read stays on the stack until the call returns */
     if (!ld->header_line)
-        tunedb_lua_raise(L, fn, "the tuning { ... } header must come before any result");
+        lua_sandbox_raise(L, fn, "the tuning { ... } header must come before any result");
     tunedb_lua_check_table(L, 1, fn, NULL, fields);
     fg_tune_record r;
     memset(&r, 0, sizeof r);
@@ -752,11 +731,11 @@ static int tdb_result(lua_State *L) {
     fg_error_clear(&e);
     const char *kind = tunedb_lua_string(L, tdb_required(L, 1, fn, "kind"), fn, "kind", 0, 32);
     if (strcmp(kind, "fwd") != 0)
-        tunedb_lua_raise(L, fn, "field 'kind' must name a kernel family (\"fwd\"), got \"%s\"", kind);
+        lua_sandbox_raise(L, fn, "field 'kind' must name a kernel family (\"fwd\"), got \"%s\"", kind);
     r.cls.kind = FG_KIND_FWD;
     const char *dtype = tunedb_lua_string(L, tdb_required(L, 1, fn, "dtype"), fn, "dtype", 0, 32);
     if (spec_dtype_parse(dtype, &r.cls.dtype, &e) != FG_OK)
-        tunedb_lua_raise(L, fn, "field 'dtype': %s", e.msg);
+        lua_sandbox_raise(L, fn, "field 'dtype': %s", e.msg);
     r.cls.head_dim = (int)tunedb_lua_int(L, tdb_required(L, 1, fn, "head_dim"), fn, "head_dim", 0, 1, INT_MAX);
     r.cls.causal = tunedb_lua_bool(L, tdb_required(L, 1, fn, "causal"), fn, "causal", 0);
     r.cls.gqa = (int)tunedb_lua_int(L, tdb_required(L, 1, fn, "gqa"), fn, "gqa", 0, 1, INT_MAX);
@@ -765,10 +744,10 @@ static int tdb_result(lua_State *L) {
     r.cls.batch_heads = tdb_read_bucket(L, 1, fn, "batch_heads");
     const char *spec = tunedb_lua_string(L, tdb_required(L, 1, fn, "spec"), fn, "spec", 0, 4 * FG_SPEC_NAME_MAX);
     if (spec_parse(spec, &r.spec, &e) != FG_OK)
-        tunedb_lua_raise(L, fn, "field 'spec': %s", e.msg);
+        lua_sandbox_raise(L, fn, "field 'spec': %s", e.msg);
     const char *status = tunedb_lua_string(L, tdb_required(L, 1, fn, "status"), fn, "status", 0, 32);
     if (tunedb_status_parse(status, &r.status, &e) != FG_OK)
-        tunedb_lua_raise(L, fn, "field 'status': %s", e.msg);
+        lua_sandbox_raise(L, fn, "field 'status': %s", e.msg);
     r.ms = tdb_read_number(L, 1, fn, "ms");
     r.tflops = tdb_read_number(L, 1, fn, "tflops");
     snprintf(r.note, sizeof r.note, "%s",
@@ -776,12 +755,12 @@ static int tdb_result(lua_State *L) {
     if (tunedb_has(&ld->db, &r.cls, &r.spec)) {
         char cls[200];
         tdb_class_text(&r.cls, 1, cls, sizeof cls);
-        tunedb_lua_raise(L, fn, "spec %s appears twice for class %s", spec, cls);
+        lua_sandbox_raise(L, fn, "spec %s appears twice for class %s", spec, cls);
     }
     if (tunedb_add(&ld->db, &r, &e) != FG_OK) {
         if (e.status == FG_ERR_NO_MEMORY)
             ld->hard = FG_ERR_NO_MEMORY;
-        tunedb_lua_raise(L, fn, "%s", e.msg);
+        lua_sandbox_raise(L, fn, "%s", e.msg);
     }
     ld->seen++;
     return 0;
@@ -789,12 +768,8 @@ static int tdb_result(lua_State *L) {
 
 /* Sandbox setup: installs tuning and result bound to the loader. */
 static int tdb_setup(lua_State *L, void *user) {
-    lua_pushlightuserdata(L, user);
-    lua_pushcclosure(L, tdb_tuning, 1);
-    lua_setglobal(L, "tuning");
-    lua_pushlightuserdata(L, user);
-    lua_pushcclosure(L, tdb_result, 1);
-    lua_setglobal(L, "result");
+    lua_sandbox_bind(L, "tuning", tdb_tuning, user);
+    lua_sandbox_bind(L, "result", tdb_result, user);
     return 0;
 }
 

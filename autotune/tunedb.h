@@ -166,9 +166,6 @@ fg_status tunedb_status_parse(const char *text, fg_tune_status *out, fg_error *e
  * sandbox turns into "file:line: fn: message" at the line of the call. */
 struct lua_State;
 
-/* Raises "fn: <printf message>" as a Lua error at the calling line. Does not return. */
-int tunedb_lua_raise(struct lua_State *L, const char *fn, const char *fmt, ...) FG_PRINTF(3, 4);
-
 /* Checks that the value at idx is a table whose keys are all strings among `fields` (NULL-terminated);
  * `what` names the table in messages ("gpu"). what == NULL checks the host function's own argument
  * instead (idx ignored): exactly one argument, a table. Call it before pushing anything. Raises otherwise. */

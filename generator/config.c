@@ -57,18 +57,6 @@ static const char *const cfg_variant_fields[] = {"kind",    "arch",    "dtype", 
 static const char *const cfg_policy_fields[] = {"arch",    "head_dim", "causal", "dtype", "block_m",
                                                 "block_n", "warps",    "stages", NULL};
 
-/* Raises a Lua error "<where>: <fn>: <message>" (luaL_error adds the position of the calling line). The
- * message is formatted here with the full printf (luaL_error knows only a few conversions). */
-static int cfg_raise(lua_State *L, const char *fn, const char *fmt, ...) FG_PRINTF(3, 4);
-static int cfg_raise(lua_State *L, const char *fn, const char *fmt, ...) {
-    char msg[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return luaL_error(L, "%s: %s", fn, msg);
-}
-
 /* The phrase a type error uses for what a field accepts. */
 static const char *cfg_expected(cfg_type type, int list_ok, int range) {
     switch (type) {
@@ -86,18 +74,6 @@ static const char *cfg_expected(cfg_type type, int list_ok, int range) {
     return "a value";
 }
 
-/* A short description of the value at idx for "got ..." (the type, or the offending number). */
-static const char *cfg_got(lua_State *L, int idx, char *buf, size_t n) {
-    if (lua_type(L, idx) == LUA_TNUMBER) {
-        if (lua_isinteger(L, idx))
-            snprintf(buf, n, "%lld", (long long)lua_tointeger(L, idx));
-        else
-            snprintf(buf, n, "%.17g", (double)lua_tonumber(L, idx));
-        return buf;
-    }
-    return luaL_typename(L, idx);
-}
-
 /* Reads the scalar at idx as a value of `type` into *out, or raises an error naming fn, field and
  * the expected phrase. `pos` (1-based) is the list position, 0 for a scalar. */
 static void cfg_read_scalar(lua_State *L, int idx, const char *fn, const char *field, cfg_type type,
@@ -111,9 +87,9 @@ static void cfg_read_scalar(lua_State *L, int idx, const char *fn, const char *f
         int isint = 0;
         lua_Integer v = t == LUA_TNUMBER ? lua_tointegerx(L, idx, &isint) : 0;
         if (!isint)
-            cfg_raise(L, fn, "field '%s' must be %s, got %s%s", field, expected, cfg_got(L, idx, got, sizeof got), at);
+            lua_sandbox_raise(L, fn, "field '%s' must be %s, got %s%s", field, expected, lua_sandbox_describe(L, idx, got, sizeof got), at);
         if (v < 1 || v > INT_MAX)
-            cfg_raise(L, fn, "field '%s' must be a positive integer, got %lld%s", field, (long long)v, at);
+            lua_sandbox_raise(L, fn, "field '%s' must be a positive integer, got %lld%s", field, (long long)v, at);
         *out = (int)v;
         return;
     }
@@ -126,29 +102,29 @@ static void cfg_read_scalar(lua_State *L, int idx, const char *fn, const char *f
             *out = (int)lua_tointeger(L, idx);
             return;
         }
-        cfg_raise(L, fn, "field '%s' must be %s, got %s%s", field, expected, cfg_got(L, idx, got, sizeof got), at);
+        lua_sandbox_raise(L, fn, "field '%s' must be %s, got %s%s", field, expected, lua_sandbox_describe(L, idx, got, sizeof got), at);
         return;
     case CFG_KIND:
     case CFG_ARCH:
     case CFG_DTYPE: {
         if (t != LUA_TSTRING) /* numbers are not accepted as names, though Lua could convert them */
-            cfg_raise(L, fn, "field '%s' must be %s, got %s%s", field, expected, cfg_got(L, idx, got, sizeof got), at);
+            lua_sandbox_raise(L, fn, "field '%s' must be %s, got %s%s", field, expected, lua_sandbox_describe(L, idx, got, sizeof got), at);
         const char *s = lua_tostring(L, idx);
         fg_error e;
         fg_error_clear(&e);
         if (type == CFG_KIND) {
             if (strcmp(s, "fwd") != 0)
-                cfg_raise(L, fn, "field 'kind' must name a kernel family (\"fwd\"), got \"%.60s\"%s", s, at);
+                lua_sandbox_raise(L, fn, "field 'kind' must name a kernel family (\"fwd\"), got \"%.60s\"%s", s, at);
             *out = FG_KIND_FWD;
         } else if (type == CFG_ARCH) {
             int arch = 0, accel = 0;
             if (spec_arch_parse(s, &arch, &accel, &e) != FG_OK)
-                cfg_raise(L, fn, "field 'arch'%s: %s", at, e.msg);
+                lua_sandbox_raise(L, fn, "field 'arch'%s: %s", at, e.msg);
             *out = arch * 2 + accel;
         } else {
             fg_dtype d;
             if (spec_dtype_parse(s, &d, &e) != FG_OK)
-                cfg_raise(L, fn, "field 'dtype'%s: %s", at, e.msg);
+                lua_sandbox_raise(L, fn, "field 'dtype'%s: %s", at, e.msg);
             *out = (int)d;
         }
         return;
@@ -178,7 +154,7 @@ static void cfg_read_field(lua_State *L, int tab, const char *fn, const char *fi
         return;
     }
     if (!list_ok)
-        cfg_raise(L, fn, "field '%s' must be %s, got %s", field, expected, cfg_got(L, val, got, sizeof got));
+        lua_sandbox_raise(L, fn, "field '%s' must be %s, got %s", field, expected, lua_sandbox_describe(L, val, got, sizeof got));
     lua_Integer n = (lua_Integer)lua_rawlen(L, val);
     lua_Integer keys = 0;
     lua_pushnil(L);
@@ -187,18 +163,18 @@ static void cfg_read_field(lua_State *L, int tab, const char *fn, const char *fi
         keys++;
     }
     if (keys == 0)
-        cfg_raise(L, fn, "field '%s' is an empty list: give at least one value", field);
+        lua_sandbox_raise(L, fn, "field '%s' is an empty list: give at least one value", field);
     if (keys != n)
-        cfg_raise(L, fn, "field '%s' must be %s, got a table that is not a list (keys other than 1..n)", field,
+        lua_sandbox_raise(L, fn, "field '%s' must be %s, got a table that is not a list (keys other than 1..n)", field,
                   expected);
     if (range && n != 2)
-        cfg_raise(L, fn, "field '%s' must be %s, got a list of %lld", field, expected, (long long)n);
+        lua_sandbox_raise(L, fn, "field '%s' must be %s, got a list of %lld", field, expected, (long long)n);
     if (n > max)
-        cfg_raise(L, fn, "field '%s' lists %lld values; at most %d are allowed", field, (long long)n, max);
+        lua_sandbox_raise(L, fn, "field '%s' lists %lld values; at most %d are allowed", field, (long long)n, max);
     for (lua_Integer i = 1; i <= n; i++) {
         lua_rawgeti(L, val, i);
         if (lua_type(L, -1) == LUA_TTABLE)
-            cfg_raise(L, fn, "field '%s' must be %s, got a nested table (list item %lld)", field, expected,
+            lua_sandbox_raise(L, fn, "field '%s' must be %s, got a nested table (list item %lld)", field, expected,
                       (long long)i);
         cfg_read_scalar(L, -1, fn, field, type, expected, (int)i, &out->v[i - 1]);
         lua_pop(L, 1);
@@ -211,14 +187,14 @@ static void cfg_read_field(lua_State *L, int tab, const char *fn, const char *fi
 static int cfg_check_args(lua_State *L, const char *fn, const char *const *fields) {
     char got[64];
     if (lua_gettop(L) != 1 || lua_type(L, 1) != LUA_TTABLE)
-        cfg_raise(L, fn, "expects one table argument, as in %s { ... }, got %s%s", fn,
-                  lua_gettop(L) == 0 ? "no value" : cfg_got(L, 1, got, sizeof got),
+        lua_sandbox_raise(L, fn, "expects one table argument, as in %s { ... }, got %s%s", fn,
+                  lua_gettop(L) == 0 ? "no value" : lua_sandbox_describe(L, 1, got, sizeof got),
                   lua_gettop(L) > 1 ? " and more arguments" : "");
     lua_pushnil(L);
     while (lua_next(L, 1)) {
         lua_pop(L, 1);
         if (lua_type(L, -1) != LUA_TSTRING)
-            cfg_raise(L, fn, "field names must be strings (as in head_dim = 128), got a %s key",
+            lua_sandbox_raise(L, fn, "field names must be strings (as in head_dim = 128), got a %s key",
                       luaL_typename(L, -1));
         size_t len;
         const char *key = lua_tolstring(L, -1, &len);
@@ -231,7 +207,7 @@ static int cfg_check_args(lua_State *L, const char *fn, const char *const *field
                 strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
                 strncat(list, fields[i], sizeof list - strlen(list) - 1);
             }
-            cfg_raise(L, fn, "unknown field '%.60s' (known fields: %s)", key, list);
+            lua_sandbox_raise(L, fn, "unknown field '%.60s' (known fields: %s)", key, list);
         }
     }
     return 1;
@@ -259,15 +235,15 @@ static int cfg_variants(lua_State *L) {
     for (int i = 0; i < 9; i++)
         cfg_read_field(L, tab, fn, cfg_variant_fields[i], types[i], 1, 0, CFG_LIST_MAX, &f[i]);
     if (f[0].n == 0)
-        cfg_raise(L, fn, "field 'kind' is required (kind = \"fwd\")");
+        lua_sandbox_raise(L, fn, "field 'kind' is required (kind = \"fwd\")");
     if (b->arch_override.n > 0)
         f[1] = b->arch_override;
     else if (f[1].n == 0)
-        cfg_raise(L, fn, "field 'arch' is required (for example arch = {\"sm_80\", \"sm_90a\"})");
+        lua_sandbox_raise(L, fn, "field 'arch' is required (for example arch = {\"sm_80\", \"sm_90a\"})");
     if (f[2].n == 0)
-        cfg_raise(L, fn, "field 'dtype' is required (for example dtype = {\"fp16\", \"bf16\"})");
+        lua_sandbox_raise(L, fn, "field 'dtype' is required (for example dtype = {\"fp16\", \"bf16\"})");
     if (f[3].n == 0)
-        cfg_raise(L, fn, "field 'head_dim' is required (for example head_dim = {64, 128})");
+        lua_sandbox_raise(L, fn, "field 'head_dim' is required (for example head_dim = {64, 128})");
     for (int i = 4; i < 9; i++)
         if (f[i].n == 0) { /* causal false; tiles unset (0), filled from the policy after the chunk */
             f[i].n = 1;
@@ -277,7 +253,7 @@ static int cfg_variants(lua_State *L) {
     for (int i = 0; i < 9; i++)
         total *= f[i].n; /* at most 128^9 < 2^63: cannot overflow */
     if (total > CFG_MAX_VARIANTS - b->count)
-        cfg_raise(L, fn, "this call lists %lld variants after %d earlier ones; a config may list at most %d",
+        lua_sandbox_raise(L, fn, "this call lists %lld variants after %d earlier ones; a config may list at most %d",
                   total, b->count, CFG_MAX_VARIANTS);
     if (b->count + total > b->cap) {
         long long want = b->cap ? b->cap : 64;
@@ -285,7 +261,7 @@ static int cfg_variants(lua_State *L) {
             want *= 2;
         cfg_item *items = realloc(b->items, (size_t)want * sizeof *items);
         if (items == NULL)
-            cfg_raise(L, fn, "out of host memory for %lld variants", (long long)(b->count + total));
+            lua_sandbox_raise(L, fn, "out of host memory for %lld variants", (long long)(b->count + total));
         b->items = items;
         b->cap = (int)want;
     }
@@ -332,7 +308,7 @@ static int cfg_tile_policy(lua_State *L) {
         const char *name = cfg_policy_fields[4 + i];
         cfg_read_field(L, tab, fn, name, CFG_INT, 0, 0, 1, &tiles[i]);
         if (tiles[i].n == 0)
-            cfg_raise(L, fn, "field '%s' is required: a rule gives block_m, block_n, warps and stages", name);
+            lua_sandbox_raise(L, fn, "field '%s' is required: a rule gives block_m, block_n, warps and stages", name);
     }
     fg_tile_rule rule;
     memset(&rule, 0, sizeof rule);
@@ -341,10 +317,10 @@ static int cfg_tile_policy(lua_State *L) {
     rule.head_dim_min = hd.n ? hd.v[0] : 0;
     rule.head_dim_max = hd.n ? hd.v[hd.n - 1] : INT_MAX;
     if (rule.arch_min > rule.arch_max)
-        cfg_raise(L, fn, "field 'arch' range {sm_%d, sm_%d} is reversed: give {lo, hi}", rule.arch_min,
+        lua_sandbox_raise(L, fn, "field 'arch' range {sm_%d, sm_%d} is reversed: give {lo, hi}", rule.arch_min,
                   rule.arch_max);
     if (rule.head_dim_min > rule.head_dim_max)
-        cfg_raise(L, fn, "field 'head_dim' range {%d, %d} is reversed: give {lo, hi}", rule.head_dim_min,
+        lua_sandbox_raise(L, fn, "field 'head_dim' range {%d, %d} is reversed: give {lo, hi}", rule.head_dim_min,
                   rule.head_dim_max);
     rule.causal = causal.n ? causal.v[0] : -1;
     rule.dtype = dtype.n ? dtype.v[0] : -1;
@@ -355,19 +331,15 @@ static int cfg_tile_policy(lua_State *L) {
     fg_error e;
     fg_error_clear(&e);
     if (tile_policy_add(&b->policy, &rule, &e) != FG_OK)
-        cfg_raise(L, fn, "%s", e.msg);
+        lua_sandbox_raise(L, fn, "%s", e.msg);
     return 0;
 }
 
 /* Sandbox setup callback: installs variants and tile_policy as globals bound to the builder. Runs in
  * protected mode, so allocation errors surface as Lua errors. */
 static int cfg_setup(lua_State *L, void *user) {
-    lua_pushlightuserdata(L, user);
-    lua_pushcclosure(L, cfg_variants, 1);
-    lua_setglobal(L, "variants");
-    lua_pushlightuserdata(L, user);
-    lua_pushcclosure(L, cfg_tile_policy, 1);
-    lua_setglobal(L, "tile_policy");
+    lua_sandbox_bind(L, "variants", cfg_variants, user);
+    lua_sandbox_bind(L, "tile_policy", cfg_tile_policy, user);
     return 0;
 }
 

@@ -603,3 +603,31 @@ fg_status lua_sandbox_run_file(const char *path, fg_lua_setup_fn setup, fg_lua_s
     free(buf);
     return st;
 }
+
+/* ------------------------------------------------------------------ helpers for host functions */
+
+int lua_sandbox_raise(lua_State *L, const char *fn, const char *fmt, ...) {
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return luaL_error(L, "%s: %s", fn, msg); /* luaL_error prefixes the calling line's position */
+}
+
+const char *lua_sandbox_describe(lua_State *L, int idx, char *buf, size_t n) {
+    if (lua_type(L, idx) == LUA_TNUMBER) {
+        if (lua_isinteger(L, idx))
+            snprintf(buf, n, "%lld", (long long)lua_tointeger(L, idx));
+        else
+            snprintf(buf, n, "%.17g", (double)lua_tonumber(L, idx));
+        return buf;
+    }
+    return luaL_typename(L, idx);
+}
+
+void lua_sandbox_bind(lua_State *L, const char *name, int (*f)(lua_State *), void *user) {
+    lua_pushlightuserdata(L, user);
+    lua_pushcclosure(L, f, 1);
+    lua_setglobal(L, name);
+}

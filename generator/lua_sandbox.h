@@ -44,4 +44,16 @@ fg_status lua_sandbox_run(const char *chunkname, const char *text, size_t len, f
 fg_status lua_sandbox_run_file(const char *path, fg_lua_setup_fn setup, fg_lua_setup_fn finish,
                                void *user, fg_error *err);
 
+/* ---- helpers for the host functions configs call (variants{}, tile_policy{}, space{}, result{}) ---- */
+
+/* Raises a Lua error "<fn>: <message>" with the full printf (luaL_error knows only a few conversions);
+ * Lua prefixes the calling line's "file:line:". Does not return. */
+int lua_sandbox_raise(struct lua_State *L, const char *fn, const char *fmt, ...) FG_PRINTF(3, 4);
+
+/* A short description of the value at idx for "got ..." messages: the number itself, else its type. */
+const char *lua_sandbox_describe(struct lua_State *L, int idx, char *buf, size_t n);
+
+/* Installs global `name` as the C function f with `user` as its one upvalue (lua_upvalueindex(1)). */
+void lua_sandbox_bind(struct lua_State *L, const char *name, int (*f)(struct lua_State *), void *user);
+
 #endif
