@@ -167,7 +167,7 @@ static int sp_space(lua_State *L) {
     static const char fn[] = "space";
     sp_build *b = lua_touserdata(L, lua_upvalueindex(1));
     luaL_checkstack(L, 16, "space");
-    tunedb_lua_check_table(L, 1, fn, NULL, sp_fields);
+    lua_sandbox_check_table(L, 1, fn, NULL, sp_fields);
     sp_list *f = lua_newuserdatauv(L, F_COUNT * sizeof *f, 0); /* ~12 KiB: on the Lua heap, not the C stack */
     for (int i = 0; i < F_COUNT; i++)
         sp_read(L, fn, sp_fields[i], sp_types[i], &f[i]);

@@ -507,41 +507,6 @@ static const char *tdb_at(int pos, char *buf, size_t n) {
     return buf;
 }
 
-void tunedb_lua_check_table(lua_State *L, int idx, const char *fn, const char *what, const char *const *fields) {
-    char got[64];
-    if (what == NULL) { /* the call's argument */
-        if (lua_gettop(L) != 1 || lua_type(L, 1) != LUA_TTABLE)
-            lua_sandbox_raise(L, fn, "expects one table argument, as in %s { ... }, got %s%s", fn,
-                             lua_gettop(L) == 0 ? "no value" : lua_sandbox_describe(L, 1, got, sizeof got),
-                             lua_gettop(L) > 1 ? " and more arguments" : "");
-        idx = 1;
-        what = "the argument";
-    } else if (lua_type(L, idx) != LUA_TTABLE) {
-        lua_sandbox_raise(L, fn, "field '%s' must be a table, got %s", what, lua_sandbox_describe(L, idx, got, sizeof got));
-    }
-    idx = lua_absindex(L, idx);
-    lua_pushnil(L);
-    while (lua_next(L, idx)) {
-        lua_pop(L, 1);
-        if (lua_type(L, -1) != LUA_TSTRING)
-            lua_sandbox_raise(L, fn, "field names in %s must be strings (as in head_dim = 128), got a %s key", what,
-                             luaL_typename(L, -1));
-        size_t len;
-        const char *key = lua_tolstring(L, -1, &len);
-        int known = 0;
-        for (int i = 0; fields[i] && !known; i++)
-            known = strlen(fields[i]) == len && memcmp(fields[i], key, len) == 0;
-        if (!known) {
-            char list[300] = "";
-            for (int i = 0; fields[i]; i++) {
-                strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
-                strncat(list, fields[i], sizeof list - strlen(list) - 1);
-            }
-            lua_sandbox_raise(L, fn, "unknown field '%.60s' in %s (known fields: %s)", key, what, list);
-        }
-    }
-}
-
 long long tunedb_lua_int(lua_State *L, int idx, const char *fn, const char *field, int pos, long long lo,
                          long long hi) {
     char got[64], at[32];
@@ -641,10 +606,10 @@ static int tdb_tuning(lua_State *L) {
         lua_sandbox_raise(L, fn, "%s", ld->refusal);
     }
     lua_settop(L, 1);
-    tunedb_lua_check_table(L, 1, fn, NULL, fields);
+    lua_sandbox_check_table(L, 1, fn, NULL, fields);
     ld->promised = tunedb_lua_int(L, tdb_required(L, 1, fn, "results"), fn, "results", 0, 0, INT_MAX);
     int gpu = tdb_required(L, 1, fn, "gpu");
-    tunedb_lua_check_table(L, gpu, fn, "gpu", gpu_fields);
+    lua_sandbox_check_table(L, gpu, fn, "gpu", gpu_fields);
     fg_tune_identity id;
     memset(&id, 0, sizeof id);
     snprintf(id.device, sizeof id.device, "%s",
@@ -724,7 +689,7 @@ static int tdb_result(lua_State *L) {
     luaL_checkstack(L, 32, "result record"); /* each field read stays on the stack until the call returns */
     if (!ld->header_line)
         lua_sandbox_raise(L, fn, "the tuning { ... } header must come before any result");
-    tunedb_lua_check_table(L, 1, fn, NULL, fields);
+    lua_sandbox_check_table(L, 1, fn, NULL, fields);
     fg_tune_record r;
     memset(&r, 0, sizeof r);
     fg_error e;

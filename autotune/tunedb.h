@@ -166,12 +166,6 @@ fg_status tunedb_status_parse(const char *text, fg_tune_status *out, fg_error *e
  * sandbox turns into "file:line: fn: message" at the line of the call. */
 struct lua_State;
 
-/* Checks that the value at idx is a table whose keys are all strings among `fields` (NULL-terminated);
- * `what` names the table in messages ("gpu"). what == NULL checks the host function's own argument
- * instead (idx ignored): exactly one argument, a table. Call it before pushing anything. Raises otherwise. */
-void tunedb_lua_check_table(struct lua_State *L, int idx, const char *fn, const char *what,
-                            const char *const *fields);
-
 /* Reads the value at idx as an integer in [lo, hi]; `field` and `pos` (1-based list position, 0 for a
  * scalar) name it in messages. Raises on another type or a value out of range. */
 long long tunedb_lua_int(struct lua_State *L, int idx, const char *fn, const char *field, int pos, long long lo,

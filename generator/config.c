@@ -185,31 +185,7 @@ static void cfg_read_field(lua_State *L, int tab, const char *fn, const char *fi
 
 /* Checks that the only argument is a table whose keys are all among `fields`; returns its index. */
 static int cfg_check_args(lua_State *L, const char *fn, const char *const *fields) {
-    char got[64];
-    if (lua_gettop(L) != 1 || lua_type(L, 1) != LUA_TTABLE)
-        lua_sandbox_raise(L, fn, "expects one table argument, as in %s { ... }, got %s%s", fn,
-                  lua_gettop(L) == 0 ? "no value" : lua_sandbox_describe(L, 1, got, sizeof got),
-                  lua_gettop(L) > 1 ? " and more arguments" : "");
-    lua_pushnil(L);
-    while (lua_next(L, 1)) {
-        lua_pop(L, 1);
-        if (lua_type(L, -1) != LUA_TSTRING)
-            lua_sandbox_raise(L, fn, "field names must be strings (as in head_dim = 128), got a %s key",
-                      luaL_typename(L, -1));
-        size_t len;
-        const char *key = lua_tolstring(L, -1, &len);
-        int known = 0;
-        for (int i = 0; fields[i] && !known; i++)
-            known = strlen(fields[i]) == len && memcmp(fields[i], key, len) == 0;
-        if (!known) {
-            char list[200] = "";
-            for (int i = 0; fields[i]; i++) {
-                strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
-                strncat(list, fields[i], sizeof list - strlen(list) - 1);
-            }
-            lua_sandbox_raise(L, fn, "unknown field '%.60s' (known fields: %s)", key, list);
-        }
-    }
+    lua_sandbox_check_table(L, 1, fn, NULL, fields);
     return 1;
 }
 

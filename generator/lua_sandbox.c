@@ -631,3 +631,38 @@ void lua_sandbox_bind(lua_State *L, const char *name, int (*f)(lua_State *), voi
     lua_pushcclosure(L, f, 1);
     lua_setglobal(L, name);
 }
+
+void lua_sandbox_check_table(lua_State *L, int idx, const char *fn, const char *what, const char *const *fields) {
+    char got[64];
+    if (what == NULL) { /* the call's argument */
+        if (lua_gettop(L) != 1 || lua_type(L, 1) != LUA_TTABLE)
+            lua_sandbox_raise(L, fn, "expects one table argument, as in %s { ... }, got %s%s", fn,
+                             lua_gettop(L) == 0 ? "no value" : lua_sandbox_describe(L, 1, got, sizeof got),
+                             lua_gettop(L) > 1 ? " and more arguments" : "");
+        idx = 1;
+    } else if (lua_type(L, idx) != LUA_TTABLE) {
+        lua_sandbox_raise(L, fn, "field '%s' must be a table, got %s", what, lua_sandbox_describe(L, idx, got, sizeof got));
+    }
+    idx = lua_absindex(L, idx);
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        if (lua_type(L, -1) != LUA_TSTRING)
+            lua_sandbox_raise(L, fn, "field names%s%s must be strings (as in head_dim = 128), got a %s key",
+                              what ? " in " : "", what ? what : "", luaL_typename(L, -1));
+        size_t len;
+        const char *key = lua_tolstring(L, -1, &len);
+        int known = 0;
+        for (int i = 0; fields[i] && !known; i++)
+            known = strlen(fields[i]) == len && memcmp(fields[i], key, len) == 0;
+        if (!known) {
+            char list[300] = "";
+            for (int i = 0; fields[i]; i++) {
+                strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+                strncat(list, fields[i], sizeof list - strlen(list) - 1);
+            }
+            lua_sandbox_raise(L, fn, "unknown field '%.60s'%s%s (known fields: %s)", key, what ? " in " : "",
+                              what ? what : "", list);
+        }
+    }
+}

@@ -56,4 +56,10 @@ const char *lua_sandbox_describe(struct lua_State *L, int idx, char *buf, size_t
 /* Installs global `name` as the C function f with `user` as its one upvalue (lua_upvalueindex(1)). */
 void lua_sandbox_bind(struct lua_State *L, const char *name, int (*f)(struct lua_State *), void *user);
 
+/* Checks that the value at idx is a table whose keys are all strings among `fields` (NULL-terminated);
+ * `what` names the table in messages ("gpu"). what == NULL checks the host function's own argument
+ * instead (idx ignored): exactly one argument, a table. Call it before pushing anything. Raises otherwise. */
+void lua_sandbox_check_table(struct lua_State *L, int idx, const char *fn, const char *what,
+                            const char *const *fields);
+
 #endif

@@ -587,7 +587,7 @@ Test(tunedb, resume_after_reload) {
     fg_tune_class c = klass(FG_DTYPE_BF16, 128, 1, 1, 8192, 8192, 32);
     fg_tune_record done1 = rec(c, 128, 128, 8, 2, FG_TUNE_OK, 5.0, 300, "");
     fg_tune_record done2 = rec(c, 64, 64, 8, 2, FG_TUNE_REFUSED, 0, 0, "refused");
-    fg_tune_record todo = rec(c, 128, 64, 8, 2, FG_TUNE_OK, 4.0, 350, "");
+    fg_tune_record pending = rec(c, 128, 64, 8, 2, FG_TUNE_OK, 4.0, 350, "");
     add(&db, done1);
     add(&db, done2);
     save(scratch_path(p, sizeof p, "partial.lua"), &db);
@@ -599,11 +599,11 @@ Test(tunedb, resume_after_reload) {
     fg_tune_class raw = klass(FG_DTYPE_BF16, 128, 1, 1, 8000, 5000, 30);
     cr_assert(tunedb_has(&back, &raw, &done1.spec));
     cr_assert(tunedb_has(&back, &c, &done2.spec));
-    cr_assert_not(tunedb_has(&back, &c, &todo.spec));
+    cr_assert_not(tunedb_has(&back, &c, &pending.spec));
     fg_tune_class other = klass(FG_DTYPE_BF16, 128, 1, 1, 2048, 2048, 32);
     cr_assert_not(tunedb_has(&back, &other, &done1.spec));
     /* The resumed sweep adds the rest and saves: the winner changes to the new, faster record. */
-    add(&back, todo);
+    add(&back, pending);
     save(p, &back);
     tunedb_free(&back);
     cr_assert_eq(tunedb_load(p, &id, &back, &err), FG_OK, "%s", err.msg);
