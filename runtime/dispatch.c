@@ -237,7 +237,8 @@ fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) 
      * looking up (host overhead per call is a JIT library's tax). */
     fg_spec s;
     CUfunction fn = NULL;
-    const fg_tune_class cls = problem_class(a);
+    fg_tune_class cls = problem_class(a);
+    if (!ctx->tuned) cls.gqa = 0, cls.seqlen_q = cls.seqlen_k = cls.batch_heads = 0; /* the policy ignores them */
     pthread_mutex_lock(&ctx->lock);
     if (ctx->last_kernel >= 0 && memcmp(&ctx->last_class, &cls, sizeof cls) == 0) {
         s = ctx->kernels[ctx->last_kernel].spec;
