@@ -222,6 +222,52 @@ static fg_status get_kernel(fg_context *ctx, const fg_spec *s, int dry, origin *
 
 /* ------------------------------------------------------------------ public entry points */
 
+/* Fills the kernel's parameters from a checked call and launches fn (the variant s) on stream. */
+static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const fg_fwd_args *a, void *stream,
+                        fg_error *err) {
+    const fg_spec s = *sp;
+    fg_fwd_params p;
+    memset(&p, 0, sizeof p);
+    p.q = a->q.data;
+    p.k = a->k.data;
+    p.v = a->v.data;
+    p.o = a->o.data;
+    p.lse = (float *)a->lse.data;
+    for (int i = 0; i < 3; i++) {
+        p.q_stride[i] = a->q.stride[i];
+        p.k_stride[i] = a->k.stride[i];
+        p.v_stride[i] = a->v.stride[i];
+        p.o_stride[i] = a->o.stride[i];
+        p.lse_stride[i] = a->lse.data ? a->lse.stride[i] : 0;
+    }
+    p.batch = (int)a->q.shape[0];
+    p.seqlen_q = (int)a->q.shape[1];
+    p.heads_q = (int)a->q.shape[2];
+    p.head_dim = (int)a->q.shape[3];
+    p.seqlen_k = (int)a->k.shape[1];
+    p.heads_kv = (int)a->k.shape[2];
+    p.softmax_scale = a->softmax_scale != 0.f ? a->softmax_scale : (float)(1.0 / sqrt((double)p.head_dim));
+    p.scale_log2 = (float)((double)p.softmax_scale * 1.4426950408889634);
+
+    const fg_cuda_api *cu = ctx->cu;
+    void *params[] = {&p};
+    unsigned grid_x = (unsigned)(((int64_t)p.seqlen_q + s.block_m - 1) / s.block_m);
+    /* Launch in the device's primary context; switch to it only when the caller's thread has another. */
+    CUcontext current = NULL, popped;
+    CUresult rc = cu->cuCtxGetCurrent(&current);
+    int push = rc != CUDA_SUCCESS || current != ctx->cuctx;
+    rc = push ? cu->cuCtxPushCurrent(ctx->cuctx) : CUDA_SUCCESS;
+    if (rc == CUDA_SUCCESS) {
+        rc = cu->cuLaunchKernel(fn, grid_x, (unsigned)p.heads_q, (unsigned)p.batch, (unsigned)spec_threads(&s), 1, 1,
+                                (unsigned)spec_smem_bytes(&s), (CUstream)stream, params, NULL);
+        if (push) cu->cuCtxPopCurrent(&popped);
+    }
+    if (rc != CUDA_SUCCESS) {
+        return cuda_api_fail(err, rc, "cuLaunchKernel(fg_attention_fwd_kernel)", __FILE__, __LINE__);
+    }
+    return FG_OK;
+}
+
 fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) {
     if (!ctx) return rt_no_context("fg_attention_fwd");
     fg_error err;
@@ -260,47 +306,24 @@ fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) 
         if (st != FG_OK) return rt_set_error(ctx, &err);
     }
 
-    fg_fwd_params p;
-    memset(&p, 0, sizeof p);
-    p.q = a->q.data;
-    p.k = a->k.data;
-    p.v = a->v.data;
-    p.o = a->o.data;
-    p.lse = (float *)a->lse.data;
-    for (int i = 0; i < 3; i++) {
-        p.q_stride[i] = a->q.stride[i];
-        p.k_stride[i] = a->k.stride[i];
-        p.v_stride[i] = a->v.stride[i];
-        p.o_stride[i] = a->o.stride[i];
-        p.lse_stride[i] = a->lse.data ? a->lse.stride[i] : 0;
-    }
-    p.batch = (int)a->q.shape[0];
-    p.seqlen_q = (int)a->q.shape[1];
-    p.heads_q = (int)a->q.shape[2];
-    p.head_dim = (int)a->q.shape[3];
-    p.seqlen_k = (int)a->k.shape[1];
-    p.heads_kv = (int)a->k.shape[2];
-    p.softmax_scale = a->softmax_scale != 0.f ? a->softmax_scale : (float)(1.0 / sqrt((double)p.head_dim));
-    p.scale_log2 = (float)((double)p.softmax_scale * 1.4426950408889634);
+    return launch(ctx, &s, fn, a, stream, &err) == FG_OK ? FG_OK : rt_set_error(ctx, &err);
+}
 
-    const fg_cuda_api *cu = ctx->cu;
-    void *params[] = {&p};
-    unsigned grid_x = (unsigned)(((int64_t)p.seqlen_q + s.block_m - 1) / s.block_m);
-    /* Launch in the device's primary context; switch to it only when the caller's thread has another. */
-    CUcontext current = NULL, popped;
-    CUresult rc = cu->cuCtxGetCurrent(&current);
-    int push = rc != CUDA_SUCCESS || current != ctx->cuctx;
-    rc = push ? cu->cuCtxPushCurrent(ctx->cuctx) : CUDA_SUCCESS;
-    if (rc == CUDA_SUCCESS) {
-        rc = cu->cuLaunchKernel(fn, grid_x, (unsigned)p.heads_q, (unsigned)p.batch, (unsigned)spec_threads(&s), 1, 1,
-                                (unsigned)spec_smem_bytes(&s), (CUstream)stream, params, NULL);
-        if (push) cu->cuCtxPopCurrent(&popped);
-    }
-    if (rc != CUDA_SUCCESS) {
-        cuda_api_fail(&err, rc, "cuLaunchKernel(fg_attention_fwd_kernel)", __FILE__, __LINE__);
-        return rt_set_error(ctx, &err);
-    }
-    return FG_OK;
+fg_status rt_fwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_fwd_args *a, void *stream, fg_error *err) {
+    fg_status st = rt_check_fwd_args(a, 1, err);
+    if (st != FG_OK || rt_fwd_is_empty(a)) return st;
+    if (spec->kind != FG_KIND_FWD || spec->dtype != a->q.dtype || spec->head_dim != (int)a->q.shape[3] ||
+        (spec->causal != 0) != (a->causal != 0) || spec->arch != ctx->arch || spec->arch_accel != (ctx->arch == 90))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the variant does not match the call (dtype, head_dim, mask) or "
+                       "this device's arch sm_%d%s", ctx->arch, ctx->arch == 90 ? "a" : "");
+    if ((st = check_runnable(ctx, spec, err)) != FG_OK) return st;
+    pthread_mutex_lock(&ctx->lock);
+    fg_kernel *k = NULL;
+    origin from;
+    st = get_kernel(ctx, spec, 0, &from, &k, err);
+    CUfunction fn = st == FG_OK ? k->fn : NULL;
+    pthread_mutex_unlock(&ctx->lock);
+    return st == FG_OK ? launch(ctx, spec, fn, a, stream, err) : st;
 }
 
 fg_status fg_prepare(fg_context *ctx, const fg_fwd_args *a) {

@@ -50,6 +50,12 @@ struct fg_context {
 /* Logs through the context's sink when level is enabled. */
 void rt_log(fg_context *ctx, fg_log_level level, const char *fmt, ...) FG_PRINTF(3, 4);
 
+/* Runs the forward pass with an explicit variant instead of the one dispatch would choose (the
+ * autotuner times candidates through it). The arguments get every check fg_attention_fwd makes; the
+ * spec must match the call (dtype, head_dim, mask) and the device (arch, shared memory). Its kernel is
+ * found or built like any other (memory, disk, bundles, NVRTC). Errors go to err only. */
+fg_status rt_fwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_fwd_args *a, void *stream, fg_error *err);
+
 /* Records "FN: ctx is NULL" where fg_last_error(NULL) finds it; returns FG_ERR_INVALID_ARGUMENT. */
 fg_status rt_no_context(const char *fn);
 
