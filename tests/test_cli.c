@@ -6,9 +6,11 @@
  * "flashgen <cmd>: <sentence>" messages naming the bad option or field, that `gen` prints exactly what
  * the library emits, that `compile` writes a real cubin, that `list` and `bundle` agree with the config,
  * that bundles read back with the right names, that a failing bundle leaves no file, that --emit-c output
- * compiles and holds the same bundle, and the cache subcommands on entries made here with cache_put.
- * NVRTC compiles need no GPU; the one GPU case (`run`) checks the no-device message or, with a GPU, runs
- * a small problem. */
+ * compiles and holds the same bundle, the cache subcommands on entries made here with cache_put, and
+ * `tune`: its usage errors, a tuning space's errors as file:line before any GPU is needed, `--show` on
+ * databases written here with tunedb_save (a table with the winner marked; a corrupt file refused).
+ * NVRTC compiles need no GPU; the GPU cases (`run`, `tune`) check the no-device message or, with a GPU,
+ * run a small problem and a tiny sweep. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
@@ -26,6 +28,7 @@
 #include "cuda_api.h"
 #include "emit.h"
 #include "spec.h"
+#include "tunedb.h"
 
 static char g_dir[64];    /* this test's scratch directory */
 static char g_cache[128]; /* g_dir/cache: FLASHGEN_CACHE_DIR of every run */
@@ -203,7 +206,7 @@ static const char *const two_names[2] = {
 Test(cli, help_of_every_command_exits_0) {
     run_result r = RUN("--help");
     EXPECT_STATUS(r, 0);
-    const char *cmds[] = {"gen", "compile", "list", "bundle", "run", "explain", "info", "cache"};
+    const char *cmds[] = {"gen", "compile", "list", "bundle", "run", "explain", "tune", "info", "cache"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         char want[64];
         snprintf(want, sizeof want, "\n  %s ", cmds[i]);
@@ -273,6 +276,17 @@ Test(cli, bad_options_exit_2_naming_the_option) {
         {{"run", "stray", NULL}, "flashgen run: ", "'stray'"},
         {{"explain", "--iters", "3", NULL}, "flashgen explain: ", "'--iters'"},
         {{"info", "--verbose", NULL}, "flashgen info: ", "'--verbose'"},
+        {{"tune", NULL}, "flashgen tune: ", "SPACE"},
+        {{"tune", "a.lua", "b.lua", NULL}, "flashgen tune: ", "'b.lua'"},
+        {{"tune", "a.lua", "--iters", "0", NULL}, "flashgen tune: ", "--iters"},
+        {{"tune", "a.lua", "--budget", "soon", NULL}, "flashgen tune: ", "--budget"},
+        {{"tune", "a.lua", "-j", "0", NULL}, "flashgen tune: ", "-j"},
+        {{"tune", "a.lua", "--device", "-1", NULL}, "flashgen tune: ", "--device"},
+        {{"tune", "a.lua", "--db", "", NULL}, "flashgen tune: ", "--db"},
+        {{"tune", "a.lua", "--frob", NULL}, "flashgen tune: ", "'--frob'"},
+        {{"tune", "--show", "x.lua", "-j", "2", NULL}, "flashgen tune: ", "--show"},
+        {{"tune", "--show", "x.lua", "y.lua", NULL}, "flashgen tune: ", "'y.lua'"},
+        {{"tune", "--show", "x.lua", "--db", "y.lua", NULL}, "flashgen tune: ", "--db"},
         {{"cache", NULL}, "flashgen cache: ", "ls, verify or clear"},
         {{"cache", "shred", NULL}, "flashgen cache: ", "'shred'"},
         {{"cache", "ls", "--dir", NULL}, "flashgen cache: ", "'--dir' needs a value"},
@@ -718,4 +732,267 @@ Test(cli, cache_refuses_an_unsafe_directory) {
     cr_expect_eq(strncmp(r.err, "flashgen cache: ", 16), 0, "%s", r.err);
     cr_expect_not_null(strstr(r.err, bad), "the message names the directory: %s", r.err);
     run_free(&r);
+}
+
+/* ---------------------------------------------------------------- tune */
+
+/* A one-problem space small enough for a quick sweep: 4 candidates, the two with block_m 64 and 8 warps
+ * refused by validation. */
+static const char tiny_space[] =
+    "-- a tiny tuning space\n"
+    "space { dtype = \"fp16\", head_dim = 64, gqa = 2, seqlen_q = 100, seqlen_k = 200, batch_heads = 8,\n"
+    "        block_m = {64, 128}, block_n = 64, warps = {4, 8}, stages = 2 }\n";
+
+/* Errors in the space, or a problem that cannot be laid out, are reported with file:line before any GPU
+ * is needed (so they show on machines without one), and nothing is written. */
+Test(cli, tune_reports_space_errors_with_file_line) {
+    struct {
+        const char *name, *text, *want1, *want2;
+    } cases[] = {
+        {"syntax.lua", "-- line 1\nspace { dtype = \"bf16\",\n  head_dim = = 64 }\n", "syntax.lua:3", NULL},
+        {"field.lua", "space { dtype = \"bf16\", head_dim = 64, seqlen_q = 128, batch_heads = 4,\n"
+                      "        block_n = 64, warps = 4, stages = 2 }\n", "field.lua:1", "block_m"},
+        {"grid.lua", "\nspace { dtype = \"bf16\", head_dim = 64, seqlen_q = 128, batch_heads = 40000000,\n"
+                     "        block_m = 64, block_n = 64, warps = 4, stages = 2 }\n", "grid.lua:2", "65535"},
+        {"empty.lua", "-- nothing here\n", "empty.lua", "space"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[200], db[200];
+        snprintf(path, sizeof path, "%s/%s", g_dir, cases[i].name);
+        snprintf(db, sizeof db, "%s/db.lua", g_dir);
+        write_text(path, cases[i].text);
+        run_result r = RUN("tune", path, "--db", db);
+        cr_expect_eq(r.status, 1, "%s: exit %d, stderr: %s", cases[i].name, r.status, r.err);
+        cr_expect_eq(strncmp(r.err, "flashgen tune: ", 15), 0, "%s: %s", cases[i].name, r.err);
+        cr_expect_not_null(strstr(r.err, cases[i].want1), "%s: stderr does not name %s: %s", cases[i].name,
+                           cases[i].want1, r.err);
+        if (cases[i].want2)
+            cr_expect_not_null(strstr(r.err, cases[i].want2), "%s: stderr does not name %s: %s", cases[i].name,
+                               cases[i].want2, r.err);
+        cr_expect_null(strstr(r.err, "no CUDA device"), "%s: the space error must come first: %s", cases[i].name, r.err);
+        cr_expect_str_empty(r.out);
+        cr_expect_eq(file_exists(db), 0, "%s: a failed sweep wrote %s", cases[i].name, db);
+        run_free(&r);
+    }
+    char missing[200];
+    snprintf(missing, sizeof missing, "%s/absent.lua", g_dir);
+    run_result r = RUN("tune", missing);
+    EXPECT_STATUS(r, 1);
+    cr_expect_not_null(strstr(r.err, "absent.lua"), "%s", r.err);
+    run_free(&r);
+}
+
+/* Returns 1 when dir holds an entry whose name starts with prefix (a missing dir holds none). */
+static int dir_has_prefix(const char *dir, const char *prefix) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int found = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) found |= strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return found;
+}
+
+Test(cli, tune_without_a_gpu_says_so) {
+    fg_error err;
+    if (cuda_api_get(&err) != NULL) cr_skip_test("a CUDA driver is present: see tune_tiny_sweep_on_gpu");
+    char space[200];
+    snprintf(space, sizeof space, "%s/tiny.lua", g_dir);
+    write_text(space, tiny_space);
+    run_result r = RUN("tune", space, "--iters", "2");
+    EXPECT_STATUS(r, 1);
+    cr_expect_eq(strncmp(r.err, "flashgen tune: no CUDA device: ", 31), 0, "%s", r.err);
+    cr_expect_str_empty(r.out);
+    cr_expect_eq(dir_has_prefix(g_cache, "tune-"), 0, "no database may be written without a GPU");
+    run_free(&r);
+    /* --show without FILE means this GPU's database: it needs the GPU to know which. */
+    r = RUN("tune", "--show");
+    EXPECT_STATUS(r, 1);
+    cr_expect_not_null(strstr(r.err, "flashgen tune: no CUDA device: "), "%s", r.err);
+    run_free(&r);
+}
+
+/* A record of class c on sm_90a (tunedb rules: complete tiles, the class's dtype/head_dim/mask). */
+static fg_tune_record tune_rec(fg_tune_class c, int bm, int bn, int warps, fg_tune_status st, double ms, const char *note) {
+    fg_tune_record r;
+    memset(&r, 0, sizeof r);
+    r.cls = c;
+    r.spec = (fg_spec){FG_KIND_FWD, 90, 1, c.dtype, c.head_dim, bm, bn, warps, 2, c.causal};
+    r.status = st;
+    r.ms = ms;
+    r.tflops = ms > 0 ? 100.0 / ms : 0;
+    snprintf(r.note, sizeof r.note, "%s", note);
+    return r;
+}
+
+/* Writes a database with records of every status into path. */
+static void write_sample_db(const char *path) {
+    fg_tune_identity id;
+    tunedb_identity_init(&id, "NVIDIA H200", 90, 132, 13000, "13.0");
+    fg_tunedb db;
+    tunedb_init(&db, &id);
+    fg_tune_class a = {FG_KIND_FWD, FG_DTYPE_BF16, 128, 0, 1, 2048, 2048, 128};
+    fg_tune_class b = {FG_KIND_FWD, FG_DTYPE_BF16, 128, 1, 1, 8192, 8192, 32};
+    fg_tune_record recs[] = {
+        tune_rec(a, 128, 64, 8, FG_TUNE_OK, 1.25, "max err 0.002"),
+        tune_rec(a, 128, 32, 4, FG_TUNE_OK, 0.75, "max err 0.002"),        /* the winner of a */
+        tune_rec(a, 64, 64, 4, FG_TUNE_WRONG, 0.5, "check failed"),       /* faster, but wrong: never wins */
+        tune_rec(a, 64, 64, 8, FG_TUNE_REFUSED, 0, "block_m 64 with 8 warps is not supported"),
+        tune_rec(a, 128, 128, 4, FG_TUNE_SPILLED, 0, "spills 64 bytes"),
+        tune_rec(b, 128, 64, 8, FG_TUNE_FAILED, 0, "cuLaunchKernel failed"),
+        tune_rec(b, 128, 32, 4, FG_TUNE_OK, 9.5, ""),
+    };
+    fg_error err;
+    fg_error_clear(&err);
+    for (size_t i = 0; i < sizeof recs / sizeof recs[0]; i++)
+        cr_assert_eq(tunedb_add(&db, &recs[i], &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(tunedb_save(path, &db, &err), FG_OK, "%s", err.msg);
+    tunedb_free(&db);
+}
+
+/* --show FILE needs no GPU, prints exactly the library's table of the file, and marks the fastest ok
+ * record of each class, never a faster record of another status. */
+Test(cli, tune_show_prints_the_database_table) {
+    char db[200];
+    snprintf(db, sizeof db, "%s/tune.lua", g_dir);
+    write_sample_db(db);
+
+    /* What the table must be: tunedb_format_table of the same file. */
+    fg_tunedb loaded;
+    fg_error err;
+    fg_error_clear(&err);
+    cr_assert_eq(tunedb_load(db, NULL, &loaded, &err), FG_OK, "%s", err.msg);
+    char *want = NULL;
+    size_t want_len = 0;
+    FILE *mem = open_memstream(&want, &want_len);
+    cr_assert_not_null(mem);
+    cr_assert_eq(tunedb_format_table(&loaded, mem, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(fclose(mem), 0);
+    tunedb_free(&loaded);
+
+    run_result r = RUN("tune", "--show", db);
+    EXPECT_STATUS(r, 0);
+    cr_expect_str_empty(r.err);
+    cr_expect_str_eq(r.out, want);
+    cr_expect_not_null(strstr(r.out, "NVIDIA H200"), "%s", r.out);
+    const char *statuses[] = {"ok", "wrong", "failed", "spilled", "refused"};
+    for (size_t i = 0; i < 5; i++) {
+        char word[16];
+        snprintf(word, sizeof word, " %s ", statuses[i]);
+        cr_expect_not_null(strstr(r.out, word), "the table lacks a '%s' record:\n%s", statuses[i], r.out);
+    }
+    /* One '*' per class with an ok record: on the 0.75 ms record and the 9.5 ms one. */
+    int stars = 0;
+    for (const char *line = r.out; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (strncmp(line, "  *", 3) != 0) continue;
+        stars++;
+        size_t n = strcspn(line, "\n");
+        char buf[512];
+        snprintf(buf, sizeof buf, "%.*s", (int)(n < sizeof buf ? n : sizeof buf - 1), line);
+        cr_expect(strstr(buf, " ok ") != NULL, "the winner must be ok: %s", buf);
+        cr_expect(strstr(buf, "0.7500") != NULL || strstr(buf, "9.5000") != NULL, "wrong winner: %s", buf);
+    }
+    cr_expect_eq(stars, 2, "expected two winners:\n%s", r.out);
+    run_free(&r);
+
+    /* The same through --db. */
+    r = RUN("tune", "--show", "--db", db);
+    EXPECT_STATUS(r, 0);
+    cr_expect_str_eq(r.out, want);
+    run_free(&r);
+    free(want);
+}
+
+Test(cli, tune_show_refuses_a_corrupt_or_missing_file) {
+    char db[200], cut[200];
+    snprintf(db, sizeof db, "%s/tune.lua", g_dir);
+    snprintf(cut, sizeof cut, "%s/cut.lua", g_dir);
+    write_sample_db(db);
+
+    /* A syntax error: the reason with file:line. */
+    char bad[200];
+    snprintf(bad, sizeof bad, "%s/bad.lua", g_dir);
+    write_text(bad, "tuning { format = 1, results = 1,\n  gpu = { name = \"NVIDIA H200\" \n");
+    run_result r = RUN("tune", "--show", bad);
+    EXPECT_STATUS(r, 1);
+    cr_expect_str_empty(r.out);
+    cr_expect_eq(strncmp(r.err, "flashgen tune: ", 15), 0, "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "bad.lua:"), "the reason names file:line: %s", r.err);
+    run_free(&r);
+
+    /* The saved file without its last line: fewer results than the header says. */
+    size_t len;
+    char *text = slurp(db, &len);
+    cr_assert_gt(len, 2u);
+    size_t keep = len - 1;
+    while (keep > 0 && text[keep - 1] != '\n') keep--;
+    text[keep] = '\0';
+    write_text(cut, text);
+    free(text);
+    r = RUN("tune", "--show", cut);
+    EXPECT_STATUS(r, 1);
+    cr_expect_str_empty(r.out);
+    cr_expect_not_null(strstr(r.err, "cut.lua"), "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "result"), "the reason is the result count: %s", r.err);
+    run_free(&r);
+
+    char missing[200];
+    snprintf(missing, sizeof missing, "%s/absent.lua", g_dir);
+    r = RUN("tune", "--show", missing);
+    EXPECT_STATUS(r, 1);
+    cr_expect_not_null(strstr(r.err, "no tuning database at "), "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "absent.lua"), "%s", r.err);
+    run_free(&r);
+}
+
+/* With a GPU: a tiny sweep records every candidate, the database loads and answers tunedb_best, a second
+ * run resumes (measures nothing again), and a corrupt database is moved aside, never overwritten. */
+Test(cli, tune_tiny_sweep_on_gpu, .timeout = 300) {
+    fg_error err;
+    fg_error_clear(&err);
+    const fg_cuda_api *cu = cuda_api_get(&err);
+    if (cu == NULL) cr_skip_test("no CUDA device: %s", err.msg);
+    int count = 0;
+    if (cu->cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) cr_skip_test("a CUDA driver but no device");
+    char space[200], db[200];
+    snprintf(space, sizeof space, "%s/tiny.lua", g_dir);
+    snprintf(db, sizeof db, "%s/tiny-db.lua", g_dir);
+    write_text(space, tiny_space);
+
+    run_result r = RUN("tune", space, "--db", db, "--iters", "3", "-j", "2");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.err, "[4/4]"), "progress reaches 4/4:\n%s", r.err);
+    cr_expect_not_null(strstr(r.out, "'*' marks"), "the table is printed:\n%s", r.out);
+    run_free(&r);
+    fg_tunedb loaded;
+    cr_assert_eq(tunedb_load(db, NULL, &loaded, &err), FG_OK, "%s", err.msg);
+    cr_expect_eq(loaded.count, 4, "every candidate is recorded, refused ones too");
+    int refused = 0, ok = 0;
+    for (int i = 0; i < loaded.count; i++) {
+        refused += loaded.records[i].status == FG_TUNE_REFUSED;
+        ok += loaded.records[i].status == FG_TUNE_OK;
+    }
+    cr_expect_eq(refused, 1, "block_m 64 with 8 warps is refused");
+    cr_expect_geq(ok, 1, "at least one candidate is correct and timed");
+    fg_tune_class q = {FG_KIND_FWD, FG_DTYPE_F16, 64, 0, 2, 100, 200, 8};
+    fg_spec best;
+    cr_expect_eq(tunedb_best(&loaded, &q, &best, NULL, NULL, 0), FG_OK, "the sweep's winner answers the lookup");
+    tunedb_free(&loaded);
+
+    /* Resume: everything is in the database already. */
+    r = RUN("tune", space, "--db", db, "--iters", "3");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.err, "4 already measured"), "%s", r.err);
+    run_free(&r);
+
+    /* A corrupt database is moved aside to FILE.bad-<time>, and a new one made. */
+    write_text(db, "tuning { format = \n");
+    r = RUN("tune", space, "--db", db, "--iters", "3");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.err, "moved it aside to "), "%s", r.err);
+    cr_expect(dir_has_prefix(g_dir, "tiny-db.lua.bad-"), "the corrupt file is kept aside");
+    run_free(&r);
+    cr_assert_eq(tunedb_load(db, NULL, &loaded, &err), FG_OK, "%s", err.msg);
+    cr_expect_eq(loaded.count, 4);
+    tunedb_free(&loaded);
 }
