@@ -1315,8 +1315,8 @@ typedef struct tune_run {
     double l2_bytes;                 /* the device's L2 cache, which timed inputs must not sit in */
     CUstream stream;                 /* every launch of the sweep goes here */
     double t0;                       /* when the sweep started (now_seconds) */
-    int todo, done;                  /* items to record in this run / recorded so far */
-    int work_todo, work_done;        /* of those, compiled ones: they take the time, so they drive the ETA */
+    int planned, done;                  /* items to record in this run / recorded so far */
+    int work_planned, work_done;        /* of those, compiled ones: they take the time, so they drive the ETA */
     int added[FG_TUNE_STATUS_COUNT]; /* records added in this run, by status */
     int dirty;                       /* records were added since the last save */
     int budget_hit;                  /* the sweep stopped because the budget ran out */
@@ -1402,12 +1402,12 @@ static void tune_progress(tune_run *R, const fg_tune_problem *pb, const fg_spec 
         snprintf(best, sizeof best, "-");
     }
     double elapsed = now_seconds() - R->t0;
-    if (R->work_done >= R->work_todo) snprintf(eta, sizeof eta, "0 s");
+    if (R->work_done >= R->work_planned) snprintf(eta, sizeof eta, "0 s");
     else if (R->work_done == 0) snprintf(eta, sizeof eta, "?");
-    else snprintf(eta, sizeof eta, "%.0f s", elapsed / R->work_done * (R->work_todo - R->work_done));
+    else snprintf(eta, sizeof eta, "%.0f s", elapsed / R->work_done * (R->work_planned - R->work_done));
     int width = 1;
-    for (int n = R->todo; n >= 10; n /= 10) width++;
-    snprintf(line, sizeof line, "[%*d/%d] %s: %s %s | best %s | eta %s", width, R->done, R->todo, what, tiles, outcome,
+    for (int n = R->planned; n >= 10; n /= 10) width++;
+    snprintf(line, sizeof line, "[%*d/%d] %s: %s %s | best %s | eta %s", width, R->done, R->planned, what, tiles, outcome,
              best, eta);
     if (R->tty) {
         /* A line longer than the terminal wraps, and '\r' would then rewrite only its last row. */
@@ -1944,7 +1944,7 @@ static int tune_finish(tune_run *R, int outcome) {
     }
     if (R->budget_hit)
         tune_print(R, TUNE_INFO, "budget of %.0f s reached: %d of %d candidates left; run the same command to resume",
-                   R->opt->budget, R->todo - n, R->todo);
+                   R->opt->budget, R->planned - n, R->planned);
     tune_print(R, TUNE_INFO, "%d candidate%s recorded in %.0f s (%d ok, %d wrong, %d failed, %d spilled, %d refused); "
                "database %s", n, s, now_seconds() - R->t0, R->added[FG_TUNE_OK], R->added[FG_TUNE_WRONG],
                R->added[FG_TUNE_FAILED], R->added[FG_TUNE_SPILLED], R->added[FG_TUNE_REFUSED], R->db_path);
@@ -2043,8 +2043,8 @@ static int tune_sweep(const char *space_path, const tune_opts *o) {
     R.db_path = path;
     R.items = items;
     R.opt = o;
-    R.todo = nitems - skipped;
-    R.work_todo = timed;
+    R.planned = nitems - skipped;
+    R.work_planned = timed;
     R.tty = isatty(STDERR_FILENO);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int jobs = o->jobs > 0 ? o->jobs : (cpus > 0 ? (int)cpus : 1);
@@ -2059,7 +2059,7 @@ static int tune_sweep(const char *space_path, const tune_opts *o) {
                  pool.nqueue == 1 ? "" : "s", jobs, jobs == 1 ? "" : "s");
     tune_print(&R, TUNE_INFO, "%s: %d problem%s, %d candidates: %d already measured, %d refused, %d to time%s",
                space_path, space.count, space.count == 1 ? "" : "s", nitems, skipped, refused, timed, compiling);
-    if (R.todo == 0) {
+    if (R.planned == 0) {
         tune_print(&R, TUNE_INFO, "every candidate of %s is in the database already", space_path);
         status = tune_print_table(&R) == 0 ? EXIT_OK : EXIT_FAIL;
         goto done;
