@@ -94,17 +94,7 @@ static void sp_read(lua_State *L, const char *fn, const char *field, sp_type typ
         lua_pop(L, 1);
         return;
     }
-    lua_Integer n = (lua_Integer)lua_rawlen(L, val), keys = 0;
-    lua_pushnil(L);
-    while (lua_next(L, val)) {
-        lua_pop(L, 1);
-        keys++;
-    }
-    if (keys == 0)
-        lua_sandbox_raise(L, fn, "field '%s' is an empty list: give at least one value", field);
-    if (keys != n)
-        lua_sandbox_raise(L, fn, "field '%s' must be a value or a list of values, got a table that is not a list "
-                                "(keys other than 1..n)", field);
+    lua_Integer n = (lua_Integer)lua_sandbox_list_length(L, val, fn, field, "a value or a list of values");
     if (n > SP_LIST_MAX)
         lua_sandbox_raise(L, fn, "field '%s' lists %lld values; at most %d are allowed", field, (long long)n,
                          SP_LIST_MAX);

@@ -155,18 +155,7 @@ static void cfg_read_field(lua_State *L, int tab, const char *fn, const char *fi
     }
     if (!list_ok)
         lua_sandbox_raise(L, fn, "field '%s' must be %s, got %s", field, expected, lua_sandbox_describe(L, val, got, sizeof got));
-    lua_Integer n = (lua_Integer)lua_rawlen(L, val);
-    lua_Integer keys = 0;
-    lua_pushnil(L);
-    while (lua_next(L, val)) {
-        lua_pop(L, 1);
-        keys++;
-    }
-    if (keys == 0)
-        lua_sandbox_raise(L, fn, "field '%s' is an empty list: give at least one value", field);
-    if (keys != n)
-        lua_sandbox_raise(L, fn, "field '%s' must be %s, got a table that is not a list (keys other than 1..n)", field,
-                  expected);
+    lua_Integer n = (lua_Integer)lua_sandbox_list_length(L, val, fn, field, expected);
     if (range && n != 2)
         lua_sandbox_raise(L, fn, "field '%s' must be %s, got a list of %lld", field, expected, (long long)n);
     if (n > max)

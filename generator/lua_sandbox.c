@@ -666,3 +666,18 @@ void lua_sandbox_check_table(lua_State *L, int idx, const char *fn, const char *
         }
     }
 }
+
+long long lua_sandbox_list_length(lua_State *L, int idx, const char *fn, const char *field, const char *expected) {
+    idx = lua_absindex(L, idx);
+    lua_Integer n = (lua_Integer)lua_rawlen(L, idx), keys = 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        keys++;
+    }
+    if (keys == 0) lua_sandbox_raise(L, fn, "field '%s' is an empty list: give at least one value", field);
+    if (keys != n)
+        lua_sandbox_raise(L, fn, "field '%s' must be %s, got a table that is not a list (keys other than 1..n)", field,
+                          expected);
+    return (long long)n;
+}

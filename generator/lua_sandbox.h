@@ -62,4 +62,10 @@ void lua_sandbox_bind(struct lua_State *L, const char *name, int (*f)(struct lua
 void lua_sandbox_check_table(struct lua_State *L, int idx, const char *fn, const char *what,
                             const char *const *fields);
 
+/* The length of the list at idx, a table whose keys are exactly 1..n: raises "field 'F' is an empty
+ * list" for {} and "field 'F' must be EXPECTED, got a table that is not a list (keys other than 1..n)"
+ * otherwise. */
+long long lua_sandbox_list_length(struct lua_State *L, int idx, const char *fn, const char *field,
+                                  const char *expected);
+
 #endif
