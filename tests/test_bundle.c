@@ -16,35 +16,17 @@
 #include "bundle.h"
 #include "cache.h"
 #include "sha256.h"
+#include "test_util.h"
 
 static char g_root[64]; /* this test's scratch directory */
 
 static void scratch_init(void) {
-    strcpy(g_root, "/tmp/fg-test-bundle-XXXXXX");
-    cr_assert_not_null(mkdtemp(g_root), "mkdtemp failed: %s", strerror(errno));
+    test_scratch_make(g_root, sizeof g_root, "fg-test-bundle");
 }
 
-static void scratch_fini(void) {
-    char cmd[128];
-    if (!g_root[0] || strncmp(g_root, "/tmp/fg-test-bundle-", 20) != 0)
-        return;
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
-    if (system(cmd) != 0)
-        cr_log_warn("could not remove %s", g_root);
-}
+static void scratch_fini(void) { test_scratch_remove(g_root, "fg-test-bundle"); }
 
 TestSuite(bundle, .init = scratch_init, .fini = scratch_fini);
-
-/* A deterministic pseudo-random byte stream (xorshift64*), so failures reproduce. */
-static void fill_random(uint8_t *p, size_t n, uint64_t seed) {
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i < n; i++) {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        p[i] = (uint8_t)((x * 0x2545F4914F6CDD1Dull) >> 56);
-    }
-}
 
 /* Builds a bundle of `n` entries with spec-like names, added in a scrambled order, payload sizes from 0
  * up to a few kilobytes. */

@@ -50,6 +50,13 @@ static void scratch_fini(void) {
 
 TestSuite(cli, .init = scratch_init, .fini = scratch_fini, .timeout = 60);
 
+/* Criterion does not run .fini for a skipped test: remove the scratch directory, then skip. */
+#define SKIP(...)                                                                                   \
+    do {                                                                                            \
+        scratch_fini();                                                                             \
+        cr_skip_test(__VA_ARGS__);                                                                  \
+    } while (0)
+
 /* What one run of the program did. */
 typedef struct run_result {
     int status;   /* exit status, or 128 + signal when killed */
@@ -578,7 +585,7 @@ Test(cli, bundle_emit_c_compiles_and_holds_the_bundle) {
 
 Test(cli, run_without_a_gpu_says_so) {
     fg_error err;
-    if (cuda_api_get(&err) != NULL) cr_skip_test("a CUDA driver is present: see run_small_problem_on_gpu");
+    if (cuda_api_get(&err) != NULL) SKIP("a CUDA driver is present: see run_small_problem_on_gpu");
     run_result r = RUN("run", "--seqlen-q", "64", "--iters", "2");
     EXPECT_STATUS(r, 1);
     cr_expect_not_null(strstr(r.err, "flashgen run: no CUDA device: "), "%s", r.err);
@@ -591,10 +598,10 @@ Test(cli, run_without_a_gpu_says_so) {
 
 Test(cli, run_small_problem_on_gpu, .timeout = 120) {
     fg_error err;
-    if (cuda_api_get(&err) == NULL) cr_skip_test("no CUDA device: %s", err.msg);
+    if (cuda_api_get(&err) == NULL) SKIP("no CUDA device: %s", err.msg);
     int count = 0;
     if (cuda_api_get(&err)->cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0)
-        cr_skip_test("a CUDA driver but no device");
+        SKIP("a CUDA driver but no device");
     run_result r = RUN("run", "--dtype", "fp16", "--batch", "1", "--seqlen-q", "113", "--seqlen-k", "203", "--heads",
                        "4", "--heads-kv", "2", "--head-dim", "64", "--causal", "--iters", "3");
     EXPECT_STATUS(r, 0);
@@ -795,7 +802,7 @@ static int dir_has_prefix(const char *dir, const char *prefix) {
 
 Test(cli, tune_without_a_gpu_says_so) {
     fg_error err;
-    if (cuda_api_get(&err) != NULL) cr_skip_test("a CUDA driver is present: see tune_tiny_sweep_on_gpu");
+    if (cuda_api_get(&err) != NULL) SKIP("a CUDA driver is present: see tune_tiny_sweep_on_gpu");
     char space[200];
     snprintf(space, sizeof space, "%s/tiny.lua", g_dir);
     write_text(space, tiny_space);
@@ -951,9 +958,9 @@ Test(cli, tune_tiny_sweep_on_gpu, .timeout = 300) {
     fg_error err;
     fg_error_clear(&err);
     const fg_cuda_api *cu = cuda_api_get(&err);
-    if (cu == NULL) cr_skip_test("no CUDA device: %s", err.msg);
+    if (cu == NULL) SKIP("no CUDA device: %s", err.msg);
     int count = 0;
-    if (cu->cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) cr_skip_test("a CUDA driver but no device");
+    if (cu->cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) SKIP("a CUDA driver but no device");
     char space[200], db[200];
     snprintf(space, sizeof space, "%s/tiny.lua", g_dir);
     snprintf(db, sizeof db, "%s/tiny-db.lua", g_dir);
