@@ -150,10 +150,15 @@ int tunedb_has(const fg_tunedb *db, const fg_tune_class *cls, const fg_spec *spe
 fg_status tunedb_best(const fg_tunedb *db, const fg_tune_class *query, fg_spec *spec, fg_tune_record *rec,
                       char *why, size_t nwhy);
 
-/* Prints db as a table for `flashgen tune --show`: the identity, then per class a heading and its
- * candidates (ok ones fastest first, then the others), the winner marked with '*'. FG_ERR_IO when writing
- * to out fails, FG_ERR_NO_MEMORY. */
+/* Prints db as a table for `flashgen tune --show`: the identity, then per class a heading (with the
+ * winner's speed against the built-in tile policy's default when both were timed) and its candidates
+ * (ok ones fastest first, then the others), the winner marked '*', the default 'd'. FG_ERR_IO when
+ * writing to out fails, FG_ERR_NO_MEMORY. */
 fg_status tunedb_format_table(const fg_tunedb *db, FILE *out, fg_error *err);
+
+/* The same records as CSV (`flashgen tune --show --csv`, read by bench/tune_plot.py): a header line,
+ * then one line per record in the table's order; dispatch and default are 0/1, the note is quoted. */
+fg_status tunedb_format_csv(const fg_tunedb *db, FILE *out, fg_error *err);
 
 /* "ok", "wrong", "failed", "spilled", "refused"; "unknown" for other values. */
 const char *tunedb_status_name(fg_tune_status status);

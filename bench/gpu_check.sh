@@ -37,7 +37,7 @@ san_rc=0
 : >"$out/sanitizer.log"
 if command -v compute-sanitizer >/dev/null 2>&1; then
   for tool in memcheck racecheck initcheck synccheck; do
-    compute-sanitizer --tool $tool --error-exitcode 9 build/flashgen run --batch 1 --seqlen-q 300 --seqlen-k 257 \
+    FLASHGEN_LINEINFO=1 compute-sanitizer --tool $tool --error-exitcode 9 build/flashgen run --batch 1 --seqlen-q 300 --seqlen-k 257 \
       --heads 4 --heads-kv 2 --head-dim 72 --causal --iters 1 >>"$out/sanitizer.log" 2>&1 || san_rc=1
     echo "compute-sanitizer $tool: $(tail -1 "$out/sanitizer.log")"
   done

@@ -17,20 +17,21 @@
 local tokens, width = 16384, 2048
 
 for _, head_dim in ipairs({64, 128, 256}) do
-    for _, seqlen in ipairs({2048, 8192}) do
+    for _, seqlen in ipairs({512, 2048, 8192}) do
         space {
-            -- Results apply to the dtype they were measured with: add "fp16" to tune fp16 calls too
-            -- (it doubles the sweep; the two kernels differ only in conversions).
-            dtype = "bf16",
+            -- Results apply to the dtype they were measured with, so both 16-bit types are tuned (the
+            -- two kernels differ only in conversions; their winners usually agree).
+            dtype = {"bf16", "fp16"},
             head_dim = head_dim,
             causal = {false, true},
             gqa = 1,
             seqlen_q = seqlen,       -- seqlen_k follows: self-attention, as in prefill and training
             batch_heads = (tokens // seqlen) * (width // head_dim),
-            -- 2 x 3 x 2 x 2 = 24 candidates around the tile policy's defaults. block_m 64 with 8 warps
-            -- and the tiles whose accumulators or shared memory do not fit are refused by validation.
-            block_m = {64, 128},
-            block_n = {32, 64, 128},
+            -- 3 x 6 x 2 x 2 = 72 candidates around the tile policy's defaults. Validation refuses about
+            -- a third (block_m 64 with 8 warps, 256 with 4, accumulators that cannot fit, and shared
+            -- memory past the GPU's), and the resource check drops those that spill.
+            block_m = {64, 128, 256},
+            block_n = {32, 48, 64, 80, 96, 128},
             warps = {4, 8},
             stages = {2, 3},
         }

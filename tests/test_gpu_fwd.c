@@ -31,6 +31,7 @@
 #include "reference.h"
 #include "bundle.h"
 #include "compile.h"
+#include "runtime.h"
 #include <dirent.h>
 
 #define GUARD 1024 /* elements of known pattern after each output */
@@ -308,6 +309,7 @@ typedef struct fwd_case {
     float scale;   /* softmax scale, 0 for the default */
     int strided;   /* Q/K/V/O/LSE as padded slices of larger buffers */
     int no_lse;    /* 1: do not request the LSE */
+    int tiles[4];  /* block_m, block_n, warps, stages of an explicit variant; all 0: dispatch chooses */
 } fwd_case;
 
 typedef struct fwd_run {
@@ -324,9 +326,11 @@ static const char *dt_name(fg_dtype dt) {
 
 /* Writes the case's one-line description into buf (n bytes). */
 static void case_name(const fwd_case *c, char *buf, size_t n) {
-    snprintf(buf, n, "%s b=%d sq=%d sk=%d hq=%d hkv=%d d=%d causal=%d scale=%g%s%s", dt_name(c->dt), c->b, c->sq,
-             c->sk, c->hq, c->hkv, c->d, c->causal, (double)c->scale, c->strided ? " strided" : "",
-             c->no_lse ? " no-lse" : "");
+    int len = snprintf(buf, n, "%s b=%d sq=%d sk=%d hq=%d hkv=%d d=%d causal=%d scale=%g%s%s", dt_name(c->dt), c->b,
+                       c->sq, c->sk, c->hq, c->hkv, c->d, c->causal, (double)c->scale, c->strided ? " strided" : "",
+                       c->no_lse ? " no-lse" : "");
+    if (c->tiles[0] && len > 0 && (size_t)len < n)
+        snprintf(buf + len, n - (size_t)len, " tiles %dx%d w%d s%d", c->tiles[0], c->tiles[1], c->tiles[2], c->tiles[3]);
 }
 
 /* Allocates and uploads a case's tensors and fills in the arguments. */
@@ -373,11 +377,30 @@ static void run_launch(gpu_env *env, fwd_run *r) {
     if (!r->c.no_lse)
         dbuf_poison(env, &r->lse);
     CK(env->cu->cuCtxSynchronize()); /* the poison went through the legacy stream */
-    fg_status st = fg_attention_fwd(env->ctx, &r->args, (void *)env->stream);
-    char name[160];
+    char name[200];
     case_name(&r->c, name, sizeof name);
-    cr_assert_eq(st, FG_OK, "%s: fg_attention_fwd returned %s: %s", name, fg_status_string(st),
-                 fg_last_error(env->ctx));
+    if (r->c.tiles[0]) { /* an explicit variant, through the runtime's entry for the tuner */
+        fg_spec s;
+        fg_error e;
+        fg_error_clear(&e);
+        char text[FG_SPEC_NAME_MAX];
+        int cc = 0;
+        CK(env->cu->cuDeviceGetAttribute(&cc, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, env->dev));
+        int minor = 0;
+        CK(env->cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, env->dev));
+        snprintf(text, sizeof text, "kind=fwd arch=sm_%d%d%s dtype=%s head_dim=%d causal=%d block_m=%d block_n=%d "
+                 "warps=%d stages=%d", cc, minor, cc * 10 + minor == 90 ? "a" : "", spec_dtype_name(r->c.dt), r->c.d,
+                 r->c.causal, r->c.tiles[0], r->c.tiles[1], r->c.tiles[2], r->c.tiles[3]);
+        cr_assert_eq(spec_parse(text, &s, &e), FG_OK, "%s: %s", text, e.msg);
+        fg_status st = rt_fwd_with_spec(env->ctx, &s, &r->args, (void *)env->stream, &e);
+        if (st == FG_ERR_UNSUPPORTED) /* e.g. the shared memory of a smaller GPU */
+            cr_skip_test("%s: %s", name, e.msg);
+        cr_assert_eq(st, FG_OK, "%s: rt_fwd_with_spec returned %s: %s", name, fg_status_string(st), e.msg);
+    } else {
+        fg_status st = fg_attention_fwd(env->ctx, &r->args, (void *)env->stream);
+        cr_assert_eq(st, FG_OK, "%s: fg_attention_fwd returned %s: %s", name, fg_status_string(st),
+                     fg_last_error(env->ctx));
+    }
     CK(env->cu->cuStreamSynchronize(env->stream));
     dbuf_download(env, &r->o);
     if (!r->c.no_lse)
@@ -386,7 +409,7 @@ static void run_launch(gpu_env *env, fwd_run *r) {
 
 /* Judges the downloaded outputs: guard bands, padding, then every element against the reference. */
 static void run_verify(fwd_run *r) {
-    char name[160], line[768];
+    char name[200], line[768];
     case_name(&r->c, name, sizeof name);
     check_guard(&r->o, "O");
     check_outside_view(&r->o, "O");
@@ -430,8 +453,32 @@ static const int seqlens[][2] = {{1, 1},       {1, 239},     {239, 1},     {113,
 
 /* A contiguous case with the default scale and the LSE requested. */
 static fwd_case mk(fg_dtype dt, int b, int sq, int sk, int hq, int hkv, int d, int causal) {
-    fwd_case c = {dt, b, sq, sk, hq, hkv, d, causal, 0.0f, 0, 0};
+    fwd_case c = {dt, b, sq, sk, hq, hkv, d, causal, 0.0f, 0, 0, {0, 0, 0, 0}};
     return c;
+}
+
+/* Tiles the tile policy does not choose on every GPU, which the tuner may: block_n that are multiples
+ * of 16 but not powers of two, 64-row and 2-stage tiles, 4 stages. Each runs on query and key lengths
+ * that are multiples of none of its tile sizes, causal with sq < sk and sq > sk (fully masked rows). */
+static const struct { int d, tiles[4]; } tile_variants[] = {
+    {64, {64, 96, 4, 3}},  {64, {128, 112, 4, 2}}, {64, {64, 48, 4, 4}},  {96, {128, 80, 8, 2}},
+    {128, {128, 48, 4, 3}}, {128, {64, 96, 4, 2}}, {128, {128, 80, 8, 2}}, {192, {128, 112, 8, 2}},
+    {256, {128, 80, 8, 2}}, {256, {128, 48, 8, 3}},
+};
+ParameterizedTestParameters(fwd, tiles) {
+    static fwd_case cases[3 * NELEM(tile_variants)];
+    for (size_t i = 0; i < NELEM(tile_variants); i++) {
+        int d = tile_variants[i].d;
+        cases[3 * i] = mk(FG_DTYPE_BF16, 2, 211, 333, 2, 1, d, 0);
+        cases[3 * i + 1] = mk(FG_DTYPE_F16, 1, 211, 333, 2, 2, d, 1);
+        cases[3 * i + 2] = mk(FG_DTYPE_BF16, 1, 333, 211, 2, 2, d, 1);
+        for (int j = 0; j < 3; j++)
+            memcpy(cases[3 * i + j].tiles, tile_variants[i].tiles, sizeof cases[0].tiles);
+    }
+    return cr_make_param_array(fwd_case, cases, NELEM(cases));
+}
+ParameterizedTest(fwd_case *c, fwd, tiles, .timeout = 300) {
+    run_case(c);
 }
 
 /* Every head dim: fp16 non-causal with sq < sk (LSE off once, to cover that path), bf16 causal. */

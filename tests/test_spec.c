@@ -144,7 +144,7 @@ static void m_head_dim_big(fg_spec *s) { s->head_dim = 264; }
 static void m_tiles(fg_spec *s) { s->block_n = 0; }
 static void m_warps(fg_spec *s) { s->warps = 3; }
 static void m_block_m(fg_spec *s) { s->block_m = 96; s->warps = 4; }
-static void m_block_n(fg_spec *s) { s->block_n = 48; }
+static void m_block_n(fg_spec *s) { s->block_n = 40; }
 static void m_stages(fg_spec *s) { s->stages = 5; }
 static void m_registers(fg_spec *s) { s->block_m = 128; s->warps = 4; s->block_n = 64; }
 static void m_smem(fg_spec *s) { s->arch = 86; s->arch_accel = 0; s->head_dim = 256; s->block_n = 64; s->stages = 2; }
@@ -159,7 +159,7 @@ static const broken rules[] = {
     {"tiles_set", m_tiles, "block_n=0"},
     {"warps", m_warps, "warps 3"},
     {"block_m_mma", m_block_m, "block_m 96"},
-    {"block_n_mma", m_block_n, "block_n 48"},
+    {"block_n_mma", m_block_n, "block_n 40"},
     {"stages", m_stages, "stages 5"},
     {"registers", m_registers, "registers"},
     {"smem", m_smem, "shared memory"},
