@@ -1,0 +1,111 @@
+/* cli.h: what the files of the `flashgen` program share: cli.c (messages and option helpers, gen,
+ * compile, list, bundle, info, cache, main), cli_gpu.c (run, explain, and the GPU buffers, reference
+ * check and timing loop shared with tune) and cli_tune.c (tune). Not a library header. */
+#ifndef FG_CLI_H
+#define FG_CLI_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "cuda_api.h"
+#include "fgerr.h"
+#include "flashgen.h"
+#include "reference.h"
+
+/* ---- cli.c: exit statuses, messages and option helpers */
+
+/* The process's exit status: 0 success, 1 failure (stderr says why), 2 usage error. */
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+
+/* Prints "flashgen CMD: <sentence>" on stderr. */
+void say(const char *cmd, const char *fmt, ...) FG_PRINTF(2, 3);
+/* Prints a usage error (a sentence plus where to read more) and returns EXIT_USAGE. */
+int usage_error(const char *cmd, const char *fmt, ...) FG_PRINTF(2, 3);
+/* Turns getopt_long's '?' or ':' into a usage error naming the option as typed; returns EXIT_USAGE. */
+int bad_option(const char *cmd, char **argv, int c);
+/* Parses a whole number from min to max for option opt into *out: 0, or EXIT_USAGE (printed). */
+int parse_number(const char *cmd, const char *opt, const char *text, long long min, long long max, long long *out);
+/* Checks that the directory that will hold path exists and is writable: 0, or 1 after printing why. */
+int check_output_dir(const char *cmd, const char *path);
+/* Seconds on the monotonic clock. */
+double now_seconds(void);
+/* Starts up to n threads running fn(arg) (32 MiB stacks, SIGINT/SIGTERM/SIGHUP blocked); returns how many. */
+int start_threads(void *(*fn)(void *), void *arg, int n, pthread_t *threads, int *why_errno);
+
+/* ---- cli_gpu.c: the problem, the GPU buffers, the reference check and the timing loop (run, tune) */
+
+/* One attention problem, from the command line. */
+typedef struct problem {
+    fg_dtype dtype;          /* Q/K/V/O element type */
+    long long batch;         /* b */
+    long long seqlen_q;      /* sq */
+    long long seqlen_k;      /* sk; -1 until parsed: defaults to sq */
+    long long heads;         /* hq */
+    long long heads_kv;      /* hkv; -1 until parsed: defaults to hq */
+    long long head_dim;      /* d */
+    int causal;              /* bottom-right aligned causal mask */
+    long long iters;         /* timed launches (run) */
+    long long seed;          /* input seed (run) */
+    long long device;        /* CUDA ordinal */
+} problem;
+
+/* getopt_long codes of the problem options of run and explain; `tune` reuses OPT_DEVICE and OPT_ITERS. */
+enum { OPT_DTYPE = 256, OPT_BATCH, OPT_SQ, OPT_SK, OPT_HEADS, OPT_HKV, OPT_D, OPT_CAUSAL, OPT_ITERS, OPT_SEED, OPT_DEVICE };
+
+#define FWD_MAX_COPIES 8 /* most device copies of a problem's tensors a timing rotates over */
+
+/* The host inputs and device tensors of one forward problem. Zeroed, it holds nothing; fwd_buffers_free
+ * frees whatever a (possibly failed) fwd_buffers_init allocated. */
+typedef struct fwd_buffers {
+    size_t esz;                 /* bytes per Q/K/V/O element */
+    size_t nq, nkv, nlse;       /* elements of Q (and O), of K (and V), of the LSE */
+    uint16_t *hq, *hk, *hv;     /* host inputs, contiguous, filled with N(0,1) */
+    fg_fwd_args host;           /* views of the host inputs (o and lse have no data) */
+    int ncopies;                /* device copies that are complete */
+    CUdeviceptr q[FWD_MAX_COPIES], k[FWD_MAX_COPIES], v[FWD_MAX_COPIES]; /* inputs per copy (0: none) */
+    CUdeviceptr o[FWD_MAX_COPIES], lse[FWD_MAX_COPIES];                 /* outputs per copy (0: none) */
+    fg_fwd_args dev[FWD_MAX_COPIES]; /* the call's arguments on each complete copy */
+} fwd_buffers;
+
+/* Launches the i-th launch of a timing (i counts warm-up launches too); fills err on failure. */
+typedef fg_status (*launch_fn)(void *user, int i, fg_error *err);
+
+/* What time_launches measured, in milliseconds per launch. */
+typedef struct launch_times {
+    double median;  /* the median interval */
+    double min;     /* the fastest */
+    double max;     /* the slowest */
+} launch_times;
+
+/* Fills a with contiguous Q/K/V/O/LSE tensors of problem p at the given (device) addresses. */
+void problem_args(const problem *p, void *q, void *k, void *v, void *o, void *lse, fg_fwd_args *a);
+/* Creates a context on device logging at level (tuning_db as for fg_context_options); NULL after printing why. */
+fg_context *open_context(const char *cmd, int device, fg_log_level level, const char *tuning_db);
+/* Device bytes of one copy of p's tensors (Q, K, V, O and the LSE). */
+double fwd_copy_bytes(const problem *p);
+/* Frees every buffer of B (device memory in the current context) and zeroes it. */
+void fwd_buffers_free(const fg_cuda_api *cu, fwd_buffers *B);
+/* Fills the outputs of copy `copy` with NaN and waits for it (needs the context current). */
+fg_status fwd_poison(const fg_cuda_api *cu, const fwd_buffers *B, int copy, fg_error *err);
+/* Makes B hold problem p: N(0,1) host inputs from seed and up to `copies` uploaded, poisoned device copies. */
+fg_status fwd_buffers_init(const fg_cuda_api *cu, const problem *p, uint64_t seed, int copies, fwd_buffers *B,
+                           fg_error *err);
+/* Checks a slice (batches, heads, rows from row0) of copy `copy`'s output against the CPU reference into *rep. */
+fg_status fwd_check(const fg_cuda_api *cu, const fwd_buffers *B, const problem *p, int copy, int64_t nb, int64_t nh,
+                    int64_t row0, ref_report *rep, fg_error *err);
+/* Times `iters` launches after `warmup` ones with CUDA events on stream; the median, min and max into *t. */
+fg_status time_launches(const fg_cuda_api *cu, CUstream stream, int warmup, int iters, launch_fn launch, void *user,
+                        launch_times *t, fg_error *err);
+/* The FLOPs of one forward pass of p: 4*b*h*sq*sk*d, half when causal. */
+double fwd_flops(const problem *p);
+
+/* ---- the commands main dispatches to: each takes argv[0] = the command name and returns the exit status */
+
+/* `flashgen run` (cli_gpu.c). */
+int cmd_run(int argc, char **argv);
+/* `flashgen explain` (cli_gpu.c). */
+int cmd_explain(int argc, char **argv);
+/* `flashgen tune` (cli_tune.c). */
+int cmd_tune(int argc, char **argv);
+
+#endif

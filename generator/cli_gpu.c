@@ -1,0 +1,510 @@
+/* cli_gpu.c: `flashgen run` and `flashgen explain`, and the GPU buffers, the reference check and the
+ * timing loop that `run` and `tune` (cli_tune.c) share. Part of the `flashgen` program; cli.c has its
+ * conventions, main and the message helpers, cli.h what the files share. */
+#include <getopt.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+#include "cuda_api.h"
+#include "flashgen.h"
+#include "reference.h" /* the CPU reference `run` and `tune` check against; build.ninja links reference.o */
+#include "spec.h"
+
+/* ------------------------------------------------------------------ usage texts */
+
+static const char usage_run[] =
+    "usage: flashgen run [--dtype fp16|bf16] [--batch B] [--seqlen-q N] [--seqlen-k N] [--heads H]\n"
+    "                    [--heads-kv H] [--head-dim D] [--causal] [--iters N] [--seed S] [--device N]\n"
+    "\n"
+    "Runs one forward pass on a GPU through the public API and checks it: random N(0,1) inputs, the output\n"
+    "poisoned with NaN before the launch, every element compared with the CPU reference (pass when\n"
+    "max|out - ref32| <= 2 * max|ref_lowp - ref32| + 1e-5, nothing NaN/Inf, the LSE within tolerance).\n"
+    "Then it times --iters launches (after 3 warm-up launches) with CUDA events and prints the median time\n"
+    "and TFLOP/s (4*b*h*sq*sk*d FLOPs, half that when causal). The first launch may JIT-compile the\n"
+    "kernel (logged). Exits 1 if the check fails or there is no GPU.\n"
+    "\n"
+    "      --dtype T       fp16 or bf16 (default bf16)\n"
+    "      --batch B       batch size (default 2)\n"
+    "      --seqlen-q N    query length (default 1024)\n"
+    "      --seqlen-k N    key/value length (default: the query length)\n"
+    "      --heads H       query heads (default 8)\n"
+    "      --heads-kv H    key/value heads, dividing H (default: H; fewer is GQA/MQA)\n"
+    "      --head-dim D    head dimension (default 128)\n"
+    "      --causal        bottom-right aligned causal mask\n"
+    "      --iters N       timed launches (default 20)\n"
+    "      --seed S        random seed of the inputs (default 0)\n"
+    "      --device N      CUDA device ordinal (default 0)\n";
+
+static const char usage_explain[] =
+    "usage: flashgen explain [--dtype fp16|bf16] [--batch B] [--seqlen-q N] [--seqlen-k N] [--heads H]\n"
+    "                        [--heads-kv H] [--head-dim D] [--causal] [--device N]\n"
+    "\n"
+    "Says which kernel variant `run` (or fg_attention_fwd) would launch for the problem, where its code\n"
+    "would come from (memory, disk cache, bundle, or a JIT compile) and why those tiles. Needs a GPU,\n"
+    "because the choice depends on it; compiles and launches nothing. Options and defaults as for `run`.\n";
+
+/* ------------------------------------------------------------------ run and explain */
+
+/* The problem struct and the OPT_ option codes are in cli.h (tune uses them too). */
+
+/* The options `run` and `explain` share; `run` adds --iters and --seed. */
+#define PROBLEM_OPTIONS                                                                                        \
+    {"help", no_argument, NULL, 'h'}, {"dtype", required_argument, NULL, OPT_DTYPE},                          \
+        {"batch", required_argument, NULL, OPT_BATCH}, {"seqlen-q", required_argument, NULL, OPT_SQ},         \
+        {"seqlen-k", required_argument, NULL, OPT_SK}, {"heads", required_argument, NULL, OPT_HEADS},         \
+        {"heads-kv", required_argument, NULL, OPT_HKV}, {"head-dim", required_argument, NULL, OPT_D},         \
+        {"causal", no_argument, NULL, OPT_CAUSAL}, {"device", required_argument, NULL, OPT_DEVICE}
+
+/* Parses the problem options of `run` (timing != 0) or `explain` into *p. Returns -1 to go on, or the
+ * exit status to return now (0 after --help, EXIT_USAGE after a printed usage error). */
+static int parse_problem(const char *cmd, int argc, char **argv, int timing, problem *p) {
+    static const struct option run_opts[] = {PROBLEM_OPTIONS,
+                                             {"iters", required_argument, NULL, OPT_ITERS},
+                                             {"seed", required_argument, NULL, OPT_SEED},
+                                             {NULL, 0, NULL, 0}};
+    static const struct option explain_opts[] = {PROBLEM_OPTIONS, {NULL, 0, NULL, 0}};
+    *p = (problem){FG_DTYPE_BF16, 2, 1024, -1, 8, -1, 128, 0, 20, 0, 0};
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", timing ? run_opts : explain_opts, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case 'h': fputs(timing ? usage_run : usage_explain, stdout); return EXIT_OK;
+        case OPT_DTYPE:
+            if (strcmp(optarg, "fp16") == 0) p->dtype = FG_DTYPE_F16;
+            else if (strcmp(optarg, "bf16") == 0) p->dtype = FG_DTYPE_BF16;
+            else return usage_error(cmd, "--dtype must be fp16 or bf16, got '%s'", optarg);
+            break;
+        case OPT_BATCH: bad = parse_number(cmd, "--batch", optarg, 1, 65535, &p->batch); break;
+        case OPT_SQ: bad = parse_number(cmd, "--seqlen-q", optarg, 1, 1 << 24, &p->seqlen_q); break;
+        case OPT_SK: bad = parse_number(cmd, "--seqlen-k", optarg, 1, 1 << 24, &p->seqlen_k); break;
+        case OPT_HEADS: bad = parse_number(cmd, "--heads", optarg, 1, 65535, &p->heads); break;
+        case OPT_HKV: bad = parse_number(cmd, "--heads-kv", optarg, 1, 65535, &p->heads_kv); break;
+        case OPT_D: bad = parse_number(cmd, "--head-dim", optarg, 1, 1024, &p->head_dim); break;
+        case OPT_CAUSAL: p->causal = 1; break;
+        case OPT_ITERS: bad = parse_number(cmd, "--iters", optarg, 1, 1000000, &p->iters); break;
+        case OPT_SEED: bad = parse_number(cmd, "--seed", optarg, 0, LLONG_MAX, &p->seed); break;
+        case OPT_DEVICE: bad = parse_number(cmd, "--device", optarg, 0, 1023, &p->device); break;
+        default: return bad_option(cmd, argv, c);
+        }
+        if (bad) return EXIT_USAGE;
+    }
+    if (optind < argc) return usage_error(cmd, "unexpected argument '%s' (the problem is given by options)", argv[optind]);
+    if (p->seqlen_k < 0) p->seqlen_k = p->seqlen_q;
+    if (p->heads_kv < 0) p->heads_kv = p->heads;
+    if (p->heads % p->heads_kv != 0)
+        return usage_error(cmd, "--heads-kv %lld must divide --heads %lld (each K/V head serves a group of query heads)",
+                           p->heads_kv, p->heads);
+    /* Each option is bounded, but their product can still pass 2^63; the host must also hold every
+     * tensor and the CPU reference must finish, so refuse sizes no machine can check. */
+    double elems = (double)p->batch * (double)(p->seqlen_q > p->seqlen_k ? p->seqlen_q : p->seqlen_k) *
+                   (double)p->heads * (double)p->head_dim;
+    if (elems > 0x1p40)
+        return usage_error(cmd, "the problem has %.3g elements per tensor (batch x seqlen x heads x head_dim); "
+                           "the limit is 2^40", elems);
+    return -1;
+}
+
+/* A contiguous [d0, d1, d2, d3] tensor description (or [d0, d1, d2] when d3 is 0) at `data`. */
+static fg_tensor contiguous(void *data, fg_dtype dtype, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+    fg_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.dtype = dtype;
+    t.ndim = d3 ? 4 : 3;
+    int64_t shape[4] = {d0, d1, d2, d3};
+    int64_t stride = 1;
+    for (int i = t.ndim - 1; i >= 0; i--) {
+        t.shape[i] = shape[i];
+        t.stride[i] = stride;
+        stride *= shape[i];
+    }
+    return t;
+}
+
+/* Fills args with contiguous Q/K/V/O/LSE tensors of problem p at the given (device) addresses. */
+void problem_args(const problem *p, void *q, void *k, void *v, void *o, void *lse, fg_fwd_args *a) {
+    memset(a, 0, sizeof *a);
+    a->q = contiguous(q, p->dtype, p->batch, p->seqlen_q, p->heads, p->head_dim);
+    a->k = contiguous(k, p->dtype, p->batch, p->seqlen_k, p->heads_kv, p->head_dim);
+    a->v = contiguous(v, p->dtype, p->batch, p->seqlen_k, p->heads_kv, p->head_dim);
+    a->o = contiguous(o, p->dtype, p->batch, p->seqlen_q, p->heads, p->head_dim);
+    a->lse = contiguous(lse, FG_DTYPE_F32, p->batch, p->heads, p->seqlen_q, 0);
+    a->causal = p->causal;
+}
+
+/* Creates a context on `device` logging at `level` (run and explain use FG_LOG_INFO, so a JIT compile
+ * is visible, never a silent pause). tuning_db is passed to fg_context_options (NULL: this GPU's
+ * default file; "": none). Returns the context, or NULL after printing "no CUDA device: ..." or the
+ * failure. */
+fg_context *open_context(const char *cmd, int device, fg_log_level level, const char *tuning_db) {
+    fg_error err;
+    fg_error_clear(&err);
+    if (!cuda_api_get(&err)) {
+        say(cmd, "no CUDA device: %s", err.msg);
+        return NULL;
+    }
+    fg_context_options opt;
+    fg_context_options_init(&opt);
+    opt.device = device;
+    opt.log_level = level;
+    opt.tuning_db = tuning_db;
+    fg_context *ctx = NULL;
+    fg_status st = fg_context_create(&ctx, &opt);
+    if (st != FG_OK) {
+        if (st == FG_ERR_NO_DEVICE) say(cmd, "no CUDA device: %s", fg_last_error(NULL));
+        else say(cmd, "%s", fg_last_error(NULL));
+        return NULL;
+    }
+    return ctx;
+}
+
+/* `flashgen explain [problem options]`. */
+int cmd_explain(int argc, char **argv) {
+    problem p;
+    int rc = parse_problem("explain", argc, argv, 0, &p);
+    if (rc >= 0) return rc;
+    fg_context *ctx = open_context("explain", (int)p.device, FG_LOG_INFO, NULL);
+    if (!ctx) return EXIT_FAIL;
+    fg_fwd_args a;
+    problem_args(&p, NULL, NULL, NULL, NULL, NULL, &a);
+    char buf[4096];
+    int status = EXIT_OK;
+    if (fg_explain(ctx, &a, buf, sizeof buf) != FG_OK) {
+        say("explain", "%s", fg_last_error(ctx));
+        status = EXIT_FAIL;
+    } else {
+        puts(buf);
+    }
+    fg_context_destroy(ctx);
+    return status;
+}
+
+/* ---- GPU buffers, the reference check and the timing loop, shared by `run` and `tune` ---- */
+
+/* FWD_MAX_COPIES, fwd_buffers, launch_fn and launch_times are in cli.h. */
+
+/* Device bytes of one copy of p's tensors (Q, K, V, O and the LSE). */
+double fwd_copy_bytes(const problem *p) {
+    double esz = (double)spec_dtype_size(p->dtype);
+    double q = (double)p->batch * (double)p->seqlen_q * (double)p->heads * (double)p->head_dim;
+    double kv = (double)p->batch * (double)p->seqlen_k * (double)p->heads_kv * (double)p->head_dim;
+    return (2 * q + 2 * kv) * esz + (double)p->batch * (double)p->heads * (double)p->seqlen_q * 4.0;
+}
+
+/* Frees every buffer of B (device memory in the current context) and zeroes it. */
+void fwd_buffers_free(const fg_cuda_api *cu, fwd_buffers *B) {
+    for (int c = 0; c < FWD_MAX_COPIES; c++) {
+        CUdeviceptr *slots[5] = {&B->q[c], &B->k[c], &B->v[c], &B->o[c], &B->lse[c]};
+        for (int i = 0; i < 5; i++)
+            if (*slots[i]) cu->cuMemFree(*slots[i]);
+    }
+    free(B->hq);
+    free(B->hk);
+    free(B->hv);
+    memset(B, 0, sizeof *B);
+}
+
+/* Fills poisoned outputs: all-ones bytes are NaN in fp16, bf16 and fp32, so any element the kernel
+ * fails to write shows up. Waits for the memsets (they run on the legacy stream, which a non-blocking
+ * stream does not wait for). Needs the context current. */
+fg_status fwd_poison(const fg_cuda_api *cu, const fwd_buffers *B, int copy, fg_error *err) {
+    FG_CU(err, cu->cuMemsetD8(B->o[copy], 0xFF, B->nq * B->esz));
+    FG_CU(err, cu->cuMemsetD8(B->lse[copy], 0xFF, B->nlse * sizeof(float)));
+    FG_CU(err, cu->cuCtxSynchronize());
+    return FG_OK;
+}
+
+/* Makes B (zeroed here first) hold problem p: host inputs filled from `seed` (Q, K and V from seed*3,
+ * seed*3+1, seed*3+2) and up to `copies` device copies of every tensor (at least one), each uploaded,
+ * its outputs poisoned. A copy after the first that does not fit in device memory is not made (check
+ * B->ncopies); any other failure is an error. Needs the device's context current; on failure the
+ * caller still calls fwd_buffers_free. */
+fg_status fwd_buffers_init(const fg_cuda_api *cu, const problem *p, uint64_t seed, int copies, fwd_buffers *B,
+                           fg_error *err) {
+    memset(B, 0, sizeof *B);
+    B->esz = (size_t)spec_dtype_size(p->dtype);
+    B->nq = (size_t)(p->batch * p->seqlen_q * p->heads * p->head_dim);
+    B->nkv = (size_t)(p->batch * p->seqlen_k * p->heads_kv * p->head_dim);
+    B->nlse = (size_t)(p->batch * p->heads * p->seqlen_q);
+    B->hq = malloc(B->nq * B->esz);
+    B->hk = malloc(B->nkv * B->esz);
+    B->hv = malloc(B->nkv * B->esz);
+    if (!B->hq || !B->hk || !B->hv)
+        return fg_fail(err, FG_ERR_NO_MEMORY, "out of host memory for a problem of %zu + 2 x %zu elements", B->nq, B->nkv);
+    problem_args(p, B->hq, B->hk, B->hv, NULL, NULL, &B->host);
+    fg_status st;
+    if ((st = ref_fill_normal(&B->host.q, seed * 3 + 0, err)) != FG_OK ||
+        (st = ref_fill_normal(&B->host.k, seed * 3 + 1, err)) != FG_OK ||
+        (st = ref_fill_normal(&B->host.v, seed * 3 + 2, err)) != FG_OK)
+        return st;
+    if (copies < 1) copies = 1;
+    if (copies > FWD_MAX_COPIES) copies = FWD_MAX_COPIES;
+    size_t sizes[5] = {B->nq * B->esz, B->nkv * B->esz, B->nkv * B->esz, B->nq * B->esz, B->nlse * sizeof(float)};
+    for (int c = 0; c < copies; c++) {
+        CUdeviceptr *slots[5] = {&B->q[c], &B->k[c], &B->v[c], &B->o[c], &B->lse[c]};
+        CUresult rc = CUDA_SUCCESS;
+        for (int i = 0; i < 5 && rc == CUDA_SUCCESS; i++) {
+            rc = cu->cuMemAlloc(slots[i], sizes[i]);
+            if (rc != CUDA_SUCCESS) *slots[i] = 0; /* never free what was not allocated */
+        }
+        if (rc == CUDA_ERROR_OUT_OF_MEMORY && c > 0) {
+            /* Extra copies only keep the inputs out of L2; fewer of them still time correctly. */
+            for (int i = 0; i < 5; i++)
+                if (*slots[i]) {
+                    cu->cuMemFree(*slots[i]);
+                    *slots[i] = 0;
+                }
+            break;
+        }
+        if (rc != CUDA_SUCCESS)
+            return cuda_api_fail(err, rc, "cuMemAlloc (Q, K, V, O and LSE of one copy of the problem)", __FILE__, __LINE__);
+        FG_CU(err, cu->cuMemcpyHtoD(B->q[c], B->hq, sizes[0]));
+        FG_CU(err, cu->cuMemcpyHtoD(B->k[c], B->hk, sizes[1]));
+        FG_CU(err, cu->cuMemcpyHtoD(B->v[c], B->hv, sizes[2]));
+        if ((st = fwd_poison(cu, B, c, err)) != FG_OK) return st;
+        problem_args(p, (void *)(uintptr_t)B->q[c], (void *)(uintptr_t)B->k[c], (void *)(uintptr_t)B->v[c],
+                     (void *)(uintptr_t)B->o[c], (void *)(uintptr_t)B->lse[c], &B->dev[c]);
+        B->ncopies = c + 1;
+    }
+    return FG_OK;
+}
+
+/* Judges the output of copy `copy` of B (problem p) against the CPU reference, on a slice: batches
+ * [0, nb), query heads [0, nh) and query rows [row0, seqlen_q). The last rows are the ones to keep:
+ * with the bottom-right aligned causal mask they see the same keys in the slice as in the whole
+ * problem, and they hold the partial last tile. nh must keep every head with its own K/V head under
+ * the slice's GQA grouping (all heads, whole groups, or part of the first group). Copies O and LSE back (the
+ * kernel must have finished: synchronize its stream first) and fills *rep. FG_ERR_CUDA naming the
+ * copy that failed, FG_ERR_NO_MEMORY, FG_ERR_INTERNAL for a slice that breaks those rules. */
+fg_status fwd_check(const fg_cuda_api *cu, const fwd_buffers *B, const problem *p, int copy, int64_t nb,
+                    int64_t nh, int64_t row0, ref_report *rep, fg_error *err) {
+    int64_t sq = p->seqlen_q, hq = p->heads, d = p->head_dim, group = p->heads / p->heads_kv;
+    int64_t rows = sq - row0, nkv = (nh + group - 1) / group;
+    int keeps_groups = nh >= 1 && nh <= hq && nh % nkv == 0;
+    for (int64_t h = 0; keeps_groups && h < nh; h++) keeps_groups = h / (nh / nkv) == h / group;
+    if (nb < 1 || nb > p->batch || row0 < 0 || rows < 1 || !keeps_groups)
+        return fg_fail(err, FG_ERR_INTERNAL, "check slice (batches %lld, heads %lld, rows from %lld) does not fit the "
+                       "problem (a flashgen bug)", (long long)nb, (long long)nh, (long long)row0);
+    size_t esz = B->esz, orow = (size_t)(hq * d) * esz; /* bytes of one query row of O, every head */
+    uint8_t *ho = malloc((size_t)(nb * rows) * orow);
+    float *hl = malloc((size_t)(nb * nh * sq) * sizeof(float));
+    fg_status st = FG_OK;
+    if (!ho || !hl) {
+        st = fg_fail(err, FG_ERR_NO_MEMORY, "out of host memory for the output slice to check");
+        goto done;
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        /* Rows row0.. of batch b are contiguous in O ([b, sq, hq, d]); heads 0..nh-1 of batch b are
+         * contiguous in the LSE ([b, hq, sq]). */
+        CUresult rc = cu->cuMemcpyDtoH(ho + (size_t)(b * rows) * orow, B->o[copy] + (size_t)(b * sq + row0) * orow,
+                                       (size_t)rows * orow);
+        if (rc == CUDA_SUCCESS)
+            rc = cu->cuMemcpyDtoH(hl + b * nh * sq, B->lse[copy] + (size_t)(b * hq * sq) * sizeof(float),
+                                  (size_t)(nh * sq) * sizeof(float));
+        if (rc != CUDA_SUCCESS) {
+            st = cuda_api_fail(err, rc, "cuMemcpyDtoH (the output to check)", __FILE__, __LINE__);
+            goto done;
+        }
+    }
+    fg_tensor q = B->host.q, k = B->host.k, v = B->host.v;
+    q.data = (uint8_t *)q.data + (size_t)(row0 * q.stride[1]) * esz;
+    q.shape[0] = nb, q.shape[1] = rows, q.shape[2] = nh;
+    k.shape[0] = v.shape[0] = nb;
+    k.shape[2] = v.shape[2] = nkv;
+    fg_tensor out = q;
+    out.data = ho;
+    out.stride[0] = rows * hq * d;
+    fg_tensor lse;
+    memset(&lse, 0, sizeof lse);
+    lse.data = hl + row0;
+    lse.dtype = FG_DTYPE_F32;
+    lse.ndim = 3;
+    lse.shape[0] = nb, lse.shape[1] = nh, lse.shape[2] = rows;
+    lse.stride[0] = nh * sq, lse.stride[1] = sq, lse.stride[2] = 1;
+    ref_problem rp = {q, k, v, 0.f, p->causal};
+    st = ref_check_fwd(&rp, &out, &lse, rep, err);
+done:
+    free(ho);
+    free(hl);
+    return st;
+}
+
+/* Compares floats for qsort. */
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Calls launch `warmup` times, then `iters` times (iters >= 1) with a CUDA event recorded on `stream`
+ * before the first and after each one: each interval is one kernel, and the median of them is robust to
+ * the odd slow launch (clock ramp, another process). Waits for the last event. Creates and destroys its
+ * events. Returns launch's failure, FG_ERR_CUDA naming the event call, or FG_ERR_NO_MEMORY; the stream
+ * may still hold work after a failure. */
+fg_status time_launches(const fg_cuda_api *cu, CUstream stream, int warmup, int iters, launch_fn launch,
+                        void *user, launch_times *t, fg_error *err) {
+    t->median = t->min = t->max = 0;
+    CUevent *ev = calloc((size_t)iters + 1, sizeof *ev);
+    float *ms = malloc((size_t)iters * sizeof *ms);
+    int nev = 0;
+    fg_status st = FG_OK;
+    CUresult rc = CUDA_SUCCESS;
+    const char *call = "";
+    if (!ev || !ms) {
+        st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory for %d timing events", iters);
+        goto done;
+    }
+    for (; nev <= iters; nev++)
+        if ((rc = cu->cuEventCreate(&ev[nev], CU_EVENT_DEFAULT)) != CUDA_SUCCESS) {
+            call = "cuEventCreate";
+            goto cuda_failed;
+        }
+    for (int i = 0; i < warmup; i++)
+        if ((st = launch(user, i, err)) != FG_OK) goto done;
+    if ((rc = cu->cuEventRecord(ev[0], stream)) != CUDA_SUCCESS) {
+        call = "cuEventRecord";
+        goto cuda_failed;
+    }
+    for (int i = 0; i < iters; i++) {
+        if ((st = launch(user, warmup + i, err)) != FG_OK) goto done;
+        if ((rc = cu->cuEventRecord(ev[i + 1], stream)) != CUDA_SUCCESS) {
+            call = "cuEventRecord";
+            goto cuda_failed;
+        }
+    }
+    if ((rc = cu->cuEventSynchronize(ev[iters])) != CUDA_SUCCESS) {
+        call = "cuEventSynchronize (waiting for the timed launches)";
+        goto cuda_failed;
+    }
+    for (int i = 0; i < iters; i++)
+        if ((rc = cu->cuEventElapsedTime(&ms[i], ev[i], ev[i + 1])) != CUDA_SUCCESS) {
+            call = "cuEventElapsedTime";
+            goto cuda_failed;
+        }
+    qsort(ms, (size_t)iters, sizeof *ms, cmp_float);
+    t->median = iters % 2 ? ms[iters / 2] : 0.5 * ((double)ms[iters / 2 - 1] + (double)ms[iters / 2]);
+    t->min = ms[0];
+    t->max = ms[iters - 1];
+    goto done;
+cuda_failed:
+    st = cuda_api_fail(err, rc, call, __FILE__, __LINE__);
+done:
+    for (int i = 0; i < nev; i++) cu->cuEventDestroy(ev[i]);
+    free(ev);
+    free(ms);
+    return st;
+}
+
+/* The FLOPs of one forward pass by FlashAttention's convention: 4*b*h*sq*sk*d, half when causal. */
+double fwd_flops(const problem *p) {
+    return 4.0 * (double)p->batch * (double)p->heads * (double)p->seqlen_q * (double)p->seqlen_k *
+           (double)p->head_dim * (p->causal ? 0.5 : 1.0);
+}
+
+/* What `run` launches: the public entry point on one set of arguments. */
+typedef struct run_launch {
+    fg_context *ctx;          /* the context */
+    const fg_fwd_args *args;  /* device arguments */
+    CUstream stream;          /* where */
+} run_launch;
+
+/* launch_fn of `run`: fg_attention_fwd, its failure sentence into err. */
+static fg_status run_launch_one(void *user, int i, fg_error *err) {
+    run_launch *r = user;
+    (void)i;
+    if (fg_attention_fwd(r->ctx, r->args, r->stream) != FG_OK)
+        return fg_fail(err, FG_ERR_INTERNAL, "fg_attention_fwd failed: %s", fg_last_error(r->ctx));
+    return FG_OK;
+}
+
+/* Records a failed driver call in err and jumps to the cleanup (run_gpu's only exit). */
+#define RUN_CU(call)                                                                    \
+    do {                                                                                \
+        CUresult rc_ = (call);                                                          \
+        if (rc_ != CUDA_SUCCESS) {                                                      \
+            cuda_api_fail(&err, rc_, #call, __FILE__, __LINE__);                        \
+            goto fail;                                                                  \
+        }                                                                               \
+    } while (0)
+
+/* The body of `run` once the context exists: allocate, fill, launch, check, time. The CLI's own
+ * allocations happen in the device's primary context (the one fg_context_create retained), pushed
+ * here and popped at the end. Returns the exit status. */
+static int run_gpu(fg_context *ctx, const fg_cuda_api *cu, const problem *p) {
+    fg_error err;
+    fg_error_clear(&err);
+    fwd_buffers B;
+    memset(&B, 0, sizeof B);
+    int status = EXIT_FAIL, pushed = 0, retained = 0;
+    CUdevice dev;
+    CUcontext pctx = NULL, popped;
+    CUstream stream = NULL;
+
+    RUN_CU(cu->cuDeviceGet(&dev, (int)p->device));
+    RUN_CU(cu->cuDevicePrimaryCtxRetain(&pctx, dev));
+    retained = 1;
+    RUN_CU(cu->cuCtxPushCurrent(pctx));
+    pushed = 1;
+    if (fwd_buffers_init(cu, p, (uint64_t)p->seed, 1, &B, &err) != FG_OK) goto fail;
+    RUN_CU(cu->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+
+    char explain[4096];
+    if (fg_explain(ctx, &B.dev[0], explain, sizeof explain) == FG_OK) printf("%s\n", explain);
+    if (fg_attention_fwd(ctx, &B.dev[0], stream) != FG_OK) {
+        fg_fail(&err, FG_ERR_INTERNAL, "fg_attention_fwd failed: %s", fg_last_error(ctx));
+        goto fail;
+    }
+    RUN_CU(cu->cuStreamSynchronize(stream));
+
+    ref_report rep;
+    double c0 = now_seconds();
+    if (fwd_check(cu, &B, p, 0, p->batch, p->heads, 0, &rep, &err) != FG_OK) goto fail;
+    char line[1024];
+    ref_report_format(&rep, line, sizeof line);
+    printf("check: %s (CPU reference %.1f s): %s\n", rep.pass ? "PASS" : "FAIL", now_seconds() - c0, line);
+    printf("max error %.3g, bound %.3g\n", rep.max_err, rep.bound);
+    if (!rep.pass) {
+        fg_fail(&err, FG_ERR_INTERNAL, "the output does not match the CPU reference (see the check line above)");
+        goto fail;
+    }
+
+    int iters = (int)p->iters;
+    run_launch rl = {ctx, &B.dev[0], stream};
+    launch_times t;
+    if (time_launches(cu, stream, 3, iters, run_launch_one, &rl, &t, &err) != FG_OK) goto fail;
+    printf("time: median %.4f ms over %d launches (min %.4f, max %.4f), %.1f TFLOP/s\n", t.median, iters, t.min,
+           t.max, t.median > 0 ? fwd_flops(p) / (t.median * 1e-3) / 1e12 : 0.0);
+    status = EXIT_OK;
+    goto cleanup;
+fail:
+    say("run", "%s", err.msg);
+cleanup:
+    if (pushed) cu->cuCtxSynchronize(); /* nothing may still use the buffers freed below */
+    if (stream) cu->cuStreamDestroy(stream);
+    fwd_buffers_free(cu, &B);
+    if (pushed) cu->cuCtxPopCurrent(&popped);
+    if (retained) cu->cuDevicePrimaryCtxRelease(dev);
+    return status;
+}
+
+/* `flashgen run [problem options] [--iters N] [--seed S]`. */
+int cmd_run(int argc, char **argv) {
+    problem p;
+    int rc = parse_problem("run", argc, argv, 1, &p);
+    if (rc >= 0) return rc;
+    fg_context *ctx = open_context("run", (int)p.device, FG_LOG_INFO, NULL);
+    if (!ctx) return EXIT_FAIL;
+    fg_error err;
+    fg_error_clear(&err);
+    const fg_cuda_api *cu = cuda_api_get(&err); /* loaded already: open_context succeeded */
+    printf("problem: %s, batch %lld, seqlen_q %lld, seqlen_k %lld, heads %lld, heads_kv %lld, head_dim %lld%s\n",
+           spec_dtype_name(p.dtype), p.batch, p.seqlen_q, p.seqlen_k, p.heads, p.heads_kv, p.head_dim,
+           p.causal ? ", causal" : "");
+    fflush(stdout);
+    int status = cu ? run_gpu(ctx, cu, &p) : EXIT_FAIL;
+    if (!cu) say("run", "no CUDA device: %s", err.msg);
+    fg_context_destroy(ctx);
+    return status;
+}
