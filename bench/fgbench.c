@@ -1450,6 +1450,7 @@ static const char usage_jit[] =
     "usage: fgbench jit [--head-dim 128] [--dtype bf16|fp16] [--causal 0|1] [--device 0]\n"
     "\n"
     "(a) cold compile: fg_prepare on a fresh context with an empty cache directory, 3 times (median), and\n"
+    "    (CUDA_CACHE_DISABLE=1 is set, so NVRTC cannot answer from the CUDA compute cache either)\n"
     "    compile_spec alone for comparison; (b) disk-cache load: fg_prepare on a fresh context over the\n"
     "    populated directory, 20 times (median), split into emit, key, read + verify, module load;\n"
     "(c) host time per fg_attention_fwd call with the kernel loaded, b=1 s=128 h=1, 10000 calls, and a raw\n"
@@ -1566,6 +1567,11 @@ int main(int argc, char **argv) {
         prog = "fgbench jit";
         if ((rc = parse_jit(argc - 1, argv + 1, &jo)) >= 0) return rc;
         device = jo.device;
+        /* Where a driver is installed, NVRTC serves a repeated compile of the same source and options from
+         * the CUDA compute cache (~/.nv/ComputeCache): measured on the H200 host, 25 ms and no ptxas report
+         * instead of a real compile. A cold compile is what a new variant, or the first call on a new
+         * machine, costs; so the cache is off for this process (before the driver or NVRTC starts). */
+        setenv("CUDA_CACHE_DISABLE", "1", 1);
     } else {
         fprintf(stderr, "fgbench: unknown mode '%s'\n%s", argv[1], usage_main);
         return EXIT_USAGE;

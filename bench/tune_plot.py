@@ -126,7 +126,8 @@ def main():
             ax.set_xlabel("block_n", fontsize=7)
             ax.set_ylabel("block_m", fontsize=7)
             mask = "causal" if k[3] else "non-causal"
-            ax.set_title(f"d{k[2]} {mask} gqa {k[4]}, sq {k[5]} sk {k[6]} bh {k[7]}", fontsize=8)
+            gqa = f" gqa {k[4]}" if k[4] != 1 else ""
+            ax.set_title(f"d{k[2]} {mask}{gqa}\nsq {k[5]} sk {k[6]} bh {k[7]}", fontsize=7)
             win = min(ok, key=lambda r: float(r["ms"])) if ok else None
             dflt = [r for r in recs if r["default"] == "1" and r["status"] == "ok"]
             if win:

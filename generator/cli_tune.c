@@ -2,6 +2,7 @@
  * timed candidates, resume, budget, interrupt-safe saves) and `tune --show`. Part of the `flashgen`
  * program; the GPU buffers, check and timing loop come from cli_gpu.c, the rest from cli.c (cli.h). */
 #include <errno.h>
+#include <glob.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -14,6 +15,8 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include "args.h"
@@ -118,6 +121,8 @@ typedef struct tune_opts {
     int jobs;        /* compile threads; 0: the online CPUs */
     int iters;       /* timed launches per candidate */
     const char *db;  /* the database file, or NULL for this GPU's default */
+    int shard;       /* with nshards > 0: this process is worker `shard` of a --device list, and times the */
+    int nshards;     /*   problems whose index i has i % nshards == shard (the others are left out) */
 } tune_opts;
 
 /* A sweep in progress. */
@@ -139,6 +144,7 @@ typedef struct tune_run {
     int dirty;                       /* records were added since the last save */
     int budget_hit;                  /* the sweep stopped because the budget ran out */
     int tty;                         /* stderr is a terminal: one updating progress line */
+    char tag[24];                    /* "[gpu N] " in a worker of a multi-GPU sweep, else "" */
     int line_open;                   /* that line is on screen without its newline */
     double best_ms;                  /* the current problem's fastest ok time; 0 until there is one */
     fg_spec best;                    /* its variant */
@@ -173,6 +179,7 @@ static void tune_print(tune_run *R, const char *prefix, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fputs(prefix, stderr);
+    if (R) fputs(R->tag, stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -225,8 +232,8 @@ static void tune_progress(tune_run *R, const fg_tune_problem *pb, const fg_spec 
     else snprintf(eta, sizeof eta, "%.0f s", elapsed / R->work_done * (R->work_planned - R->work_done));
     int width = 1;
     for (int n = R->planned; n >= 10; n /= 10) width++;
-    snprintf(line, sizeof line, "[%*d/%d] %s: %s %s | best %s | eta %s", width, R->done, R->planned, what, tiles, outcome,
-             best, eta);
+    snprintf(line, sizeof line, "%s[%*d/%d] %s: %s %s | best %s | eta %s", R->tag, width, R->done, R->planned, what, tiles,
+             outcome, best, eta);
     if (R->tty) {
         /* A line longer than the terminal wraps, and '\r' would then rewrite only its last row. */
         struct winsize ws;
@@ -405,7 +412,8 @@ static void tune_compile(const fg_spec *spec, const fg_disk_cache *disk, fg_tune
                  r.spill_loads, r.registers);
     } else {
         *status = FG_TUNE_OK;
-        tune_note(note, n, "%d registers", r.registers);
+        if (r.registers < 0) tune_note(note, n, "no ptxas report: spills unknown");
+        else tune_note(note, n, "%d registers", r.registers);
         if (disk) {
             uint8_t key[32];
             char name[FG_SPEC_NAME_MAX];
@@ -708,11 +716,11 @@ static int tune_share_compiles(const fg_tune_space *sp, tune_item *items, int n)
 
 /* Decides what the sweep does with each of the n (problem, candidate) pairs of sp, in order, into items:
  * skip what db records already, refuse what validation or the device's shared memory refuses (the note
- * says why), time the rest, each compiled once per spec. Counts into *skipped and *refused. Returns 0,
- * or -1 when memory runs out. */
-static int tune_plan(const fg_tune_space *sp, const fg_tunedb *db, const fg_context *ctx, tune_item *items, int n,
-                     int *skipped, int *refused) {
-    *skipped = *refused = 0;
+ * says why), time the rest, each compiled once per spec; in a worker (o->nshards > 1), skip the other
+ * workers' problems. Counts into *skipped, *others and *refused. Returns 0, or -1 when memory runs out. */
+static int tune_plan(const fg_tune_space *sp, const fg_tunedb *db, const fg_context *ctx, const tune_opts *o,
+                     tune_item *items, int n, int *skipped, int *others, int *refused) {
+    *skipped = *others = *refused = 0;
     for (int i = 0, k = 0; i < sp->count && k < n; i++) {
         const fg_tune_problem *pb = &sp->problems[i];
         for (int j = 0; j < pb->ncands && k < n; j++, k++) {
@@ -720,7 +728,10 @@ static int tune_plan(const fg_tune_space *sp, const fg_tunedb *db, const fg_cont
             tune_item *it = &items[k];
             it->problem = i;
             it->cand = j;
-            if (tunedb_has(db, &pb->cls, &c->spec)) {
+            if (o->nshards > 1 && i % o->nshards != o->shard) {
+                it->action = TUNE_SKIP; /* another worker's problem */
+                ++*others;
+            } else if (tunedb_has(db, &pb->cls, &c->spec)) {
                 it->action = TUNE_SKIP;
                 ++*skipped;
             } else if (c->status != FG_OK) {
@@ -766,6 +777,7 @@ static int tune_finish(tune_run *R, int outcome) {
     tune_print(R, TUNE_INFO, "%d candidate%s recorded in %.0f s (%d ok, %d wrong, %d failed, %d spilled, %d refused); "
                "database %s", n, s, now_seconds() - R->t0, R->added[FG_TUNE_OK], R->added[FG_TUNE_WRONG],
                R->added[FG_TUNE_FAILED], R->added[FG_TUNE_SPILLED], R->added[FG_TUNE_REFUSED], R->db_path);
+    if (R->opt->nshards > 0) return EXIT_OK; /* a worker: the parent merges and prints the table */
     return tune_print_table(R) == 0 ? EXIT_OK : EXIT_FAIL;
 }
 
@@ -795,6 +807,11 @@ static int tune_sweep(const char *space_path, const tune_opts *o) {
         return EXIT_FAIL;
     }
     if (tune_check_shapes(space_path, &space) != 0) goto done;
+    /* Where a driver is installed, NVRTC answers a compile it has seen before from the CUDA compute cache
+     * without running ptxas, so the log has no resource report and a spilling candidate would pass for a
+     * clean one (seen on the H200 host: 87 of 1080 compiles). The sweep needs every report: the cache is
+     * off for this process, before the driver or NVRTC starts. */
+    setenv("CUDA_CACHE_DISABLE", "1", 1);
     ctx = open_context("tune", o->device, FG_LOG_WARN, ""); /* "": the sweep must not trust the file it rewrites */
     if (!ctx) goto done;
     cu = ctx->cu;
@@ -841,8 +858,8 @@ static int tune_sweep(const char *space_path, const tune_opts *o) {
         say("tune", "out of memory planning %d candidates", nitems);
         goto done;
     }
-    int skipped = 0, refused = 0, timed = 0;
-    if (tune_plan(&space, &db, ctx, items, nitems, &skipped, &refused) != 0) {
+    int skipped = 0, others = 0, refused = 0, timed = 0;
+    if (tune_plan(&space, &db, ctx, o, items, nitems, &skipped, &others, &refused) != 0) {
         say("tune", "out of memory planning %d candidates", nitems);
         goto done;
     }
@@ -861,9 +878,10 @@ static int tune_sweep(const char *space_path, const tune_opts *o) {
     R.db_path = path;
     R.items = items;
     R.opt = o;
-    R.planned = nitems - skipped;
+    R.planned = nitems - skipped - others;
     R.work_planned = timed;
-    R.tty = isatty(STDERR_FILENO);
+    R.tty = o->nshards == 0 && isatty(STDERR_FILENO); /* workers share the terminal: a line each */
+    if (o->nshards > 0) snprintf(R.tag, sizeof R.tag, "[gpu %d] ", o->device);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int jobs = o->jobs > 0 ? o->jobs : (cpus > 0 ? (int)cpus : 1);
     if (jobs > pool.nqueue) jobs = pool.nqueue;
@@ -875,11 +893,15 @@ static int tune_sweep(const char *space_path, const tune_opts *o) {
     if (pool.nqueue > 0)
         snprintf(compiling, sizeof compiling, " (%d variant%s to compile on %d thread%s)", pool.nqueue,
                  pool.nqueue == 1 ? "" : "s", jobs, jobs == 1 ? "" : "s");
-    tune_print(&R, TUNE_INFO, "%s: %d problem%s, %d candidates: %d already measured, %d refused, %d to time%s",
-               space_path, space.count, space.count == 1 ? "" : "s", nitems, skipped, refused, timed, compiling);
+    char share[96] = "";
+    if (o->nshards > 1)
+        snprintf(share, sizeof share, " (this worker: problems %d, %d + %d, ...)", o->shard + 1, o->shard + 1, o->nshards);
+    tune_print(&R, TUNE_INFO, "%s: %d problem%s%s, %d candidates: %d already measured, %d for other workers, %d refused, "
+               "%d to time%s", space_path, space.count, space.count == 1 ? "" : "s", share, nitems, skipped, others,
+               refused, timed, compiling);
     if (R.planned == 0) {
         tune_print(&R, TUNE_INFO, "every candidate of %s is in the database already", space_path);
-        status = tune_print_table(&R) == 0 ? EXIT_OK : EXIT_FAIL;
+        status = o->nshards > 0 || tune_print_table(&R) == 0 ? EXIT_OK : EXIT_FAIL; /* workers: the parent prints */
         goto done;
     }
 
@@ -978,9 +1000,363 @@ done:
     return status;
 }
 
+/* ---- several GPUs: one worker process per device ---- */
+
+#define TUNE_MAX_DEVICES 64
+
+/* One worker of a multi-GPU sweep: `flashgen tune SPACE --device D --db PART --shard K/N`. */
+typedef struct tune_child {
+    int device;           /* CUDA ordinal */
+    int group;            /* its database group (GPU model) */
+    char part[PATH_MAX];  /* its own database file: the group's records at start, its results added */
+    pid_t pid;            /* 0 until started */
+    int status;           /* its exit status once it ended; -1 if it could not start or was killed */
+} tune_child;
+
+/* The devices of one GPU model: they share a database, and the space's problems are dealt among them. */
+typedef struct tune_group {
+    fg_tune_identity id;  /* the model, driver, NVRTC and flashgen version */
+    char path[PATH_MAX];  /* the database */
+    int ndev;             /* its devices */
+} tune_group;
+
+/* Whether two identities are the same GPU model and software stack (so one database serves both). */
+static int tune_same_identity(const fg_tune_identity *a, const fg_tune_identity *b) {
+    return strcmp(a->device, b->device) == 0 && a->arch == b->arch && a->sm_count == b->sm_count &&
+           a->driver_version == b->driver_version && strcmp(a->nvrtc, b->nvrtc) == 0 &&
+           strcmp(a->flashgen, b->flashgen) == 0;
+}
+
+/* Folds every worker file "<path>.gpu*.part" (this run's, or one left by a run that was killed) into the
+ * database at path: records of the parts replace the same (class, variant) in the database, which is
+ * then saved atomically, and only then are the parts removed. A part for another identity or a corrupt
+ * one is moved aside with a message, never merged. Returns 0, or -1 after printing why (nothing removed). */
+static int tune_merge_parts(const char *path, const fg_tune_identity *id, int *merged_records) {
+    char pattern[PATH_MAX + 16];
+    *merged_records = 0;
+    if (snprintf(pattern, sizeof pattern, "%s.gpu*.part", path) >= (int)sizeof pattern) {
+        say("tune", "the database path %s is too long for its worker files", path);
+        return -1;
+    }
+    glob_t g;
+    memset(&g, 0, sizeof g);
+    int grc = glob(pattern, 0, NULL, &g);
+    if (grc == GLOB_NOMATCH) return 0;
+    if (grc != 0) {
+        say("tune", "cannot list the worker files %s", pattern);
+        return -1;
+    }
+    fg_tunedb db;
+    memset(&db, 0, sizeof db);
+    int rc = tune_open_db(path, id, &db) == 0 ? 0 : -1;
+    for (size_t i = 0; i < g.gl_pathc && rc == 0; i++) {
+        fg_tunedb part;
+        memset(&part, 0, sizeof part);
+        fg_error err;
+        fg_error_clear(&err);
+        if (tunedb_load(g.gl_pathv[i], id, &part, &err) != FG_OK) {
+            char moved[PATH_MAX + 64];
+            say("tune", "not merging %s: %s", g.gl_pathv[i], err.msg);
+            if (tune_move_aside(g.gl_pathv[i], moved, sizeof moved) == 0) say("tune", "moved it to %s", moved);
+            tunedb_free(&part);
+            continue;
+        }
+        for (int r = 0; r < part.count && rc == 0; r++) {
+            if (tunedb_add(&db, &part.records[r], &err) != FG_OK) {
+                say("tune", "merging %s: %s", g.gl_pathv[i], err.msg);
+                rc = -1;
+            }
+        }
+        *merged_records += part.count;
+        tunedb_free(&part);
+    }
+    if (rc == 0) {
+        fg_error err;
+        fg_error_clear(&err);
+        if (tunedb_save(path, &db, &err) != FG_OK) {
+            say("tune", "%s", err.msg);
+            rc = -1;
+        }
+    }
+    for (size_t i = 0; i < g.gl_pathc && rc == 0; i++)
+        if (unlink(g.gl_pathv[i]) != 0 && errno != ENOENT)
+            say("tune", "merged, but cannot remove %s: %s", g.gl_pathv[i], strerror(errno));
+    tunedb_free(&db);
+    globfree(&g);
+    return rc;
+}
+
+/* Starts `flashgen tune SPACE --device D --db PART --shard K/N ...` as child c (this same program, via
+ * /proc/self/exe). Returns 0, or -1 after printing why. */
+static int tune_spawn(tune_child *c, const char *space_path, const tune_opts *o, int shard, int nshards, int jobs) {
+    char dev[16], shard_text[32], budget[32], jobs_text[16], iters[16];
+    snprintf(dev, sizeof dev, "%d", c->device);
+    snprintf(shard_text, sizeof shard_text, "%d/%d", shard, nshards);
+    snprintf(jobs_text, sizeof jobs_text, "%d", jobs);
+    snprintf(iters, sizeof iters, "%d", o->iters);
+    char *argv[16];
+    int n = 0;
+    argv[n++] = "flashgen";
+    argv[n++] = "tune";
+    argv[n++] = (char *)space_path;
+    argv[n++] = "--device";
+    argv[n++] = dev;
+    argv[n++] = "--db";
+    argv[n++] = c->part;
+    argv[n++] = "--shard";
+    argv[n++] = shard_text;
+    argv[n++] = "-j";
+    argv[n++] = jobs_text;
+    argv[n++] = "--iters";
+    argv[n++] = iters;
+    if (o->budget > 0) {
+        snprintf(budget, sizeof budget, "%.0f", o->budget);
+        argv[n++] = "--budget";
+        argv[n++] = budget;
+    }
+    argv[n] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        say("tune", "cannot start the worker for device %d: %s", c->device, strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        execv("/proc/self/exe", argv);
+        fprintf(stderr, "flashgen tune: cannot run the worker for device %d (/proc/self/exe): %s\n", c->device,
+                strerror(errno));
+        _exit(127);
+    }
+    c->pid = pid;
+    return 0;
+}
+
+/* Parses --device's value: "all" (*all = 1), or ordinals separated by commas, each 0..1023 and listed
+ * once. Returns 0, or EXIT_USAGE after printing why. */
+static int tune_parse_devices(const char *text, int *devs, int *ndev, int *all) {
+    *ndev = 0;
+    *all = strcmp(text, "all") == 0;
+    if (*all) return 0;
+    const char *p = text;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > 1023 || (*end != ',' && *end != '\0'))
+            return usage_error("tune", "--device '%s': expected an ordinal (0-1023), a list such as 0,2,3, or all", text);
+        for (int i = 0; i < *ndev; i++)
+            if (devs[i] == (int)v) return usage_error("tune", "--device '%s': device %ld is listed twice", text, v);
+        if (*ndev == TUNE_MAX_DEVICES) return usage_error("tune", "--device '%s': at most %d devices", text, TUNE_MAX_DEVICES);
+        devs[(*ndev)++] = (int)v;
+        if (*end == '\0') return 0;
+        p = end + 1;
+    }
+}
+
+/* The signal that asked a multi-GPU sweep to stop (forwarded to its workers), or 0. */
+static volatile sig_atomic_t tune_parent_signal;
+static void tune_on_parent_signal(int sig) { tune_parent_signal = sig; }
+
+/* `flashgen tune SPACE --device all|LIST`: one worker process per GPU. Devices of one model (same name,
+ * compute capability, SM count, driver and NVRTC) share one database and the space's problems are dealt
+ * among them round-robin; each model gets its own database and sweeps the whole space. Each worker
+ * starts from a copy of its model's database (so what is measured is skipped) and writes its own part
+ * file; the parent merges the parts into the database when the workers end, however they end, and
+ * prints the table. Returns the exit status: 0 when every worker succeeded. */
+static int tune_parallel(const char *space_path, const tune_opts *o, const int *list, int nlist, int all) {
+    fg_error err;
+    fg_error_clear(&err);
+    fg_tune_space space;
+    memset(&space, 0, sizeof space);
+    if (space_load(space_path, 90, 1, &space, &err) != FG_OK) {
+        say("tune", "%s", err.msg);
+        return EXIT_FAIL;
+    }
+    int status = EXIT_FAIL, ndev = 0, ngroups = 0, nchildren = 0, handlers = 0;
+    int devs[TUNE_MAX_DEVICES];
+    tune_group *groups = calloc(TUNE_MAX_DEVICES, sizeof *groups);
+    tune_child *kids = calloc(TUNE_MAX_DEVICES, sizeof *kids);
+    struct sigaction old_int, old_term;
+    if (!groups || !kids) {
+        say("tune", "out of memory");
+        goto done;
+    }
+    if (tune_check_shapes(space_path, &space) != 0) goto done;
+    const fg_cuda_api *cu = cuda_api_get(&err);
+    int count = 0;
+    if (!cu || cu->cuDeviceGetCount(&count) != CUDA_SUCCESS || count <= 0) {
+        say("tune", "no CUDA device to tune on%s%s", cu ? "" : ": ", cu ? "" : err.msg);
+        goto done;
+    }
+    if (all) {
+        for (int d = 0; d < count && d < TUNE_MAX_DEVICES; d++) devs[ndev++] = d;
+    } else {
+        for (int i = 0; i < nlist; i++) {
+            if (list[i] >= count) {
+                say("tune", "--device %d: this machine has %d CUDA device%s (0-%d)", list[i], count, count == 1 ? "" : "s",
+                    count - 1);
+                goto done;
+            }
+            devs[ndev++] = list[i];
+        }
+    }
+    fg_disk_cache cache;
+    fg_error cerr;
+    fg_error_clear(&cerr);
+    int have_cache = cache_open(&cache, NULL, &cerr) == FG_OK;
+    for (int i = 0; i < ndev; i++) {
+        fg_context *ctx = open_context("tune", devs[i], FG_LOG_WARN, "");
+        if (!ctx) goto done;
+        fg_tune_identity id;
+        fg_status st = tune_identity(ctx, &id, &err);
+        fg_context_destroy(ctx);
+        if (st != FG_OK) {
+            say("tune", "device %d: %s", devs[i], err.msg);
+            goto done;
+        }
+        int g = 0;
+        while (g < ngroups && !tune_same_identity(&groups[g].id, &id)) g++;
+        if (g == ngroups) {
+            groups[g].id = id;
+            if (o->db) {
+                if (ngroups == 1) {
+                    say("tune", "--db names one database, but devices %d and %d are different GPUs (%s, %s): leave "
+                        "--db out and each model gets its own", devs[0], devs[i], groups[0].id.device, id.device);
+                    goto done;
+                }
+                snprintf(groups[g].path, sizeof groups[g].path, "%s", o->db);
+            } else if (!have_cache) {
+                say("tune", "the tuning databases live in the disk cache directory, which is unusable (%s); give --db "
+                    "FILE", cerr.msg);
+                goto done;
+            } else if (tunedb_path(cache.dir, &id, groups[g].path, sizeof groups[g].path, &err) != FG_OK) {
+                say("tune", "%s", err.msg);
+                goto done;
+            }
+            ngroups++;
+        }
+        kids[i].device = devs[i];
+        kids[i].group = g;
+        kids[i].status = -1;
+        if (snprintf(kids[i].part, sizeof kids[i].part, "%s.gpu%d.part", groups[g].path, devs[i]) >= (int)sizeof kids[i].part) {
+            say("tune", "the database path %s is too long for its worker files", groups[g].path);
+            goto done;
+        }
+        groups[g].ndev++;
+    }
+    nchildren = ndev;
+
+    /* Each model's database, with the parts a killed run may have left folded in, seeds its workers. */
+    for (int g = 0; g < ngroups; g++) {
+        int merged = 0;
+        if (tune_merge_parts(groups[g].path, &groups[g].id, &merged) != 0) goto done;
+        if (merged) tune_print(NULL, TUNE_INFO, "merged %d records left by an earlier run into %s", merged, groups[g].path);
+        fg_tunedb db;
+        memset(&db, 0, sizeof db);
+        if (tune_open_db(groups[g].path, &groups[g].id, &db) != 0) goto done;
+        int ok = 1;
+        for (int i = 0; i < ndev && ok; i++)
+            if (kids[i].group == g && tunedb_save(kids[i].part, &db, &err) != FG_OK) {
+                say("tune", "%s", err.msg);
+                ok = 0;
+            }
+        tune_print(NULL, TUNE_INFO, "%s: %d device%s, database %s (%d records)", groups[g].id.device, groups[g].ndev,
+                   groups[g].ndev == 1 ? "" : "s", groups[g].path, db.count);
+        tunedb_free(&db);
+        if (!ok) goto done;
+    }
+
+    /* The workers: compile threads split evenly over them unless -j says otherwise. */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int jobs = o->jobs > 0 ? o->jobs : (int)((cpus > 0 ? cpus : 1) / ndev);
+    if (jobs < 1) jobs = 1;
+    tune_parent_signal = 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = tune_on_parent_signal;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGINT, &sa, &old_int) != 0 || sigaction(SIGTERM, &sa, &old_term) != 0) {
+        say("tune", "cannot install the interrupt handler (%s)", strerror(errno));
+        goto done;
+    }
+    handlers = 1;
+    int started = 0;
+    for (int g = 0; g < ngroups; g++)
+        for (int i = 0, k = 0; i < ndev; i++)
+            if (kids[i].group == g && tune_spawn(&kids[i], space_path, o, k++, groups[g].ndev, jobs) == 0) started++;
+    tune_print(NULL, TUNE_INFO, "%d worker%s started, %d compile thread%s each", started, started == 1 ? "" : "s", jobs,
+               jobs == 1 ? "" : "s");
+    int forwarded = 0;
+    for (int left = started; left > 0;) {
+        int ws;
+        pid_t pid = waitpid(-1, &ws, 0);
+        if (pid < 0) {
+            if (errno == EINTR) {
+                /* A terminal's Ctrl-C reached the workers too; a TERM sent to this process alone is passed on. */
+                if (tune_parent_signal && !forwarded) {
+                    for (int i = 0; i < ndev; i++)
+                        if (kids[i].pid > 0) kill(kids[i].pid, tune_parent_signal == SIGINT ? SIGINT : SIGTERM);
+                    forwarded = 1;
+                }
+                continue;
+            }
+            say("tune", "waiting for the workers: %s", strerror(errno));
+            break;
+        }
+        for (int i = 0; i < ndev; i++)
+            if (kids[i].pid == pid) {
+                kids[i].status = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+                kids[i].pid = -pid; /* ended */
+                if (kids[i].status != 0)
+                    say("tune", "the worker for device %d %s %d", kids[i].device,
+                        WIFEXITED(ws) ? "exited with status" : "was killed by signal",
+                        WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws));
+                left--;
+            }
+    }
+
+    /* Whatever happened, what the workers saved is merged. */
+    status = started == nchildren ? EXIT_OK : EXIT_FAIL;
+    for (int i = 0; i < ndev; i++)
+        if (kids[i].status != 0) status = EXIT_FAIL;
+    for (int g = 0; g < ngroups; g++) {
+        int merged = 0;
+        if (tune_merge_parts(groups[g].path, &groups[g].id, &merged) != 0) {
+            status = EXIT_FAIL;
+            continue;
+        }
+        tune_print(NULL, TUNE_INFO, "%s: merged the workers' %d records into %s", groups[g].id.device, merged,
+                   groups[g].path);
+        if (status != EXIT_OK) continue;
+        fg_tunedb db;
+        memset(&db, 0, sizeof db);
+        if (tune_open_db(groups[g].path, &groups[g].id, &db) != 0) {
+            status = EXIT_FAIL;
+            continue;
+        }
+        tune_run R;
+        memset(&R, 0, sizeof R);
+        R.space = &space;
+        R.db = &db;
+        if (tune_print_table(&R) != 0) status = EXIT_FAIL;
+        tunedb_free(&db);
+    }
+    if (tune_parent_signal) say("tune", "interrupted; what the workers measured is saved; resume with the same command");
+
+done:
+    if (handlers) {
+        sigaction(SIGINT, &old_int, NULL);
+        sigaction(SIGTERM, &old_term, NULL);
+    }
+    free(groups);
+    free(kids);
+    space_free(&space);
+    return status;
+}
+
 /* `flashgen tune --show [FILE]`: prints a database. With file NULL, this GPU's (device) default one,
  * which must be for this GPU; with a file, any database, no GPU needed. Returns the exit status. */
-static int tune_show(const char *file, int device) {
+static int tune_show(const char *file, int device, int csv) {
     fg_error err;
     fg_error_clear(&err);
     char path[PATH_MAX];
@@ -1015,7 +1391,7 @@ static int tune_show(const char *file, int device) {
         tunedb_free(&db);
         return EXIT_FAIL;
     }
-    st = tunedb_format_table(&db, stdout, &err);
+    st = csv ? tunedb_format_csv(&db, stdout, &err) : tunedb_format_table(&db, stdout, &err);
     tunedb_free(&db);
     if (st != FG_OK) {
         say("tune", "%s", err.msg);
@@ -1024,7 +1400,7 @@ static int tune_show(const char *file, int device) {
     return EXIT_OK;
 }
 
-enum { OPT_BUDGET = 512, OPT_DB, OPT_SHOW };
+enum { OPT_BUDGET = 512, OPT_DB, OPT_SHOW, OPT_CSV, OPT_SHARD };
 
 /* `flashgen tune SPACE [--device N] [--budget S] [--db FILE] [-j N] [--iters N]` and `tune --show [FILE]`. */
 int cmd_tune(int argc, char **argv) {
@@ -1035,35 +1411,50 @@ int cmd_tune(int argc, char **argv) {
                                          {"jobs", required_argument, NULL, 'j'},
                                          {"iters", required_argument, NULL, OPT_ITERS},
                                          {"show", no_argument, NULL, OPT_SHOW},
+                                         {"csv", no_argument, NULL, OPT_CSV},
+                                         {"shard", required_argument, NULL, OPT_SHARD},
                                          {NULL, 0, NULL, 0}};
     const char *db = NULL;
-    long long device = 0, budget = -1, jobs = -1, iters = -1;
-    int show = 0, c;
+    long long budget = -1, jobs = -1, iters = -1;
+    int show = 0, csv = 0, shard = -1, nshards = 0, ndev = 1, all = 0, c;
+    int devs[TUNE_MAX_DEVICES] = {0};
     while ((c = getopt_long(argc, argv, ":hj:", opts, NULL)) != -1) {
         int bad = 0;
         switch (c) {
         case 'h': fputs(usage_tune, stdout); return EXIT_OK;
-        case OPT_DEVICE: bad = parse_number("tune", "--device", optarg, 0, 1023, &device); break;
+        case OPT_DEVICE: bad = tune_parse_devices(optarg, devs, &ndev, &all); break;
         case OPT_BUDGET: bad = parse_number("tune", "--budget", optarg, 1, 100000000, &budget); break;
         case OPT_DB: db = optarg; break;
         case 'j': bad = parse_number("tune", "-j/--jobs", optarg, 1, 1024, &jobs); break;
         case OPT_ITERS: bad = parse_number("tune", "--iters", optarg, 1, 1000000, &iters); break;
         case OPT_SHOW: show = 1; break;
+        case OPT_CSV: csv = 1; break;
+        case OPT_SHARD: {
+            char tail;
+            if (sscanf(optarg, "%d/%d%c", &shard, &nshards, &tail) != 2 || nshards < 1 || shard < 0 || shard >= nshards)
+                return usage_error("tune", "--shard '%s': expected K/N with 0 <= K < N (set by --device lists)", optarg);
+            break;
+        }
         default: return bad_option("tune", argv, c);
         }
         if (bad) return EXIT_USAGE;
     }
     if (db && !db[0]) return usage_error("tune", "--db needs a file name");
+    if (csv && !show) return usage_error("tune", "--csv is a form of --show");
     if (show) {
-        if (budget >= 0 || jobs >= 0 || iters >= 0)
-            return usage_error("tune", "--show prints a database; --budget, -j and --iters belong to a sweep");
+        if (budget >= 0 || jobs >= 0 || iters >= 0 || nshards)
+            return usage_error("tune", "--show prints a database; --budget, -j, --iters and --shard belong to a sweep");
+        if (all || ndev != 1) return usage_error("tune", "--show takes one --device");
         if (optind + 1 < argc) return usage_error("tune", "--show takes at most one FILE, got also '%s'", argv[optind + 1]);
         if (optind < argc && db) return usage_error("tune", "give the database to show as FILE or with --db, not both");
-        return tune_show(optind < argc ? argv[optind] : db, (int)device);
+        return tune_show(optind < argc ? argv[optind] : db, devs[0], csv);
     }
     if (optind >= argc) return usage_error("tune", "a SPACE file is required (for example configs/tune_fwd.lua)");
     if (optind + 1 < argc) return usage_error("tune", "one SPACE file is expected, got also '%s'", argv[optind + 1]);
     if (db && check_output_dir("tune", db)) return EXIT_FAIL;
-    tune_opts o = {(int)device, budget > 0 ? (double)budget : 0, jobs > 0 ? (int)jobs : 0, iters > 0 ? (int)iters : 20, db};
+    if (nshards && (all || ndev != 1)) return usage_error("tune", "--shard is for one worker of a sweep: one --device");
+    tune_opts o = {devs[0], budget > 0 ? (double)budget : 0, jobs > 0 ? (int)jobs : 0, iters > 0 ? (int)iters : 20, db,
+                   shard > 0 ? shard : 0, nshards};
+    if (all || ndev > 1) return tune_parallel(argv[optind], &o, devs, ndev, all);
     return tune_sweep(argv[optind], &o);
 }

@@ -5,6 +5,10 @@
  *   - head_dim <= 128: 128 x 32, 4 warps, 3 stages;
  *   - head_dim <= 256: 128 x 64, 8 warps, 2 stages;
  * and smaller tiles where the target has less shared memory (sm_80's 163 KiB; sm_86/89/120's 99 KiB).
+ * Hopper (sm_90) has its own rules from a `flashgen tune configs/tune_fwd.lua` sweep on an H200 (2592
+ * candidates; bench/results/2026-11-29-h200-tune/): per head dim and mask, the tile whose time was
+ * closest to each class's winner over seqlen 512/2k/8k and both dtypes. A tuned database still picks
+ * per bucket; these are what an untuned H100/H200 runs.
  * 32 rows per warp halves the shared-memory reads of K and V per FLOP (each fragment serves two m16
  * tiles), which is what this kernel is bound by at small head dims; it needs ~160 accumulator
  * registers, so block_n shrinks as head_dim grows (validate.c's register rule): 128 x 64 at d 128
@@ -26,6 +30,11 @@ static const fg_tile_rule default_rules[] = {
     {86, 86, 129, 256, -1, -1, 64, 32, 4, 2},
     {89, 89, 129, 256, -1, -1, 64, 32, 4, 2},
     {120, 121, 129, 256, -1, -1, 64, 32, 4, 2},
+    /* sm_90 (H200 sweep). Within 5% of each class's winner except where noted. */
+    {90, 90, 8, 64, 0, -1, 128, 96, 4, 3},          /* 2k/8k winner; 8% behind 64x64 at 512 */
+    {90, 90, 8, 64, 1, -1, 64, 64, 4, 3},           /* 512/2k winner; 6% behind 128x96 at 8k */
+    {90, 90, 65, 128, 0, -1, 128, 32, 4, 2},        /* 128x48 is 3% faster but spills 4 bytes */
+    {90, 90, 65, 128, 1, -1, 128, 48, 4, 2},
 };
 
 fg_status tile_policy_add(fg_tile_policy *p, const fg_tile_rule *r, fg_error *err) {

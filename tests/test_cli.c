@@ -902,6 +902,16 @@ Test(cli, tune_show_prints_the_database_table) {
     cr_expect_eq(stars, 2, "expected two winners:\n%s", r.out);
     run_free(&r);
 
+    /* --csv: a header and one line per record, the winners flagged in the dispatch column. */
+    r = RUN("tune", "--show", db, "--csv");
+    EXPECT_STATUS(r, 0);
+    cr_expect_eq(strncmp(r.out, "gpu,kind,dtype,head_dim,causal,gqa,", 35), 0, "%s", r.out);
+    int lines = 0;
+    for (const char *p = r.out; *p; p++) lines += *p == '\n';
+    cr_expect_eq(lines, 1 + 7, "%s", r.out);
+    cr_expect_not_null(strstr(r.out, ",128,32,4,2,ok,0.75,133.333,1,1,\"max err 0.002\""), "%s", r.out);
+    run_free(&r);
+
     /* The same through --db. */
     r = RUN("tune", "--show", "--db", db);
     EXPECT_STATUS(r, 0);
@@ -1002,4 +1012,79 @@ Test(cli, tune_tiny_sweep_on_gpu, .timeout = 300) {
     cr_assert_eq(tunedb_load(db, NULL, &loaded, &err), FG_OK, "%s", err.msg);
     cr_expect_eq(loaded.count, 4);
     tunedb_free(&loaded);
+}
+
+/* --device all: one worker process per GPU (on a one-GPU machine, one worker), each writing its own part
+ * file that the parent merges into the model's database and removes; the table is printed once. A part
+ * left by a killed run is merged before the workers start, so its records are not measured again. */
+Test(cli, tune_device_all_merges_worker_parts_on_gpu, .timeout = 300) {
+    fg_error err;
+    fg_error_clear(&err);
+    const fg_cuda_api *cu = cuda_api_get(&err);
+    if (cu == NULL) SKIP("no CUDA device: %s", err.msg);
+    int count = 0;
+    if (cu->cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) SKIP("a CUDA driver but no device");
+    char space[200], db[200], part[240];
+    snprintf(space, sizeof space, "%s/tiny.lua", g_dir);
+    snprintf(db, sizeof db, "%s/multi-db.lua", g_dir);
+    write_text(space, tiny_space);
+
+    run_result r = RUN("tune", space, "--device", "all", "--db", db, "--iters", "3");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.err, "[gpu 0] "), "worker lines carry their GPU:\n%s", r.err);
+    cr_expect_not_null(strstr(r.err, "merged the workers' "), "%s", r.err);
+    const char *table = strstr(r.out, "'*' marks");
+    cr_expect(table && !strstr(table + 1, "'*' marks"), "the table is printed once, by the parent:\n%s", r.out);
+    run_free(&r);
+    cr_expect_eq(dir_has_prefix(g_dir, "multi-db.lua.gpu"), 0, "the part files are removed after the merge");
+    fg_tunedb loaded;
+    cr_assert_eq(tunedb_load(db, NULL, &loaded, &err), FG_OK, "%s", err.msg);
+    cr_expect_eq(loaded.count, 4, "every candidate is recorded in the model's database");
+
+    /* A part left behind (as by a killed run): its records are merged first, and count as measured. */
+    snprintf(part, sizeof part, "%s.gpu7.part", db);
+    cr_assert_eq(tunedb_save(part, &loaded, &err), FG_OK, "%s", err.msg);
+    tunedb_free(&loaded);
+    write_text(db, "tuning { format = \n"); /* and the database itself corrupt: moved aside, rebuilt from the part */
+    r = RUN("tune", space, "--device", "0", "--device", "all", "--db", db, "--iters", "3");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.err, "merged 4 records left by an earlier run"), "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "4 already measured"), "%s", r.err);
+    run_free(&r);
+    cr_expect_eq(dir_has_prefix(g_dir, "multi-db.lua.gpu"), 0);
+    cr_assert_eq(tunedb_load(db, NULL, &loaded, &err), FG_OK, "%s", err.msg);
+    cr_expect_eq(loaded.count, 4);
+    tunedb_free(&loaded);
+}
+
+/* --device takes an ordinal, a list or all; --csv goes with --show; --shard is one worker's. */
+Test(cli, tune_device_and_csv_usage_errors) {
+    static const struct {
+        const char *args[4];
+        const char *says;
+    } cases[] = {
+        {{"--device", "0,0", NULL}, "device 0 is listed twice"},
+        {{"--device", "1,x", NULL}, "expected an ordinal (0-1023), a list such as 0,2,3, or all"},
+        {{"--device", "-1", NULL}, "expected an ordinal"},
+        {{"--csv", NULL}, "--csv is a form of --show"},
+        {{"--shard", "2/2", NULL}, "--shard '2/2': expected K/N with 0 <= K < N"},
+        {{"--shard", "0/2", "--device", "all"}, "--shard is for one worker of a sweep: one --device"},
+    };
+    char space[200];
+    snprintf(space, sizeof space, "%s/tiny.lua", g_dir);
+    write_text(space, tiny_space);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *argv[8] = {"tune", space};
+        int n = 2;
+        for (int k = 0; k < 4 && cases[i].args[k]; k++) argv[n++] = cases[i].args[k];
+        argv[n] = NULL;
+        run_result r = run(argv);
+        EXPECT_STATUS(r, 2);
+        cr_expect_not_null(strstr(r.err, cases[i].says), "case %zu: %s", i, r.err);
+        run_free(&r);
+    }
+    run_result r = RUN("tune", "--show", "--device", "0,1", "x.lua");
+    EXPECT_STATUS(r, 2);
+    cr_expect_not_null(strstr(r.err, "--show takes one --device"), "%s", r.err);
+    run_free(&r);
 }
