@@ -51,6 +51,9 @@ def save_atomically(fig, path):
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=110)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp made it 0600; a plot is as readable as any file written
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
