@@ -1004,7 +1004,8 @@ done:
 
 #define TUNE_MAX_DEVICES 64
 
-/* One worker of a multi-GPU sweep: `flashgen tune SPACE --device D --db PART --shard K/N`. */
+/* One worker of a multi-GPU sweep: `flashgen tune SPACE --device D --db PART --shard K/N`. The parts are
+ * named "<database>.gpu<D>.w<K>.part" (K: the worker's index in this run). */
 typedef struct tune_child {
     int device;           /* CUDA ordinal */
     int group;            /* its database group (GPU model) */
@@ -1027,7 +1028,7 @@ static int tune_same_identity(const fg_tune_identity *a, const fg_tune_identity 
            strcmp(a->flashgen, b->flashgen) == 0;
 }
 
-/* Folds every worker file "<path>.gpu*.part" (this run's, or one left by a run that was killed) into the
+/* Folds every worker file "<path>.gpu<D>.w<K>.part" (this run's, or one left by a run that was killed) into the
  * database at path: records of the parts replace the same (class, variant) in the database, which is
  * then saved atomically, and only then are the parts removed. A part for another identity or a corrupt
  * one is moved aside with a message, never merged. Returns 0, or -1 after printing why (nothing removed). */
@@ -1144,7 +1145,10 @@ static int tune_parse_devices(const char *text, int *devs, int *ndev, int *all) 
         long v = strtol(p, &end, 10);
         if (end == p || errno || v < 0 || v > 1023 || (*end != ',' && *end != '\0'))
             return usage_error("tune", "--device '%s': expected an ordinal (0-1023), a list such as 0,2,3, or all", text);
-        for (int i = 0; i < *ndev; i++)
+        /* A device listed twice would have two workers disturbing each other's timings. The test suite
+         * needs that to run two workers on a one-GPU machine: FLASHGEN_TUNE_SHARE_DEVICE=1 allows it. */
+        const char *share = getenv("FLASHGEN_TUNE_SHARE_DEVICE");
+        for (int i = 0; i < *ndev && !(share && strcmp(share, "1") == 0); i++)
             if (devs[i] == (int)v) return usage_error("tune", "--device '%s': device %ld is listed twice", text, v);
         if (*ndev == TUNE_MAX_DEVICES) return usage_error("tune", "--device '%s': at most %d devices", text, TUNE_MAX_DEVICES);
         devs[(*ndev)++] = (int)v;
@@ -1238,7 +1242,8 @@ static int tune_parallel(const char *space_path, const tune_opts *o, const int *
         kids[i].device = devs[i];
         kids[i].group = g;
         kids[i].status = -1;
-        if (snprintf(kids[i].part, sizeof kids[i].part, "%s.gpu%d.part", groups[g].path, devs[i]) >= (int)sizeof kids[i].part) {
+        if (snprintf(kids[i].part, sizeof kids[i].part, "%s.gpu%d.w%d.part", groups[g].path, devs[i], i) >=
+            (int)sizeof kids[i].part) {
             say("tune", "the database path %s is too long for its worker files", groups[g].path);
             goto done;
         }

@@ -1057,6 +1057,36 @@ Test(cli, tune_device_all_merges_worker_parts_on_gpu, .timeout = 300) {
     tunedb_free(&loaded);
 }
 
+/* Two workers dealing a space's problems and merging into one database: on a one-GPU machine both run
+ * on device 0 (FLASHGEN_TUNE_SHARE_DEVICE=1, the test hook that allows a device twice). */
+Test(cli, tune_two_workers_deal_problems_and_merge_on_gpu, .timeout = 300) {
+    fg_error err;
+    fg_error_clear(&err);
+    const fg_cuda_api *cu = cuda_api_get(&err);
+    if (cu == NULL) SKIP("no CUDA device: %s", err.msg);
+    int count = 0;
+    if (cu->cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) SKIP("a CUDA driver but no device");
+    char space[200], db[200];
+    snprintf(space, sizeof space, "%s/two.lua", g_dir);
+    snprintf(db, sizeof db, "%s/two-db.lua", g_dir);
+    write_text(space, "space { dtype = \"bf16\", head_dim = 64, seqlen_q = {100, 300}, batch_heads = 8,\n"
+                      "        block_m = {64, 128}, block_n = 64, warps = 4, stages = 2 }\n");
+    setenv("FLASHGEN_TUNE_SHARE_DEVICE", "1", 1);
+    run_result r = RUN("tune", space, "--device", "0,0", "--db", db, "--iters", "2");
+    unsetenv("FLASHGEN_TUNE_SHARE_DEVICE");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.err, "this worker: problems 1, 1 + 2"), "worker 0 takes problem 1:\n%s", r.err);
+    cr_expect_not_null(strstr(r.err, "this worker: problems 2, 2 + 2"), "worker 1 takes problem 2:\n%s", r.err);
+    cr_expect_not_null(strstr(r.err, "2 workers started"), "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "merged the workers' "), "%s", r.err);
+    run_free(&r);
+    cr_expect_eq(dir_has_prefix(g_dir, "two-db.lua.gpu"), 0, "the part files are removed after the merge");
+    fg_tunedb loaded;
+    cr_assert_eq(tunedb_load(db, NULL, &loaded, &err), FG_OK, "%s", err.msg);
+    cr_expect_eq(loaded.count, 4, "both problems' two candidates are in the merged database");
+    tunedb_free(&loaded);
+}
+
 /* --device takes an ordinal, a list or all; --csv goes with --show; --shard is one worker's. */
 Test(cli, tune_device_and_csv_usage_errors) {
     static const struct {
