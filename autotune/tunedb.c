@@ -832,6 +832,15 @@ static const fg_tune_record **tdb_sorted_rows(const fg_tunedb *db, fg_error *err
     return row;
 }
 
+/* What both displays need: the built-in tile policy (to mark defaults) in *policy and the sorted rows.
+ * Returns the rows (free them and tile_policy_free the policy), or NULL with err filled. */
+static const fg_tune_record **tdb_display_rows(const fg_tunedb *db, fg_tile_policy *policy, fg_error *err) {
+    if (tile_policy_init_default(policy, err) != FG_OK) return NULL;
+    const fg_tune_record **row = tdb_sorted_rows(db, err);
+    if (row == NULL) tile_policy_free(policy);
+    return row;
+}
+
 /* Ends a table or CSV: FG_ERR_IO when out reports a write error. */
 static fg_status tdb_flush(FILE *out, fg_error *err) {
     if (fflush(out) != 0 || ferror(out))
@@ -849,13 +858,8 @@ fg_status tunedb_format_table(const fg_tunedb *db, FILE *out, fg_error *err) {
         ok += db->records[i].status == FG_TUNE_OK;
     }
     fg_tile_policy policy;
-    fg_status st = tile_policy_init_default(&policy, err);
-    if (st != FG_OK) return st;
-    const fg_tune_record **row = tdb_sorted_rows(db, err);
-    if (row == NULL) {
-        tile_policy_free(&policy);
-        return err->status;
-    }
+    const fg_tune_record **row = tdb_display_rows(db, &policy, err);
+    if (row == NULL) return err->status;
     fprintf(out, "tuning database: %s, sm_%d, %d SMs, CUDA driver %d.%d, NVRTC %s, flashgen %s\n", id->device,
             id->arch, id->sm_count, id->driver_version / 1000, id->driver_version % 1000 / 10, id->nvrtc, id->flashgen);
     fprintf(out, "%d class%s, %d result%s (%d ok); '*' marks the variant dispatch uses, 'd' the tile policy's "
@@ -904,13 +908,8 @@ fg_status tunedb_format_csv(const fg_tunedb *db, FILE *out, fg_error *err) {
     if (db == NULL || out == NULL)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "tunedb_format_csv: the database and the stream must not be NULL");
     fg_tile_policy policy;
-    fg_status st = tile_policy_init_default(&policy, err);
-    if (st != FG_OK) return st;
-    const fg_tune_record **row = tdb_sorted_rows(db, err);
-    if (row == NULL) {
-        tile_policy_free(&policy);
-        return err->status;
-    }
+    const fg_tune_record **row = tdb_display_rows(db, &policy, err);
+    if (row == NULL) return err->status;
     fputs("gpu,kind,dtype,head_dim,causal,gqa,seqlen_q,seqlen_k,batch_heads,block_m,block_n,warps,stages,status,ms,"
           "tflops,dispatch,default,note\n", out);
     for (int i = 0; i < db->count; i++) {

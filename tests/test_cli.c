@@ -750,6 +750,16 @@ static const char tiny_space[] =
     "space { dtype = \"fp16\", head_dim = 64, gqa = 2, seqlen_q = 100, seqlen_k = 200, batch_heads = 8,\n"
     "        block_m = {64, 128}, block_n = 64, warps = {4, 8}, stages = 2 }\n";
 
+/* Skips the calling test unless a CUDA driver and a device are present (err: scratch for the reason). */
+#define REQUIRE_GPU(err)                                                                              \
+    do {                                                                                             \
+        const fg_cuda_api *req_cu_ = cuda_api_get(err);                                              \
+        int req_count_ = 0;                                                                          \
+        if (req_cu_ == NULL) SKIP("no CUDA device: %s", (err)->msg);                                 \
+        if (req_cu_->cuDeviceGetCount(&req_count_) != CUDA_SUCCESS || req_count_ == 0)              \
+            SKIP("a CUDA driver but no device");                                                     \
+    } while (0)
+
 /* Errors in the space, or a problem that cannot be laid out, are reported with file:line before any GPU
  * is needed (so they show on machines without one), and nothing is written. */
 Test(cli, tune_reports_space_errors_with_file_line) {
@@ -967,10 +977,7 @@ Test(cli, tune_show_refuses_a_corrupt_or_missing_file) {
 Test(cli, tune_tiny_sweep_on_gpu, .timeout = 300) {
     fg_error err;
     fg_error_clear(&err);
-    const fg_cuda_api *cu = cuda_api_get(&err);
-    if (cu == NULL) SKIP("no CUDA device: %s", err.msg);
-    int count = 0;
-    if (cu->cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) SKIP("a CUDA driver but no device");
+    REQUIRE_GPU(&err);
     char space[200], db[200];
     snprintf(space, sizeof space, "%s/tiny.lua", g_dir);
     snprintf(db, sizeof db, "%s/tiny-db.lua", g_dir);
@@ -1020,10 +1027,7 @@ Test(cli, tune_tiny_sweep_on_gpu, .timeout = 300) {
 Test(cli, tune_device_all_merges_worker_parts_on_gpu, .timeout = 300) {
     fg_error err;
     fg_error_clear(&err);
-    const fg_cuda_api *cu = cuda_api_get(&err);
-    if (cu == NULL) SKIP("no CUDA device: %s", err.msg);
-    int count = 0;
-    if (cu->cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) SKIP("a CUDA driver but no device");
+    REQUIRE_GPU(&err);
     char space[200], db[200], part[240];
     snprintf(space, sizeof space, "%s/tiny.lua", g_dir);
     snprintf(db, sizeof db, "%s/multi-db.lua", g_dir);
@@ -1062,10 +1066,7 @@ Test(cli, tune_device_all_merges_worker_parts_on_gpu, .timeout = 300) {
 Test(cli, tune_two_workers_deal_problems_and_merge_on_gpu, .timeout = 300) {
     fg_error err;
     fg_error_clear(&err);
-    const fg_cuda_api *cu = cuda_api_get(&err);
-    if (cu == NULL) SKIP("no CUDA device: %s", err.msg);
-    int count = 0;
-    if (cu->cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) SKIP("a CUDA driver but no device");
+    REQUIRE_GPU(&err);
     char space[200], db[200];
     snprintf(space, sizeof space, "%s/two.lua", g_dir);
     snprintf(db, sizeof db, "%s/two-db.lua", g_dir);

@@ -633,17 +633,23 @@ Test(tunedb, path_names_the_gpu) {
     cr_assert_eq(tunedb_path("", &id, buf, sizeof buf, &err), FG_ERR_INVALID_ARGUMENT);
 }
 
-Test(tunedb, table_groups_classes_and_marks_the_winner) {
-    fg_tunedb db;
-    sample_db(&db);
+/* What fmt (tunedb_format_table or _csv) writes for db, as a string to free. */
+static char *formatted(fg_status (*fmt)(const fg_tunedb *, FILE *, fg_error *), const fg_tunedb *db) {
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     cr_assert_not_null(f);
     fg_error err;
     fg_error_clear(&err);
-    cr_assert_eq(tunedb_format_table(&db, f, &err), FG_OK, "%s", err.msg);
-    fclose(f);
+    cr_assert_eq(fmt(db, f, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(fclose(f), 0);
+    return text;
+}
+
+Test(tunedb, table_groups_classes_and_marks_the_winner) {
+    fg_tunedb db;
+    sample_db(&db);
+    char *text = formatted(tunedb_format_table, &db);
     cr_assert(strstr(text, "NVIDIA H200, sm_90, 132 SMs, CUDA driver 13.0, NVRTC 13.0") != NULL, "%s", text);
     cr_assert(strstr(text, "3 classes, 8 results (4 ok)") != NULL, "%s", text);
     const char *head = strstr(text, "bf16 head_dim 128 not causal gqa 1, bucket sq 2048 sk 2048 bh 128: 4 measured, 2 ok; "
@@ -664,14 +670,7 @@ Test(tunedb, table_groups_classes_and_marks_the_winner) {
 Test(tunedb, csv_has_a_row_per_record_and_quotes_notes) {
     fg_tunedb db;
     sample_db(&db);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    cr_assert_not_null(f);
-    fg_error err;
-    fg_error_clear(&err);
-    cr_assert_eq(tunedb_format_csv(&db, f, &err), FG_OK, "%s", err.msg);
-    fclose(f);
+    char *text = formatted(tunedb_format_csv, &db);
     int lines = 0;
     for (const char *p = text; *p; p++) lines += *p == '\n';
     cr_assert_eq(lines, 1 + db.count, "%s", text);
