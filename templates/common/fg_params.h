@@ -25,6 +25,17 @@ typedef struct fg_fwd_params {
     int head_dim;               /* d, equal to the spec's head_dim (checked on the host) */
     float scale_log2;           /* softmax_scale * log2(e): scores are exponentiated with exp2 */
     float softmax_scale;        /* softmax_scale itself, for the LSE in natural log */
+    /* FP8 variants only (ignored otherwise): descale factors, fp32 on the device, one per tensor or one
+     * per (batch, kv head): element (b, h) at ptr[b * stride[0] + h * stride[1]] (strides 0 for one value
+     * per tensor). A null pointer means 1. For FP8, V is given key-major: v_stride[1] is 1 and the head
+     * dim's stride is v_dstride (a multiple of 16 bytes), i.e. V^T rows of seqlen_k keys. */
+    const float *q_descale;
+    const float *k_descale;
+    const float *v_descale;
+    long long q_descale_stride[2];
+    long long k_descale_stride[2];
+    long long v_descale_stride[2];
+    long long v_dstride;        /* FP8: elements between consecutive head-dim rows of V (V^T layout) */
 } fg_fwd_params;
 
 #endif
