@@ -11,13 +11,33 @@
 //   O += P V           (P reused from registers as the A operand; V by ldmatrix.trans)
 // At the end O /= l (one normalization) and LSE = m * scale + ln(l), both staged through shared memory
 // for 16-byte coalesced stores. Every offset into global memory is 64-bit.
+//
+// FP8 (FG_FP8, sm_89+): the same steps with mma.m16n8k32 on e4m3/e5m2 bytes. Q and K tiles hold 16
+// elements per chunk, so a k chunk of the QK^T loop is 32 elements and the loop runs half as many times.
+// The PV product needs V with keys as its reduction dimension in memory: the caller gives V key-major
+// (V^T), loaded into [head_dim][keys] tiles and read by plain ldmatrix. P must become an A operand whose
+// thread holds 4 consecutive keys (4t..4t+3) where S's accumulators hold 2 (2t, 2t+1) per n8 tile: rather
+// than shuffling registers, S's columns are computed in a permuted key order (the K rows each lane's
+// ldmatrix address points at), so that n8 tiles 2i and 2i+1 of S hold, at columns 2t and 2t+1, keys
+// 16i + 4t + {0, 1} and 16i + 4t + {2, 3}. Descales fold into the softmax scale (q, k) and the final
+// normalization (v); P is shifted by 2^8 into (0, 256], e4m3's range, before rounding, and the LSE
+// takes the 2^8 back out.
 
 constexpr int FG_THREADS = FG_WARPS * 32;
 constexpr int FG_MT = FG_BLOCK_M / (16 * FG_WARPS); // m16 tiles per warp
 constexpr int FG_NT = FG_BLOCK_N / 8;               // n8 tiles of S per m16 tile
 constexpr int FG_DT = FG_HEAD_DIM_PADDED / 8;       // n8 tiles of O per m16 tile
-constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM_PADDED * 2;
-constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM_PADDED * 2;
+constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM_PADDED * FG_ESIZE;
+constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM_PADDED * FG_ESIZE;
+constexpr int FG_O_CHUNKS = FG_HEAD_DIM_PADDED / 8;      // 16-byte chunks of a 16-bit O row
+constexpr int FG_VT_CHUNKS = FG_BLOCK_N / 16;           // FP8: chunks of a V^T tile row (keys)
+constexpr float FG_P_SHIFT = FG_FP8 ? 8.f : 0.f;         // FP8: P = 2^8 * exp2(...) fills e4m3's range
+
+// The key (relative to its block) of the S accumulator at n8 tile nt, column 2t + i, of thread t. 16-bit:
+// the natural order; FP8: the permuted order described above.
+__device__ __forceinline__ int fg_s_key(int nt, int t, int i) {
+    return FG_FP8 ? 16 * (nt / 2) + 4 * t + 2 * (nt % 2) + i : 8 * nt + 2 * t + i;
+}
 
 // A compile-time bool as a type, so one generic lambda gives the masked and the unmasked block step.
 template <bool B>
@@ -36,9 +56,20 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
     const int m0 = m_block * FG_BLOCK_M;
     const int sq = p.seqlen_q, sk = p.seqlen_k;
 
-    const u16 *q = (const u16 *)p.q + batch * p.q_stride[0] + (i64)m0 * p.q_stride[1] + head * p.q_stride[2];
-    const u16 *k = (const u16 *)p.k + batch * p.k_stride[0] + kv_head * p.k_stride[2];
-    const u16 *v = (const u16 *)p.v + batch * p.v_stride[0] + kv_head * p.v_stride[2];
+    const fg_in_t *q = (const fg_in_t *)p.q + batch * p.q_stride[0] + (i64)m0 * p.q_stride[1] + head * p.q_stride[2];
+    const fg_in_t *k = (const fg_in_t *)p.k + batch * p.k_stride[0] + kv_head * p.k_stride[2];
+    const fg_in_t *v = (const fg_in_t *)p.v + batch * p.v_stride[0] + kv_head * p.v_stride[2];
+
+    // Softmax scale (log2 domain and natural) and the factor O takes at the end: FP8 descales fold in.
+    float scale_log2 = p.scale_log2, scale_ln = p.softmax_scale, o_factor = 1.f;
+    if constexpr (FG_FP8) {
+        float qk = 1.f;
+        if (p.q_descale) qk *= p.q_descale[batch * p.q_descale_stride[0] + kv_head * p.q_descale_stride[1]];
+        if (p.k_descale) qk *= p.k_descale[batch * p.k_descale_stride[0] + kv_head * p.k_descale_stride[1]];
+        if (p.v_descale) o_factor = p.v_descale[batch * p.v_descale_stride[0] + kv_head * p.v_descale_stride[1]];
+        scale_log2 *= qk;
+        scale_ln *= qk;
+    }
 
     // Keys this block may see: all of them, or, when causal, up to its last row's diagonal
     // (query i sees keys j <= i + sk - sq: the mask is aligned to the bottom-right corner).
@@ -56,19 +87,27 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
     const u32 s_v = s_k + FG_STAGES * FG_KV_BYTES;
 
     // Prologue: Q with the first K/V block in group 0, then blocks 1 .. STAGES-2, one group each.
-    fg_tile_loader<FG_BLOCK_N, FG_THREADS> k_loader, v_loader;
+    fg_tile_loader<FG_BLOCK_N, FG_THREADS> k_loader;
+#if FG_FP8
+    fg_vt_loader<FG_BLOCK_N, FG_THREADS> v_loader;
+#else
+    fg_tile_loader<FG_BLOCK_N, FG_THREADS> v_loader;
+#endif
+    // The row stride of V's tiles: rows of head dims (V^T, FP8) or rows of keys. Read from the parameters
+    // at each use, like the other strides, so it holds no register.
+#define FG_V_ROWS (FG_FP8 ? p.v_dstride : p.v_stride[1])
     {
         fg_tile_loader<FG_BLOCK_M, FG_THREADS> q_loader;
         q_loader.init(q, p.q_stride[1], tid);
         q_loader.load(s_q, sq - m0, p.q_stride[1]);
     }
     k_loader.init(k, p.k_stride[1], tid);
-    v_loader.init(v, p.v_stride[1], tid);
+    v_loader.init(v, FG_V_ROWS, tid);
 #pragma unroll
     for (int st = 0; st < FG_STAGES - 1; st++) {
         if (st < n_blocks) {
             k_loader.load(s_k + st * FG_KV_BYTES, sk - st * FG_BLOCK_N, p.k_stride[1]);
-            v_loader.load(s_v + st * FG_KV_BYTES, sk - st * FG_BLOCK_N, p.v_stride[1]);
+            v_loader.load(s_v + st * FG_KV_BYTES, sk - st * FG_BLOCK_N, FG_V_ROWS);
         }
         fg_cp_async_commit();
     }
@@ -91,8 +130,15 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
     //     are keys 0-7 (k 0-7, 8-15) and {2, 3} keys 8-15, each pair consecutive as the MMA wants;
     //   V, transposed B operands: rows lane%8 + 8*((lane/8)%2) = lane%16, chunk lane/16 (Q's offsets):
     //     registers {0, 1} are d 0-7 (keys 0-7, 8-15) and {2, 3} d 8-15.
+    //   FP8: K rows in the permuted key order (lane%8 -> 4 * (lane%8 / 2) + lane%2, plus 2 for the second n8
+    //     tile); V^T, the B operand of P.V, as K is for 16 bits (rows = head dims, chunks = keys).
     const fg_frag_offsets qv_off = fg_frag_offsets_make(lane % 16, lane / 16);
-    const fg_frag_offsets k_off = fg_frag_offsets_make(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
+    const int k_row = FG_FP8 ? 4 * ((lane % 8) / 2) + 2 * (lane / 16) + lane % 2 : lane % 8 + (lane / 16) * 8;
+    const fg_frag_offsets k_off = fg_frag_offsets_make(k_row, (lane / 8) % 2);
+#if FG_FP8
+    const fg_frag_offsets_t<FG_VT_CHUNKS> vt_off =
+        fg_frag_offsets_make<FG_VT_CHUNKS>(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
+#endif
     const u32 s_q_warp = s_q + (u32)(warp_row0 * FG_SW * 16); // this warp's rows (offsets are linear in row)
 
     int stage = 0; // the shared-memory stage of block j; block j + STAGES - 1 goes to the one before it
@@ -108,7 +154,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
             const int prefetch_stage = stage == 0 ? FG_STAGES - 1 : stage - 1;
             if (jn < n_blocks) {
                 k_loader.load(s_k + prefetch_stage * FG_KV_BYTES, sk - jn * FG_BLOCK_N, p.k_stride[1]);
-                v_loader.load(s_v + prefetch_stage * FG_KV_BYTES, sk - jn * FG_BLOCK_N, p.v_stride[1]);
+                v_loader.load(s_v + prefetch_stage * FG_KV_BYTES, sk - jn * FG_BLOCK_N, FG_V_ROWS);
             }
             fg_cp_async_commit();
         }
@@ -123,7 +169,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
 #pragma unroll
             for (int nt = 0; nt < FG_NT; nt++) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
 #pragma unroll
-        for (int kk = 0; kk < FG_HEAD_DIM_PADDED / 16; kk++) {
+        for (int kk = 0; kk < FG_HEAD_DIM_PADDED * FG_ESIZE / 32; kk++) {
             u32 qf[FG_MT][4];
 #pragma unroll
             for (int mt = 0; mt < FG_MT; mt++)
@@ -134,30 +180,60 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
                 fg_ldmatrix_x4(kf, fg_frag_addr<FG_BLOCK_N>(sk_j, k_off, n2 * 16, kk));
 #pragma unroll
                 for (int mt = 0; mt < FG_MT; mt++) {
-                    fg_mma_16816(s[mt][2 * n2], qf[mt], kf[0], kf[1]);
-                    fg_mma_16816(s[mt][2 * n2 + 1], qf[mt], kf[2], kf[3]);
+                    fg_mma_qk(s[mt][2 * n2], qf[mt], kf[0], kf[1]);
+                    fg_mma_qk(s[mt][2 * n2 + 1], qf[mt], kf[2], kf[3]);
                 }
             }
         }
 
         if constexpr (decltype(masked)::value) {
-            // Per row, the first column (relative to this thread's 2t) that must be masked.
+            // Per row, the first key (relative to this thread's first, fg_s_key(0, t, 0)) that must be masked.
 #pragma unroll
             for (int mt = 0; mt < FG_MT; mt++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int row = m0 + warp_row0 + mt * 16 + g + h * 8;
-                    const int limit = (FG_CAUSAL ? min(sk, row + sk - sq + 1) : sk) - j * FG_BLOCK_N - 2 * t;
+                    const int limit =
+                        (FG_CAUSAL ? min(sk, row + sk - sq + 1) : sk) - j * FG_BLOCK_N - fg_s_key(0, t, 0);
 #pragma unroll
                     for (int nt = 0; nt < FG_NT; nt++) {
-                        if (nt * 8 >= limit) s[mt][nt][2 * h] = FG_NEG_INF;
-                        if (nt * 8 + 1 >= limit) s[mt][nt][2 * h + 1] = FG_NEG_INF;
+                        if (fg_s_key(nt, 0, 0) >= limit) s[mt][nt][2 * h] = FG_NEG_INF;
+                        if (fg_s_key(nt, 0, 1) >= limit) s[mt][nt][2 * h + 1] = FG_NEG_INF;
                     }
                 }
         }
 
-        fg_online_softmax<FG_MT, FG_NT, FG_DT>(s, row_max, row_sum, acc, p.scale_log2);
+        fg_online_softmax<FG_MT, FG_NT, FG_DT>(s, row_max, row_sum, acc, scale_log2, FG_P_SHIFT);
 
+#if FG_FP8
+        // O += P V with P in e4m3: a 32-key chunk kc is n8 tiles 4kc..4kc+3 of S, whose permuted columns
+        // give this thread keys 4t..4t+3 (tiles 4kc, 4kc+1) and 16+4t.. (tiles 4kc+2, 4kc+3).
+        u32 pf[FG_MT][FG_BLOCK_N / 32][4];
+#pragma unroll
+        for (int mt = 0; mt < FG_MT; mt++)
+#pragma unroll
+            for (int kc = 0; kc < FG_BLOCK_N / 32; kc++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    pf[mt][kc][h] = fg_pack4_e4m3(s[mt][4 * kc][2 * h], s[mt][4 * kc][2 * h + 1],
+                                                  s[mt][4 * kc + 1][2 * h], s[mt][4 * kc + 1][2 * h + 1]);
+                    pf[mt][kc][2 + h] = fg_pack4_e4m3(s[mt][4 * kc + 2][2 * h], s[mt][4 * kc + 2][2 * h + 1],
+                                                      s[mt][4 * kc + 3][2 * h], s[mt][4 * kc + 3][2 * h + 1]);
+                }
+#pragma unroll
+        for (int kc = 0; kc < FG_BLOCK_N / 32; kc++) {
+#pragma unroll
+            for (int d2 = 0; d2 < FG_DT / 2; d2++) {
+                u32 vf[4];
+                fg_ldmatrix_x4(vf, fg_frag_addr<FG_HEAD_DIM_PADDED>(sv_j, vt_off, d2 * 16, kc));
+#pragma unroll
+                for (int mt = 0; mt < FG_MT; mt++) {
+                    fg_mma_16832_fp8<0, FG_FP8_E5M2>(acc[mt][2 * d2], pf[mt][kc], vf[0], vf[1]);
+                    fg_mma_16832_fp8<0, FG_FP8_E5M2>(acc[mt][2 * d2 + 1], pf[mt][kc], vf[2], vf[3]);
+                }
+            }
+        }
+#else
         // O += P V. P is packed to 16 bits first, straight from the S fragments (which frees S's registers).
         u32 pf[FG_MT][FG_BLOCK_N / 16][4];
 #pragma unroll
@@ -182,6 +258,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
                 }
             }
         }
+#endif
     };
 
     int j = 0;
@@ -197,16 +274,16 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const float l = fg_quad_sum(row_sum[mt][h]);
-            const float inv = l > 0.f ? 1.f / l : 0.f; // a row with nothing to attend gives O = 0
+            const float inv = l > 0.f ? o_factor / l : 0.f; // a row with nothing to attend gives O = 0
             const int r = warp_row0 + mt * 16 + g + h * 8;
 #pragma unroll
             for (int dt = 0; dt < FG_DT; dt++) {
                 const u32 packed = fg_pack2(acc[mt][dt][2 * h] * inv, acc[mt][dt][2 * h + 1] * inv);
-                const u32 addr = s_q + fg_tile_offset(r, dt, FG_BLOCK_M) + t * 4;
+                const u32 addr = s_q + fg_tile_offset<FG_O_CHUNKS>(r, dt, FG_BLOCK_M) + t * 4;
                 asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(packed));
             }
             if (p.lse != 0 && t == 0 && m0 + r < sq) {
-                const float lse = l > 0.f ? row_max[mt][h] * p.softmax_scale + fg_log2(l) * 0.69314718055994531f
+                const float lse = l > 0.f ? row_max[mt][h] * scale_ln + (fg_log2(l) - FG_P_SHIFT) * 0.69314718055994531f
                                           : FG_NEG_INF;
                 p.lse[batch * p.lse_stride[0] + head * p.lse_stride[1] + (i64)(m0 + r) * p.lse_stride[2]] = lse;
             }
@@ -215,12 +292,13 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
     __syncthreads();
     u16 *o = (u16 *)p.o + batch * p.o_stride[0] + (i64)m0 * p.o_stride[1] + head * p.o_stride[2];
 #pragma unroll
-    for (int i = tid; i < FG_BLOCK_M * FG_CHUNKS; i += FG_THREADS) {
-        const int r = i / FG_CHUNKS, c = i % FG_CHUNKS;
+    for (int i = tid; i < FG_BLOCK_M * FG_O_CHUNKS; i += FG_THREADS) {
+        const int r = i / FG_O_CHUNKS, c = i % FG_O_CHUNKS;
         if (m0 + r < sq && c * 8 < FG_HEAD_DIM) {
             u32 x0, x1, x2, x3;
             asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-                         : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3) : "r"(s_q + fg_tile_offset(r, c, FG_BLOCK_M)));
+                         : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
+                         : "r"(s_q + fg_tile_offset<FG_O_CHUNKS>(r, c, FG_BLOCK_M)));
             asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};"
                          ::"l"(o + (i64)r * p.o_stride[1] + c * 8), "r"(x0), "r"(x1), "r"(x2), "r"(x3) : "memory");
         }

@@ -10,21 +10,35 @@
 //   SW = 2: four rows share 128 bytes,   physical chunk = c ^ ((row / 4) % 2).
 // No padding is needed, so every head dim that is a multiple of 16 uses its exact size.
 
-constexpr int FG_CHUNKS = FG_HEAD_DIM_PADDED / 8;
-constexpr int FG_SW = FG_CHUNKS % 8 == 0 ? 8 : (FG_CHUNKS % 4 == 0 ? 4 : 2);
+// Tiles of 16-bit elements hold 8 per chunk; FP8 tiles 16 (FG_ESIZE is the input element's bytes).
+constexpr int FG_EPC = 16 / FG_ESIZE;                  // elements per 16-byte chunk of Q, K (and V)
+constexpr int FG_CHUNKS = FG_HEAD_DIM_PADDED / FG_EPC; // chunks per row of a Q or K tile
 
-// Byte offset of (row, 16-byte chunk) inside a tile of `rows` rows.
+// The slab width of a tile whose rows are CH chunks: the largest of 8, 4, 2 that divides CH.
+template <int CH>
+struct fg_sw {
+    static constexpr int value = CH % 8 == 0 ? 8 : (CH % 4 == 0 ? 4 : 2);
+};
+constexpr int FG_SW = fg_sw<FG_CHUNKS>::value;
+
+// Byte offset of (row, 16-byte chunk) inside a tile of `rows` rows of CH chunks.
+template <int CH = FG_CHUNKS>
 __device__ __forceinline__ u32 fg_tile_offset(int row, int chunk, int rows) {
-    const int slab = chunk / FG_SW;
-    const int c = chunk % FG_SW;
-    const int pc = c ^ ((row / (8 / FG_SW)) & (FG_SW - 1));
-    return (u32)(((slab * rows + row) * FG_SW + pc) * 16);
+    constexpr int SW = fg_sw<CH>::value;
+    const int slab = chunk / SW;
+    const int c = chunk % SW;
+    const int pc = c ^ ((row / (8 / SW)) & (SW - 1));
+    return (u32)(((slab * rows + row) * SW + pc) * 16);
+}
+
+// 16 bytes global -> shared, of which the first n (0..16) are read and the rest zero-filled.
+__device__ __forceinline__ void fg_cp_async16_n(u32 dst, const void *src, int n) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n));
 }
 
 // 16 bytes global -> shared, bypassing L1; when !valid nothing is read and the 16 bytes are zero-filled.
 __device__ __forceinline__ void fg_cp_async16(u32 dst, const void *src, bool valid) {
-    const int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n));
+    fg_cp_async16_n(dst, src, valid ? 16 : 0);
 }
 
 __device__ __forceinline__ void fg_cp_async_commit() { asm volatile("cp.async.commit_group;"); }
@@ -38,26 +52,32 @@ __device__ __forceinline__ void fg_cp_async_wait() { asm volatile("cp.async.wait
 // on the row only through row % 8, the address splits into a per-thread part that depends on kk only
 // through kk % (FG_SW / 2), computed once here, plus compile-time constants (fg_frag_addr). Hoisting
 // every address of the unrolled loops instead would cost a register each and spill.
-struct fg_frag_offsets {
-    u32 off[FG_SW / 2]; // byte offsets for kk % (FG_SW / 2) = 0, 1, ...
+template <int CH = FG_CHUNKS>
+struct fg_frag_offsets_t {
+    static constexpr int SW = fg_sw<CH>::value;
+    u32 off[SW / 2]; // byte offsets for kk % (SW / 2) = 0, 1, ...
 };
+typedef fg_frag_offsets_t<FG_CHUNKS> fg_frag_offsets;
 
-__device__ __forceinline__ fg_frag_offsets fg_frag_offsets_make(int lane_row, int lane_chunk) {
-    fg_frag_offsets f;
+template <int CH = FG_CHUNKS>
+__device__ __forceinline__ fg_frag_offsets_t<CH> fg_frag_offsets_make(int lane_row, int lane_chunk) {
+    constexpr int SW = fg_sw<CH>::value;
+    fg_frag_offsets_t<CH> f;
 #pragma unroll
-    for (int ph = 0; ph < FG_SW / 2; ph++) {
+    for (int ph = 0; ph < SW / 2; ph++) {
         const int c = ph * 2 + lane_chunk;
-        f.off[ph] = (u32)((lane_row * FG_SW + (c ^ ((lane_row / (8 / FG_SW)) & (FG_SW - 1)))) * 16);
+        f.off[ph] = (u32)((lane_row * SW + (c ^ ((lane_row / (8 / SW)) & (SW - 1)))) * 16);
     }
     return f;
 }
 
 // Address of the fragment at rows row0 + lane_row (row0 a compile-time multiple of 8 after unrolling)
-// and chunk pair kk, in a tile of ROWS rows at `base`.
-template <int ROWS>
-__device__ __forceinline__ u32 fg_frag_addr(u32 base, const fg_frag_offsets &f, int row0, int kk) {
-    const int slab = (kk * 2) / FG_SW;
-    return base + (u32)((slab * ROWS + row0) * FG_SW * 16) + f.off[kk % (FG_SW / 2)];
+// and chunk pair kk, in a tile of ROWS rows (of CH chunks) at `base`.
+template <int ROWS, int CH>
+__device__ __forceinline__ u32 fg_frag_addr(u32 base, const fg_frag_offsets_t<CH> &f, int row0, int kk) {
+    constexpr int SW = fg_sw<CH>::value;
+    const int slab = (kk * 2) / SW;
+    return base + (u32)((slab * ROWS + row0) * SW * 16) + f.off[kk % (SW / 2)];
 }
 
 // One thread's share of streaming ROWS x head_dim tiles of a [rows, head_dim] tensor (rows
@@ -73,20 +93,20 @@ template <int ROWS, int THREADS>
 struct fg_tile_loader {
     static constexpr bool FIXED = THREADS % FG_CHUNKS == 0 && (THREADS / FG_CHUNKS) % 8 == 0;
     static constexpr int RPS = FIXED ? THREADS / FG_CHUNKS : 1; // rows per step when FIXED
-    const u16 *src;  // FIXED: this thread's element in the next tile; else the next tile's first row
+    const fg_in_t *src; // FIXED: this thread's element in the next tile; else the next tile's first row
     u32 dst;         // FIXED: this thread's byte offset inside a tile
     int row;         // FIXED: this thread's first row inside a tile
     bool col_ok;     // FIXED: this thread's column lies inside head_dim
     int tid;         // the thread's index in the block
 
-    __device__ __forceinline__ void init(const u16 *base, i64 row_stride, int thread) {
+    __device__ __forceinline__ void init(const fg_in_t *base, i64 row_stride, int thread) {
         tid = thread;
         if constexpr (FIXED) {
             const int c = thread % FG_CHUNKS;
             row = thread / FG_CHUNKS;
-            col_ok = FG_HEAD_DIM == FG_HEAD_DIM_PADDED || c * 8 < FG_HEAD_DIM; // padded heads only
+            col_ok = FG_HEAD_DIM == FG_HEAD_DIM_PADDED || c * FG_EPC < FG_HEAD_DIM; // padded heads only
             dst = fg_tile_offset(row, c, ROWS);
-            src = base + (i64)row * row_stride + c * 8;
+            src = base + (i64)row * row_stride + c * FG_EPC;
         } else {
             src = base;
         }
@@ -96,7 +116,7 @@ struct fg_tile_loader {
     // stride is passed again rather than kept: read from the kernel's parameters it costs no register.
     __device__ __forceinline__ void load(u32 tile, int rows_valid, i64 stride) {
         if constexpr (FIXED) {
-            const u16 *p = src;
+            const fg_in_t *p = src;
             const i64 step = RPS * stride;
 #pragma unroll
             for (int i = 0; i < (ROWS + RPS - 1) / RPS; i++, p += step) {
@@ -108,10 +128,65 @@ struct fg_tile_loader {
 #pragma unroll 1
             for (int i = tid; i < ROWS * FG_CHUNKS; i += THREADS) {
                 const int r = i / FG_CHUNKS, c = i % FG_CHUNKS;
-                const bool ok = r < rows_valid && c * 8 < FG_HEAD_DIM;
-                fg_cp_async16(tile + fg_tile_offset(r, c, ROWS), ok ? src + (i64)r * stride + c * 8 : src, ok);
+                const bool ok = r < rows_valid && c * FG_EPC < FG_HEAD_DIM;
+                fg_cp_async16(tile + fg_tile_offset(r, c, ROWS), ok ? src + (i64)r * stride + c * FG_EPC : src, ok);
             }
         }
         src += ROWS * stride;
+    }
+};
+
+// FP8 only: one thread's share of streaming V^T tiles. The caller gives V key-major (V^T rows of keys,
+// consecutive head-dim rows `row_stride` elements apart, 16-byte aligned), so a tile is FG_HEAD_DIM_PADDED
+// rows (head dims) of COLS keys, COLS / 16 chunks per row, swizzled like any tile of that many chunks.
+// The PV product's B operand then comes from it by plain ldmatrix, as K's does for QK^T. Keys at or past
+// the end are zero-filled byte by byte (cp.async reads only the valid prefix of a chunk), so whatever the
+// padding of the caller's rows holds, even NaN, never meets a probability. As in fg_tile_loader, when
+// the threads cover whole rows 8 at a time a thread keeps one chunk column and one pointer.
+template <int COLS, int THREADS>
+struct fg_vt_loader {
+    static constexpr int CH = COLS / 16;
+    static constexpr bool FIXED = THREADS % CH == 0 && (THREADS / CH) % 8 == 0;
+    static constexpr int RPS = FIXED ? THREADS / CH : 1; // rows per step when FIXED
+    const fg_in_t *src; // FIXED: this thread's first byte of the next tile; else the next tile's first key
+    u32 dst;            // FIXED: this thread's byte offset inside a tile
+    int col;            // FIXED: this thread's chunk column
+    int row;            // FIXED: this thread's first row inside a tile
+    int tid;            // the thread's index in the block
+
+    __device__ __forceinline__ void init(const fg_in_t *base, i64 row_stride, int thread) {
+        tid = thread;
+        if constexpr (FIXED) {
+            col = thread % CH;
+            row = thread / CH;
+            dst = fg_tile_offset<CH>(row, col, FG_HEAD_DIM_PADDED);
+            src = base + (i64)row * row_stride + col * 16;
+        } else {
+            src = base;
+        }
+    }
+
+    // Copies the next tile, of which the first keys_valid keys exist, into the tile at `tile`.
+    __device__ __forceinline__ void load(u32 tile, int keys_valid, i64 row_stride) {
+        if constexpr (FIXED) {
+            int n = keys_valid - col * 16;
+            n = n < 0 ? 0 : (n > 16 ? 16 : n);
+            const fg_in_t *p = src;
+            const i64 step = RPS * row_stride;
+#pragma unroll
+            for (int i = 0; i < (FG_HEAD_DIM_PADDED + RPS - 1) / RPS; i++, p += step)
+                if (FG_HEAD_DIM_PADDED % RPS == 0 || row + i * RPS < FG_HEAD_DIM_PADDED)
+                    fg_cp_async16_n(tile + dst + (u32)(i * RPS * fg_sw<CH>::value * 16), p, n);
+        } else {
+#pragma unroll 1
+            for (int i = tid; i < FG_HEAD_DIM_PADDED * CH; i += THREADS) {
+                const int r = i / CH, c = i % CH;
+                int n = keys_valid - c * 16;
+                n = n < 0 ? 0 : (n > 16 ? 16 : n);
+                fg_cp_async16_n(tile + fg_tile_offset<CH>(r, c, FG_HEAD_DIM_PADDED),
+                                n ? src + (i64)r * row_stride + c * 16 : src, n);
+            }
+        }
+        src += COLS;
     }
 };

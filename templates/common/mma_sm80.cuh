@@ -31,3 +31,38 @@ __device__ __forceinline__ void fg_mma_16816(float (&c)[4], const u32 (&a)[4], u
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
+// c += a * b on a 16x8x32 tile of FP8 values (sm_89 and newer), fp32 accumulators. A and B are e4m3 or
+// e5m2 (AT, BT: 1 for e5m2). The fragments are those of m16n8k16 with every 16-bit element read as two
+// bytes: A (16x32): a[0] = (g, 4t..4t+3), a[1] = (g+8, 4t..), a[2] = (g, 16+4t..), a[3] = (g+8, 16+4t..);
+// B (32x8): b[0] = (k 4t..4t+3, n g), b[1] = (k 16+4t.., n g); C as for m16n8k16. So ldmatrix (b16) loads
+// them from tiles whose rows are 32 bytes of the reduction dimension, exactly as for 16-bit elements.
+template <int AT, int BT>
+__device__ __forceinline__ void fg_mma_16832_fp8(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+#if FG_FP8
+    if constexpr (AT == 0 && BT == 0)
+        asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else if constexpr (AT == 0 && BT == 1)
+        asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e5m2.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+// The S = Q K^T step of one k chunk (16 elements of 16 bits, or 32 of 8 bits): the path's own MMA.
+__device__ __forceinline__ void fg_mma_qk(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+#if FG_FP8
+    fg_mma_16832_fp8<FG_FP8_E5M2, FG_FP8_E5M2>(c, a, b0, b1);
+#else
+    fg_mma_16816(c, a, b0, b1);
+#endif
+}

@@ -18,7 +18,8 @@ __device__ __forceinline__ float fg_quad_sum(float x) {
 }
 
 // Folds the score block s (MT m-tiles x NT n8-tiles of C fragments) into the running statistics and
-// replaces s by the unnormalized probabilities P = exp2(c * s - c * m).
+// replaces s by the unnormalized probabilities P = exp2(c * s - c * m + shift) (shift 8 on the FP8 path,
+// so P fills e4m3's range; 0 otherwise: l carries the same factor, which the final O / l cancels).
 //
 // O (acc) and l are rescaled by exp2(c * (m_old - m_new)) only in warps where some row's maximum grew:
 // after the first blocks of a row the maximum rarely moves, and skipping a multiply by exactly 1 changes
@@ -28,7 +29,7 @@ __device__ __forceinline__ float fg_quad_sum(float x) {
 template <int MT, int NT, int DT>
 __device__ __forceinline__ void fg_online_softmax(float (&s)[MT][NT][4], float (&row_max)[MT][2],
                                                   float (&row_sum)[MT][2], float (&acc)[MT][DT][4],
-                                                  float scale_log2) {
+                                                  float scale_log2, float shift) {
     float corr[MT][2];
     bool grew = false;
 #pragma unroll
@@ -45,7 +46,7 @@ __device__ __forceinline__ void fg_online_softmax(float (&s)[MT][NT][4], float (
             corr[mt][h] = grow ? fg_exp2((m_old - mx) * scale_log2) : 1.f; // exp2(-inf) = 0 for a first max
             grew |= grow;
             row_max[mt][h] = m;
-            const float base = m == FG_NEG_INF ? 0.f : m * scale_log2;
+            const float base = (m == FG_NEG_INF ? 0.f : m * scale_log2) - shift;
             float sum = 0.f;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {

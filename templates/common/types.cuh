@@ -1,10 +1,19 @@
 // types.cuh: scalar types and conversions for the generated kernels, written against PTX so the source
 // needs no toolkit header (cuda_fp16.h / cuda_bf16.h) at JIT time.
-// The prelude defines FG_DTYPE_BF16 to 1 for bf16 variants and 0 for fp16.
+// The prelude defines FG_DTYPE_BF16 to 1 when the output O is bf16 (for fp16/bf16 variants the output
+// and input types are one), FG_FP8 to 1 for e4m3/e5m2 inputs (FG_FP8_E5M2 to 1 for e5m2), and
+// FG_ESIZE to the input element's bytes.
 
 typedef unsigned int u32;
 typedef unsigned short u16;
+typedef unsigned char u8;
 typedef long long i64;
+
+#if FG_FP8
+typedef u8 fg_in_t; // Q, K, V elements as stored
+#else
+typedef u16 fg_in_t;
+#endif
 
 // Two floats -> one register of two 16-bit values (lo in the low half), rounded to nearest even.
 __device__ __forceinline__ u32 fg_pack2(float lo, float hi) {
@@ -15,6 +24,15 @@ __device__ __forceinline__ u32 fg_pack2(float lo, float hi) {
     asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
 #endif
     return r;
+}
+
+// Four floats -> one register of four e4m3 values (a in the low byte), rounded to nearest even and
+// saturated to +-448 (the probabilities of the FP8 path live in (0, 256]).
+__device__ __forceinline__ u32 fg_pack4_e4m3(float a, float b, float c, float d) {
+    u32 lo, hi;
+    asm("{ .reg .b16 t; cvt.rn.satfinite.e4m3x2.f32 t, %2, %1; cvt.u32.u16 %0, t; }" : "=r"(lo) : "f"(a), "f"(b));
+    asm("{ .reg .b16 t; cvt.rn.satfinite.e4m3x2.f32 t, %2, %1; cvt.u32.u16 %0, t; }" : "=r"(hi) : "f"(c), "f"(d));
+    return lo | (hi << 16);
 }
 
 // 2^x on the special-function unit (MUFU.EX2); exp2(-inf) = +0, which masking relies on.
