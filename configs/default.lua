@@ -8,10 +8,12 @@
 --     adds every combination (the cartesian product) of the listed values. Fields:
 --       kind      "fwd"                          the kernel family (required)
 --       arch      "sm_80", "sm_90a", ...          CUDA targets (required; `--arch` replaces it)
---       dtype     "fp16", "bf16"                 element type of Q, K, V and O (required)
---       head_dim  64, 128, ...                   multiples of 8 up to 256 (required)
+--       dtype     "fp16", "bf16", "e4m3", "e5m2" element type of Q, K, V (and O for fp16/bf16) (required)
+--       head_dim  64, 128, ...                   multiples of 8 up to 256 (required; fp8: of 32)
 --       causal    false, true                    bottom-right aligned causal mask (default false)
 --       block_m, block_n, warps, stages          tile sizes (optional: the tile policy chooses)
+--       out       "bf16", "fp16"                 O's dtype for fp8 variants (default "bf16"; ignored by
+--                                                fp16/bf16 variants, which write O in their dtype)
 --
 --   tile_policy { arch = ..., head_dim = ..., causal = ..., dtype = ...,
 --                 block_m = ..., block_n = ..., warps = ..., stages = ... }
@@ -39,3 +41,17 @@ variants {
 -- It would give every non-causal Hopper variant with head_dim 65..128 a 128 x 64 tile:
 -- tile_policy { arch = "sm_90a", head_dim = {65, 128}, causal = false,
 --               block_m = 128, block_n = 64, warps = 8, stages = 2 }
+
+-- FP8 (enabled when the kernel lands): e4m3 and e5m2 inputs with O in bf16 (`out` is the output dtype of
+-- fp8 variants: "bf16", the default, or "fp16"), for the first FP8 targets, sm_89 (Ada: L4, L40, RTX
+-- 40xx) and sm_90a (H100, H200). 2 x 2 x 3 x 2 = 24 variants; head_dim is a multiple of 32 for fp8.
+-- `flashgen bundle --arch` replaces these arch lists as well: an arch below sm_89 has no fp8 mma and
+-- refuses them.
+-- variants {
+--     kind = "fwd",
+--     arch = {"sm_89", "sm_90a"},
+--     dtype = {"e4m3", "e5m2"},
+--     out = "bf16",
+--     head_dim = {64, 128, 256},
+--     causal = {false, true},
+-- }

@@ -3,10 +3,12 @@
  * A config calls, any number of times:
  *   variants { kind = "fwd", arch = {"sm_80", "sm_90a"}, dtype = {"fp16", "bf16"},
  *              head_dim = {64, 128}, causal = {false, true},
- *              block_m = 128, block_n = 64, warps = 4, stages = 2 }   -- tile fields optional
+ *              block_m = 128, block_n = 64, warps = 4, stages = 2,     -- tile fields optional
+ *              out = "bf16" }                                         -- fp8 output dtype, optional
  *     every field is a scalar or a list; the call adds the cartesian product of the lists (the last
  *     field varies fastest). kind, arch (unless overridden), dtype and head_dim are required; causal
- *     (booleans, or 0/1) defaults to false; unset tile fields come from the tile policy.
+ *     (booleans, or 0/1) defaults to false; unset tile fields come from the tile policy; out (fp16 or
+ *     bf16) is the output dtype of fp8 (e4m3, e5m2) variants, bf16 when absent, ignored by 16-bit ones.
  *   tile_policy { arch = "sm_80" | {"sm_80", "sm_89"} (range), head_dim = 128 | {96, 128} (range),
  *                 causal = true|false|nil, dtype = "bf16"|nil,
  *                 block_m = .., block_n = .., warps = .., stages = .. }  -- overrides the defaults

@@ -24,6 +24,10 @@ int spec_dtype_size(fg_dtype dtype) {
     return 0;
 }
 
+int spec_dtype_is_fp8(fg_dtype dtype) { return dtype == FG_DTYPE_E4M3 || dtype == FG_DTYPE_E5M2; }
+
+fg_dtype spec_out_dtype(const fg_spec *spec) { return spec_dtype_is_fp8(spec->dtype) ? spec->out_dtype : spec->dtype; }
+
 fg_status spec_dtype_parse(const char *text, fg_dtype *out, fg_error *err) {
     for (int i = 0; i < (int)(sizeof dtype_names / sizeof dtype_names[0]); i++)
         if (i != FG_DTYPE_F32 && strcmp(text, dtype_names[i]) == 0) {
@@ -58,12 +62,15 @@ bad:
 }
 
 int spec_format(const fg_spec *s, char *buf, size_t n) {
-    char arch[16];
+    char arch[16], out[16] = "";
     if (spec_arch_format(s->arch, s->arch_accel, arch, sizeof arch) < 0) return -1;
-    /* keys in byte order: arch block_m block_n causal dtype head_dim kind stages warps */
-    int r = snprintf(buf, n, "arch=%s,block_m=%d,block_n=%d,causal=%d,dtype=%s,head_dim=%d,kind=%s,stages=%d,warps=%d",
-                     arch, s->block_m, s->block_n, s->causal ? 1 : 0, spec_dtype_name(s->dtype),
-                     s->head_dim, s->kind == FG_KIND_FWD ? "fwd" : "unknown", s->stages, s->warps);
+    /* Only FP8 variants name their output dtype, so every 16-bit name is what it was before FP8. */
+    if (spec_dtype_is_fp8(s->dtype)) snprintf(out, sizeof out, "out=%s,", spec_dtype_name(s->out_dtype));
+    /* keys in byte order: arch block_m block_n causal dtype head_dim kind [out] stages warps */
+    int r = snprintf(buf, n,
+                     "arch=%s,block_m=%d,block_n=%d,causal=%d,dtype=%s,head_dim=%d,kind=%s,%sstages=%d,warps=%d", arch,
+                     s->block_m, s->block_n, s->causal ? 1 : 0, spec_dtype_name(s->dtype), s->head_dim,
+                     s->kind == FG_KIND_FWD ? "fwd" : "unknown", out, s->stages, s->warps);
     return (r < 0 || (size_t)r >= n) ? -1 : r;
 }
 
@@ -79,9 +86,9 @@ static int parse_int(const char *v, int *out) {
 }
 
 fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
-    enum { K_KIND, K_ARCH, K_DTYPE, K_HEAD_DIM, K_BLOCK_M, K_BLOCK_N, K_WARPS, K_STAGES, K_CAUSAL, K_COUNT };
+    enum { K_KIND, K_ARCH, K_DTYPE, K_HEAD_DIM, K_BLOCK_M, K_BLOCK_N, K_WARPS, K_STAGES, K_CAUSAL, K_OUT, K_COUNT };
     static const char *const keys[K_COUNT] = {"kind", "arch", "dtype", "head_dim", "block_m",
-                                              "block_n", "warps", "stages", "causal"};
+                                              "block_n", "warps", "stages", "causal", "out"};
     int seen[K_COUNT] = {0};
     fg_spec s;
     memset(&s, 0, sizeof s);
@@ -106,7 +113,8 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         while (k < K_COUNT && strcmp(key, keys[k]) != 0) k++;
         if (k == K_COUNT)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
-                           "spec: unknown key '%s' (keys: kind, arch, dtype, head_dim, block_m, block_n, warps, stages, causal)", key);
+                           "spec: unknown key '%s' (keys: kind, arch, dtype, head_dim, block_m, block_n, warps, "
+                           "stages, causal, out)", key);
         if (seen[k]) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: key '%s' appears twice", key);
         seen[k] = 1;
         fg_status st;
@@ -128,6 +136,12 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
             else if (strcmp(val, "1") == 0 || strcmp(val, "true") == 0) s.causal = 1;
             else return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: causal must be 0 or 1, got '%s'", val);
             break;
+        case K_OUT:
+            if (strcmp(val, "fp16") == 0) s.out_dtype = FG_DTYPE_F16;
+            else if (strcmp(val, "bf16") == 0) s.out_dtype = FG_DTYPE_BF16;
+            else return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                                "spec: out must be fp16 or bf16 (the output dtype of an fp8 variant), got '%s'", val);
+            break;
         case K_HEAD_DIM: field = &s.head_dim; break;
         case K_BLOCK_M: field = &s.block_m; break;
         case K_BLOCK_N: field = &s.block_n; break;
@@ -139,6 +153,15 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
     }
     for (int k = K_KIND; k <= K_HEAD_DIM; k++)
         if (!seen[k]) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: required key '%s' is missing", keys[k]);
+    if (spec_dtype_is_fp8(s.dtype)) {
+        if (!seen[K_OUT]) s.out_dtype = FG_DTYPE_BF16;
+    } else {
+        if (seen[K_OUT] && s.out_dtype != s.dtype)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                           "spec: out=%s is for fp8 dtypes (e4m3, e5m2) only; a dtype=%s variant writes O as %s",
+                           spec_dtype_name(s.out_dtype), spec_dtype_name(s.dtype), spec_dtype_name(s.dtype));
+        s.out_dtype = s.dtype;
+    }
     *out = s;
     return FG_OK;
 }
@@ -146,15 +169,23 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
 int spec_equal(const fg_spec *a, const fg_spec *b) {
     return a->kind == b->kind && a->arch == b->arch && a->arch_accel == b->arch_accel && a->dtype == b->dtype &&
            a->head_dim == b->head_dim && a->block_m == b->block_m && a->block_n == b->block_n &&
-           a->warps == b->warps && a->stages == b->stages && (a->causal != 0) == (b->causal != 0);
+           a->warps == b->warps && a->stages == b->stages && (a->causal != 0) == (b->causal != 0) &&
+           spec_out_dtype(a) == spec_out_dtype(b);
 }
 
 int spec_head_dim_padded(const fg_spec *spec) { return (spec->head_dim + 15) / 16 * 16; }
 
 int spec_threads(const fg_spec *spec) { return spec->warps * 32; }
 
-/* Q tile plus `stages` K and V tiles, each row head_dim_padded elements (swizzled, never padded). */
+/* Q tile plus `stages` K and V tiles, each row head_dim_padded elements of the input dtype (swizzled,
+ * never padded): FP8 tiles are half the bytes of 16-bit ones. An FP8 V tile is stored transposed (V^T,
+ * head_dim rows of block_n keys) and holds the same number of bytes. The epilogue stages O (16-bit) in
+ * the same memory from the Q tile on, so FP8 needs at least block_m 16-bit rows: more than the tiles
+ * only when 2 * stages * block_n < block_m (256 x 32 with 2 stages, say). */
 size_t spec_smem_bytes(const fg_spec *spec) {
-    size_t row = (size_t)spec_head_dim_padded(spec) * (size_t)spec_dtype_size(spec->dtype);
-    return row * ((size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages);
+    size_t dp = (size_t)spec_head_dim_padded(spec);
+    size_t tiles = dp * (size_t)spec_dtype_size(spec->dtype) *
+                   ((size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages);
+    size_t o_tile = dp * 2u * (size_t)spec->block_m;
+    return tiles > o_tile ? tiles : o_tile;
 }

@@ -3,6 +3,8 @@
  * The canonical text (keys sorted, comma-separated `key=value`, no spaces) is the variant's name in the
  * CLI, the caches, bundle indexes and logs:
  *   arch=sm_90a,block_m=128,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=fwd,stages=2,warps=4
+ * FP8 variants (dtype e4m3 or e5m2) also name their output dtype, between kind and stages:
+ *   arch=sm_90a,block_m=128,block_n=64,causal=0,dtype=e4m3,head_dim=128,kind=fwd,out=bf16,stages=3,warps=4
  * spec_format(spec_parse(text)) == text for every canonical text. */
 #ifndef FG_SPEC_H
 #define FG_SPEC_H
@@ -25,6 +27,9 @@ typedef struct fg_spec {
     int warps;      /* warps per CTA; 0 = unset */
     int stages;     /* K/V shared-memory pipeline depth; 0 = unset */
     int causal;     /* 1: bottom-right aligned causal mask compiled in */
+    fg_dtype out_dtype; /* dtype of O. FP8 specs (dtype e4m3/e5m2): fp16 or bf16 (spec_parse defaults it to
+                           bf16). 16-bit specs ignore it (O has dtype): formatting omits it, spec_equal and
+                           validation ignore it. Last, so positional initializers of the fields above work. */
 } fg_spec;
 
 /* Longest canonical text plus NUL, with room to spare. */
@@ -35,25 +40,33 @@ int spec_format(const fg_spec *spec, char *buf, size_t n);
 
 /* Parses `key=value` pairs separated by commas and/or whitespace, in any order. kind, arch, dtype and
  * head_dim are required; tile fields (block_m, block_n, warps, stages) may be omitted (left 0); causal
- * defaults to 0. Unknown keys, repeated keys and bad values are errors naming the key. */
+ * defaults to 0. `out` (fp16 or bf16) is the output dtype of an FP8 spec, bf16 when absent; for a 16-bit
+ * dtype it may only repeat dtype, and out_dtype is set to dtype. Unknown keys, repeated keys and bad
+ * values are errors naming the key. */
 fg_status spec_parse(const char *text, fg_spec *out, fg_error *err);
 
 /* "sm_90a" <-> (90, 1). spec_arch_parse accepts "sm_XY" or "sm_XYa"; returns FG_ERR_INVALID_ARGUMENT otherwise. */
 fg_status spec_arch_parse(const char *text, int *arch, int *accel, fg_error *err);
 int spec_arch_format(int arch, int accel, char *buf, size_t n);
 
-/* "fp16"/"bf16" (also "e4m3", "e5m2" reserved) <-> fg_dtype. */
+/* "fp16", "bf16", "e4m3", "e5m2" <-> fg_dtype. */
 fg_status spec_dtype_parse(const char *text, fg_dtype *out, fg_error *err);
 const char *spec_dtype_name(fg_dtype dtype);
 /* Bytes per element of a Q/K/V dtype. */
 int spec_dtype_size(fg_dtype dtype);
+/* 1 for the FP8 element types (e4m3, e5m2). */
+int spec_dtype_is_fp8(fg_dtype dtype);
 
-/* Equality of every field. */
+/* Equality of every field (out_dtype only where it means something: FP8 specs). */
 int spec_equal(const fg_spec *a, const fg_spec *b);
+
+/* The dtype the kernel writes O in: out_dtype for FP8 specs, dtype otherwise. */
+fg_dtype spec_out_dtype(const fg_spec *spec);
 
 /* Derived quantities the validator, emitter and runtime share. */
 int spec_head_dim_padded(const fg_spec *spec);   /* head_dim rounded up to the MMA k (16) */
-size_t spec_smem_bytes(const fg_spec *spec);     /* dynamic shared memory the kernel needs */
+size_t spec_smem_bytes(const fg_spec *spec);     /* dynamic shared memory the kernel needs (Q/K/V elements
+                                                    of spec_dtype_size bytes: 1 for FP8) */
 int spec_threads(const fg_spec *spec);           /* warps * 32 */
 
 /* ---- validation (validate.c): one list of refusal rules ---- */

@@ -35,6 +35,12 @@ static const fg_tile_rule default_rules[] = {
     {90, 90, 8, 64, 1, -1, 64, 64, 4, 3},           /* 512/2k winner; 6% behind 128x96 at 8k */
     {90, 90, 65, 128, 0, -1, 128, 32, 4, 2},        /* 128x48 is 3% faster but spills 4 bytes */
     {90, 90, 65, 128, 1, -1, 128, 48, 4, 2},
+    /* FP8 (e4m3, e5m2) takes the rules above (its tiles are half the bytes), except where they give a
+     * block_n that is not a multiple of 32 (the FP8 P.V mma's k is 32 keys: validate.c's fp8_block_n):
+     * the causal sm_90 128 x 48 becomes 128 x 32, the nearest multiple of 32 that fits the accumulator
+     * registers (128 x 64 with 4 warps needs 192 at d 128), and the non-causal sm_90 choice. */
+    {90, 90, 65, 128, 1, FG_DTYPE_E4M3, 128, 32, 4, 2},
+    {90, 90, 65, 128, 1, FG_DTYPE_E5M2, 128, 32, 4, 2},
 };
 
 fg_status tile_policy_add(fg_tile_policy *p, const fg_tile_rule *r, fg_error *err) {

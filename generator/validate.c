@@ -27,7 +27,8 @@ static int m_tiles(const fg_spec *s) { return s->warps > 0 ? s->block_m / (16 * 
  * with NVRTC 13.0 for sm_90a, 192 spills at head_dim 64 and 128 (20+ bytes); between 161 and 176 it
  * depends on the tile (head_dim 256 128x80 8 warps at 168 and head_dim 64 128x112 4 warps at 176 do not
  * spill, head_dim 128 128x48 4 warps at 176 spills 4 bytes non-causal and none causal), so those are
- * left to ptxas's report, which `flashgen tune` and the CI compile test read. */
+ * left to ptxas's report, which `flashgen tune` and the CI compile test read. FP8 variants accumulate in
+ * fp32 too, so the same count applies to them. */
 static int acc_registers(const fg_spec *s) {
     return m_tiles(s) * (spec_head_dim_padded(s) / 2 + s->block_n / 2);
 }
@@ -48,11 +49,22 @@ RULE(arch_known, arch_smem_limit(s->arch) == 0, FG_ERR_UNSUPPORTED,
      "arch sm_%d is not a target flashgen knows (sm_80, sm_86, sm_87, sm_89, sm_90, sm_100, sm_103, sm_110, sm_120, sm_121)", s->arch)
 RULE(arch_accel, s->arch_accel && !arch_has_accel(s->arch), FG_ERR_UNSUPPORTED,
      "arch sm_%da does not exist: only sm_90, sm_100, sm_103, sm_110, sm_120 and sm_121 have an 'a' target", s->arch)
-RULE(dtype_half, s->dtype != FG_DTYPE_F16 && s->dtype != FG_DTYPE_BF16, FG_ERR_UNSUPPORTED,
-     "dtype %s has no forward kernel family in this flashgen: the mma.sync forward takes fp16 or bf16",
+RULE(dtype_half, s->dtype != FG_DTYPE_F16 && s->dtype != FG_DTYPE_BF16 && !spec_dtype_is_fp8(s->dtype),
+     FG_ERR_UNSUPPORTED,
+     "dtype %s has no forward kernel family in this flashgen: the mma.sync forward takes fp16, bf16, e4m3 or e5m2",
      spec_dtype_name(s->dtype))
+RULE(fp8_arch, spec_dtype_is_fp8(s->dtype) && s->arch < 89, FG_ERR_UNSUPPORTED,
+     "dtype %s needs sm_89 or newer (sm_89, sm_90, sm_100, sm_103, sm_110, sm_120, sm_121): sm_%d has no FP8 "
+     "tensor-core mma (m16n8k32)", spec_dtype_name(s->dtype), s->arch)
+RULE(fp8_out, spec_dtype_is_fp8(s->dtype) && s->out_dtype != FG_DTYPE_F16 && s->out_dtype != FG_DTYPE_BF16,
+     FG_ERR_UNSUPPORTED, "out_dtype %s is not supported for dtype %s: an fp8 variant writes O as fp16 or bf16",
+     spec_dtype_name(s->out_dtype), spec_dtype_name(s->dtype))
 RULE(head_dim_range, s->head_dim < 8 || s->head_dim > 256 || s->head_dim % 8 != 0, FG_ERR_UNSUPPORTED,
      "head_dim %d is not supported: it must be a multiple of 8 from 8 to 256", s->head_dim)
+RULE(fp8_head_dim, spec_dtype_is_fp8(s->dtype) && (s->head_dim < 32 || s->head_dim > 256 || s->head_dim % 32 != 0),
+     FG_ERR_UNSUPPORTED,
+     "head_dim %d is not supported for dtype %s: it must be a multiple of 32 from 32 to 256 (the FP8 mma's k-step "
+     "is 32 bytes of head dim)", s->head_dim, spec_dtype_name(s->dtype))
 RULE(tiles_set, s->block_m <= 0 || s->block_n <= 0 || s->warps <= 0 || s->stages <= 0, FG_ERR_INVALID_ARGUMENT,
      "tile fields must be set (block_m=%d, block_n=%d, warps=%d, stages=%d): fill them from the tile policy",
      s->block_m, s->block_n, s->warps, s->stages)
@@ -63,6 +75,9 @@ RULE(block_m_mma, s->block_m % (16 * s->warps) != 0 || (m_tiles(s) != 1 && m_til
      "must be 16 or 32 times warps", s->block_m, s->warps)
 RULE(block_n_mma, s->block_n % 16 != 0 || s->block_n < 16 || s->block_n > 256, FG_ERR_UNSUPPORTED,
      "block_n %d is not supported: it must be a multiple of 16 from 16 to 256 (the MMA's k16 steps over keys)", s->block_n)
+RULE(fp8_block_n, spec_dtype_is_fp8(s->dtype) && s->block_n % 32 != 0, FG_ERR_UNSUPPORTED,
+     "block_n %d is not supported for dtype %s: it must be a multiple of 32 (the FP8 P.V mma's k is 32 keys)",
+     s->block_n, spec_dtype_name(s->dtype))
 RULE(stages, s->stages < 2 || s->stages > 4, FG_ERR_UNSUPPORTED,
      "stages %d is not supported: the K/V cp.async pipeline has 2 to 4 stages", s->stages)
 RULE(registers, acc_registers(s) > 176, FG_ERR_UNSUPPORTED,
@@ -75,9 +90,11 @@ RULE(smem, arch_smem_limit(s->arch) != 0 && spec_smem_bytes(s) > arch_smem_limit
 #define R(id, st) {#id, refuse_##id, say_##id, st}
 static const rule rules[] = {
     R(kind, FG_ERR_INVALID_ARGUMENT),   R(arch_known, FG_ERR_UNSUPPORTED), R(arch_accel, FG_ERR_UNSUPPORTED),
-    R(dtype_half, FG_ERR_UNSUPPORTED),  R(head_dim_range, FG_ERR_UNSUPPORTED), R(tiles_set, FG_ERR_INVALID_ARGUMENT),
+    R(dtype_half, FG_ERR_UNSUPPORTED),  R(fp8_arch, FG_ERR_UNSUPPORTED),   R(fp8_out, FG_ERR_UNSUPPORTED),
+    R(head_dim_range, FG_ERR_UNSUPPORTED), R(fp8_head_dim, FG_ERR_UNSUPPORTED), R(tiles_set, FG_ERR_INVALID_ARGUMENT),
     R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),
-    R(stages, FG_ERR_UNSUPPORTED),      R(registers, FG_ERR_UNSUPPORTED), R(smem, FG_ERR_UNSUPPORTED),
+    R(fp8_block_n, FG_ERR_UNSUPPORTED), R(stages, FG_ERR_UNSUPPORTED),      R(registers, FG_ERR_UNSUPPORTED),
+    R(smem, FG_ERR_UNSUPPORTED),
 };
 #define NRULES ((int)(sizeof rules / sizeof rules[0]))
 

@@ -586,6 +586,46 @@ Test(config, zero_variants_refused) {
                "lists no variants");
 }
 
+Test(config, fp8_variants_and_their_output_dtype) {
+    fg_config cfg;
+    char name[FG_SPEC_NAME_MAX];
+    /* out absent: fp8 writes bf16, a 16-bit variant its own dtype */
+    load_ok("variants { kind = 'fwd', arch = 'sm_90a', dtype = {'e4m3', 'fp16'}, head_dim = 128 }", NULL, &cfg);
+    cr_assert_eq(cfg.count, 2);
+    cr_assert_eq(cfg.variants[0].dtype, FG_DTYPE_E4M3);
+    cr_assert_eq(cfg.variants[0].out_dtype, FG_DTYPE_BF16);
+    cr_assert_gt(spec_named(&cfg, 0, name, sizeof name), 0);
+    cr_assert(strstr(name, ",dtype=e4m3,") && strstr(name, ",out=bf16,"), "%s", name);
+    cr_assert_eq(cfg.variants[1].out_dtype, FG_DTYPE_F16);
+    config_free(&cfg);
+    /* out is part of the product for fp8; 16-bit variants ignore it, so theirs collapse to one */
+    load_ok("variants { kind = 'fwd', arch = 'sm_89', dtype = {'e5m2', 'bf16'}, head_dim = 64,\n"
+            "           out = {'fp16', 'bf16'} }", NULL, &cfg);
+    cr_assert_eq(cfg.count, 3);
+    cr_assert(cfg.variants[0].dtype == FG_DTYPE_E5M2 && cfg.variants[0].out_dtype == FG_DTYPE_F16);
+    cr_assert(cfg.variants[1].dtype == FG_DTYPE_E5M2 && cfg.variants[1].out_dtype == FG_DTYPE_BF16);
+    cr_assert(cfg.variants[2].dtype == FG_DTYPE_BF16 && cfg.variants[2].out_dtype == FG_DTYPE_BF16);
+    cr_assert(cfg.variants[0].block_n % 32 == 0 && cfg.variants[1].block_n % 32 == 0, "fp8 tiles step 32 keys");
+    config_free(&cfg);
+    /* a tile_policy rule may target an fp8 dtype */
+    load_ok("tile_policy { dtype = 'e4m3', block_m = 64, block_n = 64, warps = 4, stages = 2 }\n"
+            "variants { kind = 'fwd', arch = 'sm_90a', dtype = {'e4m3', 'e5m2'}, head_dim = 64 }", NULL, &cfg);
+    cr_assert_eq(cfg.count, 2);
+    cr_assert(cfg.variants[0].block_m == 64 && cfg.variants[0].block_n == 64, "the rule applies to e4m3");
+    cr_assert(cfg.variants[1].block_m == 128 && cfg.variants[1].block_n == 96, "e5m2 keeps the sm_90 d64 default");
+    config_free(&cfg);
+    load_fails("variants { kind = 'fwd', arch = 'sm_90a', dtype = 'e4m3', head_dim = 64, out = 'e5m2' }", NULL,
+               FG_ERR_CONFIG, "cfg.lua:1: variant arch=sm_90a,", "out_dtype e5m2");
+    load_fails("variants { kind = 'fwd', arch = 'sm_90a', dtype = 'e4m3', head_dim = 64, out = 'fp32' }", NULL,
+               FG_ERR_CONFIG, "cfg.lua:1: variants: ", "field 'out': dtype 'fp32'");
+    load_fails("variants { kind = 'fwd', arch = 'sm_90a', dtype = 'e4m3', head_dim = 64, out = 16 }", NULL,
+               FG_ERR_CONFIG, "cfg.lua:1: variants: ", "field 'out' must be a string or a list of strings");
+    load_fails("variants { kind = 'fwd', arch = 'sm_90a', dtype = 'e4m3', head_dim = 48 }", NULL, FG_ERR_CONFIG,
+               "cfg.lua:1: variant arch=sm_90a,", "multiple of 32");
+    load_fails("variants { kind = 'fwd', arch = 'sm_86', dtype = 'e5m2', head_dim = 64 }", NULL, FG_ERR_CONFIG,
+               "cfg.lua:1: variant arch=sm_86,", "needs sm_89 or newer");
+}
+
 Test(config, invalid_variant_names_variant_and_rule) {
     load_fails("local a = 1\nvariants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = {64, 7} }", NULL,
                FG_ERR_CONFIG, "cfg.lua:2: variant arch=sm_80,", "head_dim 7 is not supported");

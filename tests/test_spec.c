@@ -17,17 +17,71 @@ Test(spec, canonical_text_is_sorted_and_stable) {
     cr_assert_str_eq(buf, "arch=sm_90a,block_m=128,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=fwd,stages=2,warps=8");
 }
 
+Test(spec, fp8_canonical_text_names_the_output_dtype) {
+    fg_spec s = base();
+    char buf[FG_SPEC_NAME_MAX];
+    s.dtype = FG_DTYPE_E4M3;
+    s.out_dtype = FG_DTYPE_BF16;
+    cr_assert_gt(spec_format(&s, buf, sizeof buf), 0);
+    cr_assert_str_eq(buf, "arch=sm_90a,block_m=128,block_n=64,causal=0,dtype=e4m3,head_dim=128,kind=fwd,out=bf16,"
+                          "stages=2,warps=8");
+    s.dtype = FG_DTYPE_E5M2;
+    s.out_dtype = FG_DTYPE_F16;
+    cr_assert_gt(spec_format(&s, buf, sizeof buf), 0);
+    cr_assert_str_eq(buf, "arch=sm_90a,block_m=128,block_n=64,causal=0,dtype=e5m2,head_dim=128,kind=fwd,out=fp16,"
+                          "stages=2,warps=8");
+    /* 16-bit names never carry out=, whatever out_dtype holds */
+    s = base();
+    s.out_dtype = FG_DTYPE_E4M3;
+    cr_assert_gt(spec_format(&s, buf, sizeof buf), 0);
+    cr_assert_str_eq(buf,
+                     "arch=sm_90a,block_m=128,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=fwd,stages=2,warps=8");
+}
+
+Test(spec, out_key_defaults_and_rules) {
+    fg_spec s;
+    fg_error e;
+    cr_assert_eq(spec_parse("kind=fwd,arch=sm_90a,dtype=e4m3,head_dim=128", &s, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(s.out_dtype, FG_DTYPE_BF16, "an fp8 spec without out= writes bf16");
+    cr_assert_eq(spec_out_dtype(&s), FG_DTYPE_BF16);
+    cr_assert_eq(spec_parse("out=fp16 kind=fwd,arch=sm_89,dtype=e5m2,head_dim=64", &s, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(s.dtype, FG_DTYPE_E5M2);
+    cr_assert_eq(s.out_dtype, FG_DTYPE_F16);
+    /* a 16-bit spec may repeat its own dtype as out=, which changes nothing */
+    cr_assert_eq(spec_parse("kind=fwd,arch=sm_80,dtype=fp16,head_dim=64,out=fp16", &s, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(s.out_dtype, FG_DTYPE_F16);
+    cr_assert_eq(spec_parse("kind=fwd,arch=sm_80,dtype=bf16,head_dim=64", &s, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(s.out_dtype, FG_DTYPE_BF16, "a 16-bit spec's out_dtype is its dtype");
+    /* spec_equal: out_dtype counts for fp8 specs only */
+    fg_spec a = base(), b = base();
+    a.out_dtype = FG_DTYPE_F16;
+    b.out_dtype = FG_DTYPE_E5M2;
+    cr_assert(spec_equal(&a, &b), "a 16-bit spec's out_dtype is ignored");
+    cr_assert_eq(spec_out_dtype(&b), FG_DTYPE_BF16);
+    a.dtype = b.dtype = FG_DTYPE_E4M3;
+    a.out_dtype = FG_DTYPE_F16;
+    b.out_dtype = FG_DTYPE_BF16;
+    cr_assert_not(spec_equal(&a, &b), "fp8 specs writing fp16 and bf16 are different variants");
+    b.out_dtype = FG_DTYPE_F16;
+    cr_assert(spec_equal(&a, &b));
+}
+
 Test(spec, round_trip_every_field_combination) {
     const int archs[][2] = {{80, 0}, {86, 0}, {89, 0}, {90, 0}, {90, 1}, {120, 0}, {120, 1}};
+    /* dtype and output dtype: the 16-bit ones write their own dtype; fp8 writes fp16 or bf16 */
+    const fg_dtype dts[][2] = {{FG_DTYPE_F16, FG_DTYPE_F16},   {FG_DTYPE_BF16, FG_DTYPE_BF16},
+                               {FG_DTYPE_E4M3, FG_DTYPE_F16},  {FG_DTYPE_E4M3, FG_DTYPE_BF16},
+                               {FG_DTYPE_E5M2, FG_DTYPE_F16},  {FG_DTYPE_E5M2, FG_DTYPE_BF16}};
     int checked = 0;
     for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
-        for (int dt = 0; dt < 2; dt++)
+        for (int dt = 0; dt < 6; dt++)
             for (int d = 8; d <= 256; d += 8)
                 for (int c = 0; c < 2; c++) {
                     fg_spec s = base(), back;
                     s.arch = archs[a][0];
                     s.arch_accel = archs[a][1];
-                    s.dtype = dt ? FG_DTYPE_BF16 : FG_DTYPE_F16;
+                    s.dtype = dts[dt][0];
+                    s.out_dtype = dts[dt][1];
                     s.head_dim = d;
                     s.causal = c;
                     s.block_m = 16 * (1 + d % 3);
@@ -37,11 +91,12 @@ Test(spec, round_trip_every_field_combination) {
                     cr_assert_gt(spec_format(&s, text, sizeof text), 0);
                     cr_assert_eq(spec_parse(text, &back, &e), FG_OK, "%s: %s", text, e.msg);
                     cr_assert(spec_equal(&s, &back), "%s did not round-trip", text);
+                    cr_assert_eq(back.out_dtype, s.out_dtype, "%s: out_dtype", text);
                     cr_assert_gt(spec_format(&back, again, sizeof again), 0);
                     cr_assert_str_eq(text, again);
                     checked++;
                 }
-    cr_assert_eq(checked, 7 * 2 * 32 * 2);
+    cr_assert_eq(checked, 7 * 6 * 32 * 2);
 }
 
 Test(spec, parse_accepts_any_order_spaces_and_partial_tiles) {
@@ -69,6 +124,10 @@ Test(spec, parse_errors_name_the_key) {
         {"kind=fwd,arch=sm_90a,dtype=bf16,head_dim=12x", "head_dim"},
         {"kind=fwd,arch=sm_90a,dtype=bf16,head_dim=128,causal=2", "causal"},
         {"kind=fwd,arch=sm_90a,dtype=bf16,head_dim", "key=value"},
+        {"kind=fwd,arch=sm_90a,dtype=bf16,head_dim=128,out=fp16", "out=fp16"},  /* out= of a 16-bit spec */
+        {"kind=fwd,arch=sm_90a,dtype=e4m3,head_dim=128,out=fp32", "out"},       /* fp8 writes fp16 or bf16 */
+        {"kind=fwd,arch=sm_90a,dtype=e4m3,head_dim=128,out=e5m2", "out"},
+        {"kind=fwd,arch=sm_90a,dtype=e4m3,head_dim=128,out=bf16,out=bf16", "twice"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fg_spec s;
@@ -96,6 +155,39 @@ Test(spec, default_policy_fills_valid_tiles_for_every_head_dim_and_arch) {
                     spec_format(&s, name, sizeof name);
                     cr_assert_eq(spec_validate(&s, &e), FG_OK, "default tiles of %s refused: %s", name, e.msg);
                 }
+    tile_policy_free(&p);
+}
+
+/* The defaults for fp8 pass validation wherever fp8 runs (block_n a multiple of 32 included), and the
+ * fp8 rule of sm_90 is what tile_policy.c says. */
+Test(spec, default_policy_fills_valid_fp8_tiles) {
+    fg_tile_policy p;
+    fg_error e;
+    cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
+    const int archs[][2] = {{89, 0}, {90, 1}, {90, 0}, {100, 0}, {103, 0}, {110, 0}, {120, 0}, {121, 0}};
+    const fg_dtype dts[2] = {FG_DTYPE_E4M3, FG_DTYPE_E5M2};
+    for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
+        for (int d = 32; d <= 256; d += 32)
+            for (int c = 0; c < 2; c++)
+                for (int dt = 0; dt < 4; dt++) {
+                    fg_spec s = {.kind = FG_KIND_FWD, .arch = archs[a][0], .arch_accel = archs[a][1],
+                                 .dtype = dts[dt % 2], .head_dim = d, .causal = c,
+                                 .out_dtype = dt / 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16};
+                    cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK, "%s", e.msg);
+                    char name[FG_SPEC_NAME_MAX];
+                    spec_format(&s, name, sizeof name);
+                    cr_assert_eq(spec_validate(&s, &e), FG_OK, "default tiles of %s refused: %s", name, e.msg);
+                    cr_assert_eq(s.block_n % 32, 0, "%s", name);
+                }
+    fg_spec s = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_E5M2, .head_dim = 128,
+                 .causal = 1, .out_dtype = FG_DTYPE_BF16};
+    cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK, "%s", e.msg);
+    cr_assert(s.block_m == 128 && s.block_n == 32 && s.warps == 4 && s.stages == 2, "%d x %d, %d warps, %d stages",
+              s.block_m, s.block_n, s.warps, s.stages);
+    fg_spec h = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 128,
+                 .causal = 1};
+    cr_assert_eq(spec_fill_tiles(&h, &p, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(h.block_n, 48, "the 16-bit sm_90 causal d128 tile is unchanged");
     tile_policy_free(&p);
 }
 
@@ -138,7 +230,16 @@ typedef struct broken {
 static void m_kind(fg_spec *s) { s->kind = (fg_kind)7; }
 static void m_arch_known(fg_spec *s) { s->arch = 75; s->arch_accel = 0; }
 static void m_arch_accel(fg_spec *s) { s->arch = 80; s->arch_accel = 1; }
-static void m_dtype(fg_spec *s) { s->dtype = FG_DTYPE_E4M3; }
+static void m_dtype(fg_spec *s) { s->dtype = FG_DTYPE_F32; }
+static void m_fp8(fg_spec *s) { s->dtype = FG_DTYPE_E4M3; s->out_dtype = FG_DTYPE_BF16; }
+static void m_fp8_arch_80(fg_spec *s) { m_fp8(s); s->arch = 80; s->arch_accel = 0; }
+static void m_fp8_arch_86(fg_spec *s) { m_fp8(s); s->dtype = FG_DTYPE_E5M2; s->arch = 86; s->arch_accel = 0; }
+static void m_fp8_arch_87(fg_spec *s) { m_fp8(s); s->arch = 87; s->arch_accel = 0; }
+static void m_fp8_out(fg_spec *s) { m_fp8(s); s->out_dtype = FG_DTYPE_E5M2; }
+static void m_fp8_out_f32(fg_spec *s) { m_fp8(s); s->out_dtype = FG_DTYPE_F32; }
+static void m_fp8_head_dim(fg_spec *s) { m_fp8(s); s->head_dim = 48; }
+static void m_fp8_head_dim_small(fg_spec *s) { m_fp8(s); s->head_dim = 16; s->block_n = 32; }
+static void m_fp8_block_n(fg_spec *s) { m_fp8(s); s->block_n = 48; }
 static void m_head_dim_odd(fg_spec *s) { s->head_dim = 60; }
 static void m_head_dim_big(fg_spec *s) { s->head_dim = 264; }
 static void m_tiles(fg_spec *s) { s->block_n = 0; }
@@ -153,7 +254,15 @@ static const broken rules[] = {
     {"kind", m_kind, "kind"},
     {"arch_known", m_arch_known, "sm_75"},
     {"arch_accel", m_arch_accel, "sm_80a"},
-    {"dtype_half", m_dtype, "e4m3"},
+    {"dtype_half", m_dtype, "fp32"},
+    {"fp8_arch", m_fp8_arch_80, "sm_80 has no FP8"},
+    {"fp8_arch", m_fp8_arch_86, "sm_86 has no FP8"},
+    {"fp8_arch", m_fp8_arch_87, "needs sm_89 or newer"},
+    {"fp8_out", m_fp8_out, "out_dtype e5m2"},
+    {"fp8_out", m_fp8_out_f32, "fp16 or bf16"},
+    {"fp8_head_dim", m_fp8_head_dim, "head_dim 48"},
+    {"fp8_head_dim", m_fp8_head_dim_small, "multiple of 32 from 32 to 256"},
+    {"fp8_block_n", m_fp8_block_n, "block_n 48"},
     {"head_dim_range", m_head_dim_odd, "multiple of 8"},
     {"head_dim_range", m_head_dim_big, "264"},
     {"tiles_set", m_tiles, "block_n=0"},
@@ -196,6 +305,51 @@ Test(validate, head_dim_every_multiple_of_8_from_8_to_256) {
     }
 }
 
+Test(validate, fp8_head_dim_every_multiple_of_32_from_32_to_256) {
+    fg_error e;
+    for (int d = 1; d <= 300; d++) {
+        fg_spec s = base();
+        s.dtype = FG_DTYPE_E4M3;
+        s.out_dtype = FG_DTYPE_F16;
+        s.head_dim = d;
+        s.block_n = 32;
+        int want_ok = d % 32 == 0 && d >= 32 && d <= 256;
+        cr_assert_eq(spec_validate(&s, &e) == FG_OK, want_ok, "head_dim %d: %s", d, e.msg);
+    }
+}
+
+Test(validate, fp8_runs_on_sm_89_and_newer_only) {
+    const int archs[][2] = {{80, 0}, {86, 0}, {87, 0}, {89, 0}, {90, 0}, {90, 1}, {100, 0}, {100, 1}, {103, 0},
+                            {110, 0}, {120, 0}, {120, 1}, {121, 0}};
+    fg_error e;
+    for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
+        for (int dt = 0; dt < 2; dt++) {
+            fg_spec s = base(); /* 128 x 64, 8 warps, 2 stages, d 128: fits every arch's shared memory in fp8 */
+            s.arch = archs[a][0];
+            s.arch_accel = archs[a][1];
+            s.dtype = dt ? FG_DTYPE_E5M2 : FG_DTYPE_E4M3;
+            s.out_dtype = FG_DTYPE_BF16;
+            int want_ok = s.arch >= 89;
+            fg_error_clear(&e);
+            cr_assert_eq(spec_validate(&s, &e) == FG_OK, want_ok, "sm_%d%s: %s", s.arch, s.arch_accel ? "a" : "",
+                         e.msg);
+        }
+}
+
+Test(validate, fp8_block_n_multiples_of_32) {
+    fg_error e;
+    for (int n = 16; n <= 256; n += 16) {
+        fg_spec s = base();
+        s.dtype = FG_DTYPE_E5M2;
+        s.out_dtype = FG_DTYPE_BF16;
+        s.head_dim = 64;
+        s.block_n = n;
+        cr_assert_eq(spec_validate(&s, &e) == FG_OK, n % 32 == 0 && s.block_n <= 256, "block_n %d: %s", n, e.msg);
+        s.dtype = FG_DTYPE_BF16; /* the 16-bit rule stays a multiple of 16 */
+        cr_assert_eq(spec_validate(&s, &e), FG_OK, "bf16 block_n %d: %s", n, e.msg);
+    }
+}
+
 Test(validate, smem_limits_per_arch) {
     cr_assert_eq(arch_smem_limit(80), 166912);
     cr_assert_eq(arch_smem_limit(86), 101376);
@@ -207,4 +361,20 @@ Test(validate, smem_limits_per_arch) {
     s.head_dim = 40; /* padded to 48 */
     cr_assert_eq(spec_head_dim_padded(&s), 48);
     cr_assert_eq(spec_smem_bytes(&s), (128u + 4 * 64) * 96);
+    /* fp8: one byte per element, so every tile is half the bytes (V^T holds as many bytes as V) */
+    s = base();
+    s.dtype = FG_DTYPE_E4M3;
+    s.out_dtype = FG_DTYPE_BF16;
+    cr_assert_eq(spec_smem_bytes(&s), 128u * 128 + 2u * 2 * 64 * 128);
+    s.stages = 4;
+    s.head_dim = 256;
+    cr_assert_eq(spec_smem_bytes(&s), 128u * 256 + 2u * 4 * 64 * 256);
+    /* the 16-bit O the epilogue stages from the Q tile on needs block_m rows of 2-byte elements */
+    s.block_m = 256;
+    s.block_n = 32;
+    s.stages = 2;
+    s.head_dim = 64;
+    cr_assert_eq(spec_smem_bytes(&s), 256u * 64 * 2, "O staging (32 KiB) exceeds the fp8 tiles (24 KiB)");
+    s.dtype = FG_DTYPE_BF16;
+    cr_assert_eq(spec_smem_bytes(&s), (256u + 2 * 2 * 32) * 128, "16-bit: the tiles, as before");
 }
