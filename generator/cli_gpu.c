@@ -324,7 +324,7 @@ fg_status fwd_check(const fg_cuda_api *cu, const fwd_buffers *B, const problem *
     lse.ndim = 3;
     lse.shape[0] = nb, lse.shape[1] = nh, lse.shape[2] = rows;
     lse.stride[0] = nh * sq, lse.stride[1] = sq, lse.stride[2] = 1;
-    ref_problem rp = {q, k, v, 0.f, p->causal};
+    ref_problem rp = {.q = q, .k = k, .v = v, .softmax_scale = 0.f, .causal = p->causal};
     st = ref_check_fwd(&rp, &out, &lse, rep, err);
 done:
     free(ho);

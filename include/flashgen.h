@@ -15,7 +15,8 @@
  *     log_fn must not call back into flashgen on the same context (it may run under that lock).
  *
  * Tensors use FlashAttention's layout [batch, seqlen, heads, head_dim] with the last dim contiguous;
- * strides are in elements. GQA/MQA: K and V may have fewer heads than Q, dividing them.
+ * strides are in elements. GQA/MQA: K and V may have fewer heads than Q, dividing them. FP8 inputs
+ * (e4m3, e5m2) take V key-major and descale factors: see fg_fwd_args.
  */
 #ifndef FLASHGEN_H
 #define FLASHGEN_H
@@ -50,9 +51,9 @@ typedef enum fg_status {
 typedef enum fg_dtype {
     FG_DTYPE_F16 = 0,
     FG_DTYPE_BF16 = 1,
-    FG_DTYPE_F32 = 2, /* for the LSE output only */
-    FG_DTYPE_E4M3 = 3, /* reserved for the FP8 kernels */
-    FG_DTYPE_E5M2 = 4  /* reserved for the FP8 kernels */
+    FG_DTYPE_F32 = 2,  /* the LSE output and the FP8 descale factors */
+    FG_DTYPE_E4M3 = 3, /* FP8 Q/K/V: 1 sign, 4 exponent (bias 7), 3 mantissa bits, no infinities, max 448 */
+    FG_DTYPE_E5M2 = 4  /* FP8 Q/K/V: 1 sign, 5 exponent (bias 15), 2 mantissa bits, IEEE-like, max 57344 */
 } fg_dtype;
 
 typedef enum fg_log_level {
@@ -65,24 +66,48 @@ typedef enum fg_log_level {
 
 typedef void (*fg_log_fn)(void *user, fg_log_level level, const char *message);
 
-/* A strided view of device memory. Strides are in elements; the last one must be 1. */
+/* A strided view of device memory. Strides are in elements; the last one must be 1 (except FP8 V, whose
+ * keys are contiguous instead: see fg_fwd_args). */
 typedef struct fg_tensor {
     void *data;          /* device pointer (CUdeviceptr cast to a pointer) */
     fg_dtype dtype;      /* element type */
-    int ndim;            /* 4 for Q/K/V/O ([batch, seqlen, heads, head_dim]), 3 for LSE ([batch, heads, seqlen_q]) */
+    int ndim;            /* 4 for Q/K/V/O ([batch, seqlen, heads, head_dim]), 3 for LSE ([batch, heads, seqlen_q]),
+                            1 or 2 for FP8 descale factors ([1] or [batch, heads_kv]) */
     int64_t shape[4];    /* sizes, outermost first */
     int64_t stride[4];   /* strides in elements, outermost first */
 } fg_tensor;
 
-/* Arguments of one forward call. O = softmax(scale * Q K^T [+ causal mask]) V. */
+/* Arguments of one forward call. O = softmax(scale * Q K^T [+ causal mask]) V.
+ *
+ * FP8 (q, k and v all e4m3, or all e5m2; sm_89 or newer, with the FP8 mma.sync m16n8k32):
+ *   - o is fp16 or bf16 (its dtype chooses the variant's output dtype); lse as for 16-bit inputs;
+ *   - head_dim is a multiple of 32 from 32 to 256;
+ *   - q and k as for 16-bit inputs: last dim contiguous, the pointer and the strides of dims longer than 1
+ *     multiples of 16 bytes (16 elements);
+ *   - v is given key-major ("V^T layout"): v.stride[1] == 1, v.stride[3] (the head-dim stride) a multiple
+ *     of 16 and >= seqlen_k, the pointer and the other strides of dims longer than 1 multiples of 16
+ *     bytes. That is a [batch, heads_kv, head_dim, seqlen_k'] buffer (seqlen_k' >= seqlen_k, a multiple
+ *     of 16) viewed as [batch, seqlen_k, heads_kv, head_dim]; padding keys are never used;
+ *   - the descale factors below: the softmax uses softmax_scale * q_descale * k_descale, and
+ *     O = (P V) * v_descale / l; the LSE is the natural-log LSE of the descaled scores
+ *     (softmax_scale * q_descale * k_descale * Q K^T). Query head h takes the factors of its KV head,
+ *     h / (heads_q / heads_kv).
+ * In fp16/bf16 calls the descale tensors must have data NULL and V is laid out like K. */
 typedef struct fg_fwd_args {
-    fg_tensor q;         /* [batch, seqlen_q, heads_q, head_dim], fp16 or bf16 */
-    fg_tensor k;         /* [batch, seqlen_k, heads_kv, head_dim], heads_kv divides heads_q */
-    fg_tensor v;         /* [batch, seqlen_k, heads_kv, head_dim] */
-    fg_tensor o;         /* [batch, seqlen_q, heads_q, head_dim], written by the call */
+    fg_tensor q;         /* [batch, seqlen_q, heads_q, head_dim], fp16, bf16, e4m3 or e5m2 */
+    fg_tensor k;         /* [batch, seqlen_k, heads_kv, head_dim], heads_kv divides heads_q; q's dtype */
+    fg_tensor v;         /* [batch, seqlen_k, heads_kv, head_dim], q's dtype; FP8: key-major (see above) */
+    fg_tensor o;         /* [batch, seqlen_q, heads_q, head_dim], written by the call; q's dtype, or for
+                            FP8 inputs fp16 or bf16 */
     fg_tensor lse;       /* optional ([batch, heads_q, seqlen_q], fp32, natural log); data NULL to skip */
     float softmax_scale; /* 0 means 1/sqrt(head_dim) */
     int causal;          /* 1: query i sees keys j <= i + seqlen_k - seqlen_q (bottom-right aligned) */
+    /* FP8 only: fp32 device tensors, either ndim 1 of shape [1] (one factor for the whole tensor) or
+     * ndim 2 of shape [batch, heads_kv] (any strides, 4-byte aligned). data NULL means 1.0. The kernel
+     * reads them on the device (no host synchronization); outputs must not overlap them. */
+    fg_tensor q_descale; /* multiplies Q: the dequantized Q is q * q_descale */
+    fg_tensor k_descale; /* multiplies K */
+    fg_tensor v_descale; /* multiplies V */
 } fg_fwd_args;
 
 typedef struct fg_context_options {

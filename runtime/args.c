@@ -1,7 +1,10 @@
 /* args.c: every rule a forward call's arguments obey (see args.h), each failure a sentence that names
- * the argument and the rule. Order matters only for which sentence a caller sees first: structure
- * (ndim, sizes, strides), then types, then shapes against each other, then what the kernel needs
- * (head_dim, grid and position limits, alignment), then memory (extent, overlap), then scalars. */
+ * the argument and the rule. Order matters only for which sentence a caller sees first: types, then
+ * structure (ndim, sizes, strides), then shapes against each other, then what the kernel needs
+ * (head_dim, grid and position limits, the FP8 V layout, descale factors, alignment), then memory
+ * (extent, overlap), then scalars.
+ * FP8 calls (q, k, v e4m3 or e5m2) differ in three ways: O is fp16 or bf16; V is key-major (V^T layout:
+ * stride[1] is 1 and the head-dim stride steps over rows of keys); and q/k/v_descale may be given. */
 #include <math.h>
 #include <stdint.h>
 #include "args.h"
@@ -25,10 +28,15 @@ static int64_t max_offset(const fg_tensor *t) {
     return total;
 }
 
-/* Structure of one tensor: ndim, sizes and strides in range, a pointer when one is needed, the last
- * dimension contiguous (Q/K/V/O only: LSE elements are written one by one with full strides), and an
- * extent that fits in memory. */
-static fg_status check_tensor(const fg_tensor *t, const char *name, int ndim, int need_data, fg_error *err) {
+static int is_fp8(fg_dtype dt) { return dt == FG_DTYPE_E4M3 || dt == FG_DTYPE_E5M2; }
+
+static int is_half(fg_dtype dt) { return dt == FG_DTYPE_F16 || dt == FG_DTYPE_BF16; }
+
+/* Structure of one tensor: ndim, sizes and strides in range, a pointer when one is needed, one
+ * dimension contiguous (Q/K/V/O only: LSE elements are written one by one with full strides) -- the
+ * last, or for FP8 V (key_major) the seqlen dimension -- and an extent that fits in memory. */
+static fg_status check_tensor(const fg_tensor *t, const char *name, int ndim, int need_data, int key_major,
+                              fg_error *err) {
     const char *const *dims = ndim == 4 ? qkvo_dims : lse_dims;
     if (t->ndim != ndim)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.ndim is %d; it must be %d (%s)", name, t->ndim, ndim,
@@ -48,29 +56,35 @@ static fg_status check_tensor(const fg_tensor *t, const char *name, int ndim, in
     }
     /* An empty tensor may have a NULL pointer (PyTorch gives empty tensors one): nothing is read or written. */
     if (need_data && !t->data && !empty) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.data is NULL", name);
-    if (ndim == 4 && t->shape[3] > 1 && t->stride[3] != 1)
+    if (ndim == 4 && !key_major && t->shape[3] > 1 && t->stride[3] != 1)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                        "%s.stride[3] (head_dim) is %lld; the last dimension must be contiguous (stride 1)", name,
                        (long long)t->stride[3]);
+    if (ndim == 4 && key_major && t->shape[1] > 1 && t->stride[1] != 1)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                       "%s.stride[1] (seqlen) is %lld; with %s inputs %s must be key-major (V^T layout): stride[1] 1, "
+                       "keys contiguous, stride[3] stepping over rows of keys", name, (long long)t->stride[1],
+                       spec_dtype_name(t->dtype), name);
     int64_t last = max_offset(t), bytes;
     if (last < 0 || __builtin_mul_overflow(last + 1, (int64_t)spec_dtype_size(t->dtype), &bytes) ||
         bytes > FG_MAX_SPAN_BYTES)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                        "%s's strides [%lld, %lld, %lld%s] with its shape span more than 2^48 bytes; no device has that "
                        "much memory", name, (long long)t->stride[0], (long long)t->stride[1], (long long)t->stride[2],
-                       ndim == 4 ? ", 1" : "");
+                       ndim == 4 ? (key_major ? ", ..." : ", 1") : "");
     return FG_OK;
 }
 
-/* The 16-byte rule of the cp.async loads and vector stores: the pointer, and the stride of every outer
- * dimension that has more than one element (a dimension of size 1 is never stepped over). */
-static fg_status check_align16(const fg_tensor *t, const char *name, fg_error *err) {
+/* The 16-byte rule of the cp.async loads and vector stores: the pointer, and the stride of every
+ * dimension but the contiguous one (`contig`: 3, or 1 for FP8 V) that has more than one element (a
+ * dimension of size 1 is never stepped over). */
+static fg_status check_align16(const fg_tensor *t, const char *name, int contig, fg_error *err) {
     int esize = spec_dtype_size(t->dtype);
     if ((uintptr_t)t->data % 16 != 0)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.data (%p) is not 16-byte aligned; flashgen loads 16 bytes at a time",
                        name, t->data);
-    for (int i = 0; i < 3; i++)
-        if (t->shape[i] > 1 && (t->stride[i] * esize) % 16 != 0)
+    for (int i = 0; i < 4; i++)
+        if (i != contig && t->shape[i] > 1 && (t->stride[i] * esize) % 16 != 0)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                            "%s.stride[%d] (%s) is %lld elements, not a multiple of 16 bytes (%d elements)", name, i,
                            qkvo_dims[i], (long long)t->stride[i], 16 / esize);
@@ -104,7 +118,7 @@ static int is_empty(const fg_tensor *t) {
     return 0;
 }
 
-/* The bytes [lo, hi) a non-empty view touches. */
+/* The bytes [lo, hi) a non-empty view touches (its real strides: FP8 V's head-dim stride included). */
 static void byte_range(const fg_tensor *t, uintptr_t *lo, uintptr_t *hi) {
     *lo = (uintptr_t)t->data;
     *hi = *lo + (uintptr_t)(max_offset(t) + 1) * (uintptr_t)spec_dtype_size(t->dtype);
@@ -126,9 +140,18 @@ static int same_view(const fg_tensor *a, const fg_tensor *b) {
     return 1;
 }
 
-/* Outputs never overlap themselves, each other, K or V; O may be Q itself (each CTA reads its Q rows
- * before it writes the same O rows) but not part of it. */
+/* Outputs never overlap themselves, each other, K, V or a descale tensor; O may be Q itself (each CTA
+ * reads its Q rows before it writes the same O rows) but not part of it. */
 static fg_status check_overlap(const fg_fwd_args *a, fg_error *err) {
+    const fg_tensor *descales[3] = {&a->q_descale, &a->k_descale, &a->v_descale};
+    static const char *const dnames[3] = {"q_descale", "k_descale", "v_descale"};
+    for (int i = 0; i < 3; i++) {
+        if (!descales[i]->data) continue;
+        if (!disjoint(&a->o, descales[i]) || (a->lse.data && !disjoint(&a->lse, descales[i])))
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                           "%s overlaps %s in memory; outputs must not share memory with the descale factors",
+                           !disjoint(&a->o, descales[i]) ? "o" : "lse", dnames[i]);
+    }
     if (self_overlaps(&a->o))
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                        "o's strides [%lld, %lld, %lld, 1] make distinct elements share memory; an output must not overlap itself",
@@ -154,6 +177,47 @@ static fg_status check_overlap(const fg_fwd_args *a, fg_error *err) {
     return FG_OK;
 }
 
+/* One descale tensor (name: "q_descale", ...). With 16-bit inputs it must be absent (data NULL). With
+ * FP8 inputs, absent means 1; given, it is fp32, [1] or [batch, heads_kv] with strides >= 0, within 2^48
+ * bytes, and (need_data) 4-byte aligned. */
+static fg_status check_descale(const fg_tensor *t, const char *name, const fg_fwd_args *a, int need_data,
+                               fg_error *err) {
+    if (!t->data) return FG_OK;
+    if (!is_fp8(a->q.dtype))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                       "%s.data is set but q is %s; descale factors are for fp8 (e4m3, e5m2) inputs only: leave "
+                       "%s.data NULL", name, spec_dtype_name(a->q.dtype), name);
+    if (t->dtype != FG_DTYPE_F32)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.dtype is %s; descale factors are fp32", name,
+                       spec_dtype_name(t->dtype));
+    if (t->ndim != 1 && t->ndim != 2)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                       "%s.ndim is %d; a descale tensor is ndim 1 ([1], one factor per tensor) or ndim 2 "
+                       "([batch, heads_kv])", name, t->ndim);
+    const int64_t b = a->q.shape[0], hkv = a->k.shape[2];
+    if (t->ndim == 1 && t->shape[0] != 1)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                       "%s.shape is [%lld]; a one-dimensional descale tensor has shape [1] (one factor per tensor)",
+                       name, (long long)t->shape[0]);
+    if (t->ndim == 2 && (t->shape[0] != b || t->shape[1] != hkv))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                       "%s.shape is [%lld, %lld]; a two-dimensional descale tensor has shape [batch, heads_kv] = "
+                       "[%lld, %lld]", name, (long long)t->shape[0], (long long)t->shape[1], (long long)b,
+                       (long long)hkv);
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] > 1 && t->stride[i] < 0)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.stride[%d] is %lld; strides must be >= 0", name, i,
+                           (long long)t->stride[i]);
+    int64_t last = t->ndim == 2 ? max_offset(t) : 0, bytes;
+    if (last < 0 || __builtin_mul_overflow(last + 1, (int64_t)4, &bytes) || bytes > FG_MAX_SPAN_BYTES)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                       "%s's strides [%lld, %lld] with its shape span more than 2^48 bytes; no device has that much "
+                       "memory", name, (long long)t->stride[0], (long long)t->stride[1]);
+    if (need_data && (uintptr_t)t->data % 4 != 0)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.data (%p) is not 4-byte aligned (fp32)", name, t->data);
+    return FG_OK;
+}
+
 int rt_fwd_is_empty(const fg_fwd_args *a) {
     return a->q.shape[0] == 0 || a->q.shape[1] == 0 || a->q.shape[2] == 0;
 }
@@ -162,17 +226,27 @@ fg_status rt_check_fwd_args(const fg_fwd_args *a, int need_data, fg_error *err) 
     fg_status st;
     static const char *const names[4] = {"q", "k", "v", "o"};
     const fg_tensor *ts[4] = {&a->q, &a->k, &a->v, &a->o};
+    const int fp8 = is_fp8(a->q.dtype);
     for (int i = 0; i < 4; i++) {
-        if (ts[i]->dtype != FG_DTYPE_F16 && ts[i]->dtype != FG_DTYPE_BF16)
-            return fg_fail(err, ts[i]->dtype == FG_DTYPE_E4M3 || ts[i]->dtype == FG_DTYPE_E5M2 ? FG_ERR_UNSUPPORTED
-                                                                                                : FG_ERR_INVALID_ARGUMENT,
-                           "%s.dtype is %s; the forward takes fp16 or bf16", names[i], spec_dtype_name(ts[i]->dtype));
-        if ((st = check_tensor(ts[i], names[i], 4, need_data, err)) != FG_OK) return st;
+        fg_dtype dt = ts[i]->dtype;
+        if (i < 3 && !is_half(dt) && !is_fp8(dt))
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.dtype is %s; the forward takes fp16, bf16, e4m3 or e5m2",
+                           names[i], spec_dtype_name(dt));
+        if (i == 3 && !is_half(dt))
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "o.dtype is %s; the output is fp16 or bf16 (%s)",
+                           spec_dtype_name(dt), fp8 ? "either, with fp8 inputs" : "q's dtype");
     }
-    for (int i = 1; i < 4; i++)
+    for (int i = 1; i < 3; i++)
         if (ts[i]->dtype != a->q.dtype)
-            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.dtype (%s) differs from q.dtype (%s); all four must match",
-                           names[i], spec_dtype_name(ts[i]->dtype), spec_dtype_name(a->q.dtype));
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.dtype (%s) differs from q.dtype (%s); %s", names[i],
+                           spec_dtype_name(ts[i]->dtype), spec_dtype_name(a->q.dtype),
+                           fp8 ? "q, k and v must share one fp8 dtype" : "all four must match");
+    if (!fp8 && a->o.dtype != a->q.dtype)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "o.dtype (%s) differs from q.dtype (%s); all four must match",
+                       spec_dtype_name(a->o.dtype), spec_dtype_name(a->q.dtype));
+    /* dtypes agree, so each tensor's structure can be judged by its layout rule (FP8 V: key-major) */
+    for (int i = 0; i < 4; i++)
+        if ((st = check_tensor(ts[i], names[i], 4, need_data, i == 2 && fp8, err)) != FG_OK) return st;
     const int64_t *q = a->q.shape, *k = a->k.shape, *v = a->v.shape, *o = a->o.shape;
     if (k[0] != q[0] || v[0] != q[0] || o[0] != q[0])
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "batch sizes differ: q %lld, k %lld, v %lld, o %lld",
@@ -208,11 +282,23 @@ fg_status rt_check_fwd_args(const fg_fwd_args *a, int need_data, fg_error *err) 
         return fg_fail(err, FG_ERR_UNSUPPORTED,
                        "seqlen_q + seqlen_k is %lld; it must be below 2^31 - 512 (the kernel's positions are 32-bit)",
                        (long long)(q[1] + k[1]));
+    /* FP8 V^T: each head-dim row holds seqlen_k keys (the 16-byte multiple of its stride is an alignment
+     * rule, checked with the others when a launch follows) */
+    if (fp8 && !is_empty(&a->v) && v[3] > 1 && a->v.stride[3] < v[1])
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                       "v.stride[3] (head_dim) is %lld, less than seqlen_k (%lld); with %s inputs v is key-major (V^T "
+                       "layout): each head-dim row holds seqlen_k contiguous keys, so the head-dim stride must be at "
+                       "least seqlen_k (and a multiple of 16)", (long long)a->v.stride[3], (long long)v[1],
+                       spec_dtype_name(a->q.dtype));
+    static const char *const dnames[3] = {"q_descale", "k_descale", "v_descale"};
+    const fg_tensor *ds[3] = {&a->q_descale, &a->k_descale, &a->v_descale};
+    for (int i = 0; i < 3; i++)
+        if ((st = check_descale(ds[i], dnames[i], a, need_data, err)) != FG_OK) return st;
     if (a->lse.data) {
         if (a->lse.dtype != FG_DTYPE_F32)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "lse.dtype is %s; the log-sum-exp is written as fp32",
                            spec_dtype_name(a->lse.dtype));
-        if ((st = check_tensor(&a->lse, "lse", 3, 1, err)) != FG_OK) return st;
+        if ((st = check_tensor(&a->lse, "lse", 3, 1, 0, err)) != FG_OK) return st;
         if (a->lse.shape[0] != q[0] || a->lse.shape[1] != q[2] || a->lse.shape[2] != q[1])
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                            "lse.shape is [%lld, %lld, %lld]; it must be [batch, q heads, seqlen_q] = [%lld, %lld, %lld]",
@@ -223,7 +309,8 @@ fg_status rt_check_fwd_args(const fg_fwd_args *a, int need_data, fg_error *err) 
     }
     if (need_data && !rt_fwd_is_empty(a)) {
         for (int i = 0; i < 4; i++)
-            if (!is_empty(ts[i]) && (st = check_align16(ts[i], names[i], err)) != FG_OK) return st;
+            if (!is_empty(ts[i]) && (st = check_align16(ts[i], names[i], i == 2 && fp8 ? 1 : 3, err)) != FG_OK)
+                return st;
         if ((st = check_overlap(a, err)) != FG_OK) return st;
     }
     if (!(a->softmax_scale == 0.f || (isfinite(a->softmax_scale) && a->softmax_scale > 0.f)))

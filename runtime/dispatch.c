@@ -19,9 +19,6 @@
 
 /* ------------------------------------------------------------------ variant choice */
 
-/* The variant for a problem on ctx's device: the device's arch (sm_90a on Hopper, so one cubin serves
- * both mma.sync and later wgmma families), dtype, head_dim and mask from the call, tiles from the
- * policy. `why` (may be NULL) receives the reason for the tiles. */
 /* The problem class of a call, as the tuning database keys it (sizes bucketed). */
 static fg_tune_class problem_class(const fg_fwd_args *a) {
     fg_tune_class c;
@@ -50,16 +47,22 @@ static fg_status check_runnable(fg_context *ctx, const fg_spec *s, fg_error *err
     return FG_OK;
 }
 
+/* The dtype of O a call asks for: o's for FP8 inputs (fp16 or bf16), else q's (they match). */
+static fg_dtype call_out_dtype(const fg_fwd_args *a) {
+    return spec_dtype_is_fp8(a->q.dtype) ? a->o.dtype : a->q.dtype;
+}
+
 /* The variant for a problem on ctx's device: the device's arch (sm_90a on Hopper, so one cubin serves
- * both mma.sync and later wgmma families), dtype, head_dim and mask from the call; tiles from the
- * tuning database's winner for the nearest bucket when there is one, else from the tile policy.
- * `why` (may be NULL) receives the reason for the tiles. */
+ * both mma.sync and later wgmma families), dtype, output dtype, head_dim and mask from the call; tiles
+ * from the tuning database's winner for the nearest bucket when there is one, else from the tile
+ * policy. `why` (may be NULL) receives the reason for the tiles. */
 static fg_status choose_spec(fg_context *ctx, const fg_fwd_args *a, fg_spec *s, char *why, size_t nwhy, fg_error *err) {
     memset(s, 0, sizeof *s);
     s->kind = FG_KIND_FWD;
     s->arch = ctx->arch;
     s->arch_accel = ctx->arch == 90;
     s->dtype = a->q.dtype;
+    s->out_dtype = call_out_dtype(a);
     s->head_dim = (int)a->q.shape[3];
     s->causal = a->causal;
     char tuned_why[256] = "";
@@ -67,19 +70,23 @@ static fg_status choose_spec(fg_context *ctx, const fg_fwd_args *a, fg_spec *s, 
         fg_tune_class c = problem_class(a);
         fg_spec t;
         fg_error terr;
-        if (tunedb_best(&ctx->tunedb, &c, &t, NULL, tuned_why, sizeof tuned_why) == FG_OK &&
-            t.arch == s->arch && t.arch_accel == s->arch_accel && check_runnable(ctx, &t, &terr) == FG_OK) {
-            *s = t;
-            if (why) snprintf(why, nwhy, "%s", tuned_why);
-            return FG_OK;
+        if (tunedb_best(&ctx->tunedb, &c, &t, NULL, tuned_why, sizeof tuned_why) == FG_OK) {
+            /* The database keys FP8 classes by the input dtype only: the winner's tiles serve either output. */
+            t.out_dtype = s->out_dtype;
+            if (t.arch == s->arch && t.arch_accel == s->arch_accel && check_runnable(ctx, &t, &terr) == FG_OK) {
+                *s = t;
+                if (why) snprintf(why, nwhy, "%s", tuned_why);
+                return FG_OK;
+            }
         }
     }
     const fg_tile_rule *r = tile_policy_lookup(&ctx->policy, s);
     fg_status st = spec_fill_tiles(s, &ctx->policy, err);
     if (st != FG_OK) return st;
     if (why && r)
-        snprintf(why, nwhy, "tile policy rule for sm_%d..sm_%d, head_dim %d..%d%s%s%s", r->arch_min, r->arch_max,
+        snprintf(why, nwhy, "tile policy rule for sm_%d..sm_%d, head_dim %d..%d%s%s%s%s%s", r->arch_min, r->arch_max,
                  r->head_dim_min, r->head_dim_max, r->causal < 0 ? "" : (r->causal ? ", causal" : ", not causal"),
+                 r->dtype < 0 ? "" : ", ", r->dtype < 0 ? "" : spec_dtype_name((fg_dtype)r->dtype),
                  ctx->tuned ? "; the tuning database has no winner: " : "", tuned_why);
     return check_runnable(ctx, s, err);
 }
@@ -248,6 +255,20 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
     p.heads_kv = (int)a->k.shape[2];
     p.softmax_scale = a->softmax_scale != 0.f ? a->softmax_scale : (float)(1.0 / sqrt((double)p.head_dim));
     p.scale_log2 = (float)((double)p.softmax_scale * 1.4426950408889634);
+    if (spec_dtype_is_fp8(s.dtype)) {
+        /* V is key-major: keys contiguous (stride[1] is 1 whenever seqlen_k > 1; set so for one key too),
+         * head-dim rows v.stride[3] apart. Descale factors: [1] has strides 0, [b, hkv] its own. */
+        p.v_stride[1] = 1;
+        p.v_dstride = a->v.stride[3];
+        const fg_tensor *ds[3] = {&a->q_descale, &a->k_descale, &a->v_descale};
+        const float **ptrs[3] = {&p.q_descale, &p.k_descale, &p.v_descale};
+        long long *strides[3] = {p.q_descale_stride, p.k_descale_stride, p.v_descale_stride};
+        for (int i = 0; i < 3; i++) {
+            *ptrs[i] = (const float *)ds[i]->data;
+            strides[i][0] = ds[i]->data && ds[i]->ndim == 2 ? ds[i]->stride[0] : 0;
+            strides[i][1] = ds[i]->data && ds[i]->ndim == 2 ? ds[i]->stride[1] : 0;
+        }
+    }
 
     const fg_cuda_api *cu = ctx->cu;
     void *params[] = {&p};
@@ -285,8 +306,9 @@ fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) 
     CUfunction fn = NULL;
     fg_tune_class cls = problem_class(a);
     if (!ctx->tuned) cls.gqa = 0, cls.seqlen_q = cls.seqlen_k = cls.batch_heads = 0; /* the policy ignores them */
+    const fg_dtype out_dtype = call_out_dtype(a); /* not in the class: an FP8 call writing fp16 vs bf16 */
     pthread_mutex_lock(&ctx->lock);
-    if (ctx->last_kernel >= 0 && memcmp(&ctx->last_class, &cls, sizeof cls) == 0) {
+    if (ctx->last_kernel >= 0 && memcmp(&ctx->last_class, &cls, sizeof cls) == 0 && ctx->last_out_dtype == out_dtype) {
         s = ctx->kernels[ctx->last_kernel].spec;
         fn = ctx->kernels[ctx->last_kernel].fn;
     }
@@ -301,6 +323,7 @@ fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) 
             fn = k->fn;
             ctx->last_kernel = (int)(k - ctx->kernels);
             ctx->last_class = cls;
+            ctx->last_out_dtype = out_dtype;
         }
         pthread_mutex_unlock(&ctx->lock);
         if (st != FG_OK) return rt_set_error(ctx, &err);
@@ -312,10 +335,11 @@ fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) 
 fg_status rt_fwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_fwd_args *a, void *stream, fg_error *err) {
     fg_status st = rt_check_fwd_args(a, 1, err);
     if (st != FG_OK || rt_fwd_is_empty(a)) return st;
-    if (spec->kind != FG_KIND_FWD || spec->dtype != a->q.dtype || spec->head_dim != (int)a->q.shape[3] ||
-        (spec->causal != 0) != (a->causal != 0) || spec->arch != ctx->arch || spec->arch_accel != (ctx->arch == 90))
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the variant does not match the call (dtype, head_dim, mask) or "
-                       "this device's arch sm_%d%s", ctx->arch, ctx->arch == 90 ? "a" : "");
+    if (spec->kind != FG_KIND_FWD || spec->dtype != a->q.dtype || spec_out_dtype(spec) != call_out_dtype(a) ||
+        spec->head_dim != (int)a->q.shape[3] || (spec->causal != 0) != (a->causal != 0) || spec->arch != ctx->arch ||
+        spec->arch_accel != (ctx->arch == 90))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the variant does not match the call (dtype, output dtype, "
+                       "head_dim, mask) or this device's arch sm_%d%s", ctx->arch, ctx->arch == 90 ? "a" : "");
     if ((st = check_runnable(ctx, spec, err)) != FG_OK) return st;
     pthread_mutex_lock(&ctx->lock);
     fg_kernel *k = NULL;
@@ -370,10 +394,16 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
         "not compiled yet: the first call compiles it with NVRTC"};
     const char *where = origins[from];
     if (from == FROM_JIT && ctx->opt.strict) where = "in no cache or bundle: strict mode makes the call fail";
+    char path[96] = "mma.sync path (sm_80+)";
+    if (spec_dtype_is_fp8(s.dtype))
+        snprintf(path, sizeof path, "FP8 mma.sync m16n8k32 path (sm_89+), %s inputs, out=%s", spec_dtype_name(s.dtype),
+                 spec_dtype_name(s.out_dtype));
     int len = snprintf(buf, n,
-             "variant %s\n  kernel: FlashAttention-2 forward, mma.sync path (sm_80+), %d threads, %zu bytes shared memory, grid (%lld, %lld, %lld)\n"
+             "variant %s\n  kernel: FlashAttention-2 forward, %s, %d threads, %zu bytes shared memory, "
+             "grid (%lld, %lld, %lld)\n"
              "  tiles: %s\n  code: %s\n  device: %s (sm_%d, %d SMs)\n  disk cache: %s\n  tuning database: %s",
-             name, spec_threads(&s), spec_smem_bytes(&s), (long long)((a->q.shape[1] + s.block_m - 1) / s.block_m),
+             name, path, spec_threads(&s), spec_smem_bytes(&s),
+             (long long)((a->q.shape[1] + s.block_m - 1) / s.block_m),
              (long long)a->q.shape[2], (long long)a->q.shape[0], why, where, ctx->device_name, ctx->arch, ctx->sm_count,
              ctx->disk_ok ? ctx->disk.dir : ctx->disk_problem, ctx->tunedb_note);
     if (len < 0 || (size_t)len >= n) {

@@ -44,6 +44,7 @@ struct fg_context {
     int last_kernel;             /* fast path: index in kernels of the last launched variant, or -1 */
     fg_tune_class last_class;    /* ... and the problem class it serves (sizes bucketed; the buckets
                                     matter only with a tuning database: the policy ignores them) */
+    fg_dtype last_out_dtype;     /* ... and the dtype of O it writes (an FP8 class may write fp16 or bf16) */
     pthread_mutex_t lock;        /* guards kernels, bundles and the fast path */
 };
 

@@ -13,6 +13,7 @@
 #define BASE_V ((uintptr_t)0x30000000)
 #define BASE_O ((uintptr_t)0x40000000)
 #define BASE_L ((uintptr_t)0x50000000)
+#define BASE_D ((uintptr_t)0x60000000) /* descale factors */
 
 static fg_tensor view(uintptr_t base, fg_dtype dt, int64_t b, int64_t s, int64_t h, int64_t d) {
     fg_tensor t = {(void *)base, dt, 4, {b, s, h, d}, {s * h * d, h * d, d, 1}};
@@ -41,6 +42,22 @@ static void expect(const fg_fwd_args *a, fg_status want, const char *mention) {
     if (mention) cr_assert(strstr(e.msg, mention), "'%s' does not mention '%s'", e.msg, mention);
 }
 
+/* A valid FP8 call: e4m3 Q/K, V key-major (a [b, hkv, d, 304] buffer viewed as [b, 300, hkv, d]: each
+ * head-dim row holds the 300 keys, rounded up to 16), O bf16, one Q factor, per-head K factors, no V
+ * factor (1.0); the shapes of valid(). */
+static fg_fwd_args valid_fp8(void) {
+    fg_fwd_args a = valid();
+    a.q.dtype = a.k.dtype = a.v.dtype = FG_DTYPE_E4M3;
+    const int64_t skp = 304;
+    fg_tensor vt = {(void *)BASE_V, FG_DTYPE_E4M3, 4, {2, 300, 2, 64}, {2 * 64 * skp, 1, 64 * skp, skp}};
+    a.v = vt;
+    fg_tensor qd = {(void *)BASE_D, FG_DTYPE_F32, 1, {1}, {1}};
+    fg_tensor kd = {(void *)(BASE_D + 64), FG_DTYPE_F32, 2, {2, 2}, {2, 1}};
+    a.q_descale = qd;
+    a.k_descale = kd;
+    return a;
+}
+
 Test(args, the_base_call_is_valid) {
     fg_fwd_args a = valid();
     expect(&a, FG_OK, NULL);
@@ -64,7 +81,9 @@ Test(args, null_and_shape_rules) {
 Test(args, dtype_rules) {
     fg_fwd_args a;
     a = valid(); a.o.dtype = FG_DTYPE_F16; expect(&a, FG_ERR_INVALID_ARGUMENT, "o.dtype");
-    a = valid(); a.q.dtype = a.k.dtype = a.v.dtype = a.o.dtype = FG_DTYPE_E4M3; expect(&a, FG_ERR_UNSUPPORTED, "e4m3");
+    a = valid(); a.o.dtype = FG_DTYPE_E4M3; expect(&a, FG_ERR_INVALID_ARGUMENT, "o.dtype is e4m3");
+    a = valid(); a.k.dtype = FG_DTYPE_E4M3;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "k.dtype (e4m3) differs from q.dtype (bf16)");
     a = valid(); a.q.dtype = (fg_dtype)42; expect(&a, FG_ERR_INVALID_ARGUMENT, "q.dtype");
     a = valid(); a.lse.dtype = FG_DTYPE_F16; expect(&a, FG_ERR_INVALID_ARGUMENT, "lse.dtype");
 }
@@ -148,6 +167,135 @@ Test(args, scalars) {
     a = valid(); a.softmax_scale = __builtin_nanf(""); expect(&a, FG_ERR_INVALID_ARGUMENT, "softmax_scale");
     a = valid(); a.softmax_scale = 0.125f; expect(&a, FG_OK, NULL);
     a = valid(); a.causal = 2; expect(&a, FG_ERR_INVALID_ARGUMENT, "causal");
+}
+
+/* ---- FP8 ---- */
+
+Test(args, fp8_base_calls_are_valid) {
+    fg_fwd_args a;
+    a = valid_fp8(); expect(&a, FG_OK, NULL);
+    a = valid_fp8(); a.o.dtype = FG_DTYPE_F16; expect(&a, FG_OK, NULL); /* O fp16 */
+    a = valid_fp8(); a.q.dtype = a.k.dtype = a.v.dtype = FG_DTYPE_E5M2; expect(&a, FG_OK, NULL);
+    a = valid_fp8(); /* no descale factors at all: 1.0 each */
+    a.q_descale.data = a.k_descale.data = NULL;
+    expect(&a, FG_OK, NULL);
+    a = valid_fp8(); /* per-tensor factors for all three; per-head ones with any strides, also 0 */
+    a.v_descale = a.q_descale;
+    a.k_descale.stride[0] = 0;
+    a.k_descale.stride[1] = 0;
+    expect(&a, FG_OK, NULL);
+    a = valid_fp8(); /* an absent factor's other fields are not looked at */
+    a.q_descale.data = NULL;
+    a.q_descale.ndim = 7;
+    a.q_descale.dtype = FG_DTYPE_E4M3;
+    expect(&a, FG_OK, NULL);
+    a = valid_fp8(); /* one key: stride[1] is never stepped over */
+    a.k.shape[1] = a.v.shape[1] = 1;
+    a.v.stride[1] = 64;
+    a.v.stride[3] = 16;
+    a.v.stride[2] = 64 * 16;
+    a.v.stride[0] = 2 * 64 * 16;
+    expect(&a, FG_OK, NULL);
+    a = valid_fp8(); /* rows exactly seqlen_k long when it is a multiple of 16 */
+    a.k.shape[1] = a.v.shape[1] = 320;
+    a.k.stride[0] = 320 * 2 * 64;
+    a.v.stride[3] = 320;
+    a.v.stride[2] = 64 * 320;
+    a.v.stride[0] = 2 * 64 * 320;
+    expect(&a, FG_OK, NULL);
+}
+
+Test(args, fp8_dtype_mix_and_output_dtype) {
+    fg_fwd_args a;
+    a = valid_fp8(); a.k.dtype = FG_DTYPE_E5M2;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "k.dtype (e5m2) differs from q.dtype (e4m3); q, k and v must share one fp8");
+    a = valid_fp8(); a.v.dtype = FG_DTYPE_BF16;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "v.dtype (bf16) differs from q.dtype (e4m3)");
+    a = valid_fp8(); a.o.dtype = FG_DTYPE_E4M3;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "o.dtype is e4m3; the output is fp16 or bf16");
+    a = valid_fp8(); a.o.dtype = FG_DTYPE_F32; expect(&a, FG_ERR_INVALID_ARGUMENT, "o.dtype is fp32");
+    a = valid(); a.q.dtype = FG_DTYPE_E5M2;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "k.dtype (bf16) differs from q.dtype (e5m2)");
+}
+
+Test(args, fp8_v_layout) {
+    fg_fwd_args a;
+    /* V laid out like K (head_dim contiguous) is refused: fp8 V is key-major */
+    a = valid_fp8(); a.v = a.k; a.v.data = (void *)BASE_V;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "v.stride[1] (seqlen) is 128");
+    a = valid_fp8(); a.v.stride[1] = 2; expect(&a, FG_ERR_INVALID_ARGUMENT, "key-major");
+    /* head-dim rows shorter than seqlen_k would overlap the next row */
+    a = valid_fp8(); a.v.stride[3] = 288; expect(&a, FG_ERR_INVALID_ARGUMENT, "less than seqlen_k (300)");
+    /* rows must start on 16 bytes: the head-dim stride is a multiple of 16 one-byte elements */
+    a = valid_fp8(); a.v.stride[3] = 310; expect(&a, FG_ERR_INVALID_ARGUMENT, "v.stride[3] (head_dim) is 310 elements");
+    a = valid_fp8(); a.v.stride[0] += 8; expect(&a, FG_ERR_INVALID_ARGUMENT, "v.stride[0]");
+    a = valid_fp8(); a.v.stride[2] += 4; expect(&a, FG_ERR_INVALID_ARGUMENT, "v.stride[2]");
+    a = valid_fp8(); a.v.data = (void *)(BASE_V + 8); expect(&a, FG_ERR_INVALID_ARGUMENT, "v.data");
+    /* the head-dim stride takes part in the extent like any other */
+    a = valid_fp8(); a.v.stride[3] = INT64_C(1) << 47; expect(&a, FG_ERR_INVALID_ARGUMENT, "2^48");
+    /* no seqlen_k: V is empty, its layout is not looked at */
+    a = valid_fp8();
+    a.k.shape[1] = a.v.shape[1] = 0;
+    a.v.stride[3] = 0;
+    a.k.data = a.v.data = NULL;
+    expect(&a, FG_OK, NULL);
+}
+
+Test(args, fp8_q_and_k_rows_are_16_bytes) {
+    fg_fwd_args a;
+    /* 72 elements: 144 bytes in bf16 (fine), 72 bytes in fp8 (not a multiple of 16) */
+    a = valid(); a.q.stride[2] = 72; a.q.stride[1] = 8 * 72; a.q.stride[0] = 100 * 8 * 72; expect(&a, FG_OK, NULL);
+    a = valid_fp8(); a.q.stride[2] = 72; a.q.stride[1] = 8 * 72; a.q.stride[0] = 100 * 8 * 72;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "q.stride[2] (heads) is 72 elements, not a multiple of 16 bytes (16 elements)");
+    a = valid_fp8(); a.k.stride[3] = 2; expect(&a, FG_ERR_INVALID_ARGUMENT, "k.stride[3]");
+}
+
+Test(args, fp8_v_extent_uses_its_strides) {
+    /* V^T spans (2-1)*38912 + 299*1 + (2-1)*19456 + 63*304 + 1 = 77820 bytes from BASE_V */
+    fg_fwd_args a;
+    a = valid_fp8(); a.o.data = (void *)(BASE_V + 77808); expect(&a, FG_ERR_INVALID_ARGUMENT, "o overlaps v");
+    a = valid_fp8(); a.o.data = (void *)(BASE_V + 77824); a.lse.data = (void *)(BASE_V + 77824 + 2 * 100 * 8 * 64 * 2);
+    expect(&a, FG_OK, NULL);
+}
+
+Test(args, descale_rules) {
+    fg_fwd_args a;
+    /* 16-bit calls take no descale factors */
+    a = valid(); a.q_descale = valid_fp8().q_descale;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "q_descale.data is set but q is bf16; descale factors are for fp8");
+    a = valid(); a.v_descale = valid_fp8().k_descale; expect(&a, FG_ERR_INVALID_ARGUMENT, "v_descale.data is set");
+    a = valid_fp8(); a.k_descale.dtype = FG_DTYPE_BF16;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "k_descale.dtype is bf16; descale factors are fp32");
+    a = valid_fp8(); a.q_descale.ndim = 3; expect(&a, FG_ERR_INVALID_ARGUMENT, "q_descale.ndim is 3");
+    a = valid_fp8(); a.q_descale.ndim = 0; expect(&a, FG_ERR_INVALID_ARGUMENT, "q_descale.ndim is 0");
+    a = valid_fp8(); a.q_descale.shape[0] = 2;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "q_descale.shape is [2]; a one-dimensional");
+    a = valid_fp8(); a.k_descale.shape[1] = 8; /* per query head is not a layout flashgen takes */
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "k_descale.shape is [2, 8]; a two-dimensional descale tensor has shape "
+                                        "[batch, heads_kv] = [2, 2]");
+    a = valid_fp8(); a.k_descale.shape[0] = 1; expect(&a, FG_ERR_INVALID_ARGUMENT, "k_descale.shape is [1, 2]");
+    a = valid_fp8(); a.k_descale.stride[0] = -2; expect(&a, FG_ERR_INVALID_ARGUMENT, "k_descale.stride[0] is -2");
+    a = valid_fp8(); a.k_descale.stride[1] = INT64_C(1) << 50;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "k_descale's strides");
+    a = valid_fp8(); a.v_descale = a.q_descale; a.v_descale.data = (void *)(BASE_D + 130);
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "v_descale.data");
+    /* outputs must not overlap the factors (inputs may share them) */
+    a = valid_fp8(); a.k_descale.data = (void *)(BASE_O + 256);
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "o overlaps k_descale");
+    a = valid_fp8(); a.q_descale.data = (void *)(BASE_L + 4);
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "lse overlaps q_descale");
+    a = valid_fp8(); a.v_descale = a.k_descale = a.q_descale; expect(&a, FG_OK, NULL); /* inputs may share one */
+}
+
+Test(args, fp8_explain_needs_no_pointers_or_alignment) {
+    fg_fwd_args a = valid_fp8();
+    a.q.data = a.k.data = a.v.data = a.o.data = a.lse.data = NULL;
+    a.v.stride[3] = 310; /* an alignment rule: judged only when a launch follows */
+    fg_error e;
+    cr_assert_eq(rt_check_fwd_args(&a, 0, &e), FG_OK, "%s", e.msg);
+    a.v.stride[3] = 296; /* a layout rule: judged always */
+    cr_assert_eq(rt_check_fwd_args(&a, 0, &e), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(e.msg, "seqlen_k"), "%s", e.msg);
 }
 
 Test(args, explain_and_prepare_need_no_pointers) {

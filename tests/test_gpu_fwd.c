@@ -417,7 +417,8 @@ static void run_verify(fwd_run *r) {
         check_guard(&r->lse, "LSE");
         check_outside_view(&r->lse, "LSE");
     }
-    ref_problem p = {r->q.host, r->k.host, r->v.host, r->c.scale, r->c.causal};
+    ref_problem p = {.q = r->q.host, .k = r->k.host, .v = r->v.host, .softmax_scale = r->c.scale,
+                     .causal = r->c.causal};
     ref_report rep;
     fg_error e;
     fg_error_clear(&e);
@@ -643,7 +644,7 @@ static const bad_case bad_cases[M_COUNT] = {
     {M_O_NULL, "o.data is NULL", {"o", "out", "output"}},
     {M_K_DTYPE, "k is bf16 while q is fp16", {"k", "dtype"}},
     {M_O_DTYPE, "o is bf16 while q is fp16", {"o", "out", "dtype"}},
-    {M_FP8_INPUTS, "q/k/v are e4m3 (no kernel yet)", {"dtype", "e4m3", "fp8", "q"}},
+    {M_FP8_INPUTS, "q/k/v are e4m3 with V laid out like K (fp8 V is key-major)", {"v", "key-major", "e4m3"}},
     {M_Q_NDIM, "q.ndim is 3", {"q", "ndim"}},
     {M_K_BATCH, "k/v batch 2, q batch 1", {"k", "v", "batch"}},
     {M_V_SEQLEN, "v has one key fewer than k", {"v", "k", "seqlen"}},
@@ -707,7 +708,8 @@ static void base_setup(gpu_env *env, fwd_run *r) {
     dbuf_upload_random(env, &r->q, 1);
     dbuf_upload_random(env, &r->k, 2);
     dbuf_upload_random(env, &r->v, 3);
-    fg_fwd_args a = {r->q.view, r->k.view, r->v.view, r->o.view, r->lse.view, 0.0f, 1};
+    fg_fwd_args a = {.q = r->q.view, .k = r->k.view, .v = r->v.view, .o = r->o.view, .lse = r->lse.view,
+                     .softmax_scale = 0.0f, .causal = 1};
     r->args = a;
 }
 

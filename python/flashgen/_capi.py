@@ -72,7 +72,7 @@ class FgTensor(ctypes.Structure):
 
 
 class FgFwdArgs(ctypes.Structure):
-    """fg_fwd_args: the arguments of one forward call."""
+    """fg_fwd_args: the arguments of one forward call (FP8: V key-major, descale factors)."""
 
     _fields_ = [
         ("q", FgTensor),                  # [batch, seqlen_q, heads_q, head_dim]
@@ -82,6 +82,9 @@ class FgFwdArgs(ctypes.Structure):
         ("lse", FgTensor),                # [batch, heads_q, seqlen_q] fp32; data NULL: no LSE
         ("softmax_scale", ctypes.c_float),  # 0: 1/sqrt(head_dim)
         ("causal", ctypes.c_int),
+        ("q_descale", FgTensor),          # FP8 only: fp32 [1] or [batch, heads_kv]; data NULL: 1.0
+        ("k_descale", FgTensor),
+        ("v_descale", FgTensor),
     ]
 
 
