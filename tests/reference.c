@@ -92,11 +92,94 @@ uint16_t ref_float_to_bf16(float f) {
 }
 
 /* Contract in reference.h. */
+float ref_e4m3_to_float(uint8_t b) {
+    int e = (b >> 3) & 0xF, m = b & 7;
+    float mag;
+    if (e == 15 && m == 7)
+        return (b & 0x80) ? -NAN : NAN;
+    if (e == 0) /* subnormal: m * 2^-9 */
+        mag = ldexpf((float)m, -9);
+    else /* (1 + m/8) * 2^(e - 7) */
+        mag = ldexpf((float)(8 + m), e - 10);
+    return (b & 0x80) ? -mag : mag;
+}
+
+/* Contract in reference.h. */
+float ref_e5m2_to_float(uint8_t b) {
+    int e = (b >> 2) & 0x1F, m = b & 3;
+    float mag;
+    if (e == 31)
+        mag = m == 0 ? INFINITY : NAN;
+    else if (e == 0) /* subnormal: m * 2^-16 */
+        mag = ldexpf((float)m, -16);
+    else /* (1 + m/4) * 2^(e - 15) */
+        mag = ldexpf((float)(4 + m), e - 17);
+    return (b & 0x80) ? -mag : mag;
+}
+
+/* Rounds a (finite, > 0) to a format with `mbits` mantissa bits and exponent bias `bias`, to nearest with
+ * ties to even, and returns the code's magnitude bits, exponent field << mbits | mantissa. Past the
+ * format's top binade the exponent field simply keeps growing: the caller decides what overflow means. */
+static uint32_t fp8_round(float a, int mbits, int bias) {
+    int e2;
+    frexpf(a, &e2);                  /* a = f * 2^e2 with f in [0.5, 1): a's binade is 2^(e2 - 1) */
+    int ue = e2 - 1, emin = 1 - bias;
+    if (ue < emin)
+        ue = emin;                   /* subnormal range: the quantum stays 2^(emin - mbits) */
+    double q = ldexp((double)a, mbits - ue); /* a over the quantum: exact (24 bits in a double) */
+    double fl = floor(q), frac = q - fl;
+    uint32_t r = (uint32_t)fl;
+    if (frac > 0.5 || (frac == 0.5 && (r & 1u)))
+        r++;
+    if (r == 0)
+        return 0;
+    if (r >= (2u << mbits)) {        /* rounded up into the next binade: mantissa 0, exponent + 1 */
+        r >>= 1;
+        ue++;
+    }
+    if (r < (1u << mbits))           /* still subnormal: exponent field 0 */
+        return r;
+    return ((uint32_t)(ue + bias) << mbits) | (r - (1u << mbits));
+}
+
+/* Contract in reference.h. */
+uint8_t ref_float_to_e4m3(float f, int saturate) {
+    uint8_t sign = signbit(f) ? 0x80 : 0;
+    if (isnan(f))
+        return sign | 0x7F;
+    float a = fabsf(f);
+    if (a == 0.0f)
+        return sign;
+    uint32_t code = isinf(a) ? 0x7Fu : fp8_round(a, 3, 7);
+    if (code > 0x7Eu) /* past 448 (S.1111.110): there is no Inf, and S.1111.111 is NaN */
+        return sign | (saturate ? 0x7E : 0x7F);
+    return sign | (uint8_t)code;
+}
+
+/* Contract in reference.h. */
+uint8_t ref_float_to_e5m2(float f, int saturate) {
+    uint8_t sign = signbit(f) ? 0x80 : 0;
+    if (isnan(f))
+        return sign | 0x7F;
+    float a = fabsf(f);
+    if (a == 0.0f)
+        return sign;
+    uint32_t code = isinf(a) ? 0x7Cu : fp8_round(a, 2, 15);
+    if (code > 0x7Bu) /* past 57344 (S.11110.11): Inf, or the largest finite value when saturating */
+        return sign | (saturate ? 0x7B : 0x7C);
+    return sign | (uint8_t)code;
+}
+
+/* Contract in reference.h. */
 float ref_to_float(fg_dtype dtype, uint16_t bits) {
     if (dtype == FG_DTYPE_F16)
         return ref_f16_to_float(bits);
     if (dtype == FG_DTYPE_BF16)
         return ref_bf16_to_float(bits);
+    if (dtype == FG_DTYPE_E4M3)
+        return ref_e4m3_to_float((uint8_t)bits);
+    if (dtype == FG_DTYPE_E5M2)
+        return ref_e5m2_to_float((uint8_t)bits);
     return NAN;
 }
 
@@ -106,17 +189,32 @@ uint16_t ref_from_float(fg_dtype dtype, float f) {
         return ref_float_to_f16(f);
     if (dtype == FG_DTYPE_BF16)
         return ref_float_to_bf16(f);
+    if (dtype == FG_DTYPE_E4M3)
+        return ref_float_to_e4m3(f, 0);
+    if (dtype == FG_DTYPE_E5M2)
+        return ref_float_to_e5m2(f, 0);
     return 0;
 }
 
-/* fp16 -> float by table in the hot loops (the branchy decode dominated the reference's profile). */
-static float f16_table[65536];                       /* ref_f16_to_float of every pattern */
-static pthread_once_t f16_table_once = PTHREAD_ONCE_INIT; /* fills it once per process */
+/* 1 for the FP8 dtypes. */
+static int is_fp8(fg_dtype dtype) {
+    return dtype == FG_DTYPE_E4M3 || dtype == FG_DTYPE_E5M2;
+}
 
-/* pthread_once body: decodes every fp16 pattern into f16_table. */
+/* fp16 and fp8 -> float by table in the hot loops (the branchy decode dominated the reference's profile). */
+static float f16_table[65536];                       /* ref_f16_to_float of every pattern */
+static float e4m3_table[256];                        /* ref_e4m3_to_float of every pattern */
+static float e5m2_table[256];                        /* ref_e5m2_to_float of every pattern */
+static pthread_once_t f16_table_once = PTHREAD_ONCE_INIT; /* fills them once per process */
+
+/* pthread_once body: decodes every fp16 and fp8 pattern into the tables. */
 static void f16_table_fill(void) {
     for (uint32_t u = 0; u < 65536u; u++)
         f16_table[u] = ref_f16_to_float((uint16_t)u);
+    for (uint32_t u = 0; u < 256u; u++) {
+        e4m3_table[u] = ref_e4m3_to_float((uint8_t)u);
+        e5m2_table[u] = ref_e5m2_to_float((uint8_t)u);
+    }
 }
 
 /* ref_to_float for F16/BF16 once f16_table is filled (job_init makes sure of it). */
@@ -124,9 +222,32 @@ static inline float fast_to_float(fg_dtype dtype, uint16_t bits) {
     return dtype == FG_DTYPE_F16 ? f16_table[bits] : ref_bf16_to_float(bits);
 }
 
-/* Rounds x to dtype (through float, as the kernel rounds its fp32 values) and back. */
+/* Rounds x to dtype (F16 or BF16; through float, as the kernel rounds its fp32 values) and back. */
 static double round_to(fg_dtype dtype, double x) {
     return fast_to_float(dtype, ref_from_float(dtype, (float)x));
+}
+
+/* Rounds x to e4m3 through float, saturating (the FP8 kernel's P), and back; tables filled. */
+static double round_to_e4m3(double x) {
+    return e4m3_table[ref_float_to_e4m3((float)x, 1)];
+}
+
+/* Element [i0, i1, i2, i3] of a host view of dtype dt (F16, BF16, E4M3, E5M2) as a float; tables filled. */
+static inline float elem_float(fg_dtype dt, const fg_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    int64_t off = i0 * t->stride[0] + i1 * t->stride[1] + i2 * t->stride[2] + i3 * t->stride[3];
+    if (dt == FG_DTYPE_E4M3)
+        return e4m3_table[((const uint8_t *)t->data)[off]];
+    if (dt == FG_DTYPE_E5M2)
+        return e5m2_table[((const uint8_t *)t->data)[off]];
+    return fast_to_float(dt, ((const uint16_t *)t->data)[off]);
+}
+
+/* The descale factor of (batch b, KV head h) in a host view t (data NULL: 1; [1]: its one value). */
+static double descale_at(const fg_tensor *t, int64_t b, int64_t h) {
+    if (!t->data)
+        return 1.0;
+    const float *d = t->data;
+    return t->ndim == 2 ? (double)d[b * t->stride[0] + h * t->stride[1]] : (double)d[0];
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -236,10 +357,27 @@ static fg_status check_problem(const ref_problem *p, fg_error *err) {
     if ((st = check_view(&p->q, "q", 4, err)) || (st = check_view(&p->k, "k", 4, err)) ||
         (st = check_view(&p->v, "v", 4, err)))
         return st;
-    if (p->q.dtype != FG_DTYPE_F16 && p->q.dtype != FG_DTYPE_BF16)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: q.dtype must be F16 or BF16");
+    if (p->q.dtype != FG_DTYPE_F16 && p->q.dtype != FG_DTYPE_BF16 && !is_fp8(p->q.dtype))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: q.dtype must be F16, BF16, E4M3 or E5M2");
     if (p->k.dtype != p->q.dtype || p->v.dtype != p->q.dtype)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: k and v must have q's dtype");
+    if (is_fp8(p->q.dtype) && p->out_dtype != FG_DTYPE_F16 && p->out_dtype != FG_DTYPE_BF16)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: out_dtype must be F16 or BF16 for fp8 inputs");
+    const fg_tensor *ds[3] = {&p->q_descale, &p->k_descale, &p->v_descale};
+    static const char *const dnames[3] = {"q_descale", "k_descale", "v_descale"};
+    for (int i = 0; i < 3; i++) {
+        const fg_tensor *t = ds[i];
+        if (!t->data)
+            continue;
+        if (!is_fp8(p->q.dtype))
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: %s is for fp8 inputs only", dnames[i]);
+        int ok_shape = (t->ndim == 1 && t->shape[0] == 1) ||
+                       (t->ndim == 2 && t->shape[0] == p->q.shape[0] && t->shape[1] == p->k.shape[2]);
+        if (t->dtype != FG_DTYPE_F32 || !ok_shape)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                           "reference: %s must be F32 of shape [1] or [batch, heads_kv] = [%lld, %lld]", dnames[i],
+                           (long long)p->q.shape[0], (long long)p->k.shape[2]);
+    }
     for (int i = 0; i < 4; i++)
         if (p->k.shape[i] != p->v.shape[i])
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: k.shape[%d] (%lld) != v.shape[%d] (%lld)",
@@ -293,6 +431,8 @@ typedef struct scratch {
 typedef struct fwd_job {
     const ref_problem *p;    /* inputs */
     fg_dtype dt;             /* input dtype */
+    fg_dtype odt;            /* output dtype (dt, or p->out_dtype for FP8) */
+    int fp8;                 /* the inputs are E4M3 or E5M2 */
     int64_t b, sq, sk;       /* batch, query and key lengths */
     int64_t hq, hkv, d;      /* heads and head dim */
     int64_t group;           /* hq / hkv */
@@ -307,13 +447,9 @@ typedef struct fwd_job {
     /* ref_check_fwd */
     const fg_tensor *out;    /* kernel output (host) */
     const fg_tensor *lse_out;/* kernel LSE (host) or NULL */
+    /* ref_rmse_fwd */
+    double *unit_sse;        /* per unit: sum of (out - ref32)^2 over its finite outputs, NaN if any is not */
 } fwd_job;
-
-/* The address of element [i0, i1, i2, i3] of a 16-bit host view. */
-static inline const uint16_t *elem16(const fg_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
-    return (const uint16_t *)t->data + i0 * t->stride[0] + i1 * t->stride[1] + i2 * t->stride[2] +
-           i3 * t->stride[3];
-}
 
 /* Makes the K and V of (batch bi, KV head kh) the cached ones in s. */
 static void load_kv(const fwd_job *j, scratch *s, int64_t bi, int64_t kh) {
@@ -321,15 +457,17 @@ static void load_kv(const fwd_job *j, scratch *s, int64_t bi, int64_t kh) {
         return;
     for (int64_t t = 0; t < j->sk; t++)
         for (int64_t x = 0; x < j->d; x++) {
-            s->kf[t * j->d + x] = fast_to_float(j->dt, *elem16(&j->p->k, bi, t, kh, x));
-            s->vf[x * j->sk + t] = fast_to_float(j->dt, *elem16(&j->p->v, bi, t, kh, x));
+            s->kf[t * j->d + x] = elem_float(j->dt, &j->p->k, bi, t, kh, x);
+            s->vf[x * j->sk + t] = elem_float(j->dt, &j->p->v, bi, t, kh, x);
         }
     s->kv_b = bi;
     s->kv_h = kh;
 }
 
 /* Computes query row i of (batch bi, head h): s->o32 and s->olow receive both references' O, and the
- * LSE is returned (-inf, with O = 0, when the row sees no key). The KV head must already be loaded. */
+ * LSE is returned (-inf, with O = 0, when the row sees no key). The KV head must already be loaded. FP8
+ * rows work on the raw fp8 values and apply the descale factors as the kernel does: c = scale * qd * kd
+ * on the scores, vd on P.V (reference.h). */
 static double forward_row(const fwd_job *j, scratch *s, int64_t bi, int64_t i, int64_t h) {
     const int64_t d = j->d;
     int64_t n = j->sk;
@@ -344,7 +482,10 @@ static double forward_row(const fwd_job *j, scratch *s, int64_t bi, int64_t i, i
     }
     double *restrict q = s->q, *restrict sc = s->s, *restrict pl = s->pl;
     for (int64_t x = 0; x < d; x++)
-        q[x] = fast_to_float(j->dt, *elem16(&j->p->q, bi, i, h, x));
+        q[x] = elem_float(j->dt, &j->p->q, bi, i, h, x);
+    const int64_t kh = h / j->group;
+    const double c = j->scale * descale_at(&j->p->q_descale, bi, kh) * descale_at(&j->p->k_descale, bi, kh);
+    const double vd = descale_at(&j->p->v_descale, bi, kh);
 
     /* Scores. Four accumulation chains hide the add latency; the products are exact in double and the
      * sums' rounding (~1e-16 relative) is far below anything the checks resolve. */
@@ -361,18 +502,20 @@ static double forward_row(const fwd_job *j, scratch *s, int64_t bi, int64_t i, i
         }
         for (; x < d; x++)
             a0 += q[x] * kr[x];
-        sc[t] = ((a0 + a1) + (a2 + a3)) * j->scale;
+        sc[t] = ((a0 + a1) + (a2 + a3)) * c;
         if (sc[t] > m)
             m = sc[t];
     }
 
-    /* P, its rounded copy, and l from the unrounded P. */
+    /* P, its rounded copy, and l from the unrounded P. FP8 scales P by 2^8 (exactly, so the lowp row sum
+     * is 2^8 l) before rounding it to e4m3, using (0, 256] of the format's range. */
     double l = 0;
     for (int64_t t = 0; t < n; t++) {
         sc[t] = exp(sc[t] - m);
-        pl[t] = round_to(j->dt, sc[t]);
+        pl[t] = j->fp8 ? round_to_e4m3(ldexp(sc[t], 8)) : round_to(j->dt, sc[t]);
         l += sc[t];
     }
+    const double l_low = j->fp8 ? ldexp(l, 8) : l;
 
     /* O = P.V / l for both references, one output column at a time over the transposed V. */
     for (int64_t x = 0; x < d; x++) {
@@ -389,8 +532,8 @@ static double forward_row(const fwd_job *j, scratch *s, int64_t bi, int64_t i, i
             e0 += sc[t] * vc[t];
             r0 += pl[t] * vc[t];
         }
-        s->o32[x] = (e0 + e1) / l;
-        s->olow[x] = round_to(j->dt, (r0 + r1) / l);
+        s->o32[x] = (e0 + e1) / l * vd;
+        s->olow[x] = round_to(j->odt, (r0 + r1) * vd / l_low);
     }
     return m + log(l);
 }
@@ -434,7 +577,7 @@ static void check_unit(void *arg, int tid, int64_t unit) {
         double ref_lse = forward_row(j, s, bi, i, h);
         int64_t lin0 = ((bi * j->sq + i) * j->hq + h) * j->d;
         for (int64_t x = 0; x < j->d; x++) {
-            double out = fast_to_float(j->dt, *elem16(j->out, bi, i, h, x));
+            double out = elem_float(j->odt, j->out, bi, i, h, x);
             double lowp = fabs(s->olow[x] - s->o32[x]);
             if (lowp > s->max_lowp)
                 s->max_lowp = lowp;
@@ -485,6 +628,8 @@ static fg_status job_init(fwd_job *j, const ref_problem *p, int *nthreads, fg_er
         return fg_fail(err, FG_ERR_INTERNAL, "reference: pthread_once failed");
     j->p = p;
     j->dt = p->q.dtype;
+    j->fp8 = is_fp8(j->dt);
+    j->odt = j->fp8 ? p->out_dtype : j->dt;
     j->b = p->q.shape[0];
     j->sq = p->q.shape[1];
     j->hq = p->q.shape[2];
@@ -584,8 +729,9 @@ fg_status ref_check_fwd(const ref_problem *p, const fg_tensor *out, const fg_ten
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: out and the report must not be NULL");
     if ((st = check_view(out, "out", 4, err)))
         return st;
-    if (out->dtype != p->q.dtype)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: out.dtype differs from q.dtype");
+    if (out->dtype != (is_fp8(p->q.dtype) ? p->out_dtype : p->q.dtype))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: out.dtype differs from O's dtype (%s)",
+                       is_fp8(p->q.dtype) ? "p->out_dtype for fp8 inputs" : "q.dtype");
     for (int i = 0; i < 4; i++)
         if (out->shape[i] != p->q.shape[i])
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: out.shape[%d] (%lld) != q.shape[%d] (%lld)",
@@ -653,6 +799,74 @@ fg_status ref_check_fwd(const ref_problem *p, const fg_tensor *out, const fg_ten
     r->pass = r->nonfinite == 0 && r->max_err <= r->bound && r->lse_bad == 0;
     job_free(&j, n);
     return FG_OK;
+}
+
+/* ref_rmse_fwd's unit: computes its rows and stores the sum of (out - ref32)^2 over them (NaN when an
+ * output is NaN or Inf) in the unit's slot, so the total is summed in unit order whatever the timing. */
+static void rmse_unit(void *arg, int tid, int64_t unit) {
+    const fwd_job *j = arg;
+    scratch *s = &j->scr[tid];
+    int64_t bi, h, r0, r1;
+    unit_rows(j, unit, &bi, &h, &r0, &r1);
+    load_kv(j, s, bi, h / j->group);
+    double sse = 0;
+    for (int64_t i = r0; i < r1; i++) {
+        forward_row(j, s, bi, i, h);
+        for (int64_t x = 0; x < j->d; x++) {
+            double out = elem_float(j->odt, j->out, bi, i, h, x);
+            double e = isfinite(out) ? out - s->o32[x] : NAN;
+            sse += e * e;
+        }
+    }
+    j->unit_sse[unit] = sse;
+}
+
+/* Contract in reference.h. */
+double ref_rmse_fwd(const ref_problem *p, const fg_tensor *out, fg_error *err) {
+    fg_status st = check_problem(p, err);
+    if (st)
+        return -1.0;
+    if (!out) {
+        fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: out must not be NULL");
+        return -1.0;
+    }
+    if (check_view(out, "out", 4, err))
+        return -1.0;
+    if (out->dtype != (is_fp8(p->q.dtype) ? p->out_dtype : p->q.dtype)) {
+        fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: out.dtype differs from O's dtype (%s)",
+                is_fp8(p->q.dtype) ? "p->out_dtype for fp8 inputs" : "q.dtype");
+        return -1.0;
+    }
+    for (int i = 0; i < 4; i++)
+        if (out->shape[i] != p->q.shape[i]) {
+            fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: out.shape[%d] (%lld) != q.shape[%d] (%lld)", i,
+                    (long long)out->shape[i], i, (long long)p->q.shape[i]);
+            return -1.0;
+        }
+    int64_t count = elements(out);
+    if (count == 0)
+        return 0.0;
+    fwd_job j;
+    int n = 0;
+    if (job_init(&j, p, &n, err)) {
+        job_free(&j, n);
+        return -1.0;
+    }
+    int64_t units = j.b * j.hq * j.units_per_head;
+    j.out = out;
+    j.unit_sse = malloc((size_t)units * sizeof *j.unit_sse);
+    if (!j.unit_sse) {
+        job_free(&j, n);
+        fg_fail(err, FG_ERR_NO_MEMORY, "reference: out of memory for %lld partial sums", (long long)units);
+        return -1.0;
+    }
+    run_parallel(&j, rmse_unit, units, n);
+    double sse = 0;
+    for (int64_t u = 0; u < units; u++)
+        sse += j.unit_sse[u];
+    free(j.unit_sse);
+    job_free(&j, n);
+    return sqrt(sse / (double)count);
 }
 
 /* Contract in reference.h. */
@@ -730,13 +944,18 @@ static void fill_unit(void *arg, int tid, int64_t unit) {
         int64_t h = r % t->shape[2];
         int64_t si = (r / t->shape[2]) % t->shape[1];
         int64_t bi = r / (t->shape[2] * t->shape[1]);
-        uint16_t *row = (uint16_t *)t->data + bi * t->stride[0] + si * t->stride[1] + h * t->stride[2];
+        int64_t off = bi * t->stride[0] + si * t->stride[1] + h * t->stride[2];
         float z[2];
         for (int64_t x = 0; x < d; x++) {
             int64_t lin = r * d + x;
             if (x == 0 || (lin & 1) == 0)
                 normal_pair(f->key, (uint64_t)lin >> 1, &z[0], &z[1]);
-            row[x * t->stride[3]] = ref_from_float(t->dtype, z[lin & 1]);
+            if (t->dtype == FG_DTYPE_E4M3)
+                ((uint8_t *)t->data)[off + x * t->stride[3]] = ref_float_to_e4m3(z[lin & 1], 1);
+            else if (t->dtype == FG_DTYPE_E5M2)
+                ((uint8_t *)t->data)[off + x * t->stride[3]] = ref_float_to_e5m2(z[lin & 1], 1);
+            else
+                ((uint16_t *)t->data)[off + x * t->stride[3]] = ref_from_float(t->dtype, z[lin & 1]);
         }
     }
 }
@@ -748,8 +967,8 @@ fg_status ref_fill_normal(const fg_tensor *t, uint64_t seed, fg_error *err) {
     fg_status st = check_view(t, "tensor", 4, err);
     if (st)
         return st;
-    if (t->dtype != FG_DTYPE_F16 && t->dtype != FG_DTYPE_BF16)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: only F16 and BF16 tensors can be filled");
+    if (t->dtype != FG_DTYPE_F16 && t->dtype != FG_DTYPE_BF16 && !is_fp8(t->dtype))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: only F16, BF16, E4M3 and E5M2 tensors can be filled");
     fill_job f = {t, mix64(seed + 0x9E3779B97F4A7C15ull), t->shape[0] * t->shape[1] * t->shape[2], 0};
     if (f.rows == 0 || t->shape[3] == 0)
         return FG_OK;

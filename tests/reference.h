@@ -2,10 +2,16 @@
  * CLI share to judge a kernel's output (TESTING.md).
  *
  * Two references on the same inputs, computed in double precision on every core:
- *   ref32    the exact math from the upcast fp16/bf16 inputs;
+ *   ref32    the exact math from the upcast fp16/bf16 inputs (FP8: from the dequantized inputs, each
+ *            element times its descale factor);
  *   ref_lowp the kernel's precision: P = exp(scale*s - rowmax) rounded to the input dtype before P.V,
  *            the row sum l taken from the unrounded P, O rounded to the dtype at the end (as
- *            FlashAttention's own tests build their reference).
+ *            FlashAttention's own tests build their reference). FP8 inputs (e4m3, e5m2), as the FP8
+ *            kernel computes:
+ *              c = scale * q_descale * k_descale;  m = max_j c * s_j  (s = Q K^T of the raw fp8 values);
+ *              P_j = exp2((c * s_j - m) * log2(e) + 8) = 2^8 exp(c * s_j - m), in (0, 256];
+ *              l = sum_j P_j (unrounded);  P_j rounded to e4m3 (saturating) for the P.V product;
+ *              O = (sum_j e4m3(P_j) v_j) * v_descale / l, rounded to the output dtype (fp16 or bf16).
  * A kernel output passes when max|out - ref32| <= 2 * max|ref_lowp - ref32| + 1e-5 and nothing is NaN/Inf.
  *
  * Tensors are host arrays described by an fg_tensor exactly like the public API's device tensors
@@ -13,7 +19,8 @@
  * serves the device buffer and its host copy. Semantics follow include/flashgen.h: softmax_scale 0 means
  * 1/sqrt(head_dim); causal is bottom-right aligned (query i sees keys j <= i + seqlen_k - seqlen_q);
  * K/V head h/(heads_q/heads_kv) serves query head h (GQA); a row that sees no key has O = 0, LSE = -inf.
- * LSE is the natural log of sum_j exp(scale * s_ij), laid out [batch, heads_q, seqlen_q]. */
+ * LSE is the natural log of sum_j exp(scale * s_ij), laid out [batch, heads_q, seqlen_q] (FP8: of the
+ * descaled scores, c * s_ij). */
 #ifndef FG_TEST_REFERENCE_H
 #define FG_TEST_REFERENCE_H
 
@@ -26,28 +33,53 @@ uint16_t ref_float_to_f16(float f);
 float ref_bf16_to_float(uint16_t h);
 uint16_t ref_float_to_bf16(float f);
 
-/* The same for a dtype chosen at run time (FG_DTYPE_F16 or FG_DTYPE_BF16; any other dtype gives NaN / 0). */
+/* ---- FP8 (the OCP 8-bit formats of CUDA's __nv_fp8_e4m3 and __nv_fp8_e5m2) ----
+ * e4m3: 1 sign, 4 exponent bits (bias 7), 3 mantissa bits; no infinities; S.1111.111 (0x7F, 0xFF) is
+ *       NaN; largest finite 448, smallest subnormal 2^-9.
+ * e5m2: 1 sign, 5 exponent bits (bias 15), 2 mantissa bits, IEEE-like: exponent 31 is Inf (mantissa 0)
+ *       or NaN; largest finite 57344, smallest subnormal 2^-16.
+ * Decoding is exact. Encoding rounds to nearest, ties to even, subnormals included. A value that rounds
+ * past the largest finite one (and Inf) becomes, with `saturate`, the largest finite value of its sign;
+ * without, NaN (e4m3, which has no Inf) or Inf (e5m2). NaN encodes as 0x7F with its sign bit. */
+#define REF_E4M3_MAX 448.0f
+#define REF_E5M2_MAX 57344.0f
+float ref_e4m3_to_float(uint8_t b);
+float ref_e5m2_to_float(uint8_t b);
+uint8_t ref_float_to_e4m3(float f, int saturate);
+uint8_t ref_float_to_e5m2(float f, int saturate);
+
+/* The same for a dtype chosen at run time (FG_DTYPE_F16, FG_DTYPE_BF16, or FG_DTYPE_E4M3 / FG_DTYPE_E5M2
+ * in the low byte, encoded without saturation; any other dtype gives NaN / 0). */
 float ref_to_float(fg_dtype dtype, uint16_t bits);
 uint16_t ref_from_float(fg_dtype dtype, float f);
 
-/* Fills every element of the view t (host data, fp16 or bf16) with N(0, 1) samples rounded to t->dtype.
+/* Fills every element of the view t (host data: fp16, bf16, e4m3 or e5m2) with N(0, 1) samples rounded
+ * to t->dtype (fp8: one byte per element, rounded to nearest even, saturating).
  * Element values depend only on (seed, logical index b,s,h,d in row-major order), not on the strides
  * or the thread count: a strided view and a contiguous copy filled with one seed hold the same values.
  * Memory between the view's elements (padding) is left untouched. Uses every core. */
 fg_status ref_fill_normal(const fg_tensor *t, uint64_t seed, fg_error *err);
 
-/* One forward problem on host tensors. q, k, v share one dtype (F16 or BF16). */
+/* One forward problem on host tensors. q, k, v share one dtype (F16, BF16, E4M3 or E5M2); any strides
+ * (an FP8 V in the kernel's key-major layout is just another strided view here). */
 typedef struct ref_problem {
     fg_tensor q;         /* [b, sq, hq, d] */
     fg_tensor k;         /* [b, sk, hkv, d], hkv divides hq; sk may be 0 */
     fg_tensor v;         /* [b, sk, hkv, d] */
     float softmax_scale; /* 0 means 1/sqrt(d) */
     int causal;          /* 1: bottom-right aligned causal mask */
+    /* FP8 only (absent, data NULL, for 16-bit problems): descale factors as host views with the public
+     * API's convention: F32, ndim 1 of shape [1] or ndim 2 of shape [b, hkv], any strides; data NULL
+     * means 1. Query head h takes the factors of KV head h / (hq / hkv). */
+    fg_tensor q_descale;
+    fg_tensor k_descale;
+    fg_tensor v_descale;
+    fg_dtype out_dtype;  /* FP8 only: O's dtype, F16 or BF16; ignored for 16-bit problems (O has q's dtype) */
 } ref_problem;
 
 typedef enum ref_mode {
-    REF_32 = 0,  /* exact math in double from the upcast inputs */
-    REF_LOWP = 1 /* P and O rounded to the input dtype, as the kernel does */
+    REF_32 = 0,  /* exact math in double from the upcast (FP8: dequantized) inputs */
+    REF_LOWP = 1 /* P and O rounded as the kernel does (see the top of this file) */
 } ref_mode;
 
 /* Computes the forward pass of p in `mode`. o (caller-owned, b*sq*hq*d doubles) receives O contiguous
@@ -83,12 +115,19 @@ typedef struct ref_report {
 } ref_report;
 
 /* Judges a kernel's output against both references, row by row on every core, without storing the
- * references (so a 2^31-element output needs no extra memory). out: host copy of O, same dtype as p and
- * shape [b, sq, hq, d], any strides. lse: host copy of the LSE (FG_DTYPE_F32, ndim 3, [b, hq, sq]) or
- * NULL to skip it. Fills *r (r->pass tells the verdict); returns FG_OK unless the arguments are
- * inconsistent (FG_ERR_INVALID_ARGUMENT) or memory runs out (FG_ERR_NO_MEMORY). */
+ * references (so a 2^31-element output needs no extra memory). out: host copy of O, of O's dtype (q's,
+ * or p->out_dtype for FP8) and shape [b, sq, hq, d], any strides. lse: host copy of the LSE
+ * (FG_DTYPE_F32, ndim 3, [b, hq, sq]) or NULL to skip it. Fills *r (r->pass tells the verdict); returns
+ * FG_OK unless the arguments are inconsistent (FG_ERR_INVALID_ARGUMENT) or memory runs out
+ * (FG_ERR_NO_MEMORY). */
 fg_status ref_check_fwd(const ref_problem *p, const fg_tensor *out, const fg_tensor *lse, ref_report *r,
                         fg_error *err);
+
+/* The root-mean-square error of a kernel's output against REF_32, in double, over every element of out
+ * (a host copy of O as for ref_check_fwd), computed row by row on every core like ref_check_fwd: the
+ * accuracy figure of the FP8 study. 0 for an empty output; NaN when an output element is NaN or Inf.
+ * On inconsistent arguments or no memory, returns -1 with err filled. */
+double ref_rmse_fwd(const ref_problem *p, const fg_tensor *out, fg_error *err);
 
 /* Writes a one-line account of r into buf (n bytes, NUL-terminated, truncated if needed):
  * errors, bound, worst element, non-finite count and the LSE findings. Returns buf. */

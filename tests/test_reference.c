@@ -59,6 +59,7 @@ static void fill(const fg_tensor *t, uint64_t seed) {
 /* A ref_problem from its parts. */
 static ref_problem problem(fg_tensor q, fg_tensor k, fg_tensor v, float scale, int causal) {
     ref_problem p;
+    memset(&p, 0, sizeof p); /* no descale factors */
     p.q = q;
     p.k = k;
     p.v = v;
@@ -832,4 +833,530 @@ Test(check, lse_rules) {
     cr_assert(!r.pass && r.lse_bad == 1 && r.lse_max_err > 9e-3);
     cr_assert(r.lse_worst[0] == 0 && r.lse_worst[1] == 3 && r.lse_worst[2] == 39);
     fixture_free(&f);
+}
+
+/* ================================================================================================ */
+/* FP8                                                                                               */
+/* ================================================================================================ */
+
+/* The value a format code must decode to, from its fields (e4m3: NaN only at S.1111.111; e5m2: IEEE). */
+static double fp8_formula(fg_dtype dt, uint8_t c) {
+    int ebits = dt == FG_DTYPE_E4M3 ? 4 : 5, mbits = 7 - ebits, bias = dt == FG_DTYPE_E4M3 ? 7 : 15;
+    int e = (c >> mbits) & ((1 << ebits) - 1), m = c & ((1 << mbits) - 1);
+    double mag;
+    if (dt == FG_DTYPE_E4M3 && e == 15 && m == 7)
+        return NAN;
+    if (dt == FG_DTYPE_E5M2 && e == 31)
+        mag = m ? NAN : INFINITY;
+    else if (e == 0)
+        mag = ldexp(m, 1 - bias - mbits);
+    else
+        mag = ldexp((1 << mbits) + m, e - bias - mbits);
+    return (c & 0x80) ? -mag : mag;
+}
+
+/* The encoder of dt. */
+static uint8_t fp8_encode(fg_dtype dt, float f, int saturate) {
+    return dt == FG_DTYPE_E4M3 ? ref_float_to_e4m3(f, saturate) : ref_float_to_e5m2(f, saturate);
+}
+
+Test(conversion, fp8_every_code_decodes_by_the_formula_and_round_trips) {
+    for (int f = 0; f < 2; f++) {
+        fg_dtype dt = f ? FG_DTYPE_E5M2 : FG_DTYPE_E4M3;
+        const char *name = f ? "e5m2" : "e4m3";
+        int nans = 0, infs = 0;
+        for (uint32_t u = 0; u < 256; u++) {
+            uint8_t c = (uint8_t)u;
+            float x = ref_to_float(dt, c);
+            double want = fp8_formula(dt, c);
+            if (isnan(want)) {
+                nans++;
+                cr_assert(isnan(x), "%s 0x%02x must decode to NaN, got %a", name, u, x);
+                for (int sat = 0; sat < 2; sat++)
+                    cr_assert_eq(fp8_encode(dt, x, sat), (c & 0x80) | 0x7F, "%s NaN 0x%02x encodes to 0x%02x", name, u,
+                                 fp8_encode(dt, x, sat));
+                continue;
+            }
+            cr_assert(x == want && !signbit(x) == !signbit(want), "%s 0x%02x decodes to %a, expected %a", name, u, x,
+                      want);
+            cr_assert_eq(x, f ? ref_e5m2_to_float(c) : ref_e4m3_to_float(c), "ref_to_float dispatch");
+            if (isinf(x)) {
+                infs++;
+                cr_assert_eq(fp8_encode(dt, x, 0), c, "%s: Inf stays Inf without saturation", name);
+                cr_assert_eq(fp8_encode(dt, x, 1), (c & 0x80) | 0x7B, "%s: Inf saturates to the largest finite", name);
+                continue;
+            }
+            cr_assert_eq(fp8_encode(dt, x, 0), c, "%s 0x%02x does not round-trip (got 0x%02x)", name, u,
+                         fp8_encode(dt, x, 0));
+            cr_assert_eq(fp8_encode(dt, x, 1), c, "%s 0x%02x does not round-trip saturating", name, u);
+            cr_assert_eq(ref_from_float(dt, x), c, "ref_from_float dispatch");
+        }
+        cr_assert_eq(nans, f ? 6 : 2, "%s NaN codes", name);
+        cr_assert_eq(infs, f ? 2 : 0, "%s Inf codes", name);
+    }
+    cr_assert_eq(ref_e4m3_to_float(0x7E), REF_E4M3_MAX);
+    cr_assert_eq(ref_e5m2_to_float(0x7B), REF_E5M2_MAX);
+    /* e5m2 is the upper byte of fp16: every code agrees with the fp16 decoder */
+    for (uint32_t u = 0; u < 256; u++) {
+        float a = ref_e5m2_to_float((uint8_t)u), b = ref_f16_to_float((uint16_t)(u << 8));
+        cr_assert((isnan(a) && isnan(b)) || a == b, "e5m2 0x%02x: %a, fp16 0x%04x: %a", u, a, u << 8, b);
+    }
+}
+
+Test(conversion, fp8_rounds_to_nearest_even) {
+    for (int f = 0; f < 2; f++) {
+        fg_dtype dt = f ? FG_DTYPE_E5M2 : FG_DTYPE_E4M3;
+        const char *name = f ? "e5m2" : "e4m3";
+        uint8_t max_finite = f ? 0x7B : 0x7E;
+        for (uint32_t u = 0; u < max_finite; u++) /* every pair of adjacent values, subnormals included */
+            for (int neg = 0; neg < 2; neg++) {
+                uint8_t lo = (uint8_t)(u | (neg ? 0x80u : 0)), hi = (uint8_t)((u + 1) | (neg ? 0x80u : 0));
+                float flo = ref_to_float(dt, lo), fhi = ref_to_float(dt, hi);
+                float mid = (flo + fhi) / 2; /* exact: a few bits wide */
+                uint8_t even = (lo & 1) ? hi : lo;
+                for (int sat = 0; sat < 2; sat++) {
+                    cr_assert_eq(fp8_encode(dt, mid, sat), even, "%s: tie %a between 0x%02x and 0x%02x gave 0x%02x",
+                                 name, mid, lo, hi, fp8_encode(dt, mid, sat));
+                    cr_assert_eq(fp8_encode(dt, nextafterf(mid, flo), sat), lo, "%s: below the tie", name);
+                    cr_assert_eq(fp8_encode(dt, nextafterf(mid, fhi), sat), hi, "%s: above the tie", name);
+                }
+            }
+    }
+    /* subnormals and underflow */
+    cr_assert_eq(ref_e4m3_to_float(0x01), 0x1p-9f, "e4m3's smallest subnormal");
+    cr_assert_eq(ref_e4m3_to_float(0x08), 0x1p-6f, "e4m3's smallest normal");
+    cr_assert_eq(ref_e5m2_to_float(0x01), 0x1p-16f, "e5m2's smallest subnormal");
+    cr_assert_eq(ref_e5m2_to_float(0x04), 0x1p-14f, "e5m2's smallest normal");
+    cr_assert_eq(ref_float_to_e4m3(0x1p-10f, 0), 0x00, "half the smallest subnormal ties to zero");
+    cr_assert_eq(ref_float_to_e4m3(nextafterf(0x1p-10f, 1), 0), 0x01);
+    cr_assert_eq(ref_float_to_e4m3(-0x1p-12f, 1), 0x80, "tiny negatives keep their sign");
+    cr_assert_eq(ref_float_to_e5m2(0x1p-17f, 0), 0x00);
+    cr_assert_eq(ref_float_to_e5m2(0x1.8p-17f, 0), 0x01);
+    cr_assert_eq(ref_float_to_e4m3(0x1p-149f, 0), 0x00);
+    cr_assert_eq(ref_float_to_e4m3(-0.0f, 0), 0x80);
+}
+
+Test(conversion, fp8_saturation_overflow_and_nan) {
+    /* e4m3: 448 is the largest; 464 ties to it (even mantissa), anything above overflows */
+    cr_assert_eq(ref_float_to_e4m3(448.0f, 0), 0x7E);
+    cr_assert_eq(ref_float_to_e4m3(464.0f, 0), 0x7E, "the tie above 448 goes to the even 448");
+    cr_assert_eq(ref_float_to_e4m3(nextafterf(464.0f, 1e9f), 0), 0x7F, "past it: NaN (e4m3 has no Inf)");
+    cr_assert_eq(ref_float_to_e4m3(nextafterf(464.0f, 1e9f), 1), 0x7E, "saturated: 448");
+    cr_assert_eq(ref_float_to_e4m3(1e30f, 1), 0x7E);
+    cr_assert_eq(ref_float_to_e4m3(-1e30f, 1), 0xFE);
+    cr_assert_eq(ref_float_to_e4m3(-1e30f, 0), 0xFF);
+    cr_assert_eq(ref_float_to_e4m3(INFINITY, 0), 0x7F);
+    cr_assert_eq(ref_float_to_e4m3(-INFINITY, 1), 0xFE);
+    /* e5m2: 57344 is the largest; 61440 ties to 65536 (even), which is Inf */
+    cr_assert_eq(ref_float_to_e5m2(57344.0f, 0), 0x7B);
+    cr_assert_eq(ref_float_to_e5m2(nextafterf(61440.0f, 0), 0), 0x7B);
+    cr_assert_eq(ref_float_to_e5m2(61440.0f, 0), 0x7C, "the tie above 57344 goes to Inf");
+    cr_assert_eq(ref_float_to_e5m2(61440.0f, 1), 0x7B, "saturated: 57344");
+    cr_assert_eq(ref_float_to_e5m2(-1e30f, 0), 0xFC);
+    cr_assert_eq(ref_float_to_e5m2(-INFINITY, 1), 0xFB);
+    /* NaN, either sign, both modes */
+    cr_assert_eq(ref_float_to_e4m3(NAN, 1), 0x7F);
+    cr_assert_eq(ref_float_to_e4m3(-NAN, 0), 0xFF);
+    cr_assert_eq(ref_float_to_e5m2(NAN, 0), 0x7F);
+    cr_assert_eq(ref_float_to_e5m2(-NAN, 1), 0xFF);
+    cr_assert(isnan(ref_e4m3_to_float(0xFF)) && isnan(ref_e5m2_to_float(0x7D)) && isnan(ref_e5m2_to_float(0xFE)));
+    cr_assert(isinf(ref_e5m2_to_float(0xFC)) && ref_e5m2_to_float(0xFC) < 0);
+    /* a value the 16-bit types keep exactly but fp8 must round: 1 + 2^-4 */
+    cr_assert_eq(ref_float_to_e4m3(1.0625f, 0), 0x38, "1 + 2^-4 ties to 1 in e4m3 (3 mantissa bits)");
+    cr_assert_eq(ref_float_to_e4m3(1.0625f + 0x1p-10f, 0), 0x39);
+}
+
+/* An fp8 host tensor [b, s, h, d]. vt != 0 lays it out key-major like the FP8 kernel's V (a [b, h, d, s']
+ * buffer, s' = s rounded up to 16); the padding between and after rows holds NaN codes, which must never
+ * reach a result. */
+static fg_tensor host_fp8(fg_dtype dt, int64_t b, int64_t s, int64_t h, int64_t d, int vt) {
+    fg_tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = dt;
+    t.ndim = 4;
+    t.shape[0] = b;
+    t.shape[1] = s;
+    t.shape[2] = h;
+    t.shape[3] = d;
+    if (vt) {
+        int64_t sp = (s + 15) / 16 * 16 + 16; /* one more block of padding to catch reads past s */
+        t.stride[1] = 1;
+        t.stride[3] = sp;
+        t.stride[2] = d * sp;
+        t.stride[0] = h * d * sp;
+    } else {
+        t.stride[3] = 1;
+        t.stride[2] = d;
+        t.stride[1] = h * d;
+        t.stride[0] = s * h * d;
+    }
+    size_t total = (size_t)(b * t.stride[0]) + 1;
+    t.data = malloc(total);
+    cr_assert_not_null(t.data);
+    memset(t.data, 0x7F, total);
+    return t;
+}
+
+/* A host fp32 descale view: [1] (per_head 0) or [b, hkv] (per_head 1) with transposed strides (h
+ * outermost) to exercise them. Values from vals (b * hkv of them, row-major [b][h]; [1] takes vals[0]). */
+static fg_tensor host_descale(const float *vals, int64_t b, int64_t hkv, int per_head) {
+    fg_tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = FG_DTYPE_F32;
+    float *mem = malloc((size_t)(b * hkv + 1) * sizeof *mem);
+    cr_assert_not_null(mem);
+    t.data = mem;
+    if (!per_head) {
+        t.ndim = 1;
+        t.shape[0] = 1;
+        t.stride[0] = 1;
+        mem[0] = vals[0];
+        return t;
+    }
+    t.ndim = 2;
+    t.shape[0] = b;
+    t.shape[1] = hkv;
+    t.stride[0] = 1;
+    t.stride[1] = b;
+    for (int64_t i = 0; i < b; i++)
+        for (int64_t h = 0; h < hkv; h++)
+            mem[i * t.stride[0] + h * t.stride[1]] = vals[i * hkv + h];
+    return t;
+}
+
+/* A contiguous bf16 copy of an fp8 view with each element times the descale of its (batch, KV head):
+ * exact when the factors are powers of two (an fp8 value has at most 4 significant bits). For Q, `group`
+ * maps head h to KV head h / group; desc may be NULL (1). */
+static fg_tensor dequant_bf16(const fg_tensor *t, const float *desc, int64_t hkv, int64_t group) {
+    fg_tensor c = host_tensor(FG_DTYPE_BF16, t->shape[0], t->shape[1], t->shape[2], t->shape[3], 0, 0);
+    for (int64_t b = 0; b < t->shape[0]; b++)
+        for (int64_t s = 0; s < t->shape[1]; s++)
+            for (int64_t h = 0; h < t->shape[2]; h++)
+                for (int64_t x = 0; x < t->shape[3]; x++) {
+                    uint8_t code = ((const uint8_t *)t->data)[b * t->stride[0] + s * t->stride[1] + h * t->stride[2] +
+                                                              x * t->stride[3]];
+                    float v = ref_to_float(t->dtype, code) * (desc ? desc[b * hkv + h / group] : 1.0f);
+                    uint16_t bits = ref_float_to_bf16(v);
+                    cr_assert_eq(ref_bf16_to_float(bits), v, "dequantized value %a is not exact in bf16", v);
+                    *at(&c, b, s, h, x) = bits;
+                }
+    return c;
+}
+
+Test(fill, fp8_views_get_rounded_normals_and_keep_their_padding) {
+    for (int f = 0; f < 2; f++) {
+        fg_dtype dt = f ? FG_DTYPE_E5M2 : FG_DTYPE_E4M3;
+        fg_tensor c = host_fp8(dt, 2, 300, 3, 64, 0), s = host_fp8(dt, 2, 300, 3, 64, 1);
+        fill(&c, 9);
+        fill(&s, 9);
+        double sum = 0, sum2 = 0;
+        int64_t n = 2 * 300 * 3 * 64, same_as_bf16 = 0, adjacent = 0;
+        fg_tensor ref = host_tensor(FG_DTYPE_BF16, 2, 300, 3, 64, 0, 0);
+        fill(&ref, 9); /* the same samples, rounded to bf16 */
+        for (int64_t b = 0; b < 2; b++)
+            for (int64_t i = 0; i < 300; i++)
+                for (int64_t h = 0; h < 3; h++)
+                    for (int64_t x = 0; x < 64; x++) {
+                        uint8_t a = ((uint8_t *)c.data)[b * c.stride[0] + i * c.stride[1] + h * c.stride[2] + x];
+                        uint8_t z = ((uint8_t *)s.data)[b * s.stride[0] + i + h * s.stride[2] + x * s.stride[3]];
+                        cr_assert_eq(a, z, "the key-major view must get the same values");
+                        double v = ref_to_float(dt, a);
+                        cr_assert(isfinite(v));
+                        sum += v;
+                        sum2 += v * v;
+                        /* the bf16 value rounded again: equal but where it sat on an fp8 tie (double rounding) */
+                        uint8_t twice = fp8_encode(dt, ref_bf16_to_float(*at(&ref, b, i, h, x)), 1);
+                        same_as_bf16 += a == twice;
+                        adjacent += a != twice && (a & 0x80) == (twice & 0x80) && abs((a & 0x7F) - (twice & 0x7F)) == 1;
+                    }
+        double mean = sum / n, sd = sqrt(sum2 / n - mean * mean);
+        cr_assert_lt(fabs(mean), 0.02, "mean %g", mean);
+        cr_assert_lt(fabs(sd - 1), 0.03, "standard deviation %g", sd);
+        cr_assert_gt(same_as_bf16, n * 95 / 100, "fp8 values are the same normals, rounded (%lld of %lld)",
+                     (long long)same_as_bf16, (long long)n);
+        cr_assert_eq(same_as_bf16 + adjacent, n, "the others are one code away (a tie rounded twice)");
+        int64_t sp = s.stride[3], nan_left = 0, total = 2 * s.stride[0] + 1;
+        for (int64_t i = 0; i < total; i++)
+            nan_left += ((uint8_t *)s.data)[i] == 0x7F;
+        cr_assert_geq(nan_left, total - n, "the padding (%lld-key rows) must keep its NaN codes", (long long)sp);
+        free(c.data);
+        free(s.data);
+        free(ref.data);
+    }
+}
+
+/* The FP8 lowp rule written out plainly from reference.h's formula (exp2, log2(e), the 2^8 shift), for
+ * one problem without masking or GQA subtleties beyond h / group: O in double before the final rounding. */
+static void naive_fp8_lowp(const ref_problem *p, double *o) {
+    int64_t B = p->q.shape[0], SQ = p->q.shape[1], HQ = p->q.shape[2], D = p->q.shape[3];
+    int64_t SK = p->k.shape[1], HKV = p->k.shape[2];
+    double scale = p->softmax_scale != 0 ? p->softmax_scale : 1.0 / sqrt((double)D);
+    double *s = malloc((size_t)SK * sizeof *s);
+    cr_assert_not_null(s);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < HQ; h++) {
+            int64_t kh = h / (HQ / HKV);
+            const float *qd = p->q_descale.data, *kd = p->k_descale.data, *vd = p->v_descale.data;
+            double c = scale * (qd ? qd[0] : 1) * (kd ? kd[0] : 1), vdesc = vd ? vd[0] : 1;
+            for (int64_t i = 0; i < SQ; i++) {
+                double m = -INFINITY, l = 0;
+                for (int64_t j = 0; j < SK; j++) {
+                    double dot = 0;
+                    for (int64_t x = 0; x < D; x++) {
+                        const uint8_t *qe = (const uint8_t *)p->q.data, *ke = (const uint8_t *)p->k.data;
+                        dot += (double)ref_to_float(p->q.dtype, qe[b * p->q.stride[0] + i * p->q.stride[1] +
+                                                                   h * p->q.stride[2] + x * p->q.stride[3]]) *
+                               ref_to_float(p->k.dtype, ke[b * p->k.stride[0] + j * p->k.stride[1] +
+                                                            kh * p->k.stride[2] + x * p->k.stride[3]]);
+                    }
+                    s[j] = c * dot;
+                    m = fmax(m, s[j]);
+                }
+                for (int64_t j = 0; j < SK; j++)
+                    l += exp2((s[j] - m) * 1.4426950408889634 + 8);
+                for (int64_t x = 0; x < D; x++) {
+                    double acc = 0;
+                    for (int64_t j = 0; j < SK; j++) {
+                        float unrounded = (float)exp2((s[j] - m) * 1.4426950408889634 + 8);
+                        double pj = ref_e4m3_to_float(ref_float_to_e4m3(unrounded, 1));
+                        const uint8_t *ve = (const uint8_t *)p->v.data;
+                        acc += pj * ref_to_float(p->v.dtype, ve[b * p->v.stride[0] + j * p->v.stride[1] +
+                                                                kh * p->v.stride[2] + x * p->v.stride[3]]);
+                    }
+                    o[((b * SQ + i) * HQ + h) * D + x] = acc * vdesc / l;
+                }
+            }
+        }
+    free(s);
+}
+
+/* An fp8 problem: q [b, sq, hq, d], k and v [b, sk, hkv, d] (V key-major), filled from seeds; out bf16. */
+static ref_problem fp8_problem(fg_dtype dt, int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hkv, int64_t d) {
+    fg_tensor q = host_fp8(dt, b, sq, hq, d, 0), k = host_fp8(dt, b, sk, hkv, d, 0), v = host_fp8(dt, b, sk, hkv, d, 1);
+    fill(&q, 61);
+    fill(&k, 62);
+    fill(&v, 63);
+    ref_problem p = problem(q, k, v, 0, 0);
+    p.out_dtype = FG_DTYPE_BF16;
+    return p;
+}
+
+/* Frees an fp8_problem's tensors and descale views. */
+static void fp8_problem_free(ref_problem *p) {
+    free(p->q.data);
+    free(p->k.data);
+    free(p->v.data);
+    free(p->q_descale.data);
+    free(p->k_descale.data);
+    free(p->v_descale.data);
+}
+
+Test(reference, fp8_lowp_follows_the_kernel_formula_and_differs_plausibly_from_ref32) {
+    for (int f = 0; f < 2; f++) {
+        fg_dtype dt = f ? FG_DTYPE_E5M2 : FG_DTYPE_E4M3;
+        ref_problem p = fp8_problem(dt, 1, 40, 300, 4, 2, 64);
+        float one_q = 0.75f, one_k = 1.25f, one_v = 0.5f;
+        p.q_descale = host_descale(&one_q, 1, 2, 0);
+        p.k_descale = host_descale(&one_k, 1, 2, 0);
+        p.v_descale = host_descale(&one_v, 1, 2, 0);
+        int64_t n = 40 * 4 * 64;
+        double *lse32, *lselow;
+        double *o32 = run_ref(&p, REF_32, &lse32), *olow = run_ref(&p, REF_LOWP, &lselow);
+        double *naive_o = malloc((size_t)n * sizeof *naive_o);
+        cr_assert_not_null(naive_o);
+        naive_fp8_lowp(&p, naive_o);
+        double gap = max_abs_diff(olow, o32, n), worst_ulp = 0, omax = 0;
+        for (int64_t i = 0; i < n; i++) {
+            /* the reference rounds O to bf16; the plain formula is O before rounding: within bf16's unit
+             * roundoff, 2^-8 relative (exp vs exp2 moves only the last bits of a double) */
+            double e = fabs(olow[i] - naive_o[i]) / fmax(fabs(naive_o[i]), 1e-30);
+            worst_ulp = fmax(worst_ulp, e);
+            omax = fmax(omax, fabs(o32[i]));
+        }
+        cr_log_info("%s: max|lowp - ref32| %.3g (max|O| %.3g), lowp vs the plain formula %.3g relative",
+                    f ? "e5m2" : "e4m3", gap, omax, worst_ulp);
+        cr_assert_leq(worst_ulp, 0x1p-8, "REF_LOWP departs from the kernel formula by %g", worst_ulp);
+        /* P in e4m3 keeps 3 mantissa bits: the gap is far above bf16 rounding of O, far below O itself */
+        cr_assert(gap > 1e-3 * omax && gap < 0.1 * omax, "gap %g for max|O| %g", gap, omax);
+        cr_assert_eq(max_abs_diff(lse32, lselow, 40 * 4), 0.0, "the LSE is the same in both modes");
+        free(o32);
+        free(olow);
+        free(lse32);
+        free(lselow);
+        free(naive_o);
+        fp8_problem_free(&p);
+    }
+}
+
+Test(reference, fp8_ref32_is_exact_math_on_the_dequantized_inputs) {
+    /* Power-of-two factors per (batch, KV head) make the dequantized inputs exact in bf16, so REF_32 of
+     * the fp8 problem must equal REF_32 of the bf16 problem holding them (GQA 2: Q head h takes KV head
+     * h / 2's factor). */
+    const int64_t b = 2, sq = 33, sk = 70, hq = 4, hkv = 2, d = 32;
+    const float qd[4] = {0.5f, 2.0f, 1.0f, 0.25f}, kd[4] = {4.0f, 0.125f, 1.0f, 2.0f}, vd[4] = {2.0f, 0.5f, 8.0f, 1.0f};
+    for (int causal = 0; causal < 2; causal++) {
+        ref_problem p = fp8_problem(FG_DTYPE_E4M3, b, sq, sk, hq, hkv, d);
+        p.causal = causal;
+        p.softmax_scale = 0.3f;
+        p.q_descale = host_descale(qd, b, hkv, 1);
+        p.k_descale = host_descale(kd, b, hkv, 1);
+        p.v_descale = host_descale(vd, b, hkv, 1);
+        fg_tensor q16 = dequant_bf16(&p.q, qd, hkv, hq / hkv), k16 = dequant_bf16(&p.k, kd, hkv, 1);
+        fg_tensor v16 = dequant_bf16(&p.v, vd, hkv, 1);
+        ref_problem p16 = problem(q16, k16, v16, 0.3f, causal);
+        double *l8, *l16, *o8 = run_ref(&p, REF_32, &l8), *o16 = run_ref(&p16, REF_32, &l16);
+        double diff = max_abs_diff(o8, o16, b * sq * hq * d), ldiff = max_abs_diff(l8, l16, b * hq * sq);
+        cr_assert_lt(diff, 1e-12, "O differs by %g", diff);
+        cr_assert_lt(ldiff, 1e-12, "LSE differs by %g", ldiff);
+        free(o8);
+        free(o16);
+        free(l8);
+        free(l16);
+        free(q16.data);
+        free(k16.data);
+        free(v16.data);
+        fp8_problem_free(&p);
+    }
+}
+
+Test(reference, fp8_descale_per_tensor_equals_the_same_value_per_head) {
+    const int64_t b = 2, hkv = 3;
+    const float one[1] = {0.37f}, two[1] = {1.9f}, three[1] = {0.041f};
+    float q6[6], k6[6], v6[6];
+    for (int i = 0; i < 6; i++)
+        q6[i] = one[0], k6[i] = two[0], v6[i] = three[0];
+    ref_problem a = fp8_problem(FG_DTYPE_E5M2, b, 20, 50, 6, hkv, 64);
+    ref_problem h = a; /* the same tensors, per-head factors */
+    a.q_descale = host_descale(one, b, hkv, 0);
+    a.k_descale = host_descale(two, b, hkv, 0);
+    a.v_descale = host_descale(three, b, hkv, 0);
+    h.q_descale = host_descale(q6, b, hkv, 1);
+    h.k_descale = host_descale(k6, b, hkv, 1);
+    h.v_descale = host_descale(v6, b, hkv, 1);
+    for (int mode = 0; mode < 2; mode++) {
+        double *la, *lh, *oa = run_ref(&a, (ref_mode)mode, &la), *oh = run_ref(&h, (ref_mode)mode, &lh);
+        cr_assert_eq(memcmp(oa, oh, (size_t)(b * 20 * 6 * 64) * sizeof *oa), 0, "mode %d: O differs", mode);
+        cr_assert_eq(memcmp(la, lh, (size_t)(b * 6 * 20) * sizeof *la), 0, "mode %d: LSE differs", mode);
+        free(oa);
+        free(oh);
+        free(la);
+        free(lh);
+    }
+    /* no factors at all is the same as factors of 1 */
+    ref_problem n = a;
+    memset(&n.q_descale, 0, sizeof n.q_descale);
+    memset(&n.k_descale, 0, sizeof n.k_descale);
+    memset(&n.v_descale, 0, sizeof n.v_descale);
+    ref_problem u = n;
+    const float unit[6] = {1, 1, 1, 1, 1, 1};
+    u.q_descale = host_descale(unit, b, hkv, 1);
+    double *on = run_ref(&n, REF_LOWP, NULL), *ou = run_ref(&u, REF_LOWP, NULL);
+    cr_assert_eq(memcmp(on, ou, (size_t)(b * 20 * 6 * 64) * sizeof *on), 0, "NULL factors mean 1");
+    free(on);
+    free(ou);
+    free(u.q_descale.data);
+    free(h.q_descale.data);
+    free(h.k_descale.data);
+    free(h.v_descale.data);
+    fp8_problem_free(&a);
+}
+
+/* A bf16 host copy of a contiguous double O [b, sq, h, d]. */
+static fg_tensor bf16_of(const double *o, int64_t b, int64_t sq, int64_t h, int64_t d) {
+    fg_tensor t = host_tensor(FG_DTYPE_BF16, b, sq, h, d, 0, 0);
+    for (int64_t i = 0; i < b * sq * h * d; i++)
+        ((uint16_t *)t.data)[i] = ref_float_to_bf16((float)o[i]);
+    return t;
+}
+
+Test(check, fp8_outputs_are_judged_in_the_output_dtype) {
+    ref_problem p = fp8_problem(FG_DTYPE_E4M3, 2, 40, 100, 4, 2, 64);
+    const float v[4] = {0.5f, 0.25f, 1.5f, 3.0f};
+    p.v_descale = host_descale(v, 2, 2, 1);
+    p.causal = 1;
+    double *olow = run_ref(&p, REF_LOWP, NULL), *o32 = run_ref(&p, REF_32, NULL);
+    fg_tensor out = bf16_of(olow, 2, 40, 4, 64), good = bf16_of(o32, 2, 40, 4, 64);
+    ref_report r;
+    fg_error e;
+    fg_error_clear(&e);
+    cr_assert_eq(ref_check_fwd(&p, &out, NULL, &r, &e), FG_OK, "%s", e.msg);
+    cr_assert(r.pass && r.max_err == r.max_lowp_err && r.max_err > 0, "the lowp reference passes its own bound");
+    /* a kernel that forgot v_descale is far off */
+    fg_tensor saved = p.v_descale;
+    memset(&p.v_descale, 0, sizeof p.v_descale);
+    double *forgot = run_ref(&p, REF_LOWP, NULL);
+    p.v_descale = saved;
+    fg_tensor bad = bf16_of(forgot, 2, 40, 4, 64);
+    cr_assert_eq(ref_check_fwd(&p, &bad, NULL, &r, &e), FG_OK, "%s", e.msg);
+    cr_assert_not(r.pass, "an output without v_descale must fail");
+    /* RMSE against REF_32: 0 <= rmse(ref32 rounded to bf16) < rmse(lowp) <= max error; NaN propagates */
+    double r_good = ref_rmse_fwd(&p, &good, &e), r_low = ref_rmse_fwd(&p, &out, &e), r_bad = ref_rmse_fwd(&p, &bad, &e);
+    cr_log_info("fp8 RMSE vs REF_32: ref32 in bf16 %.3g, lowp %.3g, without v_descale %.3g", r_good, r_low, r_bad);
+    cr_assert(r_good >= 0 && r_good < r_low && r_low <= r.max_lowp_err && r_low < r_bad, "%g %g %g", r_good, r_low,
+              r_bad);
+    ((uint16_t *)out.data)[77] = ref_float_to_bf16(NAN);
+    cr_assert(isnan(ref_rmse_fwd(&p, &out, &e)), "a NaN output gives a NaN RMSE");
+    /* the output's dtype is the problem's out_dtype */
+    out.dtype = FG_DTYPE_F16;
+    fg_error_clear(&e);
+    cr_assert_eq(ref_check_fwd(&p, &out, NULL, &r, &e), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(e.msg, "out.dtype"), "%s", e.msg);
+    cr_assert_eq(ref_rmse_fwd(&p, &out, &e), -1.0);
+    free(olow);
+    free(o32);
+    free(forgot);
+    free(out.data);
+    free(good.data);
+    free(bad.data);
+    fp8_problem_free(&p);
+}
+
+Test(check, rmse_of_16_bit_outputs) {
+    check_fixture f;
+    fixture(&f, FG_DTYPE_F16, 1);
+    fg_error e;
+    fg_error_clear(&e);
+    double r = ref_rmse_fwd(&f.p, &f.out, &e);
+    ref_report rep = check(&f);
+    cr_assert(r > 0 && r <= rep.max_err, "rmse %g, max error %g", r, rep.max_err);
+    fg_tensor empty = f.out;
+    empty.shape[1] = 0;
+    ref_problem pe = f.p;
+    pe.q.shape[1] = 0;
+    cr_assert_eq(ref_rmse_fwd(&pe, &empty, &e), 0.0, "an empty output has no error");
+    cr_assert_eq(ref_rmse_fwd(&f.p, NULL, &e), -1.0);
+    fixture_free(&f);
+}
+
+Test(reference, fp8_inconsistent_problems_are_refused) {
+    ref_problem p = fp8_problem(FG_DTYPE_E4M3, 1, 4, 8, 2, 1, 32);
+    double o[256], lse[8];
+    fg_error e;
+    p.out_dtype = FG_DTYPE_E4M3;
+    fg_error_clear(&e);
+    cr_assert_eq(ref_attention_fwd(&p, REF_32, o, lse, &e), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(e.msg, "out_dtype"), "%s", e.msg);
+    p.out_dtype = FG_DTYPE_F16;
+    cr_assert_eq(ref_attention_fwd(&p, REF_32, o, lse, &e), FG_OK, "%s", e.msg);
+    const float bad[3] = {1, 1, 1};
+    p.k_descale = host_descale(bad, 1, 3, 1); /* [1, 3] for one KV head */
+    cr_assert_eq(ref_attention_fwd(&p, REF_32, o, lse, &e), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(e.msg, "k_descale"), "%s", e.msg);
+    p.k_descale.dtype = FG_DTYPE_BF16;
+    p.k_descale.shape[1] = 1;
+    cr_assert_eq(ref_attention_fwd(&p, REF_32, o, lse, &e), FG_ERR_INVALID_ARGUMENT);
+    p.k_descale.dtype = FG_DTYPE_F32;
+    cr_assert_eq(ref_attention_fwd(&p, REF_32, o, lse, &e), FG_OK, "%s", e.msg);
+    p.v.dtype = FG_DTYPE_E5M2;
+    cr_assert_eq(ref_attention_fwd(&p, REF_32, o, lse, &e), FG_ERR_INVALID_ARGUMENT, "e4m3 Q/K with e5m2 V");
+    p.v.dtype = FG_DTYPE_E4M3;
+    /* descale factors with 16-bit inputs are a mistake */
+    fg_tensor q16 = host_tensor(FG_DTYPE_F16, 1, 4, 2, 32, 0, 0), kv16 = host_tensor(FG_DTYPE_F16, 1, 8, 1, 32, 0, 0);
+    ref_problem h = problem(q16, kv16, kv16, 0, 0);
+    h.q_descale = p.k_descale;
+    cr_assert_eq(ref_attention_fwd(&h, REF_32, o, lse, &e), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(e.msg, "fp8"), "%s", e.msg);
+    free(q16.data);
+    free(kv16.data);
+    fp8_problem_free(&p);
 }
