@@ -7,6 +7,15 @@ libflashgen.so (see README.md and include/flashgen.h).
     o, lse = flashgen.attention(q, k, v, return_lse=True)         # lse: [batch, heads, seqlen_q], fp32
     print(flashgen.explain(q, k, v, causal=True))                 # which kernel, from where, why
 
+FP8 (sm_89 and newer): quantize with a descale factor per tensor or per (batch, head), optionally after a
+Hadamard rotation of Q and K that spreads outliers over the head dim:
+
+    q, k = flashgen.hadamard_rotate(q, k)                         # QK^T unchanged, outliers spread
+    q8, qd = flashgen.quantize_fp8(q, per="head", heads_kv=k.shape[2])
+    k8, kd = flashgen.quantize_fp8(k, per="head")
+    v8, vd = flashgen.quantize_fp8(v)
+    o = flashgen.attention(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd)   # o: bf16
+
 Importing needs neither PyTorch nor the library: the library is loaded on first use (from $FLASHGEN_LIB,
 else ../../build/libflashgen.so relative to this package, else the dynamic loader's path). The binding
 translates and never re-checks what the C library checks; every failure of the library becomes a
@@ -16,6 +25,7 @@ exit or by close().
 """
 
 import atexit
+import contextlib
 import ctypes
 import os
 import sys
@@ -30,7 +40,8 @@ __version__ = version
 
 __all__ = [
     "attention", "explain", "prepare", "bundle_load", "bundle_load_memory", "configure", "close",
-    "library_path", "FlashgenError", "LibraryNotFoundError", "TensorDesc", "version",
+    "library_path", "FlashgenError", "LibraryNotFoundError", "TensorDesc", "version", "hadamard_rotate",
+    "quantize_fp8", "key_major_v",
 ]
 
 _LOG_LEVELS = {"none": _capi.FG_LOG_NONE, "error": _capi.FG_LOG_ERROR, "warn": _capi.FG_LOG_WARN,
@@ -186,14 +197,72 @@ def _stream_handle(stream, q):
     return 0
 
 
-def _args(vq, vk, vv, vo, vlse, causal, softmax_scale):
-    """The fg_fwd_args of one call (softmax_scale None: the library's default, 1/sqrt(head_dim))."""
+def _args(vq, vk, vv, vo, vlse, causal, softmax_scale, descales=(None, None, None)):
+    """The fg_fwd_args of one call (softmax_scale None: the library's default, 1/sqrt(head_dim); descales: the
+    Views of q/k/v_descale, None for absent)."""
+    d = [x.struct() if x is not None else _capi.FgTensor() for x in descales]
     return _capi.FgFwdArgs(vq.struct(), vk.struct(), vv.struct(), vo.struct(),
                            vlse.struct() if vlse is not None else _capi.FgTensor(),
-                           0.0 if softmax_scale is None else float(softmax_scale), int(causal))
+                           0.0 if softmax_scale is None else float(softmax_scale), int(causal), d[0], d[1], d[2])
 
 
-def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, out=None, stream=None, lse=None):
+def _torch():
+    """PyTorch, imported on demand (the helpers that compute need it; importing flashgen does not)."""
+    try:
+        import torch
+    except ImportError:
+        raise ImportError("this flashgen function needs PyTorch, which is not installed") from None
+    return torch
+
+
+def key_major_v(v):
+    """The FP8 kernel's V layout for a torch tensor v [batch, seqlen_k, heads_kv, head_dim]: a copy into a
+    zero-padded [batch, heads_kv, head_dim, seqlen_k'] buffer (seqlen_k' = seqlen_k rounded up to 16), returned
+    as its [batch, seqlen_k, heads_kv, head_dim] view (stride[1] == 1). This is one pass over V; callers that
+    keep V in this layout (for example a KV cache written key-major) pass the view to attention() directly.
+    Returns v itself when it is already in that layout."""
+    vv = _tensors.view(v, "v")
+    if _tensors.is_key_major(vv.shape, vv.stride, vv.data):
+        return v
+    torch = _torch()
+    b, sk, h, d = v.shape
+    skp = max((sk + 15) // 16 * 16, 16)
+    # Through uint8 views: zero-filling and copying bytes needs no fp8 kernels in this PyTorch build.
+    buf = torch.zeros((b, h, d, skp), dtype=torch.uint8, device=v.device)
+    buf[..., :sk].copy_(v.view(torch.uint8).permute(0, 2, 3, 1))
+    return buf.view(v.dtype).permute(0, 3, 1, 2)[:, :sk]
+
+
+def _on_launch_stream(handle, device):
+    """A context in which PyTorch work (the V copy, a descale made from a number) is queued on the stream the
+    kernel launches on, so it is done before the kernel reads it and its memory is not reused before the
+    kernel is (PyTorch's allocator orders reuse on the stream a block was allocated on)."""
+    torch = sys.modules["torch"]
+    if torch.cuda.current_stream(device).cuda_stream == handle:
+        return contextlib.nullcontext()
+    return torch.cuda.stream(torch.cuda.ExternalStream(handle, device=device))
+
+
+def _descale_view(x, name, like, dl_stream):
+    """(View, object to keep alive) of a descale argument, or None for None. A Python number becomes a
+    one-element fp32 tensor on like's device (a small host-to-device copy; pass a device tensor to avoid it)."""
+    if x is None:
+        return None
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        torch = _torch()
+        x = torch.tensor([float(x)], dtype=torch.float32, device=like.device)
+    return _tensors.view(x, name, dl_stream), x
+
+
+def _out_dtype_for(torch, vq, q, out_dtype):
+    """The dtype O is allocated in: out_dtype when given; for fp8 inputs bf16; otherwise q's."""
+    if out_dtype is not None:
+        return out_dtype
+    return torch.bfloat16 if vq.dtype in _tensors.FP8_DTYPES else q.dtype
+
+
+def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, out=None, stream=None, lse=None,
+              q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
     """O = softmax(softmax_scale * Q K^T [causal mask]) V, on the GPU, by a flashgen kernel.
 
     q [batch, seqlen_q, heads_q, head_dim]; k, v [batch, seqlen_k, heads_kv, head_dim] (heads_kv divides
@@ -203,6 +272,15 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, out=N
     torch.empty_like(q)). return_lse: also return the natural-log LSE, fp32 [batch, heads_q, seqlen_q]
     (allocated for torch inputs; otherwise pass lse=, which is written whenever given). stream: the
     CUstream (default: PyTorch's current stream for torch inputs, else the legacy default stream).
+
+    FP8 (sm_89 and newer): q, k, v all torch.float8_e4m3fn or all torch.float8_e5m2; head_dim a multiple of
+    32. O is allocated in out_dtype (torch.bfloat16 by default, torch.float16 allowed; a given out= decides
+    by its own dtype). q_descale, k_descale, v_descale: fp32 tensors on the device of shape [1] or [batch,
+    heads_kv] (a Python number is copied to the device), None for 1.0; the softmax uses softmax_scale *
+    q_descale * k_descale and O = (P V) * v_descale / l. The kernel takes V key-major: unless v already is
+    (see key_major_v), the binding copies it into that layout first, which costs one pass over V; keep V
+    in that layout and pass the view to avoid it.
+
     Nothing synchronizes; forward only (no autograd). Returns out, or (out, lse) with return_lse.
     Raises FlashgenError (status name and the library's sentence) when the library refuses the call."""
     handle = _stream_handle(stream, q)
@@ -210,10 +288,26 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, out=N
     vq = _tensors.view(q, "q", dl_stream)
     vk = _tensors.view(k, "k", dl_stream)
     vv = _tensors.view(v, "v", dl_stream)
+    copy_v = vq.dtype in _tensors.FP8_DTYPES and vv.dtype == vq.dtype and vv.is_torch and len(vv.shape) == 4 \
+        and not _tensors.is_key_major(vv.shape, vv.stride, vv.data)
+    numbers = any(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (q_descale, k_descale, v_descale))
+    keep = []  # what the binding made: alive until the launch is queued behind it on the same stream
+    with (_on_launch_stream(handle, q.device) if (copy_v or numbers) and vq.is_torch and q.device.type == "cuda"
+          else contextlib.nullcontext()):
+        if copy_v:
+            v = key_major_v(v)
+            vv = _tensors.view(v, "v", dl_stream)
+        ds = []
+        for name, x in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
+            r = _descale_view(x, name, q, dl_stream)
+            ds.append(r[0] if r else None)
+            keep.append(r[1] if r else None)
     if out is None:
         if not vq.is_torch:
             raise TypeError("out= is required when q is not a torch tensor (the binding allocates through torch only)")
-        out = sys.modules["torch"].empty_like(q)
+        torch = sys.modules["torch"]
+        dt = _out_dtype_for(torch, vq, q, out_dtype)
+        out = torch.empty_like(q) if dt is q.dtype else torch.empty(tuple(q.shape), dtype=dt, device=q.device)
     if return_lse and lse is None:
         if not vq.is_torch:
             raise TypeError("return_lse=True with a non-torch q needs lse= (an fp32 [batch, heads_q, seqlen_q] array)")
@@ -222,23 +316,38 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, out=N
             lse = sys.modules["torch"].empty((b, h, sq), dtype=sys.modules["torch"].float32, device=q.device)
     vo = _tensors.view(out, "out", dl_stream)
     vlse = _tensors.view(lse, "lse", dl_stream) if lse is not None else None
-    device = _device_for((("q", vq), ("k", vk), ("v", vv), ("out", vo), ("lse", vlse)), True, None)
+    device = _device_for((("q", vq), ("k", vk), ("v", vv), ("out", vo), ("lse", vlse), ("q_descale", ds[0]),
+                          ("k_descale", ds[1]), ("v_descale", ds[2])), True, None)
     if device is None:
         device = _default_device()
     ctx = _context(device)
-    a = _args(vq, vk, vv, vo, vlse, causal, softmax_scale)
+    a = _args(vq, vk, vv, vo, vlse, causal, softmax_scale, ds)
     _call(ctx, _capi.lib().fg_attention_fwd, ctypes.byref(a), handle)
     return (out, lse) if return_lse else out
 
 
-def _plan_args(q, k, v, causal, softmax_scale, out, device):
+_OUT_CODES = {"torch.float16": _capi.FG_DTYPE_F16, "torch.bfloat16": _capi.FG_DTYPE_BF16}
+
+
+def _plan_args(q, k, v, causal, softmax_scale, out, device, out_dtype=None):
     """Views and device for explain/prepare: no memory is needed, so O is described from q when out is
-    not given, and host or meta tensors are accepted as shape carriers."""
+    not given (fp8 inputs: out_dtype, bf16 by default), fp8 V as the key-major copy attention() would make,
+    and host or meta tensors are accepted as shape carriers."""
     vq, vk, vv = _tensors.view(q, "q"), _tensors.view(k, "k"), _tensors.view(v, "v")
+    if vq.dtype in _tensors.FP8_DTYPES and vv.dtype == vq.dtype and len(vv.shape) == 4 \
+            and not _tensors.is_key_major(vv.shape, vv.stride, vv.data):
+        vv = _tensors.View(0, vv.dtype, vv.shape, _tensors.key_major_strides(vv.shape), vv.device)
     if out is not None:
         vo = _tensors.view(out, "out")
     else:
-        vo = _tensors.View(0, vq.dtype, vq.shape, _tensors.contiguous_strides(vq.shape), vq.device)
+        odt = vq.dtype
+        if out_dtype is not None:
+            odt = _OUT_CODES.get(str(out_dtype), None)
+            if odt is None:
+                odt = _tensors._dtype_code(out_dtype, "out_dtype")
+        elif vq.dtype in _tensors.FP8_DTYPES:
+            odt = _capi.FG_DTYPE_BF16
+        vo = _tensors.View(0, odt, vq.shape, _tensors.contiguous_strides(vq.shape), vq.device)
     if device is None:
         device = _device_for((("q", vq), ("k", vk), ("v", vv), ("out", vo)), False, None)
         if device is None:
@@ -246,23 +355,24 @@ def _plan_args(q, k, v, causal, softmax_scale, out, device):
     return _args(vq, vk, vv, vo, None, causal, softmax_scale), device
 
 
-def explain(q, k, v, causal=False, softmax_scale=None, out=None, device=None):
+def explain(q, k, v, causal=False, softmax_scale=None, out=None, device=None, out_dtype=None):
     """Which kernel attention() would run for these arguments and why (fg_explain): the variant's name,
     where its code would come from (memory, disk cache, bundle, JIT) and the reason for its tiles.
     Arguments may be TensorDesc (no memory). device: the CUDA ordinal, when the arguments do not say.
+    out_dtype: O's dtype for fp8 inputs when out is not given (bf16 by default), as in attention().
     Returns a str; raises FlashgenError."""
-    a, dev = _plan_args(q, k, v, causal, softmax_scale, out, device)
+    a, dev = _plan_args(q, k, v, causal, softmax_scale, out, device, out_dtype)
     ctx = _context(dev)
     buf = ctypes.create_string_buffer(8192)
     _call(ctx, _capi.lib().fg_explain, ctypes.byref(a), buf, len(buf))
     return buf.value.decode(errors="replace")
 
 
-def prepare(q, k, v, causal=False, softmax_scale=None, out=None, device=None):
+def prepare(q, k, v, causal=False, softmax_scale=None, out=None, device=None, out_dtype=None):
     """Compiles (or loads from the caches or a bundle) the kernel attention() would run for these
     arguments, so the first call does not pay for it (fg_prepare). Arguments may be TensorDesc.
     Returns None; raises FlashgenError."""
-    a, dev = _plan_args(q, k, v, causal, softmax_scale, out, device)
+    a, dev = _plan_args(q, k, v, causal, softmax_scale, out, device, out_dtype)
     _call(_context(dev), _capi.lib().fg_prepare, ctypes.byref(a))
 
 
@@ -279,3 +389,75 @@ def bundle_load_memory(data, device=None):
     raw = bytes(data)
     buf = ctypes.create_string_buffer(raw, len(raw))
     _call(ctx, _capi.lib().fg_bundle_load_memory, ctypes.cast(buf, ctypes.c_void_p), len(raw))
+
+
+# ---------------------------------------------------------------- FP8 helpers (need PyTorch)
+
+_FP8_MAX = {"torch.float8_e4m3fn": 448.0, "torch.float8_e5m2": 57344.0}
+
+
+def _hadamard_matrix(torch, d, device):
+    """The normalized Sylvester Hadamard matrix of order d (a power of two), float32: symmetric, orthogonal."""
+    h = torch.ones((1, 1), dtype=torch.float32)
+    while h.shape[0] < d:
+        h = torch.cat((torch.cat((h, h), 1), torch.cat((h, -h), 1)), 0)
+    return (h / (d ** 0.5)).to(device)
+
+
+def hadamard_rotate(q, k, seed=0):
+    """Incoherent processing: multiplies the head dim of q and k ([batch, seqlen, heads, head_dim] torch
+    tensors) by the same matrix M = diag(s) H, s a random +-1 vector drawn from `seed` and H the normalized
+    Hadamard matrix of order head_dim (a power of two from 32 to 256). M is orthogonal, so Q K^T is
+    unchanged up to rounding, while outliers of single channels spread over all of them, which makes
+    per-tensor or per-head fp8 quantization of Q and K lose less. V and O are untouched. Computed in
+    float32; returns (q_rot, k_rot) in the input dtypes. Rotate before quantize_fp8 (rotating fp8 values
+    re-rounds them)."""
+    d = q.shape[-1]
+    if k.shape[-1] != d:
+        raise ValueError("hadamard_rotate: q's head_dim (%d) and k's (%d) differ" % (d, k.shape[-1]))
+    if d < 32 or d > 256 or d & (d - 1):
+        raise ValueError("hadamard_rotate: head_dim %d is not a power of two from 32 to 256" % d)
+    torch = _torch()
+    gen = torch.Generator().manual_seed(int(seed))
+    signs = torch.randint(0, 2, (d,), generator=gen, dtype=torch.int64).to(torch.float32) * 2 - 1
+    m = signs[:, None].to(q.device) * _hadamard_matrix(torch, d, q.device)
+    return (q.float() @ m).to(q.dtype), (k.float() @ m.to(k.device)).to(k.dtype)
+
+
+def quantize_fp8(x, dtype=None, per="tensor", heads_kv=None):
+    """Quantizes x ([batch, seqlen, heads, head_dim], any float dtype) to fp8 with a descale factor, for
+    attention(). dtype: torch.float8_e4m3fn (default) or torch.float8_e5m2. per="tensor": one factor,
+    shape [1]; per="head": one per (batch, head), shape [batch, heads] -- or, with heads_kv, one per
+    (batch, KV head) over each group of heads / heads_kv query heads, shape [batch, heads_kv], which is what
+    q_descale needs under GQA. descale = amax / 448 (e4m3) or amax / 57344 (e5m2), amax the largest |x| it
+    covers (1 where that is 0), and x_fp8 = x / descale rounded to the format. Returns (x_fp8, descale), the
+    descale fp32 on x's device."""
+    if per not in ("tensor", "head"):
+        raise ValueError("quantize_fp8: per must be 'tensor' or 'head', got %r" % (per,))
+    if len(x.shape) != 4:
+        raise ValueError("quantize_fp8: x must be [batch, seqlen, heads, head_dim], got %d dims" % len(x.shape))
+    b, _, h, _ = x.shape
+    if heads_kv is not None and (per != "head" or heads_kv < 1 or h % heads_kv):
+        raise ValueError("quantize_fp8: heads_kv=%r needs per='head' and must divide the %d heads" % (heads_kv, h))
+    torch = _torch()
+    if dtype is None:
+        dtype = torch.float8_e4m3fn
+    fmax = _FP8_MAX.get(str(dtype))
+    if fmax is None:
+        raise ValueError("quantize_fp8: dtype must be torch.float8_e4m3fn or torch.float8_e5m2, got %s" % dtype)
+    xf = x.float()
+    if per == "tensor":
+        amax = xf.abs().amax().reshape(1)
+        bshape = (1, 1, 1, 1)
+    elif heads_kv is None:
+        amax = xf.abs().amax(dim=(1, 3))                                       # [b, h]
+        bshape = (b, 1, h, 1)
+    else:
+        g = h // heads_kv
+        amax = xf.abs().amax(dim=(1, 3)).reshape(b, heads_kv, g).amax(dim=2)  # [b, hkv]
+        bshape = (b, 1, heads_kv, 1)
+    descale = torch.where(amax > 0, amax / fmax, torch.ones_like(amax)).contiguous()
+    scale = (1.0 / descale).reshape(bshape)
+    if heads_kv is not None:
+        scale = scale.repeat_interleave(h // heads_kv, dim=2)
+    return (xf * scale).clamp(-fmax, fmax).to(dtype), descale

@@ -39,8 +39,11 @@ _DTYPES = {
 # __cuda_array_interface__ typestr (byte order stripped) -> (fg_dtype, bytes per element)
 _TYPESTRS = {"f2": (_capi.FG_DTYPE_F16, 2), "f4": (_capi.FG_DTYPE_F32, 4)}
 
-# DLPack (type code, bits) -> fg_dtype; codes from dlpack.h: kDLFloat 2, kDLBfloat 4.
-_DL_DTYPES = {(2, 16): _capi.FG_DTYPE_F16, (4, 16): _capi.FG_DTYPE_BF16, (2, 32): _capi.FG_DTYPE_F32}
+# DLPack (type code, bits) -> fg_dtype; codes from dlpack.h: kDLFloat 2, kDLBfloat 4, kDLFloat8_e4m3fn 10,
+# kDLFloat8_e5m2 12.
+_DL_DTYPES = {(2, 16): _capi.FG_DTYPE_F16, (4, 16): _capi.FG_DTYPE_BF16, (2, 32): _capi.FG_DTYPE_F32,
+              (10, 8): _capi.FG_DTYPE_E4M3, (12, 8): _capi.FG_DTYPE_E5M2}
+FP8_DTYPES = (_capi.FG_DTYPE_E4M3, _capi.FG_DTYPE_E5M2)
 _DL_CUDA = 2          # kDLCUDA
 _DL_CUDA_MANAGED = 13 # kDLCUDAManaged
 _DL_CPU = 1           # kDLCPU
@@ -91,6 +94,30 @@ class View:
                               _I64x4(*(self.stride + pad)[:4]))
 
 
+def key_major_strides(shape):
+    """Strides (in elements) of the FP8 kernel's V layout for a [b, sk, h, d] view: a [b, h, d, sk'] buffer with
+    sk' = sk rounded up to 16, keys contiguous."""
+    b, sk, h, d = (int(x) for x in shape)
+    skp = max((sk + 15) // 16 * 16, 16)
+    return (h * d * skp, 1, d * skp, skp)
+
+
+def is_key_major(shape, stride, data_ptr):
+    """True when a 4-dim fp8 V view [b, sk, h, d] is already in the layout the FP8 kernel takes (keys contiguous,
+    the head-dim stride a multiple of 16 elements and >= sk, the pointer and the other strides of dims longer
+    than 1 multiples of 16 bytes), so attention() can pass it without a copy."""
+    if len(shape) != 4 or len(stride) != 4:
+        return False
+    b, sk, h, d = shape
+    if sk > 1 and stride[1] != 1:
+        return False
+    if d > 1 and (stride[3] % 16 or stride[3] < sk):
+        return False
+    if data_ptr % 16:
+        return False
+    return all(stride[i] % 16 == 0 for i in (0, 2) if shape[i] > 1)
+
+
 def contiguous_strides(shape):
     """Row-major strides in elements for shape."""
     strides, acc = [], 1
@@ -108,7 +135,8 @@ def _dtype_code(dtype, name):
     code = _DTYPES.get(text)
     if code is None:
         raise FlashgenError(_capi.STATUS_NAMES[FG_ERR_INVALID_ARGUMENT],
-                            "%s.dtype is %s; flashgen takes fp16 or bf16 (fp32 for lse)" % (name, text),
+                            "%s.dtype is %s; flashgen takes fp16, bf16, e4m3 or e5m2 (fp32 for lse and descale "
+                            "factors)" % (name, text),
                             FG_ERR_INVALID_ARGUMENT)
     return code
 
@@ -185,7 +213,7 @@ def _from_dlpack(x, name, stream):
     code = _DL_DTYPES.get((t.dtype.code, t.dtype.bits)) if t.dtype.lanes == 1 else None
     if code is None:
         raise FlashgenError(_capi.STATUS_NAMES[FG_ERR_INVALID_ARGUMENT],
-                            "%s.dtype is DLPack (code %d, %d bits, %d lanes); flashgen takes fp16 or bf16"
+                            "%s.dtype is DLPack (code %d, %d bits, %d lanes); flashgen takes fp16, bf16, e4m3 or e5m2"
                             % (name, t.dtype.code, t.dtype.bits, t.dtype.lanes), FG_ERR_INVALID_ARGUMENT)
     shape = tuple(t.shape[i] for i in range(t.ndim))
     stride = tuple(t.strides[i] for i in range(t.ndim)) if t.strides else contiguous_strides(shape)

@@ -4,10 +4,12 @@ Run:  python3 python/tests/test_binding.py        (or: python3 -m pytest python/
 CPU tests need only Python and a C compiler: the import works without PyTorch or the library, the ctypes
 structures match include/flashgen.h (sizes and offsets from a C program compiled here), a missing
 library is a clear error, and the translation of torch-like, __cuda_array_interface__ and DLPack
-objects into fg_tensor is right. GPU tests (skipped with the reason printed when PyTorch or CUDA is
-absent) compare against PyTorch SDPA in fp32 on upcast inputs with the rule of TESTING.md
-(max|out - ref32| <= 2 * max|ref_lowp - ref32| + 1e-5), check the LSE, and check that bad input raises
-FlashgenError naming the argument.
+objects into fg_tensor is right, FP8 arguments included. The FP8 helpers (hadamard_rotate,
+quantize_fp8, key_major_v) are checked on CPU tensors when PyTorch is installed. GPU tests (skipped
+with the reason printed when PyTorch or CUDA is absent) compare against PyTorch SDPA in fp32 on upcast
+inputs with the rule of TESTING.md (max|out - ref32| <= 2 * max|ref_lowp - ref32| + 1e-5), check the
+LSE, and check that bad input raises FlashgenError naming the argument; the FP8 ones compare against
+the same rule with tests/reference.h's FP8 lowp reference.
 """
 
 import ctypes
@@ -298,6 +300,69 @@ class TranslationTest(unittest.TestCase):
         self.assertEqual((a.causal, a.softmax_scale, a.lse.data, list(a.k.shape)), (1, 0.0, None, [1, 7, 2, 64]))
         a = flashgen._args(q, kv, kv, q, None, False, 0.25)
         self.assertEqual((a.causal, a.softmax_scale), (0, 0.25))
+        self.assertEqual((a.q_descale.data, a.k_descale.data, a.v_descale.data), (None, None, None))
+        qd = _tensors.view(_FakeTensor(0x2000, "torch.float32", (1,), (1,)), "q_descale")
+        kd = _tensors.view(_FakeTensor(0x3000, "torch.float32", (1, 2), (1, 1)), "k_descale")
+        a = flashgen._args(q, kv, kv, q, None, False, None, (qd, kd, None))
+        self.assertEqual((a.q_descale.data, a.q_descale.dtype, a.q_descale.ndim, list(a.q_descale.shape)),
+                         (0x2000, _capi.FG_DTYPE_F32, 1, [1, 0, 0, 0]))
+        self.assertEqual((a.k_descale.data, a.k_descale.ndim, list(a.k_descale.shape), list(a.k_descale.stride)),
+                         (0x3000, 2, [1, 2, 0, 0], [1, 1, 0, 0]))
+        self.assertIsNone(a.v_descale.data)
+
+    def test_fp8_dtypes_translate(self):
+        for text, code in (("torch.float8_e4m3fn", _capi.FG_DTYPE_E4M3), ("torch.float8_e5m2", _capi.FG_DTYPE_E5M2),
+                           ("e4m3", _capi.FG_DTYPE_E4M3), ("float8_e5m2", _capi.FG_DTYPE_E5M2)):
+            self.assertEqual(_tensors.view(_FakeTensor(16, text, (1,), (1,)), "q").dtype, code)
+        self.assertEqual(_tensors._DL_DTYPES[(10, 8)], _capi.FG_DTYPE_E4M3)
+        self.assertEqual(_tensors._DL_DTYPES[(12, 8)], _capi.FG_DTYPE_E5M2)
+        with self.assertRaises(flashgen.FlashgenError) as cm:
+            _tensors.view(_FakeTensor(16, "torch.float8_e4m3fnuz", (1,), (1,)), "q")
+        self.assertIn("e4m3 or e5m2", str(cm.exception))
+
+    def test_key_major_layout(self):
+        # [b=2, sk=300, h=3, d=64] as the FP8 kernel takes V: a [2, 3, 64, 304] buffer viewed back
+        self.assertEqual(_tensors.key_major_strides((2, 300, 3, 64)), (3 * 64 * 304, 1, 64 * 304, 304))
+        self.assertEqual(_tensors.key_major_strides((1, 0, 1, 32))[3], 16)
+        ok = (3 * 64 * 304, 1, 64 * 304, 304)
+        self.assertTrue(_tensors.is_key_major((2, 300, 3, 64), ok, 0x1000))
+        self.assertFalse(_tensors.is_key_major((2, 300, 3, 64), (300 * 192, 192, 64, 1), 0x1000), "K's layout")
+        self.assertFalse(_tensors.is_key_major((2, 300, 3, 64), ok, 0x1008), "misaligned pointer")
+        self.assertFalse(_tensors.is_key_major((2, 300, 3, 64), (3 * 64 * 300, 1, 64 * 300, 300), 0x1000),
+                         "rows of 300: not a multiple of 16")
+        self.assertFalse(_tensors.is_key_major((2, 300, 3, 64), (3 * 64 * 288, 1, 64 * 288, 288), 0x1000),
+                         "rows shorter than seqlen_k")
+        self.assertTrue(_tensors.is_key_major((1, 1, 1, 64), (64, 64, 64, 16), 0x1000), "one key: stride[1] unused")
+
+    def test_fp8_plan_describes_the_call_attention_makes(self):
+        q = flashgen.TensorDesc((1, 5, 4, 64), "e4m3")
+        kv = flashgen.TensorDesc((1, 300, 2, 64), "e4m3")
+        a, dev = flashgen._plan_args(q, kv, kv, False, None, None, 3)
+        self.assertEqual(dev, 3)
+        self.assertEqual(a.o.dtype, _capi.FG_DTYPE_BF16, "fp8 O defaults to bf16")
+        self.assertEqual(list(a.v.stride), [2 * 64 * 304, 1, 64 * 304, 304], "V described key-major")
+        self.assertEqual(list(a.k.stride), [300 * 128, 128, 64, 1])
+        a, _ = flashgen._plan_args(q, kv, kv, False, None, None, 0, out_dtype="fp16")
+        self.assertEqual(a.o.dtype, _capi.FG_DTYPE_F16)
+        b16 = flashgen.TensorDesc((1, 5, 4, 64), "bf16")
+        a, _ = flashgen._plan_args(b16, b16, b16, False, None, None, 0)
+        self.assertEqual((a.o.dtype, list(a.v.stride)), (_capi.FG_DTYPE_BF16, [1280, 256, 64, 1]))
+
+    def test_fp8_helpers_check_their_arguments_before_needing_torch(self):
+        q48 = flashgen.TensorDesc((1, 5, 4, 48), "bf16")
+        with self.assertRaisesRegex(ValueError, "head_dim 48 is not a power of two from 32 to 256"):
+            flashgen.hadamard_rotate(q48, q48)
+        q64, k32 = flashgen.TensorDesc((1, 5, 4, 64), "bf16"), flashgen.TensorDesc((1, 5, 4, 32), "bf16")
+        with self.assertRaisesRegex(ValueError, "differ"):
+            flashgen.hadamard_rotate(q64, k32)
+        with self.assertRaisesRegex(ValueError, "per must be 'tensor' or 'head'"):
+            flashgen.quantize_fp8(q64, per="row")
+        with self.assertRaisesRegex(ValueError, "must divide the 4 heads"):
+            flashgen.quantize_fp8(q64, per="head", heads_kv=3)
+        with self.assertRaisesRegex(ValueError, "needs per='head'"):
+            flashgen.quantize_fp8(q64, heads_kv=2)
+        with self.assertRaisesRegex(ValueError, "dims"):
+            flashgen.quantize_fp8(flashgen.TensorDesc((5, 64), "bf16"))
 
 
 # A stand-in for PyTorch (just the surface the binding touches) and for the C library (it records the
@@ -314,7 +379,7 @@ class dtype:
     def __str__(self):
         return "torch." + self.name
 
-for _n in ("float16", "bfloat16", "float32", "float64"):
+for _n in ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2"):
     setattr(torch, _n, dtype(_n))
 
 class device:
@@ -322,11 +387,14 @@ class device:
         self.type, self.index = type, index
 
 class Tensor:
-    def __init__(self, shape, dt, dev, ptr):
+    def __init__(self, shape, dt, dev, ptr, strides=None):
         self.shape, self.dtype, self.device, self.ptr = tuple(shape), dt, dev, ptr
+        self.strides = strides
     def data_ptr(self):
         return self.ptr
     def stride(self):
+        if self.strides is not None:
+            return self.strides
         st, acc = [], 1
         for s in reversed(self.shape):
             st.append(acc)
@@ -352,7 +420,8 @@ class FakeLib:
         a = args._obj
         t = lambda x: (x.data or 0, x.dtype, x.ndim, list(x.shape), list(x.stride))
         self.got = {"ctx": ctx, "stream": stream, "q": t(a.q), "k": t(a.k), "o": t(a.o), "lse": t(a.lse),
-                    "scale": a.softmax_scale, "causal": a.causal}
+                    "scale": a.softmax_scale, "causal": a.causal, "v": t(a.v), "qd": t(a.q_descale),
+                    "kd": t(a.k_descale), "vd": t(a.v_descale)}
         return self.fail
     def fg_last_error(self, ctx):
         return b"q.dtype (fp16) differs from k.dtype (bf16); all four must match"
@@ -391,6 +460,33 @@ class FakeTorchTest(unittest.TestCase):
             "print('fine')\n")
         self.assertIn("fine", out)
 
+    def test_attention_fp8_path(self):
+        out = self.run_fake(
+            "q = Tensor((2, 300, 8, 64), torch.float8_e4m3fn, cuda0, 0x7f0000000000)\n"
+            "k = Tensor((2, 500, 2, 64), torch.float8_e4m3fn, cuda0, 0x7f0000300000)\n"
+            "vt = (2 * 64 * 512, 1, 64 * 512, 512)  # key-major: passed as is, no copy\n"
+            "v = Tensor((2, 500, 2, 64), torch.float8_e4m3fn, cuda0, 0x7f0000400000, vt)\n"
+            "qd = Tensor((1,), torch.float32, cuda0, 0x7f0000500000)\n"
+            "kd = Tensor((2, 2), torch.float32, cuda0, 0x7f0000500100)\n"
+            "o = flashgen.attention(q, k, v, causal=True, q_descale=qd, k_descale=kd)\n"
+            "assert (o.ptr, o.shape, o.dtype.name) == (0x7f0000200000, q.shape, 'bfloat16'), (o.shape, o.dtype.name)\n"
+            "g = fake.got\n"
+            "assert g['q'][:2] == (0x7f0000000000, _capi.FG_DTYPE_E4M3), g['q']\n"
+            "assert g['v'] == (0x7f0000400000, _capi.FG_DTYPE_E4M3, 4, [2, 500, 2, 64], list(vt)), g['v']\n"
+            "assert g['o'][:2] == (0x7f0000200000, _capi.FG_DTYPE_BF16), g['o']\n"
+            "assert g['qd'] == (0x7f0000500000, _capi.FG_DTYPE_F32, 1, [1, 0, 0, 0], [1, 0, 0, 0]), g['qd']\n"
+            "assert g['kd'] == (0x7f0000500100, _capi.FG_DTYPE_F32, 2, [2, 2, 0, 0], [2, 1, 0, 0]), g['kd']\n"
+            "assert g['vd'][0] == 0 and g['causal'] == 1, g\n"
+            "o = flashgen.attention(q, k, v, out_dtype=torch.float16)\n"
+            "assert o.dtype.name == 'float16' and fake.got['o'][1] == _capi.FG_DTYPE_F16 and fake.got['qd'][0] == 0\n"
+            "try:\n"
+            "    flashgen.attention(q, k, v, k_descale=Tensor((2, 2), torch.float32, device('cuda', 1), 64))\n"
+            "except flashgen.FlashgenError as e:\n"
+            "    print('device', e)\n"
+            "print('fine')\n")
+        self.assertIn("fine", out)
+        self.assertIn("k_descale is on CUDA device 1 but q is on device 0", out)
+
     def test_library_failure_becomes_flashgen_error(self):
         out = self.run_fake(
             "q = Tensor((1, 16, 2, 64), torch.float16, cuda0, 0x7f0000000000)\n"
@@ -411,6 +507,101 @@ class FakeTorchTest(unittest.TestCase):
         self.assertIn("status FG_ERR_INVALID_ARGUMENT 1 | q.dtype (fp16) differs from k.dtype (bf16)", out)
         self.assertIn("binding FG_ERR_INVALID_ARGUMENT: q.dtype is torch.float64", out)
         self.assertIn("device FG_ERR_INVALID_ARGUMENT: v is on CUDA device 3 but q is on device 0", out)
+
+
+# ====================================================================== FP8 helpers on CPU tensors
+
+
+def _torch_cpu():
+    """(torch, None) when PyTorch with the float8 dtypes is importable, else (None, reason)."""
+    try:
+        import torch
+    except ImportError:
+        return None, "PyTorch is not installed"
+    if not hasattr(torch, "float8_e4m3fn"):
+        return None, "this PyTorch has no float8 dtypes"
+    return torch, None
+
+
+class Fp8HelpersTest(unittest.TestCase):
+    """hadamard_rotate, quantize_fp8 and key_major_v on CPU tensors (no GPU, no library needed)."""
+
+    @classmethod
+    def setUpClass(cls):
+        torch, why = _torch_cpu()
+        if torch is None:
+            raise unittest.SkipTest("FP8 helper tests skipped: " + why)
+        cls.torch = torch
+
+    def test_hadamard_matrix_is_orthogonal(self):
+        t = self.torch
+        for d in (32, 64, 128, 256):
+            h = flashgen._hadamard_matrix(t, d, "cpu")
+            self.assertTrue(bool(t.allclose(h @ h.T, t.eye(d), atol=1e-5)), "d %d" % d)
+            self.assertTrue(bool(t.equal(h, h.T)))
+            self.assertTrue(bool(t.allclose(h.abs(), t.full((d, d), d ** -0.5))))
+
+    def test_rotation_keeps_qk_and_spreads_outliers(self):
+        t = self.torch
+        g = t.Generator().manual_seed(1)
+        q = t.randn(2, 37, 4, 128, generator=g)
+        k = t.randn(2, 53, 2, 128, generator=g)
+        q[..., 5] *= 50  # an outlier channel
+        qr, kr = flashgen.hadamard_rotate(q, k, seed=3)
+        self.assertEqual((qr.dtype, qr.shape, kr.shape), (q.dtype, q.shape, k.shape))
+        s = t.einsum("bqhd,bkhd->bhqk", q[:, :, :2], k)
+        sr = t.einsum("bqhd,bkhd->bhqk", qr[:, :, :2], kr)
+        self.assertLess((s - sr).abs().max().item(), 1e-3 * s.abs().max().item(), "QK^T must not change")
+        self.assertLess(qr.abs().amax().item(), 0.5 * q.abs().amax().item(), "the outlier spreads over channels")
+        q2, _ = flashgen.hadamard_rotate(q, k, seed=3)
+        q3, _ = flashgen.hadamard_rotate(q, k, seed=4)
+        self.assertTrue(bool(t.equal(qr, q2)), "one seed, one rotation")
+        self.assertFalse(bool(t.equal(qr, q3)), "another seed, another rotation")
+        qb, kb = flashgen.hadamard_rotate(q.bfloat16(), k.bfloat16(), seed=3)
+        self.assertEqual(qb.dtype, t.bfloat16)
+        sb = t.einsum("bqhd,bkhd->bhqk", qb[:, :, :2].float(), kb.float())
+        self.assertLess((s - sb).abs().max().item(), 2e-2 * s.abs().max().item(), "bf16: up to rounding")
+
+    def test_quantize_per_tensor_and_per_head(self):
+        t = self.torch
+        g = t.Generator().manual_seed(2)
+        x = t.randn(2, 40, 4, 64, generator=g)
+        x[1, :, 2] *= 30
+        for dtype, fmax in ((t.float8_e4m3fn, 448.0), (t.float8_e5m2, 57344.0)):
+            x8, d = flashgen.quantize_fp8(x, dtype=dtype)
+            self.assertEqual((x8.dtype, x8.shape, d.dtype, tuple(d.shape)), (dtype, x.shape, t.float32, (1,)))
+            self.assertAlmostEqual(d.item(), x.abs().max().item() / fmax, delta=1e-6 * d.item())
+            self.assertAlmostEqual(x8.float().abs().max().item(), fmax, delta=1e-3 * fmax)
+            back = x8.float() * d
+            rel = 2.0 ** -4 if dtype == t.float8_e4m3fn else 2.0 ** -3
+            big = x.abs() > 16 * d  # normal numbers of the format: relative error at most half a step
+            self.assertLessEqual(((back - x).abs() / x.abs())[big].max().item(), rel + 1e-6)
+            x8, d = flashgen.quantize_fp8(x, dtype=dtype, per="head")
+            self.assertEqual(tuple(d.shape), (2, 4))
+            want = x.abs().amax(dim=(1, 3)) / fmax
+            self.assertTrue(bool(t.allclose(d, want, rtol=1e-6)))
+            self.assertTrue(bool(t.allclose(x8.float().abs().amax(dim=(1, 3)), t.full((2, 4), fmax), rtol=1e-3)))
+        x8, d = flashgen.quantize_fp8(x, per="head", heads_kv=2)  # GQA: one factor per group of 2 heads
+        self.assertEqual(tuple(d.shape), (2, 2))
+        want = x.abs().amax(dim=(1, 3)).reshape(2, 2, 2).amax(dim=2) / 448.0
+        self.assertTrue(bool(t.allclose(d, want, rtol=1e-6)))
+        back = x8.float() * d.repeat_interleave(2, dim=1)[:, None, :, None]
+        self.assertLess((back - x).abs().max().item(), 2.0 ** -4 * x.abs().max().item())
+        z8, dz = flashgen.quantize_fp8(t.zeros(1, 3, 2, 32))
+        self.assertEqual(dz.item(), 1.0, "an all-zero tensor gets descale 1, not 0")
+        self.assertEqual(z8.float().abs().max().item(), 0.0)
+
+    def test_key_major_v_copies_into_the_kernel_layout(self):
+        t = self.torch
+        v = t.randn(2, 300, 3, 64).to(t.float8_e4m3fn)
+        vt = flashgen.key_major_v(v)
+        self.assertEqual((vt.dtype, tuple(vt.shape)), (v.dtype, (2, 300, 3, 64)))
+        self.assertEqual(vt.stride(), (3 * 64 * 304, 1, 64 * 304, 304))
+        self.assertTrue(bool(t.equal(vt.view(t.uint8), v.view(t.uint8))), "the same values")
+        self.assertTrue(_tensors.is_key_major(tuple(vt.shape), vt.stride(), vt.data_ptr()))
+        self.assertIs(flashgen.key_major_v(vt), vt, "already key-major: no copy")
+        pad = vt.as_strided((2, 3, 64, 304), (3 * 64 * 304, 64 * 304, 304, 1))[..., 300:]
+        self.assertEqual(int(pad.view(t.uint8).abs().max() if pad.numel() else 0), 0, "padding keys are zero")
 
 
 # ====================================================================== GPU tests
@@ -579,6 +770,152 @@ class GpuTest(unittest.TestCase):
         self.assertRaisesNaming("FG_ERR_INVALID_ARGUMENT", ["softmax_scale"],
                                 lambda: flashgen.attention(q, k, v, softmax_scale=-1.0))
         self.assertRaisesNaming("FG_ERR_IO", ["/nonexistent/x.fgb"], lambda: flashgen.bundle_load("/nonexistent/x.fgb"))
+
+
+def reference_fp8(torch, q8, k8, v8, qd, kd, vd, causal, out_dtype, scale=None):
+    """(ref32, ref_lowp, lse32) of an FP8 call, [b, sq, hq, d] / [b, hq, sq] float32, per tests/reference.h:
+    ref32 is SDPA (math backend, fp32) on the dequantized inputs (each element times its descale);
+    ref_lowp is the kernel's precision: c = scale * qd * kd; m = rowmax(c * s) on the raw fp8 values;
+    P = exp2((c * s - m) * log2(e) + 8); l = sum of P; P rounded to e4m3 before P.V; O = (P V) * vd / l,
+    rounded to out_dtype. Descales are None, [1] or [b, hkv] fp32 tensors; query head h takes KV head
+    h / (hq / hkv)'s factor."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    b, sq, hq, d = q8.shape
+    sk, hkv = k8.shape[1], k8.shape[2]
+    g = hq // hkv
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+
+    def per_head(x):  # a descale as [b, hq, 1, 1]
+        if x is None:
+            return torch.ones((1, 1, 1, 1), device=q8.device)
+        x = x.float()
+        if x.dim() == 1:
+            return x.reshape(1, 1, 1, 1)
+        return x.repeat_interleave(g, dim=1)[:, :, None, None]
+
+    cq, ck, cv = per_head(qd), per_head(kd), per_head(vd)
+    qf = q8.float().transpose(1, 2)
+    kf = k8.float().repeat_interleave(g, dim=2).transpose(1, 2)
+    vf = v8.float().repeat_interleave(g, dim=2).transpose(1, 2)
+    mask = None
+    if causal:
+        i = torch.arange(sq, device=q8.device)[:, None]
+        j = torch.arange(sk, device=q8.device)[None, :]
+        mask = j <= i + (sk - sq)
+    with sdpa_kernel(SDPBackend.MATH):
+        o32 = F.scaled_dot_product_attention(qf * cq, kf * ck, vf * cv, attn_mask=mask, scale=scale)
+    s = (qf @ kf.transpose(-1, -2)) * (scale * cq * ck)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    m = s.amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    p = torch.exp2((s - m) * 1.4426950408889634 + 8)
+    l = p.sum(dim=-1, keepdim=True)
+    olow = (p.to(torch.float8_e4m3fn).float() @ vf) * cv / l
+    seen = torch.isfinite(lse)[..., None]
+    o32 = torch.where(seen, o32, torch.zeros_like(o32))
+    olow = torch.where(seen, olow, torch.zeros_like(olow)).to(out_dtype).float()
+    return o32.transpose(1, 2), olow.transpose(1, 2), lse
+
+
+class GpuFp8Test(GpuTest):
+    """FP8 attention against the float reference (sm_89 and newer)."""
+    # (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, causal, dtype, out dtype, descale granularity)
+    FP8_SHAPES = (
+        (2, 128, 128, 4, 4, 64, False, "float8_e4m3fn", "bfloat16", "tensor"),
+        (1, 113, 203, 8, 2, 128, True, "float8_e4m3fn", "float16", "head"),    # tails, GQA 4, sq < sk
+        (2, 239, 1, 4, 4, 128, False, "float8_e5m2", "bfloat16", "tensor"),    # one key
+        (1, 799, 3, 4, 4, 32, True, "float8_e4m3fn", "bfloat16", "head"),      # rows that see no key
+        (1, 300, 301, 4, 2, 96, False, "float8_e4m3fn", "bfloat16", "head"),   # head_dim 96
+        (2, 1024, 1023, 16, 2, 128, True, "float8_e5m2", "bfloat16", "head"),  # GQA 8
+        (1, 1025, 1025, 8, 1, 256, True, "float8_e4m3fn", "bfloat16", "tensor"),  # MQA, head_dim 256
+    )
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        major, minor = cls.torch.cuda.get_device_capability()
+        if (major, minor) < (8, 9):
+            raise unittest.SkipTest("FP8 GPU tests skipped: sm_%d%d has no FP8 tensor cores (sm_89+)" % (major, minor))
+
+    def fp8_inputs(self, b, sq, sk, hq, hkv, d, dtype, per, rotate=False):
+        t = self.torch
+        q, k, v = self.inputs(b, sq, sk, hq, hkv, d, "bfloat16")
+        if rotate:
+            q, k = flashgen.hadamard_rotate(q, k, seed=b * 1000 + sq)
+        dt = getattr(t, dtype)
+        q8, qd = flashgen.quantize_fp8(q, dt, per, heads_kv=hkv if per == "head" else None)
+        k8, kd = flashgen.quantize_fp8(k, dt, per)
+        v8, vd = flashgen.quantize_fp8(v, dt, per)
+        return q8, k8, v8, qd, kd, vd
+
+    def test_against_the_float_reference(self):
+        t = self.torch
+        for shape in self.FP8_SHAPES:
+            b, sq, sk, hq, hkv, d, causal, dtype, odt, per = shape
+            with self.subTest(shape=shape):
+                q8, k8, v8, qd, kd, vd = self.fp8_inputs(b, sq, sk, hq, hkv, d, dtype, per, rotate=d in (64, 128))
+                out_dtype = getattr(t, odt)
+                o32, olow, lse32 = reference_fp8(t, q8, k8, v8, qd, kd, vd, causal, out_dtype)
+                out, lse = flashgen.attention(q8, k8, v8, causal=causal, return_lse=True, q_descale=qd,
+                                              k_descale=kd, v_descale=vd, out_dtype=out_dtype)
+                self.assertEqual((out.dtype, tuple(out.shape)), (out_dtype, (b, sq, hq, d)))
+                self.judge(out, o32, olow, str(shape))
+                self.judge_lse(lse, lse32, str(shape))
+                rmse = ((out.float() - o32) ** 2).mean().sqrt().item()
+                print("fp8 %s: RMSE vs ref32 %.3g, max|lowp - ref32| %.3g" % (shape, rmse,
+                                                                              (olow - o32).abs().max().item()))
+
+    def test_key_major_v_view_is_taken_as_is(self):
+        t = self.torch
+        q8, k8, v8, qd, kd, vd = self.fp8_inputs(2, 200, 333, 4, 2, 128, "float8_e4m3fn", "tensor")
+        vt = flashgen.key_major_v(v8)
+        self.assertEqual(vt.stride()[1], 1)
+        a = flashgen.attention(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd)  # copies V
+        b = flashgen.attention(q8, k8, vt, q_descale=qd, k_descale=kd, v_descale=vd)  # takes the view
+        self.assertTrue(bool(t.equal(a, b)), "the binding's copy and a caller's V^T give the same O")
+        c = flashgen.attention(q8, k8, vt, q_descale=qd.item(), k_descale=kd.item(), v_descale=vd.item())
+        self.assertTrue(bool(t.equal(a, c)), "descales given as numbers")
+
+    def test_explain_names_the_fp8_variant(self):
+        t = self.torch
+        q8, k8, v8, _, _, _ = self.fp8_inputs(1, 64, 64, 4, 4, 64, "float8_e4m3fn", "tensor")
+        text = flashgen.explain(q8, k8, v8, causal=True)
+        self.assertIn("dtype=e4m3", text)
+        self.assertIn("out=bf16", text)
+        self.assertIn("out=fp16", flashgen.explain(q8, k8, v8, out_dtype=t.float16))
+        flashgen.prepare(q8, k8, v8, causal=True)
+
+    def test_fp8_bad_input(self):
+        t = self.torch
+        q8, k8, v8, qd, kd, vd = self.fp8_inputs(1, 16, 16, 4, 2, 64, "float8_e4m3fn", "head")
+        self.assertRaisesNaming("FG_ERR_INVALID_ARGUMENT", ["q_descale.shape"],
+                                lambda: flashgen.attention(q8, k8, v8, q_descale=t.ones(1, 4, device="cuda")))
+        self.assertRaisesNaming("FG_ERR_INVALID_ARGUMENT", ["k.dtype"],
+                                lambda: flashgen.attention(q8, k8.to(t.float8_e5m2), v8))
+        self.assertRaisesNaming("FG_ERR_INVALID_ARGUMENT", ["o.dtype"],
+                                lambda: flashgen.attention(q8, k8, v8, out_dtype=t.float32))
+        q48 = t.randn(1, 16, 4, 48, device="cuda").to(t.float8_e4m3fn)
+        k48 = t.randn(1, 16, 2, 48, device="cuda").to(t.float8_e4m3fn)
+        self.assertRaisesNaming("FG_ERR_UNSUPPORTED", ["head_dim 48", "multiple of 32"],
+                                lambda: flashgen.attention(q48, k48, k48))
+        b16 = t.randn(1, 16, 2, 64, device="cuda", dtype=t.bfloat16)
+        self.assertRaisesNaming("FG_ERR_INVALID_ARGUMENT", ["q_descale", "fp8"],
+                                lambda: flashgen.attention(b16, b16, b16, q_descale=qd[:, :1].reshape(1)))
+
+    def test_hadamard_rotation_leaves_16_bit_attention_unchanged(self):
+        t = self.torch
+        q, k, v = self.inputs(2, 256, 256, 4, 4, 128, "float32")
+        o = flashgen.attention(q.bfloat16(), k.bfloat16(), v.bfloat16())
+        qr, kr = flashgen.hadamard_rotate(q, k, seed=7)
+        orot = flashgen.attention(qr.bfloat16(), kr.bfloat16(), v.bfloat16())
+        self.assertLess((o.float() - orot.float()).abs().max().item(), 3e-2)
+
+    # the 16-bit tests of GpuTest are not repeated here
+    test_against_sdpa = test_softmax_scale_and_strided_views = test_current_stream = None
+    test_explain_and_prepare = test_bad_input = None
 
 
 if __name__ == "__main__":
