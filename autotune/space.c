@@ -134,6 +134,9 @@ static void sp_fill_candidates(sp_build *b, fg_tune_problem *p, const sp_list *f
                     c->spec.arch = b->arch;
                     c->spec.arch_accel = b->accel;
                     c->spec.dtype = p->cls.dtype;
+                    /* FP8 classes are timed with bf16 output, the spec's default (a call with fp16 O takes
+                     * the same tiles: the output type changes only the epilogue's conversion). */
+                    c->spec.out_dtype = spec_dtype_is_fp8(p->cls.dtype) ? FG_DTYPE_BF16 : p->cls.dtype;
                     c->spec.head_dim = p->cls.head_dim;
                     c->spec.causal = p->cls.causal;
                     c->spec.block_m = (int)f[F_BLOCK_M].v[i];

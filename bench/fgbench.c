@@ -509,7 +509,7 @@ static void check_window(const check_job *j, slice_task *t) {
     fg_tensor lse = bhs((void *)(j->lse + (size_t)((t->b * H + t->h) * S + t->r0)), 1, 1, t->rows);
     lse.stride[0] = H * S;
     lse.stride[1] = S;
-    ref_problem p = {q, k, v, 0.f, c->causal};
+    ref_problem p = {.q = q, .k = k, .v = v, .softmax_scale = 0.f, .causal = c->causal};
     fg_error_clear(&t->err);
     t->st = ref_check_fwd(&p, &o, &lse, &t->rep, &t->err);
 }
@@ -1203,7 +1203,7 @@ static fg_status host_overhead(const bench_device *dev, const jit_opts *o, const
     fwd_call fc = {ctx, &a, stream};
     if (time_calls(cu, stream, call_fwd, &fc, fwd, err) != FG_OK) goto fail;
     CK(cu->cuMemcpyDtoH(ho, out, bytes)); /* time_calls ended with a stream synchronization */
-    ref_problem p = {h.q, h.k, h.v, 0.f, o->causal};
+    ref_problem p = {.q = h.q, .k = h.k, .v = h.v, .softmax_scale = 0.f, .causal = o->causal};
     ref_report rep;
     if (ref_check_fwd(&p, &h.o, NULL, &rep, err) != FG_OK) goto fail;
     if (!rep.pass) {

@@ -1,16 +1,19 @@
 #!/bin/sh
 # bench/resources.sh: registers, spills and shared memory of the variants the benchmark protocol runs,
 # and what the SASS of each holds (HMMA and LDSM present, no local-memory LDL/STL), as a Markdown table.
-#   sh bench/resources.sh [ARCH]        (default sm_90a; needs build/flashgen; no GPU)
+#   sh bench/resources.sh [ARCH] [DTYPES]  (default sm_90a, "bf16 fp16"; needs build/flashgen; no GPU)
+# For FP8 (DTYPES="e4m3 e5m2") the QMMA column counts native FP8 MMAs and F2FP-unpack the fp8 -> f16
+# conversions a target without FP8 mma.sync (sm_90) runs before each HMMA instead.
 # The SASS columns need cuobjdump (the CUDA toolkit's, or the one in Triton's wheel: set CUOBJDUMP).
 set -eu
 arch=${1:-sm_90a}
+dtypes=${2:-bf16 fp16}
 objdump=${CUOBJDUMP:-$(command -v cuobjdump || true)}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-echo "| variant | registers | spill bytes | shared memory | HMMA | LDSM | LDL/STL |"
-echo "|---|---|---|---|---|---|---|"
-for dtype in bf16 fp16; do
+echo "| variant | registers | spill bytes | shared memory | HMMA | QMMA | F2FP unpack | LDSM | LDL/STL |"
+echo "|---|---|---|---|---|---|---|---|---|"
+for dtype in $dtypes; do
   for d in 64 128 256; do
     for causal in 0 1; do
       line=$(build/flashgen compile "kind=fwd,arch=$arch,dtype=$dtype,head_dim=$d,causal=$causal" -o "$tmp/k.cubin")
@@ -21,12 +24,14 @@ for dtype in bf16 fp16; do
       if [ -n "$objdump" ]; then
         "$objdump" -sass "$tmp/k.cubin" > "$tmp/k.sass"
         hmma=$(grep -c 'HMMA' "$tmp/k.sass" || true)
+        qmma=$(grep -c 'QMMA' "$tmp/k.sass" || true)
+        unpack=$(grep -c 'F2FP.*UNPACK' "$tmp/k.sass" || true)
         ldsm=$(grep -c 'LDSM' "$tmp/k.sass" || true)
         local_ops=$(grep -cE '\b(LDL|STL)\b' "$tmp/k.sass" || true)
       else
-        hmma="-"; ldsm="-"; local_ops="-"
+        hmma="-"; qmma="-"; unpack="-"; ldsm="-"; local_ops="-"
       fi
-      echo "| $name | $regs | $spill | $smem | $hmma | $ldsm | $local_ops |"
+      echo "| $name | $regs | $spill | $smem | $hmma | $qmma | $unpack | $ldsm | $local_ops |"
     done
   done
 done

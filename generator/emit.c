@@ -74,7 +74,7 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
     sb_printf(&b, "#define FG_STAGES %d\n", spec->stages);
     sb_printf(&b, "#define FG_CAUSAL %d\n", spec->causal ? 1 : 0);
     const int fp8 = spec->dtype == FG_DTYPE_E4M3 || spec->dtype == FG_DTYPE_E5M2;
-    sb_printf(&b, "#define FG_DTYPE_BF16 %d\n", spec->dtype == FG_DTYPE_BF16 ? 1 : 0); /* the output's type */
+    sb_printf(&b, "#define FG_DTYPE_BF16 %d\n", spec_out_dtype(spec) == FG_DTYPE_BF16 ? 1 : 0); /* O's type */
     sb_printf(&b, "#define FG_FP8 %d\n", fp8);
     sb_printf(&b, "#define FG_FP8_E5M2 %d\n", spec->dtype == FG_DTYPE_E5M2 ? 1 : 0);
     sb_printf(&b, "#define FG_ESIZE %d\n", fp8 ? 1 : 2);

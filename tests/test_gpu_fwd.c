@@ -168,13 +168,14 @@ typedef struct dbuf {
     size_t esize;     /* bytes per element */
 } dbuf;
 
-/* Contiguous strides for shape, or padded ones: every stride of a 4-d view grows by a multiple of 8
- * elements (rows stay 16-byte aligned), as when Q/K/V are slices of a larger buffer. */
+/* Contiguous strides for shape, or padded ones (padded = 1 for 16-bit elements, 2 for 1-byte ones):
+ * every stride of a 4-d view grows by a multiple of 16 bytes (rows stay 16-byte aligned), as when
+ * Q/K/V are slices of a larger buffer. */
 static void make_strides(int ndim, const int64_t *shape, int padded, int64_t *stride) {
     stride[ndim - 1] = 1;
     static const int64_t pad4[4] = {40, 24, 16, 0}, pad3[3] = {8, 8, 0};
     for (int i = ndim - 2; i >= 0; i--)
-        stride[i] = stride[i + 1] * shape[i + 1] + (padded ? (ndim == 4 ? pad4[i] : pad3[i]) : 0);
+        stride[i] = stride[i + 1] * shape[i + 1] + (padded ? padded * (ndim == 4 ? pad4[i] : pad3[i]) : 0);
 }
 
 /* Allocates b for a view of `ndim` dims (strides given, or contiguous when stride is NULL) followed by
@@ -185,7 +186,7 @@ static void dbuf_init(gpu_env *env, dbuf *b, fg_dtype dt, int ndim, const int64_
     memset(b, 0, sizeof *b);
     b->view.dtype = dt;
     b->view.ndim = ndim;
-    b->esize = dt == FG_DTYPE_F32 ? 4 : 2;
+    b->esize = dt == FG_DTYPE_F32 ? 4 : (dt == FG_DTYPE_E4M3 || dt == FG_DTYPE_E5M2 ? 1 : 2);
     b->count = 1;
     int64_t last = 0;
     for (int i = 0; i < ndim; i++) {
@@ -220,7 +221,7 @@ static void dbuf_free(gpu_env *env, dbuf *b) {
 /* Fills the view with N(0,1) values from `seed` (padding NaN) and uploads it. */
 static void dbuf_upload_random(gpu_env *env, dbuf *b, uint64_t seed) {
     if (b->count != b->span)
-        memset(b->img, 0xFF, (size_t)b->span * b->esize); /* all-ones is NaN in fp16 and bf16 */
+        memset(b->img, 0xFF, (size_t)b->span * b->esize); /* all-ones is NaN in fp16, bf16, e4m3 and e5m2 */
     fg_error e;
     fg_error_clear(&e);
     cr_assert_eq(ref_fill_normal(&b->host, seed, &e), FG_OK, "%s", e.msg);
@@ -310,18 +311,26 @@ typedef struct fwd_case {
     int strided;   /* Q/K/V/O/LSE as padded slices of larger buffers */
     int no_lse;    /* 1: do not request the LSE */
     int tiles[4];  /* block_m, block_n, warps, stages of an explicit variant; all 0: dispatch chooses */
+    int out_f16;   /* FP8 only: O in fp16 (else bf16) */
+    int descale;   /* FP8 only: 0 none, 1 one factor per tensor, 2 one per (batch, kv head) */
+    float amp;     /* FP8 only: inputs are N(0,1) * amp, rounded (saturating) to the format; 0 means 1 */
 } fwd_case;
 
 typedef struct fwd_run {
     fwd_case c;       /* the case */
     dbuf q, k, v;     /* inputs */
     dbuf o, lse;      /* outputs (lse unused when c.no_lse) */
+    dbuf dq, dk, dv;  /* FP8 descales (fp32), when c.descale */
     fg_fwd_args args; /* what fg_attention_fwd receives */
 } fwd_run;
 
+/* Whether dt is an FP8 format. */
+static int is_fp8(fg_dtype dt) { return dt == FG_DTYPE_E4M3 || dt == FG_DTYPE_E5M2; }
+
 /* The dtype's short name for log lines. */
 static const char *dt_name(fg_dtype dt) {
-    return dt == FG_DTYPE_F16 ? "f16" : dt == FG_DTYPE_BF16 ? "bf16" : "?";
+    return dt == FG_DTYPE_F16 ? "f16" : dt == FG_DTYPE_BF16 ? "bf16" : dt == FG_DTYPE_E4M3 ? "e4m3"
+                                                                      : dt == FG_DTYPE_E5M2 ? "e5m2" : "?";
 }
 
 /* Writes the case's one-line description into buf (n bytes). */
@@ -330,7 +339,11 @@ static void case_name(const fwd_case *c, char *buf, size_t n) {
                        c->sq, c->sk, c->hq, c->hkv, c->d, c->causal, (double)c->scale, c->strided ? " strided" : "",
                        c->no_lse ? " no-lse" : "");
     if (c->tiles[0] && len > 0 && (size_t)len < n)
-        snprintf(buf + len, n - (size_t)len, " tiles %dx%d w%d s%d", c->tiles[0], c->tiles[1], c->tiles[2], c->tiles[3]);
+        len += snprintf(buf + len, n - (size_t)len, " tiles %dx%d w%d s%d", c->tiles[0], c->tiles[1], c->tiles[2],
+                        c->tiles[3]);
+    if (is_fp8(c->dt) && len > 0 && (size_t)len < n)
+        snprintf(buf + len, n - (size_t)len, " out=%s descale=%s amp=%g", c->out_f16 ? "f16" : "bf16",
+                 c->descale == 0 ? "none" : c->descale == 1 ? "tensor" : "head", (double)(c->amp ? c->amp : 1.f));
 }
 
 /* Allocates and uploads a case's tensors and fills in the arguments. */
@@ -339,15 +352,61 @@ static void run_setup(gpu_env *env, fwd_run *r, const fwd_case *c) {
     r->c = *c;
     int64_t qs[4] = {c->b, c->sq, c->hq, c->d}, ks[4] = {c->b, c->sk, c->hkv, c->d}, ls[3] = {c->b, c->hq, c->sq};
     int64_t st[4];
-    make_strides(4, qs, c->strided, st);
+    const fg_dtype odt = is_fp8(c->dt) ? (c->out_f16 ? FG_DTYPE_F16 : FG_DTYPE_BF16) : c->dt;
+    const int pad = c->strided ? (is_fp8(c->dt) ? 2 : 1) : 0; /* in elements: 16-byte multiples either way */
+    make_strides(4, qs, pad, st);
     dbuf_init(env, &r->q, c->dt, 4, qs, st, 0, 0);
-    dbuf_init(env, &r->o, c->dt, 4, qs, st, GUARD, 0);
-    make_strides(4, ks, c->strided, st);
+    int64_t ost[4];
+    make_strides(4, qs, c->strided, ost);
+    dbuf_init(env, &r->o, odt, 4, qs, ost, GUARD, 0);
+    make_strides(4, ks, pad, st);
     dbuf_init(env, &r->k, c->dt, 4, ks, st, 0, 0);
-    dbuf_init(env, &r->v, c->dt, 4, ks, st, 0, 0);
+    if (is_fp8(c->dt)) {
+        /* V key-major, as FP8 takes it: [b, hkv, d, skp] viewed as [b, sk, hkv, d]. The rows are padded
+         * past sk (to a multiple of 16, plus 16 when strided) and the padding holds NaN, which the kernel
+         * must never let reach a probability. */
+        int64_t skp = (c->sk + 15) / 16 * 16 + (c->strided ? 16 : 0);
+        int64_t vst[4] = {c->hkv * c->d * skp, 1, c->d * skp, skp};
+        dbuf_init(env, &r->v, c->dt, 4, ks, vst, 0, 0);
+    } else {
+        dbuf_init(env, &r->v, c->dt, 4, ks, st, 0, 0);
+    }
     dbuf_upload_random(env, &r->q, 0x51ull + (uint64_t)c->d);
     dbuf_upload_random(env, &r->k, 0x52ull + (uint64_t)c->sk);
     dbuf_upload_random(env, &r->v, 0x53ull + (uint64_t)c->sq);
+    if (is_fp8(c->dt) && c->amp != 0.f && c->amp != 1.f) {
+        /* Scaled inputs, saturated to the format's largest finite value (the saturation cases). */
+        dbuf *bs[3] = {&r->q, &r->k, &r->v};
+        for (int i = 0; i < 3; i++) {
+            dbuf *b = bs[i];
+            int64_t sh[4] = {b->view.shape[0], b->view.shape[1], b->view.shape[2], b->view.shape[3]};
+            for (int64_t x0 = 0; x0 < sh[0]; x0++)
+                for (int64_t x1 = 0; x1 < sh[1]; x1++)
+                    for (int64_t x2 = 0; x2 < sh[2]; x2++)
+                        for (int64_t x3 = 0; x3 < sh[3]; x3++) {
+                            unsigned char *e = b->img + x0 * b->view.stride[0] + x1 * b->view.stride[1] +
+                                               x2 * b->view.stride[2] + x3 * b->view.stride[3];
+                            float f = (c->dt == FG_DTYPE_E4M3 ? ref_e4m3_to_float(*e) : ref_e5m2_to_float(*e)) * c->amp;
+                            *e = c->dt == FG_DTYPE_E4M3 ? ref_float_to_e4m3(f, 1) : ref_float_to_e5m2(f, 1);
+                        }
+            CK(env->cu->cuMemcpyHtoD(b->dptr, b->img, (size_t)b->span * b->esize));
+        }
+    }
+    if (is_fp8(c->dt) && c->descale) {
+        /* Factors around 1 (0.5 .. 1.5), different per tensor and per (batch, kv head). */
+        int64_t dsh[2] = {c->descale == 1 ? 1 : c->b, c->hkv};
+        dbuf *ds[3] = {&r->dq, &r->dk, &r->dv};
+        for (int i = 0; i < 3; i++) {
+            if (c->descale == 1) dbuf_init(env, ds[i], FG_DTYPE_F32, 1, dsh, NULL, 0, 0);
+            else dbuf_init(env, ds[i], FG_DTYPE_F32, 2, dsh, NULL, 0, 0);
+            float *f = (float *)ds[i]->img;
+            for (int64_t j = 0; j < ds[i]->span; j++) f[j] = 0.5f + (float)((j * 7 + i * 3) % 11) / 10.f;
+            CK(env->cu->cuMemcpyHtoD(ds[i]->dptr, ds[i]->img, (size_t)ds[i]->span * 4));
+        }
+        r->args.q_descale = r->dq.view;
+        r->args.k_descale = r->dk.view;
+        r->args.v_descale = r->dv.view;
+    }
     if (!c->no_lse) {
         make_strides(3, ls, c->strided, st);
         dbuf_init(env, &r->lse, FG_DTYPE_F32, 3, ls, st, GUARD, 0);
@@ -364,6 +423,9 @@ static void run_setup(gpu_env *env, fwd_run *r, const fwd_case *c) {
 
 /* Releases every buffer of r. */
 static void run_free(gpu_env *env, fwd_run *r) {
+    dbuf_free(env, &r->dq);
+    dbuf_free(env, &r->dk);
+    dbuf_free(env, &r->dv);
     dbuf_free(env, &r->q);
     dbuf_free(env, &r->k);
     dbuf_free(env, &r->v);
@@ -418,7 +480,8 @@ static void run_verify(fwd_run *r) {
         check_outside_view(&r->lse, "LSE");
     }
     ref_problem p = {.q = r->q.host, .k = r->k.host, .v = r->v.host, .softmax_scale = r->c.scale,
-                     .causal = r->c.causal};
+                     .causal = r->c.causal, .q_descale = r->dq.host, .k_descale = r->dk.host,
+                     .v_descale = r->dv.host, .out_dtype = r->o.view.dtype};
     ref_report rep;
     fg_error e;
     fg_error_clear(&e);
@@ -454,7 +517,7 @@ static const int seqlens[][2] = {{1, 1},       {1, 239},     {239, 1},     {113,
 
 /* A contiguous case with the default scale and the LSE requested. */
 static fwd_case mk(fg_dtype dt, int b, int sq, int sk, int hq, int hkv, int d, int causal) {
-    fwd_case c = {dt, b, sq, sk, hq, hkv, d, causal, 0.0f, 0, 0, {0, 0, 0, 0}};
+    fwd_case c = {dt, b, sq, sk, hq, hkv, d, causal, 0.0f, 0, 0, {0, 0, 0, 0}, 0, 0, 0.0f};
     return c;
 }
 
@@ -480,6 +543,61 @@ ParameterizedTestParameters(fwd, tiles) {
 }
 ParameterizedTest(fwd_case *c, fwd, tiles, .timeout = 300) {
     run_case(c);
+}
+
+/* FP8 (e4m3, e5m2; sm_89 and newer): every head dim FP8 takes, the sequence-length pairs, GQA, both
+ * output types, descales per tensor and per (batch, kv head), strided Q/K/O and padded V^T rows holding
+ * NaN, and saturation (inputs scaled by 400 (e4m3) / 50000 (e5m2), so many sit at the format's largest
+ * finite value). The reference rounds P to e4m3 as the kernel does (reference.h). Skipped with the
+ * reason on a GPU without FP8 mma. */
+static fwd_case mk8(fg_dtype dt, int b, int sq, int sk, int hq, int hkv, int d, int causal, int descale) {
+    fwd_case c = mk(dt, b, sq, sk, hq, hkv, d, causal);
+    c.descale = descale;
+    return c;
+}
+ParameterizedTestParameters(fwd, fp8) {
+    static fwd_case cases[64];
+    int n = 0;
+    static const int dims[] = {32, 64, 96, 128, 160, 192, 256};
+    for (size_t i = 0; i < NELEM(dims); i++) {
+        cases[n++] = mk8(FG_DTYPE_E4M3, 2, 113, 203, 2, 2, dims[i], 0, 1);
+        cases[n++] = mk8(FG_DTYPE_E5M2, 1, 203, 113, 2, 1, dims[i], 1, 2);
+    }
+    static const int sl[][2] = {{1, 1}, {1, 239}, {239, 1}, {128, 128}, {799, 3}, {1025, 1025}, {2048, 2048}};
+    for (size_t i = 0; i < NELEM(sl); i++) {
+        int big = (int64_t)sl[i][0] * sl[i][1] > 1100 * 1100;
+        cases[n++] = mk8(FG_DTYPE_E4M3, big ? 1 : 2, sl[i][0], sl[i][1], big ? 1 : 2, 1, 128, 0, 2);
+        cases[n++] = mk8(FG_DTYPE_E4M3, big ? 1 : 2, sl[i][0], sl[i][1], big ? 1 : 2, big ? 1 : 2, 64, 1, 1);
+    }
+    cases[n] = mk8(FG_DTYPE_E4M3, 2, 300, 257, 8, 2, 128, 1, 2); /* GQA 4, fp16 out */
+    cases[n++].out_f16 = 1;
+    cases[n] = mk8(FG_DTYPE_E5M2, 1, 300, 257, 4, 1, 64, 0, 0); /* MQA, no descales, strided */
+    cases[n++].strided = 1;
+    cases[n] = mk8(FG_DTYPE_E4M3, 2, 129, 77, 2, 2, 256, 0, 1); /* strided, fp16 out */
+    cases[n].strided = 1;
+    cases[n++].out_f16 = 1;
+    cases[n] = mk8(FG_DTYPE_E4M3, 1, 200, 300, 2, 2, 128, 0, 1); /* saturation */
+    cases[n++].amp = 400.f;
+    cases[n] = mk8(FG_DTYPE_E5M2, 1, 200, 300, 2, 2, 64, 1, 1);
+    cases[n++].amp = 50000.f;
+    return cr_make_param_array(fwd_case, cases, (size_t)n);
+}
+ParameterizedTest(fwd_case *c, fwd, fp8, .timeout = 300) {
+    gpu_env env;
+    gpu_open(&env);
+    int major = 0, minor = 0;
+    CK(env.cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, env.dev));
+    CK(env.cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, env.dev));
+    if (major * 10 + minor < 89 || major * 10 + minor == 87) {
+        gpu_close(&env);
+        cr_skip_test("FP8 needs sm_89 or newer; this GPU is sm_%d%d", major, minor);
+    }
+    fwd_run r;
+    run_setup(&env, &r, c);
+    run_launch(&env, &r);
+    run_verify(&r);
+    run_free(&env, &r);
+    gpu_close(&env);
 }
 
 /* Every head dim: fp16 non-causal with sq < sk (LSE off once, to cover that path), bf16 causal. */

@@ -612,7 +612,8 @@ Test(config, fp8_variants_and_their_output_dtype) {
             "variants { kind = 'fwd', arch = 'sm_90a', dtype = {'e4m3', 'e5m2'}, head_dim = 64 }", NULL, &cfg);
     cr_assert_eq(cfg.count, 2);
     cr_assert(cfg.variants[0].block_m == 64 && cfg.variants[0].block_n == 64, "the rule applies to e4m3");
-    cr_assert(cfg.variants[1].block_m == 128 && cfg.variants[1].block_n == 96, "e5m2 keeps the sm_90 d64 default");
+    cr_assert(cfg.variants[1].block_m == 128 && cfg.variants[1].block_n == 64 && cfg.variants[1].warps == 8,
+              "e5m2 keeps the sm_90 fp8 d64 default");
     config_free(&cfg);
     load_fails("variants { kind = 'fwd', arch = 'sm_90a', dtype = 'e4m3', head_dim = 64, out = 'e5m2' }", NULL,
                FG_ERR_CONFIG, "cfg.lua:1: variant arch=sm_90a,", "out_dtype e5m2");
@@ -741,17 +742,19 @@ Test(config, default_config_loads_and_validates) {
     cr_assert_eq(config_load_file("configs/default.lua", NULL, &cfg, &err), FG_OK, "%s", err.msg);
     cr_assert_geq(cfg.count, 20);
     cr_assert_leq(cfg.count, 64, "the default bundle should stay small enough for CI: %d variants", cfg.count);
-    int archs[2] = {0, 0};
+    int archs[3] = {0, 0, 0};
     for (int i = 0; i < cfg.count; i++) {
         char name[FG_SPEC_NAME_MAX];
         cr_assert_gt(spec_named(&cfg, i, name, sizeof name), 0);
         cr_assert_eq(spec_validate(&cfg.variants[i], &err), FG_OK, "%s: %s", name, err.msg);
         archs[0] += cfg.variants[i].arch == 80;
         archs[1] += cfg.variants[i].arch == 90 && cfg.variants[i].arch_accel;
+        archs[2] += cfg.variants[i].arch == 89 && spec_dtype_is_fp8(cfg.variants[i].dtype); /* FP8 on Ada */
         for (int j = 0; j < i; j++)
             cr_assert(!spec_equal(&cfg.variants[i], &cfg.variants[j]), "%s listed twice", name);
     }
-    cr_assert_eq(archs[0] + archs[1], cfg.count);
+    cr_assert_eq(archs[0] + archs[1] + archs[2], cfg.count);
+    cr_assert_gt(archs[2], 0);
     cr_assert_gt(archs[0], 0);
     cr_assert_gt(archs[1], 0);
     config_free(&cfg);

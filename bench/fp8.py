@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""bench/fp8.py: the FP8 forward's accuracy and speed on the mma.sync path, against bf16.
+
+    python3 bench/fp8.py --out DIR [--skip-speed] [--skip-accuracy]
+
+Accuracy (the FlashAttention-3 paper's test): Q, K, V of N(0, 1) entries, and the same with 0.1% of the
+entries replaced by N(0, 10^2) outliers; the RMSE of O against an fp64 reference (softmax(QK^T/sqrt(d))V
+computed in float64 on the GPU) for flashgen in fp16 and bf16, and in FP8 (e4m3, e5m2) with per-tensor
+and per-head descales, with and without incoherent processing (flashgen.hadamard_rotate on Q and K before
+quantization). The paper's figures for scale: fp16 1.9e-4, fp8 per-tensor 2.4e-2, fp8 with incoherent
+processing 9.1e-3.
+
+Speed (the ANCHORS.md shapes: hidden 2048, 16k tokens): flashgen e4m3 (V already key-major, as an engine
+keeping V^T would give it), flashgen bf16 and cuDNN bf16 (SDPA's cuDNN backend), same process, same
+timing as bench/compare.py (CUDA events behind a GPU sleep, median of 20). Every FP8 output is checked
+against the fp32 math on its dequantized inputs before it is timed (the TESTING.md rule with the
+kernel-precision reference rounding P to e4m3 is the C test suite's; here the check is a sanity bound).
+
+Writes DIR/fp8.json and DIR/fp8.md (tables), prints the tables.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--skip-speed", action="store_true")
+    ap.add_argument("--skip-accuracy", action="store_true")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--head-dims", default="64,128,256")
+    ap.add_argument("--seqlens", default="2048,8192")
+    return ap.parse_args(argv)
+
+
+def ref64(torch, q, k, v):
+    """softmax(q k^T / sqrt(d)) v in float64, [b, s, h, d] in and out, chunked over query rows."""
+    b, s, h, d = q.shape
+    out = torch.empty(b, s, h, d, dtype=torch.float64, device=q.device)
+    qd, kd, vd = (x.double().transpose(1, 2) for x in (q, k, v))  # [b, h, s, d]
+    step = 512
+    for r0 in range(0, s, step):
+        sc = qd[:, :, r0:r0 + step] @ kd.transpose(-1, -2) / math.sqrt(d)
+        out[:, r0:r0 + step] = (torch.softmax(sc, dim=-1) @ vd).transpose(1, 2)
+    return out
+
+
+def rmse(torch, o, ref):
+    return torch.sqrt(torch.mean((o.double() - ref) ** 2)).item()
+
+
+def accuracy(fg, torch, dev, shape=(2, 2048, 16, 128)):
+    """Rows: (inputs, method, rmse)."""
+    rows = []
+    gen = torch.Generator(device=dev).manual_seed(1234)
+    b, s, h, d = shape
+    for inputs in ("N(0,1)", "N(0,1) + 0.1% outliers (std 10)"):
+        x = [torch.randn(shape, device=dev, generator=gen) for _ in range(3)]
+        if "outliers" in inputs:
+            for t in x:
+                m = torch.rand(shape, device=dev, generator=gen) < 0.001
+                t[m] = torch.randn(int(m.sum().item()), device=dev, generator=gen) * 10
+        q, k, v = x
+        ref = ref64(torch, q, k, v)
+        for name, dt in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+            o = fg.attention(q.to(dt), k.to(dt), v.to(dt))
+            rows.append((inputs, "flashgen " + name, rmse(torch, o, ref)))
+        for fmt, tdt in (("e4m3", torch.float8_e4m3fn), ("e5m2", torch.float8_e5m2)):
+            for per in ("tensor", "head"):
+                for rot in (False, True):
+                    qq, kk = (fg.hadamard_rotate(q, k, seed=7) if rot else (q, k))
+                    q8, qs = fg.quantize_fp8(qq, dtype=tdt, per=per)
+                    k8, ks = fg.quantize_fp8(kk, dtype=tdt, per=per)
+                    v8, vs = fg.quantize_fp8(v, dtype=tdt, per=per)
+                    o = fg.attention(q8, k8, v8, q_descale=qs, k_descale=ks, v_descale=vs, out_dtype=torch.bfloat16)
+                    method = "flashgen %s, per-%s descale%s" % (fmt, per, ", Hadamard on Q, K" if rot else "")
+                    rows.append((inputs, method, rmse(torch, o, ref)))
+    return rows
+
+
+def speed(fg, torch, bench, head_dims, seqlens):
+    """Rows: dict per config with TFLOP/s of flashgen e4m3, flashgen bf16, cuDNN bf16."""
+    F = bench.F
+    rows = []
+    for d in head_dims:
+        for s in seqlens:
+            for causal in (False, True):
+                b, h = 16384 // s, 2048 // d
+                shape = (b, s, h, d)
+                q, k, v = (torch.randn(shape, device=bench.dev, dtype=torch.bfloat16) for _ in range(3))
+                q8, qs = fg.quantize_fp8(q.float(), dtype=torch.float8_e4m3fn, per="tensor")
+                k8, ks = fg.quantize_fp8(k.float(), dtype=torch.float8_e4m3fn, per="tensor")
+                v8, vs = fg.quantize_fp8(v.float(), dtype=torch.float8_e4m3fn, per="tensor")
+                # V key-major once, outside the timing: the layout an engine keeping V^T passes directly.
+                vt = fg.fp8_key_major(v8)
+                flops = 4.0 * b * h * s * s * d / (2 if causal else 1)
+                o8 = fg.attention(q8, k8, vt, causal=causal, q_descale=qs, k_descale=ks, v_descale=vs,
+                                  out_dtype=torch.bfloat16)
+                ref = F.scaled_dot_product_attention(
+                    (q8.float() * qs).transpose(1, 2)[:1, :2], (k8.float() * ks).transpose(1, 2)[:1, :2],
+                    (v8.float() * vs).transpose(1, 2)[:1, :2], is_causal=causal).transpose(1, 2)
+                err = (o8[:1, :, :2].float() - ref).abs().max().item()
+                ok = err < 0.1  # fp8 P rounding bounds the error near 2^-4 of |O|; a broken kernel is O(1)
+                res = {"head_dim": d, "seqlen": s, "causal": causal, "batch": b, "heads": h, "fp8_max_err": err,
+                       "fp8_check": "ok" if ok else "WRONG"}
+                fns = {
+                    "flashgen_e4m3": lambda i: fg.attention(q8, k8, vt, causal=causal, q_descale=qs, k_descale=ks,
+                                                            v_descale=vs, out_dtype=torch.bfloat16),
+                    "flashgen_bf16": lambda i: fg.attention(q, k, v, causal=causal),
+                }
+                qt, kt, vtt = (x.transpose(1, 2) for x in (q, k, v))
+
+                def cudnn(i):
+                    with bench.sdpa_kernel([bench.SDPBackend.CUDNN_ATTENTION]):
+                        return F.scaled_dot_product_attention(qt, kt, vtt, is_causal=causal)
+                fns["cudnn_bf16"] = cudnn
+                for name, fn in fns.items():
+                    if name == "flashgen_e4m3" and not ok:
+                        res[name] = None
+                        continue
+                    med, _, _ = bench.time_calls(fn, 1)
+                    res[name] = flops / (med * 1e-3) / 1e12
+                rows.append(res)
+                print("d%d s%d %s: e4m3 %s bf16 %.0f cudnn %.0f TFLOP/s (fp8 max err %.3g)" % (
+                    d, s, "causal" if causal else "non-causal",
+                    "%.0f" % res["flashgen_e4m3"] if res["flashgen_e4m3"] else "n/a",
+                    res["flashgen_bf16"], res["cudnn_bf16"], err), flush=True)
+    return rows
+
+
+def main(argv=None):
+    a = parse(argv if argv is not None else sys.argv[1:])
+    import torch
+    import flashgen as fg
+    from compare import Bench, git_info
+    os.makedirs(a.out, exist_ok=True)
+    args = argparse.Namespace(device=a.device, fg_log="warn", flex=False, iters=a.iters, warmup=a.warmup)
+    bench = Bench(args)
+    result = {"gpu": torch.cuda.get_device_name(bench.dev), "commit": git_info()[0], "torch": torch.__version__}
+    md = ["# FP8 forward (mma.sync path): %s" % result["gpu"], ""]
+    if not a.skip_accuracy:
+        acc = accuracy(fg, torch, bench.dev)
+        result["accuracy"] = [{"inputs": i, "method": m, "rmse": r} for i, m, r in acc]
+        md += ["## Accuracy: RMSE of O against fp64 (b=2, s=2048, h=16, d=128, non-causal)", "",
+               "| inputs | method | RMSE |", "|---|---|---|"]
+        md += ["| %s | %s | %.3g |" % r for r in acc]
+        md.append("")
+    if not a.skip_speed:
+        sp = speed(fg, torch, bench, [int(x) for x in a.head_dims.split(",")], [int(x) for x in a.seqlens.split(",")])
+        result["speed"] = sp
+        md += ["## Speed (TFLOP/s; ANCHORS.md shapes)", "",
+               "| d | seqlen | mask | flashgen e4m3 | flashgen bf16 | cuDNN bf16 | e4m3 / bf16 | e4m3 / cuDNN bf16 |",
+               "|---|---|---|---|---|---|---|---|"]
+        for r in sp:
+            e = r["flashgen_e4m3"]
+            md.append("| %d | %d | %s | %s | %.0f | %.0f | %s | %s |" % (
+                r["head_dim"], r["seqlen"], "causal" if r["causal"] else "none", "%.0f" % e if e else r["fp8_check"],
+                r["flashgen_bf16"], r["cudnn_bf16"], "%.2f" % (e / r["flashgen_bf16"]) if e else "-",
+                "%.2f" % (e / r["cudnn_bf16"]) if e else "-"))
+    with open(os.path.join(a.out, "fp8.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    with open(os.path.join(a.out, "fp8.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
