@@ -6,6 +6,9 @@
 # conversions a target without FP8 mma.sync (sm_90) runs before each HMMA instead.
 # The SASS columns need cuobjdump (the CUDA toolkit's, or the one in Triton's wheel: set CUOBJDUMP).
 set -eu
+# Where a driver is installed, NVRTC may answer a repeated compile from the CUDA compute cache without
+# running ptxas, and the report this table reads would be missing.
+export CUDA_CACHE_DISABLE=1
 arch=${1:-sm_90a}
 dtypes=${2:-bf16 fp16}
 objdump=${CUOBJDUMP:-$(command -v cuobjdump || true)}
