@@ -142,33 +142,27 @@ static uint32_t fp8_round(float a, int mbits, int bias) {
     return ((uint32_t)(ue + bias) << mbits) | (r - (1u << mbits));
 }
 
-/* Contract in reference.h. */
-uint8_t ref_float_to_e4m3(float f, int saturate) {
+/* Encodes f in an FP8 format with mbits mantissa bits and exponent bias `bias`, rounding to nearest
+ * even; a magnitude past the largest finite code max_code (or an infinity) becomes max_code when
+ * saturating, else overflow_code (NaN for e4m3, Inf for e5m2); NaN becomes S.1111111. */
+static uint8_t fp8_encode(float f, int saturate, int mbits, int bias, uint32_t max_code, uint32_t overflow_code) {
     uint8_t sign = signbit(f) ? 0x80 : 0;
     if (isnan(f))
         return sign | 0x7F;
     float a = fabsf(f);
     if (a == 0.0f)
         return sign;
-    uint32_t code = isinf(a) ? 0x7Fu : fp8_round(a, 3, 7);
-    if (code > 0x7Eu) /* past 448 (S.1111.110): there is no Inf, and S.1111.111 is NaN */
-        return sign | (saturate ? 0x7E : 0x7F);
+    uint32_t code = isinf(a) ? max_code + 1 : fp8_round(a, mbits, bias);
+    if (code > max_code)
+        return sign | (uint8_t)(saturate ? max_code : overflow_code);
     return sign | (uint8_t)code;
 }
 
-/* Contract in reference.h. */
-uint8_t ref_float_to_e5m2(float f, int saturate) {
-    uint8_t sign = signbit(f) ? 0x80 : 0;
-    if (isnan(f))
-        return sign | 0x7F;
-    float a = fabsf(f);
-    if (a == 0.0f)
-        return sign;
-    uint32_t code = isinf(a) ? 0x7Cu : fp8_round(a, 2, 15);
-    if (code > 0x7Bu) /* past 57344 (S.11110.11): Inf, or the largest finite value when saturating */
-        return sign | (saturate ? 0x7B : 0x7C);
-    return sign | (uint8_t)code;
-}
+/* Contract in reference.h. Past 448 (S.1111.110) e4m3 has no Inf, and S.1111.111 is NaN. */
+uint8_t ref_float_to_e4m3(float f, int saturate) { return fp8_encode(f, saturate, 3, 7, 0x7Eu, 0x7Fu); }
+
+/* Contract in reference.h. Past 57344 (S.11110.11): Inf (S.11111.00), or the largest finite value. */
+uint8_t ref_float_to_e5m2(float f, int saturate) { return fp8_encode(f, saturate, 2, 15, 0x7Bu, 0x7Cu); }
 
 /* Contract in reference.h. */
 float ref_to_float(fg_dtype dtype, uint16_t bits) {
