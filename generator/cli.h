@@ -36,7 +36,7 @@ int start_threads(void *(*fn)(void *), void *arg, int n, pthread_t *threads, int
 
 /* One attention problem, from the command line. */
 typedef struct problem {
-    fg_dtype dtype;          /* Q/K/V/O element type */
+    fg_dtype dtype;          /* Q/K/V element type (and O's, for fp16/bf16) */
     long long batch;         /* b */
     long long seqlen_q;      /* sq */
     long long seqlen_k;      /* sk; -1 until parsed: defaults to sq */
@@ -47,19 +47,23 @@ typedef struct problem {
     long long iters;         /* timed launches (run) */
     long long seed;          /* input seed (run) */
     long long device;        /* CUDA ordinal */
+    fg_dtype out_dtype;      /* FP8 only: O's type (bf16 unless --out says fp16); FP8's V is key-major */
 } problem;
 
 /* getopt_long codes of the problem options of run and explain; `tune` reuses OPT_DEVICE and OPT_ITERS. */
-enum { OPT_DTYPE = 256, OPT_BATCH, OPT_SQ, OPT_SK, OPT_HEADS, OPT_HKV, OPT_D, OPT_CAUSAL, OPT_ITERS, OPT_SEED, OPT_DEVICE };
+enum { OPT_DTYPE = 256, OPT_BATCH, OPT_SQ, OPT_SK, OPT_HEADS, OPT_HKV, OPT_D, OPT_CAUSAL, OPT_ITERS, OPT_SEED, OPT_DEVICE,
+       OPT_OUT };
 
 #define FWD_MAX_COPIES 8 /* most device copies of a problem's tensors a timing rotates over */
 
 /* The host inputs and device tensors of one forward problem. Zeroed, it holds nothing; fwd_buffers_free
  * frees whatever a (possibly failed) fwd_buffers_init allocated. */
 typedef struct fwd_buffers {
-    size_t esz;                 /* bytes per Q/K/V/O element */
-    size_t nq, nkv, nlse;       /* elements of Q (and O), of K (and V), of the LSE */
-    uint16_t *hq, *hk, *hv;     /* host inputs, contiguous, filled with N(0,1) */
+    size_t esz;                 /* bytes per Q/K/V element */
+    size_t oesz;                /* bytes per O element (esz, or 2 for FP8) */
+    size_t nq, nkv, nlse;       /* elements of Q (and O), of K, of the LSE */
+    size_t nv;                  /* elements of V's allocation (nkv; FP8: key-major rows padded to 16) */
+    void *hq, *hk, *hv;         /* host inputs (V's padding NaN), filled with N(0,1) */
     fg_fwd_args host;           /* views of the host inputs (o and lse have no data) */
     int ncopies;                /* device copies that are complete */
     CUdeviceptr q[FWD_MAX_COPIES], k[FWD_MAX_COPIES], v[FWD_MAX_COPIES]; /* inputs per copy (0: none) */

@@ -16,8 +16,9 @@
 /* ------------------------------------------------------------------ usage texts */
 
 static const char usage_run[] =
-    "usage: flashgen run [--dtype fp16|bf16] [--batch B] [--seqlen-q N] [--seqlen-k N] [--heads H]\n"
-    "                    [--heads-kv H] [--head-dim D] [--causal] [--iters N] [--seed S] [--device N]\n"
+    "usage: flashgen run [--dtype fp16|bf16|e4m3|e5m2] [--out fp16|bf16] [--batch B] [--seqlen-q N]\n"
+    "                    [--seqlen-k N] [--heads H] [--heads-kv H] [--head-dim D] [--causal] [--iters N]\n"
+    "                    [--seed S] [--device N]\n"
     "\n"
     "Runs one forward pass on a GPU through the public API and checks it: random N(0,1) inputs, the output\n"
     "poisoned with NaN before the launch, every element compared with the CPU reference (pass when\n"
@@ -26,7 +27,9 @@ static const char usage_run[] =
     "and TFLOP/s (4*b*h*sq*sk*d FLOPs, half that when causal). The first launch may JIT-compile the\n"
     "kernel (logged). Exits 1 if the check fails or there is no GPU.\n"
     "\n"
-    "      --dtype T       fp16 or bf16 (default bf16)\n"
+    "      --dtype T       fp16, bf16, or FP8 e4m3 / e5m2 (sm_89+; default bf16). FP8 inputs are N(0,1)\n"
+    "                      rounded to the format, no descales, V key-major with its row padding NaN\n"
+    "      --out T         O's type for FP8: bf16 (default) or fp16\n"
     "      --batch B       batch size (default 2)\n"
     "      --seqlen-q N    query length (default 1024)\n"
     "      --seqlen-k N    key/value length (default: the query length)\n"
@@ -39,8 +42,8 @@ static const char usage_run[] =
     "      --device N      CUDA device ordinal (default 0)\n";
 
 static const char usage_explain[] =
-    "usage: flashgen explain [--dtype fp16|bf16] [--batch B] [--seqlen-q N] [--seqlen-k N] [--heads H]\n"
-    "                        [--heads-kv H] [--head-dim D] [--causal] [--device N]\n"
+    "usage: flashgen explain [--dtype fp16|bf16|e4m3|e5m2] [--out fp16|bf16] [--batch B] [--seqlen-q N]\n"
+    "                        [--seqlen-k N] [--heads H] [--heads-kv H] [--head-dim D] [--causal] [--device N]\n"
     "\n"
     "Says which kernel variant `run` (or fg_attention_fwd) would launch for the problem, where its code\n"
     "would come from (memory, disk cache, bundle, or a JIT compile) and why those tiles. Needs a GPU,\n"
@@ -56,7 +59,8 @@ static const char usage_explain[] =
         {"batch", required_argument, NULL, OPT_BATCH}, {"seqlen-q", required_argument, NULL, OPT_SQ},         \
         {"seqlen-k", required_argument, NULL, OPT_SK}, {"heads", required_argument, NULL, OPT_HEADS},         \
         {"heads-kv", required_argument, NULL, OPT_HKV}, {"head-dim", required_argument, NULL, OPT_D},         \
-        {"causal", no_argument, NULL, OPT_CAUSAL}, {"device", required_argument, NULL, OPT_DEVICE}
+        {"causal", no_argument, NULL, OPT_CAUSAL}, {"device", required_argument, NULL, OPT_DEVICE},             \
+        {"out", required_argument, NULL, OPT_OUT}
 
 /* Parses the problem options of `run` (timing != 0) or `explain` into *p. Returns -1 to go on, or the
  * exit status to return now (0 after --help, EXIT_USAGE after a printed usage error). */
@@ -66,7 +70,7 @@ static int parse_problem(const char *cmd, int argc, char **argv, int timing, pro
                                              {"seed", required_argument, NULL, OPT_SEED},
                                              {NULL, 0, NULL, 0}};
     static const struct option explain_opts[] = {PROBLEM_OPTIONS, {NULL, 0, NULL, 0}};
-    *p = (problem){FG_DTYPE_BF16, 2, 1024, -1, 8, -1, 128, 0, 20, 0, 0};
+    *p = (problem){FG_DTYPE_BF16, 2, 1024, -1, 8, -1, 128, 0, 20, 0, 0, FG_DTYPE_BF16};
     int c;
     while ((c = getopt_long(argc, argv, ":h", timing ? run_opts : explain_opts, NULL)) != -1) {
         int bad = 0;
@@ -75,7 +79,15 @@ static int parse_problem(const char *cmd, int argc, char **argv, int timing, pro
         case OPT_DTYPE:
             if (strcmp(optarg, "fp16") == 0) p->dtype = FG_DTYPE_F16;
             else if (strcmp(optarg, "bf16") == 0) p->dtype = FG_DTYPE_BF16;
-            else return usage_error(cmd, "--dtype must be fp16 or bf16, got '%s'", optarg);
+            else if (strcmp(optarg, "e4m3") == 0) p->dtype = FG_DTYPE_E4M3;
+            else if (strcmp(optarg, "e5m2") == 0) p->dtype = FG_DTYPE_E5M2;
+            else return usage_error(cmd, "--dtype must be fp16, bf16, e4m3 or e5m2, got '%s'", optarg);
+            break;
+        case OPT_OUT:
+            if (strcmp(optarg, "fp16") == 0) p->out_dtype = FG_DTYPE_F16;
+            else if (strcmp(optarg, "bf16") == 0) p->out_dtype = FG_DTYPE_BF16;
+            else return usage_error(cmd, "--out must be fp16 or bf16 (the output type of an FP8 problem), got '%s'",
+                                    optarg);
             break;
         case OPT_BATCH: bad = parse_number(cmd, "--batch", optarg, 1, 65535, &p->batch); break;
         case OPT_SQ: bad = parse_number(cmd, "--seqlen-q", optarg, 1, 1 << 24, &p->seqlen_q); break;
@@ -124,13 +136,27 @@ static fg_tensor contiguous(void *data, fg_dtype dtype, int64_t d0, int64_t d1, 
     return t;
 }
 
-/* Fills args with contiguous Q/K/V/O/LSE tensors of problem p at the given (device) addresses. */
+/* Keys per row of an FP8 problem's key-major V: seqlen_k rounded up to 16 (rows 16-byte aligned). */
+static int64_t vt_row(const problem *p) { return (p->seqlen_k + 15) / 16 * 16; }
+
+/* O's dtype for problem p. */
+static fg_dtype out_dtype_of(const problem *p) { return spec_dtype_is_fp8(p->dtype) ? p->out_dtype : p->dtype; }
+
+/* Fills args with contiguous Q/K/O/LSE tensors of problem p at the given (device) addresses, and V
+ * contiguous too, or for FP8 key-major (a [b, hkv, d, vt_row] buffer viewed as [b, sk, hkv, d]). */
 void problem_args(const problem *p, void *q, void *k, void *v, void *o, void *lse, fg_fwd_args *a) {
     memset(a, 0, sizeof *a);
     a->q = contiguous(q, p->dtype, p->batch, p->seqlen_q, p->heads, p->head_dim);
     a->k = contiguous(k, p->dtype, p->batch, p->seqlen_k, p->heads_kv, p->head_dim);
     a->v = contiguous(v, p->dtype, p->batch, p->seqlen_k, p->heads_kv, p->head_dim);
-    a->o = contiguous(o, p->dtype, p->batch, p->seqlen_q, p->heads, p->head_dim);
+    if (spec_dtype_is_fp8(p->dtype)) {
+        int64_t r = vt_row(p);
+        a->v.stride[0] = p->heads_kv * p->head_dim * r;
+        a->v.stride[1] = 1;
+        a->v.stride[2] = p->head_dim * r;
+        a->v.stride[3] = r;
+    }
+    a->o = contiguous(o, out_dtype_of(p), p->batch, p->seqlen_q, p->heads, p->head_dim);
     a->lse = contiguous(lse, FG_DTYPE_F32, p->batch, p->heads, p->seqlen_q, 0);
     a->causal = p->causal;
 }
@@ -188,10 +214,10 @@ int cmd_explain(int argc, char **argv) {
 
 /* Device bytes of one copy of p's tensors (Q, K, V, O and the LSE). */
 double fwd_copy_bytes(const problem *p) {
-    double esz = (double)spec_dtype_size(p->dtype);
+    double esz = (double)spec_dtype_size(p->dtype), oesz = (double)spec_dtype_size(out_dtype_of(p));
     double q = (double)p->batch * (double)p->seqlen_q * (double)p->heads * (double)p->head_dim;
     double kv = (double)p->batch * (double)p->seqlen_k * (double)p->heads_kv * (double)p->head_dim;
-    return (2 * q + 2 * kv) * esz + (double)p->batch * (double)p->heads * (double)p->seqlen_q * 4.0;
+    return q * (esz + oesz) + 2 * kv * esz + (double)p->batch * (double)p->heads * (double)p->seqlen_q * 4.0;
 }
 
 /* Frees every buffer of B (device memory in the current context) and zeroes it. */
@@ -211,7 +237,7 @@ void fwd_buffers_free(const fg_cuda_api *cu, fwd_buffers *B) {
  * fails to write shows up. Waits for the memsets (they run on the legacy stream, which a non-blocking
  * stream does not wait for). Needs the context current. */
 fg_status fwd_poison(const fg_cuda_api *cu, const fwd_buffers *B, int copy, fg_error *err) {
-    FG_CU(err, cu->cuMemsetD8(B->o[copy], 0xFF, B->nq * B->esz));
+    FG_CU(err, cu->cuMemsetD8(B->o[copy], 0xFF, B->nq * B->oesz));
     FG_CU(err, cu->cuMemsetD8(B->lse[copy], 0xFF, B->nlse * sizeof(float)));
     FG_CU(err, cu->cuCtxSynchronize());
     return FG_OK;
@@ -226,14 +252,17 @@ fg_status fwd_buffers_init(const fg_cuda_api *cu, const problem *p, uint64_t see
                            fg_error *err) {
     memset(B, 0, sizeof *B);
     B->esz = (size_t)spec_dtype_size(p->dtype);
+    B->oesz = (size_t)spec_dtype_size(out_dtype_of(p));
     B->nq = (size_t)(p->batch * p->seqlen_q * p->heads * p->head_dim);
     B->nkv = (size_t)(p->batch * p->seqlen_k * p->heads_kv * p->head_dim);
+    B->nv = spec_dtype_is_fp8(p->dtype) ? (size_t)(p->batch * p->heads_kv * p->head_dim * vt_row(p)) : B->nkv;
     B->nlse = (size_t)(p->batch * p->heads * p->seqlen_q);
     B->hq = malloc(B->nq * B->esz);
     B->hk = malloc(B->nkv * B->esz);
-    B->hv = malloc(B->nkv * B->esz);
+    B->hv = malloc(B->nv * B->esz);
     if (!B->hq || !B->hk || !B->hv)
         return fg_fail(err, FG_ERR_NO_MEMORY, "out of host memory for a problem of %zu + 2 x %zu elements", B->nq, B->nkv);
+    memset(B->hv, 0xFF, B->nv * B->esz); /* V^T's row padding: NaN, which the kernel must never read as a key */
     problem_args(p, B->hq, B->hk, B->hv, NULL, NULL, &B->host);
     fg_status st;
     if ((st = ref_fill_normal(&B->host.q, seed * 3 + 0, err)) != FG_OK ||
@@ -242,7 +271,7 @@ fg_status fwd_buffers_init(const fg_cuda_api *cu, const problem *p, uint64_t see
         return st;
     if (copies < 1) copies = 1;
     if (copies > FWD_MAX_COPIES) copies = FWD_MAX_COPIES;
-    size_t sizes[5] = {B->nq * B->esz, B->nkv * B->esz, B->nkv * B->esz, B->nq * B->esz, B->nlse * sizeof(float)};
+    size_t sizes[5] = {B->nq * B->esz, B->nkv * B->esz, B->nv * B->esz, B->nq * B->oesz, B->nlse * sizeof(float)};
     for (int c = 0; c < copies; c++) {
         CUdeviceptr *slots[5] = {&B->q[c], &B->k[c], &B->v[c], &B->o[c], &B->lse[c]};
         CUresult rc = CUDA_SUCCESS;
@@ -288,7 +317,7 @@ fg_status fwd_check(const fg_cuda_api *cu, const fwd_buffers *B, const problem *
     if (nb < 1 || nb > p->batch || row0 < 0 || rows < 1 || !keeps_groups)
         return fg_fail(err, FG_ERR_INTERNAL, "check slice (batches %lld, heads %lld, rows from %lld) does not fit the "
                        "problem (a flashgen bug)", (long long)nb, (long long)nh, (long long)row0);
-    size_t esz = B->esz, orow = (size_t)(hq * d) * esz; /* bytes of one query row of O, every head */
+    size_t esz = B->esz, orow = (size_t)(hq * d) * B->oesz; /* bytes of one query row of O, every head */
     uint8_t *ho = malloc((size_t)(nb * rows) * orow);
     float *hl = malloc((size_t)(nb * nh * sq) * sizeof(float));
     fg_status st = FG_OK;
@@ -316,6 +345,7 @@ fg_status fwd_check(const fg_cuda_api *cu, const fwd_buffers *B, const problem *
     k.shape[2] = v.shape[2] = nkv;
     fg_tensor out = q;
     out.data = ho;
+    out.dtype = out_dtype_of(p);
     out.stride[0] = rows * hq * d;
     fg_tensor lse;
     memset(&lse, 0, sizeof lse);
@@ -324,7 +354,7 @@ fg_status fwd_check(const fg_cuda_api *cu, const fwd_buffers *B, const problem *
     lse.ndim = 3;
     lse.shape[0] = nb, lse.shape[1] = nh, lse.shape[2] = rows;
     lse.stride[0] = nh * sq, lse.stride[1] = sq, lse.stride[2] = 1;
-    ref_problem rp = {.q = q, .k = k, .v = v, .softmax_scale = 0.f, .causal = p->causal};
+    ref_problem rp = {.q = q, .k = k, .v = v, .softmax_scale = 0.f, .causal = p->causal, .out_dtype = out_dtype_of(p)};
     st = ref_check_fwd(&rp, &out, &lse, rep, err);
 done:
     free(ho);

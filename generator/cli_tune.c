@@ -302,6 +302,7 @@ static int tune_shape(const fg_tune_problem *pb, problem *p) {
     while (bh % h != 0) h -= g; /* stops at g at the latest, which divides bh */
     memset(p, 0, sizeof *p);
     p->dtype = pb->cls.dtype;
+    p->out_dtype = FG_DTYPE_BF16; /* FP8 classes are timed with bf16 O, as their candidates are built */
     p->batch = bh / h;
     p->seqlen_q = pb->seqlen_q;
     p->seqlen_k = pb->seqlen_k;

@@ -608,6 +608,20 @@ Test(cli, run_small_problem_on_gpu, .timeout = 120) {
     cr_expect_not_null(strstr(r.out, "check: PASS"), "%s", r.out);
     cr_expect_not_null(strstr(r.out, "TFLOP/s"), "%s", r.out);
     run_free(&r);
+    /* FP8 (sm_89+): key-major V with NaN row padding, fp16 O; checked against the FP8 reference. */
+    int major = 0, minor = 0;
+    CUdevice dev;
+    const fg_cuda_api *cu = cuda_api_get(&err);
+    if (cu->cuDeviceGet(&dev, 0) == CUDA_SUCCESS &&
+        cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) == CUDA_SUCCESS &&
+        cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) == CUDA_SUCCESS &&
+        major * 10 + minor >= 89 && major * 10 + minor != 87) {
+        r = RUN("run", "--dtype", "e4m3", "--out", "fp16", "--batch", "1", "--seqlen-q", "113", "--seqlen-k", "203",
+                "--heads", "4", "--heads-kv", "2", "--head-dim", "96", "--causal", "--iters", "3");
+        EXPECT_STATUS(r, 0);
+        cr_expect_not_null(strstr(r.out, "check: PASS"), "%s", r.out);
+        run_free(&r);
+    }
 }
 
 Test(cli, info_exits_0) {

@@ -689,6 +689,27 @@ Test(tunedb, csv_has_a_row_per_record_and_quotes_notes) {
 
 /* ---- spaces ---- */
 
+/* The shipped FP8 space: e4m3 problems with bf16 output on sm_90a (refused, with the rule, on sm_80). */
+Test(space, shipped_tune_fwd_fp8_loads) {
+    fg_tune_space sp;
+    fg_error err;
+    fg_error_clear(&err);
+    cr_assert_eq(space_load("configs/tune_fwd_fp8.lua", 90, 1, &sp, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(sp.count, 12);
+    for (int i = 0; i < sp.count; i++) {
+        const fg_tune_problem *p = &sp.problems[i];
+        cr_assert_eq(p->cls.dtype, FG_DTYPE_E4M3);
+        cr_assert_lt(p->nrefused, p->ncands, "problem %d: every candidate refused on sm_90a", i);
+        for (int k = 0; k < p->ncands; k++)
+            cr_assert_eq(p->cands[k].spec.out_dtype, FG_DTYPE_BF16);
+    }
+    space_free(&sp);
+    cr_assert_eq(space_load("configs/tune_fwd_fp8.lua", 80, 0, &sp, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(sp.refused, sp.total, "sm_80 has no FP8: every candidate is refused");
+    cr_assert_not_null(strstr(sp.problems[0].cands[0].why, "sm_89"), "%s", sp.problems[0].cands[0].why);
+    space_free(&sp);
+}
+
 static const char test_space[] =
     "-- a small space\n"
     "space { dtype = \"bf16\", head_dim = {64, 128}, causal = {false, true}, seqlen_q = 1000, batch_heads = 96,\n"
