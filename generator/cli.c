@@ -939,6 +939,12 @@ static void print_main_usage(FILE *f) {
 
 /* Dispatches to the subcommand named by argv[1]. */
 int main(int argc, char **argv) {
+    /* compile, bundle and tune read ptxas's resource report (registers, spills: a bundle refuses a
+     * variant that spills). Where a driver is installed, NVRTC answers a compile it has seen before from
+     * the CUDA compute cache without running ptxas, and the report is missing; so those commands turn the
+     * cache off for their process (flashgen has its own disk cache for cubins). */
+    if (argc > 1 && (strcmp(argv[1], "compile") == 0 || strcmp(argv[1], "bundle") == 0 || strcmp(argv[1], "tune") == 0))
+        setenv("CUDA_CACHE_DISABLE", "1", 1);
     if (argc < 2) {
         print_main_usage(stderr);
         return EXIT_USAGE;

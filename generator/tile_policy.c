@@ -35,21 +35,23 @@ static const fg_tile_rule default_rules[] = {
     {90, 90, 8, 64, 1, -1, 64, 64, 4, 3},           /* 512/2k winner; 6% behind 128x96 at 8k */
     {90, 90, 65, 128, 0, -1, 128, 32, 4, 2},        /* 128x48 is 3% faster but spills 4 bytes */
     {90, 90, 65, 128, 1, -1, 128, 48, 4, 2},
-    /* FP8 (e4m3, e5m2) on sm_89 and sm_90, from ptxas reports (NVRTC 13.0): FP8 mma.sync is native
-     * (QMMA) on sm_89 but emulated on sm_90 (each m16n8k32 becomes fp8 -> f16 unpacks and two HMMAs),
-     * which costs registers: 32 query rows per warp spill there, so sm_90 takes 16 rows per warp
-     * (8 warps). d 129-256 spills on sm_90 with every tile tried (128x64 8 warps: 48 bytes, the least;
-     * 64x32 4 warps: 432); it is shipped with that spill, and the CI compile test allows exactly it.
-     * block_n is a multiple of 32 (the FP8 P.V mma's k: validate.c's fp8_block_n). */
-    {89, 89, 8, 128, -1, FG_DTYPE_E4M3, 128, 64, 8, 2},   /* 139 / 193 registers */
+    /* FP8 (e4m3, e5m2) on sm_89 and sm_90. FP8 mma.sync is native (QMMA) on sm_89 but emulated on sm_90
+     * (each m16n8k32 becomes fp8 -> f16 unpacks and two HMMAs), which costs registers. sm_89: from ptxas
+     * reports (NVRTC 13.0). sm_90: the winners of `flashgen tune configs/tune_fwd_fp8.lua` on an H200
+     * (bench/results/2026-11-29-h200-fp8/), 10-30% faster than 16 rows per warp. d 129-256 spills on sm_90
+     * with every tile tried (128x64 8 warps: 52 bytes, the least; 64x32 4 warps: 432); the default bundle
+     * leaves it to JIT there. block_n is a multiple of 32 (the FP8 P.V mma's k: fp8_block_n). */
+    {89, 89, 8, 128, -1, FG_DTYPE_E4M3, 128, 64, 8, 2},   /* 127 / 178 registers */
     {89, 89, 8, 128, -1, FG_DTYPE_E5M2, 128, 64, 8, 2},
-    {89, 89, 129, 256, -1, FG_DTYPE_E4M3, 128, 32, 8, 2}, /* 226 registers, 64 KiB of the 99 */
+    {89, 89, 129, 256, -1, FG_DTYPE_E4M3, 128, 32, 8, 2}, /* 209 registers, 64 KiB of the 99 */
     {89, 89, 129, 256, -1, FG_DTYPE_E5M2, 128, 32, 8, 2},
-    {90, 90, 8, 64, -1, FG_DTYPE_E4M3, 128, 64, 8, 2},    /* 224 registers */
-    {90, 90, 8, 64, -1, FG_DTYPE_E5M2, 128, 64, 8, 2},
-    {90, 90, 65, 128, -1, FG_DTYPE_E4M3, 128, 32, 8, 2},  /* 239 registers */
-    {90, 90, 65, 128, -1, FG_DTYPE_E5M2, 128, 32, 8, 2},
-    {90, 90, 129, 256, -1, FG_DTYPE_E4M3, 128, 64, 8, 2}, /* spills 48 bytes (see above) */
+    {90, 90, 8, 64, 0, FG_DTYPE_E4M3, 128, 64, 4, 2},     /* 255 registers, no spill */
+    {90, 90, 8, 64, 0, FG_DTYPE_E5M2, 128, 64, 4, 2},
+    {90, 90, 8, 64, 1, FG_DTYPE_E4M3, 64, 64, 4, 2},
+    {90, 90, 8, 64, 1, FG_DTYPE_E5M2, 64, 64, 4, 2},
+    {90, 90, 65, 128, -1, FG_DTYPE_E4M3, 64, 32, 4, 3},   /* 226 registers */
+    {90, 90, 65, 128, -1, FG_DTYPE_E5M2, 64, 32, 4, 3},
+    {90, 90, 129, 256, -1, FG_DTYPE_E4M3, 128, 64, 8, 2}, /* spills (see above) */
     {90, 90, 129, 256, -1, FG_DTYPE_E5M2, 128, 64, 8, 2},
 };
 

@@ -612,7 +612,7 @@ Test(config, fp8_variants_and_their_output_dtype) {
             "variants { kind = 'fwd', arch = 'sm_90a', dtype = {'e4m3', 'e5m2'}, head_dim = 64 }", NULL, &cfg);
     cr_assert_eq(cfg.count, 2);
     cr_assert(cfg.variants[0].block_m == 64 && cfg.variants[0].block_n == 64, "the rule applies to e4m3");
-    cr_assert(cfg.variants[1].block_m == 128 && cfg.variants[1].block_n == 64 && cfg.variants[1].warps == 8,
+    cr_assert(cfg.variants[1].block_m == 128 && cfg.variants[1].block_n == 64 && cfg.variants[1].warps == 4,
               "e5m2 keeps the sm_90 fp8 d64 default");
     config_free(&cfg);
     load_fails("variants { kind = 'fwd', arch = 'sm_90a', dtype = 'e4m3', head_dim = 64, out = 'e5m2' }", NULL,
