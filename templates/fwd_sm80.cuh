@@ -283,8 +283,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
                 asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(packed));
             }
             if (p.lse != 0 && t == 0 && m0 + r < sq) {
+                // l = 0: the row saw no key (LSE -inf); l NaN: a NaN input reached the row, and stays NaN.
                 const float lse = l > 0.f ? row_max[mt][h] * scale_ln + (fg_log2(l) - FG_P_SHIFT) * 0.69314718055994531f
-                                          : FG_NEG_INF;
+                                          : (l == 0.f ? FG_NEG_INF : l);
                 p.lse[batch * p.lse_stride[0] + head * p.lse_stride[1] + (i64)(m0 + r) * p.lse_stride[2]] = lse;
             }
         }

@@ -558,6 +558,84 @@ ParameterizedTest(fwd_case *c, fwd, tiles, .timeout = 300) {
     run_case(c);
 }
 
+/* NaN inputs propagate exactly where the math says and nowhere else: a NaN in Q reaches only its query
+ * row (O and LSE NaN), a NaN in K only the rows that see that key (not rows the causal mask hides it
+ * from), and every other element is as without the NaN. Judged element by element against the fp64
+ * reference computed on the same inputs: NaN where it is NaN, else within the TESTING.md bound. FP8
+ * (e4m3, whose NaN is 0x7F) and bf16, causal and not. */
+static void nan_case(fg_dtype dt, int causal) {
+    fwd_case c = mk(dt, 1, 64, 80, 2, 2, 64, causal);
+    gpu_env env;
+    gpu_open(&env);
+    if (is_fp8(dt)) {
+        int major = 0, minor = 0;
+        CK(env.cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, env.dev));
+        CK(env.cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, env.dev));
+        if (major * 10 + minor < 89 || major * 10 + minor == 87) {
+            gpu_close(&env);
+            cr_skip_test("FP8 needs sm_89 or newer; this GPU is sm_%d%d", major, minor);
+        }
+    }
+    fwd_run r;
+    run_setup(&env, &r, &c);
+    /* Q[0, row 5, head 0, dim 3] and K[0, key 40, kv head 1, dim 7] become NaN. */
+    size_t es = r.q.esize;
+    unsigned char *qe = r.q.img + (size_t)(5 * r.q.view.stride[1] + 3) * es;
+    unsigned char *ke = r.k.img + (size_t)(40 * r.k.view.stride[1] + 1 * r.k.view.stride[2] + 7) * es;
+    if (es == 1) {
+        *qe = 0x7F;
+        *ke = 0x7F;
+    } else {
+        qe[0] = ke[0] = 0xC0; /* 0x7FC0: a quiet NaN in bf16 (little-endian) */
+        qe[1] = ke[1] = 0x7F;
+    }
+    CK(env.cu->cuMemcpyHtoD(r.q.dptr, r.q.img, (size_t)r.q.span * es));
+    CK(env.cu->cuMemcpyHtoD(r.k.dptr, r.k.img, (size_t)r.k.span * es));
+    run_launch(&env, &r);
+    ref_problem p = {.q = r.q.host, .k = r.k.host, .v = r.v.host, .causal = causal, .out_dtype = r.o.view.dtype};
+    size_t n = (size_t)(1 * 64 * 2 * 64);
+    double *ref = malloc(n * sizeof *ref), *low = malloc(n * sizeof *low), *lse = malloc(2 * 64 * sizeof *lse);
+    cr_assert(ref && low && lse);
+    fg_error e;
+    fg_error_clear(&e);
+    cr_assert_eq(ref_attention_fwd(&p, REF_32, ref, lse, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(ref_attention_fwd(&p, REF_LOWP, low, NULL, &e), FG_OK, "%s", e.msg);
+    double lowp_err = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isnan(ref[i]) && fabs(low[i] - ref[i]) > lowp_err) lowp_err = fabs(low[i] - ref[i]);
+    double bound = 2 * lowp_err + 1e-5;
+    int nan_rows = 0;
+    for (int s = 0; s < 64; s++)
+        for (int h = 0; h < 2; h++) {
+            int row_nan = isnan(lse[h * 64 + s]);
+            float got_lse = ((float *)r.lse.img)[h * r.lse.view.stride[1] + s * r.lse.view.stride[2]];
+            cr_assert_eq(isnan(got_lse) != 0, row_nan, "row %d head %d: LSE %g, reference %g", s, h, (double)got_lse,
+                         lse[h * 64 + s]);
+            nan_rows += row_nan;
+            for (int d = 0; d < 64; d++) {
+                size_t i = (size_t)((s * 2 + h) * 64 + d);
+                uint16_t bits;
+                memcpy(&bits, r.o.img + (size_t)(s * r.o.view.stride[1] + h * r.o.view.stride[2] + d) * 2, 2);
+                double got = ref_to_float(r.o.view.dtype, bits);
+                if (isnan(ref[i]))
+                    cr_assert(isnan(got), "O[%d, %d, %d] = %g where the reference is NaN", s, h, d, got);
+                else
+                    cr_assert(fabs(got - ref[i]) <= bound, "O[%d, %d, %d] = %g, reference %g, bound %g", s, h, d, got,
+                              ref[i], bound);
+            }
+        }
+    /* Row 5 of head 0, and head 1's rows that see key 40: all of them, or (causal, bottom-right) rows >= 24. */
+    cr_assert_eq(nan_rows, 1 + (causal ? 64 - 24 : 64), "%d rows NaN", nan_rows);
+    free(ref);
+    free(low);
+    free(lse);
+    run_free(&env, &r);
+    gpu_close(&env);
+}
+Test(fwd, nan_inputs_e4m3, .timeout = 120) { nan_case(FG_DTYPE_E4M3, 0); }
+Test(fwd, nan_inputs_e4m3_causal, .timeout = 120) { nan_case(FG_DTYPE_E4M3, 1); }
+Test(fwd, nan_inputs_bf16_causal, .timeout = 120) { nan_case(FG_DTYPE_BF16, 1); }
+
 /* FP8 (e4m3, e5m2; sm_89 and newer): every head dim FP8 takes, the sequence-length pairs, GQA, both
  * output types, descales per tensor and per (batch, kv head), strided Q/K/O and padded V^T rows holding
  * NaN, and saturation (inputs scaled by 400 (e4m3) / 50000 (e5m2) and saturated, so about a quarter of them sit
