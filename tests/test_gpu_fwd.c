@@ -497,18 +497,21 @@ static void run_verify(fwd_run *r) {
 }
 
 /* The whole life of one case. */
+/* Skips the calling test (closing env) on a GPU without FP8 mma.sync (below sm_89, or sm_87). */
+static void skip_without_fp8(gpu_env *env) {
+    int major = 0, minor = 0;
+    CK(env->cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, env->dev));
+    CK(env->cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, env->dev));
+    if (major * 10 + minor < 89 || major * 10 + minor == 87) {
+        gpu_close(env);
+        cr_skip_test("FP8 needs sm_89 or newer; this GPU is sm_%d%d", major, minor);
+    }
+}
+
 static void run_case(const fwd_case *c) {
     gpu_env env;
     gpu_open(&env);
-    if (is_fp8(c->dt)) {
-        int major = 0, minor = 0;
-        CK(env.cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, env.dev));
-        CK(env.cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, env.dev));
-        if (major * 10 + minor < 89 || major * 10 + minor == 87) {
-            gpu_close(&env);
-            cr_skip_test("FP8 needs sm_89 or newer; this GPU is sm_%d%d", major, minor);
-        }
-    }
+    if (is_fp8(c->dt)) skip_without_fp8(&env);
     fwd_run r;
     run_setup(&env, &r, c);
     run_launch(&env, &r);
@@ -567,15 +570,7 @@ static void nan_case(fg_dtype dt, int causal) {
     fwd_case c = mk(dt, 1, 64, 80, 2, 2, 64, causal);
     gpu_env env;
     gpu_open(&env);
-    if (is_fp8(dt)) {
-        int major = 0, minor = 0;
-        CK(env.cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, env.dev));
-        CK(env.cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, env.dev));
-        if (major * 10 + minor < 89 || major * 10 + minor == 87) {
-            gpu_close(&env);
-            cr_skip_test("FP8 needs sm_89 or newer; this GPU is sm_%d%d", major, minor);
-        }
-    }
+    if (is_fp8(dt)) skip_without_fp8(&env);
     fwd_run r;
     run_setup(&env, &r, &c);
     /* Q[0, row 5, head 0, dim 3] and K[0, key 40, kv head 1, dim 7] become NaN. */
