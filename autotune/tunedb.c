@@ -915,7 +915,12 @@ fg_status tunedb_format_csv(const fg_tunedb *db, FILE *out, fg_error *err) {
     for (int i = 0; i < db->count; i++) {
         const fg_tune_record *r = row[i];
         int first = i == 0 || tdb_class_cmp(&row[i - 1]->cls, &r->cls) != 0;
-        fprintf(out, "\"%s\",%s,%s,%d,%d,%d,%lld,%lld,%lld,%d,%d,%d,%d,%s,%.6g,%.6g,%d,%d,\"", db->id.device, "fwd",
+        fputc('"', out);
+        for (const char *q = db->id.device; *q; q++) { /* RFC 4180: a quote inside a quoted field is doubled */
+            if (*q == '"') fputc('"', out);
+            fputc(*q, out);
+        }
+        fprintf(out, "\",%s,%s,%d,%d,%d,%lld,%lld,%lld,%d,%d,%d,%d,%s,%.6g,%.6g,%d,%d,\"", "fwd",
                 spec_dtype_name(r->cls.dtype), r->cls.head_dim, r->cls.causal, r->cls.gqa, (long long)r->cls.seqlen_q,
                 (long long)r->cls.seqlen_k, (long long)r->cls.batch_heads, r->spec.block_m, r->spec.block_n,
                 r->spec.warps, r->spec.stages, tunedb_status_name(r->status), r->ms, r->tflops,

@@ -71,7 +71,7 @@ static int parse_problem(const char *cmd, int argc, char **argv, int timing, pro
                                              {NULL, 0, NULL, 0}};
     static const struct option explain_opts[] = {PROBLEM_OPTIONS, {NULL, 0, NULL, 0}};
     *p = (problem){FG_DTYPE_BF16, 2, 1024, -1, 8, -1, 128, 0, 20, 0, 0, FG_DTYPE_BF16};
-    int c;
+    int c, out_given = 0;
     while ((c = getopt_long(argc, argv, ":h", timing ? run_opts : explain_opts, NULL)) != -1) {
         int bad = 0;
         switch (c) {
@@ -84,6 +84,7 @@ static int parse_problem(const char *cmd, int argc, char **argv, int timing, pro
             else return usage_error(cmd, "--dtype must be fp16, bf16, e4m3 or e5m2, got '%s'", optarg);
             break;
         case OPT_OUT:
+            out_given = 1;
             if (strcmp(optarg, "fp16") == 0) p->out_dtype = FG_DTYPE_F16;
             else if (strcmp(optarg, "bf16") == 0) p->out_dtype = FG_DTYPE_BF16;
             else return usage_error(cmd, "--out must be fp16 or bf16 (the output type of an FP8 problem), got '%s'",
@@ -104,6 +105,9 @@ static int parse_problem(const char *cmd, int argc, char **argv, int timing, pro
         if (bad) return EXIT_USAGE;
     }
     if (optind < argc) return usage_error(cmd, "unexpected argument '%s' (the problem is given by options)", argv[optind]);
+    if (out_given && !spec_dtype_is_fp8(p->dtype))
+        return usage_error(cmd, "--out sets the output type of an FP8 problem; a %s problem's output is %s",
+                           spec_dtype_name(p->dtype), spec_dtype_name(p->dtype));
     if (p->seqlen_k < 0) p->seqlen_k = p->seqlen_q;
     if (p->heads_kv < 0) p->heads_kv = p->heads;
     if (p->heads % p->heads_kv != 0)

@@ -2,7 +2,8 @@
  * timed candidates, resume, budget, interrupt-safe saves) and `tune --show`. Part of the `flashgen`
  * program; the GPU buffers, check and timing loop come from cli_gpu.c, the rest from cli.c (cli.h). */
 #include <errno.h>
-#include <glob.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -13,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -35,8 +38,8 @@
 /* ------------------------------------------------------------------ usage texts */
 
 static const char usage_tune[] =
-    "usage: flashgen tune SPACE [--device N] [--budget SECONDS] [--db FILE] [-j N] [--iters N]\n"
-    "       flashgen tune --show [FILE]\n"
+    "usage: flashgen tune SPACE [--device N|LIST|all] [--budget SECONDS] [--db FILE] [-j N] [--iters N]\n"
+    "       flashgen tune --show [FILE] [--csv]\n"
     "\n"
     "Times every candidate of the tuning space SPACE (a Lua file calling space{...}, for example\n"
     "configs/tune_fwd.lua) on one GPU and records each one in that GPU's tuning database; from then on\n"
@@ -64,12 +67,18 @@ static const char usage_tune[] =
     "problems are printed as a table. Exit status 0 when every candidate is recorded (wrong and failed\n"
     "candidates are results) or the budget ran out; 1 on an error, an interrupt, or without a GPU.\n"
     "\n"
-    "      --device N      CUDA device ordinal (default 0)\n"
+    "      --device N      CUDA device ordinal (default 0). A list (0,2,3) or `all` runs one worker process\n"
+    "                      per GPU: GPUs of one model share its database and the space's problems are\n"
+    "                      dealt among them; each worker writes FILE.gpu<N>.w<K>.part, which the parent\n"
+    "                      merges into the database when the workers end (a part a killed run left is\n"
+    "                      merged by the next run). Ctrl-C reaches the parent, which stops the workers\n"
+    "                      after their current candidate.\n"
     "      --budget S      start no new candidate after S seconds; save and exit 0\n"
     "      --db FILE       the database (default: tune-<gpu>-sm<arch>-<sms>sm.lua in the disk cache\n"
     "                      directory, where fg_context_create looks for it)\n"
     "  -j, --jobs N        parallel NVRTC compiles (default: the number of online CPUs)\n"
     "      --iters N       timed launches per candidate (default 20)\n"
+    "      --csv           with --show: CSV instead of the table (for bench/tune_plot.py's heat maps)\n"
     "      --show [FILE]   print the database FILE (default: --db, else this GPU's) as a table and exit;\n"
     "                      with a FILE no GPU is needed, and the file is not checked against one\n";
 
@@ -782,6 +791,9 @@ static int tune_finish(tune_run *R, int outcome) {
     return tune_print_table(R) == 0 ? EXIT_OK : EXIT_FAIL;
 }
 
+static int tune_merge_parts(const char *path, const fg_tune_identity *id, int *added);
+static int tune_lock(const char *path);
+
 /* `flashgen tune SPACE`: the sweep. Returns the exit status. */
 static int tune_sweep(const char *space_path, const tune_opts *o) {
     fg_error err;
@@ -795,7 +807,7 @@ static int tune_sweep(const char *space_path, const tune_opts *o) {
     tune_run R;
     memset(&R, 0, sizeof R);
     pthread_t *threads = NULL;
-    int nthreads = 0, pool_init = 0, pushed = 0, retained = 0, handlers = 0, status = EXIT_FAIL;
+    int nthreads = 0, pool_init = 0, pushed = 0, retained = 0, handlers = 0, status = EXIT_FAIL, lock_fd = -1;
     fg_context *ctx = NULL;
     const fg_cuda_api *cu = NULL;
     CUcontext pctx = NULL, popped;
@@ -808,11 +820,9 @@ static int tune_sweep(const char *space_path, const tune_opts *o) {
         return EXIT_FAIL;
     }
     if (tune_check_shapes(space_path, &space) != 0) goto done;
-    /* Where a driver is installed, NVRTC answers a compile it has seen before from the CUDA compute cache
-     * without running ptxas, so the log has no resource report and a spilling candidate would pass for a
-     * clean one (seen on the H200 host: 87 of 1080 compiles). The sweep needs every report: the cache is
-     * off for this process, before the driver or NVRTC starts. */
-    setenv("CUDA_CACHE_DISABLE", "1", 1);
+    /* main() has turned the CUDA compute cache off (CUDA_CACHE_DISABLE=1): a cached NVRTC compile has no
+     * ptxas report, and a spilling candidate would pass for a clean one (seen on the H200 host: 87 of
+     * 1080 compiles before that). */
     ctx = open_context("tune", o->device, FG_LOG_WARN, ""); /* "": the sweep must not trust the file it rewrites */
     if (!ctx) goto done;
     cu = ctx->cu;
@@ -845,6 +855,12 @@ static int tune_sweep(const char *space_path, const tune_opts *o) {
     } else if (tunedb_path(cache.dir, &id, path, sizeof path, &err) != FG_OK) {
         say("tune", "%s", err.msg);
         goto done;
+    }
+    if (o->nshards == 0) { /* a worker writes its own part; the parent holds the lock and merges */
+        if ((lock_fd = tune_lock(path)) < 0) goto done;
+        int merged = 0;
+        if (tune_merge_parts(path, &id, &merged) != 0) goto done;
+        if (merged) tune_print(NULL, TUNE_INFO, "merged %d records left by a multi-GPU run into %s", merged, path);
     }
     if (tune_open_db(path, &id, &db) != 0) goto done;
     int resumed_records = db.count;
@@ -896,7 +912,8 @@ static int tune_sweep(const char *space_path, const tune_opts *o) {
                  pool.nqueue == 1 ? "" : "s", jobs, jobs == 1 ? "" : "s");
     char share[96] = "";
     if (o->nshards > 1)
-        snprintf(share, sizeof share, " (this worker: problems %d, %d + %d, ...)", o->shard + 1, o->shard + 1, o->nshards);
+        snprintf(share, sizeof share, " (this worker: every %d%s problem from number %d)", o->nshards,
+                 o->nshards == 2 ? "nd" : o->nshards == 3 ? "rd" : "th", o->shard + 1);
     tune_print(&R, TUNE_INFO, "%s: %d problem%s%s, %d candidates: %d already measured, %d for other workers, %d refused, "
                "%d to time%s", space_path, space.count, space.count == 1 ? "" : "s", share, nitems, skipped, others,
                refused, timed, compiling);
@@ -998,6 +1015,7 @@ done:
     free(pool.queue);
     tunedb_free(&db);
     space_free(&space);
+    if (lock_fd >= 0) close(lock_fd);
     return status;
 }
 
@@ -1029,47 +1047,100 @@ static int tune_same_identity(const fg_tune_identity *a, const fg_tune_identity 
            strcmp(a->flashgen, b->flashgen) == 0;
 }
 
-/* Folds every worker file "<path>.gpu<D>.w<K>.part" (this run's, or one left by a run that was killed) into the
- * database at path: records of the parts replace the same (class, variant) in the database, which is
- * then saved atomically, and only then are the parts removed. A part for another identity or a corrupt
- * one is moved aside with a message, never merged. Returns 0, or -1 after printing why (nothing removed). */
-static int tune_merge_parts(const char *path, const fg_tune_identity *id, int *merged_records) {
-    char pattern[PATH_MAX + 16];
-    *merged_records = 0;
-    if (snprintf(pattern, sizeof pattern, "%s.gpu*.part", path) >= (int)sizeof pattern) {
-        say("tune", "the database path %s is too long for its worker files", path);
+/* The worker files of the database at path: "<path>.gpu<D>.w<K>.part" in its directory (this run's, or
+ * ones a killed run left), found by name (not glob(3): the path may hold glob metacharacters). Fills
+ * *names (malloc'ed full paths, *n of them; caller frees each and the array). Returns 0, or -1 after
+ * printing why. */
+static int tune_list_parts(const char *path, char ***names, int *n) {
+    *names = NULL;
+    *n = 0;
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (slash) snprintf(dir, sizeof dir, "%.*s", (int)(slash - path == 0 ? 1 : slash - path), path);
+    else snprintf(dir, sizeof dir, ".");
+    size_t blen = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return 0;
+        say("tune", "cannot list %s for worker files: %s", dir, strerror(errno));
         return -1;
     }
-    glob_t g;
-    memset(&g, 0, sizeof g);
-    int grc = glob(pattern, 0, NULL, &g);
-    if (grc == GLOB_NOMATCH) return 0;
-    if (grc != 0) {
-        say("tune", "cannot list the worker files %s", pattern);
-        return -1;
+    int cap = 0, rc = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *nm = e->d_name;
+        size_t len = strlen(nm);
+        if (len < blen + 9 || strncmp(nm, base, blen) != 0 || strncmp(nm + blen, ".gpu", 4) != 0 ||
+            strcmp(nm + len - 5, ".part") != 0)
+            continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 8;
+            char **grown = realloc(*names, (size_t)cap * sizeof *grown);
+            if (!grown) {
+                rc = -1;
+                break;
+            }
+            *names = grown;
+        }
+        size_t need = strlen(dir) + 1 + len + 1;
+        char *full = malloc(need);
+        if (!full) {
+            rc = -1;
+            break;
+        }
+        snprintf(full, need, "%s/%s", dir, nm);
+        (*names)[(*n)++] = full;
     }
+    closedir(d);
+    if (rc != 0) say("tune", "out of memory listing worker files");
+    return rc;
+}
+
+/* Folds every worker file of the database at path (tune_list_parts) into it: records of the parts replace
+ * the same (class, variant) in the database, which is then saved atomically, and only then are the merged
+ * parts removed. A part for another identity or a corrupt one (FG_ERR_FORMAT) is moved aside with a
+ * message, never merged; any other failure (I/O, memory) stops the merge with every part kept. *added
+ * counts the records the parts added or changed. Returns 0, or -1 after printing why. */
+static int tune_merge_parts(const char *path, const fg_tune_identity *id, int *added) {
+    *added = 0;
+    char **names = NULL;
+    int n = 0;
+    if (tune_list_parts(path, &names, &n) != 0) return -1;
+    if (n == 0) return 0;
+    int *merged = calloc((size_t)n, sizeof *merged);
     fg_tunedb db;
     memset(&db, 0, sizeof db);
-    int rc = tune_open_db(path, id, &db) == 0 ? 0 : -1;
-    for (size_t i = 0; i < g.gl_pathc && rc == 0; i++) {
+    int rc = merged && tune_open_db(path, id, &db) == 0 ? 0 : -1;
+    for (int i = 0; i < n && rc == 0; i++) {
         fg_tunedb part;
         memset(&part, 0, sizeof part);
         fg_error err;
         fg_error_clear(&err);
-        if (tunedb_load(g.gl_pathv[i], id, &part, &err) != FG_OK) {
+        fg_status st = tunedb_load(names[i], id, &part, &err);
+        if (st == FG_ERR_FORMAT) {
             char moved[PATH_MAX + 64];
-            say("tune", "not merging %s: %s", g.gl_pathv[i], err.msg);
-            if (tune_move_aside(g.gl_pathv[i], moved, sizeof moved) == 0) say("tune", "moved it to %s", moved);
+            say("tune", "not merging %s: %s", names[i], err.msg);
+            if (tune_move_aside(names[i], moved, sizeof moved) == 0) say("tune", "moved it to %s", moved);
+            else say("tune", "and cannot move it aside (%s); it stays", strerror(errno));
             tunedb_free(&part);
             continue;
         }
+        if (st != FG_OK) {
+            say("tune", "cannot read %s: %s; nothing merged, the worker files are kept", names[i], err.msg);
+            rc = -1;
+            tunedb_free(&part);
+            break;
+        }
         for (int r = 0; r < part.count && rc == 0; r++) {
-            if (tunedb_add(&db, &part.records[r], &err) != FG_OK) {
-                say("tune", "merging %s: %s", g.gl_pathv[i], err.msg);
+            const fg_tune_record *x = &part.records[r];
+            *added += !tunedb_has(&db, &x->cls, &x->spec);
+            if (tunedb_add(&db, x, &err) != FG_OK) {
+                say("tune", "merging %s: %s", names[i], err.msg);
                 rc = -1;
             }
         }
-        *merged_records += part.count;
+        merged[i] = rc == 0;
         tunedb_free(&part);
     }
     if (rc == 0) {
@@ -1080,12 +1151,38 @@ static int tune_merge_parts(const char *path, const fg_tune_identity *id, int *m
             rc = -1;
         }
     }
-    for (size_t i = 0; i < g.gl_pathc && rc == 0; i++)
-        if (unlink(g.gl_pathv[i]) != 0 && errno != ENOENT)
-            say("tune", "merged, but cannot remove %s: %s", g.gl_pathv[i], strerror(errno));
+    for (int i = 0; i < n; i++) {
+        if (rc == 0 && merged && merged[i] && unlink(names[i]) != 0 && errno != ENOENT)
+            say("tune", "merged, but cannot remove %s: %s", names[i], strerror(errno));
+        free(names[i]);
+    }
+    free(names);
+    free(merged);
     tunedb_free(&db);
-    globfree(&g);
     return rc;
+}
+
+/* Takes an exclusive lock on "<path>.lock" for this sweep, so two sweeps never fill one database (or its
+ * worker files) at once; the lock goes with the process. Returns the descriptor (keep it open), or -1
+ * after printing why. */
+static int tune_lock(const char *path) {
+    char lock[PATH_MAX + 8];
+    if (snprintf(lock, sizeof lock, "%s.lock", path) >= (int)sizeof lock) {
+        say("tune", "the database path %s is too long for its lock file", path);
+        return -1;
+    }
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        say("tune", "cannot open the lock file %s: %s", lock, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        say("tune", "another `flashgen tune` is filling %s (%s is locked); wait for it, or give another --db", path,
+            lock);
+        close(fd);
+        return -1;
+    }
+    return fd;
 }
 
 /* Starts `flashgen tune SPACE --device D --db PART --shard K/N ...` as child c (this same program, via
@@ -1124,6 +1221,11 @@ static int tune_spawn(tune_child *c, const char *space_path, const tune_opts *o,
         return -1;
     }
     if (pid == 0) {
+        /* Its own process group: a terminal's Ctrl-C reaches only the parent, which passes one SIGINT on
+         * (a second one, from the terminal, would kill a worker mid-candidate); and a worker whose parent
+         * dies is told to stop (SIGTERM: it finishes the candidate and saves its part). */
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
         execv("/proc/self/exe", argv);
         fprintf(stderr, "flashgen tune: cannot run the worker for device %d (/proc/self/exe): %s\n", c->device,
                 strerror(errno));
@@ -1178,7 +1280,8 @@ static int tune_parallel(const char *space_path, const tune_opts *o, const int *
         return EXIT_FAIL;
     }
     int status = EXIT_FAIL, ndev = 0, ngroups = 0, nchildren = 0, handlers = 0;
-    int devs[TUNE_MAX_DEVICES];
+    int devs[TUNE_MAX_DEVICES], locks[TUNE_MAX_DEVICES];
+    for (int g = 0; g < TUNE_MAX_DEVICES; g++) locks[g] = -1;
     tune_group *groups = calloc(TUNE_MAX_DEVICES, sizeof *groups);
     tune_child *kids = calloc(TUNE_MAX_DEVICES, sizeof *kids);
     struct sigaction old_int, old_term;
@@ -1252,8 +1355,10 @@ static int tune_parallel(const char *space_path, const tune_opts *o, const int *
     }
     nchildren = ndev;
 
-    /* Each model's database, with the parts a killed run may have left folded in, seeds its workers. */
+    /* Each model's database, locked for the sweep, with the parts a killed run may have left folded in,
+     * seeds its workers. */
     for (int g = 0; g < ngroups; g++) {
+        if ((locks[g] = tune_lock(groups[g].path)) < 0) goto done;
         int merged = 0;
         if (tune_merge_parts(groups[g].path, &groups[g].id, &merged) != 0) goto done;
         if (merged) tune_print(NULL, TUNE_INFO, "merged %d records left by an earlier run into %s", merged, groups[g].path);
@@ -1287,25 +1392,27 @@ static int tune_parallel(const char *space_path, const tune_opts *o, const int *
     }
     handlers = 1;
     int started = 0;
-    for (int g = 0; g < ngroups; g++)
-        for (int i = 0, k = 0; i < ndev; i++)
+    for (int g = 0; g < ngroups && !tune_parent_signal; g++)
+        for (int i = 0, k = 0; i < ndev && !tune_parent_signal; i++)
             if (kids[i].group == g && tune_spawn(&kids[i], space_path, o, k++, groups[g].ndev, jobs) == 0) started++;
     tune_print(NULL, TUNE_INFO, "%d worker%s started, %d compile thread%s each", started, started == 1 ? "" : "s", jobs,
                jobs == 1 ? "" : "s");
     int forwarded = 0;
     for (int left = started; left > 0;) {
+        /* Polled, so a signal that lands at any moment is passed on within 50 ms. */
+        if (tune_parent_signal && !forwarded) {
+            for (int i = 0; i < ndev; i++)
+                if (kids[i].pid > 0) kill(kids[i].pid, tune_parent_signal == SIGINT ? SIGINT : SIGTERM);
+            forwarded = 1;
+        }
         int ws;
-        pid_t pid = waitpid(-1, &ws, 0);
+        pid_t pid = waitpid(-1, &ws, WNOHANG);
+        if (pid == 0 || (pid < 0 && errno == EINTR)) {
+            struct timespec nap = {0, 50 * 1000 * 1000};
+            nanosleep(&nap, NULL);
+            continue;
+        }
         if (pid < 0) {
-            if (errno == EINTR) {
-                /* A terminal's Ctrl-C reached the workers too; a TERM sent to this process alone is passed on. */
-                if (tune_parent_signal && !forwarded) {
-                    for (int i = 0; i < ndev; i++)
-                        if (kids[i].pid > 0) kill(kids[i].pid, tune_parent_signal == SIGINT ? SIGINT : SIGTERM);
-                    forwarded = 1;
-                }
-                continue;
-            }
             say("tune", "waiting for the workers: %s", strerror(errno));
             break;
         }
@@ -1331,7 +1438,7 @@ static int tune_parallel(const char *space_path, const tune_opts *o, const int *
             status = EXIT_FAIL;
             continue;
         }
-        tune_print(NULL, TUNE_INFO, "%s: merged the workers' %d records into %s", groups[g].id.device, merged,
+        tune_print(NULL, TUNE_INFO, "%s: merged the workers' parts (%d new records) into %s", groups[g].id.device, merged,
                    groups[g].path);
         if (status != EXIT_OK) continue;
         fg_tunedb db;
@@ -1347,13 +1454,17 @@ static int tune_parallel(const char *space_path, const tune_opts *o, const int *
         if (tune_print_table(&R) != 0) status = EXIT_FAIL;
         tunedb_free(&db);
     }
-    if (tune_parent_signal) say("tune", "interrupted; what the workers measured is saved; resume with the same command");
+    if (tune_parent_signal && status != EXIT_OK)
+        say("tune", "interrupted; what the workers saved is in the database or their part files; resume with the same "
+            "command");
 
 done:
     if (handlers) {
         sigaction(SIGINT, &old_int, NULL);
         sigaction(SIGTERM, &old_term, NULL);
     }
+    for (int g = 0; g < TUNE_MAX_DEVICES; g++)
+        if (locks[g] >= 0) close(locks[g]);
     free(groups);
     free(kids);
     space_free(&space);
@@ -1436,9 +1547,19 @@ int cmd_tune(int argc, char **argv) {
         case OPT_SHOW: show = 1; break;
         case OPT_CSV: csv = 1; break;
         case OPT_SHARD: {
-            char tail;
-            if (sscanf(optarg, "%d/%d%c", &shard, &nshards, &tail) != 2 || nshards < 1 || shard < 0 || shard >= nshards)
-                return usage_error("tune", "--shard '%s': expected K/N with 0 <= K < N (set by --device lists)", optarg);
+            char *end;
+            errno = 0;
+            long k = strtol(optarg, &end, 10), n = -1;
+            if (end != optarg && *end == '/' && optarg[0] >= '0' && optarg[0] <= '9') {
+                char *end2;
+                n = strtol(end + 1, &end2, 10);
+                if (end2 == end + 1 || *end2 || end[1] < '0' || end[1] > '9') n = -1;
+            }
+            if (errno || n < 1 || n > TUNE_MAX_DEVICES || k < 0 || k >= n)
+                return usage_error("tune", "--shard '%s': expected K/N with 0 <= K < N <= %d (set by --device lists)",
+                                   optarg, TUNE_MAX_DEVICES);
+            shard = (int)k;
+            nshards = (int)n;
             break;
         }
         default: return bad_option("tune", argv, c);

@@ -28,10 +28,13 @@
 extern "C" {
 #endif
 
+/* 0.2.0: fg_fwd_args gained q/k/v_descale (FP8) at its end, so a program built against 0.1.0's header
+ * must be rebuilt (its shorter struct would be read past its end). The version also keys the disk cache,
+ * bundles and tuning databases: those of 0.1.0 are recompiled, refused or ignored, never trusted. */
 #define FG_VERSION_MAJOR 0
-#define FG_VERSION_MINOR 1
+#define FG_VERSION_MINOR 2
 #define FG_VERSION_PATCH 0
-#define FG_VERSION_STRING "0.1.0"
+#define FG_VERSION_STRING "0.2.0"
 
 typedef enum fg_status {
     FG_OK = 0,
@@ -91,7 +94,9 @@ typedef struct fg_tensor {
  *   - the descale factors below: the softmax uses softmax_scale * q_descale * k_descale, and
  *     O = (P V) * v_descale / l; the LSE is the natural-log LSE of the descaled scores
  *     (softmax_scale * q_descale * k_descale * Q K^T). Query head h takes the factors of its KV head,
- *     h / (heads_q / heads_kv).
+ *     h / (heads_q / heads_kv). Descales must be positive and finite (a quantizer's amax / max_finite
+ *     is): they live in device memory, so the call cannot check them, and the kernel's running row
+ *     maximum assumes a positive score scale.
  * In fp16/bf16 calls the descale tensors must have data NULL and V is laid out like K. */
 typedef struct fg_fwd_args {
     fg_tensor q;         /* [batch, seqlen_q, heads_q, head_dim], fp16, bf16, e4m3 or e5m2 */

@@ -122,7 +122,7 @@ fg_status bundle_serialize(const fg_bundle *bundle, uint8_t **out, size_t *len, 
     put_le32(buf + 8, FG_BUNDLE_FORMAT_VERSION);
     put_le32(buf + 12, (uint32_t)count);
     memset(buf + 16, 0, BUNDLE_GENVER);
-    memcpy(buf + 16, FG_VERSION_STRING, strlen(FG_VERSION_STRING)); /* "0.1.0": well under 16 bytes */
+    memcpy(buf + 16, FG_VERSION_STRING, strlen(FG_VERSION_STRING)); /* "0.2.0": well under 16 bytes */
     size_t pos = BUNDLE_HEADER, offset = index_end + 32;
     for (size_t i = 0; i < count; i++) {
         const fg_bundle_entry *e = sorted[i];

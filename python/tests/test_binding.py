@@ -106,7 +106,7 @@ class LayoutTest(unittest.TestCase):
             out = subprocess.run([exe], check=True, stdout=subprocess.PIPE, universal_newlines=True).stdout
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        cls.c = {}  # ("fg_tensor", "data") -> "0", ("const", "FG_OK") -> "0", ("version",) -> "0.1.0"
+        cls.c = {}  # ("fg_tensor", "data") -> "0", ("const", "FG_OK") -> "0", ("version",) -> "0.2.0"
         for line in out.splitlines():
             words = line.split(" ")
             cls.c[tuple(words[:-1])] = words[-1]

@@ -145,6 +145,9 @@ struct fg_tile_loader {
 // the threads cover whole rows 8 at a time a thread keeps one chunk column and one pointer.
 template <int COLS, int THREADS>
 struct fg_vt_loader {
+    // Every row of the tile is a head dim of V: a padded head dim would read past V (validate.c's
+    // fp8_head_dim keeps FP8 head dims multiples of 32). COLS makes the check wait for an instantiation.
+    static_assert(COLS < 0 || FG_HEAD_DIM == FG_HEAD_DIM_PADDED, "FP8 head_dim must need no padding");
     static constexpr int CH = COLS / 16;
     static constexpr bool FIXED = THREADS % CH == 0 && (THREADS / CH) % 8 == 0;
     static constexpr int RPS = FIXED ? THREADS / CH : 1; // rows per step when FIXED

@@ -39,6 +39,7 @@ __device__ __forceinline__ void fg_mma_16816(float (&c)[4], const u32 (&a)[4], u
 // them from tiles whose rows are 32 bytes of the reduction dimension, exactly as for 16-bit elements.
 template <int AT, int BT>
 __device__ __forceinline__ void fg_mma_16832_fp8(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    static_assert(!(AT == 1 && BT == 0), "e5m2 x e4m3 is not used and has no branch below");
 #if FG_FP8
     if constexpr (AT == 0 && BT == 0)
         asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
