@@ -84,8 +84,10 @@ RULE(registers, acc_registers(s) > 176, FG_ERR_UNSUPPORTED,
      "block_m %d, block_n %d, warps %d at head_dim %d need %d accumulator registers per thread (limit 176 of 255 "
      "before spilling): use more warps or a smaller block_n", s->block_m, s->block_n, s->warps, s->head_dim, acc_registers(s))
 RULE(smem, arch_smem_limit(s->arch) != 0 && spec_smem_bytes(s) > arch_smem_limit(s->arch), FG_ERR_UNSUPPORTED,
-     "block_m %d, block_n %d, stages %d at head_dim %d need %zu bytes of shared memory, more than sm_%d's %zu",
-     s->block_m, s->block_n, s->stages, s->head_dim, spec_smem_bytes(s), s->arch, arch_smem_limit(s->arch))
+     "block_m %d, block_n %d, stages %d at head_dim %d need %zu bytes of shared memory%s, more than sm_%d's %zu",
+     s->block_m, s->block_n, s->stages, s->head_dim, spec_smem_bytes(s),
+     spec_dtype_is_fp8(s->dtype) ? " (FP8 tiles, or the 16-bit O staged at the end, whichever is larger)" : "",
+     s->arch, arch_smem_limit(s->arch))
 
 #define R(id, st) {#id, refuse_##id, say_##id, st}
 static const rule rules[] = {
