@@ -1,5 +1,5 @@
-/* reference.h: the CPU reference of the attention forward pass, and the helpers the GPU suite and the
- * CLI share to judge a kernel's output (TESTING.md).
+/* reference.h: the CPU reference of the attention forward and backward passes, and the helpers the GPU
+ * suite and the CLI share to judge a kernel's output (TESTING.md). The backward pass is at the end.
  *
  * Two references on the same inputs, computed in double precision on every core:
  *   ref32    the exact math from the upcast fp16/bf16 inputs (FP8: from the dequantized inputs, each
@@ -132,5 +132,85 @@ double ref_rmse_fwd(const ref_problem *p, const fg_tensor *out, fg_error *err);
 /* Writes a one-line account of r into buf (n bytes, NUL-terminated, truncated if needed):
  * errors, bound, worst element, non-finite count and the LSE findings. Returns buf. */
 char *ref_report_format(const ref_report *r, char *buf, size_t n);
+
+/* ---- the backward pass ----
+ * Given dO = dL/dO, the gradients of L with respect to Q, K and V, recomputed as FlashAttention's backward
+ * does (KERNELS.md, "Backward"). With s_ij = q_i . k_j over the keys j that query row i sees (the forward's
+ * mask) and LSE_i the GIVEN log-sum-exp (the kernel recomputes P from the LSE the forward saved, so both
+ * references do too, from the same fp32 values):
+ *   P_ij  = exp(scale * s_ij - LSE_i)            0 for a masked pair, and for every key of a row that sees
+ *                                                no key (causal with sq > sk, sk = 0) or whose LSE is -inf:
+ *                                                such a row contributes nothing and gets dQ = 0 (never NaN)
+ *   dP_ij = dO_i . v_j
+ *   dS_ij = P_ij (dP_ij - D_i)
+ *   dQ_i  = scale * sum_j dS_ij k_j
+ *   dK_j  = scale * sum_h sum_i dS_ij q_i         h over the hq / hkv query heads that share j's KV head
+ *   dV_j  =         sum_h sum_i P_ij dO_i
+ * ref32    all of it in double from the upcast inputs, with D_i = sum_j P_ij dP_ij, which is rowsum(dO_i * O_i)
+ *          for the exact O = P V: the exact gradient (the o tensor is not used).
+ * ref_lowp the kernel's precision, as FA2/FA3 convert P and dS to 16 bits for their MMAs (rnd: round to the
+ *          input dtype through float, to nearest even):
+ *            D_i   = sum_x dO_ix O_ix               from the given 16-bit O and dO (double; the kernel's fp32)
+ *            dV_j  = sum_h sum_i rnd(P_ij) dO_i
+ *            dS_ij = rnd(P_ij (dP_ij - D_i))        P unrounded here
+ *            dQ_i  = rnd(scale * sum_j dS_ij k_j),  dK_j = rnd(scale * sum_h sum_i dS_ij q_i),  dV_j rounded
+ *          (each gradient rounded to the input dtype once at the end, as the kernel writes it).
+ * A kernel's gradients pass when, for each of dQ, dK and dV,
+ *   max|out - ref32| <= REF_BWD_FACTOR * max|ref_lowp - ref32| + REF_BWD_ATOL
+ * and none is NaN/Inf: TESTING.md's rule ("2 * max|ref_lowp - ref32| + 1e-5 (forward), 3x for gradients":
+ * the factor 3, the forward's 1e-5 kept). A wrong o inflates ref_lowp's gap and so the bound: pass the
+ * forward output of this very problem (one that ref_check_fwd passed), as the kernel will read it. */
+#define REF_BWD_FACTOR 3.0
+#define REF_BWD_ATOL 1e-5
+
+/* One backward problem on host tensors. fwd.q, k, v are F16 or BF16 (FP8 backward is not supported);
+ * fwd's descale fields stay absent. Any strides. */
+typedef struct ref_bwd_problem {
+    ref_problem fwd;  /* q, k, v, softmax_scale, causal of the forward pass */
+    fg_tensor o;      /* [b, sq, hq, d], q's dtype: the forward's output (used by ref_lowp's D only) */
+    fg_tensor d_o;    /* [b, sq, hq, d], q's dtype: the gradient of the loss with respect to O */
+    fg_tensor lse;    /* [b, hq, sq], F32: the forward's LSE (natural log; -inf for a row that sees no key) */
+} ref_bwd_problem;
+
+/* Computes the gradients of p in `mode` (see above) on every core; the result does not depend on the
+ * thread count. Caller-owned outputs, contiguous: dq [b, sq, hq, d] (b*sq*hq*d doubles), dk and dv
+ * [b, sk, hkv, d] (b*sk*hkv*d doubles each; NULL allowed when sk = 0), delta (b*hq*sq doubles, or NULL)
+ * [b, hq, sq] receives the D_i of the mode (ref32: sum_j P_ij dP_ij, 0 for a row without keys; ref_lowp:
+ * rowsum(dO_i * O_i) of the given tensors, not rounded). Each thread holds one K/V head in double (2*sk*d
+ * doubles). About 3 s for b=2, s=1024, h=8, d=128 on two cores. Returns FG_ERR_INVALID_ARGUMENT for an
+ * inconsistent problem (FP8 inputs included), FG_ERR_NO_MEMORY. */
+fg_status ref_attention_bwd(const ref_bwd_problem *p, ref_mode mode, double *dq, double *dk, double *dv,
+                            double *delta, fg_error *err);
+
+/* What ref_check_bwd found for one gradient tensor. Indices are logical ([b, s, h, d]). */
+typedef struct ref_grad_report {
+    int pass;                   /* 1 when max_err <= bound and nonfinite == 0 */
+    double max_err;             /* max |out - ref32| over finite outputs */
+    double max_lowp_err;        /* max |ref_lowp - ref32| */
+    double bound;               /* REF_BWD_FACTOR * max_lowp_err + REF_BWD_ATOL */
+    int64_t worst[4];           /* where max_err occurs (all -1 when there are no elements) */
+    double worst_out;           /* the output at worst */
+    double worst_ref;           /* ref32 at worst */
+    int64_t nonfinite;          /* outputs that are NaN or Inf (must be 0) */
+    int64_t first_nonfinite[4]; /* the first of them in row-major order, or -1 */
+} ref_grad_report;
+
+/* What ref_check_bwd found: pass is 1 when all three gradients pass. */
+typedef struct ref_bwd_report {
+    int pass;
+    ref_grad_report dq, dk, dv;
+} ref_bwd_report;
+
+/* Judges a kernel's gradients against both references, on every core, without storing the references
+ * (only their D, two doubles per query row).
+ * dq: host copy of dQ, shape [b, sq, hq, d]; dk, dv: host copies of dK and dV, shape [b, sk, hkv, d]; each
+ * F16, BF16 or F32 (independently), any strides. Fills *r (r->pass tells the verdict); returns FG_OK unless
+ * the arguments are inconsistent (FG_ERR_INVALID_ARGUMENT) or memory runs out (FG_ERR_NO_MEMORY). */
+fg_status ref_check_bwd(const ref_bwd_problem *p, const fg_tensor *dq, const fg_tensor *dk, const fg_tensor *dv,
+                        ref_bwd_report *r, fg_error *err);
+
+/* Writes a one-line account of r into buf (n bytes, NUL-terminated, truncated if needed): per gradient the
+ * error, bound, worst element and non-finite count. Returns buf. */
+char *ref_bwd_report_format(const ref_bwd_report *r, char *buf, size_t n);
 
 #endif
