@@ -396,6 +396,54 @@ static fg_status check_problem(const ref_problem *p, fg_error *err) {
 /* The forward pass, one query row at a time                                                          */
 /* ------------------------------------------------------------------------------------------------ */
 
+/* What a check found so far in one output tensor (O, or a gradient); "lin" = row-major logical index. */
+typedef struct grad_findings {
+    double max_err;        /* max |out - ref32| */
+    int64_t worst_lin;     /* its element, -1 when none */
+    double worst_out;      /* the output there */
+    double worst_ref;      /* ref32 there */
+    double max_lowp;       /* max |ref_lowp - ref32| */
+    int64_t nonfinite;     /* NaN/Inf outputs */
+    int64_t first_nf_lin;  /* first of them, -1 when none */
+} grad_findings;
+
+/* Folds one element into f: out is the kernel's value, r32 and rlow the references, lin its index. */
+static void grad_fold(grad_findings *f, double out, double r32, double rlow, int64_t lin) {
+    double lowp = fabs(rlow - r32);
+    if (lowp > f->max_lowp)
+        f->max_lowp = lowp;
+    if (!isfinite(out)) {
+        if (f->nonfinite++ == 0 || lin < f->first_nf_lin)
+            f->first_nf_lin = lin;
+        return;
+    }
+    double e = fabs(out - r32);
+    if (f->worst_lin < 0 || e > f->max_err || (e == f->max_err && lin < f->worst_lin)) {
+        f->max_err = e;
+        f->worst_lin = lin;
+        f->worst_out = out;
+        f->worst_ref = r32;
+    }
+}
+
+/* Merges findings g (one thread's) into the report fields: the largest lowp gap, the worst element
+ * (ties to the lowest index, so a report does not depend on timing), the non-finite count and first. */
+static void findings_merge(const grad_findings *g, double *max_lowp, double *max_err, double *worst_out,
+                           double *worst_ref, int64_t *worst, int64_t *nonfinite, int64_t *first_nf) {
+    if (g->max_lowp > *max_lowp)
+        *max_lowp = g->max_lowp;
+    if (g->worst_lin >= 0 &&
+        (*worst < 0 || g->max_err > *max_err || (g->max_err == *max_err && g->worst_lin < *worst))) {
+        *worst = g->worst_lin;
+        *max_err = g->max_err;
+        *worst_out = g->worst_out;
+        *worst_ref = g->worst_ref;
+    }
+    *nonfinite += g->nonfinite;
+    if (g->first_nf_lin >= 0 && (*first_nf < 0 || g->first_nf_lin < *first_nf))
+        *first_nf = g->first_nf_lin;
+}
+
 /* Per-thread scratch. */
 typedef struct scratch {
     float *kf;          /* the cached K head, [sk][d] */
@@ -407,14 +455,7 @@ typedef struct scratch {
     double *q;          /* the query row [d] */
     double *o32;        /* ref32 output row [d] */
     double *olow;       /* ref_lowp output row [d] */
-    /* ref_check_fwd's running findings, merged after the threads end; "lin" = row-major logical index */
-    double max_err;         /* max |out - ref32| */
-    int64_t worst_lin;      /* its element, -1 when none */
-    double worst_out;       /* the output there */
-    double worst_ref;       /* ref32 there */
-    double max_lowp;        /* max |ref_lowp - ref32| */
-    int64_t nonfinite;      /* NaN/Inf outputs */
-    int64_t first_nf_lin;   /* first of them, -1 when none */
+    grad_findings f;        /* ref_check_fwd's running findings on O, merged after the threads end */
     double lse_max;         /* max |lse - ref| over finite references */
     int64_t lse_worst_lin;  /* its row, -1 when none */
     int64_t lse_bad;        /* rows breaking the LSE rule */
@@ -571,24 +612,8 @@ static void check_unit(void *arg, int tid, int64_t unit) {
     for (int64_t i = r0; i < r1; i++) {
         double ref_lse = forward_row(j, s, bi, i, h);
         int64_t lin0 = ((bi * j->sq + i) * j->hq + h) * j->d;
-        for (int64_t x = 0; x < j->d; x++) {
-            double out = elem_float(j->odt, j->out, bi, i, h, x);
-            double lowp = fabs(s->olow[x] - s->o32[x]);
-            if (lowp > s->max_lowp)
-                s->max_lowp = lowp;
-            if (!isfinite(out)) {
-                if (s->nonfinite++ == 0 || lin0 + x < s->first_nf_lin)
-                    s->first_nf_lin = lin0 + x;
-                continue;
-            }
-            double e = fabs(out - s->o32[x]);
-            if (s->worst_lin < 0 || e > s->max_err || (e == s->max_err && lin0 + x < s->worst_lin)) {
-                s->max_err = e;
-                s->worst_lin = lin0 + x;
-                s->worst_out = out;
-                s->worst_ref = s->o32[x];
-            }
-        }
+        for (int64_t x = 0; x < j->d; x++)
+            grad_fold(&s->f, elem_float(j->odt, j->out, bi, i, h, x), s->o32[x], s->olow[x], lin0 + x);
         if (!j->lse_out)
             continue;
         const fg_tensor *L = j->lse_out;
@@ -661,7 +686,7 @@ static fg_status job_init(fwd_job *j, const ref_problem *p, int *nthreads, fg_er
         s->olow = s->q + 2 * j->d;
         s->kv_b = -1;
         s->kv_h = -1;
-        s->worst_lin = s->first_nf_lin = s->lse_worst_lin = s->lse_bad_lin = -1;
+        s->f.worst_lin = s->f.first_nf_lin = s->lse_worst_lin = s->lse_bad_lin = -1;
     }
     *nthreads = n;
     return FG_OK;
@@ -760,18 +785,8 @@ fg_status ref_check_fwd(const ref_problem *p, const fg_tensor *out, const fg_ten
     int64_t worst = -1, first_nf = -1, lse_worst = -1, lse_bad = -1;
     for (int i = 0; i < n; i++) {
         const scratch *s = &j.scr[i];
-        if (s->max_lowp > r->max_lowp_err)
-            r->max_lowp_err = s->max_lowp;
-        if (s->worst_lin >= 0 &&
-            (worst < 0 || s->max_err > r->max_err || (s->max_err == r->max_err && s->worst_lin < worst))) {
-            worst = s->worst_lin;
-            r->max_err = s->max_err;
-            r->worst_out = s->worst_out;
-            r->worst_ref = s->worst_ref;
-        }
-        r->nonfinite += s->nonfinite;
-        if (s->first_nf_lin >= 0 && (first_nf < 0 || s->first_nf_lin < first_nf))
-            first_nf = s->first_nf_lin;
+        findings_merge(&s->f, &r->max_lowp_err, &r->max_err, &r->worst_out, &r->worst_ref, &worst, &r->nonfinite,
+                       &first_nf);
         if (s->lse_worst_lin >= 0 && (lse_worst < 0 || s->lse_max > r->lse_max_err ||
                                       (s->lse_max == r->lse_max_err && s->lse_worst_lin < lse_worst))) {
             lse_worst = s->lse_worst_lin;
@@ -991,16 +1006,6 @@ fg_status ref_fill_normal(const fg_tensor *t, uint64_t seed, fg_error *err) {
 #define BWD_ROWS 64 /* query rows per pass-1 unit, keys per pass-2 unit, query rows per pass-2 chunk */
 
 /* ref_check_bwd's running findings for one gradient tensor; "lin" = row-major logical index. */
-typedef struct grad_findings {
-    double max_err;        /* max |out - ref32| */
-    int64_t worst_lin;     /* its element, -1 when none */
-    double worst_out;      /* the output there */
-    double worst_ref;      /* ref32 there */
-    double max_lowp;       /* max |ref_lowp - ref32| */
-    int64_t nonfinite;     /* NaN/Inf outputs */
-    int64_t first_nf_lin;  /* first of them, -1 when none */
-} grad_findings;
-
 /* Per-thread scratch of the backward pass. */
 typedef struct bwd_scratch {
     double *kd;            /* pass 1: the cached K head [sk][d] */
@@ -1058,24 +1063,6 @@ static double lse_at(const fg_tensor *t, int64_t bi, int64_t h, int64_t i) {
     return (double)((const float *)t->data)[bi * t->stride[0] + h * t->stride[1] + i * t->stride[2]];
 }
 
-/* Folds one gradient element into f: out is the kernel's value, r32 and rlow the references, lin its index. */
-static void grad_fold(grad_findings *f, double out, double r32, double rlow, int64_t lin) {
-    double lowp = fabs(rlow - r32);
-    if (lowp > f->max_lowp)
-        f->max_lowp = lowp;
-    if (!isfinite(out)) {
-        if (f->nonfinite++ == 0 || lin < f->first_nf_lin)
-            f->first_nf_lin = lin;
-        return;
-    }
-    double e = fabs(out - r32);
-    if (f->worst_lin < 0 || e > f->max_err || (e == f->max_err && lin < f->worst_lin)) {
-        f->max_err = e;
-        f->worst_lin = lin;
-        f->worst_out = out;
-        f->worst_ref = r32;
-    }
-}
 
 /* s[r] = a_r . u and g[r] = b_r . w for the four consecutive rows a_r = a + r d, b_r = b + r d: sixteen
  * independent chains (each dot product sums its even and its odd elements apart, then adds the two),
@@ -1573,19 +1560,8 @@ static void grad_merge(const bwd_job *j, int n, int g, const int64_t *shape, ref
     memset(r, 0, sizeof *r);
     int64_t worst = -1, first_nf = -1;
     for (int i = 0; i < n; i++) {
-        const grad_findings *f = &j->scr[i].f[g];
-        if (f->max_lowp > r->max_lowp_err)
-            r->max_lowp_err = f->max_lowp;
-        if (f->worst_lin >= 0 &&
-            (worst < 0 || f->max_err > r->max_err || (f->max_err == r->max_err && f->worst_lin < worst))) {
-            worst = f->worst_lin;
-            r->max_err = f->max_err;
-            r->worst_out = f->worst_out;
-            r->worst_ref = f->worst_ref;
-        }
-        r->nonfinite += f->nonfinite;
-        if (f->first_nf_lin >= 0 && (first_nf < 0 || f->first_nf_lin < first_nf))
-            first_nf = f->first_nf_lin;
+        findings_merge(&j->scr[i].f[g], &r->max_lowp_err, &r->max_err, &r->worst_out, &r->worst_ref, &worst,
+                       &r->nonfinite, &first_nf);
     }
     unflatten(worst, shape, 4, r->worst);
     unflatten(first_nf, shape, 4, r->first_nonfinite);
