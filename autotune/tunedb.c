@@ -904,6 +904,17 @@ fg_status tunedb_format_table(const fg_tunedb *db, FILE *out, fg_error *err) {
     return tdb_flush(out, err);
 }
 
+/* Writes text as one quoted CSV field: a quote inside is doubled (RFC 4180), control bytes become spaces
+ * so a record stays one line. */
+static void tdb_csv_field(FILE *out, const char *text) {
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        if (*p == '"') fputc('"', out);
+        fputc(*p < 0x20 || *p == 0x7f ? ' ' : *p, out);
+    }
+    fputc('"', out);
+}
+
 fg_status tunedb_format_csv(const fg_tunedb *db, FILE *out, fg_error *err) {
     if (db == NULL || out == NULL)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "tunedb_format_csv: the database and the stream must not be NULL");
@@ -915,21 +926,14 @@ fg_status tunedb_format_csv(const fg_tunedb *db, FILE *out, fg_error *err) {
     for (int i = 0; i < db->count; i++) {
         const fg_tune_record *r = row[i];
         int first = i == 0 || tdb_class_cmp(&row[i - 1]->cls, &r->cls) != 0;
-        fputc('"', out);
-        for (const char *q = db->id.device; *q; q++) { /* RFC 4180: a quote inside a quoted field is doubled */
-            if (*q == '"') fputc('"', out);
-            fputc(*q, out);
-        }
-        fprintf(out, "\",%s,%s,%d,%d,%d,%lld,%lld,%lld,%d,%d,%d,%d,%s,%.6g,%.6g,%d,%d,\"", "fwd",
+        tdb_csv_field(out, db->id.device);
+        fprintf(out, ",%s,%s,%d,%d,%d,%lld,%lld,%lld,%d,%d,%d,%d,%s,%.6g,%.6g,%d,%d,", "fwd",
                 spec_dtype_name(r->cls.dtype), r->cls.head_dim, r->cls.causal, r->cls.gqa, (long long)r->cls.seqlen_q,
                 (long long)r->cls.seqlen_k, (long long)r->cls.batch_heads, r->spec.block_m, r->spec.block_n,
                 r->spec.warps, r->spec.stages, tunedb_status_name(r->status), r->ms, r->tflops,
                 first && r->status == FG_TUNE_OK, tdb_is_default(r, &policy));
-        for (const unsigned char *p = (const unsigned char *)r->note; *p; p++) {
-            if (*p == '"') fputc('"', out); /* RFC 4180: a quote inside a quoted field is doubled */
-            fputc(*p < 0x20 || *p == 0x7f ? ' ' : *p, out);
-        }
-        fputs("\"\n", out);
+        tdb_csv_field(out, r->note);
+        fputc('\n', out);
     }
     free(row);
     tile_policy_free(&policy);

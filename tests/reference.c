@@ -1040,7 +1040,8 @@ typedef struct bwd_job {
     double *d32;              /* ref32's D [b, hq, sq], written by pass 1 (when want32) */
     double *dlow;             /* ref_lowp's D [b, hq, sq], written by pass 1 (when wantlow) */
     bwd_scratch *scr;         /* one per thread */
-    /* ref_attention_bwd: the one reference computed, contiguous (NULL in ref_check_bwd) */
+    int store;                /* 1: ref_attention_bwd stores the reference; 0: ref_check_bwd compares */
+    /* ref_attention_bwd: the one reference computed, contiguous (NULL when store is 0, or when empty) */
     double *dq;               /* [b, sq, hq, d] */
     double *dk;               /* [b, sk, hkv, d] */
     double *dv;               /* [b, sk, hkv, d] */
@@ -1286,7 +1287,7 @@ static void bwd_q_unit(void *arg, int tid, int64_t unit) {
         for (int r = 0; r < nr; r++) {
             const int64_t lin0 = ((bi * j->sq + i + r) * j->hq + h) * d;
             const double *a32 = s->dq32 + r * d, *alow = s->dqlow + r * d;
-            if (j->dq) {
+            if (j->store) {
                 memcpy(j->dq + lin0, j->want32 ? a32 : alow, (size_t)d * sizeof *j->dq);
                 continue;
             }
@@ -1385,7 +1386,7 @@ static void bwd_k_unit(void *arg, int tid, int64_t unit) {
             const double k32 = j->scale * s->acc[t * d + x], v32 = s->acc[(BWD_ROWS + t) * d + x];
             const double klow = round_to(j->dt, j->scale * s->acc[(2 * BWD_ROWS + t) * d + x]);
             const double vlow = round_to(j->dt, s->acc[(3 * BWD_ROWS + t) * d + x]);
-            if (j->dk) {
+            if (j->store) {
                 j->dk[lin0 + x] = j->want32 ? k32 : klow;
                 j->dv[lin0 + x] = j->want32 ? v32 : vlow;
             } else {
@@ -1542,11 +1543,10 @@ fg_status ref_attention_bwd(const ref_bwd_problem *p, ref_mode mode, double *dq,
         j.d32 = delta;
     else
         j.dlow = delta;
-    /* Non-NULL placeholders tell the units to store rather than compare, even for empty outputs. */
-    static double none;
-    j.dq = dq ? dq : &none;
-    j.dk = dk ? dk : &none;
-    j.dv = dv ? dv : &none;
+    j.store = 1; /* dq, dk, dv are NULL only for empty tensors, which no unit touches */
+    j.dq = dq;
+    j.dk = dk;
+    j.dv = dv;
     int n = 0;
     st = bwd_init(&j, p, &n, err);
     if (st == FG_OK)

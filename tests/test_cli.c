@@ -29,24 +29,19 @@
 #include "emit.h"
 #include "spec.h"
 #include "tunedb.h"
+#include "test_util.h"
 
 static char g_dir[64];    /* this test's scratch directory */
 static char g_cache[128]; /* g_dir/cache: FLASHGEN_CACHE_DIR of every run */
 
 /* Criterion .init: a fresh scratch directory per test, so tests may run in parallel. */
 static void scratch_init(void) {
-    strcpy(g_dir, "/tmp/fg-test-cli-XXXXXX");
-    cr_assert_not_null(mkdtemp(g_dir), "mkdtemp failed: %s", strerror(errno));
+    test_scratch_make(g_dir, sizeof g_dir, "fg-test-cli");
     snprintf(g_cache, sizeof g_cache, "%s/cache", g_dir);
 }
 
 /* Criterion .fini: removes the scratch directory (only ever one of ours). */
-static void scratch_fini(void) {
-    char cmd[128];
-    if (!g_dir[0] || strncmp(g_dir, "/tmp/fg-test-cli-", 17) != 0) return;
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) cr_log_warn("could not remove %s", g_dir);
-}
+static void scratch_fini(void) { test_scratch_remove(g_dir, "fg-test-cli"); }
 
 TestSuite(cli, .init = scratch_init, .fini = scratch_fini, .timeout = 60);
 

@@ -324,8 +324,6 @@ typedef struct fwd_run {
     fg_fwd_args args; /* what fg_attention_fwd receives */
 } fwd_run;
 
-/* Whether dt is an FP8 format. */
-static int is_fp8(fg_dtype dt) { return dt == FG_DTYPE_E4M3 || dt == FG_DTYPE_E5M2; }
 
 /* The dtype's short name for log lines. */
 static const char *dt_name(fg_dtype dt) {
@@ -341,7 +339,7 @@ static void case_name(const fwd_case *c, char *buf, size_t n) {
     if (c->tiles[0] && len > 0 && (size_t)len < n)
         len += snprintf(buf + len, n - (size_t)len, " tiles %dx%d w%d s%d", c->tiles[0], c->tiles[1], c->tiles[2],
                         c->tiles[3]);
-    if (is_fp8(c->dt) && len > 0 && (size_t)len < n)
+    if (spec_dtype_is_fp8(c->dt) && len > 0 && (size_t)len < n)
         snprintf(buf + len, n - (size_t)len, " out=%s descale=%s amp=%g", c->out_f16 ? "f16" : "bf16",
                  c->descale == 0 ? "none" : c->descale == 1 ? "tensor" : "head", (double)(c->amp ? c->amp : 1.f));
 }
@@ -352,8 +350,8 @@ static void run_setup(gpu_env *env, fwd_run *r, const fwd_case *c) {
     r->c = *c;
     int64_t qs[4] = {c->b, c->sq, c->hq, c->d}, ks[4] = {c->b, c->sk, c->hkv, c->d}, ls[3] = {c->b, c->hq, c->sq};
     int64_t st[4];
-    const fg_dtype odt = is_fp8(c->dt) ? (c->out_f16 ? FG_DTYPE_F16 : FG_DTYPE_BF16) : c->dt;
-    const int pad = c->strided ? (is_fp8(c->dt) ? 2 : 1) : 0; /* in elements: 16-byte multiples either way */
+    const fg_dtype odt = spec_dtype_is_fp8(c->dt) ? (c->out_f16 ? FG_DTYPE_F16 : FG_DTYPE_BF16) : c->dt;
+    const int pad = c->strided ? (spec_dtype_is_fp8(c->dt) ? 2 : 1) : 0; /* in elements: 16-byte multiples either way */
     make_strides(4, qs, pad, st);
     dbuf_init(env, &r->q, c->dt, 4, qs, st, 0, 0);
     int64_t ost[4];
@@ -361,7 +359,7 @@ static void run_setup(gpu_env *env, fwd_run *r, const fwd_case *c) {
     dbuf_init(env, &r->o, odt, 4, qs, ost, GUARD, 0);
     make_strides(4, ks, pad, st);
     dbuf_init(env, &r->k, c->dt, 4, ks, st, 0, 0);
-    if (is_fp8(c->dt)) {
+    if (spec_dtype_is_fp8(c->dt)) {
         /* V key-major, as FP8 takes it: [b, hkv, d, skp] viewed as [b, sk, hkv, d]. The rows are padded
          * past sk (to a multiple of 16, plus 16 when strided) and the padding holds NaN, which the kernel
          * must never let reach a probability. */
@@ -374,7 +372,7 @@ static void run_setup(gpu_env *env, fwd_run *r, const fwd_case *c) {
     dbuf_upload_random(env, &r->q, 0x51ull + (uint64_t)c->d);
     dbuf_upload_random(env, &r->k, 0x52ull + (uint64_t)c->sk);
     dbuf_upload_random(env, &r->v, 0x53ull + (uint64_t)c->sq);
-    if (is_fp8(c->dt) && c->amp != 0.f && c->amp != 1.f) {
+    if (spec_dtype_is_fp8(c->dt) && c->amp != 0.f && c->amp != 1.f) {
         /* Scaled inputs, saturated to the format's largest finite value (the saturation cases). */
         dbuf *bs[3] = {&r->q, &r->k, &r->v};
         for (int i = 0; i < 3; i++) {
@@ -392,7 +390,7 @@ static void run_setup(gpu_env *env, fwd_run *r, const fwd_case *c) {
             CK(env->cu->cuMemcpyHtoD(b->dptr, b->img, (size_t)b->span * b->esize));
         }
     }
-    if (is_fp8(c->dt) && c->descale) {
+    if (spec_dtype_is_fp8(c->dt) && c->descale) {
         /* Factors around 1 (0.5 .. 1.5), different per tensor and per (batch, kv head). */
         int64_t dsh[2] = {c->descale == 1 ? 1 : c->b, c->hkv};
         dbuf *ds[3] = {&r->dq, &r->dk, &r->dv};
@@ -511,7 +509,7 @@ static void skip_without_fp8(gpu_env *env) {
 static void run_case(const fwd_case *c) {
     gpu_env env;
     gpu_open(&env);
-    if (is_fp8(c->dt)) skip_without_fp8(&env);
+    if (spec_dtype_is_fp8(c->dt)) skip_without_fp8(&env);
     fwd_run r;
     run_setup(&env, &r, c);
     run_launch(&env, &r);
@@ -570,7 +568,7 @@ static void nan_case(fg_dtype dt, int causal) {
     fwd_case c = mk(dt, 1, 64, 80, 2, 2, 64, causal);
     gpu_env env;
     gpu_open(&env);
-    if (is_fp8(dt)) skip_without_fp8(&env);
+    if (spec_dtype_is_fp8(dt)) skip_without_fp8(&env);
     fwd_run r;
     run_setup(&env, &r, &c);
     /* Q[0, row 5, head 0, dim 3] and K[0, key 40, kv head 1, dim 7] become NaN. */

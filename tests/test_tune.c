@@ -20,22 +20,13 @@
 #include "cache.h"
 #include "space.h"
 #include "tunedb.h"
+#include "test_util.h"
 
 static char g_root[64]; /* this test's scratch directory */
 
-static void scratch_init(void) {
-    strcpy(g_root, "/tmp/fg-test-tune-XXXXXX");
-    cr_assert_not_null(mkdtemp(g_root), "mkdtemp failed: %s", strerror(errno));
-}
+static void scratch_init(void) { test_scratch_make(g_root, sizeof g_root, "fg-test-tune"); }
 
-static void scratch_fini(void) {
-    char cmd[128];
-    if (!g_root[0] || strncmp(g_root, "/tmp/fg-test-tune-", 18) != 0)
-        return;
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
-    if (system(cmd) != 0)
-        cr_log_warn("could not remove %s", g_root);
-}
+static void scratch_fini(void) { test_scratch_remove(g_root, "fg-test-tune"); }
 
 TestSuite(tunedb, .init = scratch_init, .fini = scratch_fini, .timeout = 60);
 TestSuite(space, .init = scratch_init, .fini = scratch_fini, .timeout = 30);
