@@ -11,7 +11,8 @@ quantization). The paper's figures for scale: fp16 1.9e-4, fp8 per-tensor 2.4e-2
 processing 9.1e-3.
 
 Speed (the ANCHORS.md shapes: hidden 2048, 16k tokens): flashgen e4m3 (V already key-major, as an engine
-keeping V^T would give it), flashgen bf16 and cuDNN bf16 (SDPA's cuDNN backend), same process, same
+keeping V^T would give it), flashgen bf16, cuDNN bf16 and FlashAttention-2 bf16 (SDPA's cuDNN and flash
+backends; neither takes FP8), same process, same
 timing as bench/compare.py (CUDA events behind a GPU sleep, median of 20). Every FP8 output is checked
 against the fp32 math on its dequantized inputs before it is timed (the TESTING.md rule with the
 kernel-precision reference rounding P to e4m3 is the C test suite's; here the check is a sanity bound).
@@ -122,7 +123,12 @@ def speed(fg, torch, bench, head_dims, seqlens):
                 def cudnn(i):
                     with bench.sdpa_kernel([bench.SDPBackend.CUDNN_ATTENTION]):
                         return F.scaled_dot_product_attention(qt, kt, vtt, is_causal=causal)
+
+                def fa2(i):
+                    with bench.sdpa_kernel([bench.SDPBackend.FLASH_ATTENTION]):
+                        return F.scaled_dot_product_attention(qt, kt, vtt, is_causal=causal)
                 fns["cudnn_bf16"] = cudnn
+                fns["fa2_bf16"] = fa2
                 for name, fn in fns.items():
                     if name == "flashgen_e4m3" and not ok:
                         res[name] = None
@@ -130,10 +136,10 @@ def speed(fg, torch, bench, head_dims, seqlens):
                     med, _, _ = bench.time_calls(fn, 1)
                     res[name] = flops / (med * 1e-3) / 1e12
                 rows.append(res)
-                print("d%d s%d %s: e4m3 %s bf16 %.0f cudnn %.0f TFLOP/s (fp8 max err %.3g)" % (
+                print("d%d s%d %s: e4m3 %s bf16 %.0f cudnn %.0f fa2 %.0f TFLOP/s (fp8 max err %.3g)" % (
                     d, s, "causal" if causal else "non-causal",
                     "%.0f" % res["flashgen_e4m3"] if res["flashgen_e4m3"] else "n/a",
-                    res["flashgen_bf16"], res["cudnn_bf16"], err), flush=True)
+                    res["flashgen_bf16"], res["cudnn_bf16"], res["fa2_bf16"], err), flush=True)
     return rows
 
 
@@ -158,14 +164,16 @@ def main(argv=None):
         sp = speed(fg, torch, bench, [int(x) for x in a.head_dims.split(",")], [int(x) for x in a.seqlens.split(",")])
         result["speed"] = sp
         md += ["## Speed (TFLOP/s; ANCHORS.md shapes)", "",
-               "| d | seqlen | mask | flashgen e4m3 | flashgen bf16 | cuDNN bf16 | e4m3 / bf16 | e4m3 / cuDNN bf16 |",
-               "|---|---|---|---|---|---|---|---|"]
+               "| d | seqlen | mask | flashgen e4m3 | flashgen bf16 | cuDNN bf16 | FA2 bf16 | e4m3 / bf16 | "
+               "e4m3 / cuDNN bf16 | e4m3 / FA2 bf16 |",
+               "|---|---|---|---|---|---|---|---|---|---|"]
         for r in sp:
             e = r["flashgen_e4m3"]
-            md.append("| %d | %d | %s | %s | %.0f | %.0f | %s | %s |" % (
+            ratio = lambda peer: "%.2f" % (e / r[peer]) if e else "-"
+            md.append("| %d | %d | %s | %s | %.0f | %.0f | %.0f | %s | %s | %s |" % (
                 r["head_dim"], r["seqlen"], "causal" if r["causal"] else "none", "%.0f" % e if e else r["fp8_check"],
-                r["flashgen_bf16"], r["cudnn_bf16"], "%.2f" % (e / r["flashgen_bf16"]) if e else "-",
-                "%.2f" % (e / r["cudnn_bf16"]) if e else "-"))
+                r["flashgen_bf16"], r["cudnn_bf16"], r["fa2_bf16"], ratio("flashgen_bf16"), ratio("cudnn_bf16"),
+                ratio("fa2_bf16")))
     with open(os.path.join(a.out, "fp8.json"), "w") as f:
         json.dump(result, f, indent=1)
     with open(os.path.join(a.out, "fp8.md"), "w") as f:
