@@ -264,7 +264,8 @@ static int cfg_variants(lua_State *L) {
 
 /* tile_policy { ... }: appends one rule to the builder's policy (upvalue 1), overriding earlier rules
  * where they overlap. arch and head_dim are a value or an inclusive {lo, hi} range (absent: any);
- * an arch's 'a' suffix is ignored (rules match the compute capability). causal and dtype absent: any.
+ * a rule that names sm_90a applies to the sm_90a (wgmma) family only, any other rule to the mma.sync
+ * family (whose Hopper target is sm_90). causal and dtype absent: any.
  * block_m, block_n, warps and stages are all required: the rule must give a complete tile. */
 static int cfg_tile_policy(lua_State *L) {
     static const char fn[] = "tile_policy";
@@ -293,6 +294,11 @@ static int cfg_tile_policy(lua_State *L) {
     if (rule.head_dim_min > rule.head_dim_max)
         lua_sandbox_raise(L, fn, "field 'head_dim' range {%d, %d} is reversed: give {lo, hi}", rule.head_dim_min,
                   rule.head_dim_max);
+    /* A rule naming sm_90a applies to the wgmma family (which only sm_90a has); any other to the mma.sync
+     * family, whose Hopper target is sm_90. */
+    rule.family = FG_FAMILY_MMA;
+    for (int i = 0; i < arch.n; i++)
+        if (arch.v[i] == 90 * 2 + 1) rule.family = FG_FAMILY_WGMMA;
     rule.causal = causal.n ? causal.v[0] : -1;
     rule.dtype = dtype.n ? dtype.v[0] : -1;
     rule.block_m = tiles[0].v[0];

@@ -14,6 +14,11 @@ static const char *const fwd_pieces[] = {
     "common/fg_params.h", "common/types.cuh", "common/mma_sm80.cuh",
     "common/cp_async.cuh", "common/softmax.cuh", "fwd_sm80.cuh",
 };
+/* The sm_90a (wgmma) family; the wgmma wrappers, whose operand lists depend on the tile, are generated
+ * between sm90.cuh and the kernel (emit_wgmma). */
+static const char *const fwd_sm90_pieces[] = {
+    "common/fg_params.h", "common/types.cuh", "common/softmax.cuh", "common/sm90.cuh", NULL, "fwd_sm90.cuh",
+};
 
 static const char *template_text(const char *name) {
     for (int i = 0; i < fg_template_count; i++)
@@ -54,6 +59,36 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
     sb_append(b, tmp, (size_t)n);
 }
 
+/* One wgmma wrapper: `name`(float (&d)[n / 8][4], A, u64 desc_b, u32 scale_d) issuing
+ * wgmma.mma_async m64 n{n} k16 with fp32 accumulators d (operands %0 .. %(n/2 - 1)). A is a descriptor
+ * (a_regs 0: u64 desc_a) or four registers of the A fragment (a_regs 1: const u32 (&a)[4]). tnsp_b: B is
+ * MN-major. Inline asm cannot loop, so the generator writes the operand list out. */
+static void emit_wgmma(sbuf *b, const char *name, int n, int a_regs, int tnsp_b, const char *ty) {
+    const int nd = n / 2;
+    sb_printf(b, "__device__ __forceinline__ void %s(float (&d)[%d][4], %s, u64 desc_b, u32 scale_d) {\n", name,
+              n / 8, a_regs ? "const u32 (&a)[4]" : "u64 desc_a");
+    sb_printf(b, "    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n\"\n", nd + (a_regs ? 5 : 2));
+    sb_printf(b, "                 \"wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {\"", n, ty, ty);
+    for (int i = 0; i < nd; i++) {
+        if (i % 16 == 0) sb_printf(b, "\n                 \"");
+        sb_printf(b, "%%%d%s", i, i + 1 < nd ? ", " : "");
+        if (i % 16 == 15 || i + 1 == nd) sb_printf(b, "\"");
+    }
+    if (a_regs)
+        sb_printf(b, "\n                 \"}, {%%%d, %%%d, %%%d, %%%d}, %%%d, p, 1, 1, %d;\\n}\\n\"\n", nd, nd + 1,
+                  nd + 2, nd + 3, nd + 4, tnsp_b);
+    else
+        sb_printf(b, "\n                 \"}, %%%d, %%%d, p, 1, 1, 0, %d;\\n}\\n\"\n", nd, nd + 1, tnsp_b);
+    sb_printf(b, "                 :");
+    for (int i = 0; i < nd; i++)
+        sb_printf(b, "%s\"+f\"(d[%d][%d])", i ? (i % 8 == 0 ? ",\n                  " : ", ") : " ", i / 4, i % 4);
+    if (a_regs)
+        sb_printf(b, "\n                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(desc_b), "
+                     "\"r\"(scale_d));\n}\n\n");
+    else
+        sb_printf(b, "\n                 : \"l\"(desc_a), \"l\"(desc_b), \"r\"(scale_d));\n}\n\n");
+}
+
 fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *err) {
     *src = NULL;
     if (len) *len = 0;
@@ -79,13 +114,25 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
     sb_printf(&b, "#define FG_FP8_E5M2 %d\n", spec->dtype == FG_DTYPE_E5M2 ? 1 : 0);
     sb_printf(&b, "#define FG_ESIZE %d\n", fp8 ? 1 : 2);
     sb_printf(&b, "#define FG_ARCH %d\n", spec->arch);
-    for (size_t i = 0; i < sizeof fwd_pieces / sizeof fwd_pieces[0]; i++) {
-        const char *text = template_text(fwd_pieces[i]);
+    const int wgmma = spec_is_wgmma(spec);
+    const char *const *pieces = wgmma ? fwd_sm90_pieces : fwd_pieces;
+    const size_t npieces = wgmma ? sizeof fwd_sm90_pieces / sizeof fwd_sm90_pieces[0]
+                                 : sizeof fwd_pieces / sizeof fwd_pieces[0];
+    if (wgmma) sb_printf(&b, "#define FG_SW_COLS %d\n", spec->head_dim % 64 == 0 ? 64 : 32);
+    for (size_t i = 0; i < npieces; i++) {
+        if (!pieces[i]) {
+            const char *ty = spec->dtype == FG_DTYPE_BF16 ? "bf16" : "f16";
+            sb_printf(&b, "\n// ---- generated: wgmma wrappers for this tile ----\n");
+            emit_wgmma(&b, "fg_wgmma_qk", spec->block_n, 0, 0, ty);
+            emit_wgmma(&b, "fg_wgmma_pv", spec->head_dim, 1, 1, ty);
+            continue;
+        }
+        const char *text = template_text(pieces[i]);
         if (!text) {
             free(b.data);
-            return fg_fail(err, FG_ERR_INTERNAL, "template %s is not compiled into this library", fwd_pieces[i]);
+            return fg_fail(err, FG_ERR_INTERNAL, "template %s is not compiled into this library", pieces[i]);
         }
-        sb_printf(&b, "\n// ---- templates/%s ----\n", fwd_pieces[i]);
+        sb_printf(&b, "\n// ---- templates/%s ----\n", pieces[i]);
         sb_append(&b, text, strlen(text));
     }
     if (b.failed) {

@@ -68,6 +68,9 @@ int spec_head_dim_padded(const fg_spec *spec);   /* head_dim rounded up to the M
 size_t spec_smem_bytes(const fg_spec *spec);     /* dynamic shared memory the kernel needs (Q/K/V elements
                                                     of spec_dtype_size bytes: 1 for FP8) */
 int spec_threads(const fg_spec *spec);           /* warps * 32 */
+/* 1 for the Hopper family (arch sm_90a: TMA, wgmma, warp specialization, templates/fwd_sm90.cuh); the
+ * other targets, sm_90 included, run the mma.sync family (templates/fwd_sm80.cuh). */
+int spec_is_wgmma(const fg_spec *spec);
 
 /* ---- validation (validate.c): one list of refusal rules ---- */
 
@@ -90,7 +93,11 @@ typedef struct fg_tile_rule {
     int causal;                     /* 0 or 1, or -1 for either */
     int dtype;                      /* an fg_dtype, or -1 for any */
     int block_m, block_n, warps, stages; /* the tiles it gives */
+    int family;                     /* which kernel family it applies to: FG_FAMILY_ANY (0, so positional
+                                       initializers may leave it out), FG_FAMILY_MMA or FG_FAMILY_WGMMA */
 } fg_tile_rule;
+
+enum { FG_FAMILY_ANY = 0, FG_FAMILY_MMA = 1, FG_FAMILY_WGMMA = 2 };
 
 typedef struct fg_tile_policy {
     fg_tile_rule *rules; /* later rules take precedence over earlier ones */

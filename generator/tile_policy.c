@@ -18,41 +18,49 @@
 #include <string.h>
 #include "spec.h"
 
-/* arch range, head_dim range, causal, dtype, block_m, block_n, warps, stages */
+/* arch range, head_dim range, causal, dtype, block_m, block_n, warps, stages, family */
 static const fg_tile_rule default_rules[] = {
-    {80, 999, 8, 64, -1, -1, 128, 64, 4, 3},
-    {80, 999, 65, 128, -1, -1, 128, 32, 4, 3},
-    {80, 999, 129, 256, -1, -1, 128, 64, 8, 2},
+    {80, 999, 8, 64, -1, -1, 128, 64, 4, 3, FG_FAMILY_MMA},
+    {80, 999, 65, 128, -1, -1, 128, 32, 4, 3, FG_FAMILY_MMA},
+    {80, 999, 129, 256, -1, -1, 128, 64, 8, 2, FG_FAMILY_MMA},
     /* sm_80/sm_87 (163 KiB): 128 x 64 x 8 warps needs 192 KiB at d 256 */
-    {80, 80, 193, 256, -1, -1, 64, 64, 4, 2},
-    {87, 87, 193, 256, -1, -1, 64, 64, 4, 2},
+    {80, 80, 193, 256, -1, -1, 64, 64, 4, 2, FG_FAMILY_MMA},
+    {87, 87, 193, 256, -1, -1, 64, 64, 4, 2, FG_FAMILY_MMA},
     /* 99 KiB parts */
-    {86, 86, 129, 256, -1, -1, 64, 32, 4, 2},
-    {89, 89, 129, 256, -1, -1, 64, 32, 4, 2},
-    {120, 121, 129, 256, -1, -1, 64, 32, 4, 2},
+    {86, 86, 129, 256, -1, -1, 64, 32, 4, 2, FG_FAMILY_MMA},
+    {89, 89, 129, 256, -1, -1, 64, 32, 4, 2, FG_FAMILY_MMA},
+    {120, 121, 129, 256, -1, -1, 64, 32, 4, 2, FG_FAMILY_MMA},
     /* sm_90 (H200 sweep). Within 5% of each class's winner except where noted. */
-    {90, 90, 8, 64, 0, -1, 128, 96, 4, 3},          /* 2k/8k winner; 8% behind 64x64 at 512 */
-    {90, 90, 8, 64, 1, -1, 64, 64, 4, 3},           /* 512/2k winner; 6% behind 128x96 at 8k */
-    {90, 90, 65, 128, 0, -1, 128, 32, 4, 2},        /* 128x48 is 3% faster but spills 4 bytes */
-    {90, 90, 65, 128, 1, -1, 128, 48, 4, 2},
+    {90, 90, 8, 64, 0, -1, 128, 96, 4, 3, FG_FAMILY_MMA},          /* 2k/8k winner; 8% behind 64x64 at 512 */
+    {90, 90, 8, 64, 1, -1, 64, 64, 4, 3, FG_FAMILY_MMA},           /* 512/2k winner; 6% behind 128x96 at 8k */
+    {90, 90, 65, 128, 0, -1, 128, 32, 4, 2, FG_FAMILY_MMA},        /* 128x48 is 3% faster but spills 4 bytes */
+    {90, 90, 65, 128, 1, -1, 128, 48, 4, 2, FG_FAMILY_MMA},
     /* FP8 (e4m3, e5m2) on sm_89 and sm_90. FP8 mma.sync is native (QMMA) on sm_89 but emulated on sm_90
      * (each m16n8k32 becomes fp8 -> f16 unpacks and two HMMAs), which costs registers. sm_89: from ptxas
      * reports (NVRTC 13.0). sm_90: the winners of `flashgen tune configs/tune_fwd_fp8.lua` on an H200
      * (bench/results/2026-11-29-h200-fp8/), 10-30% faster than 16 rows per warp. d 129-256 spills on sm_90
      * with every tile tried (128x64 8 warps: 52 bytes, the least; 64x32 4 warps: 432); the default bundle
      * leaves it to JIT there. block_n is a multiple of 32 (the FP8 P.V mma's k: fp8_block_n). */
-    {89, 89, 8, 128, -1, FG_DTYPE_E4M3, 128, 64, 8, 2},   /* 127 / 178 registers */
-    {89, 89, 8, 128, -1, FG_DTYPE_E5M2, 128, 64, 8, 2},
-    {89, 89, 129, 256, -1, FG_DTYPE_E4M3, 128, 32, 8, 2}, /* 209 registers, 64 KiB of the 99 */
-    {89, 89, 129, 256, -1, FG_DTYPE_E5M2, 128, 32, 8, 2},
-    {90, 90, 8, 64, 0, FG_DTYPE_E4M3, 128, 64, 4, 2},     /* 255 registers, no spill */
-    {90, 90, 8, 64, 0, FG_DTYPE_E5M2, 128, 64, 4, 2},
-    {90, 90, 8, 64, 1, FG_DTYPE_E4M3, 64, 64, 4, 2},
-    {90, 90, 8, 64, 1, FG_DTYPE_E5M2, 64, 64, 4, 2},
-    {90, 90, 65, 128, -1, FG_DTYPE_E4M3, 64, 32, 4, 3},   /* 226 registers */
-    {90, 90, 65, 128, -1, FG_DTYPE_E5M2, 64, 32, 4, 3},
-    {90, 90, 129, 256, -1, FG_DTYPE_E4M3, 128, 64, 8, 2}, /* spills (see above) */
-    {90, 90, 129, 256, -1, FG_DTYPE_E5M2, 128, 64, 8, 2},
+    {89, 89, 8, 128, -1, FG_DTYPE_E4M3, 128, 64, 8, 2, FG_FAMILY_MMA},   /* 127 / 178 registers */
+    {89, 89, 8, 128, -1, FG_DTYPE_E5M2, 128, 64, 8, 2, FG_FAMILY_MMA},
+    {89, 89, 129, 256, -1, FG_DTYPE_E4M3, 128, 32, 8, 2, FG_FAMILY_MMA}, /* 209 registers, 64 KiB of the 99 */
+    {89, 89, 129, 256, -1, FG_DTYPE_E5M2, 128, 32, 8, 2, FG_FAMILY_MMA},
+    {90, 90, 8, 64, 0, FG_DTYPE_E4M3, 128, 64, 4, 2, FG_FAMILY_MMA},     /* 255 registers, no spill */
+    {90, 90, 8, 64, 0, FG_DTYPE_E5M2, 128, 64, 4, 2, FG_FAMILY_MMA},
+    {90, 90, 8, 64, 1, FG_DTYPE_E4M3, 64, 64, 4, 2, FG_FAMILY_MMA},
+    {90, 90, 8, 64, 1, FG_DTYPE_E5M2, 64, 64, 4, 2, FG_FAMILY_MMA},
+    {90, 90, 65, 128, -1, FG_DTYPE_E4M3, 64, 32, 4, 3, FG_FAMILY_MMA},   /* 226 registers */
+    {90, 90, 65, 128, -1, FG_DTYPE_E5M2, 64, 32, 4, 3, FG_FAMILY_MMA},
+    {90, 90, 129, 256, -1, FG_DTYPE_E4M3, 128, 64, 8, 2, FG_FAMILY_MMA}, /* spills (see above) */
+    {90, 90, 129, 256, -1, FG_DTYPE_E5M2, 128, 64, 8, 2, FG_FAMILY_MMA},
+    /* sm_90a: the wgmma family (fwd_sm90.cuh), 16-bit. block_m is 64 per consumer warpgroup, warps
+     * 4 per warpgroup plus the producer's 4. Starting points from FlashAttention-3's tiles, within this
+     * kernel's register budget (validate.c): d 64 192 x 128 (3 consumers, 160 registers each), d 128
+     * 128 x 128, d 256 128 x 80 (the largest that fits 227 KiB with 2 stages). */
+    {90, 90, 32, 64, -1, -1, 192, 128, 16, 2, FG_FAMILY_WGMMA},
+    {90, 90, 65, 128, -1, -1, 128, 128, 12, 2, FG_FAMILY_WGMMA},
+    {90, 90, 129, 192, -1, -1, 128, 96, 12, 2, FG_FAMILY_WGMMA},
+    {90, 90, 193, 256, -1, -1, 128, 80, 12, 2, FG_FAMILY_WGMMA},
 };
 
 fg_status tile_policy_add(fg_tile_policy *p, const fg_tile_rule *r, fg_error *err) {
@@ -103,6 +111,7 @@ const fg_tile_rule *tile_policy_lookup(const fg_tile_policy *p, const fg_spec *s
         if (s->head_dim < r->head_dim_min || s->head_dim > r->head_dim_max) continue;
         if (r->causal >= 0 && r->causal != (s->causal != 0)) continue;
         if (r->dtype >= 0 && r->dtype != (int)s->dtype) continue;
+        if (r->family != FG_FAMILY_ANY && (r->family == FG_FAMILY_WGMMA) != (spec_is_wgmma(s) != 0)) continue;
         return r;
     }
     return NULL;

@@ -33,6 +33,13 @@ static int acc_registers(const fg_spec *s) {
     return m_tiles(s) * (spec_head_dim_padded(s) / 2 + s->block_n / 2);
 }
 
+/* The wgmma family (sm_90a): block_m / 64 consumer warpgroups of 64 query rows each plus one producer
+ * warpgroup. After setmaxnreg a consumer thread has 240 registers (2 consumer warpgroups or 1) or 160 (3):
+ * O (d/2) and S (block_n/2) in fp32, P packed (block_n/4), and ~24 for addresses and statistics. */
+static int wg_consumers(const fg_spec *s) { return s->block_m / 64; }
+static int wg_registers(const fg_spec *s) { return s->head_dim / 2 + s->block_n * 3 / 4 + 24; }
+static int wg_register_limit(const fg_spec *s) { return wg_consumers(s) == 3 ? 160 : 240; }
+
 typedef struct rule {
     const char *name;                          /* short id, used by tests */
     int (*refuse)(const fg_spec *s);           /* true: the spec breaks the rule */
@@ -65,12 +72,30 @@ RULE(fp8_head_dim, spec_dtype_is_fp8(s->dtype) && (s->head_dim < 32 || s->head_d
      FG_ERR_UNSUPPORTED,
      "head_dim %d is not supported for dtype %s: it must be a multiple of 32 from 32 to 256 (the FP8 mma's k-step "
      "is 32 bytes of head dim)", s->head_dim, spec_dtype_name(s->dtype))
+RULE(wgmma_dtype, spec_is_wgmma(s) && s->dtype != FG_DTYPE_F16 && s->dtype != FG_DTYPE_BF16, FG_ERR_UNSUPPORTED,
+     "dtype %s on sm_90a (the wgmma family) is not implemented yet: use arch sm_90 (the mma.sync family), "
+     "which the runtime picks for it on Hopper", spec_dtype_name(s->dtype))
+RULE(wgmma_head_dim, spec_is_wgmma(s) && (s->head_dim < 32 || s->head_dim % 32 != 0), FG_ERR_UNSUPPORTED,
+     "head_dim %d is not supported on sm_90a (the wgmma family): it must be a multiple of 32 from 32 to 256 "
+     "(TMA tiles are 32- or 64-column chunks); arch sm_90 (mma.sync) takes multiples of 8", s->head_dim)
 RULE(tiles_set, s->block_m <= 0 || s->block_n <= 0 || s->warps <= 0 || s->stages <= 0, FG_ERR_INVALID_ARGUMENT,
      "tile fields must be set (block_m=%d, block_n=%d, warps=%d, stages=%d): fill them from the tile policy",
      s->block_m, s->block_n, s->warps, s->stages)
-RULE(warps, s->warps != 1 && s->warps != 2 && s->warps != 4 && s->warps != 8, FG_ERR_UNSUPPORTED,
+RULE(wgmma_block_m, spec_is_wgmma(s) && s->block_m != 64 && s->block_m != 128 && s->block_m != 192,
+     FG_ERR_UNSUPPORTED,
+     "block_m %d is not supported on sm_90a (the wgmma family): it must be 64, 128 or 192 (one consumer "
+     "warpgroup per 64 query rows, at most 3)", s->block_m)
+RULE(wgmma_warps, spec_is_wgmma(s) && s->warps != 4 * (wg_consumers(s) + 1), FG_ERR_UNSUPPORTED,
+     "warps %d with block_m %d is not supported on sm_90a (the wgmma family): it must be %d, a producer "
+     "warpgroup plus one consumer warpgroup (4 warps) per 64 query rows", s->warps, s->block_m,
+     4 * (wg_consumers(s) + 1))
+RULE(wgmma_registers, spec_is_wgmma(s) && wg_registers(s) > wg_register_limit(s), FG_ERR_UNSUPPORTED,
+     "block_n %d at head_dim %d needs about %d registers per consumer thread on sm_90a, more than the %d a "
+     "consumer warpgroup gets with block_m %d: use a smaller block_n", s->block_n, s->head_dim,
+     wg_registers(s), wg_register_limit(s), s->block_m)
+RULE(warps, !spec_is_wgmma(s) && s->warps != 1 && s->warps != 2 && s->warps != 4 && s->warps != 8, FG_ERR_UNSUPPORTED,
      "warps %d is not supported: it must be 1, 2, 4 or 8", s->warps)
-RULE(block_m_mma, s->block_m % (16 * s->warps) != 0 || (m_tiles(s) != 1 && m_tiles(s) != 2), FG_ERR_UNSUPPORTED,
+RULE(block_m_mma, !spec_is_wgmma(s) && (s->block_m % (16 * s->warps) != 0 || (m_tiles(s) != 1 && m_tiles(s) != 2)), FG_ERR_UNSUPPORTED,
      "block_m %d with %d warps is not supported: each warp owns 16 or 32 query rows (the MMA's m16), so block_m "
      "must be 16 or 32 times warps", s->block_m, s->warps)
 RULE(block_n_mma, s->block_n % 16 != 0 || s->block_n < 16 || s->block_n > 256, FG_ERR_UNSUPPORTED,
@@ -80,7 +105,7 @@ RULE(fp8_block_n, spec_dtype_is_fp8(s->dtype) && s->block_n % 32 != 0, FG_ERR_UN
      s->block_n, spec_dtype_name(s->dtype))
 RULE(stages, s->stages < 2 || s->stages > 4, FG_ERR_UNSUPPORTED,
      "stages %d is not supported: the K/V cp.async pipeline has 2 to 4 stages", s->stages)
-RULE(registers, acc_registers(s) > 176, FG_ERR_UNSUPPORTED,
+RULE(registers, !spec_is_wgmma(s) && acc_registers(s) > 176, FG_ERR_UNSUPPORTED,
      "block_m %d, block_n %d, warps %d at head_dim %d need %d accumulator registers per thread (limit 176 of 255 "
      "before spilling): use more warps or a smaller block_n", s->block_m, s->block_n, s->warps, s->head_dim, acc_registers(s))
 RULE(smem, arch_smem_limit(s->arch) != 0 && spec_smem_bytes(s) > arch_smem_limit(s->arch), FG_ERR_UNSUPPORTED,
@@ -93,8 +118,9 @@ RULE(smem, arch_smem_limit(s->arch) != 0 && spec_smem_bytes(s) > arch_smem_limit
 static const rule rules[] = {
     R(kind, FG_ERR_INVALID_ARGUMENT),   R(arch_known, FG_ERR_UNSUPPORTED), R(arch_accel, FG_ERR_UNSUPPORTED),
     R(dtype_half, FG_ERR_UNSUPPORTED),  R(fp8_arch, FG_ERR_UNSUPPORTED),   R(fp8_out, FG_ERR_UNSUPPORTED),
-    R(head_dim_range, FG_ERR_UNSUPPORTED), R(fp8_head_dim, FG_ERR_UNSUPPORTED), R(tiles_set, FG_ERR_INVALID_ARGUMENT),
-    R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),
+    R(head_dim_range, FG_ERR_UNSUPPORTED), R(fp8_head_dim, FG_ERR_UNSUPPORTED), R(wgmma_dtype, FG_ERR_UNSUPPORTED),
+    R(wgmma_head_dim, FG_ERR_UNSUPPORTED), R(tiles_set, FG_ERR_INVALID_ARGUMENT), R(wgmma_block_m, FG_ERR_UNSUPPORTED),
+    R(wgmma_warps, FG_ERR_UNSUPPORTED), R(wgmma_registers, FG_ERR_UNSUPPORTED), R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),
     R(fp8_block_n, FG_ERR_UNSUPPORTED), R(stages, FG_ERR_UNSUPPORTED),      R(registers, FG_ERR_UNSUPPORTED),
     R(smem, FG_ERR_UNSUPPORTED),
 };

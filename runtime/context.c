@@ -156,6 +156,10 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
     }
     ctx->arch = major * 10 + minor;
     ctx->smem_optin = (size_t)smem;
+    {
+        const char *w = getenv("FLASHGEN_WGMMA");
+        ctx->wgmma = ctx->arch == 90 && cu->cuTensorMapEncodeTiled != NULL && !(w && strcmp(w, "0") == 0);
+    }
     if (ctx->arch < 80) {
         fg_fail(err, FG_ERR_UNSUPPORTED, "device %d (%s) has compute capability %d.%d; flashgen's kernels need 8.0 or newer",
                 opt.device, ctx->device_name, major, minor);

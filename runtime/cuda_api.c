@@ -121,6 +121,10 @@ static void load_driver(void) {
         return;
     }
 
+    if (load_symbol(lib, "cuTensorMapEncodeTiled", &api_table.cuTensorMapEncodeTiled,
+                    sizeof api_table.cuTensorMapEncodeTiled) != 0)
+        api_table.cuTensorMapEncodeTiled = NULL; /* no sm_90a family: Hopper runs the mma.sync one */
+
     CUresult rc = api_table.cuInit(0);
     if (rc != CUDA_SUCCESS) {
         const char *name = NULL, *desc = NULL;

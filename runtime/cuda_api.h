@@ -45,6 +45,11 @@ typedef struct fg_cuda_api {
     CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
     CUresult (*cuGetErrorName)(CUresult, const char **);
     CUresult (*cuGetErrorString)(CUresult, const char **);
+    /* Optional (NULL when the driver lacks it, before CUDA 12): TMA tensor maps for the sm_90a family. */
+    CUresult (*cuTensorMapEncodeTiled)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                       const cuuint64_t *, const cuuint32_t *, const cuuint32_t *,
+                                       CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                       CUtensorMapFloatOOBfill);
 } fg_cuda_api;
 
 /* Loads libcuda once per process (thread-safe) and calls cuInit(0). Returns the table, or NULL with

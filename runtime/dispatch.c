@@ -52,15 +52,33 @@ static fg_dtype call_out_dtype(const fg_fwd_args *a) {
     return spec_dtype_is_fp8(a->q.dtype) ? a->o.dtype : a->q.dtype;
 }
 
-/* The variant for a problem on ctx's device: the device's arch (sm_90a on Hopper, so one cubin serves
- * both mma.sync and later wgmma families), dtype, output dtype, head_dim and mask from the call; tiles
+/* TMA reads a tensor when its base address is 16-byte aligned and the byte strides of its dims longer
+ * than 1 are positive multiples of 16 below 2^40 (a dim of extent 1 is never stepped, whatever its stride). */
+static int tensor_tma_ok(const fg_tensor *t) {
+    if ((uintptr_t)t->data % 16 != 0) return 0;
+    for (int i = 0; i < 3; i++)
+        if (t->shape[i] > 1 && (t->stride[i] <= 0 || (t->stride[i] * 2) % 16 != 0 || t->stride[i] * 2 >= (1LL << 40)))
+            return 0;
+    return 1;
+}
+
+/* Whether a call runs on the sm_90a (wgmma, TMA) family: the context allows it (a 9.0 device), the dtype
+ * is 16-bit (FP8 wgmma is not written yet), head_dim is a multiple of 32 (TMA tiles are 32- or 64-column
+ * chunks), and every tensor is TMA-ready. Other calls on Hopper run the mma.sync family (arch sm_90). */
+static int call_wgmma(const fg_context *ctx, const fg_fwd_args *a) {
+    return ctx->wgmma && !spec_dtype_is_fp8(a->q.dtype) && a->q.shape[3] % 32 == 0 && a->q.shape[3] <= 256 &&
+           tensor_tma_ok(&a->q) && tensor_tma_ok(&a->k) && tensor_tma_ok(&a->v) && tensor_tma_ok(&a->o);
+}
+
+/* The variant for a problem on ctx's device: the device's arch (on Hopper sm_90a, the wgmma family, for
+ * calls it takes, else sm_90, the mma.sync family), dtype, output dtype, head_dim and mask from the call; tiles
  * from the tuning database's winner for the nearest bucket when there is one, else from the tile
  * policy. `why` (may be NULL) receives the reason for the tiles. */
 static fg_status choose_spec(fg_context *ctx, const fg_fwd_args *a, fg_spec *s, char *why, size_t nwhy, fg_error *err) {
     memset(s, 0, sizeof *s);
     s->kind = FG_KIND_FWD;
     s->arch = ctx->arch;
-    s->arch_accel = ctx->arch == 90;
+    s->arch_accel = call_wgmma(ctx, a);
     s->dtype = a->q.dtype;
     s->out_dtype = call_out_dtype(a);
     s->head_dim = (int)a->q.shape[3];
@@ -229,6 +247,25 @@ static fg_status get_kernel(fg_context *ctx, const fg_spec *s, int dry, origin *
 
 /* ------------------------------------------------------------------ public entry points */
 
+/* The tensor map of a [batch, seqlen, heads, head_dim] 16-bit tensor as TMA sees it: 4-d (head_dim,
+ * seqlen, heads, batch), boxes of one `swc`-column chunk by `rows` rows, swizzled like the kernel's tiles
+ * (sm90.cuh). Rows past seqlen read as zeros and are never written. */
+static fg_status encode_tma(fg_context *ctx, CUtensorMap *m, const fg_tensor *t, int rows, int swc, fg_error *err) {
+    const int64_t d = t->shape[3];
+    cuuint64_t dim[4] = {(cuuint64_t)d, (cuuint64_t)t->shape[1], (cuuint64_t)t->shape[2], (cuuint64_t)t->shape[0]};
+    const int64_t st[3] = {t->stride[1], t->stride[2], t->stride[0]};
+    cuuint64_t stride[3];
+    for (int i = 0; i < 3; i++) /* an extent-1 dim is never stepped: give it a legal stride */
+        stride[i] = dim[i + 1] > 1 ? (cuuint64_t)(st[i] * 2) : (cuuint64_t)(d * 2);
+    cuuint32_t box[4] = {(cuuint32_t)swc, (cuuint32_t)rows, 1, 1}, estride[4] = {1, 1, 1, 1};
+    CUresult rc = ctx->cu->cuTensorMapEncodeTiled(
+        m, t->dtype == FG_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, t->data,
+        dim, stride, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        swc == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return rc == CUDA_SUCCESS ? FG_OK : cuda_api_fail(err, rc, "cuTensorMapEncodeTiled", __FILE__, __LINE__);
+}
+
 /* Fills the kernel's parameters from a checked call and launches fn (the variant s) on stream. */
 static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const fg_fwd_args *a, void *stream,
                         fg_error *err) {
@@ -271,7 +308,20 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
     }
 
     const fg_cuda_api *cu = ctx->cu;
-    void *params[] = {&p};
+    fg_tma_params tm;
+    void *params[] = {&p, &tm};
+    if (spec_is_wgmma(&s)) {
+        memset(&tm, 0, sizeof tm);
+        const int swc = s.head_dim % 64 == 0 ? 64 : 32;
+        fg_status st;
+        if ((st = encode_tma(ctx, (CUtensorMap *)tm.q, &a->q, 64, swc, err)) != FG_OK ||
+            (st = encode_tma(ctx, (CUtensorMap *)tm.o, &a->o, 64, swc, err)) != FG_OK)
+            return st;
+        if (p.seqlen_k > 0 && /* no keys: the kernel loads none */
+            ((st = encode_tma(ctx, (CUtensorMap *)tm.k, &a->k, s.block_n, swc, err)) != FG_OK ||
+             (st = encode_tma(ctx, (CUtensorMap *)tm.v, &a->v, s.block_n, swc, err)) != FG_OK))
+            return st;
+    }
     unsigned grid_x = (unsigned)(((int64_t)p.seqlen_q + s.block_m - 1) / s.block_m);
     /* Launch in the device's primary context; switch to it only when the caller's thread has another. */
     CUcontext current = NULL, popped;
@@ -307,8 +357,10 @@ fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) 
     fg_tune_class cls = problem_class(a);
     if (!ctx->tuned) cls.gqa = 0, cls.seqlen_q = cls.seqlen_k = cls.batch_heads = 0; /* the policy ignores them */
     const fg_dtype out_dtype = call_out_dtype(a); /* not in the class: an FP8 call writing fp16 vs bf16 */
+    const int accel = call_wgmma(ctx, a);         /* nor whether its tensors suit TMA */
     pthread_mutex_lock(&ctx->lock);
-    if (ctx->last_kernel >= 0 && memcmp(&ctx->last_class, &cls, sizeof cls) == 0 && ctx->last_out_dtype == out_dtype) {
+    if (ctx->last_kernel >= 0 && memcmp(&ctx->last_class, &cls, sizeof cls) == 0 && ctx->last_out_dtype == out_dtype &&
+        ctx->last_accel == accel) {
         s = ctx->kernels[ctx->last_kernel].spec;
         fn = ctx->kernels[ctx->last_kernel].fn;
     }
@@ -324,6 +376,7 @@ fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) 
             ctx->last_kernel = (int)(k - ctx->kernels);
             ctx->last_class = cls;
             ctx->last_out_dtype = out_dtype;
+            ctx->last_accel = accel;
         }
         pthread_mutex_unlock(&ctx->lock);
         if (st != FG_OK) return rt_set_error(ctx, &err);
@@ -336,10 +389,13 @@ fg_status rt_fwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_fwd_ar
     fg_status st = rt_check_fwd_args(a, 1, err);
     if (st != FG_OK || rt_fwd_is_empty(a)) return st;
     if (spec->kind != FG_KIND_FWD || spec->dtype != a->q.dtype || spec_out_dtype(spec) != call_out_dtype(a) ||
-        spec->head_dim != (int)a->q.shape[3] || (spec->causal != 0) != (a->causal != 0) || spec->arch != ctx->arch ||
-        spec->arch_accel != (ctx->arch == 90))
+        spec->head_dim != (int)a->q.shape[3] || (spec->causal != 0) != (a->causal != 0) || spec->arch != ctx->arch)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the variant does not match the call (dtype, output dtype, "
-                       "head_dim, mask) or this device's arch sm_%d%s", ctx->arch, ctx->arch == 90 ? "a" : "");
+                       "head_dim, mask) or this device's arch sm_%d", ctx->arch);
+    if (spec->arch_accel && !call_wgmma(ctx, a))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "an sm_90a (wgmma) variant needs TMA-ready tensors (16-byte "
+                       "aligned pointers and strides) on a device and driver that allow it%s",
+                       ctx->wgmma ? "" : " (this context runs the mma.sync family: FLASHGEN_WGMMA=0, no cuTensorMapEncodeTiled, or not sm_90)");
     if ((st = check_runnable(ctx, spec, err)) != FG_OK) return st;
     pthread_mutex_lock(&ctx->lock);
     fg_kernel *k = NULL;
@@ -394,12 +450,13 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
         "not compiled yet: the first call compiles it with NVRTC"};
     const char *where = origins[from];
     if (from == FROM_JIT && ctx->opt.strict) where = "in no cache or bundle: strict mode makes the call fail";
-    char path[96] = "mma.sync path (sm_80+)";
+    char path[96] = "FlashAttention-2 mma.sync path (sm_80+)";
+    if (spec_is_wgmma(&s)) snprintf(path, sizeof path, "FlashAttention-3 style sm_90a path (TMA, wgmma, %d consumer warpgroups)", s.block_m / 64);
     if (spec_dtype_is_fp8(s.dtype))
         snprintf(path, sizeof path, "FP8 mma.sync m16n8k32 path (sm_89+), %s inputs, out=%s", spec_dtype_name(s.dtype),
                  spec_dtype_name(s.out_dtype));
     int len = snprintf(buf, n,
-             "variant %s\n  kernel: FlashAttention-2 forward, %s, %d threads, %zu bytes shared memory, "
+             "variant %s\n  kernel: forward, %s, %d threads, %zu bytes shared memory, "
              "grid (%lld, %lld, %lld)\n"
              "  tiles: %s\n  code: %s\n  device: %s (sm_%d, %d SMs)\n  disk cache: %s\n  tuning database: %s",
              name, path, spec_threads(&s), spec_smem_bytes(&s),

@@ -24,6 +24,8 @@ struct fg_context {
     CUdevice device;             /* the device this context launches on */
     CUcontext cuctx;             /* its retained primary context */
     int arch;                    /* compute capability x 10 */
+    int wgmma;                   /* 1: calls that fit run the sm_90a (wgmma, TMA) family: a 9.0 device, a driver
+                                    with cuTensorMapEncodeTiled, and FLASHGEN_WGMMA not 0 */
     int sm_count;                /* multiprocessors */
     size_t smem_optin;           /* max dynamic shared memory per block (opt-in) */
     char device_name[256];       /* e.g. "NVIDIA H200" */
@@ -45,6 +47,7 @@ struct fg_context {
     fg_tune_class last_class;    /* ... and the problem class it serves (sizes bucketed; the buckets
                                     matter only with a tuning database: the policy ignores them) */
     fg_dtype last_out_dtype;     /* ... and the dtype of O it writes (an FP8 class may write fp16 or bf16) */
+    int last_accel;              /* ... and whether it is the sm_90a family (which needs TMA-ready tensors) */
     pthread_mutex_t lock;        /* guards kernels, bundles and the fast path */
 };
 

@@ -196,7 +196,7 @@ Test(spec, policy_override_takes_precedence_and_set_fields_are_kept) {
     fg_tile_policy p;
     fg_error e;
     cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
-    fg_tile_rule r = {90, 90, 128, 128, 1, -1, 64, 16, 4, 4};
+    fg_tile_rule r = {90, 90, 128, 128, 1, -1, 64, 16, 4, 4, FG_FAMILY_MMA};
     cr_assert_eq(tile_policy_add(&p, &r, &e), FG_OK);
     fg_spec s = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 128, .causal = 1};
     cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK);

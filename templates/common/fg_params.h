@@ -38,4 +38,19 @@ typedef struct fg_fwd_params {
     long long v_dstride;        /* FP8: elements between consecutive head-dim rows of V (V^T layout) */
 } fg_fwd_params;
 
+/* The TMA tensor maps of the sm_90a (wgmma) family: CUtensorMap objects (128 bytes, 64-byte aligned)
+ * made on the host by cuTensorMapEncodeTiled, passed as a second __grid_constant__ argument. Each maps
+ * its tensor as 4-d (head_dim, seqlen, heads, batch) with the box of one column chunk of a tile. */
+#ifdef __cplusplus
+#define FG_ALIGN64 alignas(64)
+#else
+#define FG_ALIGN64 _Alignas(64)
+#endif
+typedef struct fg_tma_params {
+    FG_ALIGN64 unsigned long long q[16]; /* box (chunk, 64 rows) */
+    FG_ALIGN64 unsigned long long k[16]; /* box (chunk, block_n rows) */
+    FG_ALIGN64 unsigned long long v[16]; /* box (chunk, block_n rows) */
+    FG_ALIGN64 unsigned long long o[16]; /* box (chunk, 64 rows) */
+} fg_tma_params;
+
 #endif

@@ -1,0 +1,108 @@
+// sm90.cuh: the Hopper (sm_90a) primitives of the wgmma forward family, written against PTX: mbarriers,
+// TMA (cp.async.bulk.tensor) loads and stores, wgmma shared-memory descriptors and fences, setmaxnreg and
+// named barriers.
+//
+// Tile layout in shared memory. TMA writes a tile of `rows` rows as FG_DCH column chunks of FG_SWC
+// elements (64 elements = 128 bytes when the head dim is a multiple of 64, else 32 elements = 64 bytes),
+// chunk after chunk: byte (row, col) of chunk c sits at c * rows * FG_RB + row * FG_RB + col * 2, with the
+// 16-byte unit inside each row XOR-ed by the row (CUTLASS's Swizzle<3,4,3> for 128-byte rows,
+// Swizzle<2,4,3> for 64-byte rows). Those are the canonical layouts wgmma reads through a descriptor:
+// K-major for Q and K (the reduction dim, head_dim, is contiguous) and MN-major for V (P.V reduces over
+// keys, and V's rows are keys), so V needs no transpose. The swizzle acts on address bits, so every tile
+// starts on a 1024-byte boundary.
+
+typedef unsigned long long u64;
+
+constexpr int FG_SWC = FG_SW_COLS;             // elements per swizzled row of a chunk: 64 or 32
+constexpr int FG_RB = FG_SWC * 2;              // bytes per row of a chunk: 128 or 64
+constexpr int FG_DCH = FG_HEAD_DIM / FG_SWC;   // chunks per tile row
+constexpr u64 FG_SW_MODE = FG_RB == 128 ? 1 : 2; // descriptor swizzle field: 1 = 128 B, 2 = 64 B
+
+// Physical byte offset of logical byte offset o inside a tile (tiles are 1024-byte aligned).
+__device__ __forceinline__ u32 fg_swizzle(u32 o) {
+    return o ^ (((o >> 7) & (FG_RB == 128 ? 7u : 3u)) << 4);
+}
+
+// ---- mbarriers ----
+__device__ __forceinline__ void fg_mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
+}
+// Arrives once and adds `bytes` to the transaction count the current phase waits for.
+__device__ __forceinline__ void fg_mbar_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void fg_mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// Waits until the phase of parity `parity` has completed.
+__device__ __forceinline__ void fg_mbar_wait(u32 bar, u32 parity) {
+    u32 done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+// ---- TMA ----
+// A box of the 4-d tensor map at generic address tmap (a __grid_constant__ parameter), coordinates
+// innermost first, into shared memory at dst; completes `bytes` of bar's transaction count.
+__device__ __forceinline__ void fg_tma_load(u32 dst, const void *tmap, int c0, int c1, int c2, int c3, u32 bar) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(dst),
+                 "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+                 : "memory");
+}
+// Shared memory at src -> a box of the tensor map; rows outside the tensor are not written.
+__device__ __forceinline__ void fg_tma_store(const void *tmap, u32 src, int c0, int c1, int c2, int c3) {
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(tmap),
+                 "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+}
+__device__ __forceinline__ void fg_tma_store_commit_and_drain() {
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+// Orders this thread's ordinary shared-memory writes before later async-proxy (TMA, wgmma) reads.
+__device__ __forceinline__ void fg_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void fg_fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ __forceinline__ void fg_prefetch_tmap(const void *tmap) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"(tmap) : "memory");
+}
+
+// ---- warpgroups ----
+template <int R>
+__device__ __forceinline__ void fg_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R)); }
+template <int R>
+__device__ __forceinline__ void fg_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R)); }
+// Barrier `id` (1..15; 0 is __syncthreads) among `count` threads.
+__device__ __forceinline__ void fg_named_sync(int id, int count) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
+// ---- wgmma ----
+__device__ __forceinline__ void fg_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void fg_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void fg_wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+// Keeps the compiler from moving reads or writes of an accumulator across a wgmma issue or wait.
+template <int A, int B>
+__device__ __forceinline__ void fg_fence_regs(float (&r)[A][B]) {
+#pragma unroll
+    for (int i = 0; i < A; i++)
+#pragma unroll
+        for (int j = 0; j < B; j++) asm volatile("" : "+f"(r[i][j])::"memory");
+}
+
+// Descriptor of a K-major operand (rows of FG_RB-byte chunks, 8-row groups 8 * FG_RB apart; the leading
+// byte offset is unused for swizzled K-major layouts and set to 1).
+__device__ __forceinline__ u64 fg_desc_kmajor(u32 addr) {
+    return ((u64)(addr & 0x3FFFF) >> 4) | (1ull << 16) | ((u64)(8 * FG_RB / 16) << 32) | (FG_SW_MODE << 62);
+}
+// Descriptor of an MN-major operand (V: N = head_dim contiguous in FG_SWC-column chunks `chunk_bytes`
+// apart, K = keys, 8-key groups 8 * FG_RB apart).
+__device__ __forceinline__ u64 fg_desc_mnmajor(u32 addr, u32 chunk_bytes) {
+    return ((u64)(addr & 0x3FFFF) >> 4) | ((u64)(chunk_bytes >> 4) << 16) | ((u64)(8 * FG_RB / 16) << 32) |
+           (FG_SW_MODE << 62);
+}

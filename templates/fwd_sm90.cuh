@@ -1,0 +1,216 @@
+// fwd_sm90.cuh: the FlashAttention-3 style forward kernel for Hopper (sm_90a): TMA, mbarriers, wgmma,
+// warp specialization.
+//
+// Grid: (query blocks, query heads, batch), heaviest causal blocks first. A CTA owns FG_BLOCK_M = 64 *
+// FG_CWG query rows of one head and has FG_CWG + 1 warpgroups:
+//   warpgroup 0, the producer: gives its registers away (setmaxnreg) and one thread issues TMA loads:
+//     Q once, then K and V of each key block into a ring of FG_STAGES stages, each stage guarded by
+//     mbarriers: k_full / v_full (the copy engine completes them) and empty (the consumers release it);
+//   warpgroups 1..FG_CWG, the consumers: take the registers, and each computes 64 query rows:
+//     S = Q K^T       wgmma m64 n{BLOCK_N} k16, both operands in shared memory (K-major)
+//     mask            only on the key blocks crossing the causal diagonal or the end of the keys, which
+//                     come first (blocks are visited last to first), in their own instance of the step
+//     P = softmax     online, fp32, log2 domain, O rescaled when a row's maximum grows (softmax.cuh)
+//     O += P V        wgmma m64 n{HEAD_DIM} k16, P from registers (S's accumulator layout is the A
+//                     operand's), V in shared memory read MN-major (no transpose)
+//   and at the end O /= l, staged through its (now unused) Q rows in shared memory and written by a TMA
+//   store, which clips rows past seqlen_q; the LSE goes straight to global memory.
+// TMA zero-fills rows past the end of Q, K and V, so padded keys give S = 0 (then masked) and P.V adds 0.
+
+constexpr int FG_CWG = FG_BLOCK_M / 64;          // consumer warpgroups
+constexpr int FG_THREADS = (FG_CWG + 1) * 128;
+constexpr int FG_NT = FG_BLOCK_N / 8;            // n8 column groups of S
+constexpr int FG_DT = FG_HEAD_DIM / 8;           // n8 column groups of O
+constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM * 2;
+constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM * 2;
+constexpr u32 FG_Q_CHUNK = FG_BLOCK_M * FG_RB;   // bytes of one column chunk of the Q tile
+constexpr u32 FG_KV_CHUNK = FG_BLOCK_N * FG_RB;  // ... of a K or V tile
+// Registers per thread after rebalancing: the producer keeps 24, the consumers share the rest
+// (65536 per SM at one CTA per SM, in multiples of 8, at most 240).
+constexpr int FG_PRODUCER_REGS = 24;
+constexpr int FG_CONSUMER_REGS = FG_CWG == 1 ? 240 : (FG_CWG == 2 ? 240 : 160);
+
+template <bool B>
+struct fg_bool {
+    static constexpr bool value = B;
+};
+
+extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)
+fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_constant__ fg_tma_params tm) {
+    extern __shared__ __align__(1024) unsigned char fg_smem[];
+    const int m_block = gridDim.x - 1 - blockIdx.x;
+    const int head = blockIdx.y, batch = blockIdx.z;
+    const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32;
+    const int kv_head = head / (p.heads_q / p.heads_kv);
+    const int m0 = m_block * FG_BLOCK_M;
+    const int sq = p.seqlen_q, sk = p.seqlen_k;
+
+    // Tiles need 1024-byte alignment; the host asks for 1 KiB of slack.
+    const u32 base = (fg_smem_addr(fg_smem) + 1023u) & ~1023u;
+    const u32 s_q = base;
+    const u32 s_k = s_q + FG_Q_BYTES;
+    const u32 s_v = s_k + FG_STAGES * FG_KV_BYTES;
+    const u32 bars = s_v + FG_STAGES * FG_KV_BYTES;
+    const u32 bar_q = bars;
+    auto bar_k = [&](int s) { return bars + 8u * (1 + s); };
+    auto bar_v = [&](int s) { return bars + 8u * (1 + FG_STAGES + s); };
+    auto bar_empty = [&](int s) { return bars + 8u * (1 + 2 * FG_STAGES + s); };
+
+    int n_end = sk;
+    if (FG_CAUSAL) n_end = min(n_end, min(m0 + FG_BLOCK_M, sq) + sk - sq);
+    const int n_blocks = n_end > 0 ? (n_end + FG_BLOCK_N - 1) / FG_BLOCK_N : 0;
+    int n_unmasked = sk / FG_BLOCK_N;
+    if (FG_CAUSAL) n_unmasked = min(n_unmasked, max(0, m0 + sk - sq + 1) / FG_BLOCK_N);
+    n_unmasked = min(n_unmasked, n_blocks);
+
+    if (tid == 0) {
+        fg_mbar_init(bar_q, 1);
+#pragma unroll
+        for (int s = 0; s < FG_STAGES; s++) {
+            fg_mbar_init(bar_k(s), 1);
+            fg_mbar_init(bar_v(s), 1);
+            fg_mbar_init(bar_empty(s), FG_CWG * 4); // one arrival per consumer warp
+        }
+        fg_fence_mbar_init();
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        // ---- producer ----
+        fg_setmaxnreg_dec<FG_PRODUCER_REGS>();
+        if (tid == 0) {
+            fg_mbar_expect_tx(bar_q, FG_Q_BYTES);
+#pragma unroll
+            for (int w = 0; w < FG_CWG; w++)
+#pragma unroll
+                for (int c = 0; c < FG_DCH; c++)
+                    fg_tma_load(s_q + c * FG_Q_CHUNK + w * 64 * FG_RB, &tm.q, c * FG_SWC, m0 + 64 * w, head, batch,
+                                bar_q);
+            for (int it = 0; it < n_blocks; it++) {
+                const int j = n_blocks - 1 - it, s = it % FG_STAGES, use = it / FG_STAGES;
+                if (use > 0) fg_mbar_wait(bar_empty(s), (use - 1) & 1);
+                fg_mbar_expect_tx(bar_k(s), FG_KV_BYTES);
+#pragma unroll
+                for (int c = 0; c < FG_DCH; c++)
+                    fg_tma_load(s_k + s * FG_KV_BYTES + c * FG_KV_CHUNK, &tm.k, c * FG_SWC, j * FG_BLOCK_N, kv_head,
+                                batch, bar_k(s));
+                fg_mbar_expect_tx(bar_v(s), FG_KV_BYTES);
+#pragma unroll
+                for (int c = 0; c < FG_DCH; c++)
+                    fg_tma_load(s_v + s * FG_KV_BYTES + c * FG_KV_CHUNK, &tm.v, c * FG_SWC, j * FG_BLOCK_N, kv_head,
+                                batch, bar_v(s));
+            }
+        }
+        return;
+    }
+
+    // ---- consumers ----
+    fg_setmaxnreg_inc<FG_CONSUMER_REGS>();
+    const int cw = wg - 1;                 // consumer warpgroup: rows 64 cw .. 64 cw + 63 of the block
+    const int warp = (tid / 32) % 4;       // warp inside the warpgroup: rows 16 warp .. + 15 of those
+    const int g = lane / 4, t = lane % 4;
+    const int row0 = m0 + 64 * cw + 16 * warp + g; // this thread's rows: row0 and row0 + 8
+
+    float acc[1][FG_DT][4];
+    float row_max[1][2] = {{FG_NEG_INF, FG_NEG_INF}}, row_sum[1][2] = {{0.f, 0.f}};
+#pragma unroll
+    for (int dt = 0; dt < FG_DT; dt++) acc[0][dt][0] = acc[0][dt][1] = acc[0][dt][2] = acc[0][dt][3] = 0.f;
+
+    const u32 s_q_wg = s_q + cw * 64 * FG_RB;
+    fg_mbar_wait(bar_q, 0);
+
+    int it = 0;
+    auto block_step = [&](auto masked) {
+        const int j = n_blocks - 1 - it, s = it % FG_STAGES;
+        const u32 parity = (it / FG_STAGES) & 1;
+        const u32 sk_s = s_k + s * FG_KV_BYTES, sv_s = s_v + s * FG_KV_BYTES;
+
+        // S = Q K^T
+        float sacc[1][FG_NT][4];
+        fg_mbar_wait(bar_k(s), parity);
+        fg_fence_regs(sacc[0]);
+        fg_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < FG_HEAD_DIM / 16; kk++) {
+            // k step kk: column chunk kk / (FG_SWC / 16), 32 bytes per step inside it (the descriptor's
+            // start moves inside the swizzle atom; the hardware applies the XOR to the full address).
+            const u32 c = kk / (FG_SWC / 16), off = (kk % (FG_SWC / 16)) * 32;
+            fg_wgmma_qk(sacc[0], fg_desc_kmajor(s_q_wg + c * FG_Q_CHUNK + off),
+                        fg_desc_kmajor(sk_s + c * FG_KV_CHUNK + off), kk > 0 ? 1u : 0u);
+        }
+        fg_wgmma_commit();
+        fg_wgmma_wait<0>();
+        fg_fence_regs(sacc[0]);
+
+        if constexpr (decltype(masked)::value) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int row = row0 + 8 * h;
+                const int limit = (FG_CAUSAL ? min(sk, row + sk - sq + 1) : sk) - j * FG_BLOCK_N - 2 * t;
+#pragma unroll
+                for (int nt = 0; nt < FG_NT; nt++) {
+                    if (8 * nt >= limit) sacc[0][nt][2 * h] = FG_NEG_INF;
+                    if (8 * nt + 1 >= limit) sacc[0][nt][2 * h + 1] = FG_NEG_INF;
+                }
+            }
+        }
+
+        fg_online_softmax<1, FG_NT, FG_DT>(sacc, row_max, row_sum, acc, p.scale_log2, 0.f);
+
+        // O += P V, P packed to 16 bits in the A-operand layout (that of the S accumulator).
+        u32 pf[FG_BLOCK_N / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < FG_BLOCK_N / 16; kk++) {
+            pf[kk][0] = fg_pack2(sacc[0][2 * kk][0], sacc[0][2 * kk][1]);
+            pf[kk][1] = fg_pack2(sacc[0][2 * kk][2], sacc[0][2 * kk][3]);
+            pf[kk][2] = fg_pack2(sacc[0][2 * kk + 1][0], sacc[0][2 * kk + 1][1]);
+            pf[kk][3] = fg_pack2(sacc[0][2 * kk + 1][2], sacc[0][2 * kk + 1][3]);
+        }
+        fg_mbar_wait(bar_v(s), parity);
+        fg_fence_regs(acc[0]);
+        fg_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < FG_BLOCK_N / 16; kk++)
+            fg_wgmma_pv(acc[0], pf[kk], fg_desc_mnmajor(sv_s + kk * 16 * FG_RB, FG_KV_CHUNK), 1u);
+        fg_wgmma_commit();
+        fg_wgmma_wait<0>();
+        fg_fence_regs(acc[0]);
+        // This warp is done with stage s.
+        if (lane == 0) fg_mbar_arrive(bar_empty(s));
+        it++;
+    };
+    const int n_masked = n_blocks - n_unmasked;
+    while (it < n_masked) block_step(fg_bool<true>{});
+    while (it < n_blocks) block_step(fg_bool<false>{});
+
+    // Epilogue: every warp of this warpgroup is past its last wgmma (which read its Q rows), so O can be
+    // staged there.
+    fg_named_sync(1 + cw, 128);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float l = fg_quad_sum(row_sum[0][h]);
+        const float inv = l > 0.f ? 1.f / l : 0.f; // a row with nothing to attend gives O = 0
+        const u32 r = 16 * warp + g + 8 * h;      // row inside the warpgroup's 64
+#pragma unroll
+        for (int dt = 0; dt < FG_DT; dt++) {
+            const u32 c = (8 * dt) / FG_SWC, col = (8 * dt) % FG_SWC;
+            const u32 o = c * FG_Q_CHUNK + r * FG_RB + col * 2 + 4 * t;
+            const u32 packed = fg_pack2(acc[0][dt][2 * h] * inv, acc[0][dt][2 * h + 1] * inv);
+            asm volatile("st.shared.b32 [%0], %1;" ::"r"(s_q_wg + fg_swizzle(o)), "r"(packed));
+        }
+        const int row = row0 + 8 * h;
+        if (p.lse != 0 && t == 0 && row < sq) {
+            const float lse = l > 0.f ? row_max[0][h] * p.softmax_scale + fg_log2(l) * 0.69314718055994531f
+                                      : (l == 0.f ? FG_NEG_INF : l);
+            p.lse[batch * p.lse_stride[0] + head * p.lse_stride[1] + (i64)row * p.lse_stride[2]] = lse;
+        }
+    }
+    fg_fence_proxy_async();
+    fg_named_sync(1 + cw, 128);
+    if (tid % 128 == 0) {
+#pragma unroll
+        for (int c = 0; c < FG_DCH; c++)
+            fg_tma_store(&tm.o, s_q_wg + c * FG_Q_CHUNK, c * FG_SWC, m0 + 64 * cw, head, batch);
+        fg_tma_store_commit_and_drain();
+    }
+}
