@@ -30,7 +30,8 @@ typedef enum sp_type {
     SP_INT,   /* a positive integer */
     SP_BOOL,  /* true/false, or 0/1 */
     SP_KIND,  /* a kernel family name: "fwd" */
-    SP_DTYPE  /* "fp16", "bf16", ...: an fg_dtype */
+    SP_DTYPE, /* "fp16", "bf16", ...: an fg_dtype */
+    SP_FAMILY /* "mma" or "wgmma": FG_FAMILY_MMA or FG_FAMILY_WGMMA */
 } sp_type;
 
 /* What space{} builds while the chunk runs. */
@@ -46,12 +47,12 @@ typedef struct sp_build {
 
 /* The fields of space{}, in the order of sp_space's reading (class fields, then candidate fields). */
 enum { F_KIND, F_DTYPE, F_HEAD_DIM, F_CAUSAL, F_GQA, F_SEQLEN_Q, F_SEQLEN_K, F_BATCH_HEADS,
-       F_BLOCK_M, F_BLOCK_N, F_WARPS, F_STAGES, F_COUNT };
+       F_BLOCK_M, F_BLOCK_N, F_WARPS, F_STAGES, F_FAMILY, F_COUNT };
 static const char *const sp_fields[F_COUNT + 1] = {"kind",     "dtype",    "head_dim",    "causal",  "gqa",
                                                    "seqlen_q", "seqlen_k", "batch_heads", "block_m", "block_n",
-                                                   "warps",    "stages",   NULL};
+                                                   "warps",    "stages",   "family",      NULL};
 static const sp_type sp_types[F_COUNT] = {SP_KIND, SP_DTYPE, SP_INT, SP_BOOL, SP_INT, SP_INT,
-                                          SP_INT,  SP_INT,   SP_INT, SP_INT,  SP_INT, SP_INT};
+                                          SP_INT,  SP_INT,   SP_INT, SP_INT,  SP_INT, SP_INT, SP_FAMILY};
 
 /* Reads the scalar at idx as a value of `type`; `pos` is the list position (0 for a scalar). */
 static long long sp_scalar(lua_State *L, int idx, const char *fn, const char *field, sp_type type, int pos) {
@@ -67,6 +68,13 @@ static long long sp_scalar(lua_State *L, int idx, const char *fn, const char *fi
         if (strcmp(s, "fwd") != 0)
             lua_sandbox_raise(L, fn, "field 'kind' must name a kernel family (\"fwd\"), got \"%s\"", s);
         return FG_KIND_FWD;
+    }
+    case SP_FAMILY: {
+        const char *s = tunedb_lua_string(L, idx, fn, field, pos, 64);
+        if (strcmp(s, "mma") == 0) return FG_FAMILY_MMA;
+        if (strcmp(s, "wgmma") == 0) return FG_FAMILY_WGMMA;
+        lua_sandbox_raise(L, fn, "field 'family' must be \"mma\" (the mma.sync kernels) or \"wgmma\" (sm_90a), got \"%s\"", s);
+        return 0;
     }
     case SP_DTYPE: {
         fg_dtype d = FG_DTYPE_F16;
@@ -132,7 +140,8 @@ static void sp_fill_candidates(sp_build *b, fg_tune_problem *p, const sp_list *f
                     memset(c, 0, sizeof *c);
                     c->spec.kind = p->cls.kind;
                     c->spec.arch = b->arch;
-                    c->spec.arch_accel = b->accel;
+                    /* The wgmma family is the sm_90a target's; the mma.sync family on Hopper is sm_90. */
+                    c->spec.arch_accel = f[F_FAMILY].v[0] == FG_FAMILY_WGMMA ? 1 : (b->arch == 90 ? 0 : b->accel);
                     c->spec.dtype = p->cls.dtype;
                     /* FP8 classes are timed with bf16 output, the spec's default (a call with fp16 O takes
                      * the same tiles: the output type changes only the epilogue's conversion). */
@@ -170,6 +179,11 @@ static int sp_space(lua_State *L) {
             lua_sandbox_raise(L, fn, "field '%s' is required", sp_fields[required[i]]);
     if (f[F_KIND].n == 0)
         f[F_KIND].v[f[F_KIND].n++] = FG_KIND_FWD;
+    if (f[F_FAMILY].n == 0)
+        f[F_FAMILY].v[f[F_FAMILY].n++] = FG_FAMILY_MMA;
+    if (f[F_FAMILY].n > 1)
+        lua_sandbox_raise(L, fn, "field 'family' takes one value (\"mma\" or \"wgmma\"): their tiles differ, so "
+                                 "list each family in its own space{}");
     if (f[F_CAUSAL].n == 0)
         f[F_CAUSAL].v[f[F_CAUSAL].n++] = 0;
     if (f[F_GQA].n == 0)
@@ -271,6 +285,7 @@ static fg_status sp_load(const char *path, const char *chunkname, const char *te
      * as the reason on every candidate. */
     fg_spec probe = {.kind = FG_KIND_FWD, .arch = arch, .arch_accel = arch_accel != 0, .dtype = FG_DTYPE_F16,
                      .head_dim = 64, .block_m = 64, .block_n = 64, .warps = 4, .stages = 2, .causal = 0};
+    if (spec_is_wgmma(&probe)) probe.warps = 8; /* that family's tile: a producer and one consumer warpgroup */
     fg_error e;
     fg_error_clear(&e);
     if (spec_validate(&probe, &e) != FG_OK)

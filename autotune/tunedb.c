@@ -282,6 +282,11 @@ static int tdb_distance(const fg_tune_class *a, const fg_tune_class *b) {
 
 fg_status tunedb_best(const fg_tunedb *db, const fg_tune_class *query, fg_spec *spec, fg_tune_record *rec,
                       char *why, size_t nwhy) {
+    return tunedb_best_for(db, query, -1, spec, rec, why, nwhy);
+}
+
+fg_status tunedb_best_for(const fg_tunedb *db, const fg_tune_class *query, int accel, fg_spec *spec,
+                          fg_tune_record *rec, char *why, size_t nwhy) {
     char scratch[8];
     if (why == NULL || nwhy == 0) { /* one path for the sentences below, written nowhere */
         why = scratch;
@@ -305,7 +310,7 @@ fg_status tunedb_best(const fg_tunedb *db, const fg_tune_class *query, fg_spec *
     int near_d = INT_MAX, family = 0;
     for (int i = 0; i < db->count; i++) {
         const fg_tune_record *r = &db->records[i];
-        if (!tdb_same_family(&r->cls, &q))
+        if (!tdb_same_family(&r->cls, &q) || (accel >= 0 && r->spec.arch_accel != accel))
             continue;
         family++;
         if (r->status != FG_TUNE_OK)

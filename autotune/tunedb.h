@@ -149,6 +149,10 @@ int tunedb_has(const fg_tunedb *db, const fg_tune_class *cls, const fg_spec *spe
  * answer per class on a hot path. */
 fg_status tunedb_best(const fg_tunedb *db, const fg_tune_class *query, fg_spec *spec, fg_tune_record *rec,
                       char *why, size_t nwhy);
+/* The same among the records whose spec has arch_accel == accel (on Hopper: 1 the sm_90a wgmma family,
+ * 0 the mma.sync family at sm_90); accel -1 takes every record, as tunedb_best does. */
+fg_status tunedb_best_for(const fg_tunedb *db, const fg_tune_class *query, int accel, fg_spec *spec,
+                          fg_tune_record *rec, char *why, size_t nwhy);
 
 /* Prints db as a table for `flashgen tune --show`: the identity, then per class a heading (with the
  * winner's speed against the built-in tile policy's default when both were timed) and its candidates

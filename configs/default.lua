@@ -7,7 +7,9 @@
 --   variants { field = value or {list of values}, ... }
 --     adds every combination (the cartesian product) of the listed values. Fields:
 --       kind      "fwd"                          the kernel family (required)
---       arch      "sm_80", "sm_90a", ...          CUDA targets (required; `--arch` replaces it)
+--       arch      "sm_80", "sm_90", "sm_90a", ... CUDA targets (required; `--arch` replaces it). sm_90a is
+--                                                the Hopper family (TMA, wgmma); every other target, sm_90
+--                                                included, builds the mma.sync family
 --       dtype     "fp16", "bf16", "e4m3", "e5m2" element type of Q, K, V (and O for fp16/bf16) (required)
 --       head_dim  64, 128, ...                   multiples of 8 up to 256 (required; fp8: of 32)
 --       causal    false, true                    bottom-right aligned causal mask (default false)
@@ -28,10 +30,13 @@
 local head_dims = {64, 96, 128, 192, 256}
 
 -- sm_80 code runs on every Ampere and newer GPU (A100, RTX 30xx/40xx, L4, ...); sm_90a is the
--- Hopper-specific target (H100, H200), whose cubin runs on sm_90 only. 2 x 2 x 5 x 2 = 40 variants.
+-- Hopper kernel family (H100, H200: TMA, wgmma, warp specialization), whose cubin runs on sm_90 only;
+-- sm_90 is the mma.sync family built for Hopper, which the runtime runs there for calls the sm_90a
+-- family does not take (head dims not a multiple of 32, tensors TMA cannot address, FP8).
+-- 3 x 2 x 5 x 2 = 60 variants.
 variants {
     kind = "fwd",
-    arch = {"sm_80", "sm_90a"},
+    arch = {"sm_80", "sm_90", "sm_90a"},
     dtype = {"fp16", "bf16"},
     head_dim = head_dims,
     causal = {false, true},
@@ -39,12 +44,14 @@ variants {
 
 -- An override looks like this (left commented out: the built-in policy comes from a tile sweep).
 -- It would give every non-causal Hopper variant with head_dim 65..128 a 128 x 64 tile:
--- tile_policy { arch = "sm_90a", head_dim = {65, 128}, causal = false,
+-- tile_policy { arch = "sm_90", head_dim = {65, 128}, causal = false,
 --               block_m = 128, block_n = 64, warps = 8, stages = 2 }
+-- (a rule naming sm_90a applies to the sm_90a family, whose tiles are 64 query rows per consumer
+-- warpgroup plus a producer warpgroup: block_m = 128 goes with warps = 12)
 
 -- FP8: e4m3 and e5m2 inputs with O in bf16 (`out` is the output dtype of fp8 variants: "bf16", the
--- default, or "fp16"), for the first FP8 targets, sm_89 (Ada: L4, L40, RTX 40xx) and sm_90a (H100, H200);
--- head_dim is a multiple of 32 for fp8. On sm_90a, FP8 mma.sync is emulated (fp8 -> f16 unpacks before
+-- default, or "fp16"), for the first FP8 targets, sm_89 (Ada: L4, L40, RTX 40xx) and sm_90 (H100, H200;
+-- the sm_90a family has no FP8 kernel yet); head_dim is a multiple of 32 for fp8. On sm_90, FP8 mma.sync is emulated (fp8 -> f16 unpacks before
 -- HMMA) and head_dim 256 spills registers with every tile (generator/tile_policy.c), so a bundle, which
 -- refuses spilling variants, leaves it to JIT there: 2 x 2 x 3 x 2 + 2 x 2 x 2 = 20 variants.
 -- `flashgen bundle --arch` replaces these arch lists as well: an arch below sm_89 has no fp8 mma and
@@ -59,7 +66,7 @@ variants {
 }
 variants {
     kind = "fwd",
-    arch = "sm_90a",
+    arch = "sm_90",
     dtype = {"e4m3", "e5m2"},
     out = "bf16",
     head_dim = {64, 128},

@@ -88,7 +88,7 @@ static fg_status choose_spec(fg_context *ctx, const fg_fwd_args *a, fg_spec *s, 
         fg_tune_class c = problem_class(a);
         fg_spec t;
         fg_error terr;
-        if (tunedb_best(&ctx->tunedb, &c, &t, NULL, tuned_why, sizeof tuned_why) == FG_OK) {
+        if (tunedb_best_for(&ctx->tunedb, &c, s->arch_accel, &t, NULL, tuned_why, sizeof tuned_why) == FG_OK) {
             /* The database keys FP8 classes by the input dtype only: the winner's tiles serve either output. */
             t.out_dtype = s->out_dtype;
             if (t.arch == s->arch && t.arch_accel == s->arch_accel && check_runnable(ctx, &t, &terr) == FG_OK) {

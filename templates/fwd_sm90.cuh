@@ -28,12 +28,38 @@ constexpr u32 FG_KV_CHUNK = FG_BLOCK_N * FG_RB;  // ... of a K or V tile
 // Registers per thread after rebalancing: the producer keeps 24, the consumers share the rest
 // (65536 per SM at one CTA per SM, in multiples of 8, at most 240).
 constexpr int FG_PRODUCER_REGS = 24;
+// Named barriers (0 is __syncthreads): per consumer warpgroup, its epilogue's and its pingpong turn's.
+constexpr int FG_BAR_EPILOGUE = 1, FG_BAR_SCHED = 4;
 constexpr int FG_CONSUMER_REGS = FG_CWG == 1 ? 240 : (FG_CWG == 2 ? 240 : 160);
 
-template <bool B>
-struct fg_bool {
-    static constexpr bool value = B;
-};
+// The online-softmax step of one S block for this thread's two rows (g and g + 8 of its warp's 16):
+// updates the running maximum m and sum l, replaces S by P = exp2(c * (S - m)), and returns in corr the
+// factor O must be multiplied by (exp2(c * (m_old - m)); 1 when m did not grow). Unlike fg_online_softmax
+// it leaves O alone: here the previous block's P V may still be accumulating into it.
+__device__ __forceinline__ void fg_softmax_stats(float (&s)[1][FG_NT][4], float (&row_max)[1][2],
+                                                 float (&row_sum)[1][2], float (&corr)[2], float scale_log2) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float mx = row_max[0][h];
+#pragma unroll
+        for (int nt = 0; nt < FG_NT; nt++) mx = fmaxf(mx, fmaxf(s[0][nt][2 * h], s[0][nt][2 * h + 1]));
+        mx = fg_quad_max(mx);
+        const float m_old = row_max[0][h];
+        const bool grow = mx > m_old; // false for NaN: the NaN stays in S and reaches l
+        corr[h] = grow ? fg_exp2((m_old - mx) * scale_log2) : 1.f; // exp2(-inf) = 0 for a first max
+        const float m = grow ? mx : m_old;
+        row_max[0][h] = m;
+        const float base = m == FG_NEG_INF ? 0.f : m * scale_log2;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < FG_NT; nt++) {
+            s[0][nt][2 * h] = fg_exp2(fmaf(s[0][nt][2 * h], scale_log2, -base));
+            s[0][nt][2 * h + 1] = fg_exp2(fmaf(s[0][nt][2 * h + 1], scale_log2, -base));
+            sum += s[0][nt][2 * h] + s[0][nt][2 * h + 1];
+        }
+        row_sum[0][h] = row_sum[0][h] * corr[h] + sum;
+    }
+}
 
 extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)
 fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_constant__ fg_tma_params tm) {
@@ -54,7 +80,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     const u32 bar_q = bars;
     auto bar_k = [&](int s) { return bars + 8u * (1 + s); };
     auto bar_v = [&](int s) { return bars + 8u * (1 + FG_STAGES + s); };
-    auto bar_empty = [&](int s) { return bars + 8u * (1 + 2 * FG_STAGES + s); };
+    auto bar_k_empty = [&](int s) { return bars + 8u * (1 + 2 * FG_STAGES + s); };
+    auto bar_v_empty = [&](int s) { return bars + 8u * (1 + 3 * FG_STAGES + s); };
 
     int n_end = sk;
     if (FG_CAUSAL) n_end = min(n_end, min(m0 + FG_BLOCK_M, sq) + sk - sq);
@@ -69,7 +96,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         for (int s = 0; s < FG_STAGES; s++) {
             fg_mbar_init(bar_k(s), 1);
             fg_mbar_init(bar_v(s), 1);
-            fg_mbar_init(bar_empty(s), FG_CWG * 4); // one arrival per consumer warp
+            fg_mbar_init(bar_k_empty(s), FG_CWG * 4); // one arrival per consumer warp
+            fg_mbar_init(bar_v_empty(s), FG_CWG * 4);
         }
         fg_fence_mbar_init();
     }
@@ -88,12 +116,13 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                                 bar_q);
             for (int it = 0; it < n_blocks; it++) {
                 const int j = n_blocks - 1 - it, s = it % FG_STAGES, use = it / FG_STAGES;
-                if (use > 0) fg_mbar_wait(bar_empty(s), (use - 1) & 1);
+                if (use > 0) fg_mbar_wait(bar_k_empty(s), (use - 1) & 1);
                 fg_mbar_expect_tx(bar_k(s), FG_KV_BYTES);
 #pragma unroll
                 for (int c = 0; c < FG_DCH; c++)
                     fg_tma_load(s_k + s * FG_KV_BYTES + c * FG_KV_CHUNK, &tm.k, c * FG_SWC, j * FG_BLOCK_N, kv_head,
                                 batch, bar_k(s));
+                if (use > 0) fg_mbar_wait(bar_v_empty(s), (use - 1) & 1);
                 fg_mbar_expect_tx(bar_v(s), FG_KV_BYTES);
 #pragma unroll
                 for (int c = 0; c < FG_DCH; c++)
@@ -119,15 +148,13 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     const u32 s_q_wg = s_q + cw * 64 * FG_RB;
     fg_mbar_wait(bar_q, 0);
 
-    int it = 0;
-    auto block_step = [&](auto masked) {
-        const int j = n_blocks - 1 - it, s = it % FG_STAGES;
-        const u32 parity = (it / FG_STAGES) & 1;
-        const u32 sk_s = s_k + s * FG_KV_BYTES, sv_s = s_v + s * FG_KV_BYTES;
-
-        // S = Q K^T
-        float sacc[1][FG_NT][4];
-        fg_mbar_wait(bar_k(s), parity);
+    // The step of key block `it` (visited last to first: j = n_blocks - 1 - it) in stage it % FG_STAGES.
+    auto stage_of = [&](int i) { return i % FG_STAGES; };
+    auto parity_of = [&](int i) { return (u32)((i / FG_STAGES) & 1); };
+    // Issues S = Q K^T of step i (one commit group).
+    auto issue_qk = [&](int i, float (&sacc)[1][FG_NT][4]) {
+        const u32 sk_s = s_k + stage_of(i) * FG_KV_BYTES;
+        fg_mbar_wait(bar_k(stage_of(i)), parity_of(i));
         fg_fence_regs(sacc[0]);
         fg_wgmma_fence();
 #pragma unroll
@@ -139,26 +166,36 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                         fg_desc_kmajor(sk_s + c * FG_KV_CHUNK + off), kk > 0 ? 1u : 0u);
         }
         fg_wgmma_commit();
-        fg_wgmma_wait<0>();
-        fg_fence_regs(sacc[0]);
-
-        if constexpr (decltype(masked)::value) {
+    };
+    // Issues O += P V of step i (one commit group).
+    auto issue_pv = [&](int i, const u32 (&pf)[FG_BLOCK_N / 16][4]) {
+        const u32 sv_s = s_v + stage_of(i) * FG_KV_BYTES;
+        fg_mbar_wait(bar_v(stage_of(i)), parity_of(i));
+        fg_fence_regs(acc[0]);
+        fg_wgmma_fence();
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int row = row0 + 8 * h;
-                const int limit = (FG_CAUSAL ? min(sk, row + sk - sq + 1) : sk) - j * FG_BLOCK_N - 2 * t;
+        for (int kk = 0; kk < FG_BLOCK_N / 16; kk++)
+            fg_wgmma_pv(acc[0], pf[kk], fg_desc_mnmajor(sv_s + kk * 16 * FG_RB, FG_KV_CHUNK), 1u);
+        fg_wgmma_commit();
+    };
+    // Masks S of step i where needed (the first n_masked steps: the causal diagonal, the end of the keys).
+    const int n_masked = n_blocks - n_unmasked;
+    auto mask = [&](int i, float (&sacc)[1][FG_NT][4]) {
+        if (i >= n_masked) return;
+        const int j = n_blocks - 1 - i;
 #pragma unroll
-                for (int nt = 0; nt < FG_NT; nt++) {
-                    if (8 * nt >= limit) sacc[0][nt][2 * h] = FG_NEG_INF;
-                    if (8 * nt + 1 >= limit) sacc[0][nt][2 * h + 1] = FG_NEG_INF;
-                }
+        for (int h = 0; h < 2; h++) {
+            const int row = row0 + 8 * h;
+            const int limit = (FG_CAUSAL ? min(sk, row + sk - sq + 1) : sk) - j * FG_BLOCK_N - 2 * t;
+#pragma unroll
+            for (int nt = 0; nt < FG_NT; nt++) {
+                if (8 * nt >= limit) sacc[0][nt][2 * h] = FG_NEG_INF;
+                if (8 * nt + 1 >= limit) sacc[0][nt][2 * h + 1] = FG_NEG_INF;
             }
         }
-
-        fg_online_softmax<1, FG_NT, FG_DT>(sacc, row_max, row_sum, acc, p.scale_log2, 0.f);
-
-        // O += P V, P packed to 16 bits in the A-operand layout (that of the S accumulator).
-        u32 pf[FG_BLOCK_N / 16][4];
+    };
+    // P packed to 16 bits in the A-operand layout (that of the S accumulator).
+    auto pack_p = [&](const float (&sacc)[1][FG_NT][4], u32 (&pf)[FG_BLOCK_N / 16][4]) {
 #pragma unroll
         for (int kk = 0; kk < FG_BLOCK_N / 16; kk++) {
             pf[kk][0] = fg_pack2(sacc[0][2 * kk][0], sacc[0][2 * kk][1]);
@@ -166,26 +203,82 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             pf[kk][2] = fg_pack2(sacc[0][2 * kk + 1][0], sacc[0][2 * kk + 1][1]);
             pf[kk][3] = fg_pack2(sacc[0][2 * kk + 1][2], sacc[0][2 * kk + 1][3]);
         }
-        fg_mbar_wait(bar_v(s), parity);
-        fg_fence_regs(acc[0]);
-        fg_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < FG_BLOCK_N / 16; kk++)
-            fg_wgmma_pv(acc[0], pf[kk], fg_desc_mnmajor(sv_s + kk * 16 * FG_RB, FG_KV_CHUNK), 1u);
-        fg_wgmma_commit();
+    };
+    // Releases the K (or V) tile of step i to the producer (one arrival per consumer warp). K and V are
+    // released separately: with the overlap below, K of step i is done a step before V of step i.
+    auto release_k = [&](int i) {
+        if (lane == 0) fg_mbar_arrive(bar_k_empty(stage_of(i)));
+    };
+    auto release_v = [&](int i) {
+        if (lane == 0) fg_mbar_arrive(bar_v_empty(stage_of(i)));
+    };
+
+    // Intra-warpgroup overlap (FlashAttention-3): while the tensor cores run P V of step i - 1, this
+    // warpgroup does the softmax of step i, whose S was issued just before. O is rescaled only once that
+    // P V has completed.
+    //
+    // Pingpong (FlashAttention-3): the consumer warpgroups take turns issuing their GEMMs, so that one's
+    // softmax runs while another's GEMMs occupy the tensor cores. Warpgroup cw waits at named barrier
+    // FG_BAR_SCHED + cw until the previous one (cyclically) has issued, and passes the turn on after
+    // issuing. Every warpgroup of a CTA runs the same number of steps, so the turns never deadlock; the
+    // last pass is left unconsumed when the CTA exits.
+    auto turn_wait = [&]() {
+        if (FG_CWG > 1) fg_named_sync(FG_BAR_SCHED + cw, 256);
+    };
+    auto turn_pass = [&]() {
+        if (FG_CWG > 1) fg_named_arrive(FG_BAR_SCHED + (cw + 1) % FG_CWG, 256);
+    };
+    if (FG_CWG > 1 && cw == FG_CWG - 1) fg_named_arrive(FG_BAR_SCHED, 256); // warpgroup 0 goes first
+    u32 pf[FG_BLOCK_N / 16][4];
+    if (n_blocks > 0) {
+        float sacc[1][FG_NT][4];
+        turn_wait();
+        issue_qk(0, sacc);
+        turn_pass();
+        fg_wgmma_wait<0>();
+        fg_fence_regs(sacc[0]);
+        release_k(0);
+        mask(0, sacc);
+        float corr[2];
+        fg_softmax_stats(sacc, row_max, row_sum, corr, p.scale_log2);
+        pack_p(sacc, pf);
+    }
+    for (int it = 1; it < n_blocks; it++) {
+        float sacc[1][FG_NT][4];
+        turn_wait();
+        issue_qk(it, sacc);
+        issue_pv(it - 1, pf);
+        turn_pass();
+        fg_wgmma_wait<1>(); // S of step it is in; P V of step it - 1 may still run
+        fg_fence_regs(sacc[0]);
+        release_k(it);
+        mask(it, sacc);
+        float corr[2];
+        fg_softmax_stats(sacc, row_max, row_sum, corr, p.scale_log2);
         fg_wgmma_wait<0>();
         fg_fence_regs(acc[0]);
-        // This warp is done with stage s.
-        if (lane == 0) fg_mbar_arrive(bar_empty(s));
-        it++;
-    };
-    const int n_masked = n_blocks - n_unmasked;
-    while (it < n_masked) block_step(fg_bool<true>{});
-    while (it < n_blocks) block_step(fg_bool<false>{});
+        release_v(it - 1);
+#pragma unroll
+        for (int dt = 0; dt < FG_DT; dt++) {
+            acc[0][dt][0] *= corr[0];
+            acc[0][dt][1] *= corr[0];
+            acc[0][dt][2] *= corr[1];
+            acc[0][dt][3] *= corr[1];
+        }
+        pack_p(sacc, pf);
+    }
+    if (n_blocks > 0) {
+        turn_wait();
+        issue_pv(n_blocks - 1, pf);
+        turn_pass();
+        fg_wgmma_wait<0>();
+        fg_fence_regs(acc[0]);
+        release_v(n_blocks - 1);
+    }
 
     // Epilogue: every warp of this warpgroup is past its last wgmma (which read its Q rows), so O can be
     // staged there.
-    fg_named_sync(1 + cw, 128);
+    fg_named_sync(FG_BAR_EPILOGUE + cw, 128);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const float l = fg_quad_sum(row_sum[0][h]);
@@ -206,7 +299,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         }
     }
     fg_fence_proxy_async();
-    fg_named_sync(1 + cw, 128);
+    fg_named_sync(FG_BAR_EPILOGUE + cw, 128);
     if (tid % 128 == 0) {
 #pragma unroll
         for (int c = 0; c < FG_DCH; c++)
