@@ -329,11 +329,14 @@ fg_status tunedb_best_for(const fg_tunedb *db, const fg_tune_class *query, int a
                      family == 1 ? " was" : "s were", fam);
         return FG_ERR_NOT_FOUND;
     }
+    /* The winner of that bucket, among the records of the family asked for (accel >= 0) only: the other
+     * family's may be faster there, but dispatch cannot run it for this call. */
     const fg_tune_record *win = NULL;
     int measured = 0;
     for (int i = 0; i < db->count; i++) {
         const fg_tune_record *r = &db->records[i];
-        if (!tdb_same_family(&r->cls, &q) || !tdb_same_bucket(&r->cls, &near->cls))
+        if (!tdb_same_family(&r->cls, &q) || !tdb_same_bucket(&r->cls, &near->cls) ||
+            (accel >= 0 && r->spec.arch_accel != accel))
             continue;
         measured++;
         if (r->status == FG_TUNE_OK && (win == NULL || r->ms < win->ms)) /* name order breaks ties */

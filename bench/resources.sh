@@ -1,7 +1,9 @@
 #!/bin/sh
 # bench/resources.sh: registers, spills and shared memory of the variants the benchmark protocol runs,
 # and what the SASS of each holds (HMMA and LDSM present, no local-memory LDL/STL), as a Markdown table.
-#   sh bench/resources.sh [ARCH] [DTYPES]  (default sm_90a, "bf16 fp16"; needs build/flashgen; no GPU)
+#   sh bench/resources.sh [ARCH] [DTYPES]  (default sm_90, "bf16 fp16"; needs build/flashgen; no GPU)
+# ARCH sm_90 is the mma.sync family on Hopper, whose HMMA and LDSM the SASS columns count; sm_90a is the
+# wgmma family (no FP8 kernel), which this table does not describe.
 # For FP8 (DTYPES="e4m3 e5m2") the QMMA column counts native FP8 MMAs and F2FP-unpack the fp8 -> f16
 # conversions a target without FP8 mma.sync (sm_90) runs before each HMMA instead.
 # The SASS columns need cuobjdump (the CUDA toolkit's, or the one in Triton's wheel: set CUOBJDUMP).
@@ -9,7 +11,7 @@ set -eu
 # Where a driver is installed, NVRTC may answer a repeated compile from the CUDA compute cache without
 # running ptxas, and the report this table reads would be missing.
 export CUDA_CACHE_DISABLE=1
-arch=${1:-sm_90a}
+arch=${1:-sm_90}
 dtypes=${2:-bf16 fp16}
 objdump=${CUOBJDUMP:-$(command -v cuobjdump || true)}
 tmp=$(mktemp -d)

@@ -673,7 +673,7 @@ static void find_entry(const char *dir, const char *name, char *path, size_t n) 
 
 Test(cli, cache_ls_verify_clear) {
     const char *a = "arch=sm_80,block_m=64,block_n=64,causal=0,dtype=fp16,head_dim=64,kind=fwd,stages=2,warps=4";
-    const char *b = "arch=sm_90a,block_m=128,block_n=64,causal=1,dtype=bf16,head_dim=128,kind=fwd,stages=2,warps=8";
+    const char *b = "arch=sm_90,block_m=128,block_n=64,causal=1,dtype=bf16,head_dim=128,kind=fwd,stages=2,warps=8";
     put_entry(g_cache, a, 1234);
     put_entry(g_cache, b, 5678);
 
@@ -838,12 +838,13 @@ Test(cli, tune_without_a_gpu_says_so) {
     run_free(&r);
 }
 
-/* A record of class c on sm_90a (tunedb rules: complete tiles, the class's dtype/head_dim/mask). */
+/* A record of class c on sm_90, the mma.sync family on Hopper (tunedb rules: complete tiles, the class's
+ * dtype/head_dim/mask). */
 static fg_tune_record tune_rec(fg_tune_class c, int bm, int bn, int warps, fg_tune_status st, double ms, const char *note) {
     fg_tune_record r;
     memset(&r, 0, sizeof r);
     r.cls = c;
-    r.spec = (fg_spec){FG_KIND_FWD, 90, 1, c.dtype, c.head_dim, bm, bn, warps, 2, c.causal, c.dtype};
+    r.spec = (fg_spec){FG_KIND_FWD, 90, 0, c.dtype, c.head_dim, bm, bn, warps, 2, c.causal, c.dtype};
     r.status = st;
     r.ms = ms;
     r.tflops = ms > 0 ? 100.0 / ms : 0;

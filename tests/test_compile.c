@@ -1,7 +1,9 @@
 /* test_compile.c: every shipped variant compiles through NVRTC with no spills (needs no GPU).
  * configs/default.lua is compiled in full for every arch it lists; beyond it, every head dim flashgen
- * accepts (multiples of 8 up to 256) is compiled with the default tiles for sm_90a and sm_80, and the
- * 99 KiB parts' tiles for sm_86, so no supported variant can spill or fail to compile unnoticed.
+ * accepts (multiples of 8 up to 256) is compiled with the default tiles for sm_90 (the mma.sync family
+ * on Hopper), a spread of them for sm_80 and for sm_86 (the 99 KiB parts' tiles), and every head dim
+ * the wgmma family accepts (multiples of 32 up to 256) for sm_90a, so no supported variant can spill or
+ * fail to compile unnoticed.
  * Compiles run on all cores (NVRTC is thread-safe across programs). */
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -77,12 +79,13 @@ Test(compile, default_config_every_variant_every_arch, .timeout = 900) {
     fg_error e;
     cr_assert_eq(config_load_file("configs/default.lua", NULL, &cfg, &e), FG_OK, "%s", e.msg);
     cr_assert_gt(cfg.count, 0);
-    int has80 = 0, has90a = 0;
+    int has80 = 0, has90 = 0, has90a = 0;
     for (int i = 0; i < cfg.count; i++) {
         has80 |= cfg.variants[i].arch == 80;
-        has90a |= cfg.variants[i].arch == 90 && cfg.variants[i].arch_accel;
+        has90 |= cfg.variants[i].arch == 90 && !cfg.variants[i].arch_accel;
+        has90a |= spec_is_wgmma(&cfg.variants[i]);
     }
-    cr_assert(has80 && has90a, "configs/default.lua must list sm_80 and sm_90a");
+    cr_assert(has80 && has90 && has90a, "configs/default.lua must list sm_80, sm_90 and sm_90a");
     compile_all(cfg.variants, cfg.count, "configs/default.lua");
     config_free(&cfg);
 }
@@ -92,16 +95,23 @@ Test(compile, every_head_dim_with_default_tiles, .timeout = 900) {
     fg_error e;
     cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
     fg_spec specs[256];
-    int n = 0;
-    const int archs[][2] = {{90, 1}, {80, 0}, {86, 0}};
-    for (int a = 0; a < 3; a++)
+    int n = 0, n90a = 0;
+    const int archs[][2] = {{90, 0}, {80, 0}, {86, 0}, {90, 1}};
+    for (int a = 0; a < 4; a++)
         for (int d = 8; d <= 256; d += 8) {
-            if (a > 0 && d % 24 != 8 && d != 256) continue; /* a spread of head dims on the other archs */
+            if ((a == 1 || a == 2) && d % 24 != 8 && d != 256) continue; /* a spread of head dims on Ampere */
+            if (a == 3 && d % 32 != 0) continue; /* sm_90a: the head dims of the wgmma family */
             fg_spec s = {.kind = FG_KIND_FWD, .arch = archs[a][0], .arch_accel = archs[a][1],
                          .dtype = (d / 8) % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, .head_dim = d, .causal = (d / 16) % 2};
+            if (a == 3) { /* d / 8 and d / 16 are even for every multiple of 32: alternate on d / 32 instead */
+                s.dtype = (d / 32) % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16;
+                s.causal = (d / 64) % 2;
+            }
             cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK, "%s", e.msg);
+            n90a += spec_is_wgmma(&s);
             specs[n++] = s;
         }
+    cr_assert_eq(n90a, 8, "sm_90a: head_dim 32, 64, ..., 256");
     compile_all(specs, n, "head dims 8..256");
     tile_policy_free(&p);
 }
@@ -113,6 +123,10 @@ Test(compile, options_and_version) {
     int n = compile_options(&s, opts, buf);
     cr_assert_gt(n, 0);
     cr_assert_str_eq(opts[0], "--gpu-architecture=sm_90a");
+    s.arch_accel = 0; /* the mma.sync family on Hopper is built for sm_90 */
+    n = compile_options(&s, opts, buf);
+    cr_assert_gt(n, 0);
+    cr_assert_str_eq(opts[0], "--gpu-architecture=sm_90");
     const char *v = compile_nvrtc_version();
     cr_assert(strchr(v, '.') && strcmp(v, "unknown") != 0, "NVRTC version '%s'", v);
 }

@@ -4,9 +4,17 @@
 #include <string.h>
 #include "emit.h"
 
+/* A variant of the mma.sync family on Hopper (sm_90). */
 static fg_spec spec_for(int head_dim, int causal, fg_dtype dt) {
-    fg_spec s = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = dt, .head_dim = head_dim,
+    fg_spec s = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 0, .dtype = dt, .head_dim = head_dim,
                  .block_m = 128, .block_n = 64, .warps = 8, .stages = 2, .causal = causal};
+    return s;
+}
+
+/* A variant of the wgmma family (sm_90a): two consumer warpgroups and the producer. */
+static fg_spec wg_spec_for(int head_dim, int causal, fg_dtype dt) {
+    fg_spec s = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = dt, .head_dim = head_dim,
+                 .block_m = 128, .block_n = 128, .warps = 12, .stages = 2, .causal = causal};
     return s;
 }
 
@@ -20,6 +28,20 @@ Test(emit, same_spec_same_bytes) {
         cr_assert_eq(emit_source(&s, &b, &nb, &e), FG_OK, "%s", e.msg);
         cr_assert_eq(na, nb);
         cr_assert_eq(memcmp(a, b, na), 0, "head_dim %d: two emissions differ", d);
+        cr_assert_eq(strlen(a), na);
+        free(a);
+        free(b);
+    }
+    for (int d = 32; d <= 256; d += 32) {
+        fg_spec s = wg_spec_for(d, d % 64 == 0, d % 96 == 0 ? FG_DTYPE_F16 : FG_DTYPE_BF16);
+        s.block_n = d > 128 ? 64 : 128; /* within the consumer's registers at every head_dim */
+        char *a, *b;
+        size_t na, nb;
+        fg_error e;
+        cr_assert_eq(emit_source(&s, &a, &na, &e), FG_OK, "%s", e.msg);
+        cr_assert_eq(emit_source(&s, &b, &nb, &e), FG_OK, "%s", e.msg);
+        cr_assert_eq(na, nb);
+        cr_assert_eq(memcmp(a, b, na), 0, "sm_90a head_dim %d: two emissions differ", d);
         cr_assert_eq(strlen(a), na);
         free(a);
         free(b);
@@ -44,6 +66,53 @@ Test(emit, self_contained_and_readable) {
     free(src);
 }
 
+/* arch sm_90a emits the wgmma family: TMA loads and the wgmma wrappers generated for the tile (QK^T with
+ * n = block_n, PV with n = head_dim, in the spec's dtype); arch sm_90 the mma.sync family, with neither. */
+Test(emit, sm_90a_emits_the_wgmma_family_and_sm_90_does_not) {
+    fg_spec w = wg_spec_for(128, 0, FG_DTYPE_BF16), m = spec_for(128, 0, FG_DTYPE_BF16);
+    char *sw, *sm;
+    size_t nw, nm;
+    fg_error e;
+    cr_assert_eq(emit_source(&w, &sw, &nw, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(emit_source(&m, &sm, &nm, &e), FG_OK, "%s", e.msg);
+    cr_assert_null(strstr(sw, "#include"), "generated source must not include headers");
+    char name[FG_SPEC_NAME_MAX];
+    spec_format(&w, name, sizeof name);
+    cr_assert(strstr(sw, name), "the variant's name must appear in the source");
+    const char *must[] = {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "cp.async.bulk.tensor",
+                          "templates/fwd_sm90.cuh", "templates/common/sm90.cuh", "fg_wgmma_qk", "fg_wgmma_pv",
+                          "#define FG_HEAD_DIM 128", "#define FG_CAUSAL 0", "#define FG_DTYPE_BF16 1",
+                          "extern \"C\" __global__", FG_KERNEL_NAME};
+    for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
+        cr_assert(strstr(sw, must[i]), "the sm_90a source lacks '%s'", must[i]);
+    const char *never[] = {"wgmma.mma_async", "cp.async.bulk.tensor", "templates/fwd_sm90.cuh",
+                           "templates/common/sm90.cuh", "fg_wgmma_qk"};
+    for (size_t i = 0; i < sizeof never / sizeof never[0]; i++)
+        cr_assert_null(strstr(sm, never[i]), "the sm_90 source holds '%s'", never[i]);
+    cr_assert(strstr(sm, "templates/fwd_sm80.cuh"), "sm_90 builds the mma.sync family");
+    cr_assert_null(strstr(sw, "templates/fwd_sm80.cuh"), "sm_90a does not build the mma.sync family");
+    free(sw);
+    free(sm);
+
+    /* The wrappers follow the tile and the dtype: fp16, block_n 64 for QK^T, head_dim 256 for PV. */
+    w = wg_spec_for(256, 1, FG_DTYPE_F16);
+    w.block_n = 64;
+    cr_assert_eq(emit_source(&w, &sw, &nw, &e), FG_OK, "%s", e.msg);
+    cr_assert(strstr(sw, "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"), "QK^T wrapper for block_n 64");
+    cr_assert(strstr(sw, "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16"), "PV wrapper for head_dim 256");
+    cr_assert_null(strstr(sw, ".bf16.bf16"), "an fp16 variant has no bf16 wgmma");
+    cr_assert_null(strstr(sw, "m64n128k16"), "no wrapper for another tile");
+    free(sw);
+
+    /* An sm_90a spec with an mma.sync tile is refused, not emitted as either family. */
+    w = wg_spec_for(128, 0, FG_DTYPE_BF16);
+    w.warps = 8;
+    sw = (char *)1;
+    cr_assert_eq(emit_source(&w, &sw, NULL, &e), FG_ERR_UNSUPPORTED);
+    cr_assert_null(sw);
+    cr_assert(strstr(e.msg, "sm_90a"), "%s", e.msg);
+}
+
 Test(emit, different_specs_differ) {
     fg_spec a = spec_for(128, 0, FG_DTYPE_BF16), b = spec_for(128, 1, FG_DTYPE_BF16), c = spec_for(128, 0, FG_DTYPE_F16);
     char *sa, *sb, *sc;
@@ -57,6 +126,13 @@ Test(emit, different_specs_differ) {
     free(sa);
     free(sb);
     free(sc);
+    /* The same problem on sm_90a and on sm_90 gives two different sources. */
+    fg_spec w = wg_spec_for(128, 0, FG_DTYPE_BF16);
+    cr_assert_eq(emit_source(&w, &sa, &na, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(emit_source(&a, &sb, &nb, &e), FG_OK, "%s", e.msg);
+    cr_assert(na != nb || memcmp(sa, sb, na) != 0);
+    free(sa);
+    free(sb);
 }
 
 Test(emit, invalid_spec_is_refused_with_the_rule) {

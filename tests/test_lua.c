@@ -452,7 +452,7 @@ Test(config, causal_accepts_0_and_1) {
 
 Test(config, explicit_tiles_kept) {
     fg_config cfg;
-    load_ok("variants { kind = 'fwd', arch = 'sm_90a', dtype = 'fp16', head_dim = 64,\n"
+    load_ok("variants { kind = 'fwd', arch = 'sm_90', dtype = 'fp16', head_dim = 64,\n"
             "           block_m = 64, block_n = {32, 64}, warps = 4, stages = 3 }",
             NULL, &cfg);
     cr_assert_eq(cfg.count, 2);
@@ -462,6 +462,21 @@ Test(config, explicit_tiles_kept) {
     cr_assert_eq(cfg.variants[1].warps, 4);
     cr_assert_eq(cfg.variants[1].stages, 3);
     config_free(&cfg);
+    /* sm_90a (the wgmma family) keeps explicit warpgroup tiles too */
+    load_ok("variants { kind = 'fwd', arch = 'sm_90a', dtype = 'bf16', head_dim = 128,\n"
+            "           block_m = 128, block_n = {96, 128}, warps = 12, stages = {2, 3} }\n",
+            NULL, &cfg);
+    cr_assert_eq(cfg.count, 4);
+    cr_assert_eq(cfg.variants[0].block_n, 96);
+    cr_assert_eq(cfg.variants[3].block_n, 128);
+    cr_assert_eq(cfg.variants[3].stages, 3);
+    for (int i = 0; i < cfg.count; i++)
+        cr_assert(cfg.variants[i].block_m == 128 && cfg.variants[i].warps == 12, "variant %d", i);
+    config_free(&cfg);
+    /* ... and refuses the combinations whose warps do not match block_m */
+    load_fails("variants { kind = 'fwd', arch = 'sm_90a', dtype = 'bf16', head_dim = 128,\n"
+               "           block_m = 64, block_n = 96, warps = {8, 12}, stages = 3 }\n",
+               NULL, FG_ERR_CONFIG, "cfg.lua:1: variant arch=sm_90a,", "warps 12 with block_m 64");
 }
 
 Test(config, tile_policy_override_applies) {
@@ -504,18 +519,88 @@ Test(config, tile_policy_override_applies) {
 Test(config, tile_policy_any_match_fields) {
     fg_config cfg;
     load_ok("tile_policy { block_m = 64, block_n = 32, warps = 4, stages = 2 }\n"
-            "variants { kind = 'fwd', arch = {'sm_80', 'sm_90a'}, dtype = {'fp16', 'bf16'}, head_dim = {64, 256},\n"
+            "variants { kind = 'fwd', arch = {'sm_80', 'sm_90'}, dtype = {'fp16', 'bf16'}, head_dim = {64, 256},\n"
             "           causal = {true, false} }",
             NULL, &cfg);
     cr_assert_eq(cfg.count, 16);
     const fg_tile_rule *last = &cfg.policy.rules[cfg.policy.count - 1];
     cr_assert_eq(last->causal, -1);
     cr_assert_eq(last->dtype, -1);
+    cr_assert_eq(last->family, FG_FAMILY_MMA, "a rule that does not name sm_90a is for the mma.sync family");
     for (int i = 0; i < cfg.count; i++) {
         cr_assert_eq(cfg.variants[i].block_n, 32);
         cr_assert_eq(cfg.variants[i].warps, 4);
     }
     config_free(&cfg);
+}
+
+/* A tile_policy rule naming sm_90a applies to the sm_90a (wgmma) family only; one naming sm_90, or no arch,
+ * to the mma.sync family only, sm_90 included. */
+Test(config, tile_policy_arch_sm_90a_and_sm_90_pick_their_family) {
+    const char *variants = "variants { kind = 'fwd', arch = {'sm_90', 'sm_90a'}, dtype = 'fp16', head_dim = {64, 128} }\n";
+    fg_tile_policy def;
+    fg_error err;
+    cr_assert_eq(tile_policy_init_default(&def, &err), FG_OK);
+    char text[1024];
+    fg_config cfg;
+
+    snprintf(text, sizeof text, "%stile_policy { arch = 'sm_90a', head_dim = {65, 128}, block_m = 64, block_n = 64,\n"
+             "              warps = 8, stages = 3 }", variants);
+    load_ok(text, NULL, &cfg);
+    cr_assert_eq(cfg.count, 4);
+    const fg_tile_rule *last = &cfg.policy.rules[cfg.policy.count - 1];
+    cr_assert(last->arch_min == 90 && last->arch_max == 90);
+    cr_assert_eq(last->family, FG_FAMILY_WGMMA);
+    for (int i = 0; i < cfg.count; i++) {
+        const fg_spec *s = &cfg.variants[i];
+        const fg_tile_rule *r = tile_policy_lookup(&def, s);
+        cr_assert_not_null(r);
+        if (s->arch_accel && s->head_dim == 128)
+            cr_assert(s->block_m == 64 && s->block_n == 64 && s->warps == 8 && s->stages == 3, "variant %d", i);
+        else
+            cr_assert(s->block_m == r->block_m && s->block_n == r->block_n && s->warps == r->warps &&
+                      s->stages == r->stages, "variant %d keeps its default", i);
+    }
+    config_free(&cfg);
+
+    snprintf(text, sizeof text, "%stile_policy { arch = 'sm_90', head_dim = {65, 128}, block_m = 64, block_n = 64,\n"
+             "              warps = 4, stages = 3 }", variants);
+    load_ok(text, NULL, &cfg);
+    cr_assert_eq(cfg.count, 4);
+    last = &cfg.policy.rules[cfg.policy.count - 1];
+    cr_assert(last->arch_min == 90 && last->arch_max == 90);
+    cr_assert_eq(last->family, FG_FAMILY_MMA);
+    for (int i = 0; i < cfg.count; i++) {
+        const fg_spec *s = &cfg.variants[i];
+        const fg_tile_rule *r = tile_policy_lookup(&def, s);
+        cr_assert_not_null(r);
+        if (!s->arch_accel && s->head_dim == 128)
+            cr_assert(s->block_m == 64 && s->block_n == 64 && s->warps == 4 && s->stages == 3, "variant %d", i);
+        else
+            cr_assert(s->block_m == r->block_m && s->block_n == r->block_n && s->warps == r->warps &&
+                      s->stages == r->stages, "variant %d keeps its default", i);
+        if (s->arch_accel)
+            cr_assert_eq(r->family, FG_FAMILY_WGMMA, "variant %d", i);
+    }
+    config_free(&cfg);
+
+    /* A rule without arch is an mma.sync rule: sm_90a variants keep the wgmma defaults. */
+    snprintf(text, sizeof text, "%stile_policy { block_m = 64, block_n = 32, warps = 4, stages = 2 }", variants);
+    load_ok(text, NULL, &cfg);
+    for (int i = 0; i < cfg.count; i++) {
+        const fg_spec *s = &cfg.variants[i];
+        if (s->arch_accel)
+            cr_assert(s->warps == 4 * (s->block_m / 64 + 1) && s->block_n != 32, "variant %d", i);
+        else
+            cr_assert(s->block_m == 64 && s->block_n == 32 && s->warps == 4 && s->stages == 2, "variant %d", i);
+    }
+    config_free(&cfg);
+
+    /* An mma.sync tile given to sm_90a is caught when the variant is validated. */
+    snprintf(text, sizeof text, "%stile_policy { arch = 'sm_90a', block_m = 128, block_n = 64, warps = 8, stages = 2 }",
+             variants);
+    load_fails(text, NULL, FG_ERR_CONFIG, "cfg.lua:1: variant arch=sm_90a,", "it must be 12");
+    tile_policy_free(&def);
 }
 
 Test(config, duplicates_dropped_keeping_first_order) {
@@ -590,7 +675,7 @@ Test(config, fp8_variants_and_their_output_dtype) {
     fg_config cfg;
     char name[FG_SPEC_NAME_MAX];
     /* out absent: fp8 writes bf16, a 16-bit variant its own dtype */
-    load_ok("variants { kind = 'fwd', arch = 'sm_90a', dtype = {'e4m3', 'fp16'}, head_dim = 128 }", NULL, &cfg);
+    load_ok("variants { kind = 'fwd', arch = 'sm_90', dtype = {'e4m3', 'fp16'}, head_dim = 128 }", NULL, &cfg);
     cr_assert_eq(cfg.count, 2);
     cr_assert_eq(cfg.variants[0].dtype, FG_DTYPE_E4M3);
     cr_assert_eq(cfg.variants[0].out_dtype, FG_DTYPE_BF16);
@@ -609,20 +694,23 @@ Test(config, fp8_variants_and_their_output_dtype) {
     config_free(&cfg);
     /* a tile_policy rule may target an fp8 dtype */
     load_ok("tile_policy { dtype = 'e4m3', block_m = 64, block_n = 64, warps = 4, stages = 2 }\n"
-            "variants { kind = 'fwd', arch = 'sm_90a', dtype = {'e4m3', 'e5m2'}, head_dim = 64 }", NULL, &cfg);
+            "variants { kind = 'fwd', arch = 'sm_90', dtype = {'e4m3', 'e5m2'}, head_dim = 64 }", NULL, &cfg);
     cr_assert_eq(cfg.count, 2);
     cr_assert(cfg.variants[0].block_m == 64 && cfg.variants[0].block_n == 64, "the rule applies to e4m3");
     cr_assert(cfg.variants[1].block_m == 128 && cfg.variants[1].block_n == 64 && cfg.variants[1].warps == 4,
               "e5m2 keeps the sm_90 fp8 d64 default");
     config_free(&cfg);
-    load_fails("variants { kind = 'fwd', arch = 'sm_90a', dtype = 'e4m3', head_dim = 64, out = 'e5m2' }", NULL,
-               FG_ERR_CONFIG, "cfg.lua:1: variant arch=sm_90a,", "out_dtype e5m2");
-    load_fails("variants { kind = 'fwd', arch = 'sm_90a', dtype = 'e4m3', head_dim = 64, out = 'fp32' }", NULL,
+    load_fails("variants { kind = 'fwd', arch = 'sm_90', dtype = 'e4m3', head_dim = 64, out = 'e5m2' }", NULL,
+               FG_ERR_CONFIG, "cfg.lua:1: variant arch=sm_90,", "out_dtype e5m2");
+    load_fails("variants { kind = 'fwd', arch = 'sm_90', dtype = 'e4m3', head_dim = 64, out = 'fp32' }", NULL,
                FG_ERR_CONFIG, "cfg.lua:1: variants: ", "field 'out': dtype 'fp32'");
-    load_fails("variants { kind = 'fwd', arch = 'sm_90a', dtype = 'e4m3', head_dim = 64, out = 16 }", NULL,
+    load_fails("variants { kind = 'fwd', arch = 'sm_90', dtype = 'e4m3', head_dim = 64, out = 16 }", NULL,
                FG_ERR_CONFIG, "cfg.lua:1: variants: ", "field 'out' must be a string or a list of strings");
-    load_fails("variants { kind = 'fwd', arch = 'sm_90a', dtype = 'e4m3', head_dim = 48 }", NULL, FG_ERR_CONFIG,
-               "cfg.lua:1: variant arch=sm_90a,", "multiple of 32");
+    load_fails("variants { kind = 'fwd', arch = 'sm_90', dtype = 'e4m3', head_dim = 48 }", NULL, FG_ERR_CONFIG,
+               "cfg.lua:1: variant arch=sm_90,", "multiple of 32");
+    /* sm_90a is the wgmma family, which has no FP8 kernel: the sentence points at sm_90 */
+    load_fails("variants { kind = 'fwd', arch = 'sm_90a', dtype = 'e5m2', head_dim = 64 }", NULL, FG_ERR_CONFIG,
+               "cfg.lua:1: variant arch=sm_90a,", "dtype e5m2 on sm_90a (the wgmma family) is not implemented yet");
     load_fails("variants { kind = 'fwd', arch = 'sm_86', dtype = 'e5m2', head_dim = 64 }", NULL, FG_ERR_CONFIG,
                "cfg.lua:1: variant arch=sm_86,", "needs sm_89 or newer");
 }
@@ -741,22 +829,29 @@ Test(config, default_config_loads_and_validates) {
     fg_error_clear(&err);
     cr_assert_eq(config_load_file("configs/default.lua", NULL, &cfg, &err), FG_OK, "%s", err.msg);
     cr_assert_geq(cfg.count, 20);
-    cr_assert_leq(cfg.count, 64, "the default bundle should stay small enough for CI: %d variants", cfg.count);
-    int archs[3] = {0, 0, 0};
+    /* 60 16-bit variants (sm_80, sm_90 and sm_90a) and 20 FP8 ones (sm_89 and sm_90) */
+    cr_assert_leq(cfg.count, 96, "the default bundle should stay small enough for CI: %d variants", cfg.count);
+    int archs[5] = {0, 0, 0, 0, 0};
     for (int i = 0; i < cfg.count; i++) {
+        const fg_spec *s = &cfg.variants[i];
         char name[FG_SPEC_NAME_MAX];
         cr_assert_gt(spec_named(&cfg, i, name, sizeof name), 0);
-        cr_assert_eq(spec_validate(&cfg.variants[i], &err), FG_OK, "%s: %s", name, err.msg);
-        archs[0] += cfg.variants[i].arch == 80;
-        archs[1] += cfg.variants[i].arch == 90 && cfg.variants[i].arch_accel;
-        archs[2] += cfg.variants[i].arch == 89 && spec_dtype_is_fp8(cfg.variants[i].dtype); /* FP8 on Ada */
+        cr_assert_eq(spec_validate(s, &err), FG_OK, "%s: %s", name, err.msg);
+        archs[0] += s->arch == 80;
+        archs[1] += s->arch == 90 && s->arch_accel;                          /* the wgmma family */
+        archs[2] += s->arch == 90 && !s->arch_accel && !spec_dtype_is_fp8(s->dtype); /* mma.sync on Hopper */
+        archs[3] += s->arch == 90 && !s->arch_accel && spec_dtype_is_fp8(s->dtype);  /* FP8 on Hopper */
+        archs[4] += s->arch == 89 && spec_dtype_is_fp8(s->dtype);              /* FP8 on Ada */
+        if (s->arch_accel)
+            cr_assert(spec_is_wgmma(s) && !spec_dtype_is_fp8(s->dtype), "%s", name);
         for (int j = 0; j < i; j++)
             cr_assert(!spec_equal(&cfg.variants[i], &cfg.variants[j]), "%s listed twice", name);
     }
-    cr_assert_eq(archs[0] + archs[1] + archs[2], cfg.count);
-    cr_assert_gt(archs[2], 0);
-    cr_assert_gt(archs[0], 0);
-    cr_assert_gt(archs[1], 0);
+    cr_assert_eq(archs[0] + archs[1] + archs[2] + archs[3] + archs[4], cfg.count);
+    for (int a = 0; a < 5; a++)
+        cr_assert_gt(archs[a], 0, "class %d of the default bundle is empty", a);
+    cr_assert_eq(archs[1], archs[2], "sm_90a and sm_90 list the same 16-bit variants");
+    cr_assert_eq(archs[0], archs[2], "sm_80 and sm_90 list the same 16-bit variants");
     config_free(&cfg);
     /* the same bundle for one other arch */
     cr_assert_eq(config_load_file("configs/default.lua", "sm_89", &cfg, &err), FG_OK, "%s", err.msg);

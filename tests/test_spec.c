@@ -4,9 +4,17 @@
 #include <string.h>
 #include "spec.h"
 
+/* A valid spec of the mma.sync family on Hopper (sm_90). */
 static fg_spec base(void) {
-    fg_spec s = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 128,
+    fg_spec s = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 0, .dtype = FG_DTYPE_BF16, .head_dim = 128,
                  .block_m = 128, .block_n = 64, .warps = 8, .stages = 2, .causal = 0};
+    return s;
+}
+
+/* A valid spec of the wgmma family (sm_90a): two consumer warpgroups of 64 rows plus the producer's. */
+static fg_spec wg_base(void) {
+    fg_spec s = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 128,
+                 .block_m = 128, .block_n = 128, .warps = 12, .stages = 2, .causal = 0};
     return s;
 }
 
@@ -14,7 +22,12 @@ Test(spec, canonical_text_is_sorted_and_stable) {
     fg_spec s = base();
     char buf[FG_SPEC_NAME_MAX];
     cr_assert_gt(spec_format(&s, buf, sizeof buf), 0);
-    cr_assert_str_eq(buf, "arch=sm_90a,block_m=128,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=fwd,stages=2,warps=8");
+    cr_assert_str_eq(buf, "arch=sm_90,block_m=128,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=fwd,stages=2,warps=8");
+    /* The 'a' target keeps its suffix. */
+    s = wg_base();
+    cr_assert_gt(spec_format(&s, buf, sizeof buf), 0);
+    cr_assert_str_eq(buf,
+                     "arch=sm_90a,block_m=128,block_n=128,causal=0,dtype=bf16,head_dim=128,kind=fwd,stages=2,warps=12");
 }
 
 Test(spec, fp8_canonical_text_names_the_output_dtype) {
@@ -23,25 +36,25 @@ Test(spec, fp8_canonical_text_names_the_output_dtype) {
     s.dtype = FG_DTYPE_E4M3;
     s.out_dtype = FG_DTYPE_BF16;
     cr_assert_gt(spec_format(&s, buf, sizeof buf), 0);
-    cr_assert_str_eq(buf, "arch=sm_90a,block_m=128,block_n=64,causal=0,dtype=e4m3,head_dim=128,kind=fwd,out=bf16,"
+    cr_assert_str_eq(buf, "arch=sm_90,block_m=128,block_n=64,causal=0,dtype=e4m3,head_dim=128,kind=fwd,out=bf16,"
                           "stages=2,warps=8");
     s.dtype = FG_DTYPE_E5M2;
     s.out_dtype = FG_DTYPE_F16;
     cr_assert_gt(spec_format(&s, buf, sizeof buf), 0);
-    cr_assert_str_eq(buf, "arch=sm_90a,block_m=128,block_n=64,causal=0,dtype=e5m2,head_dim=128,kind=fwd,out=fp16,"
+    cr_assert_str_eq(buf, "arch=sm_90,block_m=128,block_n=64,causal=0,dtype=e5m2,head_dim=128,kind=fwd,out=fp16,"
                           "stages=2,warps=8");
     /* 16-bit names never carry out=, whatever out_dtype holds */
     s = base();
     s.out_dtype = FG_DTYPE_E4M3;
     cr_assert_gt(spec_format(&s, buf, sizeof buf), 0);
     cr_assert_str_eq(buf,
-                     "arch=sm_90a,block_m=128,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=fwd,stages=2,warps=8");
+                     "arch=sm_90,block_m=128,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=fwd,stages=2,warps=8");
 }
 
 Test(spec, out_key_defaults_and_rules) {
     fg_spec s;
     fg_error e;
-    cr_assert_eq(spec_parse("kind=fwd,arch=sm_90a,dtype=e4m3,head_dim=128", &s, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(spec_parse("kind=fwd,arch=sm_90,dtype=e4m3,head_dim=128", &s, &e), FG_OK, "%s", e.msg);
     cr_assert_eq(s.out_dtype, FG_DTYPE_BF16, "an fp8 spec without out= writes bf16");
     cr_assert_eq(spec_out_dtype(&s), FG_DTYPE_BF16);
     cr_assert_eq(spec_parse("out=fp16 kind=fwd,arch=sm_89,dtype=e5m2,head_dim=64", &s, &e), FG_OK, "%s", e.msg);
@@ -125,9 +138,9 @@ Test(spec, parse_errors_name_the_key) {
         {"kind=fwd,arch=sm_90a,dtype=bf16,head_dim=128,causal=2", "causal"},
         {"kind=fwd,arch=sm_90a,dtype=bf16,head_dim", "key=value"},
         {"kind=fwd,arch=sm_90a,dtype=bf16,head_dim=128,out=fp16", "out=fp16"},  /* out= of a 16-bit spec */
-        {"kind=fwd,arch=sm_90a,dtype=e4m3,head_dim=128,out=fp32", "out"},       /* fp8 writes fp16 or bf16 */
-        {"kind=fwd,arch=sm_90a,dtype=e4m3,head_dim=128,out=e5m2", "out"},
-        {"kind=fwd,arch=sm_90a,dtype=e4m3,head_dim=128,out=bf16,out=bf16", "twice"},
+        {"kind=fwd,arch=sm_90,dtype=e4m3,head_dim=128,out=fp32", "out"},       /* fp8 writes fp16 or bf16 */
+        {"kind=fwd,arch=sm_90,dtype=e4m3,head_dim=128,out=e5m2", "out"},
+        {"kind=fwd,arch=sm_90,dtype=e4m3,head_dim=128,out=bf16,out=bf16", "twice"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fg_spec s;
@@ -139,32 +152,47 @@ Test(spec, parse_errors_name_the_key) {
     }
 }
 
+/* Every head dim the mma.sync family takes (multiples of 8) on every arch, sm_90 included; on sm_90a (the
+ * wgmma family) every multiple of 32, while the other head dims are refused there, by the policy (no rule
+ * below 32) or by validation. */
 Test(spec, default_policy_fills_valid_tiles_for_every_head_dim_and_arch) {
     fg_tile_policy p;
     fg_error e;
     cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
     const int archs[][2] = {{80, 0}, {86, 0}, {87, 0}, {89, 0}, {90, 1}, {90, 0}, {100, 0}, {120, 0}};
+    int wgmma_ok = 0;
     for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
         for (int d = 8; d <= 256; d += 8)
             for (int c = 0; c < 2; c++)
                 for (int dt = 0; dt < 2; dt++) {
                     fg_spec s = {.kind = FG_KIND_FWD, .arch = archs[a][0], .arch_accel = archs[a][1],
                                  .dtype = dt ? FG_DTYPE_BF16 : FG_DTYPE_F16, .head_dim = d, .causal = c};
-                    cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK, "%s", e.msg);
                     char name[FG_SPEC_NAME_MAX];
+                    if (spec_is_wgmma(&s) && d % 32 != 0) {
+                        fg_error_clear(&e);
+                        fg_status st = spec_fill_tiles(&s, &p, &e);
+                        if (st == FG_OK) st = spec_validate(&s, &e);
+                        spec_format(&s, name, sizeof name);
+                        cr_assert_eq(st, FG_ERR_UNSUPPORTED, "%s was accepted on sm_90a", name);
+                        cr_assert(strstr(e.msg, "sm_90a"), "%s: %s", name, e.msg);
+                        continue;
+                    }
+                    cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK, "%s", e.msg);
                     spec_format(&s, name, sizeof name);
                     cr_assert_eq(spec_validate(&s, &e), FG_OK, "default tiles of %s refused: %s", name, e.msg);
+                    wgmma_ok += spec_is_wgmma(&s);
                 }
+    cr_assert_eq(wgmma_ok, 8 * 2 * 2, "sm_90a: head_dim 32, 64, ..., 256, causal or not, fp16 and bf16");
     tile_policy_free(&p);
 }
 
 /* The defaults for fp8 pass validation wherever fp8 runs (block_n a multiple of 32 included), and the
- * fp8 rule of sm_90 is what tile_policy.c says. */
+ * fp8 rule of sm_90 is what tile_policy.c says. sm_90a (the wgmma family) has no FP8 kernel: refused. */
 Test(spec, default_policy_fills_valid_fp8_tiles) {
     fg_tile_policy p;
     fg_error e;
     cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
-    const int archs[][2] = {{89, 0}, {90, 1}, {90, 0}, {100, 0}, {103, 0}, {110, 0}, {120, 0}, {121, 0}};
+    const int archs[][2] = {{89, 0}, {90, 0}, {100, 0}, {103, 0}, {110, 0}, {120, 0}, {121, 0}};
     const fg_dtype dts[2] = {FG_DTYPE_E4M3, FG_DTYPE_E5M2};
     for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
         for (int d = 32; d <= 256; d += 32)
@@ -179,13 +207,23 @@ Test(spec, default_policy_fills_valid_fp8_tiles) {
                     cr_assert_eq(spec_validate(&s, &e), FG_OK, "default tiles of %s refused: %s", name, e.msg);
                     cr_assert_eq(s.block_n % 32, 0, "%s", name);
                 }
-    fg_spec s = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_E5M2, .head_dim = 128,
+    for (int d = 32; d <= 256; d += 32)
+        for (int dt = 0; dt < 2; dt++) {
+            fg_spec s = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = dts[dt], .head_dim = d,
+                         .out_dtype = FG_DTYPE_BF16};
+            fg_error_clear(&e);
+            fg_status st = spec_fill_tiles(&s, &p, &e);
+            if (st == FG_OK) st = spec_validate(&s, &e);
+            cr_assert_eq(st, FG_ERR_UNSUPPORTED, "fp8 head_dim %d was accepted on sm_90a", d);
+            cr_assert(strstr(e.msg, "sm_90a") && strstr(e.msg, spec_dtype_name(dts[dt])), "%s", e.msg);
+        }
+    fg_spec s = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 0, .dtype = FG_DTYPE_E5M2, .head_dim = 128,
                  .causal = 1, .out_dtype = FG_DTYPE_BF16};
     cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK, "%s", e.msg);
     /* sm_90's FP8 rule for d 65-128 (the H200 sweep's winner, tile_policy.c) */
     cr_assert(s.block_m == 64 && s.block_n == 32 && s.warps == 4 && s.stages == 3, "%d x %d, %d warps, %d stages",
               s.block_m, s.block_n, s.warps, s.stages);
-    fg_spec h = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 128,
+    fg_spec h = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 0, .dtype = FG_DTYPE_BF16, .head_dim = 128,
                  .causal = 1};
     cr_assert_eq(spec_fill_tiles(&h, &p, &e), FG_OK, "%s", e.msg);
     cr_assert_eq(h.block_n, 48, "the 16-bit sm_90 causal d128 tile is unchanged");
@@ -198,19 +236,19 @@ Test(spec, policy_override_takes_precedence_and_set_fields_are_kept) {
     cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
     fg_tile_rule r = {90, 90, 128, 128, 1, -1, 64, 16, 4, 4, FG_FAMILY_MMA};
     cr_assert_eq(tile_policy_add(&p, &r, &e), FG_OK);
-    fg_spec s = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 128, .causal = 1};
+    fg_spec s = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 0, .dtype = FG_DTYPE_BF16, .head_dim = 128, .causal = 1};
     cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK);
     cr_assert_eq(s.block_m, 64);
     cr_assert_eq(s.block_n, 16);
     cr_assert_eq(s.warps, 4);
     cr_assert_eq(s.stages, 4);
-    fg_spec t = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 128, .causal = 0,
+    fg_spec t = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 0, .dtype = FG_DTYPE_BF16, .head_dim = 128, .causal = 0,
                  .block_n = 128};
     cr_assert_eq(spec_fill_tiles(&t, &p, &e), FG_OK);
     cr_assert_eq(t.block_n, 128, "an explicitly set field must not be overwritten");
     fg_tile_policy def;
     cr_assert_eq(tile_policy_init_default(&def, &e), FG_OK);
-    fg_spec plain = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 128};
+    fg_spec plain = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 0, .dtype = FG_DTYPE_BF16, .head_dim = 128};
     cr_assert_eq(spec_fill_tiles(&plain, &def, &e), FG_OK);
     cr_assert_eq(t.stages, plain.stages, "the override is for causal only");
     cr_assert_neq(t.stages, 4, "the override is for causal only");
@@ -218,6 +256,96 @@ Test(spec, policy_override_takes_precedence_and_set_fields_are_kept) {
     fg_spec u = {.kind = FG_KIND_FWD, .arch = 75, .dtype = FG_DTYPE_BF16, .head_dim = 128};
     cr_assert_eq(spec_fill_tiles(&u, &p, &e), FG_ERR_UNSUPPORTED);
     cr_assert(strstr(e.msg, "sm_75"), "%s", e.msg);
+    /* The override names the mma.sync family: sm_90a (wgmma) keeps its own default. */
+    fg_spec w = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 128,
+                 .causal = 1};
+    const fg_tile_rule *wr = tile_policy_lookup(&p, &w);
+    cr_assert(wr && wr != &p.rules[p.count - 1] && wr->family == FG_FAMILY_WGMMA);
+    cr_assert_eq(spec_fill_tiles(&w, &p, &e), FG_OK, "%s", e.msg);
+    cr_assert(w.block_n != 16 && w.warps == 4 * (w.block_m / 64 + 1), "%d x %d, %d warps", w.block_m, w.block_n,
+              w.warps);
+    tile_policy_free(&p);
+}
+
+/* sm_90a specs get the wgmma family's rules and sm_90 specs the mma.sync family's, for the same compute
+ * capability; an added rule applies to the family it names (both for FG_FAMILY_ANY). */
+Test(spec, policy_rules_follow_the_kernel_family) {
+    fg_tile_policy p;
+    fg_error e;
+    cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
+    for (int d = 32; d <= 256; d += 32)
+        for (int c = 0; c < 2; c++)
+            for (int dt = 0; dt < 2; dt++) {
+                fg_spec wg = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1,
+                              .dtype = dt ? FG_DTYPE_BF16 : FG_DTYPE_F16, .head_dim = d, .causal = c};
+                fg_spec mma = wg;
+                mma.arch_accel = 0;
+                cr_assert(spec_is_wgmma(&wg) && !spec_is_wgmma(&mma));
+                const fg_tile_rule *rw = tile_policy_lookup(&p, &wg), *rm = tile_policy_lookup(&p, &mma);
+                cr_assert(rw && rm, "head_dim %d causal %d: no rule", d, c);
+                cr_assert_eq(rw->family, FG_FAMILY_WGMMA, "sm_90a head_dim %d causal %d", d, c);
+                cr_assert_eq(rm->family, FG_FAMILY_MMA, "sm_90 head_dim %d causal %d", d, c);
+                cr_assert_eq(spec_fill_tiles(&wg, &p, &e), FG_OK, "%s", e.msg);
+                cr_assert_eq(spec_fill_tiles(&mma, &p, &e), FG_OK, "%s", e.msg);
+                /* wgmma tiles: 64 rows per consumer warpgroup plus the producer warpgroup */
+                cr_assert(wg.block_m == 64 || wg.block_m == 128 || wg.block_m == 192, "block_m %d", wg.block_m);
+                cr_assert_eq(wg.warps, 4 * (wg.block_m / 64 + 1));
+                cr_assert(mma.warps == 1 || mma.warps == 2 || mma.warps == 4 || mma.warps == 8, "warps %d", mma.warps);
+                cr_assert_eq(spec_validate(&wg, &e), FG_OK, "%s", e.msg);
+                cr_assert_eq(spec_validate(&mma, &e), FG_OK, "%s", e.msg);
+            }
+    /* sm_90 keeps the mma.sync rules of the H200 sweep (tile_policy.c) for bf16 head_dim 128 and 64, not
+     * causal, while sm_90a gets warpgroup tiles (which the wgmma sweeps may change: checked by shape). */
+    fg_spec a = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 128};
+    fg_spec b = a;
+    b.arch_accel = 0;
+    cr_assert_eq(spec_fill_tiles(&a, &p, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(spec_fill_tiles(&b, &p, &e), FG_OK, "%s", e.msg);
+    cr_assert(a.warps == 4 * (a.block_m / 64 + 1) && a.warps != b.warps, "sm_90a d128: %d x %d, %d warps", a.block_m,
+              a.block_n, a.warps);
+    cr_assert(b.block_m == 128 && b.block_n == 32 && b.warps == 4 && b.stages == 2, "sm_90 d128: %d x %d, %d warps, "
+              "%d stages", b.block_m, b.block_n, b.warps, b.stages);
+    a = (fg_spec){.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 64};
+    b = a;
+    b.arch_accel = 0;
+    cr_assert_eq(spec_fill_tiles(&a, &p, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(spec_fill_tiles(&b, &p, &e), FG_OK, "%s", e.msg);
+    cr_assert(a.warps == 4 * (a.block_m / 64 + 1) && a.warps != b.warps, "sm_90a d64: %d x %d, %d warps", a.block_m,
+              a.block_n, a.warps);
+    cr_assert(b.block_m == 128 && b.block_n == 96 && b.warps == 4 && b.stages == 3, "sm_90 d64: %d x %d, %d warps, "
+              "%d stages", b.block_m, b.block_n, b.warps, b.stages);
+    /* No wgmma rule below head_dim 32: sm_90a has no tile there, sm_90 does. */
+    a = (fg_spec){.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_F16, .head_dim = 16};
+    b = a;
+    b.arch_accel = 0;
+    cr_assert_null(tile_policy_lookup(&p, &a));
+    cr_assert_not_null(tile_policy_lookup(&p, &b));
+
+    /* Added rules: a wgmma one, then an mma.sync one; each leaves the other family alone. */
+    const fg_spec wg = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 128};
+    fg_spec mma = wg, amp = wg;
+    mma.arch_accel = 0;
+    amp.arch = 80;
+    amp.arch_accel = 0;
+    const fg_tile_rule rw = {80, 90, 8, 256, -1, -1, 64, 64, 8, 3, FG_FAMILY_WGMMA};
+    const fg_tile_rule rm = {90, 90, 8, 256, -1, -1, 64, 32, 4, 2, FG_FAMILY_MMA};
+    const fg_tile_rule ra = {90, 90, 8, 256, -1, -1, 128, 64, 8, 4, FG_FAMILY_ANY};
+    cr_assert_eq(tile_policy_add(&p, &rw, &e), FG_OK);
+    cr_assert_eq(tile_policy_lookup(&p, &wg)->block_n, 64, "the wgmma rule applies to sm_90a");
+    cr_assert_eq(tile_policy_lookup(&p, &mma)->block_n, 32, "sm_90 keeps its default");
+    cr_assert_eq(tile_policy_lookup(&p, &amp)->family, FG_FAMILY_MMA, "sm_80 is never the wgmma family");
+    cr_assert_eq(tile_policy_add(&p, &rm, &e), FG_OK);
+    cr_assert_eq(tile_policy_lookup(&p, &wg), &p.rules[p.count - 2], "sm_90a keeps the wgmma rule");
+    cr_assert_eq(tile_policy_lookup(&p, &mma), &p.rules[p.count - 1], "the mma.sync rule applies to sm_90");
+    fg_spec filled = wg;
+    cr_assert_eq(spec_fill_tiles(&filled, &p, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(spec_validate(&filled, &e), FG_OK, "64 x 64 with 8 warps is a valid sm_90a tile: %s", e.msg);
+    filled = mma;
+    cr_assert_eq(spec_fill_tiles(&filled, &p, &e), FG_OK, "%s", e.msg);
+    cr_assert(filled.block_m == 64 && filled.block_n == 32 && filled.warps == 4 && filled.stages == 2);
+    cr_assert_eq(tile_policy_add(&p, &ra, &e), FG_OK);
+    cr_assert_eq(tile_policy_lookup(&p, &wg), &p.rules[p.count - 1], "FG_FAMILY_ANY applies to sm_90a");
+    cr_assert_eq(tile_policy_lookup(&p, &mma), &p.rules[p.count - 1], "FG_FAMILY_ANY applies to sm_90");
     tile_policy_free(&p);
 }
 
@@ -250,6 +378,16 @@ static void m_block_n(fg_spec *s) { s->block_n = 40; }
 static void m_stages(fg_spec *s) { s->stages = 5; }
 static void m_registers(fg_spec *s) { s->block_m = 128; s->warps = 4; s->block_n = 64; }
 static void m_smem(fg_spec *s) { s->arch = 86; s->arch_accel = 0; s->head_dim = 256; s->block_n = 64; s->stages = 2; }
+/* The wgmma family's rules, each broken from the valid sm_90a spec wg_base(). */
+static void m_wgmma_dtype(fg_spec *s) { *s = wg_base(); s->dtype = FG_DTYPE_E4M3; s->out_dtype = FG_DTYPE_BF16; }
+static void m_wgmma_dtype_e5m2(fg_spec *s) { m_wgmma_dtype(s); s->dtype = FG_DTYPE_E5M2; }
+static void m_wgmma_head_dim(fg_spec *s) { *s = wg_base(); s->head_dim = 48; }
+static void m_wgmma_head_dim_small(fg_spec *s) { *s = wg_base(); s->head_dim = 16; }
+static void m_wgmma_block_m(fg_spec *s) { *s = wg_base(); s->block_m = 96; s->warps = 8; }
+static void m_wgmma_block_m_big(fg_spec *s) { *s = wg_base(); s->block_m = 256; s->warps = 20; s->block_n = 64; }
+static void m_wgmma_warps(fg_spec *s) { *s = wg_base(); s->warps = 8; }
+static void m_wgmma_warps_mma(fg_spec *s) { *s = wg_base(); s->block_m = 64; s->warps = 4; }
+static void m_wgmma_registers(fg_spec *s) { *s = wg_base(); s->block_m = 192; s->warps = 16; s->block_n = 160; }
 
 static const broken rules[] = {
     {"kind", m_kind, "kind"},
@@ -273,11 +411,22 @@ static const broken rules[] = {
     {"stages", m_stages, "stages 5"},
     {"registers", m_registers, "registers"},
     {"smem", m_smem, "shared memory"},
+    {"wgmma_dtype", m_wgmma_dtype, "dtype e4m3 on sm_90a"},
+    {"wgmma_dtype", m_wgmma_dtype_e5m2, "use arch sm_90"},
+    {"wgmma_head_dim", m_wgmma_head_dim, "head_dim 48 is not supported on sm_90a"},
+    {"wgmma_head_dim", m_wgmma_head_dim_small, "head_dim 16 is not supported on sm_90a"},
+    {"wgmma_block_m", m_wgmma_block_m, "block_m 96 is not supported on sm_90a"},
+    {"wgmma_block_m", m_wgmma_block_m_big, "64, 128 or 192"},
+    {"wgmma_warps", m_wgmma_warps, "warps 8 with block_m 128 is not supported on sm_90a"},
+    {"wgmma_warps", m_wgmma_warps_mma, "it must be 8, a producer"},
+    {"wgmma_registers", m_wgmma_registers, "more than the 160"},
 };
 
 Test(validate, every_rule_refuses_with_its_sentence) {
     fg_error e;
     fg_spec ok = base();
+    cr_assert_eq(spec_validate(&ok, &e), FG_OK, "%s", e.msg);
+    ok = wg_base();
     cr_assert_eq(spec_validate(&ok, &e), FG_OK, "%s", e.msg);
     int covered[64] = {0};
     for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
@@ -293,6 +442,67 @@ Test(validate, every_rule_refuses_with_its_sentence) {
     }
     for (int r = 0; r < spec_rule_count(); r++)
         cr_assert(covered[r], "validation rule '%s' has no test here", spec_rule_name(r));
+}
+
+/* A valid sm_90a spec is accepted, and the same tiles are refused by the other family: a warpgroup tile
+ * (12 warps) on sm_90, an mma.sync tile (8 warps for 128 rows) on sm_90a. */
+Test(validate, sm_90a_spec_accepted_with_warpgroup_tiles) {
+    fg_spec s;
+    fg_error e;
+    fg_error_clear(&e);
+    cr_assert_eq(spec_parse("kind=fwd arch=sm_90a dtype=bf16 head_dim=128 block_m=128 block_n=128 warps=12 stages=2",
+                            &s, &e),
+                 FG_OK, "%s", e.msg);
+    cr_assert(s.arch == 90 && s.arch_accel == 1);
+    cr_assert(spec_is_wgmma(&s));
+    fg_spec want = wg_base();
+    cr_assert(spec_equal(&s, &want));
+    cr_assert_eq(spec_validate(&s, &e), FG_OK, "%s", e.msg);
+    const int tiles[][3] = {{64, 8, 192}, {128, 12, 128}, {192, 16, 64}}; /* block_m, warps, block_n */
+    for (int t = 0; t < 3; t++)
+        for (int dt = 0; dt < 2; dt++) {
+            s = wg_base();
+            s.dtype = dt ? FG_DTYPE_F16 : FG_DTYPE_BF16;
+            s.head_dim = 64;
+            s.block_m = tiles[t][0];
+            s.warps = tiles[t][1];
+            s.block_n = tiles[t][2];
+            s.causal = t % 2;
+            cr_assert_eq(spec_validate(&s, &e), FG_OK, "block_m %d, %d warps: %s", tiles[t][0], tiles[t][1], e.msg);
+        }
+    cr_assert_eq(spec_parse("kind=fwd arch=sm_90 dtype=bf16 head_dim=128 block_m=128 block_n=128 warps=12 stages=2",
+                            &s, &e),
+                 FG_OK, "%s", e.msg);
+    cr_assert(s.arch == 90 && s.arch_accel == 0);
+    cr_assert_not(spec_is_wgmma(&s));
+    cr_assert_eq(spec_validate(&s, &e), FG_ERR_UNSUPPORTED);
+    cr_assert(strstr(e.msg, "warps 12 is not supported"), "%s", e.msg);
+    s = base();
+    s.arch_accel = 1;
+    cr_assert_eq(spec_validate(&s, &e), FG_ERR_UNSUPPORTED);
+    cr_assert(strstr(e.msg, "sm_90a") && strstr(e.msg, "must be 12"), "%s", e.msg);
+    /* spec_is_wgmma: sm_90a only */
+    s = base();
+    cr_assert_not(spec_is_wgmma(&s));
+    s.arch = 100;
+    s.arch_accel = 1;
+    cr_assert_not(spec_is_wgmma(&s), "sm_100a is not the wgmma family");
+}
+
+Test(validate, wgmma_head_dim_every_multiple_of_32_from_32_to_256) {
+    fg_error e;
+    for (int d = 1; d <= 300; d++) {
+        fg_spec s = wg_base();
+        s.head_dim = d;
+        s.block_n = 32;
+        int want_ok = d % 32 == 0 && d >= 32 && d <= 256;
+        fg_error_clear(&e);
+        cr_assert_eq(spec_validate(&s, &e) == FG_OK, want_ok, "head_dim %d: %s", d, e.msg);
+        /* the mma.sync family on the same GPU takes every multiple of 8 */
+        s.arch_accel = 0;
+        s.warps = 8;
+        cr_assert_eq(spec_validate(&s, &e) == FG_OK, d % 8 == 0 && d <= 256, "sm_90 head_dim %d: %s", d, e.msg);
+    }
 }
 
 Test(validate, head_dim_every_multiple_of_8_from_8_to_256) {
@@ -330,10 +540,13 @@ Test(validate, fp8_runs_on_sm_89_and_newer_only) {
             s.arch_accel = archs[a][1];
             s.dtype = dt ? FG_DTYPE_E5M2 : FG_DTYPE_E4M3;
             s.out_dtype = FG_DTYPE_BF16;
-            int want_ok = s.arch >= 89;
+            /* sm_90a is the wgmma family, which has no FP8 kernel: arch sm_90 runs FP8 on Hopper */
+            int want_ok = s.arch >= 89 && !spec_is_wgmma(&s);
             fg_error_clear(&e);
             cr_assert_eq(spec_validate(&s, &e) == FG_OK, want_ok, "sm_%d%s: %s", s.arch, s.arch_accel ? "a" : "",
                          e.msg);
+            if (spec_is_wgmma(&s))
+                cr_assert(strstr(e.msg, "on sm_90a") && strstr(e.msg, "use arch sm_90"), "%s", e.msg);
         }
 }
 
@@ -378,4 +591,33 @@ Test(validate, smem_limits_per_arch) {
     cr_assert_eq(spec_smem_bytes(&s), 256u * 64 * 2, "O staging (32 KiB) exceeds the fp8 tiles (24 KiB)");
     s.dtype = FG_DTYPE_BF16;
     cr_assert_eq(spec_smem_bytes(&s), (256u + 2 * 2 * 32) * 128, "16-bit: the tiles, as before");
+    /* sm_90a: 16-bit Q and K/V stages at head_dim columns (no padding), plus 1 KiB of alignment slack
+     * and the mbarriers (a few 8-byte words per stage) */
+    const int wg[][4] = {{128, 128, 128, 2}, {192, 128, 64, 2}, {128, 80, 256, 2}, {64, 64, 32, 4}};
+    for (int i = 0; i < 4; i++) {
+        s = wg_base();
+        s.block_m = wg[i][0];
+        s.block_n = wg[i][1];
+        s.head_dim = wg[i][2];
+        s.stages = wg[i][3];
+        s.warps = 4 * (s.block_m / 64 + 1);
+        size_t tiles = 2u * (size_t)s.head_dim * ((size_t)s.block_m + 2u * (size_t)s.block_n * (size_t)s.stages);
+        size_t got = spec_smem_bytes(&s);
+        cr_assert(got > 1024 + tiles && got < 2048 + tiles && (got - tiles) % 8 == 0, "%d x %d, d %d, %d stages: %zu "
+                  "bytes for %zu of tiles", s.block_m, s.block_n, s.head_dim, s.stages, got, tiles);
+        fg_error e;
+        cr_assert_eq(spec_validate(&s, &e), FG_OK, "%s", e.msg);
+        s.stages++;
+        cr_assert_gt(spec_smem_bytes(&s), got + 2u * 2 * s.head_dim * s.block_n - 1, "a stage adds a K and a V tile");
+    }
+    /* 128 x 80 is the largest 2-stage tile at head_dim 256 under sm_90's 227 KiB (tile_policy.c) */
+    s = wg_base();
+    s.head_dim = 256;
+    s.block_n = 80;
+    cr_assert_leq(spec_smem_bytes(&s), arch_smem_limit(90));
+    s.block_n = 96;
+    cr_assert_gt(spec_smem_bytes(&s), arch_smem_limit(90));
+    fg_error e;
+    cr_assert_eq(spec_validate(&s, &e), FG_ERR_UNSUPPORTED);
+    cr_assert(strstr(e.msg, "shared memory"), "%s", e.msg);
 }

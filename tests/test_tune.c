@@ -66,7 +66,7 @@ static fg_tune_class klass(fg_dtype dtype, int head_dim, int causal, int gqa, in
     return c;
 }
 
-/* A record for class c on sm_90a with the given tiles and outcome. */
+/* A record for class c on sm_90 (the mma.sync family on Hopper) with the given tiles and outcome. */
 static fg_tune_record rec(fg_tune_class c, int bm, int bn, int warps, int stages, fg_tune_status status, double ms,
                           double tflops, const char *note) {
     fg_tune_record r;
@@ -74,7 +74,7 @@ static fg_tune_record rec(fg_tune_class c, int bm, int bn, int warps, int stages
     r.cls = c;
     r.spec.kind = c.kind;
     r.spec.arch = 90;
-    r.spec.arch_accel = 1;
+    r.spec.arch_accel = 0;
     r.spec.dtype = c.dtype;
     r.spec.head_dim = c.head_dim;
     r.spec.causal = c.causal;
@@ -154,7 +154,7 @@ static const char h200_gpu[] = "name = \"NVIDIA H200\", arch = 90, sms = 132, dr
 /* A valid result line (line `n` of a file whose header has 4 lines) with one field replaced. */
 static const char good_result[] =
     "result { kind = \"fwd\", dtype = \"bf16\", head_dim = 128, causal = false, gqa = 1, seqlen_q = 2048, "
-    "seqlen_k = 2048, batch_heads = 128, spec = \"arch=sm_90a,block_m=128,block_n=32,causal=0,dtype=bf16,"
+    "seqlen_k = 2048, batch_heads = 128, spec = \"arch=sm_90,block_m=128,block_n=32,causal=0,dtype=bf16,"
     "head_dim=128,kind=fwd,stages=3,warps=4\", status = \"ok\", ms = 1.5, tflops = 300, note = \"\" }\n";
 
 /* Writes a header (promising `results`) followed by `body` to path. */
@@ -362,7 +362,7 @@ Test(tunedb, wrong_typed_field_names_file_line_and_field) {
         {"tflops = 300", "tflops = -1", "field 'tflops' must be a finite number, not negative"},
         {"note = \"\"", "note = \"\", extra = 1", "unknown field 'extra'"},
         {"block_n=32,", "block_n=32,bogus=1,", "field 'spec': spec: unknown key 'bogus'"},
-        {"arch=sm_90a", "arch=sm_80", "targets sm_80, but this tuning database is for sm_90"},
+        {"arch=sm_90,", "arch=sm_80,", "targets sm_80, but this tuning database is for sm_90"},
         {"head_dim=128,kind", "head_dim=64,kind", "its head_dim differs"},
         {"status = \"ok\", ms = 1.5", "status = \"ok\", ms = 0", "status ok but no time"},
     };
@@ -538,6 +538,51 @@ Test(tunedb, nearest_bucket_lookup) {
     tunedb_free(&db);
 }
 
+/* On Hopper a class may hold records of both families: sm_90 (mma.sync) and sm_90a (wgmma). Dispatch asks
+ * for the family a call runs on (tunedb_best_for), and gets that family's fastest record even where the
+ * other family's is faster; tunedb_best (accel -1) takes either. */
+Test(tunedb, best_for_keeps_to_the_family_asked_for) {
+    fg_tune_identity id = h200();
+    fg_tunedb db;
+    tunedb_init(&db, &id);
+    fg_tune_class c = klass(FG_DTYPE_BF16, 128, 0, 1, 2048, 2048, 128);
+    fg_tune_class far = klass(FG_DTYPE_BF16, 128, 0, 1, 8192, 8192, 32);
+    add(&db, rec(c, 128, 32, 4, 2, FG_TUNE_OK, 1.20, 300, ""));
+    add(&db, rec(c, 128, 64, 8, 2, FG_TUNE_OK, 1.50, 250, ""));
+    fg_tune_record w = rec(c, 128, 128, 12, 2, FG_TUNE_OK, 0.80, 450, "");
+    w.spec.arch_accel = 1;
+    add(&db, w);
+    w = rec(c, 192, 128, 16, 2, FG_TUNE_WRONG, 0.50, 700, "max err 1.0");
+    w.spec.arch_accel = 1;
+    add(&db, w);
+    w = rec(far, 128, 96, 12, 2, FG_TUNE_OK, 5.00, 400, ""); /* sm_90a only: the other bucket */
+    w.spec.arch_accel = 1;
+    add(&db, w);
+    fg_spec s;
+    fg_tune_record r;
+    char why[256];
+    cr_assert_eq(tunedb_best_for(&db, &c, 0, &s, &r, why, sizeof why), FG_OK, "%s", why);
+    cr_assert(s.arch_accel == 0 && s.block_n == 32 && r.ms == 1.20, "sm_90: %d x %d, accel %d, %s", s.block_m,
+              s.block_n, s.arch_accel, why);
+    cr_assert(strstr(why, ", 2 candidates measured"), "the count is the family's: %s", why);
+    cr_assert_eq(tunedb_best_for(&db, &c, 1, &s, &r, why, sizeof why), FG_OK, "%s", why);
+    cr_assert(s.arch_accel == 1 && s.block_n == 128 && s.warps == 12 && r.ms == 0.80, "sm_90a: %d x %d, %s",
+              s.block_m, s.block_n, why);
+    cr_assert_eq(tunedb_best(&db, &c, &s, NULL, why, sizeof why), FG_OK, "%s", why);
+    cr_assert_eq(s.arch_accel, 1, "without a family the fastest ok record of either wins");
+    /* The far bucket has sm_90a records only: an sm_90 query there takes sm_90's nearest bucket. */
+    cr_assert_eq(tunedb_best_for(&db, &far, 0, &s, &r, why, sizeof why), FG_OK, "%s", why);
+    cr_assert(s.arch_accel == 0 && r.cls.seqlen_q == 2048, "%s", why);
+    cr_assert_eq(tunedb_best_for(&db, &far, 1, &s, &r, why, sizeof why), FG_OK, "%s", why);
+    cr_assert(s.arch_accel == 1 && r.cls.seqlen_q == 8192, "%s", why);
+    /* A family with no ok record in any bucket is not tuned. */
+    fg_tune_class d64 = klass(FG_DTYPE_BF16, 64, 0, 1, 2048, 2048, 256);
+    add(&db, rec(d64, 128, 64, 4, 2, FG_TUNE_OK, 0.30, 500, ""));
+    cr_assert_eq(tunedb_best_for(&db, &d64, 0, &s, NULL, why, sizeof why), FG_OK, "%s", why);
+    cr_assert_eq(tunedb_best_for(&db, &d64, 1, &s, NULL, why, sizeof why), FG_ERR_NOT_FOUND, "%s", why);
+    tunedb_free(&db);
+}
+
 Test(tunedb, winner_is_never_a_record_that_is_not_ok) {
     fg_tune_identity id = h200();
     fg_tunedb db;
@@ -647,7 +692,7 @@ Test(tunedb, table_groups_classes_and_marks_the_winner) {
                                     "tuned 4.113x the default (0.3000 ms against 1.2340 ms)");
     cr_assert_not_null(head, "%s", text);
     /* In that class the 0.3 ms record is the winner and comes first, marked; the 1.234 ms one, the tile
-     * policy's default for sm_90a head_dim 128 non-causal, follows, marked 'd'. */
+     * policy's default for sm_90 head_dim 128 non-causal, follows, marked 'd'. */
     const char *win = strstr(head, "  *      128      64     8      2  ok");
     const char *second = strstr(head, "   d     128      32     4      2  ok");
     cr_assert(win && second && win < second, "%s", text);
@@ -680,17 +725,20 @@ Test(tunedb, csv_has_a_row_per_record_and_quotes_notes) {
 
 /* ---- spaces ---- */
 
-/* The shipped FP8 space: e4m3 problems with bf16 output on sm_90a (refused, with the rule, on sm_80). */
+/* The shipped FP8 space: e4m3 problems with bf16 output on sm_90 (refused, with the rule, on sm_80). It is
+ * an mma.sync space: loaded for a Hopper GPU's sm_90a target, as `flashgen tune` does, its candidates are
+ * still sm_90 specs (the wgmma family has no FP8 kernel). */
 Test(space, shipped_tune_fwd_fp8_loads) {
     fg_tune_space sp;
     fg_error err;
     fg_error_clear(&err);
-    cr_assert_eq(space_load("configs/tune_fwd_fp8.lua", 90, 1, &sp, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(space_load("configs/tune_fwd_fp8.lua", 90, 0, &sp, &err), FG_OK, "%s", err.msg);
     cr_assert_eq(sp.count, 12);
+    const int refused_sm90 = sp.refused;
     for (int i = 0; i < sp.count; i++) {
         const fg_tune_problem *p = &sp.problems[i];
         cr_assert_eq(p->cls.dtype, FG_DTYPE_E4M3);
-        cr_assert_lt(p->nrefused, p->ncands, "problem %d: every candidate refused on sm_90a", i);
+        cr_assert_lt(p->nrefused, p->ncands, "problem %d: every candidate refused on sm_90", i);
         for (int k = 0; k < p->ncands; k++)
             cr_assert_eq(p->cands[k].spec.out_dtype, FG_DTYPE_BF16);
     }
@@ -698,6 +746,12 @@ Test(space, shipped_tune_fwd_fp8_loads) {
     cr_assert_eq(space_load("configs/tune_fwd_fp8.lua", 80, 0, &sp, &err), FG_OK, "%s", err.msg);
     cr_assert_eq(sp.refused, sp.total, "sm_80 has no FP8: every candidate is refused");
     cr_assert_not_null(strstr(sp.problems[0].cands[0].why, "sm_89"), "%s", sp.problems[0].cands[0].why);
+    space_free(&sp);
+    cr_assert_eq(space_load("configs/tune_fwd_fp8.lua", 90, 1, &sp, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(sp.refused, refused_sm90, "the same candidates as for sm_90");
+    for (int i = 0; i < sp.count; i++)
+        for (int k = 0; k < sp.problems[i].ncands; k++)
+            cr_assert(sp.problems[i].cands[k].spec.arch == 90 && sp.problems[i].cands[k].spec.arch_accel == 0);
     space_free(&sp);
 }
 
@@ -712,7 +766,7 @@ Test(space, products_buckets_and_refusals) {
     fg_tune_space sp;
     fg_error err;
     fg_error_clear(&err);
-    cr_assert_eq(space_load_string("s.lua", test_space, strlen(test_space), 90, 1, &sp, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(space_load_string("s.lua", test_space, strlen(test_space), 90, 0, &sp, &err), FG_OK, "%s", err.msg);
     cr_assert_eq(sp.count, 6);
     cr_assert_eq(sp.total, 4 * 4 + 2 * 2, "block_n {64, 64} is one value: %d candidates", sp.total);
     /* First call: head_dim-major, causal fastest; sizes kept as given, classes bucketed. */
@@ -732,7 +786,7 @@ Test(space, products_buckets_and_refusals) {
     cr_assert_eq(sp.problems[2].nrefused, 2);
     cr_assert_eq(sp.refused, 1 + 1 + 2 + 2);
     const fg_tune_candidate *c = &p->cands[1]; /* block_m 64, block_n 64, warps 8 */
-    cr_assert(c->spec.block_m == 64 && c->spec.warps == 8 && c->spec.arch == 90 && c->spec.arch_accel == 1);
+    cr_assert(c->spec.block_m == 64 && c->spec.warps == 8 && c->spec.arch == 90 && c->spec.arch_accel == 0);
     cr_assert_eq(c->status, FG_ERR_UNSUPPORTED);
     cr_assert(strstr(c->why, "block_m 64 with 8 warps is not supported") != NULL, "%s", c->why);
     cr_assert_eq(p->cands[0].status, FG_OK);
@@ -748,12 +802,115 @@ Test(space, products_buckets_and_refusals) {
     cr_assert_null(sp.problems);
 }
 
-/* Loads text as space "s.lua" for sm_90a, which must fail with status and a message containing parts. */
+/* A space is for the mma.sync family unless it says family = "wgmma": loaded for a Hopper GPU's sm_90a
+ * target (as `flashgen tune` does there) its candidates are sm_90 specs, the same as for sm_90. */
+Test(space, mma_space_on_hopper_gives_sm_90_candidates) {
+    fg_tune_space a, b;
+    fg_error err;
+    fg_error_clear(&err);
+    cr_assert_eq(space_load_string("s.lua", test_space, strlen(test_space), 90, 0, &a, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(space_load_string("s.lua", test_space, strlen(test_space), 90, 1, &b, &err), FG_OK, "%s", err.msg);
+    cr_assert(a.count == b.count && a.total == b.total && a.refused == b.refused);
+    for (int i = 0; i < b.count; i++) {
+        cr_assert_eq(a.problems[i].ncands, b.problems[i].ncands);
+        for (int k = 0; k < b.problems[i].ncands; k++) {
+            const fg_tune_candidate *ca = &a.problems[i].cands[k], *cb = &b.problems[i].cands[k];
+            cr_assert(cb->spec.arch == 90 && cb->spec.arch_accel == 0, "problem %d candidate %d", i, k);
+            cr_assert(spec_equal(&ca->spec, &cb->spec));
+            cr_assert_eq(ca->status, cb->status);
+        }
+    }
+    space_free(&a);
+    space_free(&b);
+}
+
+/* The test space's tiles as a wgmma space: sm_90a candidates, validated by that family's rules (64 query
+ * rows take 8 warps, a consumer and the producer warpgroup; 128 take 12), whatever the target's suffix. */
+static const char test_space_wgmma[] =
+    "space { family = \"wgmma\", dtype = \"bf16\", head_dim = {64, 128}, causal = {false, true}, seqlen_q = 1000,\n"
+    "        batch_heads = 96, block_m = {64, 128}, block_n = 64, warps = {4, 8}, stages = 2 }\n"
+    "space { family = \"wgmma\", dtype = \"fp16\", head_dim = 64, gqa = 4, seqlen_q = 512, seqlen_k = {512, 4096},\n"
+    "        batch_heads = 32, block_m = 128, block_n = 32, warps = {4, 12}, stages = {2, 3} }\n";
+
+Test(space, wgmma_space_gives_sm_90a_candidates) {
+    for (int accel = 0; accel < 2; accel++) {
+        fg_tune_space sp;
+        fg_error err;
+        fg_error_clear(&err);
+        cr_assert_eq(space_load_string("w.lua", test_space_wgmma, strlen(test_space_wgmma), 90, accel, &sp, &err),
+                     FG_OK, "%s", err.msg);
+        cr_assert_eq(sp.count, 6);
+        cr_assert_eq(sp.total, 4 * 4 + 2 * 4);
+        for (int i = 0; i < sp.count; i++) {
+            const fg_tune_problem *p = &sp.problems[i];
+            for (int k = 0; k < p->ncands; k++) {
+                const fg_tune_candidate *c = &p->cands[k];
+                cr_assert(c->spec.arch == 90 && c->spec.arch_accel == 1, "problem %d candidate %d", i, k);
+                int ok = c->spec.warps == 4 * (c->spec.block_m / 64 + 1);
+                cr_assert_eq(c->status == FG_OK, ok, "problem %d candidate %d: %s", i, k, c->why);
+                if (!ok)
+                    cr_assert(strstr(c->why, "on sm_90a") && strstr(c->why, "warps"), "%s", c->why);
+                fg_error e;
+                fg_error_clear(&e);
+                cr_assert_eq(spec_validate(&c->spec, &e), c->status);
+            }
+            /* first call: only 64 x 8 warps of four tiles; second: 128 x 12 warps, at two stage counts */
+            cr_assert_eq(p->nrefused, i < 4 ? 3 : 2, "problem %d", i);
+        }
+        cr_assert_eq(sp.refused, 4 * 3 + 2 * 2);
+        space_free(&sp);
+    }
+    /* Elsewhere the wgmma family has no target (sm_80a), and it has no FP8 kernel. */
+    fg_tune_space sp;
+    fg_error err;
+    fg_error_clear(&err);
+    cr_assert_eq(space_load_string("w.lua", test_space_wgmma, strlen(test_space_wgmma), 80, 0, &sp, &err), FG_OK,
+                 "%s", err.msg);
+    cr_assert_eq(sp.refused, sp.total, "sm_80: every wgmma candidate is refused");
+    cr_assert_not_null(strstr(sp.problems[0].cands[0].why, "sm_80a"), "%s", sp.problems[0].cands[0].why);
+    space_free(&sp);
+    const char *fp8 = "space { family = \"wgmma\", dtype = \"e4m3\", head_dim = 128, seqlen_q = 2048, batch_heads = 16,\n"
+                      "        block_m = 128, block_n = {64, 128}, warps = 12, stages = 2 }\n";
+    cr_assert_eq(space_load_string("w.lua", fp8, strlen(fp8), 90, 1, &sp, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(sp.refused, sp.total, "FP8 on sm_90a: every candidate is refused");
+    cr_assert_not_null(strstr(sp.problems[0].cands[0].why, "dtype e4m3 on sm_90a"), "%s", sp.problems[0].cands[0].why);
+    space_free(&sp);
+}
+
+/* The shipped sm_90a space: 16-bit problems whose candidates are all sm_90a specs, each with at least one
+ * tile that fits; on an Ampere GPU all are refused. */
+Test(space, shipped_tune_fwd_sm90a_loads) {
+    fg_tune_space sp;
+    fg_error err;
+    fg_error_clear(&err);
+    cr_assert_eq(space_load("configs/tune_fwd_sm90a.lua", 90, 1, &sp, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(sp.count, 12, "head_dim 64/128/256 x seqlen 2048/8192 x causal both");
+    for (int i = 0; i < sp.count; i++) {
+        const fg_tune_problem *p = &sp.problems[i];
+        cr_assert_eq(p->cls.dtype, FG_DTYPE_BF16);
+        cr_assert_lt(p->nrefused, p->ncands, "problem %d: every candidate refused on sm_90a", i);
+        for (int k = 0; k < p->ncands; k++) {
+            const fg_tune_candidate *c = &p->cands[k];
+            cr_assert(spec_is_wgmma(&c->spec), "problem %d candidate %d", i, k);
+            fg_error e;
+            fg_error_clear(&e);
+            cr_assert_eq(spec_validate(&c->spec, &e), c->status);
+            if (c->status == FG_OK)
+                cr_assert_eq(c->spec.warps, 4 * (c->spec.block_m / 64 + 1));
+        }
+    }
+    space_free(&sp);
+    cr_assert_eq(space_load("configs/tune_fwd_sm90a.lua", 80, 0, &sp, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(sp.refused, sp.total, "sm_80 has no sm_90a family");
+    space_free(&sp);
+}
+
+/* Loads text as space "s.lua" for sm_90, which must fail with status and a message containing parts. */
 static void expect_space_refused(const char *text, fg_status status, const char *where, const char *what) {
     fg_tune_space sp;
     fg_error err;
     fg_error_clear(&err);
-    fg_status st = space_load_string("s.lua", text, strlen(text), 90, 1, &sp, &err);
+    fg_status st = space_load_string("s.lua", text, strlen(text), 90, 0, &sp, &err);
     cr_assert_eq(st, status, "status %s for <%s>: %s", fg_status_string(st), text, err.msg);
     cr_assert(strncmp(err.msg, where, strlen(where)) == 0, "message for <%s> should start with '%s': %s", text, where,
               err.msg);
@@ -785,6 +942,10 @@ Test(space, errors_name_file_line_and_field) {
     expect_space_refused("space { dtype = \"bf16\", head_dim = 128, seqlen_q = 1024 batch_heads = 64 }", FG_ERR_CONFIG,
                          "s.lua:1:", "'}' expected");
     expect_space_refused("local x = 1\n", FG_ERR_CONFIG, "s.lua", "lists no problems");
+    expect_space_refused("space { family = \"tensor\", dtype = \"bf16\", head_dim = 128, seqlen_q = 1024, batch_heads = 64, "
+                         TILES " }", FG_ERR_CONFIG, "s.lua:1:", "field 'family' must be \"mma\"");
+    expect_space_refused("space { family = {\"mma\", \"wgmma\"}, dtype = \"bf16\", head_dim = 128, seqlen_q = 1024, "
+                         "batch_heads = 64, " TILES " }", FG_ERR_CONFIG, "s.lua:1:", "field 'family' takes one value");
     expect_space_refused("local t = {}\nfor i = 1, 128 do t[i] = i * 8 end\n"
                          "space { dtype = \"bf16\", head_dim = t, seqlen_q = t, batch_heads = 64, " TILES " }",
                          FG_ERR_CONFIG, "s.lua:3:", "a space may list at most 4096");
@@ -794,13 +955,13 @@ Test(space, errors_name_file_line_and_field) {
     const char *ok = "space { dtype = \"bf16\", head_dim = 128, seqlen_q = 1024, batch_heads = 64, " TILES " }";
     cr_assert_eq(space_load_string("s.lua", ok, strlen(ok), 75, 0, &sp, &err), FG_ERR_UNSUPPORTED);
     cr_assert(strstr(err.msg, "sm_75") != NULL, "%s", err.msg);
-    cr_assert_eq(space_load("/nonexistent/space.lua", 90, 1, &sp, &err), FG_ERR_IO);
+    cr_assert_eq(space_load("/nonexistent/space.lua", 90, 0, &sp, &err), FG_ERR_IO);
 }
 
 Test(space, shipped_tune_fwd_loads_for_hopper_and_ampere) {
     static const struct {
         int arch, accel;
-    } targets[] = {{90, 1}, {80, 0}, {86, 0}};
+    } targets[] = {{90, 0}, {80, 0}, {86, 0}};
     for (size_t t = 0; t < sizeof targets / sizeof targets[0]; t++) {
         fg_tune_space sp;
         fg_error err;

@@ -132,7 +132,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 static int fuzz_bundle_seed(const char *dir, const char *name, size_t n) {
     static const char *const names[] = {
         "arch=sm_80,block_m=128,block_n=64,causal=0,dtype=fp16,head_dim=64,kind=fwd,stages=3,warps=4",
-        "arch=sm_90a,block_m=128,block_n=32,causal=1,dtype=bf16,head_dim=128,kind=fwd,stages=3,warps=4",
+        "arch=sm_90,block_m=128,block_n=32,causal=1,dtype=bf16,head_dim=128,kind=fwd,stages=3,warps=4",
         "x",
     };
     static const uint8_t payload[] = "\x7f" "ELF fake cubin bytes for the fuzzer";

@@ -99,10 +99,11 @@ done
 # ---- seeds and dictionaries ----
 seed_spec() {
   d=tests/fuzz/corpus-fuzz_spec; mkdir -p "$d"
-  printf 'arch=sm_90a,block_m=128,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=fwd,stages=2,warps=8' >"$d/seed-canonical"
+  printf 'arch=sm_90,block_m=128,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=fwd,stages=2,warps=8' >"$d/seed-canonical"
+  printf 'arch=sm_90a,block_m=128,block_n=128,causal=1,dtype=fp16,head_dim=128,kind=fwd,stages=2,warps=12' >"$d/seed-wgmma"
   printf 'arch=sm_80 dtype=fp16 head_dim=64 causal=true kind=fwd' >"$d/seed-short"
   printf 'kind=fwd,arch=sm_120,dtype=e4m3,head_dim=256, block_n=32\twarps=4\nstages=3' >"$d/seed-mixed"
-  printf '"kind=fwd"\n"arch=sm_80"\n"arch=sm_90a"\n"dtype=fp16"\n"dtype=bf16"\n"dtype=e5m2"\n"head_dim="\n' >"$out/spec.dict"
+  printf '"kind=fwd"\n"arch=sm_80"\n"arch=sm_90"\n"arch=sm_90a"\n"dtype=fp16"\n"dtype=bf16"\n"dtype=e5m2"\n"head_dim="\n' >"$out/spec.dict"
   printf '"block_m="\n"block_n="\n"warps="\n"stages="\n"causal=1"\n"causal=false"\n","\n"="\n' >>"$out/spec.dict"
 }
 seed_config() {
@@ -111,9 +112,10 @@ seed_config() {
   cat >"$d/seed-policy.lua" <<'EOF'
 local dims = {}
 for d = 64, 128, 32 do dims[#dims + 1] = d end
-tile_policy { arch = {"sm_80", "sm_90a"}, head_dim = {65, 128}, causal = false, dtype = "bf16",
+tile_policy { arch = {"sm_80", "sm_90"}, head_dim = {65, 128}, causal = false, dtype = "bf16",
               block_m = 64, block_n = 64, warps = 4, stages = 2 }
-variants { kind = "fwd", arch = "sm_90a", dtype = {"bf16", "fp16"}, head_dim = dims, causal = {0, 1},
+tile_policy { arch = "sm_90a", head_dim = {65, 128}, causal = true, block_m = 192, block_n = 64, warps = 16, stages = 2 }
+variants { kind = "fwd", arch = {"sm_90", "sm_90a"}, dtype = {"bf16", "fp16"}, head_dim = dims, causal = {0, 1},
            block_n = 32 }
 EOF
   cat >"$d/seed-errors.lua" <<'EOF'
@@ -125,7 +127,7 @@ EOF
   : >"$out/config.dict"
   for w in variants tile_policy kind arch dtype head_dim causal block_m block_n warps stages true false nil \
            local function return end for while repeat until pcall error setmetatable string.rep \
-           '"fwd"' '"sm_80"' '"sm_90a"' '"sm_120"' '"fp16"' '"bf16"' '"e4m3"' '{' '}' '=' ',' '..'; do
+           '"fwd"' '"sm_80"' '"sm_90"' '"sm_90a"' '"sm_120"' '"fp16"' '"bf16"' '"e4m3"' '{' '}' '=' ',' '..'; do
     printf '"%s"\n' "$(printf '%s' "$w" | sed 's/\\/\\\\/g; s/"/\\"/g')" >>"$out/config.dict"
   done
 }
