@@ -185,9 +185,9 @@ int spec_is_wgmma(const fg_spec *spec) { return spec->kind == FG_KIND_FWD && spe
  * the same memory from the Q tile on, so FP8 needs at least block_m 16-bit rows: more than the tiles
  * only when 2 * stages * block_n < block_m (256 x 32 with 2 stages, say). */
 size_t spec_smem_bytes(const fg_spec *spec) {
-    if (spec_is_wgmma(spec)) /* 1 KiB of alignment slack, Q, K and V stages, 1 + 4 * stages mbarriers */
+    if (spec_is_wgmma(spec)) /* 1 KiB of alignment slack, Q, K and V stages, 2 + 4 * stages mbarriers */
         return 1024u + (size_t)spec->head_dim * 2u * ((size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages) +
-               8u * (1u + 4u * (size_t)spec->stages);
+               8u * (2u + 4u * (size_t)spec->stages);
     size_t dp = (size_t)spec_head_dim_padded(spec);
     size_t tiles = dp * (size_t)spec_dtype_size(spec->dtype) *
                    ((size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages);

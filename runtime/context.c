@@ -159,6 +159,10 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
     {
         const char *w = getenv("FLASHGEN_WGMMA");
         ctx->wgmma = ctx->arch == 90 && cu->cuTensorMapEncodeTiled != NULL && !(w && strcmp(w, "0") == 0);
+        const char *g = getenv("FLASHGEN_SM90_GRID");
+        ctx->sm90_grid = g && strcmp(g, "tiles") == 0 ? 1 : (g && strcmp(g, "persistent") == 0 ? 2 : 0);
+        if (g && *g && ctx->sm90_grid == 0 && strcmp(g, "auto") != 0)
+            rt_log(ctx, FG_LOG_WARN, "FLASHGEN_SM90_GRID=%s is not auto, tiles or persistent: using auto", g);
     }
     if (ctx->arch < 80) {
         fg_fail(err, FG_ERR_UNSUPPORTED, "device %d (%s) has compute capability %d.%d; flashgen's kernels need 8.0 or newer",

@@ -323,13 +323,24 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
             return st;
     }
     unsigned grid_x = (unsigned)(((int64_t)p.seqlen_q + s.block_m - 1) / s.block_m);
+    unsigned grid_y = (unsigned)p.heads_q, grid_z = (unsigned)p.batch;
+    if (spec_is_wgmma(&s)) {
+        /* Tiles in a 1-d grid. Non-causal tiles cost the same: persistent, one CTA per SM, each taking
+         * tiles in a stride (the next tile's K/V load during this one's epilogue). Causal tiles do not:
+         * a fixed stride gave some SMs all the heavy ones (H200, d 128 causal 16k: 445 against 710
+         * TFLOP/s), so those get one CTA per tile and the hardware scheduler's balancing. */
+        int64_t tiles = (int64_t)grid_x * grid_y * grid_z;
+        const int persistent = ctx->sm90_grid == 2 || (ctx->sm90_grid == 0 && !s.causal);
+        grid_x = (unsigned)(persistent && tiles > ctx->sm_count ? ctx->sm_count : tiles);
+        grid_y = grid_z = 1;
+    }
     /* Launch in the device's primary context; switch to it only when the caller's thread has another. */
     CUcontext current = NULL, popped;
     CUresult rc = cu->cuCtxGetCurrent(&current);
     int push = rc != CUDA_SUCCESS || current != ctx->cuctx;
     rc = push ? cu->cuCtxPushCurrent(ctx->cuctx) : CUDA_SUCCESS;
     if (rc == CUDA_SUCCESS) {
-        rc = cu->cuLaunchKernel(fn, grid_x, (unsigned)p.heads_q, (unsigned)p.batch, (unsigned)spec_threads(&s), 1, 1,
+        rc = cu->cuLaunchKernel(fn, grid_x, grid_y, grid_z, (unsigned)spec_threads(&s), 1, 1,
                                 (unsigned)spec_smem_bytes(&s), (CUstream)stream, params, NULL);
         if (push) cu->cuCtxPopCurrent(&popped);
     }
@@ -392,10 +403,12 @@ fg_status rt_fwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_fwd_ar
         spec->head_dim != (int)a->q.shape[3] || (spec->causal != 0) != (a->causal != 0) || spec->arch != ctx->arch)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the variant does not match the call (dtype, output dtype, "
                        "head_dim, mask) or this device's arch sm_%d", ctx->arch);
+    if (spec->arch_accel && !ctx->wgmma)
+        return fg_fail(err, FG_ERR_UNSUPPORTED, "this context runs no sm_90a (wgmma) variant: the device is not "
+                       "sm_90, the driver lacks cuTensorMapEncodeTiled, or FLASHGEN_WGMMA=0");
     if (spec->arch_accel && !call_wgmma(ctx, a))
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "an sm_90a (wgmma) variant needs TMA-ready tensors (16-byte "
-                       "aligned pointers and strides) on a device and driver that allow it%s",
-                       ctx->wgmma ? "" : " (this context runs the mma.sync family: FLASHGEN_WGMMA=0, no cuTensorMapEncodeTiled, or not sm_90)");
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "an sm_90a (wgmma) variant needs 16-bit tensors with head_dim a "
+                       "multiple of 32 that TMA can read: 16-byte aligned pointers, strides multiples of 16 bytes");
     if ((st = check_runnable(ctx, spec, err)) != FG_OK) return st;
     pthread_mutex_lock(&ctx->lock);
     fg_kernel *k = NULL;

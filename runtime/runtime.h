@@ -26,6 +26,9 @@ struct fg_context {
     int arch;                    /* compute capability x 10 */
     int wgmma;                   /* 1: calls that fit run the sm_90a (wgmma, TMA) family: a 9.0 device, a driver
                                     with cuTensorMapEncodeTiled, and FLASHGEN_WGMMA not 0 */
+    int sm90_grid;               /* the sm_90a family's grid (FLASHGEN_SM90_GRID): 0 persistent for non-causal
+                                    calls and one CTA per tile for causal ones, 1 "tiles" always one CTA per
+                                    tile, 2 "persistent" always persistent; for measuring the choice */
     int sm_count;                /* multiprocessors */
     size_t smem_optin;           /* max dynamic shared memory per block (opt-in) */
     char device_name[256];       /* e.g. "NVIDIA H200" */

@@ -1,21 +1,24 @@
 // fwd_sm90.cuh: the FlashAttention-3 style forward kernel for Hopper (sm_90a): TMA, mbarriers, wgmma,
-// warp specialization.
+// warp specialization, intra-warpgroup overlap, pingpong, persistent CTAs.
 //
-// Grid: (query blocks, query heads, batch), heaviest causal blocks first. A CTA owns FG_BLOCK_M = 64 *
-// FG_CWG query rows of one head and has FG_CWG + 1 warpgroups:
+// Grid: one CTA per SM at most (persistent), taking tiles (FG_BLOCK_M query rows of one head) in a
+// fixed stride. A CTA has FG_CWG + 1 warpgroups:
 //   warpgroup 0, the producer: gives its registers away (setmaxnreg) and one thread issues TMA loads:
-//     Q once, then K and V of each key block into a ring of FG_STAGES stages, each stage guarded by
-//     mbarriers: k_full / v_full (the copy engine completes them) and empty (the consumers release it);
+//     per tile Q (once the consumers are done with the previous tile's), then K and V of each key block
+//     into a ring of FG_STAGES stages that runs on across tiles; every buffer has a "full" mbarrier the
+//     copy engine completes and an "empty" one the consumer warps arrive at;
 //   warpgroups 1..FG_CWG, the consumers: take the registers, and each computes 64 query rows:
 //     S = Q K^T       wgmma m64 n{BLOCK_N} k16, both operands in shared memory (K-major)
 //     mask            only on the key blocks crossing the causal diagonal or the end of the keys, which
-//                     come first (blocks are visited last to first), in their own instance of the step
-//     P = softmax     online, fp32, log2 domain, O rescaled when a row's maximum grows (softmax.cuh)
+//                     come first (blocks are visited last to first)
+//     P = softmax     online, fp32, log2 domain; O rescaled when a row's maximum grows
 //     O += P V        wgmma m64 n{HEAD_DIM} k16, P from registers (S's accumulator layout is the A
 //                     operand's), V in shared memory read MN-major (no transpose)
-//   and at the end O /= l, staged through its (now unused) Q rows in shared memory and written by a TMA
-//   store, which clips rows past seqlen_q; the LSE goes straight to global memory.
+//   with S of block j issued before P V of block j - 1, so the softmax overlaps the tensor cores, and the
+//   consumer warpgroups taking turns to issue (pingpong). At the end of a tile O /= l is staged in the
+//   warpgroup's Q rows and written by a TMA store; the LSE goes straight to global memory.
 // TMA zero-fills rows past the end of Q, K and V, so padded keys give S = 0 (then masked) and P.V adds 0.
+// Measured step by step on an H200: bench/results/2026-11-29-h200-sm90a/.
 
 constexpr int FG_CWG = FG_BLOCK_M / 64;          // consumer warpgroups
 constexpr int FG_THREADS = (FG_CWG + 1) * 128;
@@ -61,15 +64,46 @@ __device__ __forceinline__ void fg_softmax_stats(float (&s)[1][FG_NT][4], float 
     }
 }
 
+// One tile: query block m_block of (head, batch), with the key blocks it needs (n_blocks, visited last to
+// first) of which the first n_blocks - n_unmasked need the mask. Producer and consumers derive the same
+// tiles, in the same order, from the tile index alone.
+struct fg_tile {
+    int m0, head, batch, kv_head, n_blocks, n_masked;
+};
+__device__ __forceinline__ fg_tile fg_tile_at(const fg_fwd_params &p, int index, int m_blocks) {
+    fg_tile t;
+    // Query blocks vary fastest, so CTAs running at the same time share heads (and K/V in L2); within a
+    // head the heaviest causal block comes first.
+    const int m_block = m_blocks - 1 - index % m_blocks, hb = index / m_blocks;
+    t.head = hb % p.heads_q;
+    t.batch = hb / p.heads_q;
+    t.kv_head = t.head / (p.heads_q / p.heads_kv);
+    t.m0 = m_block * FG_BLOCK_M;
+    const int sq = p.seqlen_q, sk = p.seqlen_k;
+    // Keys the block may see: all, or when causal up to its last row's diagonal (query i sees keys
+    // j <= i + sk - sq, the mask aligned to the bottom-right corner).
+    int n_end = sk;
+    if (FG_CAUSAL) n_end = min(n_end, min(t.m0 + FG_BLOCK_M, sq) + sk - sq);
+    t.n_blocks = n_end > 0 ? (n_end + FG_BLOCK_N - 1) / FG_BLOCK_N : 0;
+    // Leading key blocks no row needs masked: wholly inside the keys and, when causal, at or left of the
+    // first row's diagonal.
+    int n_unmasked = sk / FG_BLOCK_N;
+    if (FG_CAUSAL) n_unmasked = min(n_unmasked, max(0, t.m0 + sk - sq + 1) / FG_BLOCK_N);
+    t.n_masked = t.n_blocks - min(n_unmasked, t.n_blocks);
+    return t;
+}
+
+// Tiles blockIdx.x, blockIdx.x + gridDim.x, ...: with gridDim.x = the number of SMs (persistent) the
+// producer loads the next tile's K and V while the consumers finish the current one; with one CTA per
+// tile the hardware's block scheduler balances tiles of unequal cost (causal) dynamically. The host
+// chooses (dispatch.c).
 extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)
 fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_constant__ fg_tma_params tm) {
     extern __shared__ __align__(1024) unsigned char fg_smem[];
-    const int m_block = gridDim.x - 1 - blockIdx.x;
-    const int head = blockIdx.y, batch = blockIdx.z;
     const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32;
-    const int kv_head = head / (p.heads_q / p.heads_kv);
-    const int m0 = m_block * FG_BLOCK_M;
     const int sq = p.seqlen_q, sk = p.seqlen_k;
+    const int m_blocks = (sq + FG_BLOCK_M - 1) / FG_BLOCK_M;
+    const int n_tiles = m_blocks * p.heads_q * p.batch;
 
     // Tiles need 1024-byte alignment; the host asks for 1 KiB of slack.
     const u32 base = (fg_smem_addr(fg_smem) + 1023u) & ~1023u;
@@ -77,57 +111,60 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     const u32 s_k = s_q + FG_Q_BYTES;
     const u32 s_v = s_k + FG_STAGES * FG_KV_BYTES;
     const u32 bars = s_v + FG_STAGES * FG_KV_BYTES;
-    const u32 bar_q = bars;
-    auto bar_k = [&](int s) { return bars + 8u * (1 + s); };
-    auto bar_v = [&](int s) { return bars + 8u * (1 + FG_STAGES + s); };
-    auto bar_k_empty = [&](int s) { return bars + 8u * (1 + 2 * FG_STAGES + s); };
-    auto bar_v_empty = [&](int s) { return bars + 8u * (1 + 3 * FG_STAGES + s); };
-
-    int n_end = sk;
-    if (FG_CAUSAL) n_end = min(n_end, min(m0 + FG_BLOCK_M, sq) + sk - sq);
-    const int n_blocks = n_end > 0 ? (n_end + FG_BLOCK_N - 1) / FG_BLOCK_N : 0;
-    int n_unmasked = sk / FG_BLOCK_N;
-    if (FG_CAUSAL) n_unmasked = min(n_unmasked, max(0, m0 + sk - sq + 1) / FG_BLOCK_N);
-    n_unmasked = min(n_unmasked, n_blocks);
+    const u32 bar_q = bars, bar_q_empty = bars + 8u;
+    auto bar_k = [&](int s) { return bars + 8u * (2 + s); };
+    auto bar_v = [&](int s) { return bars + 8u * (2 + FG_STAGES + s); };
+    auto bar_k_empty = [&](int s) { return bars + 8u * (2 + 2 * FG_STAGES + s); };
+    auto bar_v_empty = [&](int s) { return bars + 8u * (2 + 3 * FG_STAGES + s); };
 
     if (tid == 0) {
         fg_mbar_init(bar_q, 1);
+        fg_mbar_init(bar_q_empty, FG_CWG); // one arrival per consumer warpgroup, once its O store has read it
 #pragma unroll
         for (int s = 0; s < FG_STAGES; s++) {
             fg_mbar_init(bar_k(s), 1);
             fg_mbar_init(bar_v(s), 1);
-            fg_mbar_init(bar_k_empty(s), FG_CWG * 4); // one arrival per consumer warp
+            fg_mbar_init(bar_k_empty(s), FG_CWG * 4);
             fg_mbar_init(bar_v_empty(s), FG_CWG * 4);
         }
         fg_fence_mbar_init();
     }
     __syncthreads();
 
+    // Both roles count K/V steps (kv: which stage and phase) and Q loads (qn) over all their tiles; tiles
+    // without keys load no Q.
     if (wg == 0) {
         // ---- producer ----
         fg_setmaxnreg_dec<FG_PRODUCER_REGS>();
         if (tid == 0) {
-            fg_mbar_expect_tx(bar_q, FG_Q_BYTES);
+            int kv = 0, qn = 0;
+            for (int index = blockIdx.x; index < n_tiles; index += gridDim.x) {
+                const fg_tile t = fg_tile_at(p, index, m_blocks);
+                if (t.n_blocks == 0) continue;
+                if (qn > 0) fg_mbar_wait(bar_q_empty, (qn - 1) & 1);
+                qn++;
+                fg_mbar_expect_tx(bar_q, FG_Q_BYTES);
 #pragma unroll
-            for (int w = 0; w < FG_CWG; w++)
+                for (int w = 0; w < FG_CWG; w++)
 #pragma unroll
-                for (int c = 0; c < FG_DCH; c++)
-                    fg_tma_load(s_q + c * FG_Q_CHUNK + w * 64 * FG_RB, &tm.q, c * FG_SWC, m0 + 64 * w, head, batch,
-                                bar_q);
-            for (int it = 0; it < n_blocks; it++) {
-                const int j = n_blocks - 1 - it, s = it % FG_STAGES, use = it / FG_STAGES;
-                if (use > 0) fg_mbar_wait(bar_k_empty(s), (use - 1) & 1);
-                fg_mbar_expect_tx(bar_k(s), FG_KV_BYTES);
+                    for (int c = 0; c < FG_DCH; c++)
+                        fg_tma_load(s_q + c * FG_Q_CHUNK + w * 64 * FG_RB, &tm.q, c * FG_SWC, t.m0 + 64 * w, t.head,
+                                    t.batch, bar_q);
+                for (int it = 0; it < t.n_blocks; it++, kv++) {
+                    const int j = t.n_blocks - 1 - it, s = kv % FG_STAGES, use = kv / FG_STAGES;
+                    if (use > 0) fg_mbar_wait(bar_k_empty(s), (use - 1) & 1);
+                    fg_mbar_expect_tx(bar_k(s), FG_KV_BYTES);
 #pragma unroll
-                for (int c = 0; c < FG_DCH; c++)
-                    fg_tma_load(s_k + s * FG_KV_BYTES + c * FG_KV_CHUNK, &tm.k, c * FG_SWC, j * FG_BLOCK_N, kv_head,
-                                batch, bar_k(s));
-                if (use > 0) fg_mbar_wait(bar_v_empty(s), (use - 1) & 1);
-                fg_mbar_expect_tx(bar_v(s), FG_KV_BYTES);
+                    for (int c = 0; c < FG_DCH; c++)
+                        fg_tma_load(s_k + s * FG_KV_BYTES + c * FG_KV_CHUNK, &tm.k, c * FG_SWC, j * FG_BLOCK_N,
+                                    t.kv_head, t.batch, bar_k(s));
+                    if (use > 0) fg_mbar_wait(bar_v_empty(s), (use - 1) & 1);
+                    fg_mbar_expect_tx(bar_v(s), FG_KV_BYTES);
 #pragma unroll
-                for (int c = 0; c < FG_DCH; c++)
-                    fg_tma_load(s_v + s * FG_KV_BYTES + c * FG_KV_CHUNK, &tm.v, c * FG_SWC, j * FG_BLOCK_N, kv_head,
-                                batch, bar_v(s));
+                    for (int c = 0; c < FG_DCH; c++)
+                        fg_tma_load(s_v + s * FG_KV_BYTES + c * FG_KV_CHUNK, &tm.v, c * FG_SWC, j * FG_BLOCK_N,
+                                    t.kv_head, t.batch, bar_v(s));
+                }
             }
         }
         return;
@@ -135,23 +172,14 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
 
     // ---- consumers ----
     fg_setmaxnreg_inc<FG_CONSUMER_REGS>();
-    const int cw = wg - 1;                 // consumer warpgroup: rows 64 cw .. 64 cw + 63 of the block
-    const int warp = (tid / 32) % 4;       // warp inside the warpgroup: rows 16 warp .. + 15 of those
-    const int g = lane / 4, t = lane % 4;
-    const int row0 = m0 + 64 * cw + 16 * warp + g; // this thread's rows: row0 and row0 + 8
-
-    float acc[1][FG_DT][4];
-    float row_max[1][2] = {{FG_NEG_INF, FG_NEG_INF}}, row_sum[1][2] = {{0.f, 0.f}};
-#pragma unroll
-    for (int dt = 0; dt < FG_DT; dt++) acc[0][dt][0] = acc[0][dt][1] = acc[0][dt][2] = acc[0][dt][3] = 0.f;
-
+    const int cw = wg - 1;             // consumer warpgroup: rows 64 cw .. 64 cw + 63 of the block
+    const int warp = (tid / 32) % 4;   // warp inside the warpgroup: rows 16 warp .. + 15 of those
+    const int g = lane / 4, t4 = lane % 4;
     const u32 s_q_wg = s_q + cw * 64 * FG_RB;
-    fg_mbar_wait(bar_q, 0);
 
-    // The step of key block `it` (visited last to first: j = n_blocks - 1 - it) in stage it % FG_STAGES.
     auto stage_of = [&](int i) { return i % FG_STAGES; };
     auto parity_of = [&](int i) { return (u32)((i / FG_STAGES) & 1); };
-    // Issues S = Q K^T of step i (one commit group).
+    // Issues S = Q K^T of K/V step i (one commit group).
     auto issue_qk = [&](int i, float (&sacc)[1][FG_NT][4]) {
         const u32 sk_s = s_k + stage_of(i) * FG_KV_BYTES;
         fg_mbar_wait(bar_k(stage_of(i)), parity_of(i));
@@ -167,7 +195,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         }
         fg_wgmma_commit();
     };
-    // Issues O += P V of step i (one commit group).
+    float acc[1][FG_DT][4];
+    // Issues O += P V of K/V step i (one commit group).
     auto issue_pv = [&](int i, const u32 (&pf)[FG_BLOCK_N / 16][4]) {
         const u32 sv_s = s_v + stage_of(i) * FG_KV_BYTES;
         fg_mbar_wait(bar_v(stage_of(i)), parity_of(i));
@@ -177,22 +206,6 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         for (int kk = 0; kk < FG_BLOCK_N / 16; kk++)
             fg_wgmma_pv(acc[0], pf[kk], fg_desc_mnmajor(sv_s + kk * 16 * FG_RB, FG_KV_CHUNK), 1u);
         fg_wgmma_commit();
-    };
-    // Masks S of step i where needed (the first n_masked steps: the causal diagonal, the end of the keys).
-    const int n_masked = n_blocks - n_unmasked;
-    auto mask = [&](int i, float (&sacc)[1][FG_NT][4]) {
-        if (i >= n_masked) return;
-        const int j = n_blocks - 1 - i;
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int row = row0 + 8 * h;
-            const int limit = (FG_CAUSAL ? min(sk, row + sk - sq + 1) : sk) - j * FG_BLOCK_N - 2 * t;
-#pragma unroll
-            for (int nt = 0; nt < FG_NT; nt++) {
-                if (8 * nt >= limit) sacc[0][nt][2 * h] = FG_NEG_INF;
-                if (8 * nt + 1 >= limit) sacc[0][nt][2 * h + 1] = FG_NEG_INF;
-            }
-        }
     };
     // P packed to 16 bits in the A-operand layout (that of the S accumulator).
     auto pack_p = [&](const float (&sacc)[1][FG_NT][4], u32 (&pf)[FG_BLOCK_N / 16][4]) {
@@ -204,24 +217,16 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             pf[kk][3] = fg_pack2(sacc[0][2 * kk + 1][2], sacc[0][2 * kk + 1][3]);
         }
     };
-    // Releases the K (or V) tile of step i to the producer (one arrival per consumer warp). K and V are
-    // released separately: with the overlap below, K of step i is done a step before V of step i.
-    auto release_k = [&](int i) {
-        if (lane == 0) fg_mbar_arrive(bar_k_empty(stage_of(i)));
+    // Releases a tile to the producer (one arrival per consumer warp). K and V are released separately:
+    // with the overlap below, K of step i is done a step before V of step i.
+    auto release = [&](u32 bar) {
+        if (lane == 0) fg_mbar_arrive(bar);
     };
-    auto release_v = [&](int i) {
-        if (lane == 0) fg_mbar_arrive(bar_v_empty(stage_of(i)));
-    };
-
-    // Intra-warpgroup overlap (FlashAttention-3): while the tensor cores run P V of step i - 1, this
-    // warpgroup does the softmax of step i, whose S was issued just before. O is rescaled only once that
-    // P V has completed.
-    //
     // Pingpong (FlashAttention-3): the consumer warpgroups take turns issuing their GEMMs, so that one's
     // softmax runs while another's GEMMs occupy the tensor cores. Warpgroup cw waits at named barrier
     // FG_BAR_SCHED + cw until the previous one (cyclically) has issued, and passes the turn on after
-    // issuing. Every warpgroup of a CTA runs the same number of steps, so the turns never deadlock; the
-    // last pass is left unconsumed when the CTA exits.
+    // issuing. Every warpgroup of a CTA runs the same steps, so the turns never deadlock; the last pass
+    // is left unconsumed when the CTA exits.
     auto turn_wait = [&]() {
         if (FG_CWG > 1) fg_named_sync(FG_BAR_SCHED + cw, 256);
     };
@@ -229,81 +234,142 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         if (FG_CWG > 1) fg_named_arrive(FG_BAR_SCHED + (cw + 1) % FG_CWG, 256);
     };
     if (FG_CWG > 1 && cw == FG_CWG - 1) fg_named_arrive(FG_BAR_SCHED, 256); // warpgroup 0 goes first
-    u32 pf[FG_BLOCK_N / 16][4];
-    if (n_blocks > 0) {
-        float sacc[1][FG_NT][4];
-        turn_wait();
-        issue_qk(0, sacc);
-        turn_pass();
-        fg_wgmma_wait<0>();
-        fg_fence_regs(sacc[0]);
-        release_k(0);
-        mask(0, sacc);
-        float corr[2];
-        fg_softmax_stats(sacc, row_max, row_sum, corr, p.scale_log2);
-        pack_p(sacc, pf);
-    }
-    for (int it = 1; it < n_blocks; it++) {
-        float sacc[1][FG_NT][4];
-        turn_wait();
-        issue_qk(it, sacc);
-        issue_pv(it - 1, pf);
-        turn_pass();
-        fg_wgmma_wait<1>(); // S of step it is in; P V of step it - 1 may still run
-        fg_fence_regs(sacc[0]);
-        release_k(it);
-        mask(it, sacc);
-        float corr[2];
-        fg_softmax_stats(sacc, row_max, row_sum, corr, p.scale_log2);
-        fg_wgmma_wait<0>();
-        fg_fence_regs(acc[0]);
-        release_v(it - 1);
-#pragma unroll
-        for (int dt = 0; dt < FG_DT; dt++) {
-            acc[0][dt][0] *= corr[0];
-            acc[0][dt][1] *= corr[0];
-            acc[0][dt][2] *= corr[1];
-            acc[0][dt][3] *= corr[1];
-        }
-        pack_p(sacc, pf);
-    }
-    if (n_blocks > 0) {
-        turn_wait();
-        issue_pv(n_blocks - 1, pf);
-        turn_pass();
-        fg_wgmma_wait<0>();
-        fg_fence_regs(acc[0]);
-        release_v(n_blocks - 1);
-    }
 
-    // Epilogue: every warp of this warpgroup is past its last wgmma (which read its Q rows), so O can be
-    // staged there.
-    fg_named_sync(FG_BAR_EPILOGUE + cw, 128);
+    int kv = 0, qn = 0;
+    for (int index = blockIdx.x; index < n_tiles; index += gridDim.x) {
+        const fg_tile tl = fg_tile_at(p, index, m_blocks);
+        const int n_blocks = tl.n_blocks;
+        const int row0 = tl.m0 + 64 * cw + 16 * warp + g; // this thread's rows: row0 and row0 + 8
+        float row_max[1][2] = {{FG_NEG_INF, FG_NEG_INF}}, row_sum[1][2] = {{0.f, 0.f}};
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const float l = fg_quad_sum(row_sum[0][h]);
-        const float inv = l > 0.f ? 1.f / l : 0.f; // a row with nothing to attend gives O = 0
-        const u32 r = 16 * warp + g + 8 * h;      // row inside the warpgroup's 64
+        for (int dt = 0; dt < FG_DT; dt++) acc[0][dt][0] = acc[0][dt][1] = acc[0][dt][2] = acc[0][dt][3] = 0.f;
+
+        // Masks S of step i of this tile where needed (the causal diagonal, the end of the keys).
+        auto mask = [&](int i, float (&sacc)[1][FG_NT][4]) {
+            if (i >= tl.n_masked) return;
+            const int j = n_blocks - 1 - i;
 #pragma unroll
-        for (int dt = 0; dt < FG_DT; dt++) {
-            const u32 c = (8 * dt) / FG_SWC, col = (8 * dt) % FG_SWC;
-            const u32 o = c * FG_Q_CHUNK + r * FG_RB + col * 2 + 4 * t;
-            const u32 packed = fg_pack2(acc[0][dt][2 * h] * inv, acc[0][dt][2 * h + 1] * inv);
-            asm volatile("st.shared.b32 [%0], %1;" ::"r"(s_q_wg + fg_swizzle(o)), "r"(packed));
+            for (int h = 0; h < 2; h++) {
+                const int row = row0 + 8 * h;
+                const int limit = (FG_CAUSAL ? min(sk, row + sk - sq + 1) : sk) - j * FG_BLOCK_N - 2 * t4;
+#pragma unroll
+                for (int nt = 0; nt < FG_NT; nt++) {
+                    if (8 * nt >= limit) sacc[0][nt][2 * h] = FG_NEG_INF;
+                    if (8 * nt + 1 >= limit) sacc[0][nt][2 * h + 1] = FG_NEG_INF;
+                }
+            }
+        };
+
+        // Intra-warpgroup overlap (FlashAttention-3): while the tensor cores run P V of step i - 1, this
+        // warpgroup does the softmax of step i, whose S was issued just before. O is rescaled only once
+        // that P V has completed.
+        u32 pf[FG_BLOCK_N / 16][4];
+        if (n_blocks > 0) {
+            fg_mbar_wait(bar_q, qn & 1);
+            qn++;
+            float sacc[1][FG_NT][4];
+            turn_wait();
+            issue_qk(kv, sacc);
+            turn_pass();
+            fg_wgmma_wait<0>();
+            fg_fence_regs(sacc[0]);
+            release(bar_k_empty(stage_of(kv)));
+            mask(0, sacc);
+            float corr[2];
+            fg_softmax_stats(sacc, row_max, row_sum, corr, p.scale_log2);
+            pack_p(sacc, pf);
         }
-        const int row = row0 + 8 * h;
-        if (p.lse != 0 && t == 0 && row < sq) {
-            const float lse = l > 0.f ? row_max[0][h] * p.softmax_scale + fg_log2(l) * 0.69314718055994531f
-                                      : (l == 0.f ? FG_NEG_INF : l);
-            p.lse[batch * p.lse_stride[0] + head * p.lse_stride[1] + (i64)row * p.lse_stride[2]] = lse;
-        }
-    }
-    fg_fence_proxy_async();
-    fg_named_sync(FG_BAR_EPILOGUE + cw, 128);
-    if (tid % 128 == 0) {
+        for (int it = 1; it < n_blocks; it++) {
+            float sacc[1][FG_NT][4];
+            turn_wait();
+            issue_qk(kv + it, sacc);
+            issue_pv(kv + it - 1, pf);
+            turn_pass();
+            fg_wgmma_wait<1>(); // S of step it is in; P V of step it - 1 may still run
+            fg_fence_regs(sacc[0]);
+            release(bar_k_empty(stage_of(kv + it)));
+            mask(it, sacc);
+            float corr[2];
+            fg_softmax_stats(sacc, row_max, row_sum, corr, p.scale_log2);
+            fg_wgmma_wait<0>();
+            fg_fence_regs(acc[0]);
+            release(bar_v_empty(stage_of(kv + it - 1)));
 #pragma unroll
-        for (int c = 0; c < FG_DCH; c++)
-            fg_tma_store(&tm.o, s_q_wg + c * FG_Q_CHUNK, c * FG_SWC, m0 + 64 * cw, head, batch);
-        fg_tma_store_commit_and_drain();
+            for (int dt = 0; dt < FG_DT; dt++) {
+                acc[0][dt][0] *= corr[0];
+                acc[0][dt][1] *= corr[0];
+                acc[0][dt][2] *= corr[1];
+                acc[0][dt][3] *= corr[1];
+            }
+            pack_p(sacc, pf);
+        }
+        if (n_blocks > 0) {
+            turn_wait();
+            issue_pv(kv + n_blocks - 1, pf);
+            turn_pass();
+            fg_wgmma_wait<0>();
+            fg_fence_regs(acc[0]);
+            release(bar_v_empty(stage_of(kv + n_blocks - 1)));
+        }
+        kv += n_blocks;
+
+        // Epilogue. A tile without keys (causal, sq > sk) has no Q in shared memory, which may already hold
+        // the next tile's: its O is zeros and its LSE -inf, straight to global memory.
+        if (n_blocks == 0) {
+            u16 *o = (u16 *)p.o + tl.batch * p.o_stride[0] + tl.head * p.o_stride[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int row = row0 + 8 * h;
+                if (row >= sq) continue;
+#pragma unroll
+                for (int dt = 0; dt < FG_DT; dt++)
+                    asm volatile("st.global.b32 [%0], %1;" ::"l"(o + (i64)row * p.o_stride[1] + 8 * dt + 2 * t4),
+                                 "r"(0u) : "memory");
+                if (p.lse != 0 && t4 == 0)
+                    p.lse[tl.batch * p.lse_stride[0] + tl.head * p.lse_stride[1] + (i64)row * p.lse_stride[2]] =
+                        FG_NEG_INF;
+            }
+            continue;
+        }
+        // Otherwise O /= l is staged in the warpgroup's Q rows (every warp is past its last wgmma, which
+        // read them) and written by a TMA store, which clips rows past seqlen_q; once the store has read
+        // shared memory the Q buffer goes back to the producer for the next tile's Q (the next tile's K
+        // and V are already loading).
+        fg_named_sync(FG_BAR_EPILOGUE + cw, 128);
+        // Row r = 16 warp + g + 8 h of the warpgroup, column 8 dt + 2 t4: in the swizzled layout (sm90.cuh)
+        // its 16-byte unit is XOR-ed with xr = g (128-byte rows) or (g / 2) % 4 (64-byte rows), the same
+        // for both h. The per-thread parts go through asm so the compiler computes them here rather than
+        // hoisting every address out of the tile loop (which spilled them).
+        u32 row_base, xr16;
+        asm volatile("mov.b32 %0, %1;" : "=r"(row_base) : "r"(s_q_wg + (16 * warp + g) * FG_RB + 4 * t4));
+        asm volatile("mov.b32 %0, %1;" : "=r"(xr16) : "r"((FG_RB == 128 ? g : (g / 2) % 4) * 16));
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float l = fg_quad_sum(row_sum[0][h]);
+            const float inv = l > 0.f ? 1.f / l : 0.f; // a row with nothing to attend gives O = 0
+#pragma unroll
+            for (int dt = 0; dt < FG_DT; dt++) {
+                const u32 c = (8 * dt) / FG_SWC, col = (8 * dt) % FG_SWC;
+                const u32 addr = row_base + c * FG_Q_CHUNK + h * 8 * FG_RB + ((col * 2) ^ xr16);
+                const u32 packed = fg_pack2(acc[0][dt][2 * h] * inv, acc[0][dt][2 * h + 1] * inv);
+                asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(packed));
+            }
+            const int row = row0 + 8 * h;
+            if (p.lse != 0 && t4 == 0 && row < sq) {
+                // l = 0: the row saw no key (LSE -inf); l NaN: a NaN input reached the row, and stays NaN.
+                const float lse = l > 0.f ? row_max[0][h] * p.softmax_scale + fg_log2(l) * 0.69314718055994531f
+                                          : (l == 0.f ? FG_NEG_INF : l);
+                p.lse[tl.batch * p.lse_stride[0] + tl.head * p.lse_stride[1] + (i64)row * p.lse_stride[2]] = lse;
+            }
+        }
+        fg_fence_proxy_async();
+        fg_named_sync(FG_BAR_EPILOGUE + cw, 128);
+        if (tid % 128 == 0) {
+#pragma unroll
+            for (int c = 0; c < FG_DCH; c++)
+                fg_tma_store(&tm.o, s_q_wg + c * FG_Q_CHUNK, c * FG_SWC, tl.m0 + 64 * cw, tl.head, tl.batch);
+            fg_tma_store_commit_and_drain();
+            fg_mbar_arrive(bar_q_empty);
+        }
     }
 }

@@ -452,8 +452,11 @@ static void run_launch(gpu_env *env, fwd_run *r) {
         CK(env->cu->cuDeviceGetAttribute(&cc, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, env->dev));
         int minor = 0;
         CK(env->cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, env->dev));
+        /* Hopper's two families: tiles of the sm_90a one have a producer warpgroup plus one consumer
+         * warpgroup per 64 rows; the mma.sync tiles run as sm_90. */
+        const int wgmma_tiles = r->c.tiles[0] % 64 == 0 && r->c.tiles[2] == 4 * (r->c.tiles[0] / 64 + 1);
         snprintf(text, sizeof text, "kind=fwd arch=sm_%d%d%s dtype=%s head_dim=%d causal=%d block_m=%d block_n=%d "
-                 "warps=%d stages=%d", cc, minor, cc * 10 + minor == 90 ? "a" : "", spec_dtype_name(r->c.dt), r->c.d,
+                 "warps=%d stages=%d", cc, minor, cc * 10 + minor == 90 && wgmma_tiles ? "a" : "", spec_dtype_name(r->c.dt), r->c.d,
                  r->c.causal, r->c.tiles[0], r->c.tiles[1], r->c.tiles[2], r->c.tiles[3]);
         cr_assert_eq(spec_parse(text, &s, &e), FG_OK, "%s: %s", text, e.msg);
         fg_status st = rt_fwd_with_spec(env->ctx, &s, &r->args, (void *)env->stream, &e);
@@ -542,6 +545,10 @@ static const struct { int d, tiles[4]; } tile_variants[] = {
     {64, {64, 96, 4, 3}},  {64, {128, 112, 4, 2}}, {64, {64, 48, 4, 4}},  {96, {128, 80, 8, 2}},
     {128, {128, 48, 4, 3}}, {128, {64, 96, 4, 2}}, {128, {128, 80, 8, 2}}, {192, {128, 112, 8, 2}},
     {256, {128, 80, 8, 2}}, {256, {128, 48, 8, 3}},
+    /* the sm_90a (wgmma) family: 1, 2 and 3 consumer warpgroups, 64-byte swizzled tiles (head_dim 32,
+     * 96, 160: not multiples of 64), block_n up to 176, 3 stages; skipped where sm_90a cannot run */
+    {32, {128, 128, 12, 2}}, {64, {64, 96, 8, 3}},    {96, {128, 112, 12, 2}}, {128, {192, 64, 16, 2}},
+    {128, {128, 176, 12, 2}}, {160, {128, 64, 12, 3}}, {256, {64, 64, 8, 2}},
 };
 ParameterizedTestParameters(fwd, tiles) {
     static fwd_case cases[3 * NELEM(tile_variants)];

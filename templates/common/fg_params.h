@@ -50,7 +50,7 @@ typedef struct fg_tma_params {
     FG_ALIGN64 unsigned long long q[16]; /* box (chunk, 64 rows) */
     FG_ALIGN64 unsigned long long k[16]; /* box (chunk, block_n rows) */
     FG_ALIGN64 unsigned long long v[16]; /* box (chunk, block_n rows) */
-    FG_ALIGN64 unsigned long long o[16]; /* box (chunk, 64 rows) */
+    FG_ALIGN64 unsigned long long o[16]; /* box (chunk, 64 rows), written by TMA stores */
 } fg_tma_params;
 
 #endif
