@@ -118,7 +118,10 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
     const char *const *pieces = wgmma ? fwd_sm90_pieces : fwd_pieces;
     const size_t npieces = wgmma ? sizeof fwd_sm90_pieces / sizeof fwd_sm90_pieces[0]
                                  : sizeof fwd_pieces / sizeof fwd_pieces[0];
-    if (wgmma) sb_printf(&b, "#define FG_SW_COLS %d\n", spec->head_dim % 64 == 0 ? 64 : 32);
+    if (wgmma) {
+        sb_printf(&b, "#define FG_SW_COLS %d\n", spec->head_dim % 64 == 0 ? 64 : 32);
+        sb_printf(&b, "#define FG_Q_STAGES %d\n", spec_q_stages(spec));
+    }
     for (size_t i = 0; i < npieces; i++) {
         if (!pieces[i]) {
             const char *ty = spec->dtype == FG_DTYPE_BF16 ? "bf16" : "f16";

@@ -179,15 +179,24 @@ int spec_threads(const fg_spec *spec) { return spec->warps * 32; }
 
 int spec_is_wgmma(const fg_spec *spec) { return spec->kind == FG_KIND_FWD && spec->arch == 90 && spec->arch_accel; }
 
+int spec_q_stages(const fg_spec *spec) {
+    if (!spec_is_wgmma(spec)) return 1;
+    size_t two = 1024u + (size_t)spec->head_dim * 2u * (2u * (size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages) +
+                 8u * (4u + 4u * (size_t)spec->stages);
+    return two <= arch_smem_limit(spec->arch) ? 2 : 1;
+}
+
 /* The wgmma family (sm_90a): see fwd_sm90.cuh. Otherwise the mma.sync family's Q tile plus `stages` K and V tiles, each row head_dim_padded elements of the input dtype (swizzled,
  * never padded): FP8 tiles are half the bytes of 16-bit ones. An FP8 V tile is stored transposed (V^T,
  * head_dim rows of block_n keys) and holds the same number of bytes. The epilogue stages O (16-bit) in
  * the same memory from the Q tile on, so FP8 needs at least block_m 16-bit rows: more than the tiles
  * only when 2 * stages * block_n < block_m (256 x 32 with 2 stages, say). */
 size_t spec_smem_bytes(const fg_spec *spec) {
-    if (spec_is_wgmma(spec)) /* 1 KiB of alignment slack, Q, K and V stages, 2 + 4 * stages mbarriers */
-        return 1024u + (size_t)spec->head_dim * 2u * ((size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages) +
-               8u * (2u + 4u * (size_t)spec->stages);
+    if (spec_is_wgmma(spec)) { /* 1 KiB of alignment slack, Q buffers, K and V stages, their mbarriers */
+        size_t q = spec_q_stages(spec);
+        return 1024u + (size_t)spec->head_dim * 2u * (q * (size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages) +
+               8u * (2u * q + 4u * (size_t)spec->stages);
+    }
     size_t dp = (size_t)spec_head_dim_padded(spec);
     size_t tiles = dp * (size_t)spec_dtype_size(spec->dtype) *
                    ((size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages);

@@ -27,6 +27,8 @@ constexpr int FG_DT = FG_HEAD_DIM / 8;           // n8 column groups of O
 constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM * 2;
 constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM * 2;
 constexpr u32 FG_Q_CHUNK = FG_BLOCK_M * FG_RB;   // bytes of one column chunk of the Q tile
+// Q buffers (FG_Q_STAGES, from the emitter: 2 where shared memory allows): with two, the next tile's Q
+// loads while this tile runs; with one, after this tile's O store has read the buffer.
 constexpr u32 FG_KV_CHUNK = FG_BLOCK_N * FG_RB;  // ... of a K or V tile
 // Registers per thread after rebalancing: the producer keeps 24, the consumers share the rest
 // (65536 per SM at one CTA per SM, in multiples of 8, at most 240).
@@ -107,19 +109,24 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
 
     // Tiles need 1024-byte alignment; the host asks for 1 KiB of slack.
     const u32 base = (fg_smem_addr(fg_smem) + 1023u) & ~1023u;
-    const u32 s_q = base;
-    const u32 s_k = s_q + FG_Q_BYTES;
+    const u32 s_q = base; // FG_Q_STAGES buffers
+    const u32 s_k = s_q + FG_Q_STAGES * FG_Q_BYTES;
     const u32 s_v = s_k + FG_STAGES * FG_KV_BYTES;
     const u32 bars = s_v + FG_STAGES * FG_KV_BYTES;
-    const u32 bar_q = bars, bar_q_empty = bars + 8u;
-    auto bar_k = [&](int s) { return bars + 8u * (2 + s); };
-    auto bar_v = [&](int s) { return bars + 8u * (2 + FG_STAGES + s); };
-    auto bar_k_empty = [&](int s) { return bars + 8u * (2 + 2 * FG_STAGES + s); };
-    auto bar_v_empty = [&](int s) { return bars + 8u * (2 + 3 * FG_STAGES + s); };
+    auto bar_q = [&](int b) { return bars + 8u * b; };
+    auto bar_q_empty = [&](int b) { return bars + 8u * (FG_Q_STAGES + b); };
+    constexpr int QB = 2 * FG_Q_STAGES; // the K/V barriers follow Q's
+    auto bar_k = [&](int s) { return bars + 8u * (QB + s); };
+    auto bar_v = [&](int s) { return bars + 8u * (QB + FG_STAGES + s); };
+    auto bar_k_empty = [&](int s) { return bars + 8u * (QB + 2 * FG_STAGES + s); };
+    auto bar_v_empty = [&](int s) { return bars + 8u * (QB + 3 * FG_STAGES + s); };
 
     if (tid == 0) {
-        fg_mbar_init(bar_q, 1);
-        fg_mbar_init(bar_q_empty, FG_CWG); // one arrival per consumer warpgroup, once its O store has read it
+#pragma unroll
+        for (int b = 0; b < FG_Q_STAGES; b++) {
+            fg_mbar_init(bar_q(b), 1);
+            fg_mbar_init(bar_q_empty(b), FG_CWG); // one arrival per consumer warpgroup, once its O store has read it
+        }
 #pragma unroll
         for (int s = 0; s < FG_STAGES; s++) {
             fg_mbar_init(bar_k(s), 1);
@@ -141,15 +148,16 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             for (int index = blockIdx.x; index < n_tiles; index += gridDim.x) {
                 const fg_tile t = fg_tile_at(p, index, m_blocks);
                 if (t.n_blocks == 0) continue;
-                if (qn > 0) fg_mbar_wait(bar_q_empty, (qn - 1) & 1);
+                const int qb = qn % FG_Q_STAGES, quse = qn / FG_Q_STAGES;
+                if (quse > 0) fg_mbar_wait(bar_q_empty(qb), (quse - 1) & 1);
                 qn++;
-                fg_mbar_expect_tx(bar_q, FG_Q_BYTES);
+                fg_mbar_expect_tx(bar_q(qb), FG_Q_BYTES);
 #pragma unroll
                 for (int w = 0; w < FG_CWG; w++)
 #pragma unroll
                     for (int c = 0; c < FG_DCH; c++)
-                        fg_tma_load(s_q + c * FG_Q_CHUNK + w * 64 * FG_RB, &tm.q, c * FG_SWC, t.m0 + 64 * w, t.head,
-                                    t.batch, bar_q);
+                        fg_tma_load(s_q + qb * FG_Q_BYTES + c * FG_Q_CHUNK + w * 64 * FG_RB, &tm.q, c * FG_SWC,
+                                    t.m0 + 64 * w, t.head, t.batch, bar_q(qb));
                 for (int it = 0; it < t.n_blocks; it++, kv++) {
                     const int j = t.n_blocks - 1 - it, s = kv % FG_STAGES, use = kv / FG_STAGES;
                     if (use > 0) fg_mbar_wait(bar_k_empty(s), (use - 1) & 1);
@@ -175,7 +183,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     const int cw = wg - 1;             // consumer warpgroup: rows 64 cw .. 64 cw + 63 of the block
     const int warp = (tid / 32) % 4;   // warp inside the warpgroup: rows 16 warp .. + 15 of those
     const int g = lane / 4, t4 = lane % 4;
-    const u32 s_q_wg = s_q + cw * 64 * FG_RB;
+    u32 s_q_wg = s_q + cw * 64 * FG_RB; // this warpgroup's rows of the current tile's Q buffer
 
     auto stage_of = [&](int i) { return i % FG_STAGES; };
     auto parity_of = [&](int i) { return (u32)((i / FG_STAGES) & 1); };
@@ -265,7 +273,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         // that P V has completed.
         u32 pf[FG_BLOCK_N / 16][4];
         if (n_blocks > 0) {
-            fg_mbar_wait(bar_q, qn & 1);
+            const int qb = qn % FG_Q_STAGES;
+            s_q_wg = s_q + qb * FG_Q_BYTES + cw * 64 * FG_RB;
+            fg_mbar_wait(bar_q(qb), (qn / FG_Q_STAGES) & 1);
             qn++;
             float sacc[1][FG_NT][4];
             turn_wait();
@@ -369,7 +379,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             for (int c = 0; c < FG_DCH; c++)
                 fg_tma_store(&tm.o, s_q_wg + c * FG_Q_CHUNK, c * FG_SWC, tl.m0 + 64 * cw, tl.head, tl.batch);
             fg_tma_store_commit_and_drain();
-            fg_mbar_arrive(bar_q_empty);
+            fg_mbar_arrive(bar_q_empty((qn - 1) % FG_Q_STAGES));
         }
     }
 }

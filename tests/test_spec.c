@@ -601,15 +601,31 @@ Test(validate, smem_limits_per_arch) {
         s.head_dim = wg[i][2];
         s.stages = wg[i][3];
         s.warps = 4 * (s.block_m / 64 + 1);
-        size_t tiles = 2u * (size_t)s.head_dim * ((size_t)s.block_m + 2u * (size_t)s.block_n * (size_t)s.stages);
+        /* Q is double-buffered where two Q tiles fit (spec_q_stages) */
+        size_t q = (size_t)spec_q_stages(&s);
+        cr_assert(q == 1 || q == 2, "%zu Q buffers", q);
+        size_t tiles = 2u * (size_t)s.head_dim * (q * (size_t)s.block_m + 2u * (size_t)s.block_n * (size_t)s.stages);
         size_t got = spec_smem_bytes(&s);
         cr_assert(got > 1024 + tiles && got < 2048 + tiles && (got - tiles) % 8 == 0, "%d x %d, d %d, %d stages: %zu "
                   "bytes for %zu of tiles", s.block_m, s.block_n, s.head_dim, s.stages, got, tiles);
         fg_error e;
         cr_assert_eq(spec_validate(&s, &e), FG_OK, "%s", e.msg);
         s.stages++;
-        cr_assert_gt(spec_smem_bytes(&s), got + 2u * 2 * s.head_dim * s.block_n - 1, "a stage adds a K and a V tile");
+        if ((size_t)spec_q_stages(&s) == q) /* (a stage more may leave room for one Q buffer only) */
+            cr_assert_gt(spec_smem_bytes(&s), got + 2u * 2 * s.head_dim * s.block_n - 1, "a stage adds a K and a V tile");
     }
+    /* two Q buffers where they fit: 128 x 128 at head_dim 128 (192 KiB), not 128 x 192 (two would need 256) */
+    s = wg_base();
+    s.head_dim = 128;
+    s.block_m = 128;
+    s.block_n = 128;
+    s.warps = 12;
+    s.stages = 2;
+    cr_assert_eq(spec_q_stages(&s), 2);
+    s.block_n = 192;
+    cr_assert_eq(spec_q_stages(&s), 1);
+    s.arch_accel = 0;
+    cr_assert_eq(spec_q_stages(&s), 1, "the mma.sync family has one Q tile");
     /* 128 x 80 is the largest 2-stage tile at head_dim 256 under sm_90's 227 KiB (tile_policy.c) */
     s = wg_base();
     s.head_dim = 256;
