@@ -56,13 +56,14 @@ static const fg_tile_rule default_rules[] = {
     /* sm_90a: the wgmma family (fwd_sm90.cuh), 16-bit. block_m is 64 per consumer warpgroup, warps
      * 4 per warpgroup plus the producer's 4. Starting points from FlashAttention-3's tiles, within this
      * kernel's register budget (validate.c): d 64 192 x 128 (3 consumers, 160 registers each), d 128
-     * 128 x 128, d 256 128 x 80 (the largest that fits 227 KiB with 2 stages); then d 128 non-causal
-     * 128 x 192 from `flashgen tune configs/tune_fwd_sm90a.lua` on an H200 (1.011x at 2k, 1.039x at 8k;
-     * causal: 0.978x at 2k, 1.030x at 8k, so causal keeps 128 x 128;
-     * bench/results/2026-11-29-h200-sm90a/tuned-0232b55/). */
+     * 128 x 128, d 256 128 x 80 (the largest that fits 227 KiB with 2 stages); then, from `flashgen tune
+     * configs/tune_fwd_sm90a.lua` on an H200 with the persistent, double-buffered-Q kernel
+     * (bench/results/2026-11-29-h200-sm90a/tuned/), d 128 non-causal 128 x 160: the winner at 2k (657
+     * TFLOP/s; 128 x 192 618), 0.7% behind 128 x 192 at 8k. Causal keeps 128 x 128 (the winner at 2k; 128
+     * x 192 wins 8k by 2.3%, which a tuned database picks). */
     {90, 90, 32, 64, -1, -1, 192, 128, 16, 2, FG_FAMILY_WGMMA},
     {90, 90, 65, 128, -1, -1, 128, 128, 12, 2, FG_FAMILY_WGMMA},
-    {90, 90, 97, 128, 0, -1, 128, 192, 12, 2, FG_FAMILY_WGMMA},
+    {90, 90, 97, 128, 0, -1, 128, 160, 12, 2, FG_FAMILY_WGMMA},
     {90, 90, 129, 192, -1, -1, 128, 96, 12, 2, FG_FAMILY_WGMMA},
     {90, 90, 193, 256, -1, -1, 128, 80, 12, 2, FG_FAMILY_WGMMA},
 };

@@ -266,6 +266,26 @@ static fg_status encode_tma(fg_context *ctx, CUtensorMap *m, const fg_tensor *t,
     return rc == CUDA_SUCCESS ? FG_OK : cuda_api_fail(err, rc, "cuTensorMapEncodeTiled", __FILE__, __LINE__);
 }
 
+/* The grid of a launch. The mma.sync family: (query blocks, heads, batch). The sm_90a family: tiles in a
+ * 1-d grid. Non-causal tiles cost the same: persistent, one CTA per SM, each taking tiles in a stride
+ * (the next tile's loads during this one's epilogue; H200, fgbench non-causal: 0-5% faster than one CTA
+ * per tile). Causal tiles do not: a fixed stride gave some SMs all the heavy ones (d 128 causal 16k: 445
+ * against 710 TFLOP/s), so they get one CTA per tile and the hardware scheduler's balancing. */
+static int launch_grid(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a, unsigned grid[3]) {
+    int64_t m_blocks = (a->q.shape[1] + s->block_m - 1) / s->block_m;
+    grid[0] = (unsigned)m_blocks;
+    grid[1] = (unsigned)a->q.shape[2];
+    grid[2] = (unsigned)a->q.shape[0];
+    if (spec_is_wgmma(s)) {
+        int64_t tiles = m_blocks * a->q.shape[2] * a->q.shape[0];
+        const int persistent = ctx->sm90_grid == 2 || (ctx->sm90_grid == 0 && !s->causal);
+        grid[0] = (unsigned)(persistent && tiles > ctx->sm_count ? ctx->sm_count : tiles);
+        grid[1] = grid[2] = 1;
+        return persistent;
+    }
+    return 0;
+}
+
 /* Fills the kernel's parameters from a checked call and launches fn (the variant s) on stream. */
 static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const fg_fwd_args *a, void *stream,
                         fg_error *err) {
@@ -322,25 +342,15 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
              (st = encode_tma(ctx, (CUtensorMap *)tm.v, &a->v, s.block_n, swc, err)) != FG_OK))
             return st;
     }
-    unsigned grid_x = (unsigned)(((int64_t)p.seqlen_q + s.block_m - 1) / s.block_m);
-    unsigned grid_y = (unsigned)p.heads_q, grid_z = (unsigned)p.batch;
-    if (spec_is_wgmma(&s)) {
-        /* Tiles in a 1-d grid. Non-causal tiles cost the same: persistent, one CTA per SM, each taking
-         * tiles in a stride (the next tile's K/V load during this one's epilogue). Causal tiles do not:
-         * a fixed stride gave some SMs all the heavy ones (H200, d 128 causal 16k: 445 against 710
-         * TFLOP/s), so those get one CTA per tile and the hardware scheduler's balancing. */
-        int64_t tiles = (int64_t)grid_x * grid_y * grid_z;
-        const int persistent = ctx->sm90_grid == 2 || (ctx->sm90_grid == 0 && !s.causal);
-        grid_x = (unsigned)(persistent && tiles > ctx->sm_count ? ctx->sm_count : tiles);
-        grid_y = grid_z = 1;
-    }
+    unsigned grid[3];
+    launch_grid(ctx, &s, a, grid);
     /* Launch in the device's primary context; switch to it only when the caller's thread has another. */
     CUcontext current = NULL, popped;
     CUresult rc = cu->cuCtxGetCurrent(&current);
     int push = rc != CUDA_SUCCESS || current != ctx->cuctx;
     rc = push ? cu->cuCtxPushCurrent(ctx->cuctx) : CUDA_SUCCESS;
     if (rc == CUDA_SUCCESS) {
-        rc = cu->cuLaunchKernel(fn, grid_x, grid_y, grid_z, (unsigned)spec_threads(&s), 1, 1,
+        rc = cu->cuLaunchKernel(fn, grid[0], grid[1], grid[2], (unsigned)spec_threads(&s), 1, 1,
                                 (unsigned)spec_smem_bytes(&s), (CUstream)stream, params, NULL);
         if (push) cu->cuCtxPopCurrent(&popped);
     }
@@ -463,6 +473,8 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
         "not compiled yet: the first call compiles it with NVRTC"};
     const char *where = origins[from];
     if (from == FROM_JIT && ctx->opt.strict) where = "in no cache or bundle: strict mode makes the call fail";
+    unsigned grid[3];
+    const int persistent = launch_grid(ctx, &s, a, grid);
     char path[96] = "FlashAttention-2 mma.sync path (sm_80+)";
     if (spec_is_wgmma(&s)) snprintf(path, sizeof path, "FlashAttention-3 style sm_90a path (TMA, wgmma, %d consumer warpgroups)", s.block_m / 64);
     if (spec_dtype_is_fp8(s.dtype))
@@ -470,11 +482,12 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
                  spec_dtype_name(s.out_dtype));
     int len = snprintf(buf, n,
              "variant %s\n  kernel: forward, %s, %d threads, %zu bytes shared memory, "
-             "grid (%lld, %lld, %lld)\n"
+             "grid (%u, %u, %u)%s\n"
              "  tiles: %s\n  code: %s\n  device: %s (sm_%d, %d SMs)\n  disk cache: %s\n  tuning database: %s",
              name, path, spec_threads(&s), spec_smem_bytes(&s),
-             (long long)((a->q.shape[1] + s.block_m - 1) / s.block_m),
-             (long long)a->q.shape[2], (long long)a->q.shape[0], why, where, ctx->device_name, ctx->arch, ctx->sm_count,
+             grid[0], grid[1], grid[2],
+             spec_is_wgmma(&s) ? (persistent ? " (persistent: tiles in a stride)" : " (one CTA per tile)") : "",
+             why, where, ctx->device_name, ctx->arch, ctx->sm_count,
              ctx->disk_ok ? ctx->disk.dir : ctx->disk_problem, ctx->tunedb_note);
     if (len < 0 || (size_t)len >= n) {
         fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_explain: buf holds %zu bytes; the explanation needs %d", n,
