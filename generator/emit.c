@@ -8,6 +8,7 @@
 #include <string.h>
 #include "emit.h"
 #include "emit_templates.h"
+#include "sha256.h"
 
 /* The pieces of the forward family, in the order they must appear. */
 static const char *const fwd_pieces[] = {
@@ -19,6 +20,21 @@ static const char *const fwd_pieces[] = {
 static const char *const fwd_sm90_pieces[] = {
     "common/fg_params.h", "common/types.cuh", "common/softmax.cuh", "common/sm90.cuh", NULL, "fwd_sm90.cuh",
 };
+
+void emit_templates_id(char *buf, size_t n) {
+    fg_sha256 h;
+    sha256_init(&h);
+    for (int i = 0; i < fg_template_count; i++) {
+        sha256_update(&h, fg_templates[i].name, strlen(fg_templates[i].name) + 1);
+        sha256_update(&h, fg_templates[i].text, strlen(fg_templates[i].text) + 1);
+    }
+    uint8_t digest[32];
+    char hex[65];
+    sha256_final(&h, digest);
+    sha256_hex(digest, hex);
+    int digits = (int)n - 1 - (int)strlen(FG_VERSION_STRING) - 1; /* room left after "version+" and the NUL */
+    snprintf(buf, n, "%s+%.*s", FG_VERSION_STRING, digits > 0 ? digits : 0, hex);
+}
 
 static const char *template_text(const char *name) {
     for (int i = 0; i < fg_template_count; i++)

@@ -13,6 +13,7 @@
 #include "bundle.h"
 #include "le.h"
 #include "cache.h"
+#include "emit.h"
 #include "sha256.h"
 
 enum {
@@ -23,7 +24,8 @@ enum {
 /* A spec's canonical text is far shorter; the bound keeps a corrupt length from meaning anything. */
 #define BUNDLE_NAME_MAX 4096u
 
-_Static_assert(sizeof FG_VERSION_STRING <= BUNDLE_GENVER, "the generator version must fit its 16-byte field");
+_Static_assert(sizeof FG_VERSION_STRING + 10 <= BUNDLE_GENVER, "the generator version and 9 hex digits of the "
+               "templates' hash must fit the 16-byte field");
 
 static const uint8_t bundle_magic[8] = {'F', 'G', 'B', 'U', 'N', 'D', 'L', '\0'};
 
@@ -121,8 +123,11 @@ fg_status bundle_serialize(const fg_bundle *bundle, uint8_t **out, size_t *len, 
     memcpy(buf, bundle_magic, sizeof bundle_magic);
     put_le32(buf + 8, FG_BUNDLE_FORMAT_VERSION);
     put_le32(buf + 12, (uint32_t)count);
+    /* The generator's identity: version and templates' hash ("0.3.0+1a2b3c4d5"), NUL-padded. */
+    char id[BUNDLE_GENVER];
+    emit_templates_id(id, sizeof id);
     memset(buf + 16, 0, BUNDLE_GENVER);
-    memcpy(buf + 16, FG_VERSION_STRING, strlen(FG_VERSION_STRING)); /* "0.2.0": well under 16 bytes */
+    memcpy(buf + 16, id, strlen(id));
     size_t pos = BUNDLE_HEADER, offset = index_end + 32;
     for (size_t i = 0; i < count; i++) {
         const fg_bundle_entry *e = sorted[i];
@@ -387,11 +392,13 @@ fg_status bundle_parse(const uint8_t *data, size_t len, fg_bundle *out, fg_error
         const uint8_t *gv = data + 16;
         const uint8_t *nul = memchr(gv, '\0', BUNDLE_GENVER);
         size_t gvlen = nul ? (size_t)(nul - gv) : BUNDLE_GENVER;
-        if (!nul || gvlen != strlen(FG_VERSION_STRING) || memcmp(gv, FG_VERSION_STRING, gvlen) != 0)
+        char id[BUNDLE_GENVER];
+        emit_templates_id(id, sizeof id);
+        if (!nul || gvlen != strlen(id) || memcmp(gv, id, gvlen) != 0)
             st = fg_fail(err, FG_ERR_FORMAT,
-                         "the bundle was made by flashgen version '%.*s', this is version %s; its kernels may not "
-                         "match this version's parameter layout: rebuild the bundle.",
-                         (int)gvlen, (const char *)gv, FG_VERSION_STRING);
+                         "the bundle was made by flashgen '%.*s' (version+templates hash), this is %s; its kernels "
+                         "may not match this build's parameters or launch: rebuild the bundle.",
+                         (int)gvlen, (const char *)gv, id);
         else
             for (size_t k = gvlen; k < BUNDLE_GENVER && st == FG_OK; k++)
                 if (gv[k] != 0)

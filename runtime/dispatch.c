@@ -66,8 +66,13 @@ static int tensor_tma_ok(const fg_tensor *t) {
  * is 16-bit (FP8 wgmma is not written yet), head_dim is a multiple of 32 (TMA tiles are 32- or 64-column
  * chunks), and every tensor is TMA-ready. Other calls on Hopper run the mma.sync family (arch sm_90). */
 static int call_wgmma(const fg_context *ctx, const fg_fwd_args *a) {
+    /* The kernel numbers its tiles (64-row query blocks at the smallest, times heads, times batch) in an
+     * int and steps by the grid: a problem with more than INT_MAX - SMs of them runs the mma.sync
+     * family, whose grid is 3-d. */
+    const int64_t tiles = (a->q.shape[1] + 63) / 64 * a->q.shape[2] * a->q.shape[0];
     return ctx->wgmma && !spec_dtype_is_fp8(a->q.dtype) && a->q.shape[3] % 32 == 0 && a->q.shape[3] <= 256 &&
-           tensor_tma_ok(&a->q) && tensor_tma_ok(&a->k) && tensor_tma_ok(&a->v) && tensor_tma_ok(&a->o);
+           tiles <= (int64_t)INT32_MAX - ctx->sm_count && tensor_tma_ok(&a->q) && tensor_tma_ok(&a->k) &&
+           tensor_tma_ok(&a->v) && tensor_tma_ok(&a->o);
 }
 
 /* The variant for a problem on ctx's device: the device's arch (on Hopper sm_90a, the wgmma family, for

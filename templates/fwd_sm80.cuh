@@ -71,16 +71,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
         scale_ln *= qk;
     }
 
-    // Keys this block may see: all of them, or, when causal, up to its last row's diagonal
-    // (query i sees keys j <= i + sk - sq: the mask is aligned to the bottom-right corner).
-    int n_end = sk;
-    if (FG_CAUSAL) n_end = min(n_end, min(m0 + FG_BLOCK_M, sq) + sk - sq);
-    const int n_blocks = n_end > 0 ? (n_end + FG_BLOCK_N - 1) / FG_BLOCK_N : 0;
-    // The leading blocks no row of this CTA needs masked: wholly inside the keys and, when causal, wholly
-    // at or left of the first row's diagonal (row m0 sees keys <= m0 + sk - sq).
-    int n_unmasked = sk / FG_BLOCK_N;
-    if (FG_CAUSAL) n_unmasked = min(n_unmasked, max(0, m0 + sk - sq + 1) / FG_BLOCK_N);
-    n_unmasked = min(n_unmasked, n_blocks);
+    int n_blocks, n_unmasked;
+    fg_key_blocks(m0, sq, sk, n_blocks, n_unmasked);
 
     const u32 s_q = fg_smem_addr(fg_smem);
     const u32 s_k = s_q + FG_Q_BYTES;
@@ -283,9 +275,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
                 asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(packed));
             }
             if (p.lse != 0 && t == 0 && m0 + r < sq) {
-                // l = 0: the row saw no key (LSE -inf); l NaN: a NaN input reached the row, and stays NaN.
-                const float lse = l > 0.f ? row_max[mt][h] * scale_ln + (fg_log2(l) - FG_P_SHIFT) * 0.69314718055994531f
-                                          : (l == 0.f ? FG_NEG_INF : l);
+                const float lse = fg_row_lse(l, row_max[mt][h], scale_ln, FG_P_SHIFT);
                 p.lse[batch * p.lse_stride[0] + head * p.lse_stride[1] + (i64)(m0 + r) * p.lse_stride[2]] = lse;
             }
         }

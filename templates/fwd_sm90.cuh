@@ -38,32 +38,12 @@ constexpr int FG_BAR_EPILOGUE = 1, FG_BAR_SCHED = 4;
 constexpr int FG_CONSUMER_REGS = FG_CWG == 1 ? 240 : (FG_CWG == 2 ? 240 : 160);
 
 // The online-softmax step of one S block for this thread's two rows (g and g + 8 of its warp's 16):
-// updates the running maximum m and sum l, replaces S by P = exp2(c * (S - m)), and returns in corr the
-// factor O must be multiplied by (exp2(c * (m_old - m)); 1 when m did not grow). Unlike fg_online_softmax
-// it leaves O alone: here the previous block's P V may still be accumulating into it.
+// running maximum and sum updated, S replaced by P, and in corr the factor O must be multiplied by. Unlike
+// fg_online_softmax it leaves O alone: here the previous block's P V may still be accumulating into it.
 __device__ __forceinline__ void fg_softmax_stats(float (&s)[1][FG_NT][4], float (&row_max)[1][2],
                                                  float (&row_sum)[1][2], float (&corr)[2], float scale_log2) {
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        float mx = row_max[0][h];
-#pragma unroll
-        for (int nt = 0; nt < FG_NT; nt++) mx = fmaxf(mx, fmaxf(s[0][nt][2 * h], s[0][nt][2 * h + 1]));
-        mx = fg_quad_max(mx);
-        const float m_old = row_max[0][h];
-        const bool grow = mx > m_old; // false for NaN: the NaN stays in S and reaches l
-        corr[h] = grow ? fg_exp2((m_old - mx) * scale_log2) : 1.f; // exp2(-inf) = 0 for a first max
-        const float m = grow ? mx : m_old;
-        row_max[0][h] = m;
-        const float base = m == FG_NEG_INF ? 0.f : m * scale_log2;
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < FG_NT; nt++) {
-            s[0][nt][2 * h] = fg_exp2(fmaf(s[0][nt][2 * h], scale_log2, -base));
-            s[0][nt][2 * h + 1] = fg_exp2(fmaf(s[0][nt][2 * h + 1], scale_log2, -base));
-            sum += s[0][nt][2 * h] + s[0][nt][2 * h + 1];
-        }
-        row_sum[0][h] = row_sum[0][h] * corr[h] + sum;
-    }
+    for (int h = 0; h < 2; h++) corr[h] = fg_softmax_row<FG_NT>(s[0], h, row_max[0][h], row_sum[0][h], scale_log2, 0.f);
 }
 
 // One tile: query block m_block of (head, batch), with the key blocks it needs (n_blocks, visited last to
@@ -81,17 +61,9 @@ __device__ __forceinline__ fg_tile fg_tile_at(const fg_fwd_params &p, int index,
     t.batch = hb / p.heads_q;
     t.kv_head = t.head / (p.heads_q / p.heads_kv);
     t.m0 = m_block * FG_BLOCK_M;
-    const int sq = p.seqlen_q, sk = p.seqlen_k;
-    // Keys the block may see: all, or when causal up to its last row's diagonal (query i sees keys
-    // j <= i + sk - sq, the mask aligned to the bottom-right corner).
-    int n_end = sk;
-    if (FG_CAUSAL) n_end = min(n_end, min(t.m0 + FG_BLOCK_M, sq) + sk - sq);
-    t.n_blocks = n_end > 0 ? (n_end + FG_BLOCK_N - 1) / FG_BLOCK_N : 0;
-    // Leading key blocks no row needs masked: wholly inside the keys and, when causal, at or left of the
-    // first row's diagonal.
-    int n_unmasked = sk / FG_BLOCK_N;
-    if (FG_CAUSAL) n_unmasked = min(n_unmasked, max(0, t.m0 + sk - sq + 1) / FG_BLOCK_N);
-    t.n_masked = t.n_blocks - min(n_unmasked, t.n_blocks);
+    int n_unmasked;
+    fg_key_blocks(t.m0, p.seqlen_q, p.seqlen_k, t.n_blocks, n_unmasked);
+    t.n_masked = t.n_blocks - n_unmasked;
     return t;
 }
 
@@ -144,10 +116,31 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         // ---- producer ----
         fg_setmaxnreg_dec<FG_PRODUCER_REGS>();
         if (tid == 0) {
+            // One K or V tile of key block j into its stage, once the consumers have released the stage's
+            // previous use.
+            auto load_kv_tile = [&](u32 dst, const void *map, u32 full, u32 empty, int use, int j, const fg_tile &t) {
+                if (use > 0) fg_mbar_wait(empty, (use - 1) & 1);
+                fg_mbar_expect_tx(full, FG_KV_BYTES);
+#pragma unroll
+                for (int c = 0; c < FG_DCH; c++)
+                    fg_tma_load(dst + c * FG_KV_CHUNK, map, c * FG_SWC, j * FG_BLOCK_N, t.kv_head, t.batch, full);
+            };
+            // Step `it` of tile t, the producer's K/V step `step` overall.
+            auto load_kv = [&](const fg_tile &t, int it, int step) {
+                const int j = t.n_blocks - 1 - it, s = step % FG_STAGES, use = step / FG_STAGES;
+                load_kv_tile(s_k + s * FG_KV_BYTES, &tm.k, bar_k(s), bar_k_empty(s), use, j, t);
+                load_kv_tile(s_v + s * FG_KV_BYTES, &tm.v, bar_v(s), bar_v_empty(s), use, j, t);
+            };
             int kv = 0, qn = 0;
             for (int index = blockIdx.x; index < n_tiles; index += gridDim.x) {
                 const fg_tile t = fg_tile_at(p, index, m_blocks);
                 if (t.n_blocks == 0) continue;
+                // The first FG_STAGES key blocks need only stages the consumers free within the tiles
+                // before (no Q of this tile): they load before the wait for a Q buffer, which with one Q
+                // buffer lasts until the previous tile's O store has read it. Later blocks wait for
+                // stages freed within this tile, which needs its Q: they load after it.
+                const int early = min(FG_STAGES, t.n_blocks);
+                for (int it = 0; it < early; it++) load_kv(t, it, kv + it);
                 const int qb = qn % FG_Q_STAGES, quse = qn / FG_Q_STAGES;
                 if (quse > 0) fg_mbar_wait(bar_q_empty(qb), (quse - 1) & 1);
                 qn++;
@@ -158,21 +151,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                     for (int c = 0; c < FG_DCH; c++)
                         fg_tma_load(s_q + qb * FG_Q_BYTES + c * FG_Q_CHUNK + w * 64 * FG_RB, &tm.q, c * FG_SWC,
                                     t.m0 + 64 * w, t.head, t.batch, bar_q(qb));
-                for (int it = 0; it < t.n_blocks; it++, kv++) {
-                    const int j = t.n_blocks - 1 - it, s = kv % FG_STAGES, use = kv / FG_STAGES;
-                    if (use > 0) fg_mbar_wait(bar_k_empty(s), (use - 1) & 1);
-                    fg_mbar_expect_tx(bar_k(s), FG_KV_BYTES);
-#pragma unroll
-                    for (int c = 0; c < FG_DCH; c++)
-                        fg_tma_load(s_k + s * FG_KV_BYTES + c * FG_KV_CHUNK, &tm.k, c * FG_SWC, j * FG_BLOCK_N,
-                                    t.kv_head, t.batch, bar_k(s));
-                    if (use > 0) fg_mbar_wait(bar_v_empty(s), (use - 1) & 1);
-                    fg_mbar_expect_tx(bar_v(s), FG_KV_BYTES);
-#pragma unroll
-                    for (int c = 0; c < FG_DCH; c++)
-                        fg_tma_load(s_v + s * FG_KV_BYTES + c * FG_KV_CHUNK, &tm.v, c * FG_SWC, j * FG_BLOCK_N,
-                                    t.kv_head, t.batch, bar_v(s));
-                }
+                for (int it = early; it < t.n_blocks; it++) load_kv(t, it, kv + it);
+                kv += t.n_blocks;
             }
         }
         return;
@@ -349,8 +329,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         }
         // Otherwise O /= l is staged in the warpgroup's Q rows (every warp is past its last wgmma, which
         // read them) and written by a TMA store, which clips rows past seqlen_q; once the store has read
-        // shared memory the Q buffer goes back to the producer for the next tile's Q (the next tile's K
-        // and V are already loading).
+        // shared memory the Q buffer goes back to the producer (the next tile's first K/V blocks, and
+        // with two Q buffers its Q, are already loading).
         fg_named_sync(FG_BAR_EPILOGUE + cw, 128);
         // Row r = 16 warp + g + 8 h of the warpgroup, column 8 dt + 2 t4: in the swizzled layout (sm90.cuh)
         // its 16-byte unit is XOR-ed with xr = g (128-byte rows) or (g / 2) % 4 (64-byte rows), the same
@@ -372,9 +352,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             }
             const int row = row0 + 8 * h;
             if (p.lse != 0 && t4 == 0 && row < sq) {
-                // l = 0: the row saw no key (LSE -inf); l NaN: a NaN input reached the row, and stays NaN.
-                const float lse = l > 0.f ? row_max[0][h] * p.softmax_scale + fg_log2(l) * 0.69314718055994531f
-                                          : (l == 0.f ? FG_NEG_INF : l);
+                const float lse = fg_row_lse(l, row_max[0][h], p.softmax_scale, 0.f);
                 p.lse[tl.batch * p.lse_stride[0] + tl.head * p.lse_stride[1] + (i64)row * p.lse_stride[2]] = lse;
             }
         }

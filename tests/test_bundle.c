@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include "bundle.h"
 #include "cache.h"
+#include "emit.h"
 #include "sha256.h"
 #include "test_util.h"
 
@@ -294,6 +295,17 @@ Test(bundle, bad_magic_and_versions_say_so) {
     sha256(bytes, end, bytes + end);
     expect_refused(bytes, len, "9.9.9", "another generator version", 16);
     expect_refused(bytes, len, "rebuild", "another generator version", 16);
+    /* This version with other templates: a bundle from another commit of the same version, whose kernels
+     * may expect another launch (the sm_90a family's grid changed within 0.3.0). */
+    char id[16];
+    emit_templates_id(id, sizeof id);
+    cr_assert_eq(strncmp(id, FG_VERSION_STRING "+", strlen(FG_VERSION_STRING) + 1), 0, "%s", id);
+    cr_assert_eq(strlen(id), 15u, "version, '+' and 9 hex digits: %s", id);
+    memset(bytes + 16, 0, 16);
+    memcpy(bytes + 16, id, strlen(id));
+    bytes[16 + strlen(id) - 1] = bytes[16 + strlen(id) - 1] == '0' ? '1' : '0';
+    sha256(bytes, end, bytes + end);
+    expect_refused(bytes, len, FG_VERSION_STRING "+", "the same version with other templates", 16);
     free(bytes);
     bundle_free(&b);
 }
@@ -324,7 +336,9 @@ static uint8_t *build_raw(const raw_entry *e, uint32_t n, int count_fix, size_t 
     uint32_t count = n + (uint32_t)count_fix;
     for (int k = 0; k < 4; k++)
         b[12 + k] = (uint8_t)(count >> (8 * k));
-    memcpy(b + 16, FG_VERSION_STRING, strlen(FG_VERSION_STRING));
+    char id[16];
+    emit_templates_id(id, sizeof id);
+    memcpy(b + 16, id, strlen(id));
     size_t pos = 32, offset = index_end + 32;
     for (uint32_t i = 0; i < n; i++) {
         for (int k = 0; k < 4; k++)

@@ -708,6 +708,38 @@ ParameterizedTest(fwd_case *c, fwd, seqlens, .timeout = 300) {
     run_case(c);
 }
 
+/* More tiles than an H200 has SMs (132), several key blocks each: on the sm_90a family the persistent
+ * loop carries its K/V ring, Q buffers and pingpong turns across tiles. 3 consumer warpgroups with GQA,
+ * 64-byte swizzled tiles (d 96) with keyless tiles (causal, sq > sk), one Q buffer (d 256), 2 consumer
+ * warpgroups causal, and a 1-warpgroup tile. Run with the default grid (persistent for non-causal, one
+ * CTA per tile for causal) and with every call persistent (FLASHGEN_SM90_GRID). Elsewhere they are plain
+ * cases. */
+static fwd_case many_tiles_cases[5];
+static void many_tiles_fill(void) {
+    many_tiles_cases[0] = mk(FG_DTYPE_BF16, 3, 1000, 300, 8, 2, 64, 0);
+    many_tiles_cases[1] = mk(FG_DTYPE_F16, 3, 1000, 777, 8, 8, 96, 1);
+    many_tiles_cases[2] = mk(FG_DTYPE_BF16, 2, 1100, 500, 8, 4, 256, 0);
+    many_tiles_cases[3] = mk(FG_DTYPE_F16, 2, 1100, 1500, 8, 8, 128, 1);
+    many_tiles_cases[4] = mk(FG_DTYPE_BF16, 2, 600, 700, 8, 8, 128, 0);
+    const int one_wg[4] = {64, 64, 8, 2};
+    memcpy(many_tiles_cases[4].tiles, one_wg, sizeof one_wg);
+}
+ParameterizedTestParameters(fwd, many_tiles) {
+    many_tiles_fill();
+    return cr_make_param_array(fwd_case, many_tiles_cases, NELEM(many_tiles_cases));
+}
+ParameterizedTest(fwd_case *c, fwd, many_tiles, .timeout = 300) {
+    run_case(c);
+}
+ParameterizedTestParameters(fwd, many_tiles_persistent) {
+    many_tiles_fill();
+    return cr_make_param_array(fwd_case, many_tiles_cases, NELEM(many_tiles_cases));
+}
+ParameterizedTest(fwd_case *c, fwd, many_tiles_persistent, .timeout = 300) {
+    setenv("FLASHGEN_SM90_GRID", "persistent", 1); /* read by the context this test creates */
+    run_case(c);
+}
+
 /* GQA ratios 1, 4, 8 (8 query heads), causal and not, plus a decode-like single query row. */
 ParameterizedTestParameters(fwd, gqa) {
     static fwd_case cases[8];

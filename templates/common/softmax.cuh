@@ -17,6 +17,53 @@ __device__ __forceinline__ float fg_quad_sum(float x) {
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// One row's step of the online softmax: the row is element pair h (0: row g, 1: row g + 8) of the NT
+// n8 tiles of s, spread over a quad. Updates the running maximum m and sum l, replaces the row's scores
+// by P = exp2(c * s - c * m + shift), and returns the factor O must take (exp2(c * (m_old - m)), or 1
+// when m did not grow; a NaN maximum never "grows", so the NaN stays in P and reaches l).
+template <int NT>
+__device__ __forceinline__ float fg_softmax_row(float (&s)[NT][4], int h, float &row_max, float &row_sum,
+                                                float scale_log2, float shift) {
+    float mx = row_max;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
+    mx = fg_quad_max(mx);
+    const float m_old = row_max;
+    const bool grow = mx > m_old;
+    const float m = grow ? mx : m_old;
+    const float corr = grow ? fg_exp2((m_old - mx) * scale_log2) : 1.f; // exp2(-inf) = 0 for a first max
+    row_max = m;
+    const float base = (m == FG_NEG_INF ? 0.f : m * scale_log2) - shift;
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        s[nt][2 * h] = fg_exp2(fmaf(s[nt][2 * h], scale_log2, -base));
+        s[nt][2 * h + 1] = fg_exp2(fmaf(s[nt][2 * h + 1], scale_log2, -base));
+        sum += s[nt][2 * h] + s[nt][2 * h + 1];
+    }
+    row_sum = row_sum * corr + sum;
+    return corr;
+}
+
+// The natural-log LSE of a finished row: m * scale + ln(l) - shift * ln(2); -inf for a row that saw no
+// key (l = 0); NaN when a NaN input reached the row (l NaN).
+__device__ __forceinline__ float fg_row_lse(float l, float row_max, float scale_ln, float shift) {
+    return l > 0.f ? row_max * scale_ln + (fg_log2(l) - shift) * 0.69314718055994531f : (l == 0.f ? FG_NEG_INF : l);
+}
+
+// The key blocks a query block starting at row m0 needs: all of them, or when causal up to its last
+// row's diagonal (query i sees keys j <= i + sk - sq, the mask aligned to the bottom-right corner); and
+// how many leading ones no row needs masked (wholly inside the keys and, when causal, at or left of the
+// first row's diagonal).
+__device__ __forceinline__ void fg_key_blocks(int m0, int sq, int sk, int &n_blocks, int &n_unmasked) {
+    int n_end = sk;
+    if (FG_CAUSAL) n_end = min(n_end, min(m0 + FG_BLOCK_M, sq) + sk - sq);
+    n_blocks = n_end > 0 ? (n_end + FG_BLOCK_N - 1) / FG_BLOCK_N : 0;
+    n_unmasked = sk / FG_BLOCK_N;
+    if (FG_CAUSAL) n_unmasked = min(n_unmasked, max(0, m0 + sk - sq + 1) / FG_BLOCK_N);
+    n_unmasked = min(n_unmasked, n_blocks);
+}
+
 // Folds the score block s (MT m-tiles x NT n8-tiles of C fragments) into the running statistics and
 // replaces s by the unnormalized probabilities P = exp2(c * s - c * m + shift) (shift 8 on the FP8 path,
 // so P fills e4m3's range; 0 otherwise: l carries the same factor, which the final O / l cancels).
@@ -36,25 +83,8 @@ __device__ __forceinline__ void fg_online_softmax(float (&s)[MT][NT][4], float (
     for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            float mx = row_max[mt][h];
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
-            mx = fg_quad_max(mx);
-            const float m_old = row_max[mt][h];
-            const bool grow = mx > m_old;
-            const float m = grow ? mx : m_old;
-            corr[mt][h] = grow ? fg_exp2((m_old - mx) * scale_log2) : 1.f; // exp2(-inf) = 0 for a first max
-            grew |= grow;
-            row_max[mt][h] = m;
-            const float base = (m == FG_NEG_INF ? 0.f : m * scale_log2) - shift;
-            float sum = 0.f;
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                s[mt][nt][2 * h] = fg_exp2(fmaf(s[mt][nt][2 * h], scale_log2, -base));
-                s[mt][nt][2 * h + 1] = fg_exp2(fmaf(s[mt][nt][2 * h + 1], scale_log2, -base));
-                sum += s[mt][nt][2 * h] + s[mt][nt][2 * h + 1];
-            }
-            row_sum[mt][h] = row_sum[mt][h] * corr[mt][h] + sum;
+            corr[mt][h] = fg_softmax_row<NT>(s[mt], h, row_max[mt][h], row_sum[mt][h], scale_log2, shift);
+            grew |= corr[mt][h] != 1.f;
         }
     }
     // Warp-uniform branch: the quad reductions made `grow` equal across a row's four threads, and one
