@@ -77,6 +77,10 @@ static const char usage_main[] =
     "  FLASHGEN_CACHE_DIR  disk cache directory (default $XDG_CACHE_HOME/flashgen, else ~/.cache/flashgen);\n"
     "                      it must be owned by you and not writable by group or others\n"
     "  FLASHGEN_DUMP       a directory: `run` writes the source, PTX and NVRTC log of each JIT compile there\n"
+    "  FLASHGEN_WGMMA      0: on an H100/H200 run the mma.sync family (arch sm_90) for every call instead of\n"
+    "                      the sm_90a family (TMA, wgmma), to measure or test one against the other\n"
+    "  FLASHGEN_SM90_GRID  the sm_90a family's grid: auto (default: persistent for non-causal calls, one CTA\n"
+    "                      per tile for causal ones), tiles or persistent (for measuring the choice)\n"
     "\n"
     "exit status: 0 on success, 1 on failure (stderr says what failed and why), 2 on a usage error.\n";
 

@@ -54,7 +54,7 @@ FG_LOG_INFO = 3
 FG_LOG_DEBUG = 4
 
 # FG_VERSION_STRING of the header this binding mirrors (the C library exports no version function).
-VERSION_STRING = "0.2.0"
+VERSION_STRING = "0.3.0"
 
 # ---------------------------------------------------------------- structures
 
