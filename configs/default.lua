@@ -72,3 +72,15 @@ variants {
     head_dim = {64, 128},
     causal = {false, true},
 }
+
+-- The backward pass (kind "bwd": three kernels, templates/bwd_sm80.cuh), mma.sync on every target (on
+-- Hopper its arch is sm_90), fp16/bf16. head_dim 128's tile spills 4 bytes (generator/tile_policy.c),
+-- which a bundle refuses, so it is left to JIT, as is the deterministic mode (deterministic = true).
+-- 2 x 2 x 2 x 2 = 16 variants.
+variants {
+    kind = "bwd",
+    arch = {"sm_80", "sm_90"},
+    dtype = {"fp16", "bf16"},
+    head_dim = {64, 96},
+    causal = {false, true},
+}

@@ -53,7 +53,8 @@ typedef enum cfg_type {
 } cfg_type;
 
 static const char *const cfg_variant_fields[] = {"kind",    "arch",    "dtype", "head_dim", "causal",
-                                                 "block_m", "block_n", "warps", "stages",   "out", NULL};
+                                                 "block_m", "block_n", "warps", "stages",   "out",
+                                                 "deterministic", NULL};
 static const char *const cfg_policy_fields[] = {"arch",    "head_dim", "causal", "dtype", "block_m",
                                                 "block_n", "warps",    "stages", NULL};
 
@@ -113,9 +114,9 @@ static void cfg_read_scalar(lua_State *L, int idx, const char *fn, const char *f
         fg_error e;
         fg_error_clear(&e);
         if (type == CFG_KIND) {
-            if (strcmp(s, "fwd") != 0)
-                lua_sandbox_raise(L, fn, "field 'kind' must name a kernel family (\"fwd\"), got \"%.60s\"%s", s, at);
-            *out = FG_KIND_FWD;
+            if (strcmp(s, "fwd") == 0) *out = FG_KIND_FWD;
+            else if (strcmp(s, "bwd") == 0) *out = FG_KIND_BWD;
+            else lua_sandbox_raise(L, fn, "field 'kind' must name a kernel family (\"fwd\", \"bwd\"), got \"%.60s\"%s", s, at);
         } else if (type == CFG_ARCH) {
             int arch = 0, accel = 0;
             if (spec_arch_parse(s, &arch, &accel, &e) != FG_OK)
@@ -189,16 +190,18 @@ static int cfg_call_line(lua_State *L) {
 /* variants { ... }: appends the cartesian product of the listed values to the builder (upvalue 1).
  * kind, dtype and head_dim are required, and arch unless an arch override is set; causal defaults to
  * false and tile fields to unset; out (the output dtype of fp8 variants) defaults to bf16 and is ignored
- * by 16-bit variants, which write O in their own dtype. The product varies the last field fastest, in
- * the order kind, arch, dtype, head_dim, causal, block_m, block_n, warps, stages, out. */
+ * by 16-bit variants, which write O in their own dtype; deterministic (kind "bwd" only) defaults to
+ * false. The product varies the last field fastest, in the order kind, arch, dtype, head_dim, causal,
+ * block_m, block_n, warps, stages, out, deterministic. */
 static int cfg_variants(lua_State *L) {
     static const char fn[] = "variants";
     cfg_build *b = lua_touserdata(L, lua_upvalueindex(1));
-    cfg_list f[10]; /* in the order of cfg_variant_fields */
-    static const cfg_type types[10] = {CFG_KIND, CFG_ARCH, CFG_DTYPE, CFG_INT, CFG_BOOL,
-                                       CFG_INT,  CFG_INT,  CFG_INT,   CFG_INT, CFG_DTYPE};
+    enum { NF = 11 };
+    cfg_list f[NF]; /* in the order of cfg_variant_fields */
+    static const cfg_type types[NF] = {CFG_KIND, CFG_ARCH, CFG_DTYPE, CFG_INT,   CFG_BOOL, CFG_INT,
+                                       CFG_INT,  CFG_INT,  CFG_INT,   CFG_DTYPE, CFG_BOOL};
     int tab = cfg_check_args(L, fn, cfg_variant_fields);
-    for (int i = 0; i < 10; i++)
+    for (int i = 0; i < NF; i++)
         cfg_read_field(L, tab, fn, cfg_variant_fields[i], types[i], 1, 0, CFG_LIST_MAX, &f[i]);
     if (f[0].n == 0)
         lua_sandbox_raise(L, fn, "field 'kind' is required (kind = \"fwd\")");
@@ -210,13 +213,18 @@ static int cfg_variants(lua_State *L) {
         lua_sandbox_raise(L, fn, "field 'dtype' is required (for example dtype = {\"fp16\", \"bf16\"})");
     if (f[3].n == 0)
         lua_sandbox_raise(L, fn, "field 'head_dim' is required (for example head_dim = {64, 128})");
-    for (int i = 4; i < 10; i++)
-        if (f[i].n == 0) { /* causal false; tiles unset (0), filled from the policy after the chunk; out: -1 */
+    if (f[10].n > 0)
+        for (int i = 0; i < f[0].n; i++)
+            if (f[0].v[i] != FG_KIND_BWD)
+                lua_sandbox_raise(L, fn, "field 'deterministic' is for kind = \"bwd\" only");
+    for (int i = 4; i < NF; i++)
+        if (f[i].n == 0) { /* causal false; tiles unset (0), filled from the policy after the chunk; out: -1;
+                              deterministic false */
             f[i].n = 1;
             f[i].v[0] = i == 9 ? -1 : 0;
         }
     long long total = 1;
-    for (int i = 0; i < 10; i++) /* up to 128^10 > 2^63: saturate (such a call is refused just below) */
+    for (int i = 0; i < NF; i++) /* up to 128^10 > 2^63: saturate (such a call is refused just below) */
         if (__builtin_mul_overflow(total, (long long)f[i].n, &total))
             total = LLONG_MAX;
     if (total > CFG_MAX_VARIANTS - b->count)
@@ -234,9 +242,9 @@ static int cfg_variants(lua_State *L) {
     }
     int line = cfg_call_line(L);
     for (long long k = 0; k < total; k++) {
-        int idx[10];
+        int idx[NF];
         long long r = k;
-        for (int i = 9; i >= 0; i--) { /* mixed radix, last field fastest */
+        for (int i = NF - 1; i >= 0; i--) { /* mixed radix, last field fastest */
             idx[i] = (int)(r % f[i].n);
             r /= f[i].n;
         }
@@ -252,6 +260,7 @@ static int cfg_variants(lua_State *L) {
         it->spec.block_n = f[6].v[idx[6]];
         it->spec.warps = f[7].v[idx[7]];
         it->spec.stages = f[8].v[idx[8]];
+        it->spec.deterministic = it->spec.kind == FG_KIND_BWD ? f[10].v[idx[10]] : 0;
         if (!spec_dtype_is_fp8(it->spec.dtype)) /* 16-bit variants write O in their dtype */
             it->spec.out_dtype = it->spec.dtype;
         else
@@ -364,11 +373,11 @@ static fg_status cfg_parse_override(const char *text, cfg_list *out, fg_error *e
 static int cfg_cmp(const void *pa, const void *pb) {
     const cfg_item *x = pa, *y = pb;
     const fg_spec *a = &x->spec, *b = &y->spec;
-    int ka[11] = {(int)a->kind, a->arch, a->arch_accel, (int)a->dtype, a->head_dim, a->block_m, a->block_n,
-                  a->warps, a->stages, a->causal != 0, (int)spec_out_dtype(a)};
-    int kb[11] = {(int)b->kind, b->arch, b->arch_accel, (int)b->dtype, b->head_dim, b->block_m, b->block_n,
-                  b->warps, b->stages, b->causal != 0, (int)spec_out_dtype(b)};
-    for (int i = 0; i < 11; i++)
+    int ka[12] = {(int)a->kind, a->arch, a->arch_accel, (int)a->dtype, a->head_dim, a->block_m, a->block_n,
+                  a->warps, a->stages, a->causal != 0, (int)spec_out_dtype(a), a->deterministic != 0};
+    int kb[12] = {(int)b->kind, b->arch, b->arch_accel, (int)b->dtype, b->head_dim, b->block_m, b->block_n,
+                  b->warps, b->stages, b->causal != 0, (int)spec_out_dtype(b), b->deterministic != 0};
+    for (int i = 0; i < 12; i++)
         if (ka[i] != kb[i])
             return ka[i] < kb[i] ? -1 : 1;
     return (x->index > y->index) - (x->index < y->index);

@@ -15,6 +15,10 @@ static const char *const fwd_pieces[] = {
     "common/fg_params.h", "common/types.cuh", "common/mma_sm80.cuh",
     "common/cp_async.cuh", "common/softmax.cuh", "fwd_sm80.cuh",
 };
+/* The backward (mma.sync, three kernels). */
+static const char *const bwd_pieces[] = {
+    "common/fg_params.h", "common/types.cuh", "common/mma_sm80.cuh", "common/cp_async.cuh", "bwd_sm80.cuh",
+};
 /* The sm_90a (wgmma) family; the wgmma wrappers, whose operand lists depend on the tile, are generated
  * between sm90.cuh and the kernel (emit_wgmma). */
 static const char *const fwd_sm90_pieces[] = {
@@ -130,10 +134,12 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
     sb_printf(&b, "#define FG_FP8_E5M2 %d\n", spec->dtype == FG_DTYPE_E5M2 ? 1 : 0);
     sb_printf(&b, "#define FG_ESIZE %d\n", fp8 ? 1 : 2);
     sb_printf(&b, "#define FG_ARCH %d\n", spec->arch);
-    const int wgmma = spec_is_wgmma(spec);
-    const char *const *pieces = wgmma ? fwd_sm90_pieces : fwd_pieces;
-    const size_t npieces = wgmma ? sizeof fwd_sm90_pieces / sizeof fwd_sm90_pieces[0]
-                                 : sizeof fwd_pieces / sizeof fwd_pieces[0];
+    const int wgmma = spec_is_wgmma(spec), bwd = spec->kind == FG_KIND_BWD;
+    const char *const *pieces = bwd ? bwd_pieces : (wgmma ? fwd_sm90_pieces : fwd_pieces);
+    const size_t npieces = bwd ? sizeof bwd_pieces / sizeof bwd_pieces[0]
+                               : (wgmma ? sizeof fwd_sm90_pieces / sizeof fwd_sm90_pieces[0]
+                                        : sizeof fwd_pieces / sizeof fwd_pieces[0]);
+    if (bwd) sb_printf(&b, "#define FG_DETERMINISTIC %d\n", spec->deterministic ? 1 : 0);
     if (wgmma) {
         sb_printf(&b, "#define FG_SW_COLS %d\n", spec->head_dim % 64 == 0 ? 64 : 32);
         sb_printf(&b, "#define FG_Q_STAGES %d\n", spec_q_stages(spec));

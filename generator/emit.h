@@ -9,6 +9,10 @@
 #include "spec.h"
 
 #define FG_KERNEL_NAME "fg_attention_fwd_kernel"
+/* kind=bwd modules hold three entry points (templates/bwd_sm80.cuh). */
+#define FG_BWD_PRE_NAME "fg_bwd_pre_kernel"
+#define FG_BWD_MAIN_NAME "fg_bwd_main_kernel"
+#define FG_BWD_POST_NAME "fg_bwd_post_kernel"
 
 /* The identity of this library's kernel code: the version, '+', and the leading hex digits of a SHA-256
  * over every template (name and text), as many as fit `n` bytes with the NUL (n >= 12; bundles use 16:

@@ -66,11 +66,14 @@ int spec_format(const fg_spec *s, char *buf, size_t n) {
     if (spec_arch_format(s->arch, s->arch_accel, arch, sizeof arch) < 0) return -1;
     /* Only FP8 variants name their output dtype, so every 16-bit name is what it was before FP8. */
     if (spec_dtype_is_fp8(s->dtype)) snprintf(out, sizeof out, "out=%s,", spec_dtype_name(s->out_dtype));
-    /* keys in byte order: arch block_m block_n causal dtype head_dim kind [out] stages warps */
+    char det[24] = "";
+    if (s->kind == FG_KIND_BWD) snprintf(det, sizeof det, "deterministic=%d,", s->deterministic ? 1 : 0);
+    /* keys in byte order: arch block_m block_n causal [deterministic] dtype head_dim kind [out] stages warps */
     int r = snprintf(buf, n,
-                     "arch=%s,block_m=%d,block_n=%d,causal=%d,dtype=%s,head_dim=%d,kind=%s,%sstages=%d,warps=%d", arch,
-                     s->block_m, s->block_n, s->causal ? 1 : 0, spec_dtype_name(s->dtype), s->head_dim,
-                     s->kind == FG_KIND_FWD ? "fwd" : "unknown", out, s->stages, s->warps);
+                     "arch=%s,block_m=%d,block_n=%d,causal=%d,%sdtype=%s,head_dim=%d,kind=%s,%sstages=%d,warps=%d",
+                     arch, s->block_m, s->block_n, s->causal ? 1 : 0, det, spec_dtype_name(s->dtype), s->head_dim,
+                     s->kind == FG_KIND_FWD ? "fwd" : (s->kind == FG_KIND_BWD ? "bwd" : "unknown"), out, s->stages,
+                     s->warps);
     return (r < 0 || (size_t)r >= n) ? -1 : r;
 }
 
@@ -86,9 +89,10 @@ static int parse_int(const char *v, int *out) {
 }
 
 fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
-    enum { K_KIND, K_ARCH, K_DTYPE, K_HEAD_DIM, K_BLOCK_M, K_BLOCK_N, K_WARPS, K_STAGES, K_CAUSAL, K_OUT, K_COUNT };
-    static const char *const keys[K_COUNT] = {"kind", "arch", "dtype", "head_dim", "block_m",
-                                              "block_n", "warps", "stages", "causal", "out"};
+    enum { K_KIND, K_ARCH, K_DTYPE, K_HEAD_DIM, K_BLOCK_M, K_BLOCK_N, K_WARPS, K_STAGES, K_CAUSAL, K_OUT, K_DET,
+           K_COUNT };
+    static const char *const keys[K_COUNT] = {"kind",    "arch",  "dtype",  "head_dim", "block_m",      "block_n",
+                                              "warps",   "stages", "causal", "out",      "deterministic"};
     int seen[K_COUNT] = {0};
     fg_spec s;
     memset(&s, 0, sizeof s);
@@ -121,9 +125,9 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         int *field = NULL;
         switch (k) {
         case K_KIND:
-            if (strcmp(val, "fwd") != 0)
-                return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: kind '%s' is not one of: fwd", val);
-            s.kind = FG_KIND_FWD;
+            if (strcmp(val, "fwd") == 0) s.kind = FG_KIND_FWD;
+            else if (strcmp(val, "bwd") == 0) s.kind = FG_KIND_BWD;
+            else return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: kind '%s' is not one of: fwd, bwd", val);
             break;
         case K_ARCH:
             if ((st = spec_arch_parse(val, &s.arch, &s.arch_accel, err)) != FG_OK) return st;
@@ -135,6 +139,11 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
             if (strcmp(val, "0") == 0 || strcmp(val, "false") == 0) s.causal = 0;
             else if (strcmp(val, "1") == 0 || strcmp(val, "true") == 0) s.causal = 1;
             else return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: causal must be 0 or 1, got '%s'", val);
+            break;
+        case K_DET:
+            if (strcmp(val, "0") == 0 || strcmp(val, "false") == 0) s.deterministic = 0;
+            else if (strcmp(val, "1") == 0 || strcmp(val, "true") == 0) s.deterministic = 1;
+            else return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: deterministic must be 0 or 1, got '%s'", val);
             break;
         case K_OUT:
             if (strcmp(val, "fp16") == 0) s.out_dtype = FG_DTYPE_F16;
@@ -153,6 +162,8 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
     }
     for (int k = K_KIND; k <= K_HEAD_DIM; k++)
         if (!seen[k]) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: required key '%s' is missing", keys[k]);
+    if (seen[K_DET] && s.kind != FG_KIND_BWD)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: deterministic is a key of kind=bwd variants only");
     if (spec_dtype_is_fp8(s.dtype)) {
         if (!seen[K_OUT]) s.out_dtype = FG_DTYPE_BF16;
     } else {
@@ -167,7 +178,8 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
 }
 
 int spec_equal(const fg_spec *a, const fg_spec *b) {
-    return a->kind == b->kind && a->arch == b->arch && a->arch_accel == b->arch_accel && a->dtype == b->dtype &&
+    return a->kind == b->kind && (a->kind != FG_KIND_BWD || (a->deterministic != 0) == (b->deterministic != 0)) &&
+           a->arch == b->arch && a->arch_accel == b->arch_accel && a->dtype == b->dtype &&
            a->head_dim == b->head_dim && a->block_m == b->block_m && a->block_n == b->block_n &&
            a->warps == b->warps && a->stages == b->stages && (a->causal != 0) == (b->causal != 0) &&
            spec_out_dtype(a) == spec_out_dtype(b);
@@ -178,6 +190,13 @@ int spec_head_dim_padded(const fg_spec *spec) { return (spec->head_dim + 15) / 1
 int spec_threads(const fg_spec *spec) { return spec->warps * 32; }
 
 int spec_is_wgmma(const fg_spec *spec) { return spec->kind == FG_KIND_FWD && spec->arch == 90 && spec->arch_accel; }
+
+/* bwd_sm80.cuh's main kernel: K and V tiles (block_n rows), two stages of Q and dO (block_m rows), the
+ * dS^T tile (block_n x block_m, 16-bit) and two stages of the LSE and D rows (block_m floats each). */
+static size_t bwd_smem_bytes(const fg_spec *s) {
+    size_t d = (size_t)s->head_dim, bm = (size_t)s->block_m, bn = (size_t)s->block_n;
+    return 2u * d * 2u * bn + 2u * 2u * d * 2u * bm + bn * bm * 2u + 2u * 2u * bm * 4u;
+}
 
 int spec_q_stages(const fg_spec *spec) {
     if (!spec_is_wgmma(spec)) return 1;
@@ -192,6 +211,7 @@ int spec_q_stages(const fg_spec *spec) {
  * the same memory from the Q tile on, so FP8 needs at least block_m 16-bit rows: more than the tiles
  * only when 2 * stages * block_n < block_m (256 x 32 with 2 stages, say). */
 size_t spec_smem_bytes(const fg_spec *spec) {
+    if (spec->kind == FG_KIND_BWD) return bwd_smem_bytes(spec);
     if (spec_is_wgmma(spec)) { /* 1 KiB of alignment slack, Q buffers, K and V stages, their mbarriers */
         size_t q = spec_q_stages(spec);
         return 1024u + (size_t)spec->head_dim * 2u * (q * (size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages) +

@@ -3,6 +3,8 @@
  * The canonical text (keys sorted, comma-separated `key=value`, no spaces) is the variant's name in the
  * CLI, the caches, bundle indexes and logs:
  *   arch=sm_90a,block_m=128,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=fwd,stages=2,warps=4
+ * Backward variants (kind=bwd) also name their mode, between causal and dtype:
+ *   arch=sm_90,block_m=32,block_n=64,causal=1,deterministic=0,dtype=bf16,head_dim=128,kind=bwd,stages=2,warps=4
  * FP8 variants (dtype e4m3 or e5m2) also name their output dtype, between kind and stages:
  *   arch=sm_90a,block_m=128,block_n=64,causal=0,dtype=e4m3,head_dim=128,kind=fwd,out=bf16,stages=3,warps=4
  * spec_format(spec_parse(text)) == text for every canonical text. */
@@ -13,7 +15,8 @@
 #include "fgerr.h"
 
 typedef enum fg_kind {
-    FG_KIND_FWD = 0 /* forward pass (the mma.sync FA2 family) */
+    FG_KIND_FWD = 0, /* forward pass */
+    FG_KIND_BWD = 1  /* backward pass (three kernels: pre, main, post; templates/bwd_sm80.cuh) */
 } fg_kind;
 
 typedef struct fg_spec {
@@ -30,6 +33,8 @@ typedef struct fg_spec {
     fg_dtype out_dtype; /* dtype of O. FP8 specs (dtype e4m3/e5m2): fp16 or bf16 (spec_parse defaults it to
                            bf16). 16-bit specs ignore it (O has dtype): formatting omits it, spec_equal and
                            validation ignore it. Last, so positional initializers of the fields above work. */
+    int deterministic;  /* kind=bwd: 1 = gradients bitwise identical across runs (dQ added in a fixed order);
+                           named only in bwd specs ("deterministic=0|1") */
 } fg_spec;
 
 /* Longest canonical text plus NUL, with room to spare. */
@@ -98,6 +103,7 @@ typedef struct fg_tile_rule {
     int block_m, block_n, warps, stages; /* the tiles it gives */
     int family;                     /* which kernel family it applies to: FG_FAMILY_ANY (0, so positional
                                        initializers may leave it out), FG_FAMILY_MMA or FG_FAMILY_WGMMA */
+    int kind;                       /* the fg_kind it applies to (0, the forward, when left out) */
 } fg_tile_rule;
 
 enum { FG_FAMILY_ANY = 0, FG_FAMILY_MMA = 1, FG_FAMILY_WGMMA = 2 };

@@ -66,6 +66,17 @@ static const fg_tile_rule default_rules[] = {
     {90, 90, 97, 128, 0, -1, 128, 160, 12, 2, FG_FAMILY_WGMMA},
     {90, 90, 129, 192, -1, -1, 128, 96, 12, 2, FG_FAMILY_WGMMA},
     {90, 90, 193, 256, -1, -1, 128, 80, 12, 2, FG_FAMILY_WGMMA},
+    /* The backward (bwd_sm80.cuh; validate.c's bwd rules): 16 keys per warp; dK, dV, S^T and dP^T in
+     * registers bound block_m, and the dQ product's head_dim split must divide d / 8. Chosen from ptxas's
+     * reports (NVRTC 13.0, sm_80 and sm_90, both masks and modes) for the fewest spills: d <= 48 32 x 32
+     * with 2 warps, d 64 32 x 64 with 4, d 96 16 x 32 with 2: none; d 128 16 x 64 with 4: 4 bytes (every
+     * other tile tried spills more), other multiples of 16 16 x 16 with 1 warp (d 80 none, d 112 16
+     * bytes). Not measured or tuned on a GPU yet. */
+    {80, 999, 16, 64, -1, -1, 32, 32, 2, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {80, 999, 64, 64, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {80, 999, 65, 128, -1, -1, 16, 16, 1, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {80, 999, 96, 96, -1, -1, 16, 32, 2, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {80, 999, 128, 128, -1, -1, 16, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
 };
 
 fg_status tile_policy_add(fg_tile_policy *p, const fg_tile_rule *r, fg_error *err) {
@@ -117,6 +128,7 @@ const fg_tile_rule *tile_policy_lookup(const fg_tile_policy *p, const fg_spec *s
         if (r->causal >= 0 && r->causal != (s->causal != 0)) continue;
         if (r->dtype >= 0 && r->dtype != (int)s->dtype) continue;
         if (r->family != FG_FAMILY_ANY && (r->family == FG_FAMILY_WGMMA) != (spec_is_wgmma(s) != 0)) continue;
+        if (r->kind != (int)s->kind) continue;
         return r;
     }
     return NULL;

@@ -42,6 +42,17 @@ static int wg_consumers(const fg_spec *s) { return s->block_m / 64; }
 static int wg_registers(const fg_spec *s) { return s->head_dim / 2 + s->block_n * 3 / 4; }
 static int wg_register_limit(const fg_spec *s) { return wg_consumers(s) == 3 ? 160 : 240; }
 
+/* The backward (bwd_sm80.cuh): warps own 16 keys each (block_n = 16 warps); a step takes block_m query
+ * rows; the dQ product splits the warps into block_m / 16 query groups times head_dim slices. A thread
+ * holds dK and dV (d/8 n8 tiles of 4 fp32 each: d registers), S^T and dP^T (block_m / 2 each) and its dQ
+ * slice. */
+static int is_bwd(const fg_spec *s) { return s->kind == FG_KIND_BWD; }
+static int bwd_qgroups(const fg_spec *s) { return s->block_m / 16 > 0 ? s->block_m / 16 : 1; }
+static int bwd_dsplit(const fg_spec *s) { return s->warps / bwd_qgroups(s) > 0 ? s->warps / bwd_qgroups(s) : 1; }
+static int bwd_registers(const fg_spec *s) {
+    return s->head_dim + s->block_m + s->head_dim / 2 / bwd_dsplit(s);
+}
+
 typedef struct rule {
     const char *name;                          /* short id, used by tests */
     int (*refuse)(const fg_spec *s);           /* true: the spec breaks the rule */
@@ -53,7 +64,8 @@ typedef struct rule {
     static int refuse_##id(const fg_spec *s) { return (cond); }                          \
     static void say_##id(const fg_spec *s, fg_error *e) { fg_fail(e, status, __VA_ARGS__); }
 
-RULE(kind, s->kind != FG_KIND_FWD, FG_ERR_INVALID_ARGUMENT, "kind %d is not a kernel family (fwd)", (int)s->kind)
+RULE(kind, s->kind != FG_KIND_FWD && s->kind != FG_KIND_BWD, FG_ERR_INVALID_ARGUMENT,
+     "kind %d is not a kernel family (fwd, bwd)", (int)s->kind)
 RULE(arch_known, arch_smem_limit(s->arch) == 0, FG_ERR_UNSUPPORTED,
      "arch sm_%d is not a target flashgen knows (sm_80, sm_86, sm_87, sm_89, sm_90, sm_100, sm_103, sm_110, sm_120, sm_121)", s->arch)
 RULE(arch_accel, s->arch_accel && !arch_has_accel(s->arch), FG_ERR_UNSUPPORTED,
@@ -74,6 +86,13 @@ RULE(fp8_head_dim, spec_dtype_is_fp8(s->dtype) && (s->head_dim < 32 || s->head_d
      FG_ERR_UNSUPPORTED,
      "head_dim %d is not supported for dtype %s: it must be a multiple of 32 from 32 to 256 (the FP8 mma's k-step "
      "is 32 bytes of head dim)", s->head_dim, spec_dtype_name(s->dtype))
+RULE(bwd_arch, is_bwd(s) && s->arch_accel, FG_ERR_UNSUPPORTED,
+     "kind=bwd has no sm_%da kernel: the backward pass is the mma.sync family (use arch sm_%d)", s->arch, s->arch)
+RULE(bwd_dtype, is_bwd(s) && s->dtype != FG_DTYPE_F16 && s->dtype != FG_DTYPE_BF16, FG_ERR_UNSUPPORTED,
+     "dtype %s has no backward kernel: kind=bwd takes fp16 or bf16", spec_dtype_name(s->dtype))
+RULE(bwd_head_dim, is_bwd(s) && (s->head_dim % 16 != 0 || s->head_dim > 128), FG_ERR_UNSUPPORTED,
+     "head_dim %d has no backward kernel yet: kind=bwd takes multiples of 16 up to 128 (dK and dV live in "
+     "registers: 256 would need two passes)", s->head_dim)
 RULE(wgmma_dtype, spec_is_wgmma(s) && s->dtype != FG_DTYPE_F16 && s->dtype != FG_DTYPE_BF16, FG_ERR_UNSUPPORTED,
      "dtype %s on sm_90a (the wgmma family) is not implemented yet: use arch sm_90 (the mma.sync family), "
      "which the runtime picks for it on Hopper", spec_dtype_name(s->dtype))
@@ -95,9 +114,22 @@ RULE(wgmma_registers, spec_is_wgmma(s) && wg_registers(s) > wg_register_limit(s)
      "block_n %d at head_dim %d needs about %d registers per consumer thread on sm_90a, more than the %d a "
      "consumer warpgroup gets with block_m %d: use a smaller block_n", s->block_n, s->head_dim,
      wg_registers(s), wg_register_limit(s), s->block_m)
+RULE(bwd_tiles, is_bwd(s) && (s->warps < 1 || s->warps > 8 || (s->warps & (s->warps - 1)) != 0 ||
+                               s->block_n != 16 * s->warps ||
+                               (s->block_m != 16 && s->block_m != 32 && s->block_m != 64) ||
+                               s->warps % bwd_qgroups(s) != 0 || (s->head_dim / 8) % (2 * bwd_dsplit(s)) != 0 ||
+                               s->stages != 2),
+     FG_ERR_UNSUPPORTED,
+     "kind=bwd tiles block_m %d, block_n %d, warps %d, stages %d at head_dim %d are not supported: warps 1, 2, 4 or "
+     "8 with block_n = 16 x warps (a warp owns 16 keys), block_m 16, 32 or 64 with block_m / 16 dividing warps "
+     "and head_dim / 8 a multiple of 2 x warps / (block_m / 16) (the dQ product's split), stages 2",
+     s->block_m, s->block_n, s->warps, s->stages, s->head_dim)
+RULE(bwd_registers, is_bwd(s) && bwd_registers(s) > 200, FG_ERR_UNSUPPORTED,
+     "kind=bwd block_m %d, warps %d at head_dim %d need about %d accumulator registers per thread (dK, dV, "
+     "S^T, dP^T, dQ; limit 200): use a smaller block_m", s->block_m, s->warps, s->head_dim, bwd_registers(s))
 RULE(warps, !spec_is_wgmma(s) && s->warps != 1 && s->warps != 2 && s->warps != 4 && s->warps != 8, FG_ERR_UNSUPPORTED,
      "warps %d is not supported: it must be 1, 2, 4 or 8", s->warps)
-RULE(block_m_mma, !spec_is_wgmma(s) && (s->block_m % (16 * s->warps) != 0 || (m_tiles(s) != 1 && m_tiles(s) != 2)), FG_ERR_UNSUPPORTED,
+RULE(block_m_mma, !spec_is_wgmma(s) && !is_bwd(s) && (s->block_m % (16 * s->warps) != 0 || (m_tiles(s) != 1 && m_tiles(s) != 2)), FG_ERR_UNSUPPORTED,
      "block_m %d with %d warps is not supported: each warp owns 16 or 32 query rows (the MMA's m16), so block_m "
      "must be 16 or 32 times warps", s->block_m, s->warps)
 RULE(block_n_mma, s->block_n % 16 != 0 || s->block_n < 16 || s->block_n > 256, FG_ERR_UNSUPPORTED,
@@ -107,7 +139,7 @@ RULE(fp8_block_n, spec_dtype_is_fp8(s->dtype) && s->block_n % 32 != 0, FG_ERR_UN
      s->block_n, spec_dtype_name(s->dtype))
 RULE(stages, s->stages < 2 || s->stages > 4, FG_ERR_UNSUPPORTED,
      "stages %d is not supported: the K/V cp.async pipeline has 2 to 4 stages", s->stages)
-RULE(registers, !spec_is_wgmma(s) && acc_registers(s) > 176, FG_ERR_UNSUPPORTED,
+RULE(registers, !spec_is_wgmma(s) && !is_bwd(s) && acc_registers(s) > 176, FG_ERR_UNSUPPORTED,
      "block_m %d, block_n %d, warps %d at head_dim %d need %d accumulator registers per thread (limit 176 of 255 "
      "before spilling): use more warps or a smaller block_n", s->block_m, s->block_n, s->warps, s->head_dim, acc_registers(s))
 RULE(smem, arch_smem_limit(s->arch) != 0 && spec_smem_bytes(s) > arch_smem_limit(s->arch), FG_ERR_UNSUPPORTED,
@@ -120,9 +152,11 @@ RULE(smem, arch_smem_limit(s->arch) != 0 && spec_smem_bytes(s) > arch_smem_limit
 static const rule rules[] = {
     R(kind, FG_ERR_INVALID_ARGUMENT),   R(arch_known, FG_ERR_UNSUPPORTED), R(arch_accel, FG_ERR_UNSUPPORTED),
     R(dtype_half, FG_ERR_UNSUPPORTED),  R(fp8_arch, FG_ERR_UNSUPPORTED),   R(fp8_out, FG_ERR_UNSUPPORTED),
-    R(head_dim_range, FG_ERR_UNSUPPORTED), R(fp8_head_dim, FG_ERR_UNSUPPORTED), R(wgmma_dtype, FG_ERR_UNSUPPORTED),
+    R(head_dim_range, FG_ERR_UNSUPPORTED), R(fp8_head_dim, FG_ERR_UNSUPPORTED), R(bwd_arch, FG_ERR_UNSUPPORTED),
+    R(bwd_dtype, FG_ERR_UNSUPPORTED),   R(bwd_head_dim, FG_ERR_UNSUPPORTED), R(wgmma_dtype, FG_ERR_UNSUPPORTED),
     R(wgmma_head_dim, FG_ERR_UNSUPPORTED), R(tiles_set, FG_ERR_INVALID_ARGUMENT), R(wgmma_block_m, FG_ERR_UNSUPPORTED),
-    R(wgmma_warps, FG_ERR_UNSUPPORTED), R(wgmma_registers, FG_ERR_UNSUPPORTED), R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),
+    R(wgmma_warps, FG_ERR_UNSUPPORTED), R(wgmma_registers, FG_ERR_UNSUPPORTED), R(bwd_tiles, FG_ERR_UNSUPPORTED),
+    R(bwd_registers, FG_ERR_UNSUPPORTED), R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),
     R(fp8_block_n, FG_ERR_UNSUPPORTED), R(stages, FG_ERR_UNSUPPORTED),      R(registers, FG_ERR_UNSUPPORTED),
     R(smem, FG_ERR_UNSUPPORTED),
 };

@@ -117,6 +117,31 @@ typedef struct fg_fwd_args {
     fg_tensor v_descale; /* multiplies V */
 } fg_fwd_args;
 
+/* Arguments of one backward call: the gradients of O = attention(Q, K, V) for a given dO, recomputing the
+ * attention from the forward's LSE (no N x N storage). 16-bit only (fp16 or bf16, all tensors one
+ * dtype), head_dim a multiple of 16 up to 128, the mma.sync kernels on every arch (sm_80+; on Hopper
+ * arch sm_90).
+ *   - q, k, v, o, lse as given to and returned by the forward (lse required), dout like o;
+ *   - dq like q, dk and dv like k (with GQA, the gradient of a KV head sums over its query heads);
+ *   - every 4-d tensor: last dim contiguous, the pointer and the strides of dims longer than 1 multiples
+ *     of 16 bytes; the outputs must not overlap the inputs or each other;
+ *   - workspace: device memory of at least fg_attention_bwd_workspace_size() bytes, 256-byte aligned,
+ *     used by this call only (an fp32 dQ accumulator and per-row terms; with GQA fp32 dK/dV per query
+ *     head). The caller owns it; flashgen never allocates on this path.
+ * deterministic = 1: the gradients are bitwise identical from run to run (the key blocks add into dQ in
+ * a fixed order, one after another); 0: fp32 atomics in whatever order they land (faster). */
+typedef struct fg_bwd_args {
+    fg_tensor q, k, v, o;  /* the forward's inputs and its output */
+    fg_tensor dout;        /* dL/dO, like o */
+    fg_tensor lse;         /* [batch, heads_q, seqlen_q] fp32, natural log, from the forward */
+    fg_tensor dq, dk, dv;  /* written: like q, k, v */
+    float softmax_scale;   /* the forward's (0 means 1/sqrt(head_dim)) */
+    int causal;            /* the forward's mask */
+    int deterministic;     /* 1: bitwise-reproducible gradients */
+    void *workspace;       /* device memory, 256-byte aligned */
+    size_t workspace_size; /* its bytes */
+} fg_bwd_args;
+
 typedef struct fg_context_options {
     int device;            /* CUDA device ordinal */
     const char *cache_dir; /* NULL: $FLASHGEN_CACHE_DIR, else $XDG_CACHE_HOME/flashgen, else ~/.cache/flashgen */
@@ -144,6 +169,14 @@ void fg_context_destroy(fg_context *ctx);
 /* Runs the forward pass on `stream` (a CUstream; NULL for the legacy default stream). The first call for a
  * variant may compile it (logged at FG_LOG_INFO with its time); fg_prepare does that ahead. */
 fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *args, void *stream);
+
+/* The workspace bytes fg_attention_bwd needs for args' shapes (data pointers may be NULL). */
+fg_status fg_attention_bwd_workspace_size(fg_context *ctx, const fg_bwd_args *args, size_t *bytes);
+
+/* Runs the backward pass on `stream`: three kernels (per-row terms, the main one over key blocks, dQ
+ * conversion and the GQA sums), no synchronization, no allocation. The first call of a variant may
+ * compile it like the forward's. */
+fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *args, void *stream);
 
 /* Compiles (or loads from cache or bundle) the variant that fg_attention_fwd would run for args, without
  * launching anything. Tensor data pointers may be NULL here. */

@@ -7,6 +7,7 @@
  * stride[1] is 1 and the head-dim stride steps over rows of keys); and q/k/v_descale may be given. */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #include "args.h"
 #include "spec.h"
 
@@ -318,5 +319,84 @@ fg_status rt_check_fwd_args(const fg_fwd_args *a, int need_data, fg_error *err) 
                        (double)a->softmax_scale);
     if (a->causal != 0 && a->causal != 1)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "causal is %d; it must be 0 or 1", a->causal);
+    return FG_OK;
+}
+
+/* One gradient (or dO) tensor against the tensor it mirrors: dtype, shape, structure, alignment. */
+static fg_status check_like(const fg_tensor *t, const char *name, const fg_tensor *ref, const char *ref_name,
+                            int need_data, fg_error *err) {
+    if (t->dtype != ref->dtype)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.dtype (%s) differs from %s.dtype (%s); they must match",
+                       name, spec_dtype_name(t->dtype), ref_name, spec_dtype_name(ref->dtype));
+    fg_status st = check_tensor(t, name, 4, need_data, 0, err);
+    if (st != FG_OK) return st;
+    for (int i = 0; i < 4; i++)
+        if (t->shape[i] != ref->shape[i])
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.shape[%d] (%s) is %lld; it must be %s's, %lld", name, i,
+                           qkvo_dims[i], (long long)t->shape[i], ref_name, (long long)ref->shape[i]);
+    if (need_data && !is_empty(t)) return check_align16(t, name, 3, err);
+    return FG_OK;
+}
+
+/* The byte range [lo, hi) a view spans (hi = lo for an empty one). */
+static void span(const fg_tensor *t, uintptr_t *lo, uintptr_t *hi) {
+    *lo = (uintptr_t)t->data;
+    *hi = is_empty(t) ? *lo : *lo + (uintptr_t)((max_offset(t) + 1) * spec_dtype_size(t->dtype));
+}
+
+fg_status rt_check_bwd_args(const fg_bwd_args *a, int need_data, size_t need, fg_error *err) {
+    fg_fwd_args f;
+    memset(&f, 0, sizeof f);
+    f.q = a->q, f.k = a->k, f.v = a->v, f.o = a->o, f.lse = a->lse;
+    f.softmax_scale = a->softmax_scale;
+    f.causal = a->causal;
+    if (!is_half(a->q.dtype))
+        return fg_fail(err, FG_ERR_UNSUPPORTED, "q.dtype is %s; the backward takes fp16 or bf16",
+                       spec_dtype_name(a->q.dtype));
+    if (!a->lse.data && need_data)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                       "lse.data is NULL; the backward recomputes P from the forward's LSE: pass the forward's lse");
+    fg_status st = rt_check_fwd_args(&f, need_data, err);
+    if (st != FG_OK) return st;
+    if (a->lse.data == NULL && a->lse.ndim != 0 && !need_data &&
+        (st = check_tensor(&a->lse, "lse", 3, 0, 0, err)) != FG_OK)
+        return st;
+    if ((st = check_like(&a->dout, "dout", &a->o, "o", need_data, err)) != FG_OK ||
+        (st = check_like(&a->dq, "dq", &a->q, "q", need_data, err)) != FG_OK ||
+        (st = check_like(&a->dk, "dk", &a->k, "k", need_data, err)) != FG_OK ||
+        (st = check_like(&a->dv, "dv", &a->v, "v", need_data, err)) != FG_OK)
+        return st;
+    if (a->q.shape[3] % 16 != 0 || a->q.shape[3] > 128)
+        return fg_fail(err, FG_ERR_UNSUPPORTED,
+                       "head_dim %lld has no backward kernel yet: it must be a multiple of 16 up to 128",
+                       (long long)a->q.shape[3]);
+    if (a->deterministic != 0 && a->deterministic != 1)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "deterministic is %d; it must be 0 or 1", a->deterministic);
+    if (need_data) {
+        /* The outputs are written while the inputs are read, in any order: no byte may be shared. */
+        const fg_tensor *outs[3] = {&a->dq, &a->dk, &a->dv};
+        static const char *const out_names[3] = {"dq", "dk", "dv"};
+        const fg_tensor *ins[6] = {&a->q, &a->k, &a->v, &a->o, &a->dout, &a->lse};
+        static const char *const in_names[6] = {"q", "k", "v", "o", "dout", "lse"};
+        for (int i = 0; i < 3; i++) {
+            uintptr_t lo, hi;
+            span(outs[i], &lo, &hi);
+            for (int j = 0; j < 6 + i; j++) {
+                const fg_tensor *other = j < 6 ? ins[j] : outs[j - 6];
+                uintptr_t olo, ohi;
+                span(other, &olo, &ohi);
+                if (lo < ohi && olo < hi)
+                    return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s overlaps %s in memory; the gradients must "
+                                   "not share bytes with the inputs or each other", out_names[i],
+                                   j < 6 ? in_names[j] : out_names[j - 6]);
+            }
+        }
+        if (a->workspace_size < need)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "workspace_size is %zu bytes; this call needs %zu "
+                           "(fg_attention_bwd_workspace_size)", a->workspace_size, need);
+        if (need > 0 && (!a->workspace || (uintptr_t)a->workspace % 256 != 0))
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "workspace (%p) is %s; it must be device memory, 256-byte "
+                           "aligned", a->workspace, a->workspace ? "not 256-byte aligned" : "NULL");
+    }
     return FG_OK;
 }

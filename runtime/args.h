@@ -11,6 +11,12 @@
  * sentence naming the argument and the rule. */
 fg_status rt_check_fwd_args(const fg_fwd_args *a, int need_data, fg_error *err);
 
+/* The backward's rules: q, k, v, o, lse as for the forward (lse required), dout like o, dq like q, dk
+ * and dv like k (dtype, shape; last dim contiguous), 16-bit dtypes, 16-byte alignment, outputs
+ * overlapping neither the inputs nor each other, a workspace of at least `need` bytes (checked when
+ * need_data), deterministic 0 or 1. */
+fg_status rt_check_bwd_args(const fg_bwd_args *a, int need_data, size_t need, fg_error *err);
+
 /* 1 when the call has nothing to compute (batch, seqlen_q or query heads is 0). */
 int rt_fwd_is_empty(const fg_fwd_args *a);
 

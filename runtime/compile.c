@@ -57,17 +57,19 @@ const char *compile_nvrtc_version(void) {
     return nvrtc_version_text;
 }
 
-/* The integer that follows the last occurrence of `before`... in the ptxas report, e.g. "Used 172 registers". */
+/* The largest integer that precedes `suffix` in the ptxas report (e.g. " registers" in "Used 172
+ * registers"), over every kernel of the module (the backward has three: the worst one is what matters
+ * for spills and registers); -1 when there is none. */
 static int report_number(const char *log, const char *suffix) {
-    const char *hit = NULL;
-    for (const char *p = strstr(log, suffix); p; p = strstr(p + 1, suffix)) hit = p;
-    if (!hit) return -1;
-    const char *q = hit;
-    while (q > log && q[-1] == ' ') q--;
-    const char *end = q;
-    while (q > log && q[-1] >= '0' && q[-1] <= '9') q--;
-    if (q == end) return -1;
-    return atoi(q);
+    int best = -1;
+    for (const char *hit = strstr(log, suffix); hit; hit = strstr(hit + 1, suffix)) {
+        const char *q = hit;
+        while (q > log && q[-1] == ' ') q--;
+        const char *end = q;
+        while (q > log && q[-1] >= '0' && q[-1] <= '9') q--;
+        if (q != end && atoi(q) > best) best = atoi(q);
+    }
+    return best;
 }
 
 void compile_result_free(fg_compile_result *r) {

@@ -141,7 +141,10 @@ static fg_status load_cubin(fg_context *ctx, const fg_spec *s, const char *name,
     FG_CU(err, cu->cuCtxPushCurrent(ctx->cuctx));
     CUcontext popped;
     CUresult rc = cu->cuModuleLoadData(&k.module, cubin);
-    if (rc == CUDA_SUCCESS) rc = cu->cuModuleGetFunction(&k.fn, k.module, FG_KERNEL_NAME);
+    if (rc == CUDA_SUCCESS)
+        rc = cu->cuModuleGetFunction(&k.fn, k.module, s->kind == FG_KIND_BWD ? FG_BWD_MAIN_NAME : FG_KERNEL_NAME);
+    if (rc == CUDA_SUCCESS && s->kind == FG_KIND_BWD) rc = cu->cuModuleGetFunction(&k.fn_pre, k.module, FG_BWD_PRE_NAME);
+    if (rc == CUDA_SUCCESS && s->kind == FG_KIND_BWD) rc = cu->cuModuleGetFunction(&k.fn_post, k.module, FG_BWD_POST_NAME);
     size_t smem = spec_smem_bytes(s);
     if (rc == CUDA_SUCCESS) rc = cu->cuFuncSetAttribute(k.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
     if (rc != CUDA_SUCCESS) {
@@ -497,6 +500,131 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
     if (len < 0 || (size_t)len >= n) {
         fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_explain: buf holds %zu bytes; the explanation needs %d", n,
                 len < 0 ? 0 : len + 1);
+        return rt_set_error(ctx, &err);
+    }
+    return FG_OK;
+}
+
+/* ------------------------------------------------------------------ backward */
+
+/* Workspace regions of a backward call (byte offsets, each 256-byte aligned) and the total. */
+typedef struct bwd_layout {
+    size_t dq_accum, lse2, dsum, sem, dkv, total;
+} bwd_layout;
+
+static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+
+static void bwd_workspace_layout(const fg_bwd_args *a, bwd_layout *L) {
+    const size_t b = (size_t)a->q.shape[0], hq = (size_t)a->q.shape[2], hkv = (size_t)a->k.shape[2];
+    const size_t sq_pad = ((size_t)a->q.shape[1] + 63) / 64 * 64, sk = (size_t)a->k.shape[1];
+    const size_t d = (size_t)a->q.shape[3];
+    size_t off = 0;
+    L->dq_accum = off, off = align256(off + b * hq * sq_pad * d * 4);
+    L->lse2 = off, off = align256(off + b * hq * sq_pad * 4);
+    L->dsum = off, off = align256(off + b * hq * sq_pad * 4);
+    L->sem = off, off = align256(off + (a->deterministic ? b * hq * (sq_pad / 16) * 4 : 0));
+    L->dkv = off, off = align256(off + (hq != hkv ? 2 * b * hq * sk * d * 4 : 0));
+    L->total = off;
+}
+
+/* The backward variant for a call: kind bwd, the device's arch (the mma.sync family: sm_90, not sm_90a,
+ * on Hopper), the call's dtype, head_dim, mask and mode; tiles from the tile policy. */
+static fg_status choose_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec *s, fg_error *err) {
+    memset(s, 0, sizeof *s);
+    s->kind = FG_KIND_BWD;
+    s->arch = ctx->arch;
+    s->dtype = s->out_dtype = a->q.dtype;
+    s->head_dim = (int)a->q.shape[3];
+    s->causal = a->causal;
+    s->deterministic = a->deterministic;
+    fg_status st = spec_fill_tiles(s, &ctx->policy, err);
+    return st == FG_OK ? check_runnable(ctx, s, err) : st;
+}
+
+fg_status fg_attention_bwd_workspace_size(fg_context *ctx, const fg_bwd_args *a, size_t *bytes) {
+    if (!ctx) return rt_no_context("fg_attention_bwd_workspace_size");
+    fg_error err;
+    fg_error_clear(&err);
+    if (!a || !bytes) {
+        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_attention_bwd_workspace_size: %s is NULL", !a ? "args" : "bytes");
+        return rt_set_error(ctx, &err);
+    }
+    if (rt_check_bwd_args(a, 0, 0, &err) != FG_OK) return rt_set_error(ctx, &err);
+    bwd_layout L;
+    bwd_workspace_layout(a, &L);
+    *bytes = L.total;
+    return FG_OK;
+}
+
+fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *a, void *stream) {
+    if (!ctx) return rt_no_context("fg_attention_bwd");
+    fg_error err;
+    fg_error_clear(&err);
+    if (!a) {
+        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_attention_bwd: args is NULL");
+        return rt_set_error(ctx, &err);
+    }
+    bwd_layout L;
+    if (rt_check_bwd_args(a, 0, 0, &err) != FG_OK) return rt_set_error(ctx, &err);
+    bwd_workspace_layout(a, &L);
+    if (rt_check_bwd_args(a, 1, L.total, &err) != FG_OK) return rt_set_error(ctx, &err);
+    const int64_t b = a->q.shape[0], sq = a->q.shape[1], hq = a->q.shape[2], sk = a->k.shape[1];
+    if (b == 0 || hq == 0 || (sq == 0 && sk == 0)) return FG_OK;
+    fg_spec s;
+    if (choose_bwd_spec(ctx, a, &s, &err) != FG_OK) return rt_set_error(ctx, &err);
+    pthread_mutex_lock(&ctx->lock);
+    fg_kernel *k = NULL;
+    origin from;
+    fg_status st = get_kernel(ctx, &s, 0, &from, &k, &err);
+    fg_kernel kern;
+    if (st == FG_OK) kern = *k; /* a copy: the cache may grow (and move) once the lock is released */
+    pthread_mutex_unlock(&ctx->lock);
+    if (st != FG_OK) return rt_set_error(ctx, &err);
+
+    fg_bwd_params p;
+    memset(&p, 0, sizeof p);
+    p.q = a->q.data, p.k = a->k.data, p.v = a->v.data, p.o = a->o.data, p.dout = a->dout.data;
+    p.lse = (const float *)a->lse.data;
+    p.dq = a->dq.data, p.dk = a->dk.data, p.dv = a->dv.data;
+    char *ws = (char *)a->workspace;
+    p.dq_accum = (float *)(ws + L.dq_accum);
+    p.lse2 = (float *)(ws + L.lse2);
+    p.dsum = (float *)(ws + L.dsum);
+    p.dq_sem = a->deterministic ? (int *)(ws + L.sem) : NULL;
+    p.dkv_accum = a->q.shape[2] != a->k.shape[2] ? (float *)(ws + L.dkv) : NULL;
+    const fg_tensor *ts[9] = {&a->q, &a->k, &a->v, &a->o, &a->dout, &a->dq, &a->dk, &a->dv, &a->lse};
+    long long *strides[9] = {p.q_stride, p.k_stride, p.v_stride, p.o_stride, p.do_stride,
+                             p.dq_stride, p.dk_stride, p.dv_stride, p.lse_stride};
+    for (int t = 0; t < 9; t++)
+        for (int i = 0; i < 3; i++) strides[t][i] = ts[t]->stride[i];
+    p.batch = (int)b, p.heads_q = (int)hq, p.heads_kv = (int)a->k.shape[2];
+    p.seqlen_q = (int)sq, p.seqlen_k = (int)sk, p.head_dim = (int)a->q.shape[3];
+    p.softmax_scale = a->softmax_scale != 0.f ? a->softmax_scale : (float)(1.0 / sqrt((double)p.head_dim));
+    p.scale_log2 = (float)((double)p.softmax_scale * 1.4426950408889634);
+
+    const fg_cuda_api *cu = ctx->cu;
+    void *params[] = {&p};
+    const unsigned sq_blocks = (unsigned)((sq + 63) / 64), kv_blocks = (unsigned)((sk + s.block_n - 1) / s.block_n);
+    const unsigned post_blocks = (unsigned)(((sq > sk ? sq : sk) + 63) / 64);
+    CUcontext current = NULL, popped;
+    CUresult rc = cu->cuCtxGetCurrent(&current);
+    int push = rc != CUDA_SUCCESS || current != ctx->cuctx;
+    rc = push ? cu->cuCtxPushCurrent(ctx->cuctx) : CUDA_SUCCESS;
+    const char *what = "cuCtxPushCurrent";
+    /* pre (D, lse2, zeroed accumulator), main (skipped without keys: dK, dV are empty), post */
+    if (rc == CUDA_SUCCESS && sq_blocks > 0)
+        rc = cu->cuLaunchKernel(kern.fn_pre, sq_blocks, (unsigned)hq, (unsigned)b, 256, 1, 1, 0, (CUstream)stream,
+                                params, NULL), what = "cuLaunchKernel(fg_bwd_pre_kernel)";
+    if (rc == CUDA_SUCCESS && kv_blocks > 0)
+        rc = cu->cuLaunchKernel(kern.fn, kv_blocks, (unsigned)hq, (unsigned)b, (unsigned)spec_threads(&s), 1, 1,
+                                (unsigned)spec_smem_bytes(&s), (CUstream)stream, params, NULL),
+        what = "cuLaunchKernel(fg_bwd_main_kernel)";
+    if (rc == CUDA_SUCCESS && post_blocks > 0)
+        rc = cu->cuLaunchKernel(kern.fn_post, post_blocks, (unsigned)hq, (unsigned)b, 256, 1, 1, 0, (CUstream)stream,
+                                params, NULL), what = "cuLaunchKernel(fg_bwd_post_kernel)";
+    if (push) cu->cuCtxPopCurrent(&popped);
+    if (rc != CUDA_SUCCESS) {
+        cuda_api_fail(&err, rc, what, __FILE__, __LINE__);
         return rt_set_error(ctx, &err);
     }
     return FG_OK;

@@ -15,7 +15,8 @@ typedef struct fg_kernel {
     char name[FG_SPEC_NAME_MAX]; /* spec canonical text */
     fg_spec spec;                /* the variant */
     CUmodule module;             /* owns the code */
-    CUfunction fn;               /* FG_KERNEL_NAME in module */
+    CUfunction fn;               /* FG_KERNEL_NAME in module; for kind=bwd the main kernel */
+    CUfunction fn_pre, fn_post;  /* kind=bwd: fg_bwd_pre_kernel, fg_bwd_post_kernel (NULL for the forward) */
     const char *source;          /* where it came from: "JIT", "disk cache", "bundle" */
 } fg_kernel;
 

@@ -23,6 +23,7 @@ typedef struct job {
     int nfail;            /* how many failed */
     double seconds;       /* total compile seconds */
     int max_regs;         /* largest register count seen */
+    int max_spill;        /* spill (and stack) bytes tolerated: 0 except for documented backward tiles */
 } job;
 
 static void *worker(void *arg) {
@@ -46,7 +47,8 @@ static void *worker(void *arg) {
         } else {
             j->seconds += r.seconds;
             if (r.registers > j->max_regs) j->max_regs = r.registers;
-            if (r.spill_stores != 0 || r.spill_loads != 0 || r.stack_frame != 0 || r.registers < 0 || r.cubin_size == 0) {
+            if (r.spill_stores > j->max_spill || r.spill_loads > j->max_spill || r.stack_frame > 2 * j->max_spill ||
+                r.registers < 0 || r.cubin_size == 0) {
                 j->nfail++;
                 snprintf(j->failures + used, sizeof j->failures - used,
                          "%s: %d registers, %d/%d bytes spilled, %d bytes stack\n", name, r.registers,
@@ -58,9 +60,10 @@ static void *worker(void *arg) {
     }
 }
 
-static void compile_all(fg_spec *specs, int count, const char *what) {
+static void compile_all_tolerating(fg_spec *specs, int count, const char *what, int max_spill) {
     job j;
     memset(&j, 0, sizeof j);
+    j.max_spill = max_spill;
     j.specs = specs;
     j.count = count;
     pthread_mutex_init(&j.lock, NULL);
@@ -73,6 +76,8 @@ static void compile_all(fg_spec *specs, int count, const char *what) {
             j.seconds, j.max_regs, j.nfail);
     cr_assert_eq(j.nfail, 0, "%s:\n%s", what, j.failures);
 }
+
+static void compile_all(fg_spec *specs, int count, const char *what) { compile_all_tolerating(specs, count, what, 0); }
 
 Test(compile, default_config_every_variant_every_arch, .timeout = 900) {
     fg_config cfg;
@@ -129,4 +134,29 @@ Test(compile, options_and_version) {
     cr_assert_str_eq(opts[0], "--gpu-architecture=sm_90");
     const char *v = compile_nvrtc_version();
     cr_assert(strchr(v, '.') && strcmp(v, "unknown") != 0, "NVRTC version '%s'", v);
+}
+
+/* The backward at every head dim it takes (multiples of 16 up to 128) with the policy's tiles, on sm_80
+ * and sm_90, both masks and both modes spread over them: the three kernels compile; the tiles of d 112
+ * and 128 spill a few bytes (generator/tile_policy.c: no tile tried spills less), so up to 16 are
+ * tolerated here, and the bundle, which refuses any, ships neither. */
+Test(compile, backward_every_head_dim, .timeout = 900) {
+    fg_tile_policy p;
+    fg_error e;
+    cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
+    fg_spec clean[32], spilling[32];
+    int nc = 0, ns = 0;
+    for (int arch = 80; arch <= 90; arch += 10)
+        for (int d = 16; d <= 128; d += 16) {
+            fg_spec s = {.kind = FG_KIND_BWD, .arch = arch, .dtype = (d / 16) % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16,
+                         .head_dim = d, .causal = (d / 32) % 2, .deterministic = arch == 90};
+            s.out_dtype = s.dtype;
+            cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK, "%s", e.msg);
+            cr_assert_eq(spec_validate(&s, &e), FG_OK, "d %d: %s", d, e.msg);
+            if (d == 112 || d == 128) spilling[ns++] = s;
+            else clean[nc++] = s;
+        }
+    compile_all(clean, nc, "backward, head dims 16..96");
+    compile_all_tolerating(spilling, ns, "backward, head dims 112 and 128", 16);
+    tile_policy_free(&p);
 }

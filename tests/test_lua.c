@@ -747,8 +747,19 @@ Test(config, field_type_errors_name_field_and_type) {
                FG_ERR_CONFIG, "cfg.lua:1: variants: ", "field 'causal' must be a boolean");
     load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = 64, warps = true }", NULL,
                FG_ERR_CONFIG, "cfg.lua:1: variants: ", "field 'warps' must be an integer or a list of integers, got boolean");
-    load_fails("variants { kind = 'bwd', arch = 'sm_80', dtype = 'fp16', head_dim = 64 }", NULL, FG_ERR_CONFIG,
-               "cfg.lua:1: variants: ", "field 'kind'");
+    load_fails("variants { kind = 'back', arch = 'sm_80', dtype = 'fp16', head_dim = 64 }", NULL, FG_ERR_CONFIG,
+               "cfg.lua:1: variants: ", "field 'kind' must name a kernel family (\"fwd\", \"bwd\")");
+    load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = 64, deterministic = true }", NULL,
+               FG_ERR_CONFIG, "cfg.lua:1: variants: ", "field 'deterministic' is for kind = \"bwd\" only");
+    {
+        fg_config cfg;
+        load_ok("variants { kind = 'bwd', arch = 'sm_80', dtype = 'fp16', head_dim = 64, deterministic = {false, true} }",
+                NULL, &cfg);
+        cr_assert_eq(cfg.count, 2);
+        cr_assert(cfg.variants[0].kind == FG_KIND_BWD && cfg.variants[1].kind == FG_KIND_BWD);
+        cr_assert(cfg.variants[0].deterministic != cfg.variants[1].deterministic);
+        config_free(&cfg);
+    }
     load_fails("variants { kind = 'fwd', arch = 'sm80', dtype = 'fp16', head_dim = 64 }", NULL, FG_ERR_CONFIG,
                "cfg.lua:1: variants: ", "field 'arch': arch 'sm80'");
     load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp32', head_dim = 64 }", NULL, FG_ERR_CONFIG,
@@ -829,14 +840,21 @@ Test(config, default_config_loads_and_validates) {
     fg_error_clear(&err);
     cr_assert_eq(config_load_file("configs/default.lua", NULL, &cfg, &err), FG_OK, "%s", err.msg);
     cr_assert_geq(cfg.count, 20);
-    /* 60 16-bit variants (sm_80, sm_90 and sm_90a) and 20 FP8 ones (sm_89 and sm_90) */
-    cr_assert_leq(cfg.count, 96, "the default bundle should stay small enough for CI: %d variants", cfg.count);
-    int archs[5] = {0, 0, 0, 0, 0};
+    /* 60 16-bit forward variants (sm_80, sm_90 and sm_90a), 20 FP8 ones (sm_89 and sm_90) and 16 backward
+     * ones (sm_80 and sm_90) */
+    cr_assert_leq(cfg.count, 112, "the default bundle should stay small enough for CI: %d variants", cfg.count);
+    int archs[5] = {0, 0, 0, 0, 0}, bwd80 = 0, bwd90 = 0;
     for (int i = 0; i < cfg.count; i++) {
         const fg_spec *s = &cfg.variants[i];
         char name[FG_SPEC_NAME_MAX];
         cr_assert_gt(spec_named(&cfg, i, name, sizeof name), 0);
         cr_assert_eq(spec_validate(s, &err), FG_OK, "%s: %s", name, err.msg);
+        if (s->kind == FG_KIND_BWD) { /* the backward: mma.sync only */
+            cr_assert(!s->arch_accel && !spec_dtype_is_fp8(s->dtype), "%s", name);
+            bwd80 += s->arch == 80;
+            bwd90 += s->arch == 90;
+            continue;
+        }
         archs[0] += s->arch == 80;
         archs[1] += s->arch == 90 && s->arch_accel;                          /* the wgmma family */
         archs[2] += s->arch == 90 && !s->arch_accel && !spec_dtype_is_fp8(s->dtype); /* mma.sync on Hopper */
@@ -847,7 +865,8 @@ Test(config, default_config_loads_and_validates) {
         for (int j = 0; j < i; j++)
             cr_assert(!spec_equal(&cfg.variants[i], &cfg.variants[j]), "%s listed twice", name);
     }
-    cr_assert_eq(archs[0] + archs[1] + archs[2] + archs[3] + archs[4], cfg.count);
+    cr_assert_eq(archs[0] + archs[1] + archs[2] + archs[3] + archs[4] + bwd80 + bwd90, cfg.count);
+    cr_assert(bwd80 > 0 && bwd80 == bwd90, "backward variants: %d on sm_80, %d on sm_90", bwd80, bwd90);
     for (int a = 0; a < 5; a++)
         cr_assert_gt(archs[a], 0, "class %d of the default bundle is empty", a);
     cr_assert_eq(archs[1], archs[2], "sm_90a and sm_90 list the same 16-bit variants");

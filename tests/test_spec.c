@@ -11,6 +11,13 @@ static fg_spec base(void) {
     return s;
 }
 
+/* A valid backward spec (the policy's d 128 tile). */
+static fg_spec bwd_base(void) {
+    fg_spec s = {.kind = FG_KIND_BWD, .arch = 90, .arch_accel = 0, .dtype = FG_DTYPE_BF16, .head_dim = 128,
+                 .block_m = 16, .block_n = 64, .warps = 4, .stages = 2, .causal = 1, .deterministic = 1};
+    return s;
+}
+
 /* A valid spec of the wgmma family (sm_90a): two consumer warpgroups of 64 rows plus the producer's. */
 static fg_spec wg_base(void) {
     fg_spec s = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 128,
@@ -132,7 +139,9 @@ Test(spec, parse_errors_name_the_key) {
         {"kind=fwd,arch=sm_90a,dtype=bf16,head_dim=128,head_dim=64", "twice"},
         {"kind=fwd,arch=sm90,dtype=bf16,head_dim=128", "sm90"},
         {"kind=fwd,arch=sm_90a,dtype=bf17,head_dim=128", "bf17"},
-        {"kind=bwd,arch=sm_90a,dtype=bf16,head_dim=128", "kind"},
+        {"kind=back,arch=sm_90a,dtype=bf16,head_dim=128", "kind"},
+        {"kind=fwd,arch=sm_90,dtype=bf16,head_dim=128,deterministic=1", "deterministic"}, /* bwd only */
+        {"kind=bwd,arch=sm_90,dtype=bf16,head_dim=128,deterministic=2", "deterministic"},
         {"kind=fwd,arch=sm_90a,dtype=bf16,head_dim=-8", "head_dim"},
         {"kind=fwd,arch=sm_90a,dtype=bf16,head_dim=12x", "head_dim"},
         {"kind=fwd,arch=sm_90a,dtype=bf16,head_dim=128,causal=2", "causal"},
@@ -234,7 +243,7 @@ Test(spec, policy_override_takes_precedence_and_set_fields_are_kept) {
     fg_tile_policy p;
     fg_error e;
     cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
-    fg_tile_rule r = {90, 90, 128, 128, 1, -1, 64, 16, 4, 4, FG_FAMILY_MMA};
+    fg_tile_rule r = {90, 90, 128, 128, 1, -1, 64, 16, 4, 4, FG_FAMILY_MMA, FG_KIND_FWD};
     cr_assert_eq(tile_policy_add(&p, &r, &e), FG_OK);
     fg_spec s = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 0, .dtype = FG_DTYPE_BF16, .head_dim = 128, .causal = 1};
     cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK);
@@ -327,9 +336,9 @@ Test(spec, policy_rules_follow_the_kernel_family) {
     mma.arch_accel = 0;
     amp.arch = 80;
     amp.arch_accel = 0;
-    const fg_tile_rule rw = {80, 90, 8, 256, -1, -1, 64, 64, 8, 3, FG_FAMILY_WGMMA};
-    const fg_tile_rule rm = {90, 90, 8, 256, -1, -1, 64, 32, 4, 2, FG_FAMILY_MMA};
-    const fg_tile_rule ra = {90, 90, 8, 256, -1, -1, 128, 64, 8, 4, FG_FAMILY_ANY};
+    const fg_tile_rule rw = {80, 90, 8, 256, -1, -1, 64, 64, 8, 3, FG_FAMILY_WGMMA, FG_KIND_FWD};
+    const fg_tile_rule rm = {90, 90, 8, 256, -1, -1, 64, 32, 4, 2, FG_FAMILY_MMA, FG_KIND_FWD};
+    const fg_tile_rule ra = {90, 90, 8, 256, -1, -1, 128, 64, 8, 4, FG_FAMILY_ANY, FG_KIND_FWD};
     cr_assert_eq(tile_policy_add(&p, &rw, &e), FG_OK);
     cr_assert_eq(tile_policy_lookup(&p, &wg)->block_n, 64, "the wgmma rule applies to sm_90a");
     cr_assert_eq(tile_policy_lookup(&p, &mma)->block_n, 32, "sm_90 keeps its default");
@@ -388,6 +397,15 @@ static void m_wgmma_block_m_big(fg_spec *s) { *s = wg_base(); s->block_m = 256; 
 static void m_wgmma_warps(fg_spec *s) { *s = wg_base(); s->warps = 8; }
 static void m_wgmma_warps_mma(fg_spec *s) { *s = wg_base(); s->block_m = 64; s->warps = 4; }
 static void m_wgmma_registers(fg_spec *s) { *s = wg_base(); s->block_m = 192; s->warps = 16; s->block_n = 160; }
+/* The backward's rules, each broken from bwd_base(). */
+static void m_bwd_arch(fg_spec *s) { *s = bwd_base(); s->arch_accel = 1; }
+static void m_bwd_dtype(fg_spec *s) { *s = bwd_base(); s->dtype = FG_DTYPE_E4M3; s->out_dtype = FG_DTYPE_BF16; s->arch = 89; }
+static void m_bwd_head_dim(fg_spec *s) { *s = bwd_base(); s->head_dim = 256; }
+static void m_bwd_head_dim_odd(fg_spec *s) { *s = bwd_base(); s->head_dim = 72; }
+static void m_bwd_tiles_bn(fg_spec *s) { *s = bwd_base(); s->block_n = 32; }
+static void m_bwd_tiles_split(fg_spec *s) { *s = bwd_base(); s->block_m = 32; s->head_dim = 80; }
+static void m_bwd_tiles_stages(fg_spec *s) { *s = bwd_base(); s->stages = 3; }
+static void m_bwd_registers(fg_spec *s) { *s = bwd_base(); s->block_m = 64; s->warps = 4; }
 
 static const broken rules[] = {
     {"kind", m_kind, "kind"},
@@ -420,6 +438,14 @@ static const broken rules[] = {
     {"wgmma_warps", m_wgmma_warps, "warps 8 with block_m 128 is not supported on sm_90a"},
     {"wgmma_warps", m_wgmma_warps_mma, "it must be 8, a producer"},
     {"wgmma_registers", m_wgmma_registers, "more than the 160"},
+    {"bwd_arch", m_bwd_arch, "kind=bwd has no sm_90a kernel"},
+    {"bwd_dtype", m_bwd_dtype, "dtype e4m3 has no backward kernel"},
+    {"bwd_head_dim", m_bwd_head_dim, "head_dim 256 has no backward kernel"},
+    {"bwd_head_dim", m_bwd_head_dim_odd, "multiples of 16 up to 128"},
+    {"bwd_tiles", m_bwd_tiles_bn, "block_n = 16 x warps"},
+    {"bwd_tiles", m_bwd_tiles_split, "the dQ product's split"},
+    {"bwd_tiles", m_bwd_tiles_stages, "stages 3"},
+    {"bwd_registers", m_bwd_registers, "limit 200"},
 };
 
 Test(validate, every_rule_refuses_with_its_sentence) {
@@ -636,4 +662,34 @@ Test(validate, smem_limits_per_arch) {
     fg_error e;
     cr_assert_eq(spec_validate(&s, &e), FG_ERR_UNSUPPORTED);
     cr_assert(strstr(e.msg, "shared memory"), "%s", e.msg);
+}
+
+/* The backward's canonical name carries its mode; it round-trips, takes its tiles from the bwd rules (not
+ * the forward's), and every policy tile for head dims 16..128 is valid. */
+Test(spec, backward_name_policy_and_rules) {
+    fg_spec s = bwd_base();
+    char name[FG_SPEC_NAME_MAX];
+    cr_assert_gt(spec_format(&s, name, sizeof name), 0);
+    cr_assert_str_eq(name, "arch=sm_90,block_m=16,block_n=64,causal=1,deterministic=1,dtype=bf16,head_dim=128,"
+                           "kind=bwd,stages=2,warps=4");
+    fg_spec back;
+    fg_error e;
+    cr_assert_eq(spec_parse(name, &back, &e), FG_OK, "%s", e.msg);
+    cr_assert(spec_equal(&s, &back));
+    back.deterministic = 0;
+    cr_assert_not(spec_equal(&s, &back), "the mode is part of the variant");
+    fg_tile_policy pol;
+    cr_assert_eq(tile_policy_init_default(&pol, &e), FG_OK);
+    for (int d = 16; d <= 128; d += 16)
+        for (int arch = 80; arch <= 90; arch += 10) {
+            fg_spec t = {.kind = FG_KIND_BWD, .arch = arch, .dtype = FG_DTYPE_F16, .head_dim = d, .causal = d % 32 == 0};
+            cr_assert_eq(spec_fill_tiles(&t, &pol, &e), FG_OK, "d %d: %s", d, e.msg);
+            cr_assert_eq(t.block_n, 16 * t.warps, "d %d", d);
+            cr_assert_eq(spec_validate(&t, &e), FG_OK, "d %d sm_%d: %s", d, arch, e.msg);
+            cr_assert_eq(tile_policy_lookup(&pol, &t)->kind, FG_KIND_BWD, "d %d: a backward rule", d);
+            fg_spec f = t;
+            f.kind = FG_KIND_FWD;
+            cr_assert_eq(tile_policy_lookup(&pol, &f)->kind, FG_KIND_FWD, "d %d: the forward never gets a backward rule", d);
+        }
+    tile_policy_free(&pol);
 }

@@ -38,6 +38,26 @@ typedef struct fg_fwd_params {
     long long v_dstride;        /* FP8: elements between consecutive head-dim rows of V (V^T layout) */
 } fg_fwd_params;
 
+/* The run-time parameters of the backward kernels (bwd_sm80.cuh). Q, K, V, O, dO and the gradients use
+ * the forward's layouts and strides (in elements); the workspace regions are laid out by the host
+ * (runtime/dispatch_bwd.c) with rows padded to a multiple of 64. */
+typedef struct fg_bwd_params {
+    const void *q, *k, *v, *o, *dout; /* [b, sq, hq, d], [b, sk, hkv, d] x 2, [b, sq, hq, d] x 2 */
+    const float *lse;           /* [b, hq, sq], natural log, from the forward */
+    void *dq, *dk, *dv;         /* outputs, the layouts of q, k, v */
+    float *dq_accum;            /* workspace: [b, hq, sq_pad, d] fp32 */
+    float *lse2;                /* workspace: [b, hq, sq_pad], lse * log2(e) (+inf for padding rows) */
+    float *dsum;                /* workspace: [b, hq, sq_pad], rowsum(dO * O) */
+    float *dkv_accum;           /* workspace for GQA (hq != hkv): [2][b, hq, sk, d] fp32 (dK, dV per query
+                                   head), else 0 */
+    int *dq_sem;                /* workspace for the deterministic mode: [b, hq, sq_pad / block_m], else 0 */
+    long long q_stride[3], k_stride[3], v_stride[3], o_stride[3], do_stride[3];
+    long long dq_stride[3], dk_stride[3], dv_stride[3], lse_stride[3];
+    int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
+    float scale_log2;           /* softmax_scale * log2(e) */
+    float softmax_scale;
+} fg_bwd_params;
+
 /* The TMA tensor maps of the sm_90a (wgmma) family: CUtensorMap objects (128 bytes, 64-byte aligned)
  * made on the host by cuTensorMapEncodeTiled, passed as a second __grid_constant__ argument. Each maps
  * its tensor as 4-d (head_dim, seqlen, heads, batch) with the box of one column chunk of a tile. */

@@ -26,6 +26,19 @@ __device__ __forceinline__ u32 fg_pack2(float lo, float hi) {
     return r;
 }
 
+// One register of two 16-bit values (lo in the low half) -> two floats (exact).
+__device__ __forceinline__ float2 fg_unpack2(u32 r) {
+    float2 f;
+#if FG_DTYPE_BF16
+    f.x = __uint_as_float(r << 16);
+    f.y = __uint_as_float(r & 0xffff0000u);
+#else
+    asm("{ .reg .f16 lo, hi; mov.b32 {lo, hi}, %2; cvt.f32.f16 %0, lo; cvt.f32.f16 %1, hi; }"
+        : "=f"(f.x), "=f"(f.y) : "r"(r));
+#endif
+    return f;
+}
+
 // Four floats -> one register of four e4m3 values (a in the low byte), rounded to nearest even and
 // saturated to +-448 (the probabilities of the FP8 path live in (0, 256]).
 __device__ __forceinline__ u32 fg_pack4_e4m3(float a, float b, float c, float d) {

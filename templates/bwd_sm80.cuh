@@ -1,0 +1,346 @@
+// bwd_sm80.cuh: the FlashAttention-2 backward pass on the mma.sync path (sm_80 and newer), 16-bit.
+//
+// Three kernels, launched in order on the caller's stream:
+//   fg_bwd_pre_kernel   per query row: D = rowsum(dO * O) and the LSE in the log2 domain (lse * log2 e;
+//                       +inf for the padding rows past seqlen_q, so their P is 0) into the workspace;
+//                       the fp32 dQ accumulator zeroed; the deterministic mode's semaphores zeroed.
+//   fg_bwd_main_kernel  grid (key blocks, query heads, batch). A CTA owns FG_BLOCK_N keys (16 per warp)
+//                       of one query head, keeps K and V of its block in shared memory and dK, dV in
+//                       registers, and streams the query blocks that see its keys (FG_BLOCK_M rows,
+//                       double-buffered with cp.async: Q, dO, LSE, D). Per query block, each warp for its
+//                       16 keys, with mma.m16n8k16 from swizzled shared memory (ldmatrix):
+//                         S^T  = K Q^T                 (keys x queries)
+//                         P^T  = exp2(c S^T - lse2)    (recomputed from the forward's LSE; masked: 0)
+//                         dV  += P^T dO                (P^T from registers as the A operand)
+//                         dP^T = V dO^T
+//                         dS^T = P^T (dP^T - D)
+//                         dK  += dS^T Q
+//                       then dS^T goes to shared memory and the warps compute dQ += dS K for the block
+//                       (each a 16-row query group and a slice of head_dim), added into the fp32
+//                       accumulator with atomics; in the deterministic mode the key blocks add in
+//                       ascending order, one after another, through a semaphore per query block.
+//                       dK (times the softmax scale) and dV go straight to the outputs (MHA) or, when
+//                       query heads share a KV head (GQA), to an fp32 buffer per query head.
+//   fg_bwd_post_kernel  dQ = accumulator * scale in the output dtype; with GQA, dK and dV = the sum over
+//                       the query heads of a KV head, in head order (so GQA needs no atomics).
+// Working on S^T (keys as rows) lets P^T and dS^T feed the dV and dK products from registers, as P feeds
+// P.V in the forward; only dQ needs dS transposed, through shared memory.
+
+constexpr int FG_THREADS = FG_WARPS * 32;
+constexpr int FG_QT = FG_BLOCK_M / 8;        // n8 tiles of S^T (query columns)
+constexpr int FG_DT = FG_HEAD_DIM / 8;       // n8 tiles of dK, dV (head_dim columns)
+constexpr int FG_QG = FG_BLOCK_M / 16;       // 16-row query groups of the dQ product
+constexpr int FG_DSPLIT = FG_WARPS / FG_QG;  // warps sharing a query group, each a slice of head_dim
+constexpr int FG_DQT = FG_DT / FG_DSPLIT;    // n8 tiles of dQ per warp
+constexpr int FG_DS_CH = FG_BLOCK_M / 8;     // 16-byte chunks of a dS^T row (queries)
+constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM * 2;
+constexpr u32 FG_QB_BYTES = FG_BLOCK_M * FG_HEAD_DIM * 2;
+constexpr u32 FG_DS_BYTES = FG_BLOCK_N * FG_BLOCK_M * 2;
+constexpr u32 FG_ROW_BYTES = FG_BLOCK_M * 4; // the LSE (or D) of one query block, fp32
+static_assert(FG_BLOCK_N == 16 * FG_WARPS, "a warp owns 16 keys");
+static_assert(FG_WARPS % FG_QG == 0 && FG_DT % (2 * FG_DSPLIT) == 0, "the dQ product's warp split");
+
+constexpr float FG_LOG2E = 1.4426950408889634f;
+
+// Workspace rows are padded to a multiple of 64 (every block_m divides 64).
+__device__ __forceinline__ i64 fg_bwd_rows_padded(int sq) { return ((i64)sq + 63) / 64 * 64; }
+
+// ---- pre: D, lse2, zeroed accumulators ----
+extern "C" __global__ void __launch_bounds__(256)
+fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params p) {
+    const int head = blockIdx.y, batch = blockIdx.z, tid = threadIdx.x;
+    const i64 sq_pad = fg_bwd_rows_padded(p.seqlen_q);
+    const i64 bh = (i64)batch * p.heads_q + head;
+    // 4 threads per row, 64 rows per block.
+    const int r = blockIdx.x * 64 + tid / 4, part = tid % 4;
+    float d = 0.f;
+    if (r < p.seqlen_q) {
+        const u16 *o = (const u16 *)p.o + batch * p.o_stride[0] + (i64)r * p.o_stride[1] + head * p.o_stride[2];
+        const u16 *dout = (const u16 *)p.dout + batch * p.do_stride[0] + (i64)r * p.do_stride[1] + head * p.do_stride[2];
+        for (int c = part * 8; c < FG_HEAD_DIM; c += 32) {
+            uint4 a = *(const uint4 *)(o + c), b = *(const uint4 *)(dout + c);
+            const u32 av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float2 x = fg_unpack2(av[k]), y = fg_unpack2(bv[k]);
+                d = fmaf(x.x, y.x, fmaf(x.y, y.y, d));
+            }
+        }
+    }
+    d += __shfl_xor_sync(0xffffffffu, d, 1);
+    d += __shfl_xor_sync(0xffffffffu, d, 2);
+    if (part == 0 && r < sq_pad) {
+        float lse2 = __int_as_float(0x7f800000); // +inf: padding rows get P = 0
+        if (r < p.seqlen_q) lse2 = p.lse[batch * p.lse_stride[0] + head * p.lse_stride[1] + (i64)r * p.lse_stride[2]] * FG_LOG2E;
+        p.lse2[bh * sq_pad + r] = lse2;
+        p.dsum[bh * sq_pad + r] = d;
+    }
+    // Zero this block's 64 rows of the dQ accumulator, 16 bytes per store.
+    float4 *acc = (float4 *)(p.dq_accum + (bh * sq_pad + (i64)blockIdx.x * 64) * FG_HEAD_DIM);
+    for (int i = tid; i < 64 * FG_HEAD_DIM / 4; i += 256) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (p.dq_sem != 0 && blockIdx.x == 0) {
+        const int m_blocks = (int)(sq_pad / FG_BLOCK_M);
+        for (int i = tid; i < m_blocks; i += 256) p.dq_sem[bh * m_blocks + i] = 0;
+    }
+}
+
+// ---- main ----
+extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)
+fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
+    extern __shared__ __align__(128) unsigned char fg_smem[];
+    const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+    const int kv_head = head / (p.heads_q / p.heads_kv);
+    const int sq = p.seqlen_q, sk = p.seqlen_k;
+    const int n0 = n_block * FG_BLOCK_N;
+    const i64 sq_pad = fg_bwd_rows_padded(sq);
+    const i64 bh = (i64)batch * p.heads_q + head;
+    const int m_blocks = (int)(sq_pad / FG_BLOCK_M);
+
+    // The query blocks that see a key of this block: all, or when causal those with a row at or past
+    // the first key's diagonal (query i sees keys j <= i + sk - sq).
+    int m_first = 0;
+    if (FG_CAUSAL) m_first = max(0, n0 - (sk - sq)) / FG_BLOCK_M;
+    const int m_last = (sq + FG_BLOCK_M - 1) / FG_BLOCK_M; // exclusive
+
+    const u32 s_k = fg_smem_addr(fg_smem);
+    const u32 s_v = s_k + FG_KV_BYTES;
+    const u32 s_q = s_v + FG_KV_BYTES;               // 2 stages
+    const u32 s_do = s_q + 2 * FG_QB_BYTES;           // 2 stages
+    const u32 s_ds = s_do + 2 * FG_QB_BYTES;
+    const u32 s_lse = s_ds + FG_DS_BYTES;             // 2 stages of FG_BLOCK_M floats
+    const u32 s_d = s_lse + 2 * FG_ROW_BYTES;         // 2 stages
+
+    const fg_in_t *q = (const fg_in_t *)p.q + batch * p.q_stride[0] + head * p.q_stride[2];
+    const fg_in_t *dout = (const fg_in_t *)p.dout + batch * p.do_stride[0] + head * p.do_stride[2];
+    {
+        fg_tile_loader<FG_BLOCK_N, FG_THREADS> kv_loader;
+        kv_loader.init((const fg_in_t *)p.k + batch * p.k_stride[0] + (i64)n0 * p.k_stride[1] + kv_head * p.k_stride[2],
+                       p.k_stride[1], tid);
+        kv_loader.load(s_k, sk - n0, p.k_stride[1]);
+        kv_loader.init((const fg_in_t *)p.v + batch * p.v_stride[0] + (i64)n0 * p.v_stride[1] + kv_head * p.v_stride[2],
+                       p.v_stride[1], tid);
+        kv_loader.load(s_v, sk - n0, p.v_stride[1]);
+    }
+    fg_tile_loader<FG_BLOCK_M, FG_THREADS> q_loader, do_loader;
+    q_loader.init(q + (i64)m_first * FG_BLOCK_M * p.q_stride[1], p.q_stride[1], tid);
+    do_loader.init(dout + (i64)m_first * FG_BLOCK_M * p.do_stride[1], p.do_stride[1], tid);
+    // One query block's Q, dO, lse2 and D into stage st (the two fp32 rows, FG_BLOCK_M * 4 bytes each,
+    // by the first threads, 16 bytes each: the workspace rows are padded, so always in bounds).
+    auto load_block = [&](int m, int st) {
+        q_loader.load(s_q + st * FG_QB_BYTES, sq - m * FG_BLOCK_M, p.q_stride[1]);
+        do_loader.load(s_do + st * FG_QB_BYTES, sq - m * FG_BLOCK_M, p.do_stride[1]);
+        constexpr int CH = FG_ROW_BYTES / 16;
+        if (tid < 2 * CH) {
+            const int which = tid / CH, c = tid % CH;
+            const float *src = (which ? p.dsum : p.lse2) + bh * sq_pad + (i64)m * FG_BLOCK_M + c * 4;
+            fg_cp_async16((which ? s_d : s_lse) + st * FG_ROW_BYTES + c * 16, src, true);
+        }
+    };
+    if (m_first < m_last) load_block(m_first, 0);
+    fg_cp_async_commit();
+
+    float dk[FG_DT][4], dv[FG_DT][4];
+#pragma unroll
+    for (int i = 0; i < FG_DT; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.f;
+
+    // ldmatrix lanes as in the forward: rows of an A operand (K, V: this warp's 16 keys) at qv_off; B
+    // operands whose rows are the N dimension (Q, dO rows = queries) at k_off; transposed B operands
+    // whose rows are the reduction dimension (dO, Q for dV, dK; K for dQ) at qv_off.
+    const fg_frag_offsets qv_off = fg_frag_offsets_make(lane % 16, lane / 16);
+    const fg_frag_offsets k_off = fg_frag_offsets_make(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
+    const int key0 = n0 + warp * 16 + g; // this thread's keys: key0 and key0 + 8
+    const int qg = warp % FG_QG, dslice = warp / FG_QG;
+
+    int st = 0;
+    for (int m = m_first; m < m_last; m++, st ^= 1) {
+        fg_cp_async_wait<0>();
+        __syncthreads(); // block m is in; everyone is done with stage st ^ 1 and with dS
+        if (m + 1 < m_last) load_block(m + 1, st ^ 1);
+        fg_cp_async_commit();
+        const u32 sq_st = s_q + st * FG_QB_BYTES, sdo_st = s_do + st * FG_QB_BYTES;
+        const float *lse2 = (const float *)(fg_smem + (s_lse - s_k) + st * FG_ROW_BYTES);
+        const float *dsum = (const float *)(fg_smem + (s_d - s_k) + st * FG_ROW_BYTES);
+        const int m0 = m * FG_BLOCK_M;
+
+        // S^T = K Q^T and dP^T = V dO^T (keys x queries), sharing the k loop over head_dim.
+        float s[FG_QT][4], dp[FG_QT][4];
+#pragma unroll
+        for (int i = 0; i < FG_QT; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < FG_HEAD_DIM / 16; kk++) {
+            u32 ka[4], va[4];
+            fg_ldmatrix_x4(ka, fg_frag_addr<FG_BLOCK_N>(s_k, qv_off, warp * 16, kk));
+            fg_ldmatrix_x4(va, fg_frag_addr<FG_BLOCK_N>(s_v, qv_off, warp * 16, kk));
+#pragma unroll
+            for (int n2 = 0; n2 < FG_QT / 2; n2++) {
+                u32 qb[4], db[4];
+                fg_ldmatrix_x4(qb, fg_frag_addr<FG_BLOCK_M>(sq_st, k_off, n2 * 16, kk));
+                fg_mma_16816(s[2 * n2], ka, qb[0], qb[1]);
+                fg_mma_16816(s[2 * n2 + 1], ka, qb[2], qb[3]);
+                fg_ldmatrix_x4(db, fg_frag_addr<FG_BLOCK_M>(sdo_st, k_off, n2 * 16, kk));
+                fg_mma_16816(dp[2 * n2], va, db[0], db[1]);
+                fg_mma_16816(dp[2 * n2 + 1], va, db[2], db[3]);
+            }
+        }
+
+        // P^T (masked entries 0: keys past sk, and when causal keys past a query's diagonal; queries past
+        // sq have lse2 = +inf) and dS^T = P^T (dP^T - D).
+#pragma unroll
+        for (int nt = 0; nt < FG_QT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = key0 + 8 * (e / 2), col = 8 * nt + 2 * t + (e % 2), qrow = m0 + col;
+                const bool masked = key >= sk || (FG_CAUSAL && key > qrow + sk - sq);
+                const float pv = masked ? 0.f : fg_exp2(fmaf(s[nt][e], p.scale_log2, -lse2[col]));
+                s[nt][e] = pv;
+                dp[nt][e] = pv * (dp[nt][e] - dsum[col]);
+            }
+
+        // dV += P^T dO and dK += dS^T Q: A operands from registers (k = queries), B operands by
+        // ldmatrix.trans from the dO and Q tiles (rows = queries).
+#pragma unroll
+        for (int kk = 0; kk < FG_BLOCK_M / 16; kk++) {
+            const u32 pa[4] = {fg_pack2(s[2 * kk][0], s[2 * kk][1]), fg_pack2(s[2 * kk][2], s[2 * kk][3]),
+                               fg_pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]), fg_pack2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            const u32 da[4] = {fg_pack2(dp[2 * kk][0], dp[2 * kk][1]), fg_pack2(dp[2 * kk][2], dp[2 * kk][3]),
+                               fg_pack2(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+                               fg_pack2(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+#pragma unroll
+            for (int d2 = 0; d2 < FG_DT / 2; d2++) {
+                u32 ob[4], qb[4];
+                fg_ldmatrix_x4_trans(ob, fg_frag_addr<FG_BLOCK_M>(sdo_st, qv_off, kk * 16, d2));
+                fg_mma_16816(dv[2 * d2], pa, ob[0], ob[1]);
+                fg_mma_16816(dv[2 * d2 + 1], pa, ob[2], ob[3]);
+                fg_ldmatrix_x4_trans(qb, fg_frag_addr<FG_BLOCK_M>(sq_st, qv_off, kk * 16, d2));
+                fg_mma_16816(dk[2 * d2], da, qb[0], qb[1]);
+                fg_mma_16816(dk[2 * d2 + 1], da, qb[2], qb[3]);
+            }
+        }
+
+        // dS^T to shared memory ([keys][queries], 16-bit, swizzled like the other tiles).
+#pragma unroll
+        for (int nt = 0; nt < FG_QT; nt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const u32 addr = s_ds + fg_tile_offset<FG_DS_CH>(warp * 16 + g + 8 * h, nt, FG_BLOCK_N) + 4 * t;
+                asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(fg_pack2(dp[nt][2 * h], dp[nt][2 * h + 1])));
+            }
+        __syncthreads();
+
+        // dQ (queries x head_dim) += dS K: this warp's 16 query rows (group qg) and head_dim slice. A = dS
+        // by ldmatrix.trans from the [keys][queries] tile: lanes 0-7 keys 0-7 of query chunk 2qg, 8-15
+        // chunk 2qg + 1, 16-23 keys 8-15 chunk 2qg, 24-31 keys 8-15 chunk 2qg + 1, which land as the A
+        // fragment's (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15). B = K by ldmatrix.trans.
+        float dq[FG_DQT][4];
+#pragma unroll
+        for (int i = 0; i < FG_DQT; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < FG_BLOCK_N / 16; kk++) {
+            u32 a[4];
+            fg_ldmatrix_x4_trans(a, s_ds + fg_tile_offset<FG_DS_CH>(kk * 16 + lane % 8 + 8 * (lane / 16),
+                                                                     2 * qg + (lane / 8) % 2, FG_BLOCK_N));
+#pragma unroll
+            for (int d2 = 0; d2 < FG_DQT / 2; d2++) {
+                // K's rows kk * 16 + lane % 16 at chunk 2 (slice's first chunk pair + d2) + lane / 16: the
+                // address in full, since the slice (warp-dependent) would index qv_off at run time.
+                u32 kb[4];
+                fg_ldmatrix_x4_trans(kb, s_k + fg_tile_offset(kk * 16 + lane % 16,
+                                                              2 * (dslice * (FG_DQT / 2) + d2) + lane / 16, FG_BLOCK_N));
+                fg_mma_16816(dq[2 * d2], a, kb[0], kb[1]);
+                fg_mma_16816(dq[2 * d2 + 1], a, kb[2], kb[3]);
+            }
+        }
+        // Add into the fp32 accumulator (rows padded to the workspace's, so every row exists). In the
+        // deterministic mode key block n_block adds to query block m after blocks 0 .. n_block - 1 did
+        // (all of them see m when this one does: the first query block a key block sees only grows with
+        // it), and before n_block + 1: the semaphore of (batch, head, m) counts the blocks done.
+        float *acc = p.dq_accum + (bh * sq_pad + m0 + qg * 16 + g) * FG_HEAD_DIM + dslice * FG_DQT * 8 + 2 * t;
+        if (FG_DETERMINISTIC) {
+            if (tid == 0) {
+                volatile int *sem = p.dq_sem + bh * m_blocks + m;
+                while (*sem != n_block) {
+                }
+                __threadfence();
+            }
+            __syncthreads();
+        }
+#pragma unroll
+        for (int i = 0; i < FG_DQT; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) atomicAdd(acc + (e / 2) * 8 * FG_HEAD_DIM + i * 8 + (e % 2), dq[i][e]);
+        if (FG_DETERMINISTIC) {
+            __threadfence();
+            __syncthreads();
+            if (tid == 0) atomicExch(p.dq_sem + bh * m_blocks + m, n_block + 1);
+        }
+    }
+    fg_cp_async_wait<0>();
+
+    // dK = scale * sum dS^T Q, dV: 16-bit outputs (one KV head per query head), or fp32 per query head
+    // (GQA: the post kernel sums a KV head's query heads in order).
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int key = key0 + 8 * h;
+        if (key >= sk) continue;
+#pragma unroll
+        for (int i = 0; i < FG_DT; i++) {
+            const int col = 8 * i + 2 * t;
+            const float k0 = dk[i][2 * h] * p.softmax_scale, k1 = dk[i][2 * h + 1] * p.softmax_scale;
+            const float v0 = dv[i][2 * h], v1 = dv[i][2 * h + 1];
+            if (p.dkv_accum == 0) {
+                u16 *dkp = (u16 *)p.dk + batch * p.dk_stride[0] + (i64)key * p.dk_stride[1] + kv_head * p.dk_stride[2] + col;
+                u16 *dvp = (u16 *)p.dv + batch * p.dv_stride[0] + (i64)key * p.dv_stride[1] + kv_head * p.dv_stride[2] + col;
+                *(u32 *)dkp = fg_pack2(k0, k1);
+                *(u32 *)dvp = fg_pack2(v0, v1);
+            } else {
+                float *base = p.dkv_accum + ((bh * sk + key) * FG_HEAD_DIM + col);
+                *(float2 *)base = make_float2(k0, k1);
+                *(float2 *)(base + (i64)p.batch * p.heads_q * sk * FG_HEAD_DIM) = make_float2(v0, v1);
+            }
+        }
+    }
+}
+
+// ---- post: dQ in the output dtype; GQA: dK, dV summed over query heads ----
+extern "C" __global__ void __launch_bounds__(256)
+fg_bwd_post_kernel(const __grid_constant__ fg_bwd_params p) {
+    const int head = blockIdx.y, batch = blockIdx.z, tid = threadIdx.x;
+    const i64 sq_pad = fg_bwd_rows_padded(p.seqlen_q);
+    constexpr int CH = FG_HEAD_DIM / 8; // 8 elements (16 output bytes) per thread step
+    for (int i = tid; i < 64 * CH; i += 256) {
+        const int r = blockIdx.x * 64 + i / CH, c = (i % CH) * 8;
+        if (r < p.seqlen_q) {
+            const float *a = p.dq_accum + (((i64)batch * p.heads_q + head) * sq_pad + r) * FG_HEAD_DIM + c;
+            u32 out[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) out[k] = fg_pack2(a[2 * k] * p.softmax_scale, a[2 * k + 1] * p.softmax_scale);
+            u16 *dq = (u16 *)p.dq + batch * p.dq_stride[0] + (i64)r * p.dq_stride[1] + head * p.dq_stride[2] + c;
+            *(uint4 *)dq = make_uint4(out[0], out[1], out[2], out[3]);
+        }
+        if (p.dkv_accum != 0 && head < p.heads_kv && r < p.seqlen_k) {
+            const int group = p.heads_q / p.heads_kv;
+            const i64 plane = (i64)p.batch * p.heads_q * p.seqlen_k * FG_HEAD_DIM;
+#pragma unroll
+            for (int which = 0; which < 2; which++) {
+                float sum[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+                for (int hq = head * group; hq < (head + 1) * group; hq++) {
+                    const float *a = p.dkv_accum + which * plane +
+                                     (((i64)batch * p.heads_q + hq) * p.seqlen_k + r) * FG_HEAD_DIM + c;
+#pragma unroll
+                    for (int k = 0; k < 8; k++) sum[k] += a[k];
+                }
+                u32 out[4];
+#pragma unroll
+                for (int k = 0; k < 4; k++) out[k] = fg_pack2(sum[2 * k], sum[2 * k + 1]);
+                u16 *dst = which == 0 ? (u16 *)p.dk + batch * p.dk_stride[0] + (i64)r * p.dk_stride[1] + head * p.dk_stride[2] + c
+                                      : (u16 *)p.dv + batch * p.dv_stride[0] + (i64)r * p.dv_stride[1] + head * p.dv_stride[2] + c;
+                *(uint4 *)dst = make_uint4(out[0], out[1], out[2], out[3]);
+            }
+        }
+    }
+}
