@@ -304,3 +304,78 @@ Test(args, explain_and_prepare_need_no_pointers) {
     fg_error e;
     cr_assert_eq(rt_check_fwd_args(&a, 0, &e), FG_OK, "%s", e.msg);
 }
+
+/* ---- the backward (rt_check_bwd_args) ---- */
+
+#define BASE_DO ((uintptr_t)0x70000000)
+#define BASE_DQ ((uintptr_t)0x80000000)
+#define BASE_DK ((uintptr_t)0x90000000)
+#define BASE_DV ((uintptr_t)0xA0000000)
+#define BASE_WS ((uintptr_t)0xB0000000)
+
+/* A valid backward call over valid()'s forward: dO like O, gradients like Q, K, V, a 1 MiB workspace. */
+static fg_bwd_args valid_bwd(void) {
+    fg_fwd_args f = valid();
+    fg_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q = f.q, a.k = f.k, a.v = f.v, a.o = f.o, a.lse = f.lse;
+    a.dout = view(BASE_DO, FG_DTYPE_BF16, 2, 100, 8, 64);
+    a.dq = view(BASE_DQ, FG_DTYPE_BF16, 2, 100, 8, 64);
+    a.dk = view(BASE_DK, FG_DTYPE_BF16, 2, 300, 2, 64);
+    a.dv = view(BASE_DV, FG_DTYPE_BF16, 2, 300, 2, 64);
+    a.causal = 1;
+    a.workspace = (void *)BASE_WS;
+    a.workspace_size = 1 << 20;
+    return a;
+}
+
+static void expect_bwd(const fg_bwd_args *a, fg_status want, const char *mention) {
+    fg_error e;
+    fg_error_clear(&e);
+    fg_status st = rt_check_bwd_args(a, 1, 1 << 20, &e);
+    cr_assert_eq(st, want, "expected %s, got %s (%s)", fg_status_string(want), fg_status_string(st), e.msg);
+    if (mention) cr_assert(strstr(e.msg, mention), "'%s' does not mention '%s'", e.msg, mention);
+}
+
+Test(args, backward_rules) {
+    fg_bwd_args a = valid_bwd();
+    expect_bwd(&a, FG_OK, NULL);
+    a = valid_bwd(), a.lse.data = NULL;
+    expect_bwd(&a, FG_ERR_INVALID_ARGUMENT, "lse.data is NULL");
+    a = valid_bwd(), a.dout.shape[1] = 99;
+    expect_bwd(&a, FG_ERR_INVALID_ARGUMENT, "dout.shape[1]");
+    a = valid_bwd(), a.dk.dtype = FG_DTYPE_F16;
+    expect_bwd(&a, FG_ERR_INVALID_ARGUMENT, "dk.dtype");
+    a = valid_bwd(), a.dv.stride[3] = 2;
+    expect_bwd(&a, FG_ERR_INVALID_ARGUMENT, "dv.stride[3]");
+    a = valid_bwd(), a.dq.data = (void *)(BASE_DQ + 2);
+    expect_bwd(&a, FG_ERR_INVALID_ARGUMENT, "dq.data");
+    a = valid_bwd(), a.dq.data = (void *)(BASE_Q + 128);
+    expect_bwd(&a, FG_ERR_INVALID_ARGUMENT, "dq overlaps q");
+    a = valid_bwd(), a.dv.data = a.dk.data;
+    expect_bwd(&a, FG_ERR_INVALID_ARGUMENT, "dv overlaps dk");
+    a = valid_bwd(), a.workspace_size = (1 << 20) - 1;
+    expect_bwd(&a, FG_ERR_INVALID_ARGUMENT, "workspace_size");
+    a = valid_bwd(), a.workspace = (void *)(BASE_WS + 16);
+    expect_bwd(&a, FG_ERR_INVALID_ARGUMENT, "256-byte aligned");
+    a = valid_bwd(), a.deterministic = 3;
+    expect_bwd(&a, FG_ERR_INVALID_ARGUMENT, "deterministic");
+    a = valid_bwd();
+    a.q.dtype = a.k.dtype = a.v.dtype = a.o.dtype = FG_DTYPE_E4M3;
+    expect_bwd(&a, FG_ERR_UNSUPPORTED, "fp16 or bf16");
+    /* head_dim 256: the forward takes it, the backward not yet */
+    a = valid_bwd();
+    fg_tensor *ts[8] = {&a.q, &a.k, &a.v, &a.o, &a.dout, &a.dq, &a.dk, &a.dv};
+    for (int i = 0; i < 8; i++) {
+        ts[i]->shape[3] = 256;
+        ts[i]->stride[2] = 256;
+        ts[i]->stride[1] = ts[i]->shape[2] * 256;
+        ts[i]->stride[0] = ts[i]->shape[1] * ts[i]->stride[1];
+    }
+    expect_bwd(&a, FG_ERR_UNSUPPORTED, "head_dim 256 has no backward kernel");
+    /* The workspace query (need_data 0) takes NULL pointers. */
+    a = valid_bwd();
+    a.workspace = NULL, a.workspace_size = 0, a.dq.data = a.dk.data = a.dv.data = NULL;
+    fg_error e;
+    cr_assert_eq(rt_check_bwd_args(&a, 0, 0, &e), FG_OK, "%s", e.msg);
+}

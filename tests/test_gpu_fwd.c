@@ -1268,3 +1268,204 @@ Test(fwd, empty_tensors_with_null_pointers, .timeout = 300) {
     run_free(&env, &r);
     gpu_close(&env);
 }
+
+/* ------------------------------------------------------------------------------------------------ */
+/* The backward pass                                                                                  */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* One backward case: the forward of `c` runs first (its O and LSE are the backward's inputs, and are
+ * checked), then fg_attention_bwd with a random dO, NaN-poisoned gradients with guard bands, and the
+ * gradients against the fp32 reference with TESTING.md's 3x rule (reference.h: ref_check_bwd). */
+typedef struct bwd_run {
+    fwd_run f;                 /* the forward: q, k, v, o, lse */
+    dbuf dout, dq, dk, dv;     /* dO, and the gradients */
+    CUdeviceptr ws;            /* the workspace */
+    fg_bwd_args args;
+} bwd_run;
+
+static void bwd_setup(gpu_env *env, bwd_run *r, const fwd_case *c, int deterministic) {
+    memset(r, 0, sizeof *r);
+    run_setup(env, &r->f, c);
+    run_launch(env, &r->f);
+    run_verify(&r->f);
+    int64_t qs[4] = {c->b, c->sq, c->hq, c->d}, ks[4] = {c->b, c->sk, c->hkv, c->d}, st[4];
+    make_strides(4, qs, c->strided, st);
+    dbuf_init(env, &r->dout, c->dt, 4, qs, st, 0, 0);
+    dbuf_upload_random(env, &r->dout, 0x61ull + (uint64_t)c->sq);
+    dbuf_init(env, &r->dq, c->dt, 4, qs, st, GUARD, 0);
+    make_strides(4, ks, c->strided, st);
+    dbuf_init(env, &r->dk, c->dt, 4, ks, st, GUARD, 0);
+    dbuf_init(env, &r->dv, c->dt, 4, ks, st, GUARD, 0);
+    fg_bwd_args *a = &r->args;
+    a->q = r->f.q.view, a->k = r->f.k.view, a->v = r->f.v.view, a->o = r->f.o.view, a->lse = r->f.lse.view;
+    a->dout = r->dout.view, a->dq = r->dq.view, a->dk = r->dk.view, a->dv = r->dv.view;
+    a->softmax_scale = c->scale;
+    a->causal = c->causal;
+    a->deterministic = deterministic;
+    cr_assert_eq(fg_attention_bwd_workspace_size(env->ctx, a, &a->workspace_size), FG_OK, "%s",
+                 fg_last_error(env->ctx));
+    if (a->workspace_size) {
+        CK(env->cu->cuMemAlloc(&r->ws, a->workspace_size));
+        /* Garbage in the workspace: the kernels must initialize what they use. */
+        CK(env->cu->cuMemsetD8(r->ws, 0xFF, a->workspace_size));
+        a->workspace = (void *)(uintptr_t)r->ws;
+    }
+}
+
+/* Poisons the gradients, runs the backward, downloads them. */
+static void bwd_launch(gpu_env *env, bwd_run *r) {
+    dbuf *gs[3] = {&r->dq, &r->dk, &r->dv};
+    for (int i = 0; i < 3; i++) dbuf_poison(env, gs[i]);
+    CK(env->cu->cuCtxSynchronize());
+    fg_status st = fg_attention_bwd(env->ctx, &r->args, (void *)env->stream);
+    char name[200];
+    case_name(&r->f.c, name, sizeof name);
+    cr_assert_eq(st, FG_OK, "%s: fg_attention_bwd returned %s: %s", name, fg_status_string(st), fg_last_error(env->ctx));
+    CK(env->cu->cuStreamSynchronize(env->stream));
+    for (int i = 0; i < 3; i++) dbuf_download(env, gs[i]);
+}
+
+static void bwd_verify(bwd_run *r) {
+    char name[200], line[1024];
+    case_name(&r->f.c, name, sizeof name);
+    static const char *const gnames[3] = {"dQ", "dK", "dV"};
+    dbuf *gs[3] = {&r->dq, &r->dk, &r->dv};
+    for (int i = 0; i < 3; i++) {
+        check_guard(gs[i], gnames[i]);
+        check_outside_view(gs[i], gnames[i]);
+    }
+    ref_bwd_problem p = {.fwd = {.q = r->f.q.host, .k = r->f.k.host, .v = r->f.v.host,
+                                 .softmax_scale = r->f.c.scale, .causal = r->f.c.causal, .out_dtype = r->f.c.dt},
+                         .o = r->f.o.host, .d_o = r->dout.host, .lse = r->f.lse.host};
+    ref_bwd_report rep;
+    fg_error e;
+    fg_error_clear(&e);
+    cr_assert_eq(ref_check_bwd(&p, &r->dq.host, &r->dk.host, &r->dv.host, &rep, &e), FG_OK, "%s: %s", name, e.msg);
+    ref_bwd_report_format(&rep, line, sizeof line);
+    fprintf(stderr, "gpu_bwd: %s det=%d: %s\n", name, r->args.deterministic, line);
+    cr_assert(rep.pass, "%s: %s", name, line);
+}
+
+static void bwd_free(gpu_env *env, bwd_run *r) {
+    dbuf_free(env, &r->dout);
+    dbuf_free(env, &r->dq);
+    dbuf_free(env, &r->dk);
+    dbuf_free(env, &r->dv);
+    if (r->ws) env->cu->cuMemFree(r->ws);
+    run_free(env, &r->f);
+}
+
+/* The shape set: head dims of every backward tile (16-128), query/key lengths that are multiples of no
+ * tile (the FlashAttention regression: NaN in dQ when seqlen_k is not a multiple of the block), causal
+ * with sq < sk and sq > sk (rows that see no key must get zero gradients, not NaN), GQA/MQA (dK, dV
+ * summed over a KV head's query heads), strided views, a non-default scale; each in both modes. */
+static fwd_case bwd_cases[24];
+static int bwd_ncases;
+static void bwd_fill(void) {
+    int n = 0;
+    bwd_cases[n++] = mk(FG_DTYPE_BF16, 2, 128, 128, 2, 2, 64, 0);
+    bwd_cases[n++] = mk(FG_DTYPE_F16, 2, 113, 203, 4, 4, 64, 1);
+    bwd_cases[n++] = mk(FG_DTYPE_BF16, 1, 203, 113, 4, 2, 64, 1);   /* rows without keys; GQA 2 */
+    bwd_cases[n++] = mk(FG_DTYPE_F16, 1, 300, 257, 8, 2, 128, 0);   /* GQA 4 */
+    bwd_cases[n++] = mk(FG_DTYPE_BF16, 2, 257, 300, 4, 4, 128, 1);
+    bwd_cases[n++] = mk(FG_DTYPE_F16, 1, 199, 199, 4, 1, 96, 1);    /* MQA */
+    bwd_cases[n++] = mk(FG_DTYPE_BF16, 2, 77, 1000, 2, 2, 32, 0);
+    bwd_cases[n++] = mk(FG_DTYPE_F16, 1, 1000, 77, 2, 2, 16, 1);
+    bwd_cases[n++] = mk(FG_DTYPE_BF16, 1, 150, 150, 2, 2, 80, 1);
+    bwd_cases[n++] = mk(FG_DTYPE_F16, 1, 150, 151, 2, 2, 112, 0);
+    bwd_cases[n++] = mk(FG_DTYPE_BF16, 1, 1, 239, 2, 2, 64, 0);     /* one query */
+    bwd_cases[n++] = mk(FG_DTYPE_F16, 1, 239, 1, 2, 2, 128, 0);     /* one key */
+    fwd_case s = mk(FG_DTYPE_BF16, 2, 130, 140, 4, 2, 64, 1);
+    s.strided = 1;
+    s.scale = 0.3f;
+    bwd_cases[n++] = s;
+    bwd_ncases = n;
+}
+ParameterizedTestParameters(bwd, shapes) {
+    bwd_fill();
+    return cr_make_param_array(fwd_case, bwd_cases, (size_t)bwd_ncases);
+}
+ParameterizedTest(fwd_case *c, bwd, shapes, .timeout = 600) {
+    gpu_env env;
+    gpu_open(&env);
+    for (int det = 0; det < 2; det++) {
+        bwd_run r;
+        bwd_setup(&env, &r, c, det);
+        bwd_launch(&env, &r);
+        bwd_verify(&r);
+        if (c->causal && c->sq > c->sk) { /* rows i < sq - sk see no key: their dQ is exactly 0 */
+            for (int64_t b = 0; b < c->b; b++)
+                for (int64_t i = 0; i < c->sq - c->sk; i++)
+                    for (int64_t h = 0; h < c->hq; h++)
+                        for (int64_t x = 0; x < c->d; x++) {
+                            const uint16_t *e = (const uint16_t *)r.dq.img +
+                                                (b * r.dq.view.stride[0] + i * r.dq.view.stride[1] +
+                                                 h * r.dq.view.stride[2] + x);
+                            cr_assert_eq(*e & 0x7fff, 0, "dQ[%lld, %lld, %lld, %lld] of a row without keys is 0x%04x",
+                                         (long long)b, (long long)i, (long long)h, (long long)x, *e);
+                        }
+        }
+        bwd_free(&env, &r);
+    }
+    gpu_close(&env);
+}
+
+/* The deterministic mode: 50 runs give bitwise-identical gradients (causal, GQA, a tail in both lengths,
+ * several key blocks adding into each query block's dQ). */
+Test(bwd, deterministic_is_bitwise_repeatable, .timeout = 600) {
+    gpu_env env;
+    gpu_open(&env);
+    fwd_case c = mk(FG_DTYPE_BF16, 2, 517, 700, 4, 2, 64, 1);
+    bwd_run r;
+    bwd_setup(&env, &r, &c, 1);
+    bwd_launch(&env, &r);
+    bwd_verify(&r);
+    dbuf *gs[3] = {&r.dq, &r.dk, &r.dv};
+    unsigned char *first[3];
+    size_t bytes[3];
+    for (int i = 0; i < 3; i++) {
+        bytes[i] = (size_t)gs[i]->span * gs[i]->esize;
+        first[i] = malloc(bytes[i]);
+        cr_assert_not_null(first[i]);
+        memcpy(first[i], gs[i]->img, bytes[i]);
+    }
+    for (int rep = 1; rep < 50; rep++) {
+        bwd_launch(&env, &r);
+        for (int i = 0; i < 3; i++)
+            cr_assert_eq(memcmp(first[i], gs[i]->img, bytes[i]), 0, "run %d: gradient %d differs bitwise from run 0",
+                         rep, i);
+    }
+    for (int i = 0; i < 3; i++) free(first[i]);
+    bwd_free(&env, &r);
+    gpu_close(&env);
+}
+
+/* Bad arguments get a status and a sentence, before anything runs. */
+Test(bwd, bad_arguments_are_refused, .timeout = 300) {
+    gpu_env env;
+    gpu_open(&env);
+    fwd_case c = mk(FG_DTYPE_F16, 1, 64, 64, 2, 2, 64, 0);
+    bwd_run r;
+    bwd_setup(&env, &r, &c, 0);
+    fg_bwd_args a = r.args;
+    a.workspace_size -= 1;
+    cr_assert_eq(fg_attention_bwd(env.ctx, &a, (void *)env.stream), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(fg_last_error(env.ctx), "workspace_size"), "%s", fg_last_error(env.ctx));
+    a = r.args;
+    a.lse.data = NULL;
+    cr_assert_eq(fg_attention_bwd(env.ctx, &a, (void *)env.stream), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(fg_last_error(env.ctx), "lse"), "%s", fg_last_error(env.ctx));
+    a = r.args;
+    a.dq.data = a.q.data; /* dq over q */
+    cr_assert_eq(fg_attention_bwd(env.ctx, &a, (void *)env.stream), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(fg_last_error(env.ctx), "dq overlaps q"), "%s", fg_last_error(env.ctx));
+    a = r.args;
+    a.dk.dtype = FG_DTYPE_BF16;
+    cr_assert_eq(fg_attention_bwd(env.ctx, &a, (void *)env.stream), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(fg_last_error(env.ctx), "dk.dtype"), "%s", fg_last_error(env.ctx));
+    a = r.args;
+    a.deterministic = 2;
+    cr_assert_eq(fg_attention_bwd(env.ctx, &a, (void *)env.stream), FG_ERR_INVALID_ARGUMENT);
+    bwd_free(&env, &r);
+    gpu_close(&env);
+}

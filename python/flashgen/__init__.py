@@ -41,7 +41,7 @@ __version__ = version
 __all__ = [
     "attention", "explain", "prepare", "bundle_load", "bundle_load_memory", "configure", "close",
     "library_path", "FlashgenError", "LibraryNotFoundError", "TensorDesc", "version", "hadamard_rotate",
-    "quantize_fp8", "key_major_v",
+    "quantize_fp8", "key_major_v", "attention_backward",
 ]
 
 _LOG_LEVELS = {"none": _capi.FG_LOG_NONE, "error": _capi.FG_LOG_ERROR, "warn": _capi.FG_LOG_WARN,
@@ -262,7 +262,7 @@ def _out_dtype_for(torch, vq, q, out_dtype):
 
 
 def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, out=None, stream=None, lse=None,
-              q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
+              q_descale=None, k_descale=None, v_descale=None, out_dtype=None, deterministic=False):
     """O = softmax(softmax_scale * Q K^T [causal mask]) V, on the GPU, by a flashgen kernel.
 
     q [batch, seqlen_q, heads_q, head_dim]; k, v [batch, seqlen_k, heads_kv, head_dim] (heads_kv divides
@@ -281,8 +281,17 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, out=N
     (see key_major_v), the binding copies it into that layout first, which costs one pass over V; keep V
     in that layout and pass the view to avoid it.
 
-    Nothing synchronizes; forward only (no autograd). Returns out, or (out, lse) with return_lse.
+    Training: with torch tensors, when autograd is on and q, k or v requires grad (fp16/bf16), the call
+    goes through an autograd Function whose backward is attention_backward (deterministic: its mode); out=,
+    lse= and the FP8 arguments are not taken then.
+
+    Nothing synchronizes. Returns out, or (out, lse) with return_lse.
     Raises FlashgenError (status name and the library's sentence) when the library refuses the call."""
+    if _needs_grad(q, k, v):
+        if out is not None or lse is not None or any(x is not None for x in (q_descale, k_descale, v_descale)):
+            raise TypeError("attention() with autograd takes no out=, lse= or descale arguments")
+        o, l = _autograd_function().apply(q, k, v, bool(causal), softmax_scale, stream, bool(deterministic))
+        return (o, l) if return_lse else o
     handle = _stream_handle(stream, q)
     dl_stream = handle or None  # DLPack: None means the legacy default stream
     vq = _tensors.view(q, "q", dl_stream)
@@ -324,6 +333,77 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, out=N
     a = _args(vq, vk, vv, vo, vlse, causal, softmax_scale, ds)
     _call(ctx, _capi.lib().fg_attention_fwd, ctypes.byref(a), handle)
     return (out, lse) if return_lse else out
+
+
+def _needs_grad(q, k, v):
+    """True when the call must record for autograd: torch is loaded, grad mode is on, and an input asks."""
+    torch = sys.modules.get("torch")
+    grad_enabled = getattr(torch, "is_grad_enabled", None) if torch is not None else None
+    if grad_enabled is None or not grad_enabled():
+        return False
+    return any(_tensors._is_torch_tensor(x) and getattr(x, "requires_grad", False) for x in (q, k, v))
+
+
+def attention_backward(q, k, v, out, lse, dout, causal=False, softmax_scale=None, deterministic=False, dq=None,
+                       dk=None, dv=None, stream=None):
+    """The gradients (dq, dk, dv) of O = attention(q, k, v) for dL/dO = dout, recomputed from the forward's
+    out and lse (return_lse=True). fp16/bf16, head_dim a multiple of 16 up to 128; dq, dk, dv are allocated
+    like q, k, v unless given (for GQA dk, dv sum over the query heads of each KV head). deterministic:
+    bitwise-identical gradients from run to run (slower). The fp32 workspace is allocated by PyTorch on the
+    launch stream. Raises FlashgenError with the library's sentence when the call is refused."""
+    torch = _torch()
+    handle = _stream_handle(stream, q)
+    dl_stream = handle or None
+    dq = torch.empty_like(q) if dq is None else dq
+    dk = torch.empty_like(k) if dk is None else dk
+    dv = torch.empty_like(v) if dv is None else dv
+    names = ("q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv")
+    views = [_tensors.view(x, n, dl_stream) for x, n in zip((q, k, v, out, lse, dout, dq, dk, dv), names)]
+    device = _device_for(tuple(zip(names, views)), True, None)
+    ctx = _context(device if device is not None else _default_device())
+    s = [x.struct() for x in views]
+    a = _capi.FgBwdArgs(s[0], s[1], s[2], s[3], s[5], s[4], s[6], s[7], s[8],
+                        0.0 if softmax_scale is None else float(softmax_scale), int(causal), int(bool(deterministic)),
+                        None, 0)
+    size = ctypes.c_size_t(0)
+    _call(ctx, _capi.lib().fg_attention_bwd_workspace_size, ctypes.byref(a), ctypes.byref(size))
+    with _on_launch_stream(handle, q.device):  # the workspace belongs to the launch stream's allocations
+        ws = torch.empty(max(size.value, 1), dtype=torch.uint8, device=q.device)
+    a.workspace, a.workspace_size = ws.data_ptr(), size.value
+    _call(ctx, _capi.lib().fg_attention_bwd, ctypes.byref(a), handle)
+    return dq, dk, dv
+
+
+_FUNCTION = None
+
+
+def _autograd_function():
+    """The torch.autograd.Function behind attention() in training, made on first use (torch is imported
+    only then)."""
+    global _FUNCTION
+    if _FUNCTION is None:
+        torch = _torch()
+
+        class _Attention(torch.autograd.Function):
+            @staticmethod
+            def forward(fctx, q, k, v, causal, softmax_scale, stream, deterministic):
+                o, l = attention(q.detach(), k.detach(), v.detach(), causal=causal, softmax_scale=softmax_scale,
+                                 return_lse=True, stream=stream)
+                fctx.save_for_backward(q, k, v, o, l)
+                fctx.causal, fctx.scale, fctx.stream, fctx.det = causal, softmax_scale, stream, deterministic
+                fctx.mark_non_differentiable(l)
+                return o, l
+
+            @staticmethod
+            def backward(fctx, do, dl):
+                q, k, v, o, l = fctx.saved_tensors
+                dq, dk, dv = attention_backward(q, k, v, o, l, do.contiguous(), causal=fctx.causal,
+                                                softmax_scale=fctx.scale, deterministic=fctx.det,
+                                                stream=fctx.stream)
+                return dq, dk, dv, None, None, None, None
+
+        _FUNCTION = _Attention
+    return _FUNCTION
 
 
 _OUT_CODES = {"torch.float16": _capi.FG_DTYPE_F16, "torch.bfloat16": _capi.FG_DTYPE_BF16}

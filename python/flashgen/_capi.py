@@ -88,6 +88,22 @@ class FgFwdArgs(ctypes.Structure):
     ]
 
 
+class FgBwdArgs(ctypes.Structure):
+    """fg_bwd_args: the arguments of one backward call."""
+
+    _fields_ = [
+        ("q", FgTensor), ("k", FgTensor), ("v", FgTensor), ("o", FgTensor),  # the forward's inputs and output
+        ("dout", FgTensor),               # dL/dO, like o
+        ("lse", FgTensor),                # the forward's LSE (required)
+        ("dq", FgTensor), ("dk", FgTensor), ("dv", FgTensor),  # written
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int),
+        ("deterministic", ctypes.c_int),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_size", ctypes.c_size_t),
+    ]
+
+
 # fg_log_fn: void (*)(void *user, fg_log_level level, const char *message)
 FG_LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
 
@@ -145,11 +161,14 @@ def _declare(lib):
     """Gives every entry point its C prototype (ctypes would otherwise truncate pointers to int)."""
     vp, c_int, c_size_t, c_char_p = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_char_p
     args_p = ctypes.POINTER(FgFwdArgs)
+    bwd_p = ctypes.POINTER(FgBwdArgs)
     protos = {
         "fg_context_options_init": (None, [ctypes.POINTER(FgContextOptions)]),
         "fg_context_create": (c_int, [ctypes.POINTER(vp), ctypes.POINTER(FgContextOptions)]),
         "fg_context_destroy": (None, [vp]),
         "fg_attention_fwd": (c_int, [vp, args_p, vp]),
+        "fg_attention_bwd": (c_int, [vp, bwd_p, vp]),
+        "fg_attention_bwd_workspace_size": (c_int, [vp, bwd_p, ctypes.POINTER(c_size_t)]),
         "fg_prepare": (c_int, [vp, args_p]),
         "fg_explain": (c_int, [vp, args_p, ctypes.c_char_p, c_size_t]),
         "fg_bundle_load": (c_int, [vp, c_char_p]),
