@@ -353,7 +353,7 @@ fg_status rt_check_bwd_args(const fg_bwd_args *a, int need_data, size_t need, fg
     if (!is_half(a->q.dtype))
         return fg_fail(err, FG_ERR_UNSUPPORTED, "q.dtype is %s; the backward takes fp16 or bf16",
                        spec_dtype_name(a->q.dtype));
-    if (!a->lse.data && need_data)
+    if (!a->lse.data && need_data && a->q.shape[0] * a->q.shape[1] * a->q.shape[2] != 0)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                        "lse.data is NULL; the backward recomputes P from the forward's LSE: pass the forward's lse");
     fg_status st = rt_check_fwd_args(&f, need_data, err);
@@ -389,6 +389,17 @@ fg_status rt_check_bwd_args(const fg_bwd_args *a, int need_data, size_t need, fg
                     return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s overlaps %s in memory; the gradients must "
                                    "not share bytes with the inputs or each other", out_names[i],
                                    j < 6 ? in_names[j] : out_names[j - 6]);
+            }
+        }
+        if (need > 0 && a->workspace) { /* the workspace is written too: no tensor may share its bytes */
+            const uintptr_t wlo = (uintptr_t)a->workspace, whi = wlo + need;
+            for (int j = 0; j < 9; j++) {
+                const fg_tensor *t = j < 6 ? ins[j] : outs[j - 6];
+                uintptr_t lo, hi;
+                span(t, &lo, &hi);
+                if (lo < whi && wlo < hi)
+                    return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the workspace overlaps %s in memory; it must be "
+                                   "memory of its own", j < 6 ? in_names[j] : out_names[j - 6]);
             }
         }
         if (a->workspace_size < need)

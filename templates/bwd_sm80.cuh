@@ -69,9 +69,14 @@ fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params p) {
     }
     d += __shfl_xor_sync(0xffffffffu, d, 1);
     d += __shfl_xor_sync(0xffffffffu, d, 2);
-    if (part == 0 && r < sq_pad) {
-        float lse2 = __int_as_float(0x7f800000); // +inf: padding rows get P = 0
-        if (r < p.seqlen_q) lse2 = p.lse[batch * p.lse_stride[0] + head * p.lse_stride[1] + (i64)r * p.lse_stride[2]] * FG_LOG2E;
+    if (part == 0) { // the grid covers exactly the sq_pad rows
+        // +inf makes P = 0: padding rows, and rows whose LSE is -inf (they saw no key; were such an LSE
+        // given for a row that does see keys, exp2(s - (-inf)) would make P infinite). A NaN stays NaN.
+        float lse2 = __int_as_float(0x7f800000);
+        if (r < p.seqlen_q) {
+            const float lse = p.lse[batch * p.lse_stride[0] + head * p.lse_stride[1] + (i64)r * p.lse_stride[2]];
+            if (lse != FG_NEG_INF) lse2 = lse * FG_LOG2E;
+        }
         p.lse2[bh * sq_pad + r] = lse2;
         p.dsum[bh * sq_pad + r] = d;
     }
@@ -260,11 +265,13 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         // (all of them see m when this one does: the first query block a key block sees only grows with
         // it), and before n_block + 1: the semaphore of (batch, head, m) counts the blocks done.
         float *acc = p.dq_accum + (bh * sq_pad + m0 + qg * 16 + g) * FG_HEAD_DIM + dslice * FG_DQT * 8 + 2 * t;
+        // Forward progress relies on CTA (n_block - 1, head, batch) having been dispatched before this one,
+        // which in-order block dispatch gives (the grid's x is the key block; FlashAttention-3's
+        // deterministic backward relies on the same); the CUDA model does not promise it.
         if (FG_DETERMINISTIC) {
             if (tid == 0) {
                 volatile int *sem = p.dq_sem + bh * m_blocks + m;
-                while (*sem != n_block) {
-                }
+                while (*sem != n_block) __nanosleep(64); // spin gently: the L2 line is shared
                 __threadfence();
             }
             __syncthreads();

@@ -354,6 +354,12 @@ Test(args, backward_rules) {
     expect_bwd(&a, FG_ERR_INVALID_ARGUMENT, "dq overlaps q");
     a = valid_bwd(), a.dv.data = a.dk.data;
     expect_bwd(&a, FG_ERR_INVALID_ARGUMENT, "dv overlaps dk");
+    a = valid_bwd(), a.workspace = (void *)BASE_DQ;
+    expect_bwd(&a, FG_ERR_INVALID_ARGUMENT, "the workspace overlaps dq");
+    a = valid_bwd(); /* seqlen_q 0: an empty LSE may be NULL, as PyTorch gives empty tensors */
+    a.q.shape[1] = a.o.shape[1] = a.dout.shape[1] = a.dq.shape[1] = a.lse.shape[2] = 0;
+    a.lse.data = NULL;
+    expect_bwd(&a, FG_OK, NULL);
     a = valid_bwd(), a.workspace_size = (1 << 20) - 1;
     expect_bwd(&a, FG_ERR_INVALID_ARGUMENT, "workspace_size");
     a = valid_bwd(), a.workspace = (void *)(BASE_WS + 16);
