@@ -20,6 +20,14 @@ start=$(date +%s)
 build/tests/test_gpu_fwd --verbose=1 -j8 ${GPU_TEST_FILTER:+--filter "$GPU_TEST_FILTER"} >"$out/gpu_tests.log" 2>&1
 gpu_rc=$?
 echo "test_gpu_fwd: rc=$gpu_rc in $(( $(date +%s) - start )) s"
+# On an H100/H200 the suite above runs the sm_90a (wgmma) family wherever it applies; run it again on the
+# mma.sync family there.
+if nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | grep -q '^9\.0'; then
+  start=$(date +%s)
+  FLASHGEN_WGMMA=0 build/tests/test_gpu_fwd --verbose=1 -j8 ${GPU_TEST_FILTER:+--filter "$GPU_TEST_FILTER"} \
+    >"$out/gpu_tests_mma.log" 2>&1 || gpu_rc=1
+  echo "test_gpu_fwd with FLASHGEN_WGMMA=0: rc=$gpu_rc in $(( $(date +%s) - start )) s"
+fi
 
 : >"$out/run.log"
 run_rc=0
@@ -37,9 +45,18 @@ san_rc=0
 : >"$out/sanitizer.log"
 if command -v compute-sanitizer >/dev/null 2>&1; then
   for tool in memcheck racecheck initcheck synccheck; do
-    FLASHGEN_LINEINFO=1 compute-sanitizer --tool $tool --error-exitcode 9 build/flashgen run --batch 1 --seqlen-q 300 --seqlen-k 257 \
-      --heads 4 --heads-kv 2 --head-dim 72 --causal --iters 1 >>"$out/sanitizer.log" 2>&1 || san_rc=1
-    echo "compute-sanitizer $tool: $(tail -1 "$out/sanitizer.log")"
+    # head_dim 72: the mma.sync family everywhere; 128: the sm_90a family on Hopper
+    for d in 72 128; do
+      FLASHGEN_LINEINFO=1 compute-sanitizer --tool $tool --error-exitcode 9 build/flashgen run --batch 1 --seqlen-q 300 \
+        --seqlen-k 257 --heads 4 --heads-kv 2 --head-dim $d --causal --iters 1 >>"$out/sanitizer.log" 2>&1 || san_rc=1
+      echo "compute-sanitizer $tool (head_dim $d): $(tail -1 "$out/sanitizer.log")"
+    done
+  done
+  # the backward's GPU tests (every Criterion worker process followed)
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --target-processes all --error-exitcode 9 build/tests/test_gpu_fwd -j1 \
+      --filter 'bwd/shapes' >>"$out/sanitizer.log" 2>&1 || san_rc=1
+    echo "compute-sanitizer $tool (backward tests): $(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitizer.log") clean summaries so far"
   done
 else
   echo "compute-sanitizer: not found"
