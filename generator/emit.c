@@ -80,25 +80,30 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
 }
 
 /* One wgmma wrapper: `name`(float (&d)[n / 8][4], A, u64 desc_b, u32 scale_d) issuing
- * wgmma.mma_async m64 n{n} k16 with fp32 accumulators d (operands %0 .. %(n/2 - 1)). A is a descriptor
- * (a_regs 0: u64 desc_a) or four registers of the A fragment (a_regs 1: const u32 (&a)[4]). tnsp_b: B is
- * MN-major. Inline asm cannot loop, so the generator writes the operand list out. */
-static void emit_wgmma(sbuf *b, const char *name, int n, int a_regs, int tnsp_b, const char *ty) {
+ * wgmma.mma_async m64 n{n} k{16 or 32} with fp32 accumulators d (operands %0 .. %(n/2 - 1)). A is a
+ * descriptor (a_regs 0: u64 desc_a) or four registers of the A fragment (a_regs 1: const u32 (&a)[4]).
+ * tnsp_b: B is MN-major (16-bit types only); -1 for the FP8 types, which take K-major operands only and
+ * no transpose immediates. ta, tb: the PTX type names of A and B (f16, bf16, e4m3, e5m2). Inline asm
+ * cannot loop, so the generator writes the operand list out. */
+static void emit_wgmma(sbuf *b, const char *name, int n, int a_regs, int tnsp_b, const char *ta, const char *tb) {
+    const int k = tnsp_b < 0 ? 32 : 16;
     const int nd = n / 2;
     sb_printf(b, "__device__ __forceinline__ void %s(float (&d)[%d][4], %s, u64 desc_b, u32 scale_d) {\n", name,
               n / 8, a_regs ? "const u32 (&a)[4]" : "u64 desc_a");
     sb_printf(b, "    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n\"\n", nd + (a_regs ? 5 : 2));
-    sb_printf(b, "                 \"wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {\"", n, ty, ty);
+    sb_printf(b, "                 \"wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s {\"", n, k, ta, tb);
     for (int i = 0; i < nd; i++) {
         if (i % 16 == 0) sb_printf(b, "\n                 \"");
         sb_printf(b, "%%%d%s", i, i + 1 < nd ? ", " : "");
         if (i % 16 == 15 || i + 1 == nd) sb_printf(b, "\"");
     }
+    char tail[16] = "";
+    if (tnsp_b >= 0) snprintf(tail, sizeof tail, a_regs ? ", %d" : ", 0, %d", tnsp_b); /* [tnsp-a,] tnsp-b */
     if (a_regs)
-        sb_printf(b, "\n                 \"}, {%%%d, %%%d, %%%d, %%%d}, %%%d, p, 1, 1, %d;\\n}\\n\"\n", nd, nd + 1,
-                  nd + 2, nd + 3, nd + 4, tnsp_b);
+        sb_printf(b, "\n                 \"}, {%%%d, %%%d, %%%d, %%%d}, %%%d, p, 1, 1%s;\\n}\\n\"\n", nd, nd + 1,
+                  nd + 2, nd + 3, nd + 4, tail);
     else
-        sb_printf(b, "\n                 \"}, %%%d, %%%d, p, 1, 1, 0, %d;\\n}\\n\"\n", nd, nd + 1, tnsp_b);
+        sb_printf(b, "\n                 \"}, %%%d, %%%d, p, 1, 1%s;\\n}\\n\"\n", nd, nd + 1, tail);
     sb_printf(b, "                 :");
     for (int i = 0; i < nd; i++)
         sb_printf(b, "%s\"+f\"(d[%d][%d])", i ? (i % 8 == 0 ? ",\n                  " : ", ") : " ", i / 4, i % 4);
@@ -140,16 +145,22 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
                                : (wgmma ? sizeof fwd_sm90_pieces / sizeof fwd_sm90_pieces[0]
                                         : sizeof fwd_pieces / sizeof fwd_pieces[0]);
     if (bwd) sb_printf(&b, "#define FG_DETERMINISTIC %d\n", spec->deterministic ? 1 : 0);
-    if (wgmma) {
-        sb_printf(&b, "#define FG_SW_COLS %d\n", spec->head_dim % 64 == 0 ? 64 : 32);
+    if (wgmma) { /* bytes per swizzled chunk row: 128 when head_dim fills them (64 16-bit or 128 FP8 elements) */
+        sb_printf(&b, "#define FG_SW_BYTES %d\n", (spec->head_dim * spec_dtype_size(spec->dtype)) % 128 == 0 ? 128 : 64);
         sb_printf(&b, "#define FG_Q_STAGES %d\n", spec_q_stages(spec));
     }
     for (size_t i = 0; i < npieces; i++) {
         if (!pieces[i]) {
-            const char *ty = spec->dtype == FG_DTYPE_BF16 ? "bf16" : "f16";
             sb_printf(&b, "\n// ---- generated: wgmma wrappers for this tile ----\n");
-            emit_wgmma(&b, "fg_wgmma_qk", spec->block_n, 0, 0, ty);
-            emit_wgmma(&b, "fg_wgmma_pv", spec->head_dim, 1, 1, ty);
+            if (spec_dtype_is_fp8(spec->dtype)) { /* P is e4m3 whatever the inputs (as on the mma.sync path) */
+                const char *ty = spec->dtype == FG_DTYPE_E5M2 ? "e5m2" : "e4m3";
+                emit_wgmma(&b, "fg_wgmma_qk", spec->block_n, 0, -1, ty, ty);
+                emit_wgmma(&b, "fg_wgmma_pv", spec->head_dim, 1, -1, "e4m3", ty);
+            } else {
+                const char *ty = spec->dtype == FG_DTYPE_BF16 ? "bf16" : "f16";
+                emit_wgmma(&b, "fg_wgmma_qk", spec->block_n, 0, 0, ty, ty);
+                emit_wgmma(&b, "fg_wgmma_pv", spec->head_dim, 1, 1, ty, ty);
+            }
             continue;
         }
         const char *text = template_text(pieces[i]);

@@ -200,7 +200,8 @@ static size_t bwd_smem_bytes(const fg_spec *s) {
 
 int spec_q_stages(const fg_spec *spec) {
     if (!spec_is_wgmma(spec)) return 1;
-    size_t two = 1024u + (size_t)spec->head_dim * 2u * (2u * (size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages) +
+    size_t two = 1024u + (size_t)spec->head_dim * (size_t)spec_dtype_size(spec->dtype) *
+                             (2u * (size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages) +
                  8u * (4u + 4u * (size_t)spec->stages);
     return two <= arch_smem_limit(spec->arch) ? 2 : 1;
 }
@@ -214,7 +215,8 @@ size_t spec_smem_bytes(const fg_spec *spec) {
     if (spec->kind == FG_KIND_BWD) return bwd_smem_bytes(spec);
     if (spec_is_wgmma(spec)) { /* 1 KiB of alignment slack, Q buffers, K and V stages, their mbarriers */
         size_t q = spec_q_stages(spec);
-        return 1024u + (size_t)spec->head_dim * 2u * (q * (size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages) +
+        return 1024u + (size_t)spec->head_dim * (size_t)spec_dtype_size(spec->dtype) *
+                           (q * (size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages) +
                8u * (2u * q + 4u * (size_t)spec->stages);
     }
     size_t dp = (size_t)spec_head_dim_padded(spec);

@@ -20,39 +20,39 @@
 
 /* arch range, head_dim range, causal, dtype, block_m, block_n, warps, stages, family */
 static const fg_tile_rule default_rules[] = {
-    {80, 999, 8, 64, -1, -1, 128, 64, 4, 3, FG_FAMILY_MMA},
-    {80, 999, 65, 128, -1, -1, 128, 32, 4, 3, FG_FAMILY_MMA},
-    {80, 999, 129, 256, -1, -1, 128, 64, 8, 2, FG_FAMILY_MMA},
+    {80, 999, 8, 64, -1, -1, 128, 64, 4, 3, FG_FAMILY_MMA, FG_KIND_FWD},
+    {80, 999, 65, 128, -1, -1, 128, 32, 4, 3, FG_FAMILY_MMA, FG_KIND_FWD},
+    {80, 999, 129, 256, -1, -1, 128, 64, 8, 2, FG_FAMILY_MMA, FG_KIND_FWD},
     /* sm_80/sm_87 (163 KiB): 128 x 64 x 8 warps needs 192 KiB at d 256 */
-    {80, 80, 193, 256, -1, -1, 64, 64, 4, 2, FG_FAMILY_MMA},
-    {87, 87, 193, 256, -1, -1, 64, 64, 4, 2, FG_FAMILY_MMA},
+    {80, 80, 193, 256, -1, -1, 64, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_FWD},
+    {87, 87, 193, 256, -1, -1, 64, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_FWD},
     /* 99 KiB parts */
-    {86, 86, 129, 256, -1, -1, 64, 32, 4, 2, FG_FAMILY_MMA},
-    {89, 89, 129, 256, -1, -1, 64, 32, 4, 2, FG_FAMILY_MMA},
-    {120, 121, 129, 256, -1, -1, 64, 32, 4, 2, FG_FAMILY_MMA},
+    {86, 86, 129, 256, -1, -1, 64, 32, 4, 2, FG_FAMILY_MMA, FG_KIND_FWD},
+    {89, 89, 129, 256, -1, -1, 64, 32, 4, 2, FG_FAMILY_MMA, FG_KIND_FWD},
+    {120, 121, 129, 256, -1, -1, 64, 32, 4, 2, FG_FAMILY_MMA, FG_KIND_FWD},
     /* sm_90 (H200 sweep). Within 5% of each class's winner except where noted. */
-    {90, 90, 8, 64, 0, -1, 128, 96, 4, 3, FG_FAMILY_MMA},          /* 2k/8k winner; 8% behind 64x64 at 512 */
-    {90, 90, 8, 64, 1, -1, 64, 64, 4, 3, FG_FAMILY_MMA},           /* 512/2k winner; 6% behind 128x96 at 8k */
-    {90, 90, 65, 128, 0, -1, 128, 32, 4, 2, FG_FAMILY_MMA},        /* 128x48 is 3% faster but spills 4 bytes */
-    {90, 90, 65, 128, 1, -1, 128, 48, 4, 2, FG_FAMILY_MMA},
+    {90, 90, 8, 64, 0, -1, 128, 96, 4, 3, FG_FAMILY_MMA, FG_KIND_FWD},          /* 2k/8k winner; 8% behind 64x64 at 512 */
+    {90, 90, 8, 64, 1, -1, 64, 64, 4, 3, FG_FAMILY_MMA, FG_KIND_FWD},           /* 512/2k winner; 6% behind 128x96 at 8k */
+    {90, 90, 65, 128, 0, -1, 128, 32, 4, 2, FG_FAMILY_MMA, FG_KIND_FWD},        /* 128x48 is 3% faster but spills 4 bytes */
+    {90, 90, 65, 128, 1, -1, 128, 48, 4, 2, FG_FAMILY_MMA, FG_KIND_FWD},
     /* FP8 (e4m3, e5m2) on sm_89 and sm_90. FP8 mma.sync is native (QMMA) on sm_89 but emulated on sm_90
      * (each m16n8k32 becomes fp8 -> f16 unpacks and two HMMAs), which costs registers. sm_89: from ptxas
      * reports (NVRTC 13.0). sm_90: the winners of `flashgen tune configs/tune_fwd_fp8.lua` on an H200
      * (bench/results/2026-11-29-h200-fp8/), 10-30% faster than 16 rows per warp. d 129-256 spills on sm_90
      * with every tile tried (128x64 8 warps: 52 bytes, the least; 64x32 4 warps: 432); the default bundle
      * leaves it to JIT there. block_n is a multiple of 32 (the FP8 P.V mma's k: fp8_block_n). */
-    {89, 89, 8, 128, -1, FG_DTYPE_E4M3, 128, 64, 8, 2, FG_FAMILY_MMA},   /* 127 / 178 registers */
-    {89, 89, 8, 128, -1, FG_DTYPE_E5M2, 128, 64, 8, 2, FG_FAMILY_MMA},
-    {89, 89, 129, 256, -1, FG_DTYPE_E4M3, 128, 32, 8, 2, FG_FAMILY_MMA}, /* 209 registers, 64 KiB of the 99 */
-    {89, 89, 129, 256, -1, FG_DTYPE_E5M2, 128, 32, 8, 2, FG_FAMILY_MMA},
-    {90, 90, 8, 64, 0, FG_DTYPE_E4M3, 128, 64, 4, 2, FG_FAMILY_MMA},     /* 255 registers, no spill */
-    {90, 90, 8, 64, 0, FG_DTYPE_E5M2, 128, 64, 4, 2, FG_FAMILY_MMA},
-    {90, 90, 8, 64, 1, FG_DTYPE_E4M3, 64, 64, 4, 2, FG_FAMILY_MMA},
-    {90, 90, 8, 64, 1, FG_DTYPE_E5M2, 64, 64, 4, 2, FG_FAMILY_MMA},
-    {90, 90, 65, 128, -1, FG_DTYPE_E4M3, 64, 32, 4, 3, FG_FAMILY_MMA},   /* 226 registers */
-    {90, 90, 65, 128, -1, FG_DTYPE_E5M2, 64, 32, 4, 3, FG_FAMILY_MMA},
-    {90, 90, 129, 256, -1, FG_DTYPE_E4M3, 128, 64, 8, 2, FG_FAMILY_MMA}, /* spills (see above) */
-    {90, 90, 129, 256, -1, FG_DTYPE_E5M2, 128, 64, 8, 2, FG_FAMILY_MMA},
+    {89, 89, 8, 128, -1, FG_DTYPE_E4M3, 128, 64, 8, 2, FG_FAMILY_MMA, FG_KIND_FWD},   /* 127 / 178 registers */
+    {89, 89, 8, 128, -1, FG_DTYPE_E5M2, 128, 64, 8, 2, FG_FAMILY_MMA, FG_KIND_FWD},
+    {89, 89, 129, 256, -1, FG_DTYPE_E4M3, 128, 32, 8, 2, FG_FAMILY_MMA, FG_KIND_FWD}, /* 209 registers, 64 KiB of the 99 */
+    {89, 89, 129, 256, -1, FG_DTYPE_E5M2, 128, 32, 8, 2, FG_FAMILY_MMA, FG_KIND_FWD},
+    {90, 90, 8, 64, 0, FG_DTYPE_E4M3, 128, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_FWD},     /* 255 registers, no spill */
+    {90, 90, 8, 64, 0, FG_DTYPE_E5M2, 128, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_FWD},
+    {90, 90, 8, 64, 1, FG_DTYPE_E4M3, 64, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_FWD},
+    {90, 90, 8, 64, 1, FG_DTYPE_E5M2, 64, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_FWD},
+    {90, 90, 65, 128, -1, FG_DTYPE_E4M3, 64, 32, 4, 3, FG_FAMILY_MMA, FG_KIND_FWD},   /* 226 registers */
+    {90, 90, 65, 128, -1, FG_DTYPE_E5M2, 64, 32, 4, 3, FG_FAMILY_MMA, FG_KIND_FWD},
+    {90, 90, 129, 256, -1, FG_DTYPE_E4M3, 128, 64, 8, 2, FG_FAMILY_MMA, FG_KIND_FWD}, /* spills (see above) */
+    {90, 90, 129, 256, -1, FG_DTYPE_E5M2, 128, 64, 8, 2, FG_FAMILY_MMA, FG_KIND_FWD},
     /* sm_90a: the wgmma family (fwd_sm90.cuh), 16-bit. block_m is 64 per consumer warpgroup, warps
      * 4 per warpgroup plus the producer's 4. Starting points from FlashAttention-3's tiles, within this
      * kernel's register budget (validate.c): d 64 192 x 128 (3 consumers, 160 registers each), d 128
@@ -61,11 +61,18 @@ static const fg_tile_rule default_rules[] = {
      * (bench/results/2026-11-29-h200-sm90a/tuned/), d 128 non-causal 128 x 160: the winner at 2k (657
      * TFLOP/s; 128 x 192 618), 0.7% behind 128 x 192 at 8k. Causal keeps 128 x 128 (the winner at 2k; 128
      * x 192 wins 8k by 2.3%, which a tuned database picks). */
-    {90, 90, 32, 64, -1, -1, 192, 128, 16, 2, FG_FAMILY_WGMMA},
-    {90, 90, 65, 128, -1, -1, 128, 128, 12, 2, FG_FAMILY_WGMMA},
-    {90, 90, 97, 128, 0, -1, 128, 160, 12, 2, FG_FAMILY_WGMMA},
-    {90, 90, 129, 192, -1, -1, 128, 96, 12, 2, FG_FAMILY_WGMMA},
-    {90, 90, 193, 256, -1, -1, 128, 80, 12, 2, FG_FAMILY_WGMMA},
+    {90, 90, 32, 64, -1, -1, 192, 128, 16, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
+    {90, 90, 65, 128, -1, -1, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
+    {90, 90, 97, 128, 0, -1, 128, 160, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
+    {90, 90, 129, 192, -1, -1, 128, 96, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
+    {90, 90, 193, 256, -1, -1, 128, 80, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
+    /* sm_90a FP8 (e4m3, e5m2; head_dim a multiple of 64, block_n 64 or 128: validate.c). FlashAttention-3's
+     * FP8 tiles are wider (d 128: 128 x 224); these keep the V^T tile one swizzled 128-byte row. Not yet
+     * run on a GPU: dispatch takes this family for FP8 only with FLASHGEN_WGMMA_FP8=1. */
+    {90, 90, 64, 64, -1, FG_DTYPE_E4M3, 192, 128, 16, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
+    {90, 90, 64, 64, -1, FG_DTYPE_E5M2, 192, 128, 16, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
+    {90, 90, 65, 256, -1, FG_DTYPE_E4M3, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
+    {90, 90, 65, 256, -1, FG_DTYPE_E5M2, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     /* The backward (bwd_sm80.cuh; validate.c's bwd rules): 16 keys per warp; dK, dV, S^T and dP^T in
      * registers bound block_m, and the dQ product's head_dim split must divide d / 8. Chosen from ptxas's
      * reports (NVRTC 13.0, sm_80 and sm_90, both masks and modes) for the fewest spills: d <= 48 32 x 32

@@ -93,9 +93,11 @@ RULE(bwd_dtype, is_bwd(s) && s->dtype != FG_DTYPE_F16 && s->dtype != FG_DTYPE_BF
 RULE(bwd_head_dim, is_bwd(s) && (s->head_dim % 16 != 0 || s->head_dim > 128), FG_ERR_UNSUPPORTED,
      "head_dim %d has no backward kernel yet: kind=bwd takes multiples of 16 up to 128 (dK and dV live in "
      "registers: 256 would need two passes)", s->head_dim)
-RULE(wgmma_dtype, spec_is_wgmma(s) && s->dtype != FG_DTYPE_F16 && s->dtype != FG_DTYPE_BF16, FG_ERR_UNSUPPORTED,
-     "dtype %s on sm_90a (the wgmma family) is not implemented yet: use arch sm_90 (the mma.sync family), "
-     "which the runtime picks for it on Hopper", spec_dtype_name(s->dtype))
+RULE(wgmma_dtype, spec_is_wgmma(s) && spec_dtype_is_fp8(s->dtype) &&
+                      (s->head_dim % 64 != 0 || (s->block_n != 64 && s->block_n != 128)), FG_ERR_UNSUPPORTED,
+     "dtype %s on sm_90a (the wgmma family) takes head_dim a multiple of 64 and block_n 64 or 128 (FP8 tiles are "
+     "64- or 128-byte swizzled rows, V^T rows of block_n keys); got head_dim %d, block_n %d; arch sm_90 (the "
+     "mma.sync family) takes the others", spec_dtype_name(s->dtype), s->head_dim, s->block_n)
 RULE(wgmma_head_dim, spec_is_wgmma(s) && (s->head_dim < 32 || s->head_dim % 32 != 0), FG_ERR_UNSUPPORTED,
      "head_dim %d is not supported on sm_90a (the wgmma family): it must be a multiple of 32 from 32 to 256 "
      "(TMA tiles are 32- or 64-column chunks); arch sm_90 (mma.sync) takes multiples of 8", s->head_dim)

@@ -55,10 +55,13 @@ static fg_dtype call_out_dtype(const fg_fwd_args *a) {
 /* TMA reads a tensor when its base address is 16-byte aligned and the byte strides of its dims longer
  * than 1 are positive multiples of 16 below 2^40 (a dim of extent 1 is never stepped, whatever its stride). */
 static int tensor_tma_ok(const fg_tensor *t) {
+    const int64_t es = spec_dtype_size(t->dtype);
     if ((uintptr_t)t->data % 16 != 0) return 0;
-    for (int i = 0; i < 3; i++)
-        if (t->shape[i] > 1 && (t->stride[i] <= 0 || (t->stride[i] * 2) % 16 != 0 || t->stride[i] * 2 >= (1LL << 40)))
+    for (int i = 0; i < 4; i++) {
+        if (i == 3 && t->stride[3] == 1) continue; /* the contiguous dim (FP8 V^T: dim 1, checked here) */
+        if (t->shape[i] > 1 && (t->stride[i] <= 0 || (t->stride[i] * es) % 16 != 0 || t->stride[i] * es >= (1LL << 40)))
             return 0;
+    }
     return 1;
 }
 
@@ -70,7 +73,9 @@ static int call_wgmma(const fg_context *ctx, const fg_fwd_args *a) {
      * int and steps by the grid: a problem with more than INT_MAX - SMs of them runs the mma.sync
      * family, whose grid is 3-d. */
     const int64_t tiles = (a->q.shape[1] + 63) / 64 * a->q.shape[2] * a->q.shape[0];
-    return ctx->wgmma && !spec_dtype_is_fp8(a->q.dtype) && a->q.shape[3] % 32 == 0 && a->q.shape[3] <= 256 &&
+    const int fp8 = spec_dtype_is_fp8(a->q.dtype);
+    if (fp8 && (!ctx->wgmma_fp8 || a->q.shape[3] % 64 != 0)) return 0;
+    return ctx->wgmma && a->q.shape[3] % 32 == 0 && a->q.shape[3] <= 256 &&
            tiles <= (int64_t)INT32_MAX - ctx->sm_count && tensor_tma_ok(&a->q) && tensor_tma_ok(&a->k) &&
            tensor_tma_ok(&a->v) && tensor_tma_ok(&a->o);
 }
@@ -258,20 +263,39 @@ static fg_status get_kernel(fg_context *ctx, const fg_spec *s, int dry, origin *
 /* The tensor map of a [batch, seqlen, heads, head_dim] 16-bit tensor as TMA sees it: 4-d (head_dim,
  * seqlen, heads, batch), boxes of one `swc`-column chunk by `rows` rows, swizzled like the kernel's tiles
  * (sm90.cuh). Rows past seqlen read as zeros and are never written. */
-static fg_status encode_tma(fg_context *ctx, CUtensorMap *m, const fg_tensor *t, int rows, int swc, fg_error *err) {
-    const int64_t d = t->shape[3];
+static fg_status encode_tma(fg_context *ctx, CUtensorMap *m, const fg_tensor *t, int rows, int row_bytes, fg_error *err) {
+    const int64_t d = t->shape[3], es = spec_dtype_size(t->dtype);
     cuuint64_t dim[4] = {(cuuint64_t)d, (cuuint64_t)t->shape[1], (cuuint64_t)t->shape[2], (cuuint64_t)t->shape[0]};
     const int64_t st[3] = {t->stride[1], t->stride[2], t->stride[0]};
     cuuint64_t stride[3];
     for (int i = 0; i < 3; i++) /* an extent-1 dim is never stepped: give it a legal stride */
-        stride[i] = dim[i + 1] > 1 ? (cuuint64_t)(st[i] * 2) : (cuuint64_t)(d * 2);
-    cuuint32_t box[4] = {(cuuint32_t)swc, (cuuint32_t)rows, 1, 1}, estride[4] = {1, 1, 1, 1};
+        stride[i] = dim[i + 1] > 1 ? (cuuint64_t)(st[i] * es) : (cuuint64_t)(d * es);
+    cuuint32_t box[4] = {(cuuint32_t)(row_bytes / es), (cuuint32_t)rows, 1, 1}, estride[4] = {1, 1, 1, 1};
     CUresult rc = ctx->cu->cuTensorMapEncodeTiled(
-        m, t->dtype == FG_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, t->data,
-        dim, stride, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
-        swc == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        m, es == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                   : (t->dtype == FG_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16),
+        4, t->data, dim, stride, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        row_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return rc == CUDA_SUCCESS ? FG_OK : cuda_api_fail(err, rc, "cuTensorMapEncodeTiled", __FILE__, __LINE__);
+}
+
+/* FP8's V, given key-major (V^T rows of keys, v.stride[3] apart), as TMA sees it: 4-d (keys, head_dim,
+ * heads, batch), boxes of block_n keys (one 64- or 128-byte swizzled row) by head_dim rows. Keys past
+ * seqlen_k read as zeros (the padding of the caller's rows is never read). */
+static fg_status encode_tma_vt(fg_context *ctx, CUtensorMap *m, const fg_tensor *v, int block_n, fg_error *err) {
+    const int64_t d = v->shape[3];
+    cuuint64_t dim[4] = {(cuuint64_t)v->shape[1], (cuuint64_t)d, (cuuint64_t)v->shape[2], (cuuint64_t)v->shape[0]};
+    const int64_t st[3] = {v->stride[3], v->stride[2], v->stride[0]};
+    cuuint64_t stride[3];
+    for (int i = 0; i < 3; i++)
+        stride[i] = dim[i + 1] > 1 ? (cuuint64_t)st[i] : (cuuint64_t)((v->shape[1] + 15) / 16 * 16);
+    cuuint32_t box[4] = {(cuuint32_t)block_n, (cuuint32_t)d, 1, 1}, estride[4] = {1, 1, 1, 1};
+    CUresult rc = ctx->cu->cuTensorMapEncodeTiled(m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, v->data, dim, stride, box,
+                                                  estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                                  block_n == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
+                                                  CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return rc == CUDA_SUCCESS ? FG_OK : cuda_api_fail(err, rc, "cuTensorMapEncodeTiled (V^T)", __FILE__, __LINE__);
 }
 
 /* The grid of a launch. The mma.sync family: (query blocks, heads, batch). The sm_90a family: tiles in a
@@ -339,7 +363,9 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
     fg_tma_params tm;
     void *params[] = {&p, &tm};
     if (spec_is_wgmma(&s)) {
-        const int swc = s.head_dim % 64 == 0 ? 64 : 32;
+        const int fp8 = spec_dtype_is_fp8(s.dtype);
+        /* bytes per swizzled chunk row, as the emitter chose (emit.c): 128 when head_dim fills them */
+        const int swc = (s.head_dim * spec_dtype_size(s.dtype)) % 128 == 0 ? 128 : 64;
         const fg_tensor views[4] = {a->q, a->k, a->v, a->o};
         _Static_assert(sizeof tm <= sizeof ctx->tma_bytes, "the tensor-map cache holds one fg_tma_params");
         /* A repeat of the last call's tensors (the same pointers, shapes and strides, and tile) reuses its
@@ -353,11 +379,13 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
             memset(&tm, 0, sizeof tm);
             fg_status st;
             if ((st = encode_tma(ctx, (CUtensorMap *)tm.q, &a->q, 64, swc, err)) != FG_OK ||
-                (st = encode_tma(ctx, (CUtensorMap *)tm.o, &a->o, 64, swc, err)) != FG_OK)
+                (!fp8 && /* FP8 writes O with plain stores */
+                 (st = encode_tma(ctx, (CUtensorMap *)tm.o, &a->o, 64, (s.head_dim * 2) % 128 == 0 ? 128 : 64, err)) != FG_OK))
                 return st;
             if (p.seqlen_k > 0 && /* no keys: the kernel loads none */
                 ((st = encode_tma(ctx, (CUtensorMap *)tm.k, &a->k, s.block_n, swc, err)) != FG_OK ||
-                 (st = encode_tma(ctx, (CUtensorMap *)tm.v, &a->v, s.block_n, swc, err)) != FG_OK))
+                 (st = fp8 ? encode_tma_vt(ctx, (CUtensorMap *)tm.v, &a->v, s.block_n, err)
+                           : encode_tma(ctx, (CUtensorMap *)tm.v, &a->v, s.block_n, swc, err)) != FG_OK))
                 return st;
             pthread_mutex_lock(&ctx->lock);
             memcpy(ctx->tma_bytes, &tm, sizeof tm);

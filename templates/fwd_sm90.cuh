@@ -24,8 +24,9 @@ constexpr int FG_CWG = FG_BLOCK_M / 64;          // consumer warpgroups
 constexpr int FG_THREADS = (FG_CWG + 1) * 128;
 constexpr int FG_NT = FG_BLOCK_N / 8;            // n8 column groups of S
 constexpr int FG_DT = FG_HEAD_DIM / 8;           // n8 column groups of O
-constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM * 2;
-constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM * 2;
+constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM * FG_ESIZE;
+constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM * FG_ESIZE; // a K tile, or V (FP8: V^T, d x block_n)
+constexpr float FG_P_SHIFT = FG_FP8 ? 8.f : 0.f; // FP8: P = 2^8 exp2(...) fills e4m3's range (as fwd_sm80.cuh)
 constexpr u32 FG_Q_CHUNK = FG_BLOCK_M * FG_RB;   // bytes of one column chunk of the Q tile
 // Q buffers (FG_Q_STAGES, from the emitter: 2 where shared memory allows): with two, the next tile's Q
 // loads while this tile runs; with one, after this tile's O store has read the buffer.
@@ -43,8 +44,38 @@ constexpr int FG_CONSUMER_REGS = FG_CWG == 1 ? 240 : (FG_CWG == 2 ? 240 : 160);
 __device__ __forceinline__ void fg_softmax_stats(float (&s)[1][FG_NT][4], float (&row_max)[1][2],
                                                  float (&row_sum)[1][2], float (&corr)[2], float scale_log2) {
 #pragma unroll
-    for (int h = 0; h < 2; h++) corr[h] = fg_softmax_row<FG_NT>(s[0], h, row_max[0][h], row_sum[0][h], scale_log2, 0.f);
+    for (int h = 0; h < 2; h++)
+        corr[h] = fg_softmax_row<FG_NT>(s[0], h, row_max[0][h], row_sum[0][h], scale_log2, FG_P_SHIFT);
 }
+
+#if FG_FP8
+// P as the A operand of the FP8 P.V wgmma (m64 k32): a thread holds, per row, keys 4t..4t+3 (a[0], a[1]
+// for rows g, g + 8) and 16 + 4t..19 + 4t (a[2], a[3]) of a 32-key chunk, while the S accumulator gave it
+// keys 8j + 2t and 8j + 2t + 1 of the chunk's n8 groups j = 0..3. Each thread packs its pairs to e4m3
+// (X_j, 16 bits), and takes the pairs it needs from quad lanes 2t % 4 and (2t + 1) % 4: from group t / 2
+// for the low keys and 2 + t / 2 for the high ones (a shuffle reads the sender's register, so both
+// candidates of a half travel and the receiver picks). Written for flashgen; FlashAttention-3 permutes
+// the same way with byte permutes.
+__device__ __forceinline__ void fg_p_to_fp8(const float (&s)[1][FG_NT][4], int kc, u32 (&a)[4]) {
+    const int lane = threadIdx.x % 32, t = lane % 4, base = lane & ~3;
+    const int src1 = base | ((2 * t) & 3), src2 = base | ((2 * t + 1) & 3);
+    const int sel = (t / 2) * 16; // which half of a sender's word
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        u32 x[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            asm("{ .reg .b16 r; cvt.rn.satfinite.e4m3x2.f32 r, %2, %1; cvt.u32.u16 %0, r; }"
+                : "=r"(x[j]) : "f"(s[0][4 * kc + j][2 * h]), "f"(s[0][4 * kc + j][2 * h + 1]));
+        }
+        const u32 lo = x[0] | (x[1] << 16), hi = x[2] | (x[3] << 16);
+        const u32 lo1 = __shfl_sync(0xffffffffu, lo, src1), lo2 = __shfl_sync(0xffffffffu, lo, src2);
+        const u32 hi1 = __shfl_sync(0xffffffffu, hi, src1), hi2 = __shfl_sync(0xffffffffu, hi, src2);
+        a[h] = ((lo1 >> sel) & 0xffffu) | (((lo2 >> sel) & 0xffffu) << 16);
+        a[2 + h] = ((hi1 >> sel) & 0xffffu) | (((hi2 >> sel) & 0xffffu) << 16);
+    }
+}
+#endif
 
 // One tile: query block m_block of (head, batch), with the key blocks it needs (n_blocks, visited last to
 // first) of which the first n_blocks - n_unmasked need the mask. Producer and consumers derive the same
@@ -129,7 +160,14 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             auto load_kv = [&](const fg_tile &t, int it, int step) {
                 const int j = t.n_blocks - 1 - it, s = step % FG_STAGES, use = step / FG_STAGES;
                 load_kv_tile(s_k + s * FG_KV_BYTES, &tm.k, bar_k(s), bar_k_empty(s), use, j, t);
+#if FG_FP8
+                // V^T: one box of block_n keys (the contiguous dim) by head_dim rows
+                if (use > 0) fg_mbar_wait(bar_v_empty(s), (use - 1) & 1);
+                fg_mbar_expect_tx(bar_v(s), FG_KV_BYTES);
+                fg_tma_load(s_v + s * FG_KV_BYTES, &tm.v, j * FG_BLOCK_N, 0, t.kv_head, t.batch, bar_v(s));
+#else
                 load_kv_tile(s_v + s * FG_KV_BYTES, &tm.v, bar_v(s), bar_v_empty(s), use, j, t);
+#endif
             };
             int kv = 0, qn = 0;
             for (int index = blockIdx.x; index < n_tiles; index += gridDim.x) {
@@ -174,35 +212,46 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         fg_fence_regs(sacc[0]);
         fg_wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < FG_HEAD_DIM / 16; kk++) {
-            // k step kk: column chunk kk / (FG_SWC / 16), 32 bytes per step inside it (the descriptor's
-            // start moves inside the swizzle atom; the hardware applies the XOR to the full address).
-            const u32 c = kk / (FG_SWC / 16), off = (kk % (FG_SWC / 16)) * 32;
+        for (int kk = 0; kk < FG_HEAD_DIM * FG_ESIZE / 32; kk++) {
+            // k step kk (16 elements, FP8 32: 32 bytes either way): column chunk kk / (FG_RB / 32), 32 bytes
+            // per step inside it (the descriptor's start moves inside the swizzle atom; the hardware applies
+            // the XOR to the full address).
+            const u32 c = kk / (FG_RB / 32), off = (kk % (FG_RB / 32)) * 32;
             fg_wgmma_qk(sacc[0], fg_desc_kmajor(s_q_wg + c * FG_Q_CHUNK + off),
                         fg_desc_kmajor(sk_s + c * FG_KV_CHUNK + off), kk > 0 ? 1u : 0u);
         }
         fg_wgmma_commit();
     };
     float acc[1][FG_DT][4];
-    // Issues O += P V of K/V step i (one commit group).
-    auto issue_pv = [&](int i, const u32 (&pf)[FG_BLOCK_N / 16][4]) {
+    // k steps of the P.V product: 16 keys (FP8: 32), each four registers of P.
+    constexpr int FG_PK = FG_FP8 ? FG_BLOCK_N / 32 : FG_BLOCK_N / 16;
+    // Issues O += P V of K/V step i (one commit group). 16-bit: V read MN-major, 16 keys (two 8-key
+    // groups, 16 FG_RB-byte rows) per step; FP8: V^T read K-major, 32 key bytes per step.
+    auto issue_pv = [&](int i, const u32 (&pf)[FG_PK][4]) {
         const u32 sv_s = s_v + stage_of(i) * FG_KV_BYTES;
         fg_mbar_wait(bar_v(stage_of(i)), parity_of(i));
         fg_fence_regs(acc[0]);
         fg_wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < FG_BLOCK_N / 16; kk++)
-            fg_wgmma_pv(acc[0], pf[kk], fg_desc_mnmajor(sv_s + kk * 16 * FG_RB, FG_KV_CHUNK), 1u);
+        for (int kk = 0; kk < FG_PK; kk++)
+            fg_wgmma_pv(acc[0], pf[kk],
+                        FG_FP8 ? fg_desc_kmajor<FG_RBV>(sv_s + kk * 32) : fg_desc_mnmajor(sv_s + kk * 16 * FG_RB, FG_KV_CHUNK),
+                        1u);
         fg_wgmma_commit();
     };
-    // P packed to 16 bits in the A-operand layout (that of the S accumulator).
-    auto pack_p = [&](const float (&sacc)[1][FG_NT][4], u32 (&pf)[FG_BLOCK_N / 16][4]) {
+    // P in the A-operand layout: 16-bit, packed straight from the S accumulator (the layouts agree); FP8,
+    // converted and exchanged in the quad (fg_p_to_fp8).
+    auto pack_p = [&](const float (&sacc)[1][FG_NT][4], u32 (&pf)[FG_PK][4]) {
 #pragma unroll
-        for (int kk = 0; kk < FG_BLOCK_N / 16; kk++) {
+        for (int kk = 0; kk < FG_PK; kk++) {
+#if FG_FP8
+            fg_p_to_fp8(sacc, kk, pf[kk]);
+#else
             pf[kk][0] = fg_pack2(sacc[0][2 * kk][0], sacc[0][2 * kk][1]);
             pf[kk][1] = fg_pack2(sacc[0][2 * kk][2], sacc[0][2 * kk][3]);
             pf[kk][2] = fg_pack2(sacc[0][2 * kk + 1][0], sacc[0][2 * kk + 1][1]);
             pf[kk][3] = fg_pack2(sacc[0][2 * kk + 1][2], sacc[0][2 * kk + 1][3]);
+#endif
         }
     };
     // Releases a tile to the producer (one arrival per consumer warp). K and V are released separately:
@@ -227,6 +276,19 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     for (int index = blockIdx.x; index < n_tiles; index += gridDim.x) {
         const fg_tile tl = fg_tile_at(p, index, m_blocks);
         const int n_blocks = tl.n_blocks;
+        // The softmax scale (log2 domain and natural) and O's factor: FP8 descales (per tensor or per
+        // (batch, KV head)) fold in, as in fwd_sm80.cuh.
+        float sc_log2 = p.scale_log2, sc_ln = p.softmax_scale, o_factor = 1.f;
+#if FG_FP8
+        {
+            float qk = 1.f;
+            if (p.q_descale) qk *= p.q_descale[tl.batch * p.q_descale_stride[0] + tl.kv_head * p.q_descale_stride[1]];
+            if (p.k_descale) qk *= p.k_descale[tl.batch * p.k_descale_stride[0] + tl.kv_head * p.k_descale_stride[1]];
+            if (p.v_descale) o_factor = p.v_descale[tl.batch * p.v_descale_stride[0] + tl.kv_head * p.v_descale_stride[1]];
+            sc_log2 *= qk;
+            sc_ln *= qk;
+        }
+#endif
         const int row0 = tl.m0 + 64 * cw + 16 * warp + g; // this thread's rows: row0 and row0 + 8
         float row_max[1][2] = {{FG_NEG_INF, FG_NEG_INF}}, row_sum[1][2] = {{0.f, 0.f}};
 #pragma unroll
@@ -251,7 +313,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         // Intra-warpgroup overlap (FlashAttention-3): while the tensor cores run P V of step i - 1, this
         // warpgroup does the softmax of step i, whose S was issued just before. O is rescaled only once
         // that P V has completed.
-        u32 pf[FG_BLOCK_N / 16][4];
+        u32 pf[FG_PK][4];
         if (n_blocks > 0) {
             const int qb = qn % FG_Q_STAGES;
             s_q_wg = s_q + qb * FG_Q_BYTES + cw * 64 * FG_RB;
@@ -266,7 +328,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             release(bar_k_empty(stage_of(kv)));
             mask(0, sacc);
             float corr[2];
-            fg_softmax_stats(sacc, row_max, row_sum, corr, p.scale_log2);
+            fg_softmax_stats(sacc, row_max, row_sum, corr, sc_log2);
             pack_p(sacc, pf);
         }
         for (int it = 1; it < n_blocks; it++) {
@@ -280,7 +342,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             release(bar_k_empty(stage_of(kv + it)));
             mask(it, sacc);
             float corr[2];
-            fg_softmax_stats(sacc, row_max, row_sum, corr, p.scale_log2);
+            fg_softmax_stats(sacc, row_max, row_sum, corr, sc_log2);
             fg_wgmma_wait<0>();
             fg_fence_regs(acc[0]);
             release(bar_v_empty(stage_of(kv + it - 1)));
@@ -327,6 +389,31 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             }
             continue;
         }
+#if FG_FP8
+        // FP8: O (16-bit, twice Q's bytes) does not fit Q's buffer: it goes from the registers to global
+        // memory (a quad writes 16 contiguous bytes of a row), and the Q buffer goes back to the producer
+        // once every warp of the warpgroup is past its last wgmma.
+        fg_named_sync(FG_BAR_EPILOGUE + cw, 128);
+        if (tid % 128 == 0) fg_mbar_arrive(bar_q_empty((qn - 1) % FG_Q_STAGES));
+        {
+            u16 *o = (u16 *)p.o + tl.batch * p.o_stride[0] + tl.head * p.o_stride[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float l = fg_quad_sum(row_sum[0][h]);
+                const float inv = l > 0.f ? o_factor / l : 0.f;
+                const int row = row0 + 8 * h;
+                if (row >= sq) continue;
+#pragma unroll
+                for (int dt = 0; dt < FG_DT; dt++)
+                    asm volatile("st.global.b32 [%0], %1;" ::"l"(o + (i64)row * p.o_stride[1] + 8 * dt + 2 * t4),
+                                 "r"(fg_pack2(acc[0][dt][2 * h] * inv, acc[0][dt][2 * h + 1] * inv)) : "memory");
+                if (p.lse != 0 && t4 == 0)
+                    p.lse[tl.batch * p.lse_stride[0] + tl.head * p.lse_stride[1] + (i64)row * p.lse_stride[2]] =
+                        fg_row_lse(l, row_max[0][h], sc_ln, FG_P_SHIFT);
+            }
+        }
+        continue;
+#endif
         // Otherwise O /= l is staged in the warpgroup's Q rows (every warp is past its last wgmma, which
         // read them) and written by a TMA store, which clips rows past seqlen_q; once the store has read
         // shared memory the Q buffer goes back to the producer (the next tile's first K/V blocks, and
@@ -342,7 +429,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const float l = fg_quad_sum(row_sum[0][h]);
-            const float inv = l > 0.f ? 1.f / l : 0.f; // a row with nothing to attend gives O = 0
+            const float inv = l > 0.f ? o_factor / l : 0.f; // a row with nothing to attend gives O = 0
 #pragma unroll
             for (int dt = 0; dt < FG_DT; dt++) {
                 const u32 c = (8 * dt) / FG_SWC, col = (8 * dt) % FG_SWC;
@@ -352,7 +439,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             }
             const int row = row0 + 8 * h;
             if (p.lse != 0 && t4 == 0 && row < sq) {
-                const float lse = fg_row_lse(l, row_max[0][h], p.softmax_scale, 0.f);
+                const float lse = fg_row_lse(l, row_max[0][h], sc_ln, 0.f);
                 p.lse[tl.batch * p.lse_stride[0] + tl.head * p.lse_stride[1] + (i64)row * p.lse_stride[2]] = lse;
             }
         }

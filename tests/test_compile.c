@@ -160,3 +160,23 @@ Test(compile, backward_every_head_dim, .timeout = 900) {
     compile_all_tolerating(spilling, ns, "backward, head dims 112 and 128", 16);
     tile_policy_free(&p);
 }
+
+/* The sm_90a family's FP8 kernels (QGMMA, P exchanged in the quad, V^T by TMA) at every head dim they
+ * take, e4m3 and e5m2, both masks, with the policy's tiles: they compile and spill nothing. */
+Test(compile, wgmma_fp8_every_head_dim, .timeout = 900) {
+    fg_tile_policy p;
+    fg_error e;
+    cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
+    fg_spec specs[16];
+    int n = 0;
+    for (int d = 64; d <= 256; d += 64)
+        for (int dt = 0; dt < 2; dt++) {
+            fg_spec s = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = dt ? FG_DTYPE_E5M2 : FG_DTYPE_E4M3,
+                         .head_dim = d, .causal = (d / 64 + dt) % 2, .out_dtype = dt ? FG_DTYPE_F16 : FG_DTYPE_BF16};
+            cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK, "%s", e.msg);
+            cr_assert(spec_is_wgmma(&s));
+            specs[n++] = s;
+        }
+    compile_all(specs, n, "sm_90a FP8, head dims 64..256");
+    tile_policy_free(&p);
+}

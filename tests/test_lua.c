@@ -708,9 +708,9 @@ Test(config, fp8_variants_and_their_output_dtype) {
                FG_ERR_CONFIG, "cfg.lua:1: variants: ", "field 'out' must be a string or a list of strings");
     load_fails("variants { kind = 'fwd', arch = 'sm_90', dtype = 'e4m3', head_dim = 48 }", NULL, FG_ERR_CONFIG,
                "cfg.lua:1: variant arch=sm_90,", "multiple of 32");
-    /* sm_90a is the wgmma family, which has no FP8 kernel: the sentence points at sm_90 */
-    load_fails("variants { kind = 'fwd', arch = 'sm_90a', dtype = 'e5m2', head_dim = 64 }", NULL, FG_ERR_CONFIG,
-               "cfg.lua:1: variant arch=sm_90a,", "dtype e5m2 on sm_90a (the wgmma family) is not implemented yet");
+    /* sm_90a's FP8 takes head dims that are multiples of 64: the sentence points at sm_90 for the others */
+    load_fails("variants { kind = 'fwd', arch = 'sm_90a', dtype = 'e5m2', head_dim = 96 }", NULL, FG_ERR_CONFIG,
+               "cfg.lua:1: variant arch=sm_90a,", "arch sm_90 (the mma.sync family) takes the others");
     load_fails("variants { kind = 'fwd', arch = 'sm_86', dtype = 'e5m2', head_dim = 64 }", NULL, FG_ERR_CONFIG,
                "cfg.lua:1: variant arch=sm_86,", "needs sm_89 or newer");
 }

@@ -860,7 +860,7 @@ Test(space, wgmma_space_gives_sm_90a_candidates) {
         cr_assert_eq(sp.refused, 4 * 3 + 2 * 2);
         space_free(&sp);
     }
-    /* Elsewhere the wgmma family has no target (sm_80a), and it has no FP8 kernel. */
+    /* Elsewhere the wgmma family has no target (sm_80a); its FP8 tiles keep block_n 64 or 128. */
     fg_tune_space sp;
     fg_error err;
     fg_error_clear(&err);
@@ -870,10 +870,10 @@ Test(space, wgmma_space_gives_sm_90a_candidates) {
     cr_assert_not_null(strstr(sp.problems[0].cands[0].why, "sm_80a"), "%s", sp.problems[0].cands[0].why);
     space_free(&sp);
     const char *fp8 = "space { family = \"wgmma\", dtype = \"e4m3\", head_dim = 128, seqlen_q = 2048, batch_heads = 16,\n"
-                      "        block_m = 128, block_n = {64, 128}, warps = 12, stages = 2 }\n";
+                      "        block_m = 128, block_n = {64, 96, 128}, warps = 12, stages = 2 }\n";
     cr_assert_eq(space_load_string("w.lua", fp8, strlen(fp8), 90, 1, &sp, &err), FG_OK, "%s", err.msg);
-    cr_assert_eq(sp.refused, sp.total, "FP8 on sm_90a: every candidate is refused");
-    cr_assert_not_null(strstr(sp.problems[0].cands[0].why, "dtype e4m3 on sm_90a"), "%s", sp.problems[0].cands[0].why);
+    cr_assert_eq(sp.refused, 1, "FP8 on sm_90a: block_n 96 refused, 64 and 128 taken");
+    cr_assert_not_null(strstr(sp.problems[0].cands[1].why, "block_n 96"), "%s", sp.problems[0].cands[1].why);
     space_free(&sp);
 }
 
