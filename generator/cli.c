@@ -79,6 +79,8 @@ static const char usage_main[] =
     "  FLASHGEN_DUMP       a directory: `run` writes the source, PTX and NVRTC log of each JIT compile there\n"
     "  FLASHGEN_WGMMA      0: on an H100/H200 run the mma.sync family (arch sm_90) for every call instead of\n"
     "                      the sm_90a family (TMA, wgmma), to measure or test one against the other\n"
+    "  FLASHGEN_WGMMA_FP8  1: FP8 calls on an H100/H200 take the sm_90a family too (not yet verified on a GPU;\n"
+    "                      by default they run the mma.sync family, arch sm_90)\n"
     "  FLASHGEN_SM90_GRID  the sm_90a family's grid: auto (default: persistent for non-causal calls, one CTA\n"
     "                      per tile for causal ones), tiles or persistent (for measuring the choice)\n"
     "\n"
