@@ -54,20 +54,24 @@ static fg_dtype call_out_dtype(const fg_fwd_args *a) {
 
 /* TMA reads a tensor when its base address is 16-byte aligned and the byte strides of its dims longer
  * than 1 are positive multiples of 16 below 2^40 (a dim of extent 1 is never stepped, whatever its stride). */
-static int tensor_tma_ok(const fg_tensor *t) {
+static int tensor_tma_ok(const fg_tensor *t, int contig) {
     const int64_t es = spec_dtype_size(t->dtype);
     if ((uintptr_t)t->data % 16 != 0) return 0;
     for (int i = 0; i < 4; i++) {
-        if (i == 3 && t->stride[3] == 1) continue; /* the contiguous dim (FP8 V^T: dim 1, checked here) */
+        if (i == contig) { /* the contiguous dim: head_dim, or the keys of FP8's key-major V */
+            if (t->shape[i] > 1 && t->stride[i] != 1) return 0;
+            continue;
+        }
         if (t->shape[i] > 1 && (t->stride[i] <= 0 || (t->stride[i] * es) % 16 != 0 || t->stride[i] * es >= (1LL << 40)))
             return 0;
     }
     return 1;
 }
 
-/* Whether a call runs on the sm_90a (wgmma, TMA) family: the context allows it (a 9.0 device), the dtype
- * is 16-bit (FP8 wgmma is not written yet), head_dim is a multiple of 32 (TMA tiles are 32- or 64-column
- * chunks), and every tensor is TMA-ready. Other calls on Hopper run the mma.sync family (arch sm_90). */
+/* Whether a call runs on the sm_90a (wgmma, TMA) family: the context allows it (a 9.0 device), head_dim
+ * is a multiple of 32 (TMA tiles are 64- or 128-byte chunks; FP8: of 64, and only with FLASHGEN_WGMMA_FP8=1
+ * until that path has run on a GPU), and every tensor is TMA-ready (FP8's V key-major). Other calls on
+ * Hopper run the mma.sync family (arch sm_90). */
 static int call_wgmma(const fg_context *ctx, const fg_fwd_args *a) {
     /* The kernel numbers its tiles (64-row query blocks at the smallest, times heads, times batch) in an
      * int and steps by the grid: a problem with more than INT_MAX - SMs of them runs the mma.sync
@@ -76,8 +80,8 @@ static int call_wgmma(const fg_context *ctx, const fg_fwd_args *a) {
     const int fp8 = spec_dtype_is_fp8(a->q.dtype);
     if (fp8 && (!ctx->wgmma_fp8 || a->q.shape[3] % 64 != 0)) return 0;
     return ctx->wgmma && a->q.shape[3] % 32 == 0 && a->q.shape[3] <= 256 &&
-           tiles <= (int64_t)INT32_MAX - ctx->sm_count && tensor_tma_ok(&a->q) && tensor_tma_ok(&a->k) &&
-           tensor_tma_ok(&a->v) && tensor_tma_ok(&a->o);
+           tiles <= (int64_t)INT32_MAX - ctx->sm_count && tensor_tma_ok(&a->q, 3) && tensor_tma_ok(&a->k, 3) &&
+           tensor_tma_ok(&a->v, fp8 ? 1 : 3) && tensor_tma_ok(&a->o, 3);
 }
 
 /* The variant for a problem on ctx's device: the device's arch (on Hopper sm_90a, the wgmma family, for
@@ -260,9 +264,9 @@ static fg_status get_kernel(fg_context *ctx, const fg_spec *s, int dry, origin *
 
 /* ------------------------------------------------------------------ public entry points */
 
-/* The tensor map of a [batch, seqlen, heads, head_dim] 16-bit tensor as TMA sees it: 4-d (head_dim,
- * seqlen, heads, batch), boxes of one `swc`-column chunk by `rows` rows, swizzled like the kernel's tiles
- * (sm90.cuh). Rows past seqlen read as zeros and are never written. */
+/* The tensor map of a [batch, seqlen, heads, head_dim] tensor (16-bit or FP8) as TMA sees it: 4-d
+ * (head_dim, seqlen, heads, batch), boxes of one chunk of `row_bytes` bytes (64 or 128) by `rows` rows,
+ * swizzled like the kernel's tiles (sm90.cuh). Rows past seqlen read as zeros and are never written. */
 static fg_status encode_tma(fg_context *ctx, CUtensorMap *m, const fg_tensor *t, int rows, int row_bytes, fg_error *err) {
     const int64_t d = t->shape[3], es = spec_dtype_size(t->dtype);
     cuuint64_t dim[4] = {(cuuint64_t)d, (cuuint64_t)t->shape[1], (cuuint64_t)t->shape[2], (cuuint64_t)t->shape[0]};
@@ -471,8 +475,9 @@ fg_status rt_fwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_fwd_ar
         return fg_fail(err, FG_ERR_UNSUPPORTED, "this context runs no sm_90a (wgmma) variant: the device is not "
                        "sm_90, the driver lacks cuTensorMapEncodeTiled, or FLASHGEN_WGMMA=0");
     if (spec->arch_accel && !call_wgmma(ctx, a))
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "an sm_90a (wgmma) variant needs 16-bit tensors with head_dim a "
-                       "multiple of 32 that TMA can read: 16-byte aligned pointers, strides multiples of 16 bytes");
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "an sm_90a (wgmma) variant needs tensors TMA can read (16-byte "
+                       "aligned pointers, strides multiples of 16 bytes) with head_dim a multiple of 32 (FP8: of 64, "
+                       "and FLASHGEN_WGMMA_FP8=1 while that path is unverified)");
     if ((st = check_runnable(ctx, spec, err)) != FG_OK) return st;
     pthread_mutex_lock(&ctx->lock);
     fg_kernel *k = NULL;

@@ -690,7 +690,24 @@ ParameterizedTestParameters(fwd, fp8_wgmma) {
 }
 ParameterizedTest(fwd_case *c, fwd, fp8_wgmma, .timeout = 300) {
     setenv("FLASHGEN_WGMMA_FP8", "1", 1); /* read by the context this test creates */
-    run_case(c);
+    gpu_env env;
+    gpu_open(&env);
+    skip_without_fp8(&env);
+    fwd_run r;
+    run_setup(&env, &r, c);
+    /* On Hopper, a head dim the FP8 wgmma path takes must run on it (not fall back to mma.sync unseen) */
+    int major = 0, minor = 0;
+    CK(env.cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, env.dev));
+    CK(env.cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, env.dev));
+    if (major * 10 + minor == 90 && c->d % 64 == 0) {
+        char why[2048];
+        cr_assert_eq(fg_explain(env.ctx, &r.args, why, sizeof why), FG_OK, "%s", fg_last_error(env.ctx));
+        cr_assert(strstr(why, "arch=sm_90a,"), "FP8 d %d should run the sm_90a family: %s", c->d, why);
+    }
+    run_launch(&env, &r);
+    run_verify(&r);
+    run_free(&env, &r);
+    gpu_close(&env);
 }
 
 /* Every head dim: fp16 non-causal with sq < sk (LSE off once, to cover that path), bf16 causal. */
