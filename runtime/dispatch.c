@@ -264,42 +264,72 @@ static fg_status get_kernel(fg_context *ctx, const fg_spec *s, int dry, origin *
 
 /* ------------------------------------------------------------------ public entry points */
 
+/* A 4-d tiled tensor map: dims innermost first, byte strides of dims 1..3 (an extent-1 dim is never
+ * stepped and gets `unit`, a legal stride), a box of `box_bytes` bytes (64 or 128: one swizzled row) by
+ * `rows`, swizzled to match; elements past the dims read as zeros. */
+static fg_status encode_map(fg_context *ctx, CUtensorMap *m, fg_dtype dt, void *data, const int64_t dim[4],
+                            const int64_t stride_bytes[3], int64_t unit, int box_bytes, int rows, const char *what,
+                            fg_error *err) {
+    const int64_t es = spec_dtype_size(dt);
+    cuuint64_t d[4], st[3];
+    for (int i = 0; i < 4; i++) d[i] = (cuuint64_t)dim[i];
+    for (int i = 0; i < 3; i++) st[i] = (cuuint64_t)(dim[i + 1] > 1 ? stride_bytes[i] : unit);
+    cuuint32_t box[4] = {(cuuint32_t)(box_bytes / es), (cuuint32_t)rows, 1, 1}, estride[4] = {1, 1, 1, 1};
+    CUresult rc = ctx->cu->cuTensorMapEncodeTiled(
+        m, es == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                   : (dt == FG_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16),
+        4, data, d, st, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        box_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return rc == CUDA_SUCCESS ? FG_OK : cuda_api_fail(err, rc, what, __FILE__, __LINE__);
+}
+
 /* The tensor map of a [batch, seqlen, heads, head_dim] tensor (16-bit or FP8) as TMA sees it: 4-d
  * (head_dim, seqlen, heads, batch), boxes of one chunk of `row_bytes` bytes (64 or 128) by `rows` rows,
  * swizzled like the kernel's tiles (sm90.cuh). Rows past seqlen read as zeros and are never written. */
 static fg_status encode_tma(fg_context *ctx, CUtensorMap *m, const fg_tensor *t, int rows, int row_bytes, fg_error *err) {
-    const int64_t d = t->shape[3], es = spec_dtype_size(t->dtype);
-    cuuint64_t dim[4] = {(cuuint64_t)d, (cuuint64_t)t->shape[1], (cuuint64_t)t->shape[2], (cuuint64_t)t->shape[0]};
-    const int64_t st[3] = {t->stride[1], t->stride[2], t->stride[0]};
-    cuuint64_t stride[3];
-    for (int i = 0; i < 3; i++) /* an extent-1 dim is never stepped: give it a legal stride */
-        stride[i] = dim[i + 1] > 1 ? (cuuint64_t)(st[i] * es) : (cuuint64_t)(d * es);
-    cuuint32_t box[4] = {(cuuint32_t)(row_bytes / es), (cuuint32_t)rows, 1, 1}, estride[4] = {1, 1, 1, 1};
-    CUresult rc = ctx->cu->cuTensorMapEncodeTiled(
-        m, es == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
-                   : (t->dtype == FG_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16),
-        4, t->data, dim, stride, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
-        row_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    return rc == CUDA_SUCCESS ? FG_OK : cuda_api_fail(err, rc, "cuTensorMapEncodeTiled", __FILE__, __LINE__);
+    const int64_t es = spec_dtype_size(t->dtype);
+    const int64_t dim[4] = {t->shape[3], t->shape[1], t->shape[2], t->shape[0]};
+    const int64_t st[3] = {t->stride[1] * es, t->stride[2] * es, t->stride[0] * es};
+    return encode_map(ctx, m, t->dtype, t->data, dim, st, t->shape[3] * es, row_bytes, rows, "cuTensorMapEncodeTiled", err);
 }
 
 /* FP8's V, given key-major (V^T rows of keys, v.stride[3] apart), as TMA sees it: 4-d (keys, head_dim,
  * heads, batch), boxes of block_n keys (one 64- or 128-byte swizzled row) by head_dim rows. Keys past
  * seqlen_k read as zeros (the padding of the caller's rows is never read). */
 static fg_status encode_tma_vt(fg_context *ctx, CUtensorMap *m, const fg_tensor *v, int block_n, fg_error *err) {
-    const int64_t d = v->shape[3];
-    cuuint64_t dim[4] = {(cuuint64_t)v->shape[1], (cuuint64_t)d, (cuuint64_t)v->shape[2], (cuuint64_t)v->shape[0]};
+    const int64_t dim[4] = {v->shape[1], v->shape[3], v->shape[2], v->shape[0]};
     const int64_t st[3] = {v->stride[3], v->stride[2], v->stride[0]};
-    cuuint64_t stride[3];
-    for (int i = 0; i < 3; i++)
-        stride[i] = dim[i + 1] > 1 ? (cuuint64_t)st[i] : (cuuint64_t)((v->shape[1] + 15) / 16 * 16);
-    cuuint32_t box[4] = {(cuuint32_t)block_n, (cuuint32_t)d, 1, 1}, estride[4] = {1, 1, 1, 1};
-    CUresult rc = ctx->cu->cuTensorMapEncodeTiled(m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, v->data, dim, stride, box,
-                                                  estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                                  block_n == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
-                                                  CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    return rc == CUDA_SUCCESS ? FG_OK : cuda_api_fail(err, rc, "cuTensorMapEncodeTiled (V^T)", __FILE__, __LINE__);
+    return encode_map(ctx, m, v->dtype, v->data, dim, st, (v->shape[1] + 15) / 16 * 16, block_n, (int)v->shape[3],
+                      "cuTensorMapEncodeTiled (V^T)", err);
+}
+
+/* One kernel launch: the function, its grid and block, dynamic shared memory, and its name for errors. */
+typedef struct launch_item {
+    CUfunction fn;
+    unsigned grid[3], threads, smem;
+    const char *what; /* "cuLaunchKernel(<kernel>)" */
+} launch_item;
+
+/* Launches items in order on stream with the same parameters, in the device's primary context: switched
+ * to only when the caller's thread has another current. Items with an empty grid are skipped. */
+static fg_status launch_items(fg_context *ctx, const launch_item *items, int n, void *stream, void **params,
+                              fg_error *err) {
+    const fg_cuda_api *cu = ctx->cu;
+    CUcontext current = NULL, popped;
+    CUresult rc = cu->cuCtxGetCurrent(&current);
+    const int push = rc != CUDA_SUCCESS || current != ctx->cuctx;
+    rc = push ? cu->cuCtxPushCurrent(ctx->cuctx) : CUDA_SUCCESS;
+    const char *what = "cuCtxPushCurrent";
+    for (int i = 0; i < n && rc == CUDA_SUCCESS; i++) {
+        const launch_item *l = &items[i];
+        if (l->grid[0] == 0 || l->grid[1] == 0 || l->grid[2] == 0) continue;
+        what = l->what;
+        rc = cu->cuLaunchKernel(l->fn, l->grid[0], l->grid[1], l->grid[2], l->threads, 1, 1, l->smem, (CUstream)stream,
+                                params, NULL);
+    }
+    if (push) cu->cuCtxPopCurrent(&popped);
+    return rc == CUDA_SUCCESS ? FG_OK : cuda_api_fail(err, rc, what, __FILE__, __LINE__);
 }
 
 /* The grid of a launch. The mma.sync family: (query blocks, heads, batch). The sm_90a family: tiles in a
@@ -363,7 +393,6 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
         }
     }
 
-    const fg_cuda_api *cu = ctx->cu;
     fg_tma_params tm;
     void *params[] = {&p, &tm};
     if (spec_is_wgmma(&s)) {
@@ -402,20 +431,9 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
     }
     unsigned grid[3];
     launch_grid(ctx, &s, a, grid);
-    /* Launch in the device's primary context; switch to it only when the caller's thread has another. */
-    CUcontext current = NULL, popped;
-    CUresult rc = cu->cuCtxGetCurrent(&current);
-    int push = rc != CUDA_SUCCESS || current != ctx->cuctx;
-    rc = push ? cu->cuCtxPushCurrent(ctx->cuctx) : CUDA_SUCCESS;
-    if (rc == CUDA_SUCCESS) {
-        rc = cu->cuLaunchKernel(fn, grid[0], grid[1], grid[2], (unsigned)spec_threads(&s), 1, 1,
-                                (unsigned)spec_smem_bytes(&s), (CUstream)stream, params, NULL);
-        if (push) cu->cuCtxPopCurrent(&popped);
-    }
-    if (rc != CUDA_SUCCESS) {
-        return cuda_api_fail(err, rc, "cuLaunchKernel(fg_attention_fwd_kernel)", __FILE__, __LINE__);
-    }
-    return FG_OK;
+    const launch_item item = {fn, {grid[0], grid[1], grid[2]}, (unsigned)spec_threads(&s), (unsigned)spec_smem_bytes(&s),
+                              "cuLaunchKernel(fg_attention_fwd_kernel)"};
+    return launch_items(ctx, &item, 1, stream, params, err);
 }
 
 fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) {
@@ -653,30 +671,14 @@ fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *a, void *stream) 
     p.softmax_scale = a->softmax_scale != 0.f ? a->softmax_scale : (float)(1.0 / sqrt((double)p.head_dim));
     p.scale_log2 = (float)((double)p.softmax_scale * 1.4426950408889634);
 
-    const fg_cuda_api *cu = ctx->cu;
     void *params[] = {&p};
-    const unsigned sq_blocks = (unsigned)((sq + 63) / 64), kv_blocks = (unsigned)((sk + s.block_n - 1) / s.block_n);
-    const unsigned post_blocks = (unsigned)(((sq > sk ? sq : sk) + 63) / 64);
-    CUcontext current = NULL, popped;
-    CUresult rc = cu->cuCtxGetCurrent(&current);
-    int push = rc != CUDA_SUCCESS || current != ctx->cuctx;
-    rc = push ? cu->cuCtxPushCurrent(ctx->cuctx) : CUDA_SUCCESS;
-    const char *what = "cuCtxPushCurrent";
-    /* pre (D, lse2, zeroed accumulator), main (skipped without keys: dK, dV are empty), post */
-    if (rc == CUDA_SUCCESS && sq_blocks > 0)
-        rc = cu->cuLaunchKernel(kern.fn_pre, sq_blocks, (unsigned)hq, (unsigned)b, 256, 1, 1, 0, (CUstream)stream,
-                                params, NULL), what = "cuLaunchKernel(fg_bwd_pre_kernel)";
-    if (rc == CUDA_SUCCESS && kv_blocks > 0)
-        rc = cu->cuLaunchKernel(kern.fn, kv_blocks, (unsigned)hq, (unsigned)b, (unsigned)spec_threads(&s), 1, 1,
-                                (unsigned)spec_smem_bytes(&s), (CUstream)stream, params, NULL),
-        what = "cuLaunchKernel(fg_bwd_main_kernel)";
-    if (rc == CUDA_SUCCESS && post_blocks > 0)
-        rc = cu->cuLaunchKernel(kern.fn_post, post_blocks, (unsigned)hq, (unsigned)b, 256, 1, 1, 0, (CUstream)stream,
-                                params, NULL), what = "cuLaunchKernel(fg_bwd_post_kernel)";
-    if (push) cu->cuCtxPopCurrent(&popped);
-    if (rc != CUDA_SUCCESS) {
-        cuda_api_fail(&err, rc, what, __FILE__, __LINE__);
-        return rt_set_error(ctx, &err);
-    }
-    return FG_OK;
+    const unsigned h = (unsigned)hq, bb = (unsigned)b;
+    /* pre (D, lse2, zeroed accumulator), main (none without keys: dK, dV are empty), post */
+    const launch_item items[3] = {
+        {kern.fn_pre, {(unsigned)((sq + 63) / 64), h, bb}, 256, 0, "cuLaunchKernel(fg_bwd_pre_kernel)"},
+        {kern.fn, {(unsigned)((sk + s.block_n - 1) / s.block_n), h, bb}, (unsigned)spec_threads(&s),
+         (unsigned)spec_smem_bytes(&s), "cuLaunchKernel(fg_bwd_main_kernel)"},
+        {kern.fn_post, {(unsigned)(((sq > sk ? sq : sk) + 63) / 64), h, bb}, 256, 0, "cuLaunchKernel(fg_bwd_post_kernel)"},
+    };
+    return launch_items(ctx, items, 3, stream, params, &err) == FG_OK ? FG_OK : rt_set_error(ctx, &err);
 }
