@@ -637,21 +637,17 @@ static int tdb_tuning(lua_State *L) {
             snprintf(b, sizeof b, "\"%s\"", want->device);
             tdb_note_diff(diff, sizeof diff, "device", a, b);
         }
-        if (id.arch != want->arch) {
-            snprintf(a, sizeof a, "sm_%d", id.arch);
-            snprintf(b, sizeof b, "sm_%d", want->arch);
-            tdb_note_diff(diff, sizeof diff, "compute capability", a, b);
-        }
-        if (id.sm_count != want->sm_count) {
-            snprintf(a, sizeof a, "%d", id.sm_count);
-            snprintf(b, sizeof b, "%d", want->sm_count);
-            tdb_note_diff(diff, sizeof diff, "SM count", a, b);
-        }
-        if (id.driver_version != want->driver_version) {
-            snprintf(a, sizeof a, "%d", id.driver_version);
-            snprintf(b, sizeof b, "%d", want->driver_version);
-            tdb_note_diff(diff, sizeof diff, "CUDA driver version", a, b);
-        }
+        const struct { const char *what, *fmt; int found, here; } ints[3] = {
+            {"compute capability", "sm_%d", id.arch, want->arch},
+            {"SM count", "%d", id.sm_count, want->sm_count},
+            {"CUDA driver version", "%d", id.driver_version, want->driver_version},
+        };
+        for (int i = 0; i < 3; i++)
+            if (ints[i].found != ints[i].here) {
+                snprintf(a, sizeof a, ints[i].fmt, ints[i].found);
+                snprintf(b, sizeof b, ints[i].fmt, ints[i].here);
+                tdb_note_diff(diff, sizeof diff, ints[i].what, a, b);
+            }
         if (strcmp(id.nvrtc, want->nvrtc) != 0)
             tdb_note_diff(diff, sizeof diff, "NVRTC", id.nvrtc, want->nvrtc);
         if (strcmp(id.flashgen, want->flashgen) != 0)

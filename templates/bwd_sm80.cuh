@@ -210,11 +210,9 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         // ldmatrix.trans from the dO and Q tiles (rows = queries).
 #pragma unroll
         for (int kk = 0; kk < FG_BLOCK_M / 16; kk++) {
-            const u32 pa[4] = {fg_pack2(s[2 * kk][0], s[2 * kk][1]), fg_pack2(s[2 * kk][2], s[2 * kk][3]),
-                               fg_pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]), fg_pack2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-            const u32 da[4] = {fg_pack2(dp[2 * kk][0], dp[2 * kk][1]), fg_pack2(dp[2 * kk][2], dp[2 * kk][3]),
-                               fg_pack2(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
-                               fg_pack2(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+            u32 pa[4], da[4];
+            fg_pack_a(s[2 * kk], s[2 * kk + 1], pa);
+            fg_pack_a(dp[2 * kk], dp[2 * kk + 1], da);
 #pragma unroll
             for (int d2 = 0; d2 < FG_DT / 2; d2++) {
                 u32 ob[4], qb[4];

@@ -231,12 +231,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
 #pragma unroll
         for (int mt = 0; mt < FG_MT; mt++)
 #pragma unroll
-            for (int kk = 0; kk < FG_BLOCK_N / 16; kk++) {
-                pf[mt][kk][0] = fg_pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                pf[mt][kk][1] = fg_pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                pf[mt][kk][2] = fg_pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                pf[mt][kk][3] = fg_pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-            }
+            for (int kk = 0; kk < FG_BLOCK_N / 16; kk++) fg_pack_a(s[mt][2 * kk], s[mt][2 * kk + 1], pf[mt][kk]);
 #pragma unroll
         for (int kk = 0; kk < FG_BLOCK_N / 16; kk++) {
 #pragma unroll

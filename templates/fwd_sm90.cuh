@@ -247,10 +247,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
 #if FG_FP8
             fg_p_to_fp8(sacc, kk, pf[kk]);
 #else
-            pf[kk][0] = fg_pack2(sacc[0][2 * kk][0], sacc[0][2 * kk][1]);
-            pf[kk][1] = fg_pack2(sacc[0][2 * kk][2], sacc[0][2 * kk][3]);
-            pf[kk][2] = fg_pack2(sacc[0][2 * kk + 1][0], sacc[0][2 * kk + 1][1]);
-            pf[kk][3] = fg_pack2(sacc[0][2 * kk + 1][2], sacc[0][2 * kk + 1][3]);
+            fg_pack_a(sacc[0][2 * kk], sacc[0][2 * kk + 1], pf[kk]);
 #endif
         }
     };

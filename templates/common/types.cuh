@@ -39,6 +39,16 @@ __device__ __forceinline__ float2 fg_unpack2(u32 r) {
     return f;
 }
 
+// The C fragments (fp32, m16n8) of two adjacent n8 tiles, packed to 16 bits, as one A fragment (m16k16)
+// of the next product: registers (g, 2t..), (g+8, 2t..), (g, 8+2t..), (g+8, 8+2t..), the layout mma.sync
+// and wgmma share. This is how P (and dS) feed the following GEMM straight from registers.
+__device__ __forceinline__ void fg_pack_a(const float (&c0)[4], const float (&c1)[4], u32 (&a)[4]) {
+    a[0] = fg_pack2(c0[0], c0[1]);
+    a[1] = fg_pack2(c0[2], c0[3]);
+    a[2] = fg_pack2(c1[0], c1[1]);
+    a[3] = fg_pack2(c1[2], c1[3]);
+}
+
 // Four floats -> one register of four e4m3 values (a in the low byte), rounded to nearest even and
 // saturated to +-448 (the probabilities of the FP8 path live in (0, 256]).
 __device__ __forceinline__ u32 fg_pack4_e4m3(float a, float b, float c, float d) {
