@@ -54,13 +54,6 @@ struct fg_context {
                                     matter only with a tuning database: the policy ignores them) */
     fg_dtype last_out_dtype;     /* ... and the dtype of O it writes (an FP8 class may write fp16 or bf16) */
     int last_accel;              /* ... and whether it is the sm_90a family (which needs TMA-ready tensors) */
-    /* The sm_90a family's last tensor maps (four cuTensorMapEncodeTiled calls per launch otherwise), kept
-     * as bytes (copied into an aligned fg_tma_params to launch) with what they were made from: the Q, K, V,
-     * O views and the box. Guarded by lock. */
-    int tma_valid;
-    fg_tensor tma_views[4];
-    int tma_rows_kv, tma_swc;
-    unsigned char tma_bytes[512];
     pthread_mutex_t lock;        /* guards kernels, bundles and the fast path */
 };
 
