@@ -67,8 +67,7 @@ static const fg_tile_rule default_rules[] = {
     {90, 90, 129, 192, -1, -1, 128, 96, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 193, 256, -1, -1, 128, 80, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     /* sm_90a FP8 (e4m3, e5m2; head_dim a multiple of 64, block_n 64 or 128: validate.c). FlashAttention-3's
-     * FP8 tiles are wider (d 128: 128 x 224); these keep the V^T tile one swizzled 128-byte row. Not yet
-     * run on a GPU: dispatch takes this family for FP8 only with FLASHGEN_WGMMA_FP8=1. */
+     * FP8 tiles are wider (d 128: 128 x 224); these keep the V^T tile one swizzled 128-byte row. */
     {90, 90, 64, 64, -1, FG_DTYPE_E4M3, 192, 128, 16, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 64, 64, -1, FG_DTYPE_E5M2, 192, 128, 16, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 65, 256, -1, FG_DTYPE_E4M3, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},

@@ -160,7 +160,7 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
         const char *w = getenv("FLASHGEN_WGMMA");
         ctx->wgmma = ctx->arch == 90 && cu->cuTensorMapEncodeTiled != NULL && !(w && strcmp(w, "0") == 0);
         const char *f8 = getenv("FLASHGEN_WGMMA_FP8");
-        ctx->wgmma_fp8 = ctx->wgmma && f8 && strcmp(f8, "1") == 0;
+        ctx->wgmma_fp8 = ctx->wgmma && !(f8 && strcmp(f8, "0") == 0);
         const char *g = getenv("FLASHGEN_SM90_GRID");
         ctx->sm90_grid = g && strcmp(g, "tiles") == 0 ? 1 : (g && strcmp(g, "persistent") == 0 ? 2 : 0);
         if (g && *g && ctx->sm90_grid == 0 && strcmp(g, "auto") != 0)

@@ -69,8 +69,8 @@ static int tensor_tma_ok(const fg_tensor *t, int contig) {
 }
 
 /* Whether a call runs on the sm_90a (wgmma, TMA) family: the context allows it (a 9.0 device), head_dim
- * is a multiple of 32 (TMA tiles are 64- or 128-byte chunks; FP8: of 64, and only with FLASHGEN_WGMMA_FP8=1
- * until that path has run on a GPU), and every tensor is TMA-ready (FP8's V key-major). Other calls on
+ * is a multiple of 32 (TMA tiles are 64- or 128-byte chunks; FP8: of 64, unless
+ * FLASHGEN_WGMMA_FP8=0), and every tensor is TMA-ready (FP8's V key-major). Other calls on
  * Hopper run the mma.sync family (arch sm_90). */
 static int call_wgmma(const fg_context *ctx, const fg_fwd_args *a) {
     /* The kernel numbers its tiles (64-row query blocks at the smallest, times heads, times batch) in an
@@ -478,7 +478,7 @@ fg_status rt_fwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_fwd_ar
     if (spec->arch_accel && !call_wgmma(ctx, a))
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "an sm_90a (wgmma) variant needs tensors TMA can read (16-byte "
                        "aligned pointers, strides multiples of 16 bytes) with head_dim a multiple of 32 (FP8: of 64, "
-                       "and FLASHGEN_WGMMA_FP8=1 while that path is unverified)");
+                       "V key-major, and FLASHGEN_WGMMA_FP8 not 0)");
     if ((st = check_runnable(ctx, spec, err)) != FG_OK) return st;
     pthread_mutex_lock(&ctx->lock);
     fg_kernel *k = NULL;

@@ -27,8 +27,8 @@ struct fg_context {
     int arch;                    /* compute capability x 10 */
     int wgmma;                   /* 1: calls that fit run the sm_90a (wgmma, TMA) family: a 9.0 device, a driver
                                     with cuTensorMapEncodeTiled, and FLASHGEN_WGMMA not 0 */
-    int wgmma_fp8;               /* FP8 calls take the sm_90a family too (FLASHGEN_WGMMA_FP8=1): not yet verified
-                                    on a GPU, so off by default (FP8 on Hopper runs the mma.sync family) */
+    int wgmma_fp8;               /* FP8 calls take the sm_90a family too (unless FLASHGEN_WGMMA_FP8=0, which
+                                    sends them to the mma.sync family, to measure one against the other) */
     int sm90_grid;               /* the sm_90a family's grid (FLASHGEN_SM90_GRID): 0 persistent for non-causal
                                     calls and one CTA per tile for causal ones, 1 "tiles" always one CTA per
                                     tile, 2 "persistent" always persistent; for measuring the choice */

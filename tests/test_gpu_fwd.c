@@ -646,7 +646,7 @@ static fwd_case mk8(fg_dtype dt, int b, int sq, int sk, int hq, int hkv, int d, 
     c.descale = descale;
     return c;
 }
-/* The FP8 case set (shared by fwd/fp8 and fwd/fp8_wgmma); returns how many. */
+/* The FP8 case set; returns how many. */
 static int fp8_cases(fwd_case *cases) {
     int n = 0;
     static const int dims[] = {32, 64, 96, 128, 160, 192, 256};
@@ -677,33 +677,25 @@ ParameterizedTestParameters(fwd, fp8) {
     static fwd_case cases[64];
     return cr_make_param_array(fwd_case, cases, (size_t)fp8_cases(cases));
 }
+/* On Hopper (unless FLASHGEN_WGMMA=0 or FLASHGEN_WGMMA_FP8=0) the head dims that are multiples of 64
+ * must run on the sm_90a family (QGMMA), not fall back to mma.sync unseen; the others, and every case
+ * under FLASHGEN_WGMMA=0 (bench/gpu_check.sh runs the suite so too), run the mma.sync family. */
 ParameterizedTest(fwd_case *c, fwd, fp8, .timeout = 300) {
-    run_case(c);
-}
-
-/* The same FP8 cases on the sm_90a (wgmma) family, which dispatch takes for FP8 only with
- * FLASHGEN_WGMMA_FP8=1 until these have passed on a GPU (head dims that are multiples of 64; the others
- * run the mma.sync family as above). Elsewhere than on Hopper they are the cases above again. */
-ParameterizedTestParameters(fwd, fp8_wgmma) {
-    static fwd_case cases[64];
-    return cr_make_param_array(fwd_case, cases, (size_t)fp8_cases(cases));
-}
-ParameterizedTest(fwd_case *c, fwd, fp8_wgmma, .timeout = 300) {
-    setenv("FLASHGEN_WGMMA_FP8", "1", 1); /* read by the context this test creates */
     gpu_env env;
     gpu_open(&env);
     skip_without_fp8(&env);
     fwd_run r;
     run_setup(&env, &r, c);
-    /* On Hopper, a head dim the FP8 wgmma path takes must run on it (not fall back to mma.sync unseen) */
     int major = 0, minor = 0;
     CK(env.cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, env.dev));
     CK(env.cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, env.dev));
-    if (major * 10 + minor == 90 && c->d % 64 == 0) {
-        char why[2048];
-        cr_assert_eq(fg_explain(env.ctx, &r.args, why, sizeof why), FG_OK, "%s", fg_last_error(env.ctx));
-        cr_assert(strstr(why, "arch=sm_90a,"), "FP8 d %d should run the sm_90a family: %s", c->d, why);
-    }
+    const char *w = getenv("FLASHGEN_WGMMA"), *w8 = getenv("FLASHGEN_WGMMA_FP8");
+    int wgmma = !(w && strcmp(w, "0") == 0) && !(w8 && strcmp(w8, "0") == 0);
+    char why[2048];
+    cr_assert_eq(fg_explain(env.ctx, &r.args, why, sizeof why), FG_OK, "%s", fg_last_error(env.ctx));
+    int on_sm90a = strstr(why, "arch=sm_90a,") != NULL;
+    int want = major * 10 + minor == 90 && wgmma && c->d % 64 == 0;
+    cr_assert_eq(on_sm90a, want, "FP8 d %d should run the %s family: %s", c->d, want ? "sm_90a" : "mma.sync", why);
     run_launch(&env, &r);
     run_verify(&r);
     run_free(&env, &r);

@@ -2164,3 +2164,46 @@ Test(backward, inconsistent_problems_are_refused) {
     grads_free(&g);
     bwd_fixture_free(&f);
 }
+
+/* The LSE rule's FP8 allowance (the tensor cores' ~13-bit score accumulation, reference.c forward_row):
+ * one query and one key of 32 ones, so the LSE is the one score 32/sqrt(32) and the allowance
+ * 2 * 32/sqrt(32) * 2^-12 ~ 2.8e-3. An LSE 2e-3 off passes in e4m3 and fails in fp16 (no allowance);
+ * one 5e-3 off fails in both. */
+Test(check, fp8_lse_allowance_is_the_accumulation_bound_and_no_more) {
+    for (int fp8 = 0; fp8 < 2; fp8++) {
+        uint8_t b8[32];
+        uint16_t b16[32], o16[32];
+        memset(b8, ref_float_to_e4m3(1.0f, 0), sizeof b8);
+        for (int x = 0; x < 32; x++)
+            b16[x] = o16[x] = ref_float_to_f16(1.0f);
+        fg_tensor t = host_tensor(FG_DTYPE_F16, 1, 1, 1, 32, 0, 0); /* the view; storage replaced below */
+        free(t.data);
+        t.dtype = fp8 ? FG_DTYPE_E4M3 : FG_DTYPE_F16;
+        t.data = fp8 ? (void *)b8 : (void *)b16;
+        ref_problem p = problem(t, t, t, 0, 0);
+        p.out_dtype = FG_DTYPE_F16;
+        fg_tensor out = t;
+        out.dtype = FG_DTYPE_F16;
+        out.data = o16; /* O = 1 exactly */
+        const double exact = 32.0 / sqrt(32.0);
+        float lse_val;
+        fg_tensor lse;
+        memset(&lse, 0, sizeof lse);
+        lse.data = &lse_val;
+        lse.dtype = FG_DTYPE_F32;
+        lse.ndim = 3;
+        lse.shape[0] = lse.shape[1] = lse.shape[2] = 1;
+        lse.stride[0] = lse.stride[1] = lse.stride[2] = 1;
+        const double offs[3] = {0.0, 2e-3, 5e-3};
+        const int want[2][3] = {{1, 0, 0}, {1, 1, 0}};
+        for (int i = 0; i < 3; i++) {
+            lse_val = (float)(exact + offs[i]);
+            ref_report r;
+            fg_error e;
+            fg_error_clear(&e);
+            cr_assert_eq(ref_check_fwd(&p, &out, &lse, &r, &e), FG_OK, "ref_check_fwd: %s", e.msg);
+            cr_assert_eq(r.pass, want[fp8][i], "%s, LSE off by %g: pass %d (lse err %g)", fp8 ? "e4m3" : "fp16",
+                         offs[i], r.pass, r.lse_max_err);
+        }
+    }
+}
