@@ -100,6 +100,9 @@ def parse_args(argv):
     p.add_argument("--fresh", action="store_true", help="do not merge with results already in --out")
     p.add_argument("--bwd", action="store_true",
                    help="the backward pass (head dims up to 128; default out: bench/results/<date>-<gpu>-bwd/)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="with --bwd: flashgen in its deterministic mode (bitwise-repeatable gradients), to measure "
+                        "its cost")
     p.add_argument("--fg-log", default="warn", choices=("none", "error", "warn", "info", "debug"),
                    help="flashgen's log level (info logs each JIT compile with its time); default warn")
     a = p.parse_args(argv)
@@ -598,13 +601,15 @@ class BwdBench(Bench):
                 for g in (dq, dk, dv):
                     g.fill_(float("nan"))  # every element must be written
                 t0 = time.perf_counter()
-                grads["flashgen"] = fg.attention_backward(q, k, v, o, lse, do, causal=causal, dq=dq, dk=dk, dv=dv)
+                grads["flashgen"] = fg.attention_backward(q, k, v, o, lse, do, causal=causal, deterministic=self.args.deterministic,
+                                        dq=dq, dk=dk, dv=dv)
                 torch.cuda.synchronize()
                 rows["flashgen"]["first_call_s"] = round(time.perf_counter() - t0, 4)
 
                 def call_fg(i):
                     q, k, v, o, lse, do, dq, dk, dv = state[i]
-                    fg.attention_backward(q, k, v, o, lse, do, causal=causal, dq=dq, dk=dk, dv=dv)
+                    fg.attention_backward(q, k, v, o, lse, do, causal=causal, deterministic=self.args.deterministic,
+                                        dq=dq, dk=dk, dv=dv)
                 timers["flashgen"] = call_fg
             except Exception as e:
                 rows["flashgen"]["note"] = str(e) if isinstance(e, self.fg.FlashgenError) else "%s: %s" % (type(e).__name__, e)

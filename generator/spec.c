@@ -192,10 +192,12 @@ int spec_threads(const fg_spec *spec) { return spec->warps * 32; }
 int spec_is_wgmma(const fg_spec *spec) { return spec->kind == FG_KIND_FWD && spec->arch == 90 && spec->arch_accel; }
 
 /* bwd_sm80.cuh's main kernel: K and V tiles (block_n rows), two stages of Q and dO (block_m rows), the
- * dS^T tile (block_n x block_m, 16-bit) and two stages of the LSE and D rows (block_m floats each). */
+ * P^T and dS^T tiles (block_n x block_m, 16-bit), two stages of the LSE and D rows (block_m floats each)
+ * and, on sm_90 and newer, the dQ staging rows (block_m x (head_dim + 8) fp32) of the bulk reduce-add. */
 static size_t bwd_smem_bytes(const fg_spec *s) {
     size_t d = (size_t)s->head_dim, bm = (size_t)s->block_m, bn = (size_t)s->block_n;
-    return 2u * d * 2u * bn + 2u * 2u * d * 2u * bm + bn * bm * 2u + 2u * 2u * bm * 4u;
+    return 2u * d * 2u * bn + 2u * 2u * d * 2u * bm + 2u * bn * bm * 2u + 2u * 2u * bm * 4u +
+           (s->arch >= 90 ? bm * (d + 8u) * 4u : 0u);
 }
 
 int spec_q_stages(const fg_spec *spec) {

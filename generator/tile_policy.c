@@ -72,17 +72,22 @@ static const fg_tile_rule default_rules[] = {
     {90, 90, 64, 64, -1, FG_DTYPE_E5M2, 192, 128, 16, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 65, 256, -1, FG_DTYPE_E4M3, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 65, 256, -1, FG_DTYPE_E5M2, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
-    /* The backward (bwd_sm80.cuh; validate.c's bwd rules): 16 keys per warp; dK, dV, S^T and dP^T in
-     * registers bound block_m, and the dQ product's head_dim split must divide d / 8. Chosen from ptxas's
-     * reports (NVRTC 13.0, sm_80 and sm_90, both masks and modes) for the fewest spills: d <= 48 32 x 32
-     * with 2 warps, d 64 32 x 64 with 4, d 96 16 x 32 with 2: none; d 128 16 x 64 with 4: 4 bytes (every
-     * other tile tried spills more), other multiples of 16 16 x 16 with 1 warp (d 80 none, d 112 16
-     * bytes). Not measured or tuned on a GPU yet. */
+    /* The backward (bwd_sm80.cuh; validate.c's bwd rules): block_n = 16 x warps keys, block_m 32 or 64
+     * query rows a step. 64 x 128 with 8 warps where it compiles (fp32 dQ traffic per FLOP falls as
+     * block_n grows, and shared-memory reads per MMA as block_m grows): on the H200 it ran 1.4x (d 64) and
+     * 1.3x (d 128) faster than 32 x 128 (bench/results/2026-11-29-h200-session4/), though ptxas spills
+     * 4 bytes at d 64 and 12 at d 96 on sm_90, 52 at d 128 (bundles ship only spill-free variants; the
+     * others compile at first use). Other multiples of 16: 32 x 32 with 2 warps (d 112 spills 56 bytes
+     * on sm_90). */
     {80, 999, 16, 64, -1, -1, 32, 32, 2, 2, FG_FAMILY_MMA, FG_KIND_BWD},
-    {80, 999, 64, 64, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
-    {80, 999, 65, 128, -1, -1, 16, 16, 1, 2, FG_FAMILY_MMA, FG_KIND_BWD},
-    {80, 999, 96, 96, -1, -1, 16, 32, 2, 2, FG_FAMILY_MMA, FG_KIND_BWD},
-    {80, 999, 128, 128, -1, -1, 16, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {80, 999, 64, 64, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {80, 999, 65, 128, -1, -1, 32, 32, 2, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {80, 999, 96, 96, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {80, 999, 128, 128, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    /* 99 KiB parts: 64 keys a block above head_dim 64 */
+    {86, 86, 65, 128, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {89, 89, 65, 128, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {120, 121, 65, 128, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
 };
 
 fg_status tile_policy_add(fg_tile_policy *p, const fg_tile_rule *r, fg_error *err) {

@@ -42,15 +42,16 @@ static int wg_consumers(const fg_spec *s) { return s->block_m / 64; }
 static int wg_registers(const fg_spec *s) { return s->head_dim / 2 + s->block_n * 3 / 4; }
 static int wg_register_limit(const fg_spec *s) { return wg_consumers(s) == 3 ? 160 : 240; }
 
-/* The backward (bwd_sm80.cuh): warps own 16 keys each (block_n = 16 warps); a step takes block_m query
- * rows; the dQ product splits the warps into block_m / 16 query groups times head_dim slices. A thread
- * holds dK and dV (d/8 n8 tiles of 4 fp32 each: d registers), S^T and dP^T (block_m / 2 each) and its dQ
- * slice. */
+/* The backward (bwd_sm80.cuh): block_n = 16 x warps keys per CTA, block_m query rows a step; S^T and
+ * dP^T on warp tiles of 32 keys x block_m / 2 queries, dV and dK on 16 or 32 keys x head_dim or half of
+ * it, dQ on block_m / 16 query groups times head_dim slices. A thread holds dK and dV throughout (d
+ * registers), then S^T and dP^T (block_m / 2 each) or its dQ slice. */
 static int is_bwd(const fg_spec *s) { return s->kind == FG_KIND_BWD; }
 static int bwd_qgroups(const fg_spec *s) { return s->block_m / 16 > 0 ? s->block_m / 16 : 1; }
 static int bwd_dsplit(const fg_spec *s) { return s->warps / bwd_qgroups(s) > 0 ? s->warps / bwd_qgroups(s) : 1; }
 static int bwd_registers(const fg_spec *s) {
-    return s->head_dim + s->block_m + s->head_dim / 2 / bwd_dsplit(s);
+    int dq = s->head_dim / 2 / bwd_dsplit(s);
+    return s->head_dim + (s->block_m > dq ? s->block_m : dq);
 }
 
 typedef struct rule {
@@ -116,14 +117,13 @@ RULE(wgmma_registers, spec_is_wgmma(s) && wg_registers(s) > wg_register_limit(s)
      "block_n %d at head_dim %d needs about %d registers per consumer thread on sm_90a, more than the %d a "
      "consumer warpgroup gets with block_m %d: use a smaller block_n", s->block_n, s->head_dim,
      wg_registers(s), wg_register_limit(s), s->block_m)
-RULE(bwd_tiles, is_bwd(s) && (s->warps < 1 || s->warps > 8 || (s->warps & (s->warps - 1)) != 0 ||
-                               s->block_n != 16 * s->warps ||
-                               (s->block_m != 16 && s->block_m != 32 && s->block_m != 64) ||
+RULE(bwd_tiles, is_bwd(s) && (s->warps < 2 || s->warps > 8 || (s->warps & (s->warps - 1)) != 0 ||
+                               s->block_n != 16 * s->warps || (s->block_m != 32 && s->block_m != 64) ||
                                s->warps % bwd_qgroups(s) != 0 || (s->head_dim / 8) % (2 * bwd_dsplit(s)) != 0 ||
                                s->stages != 2),
      FG_ERR_UNSUPPORTED,
-     "kind=bwd tiles block_m %d, block_n %d, warps %d, stages %d at head_dim %d are not supported: warps 1, 2, 4 or "
-     "8 with block_n = 16 x warps (a warp owns 16 keys), block_m 16, 32 or 64 with block_m / 16 dividing warps "
+     "kind=bwd tiles block_m %d, block_n %d, warps %d, stages %d at head_dim %d are not supported: warps 2, 4 or 8 "
+     "with block_n = 16 x warps (16 keys per warp), block_m 32 or 64 with block_m / 16 dividing warps "
      "and head_dim / 8 a multiple of 2 x warps / (block_m / 16) (the dQ product's split), stages 2",
      s->block_m, s->block_n, s->warps, s->stages, s->head_dim)
 RULE(bwd_registers, is_bwd(s) && bwd_registers(s) > 200, FG_ERR_UNSUPPORTED,

@@ -27,17 +27,22 @@
 // P.V in the forward; only dQ needs dS transposed, through shared memory.
 
 constexpr int FG_THREADS = FG_WARPS * 32;
-constexpr int FG_QT = FG_BLOCK_M / 8;        // n8 tiles of S^T (query columns)
-constexpr int FG_DT = FG_HEAD_DIM / 8;       // n8 tiles of dK, dV (head_dim columns)
+constexpr int FG_DT = FG_HEAD_DIM / 8;       // n8 tiles of head_dim columns
 constexpr int FG_QG = FG_BLOCK_M / 16;       // 16-row query groups of the dQ product
 constexpr int FG_DSPLIT = FG_WARPS / FG_QG;  // warps sharing a query group, each a slice of head_dim
 constexpr int FG_DQT = FG_DT / FG_DSPLIT;    // n8 tiles of dQ per warp
-constexpr int FG_DS_CH = FG_BLOCK_M / 8;     // 16-byte chunks of a dS^T row (queries)
+constexpr int FG_DS_CH = FG_BLOCK_M / 8;     // 16-byte chunks of a P^T or dS^T row (queries)
 constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM * 2;
 constexpr u32 FG_QB_BYTES = FG_BLOCK_M * FG_HEAD_DIM * 2;
 constexpr u32 FG_DS_BYTES = FG_BLOCK_N * FG_BLOCK_M * 2;
 constexpr u32 FG_ROW_BYTES = FG_BLOCK_M * 4; // the LSE (or D) of one query block, fp32
-static_assert(FG_BLOCK_N == 16 * FG_WARPS, "a warp owns 16 keys");
+// sm_90 and newer stage a query block's dQ in shared memory (fp32 rows of FG_DQ_LD floats: 8 of padding
+// keep the fragment stores free of bank conflicts) and add it into the accumulator with one bulk
+// reduce-add per row (cp.reduce.async.bulk, done by the TMA unit). Element-wise atomics from the
+// fragments made L2 the bottleneck (ncu on the H200: L2 81% busy, SM pipes 24%): every warp instruction
+// touched 8 half-used sectors.
+constexpr int FG_DQ_LD = FG_HEAD_DIM + 8;
+static_assert(FG_BLOCK_N == 16 * FG_WARPS, "16 keys per warp");
 static_assert(FG_WARPS % FG_QG == 0 && FG_DT % (2 * FG_DSPLIT) == 0, "the dQ product's warp split");
 
 constexpr float FG_LOG2E = 1.4426950408889634f;
@@ -90,6 +95,54 @@ fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params p) {
 }
 
 // ---- main ----
+// Phase 1 (S^T, dP^T, P^T, dS^T): warps in FG_P1_WK key groups of 32 keys x 2 query halves of FG_P1_QW.
+// Phase 2 (dV, dK): warps in FG_P2_WK key groups of FG_P2_KW keys x FG_P2_PD head_dim parts of FG_P2_DW.
+// Phase 3 (dQ): warps in FG_QG query groups of 16 rows x FG_DSPLIT head_dim slices.
+// P^T and dS^T cross from phase 1 to phases 2 and 3 through shared memory ([keys][queries], 16-bit).
+constexpr int FG_P1_WK = FG_WARPS / 2;
+constexpr int FG_P1_QW = FG_BLOCK_M / 2;
+constexpr int FG_P1_QT = FG_P1_QW / 8;
+constexpr int FG_P2_PD = FG_HEAD_DIM % 32 == 0 ? 2 : 1;
+constexpr int FG_P2_WK = FG_WARPS / FG_P2_PD;
+constexpr int FG_P2_KW = FG_BLOCK_N / FG_P2_WK;
+constexpr int FG_P2_DW = FG_HEAD_DIM / FG_P2_PD;
+constexpr int FG_P2_DT = FG_P2_DW / 8;
+static_assert(FG_WARPS >= 2 && FG_BLOCK_N / FG_P1_WK == 32, "phase 1: warp pairs own 32 keys");
+static_assert(FG_BLOCK_M % 32 == 0, "phase 1: each query half is a multiple of 16 rows");
+static_assert(FG_P2_KW % 16 == 0 && FG_P2_DW % 16 == 0, "phase 2 warp tiles");
+
+// Phase 2 of one query block for head_dim part WD (a template so that every ldmatrix address keeps its
+// compile-time part): dV += P^T dO and dK += dS^T Q, A operands from the P^T and dS^T tiles, B operands
+// by ldmatrix.trans from the dO and Q tiles (rows = queries).
+template <int WD>
+__device__ __forceinline__ void fg_bwd_phase2(float (&dv)[FG_P2_KW / 16][FG_P2_DT][4],
+                                              float (&dk)[FG_P2_KW / 16][FG_P2_DT][4], u32 s_p, u32 s_ds,
+                                              u32 sq_st, u32 sdo_st, int krow0, const fg_frag_offsets_t<FG_DS_CH> &pt_off,
+                                              const fg_frag_offsets &qv_off) {
+#pragma unroll
+    for (int kk = 0; kk < FG_BLOCK_M / 16; kk++) {
+        u32 pa[FG_P2_KW / 16][4], da[FG_P2_KW / 16][4];
+#pragma unroll
+        for (int a = 0; a < FG_P2_KW / 16; a++) {
+            fg_ldmatrix_x4(pa[a], fg_frag_addr<FG_BLOCK_N>(s_p, pt_off, krow0 + a * 16, kk));
+            fg_ldmatrix_x4(da[a], fg_frag_addr<FG_BLOCK_N>(s_ds, pt_off, krow0 + a * 16, kk));
+        }
+#pragma unroll
+        for (int d2 = 0; d2 < FG_P2_DT / 2; d2++) {
+            u32 ob[4], qb[4];
+            fg_ldmatrix_x4_trans(ob, fg_frag_addr<FG_BLOCK_M>(sdo_st, qv_off, kk * 16, WD * (FG_P2_DT / 2) + d2));
+            fg_ldmatrix_x4_trans(qb, fg_frag_addr<FG_BLOCK_M>(sq_st, qv_off, kk * 16, WD * (FG_P2_DT / 2) + d2));
+#pragma unroll
+            for (int a = 0; a < FG_P2_KW / 16; a++) {
+                fg_mma_16816(dv[a][2 * d2], pa[a], ob[0], ob[1]);
+                fg_mma_16816(dv[a][2 * d2 + 1], pa[a], ob[2], ob[3]);
+                fg_mma_16816(dk[a][2 * d2], da[a], qb[0], qb[1]);
+                fg_mma_16816(dk[a][2 * d2 + 1], da[a], qb[2], qb[3]);
+            }
+        }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)
 fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     extern __shared__ __align__(128) unsigned char fg_smem[];
@@ -112,9 +165,11 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     const u32 s_v = s_k + FG_KV_BYTES;
     const u32 s_q = s_v + FG_KV_BYTES;               // 2 stages
     const u32 s_do = s_q + 2 * FG_QB_BYTES;           // 2 stages
-    const u32 s_ds = s_do + 2 * FG_QB_BYTES;
+    const u32 s_p = s_do + 2 * FG_QB_BYTES;           // P^T, [keys][queries]
+    const u32 s_ds = s_p + FG_DS_BYTES;               // dS^T, [keys][queries]
     const u32 s_lse = s_ds + FG_DS_BYTES;             // 2 stages of FG_BLOCK_M floats
     const u32 s_d = s_lse + 2 * FG_ROW_BYTES;         // 2 stages
+    const u32 s_dq = s_d + 2 * FG_ROW_BYTES;          // sm_90+: FG_BLOCK_M rows of FG_DQ_LD floats
 
     const fg_in_t *q = (const fg_in_t *)p.q + batch * p.q_stride[0] + head * p.q_stride[2];
     const fg_in_t *dout = (const fg_in_t *)p.dout + batch * p.do_stride[0] + head * p.do_stride[2];
@@ -145,97 +200,108 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     if (m_first < m_last) load_block(m_first, 0);
     fg_cp_async_commit();
 
-    float dk[FG_DT][4], dv[FG_DT][4];
+    float dk[FG_P2_KW / 16][FG_P2_DT][4], dv[FG_P2_KW / 16][FG_P2_DT][4];
 #pragma unroll
-    for (int i = 0; i < FG_DT; i++)
+    for (int a = 0; a < FG_P2_KW / 16; a++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.f;
+        for (int i = 0; i < FG_P2_DT; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dk[a][i][e] = dv[a][i][e] = 0.f;
 
-    // ldmatrix lanes as in the forward: rows of an A operand (K, V: this warp's 16 keys) at qv_off; B
-    // operands whose rows are the N dimension (Q, dO rows = queries) at k_off; transposed B operands
-    // whose rows are the reduction dimension (dO, Q for dV, dK; K for dQ) at qv_off.
+    // ldmatrix lanes: rows of an A operand (16 rows, two chunk columns) at qv_off (K, V tiles) or pt_off
+    // (the P^T, dS^T tiles); B operands whose rows are the N dimension (Q, dO rows = queries) at k_off;
+    // transposed B operands whose rows are the reduction dimension (dO, Q for dV, dK) at qv_off.
     const fg_frag_offsets qv_off = fg_frag_offsets_make(lane % 16, lane / 16);
     const fg_frag_offsets k_off = fg_frag_offsets_make(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
-    const int key0 = n0 + warp * 16 + g; // this thread's keys: key0 and key0 + 8
-    const int qg = warp % FG_QG, dslice = warp / FG_QG;
+    const fg_frag_offsets_t<FG_DS_CH> pt_off = fg_frag_offsets_make<FG_DS_CH>(lane % 16, lane / 16);
+    const int p1_k0 = (warp % FG_P1_WK) * 32, p1_q0 = (warp / FG_P1_WK) * FG_P1_QW; // phase 1 tile
+    const int p2_k0 = (warp % FG_P2_WK) * FG_P2_KW, p2_wd = warp / FG_P2_WK;       // phase 2 tile
+    const int qg = warp % FG_QG, dslice = warp / FG_QG;                                 // phase 3 tile
 
     int st = 0;
     for (int m = m_first; m < m_last; m++, st ^= 1) {
         fg_cp_async_wait<0>();
-        __syncthreads(); // block m is in; everyone is done with stage st ^ 1 and with dS
+        __syncthreads(); // block m is in; everyone is done with stage st ^ 1 and with P^T, dS^T
         if (m + 1 < m_last) load_block(m + 1, st ^ 1);
         fg_cp_async_commit();
         const u32 sq_st = s_q + st * FG_QB_BYTES, sdo_st = s_do + st * FG_QB_BYTES;
         const float *lse2 = (const float *)(fg_smem + (s_lse - s_k) + st * FG_ROW_BYTES);
         const float *dsum = (const float *)(fg_smem + (s_d - s_k) + st * FG_ROW_BYTES);
         const int m0 = m * FG_BLOCK_M;
+        // Tile bases passed through an empty asm each step: the addresses derived from them can no longer
+        // be hoisted out of the loop, where ptxas kept dozens of them in registers and spilled.
+        u32 tk = s_k, tv = s_v, tp = s_p, tds = s_ds;
+        asm volatile("" : "+r"(tk), "+r"(tv), "+r"(tp), "+r"(tds));
 
-        // S^T = K Q^T and dP^T = V dO^T (keys x queries), sharing the k loop over head_dim.
-        float s[FG_QT][4], dp[FG_QT][4];
+        // Phase 1: S^T = K Q^T and dP^T = V dO^T (keys x queries) on this warp's 32 keys x FG_P1_QW queries.
+        // (Two query sub-tiles one after the other, to halve the S^T and dP^T registers, measured 7-8%
+        // slower at head_dim 128 on the H200: K and V are read twice.)
+        {
+            const int q0 = p1_q0;
+            float s[2][FG_P1_QT][4], dp[2][FG_P1_QT][4];
 #pragma unroll
-        for (int i = 0; i < FG_QT; i++)
+            for (int a = 0; a < 2; a++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.f;
+                for (int i = 0; i < FG_P1_QT; i++)
 #pragma unroll
-        for (int kk = 0; kk < FG_HEAD_DIM / 16; kk++) {
-            u32 ka[4], va[4];
-            fg_ldmatrix_x4(ka, fg_frag_addr<FG_BLOCK_N>(s_k, qv_off, warp * 16, kk));
-            fg_ldmatrix_x4(va, fg_frag_addr<FG_BLOCK_N>(s_v, qv_off, warp * 16, kk));
+                    for (int e = 0; e < 4; e++) s[a][i][e] = dp[a][i][e] = 0.f;
+            // Two passes over head_dim (S^T, then dP^T) rather than one: half the fragments in flight.
 #pragma unroll
-            for (int n2 = 0; n2 < FG_QT / 2; n2++) {
-                u32 qb[4], db[4];
-                fg_ldmatrix_x4(qb, fg_frag_addr<FG_BLOCK_M>(sq_st, k_off, n2 * 16, kk));
-                fg_mma_16816(s[2 * n2], ka, qb[0], qb[1]);
-                fg_mma_16816(s[2 * n2 + 1], ka, qb[2], qb[3]);
-                fg_ldmatrix_x4(db, fg_frag_addr<FG_BLOCK_M>(sdo_st, k_off, n2 * 16, kk));
-                fg_mma_16816(dp[2 * n2], va, db[0], db[1]);
-                fg_mma_16816(dp[2 * n2 + 1], va, db[2], db[3]);
-            }
+            for (int pass = 0; pass < 2; pass++)
+#pragma unroll
+                for (int kk = 0; kk < FG_HEAD_DIM / 16; kk++) {
+                    u32 xa[2][4];
+#pragma unroll
+                    for (int a = 0; a < 2; a++)
+                        fg_ldmatrix_x4(xa[a], fg_frag_addr<FG_BLOCK_N>(pass ? tv : tk, qv_off, p1_k0 + a * 16, kk));
+#pragma unroll
+                    for (int n2 = 0; n2 < FG_P1_QT / 2; n2++) {
+                        u32 yb[4];
+                        fg_ldmatrix_x4(yb, fg_frag_addr<FG_BLOCK_M>(pass ? sdo_st : sq_st, k_off, q0 + n2 * 16, kk));
+#pragma unroll
+                        for (int a = 0; a < 2; a++) {
+                            float (&c)[FG_P1_QT][4] = pass ? dp[a] : s[a];
+                            fg_mma_16816(c[2 * n2], xa[a], yb[0], yb[1]);
+                            fg_mma_16816(c[2 * n2 + 1], xa[a], yb[2], yb[3]);
+                        }
+                    }
+                }
+            // P^T (masked entries 0: keys past sk, and when causal keys past a query's diagonal; queries
+            // past sq have lse2 = +inf) and dS^T = P^T (dP^T - D), both to shared memory (16-bit,
+            // swizzled like the other tiles).
+#pragma unroll
+            for (int a = 0; a < 2; a++)
+#pragma unroll
+                for (int nt = 0; nt < FG_P1_QT; nt++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int krow = p1_k0 + a * 16 + g + 8 * h, key = n0 + krow;
+                        float pv[2], dsv[2];
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int col = q0 + 8 * nt + 2 * t + e, qrow = m0 + col;
+                            const bool masked = key >= sk || (FG_CAUSAL && key > qrow + sk - sq);
+                            pv[e] = masked ? 0.f : fg_exp2(fmaf(s[a][nt][2 * h + e], p.scale_log2, -lse2[col]));
+                            dsv[e] = pv[e] * (dp[a][nt][2 * h + e] - dsum[col]);
+                        }
+                        const u32 off = fg_tile_offset<FG_DS_CH>(krow, q0 / 8 + nt, FG_BLOCK_N) + 4 * t;
+                        asm volatile("st.shared.b32 [%0], %1;" ::"r"(tp + off), "r"(fg_pack2(pv[0], pv[1])));
+                        asm volatile("st.shared.b32 [%0], %1;" ::"r"(tds + off), "r"(fg_pack2(dsv[0], dsv[1])));
+                    }
         }
-
-        // P^T (masked entries 0: keys past sk, and when causal keys past a query's diagonal; queries past
-        // sq have lse2 = +inf) and dS^T = P^T (dP^T - D).
-#pragma unroll
-        for (int nt = 0; nt < FG_QT; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = key0 + 8 * (e / 2), col = 8 * nt + 2 * t + (e % 2), qrow = m0 + col;
-                const bool masked = key >= sk || (FG_CAUSAL && key > qrow + sk - sq);
-                const float pv = masked ? 0.f : fg_exp2(fmaf(s[nt][e], p.scale_log2, -lse2[col]));
-                s[nt][e] = pv;
-                dp[nt][e] = pv * (dp[nt][e] - dsum[col]);
-            }
-
-        // dV += P^T dO and dK += dS^T Q: A operands from registers (k = queries), B operands by
-        // ldmatrix.trans from the dO and Q tiles (rows = queries).
-#pragma unroll
-        for (int kk = 0; kk < FG_BLOCK_M / 16; kk++) {
-            u32 pa[4], da[4];
-            fg_pack_a(s[2 * kk], s[2 * kk + 1], pa);
-            fg_pack_a(dp[2 * kk], dp[2 * kk + 1], da);
-#pragma unroll
-            for (int d2 = 0; d2 < FG_DT / 2; d2++) {
-                u32 ob[4], qb[4];
-                fg_ldmatrix_x4_trans(ob, fg_frag_addr<FG_BLOCK_M>(sdo_st, qv_off, kk * 16, d2));
-                fg_mma_16816(dv[2 * d2], pa, ob[0], ob[1]);
-                fg_mma_16816(dv[2 * d2 + 1], pa, ob[2], ob[3]);
-                fg_ldmatrix_x4_trans(qb, fg_frag_addr<FG_BLOCK_M>(sq_st, qv_off, kk * 16, d2));
-                fg_mma_16816(dk[2 * d2], da, qb[0], qb[1]);
-                fg_mma_16816(dk[2 * d2 + 1], da, qb[2], qb[3]);
-            }
-        }
-
-        // dS^T to shared memory ([keys][queries], 16-bit, swizzled like the other tiles).
-#pragma unroll
-        for (int nt = 0; nt < FG_QT; nt++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const u32 addr = s_ds + fg_tile_offset<FG_DS_CH>(warp * 16 + g + 8 * h, nt, FG_BLOCK_N) + 4 * t;
-                asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(fg_pack2(dp[nt][2 * h], dp[nt][2 * h + 1])));
-            }
+#if __CUDA_ARCH__ >= 900
+        // The rows' bulk reduce-adds of the previous block have read the dQ staging rows.
+        if (tid < FG_BLOCK_M) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+#endif
         __syncthreads();
 
-        // dQ (queries x head_dim) += dS K: this warp's 16 query rows (group qg) and head_dim slice. A = dS
+        // Phase 2: dV += P^T dO, dK += dS^T Q.
+        if (FG_P2_PD == 1 || p2_wd == 0)
+            fg_bwd_phase2<0>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off);
+        else
+            fg_bwd_phase2<FG_P2_PD - 1>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off);
+
+        // Phase 3: dQ (queries x head_dim) += dS K: this warp's 16 query rows (group qg) and head_dim slice. A = dS
         // by ldmatrix.trans from the [keys][queries] tile: lanes 0-7 keys 0-7 of query chunk 2qg, 8-15
         // chunk 2qg + 1, 16-23 keys 8-15 chunk 2qg, 24-31 keys 8-15 chunk 2qg + 1, which land as the A
         // fragment's (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15). B = K by ldmatrix.trans.
@@ -245,14 +311,14 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
 #pragma unroll
         for (int kk = 0; kk < FG_BLOCK_N / 16; kk++) {
             u32 a[4];
-            fg_ldmatrix_x4_trans(a, s_ds + fg_tile_offset<FG_DS_CH>(kk * 16 + lane % 8 + 8 * (lane / 16),
+            fg_ldmatrix_x4_trans(a, tds + fg_tile_offset<FG_DS_CH>(kk * 16 + lane % 8 + 8 * (lane / 16),
                                                                      2 * qg + (lane / 8) % 2, FG_BLOCK_N));
 #pragma unroll
             for (int d2 = 0; d2 < FG_DQT / 2; d2++) {
                 // K's rows kk * 16 + lane % 16 at chunk 2 (slice's first chunk pair + d2) + lane / 16: the
                 // address in full, since the slice (warp-dependent) would index qv_off at run time.
                 u32 kb[4];
-                fg_ldmatrix_x4_trans(kb, s_k + fg_tile_offset(kk * 16 + lane % 16,
+                fg_ldmatrix_x4_trans(kb, tk + fg_tile_offset(kk * 16 + lane % 16,
                                                               2 * (dslice * (FG_DQT / 2) + d2) + lane / 16, FG_BLOCK_N));
                 fg_mma_16816(dq[2 * d2], a, kb[0], kb[1]);
                 fg_mma_16816(dq[2 * d2 + 1], a, kb[2], kb[3]);
@@ -262,10 +328,43 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         // deterministic mode key block n_block adds to query block m after blocks 0 .. n_block - 1 did
         // (all of them see m when this one does: the first query block a key block sees only grows with
         // it), and before n_block + 1: the semaphore of (batch, head, m) counts the blocks done.
-        float *acc = p.dq_accum + (bh * sq_pad + m0 + qg * 16 + g) * FG_HEAD_DIM + dslice * FG_DQT * 8 + 2 * t;
         // Forward progress relies on CTA (n_block - 1, head, batch) having been dispatched before this one,
         // which in-order block dispatch gives (the grid's x is the key block; FlashAttention-3's
         // deterministic backward relies on the same); the CUDA model does not promise it.
+#if __CUDA_ARCH__ >= 900
+        {
+            float *sdq = (float *)(fg_smem + (s_dq - s_k));
+            const int r0 = qg * 16 + g, c0 = dslice * FG_DQT * 8 + 2 * t;
+#pragma unroll
+            for (int i = 0; i < FG_DQT; i++) {
+                *(float2 *)(sdq + r0 * FG_DQ_LD + c0 + i * 8) = make_float2(dq[i][0], dq[i][1]);
+                *(float2 *)(sdq + (r0 + 8) * FG_DQ_LD + c0 + i * 8) = make_float2(dq[i][2], dq[i][3]);
+            }
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); // the bulk copies read these stores
+        }
+        if (FG_DETERMINISTIC && tid == 0) {
+            volatile int *sem = p.dq_sem + bh * m_blocks + m;
+            while (*sem != n_block) __nanosleep(64); // spin gently: the L2 line is shared
+            __threadfence();
+        }
+        __syncthreads();
+        if (tid < FG_BLOCK_M) {
+            const float *dst = p.dq_accum + (bh * sq_pad + m0 + tid) * FG_HEAD_DIM;
+            asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+                         ::"l"(dst), "r"(s_dq + (u32)(tid * FG_DQ_LD * 4)), "n"(FG_HEAD_DIM * 4) : "memory");
+            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+            if (FG_DETERMINISTIC) { // the adds are done (not only issued) before the next key block's
+                asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+                asm volatile("fence.proxy.async.global;" ::: "memory");
+                __threadfence();
+            }
+        }
+        if (FG_DETERMINISTIC) {
+            __syncthreads();
+            if (tid == 0) atomicExch(p.dq_sem + bh * m_blocks + m, n_block + 1);
+        }
+#else
+        float *acc = p.dq_accum + (bh * sq_pad + m0 + qg * 16 + g) * FG_HEAD_DIM + dslice * FG_DQT * 8 + 2 * t;
         if (FG_DETERMINISTIC) {
             if (tid == 0) {
                 volatile int *sem = p.dq_sem + bh * m_blocks + m;
@@ -283,32 +382,38 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
             __syncthreads();
             if (tid == 0) atomicExch(p.dq_sem + bh * m_blocks + m, n_block + 1);
         }
+#endif
     }
+#if __CUDA_ARCH__ >= 900
+    if (tid < FG_BLOCK_M) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); // before the CTA's smem goes
+#endif
     fg_cp_async_wait<0>();
 
     // dK = scale * sum dS^T Q, dV: 16-bit outputs (one KV head per query head), or fp32 per query head
     // (GQA: the post kernel sums a KV head's query heads in order).
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int key = key0 + 8 * h;
-        if (key >= sk) continue;
+    for (int a = 0; a < FG_P2_KW / 16; a++)
 #pragma unroll
-        for (int i = 0; i < FG_DT; i++) {
-            const int col = 8 * i + 2 * t;
-            const float k0 = dk[i][2 * h] * p.softmax_scale, k1 = dk[i][2 * h + 1] * p.softmax_scale;
-            const float v0 = dv[i][2 * h], v1 = dv[i][2 * h + 1];
-            if (p.dkv_accum == 0) {
-                u16 *dkp = (u16 *)p.dk + batch * p.dk_stride[0] + (i64)key * p.dk_stride[1] + kv_head * p.dk_stride[2] + col;
-                u16 *dvp = (u16 *)p.dv + batch * p.dv_stride[0] + (i64)key * p.dv_stride[1] + kv_head * p.dv_stride[2] + col;
-                *(u32 *)dkp = fg_pack2(k0, k1);
-                *(u32 *)dvp = fg_pack2(v0, v1);
-            } else {
-                float *base = p.dkv_accum + ((bh * sk + key) * FG_HEAD_DIM + col);
-                *(float2 *)base = make_float2(k0, k1);
-                *(float2 *)(base + (i64)p.batch * p.heads_q * sk * FG_HEAD_DIM) = make_float2(v0, v1);
+        for (int h = 0; h < 2; h++) {
+            const int key = n0 + p2_k0 + a * 16 + g + 8 * h;
+            if (key >= sk) continue;
+#pragma unroll
+            for (int i = 0; i < FG_P2_DT; i++) {
+                const int col = p2_wd * FG_P2_DW + 8 * i + 2 * t;
+                const float k0 = dk[a][i][2 * h] * p.softmax_scale, k1 = dk[a][i][2 * h + 1] * p.softmax_scale;
+                const float v0 = dv[a][i][2 * h], v1 = dv[a][i][2 * h + 1];
+                if (p.dkv_accum == 0) {
+                    u16 *dkp = (u16 *)p.dk + batch * p.dk_stride[0] + (i64)key * p.dk_stride[1] + kv_head * p.dk_stride[2] + col;
+                    u16 *dvp = (u16 *)p.dv + batch * p.dv_stride[0] + (i64)key * p.dv_stride[1] + kv_head * p.dv_stride[2] + col;
+                    *(u32 *)dkp = fg_pack2(k0, k1);
+                    *(u32 *)dvp = fg_pack2(v0, v1);
+                } else {
+                    float *base = p.dkv_accum + ((bh * sk + key) * FG_HEAD_DIM + col);
+                    *(float2 *)base = make_float2(k0, k1);
+                    *(float2 *)(base + (i64)p.batch * p.heads_q * sk * FG_HEAD_DIM) = make_float2(v0, v1);
+                }
             }
         }
-    }
 }
 
 // ---- post: dQ in the output dtype; GQA: dK, dV summed over query heads ----
