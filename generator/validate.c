@@ -118,12 +118,12 @@ RULE(wgmma_registers, spec_is_wgmma(s) && wg_registers(s) > wg_register_limit(s)
      "consumer warpgroup gets with block_m %d: use a smaller block_n", s->block_n, s->head_dim,
      wg_registers(s), wg_register_limit(s), s->block_m)
 RULE(bwd_tiles, is_bwd(s) && (s->warps < 2 || s->warps > 8 || (s->warps & (s->warps - 1)) != 0 ||
-                               s->block_n != 16 * s->warps || (s->block_m != 32 && s->block_m != 64) ||
+                               s->block_n != 16 * s->warps || (s->block_m != 32 && s->block_m != 64 && s->block_m != 128) ||
                                s->warps % bwd_qgroups(s) != 0 || (s->head_dim / 8) % (2 * bwd_dsplit(s)) != 0 ||
                                s->stages != 2),
      FG_ERR_UNSUPPORTED,
      "kind=bwd tiles block_m %d, block_n %d, warps %d, stages %d at head_dim %d are not supported: warps 2, 4 or 8 "
-     "with block_n = 16 x warps (16 keys per warp), block_m 32 or 64 with block_m / 16 dividing warps "
+     "with block_n = 16 x warps (16 keys per warp), block_m 32, 64 or 128 with block_m / 16 dividing warps "
      "and head_dim / 8 a multiple of 2 x warps / (block_m / 16) (the dQ product's split), stages 2",
      s->block_m, s->block_n, s->warps, s->stages, s->head_dim)
 RULE(bwd_registers, is_bwd(s) && bwd_registers(s) > 200, FG_ERR_UNSUPPORTED,

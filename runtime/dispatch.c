@@ -568,7 +568,7 @@ static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
 static void bwd_workspace_layout(const fg_bwd_args *a, bwd_layout *L) {
     const size_t b = (size_t)a->q.shape[0], hq = (size_t)a->q.shape[2], hkv = (size_t)a->k.shape[2];
-    const size_t sq_pad = ((size_t)a->q.shape[1] + 63) / 64 * 64, sk = (size_t)a->k.shape[1];
+    const size_t sq_pad = ((size_t)a->q.shape[1] + 127) / 128 * 128, sk = (size_t)a->k.shape[1]; /* fg_bwd_rows_padded */
     const size_t d = (size_t)a->q.shape[3];
     size_t off = 0;
     L->dq_accum = off, off = align256(off + b * hq * sq_pad * d * 4);
@@ -658,7 +658,7 @@ fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *a, void *stream) 
     const unsigned h = (unsigned)hq, bb = (unsigned)b;
     /* pre (D, lse2, zeroed accumulator), main (none without keys: dK, dV are empty), post */
     const launch_item items[3] = {
-        {kern.fn_pre, {(unsigned)((sq + 63) / 64), h, bb}, 256, 0, "cuLaunchKernel(fg_bwd_pre_kernel)"},
+        {kern.fn_pre, {(unsigned)((sq + 127) / 128 * 2), h, bb}, 256, 0, "cuLaunchKernel(fg_bwd_pre_kernel)"},
         {kern.fn, {(unsigned)((sk + s.block_n - 1) / s.block_n), h, bb}, (unsigned)spec_threads(&s),
          (unsigned)spec_smem_bytes(&s), "cuLaunchKernel(fg_bwd_main_kernel)"},
         {kern.fn_post, {(unsigned)(((sq > sk ? sq : sk) + 63) / 64), h, bb}, 256, 0, "cuLaunchKernel(fg_bwd_post_kernel)"},

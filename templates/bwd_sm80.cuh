@@ -47,8 +47,9 @@ static_assert(FG_WARPS % FG_QG == 0 && FG_DT % (2 * FG_DSPLIT) == 0, "the dQ pro
 
 constexpr float FG_LOG2E = 1.4426950408889634f;
 
-// Workspace rows are padded to a multiple of 64 (every block_m divides 64).
-__device__ __forceinline__ i64 fg_bwd_rows_padded(int sq) { return ((i64)sq + 63) / 64 * 64; }
+// Workspace rows are padded to a multiple of 128 (every block_m divides 128); the pre kernel's grid covers
+// them in blocks of 64.
+__device__ __forceinline__ i64 fg_bwd_rows_padded(int sq) { return ((i64)sq + 127) / 128 * 128; }
 
 // ---- pre: D, lse2, zeroed accumulators ----
 extern "C" __global__ void __launch_bounds__(256)

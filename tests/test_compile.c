@@ -137,9 +137,10 @@ Test(compile, options_and_version) {
 }
 
 /* The backward at every head dim it takes (multiples of 16 up to 128) with the policy's tiles, on sm_80
- * and sm_90, both masks and both modes spread over them: the three kernels compile; the tiles of d 112
- * and 128 spill a few bytes (generator/tile_policy.c: no tile tried spills less), so up to 16 are
- * tolerated here, and the bundle, which refuses any, ships neither. */
+ * and sm_90, both masks and both modes spread over them: the three kernels compile; d <= 48 and 80 spill
+ * nothing; the wide tiles of d 64, 96 and 128 and d 112's spill a few bytes in some variants (4-72 on
+ * NVRTC 13.0: generator/tile_policy.c; measured faster than every tile that does not), so up to 96 are
+ * tolerated there, and the bundle, which refuses any, ships only the clean sm_80 d 64 ones. */
 Test(compile, backward_every_head_dim, .timeout = 900) {
     fg_tile_policy p;
     fg_error e;
@@ -153,11 +154,11 @@ Test(compile, backward_every_head_dim, .timeout = 900) {
             s.out_dtype = s.dtype;
             cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK, "%s", e.msg);
             cr_assert_eq(spec_validate(&s, &e), FG_OK, "d %d: %s", d, e.msg);
-            if (d == 112 || d == 128) spilling[ns++] = s;
+            if (d == 64 || d >= 96) spilling[ns++] = s;
             else clean[nc++] = s;
         }
-    compile_all(clean, nc, "backward, head dims 16..96");
-    compile_all_tolerating(spilling, ns, "backward, head dims 112 and 128", 16);
+    compile_all(clean, nc, "backward, head dims 16..48 and 80");
+    compile_all_tolerating(spilling, ns, "backward, head dims 64, 96, 112, 128", 96);
     tile_policy_free(&p);
 }
 

@@ -866,7 +866,8 @@ Test(config, default_config_loads_and_validates) {
             cr_assert(!spec_equal(&cfg.variants[i], &cfg.variants[j]), "%s listed twice", name);
     }
     cr_assert_eq(archs[0] + archs[1] + archs[2] + archs[3] + archs[4] + bwd80 + bwd90, cfg.count);
-    cr_assert(bwd80 > 0 && bwd80 == bwd90, "backward variants: %d on sm_80, %d on sm_90", bwd80, bwd90);
+    /* the backward ships on sm_80 only: its sm_90 tiles spill a few bytes, which bundles refuse */
+    cr_assert(bwd80 > 0 && bwd90 == 0, "backward variants: %d on sm_80, %d on sm_90", bwd80, bwd90);
     for (int a = 0; a < 5; a++)
         cr_assert_gt(archs[a], 0, "class %d of the default bundle is empty", a);
     cr_assert_eq(archs[1], archs[2], "sm_90a and sm_90 list the same 16-bit variants");

@@ -14,7 +14,7 @@ static fg_spec base(void) {
 /* A valid backward spec (the policy's d 128 tile). */
 static fg_spec bwd_base(void) {
     fg_spec s = {.kind = FG_KIND_BWD, .arch = 90, .arch_accel = 0, .dtype = FG_DTYPE_BF16, .head_dim = 128,
-                 .block_m = 16, .block_n = 64, .warps = 4, .stages = 2, .causal = 1, .deterministic = 1};
+                 .block_m = 32, .block_n = 64, .warps = 4, .stages = 2, .causal = 1, .deterministic = 1};
     return s;
 }
 
@@ -415,7 +415,7 @@ static void m_bwd_head_dim_odd(fg_spec *s) { *s = bwd_base(); s->head_dim = 72; 
 static void m_bwd_tiles_bn(fg_spec *s) { *s = bwd_base(); s->block_n = 32; }
 static void m_bwd_tiles_split(fg_spec *s) { *s = bwd_base(); s->block_m = 32; s->head_dim = 80; }
 static void m_bwd_tiles_stages(fg_spec *s) { *s = bwd_base(); s->stages = 3; }
-static void m_bwd_registers(fg_spec *s) { *s = bwd_base(); s->block_m = 64; s->warps = 4; }
+static void m_bwd_registers(fg_spec *s) { *s = bwd_base(); s->block_m = 128; s->block_n = 128; s->warps = 8; }
 
 static const broken rules[] = {
     {"kind", m_kind, "kind"},
@@ -679,7 +679,7 @@ Test(spec, backward_name_policy_and_rules) {
     fg_spec s = bwd_base();
     char name[FG_SPEC_NAME_MAX];
     cr_assert_gt(spec_format(&s, name, sizeof name), 0);
-    cr_assert_str_eq(name, "arch=sm_90,block_m=16,block_n=64,causal=1,deterministic=1,dtype=bf16,head_dim=128,"
+    cr_assert_str_eq(name, "arch=sm_90,block_m=32,block_n=64,causal=1,deterministic=1,dtype=bf16,head_dim=128,"
                            "kind=bwd,stages=2,warps=4");
     fg_spec back;
     fg_error e;
