@@ -290,10 +290,6 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
                         asm volatile("st.shared.b32 [%0], %1;" ::"r"(tds + off), "r"(fg_pack2(dsv[0], dsv[1])));
                     }
         }
-#if __CUDA_ARCH__ >= 900
-        // The rows' bulk reduce-adds of the previous block have read the dQ staging rows.
-        if (tid < FG_BLOCK_M) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-#endif
         __syncthreads();
 
         // Phase 2: dV += P^T dO, dK += dS^T Q.
@@ -333,34 +329,52 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         // which in-order block dispatch gives (the grid's x is the key block; FlashAttention-3's
         // deterministic backward relies on the same); the CUDA model does not promise it.
 #if __CUDA_ARCH__ >= 900
-        {
-            float *sdq = (float *)(fg_smem + (s_dq - s_k));
-            const int r0 = qg * 16 + g, c0 = dslice * FG_DQT * 8 + 2 * t;
+        float *sdq = (float *)(fg_smem + (s_dq - s_k));
+        const int r0 = qg * 16 + g, c0 = dslice * FG_DQT * 8 + 2 * t;
+        if (!FG_DETERMINISTIC) {
+            // Each warp adds its own 16 rows x FG_DQT * 8 columns, one bulk reduce-add per row from lanes
+            // 0-15, after those lanes' adds of the previous block have read the staging rows: no
+            // block-wide barrier.
+            if (lane < 16) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            __syncwarp();
 #pragma unroll
             for (int i = 0; i < FG_DQT; i++) {
                 *(float2 *)(sdq + r0 * FG_DQ_LD + c0 + i * 8) = make_float2(dq[i][0], dq[i][1]);
                 *(float2 *)(sdq + (r0 + 8) * FG_DQ_LD + c0 + i * 8) = make_float2(dq[i][2], dq[i][3]);
             }
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); // the bulk copies read these stores
-        }
-        if (FG_DETERMINISTIC && tid == 0) {
-            volatile int *sem = p.dq_sem + bh * m_blocks + m;
-            while (*sem != n_block) __nanosleep(64); // spin gently: the L2 line is shared
-            __threadfence();
-        }
-        __syncthreads();
-        if (tid < FG_BLOCK_M) {
-            const float *dst = p.dq_accum + (bh * sq_pad + m0 + tid) * FG_HEAD_DIM;
-            asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
-                         ::"l"(dst), "r"(s_dq + (u32)(tid * FG_DQ_LD * 4)), "n"(FG_HEAD_DIM * 4) : "memory");
-            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-            if (FG_DETERMINISTIC) { // the adds are done (not only issued) before the next key block's
+            __syncwarp();
+            if (lane < 16) {
+                const int row = qg * 16 + lane, col = dslice * FG_DQT * 8;
+                const float *dst = p.dq_accum + (bh * sq_pad + m0 + row) * FG_HEAD_DIM + col;
+                asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+                             ::"l"(dst), "r"(s_dq + (u32)((row * FG_DQ_LD + col) * 4)), "n"(FG_DQT * 8 * 4) : "memory");
+                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+            }
+        } else {
+            // Key blocks add in order (see above): every row's add is complete before the semaphore
+            // moves on, so the staging rows are free again at the next block.
+#pragma unroll
+            for (int i = 0; i < FG_DQT; i++) {
+                *(float2 *)(sdq + r0 * FG_DQ_LD + c0 + i * 8) = make_float2(dq[i][0], dq[i][1]);
+                *(float2 *)(sdq + (r0 + 8) * FG_DQ_LD + c0 + i * 8) = make_float2(dq[i][2], dq[i][3]);
+            }
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            if (tid == 0) {
+                volatile int *sem = p.dq_sem + bh * m_blocks + m;
+                while (*sem != n_block) __nanosleep(64); // spin gently: the L2 line is shared
+                __threadfence();
+            }
+            __syncthreads();
+            if (tid < FG_BLOCK_M) {
+                const float *dst = p.dq_accum + (bh * sq_pad + m0 + tid) * FG_HEAD_DIM;
+                asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+                             ::"l"(dst), "r"(s_dq + (u32)(tid * FG_DQ_LD * 4)), "n"(FG_HEAD_DIM * 4) : "memory");
+                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
                 asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
                 asm volatile("fence.proxy.async.global;" ::: "memory");
                 __threadfence();
             }
-        }
-        if (FG_DETERMINISTIC) {
             __syncthreads();
             if (tid == 0) atomicExch(p.dq_sem + bh * m_blocks + m, n_block + 1);
         }
@@ -386,7 +400,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
 #endif
     }
 #if __CUDA_ARCH__ >= 900
-    if (tid < FG_BLOCK_M) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); // before the CTA's smem goes
+    if (!FG_DETERMINISTIC && lane < 16) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); // smem stays till read
 #endif
     fg_cp_async_wait<0>();
 
