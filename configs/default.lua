@@ -50,15 +50,17 @@ variants {
 -- warpgroup plus a producer warpgroup: block_m = 128 goes with warps = 12)
 
 -- FP8: e4m3 and e5m2 inputs with O in bf16 (`out` is the output dtype of fp8 variants: "bf16", the
--- default, or "fp16"), for the first FP8 targets, sm_89 (Ada: L4, L40, RTX 40xx) and sm_90 (H100, H200;
--- the sm_90a family has no FP8 kernel yet); head_dim is a multiple of 32 for fp8. On sm_90, FP8 mma.sync is emulated (fp8 -> f16 unpacks before
--- HMMA) and head_dim 256 spills registers with every tile (generator/tile_policy.c), so a bundle, which
--- refuses spilling variants, leaves it to JIT there: 2 x 2 x 3 x 2 + 2 x 2 x 2 = 20 variants.
+-- default, or "fp16"), for sm_89 (Ada: L4, L40, RTX 40xx: mma.sync with native FP8), sm_90a (H100, H200:
+-- the Hopper family with QGMMA, for head dims that are multiples of 64) and sm_90 (the mma.sync family
+-- there, for FP8 calls sm_90a does not take; FP8 mma.sync is emulated on Hopper, fp8 -> f16 unpacks
+-- before HMMA, and head_dim 256 spills registers with every tile, generator/tile_policy.c, so a bundle,
+-- which refuses spilling variants, leaves it to JIT); head_dim is a multiple of 32 for fp8:
+-- 2 x 2 x 3 x 2 x 2 + 2 x 2 x 2 = 32 variants.
 -- `flashgen bundle --arch` replaces these arch lists as well: an arch below sm_89 has no fp8 mma and
 -- refuses them.
 variants {
     kind = "fwd",
-    arch = "sm_89",
+    arch = {"sm_89", "sm_90a"},
     dtype = {"e4m3", "e5m2"},
     out = "bf16",
     head_dim = {64, 128, 256},

@@ -60,8 +60,9 @@ static const char usage_main[] =
     "SPEC names one variant by its compile-time parameters, as key=value pairs separated by commas or\n"
     "spaces (one argument or several):\n"
     "  arch=sm_90a dtype=bf16 head_dim=128 [causal=1] [kind=fwd] [block_m=N block_n=N warps=N stages=N]\n"
-    "arch, dtype (fp16, bf16, e4m3, e5m2) and head_dim are required; kind defaults to fwd, the only\n"
-    "family so far; causal defaults to 0; out=bf16|fp16 is the output dtype of an fp8 (e4m3, e5m2)\n"
+    "arch, dtype (fp16, bf16, e4m3, e5m2) and head_dim are required; kind is fwd (the default) or bwd\n"
+    "(the backward pass: fp16/bf16, deterministic=0|1); causal defaults to 0; out=bf16|fp16 is the\n"
+    "output dtype of an fp8 (e4m3, e5m2)\n"
     "variant, bf16 when left out; tile fields left out come from the default tile policy. arch sm_90a\n"
     "selects the Hopper wgmma family (block_m 64, 128 or 192 with 8, 12 or 16 warps); sm_90 and every\n"
     "other target the mma.sync family. The canonical form, which `list` prints and caches and bundles use\n"
@@ -285,7 +286,7 @@ static int spec_from_args(const char *cmd, int argc, char **argv, int first, fg_
         strcat(text, argv[i]);
         strcat(text, " ");
     }
-    /* fwd is the only kernel family, so asking people to type it would be ceremony. */
+    /* kind defaults to fwd, the family most specs name, so asking people to type it would be ceremony. */
     char *full = text;
     if (!spec_has_key(text, "kind")) {
         full = malloc(len + 9);

@@ -51,6 +51,27 @@ constexpr float FG_LOG2E = 1.4426950408889634f;
 // them in blocks of 64.
 __device__ __forceinline__ i64 fg_bwd_rows_padded(int sq) { return ((i64)sq + 127) / 128 * 128; }
 
+#if __CUDA_ARCH__ >= 900
+// dst[0 .. BYTES / 4) += the fp32 values at shared address src, by the TMA unit (one bulk reduce-add,
+// committed as its own bulk group); BYTES a multiple of 16, both addresses 16-byte aligned.
+template <int BYTES>
+__device__ __forceinline__ void fg_bulk_add_f32(const float *dst, u32 src) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst), "r"(src),
+                 "n"(BYTES) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+#endif
+
+// The deterministic mode's turn: thread 0 spins (gently: the L2 line is shared) until the semaphore of
+// this query block says key blocks 0 .. n_block - 1 have added their dQ, then the block goes on together.
+__device__ __forceinline__ void fg_bwd_wait_turn(int *sem, int n_block, int tid) {
+    if (tid == 0) {
+        while (*(volatile int *)sem != n_block) __nanosleep(64);
+        __threadfence();
+    }
+    __syncthreads();
+}
+
 // ---- pre: D, lse2, zeroed accumulators ----
 extern "C" __global__ void __launch_bounds__(256)
 fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params p) {
@@ -331,46 +352,32 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
 #if __CUDA_ARCH__ >= 900
         float *sdq = (float *)(fg_smem + (s_dq - s_k));
         const int r0 = qg * 16 + g, c0 = dslice * FG_DQT * 8 + 2 * t;
+        // Outside the deterministic mode each warp adds its own 16 rows x FG_DQT * 8 columns, one bulk
+        // reduce-add per row from lanes 0-15, after those lanes' adds of the previous block have read the
+        // staging rows: no block-wide barrier. In the deterministic mode key blocks add in order (see
+        // above), every row's add complete before the semaphore moves on, so the rows are free again.
         if (!FG_DETERMINISTIC) {
-            // Each warp adds its own 16 rows x FG_DQT * 8 columns, one bulk reduce-add per row from lanes
-            // 0-15, after those lanes' adds of the previous block have read the staging rows: no
-            // block-wide barrier.
             if (lane < 16) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
             __syncwarp();
+        }
 #pragma unroll
-            for (int i = 0; i < FG_DQT; i++) {
-                *(float2 *)(sdq + r0 * FG_DQ_LD + c0 + i * 8) = make_float2(dq[i][0], dq[i][1]);
-                *(float2 *)(sdq + (r0 + 8) * FG_DQ_LD + c0 + i * 8) = make_float2(dq[i][2], dq[i][3]);
-            }
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); // the bulk copies read these stores
+        for (int i = 0; i < FG_DQT; i++) {
+            *(float2 *)(sdq + r0 * FG_DQ_LD + c0 + i * 8) = make_float2(dq[i][0], dq[i][1]);
+            *(float2 *)(sdq + (r0 + 8) * FG_DQ_LD + c0 + i * 8) = make_float2(dq[i][2], dq[i][3]);
+        }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); // the bulk copies read these stores
+        if (!FG_DETERMINISTIC) {
             __syncwarp();
             if (lane < 16) {
                 const int row = qg * 16 + lane, col = dslice * FG_DQT * 8;
                 const float *dst = p.dq_accum + (bh * sq_pad + m0 + row) * FG_HEAD_DIM + col;
-                asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
-                             ::"l"(dst), "r"(s_dq + (u32)((row * FG_DQ_LD + col) * 4)), "n"(FG_DQT * 8 * 4) : "memory");
-                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+                fg_bulk_add_f32<FG_DQT * 8 * 4>(dst, s_dq + (u32)((row * FG_DQ_LD + col) * 4));
             }
         } else {
-            // Key blocks add in order (see above): every row's add is complete before the semaphore
-            // moves on, so the staging rows are free again at the next block.
-#pragma unroll
-            for (int i = 0; i < FG_DQT; i++) {
-                *(float2 *)(sdq + r0 * FG_DQ_LD + c0 + i * 8) = make_float2(dq[i][0], dq[i][1]);
-                *(float2 *)(sdq + (r0 + 8) * FG_DQ_LD + c0 + i * 8) = make_float2(dq[i][2], dq[i][3]);
-            }
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            if (tid == 0) {
-                volatile int *sem = p.dq_sem + bh * m_blocks + m;
-                while (*sem != n_block) __nanosleep(64); // spin gently: the L2 line is shared
-                __threadfence();
-            }
-            __syncthreads();
+            fg_bwd_wait_turn(p.dq_sem + bh * m_blocks + m, n_block, tid);
             if (tid < FG_BLOCK_M) {
                 const float *dst = p.dq_accum + (bh * sq_pad + m0 + tid) * FG_HEAD_DIM;
-                asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
-                             ::"l"(dst), "r"(s_dq + (u32)(tid * FG_DQ_LD * 4)), "n"(FG_HEAD_DIM * 4) : "memory");
-                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+                fg_bulk_add_f32<FG_HEAD_DIM * 4>(dst, s_dq + (u32)(tid * FG_DQ_LD * 4));
                 asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
                 asm volatile("fence.proxy.async.global;" ::: "memory");
                 __threadfence();
@@ -381,12 +388,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
 #else
         float *acc = p.dq_accum + (bh * sq_pad + m0 + qg * 16 + g) * FG_HEAD_DIM + dslice * FG_DQT * 8 + 2 * t;
         if (FG_DETERMINISTIC) {
-            if (tid == 0) {
-                volatile int *sem = p.dq_sem + bh * m_blocks + m;
-                while (*sem != n_block) __nanosleep(64); // spin gently: the L2 line is shared
-                __threadfence();
-            }
-            __syncthreads();
+            fg_bwd_wait_turn(p.dq_sem + bh * m_blocks + m, n_block, tid);
         }
 #pragma unroll
         for (int i = 0; i < FG_DQT; i++)

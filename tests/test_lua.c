@@ -840,10 +840,10 @@ Test(config, default_config_loads_and_validates) {
     fg_error_clear(&err);
     cr_assert_eq(config_load_file("configs/default.lua", NULL, &cfg, &err), FG_OK, "%s", err.msg);
     cr_assert_geq(cfg.count, 20);
-    /* 60 16-bit forward variants (sm_80, sm_90 and sm_90a), 20 FP8 ones (sm_89 and sm_90) and 16 backward
-     * ones (sm_80 and sm_90) */
+    /* 60 16-bit forward variants (sm_80, sm_90 and sm_90a), 32 FP8 ones (sm_89, sm_90a and sm_90) and 4
+     * backward ones (sm_80) */
     cr_assert_leq(cfg.count, 112, "the default bundle should stay small enough for CI: %d variants", cfg.count);
-    int archs[5] = {0, 0, 0, 0, 0}, bwd80 = 0, bwd90 = 0;
+    int archs[6] = {0, 0, 0, 0, 0, 0}, bwd80 = 0, bwd90 = 0;
     for (int i = 0; i < cfg.count; i++) {
         const fg_spec *s = &cfg.variants[i];
         char name[FG_SPEC_NAME_MAX];
@@ -856,22 +856,24 @@ Test(config, default_config_loads_and_validates) {
             continue;
         }
         archs[0] += s->arch == 80;
-        archs[1] += s->arch == 90 && s->arch_accel;                          /* the wgmma family */
+        archs[1] += s->arch == 90 && s->arch_accel && !spec_dtype_is_fp8(s->dtype); /* the wgmma family */
         archs[2] += s->arch == 90 && !s->arch_accel && !spec_dtype_is_fp8(s->dtype); /* mma.sync on Hopper */
         archs[3] += s->arch == 90 && !s->arch_accel && spec_dtype_is_fp8(s->dtype);  /* FP8 on Hopper */
         archs[4] += s->arch == 89 && spec_dtype_is_fp8(s->dtype);              /* FP8 on Ada */
+        archs[5] += s->arch == 90 && s->arch_accel && spec_dtype_is_fp8(s->dtype);   /* FP8, wgmma family */
         if (s->arch_accel)
-            cr_assert(spec_is_wgmma(s) && !spec_dtype_is_fp8(s->dtype), "%s", name);
+            cr_assert(spec_is_wgmma(s), "%s", name);
         for (int j = 0; j < i; j++)
             cr_assert(!spec_equal(&cfg.variants[i], &cfg.variants[j]), "%s listed twice", name);
     }
-    cr_assert_eq(archs[0] + archs[1] + archs[2] + archs[3] + archs[4] + bwd80 + bwd90, cfg.count);
+    cr_assert_eq(archs[0] + archs[1] + archs[2] + archs[3] + archs[4] + archs[5] + bwd80 + bwd90, cfg.count);
     /* the backward ships on sm_80 only: its sm_90 tiles spill a few bytes, which bundles refuse */
     cr_assert(bwd80 > 0 && bwd90 == 0, "backward variants: %d on sm_80, %d on sm_90", bwd80, bwd90);
-    for (int a = 0; a < 5; a++)
+    for (int a = 0; a < 6; a++)
         cr_assert_gt(archs[a], 0, "class %d of the default bundle is empty", a);
     cr_assert_eq(archs[1], archs[2], "sm_90a and sm_90 list the same 16-bit variants");
     cr_assert_eq(archs[0], archs[2], "sm_80 and sm_90 list the same 16-bit variants");
+    cr_assert_eq(archs[5], archs[4], "sm_90a and sm_89 list the same FP8 variants");
     config_free(&cfg);
     /* the same bundle for one other arch */
     cr_assert_eq(config_load_file("configs/default.lua", "sm_89", &cfg, &err), FG_OK, "%s", err.msg);
