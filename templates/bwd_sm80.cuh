@@ -254,6 +254,13 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         // be hoisted out of the loop, where ptxas kept dozens of them in registers and spilled.
         u32 tk = s_k, tv = s_v, tp = s_p, tds = s_ds;
         asm volatile("" : "+r"(tk), "+r"(tv), "+r"(tp), "+r"(tds));
+        // On sm_90 likewise the lane, from which the per-lane offsets of phases 1 and 3 come (there it
+        // took the d 64 tile from 76 bytes of spills to none; on sm_80 it made ptxas spill more).
+        int ln = lane;
+#if __CUDA_ARCH__ >= 900
+        asm volatile("" : "+r"(ln));
+#endif
+        const int gl = ln / 4, tl = ln % 4;
 
         // Phase 1: S^T = K Q^T and dP^T = V dO^T (keys x queries) on this warp's 32 keys x FG_P1_QW queries.
         // (Two query sub-tiles one after the other, to halve the S^T and dP^T registers, measured 7-8%
@@ -297,16 +304,16 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
                 for (int nt = 0; nt < FG_P1_QT; nt++)
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
-                        const int krow = p1_k0 + a * 16 + g + 8 * h, key = n0 + krow;
+                        const int krow = p1_k0 + a * 16 + gl + 8 * h, key = n0 + krow;
                         float pv[2], dsv[2];
 #pragma unroll
                         for (int e = 0; e < 2; e++) {
-                            const int col = q0 + 8 * nt + 2 * t + e, qrow = m0 + col;
+                            const int col = q0 + 8 * nt + 2 * tl + e, qrow = m0 + col;
                             const bool masked = key >= sk || (FG_CAUSAL && key > qrow + sk - sq);
                             pv[e] = masked ? 0.f : fg_exp2(fmaf(s[a][nt][2 * h + e], p.scale_log2, -lse2[col]));
                             dsv[e] = pv[e] * (dp[a][nt][2 * h + e] - dsum[col]);
                         }
-                        const u32 off = fg_tile_offset<FG_DS_CH>(krow, q0 / 8 + nt, FG_BLOCK_N) + 4 * t;
+                        const u32 off = fg_tile_offset<FG_DS_CH>(krow, q0 / 8 + nt, FG_BLOCK_N) + 4 * tl;
                         asm volatile("st.shared.b32 [%0], %1;" ::"r"(tp + off), "r"(fg_pack2(pv[0], pv[1])));
                         asm volatile("st.shared.b32 [%0], %1;" ::"r"(tds + off), "r"(fg_pack2(dsv[0], dsv[1])));
                     }
@@ -329,15 +336,15 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
 #pragma unroll
         for (int kk = 0; kk < FG_BLOCK_N / 16; kk++) {
             u32 a[4];
-            fg_ldmatrix_x4_trans(a, tds + fg_tile_offset<FG_DS_CH>(kk * 16 + lane % 8 + 8 * (lane / 16),
-                                                                     2 * qg + (lane / 8) % 2, FG_BLOCK_N));
+            fg_ldmatrix_x4_trans(a, tds + fg_tile_offset<FG_DS_CH>(kk * 16 + ln % 8 + 8 * (ln / 16),
+                                                                     2 * qg + (ln / 8) % 2, FG_BLOCK_N));
 #pragma unroll
             for (int d2 = 0; d2 < FG_DQT / 2; d2++) {
                 // K's rows kk * 16 + lane % 16 at chunk 2 (slice's first chunk pair + d2) + lane / 16: the
                 // address in full, since the slice (warp-dependent) would index qv_off at run time.
                 u32 kb[4];
-                fg_ldmatrix_x4_trans(kb, tk + fg_tile_offset(kk * 16 + lane % 16,
-                                                              2 * (dslice * (FG_DQT / 2) + d2) + lane / 16, FG_BLOCK_N));
+                fg_ldmatrix_x4_trans(kb, tk + fg_tile_offset(kk * 16 + ln % 16,
+                                                              2 * (dslice * (FG_DQT / 2) + d2) + ln / 16, FG_BLOCK_N));
                 fg_mma_16816(dq[2 * d2], a, kb[0], kb[1]);
                 fg_mma_16816(dq[2 * d2 + 1], a, kb[2], kb[3]);
             }
@@ -351,7 +358,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         // deterministic backward relies on the same); the CUDA model does not promise it.
 #if __CUDA_ARCH__ >= 900
         float *sdq = (float *)(fg_smem + (s_dq - s_k));
-        const int r0 = qg * 16 + g, c0 = dslice * FG_DQT * 8 + 2 * t;
+        const int r0 = qg * 16 + gl, c0 = dslice * FG_DQT * 8 + 2 * tl;
         // Outside the deterministic mode each warp adds its own 16 rows x FG_DQT * 8 columns, one bulk
         // reduce-add per row from lanes 0-15, after those lanes' adds of the previous block have read the
         // staging rows: no block-wide barrier. In the deterministic mode key blocks add in order (see
