@@ -254,11 +254,12 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         // be hoisted out of the loop, where ptxas kept dozens of them in registers and spilled.
         u32 tk = s_k, tv = s_v, tp = s_p, tds = s_ds;
         asm volatile("" : "+r"(tk), "+r"(tv), "+r"(tp), "+r"(tds));
-        // On sm_90 likewise the lane, from which the per-lane offsets of phases 1 and 3 come (there it
-        // took the d 64 tile from 76 bytes of spills to none; on sm_80 it made ptxas spill more).
+        // On sm_90 at head_dim <= 64 likewise the lane, from which the per-lane offsets of phases 1 and 3
+        // come: it took the d 64 tile from 76 bytes of spills to none and ran 14% faster causal, 2% slower
+        // not (H200); at d 128 it ran 2-4% slower, and on sm_80 ptxas spilled more with it.
         int ln = lane;
 #if __CUDA_ARCH__ >= 900
-        asm volatile("" : "+r"(ln));
+        if (FG_HEAD_DIM <= 64) asm volatile("" : "+r"(ln));
 #endif
         const int gl = ln / 4, tl = ln % 4;
 
