@@ -7,24 +7,27 @@
 //   fg_bwd_main_kernel  grid (key blocks, query heads, batch). A CTA owns FG_BLOCK_N keys (16 per warp)
 //                       of one query head, keeps K and V of its block in shared memory and dK, dV in
 //                       registers, and streams the query blocks that see its keys (FG_BLOCK_M rows,
-//                       double-buffered with cp.async: Q, dO, LSE, D). Per query block, each warp for its
-//                       16 keys, with mma.m16n8k16 from swizzled shared memory (ldmatrix):
-//                         S^T  = K Q^T                 (keys x queries)
-//                         P^T  = exp2(c S^T - lse2)    (recomputed from the forward's LSE; masked: 0)
-//                         dV  += P^T dO                (P^T from registers as the A operand)
-//                         dP^T = V dO^T
-//                         dS^T = P^T (dP^T - D)
-//                         dK  += dS^T Q
-//                       then dS^T goes to shared memory and the warps compute dQ += dS K for the block
-//                       (each a 16-row query group and a slice of head_dim), added into the fp32
-//                       accumulator with atomics; in the deterministic mode the key blocks add in
-//                       ascending order, one after another, through a semaphore per query block.
-//                       dK (times the softmax scale) and dV go straight to the outputs (MHA) or, when
-//                       query heads share a KV head (GQA), to an fp32 buffer per query head.
+//                       double-buffered with cp.async: Q, dO, LSE, D). Per query block, with
+//                       mma.m16n8k16 from swizzled shared memory (ldmatrix), in three phases:
+//                         1. S^T  = K Q^T, dP^T = V dO^T   (keys x queries; warp tiles of 32 keys x half
+//                            P^T  = exp2(c S^T - lse2)      the queries; masked: 0)
+//                            dS^T = P^T (dP^T - D)         both to shared memory, 16-bit
+//                         2. dV  += P^T dO, dK += dS^T Q    (warp tiles of 32 keys x half of head_dim, or 16
+//                                                           keys x all of it when head_dim is an odd multiple of 16)
+//                         3. dQ   = dS K                    (16-row query groups x head_dim slices)
+//                       dQ is added into the fp32 accumulator: on sm_90 and newer staged in shared memory
+//                       and added by the TMA unit, one bulk reduce-add per row (cp.reduce.async.bulk),
+//                       before by fp32 atomics from the fragments. In the deterministic mode the key
+//                       blocks add in ascending order, one after another, through a semaphore per query
+//                       block. dK (times the softmax scale) and dV go straight to the outputs (MHA) or,
+//                       when query heads share a KV head (GQA), to an fp32 buffer per query head.
 //   fg_bwd_post_kernel  dQ = accumulator * scale in the output dtype; with GQA, dK and dV = the sum over
 //                       the query heads of a KV head, in head order (so GQA needs no atomics).
-// Working on S^T (keys as rows) lets P^T and dS^T feed the dV and dK products from registers, as P feeds
-// P.V in the forward; only dQ needs dS transposed, through shared memory.
+// Working on S^T (keys as rows) gives P^T and dS^T the row layout the dV and dK products take as A
+// operands; they cross to phases 2 and 3 through shared memory because those phases split the warps
+// differently (FlashAttention-2's layout): each warp then reads fewer operand bytes per MMA than a warp
+// owning 16 keys for every product did (the first version: 0.48-0.55x FlashAttention-2 on the H200,
+// against 0.78-0.94x now; bench/results/2026-11-29-h200-session4/bwd-steps/).
 
 constexpr int FG_THREADS = FG_WARPS * 32;
 constexpr int FG_DT = FG_HEAD_DIM / 8;       // n8 tiles of head_dim columns
