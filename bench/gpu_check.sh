@@ -3,7 +3,8 @@
 # Builds flashgen (with Lua and Criterion staged in .deps/ when the host has no packages: see
 # ../shared/tools/offline-deps.sh), then runs the GPU test suite, `flashgen run` on a few problems
 # (every element checked against the CPU reference, then timed), and compute-sanitizer on a small run.
-# Logs go to $OUT (or /tmp) as gpu_tests.log, run.log, sanitizer.log; a summary is printed last.
+# Logs go to $OUT (or /tmp) as gpu_tests.log, run.log, binding.log, sanitizer.log; a summary is printed
+# last. On the H200 (2026-11-29) each run of the GPU suite took 45-50 s and the binding tests 27 s.
 set -u
 out=${OUT:-/tmp}
 if [ -d .deps ]; then
@@ -41,6 +42,15 @@ for args in "--dtype bf16 --batch 4 --seqlen-q 2048 --seqlen-k 2048 --heads 16 -
 done
 echo "flashgen run: rc=$run_rc"
 
+# The Python binding's tests (their GPU half: against SDPA, FP8, autograd gradients), where torch is.
+py_rc=0
+if python3 -c "import torch" 2>/dev/null; then
+  python3 python/tests/test_binding.py >"$out/binding.log" 2>&1 || py_rc=1
+  echo "python/tests/test_binding.py: rc=$py_rc ($(grep -E '^Ran ' "$out/binding.log"))"
+else
+  echo "python/tests/test_binding.py: skipped (no torch)"
+fi
+
 san_rc=0
 : >"$out/sanitizer.log"
 if command -v compute-sanitizer >/dev/null 2>&1; then
@@ -65,4 +75,5 @@ fi
 echo "==== summary"
 grep -E "Synthesis|FAIL|Assertion" "$out/gpu_tests.log" | head -20
 grep -E "TFLOP|error|FAIL|flashgen run" "$out/run.log" | head -30
-exit $(( gpu_rc | run_rc | san_rc ))
+grep -E "^(FAIL|ERROR):" "$out/binding.log" 2>/dev/null | head -10
+exit $(( gpu_rc | run_rc | py_rc | san_rc ))

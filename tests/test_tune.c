@@ -905,6 +905,31 @@ Test(space, shipped_tune_fwd_sm90a_loads) {
     space_free(&sp);
 }
 
+/* The shipped sm_90a FP8 space: e4m3 problems, sm_90a candidates, block_n 64 or 128 only, each problem with
+ * a tile that fits (spills are found only when compiling); on an Ampere GPU all are refused. */
+Test(space, shipped_tune_fwd_sm90a_fp8_loads) {
+    fg_tune_space sp;
+    fg_error err;
+    fg_error_clear(&err);
+    cr_assert_eq(space_load("configs/tune_fwd_sm90a_fp8.lua", 90, 1, &sp, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(sp.count, 12, "head_dim 64/128/256 x seqlen 2048/8192 x causal both");
+    for (int i = 0; i < sp.count; i++) {
+        const fg_tune_problem *p = &sp.problems[i];
+        cr_assert_eq(p->cls.dtype, FG_DTYPE_E4M3);
+        cr_assert_lt(p->nrefused, p->ncands, "problem %d: every candidate refused on sm_90a", i);
+        for (int k = 0; k < p->ncands; k++) {
+            const fg_tune_candidate *c = &p->cands[k];
+            cr_assert(spec_is_wgmma(&c->spec), "problem %d candidate %d", i, k);
+            cr_assert(c->spec.block_n == 64 || c->spec.block_n == 128);
+            cr_assert_eq(c->spec.out_dtype, FG_DTYPE_BF16);
+        }
+    }
+    space_free(&sp);
+    cr_assert_eq(space_load("configs/tune_fwd_sm90a_fp8.lua", 80, 0, &sp, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(sp.refused, sp.total, "sm_80 has no sm_90a family");
+    space_free(&sp);
+}
+
 /* Loads text as space "s.lua" for sm_90, which must fail with status and a message containing parts. */
 static void expect_space_refused(const char *text, fg_status status, const char *where, const char *what) {
     fg_tune_space sp;
