@@ -3,7 +3,7 @@
 -- `flashgen tune configs/tune_fwd_sm90a_fp8.lua` on an H100/H200; dispatch then takes each bucket's
 -- winner for e4m3 calls on that GPU (e5m2 calls keep the tile policy's tiles). The fields are those of
 -- configs/tune_fwd.lua; the problems are timed with bf16 O, V key-major.
--- Tiles: block_m 128 (two consumer warpgroups, warps 12) or 192 (three, warps 16); block_n 64 or 128
+-- Tiles: block_m 64 (one consumer warpgroup, warps 8), 128 (two, warps 12) or 192 (three, warps 16); block_n 64 or 128
 -- (validation: the V^T tile is one 64- or 128-byte swizzled row of keys); 2 to 4 K/V stages. Candidates
 -- that do not fit a consumer's registers or 227 KiB of shared memory are recorded as refused.
 
@@ -19,9 +19,9 @@ for _, head_dim in ipairs({64, 128, 256}) do
             gqa = 1,
             seqlen_q = seqlen,
             batch_heads = (tokens // seqlen) * (width // head_dim),
-            block_m = {128, 192},
+            block_m = {64, 128, 192},
             block_n = {64, 128},
-            warps = {12, 16},
+            warps = {8, 12, 16},
             stages = {2, 3, 4},
         }
     end
