@@ -1,13 +1,13 @@
--- configs/tune_fwd_sm90a.lua: the tuning space of the Hopper forward family (sm_90a: TMA, wgmma,
--- warp specialization; templates/fwd_sm90.cuh). `flashgen tune configs/tune_fwd_sm90a.lua` on an
--- H100/H200 records every candidate in the GPU's tuning database; dispatch then takes the winner for
--- calls that run this family (family = "wgmma": candidates are sm_90a specs; on another GPU they are
--- recorded as refused). The fields are those of configs/tune_fwd.lua.
--- Tiles: block_m is 64 query rows per consumer warpgroup (64: 1, 128: 2, 192: 3) and warps = 4 per
--- warpgroup plus the producer's 4, so only block_m 64 with warps 8, 128 with 12 and 192 with 16 are
--- valid (64 has no pingpong partner but twice the tiles of 128: a candidate for the 2k-4k problems,
--- whose last wave of tiles is partly empty); validation refuses the other pairs, the block_n that do not fit a consumer's registers
--- (240 with two consumers, 160 with three) or 227 KiB of shared memory.
+-- configs/tune_fwd_sm90a.lua: the tuning space of the Hopper forward family (sm_90a: TMA, wgmma, warp
+-- specialization; templates/fwd_sm90.cuh). `flashgen tune configs/tune_fwd_sm90a.lua` on an H100/H200
+-- records every candidate in the GPU's tuning database; dispatch then takes the winner for calls that run
+-- this family (family = "wgmma": candidates are sm_90a specs; on another GPU they are recorded as
+-- refused). The fields are those of configs/tune_fwd.lua. Tiles: block_m is 64 query rows per consumer
+-- warpgroup (64: 1, 128: 2, 192: 3) and warps = 4 per warpgroup plus the producer's 4, so only block_m 64
+-- with warps 8, 128 with 12 and 192 with 16 are valid (64 has no pingpong partner but twice the tiles of
+-- 128: a candidate for the 2k-4k problems, whose last wave of tiles is partly empty); validation refuses
+-- the other pairs, the block_n that do not fit a consumer's registers (240 with two consumers, 160 with
+-- three) or 227 KiB of shared memory.
 
 local tokens, width = 16384, 2048
 

@@ -1,11 +1,11 @@
 -- configs/tune_fwd_sm90a_fp8.lua: the tuning space of the Hopper forward family's FP8 (e4m3) variants
--- (sm_90a: QGMMA, P converted to e4m3 in registers, V^T by TMA; templates/fwd_sm90.cuh). Run
--- `flashgen tune configs/tune_fwd_sm90a_fp8.lua` on an H100/H200; dispatch then takes each bucket's
--- winner for e4m3 calls on that GPU (e5m2 calls keep the tile policy's tiles). The fields are those of
--- configs/tune_fwd.lua; the problems are timed with bf16 O, V key-major.
--- Tiles: block_m 64 (one consumer warpgroup, warps 8), 128 (two, warps 12) or 192 (three, warps 16); block_n 64 or 128
--- (validation: the V^T tile is one 64- or 128-byte swizzled row of keys); 2 to 4 K/V stages. Candidates
--- that do not fit a consumer's registers or 227 KiB of shared memory are recorded as refused.
+-- (sm_90a: QGMMA, P converted to e4m3 in registers, V^T by TMA; templates/fwd_sm90.cuh). Run `flashgen
+-- tune configs/tune_fwd_sm90a_fp8.lua` on an H100/H200; dispatch then takes each bucket's winner for e4m3
+-- calls on that GPU (e5m2 calls keep the tile policy's tiles). The fields are those of
+-- configs/tune_fwd.lua; the problems are timed with bf16 O, V key-major. Tiles: block_m 64 (one consumer
+-- warpgroup, warps 8), 128 (two, warps 12) or 192 (three, warps 16); block_n 64 or 128 (validation: the
+-- V^T tile is one 64- or 128-byte swizzled row of keys); 2 to 4 K/V stages. Candidates that do not fit a
+-- consumer's registers or 227 KiB of shared memory are recorded as refused.
 
 local tokens, width = 16384, 2048
 
