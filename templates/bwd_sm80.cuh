@@ -17,9 +17,9 @@
 //                         3. dQ   = dS K                    (16-row query groups x head_dim slices)
 //                       dQ is added into the fp32 accumulator: on sm_90 and newer staged in shared memory
 //                       and added by the TMA unit, one bulk reduce-add per row (cp.reduce.async.bulk),
-//                       before by fp32 atomics from the fragments. In the deterministic mode the key
-//                       blocks add in ascending order, one after another, through a semaphore per query
-//                       block. dK (times the softmax scale) and dV go straight to the outputs (MHA) or,
+//                       on earlier targets by fp32 atomics from the fragments. In the deterministic mode
+//                       the key blocks add in ascending order, one after another, through a semaphore per
+//                       query block. dK (times the softmax scale) and dV go straight to the outputs (MHA) or,
 //                       when query heads share a KV head (GQA), to an fp32 buffer per query head.
 //   fg_bwd_post_kernel  dQ = accumulator * scale in the output dtype; with GQA, dK and dV = the sum over
 //                       the query heads of a KV head, in head order (so GQA needs no atomics).
