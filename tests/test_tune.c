@@ -877,18 +877,21 @@ Test(space, wgmma_space_gives_sm_90a_candidates) {
     space_free(&sp);
 }
 
-/* The shipped sm_90a space: 16-bit problems whose candidates are all sm_90a specs, each with at least one
- * tile that fits; on an Ampere GPU all are refused. */
-Test(space, shipped_tune_fwd_sm90a_loads) {
+/* A shipped sm_90a space at path: 12 problems (head_dim 64/128/256 x seqlen 2048/8192 x causal both) of
+ * dtype, whose candidates are all sm_90a specs refused exactly when spec_validate refuses them, the
+ * accepted ones with a producer warpgroup plus one per 64 rows, each problem with at least one tile that
+ * fits (spills are found only when compiling); on an Ampere GPU all are refused. FP8 candidates have
+ * block_n 64 or 128 and bf16 O. */
+static void check_shipped_sm90a_space(const char *path, fg_dtype dtype) {
     fg_tune_space sp;
     fg_error err;
     fg_error_clear(&err);
-    cr_assert_eq(space_load("configs/tune_fwd_sm90a.lua", 90, 1, &sp, &err), FG_OK, "%s", err.msg);
-    cr_assert_eq(sp.count, 12, "head_dim 64/128/256 x seqlen 2048/8192 x causal both");
+    cr_assert_eq(space_load(path, 90, 1, &sp, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(sp.count, 12, "%s: head_dim 64/128/256 x seqlen 2048/8192 x causal both", path);
     for (int i = 0; i < sp.count; i++) {
         const fg_tune_problem *p = &sp.problems[i];
-        cr_assert_eq(p->cls.dtype, FG_DTYPE_BF16);
-        cr_assert_lt(p->nrefused, p->ncands, "problem %d: every candidate refused on sm_90a", i);
+        cr_assert_eq(p->cls.dtype, dtype);
+        cr_assert_lt(p->nrefused, p->ncands, "%s problem %d: every candidate refused on sm_90a", path, i);
         for (int k = 0; k < p->ncands; k++) {
             const fg_tune_candidate *c = &p->cands[k];
             cr_assert(spec_is_wgmma(&c->spec), "problem %d candidate %d", i, k);
@@ -897,37 +900,22 @@ Test(space, shipped_tune_fwd_sm90a_loads) {
             cr_assert_eq(spec_validate(&c->spec, &e), c->status);
             if (c->status == FG_OK)
                 cr_assert_eq(c->spec.warps, 4 * (c->spec.block_m / 64 + 1));
+            if (spec_dtype_is_fp8(dtype)) {
+                cr_assert(c->spec.block_n == 64 || c->spec.block_n == 128);
+                cr_assert_eq(c->spec.out_dtype, FG_DTYPE_BF16);
+            }
         }
     }
     space_free(&sp);
-    cr_assert_eq(space_load("configs/tune_fwd_sm90a.lua", 80, 0, &sp, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(space_load(path, 80, 0, &sp, &err), FG_OK, "%s", err.msg);
     cr_assert_eq(sp.refused, sp.total, "sm_80 has no sm_90a family");
     space_free(&sp);
 }
 
-/* The shipped sm_90a FP8 space: e4m3 problems, sm_90a candidates, block_n 64 or 128 only, each problem with
- * a tile that fits (spills are found only when compiling); on an Ampere GPU all are refused. */
+Test(space, shipped_tune_fwd_sm90a_loads) { check_shipped_sm90a_space("configs/tune_fwd_sm90a.lua", FG_DTYPE_BF16); }
+
 Test(space, shipped_tune_fwd_sm90a_fp8_loads) {
-    fg_tune_space sp;
-    fg_error err;
-    fg_error_clear(&err);
-    cr_assert_eq(space_load("configs/tune_fwd_sm90a_fp8.lua", 90, 1, &sp, &err), FG_OK, "%s", err.msg);
-    cr_assert_eq(sp.count, 12, "head_dim 64/128/256 x seqlen 2048/8192 x causal both");
-    for (int i = 0; i < sp.count; i++) {
-        const fg_tune_problem *p = &sp.problems[i];
-        cr_assert_eq(p->cls.dtype, FG_DTYPE_E4M3);
-        cr_assert_lt(p->nrefused, p->ncands, "problem %d: every candidate refused on sm_90a", i);
-        for (int k = 0; k < p->ncands; k++) {
-            const fg_tune_candidate *c = &p->cands[k];
-            cr_assert(spec_is_wgmma(&c->spec), "problem %d candidate %d", i, k);
-            cr_assert(c->spec.block_n == 64 || c->spec.block_n == 128);
-            cr_assert_eq(c->spec.out_dtype, FG_DTYPE_BF16);
-        }
-    }
-    space_free(&sp);
-    cr_assert_eq(space_load("configs/tune_fwd_sm90a_fp8.lua", 80, 0, &sp, &err), FG_OK, "%s", err.msg);
-    cr_assert_eq(sp.refused, sp.total, "sm_80 has no sm_90a family");
-    space_free(&sp);
+    check_shipped_sm90a_space("configs/tune_fwd_sm90a_fp8.lua", FG_DTYPE_E4M3);
 }
 
 /* Loads text as space "s.lua" for sm_90, which must fail with status and a message containing parts. */
