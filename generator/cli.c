@@ -118,21 +118,25 @@ static const char usage_list[] =
     "      --arch LIST     comma-separated targets (sm_80,sm_90a) replacing every variants{} arch field\n";
 
 static const char usage_bundle[] =
-    "usage: flashgen bundle CONFIG -o FILE [--arch LIST] [-j N] [--emit-c] [--symbol NAME]\n"
+    "usage: flashgen bundle CONFIG -o FILE [--arch LIST] [-j N] [--emit-c] [--symbol NAME] [--allow-spills]\n"
     "\n"
     "Compiles every variant CONFIG lists with N threads and writes them as one bundle file, which\n"
     "fg_bundle_load() reads before any JIT compile. Progress goes to stderr, a line per finished variant:\n"
     "  [ 3/40] 0.8 s  arch=sm_90a,block_m=128,...  (172 regs, 0 spill)\n"
     "then a summary with the wall time. The bundle is refused (exit 1, nothing written) if any variant\n"
-    "fails to compile or spills registers to local memory; the failures are named. FILE is written\n"
-    "atomically only after every compile succeeded, so a failed or interrupted run leaves no FILE.\n"
+    "fails to compile or spills registers to local memory (unless --allow-spills); the failures are\n"
+    "named. FILE is written atomically only after every compile succeeded, so a failed or interrupted\n"
+    "run leaves no FILE.\n"
     "\n"
     "  -o, --output FILE   the bundle file (required)\n"
     "      --arch LIST     comma-separated targets replacing every variants{} arch field\n"
     "  -j, --jobs N        parallel compiles (default: the number of online CPUs)\n"
     "      --emit-c        write a C source instead: `const unsigned char NAME[]` and\n"
     "                      `const unsigned long NAME_size`, for fg_bundle_load_memory()\n"
-    "      --symbol NAME   the array's name with --emit-c (default flashgen_bundle)\n";
+    "      --symbol NAME   the array's name with --emit-c (default flashgen_bundle)\n"
+    "      --allow-spills  bundle variants that spill too, each named in a warning: the backward's fastest\n"
+    "                      tiles spill a few bytes on sm_90 (generator/tile_policy.c), so an application that\n"
+    "                      must not JIT (options.strict) bundles them this way\n";
 
 static const char usage_info[] =
     "usage: flashgen info\n"
@@ -557,10 +561,11 @@ static int cmd_bundle(int argc, char **argv) {
                                          {"jobs", required_argument, NULL, 'j'},
                                          {"emit-c", no_argument, NULL, 'c'},
                                          {"symbol", required_argument, NULL, 's'},
+                                         {"allow-spills", no_argument, NULL, 'S'},
                                          {NULL, 0, NULL, 0}};
     const char *out = NULL, *arch = NULL, *symbol = "flashgen_bundle";
     long long jobs = 0;
-    int emit_c = 0, symbol_given = 0, c;
+    int emit_c = 0, symbol_given = 0, allow_spills = 0, c;
     while ((c = getopt_long(argc, argv, ":ho:j:", opts, NULL)) != -1) {
         switch (c) {
         case 'h': fputs(usage_bundle, stdout); return EXIT_OK;
@@ -571,6 +576,7 @@ static int cmd_bundle(int argc, char **argv) {
             break;
         case 'c': emit_c = 1; break;
         case 's': symbol = optarg; symbol_given = 1; break;
+        case 'S': allow_spills = 1; break;
         default: return bad_option("bundle", argv, c);
         }
     }
@@ -638,9 +644,12 @@ static int cmd_bundle(int argc, char **argv) {
             continue;
         }
         cpu += job->result.seconds;
-        if (job->result.spill_stores > 0) {
-            say("bundle", "%s spills registers (%d bytes of stores, %d of loads): give it other tiles or drop it",
+        if (job->result.spill_stores > 0 && allow_spills) {
+            say("bundle", "warning: %s spills registers (%d bytes of stores, %d of loads); bundled (--allow-spills)",
                 job->name, job->result.spill_stores, job->result.spill_loads);
+        } else if (job->result.spill_stores > 0) {
+            say("bundle", "%s spills registers (%d bytes of stores, %d of loads): give it other tiles, drop it, or "
+                "pass --allow-spills", job->name, job->result.spill_stores, job->result.spill_loads);
             spilled++;
         }
     }

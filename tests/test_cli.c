@@ -542,6 +542,32 @@ Test(cli, bundle_refuses_an_invalid_variant) {
     run_free(&r);
 }
 
+/* A variant that spills (the backward's d128 tile on sm_90, 44+ bytes with NVRTC 13.0) makes the bundle
+ * refuse, naming it and --allow-spills, and write nothing; with --allow-spills it is bundled, with a
+ * warning naming it. */
+Test(cli, bundle_refuses_spills_unless_allowed, .timeout = 300) {
+    char cfg[160], out[160];
+    snprintf(cfg, sizeof cfg, "%s/spill.lua", g_dir);
+    snprintf(out, sizeof out, "%s/spill.fgb", g_dir);
+    write_text(cfg, "variants { kind = \"bwd\", arch = \"sm_90\", dtype = \"bf16\", head_dim = 128 }\n");
+    run_result r = RUN("bundle", cfg, "-o", out);
+    EXPECT_STATUS(r, 1);
+    cr_expect_not_null(strstr(r.err, "head_dim=128,kind=bwd"), "the spilling variant is named:\n%s", r.err);
+    cr_expect_not_null(strstr(r.err, "--allow-spills"), "%s", r.err);
+    cr_expect_eq(file_exists(out), 0, "a refused bundle must leave no output file");
+    run_free(&r);
+
+    r = RUN("bundle", cfg, "-o", out, "--allow-spills");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.err, "warning: arch=sm_90,"), "a warning names the spilling variant:\n%s", r.err);
+    fg_bundle b;
+    fg_error err;
+    cr_assert_eq(bundle_read(out, &b, &err), FG_OK, "%s", err.msg);
+    cr_expect_eq(b.count, 1u);
+    bundle_free(&b);
+    run_free(&r);
+}
+
 Test(cli, bundle_emit_c_compiles_and_holds_the_bundle) {
     char cfg[160], csrc[160], obj[160], main_c[160], exe[160], dumped[160], cmd[1024];
     snprintf(cfg, sizeof cfg, "%s/two.lua", g_dir);
