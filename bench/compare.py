@@ -27,6 +27,9 @@ backend's forward, retained, so only the backward kernels run in the timed calls
 forward's outputs. Check: dQ, dK, dV against fp32 autograd through attention math on a slice with the
 3x rule (max|grad - ref32| <= 3 * max|ref_lowp - ref32| + 1e-5 per gradient, ref_lowp = FA2's gradients),
 no NaN/Inf. FLOPs = 2.5 x the forward's. Files as above (bwd_d<head_dim>_<dtype>.png).
+
+--redraw DIR: no benchmark; redraws the charts and reprints the table of DIR/compare.json (no GPU or
+PyTorch needed).
 """
 
 import argparse
@@ -103,6 +106,9 @@ def parse_args(argv):
     p.add_argument("--deterministic", action="store_true",
                    help="with --bwd: flashgen in its deterministic mode (bitwise-repeatable gradients), to measure "
                         "its cost")
+    p.add_argument("--redraw", metavar="DIR",
+                   help="no benchmark: redraw the charts and reprint the table of DIR/compare.json (no GPU or "
+                        "PyTorch needed), e.g. where a run's PNGs were lost")
     p.add_argument("--fg-log", default="warn", choices=("none", "error", "warn", "info", "debug"),
                    help="flashgen's log level (info logs each JIT compile with its time); default warn")
     a = p.parse_args(argv)
@@ -867,9 +873,32 @@ def notes(rows):
 # ====================================================================== main
 
 
+def redraw(out_dir):
+    """--redraw: the charts and the table of an existing result directory. Exit status 0, or 1 when
+    DIR/compare.json is missing or not this script's format."""
+    path = os.path.join(out_dir, "compare.json")
+    try:
+        with open(path) as f:
+            old = json.load(f)
+    except (OSError, ValueError) as e:
+        print("compare.py: cannot read %s: %s" % (path, e), file=sys.stderr)
+        return 1
+    if old.get("schema") != SCHEMA or not old.get("runs") or not old.get("results"):
+        print("compare.py: %s is not a compare.py result (schema %s expected)" % (path, SCHEMA), file=sys.stderr)
+        return 1
+    rows = old["results"]
+    paths = draw_charts(out_dir, rows, old["runs"][-1].get("gpu", "unknown GPU"))
+    print("compare.py: redrew %s" % ", ".join(os.path.basename(p) for p in paths) if paths else
+          "compare.py: no charts drawn", file=sys.stderr)
+    print(table(rows))
+    return 0
+
+
 def main(argv=None):
     """Runs the sweep; the exit status is documented at the top of the file."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.redraw:
+        return redraw(args.redraw)
     try:
         import torch
     except ImportError:
