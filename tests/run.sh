@@ -29,16 +29,20 @@ for t in build/tests/test_*; do
   fi
   printf -- '-- %s: %s (%ss)\n' "$name" "$status" "$(( $(date +%s) - start ))"
 done
-# The Python binding's tests (CPU parts here; its GPU parts skip with a reason without torch and a GPU).
+# The Python tests: the binding's (CPU parts here; its GPU parts skip with a reason without torch and a
+# GPU) and bench/compare.py's GPU-free parts.
 if command -v python3 >/dev/null 2>&1; then
-  total=$((total + 1))
-  printf '== python/tests/test_binding.py\n'
-  if python3 python/tests/test_binding.py >"$log" 2>&1; then status=ok; else status=FAILED; failed="$failed test_binding.py"; fi
-  tail -n 4 "$log"
-  grep -iE 'skip' "$log" | head -n 5 | sed 's/^/   /'
-  printf -- '-- test_binding.py: %s\n' "$status"
+  for t in python/tests/test_*.py; do
+    total=$((total + 1))
+    name=$(basename "$t")
+    printf '== %s\n' "$t"
+    if python3 "$t" >"$log" 2>&1; then status=ok; else status=FAILED; failed="$failed $name"; fi
+    tail -n 4 "$log"
+    grep -iE 'skip' "$log" | head -n 5 | sed 's/^/   /'
+    printf -- '-- %s: %s\n' "$name" "$status"
+  done
 else
-  echo "== python/tests/test_binding.py: skipped (no python3)"
+  echo "== python/tests: skipped (no python3)"
 fi
 rm -f "$log"
 if [ "$total" = 0 ]; then echo "no test programs in build/tests: run ninja first"; exit 1; fi

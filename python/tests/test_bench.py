@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""python/tests/test_bench.py: the parts of bench/compare.py that need no GPU or PyTorch (--redraw).
+
+    python3 python/tests/test_bench.py
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COMPARE = os.path.join(REPO, "bench", "compare.py")
+
+
+def row(impl, dtype, d, causal, seqlen, tflops, check="ok"):
+    return {"implementation": impl, "dtype": dtype, "head_dim": d, "causal": causal, "seqlen": seqlen,
+            "batch": 16384 // seqlen, "heads": 2048 // d, "tflops": tflops, "median_ms": 1.0, "check": check,
+            "run": 0}
+
+
+class Redraw(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="fg-test-bench-")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def run_compare(self, *args):
+        return subprocess.run([sys.executable, COMPARE] + list(args), capture_output=True, text=True, timeout=120)
+
+    def test_redraw_prints_the_table_and_draws_the_charts(self):
+        rows = []
+        for s, (fg, cu, fa) in ((2048, (400.0, 500.0, 200.0)), (8192, (600.0, 500.0, 300.0))):
+            rows += [row("flashgen", "bf16", 128, False, s, fg), row("cudnn", "bf16", 128, False, s, cu),
+                     row("fa2", "bf16", 128, False, s, fa)]
+        rows.append(row("flashgen", "bf16", 64, True, 2048, 100.0, check="WRONG"))
+        rows.append(row("fa2", "bf16", 64, True, 2048, 90.0))
+        with open(os.path.join(self.dir, "compare.json"), "w") as f:
+            json.dump({"schema": 1, "runs": [{"gpu": "Test GPU"}], "results": rows, "checks": []}, f)
+        r = self.run_compare("--redraw", self.dir)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        # 400/500 = 0.80 and 400/200 = 2.00 at 2k; 1.20 and 2.00 at 8k; geomeans sqrt(0.8 * 1.2) and 2.00
+        self.assertTrue(any(l.split()[:4] == ["bf16", "128", "none", "2048"] and l.split()[-2:] == ["0.80", "2.00"]
+                            for l in lines), r.stdout)
+        self.assertTrue(any(l.startswith("geomean") and l.split()[-2:] == ["0.98", "2.00"] for l in lines), r.stdout)
+        self.assertTrue(any("WRONG" in l and l.split()[:2] == ["bf16", "64"] for l in lines), r.stdout)
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            return
+        for name in ("fwd_d128_bf16.png", "fwd_d64_bf16.png"):
+            path = os.path.join(self.dir, name)
+            self.assertTrue(os.path.getsize(path) > 1000, name)
+
+    def test_redraw_refuses_a_directory_without_results(self):
+        r = self.run_compare("--redraw", self.dir)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("compare.json", r.stderr)
+        with open(os.path.join(self.dir, "compare.json"), "w") as f:
+            json.dump({"schema": 99, "runs": [], "results": []}, f)
+        r = self.run_compare("--redraw", self.dir)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("not a compare.py result", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
