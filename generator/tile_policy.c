@@ -74,10 +74,11 @@ static const fg_tile_rule default_rules[] = {
     {90, 90, 65, 256, -1, FG_DTYPE_E5M2, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     /* The backward (bwd_sm80.cuh; validate.c's bwd rules): block_n = 16 x warps keys, block_m 32, 64 or
      * 128 query rows a step. The widest tiles that compile (fp32 dQ traffic per FLOP falls as block_n
-     * grows, and shared-memory reads per MMA as block_m grows), though ptxas spills some (44-112 bytes
-     * on NVRTC 13.0): on the H200 d 64 128 x 128 ran 1.15x 64 x 128, which ran 1.4x 32 x 128; d 128
-     * 64 x 128 ran 1.3x 32 x 128 (bench/results/2026-11-29-h200-session4/bwd-steps/). Bundles ship only
-     * spill-free variants; the others compile at first use. Other multiples of 16: 32 x 32 with 2 warps. */
+     * grows, and shared-memory reads per MMA as block_m grows), though ptxas spills at d 96 (4-16 bytes)
+     * and d 128 (44-68) on NVRTC 13.0: on the H200 d 64 128 x 128 ran 1.15x 64 x 128, which ran 1.4x
+     * 32 x 128; d 128 64 x 128 ran 1.3x 32 x 128 (bench/results/2026-11-29-h200-session4/bwd-steps/).
+     * Spilling variants compile at first use, or go into a bundle with `flashgen bundle --allow-spills`.
+     * Other multiples of 16: 32 x 32 with 2 warps. */
     {80, 999, 16, 64, -1, -1, 32, 32, 2, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {80, 999, 64, 64, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD}, /* spill-free before sm_90 */
     {90, 999, 64, 64, -1, -1, 128, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
