@@ -144,7 +144,10 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
     const size_t npieces = bwd ? sizeof bwd_pieces / sizeof bwd_pieces[0]
                                : (wgmma ? sizeof fwd_sm90_pieces / sizeof fwd_sm90_pieces[0]
                                         : sizeof fwd_pieces / sizeof fwd_pieces[0]);
-    if (bwd) sb_printf(&b, "#define FG_DETERMINISTIC %d\n", spec->deterministic ? 1 : 0);
+    if (bwd) {
+        sb_printf(&b, "#define FG_DETERMINISTIC %d\n", spec->deterministic ? 1 : 0);
+        sb_printf(&b, "#define FG_DQ_STAGED %d\n", spec_bwd_dq_staged(spec)); /* sizes its smem too */
+    }
     if (wgmma) { /* bytes per swizzled chunk row: 128 when head_dim fills them (64 16-bit or 128 FP8 elements) */
         sb_printf(&b, "#define FG_SW_BYTES %d\n", (spec->head_dim * spec_dtype_size(spec->dtype)) % 128 == 0 ? 128 : 64);
         sb_printf(&b, "#define FG_Q_STAGES %d\n", spec_q_stages(spec));

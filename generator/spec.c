@@ -189,6 +189,8 @@ int spec_head_dim_padded(const fg_spec *spec) { return (spec->head_dim + 15) / 1
 
 int spec_threads(const fg_spec *spec) { return spec->warps * 32; }
 
+int spec_bwd_dq_staged(const fg_spec *spec) { return spec->kind == FG_KIND_BWD && spec->arch >= 90; }
+
 int spec_is_wgmma(const fg_spec *spec) { return spec->kind == FG_KIND_FWD && spec->arch == 90 && spec->arch_accel; }
 
 /* bwd_sm80.cuh's main kernel: K and V tiles (block_n rows), two stages of Q and dO (block_m rows), the
@@ -197,7 +199,7 @@ int spec_is_wgmma(const fg_spec *spec) { return spec->kind == FG_KIND_FWD && spe
 static size_t bwd_smem_bytes(const fg_spec *s) {
     size_t d = (size_t)s->head_dim, bm = (size_t)s->block_m, bn = (size_t)s->block_n;
     return 2u * d * 2u * bn + 2u * 2u * d * 2u * bm + 2u * bn * bm * 2u + 2u * 2u * bm * 4u +
-           (s->arch >= 90 ? bm * (d + 8u) * 4u : 0u);
+           (spec_bwd_dq_staged(s) ? bm * (d + 8u) * 4u : 0u);
 }
 
 int spec_q_stages(const fg_spec *spec) {

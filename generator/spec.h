@@ -73,6 +73,8 @@ int spec_head_dim_padded(const fg_spec *spec);   /* head_dim rounded up to the M
 size_t spec_smem_bytes(const fg_spec *spec);     /* dynamic shared memory the kernel needs (Q/K/V elements
                                                     of spec_dtype_size bytes: 1 for FP8) */
 int spec_threads(const fg_spec *spec);           /* warps * 32 */
+int spec_bwd_dq_staged(const fg_spec *spec);     /* kind=bwd: 1 when dQ is staged in shared memory and added by
+                                                    bulk reduce-adds (sm_90 and newer), 0 for fp32 atomics */
 /* 1 for the Hopper family (arch sm_90a: TMA, wgmma, warp specialization, templates/fwd_sm90.cuh); the
  * other targets, sm_90 included, run the mma.sync family (templates/fwd_sm80.cuh). */
 int spec_is_wgmma(const fg_spec *spec);

@@ -39,11 +39,12 @@ constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM * 2;
 constexpr u32 FG_QB_BYTES = FG_BLOCK_M * FG_HEAD_DIM * 2;
 constexpr u32 FG_DS_BYTES = FG_BLOCK_N * FG_BLOCK_M * 2;
 constexpr u32 FG_ROW_BYTES = FG_BLOCK_M * 4; // the LSE (or D) of one query block, fp32
-// sm_90 and newer stage a query block's dQ in shared memory (fp32 rows of FG_DQ_LD floats: 8 of padding
-// keep the fragment stores free of bank conflicts) and add it into the accumulator with one bulk
-// reduce-add per row (cp.reduce.async.bulk, done by the TMA unit). Element-wise atomics from the
-// fragments made L2 the bottleneck (ncu on the H200: L2 81% busy, SM pipes 24%): every warp instruction
-// touched 8 half-used sectors.
+// sm_90 and newer (FG_DQ_STAGED, set by the emitter from spec_bwd_dq_staged, which also sizes the shared
+// memory) stage a query block's dQ in shared memory (fp32 rows of FG_DQ_LD floats: 8 of padding keep the
+// fragment stores free of bank conflicts) and add it into the accumulator with one bulk reduce-add per
+// row (cp.reduce.async.bulk, done by the TMA unit). Element-wise atomics from the fragments made L2 the
+// bottleneck (ncu on the H200: L2 81% busy, SM pipes 24%): every warp instruction touched 8 half-used
+// sectors.
 constexpr int FG_DQ_LD = FG_HEAD_DIM + 8;
 static_assert(FG_BLOCK_N == 16 * FG_WARPS, "16 keys per warp");
 static_assert(FG_WARPS % FG_QG == 0 && FG_DT % (2 * FG_DSPLIT) == 0, "the dQ product's warp split");
@@ -54,7 +55,7 @@ constexpr float FG_LOG2E = 1.4426950408889634f;
 // them in blocks of 64.
 __device__ __forceinline__ i64 fg_bwd_rows_padded(int sq) { return ((i64)sq + 127) / 128 * 128; }
 
-#if __CUDA_ARCH__ >= 900
+#if FG_DQ_STAGED
 // dst[0 .. BYTES / 4) += the fp32 values at shared address src, by the TMA unit (one bulk reduce-add,
 // committed as its own bulk group); BYTES a multiple of 16, both addresses 16-byte aligned.
 template <int BYTES>
@@ -360,7 +361,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         // Forward progress relies on CTA (n_block - 1, head, batch) having been dispatched before this one,
         // which in-order block dispatch gives (the grid's x is the key block; FlashAttention-3's
         // deterministic backward relies on the same); the CUDA model does not promise it.
-#if __CUDA_ARCH__ >= 900
+#if FG_DQ_STAGED
         float *sdq = (float *)(fg_smem + (s_dq - s_k));
         const int r0 = qg * 16 + gl, c0 = dslice * FG_DQT * 8 + 2 * tl;
         // Outside the deterministic mode each warp adds its own 16 rows x FG_DQT * 8 columns, one bulk
@@ -412,7 +413,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         }
 #endif
     }
-#if __CUDA_ARCH__ >= 900
+#if FG_DQ_STAGED
     if (!FG_DETERMINISTIC && lane < 16) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); // smem stays till read
 #endif
     fg_cp_async_wait<0>();

@@ -18,33 +18,29 @@ static fg_spec wg_spec_for(int head_dim, int causal, fg_dtype dt) {
     return s;
 }
 
+/* Emits s twice and asserts the two sources are byte-identical and NUL-free (what names the case). */
+static void expect_same_bytes(const fg_spec *s, const char *what, int d) {
+    char *a, *b;
+    size_t na, nb;
+    fg_error e;
+    cr_assert_eq(emit_source(s, &a, &na, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(emit_source(s, &b, &nb, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(na, nb);
+    cr_assert_eq(memcmp(a, b, na), 0, "%shead_dim %d: two emissions differ", what, d);
+    cr_assert_eq(strlen(a), na);
+    free(a);
+    free(b);
+}
+
 Test(emit, same_spec_same_bytes) {
     for (int d = 8; d <= 256; d += 8) {
         fg_spec s = spec_for(d, d % 16 == 0, d % 24 == 0 ? FG_DTYPE_F16 : FG_DTYPE_BF16);
-        char *a, *b;
-        size_t na, nb;
-        fg_error e;
-        cr_assert_eq(emit_source(&s, &a, &na, &e), FG_OK, "%s", e.msg);
-        cr_assert_eq(emit_source(&s, &b, &nb, &e), FG_OK, "%s", e.msg);
-        cr_assert_eq(na, nb);
-        cr_assert_eq(memcmp(a, b, na), 0, "head_dim %d: two emissions differ", d);
-        cr_assert_eq(strlen(a), na);
-        free(a);
-        free(b);
+        expect_same_bytes(&s, "", d);
     }
     for (int d = 32; d <= 256; d += 32) {
         fg_spec s = wg_spec_for(d, d % 64 == 0, d % 96 == 0 ? FG_DTYPE_F16 : FG_DTYPE_BF16);
         s.block_n = d > 128 ? 64 : 128; /* within the consumer's registers at every head_dim */
-        char *a, *b;
-        size_t na, nb;
-        fg_error e;
-        cr_assert_eq(emit_source(&s, &a, &na, &e), FG_OK, "%s", e.msg);
-        cr_assert_eq(emit_source(&s, &b, &nb, &e), FG_OK, "%s", e.msg);
-        cr_assert_eq(na, nb);
-        cr_assert_eq(memcmp(a, b, na), 0, "sm_90a head_dim %d: two emissions differ", d);
-        cr_assert_eq(strlen(a), na);
-        free(a);
-        free(b);
+        expect_same_bytes(&s, "sm_90a ", d);
     }
 }
 

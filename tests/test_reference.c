@@ -56,6 +56,25 @@ static void fill(const fg_tensor *t, uint64_t seed) {
     cr_assert_eq(ref_fill_normal(t, seed, &e), FG_OK, "ref_fill_normal: %s", e.msg);
 }
 
+/* Random contiguous Q [b, sq, hq, d], K and V [b, sk, hkv, d] of dtype dt, filled from seeds sq_seed,
+ * k_seed and v_seed (ref_fill_normal). Free with qkv_free. */
+static void qkv_random(fg_tensor *q, fg_tensor *k, fg_tensor *v, fg_dtype dt, int64_t b, int64_t sq, int64_t sk,
+                       int64_t hq, int64_t hkv, int64_t d, uint64_t q_seed, uint64_t k_seed, uint64_t v_seed) {
+    *q = host_tensor(dt, b, sq, hq, d, 0, 0);
+    *k = host_tensor(dt, b, sk, hkv, d, 0, 0);
+    *v = host_tensor(dt, b, sk, hkv, d, 0, 0);
+    fill(q, q_seed);
+    fill(k, k_seed);
+    fill(v, v_seed);
+}
+
+/* Frees the storage of three host tensors (qkv_random's, or host_tensor's). */
+static void qkv_free(fg_tensor *q, fg_tensor *k, fg_tensor *v) {
+    free(q->data);
+    free(k->data);
+    free(v->data);
+}
+
 /* A ref_problem from its parts. */
 static ref_problem problem(fg_tensor q, fg_tensor k, fg_tensor v, float scale, int causal) {
     ref_problem p;
@@ -349,9 +368,7 @@ Test(reference, softmax_rows_sum_to_one) {
                 cr_assert_lt(fabs(sum - 1), 1e-12, "row %lld head %lld sums to %.17g", (long long)i, (long long)h, sum);
             }
         free(o);
-        free(q.data);
-        free(k.data);
-        free(v.data);
+        qkv_free(&q, &k, &v);
     }
 }
 
@@ -370,9 +387,7 @@ static void uniform_case(int64_t sq, int64_t sk, double *o, double *lse) {
     fg_error e;
     fg_error_clear(&e);
     cr_assert_eq(ref_attention_fwd(&p, REF_32, o, lse, &e), FG_OK, "%s", e.msg);
-    free(q.data);
-    free(k.data);
-    free(v.data);
+    qkv_free(&q, &k, &v);
 }
 
 Test(reference, causal_is_bottom_right_aligned) {
@@ -419,9 +434,7 @@ Test(reference, hand_computed_scores) {
         double want = ref_to_float(t, ref_from_float(t, (float)((p0 * 1 + 1 * 3) / (1 + exp(-2.0)))));
         cr_assert_eq(ref_attention_fwd(&p, REF_LOWP, &o, &lse, &e), FG_OK, "%s", e.msg);
         cr_assert_eq(o, want, "lowp O = %.17g, expected %.17g", o, want);
-        free(q.data);
-        free(k.data);
-        free(v.data);
+        qkv_free(&q, &k, &v);
     }
 }
 
@@ -468,9 +481,7 @@ Test(reference, gqa_maps_query_head_h_to_kv_head_h_over_group) {
         free(lg);
         free(lm);
     }
-    free(q.data);
-    free(k.data);
-    free(v.data);
+    qkv_free(&q, &k, &v);
     free(k4.data);
     free(v4.data);
 }
@@ -478,11 +489,8 @@ Test(reference, gqa_maps_query_head_h_to_kv_head_h_over_group) {
 Test(reference, fully_masked_rows_give_zero_and_minus_infinity) {
     for (int mode = 0; mode < 2; mode++) {
         /* causal sq=5 > sk=2: rows 0..2 see no key (row i sees j <= i - 3). */
-        fg_tensor q = host_tensor(FG_DTYPE_BF16, 1, 5, 2, 16, 0, 0), k = host_tensor(FG_DTYPE_BF16, 1, 2, 2, 16, 0, 0);
-        fg_tensor v = host_tensor(FG_DTYPE_BF16, 1, 2, 2, 16, 0, 0);
-        fill(&q, 8);
-        fill(&k, 9);
-        fill(&v, 10);
+        fg_tensor q, k, v;
+        qkv_random(&q, &k, &v, FG_DTYPE_BF16, 1, 5, 2, 2, 2, 16, 8, 9, 10);
         ref_problem p = problem(q, k, v, 0, 1);
         double *lse, *o = run_ref(&p, (ref_mode)mode, &lse);
         for (int64_t i = 0; i < 5; i++)
@@ -513,9 +521,7 @@ Test(reference, fully_masked_rows_give_zero_and_minus_infinity) {
             free(o0);
             free(l0);
         }
-        free(q.data);
-        free(k.data);
-        free(v.data);
+        qkv_free(&q, &k, &v);
         free(k0.data);
         free(v0.data);
     }
@@ -523,19 +529,14 @@ Test(reference, fully_masked_rows_give_zero_and_minus_infinity) {
 
 /* max|ref_lowp - ref32| on one random problem of dtype dt. */
 static double lowp_gap(fg_dtype dt) {
-    fg_tensor q = host_tensor(dt, 1, 64, 2, 64, 0, 0), k = host_tensor(dt, 1, 96, 2, 64, 0, 0);
-    fg_tensor v = host_tensor(dt, 1, 96, 2, 64, 0, 0);
-    fill(&q, 11);
-    fill(&k, 12);
-    fill(&v, 13);
+    fg_tensor q, k, v;
+    qkv_random(&q, &k, &v, dt, 1, 64, 96, 2, 2, 64, 11, 12, 13);
     ref_problem p = problem(q, k, v, 0, 0);
     double *o32 = run_ref(&p, REF_32, NULL), *olp = run_ref(&p, REF_LOWP, NULL);
     double gap = max_abs_diff(o32, olp, 64 * 2 * 64);
     free(o32);
     free(olp);
-    free(q.data);
-    free(k.data);
-    free(v.data);
+    qkv_free(&q, &k, &v);
     return gap;
 }
 
@@ -596,12 +597,9 @@ Test(reference, matches_naive_loops) {
         {FG_DTYPE_F16, 1, 130, 3, 2, 2, 8, 2.0f, 1}, {FG_DTYPE_F16, 3, 200, 70, 1, 1, 24, 0.05f, 0},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        fg_tensor q = host_tensor(cases[c].dt, cases[c].b, cases[c].sq, cases[c].hq, cases[c].d, 0, 0);
-        fg_tensor k = host_tensor(cases[c].dt, cases[c].b, cases[c].sk, cases[c].hkv, cases[c].d, 0, 0);
-        fg_tensor v = host_tensor(cases[c].dt, cases[c].b, cases[c].sk, cases[c].hkv, cases[c].d, 0, 0);
-        fill(&q, 100 + c);
-        fill(&k, 200 + c);
-        fill(&v, 300 + c);
+        fg_tensor q, k, v;
+        qkv_random(&q, &k, &v, cases[c].dt, cases[c].b, cases[c].sq, cases[c].sk, cases[c].hq, cases[c].hkv,
+                   cases[c].d, 100 + c, 200 + c, 300 + c);
         ref_problem p = problem(q, k, v, cases[c].scale, cases[c].causal);
         int64_t no = cases[c].b * cases[c].sq * cases[c].hq * cases[c].d, nl = cases[c].b * cases[c].hq * cases[c].sq;
         double *on = malloc((size_t)no * sizeof *on), *ln = malloc((size_t)nl * sizeof *ln);
@@ -619,18 +617,13 @@ Test(reference, matches_naive_loops) {
         }
         free(on);
         free(ln);
-        free(q.data);
-        free(k.data);
-        free(v.data);
+        qkv_free(&q, &k, &v);
     }
 }
 
 Test(reference, scale_zero_means_inverse_sqrt_head_dim) {
-    fg_tensor q = host_tensor(FG_DTYPE_F16, 1, 20, 2, 64, 0, 0), k = host_tensor(FG_DTYPE_F16, 1, 30, 2, 64, 0, 0);
-    fg_tensor v = host_tensor(FG_DTYPE_F16, 1, 30, 2, 64, 0, 0);
-    fill(&q, 31);
-    fill(&k, 32);
-    fill(&v, 33);
+    fg_tensor q, k, v;
+    qkv_random(&q, &k, &v, FG_DTYPE_F16, 1, 20, 30, 2, 2, 64, 31, 32, 33);
     ref_problem p0 = problem(q, k, v, 0, 0), p8 = problem(q, k, v, 0.125f, 0), p2 = problem(q, k, v, 0.25f, 0);
     double *o0 = run_ref(&p0, REF_32, NULL), *o8 = run_ref(&p8, REF_32, NULL), *o2 = run_ref(&p2, REF_32, NULL);
     cr_assert_eq(memcmp(o0, o8, 20 * 2 * 64 * sizeof *o0), 0, "scale 0 must equal 1/sqrt(64) = 0.125");
@@ -638,9 +631,7 @@ Test(reference, scale_zero_means_inverse_sqrt_head_dim) {
     free(o0);
     free(o8);
     free(o2);
-    free(q.data);
-    free(k.data);
-    free(v.data);
+    qkv_free(&q, &k, &v);
 }
 
 Test(reference, inconsistent_problems_are_refused) {
@@ -671,9 +662,7 @@ Test(reference, inconsistent_problems_are_refused) {
     p.k.data = NULL;
     cr_assert_eq(ref_attention_fwd(&p, REF_32, o, lse, &e), FG_ERR_INVALID_ARGUMENT);
     cr_assert_not_null(strstr(e.msg, "k.data"), "%s", e.msg);
-    free(q.data);
-    free(k.data);
-    free(v.data);
+    qkv_free(&q, &k, &v);
 }
 
 /* ---- the pass/fail rule ---- */
@@ -689,12 +678,7 @@ typedef struct check_fixture {
 /* Random inputs (b=2, sq=40, sk=30, 4 heads over 2, d=32) with out = ref_lowp in a strided view and
  * lse = ref32's LSE as float: an output that must pass. Free with fixture_free. */
 static void fixture(check_fixture *f, fg_dtype dt, int causal) {
-    f->q = host_tensor(dt, 2, 40, 4, 32, 0, 0);
-    f->k = host_tensor(dt, 2, 30, 2, 32, 0, 0);
-    f->v = host_tensor(dt, 2, 30, 2, 32, 0, 0);
-    fill(&f->q, 51);
-    fill(&f->k, 52);
-    fill(&f->v, 53);
+    qkv_random(&f->q, &f->k, &f->v, dt, 2, 40, 30, 4, 2, 32, 51, 52, 53);
     f->p = problem(f->q, f->k, f->v, 0, causal);
     double *lse, *o = run_ref(&f->p, REF_LOWP, &lse);
     f->out = host_tensor(dt, 2, 40, 4, 32, 8, 0); /* strided, as a device copy may be */
@@ -723,9 +707,7 @@ static void fixture(check_fixture *f, fg_dtype dt, int causal) {
 
 /* Frees what fixture allocated. */
 static void fixture_free(check_fixture *f) {
-    free(f->q.data);
-    free(f->k.data);
-    free(f->v.data);
+    qkv_free(&f->q, &f->k, &f->v);
     free(f->out.data);
     free(f->lse_mem);
 }
@@ -1593,12 +1575,9 @@ Test(backward, matches_naive_loops) {
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         fg_dtype dt = cases[c].dt;
-        fg_tensor q = host_tensor(dt, cases[c].b, cases[c].sq, cases[c].hq, cases[c].d, 0, 0);
-        fg_tensor k = host_tensor(dt, cases[c].b, cases[c].sk, cases[c].hkv, cases[c].d, 0, 0);
-        fg_tensor v = host_tensor(dt, cases[c].b, cases[c].sk, cases[c].hkv, cases[c].d, 0, 0);
-        fill(&q, 600 + c);
-        fill(&k, 610 + c);
-        fill(&v, 620 + c);
+        fg_tensor q, k, v;
+        qkv_random(&q, &k, &v, dt, cases[c].b, cases[c].sq, cases[c].sk, cases[c].hq, cases[c].hkv, cases[c].d,
+                   600 + c, 610 + c, 620 + c);
         ref_bwd_problem p = bwd_problem(q, k, v, cases[c].scale, cases[c].causal, 630 + c);
         for (int mode = 0; mode < 2; mode++) {
             grads r = run_bwd(&p, (ref_mode)mode), n = grads_alloc(&p);
@@ -1613,9 +1592,7 @@ Test(backward, matches_naive_loops) {
             grads_free(&n);
         }
         bwd_problem_free(&p);
-        free(q.data);
-        free(k.data);
-        free(v.data);
+        qkv_free(&q, &k, &v);
     }
 }
 
@@ -1711,19 +1688,14 @@ Test(backward, ref32_matches_finite_differences) {
         }
         grads_free(&g);
         bwd_problem_free(&p);
-        free(q.data);
-        free(k.data);
-        free(v.data);
+        qkv_free(&q, &k, &v);
     }
 }
 
 Test(backward, fully_masked_rows_give_zero_dq_and_no_nan) {
     /* causal sq=40 > sk=30: rows 0..9 see no key; their LSE is -inf as the forward writes it. */
-    fg_tensor q = host_tensor(FG_DTYPE_BF16, 2, 40, 4, 32, 0, 0), k = host_tensor(FG_DTYPE_BF16, 2, 30, 2, 32, 0, 0);
-    fg_tensor v = host_tensor(FG_DTYPE_BF16, 2, 30, 2, 32, 0, 0);
-    fill(&q, 800);
-    fill(&k, 801);
-    fill(&v, 802);
+    fg_tensor q, k, v;
+    qkv_random(&q, &k, &v, FG_DTYPE_BF16, 2, 40, 30, 4, 2, 32, 800, 801, 802);
     ref_bwd_problem p = bwd_problem(q, k, v, 0, 1, 803);
     cr_assert(isinf(*lse_at_view(&p.lse, 1, 3, 9)) && isfinite(*lse_at_view(&p.lse, 1, 3, 10)), "fixture");
     for (int mode = 0; mode < 2; mode++) {
@@ -1803,9 +1775,7 @@ Test(backward, fully_masked_rows_give_zero_dq_and_no_nan) {
         }
         bwd_problem_free(&p0);
     }
-    free(q.data);
-    free(k.data);
-    free(v.data);
+    qkv_free(&q, &k, &v);
     free(k0.data);
     free(v0.data);
 }
@@ -1813,12 +1783,9 @@ Test(backward, fully_masked_rows_give_zero_dq_and_no_nan) {
 Test(backward, gqa_dk_dv_sum_the_query_heads_of_a_kv_head) {
     /* hq=6 over hkv=2 against the same problem with K/V copied out to six heads: dQ is the same, and dK/dV
      * of KV head kh is the sum of the copies' gradients over query heads 3kh .. 3kh+2. */
-    fg_tensor q = host_tensor(FG_DTYPE_BF16, 2, 37, 6, 40, 0, 0), k = host_tensor(FG_DTYPE_BF16, 2, 29, 2, 40, 0, 0);
-    fg_tensor v = host_tensor(FG_DTYPE_BF16, 2, 29, 2, 40, 0, 0);
+    fg_tensor q, k, v;
+    qkv_random(&q, &k, &v, FG_DTYPE_BF16, 2, 37, 29, 6, 2, 40, 810, 811, 812);
     fg_tensor k6 = host_tensor(FG_DTYPE_BF16, 2, 29, 6, 40, 0, 0), v6 = host_tensor(FG_DTYPE_BF16, 2, 29, 6, 40, 0, 0);
-    fill(&q, 810);
-    fill(&k, 811);
-    fill(&v, 812);
     for (int64_t b = 0; b < 2; b++)
         for (int64_t j = 0; j < 29; j++)
             for (int64_t h = 0; h < 6; h++)
@@ -1860,9 +1827,7 @@ Test(backward, gqa_dk_dv_sum_the_query_heads_of_a_kv_head) {
         bwd_problem_free(&pg);
         bwd_problem_free(&pm);
     }
-    free(q.data);
-    free(k.data);
-    free(v.data);
+    qkv_free(&q, &k, &v);
     free(k6.data);
     free(v6.data);
 }
@@ -1928,11 +1893,8 @@ Test(backward, strided_views_equal_contiguous_copies) {
 
 /* max|ref_lowp - ref32| / max|ref32| of dQ, dK, dV (in gap[0..2]) on one N(0, 1) problem of dtype dt. */
 static void bwd_lowp_gap(fg_dtype dt, int causal, double *gap) {
-    fg_tensor q = host_tensor(dt, 1, 128, 2, 64, 0, 0), k = host_tensor(dt, 1, 160, 2, 64, 0, 0);
-    fg_tensor v = host_tensor(dt, 1, 160, 2, 64, 0, 0);
-    fill(&q, 830);
-    fill(&k, 831);
-    fill(&v, 832);
+    fg_tensor q, k, v;
+    qkv_random(&q, &k, &v, dt, 1, 128, 160, 2, 2, 64, 830, 831, 832);
     ref_bwd_problem p = bwd_problem(q, k, v, 0, causal, 833);
     grads g32 = run_bwd(&p, REF_32), glp = run_bwd(&p, REF_LOWP);
     gap[0] = rel_diff(glp.dq, g32.dq, g32.nq);
@@ -1941,9 +1903,7 @@ static void bwd_lowp_gap(fg_dtype dt, int causal, double *gap) {
     grads_free(&g32);
     grads_free(&glp);
     bwd_problem_free(&p);
-    free(q.data);
-    free(k.data);
-    free(v.data);
+    qkv_free(&q, &k, &v);
 }
 
 Test(backward, lowp_differs_from_ref32_by_a_small_nonzero_amount) {
@@ -1972,12 +1932,7 @@ typedef struct bwd_fixture {
 /* Random bf16 inputs (b=2, sq=40, sk=30, 4 heads over 2, d=32, causal: rows 0..9 see nothing) with the
  * gradients = ref_lowp's, which must pass. Free with bwd_fixture_free. */
 static void bwd_fixture_make(bwd_fixture *f) {
-    f->q = host_tensor(FG_DTYPE_BF16, 2, 40, 4, 32, 0, 0);
-    f->k = host_tensor(FG_DTYPE_BF16, 2, 30, 2, 32, 0, 0);
-    f->v = host_tensor(FG_DTYPE_BF16, 2, 30, 2, 32, 0, 0);
-    fill(&f->q, 840);
-    fill(&f->k, 841);
-    fill(&f->v, 842);
+    qkv_random(&f->q, &f->k, &f->v, FG_DTYPE_BF16, 2, 40, 30, 4, 2, 32, 840, 841, 842);
     f->p = bwd_problem(f->q, f->k, f->v, 0, 1, 843);
     grads g = run_bwd(&f->p, REF_LOWP);
     f->dq = tensor_of(g.dq, FG_DTYPE_BF16, f->q.shape, 8, 0);
@@ -1999,9 +1954,7 @@ static void bwd_fixture_make(bwd_fixture *f) {
 /* Frees what bwd_fixture_make allocated. */
 static void bwd_fixture_free(bwd_fixture *f) {
     bwd_problem_free(&f->p);
-    free(f->q.data);
-    free(f->k.data);
-    free(f->v.data);
+    qkv_free(&f->q, &f->k, &f->v);
     free(f->dq.data);
     free(f->dk.data);
     free(f->dv_mem);

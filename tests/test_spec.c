@@ -284,6 +284,14 @@ Test(spec, policy_override_takes_precedence_and_set_fields_are_kept) {
 
 /* sm_90a specs get the wgmma family's rules and sm_90 specs the mma.sync family's, for the same compute
  * capability; an added rule applies to the family it names (both for FG_FAMILY_ANY). */
+/* The same forward problem (dtype, head_dim, no mask) as an sm_90a spec (*a) and an sm_90 one (*b),
+ * tiles unset. */
+static void hopper_pair(fg_dtype dtype, int head_dim, fg_spec *a, fg_spec *b) {
+    *a = (fg_spec){.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = dtype, .head_dim = head_dim};
+    *b = *a;
+    b->arch_accel = 0;
+}
+
 Test(spec, policy_rules_follow_the_kernel_family) {
     fg_tile_policy p;
     fg_error e;
@@ -311,18 +319,15 @@ Test(spec, policy_rules_follow_the_kernel_family) {
             }
     /* sm_90 keeps the mma.sync rules of the H200 sweep (tile_policy.c) for bf16 head_dim 128 and 64, not
      * causal, while sm_90a gets warpgroup tiles (which the wgmma sweeps may change: checked by shape). */
-    fg_spec a = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 128};
-    fg_spec b = a;
-    b.arch_accel = 0;
+    fg_spec a, b;
+    hopper_pair(FG_DTYPE_BF16, 128, &a, &b);
     cr_assert_eq(spec_fill_tiles(&a, &p, &e), FG_OK, "%s", e.msg);
     cr_assert_eq(spec_fill_tiles(&b, &p, &e), FG_OK, "%s", e.msg);
     cr_assert(a.warps == 4 * (a.block_m / 64 + 1) && a.warps != b.warps, "sm_90a d128: %d x %d, %d warps", a.block_m,
               a.block_n, a.warps);
     cr_assert(b.block_m == 128 && b.block_n == 32 && b.warps == 4 && b.stages == 2, "sm_90 d128: %d x %d, %d warps, "
               "%d stages", b.block_m, b.block_n, b.warps, b.stages);
-    a = (fg_spec){.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 64};
-    b = a;
-    b.arch_accel = 0;
+    hopper_pair(FG_DTYPE_BF16, 64, &a, &b);
     cr_assert_eq(spec_fill_tiles(&a, &p, &e), FG_OK, "%s", e.msg);
     cr_assert_eq(spec_fill_tiles(&b, &p, &e), FG_OK, "%s", e.msg);
     cr_assert(a.warps == 4 * (a.block_m / 64 + 1) && a.warps != b.warps, "sm_90a d64: %d x %d, %d warps", a.block_m,
@@ -330,9 +335,7 @@ Test(spec, policy_rules_follow_the_kernel_family) {
     cr_assert(b.block_m == 128 && b.block_n == 96 && b.warps == 4 && b.stages == 3, "sm_90 d64: %d x %d, %d warps, "
               "%d stages", b.block_m, b.block_n, b.warps, b.stages);
     /* No wgmma rule below head_dim 32: sm_90a has no tile there, sm_90 does. */
-    a = (fg_spec){.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_F16, .head_dim = 16};
-    b = a;
-    b.arch_accel = 0;
+    hopper_pair(FG_DTYPE_F16, 16, &a, &b);
     cr_assert_null(tile_policy_lookup(&p, &a));
     cr_assert_not_null(tile_policy_lookup(&p, &b));
 
