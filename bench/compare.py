@@ -117,6 +117,8 @@ def parse_args(argv):
     for key in ("dtypes", "head_dims", "seqlens", "causal"):
         if getattr(a, key) is None:
             setattr(a, key, base[key])
+    if a.deterministic and not a.bwd:
+        p.error("--deterministic is the backward's mode: it needs --bwd")
     if a.iters < 1 or a.warmup < 0:
         p.error("--iters must be >= 1 and --warmup >= 0")
     for s in a.seqlens:

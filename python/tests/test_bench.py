@@ -56,6 +56,11 @@ class Redraw(unittest.TestCase):
             path = os.path.join(self.dir, name)
             self.assertTrue(os.path.getsize(path) > 1000, name)
 
+    def test_deterministic_needs_bwd(self):
+        r = self.run_compare("--deterministic", "--redraw", self.dir)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--deterministic", r.stderr)
+
     def test_redraw_refuses_a_directory_without_results(self):
         r = self.run_compare("--redraw", self.dir)
         self.assertEqual(r.returncode, 1)
