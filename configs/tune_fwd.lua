@@ -17,7 +17,7 @@
 local tokens, width = 16384, 2048
 
 for _, head_dim in ipairs({64, 128, 256}) do
-    for _, seqlen in ipairs({512, 2048, 8192}) do
+    for _, seqlen in ipairs({512, 2048, 4096, 8192}) do
         space {
             -- Results apply to the dtype they were measured with, so both 16-bit types are tuned (the
             -- two kernels differ only in conversions; their winners usually agree).

@@ -39,6 +39,7 @@
 
 static const char usage_tune[] =
     "usage: flashgen tune SPACE [--device N|LIST|all] [--budget SECONDS] [--db FILE] [-j N] [--iters N]\n"
+    "                     [--allow-spills]\n"
     "       flashgen tune --show [FILE] [--csv]\n"
     "\n"
     "Times every candidate of the tuning space SPACE (a Lua file calling space{...}, for example\n"
@@ -74,6 +75,10 @@ static const char usage_tune[] =
     "                      merged by the next run). Ctrl-C reaches the parent, which stops the workers\n"
     "                      after their current candidate.\n"
     "      --budget S      start no new candidate after S seconds; save and exit 0\n"
+    "      --allow-spills  time candidates that spill registers to local memory too (the note gives the\n"
+    "                      bytes) instead of recording them as spilled: a few bytes of loop-invariant values\n"
+    "                      reloaded from L1 can cost less than the tile they allow. Candidates the database\n"
+    "                      already records as spilled are kept as they are (use a new --db to time them)\n"
     "      --db FILE       the database (default: tune-<gpu>-sm<arch>-<sms>sm.lua in the disk cache\n"
     "                      directory, where fg_context_create looks for it)\n"
     "  -j, --jobs N        parallel NVRTC compiles (default: the number of online CPUs)\n"
@@ -119,6 +124,7 @@ typedef struct tune_pool {
     int next;                    /* the next queue entry to take (lock) */
     int stop;                    /* 1: take no more (lock) */
     const fg_disk_cache *disk;   /* where compiled cubins go for the runtime to load, or NULL */
+    int allow_spills;            /* --allow-spills: time candidates that spill too */
     pthread_mutex_t lock;        /* guards next, stop and the items' state, compiled and note */
     pthread_cond_t compiled;     /* broadcast whenever an item is compiled */
 } tune_pool;
@@ -132,6 +138,7 @@ typedef struct tune_opts {
     const char *db;  /* the database file, or NULL for this GPU's default */
     int shard;       /* with nshards > 0: this process is worker `shard` of a --device list, and times the */
     int nshards;     /*   problems whose index i has i % nshards == shard (the others are left out) */
+    int allow_spills; /* time candidates that spill registers too (noted), instead of recording them as spilled */
 } tune_opts;
 
 /* A sweep in progress. */
@@ -402,11 +409,12 @@ static int tune_open_db(const char *path, const fg_tune_identity *id, fg_tunedb 
     return 0;
 }
 
-/* Compiles spec with NVRTC and reads its ptxas report. A cubin that does not spill is stored in `disk`
- * (when not NULL) under the key the runtime computes for the same spec, so rt_fwd_with_spec loads it
- * instead of compiling again; a failed store costs only that second compile. Sets *status (ok, failed,
- * spilled) and note (the failure sentence, the spill figures or the register count). */
-static void tune_compile(const fg_spec *spec, const fg_disk_cache *disk, fg_tune_status *status, char *note, size_t n) {
+/* Compiles spec with NVRTC and reads its ptxas report. A cubin that does not spill (or any, with
+ * allow_spills) is stored in `disk` (when not NULL) under the key the runtime computes for the same spec, so
+ * rt_fwd_with_spec loads it instead of compiling again; a failed store costs only that second compile. Sets
+ * *status (ok, failed, spilled) and note (the failure sentence, the spill figures or the register count). */
+static void tune_compile(const fg_spec *spec, const fg_disk_cache *disk, int allow_spills, fg_tune_status *status,
+                         char *note, size_t n) {
     fg_error err;
     fg_error_clear(&err);
     char *src = NULL;
@@ -416,13 +424,16 @@ static void tune_compile(const fg_spec *spec, const fg_disk_cache *disk, fg_tune
     if (emit_source(spec, &src, &len, &err) != FG_OK || compile_source(spec, src, len, 0, &r, &err) != FG_OK) {
         *status = FG_TUNE_FAILED;
         tune_note(note, n, "%s", err.msg);
-    } else if (r.spill_stores > 0) {
+    } else if (r.spill_stores > 0 && !allow_spills) {
         *status = FG_TUNE_SPILLED;
         tune_note(note, n, "spills %d bytes of stores and %d of loads to local memory (%d registers)", r.spill_stores,
                  r.spill_loads, r.registers);
     } else {
         *status = FG_TUNE_OK;
         if (r.registers < 0) tune_note(note, n, "no ptxas report: spills unknown");
+        else if (r.spill_stores > 0)
+            tune_note(note, n, "%d registers, spills %d+%d bytes (--allow-spills)", r.registers, r.spill_stores,
+                     r.spill_loads);
         else tune_note(note, n, "%d registers", r.registers);
         if (disk) {
             uint8_t key[32];
@@ -448,7 +459,8 @@ static void *tune_worker(void *arg) {
         tune_item *it = &pool->items[i]; /* problem and cand never change while workers run */
         fg_tune_status status;
         char note[FG_TUNE_NOTE_MAX];
-        tune_compile(&pool->space->problems[it->problem].cands[it->cand].spec, pool->disk, &status, note, sizeof note);
+        tune_compile(&pool->space->problems[it->problem].cands[it->cand].spec, pool->disk, pool->allow_spills, &status,
+                     note, sizeof note);
         pthread_mutex_lock(&pool->lock);
         it->compiled = status;
         memcpy(it->note, note, sizeof note);
@@ -960,6 +972,7 @@ static int tune_sweep(const char *space_path, const tune_opts *o) {
 
     pool.space = &space;
     pool.disk = have_cache ? &cache : NULL;
+    pool.allow_spills = o->allow_spills;
     if (pthread_mutex_init(&pool.lock, NULL) != 0) {
         say("tune", "cannot initialize the compile queue's lock");
         goto done;
@@ -1193,7 +1206,7 @@ static int tune_spawn(tune_child *c, const char *space_path, const tune_opts *o,
     snprintf(shard_text, sizeof shard_text, "%d/%d", shard, nshards);
     snprintf(jobs_text, sizeof jobs_text, "%d", jobs);
     snprintf(iters, sizeof iters, "%d", o->iters);
-    char *argv[16];
+    char *argv[20]; /* 16 at most, NULL included */
     int n = 0;
     argv[n++] = "flashgen";
     argv[n++] = "tune";
@@ -1213,6 +1226,7 @@ static int tune_spawn(tune_child *c, const char *space_path, const tune_opts *o,
         argv[n++] = "--budget";
         argv[n++] = budget;
     }
+    if (o->allow_spills) argv[n++] = "--allow-spills";
     argv[n] = NULL;
     fflush(NULL);
     pid_t pid = fork();
@@ -1517,7 +1531,7 @@ static int tune_show(const char *file, int device, int csv) {
     return EXIT_OK;
 }
 
-enum { OPT_BUDGET = 512, OPT_DB, OPT_SHOW, OPT_CSV, OPT_SHARD };
+enum { OPT_BUDGET = 512, OPT_DB, OPT_SHOW, OPT_CSV, OPT_SHARD, OPT_ALLOW_SPILLS };
 
 /* `flashgen tune SPACE [--device N] [--budget S] [--db FILE] [-j N] [--iters N]` and `tune --show [FILE]`. */
 int cmd_tune(int argc, char **argv) {
@@ -1530,10 +1544,11 @@ int cmd_tune(int argc, char **argv) {
                                          {"show", no_argument, NULL, OPT_SHOW},
                                          {"csv", no_argument, NULL, OPT_CSV},
                                          {"shard", required_argument, NULL, OPT_SHARD},
+                                         {"allow-spills", no_argument, NULL, OPT_ALLOW_SPILLS},
                                          {NULL, 0, NULL, 0}};
     const char *db = NULL;
     long long budget = -1, jobs = -1, iters = -1;
-    int show = 0, csv = 0, shard = -1, nshards = 0, ndev = 1, all = 0, c;
+    int show = 0, csv = 0, shard = -1, nshards = 0, ndev = 1, all = 0, allow_spills = 0, c;
     int devs[TUNE_MAX_DEVICES] = {0};
     while ((c = getopt_long(argc, argv, ":hj:", opts, NULL)) != -1) {
         int bad = 0;
@@ -1546,6 +1561,7 @@ int cmd_tune(int argc, char **argv) {
         case OPT_ITERS: bad = parse_number("tune", "--iters", optarg, 1, 1000000, &iters); break;
         case OPT_SHOW: show = 1; break;
         case OPT_CSV: csv = 1; break;
+        case OPT_ALLOW_SPILLS: allow_spills = 1; break;
         case OPT_SHARD: {
             char *end;
             errno = 0;
@@ -1569,8 +1585,9 @@ int cmd_tune(int argc, char **argv) {
     if (db && !db[0]) return usage_error("tune", "--db needs a file name");
     if (csv && !show) return usage_error("tune", "--csv is a form of --show");
     if (show) {
-        if (budget >= 0 || jobs >= 0 || iters >= 0 || nshards)
-            return usage_error("tune", "--show prints a database; --budget, -j, --iters and --shard belong to a sweep");
+        if (budget >= 0 || jobs >= 0 || iters >= 0 || nshards || allow_spills)
+            return usage_error("tune", "--show prints a database; --budget, -j, --iters, --shard and --allow-spills "
+                                       "belong to a sweep");
         if (all || ndev != 1) return usage_error("tune", "--show takes one --device");
         if (optind + 1 < argc) return usage_error("tune", "--show takes at most one FILE, got also '%s'", argv[optind + 1]);
         if (optind < argc && db) return usage_error("tune", "give the database to show as FILE or with --db, not both");
@@ -1581,7 +1598,7 @@ int cmd_tune(int argc, char **argv) {
     if (db && check_output_dir("tune", db)) return EXIT_FAIL;
     if (nshards && (all || ndev != 1)) return usage_error("tune", "--shard is for one worker of a sweep: one --device");
     tune_opts o = {devs[0], budget > 0 ? (double)budget : 0, jobs > 0 ? (int)jobs : 0, iters > 0 ? (int)iters : 20, db,
-                   shard > 0 ? shard : 0, nshards};
+                   shard > 0 ? shard : 0, nshards, allow_spills};
     if (all || ndev > 1) return tune_parallel(argv[optind], &o, devs, ndev, all);
     return tune_sweep(argv[optind], &o);
 }

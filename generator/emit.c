@@ -148,6 +148,7 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
         sb_printf(&b, "#define FG_DETERMINISTIC %d\n", spec->deterministic ? 1 : 0);
         sb_printf(&b, "#define FG_DQ_STAGED %d\n", spec_bwd_dq_staged(spec)); /* sizes its smem too */
     }
+    if (!wgmma && !bwd) sb_printf(&b, "#define FG_SUB_N %d\n", spec_fwd_sub_n(spec));
     if (wgmma) { /* bytes per swizzled chunk row: 128 when head_dim fills them (64 16-bit or 128 FP8 elements) */
         sb_printf(&b, "#define FG_SW_BYTES %d\n", (spec->head_dim * spec_dtype_size(spec->dtype)) % 128 == 0 ? 128 : 64);
         sb_printf(&b, "#define FG_Q_STAGES %d\n", spec_q_stages(spec));

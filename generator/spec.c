@@ -189,6 +189,14 @@ int spec_head_dim_padded(const fg_spec *spec) { return (spec->head_dim + 15) / 1
 
 int spec_threads(const fg_spec *spec) { return spec->warps * 32; }
 
+int spec_fwd_sub_n(const fg_spec *spec) {
+    if (spec->warps <= 0 || spec->block_m % (16 * spec->warps) != 0) return 0;
+    const int mt = spec->block_m / (16 * spec->warps), step = spec_dtype_is_fp8(spec->dtype) ? 32 : 16;
+    for (int n = spec->block_n - spec->block_n % step; n >= step; n -= step)
+        if (spec->block_n % n == 0 && mt * (spec_head_dim_padded(spec) / 2 + n / 2) <= FG_SPEC_ACC_REGS) return n;
+    return 0;
+}
+
 int spec_bwd_dq_staged(const fg_spec *spec) { return spec->kind == FG_KIND_BWD && spec->arch >= 90; }
 
 int spec_is_wgmma(const fg_spec *spec) { return spec->kind == FG_KIND_FWD && spec->arch == 90 && spec->arch_accel; }

@@ -73,6 +73,12 @@ int spec_head_dim_padded(const fg_spec *spec);   /* head_dim rounded up to the M
 size_t spec_smem_bytes(const fg_spec *spec);     /* dynamic shared memory the kernel needs (Q/K/V elements
                                                     of spec_dtype_size bytes: 1 for FP8) */
 int spec_threads(const fg_spec *spec);           /* warps * 32 */
+/* The mma.sync forward's key sub-block: the keys of one online-softmax step, block_n itself when S (block_n
+ * / 2 fp32 per m16 tile) fits beside O under FG_SPEC_ACC_REGS accumulator registers a thread, else the
+ * largest multiple of 16 (32 for FP8) dividing block_n that fits; 0 when none does. The whole block still
+ * loads behind one barrier: a wide block with narrow steps halves the barriers of a narrow block. */
+int spec_fwd_sub_n(const fg_spec *spec);
+#define FG_SPEC_ACC_REGS 176
 int spec_bwd_dq_staged(const fg_spec *spec);     /* kind=bwd: 1 when dQ is staged in shared memory and added by
                                                     bulk reduce-adds (sm_90 and newer), 0 for fp32 atomics */
 /* 1 for the Hopper family (arch sm_90a: TMA, wgmma, warp specialization, templates/fwd_sm90.cuh); the

@@ -22,8 +22,9 @@ static int arch_has_accel(int arch) {
 /* Query rows each warp owns: 16 per m16 MMA tile, so block_m / (16 * warps) tiles per warp. */
 static int m_tiles(const fg_spec *s) { return s->warps > 0 ? s->block_m / (16 * s->warps) : 0; }
 
-/* Registers for the fp32 accumulators a thread holds across the KV loop: O (d/2 per m-tile) and
- * S (block_n/2 per m-tile). The rule refuses what cannot fit, not everything that might spill: measured
+/* Registers for the fp32 accumulators a thread holds across the KV loop: O (d/2 per m-tile) and S of one
+ * key sub-block (spec_fwd_sub_n: block_n / 2 per m-tile when that fits, else a divisor's). The rule
+ * refuses what cannot fit even in 16-key (FP8: 32-key) steps, not everything that might spill: measured
  * with NVRTC 13.0 for sm_90a, 192 spills at head_dim 64 and 128 (20+ bytes); between 161 and 176 it
  * depends on the tile (head_dim 256 128x80 8 warps at 168 and head_dim 64 128x112 4 warps at 176 do not
  * spill, head_dim 128 128x48 4 warps at 176 spills 4 bytes non-causal and none causal), so those are
@@ -141,9 +142,11 @@ RULE(fp8_block_n, spec_dtype_is_fp8(s->dtype) && s->block_n % 32 != 0, FG_ERR_UN
      s->block_n, spec_dtype_name(s->dtype))
 RULE(stages, s->stages < 2 || s->stages > 4, FG_ERR_UNSUPPORTED,
      "stages %d is not supported: the K/V cp.async pipeline has 2 to 4 stages", s->stages)
-RULE(registers, !spec_is_wgmma(s) && !is_bwd(s) && acc_registers(s) > 176, FG_ERR_UNSUPPORTED,
-     "block_m %d, block_n %d, warps %d at head_dim %d need %d accumulator registers per thread (limit 176 of 255 "
-     "before spilling): use more warps or a smaller block_n", s->block_m, s->block_n, s->warps, s->head_dim, acc_registers(s))
+RULE(registers, !spec_is_wgmma(s) && !is_bwd(s) && spec_fwd_sub_n(s) == 0, FG_ERR_UNSUPPORTED,
+     "block_m %d, block_n %d, warps %d at head_dim %d need %d accumulator registers per thread, and %d in the "
+     "narrowest key steps (limit %d of 255 before spilling): use more warps", s->block_m, s->block_n, s->warps,
+     s->head_dim, acc_registers(s), m_tiles(s) * (spec_head_dim_padded(s) / 2 + (spec_dtype_is_fp8(s->dtype) ? 16 : 8)),
+     FG_SPEC_ACC_REGS)
 RULE(smem, arch_smem_limit(s->arch) != 0 && spec_smem_bytes(s) > arch_smem_limit(s->arch), FG_ERR_UNSUPPORTED,
      "block_m %d, block_n %d, stages %d at head_dim %d need %zu bytes of shared memory%s, more than sm_%d's %zu",
      s->block_m, s->block_n, s->stages, s->head_dim, spec_smem_bytes(s),

@@ -1,5 +1,7 @@
 /* context.c: fg_context's life cycle, logging, last-error handling and bundle loading. */
+#include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,6 +167,20 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
         ctx->sm90_grid = g && strcmp(g, "tiles") == 0 ? 1 : (g && strcmp(g, "persistent") == 0 ? 2 : 0);
         if (g && *g && ctx->sm90_grid == 0 && strcmp(g, "auto") != 0)
             rt_log(ctx, FG_LOG_WARN, "FLASHGEN_SM90_GRID=%s is not auto, tiles or persistent: using auto", g);
+        const char *cg = getenv("FLASHGEN_CAUSAL_GROUP");
+        if (cg && *cg && strcmp(cg, "auto") != 0) {
+            char *end;
+            errno = 0;
+            const long n = strtol(cg, &end, 10);
+            if (errno == 0 && *end == 0 && n >= 1 && n <= INT32_MAX)
+                ctx->causal_group = (int)n;
+            else
+                rt_log(ctx, FG_LOG_WARN, "FLASHGEN_CAUSAL_GROUP=%s is not auto or a whole number from 1 to %d: using auto",
+                       cg, INT32_MAX);
+        }
+        /* A driver that cannot say leaves 0: causal tiles are then ordered head by head (causal_group_for). */
+        if (cu->cuDeviceGetAttribute(&ctx->l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, ctx->device) != CUDA_SUCCESS)
+            ctx->l2_bytes = 0;
     }
     if (ctx->arch < 80) {
         fg_fail(err, FG_ERR_UNSUPPORTED, "device %d (%s) has compute capability %d.%d; flashgen's kernels need 8.0 or newer",

@@ -332,6 +332,47 @@ static fg_status launch_items(fg_context *ctx, const launch_item *items, int n, 
     return rc == CUDA_SUCCESS ? FG_OK : cuda_api_fail(err, rc, what, __FILE__, __LINE__);
 }
 
+/* The causal tile order (fg_tile_order in templates/common/softmax.cuh, fg_cta_tile in fwd_sm80.cuh): how
+ * many (head, batch) pairs G start their query blocks together, longest first; 1 is head by head.
+ * Head by head, the last head's longest block starts when fewer than one head's blocks remain and the
+ * grid ends waiting on it: a list-scheduling model of the protocol's causal shapes puts that tail at
+ * 5-15% of the run at 2k-4k, and 0-3% with G pairs interleaved once G's blocks outlast a wave. But the
+ * CTAs running together then serve G pairs, each pair's K/V stream shared by fewer of them. Measured on
+ * the H200 (2026-11-29, `fgbench speed --causal 1`, bf16, FLASHGEN_CAUSAL_GROUP=N; bench/results/
+ * 2026-11-29-h200-session5/causal-order/):
+ *  - across all pairs: d 64 5-17% slower (K/V from DRAM), sm_90a 512-1k up to 15% slower;
+ *  - mma.sync family, G = the heads of one batch (8-32 here): d 128/256 at 2k-8k 6-12% faster, the rest
+ *    within noise (geomean +4.6% at 2k-16k, +1% at 512-1k);
+ *  - sm_90a family, G = 4-16 and at most as many pairs as keep their K and V within a third of the L2:
+ *    2k-8k 1-10% faster (geomean +3%); G 32-64 at 512 7-8% slower.
+ * So: at most SMs / 8 pairs (16 on an H200: the CTAs running together, one or two per SM, serve each pair
+ * with several), and on the sm_90a family also the L2 bound (query heads sharing a KV head count once);
+ * the sm_90a family takes the largest power of two under that dividing heads x batch (an uneven last group
+ * brings the tail back), the mma.sync family the heads of one batch or none (the grouping its grid gives
+ * without a division, fg_cta_tile), at most SMs / 4 of them (33 on an H200), with its query blocks within
+ * grid y (65535). FLASHGEN_CAUSAL_GROUP=N sets the cap instead, to measure the choice. */
+static int causal_group_for(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a) {
+    if (!s->causal) return 1;
+    const int64_t pairs = a->q.shape[0] * a->q.shape[2], heads = a->q.shape[2];
+    const int64_t m_blocks = (a->q.shape[1] + s->block_m - 1) / s->block_m;
+    if (m_blocks * pairs > INT32_MAX) return 1; /* the kernels' tile indices are 32-bit */
+    if (!spec_is_wgmma(s)) {
+        const int64_t cap = ctx->causal_group ? ctx->causal_group : ctx->sm_count / 4;
+        return heads > 1 && heads <= cap && m_blocks <= 65535 ? (int)heads : 1;
+    }
+    int64_t cap = ctx->causal_group;
+    if (cap == 0) {
+        const int64_t kv_bytes = 2 * a->k.shape[1] * (int64_t)s->head_dim * spec_dtype_size(s->dtype);
+        cap = ctx->sm_count / 8;
+        if (ctx->l2_bytes <= 0) return 1;
+        if (kv_bytes > 0 && (int64_t)ctx->l2_bytes / 3 * (heads / a->k.shape[2]) / kv_bytes < cap)
+            cap = (int64_t)ctx->l2_bytes / 3 * (heads / a->k.shape[2]) / kv_bytes;
+    }
+    int64_t g = 1;
+    while (g * 2 <= cap && pairs % (g * 2) == 0) g *= 2;
+    return (int)g;
+}
+
 /* The grid of a launch. The mma.sync family: (query blocks, heads, batch). The sm_90a family: tiles in a
  * 1-d grid. Non-causal tiles cost the same: persistent, one CTA per SM, each taking tiles in a stride
  * (the next tile's loads during this one's epilogue; H200, fgbench non-causal: 0-5% faster than one CTA
@@ -342,6 +383,11 @@ static int launch_grid(const fg_context *ctx, const fg_spec *s, const fg_fwd_arg
     grid[0] = (unsigned)m_blocks;
     grid[1] = (unsigned)a->q.shape[2];
     grid[2] = (unsigned)a->q.shape[0];
+    const int group = causal_group_for(ctx, s, a);
+    if (!spec_is_wgmma(s) && group > 1) { /* (heads, query blocks, batch): fg_cta_tile */
+        grid[0] = (unsigned)a->q.shape[2];
+        grid[1] = (unsigned)m_blocks;
+    }
     if (spec_is_wgmma(s)) {
         int64_t tiles = m_blocks * a->q.shape[2] * a->q.shape[0];
         const int persistent = ctx->sm90_grid == 2 || (ctx->sm90_grid == 0 && !s->causal);
@@ -378,6 +424,8 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
     p.heads_kv = (int)a->k.shape[2];
     p.softmax_scale = a->softmax_scale != 0.f ? a->softmax_scale : (float)(1.0 / sqrt((double)p.head_dim));
     p.scale_log2 = (float)((double)p.softmax_scale * 1.4426950408889634);
+    const int group = causal_group_for(ctx, &s, a);
+    p.causal_group = group > 1 ? group : 0; /* 0: head by head (the mma.sync family's plain grid) */
     if (spec_dtype_is_fp8(s.dtype)) {
         /* V is key-major: keys contiguous (stride[1] is 1 whenever seqlen_k > 1; set so for one key too),
          * head-dim rows v.stride[3] apart. Descale factors: [1] has strides 0, [b, hkv] its own. */
@@ -540,13 +588,17 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
     if (spec_dtype_is_fp8(s.dtype))
         snprintf(path, sizeof path, "FP8 mma.sync m16n8k32 path (sm_89+), %s inputs, out=%s", spec_dtype_name(s.dtype),
                  spec_dtype_name(s.out_dtype));
+    char order[96] = "";
+    if (s.causal)
+        snprintf(order, sizeof order, ", causal order: longest first across %d (head, batch) pairs",
+                 causal_group_for(ctx, &s, a));
     int len = snprintf(buf, n,
              "variant %s\n  kernel: forward, %s, %d threads, %zu bytes shared memory, "
-             "grid (%u, %u, %u)%s\n"
+             "grid (%u, %u, %u)%s%s\n"
              "  tiles: %s\n  code: %s\n  device: %s (sm_%d, %d SMs)\n  disk cache: %s\n  tuning database: %s",
              name, path, spec_threads(&s), spec_smem_bytes(&s),
              grid[0], grid[1], grid[2],
-             spec_is_wgmma(&s) ? (persistent ? " (persistent: tiles in a stride)" : " (one CTA per tile)") : "",
+             spec_is_wgmma(&s) ? (persistent ? " (persistent: tiles in a stride)" : " (one CTA per tile)") : "", order,
              why, where, ctx->device_name, ctx->arch, ctx->sm_count,
              ctx->disk_ok ? ctx->disk.dir : ctx->disk_problem, ctx->tunedb_note);
     if (len < 0 || (size_t)len >= n) {

@@ -32,7 +32,10 @@ struct fg_context {
     int sm90_grid;               /* the sm_90a family's grid (FLASHGEN_SM90_GRID): 0 persistent for non-causal
                                     calls and one CTA per tile for causal ones, 1 "tiles" always one CTA per
                                     tile, 2 "persistent" always persistent; for measuring the choice */
+    int causal_group;            /* FLASHGEN_CAUSAL_GROUP: 0 auto (causal_group_for), else at most this many
+                                    (head, batch) pairs per group of the causal tile order; for measuring the choice */
     int sm_count;                /* multiprocessors */
+    int l2_bytes;                /* L2 cache size (0 when the driver does not say) */
     size_t smem_optin;           /* max dynamic shared memory per block (opt-in) */
     char device_name[256];       /* e.g. "NVIDIA H200" */
     fg_context_options opt;      /* options as given (cache_dir copied below) */

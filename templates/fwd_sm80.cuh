@@ -1,7 +1,7 @@
 // fwd_sm80.cuh: the FlashAttention-2 forward kernel on the mma.sync path (sm_80 and newer).
 //
-// Grid: (query blocks, query heads, batch). A CTA owns FG_BLOCK_M query rows of one head; each of its
-// warps owns FG_MT m16 tiles (16 rows each), so softmax statistics never cross warps. K and V stream
+// Grid: (query blocks, query heads, batch), or for causal (query heads, query blocks, batch) (see
+// fg_cta_tile). A CTA owns FG_BLOCK_M query rows of one head; each of its warps owns FG_MT m16 tiles (16 rows each), so softmax statistics never cross warps. K and V stream
 // through shared memory in FG_BLOCK_N-key blocks, FG_STAGES deep, loaded with cp.async while the
 // previous block is computed. Per key block:
 //   S = Q K^T          (mma.m16n8k16, Q and K fragments by ldmatrix from swizzled shared memory)
@@ -25,7 +25,7 @@
 
 constexpr int FG_THREADS = FG_WARPS * 32;
 constexpr int FG_MT = FG_BLOCK_M / (16 * FG_WARPS); // m16 tiles per warp
-constexpr int FG_NT = FG_BLOCK_N / 8;               // n8 tiles of S per m16 tile
+constexpr int FG_NT = FG_SUB_N / 8;                 // n8 tiles of S per m16 tile (one sub-block of keys)
 constexpr int FG_DT = FG_HEAD_DIM_PADDED / 8;       // n8 tiles of O per m16 tile
 constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM_PADDED * FG_ESIZE;
 constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM_PADDED * FG_ESIZE;
@@ -45,12 +45,33 @@ struct fg_bool {
     static constexpr bool value = B;
 };
 
+// x, which the compiler can no longer see is x: what it computes is recomputed, not kept live from before.
+__device__ __forceinline__ u32 fg_opaque(u32 x) {
+    asm volatile("" : "+r"(x));
+    return x;
+}
+
+// This CTA's tile: query block m_block of (head, batch). The heaviest blocks (the last query rows see the
+// most keys) start first. Non-causal, and causal with p.causal_group 0: the grid is (query blocks, heads,
+// batch), query blocks vary fastest (CTAs running together share K/V in L2) and go last to first. Causal
+// with p.causal_group > 0 (the host's choice, dispatch.c): the grid is (heads, query blocks, batch), the
+// order of fg_tile_order with a group of one batch's heads: all their last query blocks, then all their
+// second-to-last, and so on. Both read the block index registers alone, which the compiler re-reads where
+// it needs them (mapping pairs to groups of other sizes takes a division, and the values it leaves cost
+// the largest tiles spills); head and batch are taken again in the epilogue (group passed through
+// fg_opaque) rather than kept live across the key loop.
+__device__ __forceinline__ void fg_cta_tile(int group, int &m_block, int &head, int &batch) {
+    const bool grouped = FG_CAUSAL && group > 0;
+    m_block = grouped ? gridDim.y - 1 - blockIdx.y : gridDim.x - 1 - blockIdx.x;
+    head = grouped ? blockIdx.x : blockIdx.y;
+    batch = blockIdx.z;
+}
+
 extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)
 fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
     extern __shared__ __align__(128) unsigned char fg_smem[];
-    // Heaviest causal blocks (the last query rows see the most keys) are scheduled first.
-    const int m_block = gridDim.x - 1 - blockIdx.x;
-    const int head = blockIdx.y, batch = blockIdx.z;
+    int m_block, head, batch;
+    fg_cta_tile(p.causal_group, m_block, head, batch);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int kv_head = head / (p.heads_q / p.heads_kv);
     const int m0 = m_block * FG_BLOCK_M;
@@ -154,98 +175,109 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
         const u32 sv_j = s_v + stage * FG_KV_BYTES;
         stage = stage == FG_STAGES - 1 ? 0 : stage + 1;
 
-        // S = Q K^T
-        float s[FG_MT][FG_NT][4];
+        // The block's keys in sub-blocks of FG_SUB_N (the emitter's choice: the whole block when its S fits
+        // the registers beside O), each a full step of the online softmax; one barrier serves them all.
 #pragma unroll
-        for (int mt = 0; mt < FG_MT; mt++)
-#pragma unroll
-            for (int nt = 0; nt < FG_NT; nt++) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < FG_HEAD_DIM_PADDED * FG_ESIZE / 32; kk++) {
-            u32 qf[FG_MT][4];
-#pragma unroll
-            for (int mt = 0; mt < FG_MT; mt++)
-                fg_ldmatrix_x4(qf[mt], fg_frag_addr<FG_BLOCK_M>(s_q_warp, qv_off, mt * 16, kk));
-#pragma unroll
-            for (int n2 = 0; n2 < FG_NT / 2; n2++) {
-                u32 kf[4];
-                fg_ldmatrix_x4(kf, fg_frag_addr<FG_BLOCK_N>(sk_j, k_off, n2 * 16, kk));
-#pragma unroll
-                for (int mt = 0; mt < FG_MT; mt++) {
-                    fg_mma_qk(s[mt][2 * n2], qf[mt], kf[0], kf[1]);
-                    fg_mma_qk(s[mt][2 * n2 + 1], qf[mt], kf[2], kf[3]);
-                }
-            }
-        }
+        for (int sb = 0; sb < FG_BLOCK_N / FG_SUB_N; sb++) {
+            const int key0 = sb * FG_SUB_N; // the sub-block's first key in the block
+            // Opaque tile bases per sub-block: otherwise the compiler computes later sub-blocks' fragment
+            // addresses ahead and holds them, which spills (128x64 at head_dim 128: 16 bytes).
+            const u32 sk_s = FG_SUB_N < FG_BLOCK_N ? fg_opaque(sk_j) : sk_j;
+            const u32 sv_s = FG_SUB_N < FG_BLOCK_N ? fg_opaque(sv_j) : sv_j;
 
-        if constexpr (decltype(masked)::value) {
-            // Per row, the first key (relative to this thread's first, fg_s_key(0, t, 0)) that must be masked.
+            // S = Q K^T
+            float s[FG_MT][FG_NT][4];
 #pragma unroll
             for (int mt = 0; mt < FG_MT; mt++)
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int row = m0 + warp_row0 + mt * 16 + g + h * 8;
-                    const int limit =
-                        (FG_CAUSAL ? min(sk, row + sk - sq + 1) : sk) - j * FG_BLOCK_N - fg_s_key(0, t, 0);
+                for (int nt = 0; nt < FG_NT; nt++) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
 #pragma unroll
-                    for (int nt = 0; nt < FG_NT; nt++) {
-                        if (fg_s_key(nt, 0, 0) >= limit) s[mt][nt][2 * h] = FG_NEG_INF;
-                        if (fg_s_key(nt, 0, 1) >= limit) s[mt][nt][2 * h + 1] = FG_NEG_INF;
+            for (int kk = 0; kk < FG_HEAD_DIM_PADDED * FG_ESIZE / 32; kk++) {
+                u32 qf[FG_MT][4];
+#pragma unroll
+                for (int mt = 0; mt < FG_MT; mt++)
+                    fg_ldmatrix_x4(qf[mt], fg_frag_addr<FG_BLOCK_M>(s_q_warp, qv_off, mt * 16, kk));
+#pragma unroll
+                for (int n2 = 0; n2 < FG_NT / 2; n2++) {
+                    u32 kf[4];
+                    fg_ldmatrix_x4(kf, fg_frag_addr<FG_BLOCK_N>(sk_s, k_off, key0 + n2 * 16, kk));
+#pragma unroll
+                    for (int mt = 0; mt < FG_MT; mt++) {
+                        fg_mma_qk(s[mt][2 * n2], qf[mt], kf[0], kf[1]);
+                        fg_mma_qk(s[mt][2 * n2 + 1], qf[mt], kf[2], kf[3]);
                     }
                 }
-        }
+            }
 
-        fg_online_softmax<FG_MT, FG_NT, FG_DT>(s, row_max, row_sum, acc, scale_log2, FG_P_SHIFT);
+            if constexpr (decltype(masked)::value) {
+                // Per row, the first key (relative to this thread's first, fg_s_key(0, t, 0)) that must be masked.
+#pragma unroll
+                for (int mt = 0; mt < FG_MT; mt++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int row = m0 + warp_row0 + mt * 16 + g + h * 8;
+                        const int limit =
+                            (FG_CAUSAL ? min(sk, row + sk - sq + 1) : sk) - j * FG_BLOCK_N - key0 - fg_s_key(0, t, 0);
+#pragma unroll
+                        for (int nt = 0; nt < FG_NT; nt++) {
+                            if (fg_s_key(nt, 0, 0) >= limit) s[mt][nt][2 * h] = FG_NEG_INF;
+                            if (fg_s_key(nt, 0, 1) >= limit) s[mt][nt][2 * h + 1] = FG_NEG_INF;
+                        }
+                    }
+            }
+
+            fg_online_softmax<FG_MT, FG_NT, FG_DT>(s, row_max, row_sum, acc, scale_log2, FG_P_SHIFT);
 
 #if FG_FP8
-        // O += P V with P in e4m3: a 32-key chunk kc is n8 tiles 4kc..4kc+3 of S, whose permuted columns
-        // give this thread keys 4t..4t+3 (tiles 4kc, 4kc+1) and 16+4t.. (tiles 4kc+2, 4kc+3).
-        u32 pf[FG_MT][FG_BLOCK_N / 32][4];
+            // O += P V with P in e4m3: a 32-key chunk kc is n8 tiles 4kc..4kc+3 of S, whose permuted columns
+            // give this thread keys 4t..4t+3 (tiles 4kc, 4kc+1) and 16+4t.. (tiles 4kc+2, 4kc+3).
+            u32 pf[FG_MT][FG_SUB_N / 32][4];
 #pragma unroll
-        for (int mt = 0; mt < FG_MT; mt++)
+            for (int mt = 0; mt < FG_MT; mt++)
 #pragma unroll
-            for (int kc = 0; kc < FG_BLOCK_N / 32; kc++)
+                for (int kc = 0; kc < FG_SUB_N / 32; kc++)
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    pf[mt][kc][h] = fg_pack4_e4m3(s[mt][4 * kc][2 * h], s[mt][4 * kc][2 * h + 1],
-                                                  s[mt][4 * kc + 1][2 * h], s[mt][4 * kc + 1][2 * h + 1]);
-                    pf[mt][kc][2 + h] = fg_pack4_e4m3(s[mt][4 * kc + 2][2 * h], s[mt][4 * kc + 2][2 * h + 1],
-                                                      s[mt][4 * kc + 3][2 * h], s[mt][4 * kc + 3][2 * h + 1]);
-                }
+                    for (int h = 0; h < 2; h++) {
+                        pf[mt][kc][h] = fg_pack4_e4m3(s[mt][4 * kc][2 * h], s[mt][4 * kc][2 * h + 1],
+                                                      s[mt][4 * kc + 1][2 * h], s[mt][4 * kc + 1][2 * h + 1]);
+                        pf[mt][kc][2 + h] = fg_pack4_e4m3(s[mt][4 * kc + 2][2 * h], s[mt][4 * kc + 2][2 * h + 1],
+                                                          s[mt][4 * kc + 3][2 * h], s[mt][4 * kc + 3][2 * h + 1]);
+                    }
 #pragma unroll
-        for (int kc = 0; kc < FG_BLOCK_N / 32; kc++) {
+            for (int kc = 0; kc < FG_SUB_N / 32; kc++) {
 #pragma unroll
-            for (int d2 = 0; d2 < FG_DT / 2; d2++) {
-                u32 vf[4];
-                fg_ldmatrix_x4(vf, fg_frag_addr<FG_HEAD_DIM_PADDED>(sv_j, vt_off, d2 * 16, kc));
+                for (int d2 = 0; d2 < FG_DT / 2; d2++) {
+                    u32 vf[4];
+                    fg_ldmatrix_x4(vf, fg_frag_addr<FG_HEAD_DIM_PADDED>(sv_s, vt_off, d2 * 16, key0 / 32 + kc));
 #pragma unroll
-                for (int mt = 0; mt < FG_MT; mt++) {
-                    fg_mma_16832_fp8<0, FG_FP8_E5M2>(acc[mt][2 * d2], pf[mt][kc], vf[0], vf[1]);
-                    fg_mma_16832_fp8<0, FG_FP8_E5M2>(acc[mt][2 * d2 + 1], pf[mt][kc], vf[2], vf[3]);
+                    for (int mt = 0; mt < FG_MT; mt++) {
+                        fg_mma_16832_fp8<0, FG_FP8_E5M2>(acc[mt][2 * d2], pf[mt][kc], vf[0], vf[1]);
+                        fg_mma_16832_fp8<0, FG_FP8_E5M2>(acc[mt][2 * d2 + 1], pf[mt][kc], vf[2], vf[3]);
+                    }
                 }
             }
-        }
 #else
-        // O += P V. P is packed to 16 bits first, straight from the S fragments (which frees S's registers).
-        u32 pf[FG_MT][FG_BLOCK_N / 16][4];
+            // O += P V. P is packed to 16 bits first, straight from the S fragments (which frees S's registers).
+            u32 pf[FG_MT][FG_SUB_N / 16][4];
 #pragma unroll
-        for (int mt = 0; mt < FG_MT; mt++)
+            for (int mt = 0; mt < FG_MT; mt++)
 #pragma unroll
-            for (int kk = 0; kk < FG_BLOCK_N / 16; kk++) fg_pack_a(s[mt][2 * kk], s[mt][2 * kk + 1], pf[mt][kk]);
+                for (int kk = 0; kk < FG_SUB_N / 16; kk++) fg_pack_a(s[mt][2 * kk], s[mt][2 * kk + 1], pf[mt][kk]);
 #pragma unroll
-        for (int kk = 0; kk < FG_BLOCK_N / 16; kk++) {
+            for (int kk = 0; kk < FG_SUB_N / 16; kk++) {
 #pragma unroll
-            for (int d2 = 0; d2 < FG_DT / 2; d2++) {
-                u32 vf[4];
-                fg_ldmatrix_x4_trans(vf, fg_frag_addr<FG_BLOCK_N>(sv_j, qv_off, kk * 16, d2));
+                for (int d2 = 0; d2 < FG_DT / 2; d2++) {
+                    u32 vf[4];
+                    fg_ldmatrix_x4_trans(vf, fg_frag_addr<FG_BLOCK_N>(sv_s, qv_off, key0 + kk * 16, d2));
 #pragma unroll
-                for (int mt = 0; mt < FG_MT; mt++) {
-                    fg_mma_16816(acc[mt][2 * d2], pf[mt][kk], vf[0], vf[1]);
-                    fg_mma_16816(acc[mt][2 * d2 + 1], pf[mt][kk], vf[2], vf[3]);
+                    for (int mt = 0; mt < FG_MT; mt++) {
+                        fg_mma_16816(acc[mt][2 * d2], pf[mt][kk], vf[0], vf[1]);
+                        fg_mma_16816(acc[mt][2 * d2 + 1], pf[mt][kk], vf[2], vf[3]);
+                    }
                 }
             }
-        }
 #endif
+        } // sub-blocks
     };
 
     int j = 0;
@@ -256,6 +288,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
     // shared memory before it is reused for O.
     fg_cp_async_wait<0>();
     __syncthreads();
+    float lse[FG_MT][2]; // the rows' LSE, stored below once O has left the registers
 #pragma unroll
     for (int mt = 0; mt < FG_MT; mt++) {
 #pragma unroll
@@ -269,11 +302,22 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
                 const u32 addr = s_q + fg_tile_offset<FG_O_CHUNKS>(r, dt, FG_BLOCK_M) + t * 4;
                 asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(packed));
             }
-            if (p.lse != 0 && t == 0 && m0 + r < sq) {
-                const float lse = fg_row_lse(l, row_max[mt][h], scale_ln, FG_P_SHIFT);
-                p.lse[batch * p.lse_stride[0] + head * p.lse_stride[1] + (i64)(m0 + r) * p.lse_stride[2]] = lse;
-            }
+            lse[mt][h] = fg_row_lse(l, row_max[mt][h], scale_ln, FG_P_SHIFT);
         }
+    }
+    if constexpr (FG_CAUSAL) { // recomputed, not kept (fg_cta_tile)
+        int m_block_again;
+        fg_cta_tile((int)fg_opaque(p.causal_group), m_block_again, head, batch);
+    }
+    if (p.lse != 0 && t == 0) {
+#pragma unroll
+        for (int mt = 0; mt < FG_MT; mt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = warp_row0 + mt * 16 + g + h * 8;
+                if (m0 + r < sq)
+                    p.lse[batch * p.lse_stride[0] + head * p.lse_stride[1] + (i64)(m0 + r) * p.lse_stride[2]] = lse[mt][h];
+            }
     }
     __syncthreads();
     u16 *o = (u16 *)p.o + batch * p.o_stride[0] + (i64)m0 * p.o_stride[1] + head * p.o_stride[2];

@@ -85,9 +85,9 @@ struct fg_tile {
 };
 __device__ __forceinline__ fg_tile fg_tile_at(const fg_fwd_params &p, int index, int m_blocks) {
     fg_tile t;
-    // Query blocks vary fastest, so CTAs running at the same time share heads (and K/V in L2); within a
-    // head the heaviest causal block comes first.
-    const int m_block = m_blocks - 1 - index % m_blocks, hb = index / m_blocks;
+    // The heaviest causal blocks first (fg_tile_order); non-causal tiles head by head, sharing K/V in L2.
+    int m_block, hb;
+    fg_tile_order(index, m_blocks, p.heads_q * p.batch, p.causal_group, m_block, hb);
     t.head = hb % p.heads_q;
     t.batch = hb / p.heads_q;
     t.kv_head = t.head / (p.heads_q / p.heads_kv);

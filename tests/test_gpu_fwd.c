@@ -566,6 +566,31 @@ ParameterizedTest(fwd_case *c, fwd, tiles, .timeout = 300) {
     run_case(c);
 }
 
+/* mma.sync tiles whose S does not fit beside O run their key blocks in sub-blocks (spec_fwd_sub_n): 128 x 64
+ * and 128 x 96 on 4 warps at d 128 (32- and 48-key steps), 128 x 128 at d 64 (64-key steps), and FP8 128 x
+ * 128 at d 128 (32-key steps over the permuted key order and V^T chunks). Lengths that are multiples of
+ * neither size, causal with sq < sk and sq > sk, so masks fall inside a sub-block and whole sub-blocks
+ * are masked. */
+ParameterizedTestParameters(fwd, key_sub_blocks) {
+    static fwd_case cases[8];
+    static const int t[4][4] = {{128, 64, 4, 2}, {128, 96, 4, 2}, {128, 128, 4, 2}, {128, 128, 4, 2}};
+    cases[0] = mk(FG_DTYPE_BF16, 2, 211, 333, 2, 1, 128, 0);
+    cases[1] = mk(FG_DTYPE_F16, 1, 333, 211, 2, 2, 128, 1);
+    cases[2] = mk(FG_DTYPE_BF16, 1, 211, 333, 2, 2, 128, 1);
+    cases[3] = mk(FG_DTYPE_F16, 2, 300, 300, 2, 2, 128, 0);
+    cases[4] = mk(FG_DTYPE_BF16, 1, 333, 211, 2, 2, 64, 1);
+    cases[5] = mk(FG_DTYPE_F16, 2, 211, 333, 2, 1, 64, 0);
+    cases[6] = mk(FG_DTYPE_E4M3, 1, 211, 333, 2, 2, 128, 0);
+    cases[7] = mk(FG_DTYPE_E4M3, 1, 333, 211, 2, 2, 128, 1);
+    static const int which[8] = {0, 0, 1, 1, 2, 2, 3, 3};
+    for (int i = 0; i < 8; i++)
+        memcpy(cases[i].tiles, t[which[i]], sizeof cases[0].tiles);
+    return cr_make_param_array(fwd_case, cases, NELEM(cases));
+}
+ParameterizedTest(fwd_case *c, fwd, key_sub_blocks, .timeout = 300) {
+    run_case(c);
+}
+
 /* NaN inputs propagate exactly where the math says and nowhere else: a NaN in Q reaches only its query
  * row (O and LSE NaN), a NaN in K only the rows that see that key (not rows the causal mask hides it
  * from), and every other element is as without the NaN. Judged element by element against the fp64
@@ -762,6 +787,16 @@ ParameterizedTestParameters(fwd, many_tiles_persistent) {
 }
 ParameterizedTest(fwd_case *c, fwd, many_tiles_persistent, .timeout = 300) {
     setenv("FLASHGEN_SM90_GRID", "persistent", 1); /* read by the context this test creates */
+    run_case(c);
+}
+/* Causal calls order their tiles across all heads by default (dispatch.c, causal_group_for); the
+ * head-by-head order stays selectable and must be as right. */
+ParameterizedTestParameters(fwd, many_tiles_head_order) {
+    many_tiles_fill();
+    return cr_make_param_array(fwd_case, many_tiles_cases, NELEM(many_tiles_cases));
+}
+ParameterizedTest(fwd_case *c, fwd, many_tiles_head_order, .timeout = 300) {
+    setenv("FLASHGEN_CAUSAL_ORDER", "head", 1);
     run_case(c);
 }
 

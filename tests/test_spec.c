@@ -394,7 +394,7 @@ static void m_warps(fg_spec *s) { s->warps = 3; }
 static void m_block_m(fg_spec *s) { s->block_m = 96; s->warps = 4; }
 static void m_block_n(fg_spec *s) { s->block_n = 40; }
 static void m_stages(fg_spec *s) { s->stages = 5; }
-static void m_registers(fg_spec *s) { s->block_m = 128; s->warps = 4; s->block_n = 64; }
+static void m_registers(fg_spec *s) { s->block_m = 128; s->warps = 4; s->block_n = 64; s->head_dim = 256; }
 static void m_smem(fg_spec *s) { s->arch = 86; s->arch_accel = 0; s->head_dim = 256; s->block_n = 64; s->stages = 2; }
 /* The wgmma family's rules, each broken from the valid sm_90a spec wg_base(). */
 static void m_wgmma_dtype(fg_spec *s) {
@@ -678,6 +678,33 @@ Test(validate, smem_limits_per_arch) {
 
 /* The backward's canonical name carries its mode; it round-trips, takes its tiles from the bwd rules (not
  * the forward's), and every policy tile for head dims 16..128 is valid. */
+/* The mma.sync forward's key sub-blocks: the whole block while S fits beside O (176 accumulator registers),
+ * else the widest divisor that fits (16-key steps, FP8 32); refused only when no step fits. */
+Test(spec, forward_key_sub_blocks) {
+    fg_spec s = base(); /* d 128, 128 x 64, 8 warps: one m16 tile a warp, 64 + 32 registers */
+    cr_assert_eq(spec_fwd_sub_n(&s), 64);
+    s.warps = 4; /* two m16 tiles a warp: 2 * (64 + 32) = 192 > 176, so 32-key steps (2 * (64 + 16)) */
+    cr_assert_eq(spec_fwd_sub_n(&s), 32);
+    cr_assert_eq(spec_validate(&s, NULL), FG_OK);
+    s.block_n = 96; /* 96 does not fit, 80 and 64 do not divide it, 48 fits: 2 * (64 + 24) = 176 */
+    cr_assert_eq(spec_fwd_sub_n(&s), 48);
+    s.block_n = 80; /* only 16 divides 80 among the multiples of 16 that fit */
+    cr_assert_eq(spec_fwd_sub_n(&s), 16);
+    s.dtype = FG_DTYPE_E4M3;
+    s.out_dtype = FG_DTYPE_BF16;
+    s.block_n = 128; /* FP8 steps are multiples of 32: 128 and 64 do not fit (256, 192), 32 does */
+    cr_assert_eq(spec_fwd_sub_n(&s), 32);
+    s = base();
+    s.head_dim = 256;
+    s.warps = 4; /* 2 * (128 + 8) = 272 even in 16-key steps */
+    cr_assert_eq(spec_fwd_sub_n(&s), 0);
+    fg_error err;
+    fg_error_clear(&err);
+    cr_assert_eq(spec_validate(&s, &err), FG_ERR_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "accumulator registers") != NULL && strstr(err.msg, "narrowest key steps") != NULL, "%s",
+              err.msg);
+}
+
 Test(spec, backward_name_policy_and_rules) {
     fg_spec s = bwd_base();
     char name[FG_SPEC_NAME_MAX];

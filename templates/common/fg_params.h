@@ -25,6 +25,8 @@ typedef struct fg_fwd_params {
     int head_dim;               /* d, equal to the spec's head_dim (checked on the host) */
     float scale_log2;           /* softmax_scale * log2(e): scores are exponentiated with exp2 */
     float softmax_scale;        /* softmax_scale itself, for the LSE in natural log */
+    int causal_group;           /* causal only: query blocks are ordered longest first across groups of
+                                   this many (head, batch) pairs (>= 1; 1 orders within each head) */
     /* FP8 variants only (ignored otherwise): descale factors, fp32 on the device, one per tensor or one
      * per (batch, kv head): element (b, h) at ptr[b * stride[0] + h * stride[1]] (strides 0 for one value
      * per tensor). A null pointer means 1. For FP8, V is given key-major: v_stride[1] is 1 and the head

@@ -64,6 +64,27 @@ __device__ __forceinline__ void fg_key_blocks(int m0, int sq, int sk, int &n_blo
     n_unmasked = min(n_unmasked, n_blocks);
 }
 
+// The order of the tiles (query block m_block of (head, batch) pair hb = head + heads * batch): tile
+// `index` of M * HB, in the order the hardware (or a persistent CTA's stride) starts them. Non-causal
+// tiles cost the same; they go head by head, so CTAs running together share K/V in L2. Causal tiles
+// cost in proportion to m_block + 1: the heaviest must start first, or the last wave waits on a long
+// tile started late. Pairs are taken in groups of `group` (the host's choice, p.causal_group), and
+// within a group all pairs' longest query blocks come before any pair's next: with group 1 that is the
+// per-head order (a long tile of the last head starts when fewer than M tiles remain), with a larger
+// group the long tiles of the last group start earlier, while the group's K/V still fit in L2.
+// 32-bit: the host sets group 1 unless M * HB <= INT32_MAX.
+__device__ __forceinline__ void fg_tile_order(int index, int M, int HB, int group, int &m_block, int &hb) {
+    if (!FG_CAUSAL || group <= 1) {
+        m_block = M - 1 - index % M;
+        hb = index / M;
+        return;
+    }
+    const int span = group * M, first = index / span, within = index - first * span;
+    const int size = min(group, HB - first * group); // the last group may be smaller
+    m_block = M - 1 - within / size;
+    hb = first * group + within % size;
+}
+
 // Folds the score block s (MT m-tiles x NT n8-tiles of C fragments) into the running statistics and
 // replaces s by the unnormalized probabilities P = exp2(c * s - c * m + shift) (shift 8 on the FP8 path,
 // so P fills e4m3's range; 0 otherwise: l carries the same factor, which the final O / l cancels).
