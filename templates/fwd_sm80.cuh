@@ -157,6 +157,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
     int stage = 0; // the shared-memory stage of block j; block j + STAGES - 1 goes to the one before it
 
     // One key block: wait for its K/V, prefetch a later block, S = Q K^T, (mask), softmax, O += P V.
+    // (Tried and dropped, H200 2026-11-29: letting block 0's S start before V0 lands, as FlashAttention-2
+    // does, through a `j == 0` branch and a second barrier in this step: head_dim 256 ran 9-11% slower at
+    // every length, the branch splitting the step as the rescale branch in softmax.cuh would.)
     auto block_step = [&](int j, auto masked) {
         // Block j has landed for this thread; the barrier makes it visible to all, and tells everyone
         // that block j-1's buffers are free for the prefetch below.
