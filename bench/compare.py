@@ -21,7 +21,8 @@ environment and the check details) and fwd_d<head_dim>_<dtype>.png, merged with 
 sweep wrote to the same directory, so the sweep can run in pieces (--head-dims, --seqlens, --causal).
 The table is printed last. Exit status: 0, or 1 when a config failed the check, 2 without PyTorch/CUDA.
 
---bwd: the backward pass instead (head dims up to 128, flashgen's backward limit). flashgen's
+--bwd: the backward pass instead (head dims 64 and 128 unless --head-dims says others; flashgen's
+backward takes multiples of 16 up to 128 and of 32 up to 256). flashgen's
 attention_backward against SDPA's cuDNN and FlashAttention-2 backward (torch.autograd.grad through the
 backend's forward, retained, so only the backward kernels run in the timed calls); each from its own
 forward's outputs. Check: dQ, dK, dV against fp32 autograd through attention math on a slice with the
@@ -102,7 +103,7 @@ def parse_args(argv):
     p.add_argument("--device", type=int, default=0, help="CUDA device ordinal (default 0)")
     p.add_argument("--fresh", action="store_true", help="do not merge with results already in --out")
     p.add_argument("--bwd", action="store_true",
-                   help="the backward pass (head dims up to 128; default out: bench/results/<date>-<gpu>-bwd/)")
+                   help="the backward pass (default head dims 64,128; default out: bench/results/<date>-<gpu>-bwd/)")
     p.add_argument("--deterministic", action="store_true",
                    help="with --bwd: flashgen in its deterministic mode (bitwise-repeatable gradients), to measure "
                         "its cost")

@@ -197,7 +197,10 @@ int spec_fwd_sub_n(const fg_spec *spec) {
     return 0;
 }
 
-int spec_bwd_dq_staged(const fg_spec *spec) { return spec->kind == FG_KIND_BWD && spec->arch >= 90; }
+int spec_bwd_dq_staged(const fg_spec *spec) {
+    /* Above head_dim 128 the staging rows (block_m x (d + 8) fp32) would not fit beside the tiles. */
+    return spec->kind == FG_KIND_BWD && spec->arch >= 90 && spec->head_dim <= 128;
+}
 
 int spec_is_wgmma(const fg_spec *spec) { return spec->kind == FG_KIND_FWD && spec->arch == 90 && spec->arch_accel; }
 

@@ -80,7 +80,8 @@ int spec_threads(const fg_spec *spec);           /* warps * 32 */
 int spec_fwd_sub_n(const fg_spec *spec);
 #define FG_SPEC_ACC_REGS 176
 int spec_bwd_dq_staged(const fg_spec *spec);     /* kind=bwd: 1 when dQ is staged in shared memory and added by
-                                                    bulk reduce-adds (sm_90 and newer), 0 for fp32 atomics */
+                                                    bulk reduce-adds (sm_90 and newer, head_dim <= 128), 0 for
+                                                    fp32 atomics */
 /* 1 for the Hopper family (arch sm_90a: TMA, wgmma, warp specialization, templates/fwd_sm90.cuh); the
  * other targets, sm_90 included, run the mma.sync family (templates/fwd_sm80.cuh). */
 int spec_is_wgmma(const fg_spec *spec);

@@ -78,13 +78,15 @@ static const fg_tile_rule default_rules[] = {
      * and d 128 (44-68) on NVRTC 13.0: on the H200 d 64 128 x 128 ran 1.15x 64 x 128, which ran 1.4x
      * 32 x 128; d 128 64 x 128 ran 1.3x 32 x 128 (bench/results/2026-11-29-h200-session4/bwd-steps/).
      * Spilling variants compile at first use, or go into a bundle with `flashgen bundle --allow-spills`.
-     * Other multiples of 16: 32 x 32 with 2 warps. */
+     * Other multiples of 16 up to 128: 32 x 32 with 2 warps. Above 128 (multiples of 32) 64 x 64 with 8
+     * warps, 8 keys a warp (FlashAttention-2's tile there): dK and dV take d / 2 registers a thread. */
     {80, 999, 16, 64, -1, -1, 32, 32, 2, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {80, 999, 64, 64, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD}, /* spill-free before sm_90 */
     {90, 999, 64, 64, -1, -1, 128, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {80, 999, 65, 128, -1, -1, 32, 32, 2, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {80, 999, 96, 96, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {80, 999, 128, 128, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {80, 999, 129, 256, -1, -1, 64, 64, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     /* 99 KiB parts: 64 keys a block from head_dim 64 */
     {86, 86, 64, 128, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {89, 89, 64, 128, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},

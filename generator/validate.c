@@ -43,16 +43,23 @@ static int wg_consumers(const fg_spec *s) { return s->block_m / 64; }
 static int wg_registers(const fg_spec *s) { return s->head_dim / 2 + s->block_n * 3 / 4; }
 static int wg_register_limit(const fg_spec *s) { return wg_consumers(s) == 3 ? 160 : 240; }
 
-/* The backward (bwd_sm80.cuh): block_n = 16 x warps keys per CTA, block_m query rows a step; S^T and
- * dP^T on warp tiles of 32 keys x block_m / 2 queries, dV and dK on 16 or 32 keys x head_dim or half of
- * it, dQ on block_m / 16 query groups times head_dim slices. A thread holds dK and dV throughout (d
- * registers), then S^T and dP^T (block_m / 2 each) or its dQ slice. */
+/* The backward (bwd_sm80.cuh): block_n = 16 x warps keys per CTA (8 x warps above head_dim 128), block_m
+ * query rows a step; S^T and dP^T on warp tiles of 32 keys x block_m / (warps / (block_n / 32)) queries,
+ * dV and dK on 16 or 32 keys x head_dim or half of it, dQ on block_m / 16 query groups times head_dim
+ * slices. A thread holds dK and dV throughout (2 block_n d / threads registers), then S^T and dP^T or its
+ * dQ slice. */
 static int is_bwd(const fg_spec *s) { return s->kind == FG_KIND_BWD; }
 static int bwd_qgroups(const fg_spec *s) { return s->block_m / 16 > 0 ? s->block_m / 16 : 1; }
 static int bwd_dsplit(const fg_spec *s) { return s->warps / bwd_qgroups(s) > 0 ? s->warps / bwd_qgroups(s) : 1; }
+static int bwd_p1_qparts(const fg_spec *s) { return s->block_n >= 32 ? s->warps / (s->block_n / 32) : 0; }
+static int bwd_p2_keys(const fg_spec *s) { /* keys of a phase-2 warp tile */
+    const int parts = s->head_dim % 32 == 0 ? 2 : 1;
+    return s->warps / parts > 0 ? s->block_n / (s->warps / parts) : 0;
+}
 static int bwd_registers(const fg_spec *s) {
-    int dq = s->head_dim / 2 / bwd_dsplit(s);
-    return s->head_dim + (s->block_m > dq ? s->block_m : dq);
+    const int dkv = s->warps > 0 ? 2 * s->block_n * s->head_dim / (32 * s->warps) : 0;
+    const int p1 = bwd_p1_qparts(s) > 0 ? 2 * s->block_m / bwd_p1_qparts(s) : 0, dq = s->head_dim / 2 / bwd_dsplit(s);
+    return dkv + (p1 > dq ? p1 : dq);
 }
 
 typedef struct rule {
@@ -92,9 +99,10 @@ RULE(bwd_arch, is_bwd(s) && s->arch_accel, FG_ERR_UNSUPPORTED,
      "kind=bwd has no sm_%da kernel: the backward pass is the mma.sync family (use arch sm_%d)", s->arch, s->arch)
 RULE(bwd_dtype, is_bwd(s) && s->dtype != FG_DTYPE_F16 && s->dtype != FG_DTYPE_BF16, FG_ERR_UNSUPPORTED,
      "dtype %s has no backward kernel: kind=bwd takes fp16 or bf16", spec_dtype_name(s->dtype))
-RULE(bwd_head_dim, is_bwd(s) && (s->head_dim % 16 != 0 || s->head_dim > 128), FG_ERR_UNSUPPORTED,
-     "head_dim %d has no backward kernel yet: kind=bwd takes multiples of 16 up to 128 (dK and dV live in "
-     "registers: 256 would need two passes)", s->head_dim)
+RULE(bwd_head_dim, is_bwd(s) && (s->head_dim % 16 != 0 || s->head_dim > 256 || (s->head_dim > 128 && s->head_dim % 32 != 0)),
+     FG_ERR_UNSUPPORTED,
+     "head_dim %d has no backward kernel: kind=bwd takes multiples of 16 up to 128 and multiples of 32 up to 256 "
+     "(above 128 a warp's dK and dV tiles split head_dim in halves of a multiple of 16)", s->head_dim)
 RULE(wgmma_dtype, spec_is_wgmma(s) && spec_dtype_is_fp8(s->dtype) &&
                       (s->head_dim % 64 != 0 || (s->block_n != 64 && s->block_n != 128)), FG_ERR_UNSUPPORTED,
      "dtype %s on sm_90a (the wgmma family) takes head_dim a multiple of 64 and block_n 64 or 128 (FP8 tiles are "
@@ -119,17 +127,21 @@ RULE(wgmma_registers, spec_is_wgmma(s) && wg_registers(s) > wg_register_limit(s)
      "consumer warpgroup gets with block_m %d: use a smaller block_n", s->block_n, s->head_dim,
      wg_registers(s), wg_register_limit(s), s->block_m)
 RULE(bwd_tiles, is_bwd(s) && (s->warps < 2 || s->warps > 8 || (s->warps & (s->warps - 1)) != 0 ||
-                               s->block_n != 16 * s->warps || (s->block_m != 32 && s->block_m != 64 && s->block_m != 128) ||
+                               (s->block_n != 16 * s->warps && (s->block_n != 8 * s->warps || s->warps < 4)) ||
+                               (s->block_m != 32 && s->block_m != 64 && s->block_m != 128) ||
+                               s->block_m % (16 * bwd_p1_qparts(s)) != 0 || bwd_p2_keys(s) % 16 != 0 ||
                                s->warps % bwd_qgroups(s) != 0 || (s->head_dim / 8) % (2 * bwd_dsplit(s)) != 0 ||
                                s->stages != 2),
      FG_ERR_UNSUPPORTED,
      "kind=bwd tiles block_m %d, block_n %d, warps %d, stages %d at head_dim %d are not supported: warps 2, 4 or 8 "
-     "with block_n = 16 x warps (16 keys per warp), block_m 32, 64 or 128 with block_m / 16 dividing warps "
-     "and head_dim / 8 a multiple of 2 x warps / (block_m / 16) (the dQ product's split), stages 2",
+     "with block_n = 16 x warps (or 8 x warps from 4 warps), block_m 32, 64 or 128 with 16 x warps / (block_n / 32) "
+     "dividing it (the S^T tiles' query parts) and block_m / 16 dividing warps, head_dim / 8 a multiple of 2 x "
+     "warps / (block_m / 16) (the dQ product's split), whole 16-key dK and dV tiles, stages 2",
      s->block_m, s->block_n, s->warps, s->stages, s->head_dim)
 RULE(bwd_registers, is_bwd(s) && bwd_registers(s) > 200, FG_ERR_UNSUPPORTED,
-     "kind=bwd block_m %d, warps %d at head_dim %d need about %d accumulator registers per thread (dK, dV, "
-     "S^T, dP^T, dQ; limit 200): use a smaller block_m", s->block_m, s->warps, s->head_dim, bwd_registers(s))
+     "kind=bwd block_m %d, block_n %d, warps %d at head_dim %d need about %d accumulator registers per thread "
+     "(dK, dV, S^T, dP^T, dQ; limit 200): use a smaller block_m or block_n", s->block_m, s->block_n, s->warps,
+     s->head_dim, bwd_registers(s))
 RULE(warps, !spec_is_wgmma(s) && s->warps != 1 && s->warps != 2 && s->warps != 4 && s->warps != 8, FG_ERR_UNSUPPORTED,
      "warps %d is not supported: it must be 1, 2, 4 or 8", s->warps)
 RULE(block_m_mma, !spec_is_wgmma(s) && !is_bwd(s) && (s->block_m % (16 * s->warps) != 0 || (m_tiles(s) != 1 && m_tiles(s) != 2)), FG_ERR_UNSUPPORTED,

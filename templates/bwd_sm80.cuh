@@ -4,13 +4,13 @@
 //   fg_bwd_pre_kernel   per query row: D = rowsum(dO * O) and the LSE in the log2 domain (lse * log2 e;
 //                       +inf for the padding rows past seqlen_q, so their P is 0) into the workspace;
 //                       the fp32 dQ accumulator zeroed; the deterministic mode's semaphores zeroed.
-//   fg_bwd_main_kernel  grid (key blocks, query heads, batch). A CTA owns FG_BLOCK_N keys (16 per warp)
-//                       of one query head, keeps K and V of its block in shared memory and dK, dV in
+//   fg_bwd_main_kernel  grid (key blocks, query heads, batch). A CTA owns FG_BLOCK_N keys (16 per warp,
+//                       or 8 above head_dim 128, where dK and dV of 16 would not fit) of one query head, keeps K and V of its block in shared memory and dK, dV in
 //                       registers, and streams the query blocks that see its keys (FG_BLOCK_M rows,
 //                       double-buffered with cp.async: Q, dO, LSE, D). Per query block, with
 //                       mma.m16n8k16 from swizzled shared memory (ldmatrix), in three phases:
-//                         1. S^T  = K Q^T, dP^T = V dO^T   (keys x queries; warp tiles of 32 keys x half
-//                            P^T  = exp2(c S^T - lse2)      the queries; masked: 0)
+//                         1. S^T  = K Q^T, dP^T = V dO^T   (keys x queries; warp tiles of 32 keys x a half
+//                            P^T  = exp2(c S^T - lse2)      or quarter of the queries; masked: 0)
 //                            dS^T = P^T (dP^T - D)         both to shared memory, 16-bit
 //                         2. dV  += P^T dO, dK += dS^T Q    (warp tiles of 32 keys x half of head_dim, or 16
 //                                                           keys x all of it when head_dim is an odd multiple of 16)
@@ -46,7 +46,7 @@ constexpr u32 FG_ROW_BYTES = FG_BLOCK_M * 4; // the LSE (or D) of one query bloc
 // bottleneck (ncu on the H200: L2 81% busy, SM pipes 24%): every warp instruction touched 8 half-used
 // sectors.
 constexpr int FG_DQ_LD = FG_HEAD_DIM + 8;
-static_assert(FG_BLOCK_N == 16 * FG_WARPS, "16 keys per warp");
+static_assert(FG_BLOCK_N == 16 * FG_WARPS || FG_BLOCK_N == 8 * FG_WARPS, "16 or 8 keys per warp");
 static_assert(FG_WARPS % FG_QG == 0 && FG_DT % (2 * FG_DSPLIT) == 0, "the dQ product's warp split");
 
 constexpr float FG_LOG2E = 1.4426950408889634f;
@@ -121,20 +121,22 @@ fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params p) {
 }
 
 // ---- main ----
-// Phase 1 (S^T, dP^T, P^T, dS^T): warps in FG_P1_WK key groups of 32 keys x 2 query halves of FG_P1_QW.
+// Phase 1 (S^T, dP^T, P^T, dS^T): warps in FG_P1_WK key groups of 32 keys x FG_P1_QS query parts of FG_P1_QW
+// (halves with 16 keys a warp, quarters with 8).
 // Phase 2 (dV, dK): warps in FG_P2_WK key groups of FG_P2_KW keys x FG_P2_PD head_dim parts of FG_P2_DW.
 // Phase 3 (dQ): warps in FG_QG query groups of 16 rows x FG_DSPLIT head_dim slices.
 // P^T and dS^T cross from phase 1 to phases 2 and 3 through shared memory ([keys][queries], 16-bit).
-constexpr int FG_P1_WK = FG_WARPS / 2;
-constexpr int FG_P1_QW = FG_BLOCK_M / 2;
+constexpr int FG_P1_WK = FG_BLOCK_N / 32;
+constexpr int FG_P1_QS = FG_WARPS / FG_P1_WK;
+constexpr int FG_P1_QW = FG_BLOCK_M / FG_P1_QS;
 constexpr int FG_P1_QT = FG_P1_QW / 8;
 constexpr int FG_P2_PD = FG_HEAD_DIM % 32 == 0 ? 2 : 1;
 constexpr int FG_P2_WK = FG_WARPS / FG_P2_PD;
 constexpr int FG_P2_KW = FG_BLOCK_N / FG_P2_WK;
 constexpr int FG_P2_DW = FG_HEAD_DIM / FG_P2_PD;
 constexpr int FG_P2_DT = FG_P2_DW / 8;
-static_assert(FG_WARPS >= 2 && FG_BLOCK_N / FG_P1_WK == 32, "phase 1: warp pairs own 32 keys");
-static_assert(FG_BLOCK_M % 32 == 0, "phase 1: each query half is a multiple of 16 rows");
+static_assert(FG_P1_WK >= 1 && FG_P1_WK * FG_P1_QS == FG_WARPS, "phase 1: warp groups own 32 keys");
+static_assert(FG_P1_QW % 16 == 0, "phase 1: each query part is a multiple of 16 rows");
 static_assert(FG_P2_KW % 16 == 0 && FG_P2_DW % 16 == 0, "phase 2 warp tiles");
 
 // Phase 2 of one query block for head_dim part WD (a template so that every ldmatrix address keeps its

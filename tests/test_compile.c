@@ -136,30 +136,33 @@ Test(compile, options_and_version) {
     cr_assert(strchr(v, '.') && strcmp(v, "unknown") != 0, "NVRTC version '%s'", v);
 }
 
-/* The backward at every head dim it takes (multiples of 16 up to 128) with the policy's tiles, on sm_80
- * and sm_90, both masks and both modes spread over them: the three kernels compile; d <= 48 and 80 spill
- * nothing; the wide tiles of d 64 (deterministic only), 96 and 128 and d 112's spill some bytes in some
- * variants (up to 72 on NVRTC 13.0: generator/tile_policy.c; measured faster than every tile that does
- * not), so up to 160 are tolerated there. The default bundle ships the d 64 ones without the
+/* The backward at every head dim it takes (multiples of 16 up to 128, of 32 up to 256) with the policy's
+ * tiles, on sm_80 and sm_90 (sm_80's shared memory ends at d 192), both masks and both modes spread over
+ * them: the three kernels compile; d <= 48 and 80 spill nothing; the wide tiles of d 64 (deterministic
+ * only), 96 and 128 and d 112's spill some bytes in some variants (up to 72 on NVRTC 13.0:
+ * generator/tile_policy.c; measured faster than every tile that does not), so up to 160 are tolerated
+ * there; above 128 up to 256 (the deterministic d 160 variant on sm_90: 40 bytes stored, 220 loaded). The default bundle ships the d 64 ones without the
  * deterministic mode, which spill nothing (compile::default_config_every_variant_every_arch). */
 Test(compile, backward_every_head_dim, .timeout = 900) {
     fg_tile_policy p;
     fg_error e;
     cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
-    fg_spec clean[32], spilling[32];
-    int nc = 0, ns = 0;
+    fg_spec clean[32], spilling[32], wide[32];
+    int nc = 0, ns = 0, nw = 0;
     for (int arch = 80; arch <= 90; arch += 10)
-        for (int d = 16; d <= 128; d += 16) {
+        for (int d = 16; d <= (arch == 80 ? 192 : 256); d += d < 128 ? 16 : 32) {
             fg_spec s = {.kind = FG_KIND_BWD, .arch = arch, .dtype = (d / 16) % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16,
                          .head_dim = d, .causal = (d / 32) % 2, .deterministic = arch == 90};
             s.out_dtype = s.dtype;
             cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK, "%s", e.msg);
             cr_assert_eq(spec_validate(&s, &e), FG_OK, "d %d: %s", d, e.msg);
-            if (d == 64 || d >= 96) spilling[ns++] = s;
+            if (d > 128) wide[nw++] = s;
+            else if (d == 64 || d >= 96) spilling[ns++] = s;
             else clean[nc++] = s;
         }
     compile_all(clean, nc, "backward, head dims 16..48 and 80");
     compile_all_tolerating(spilling, ns, "backward, head dims 64, 96, 112, 128", 160);
+    compile_all_tolerating(wide, nw, "backward, head dims 160 to 256", 256);
     tile_policy_free(&p);
 }
 

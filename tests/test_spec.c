@@ -413,9 +413,9 @@ static void m_wgmma_registers(fg_spec *s) { *s = wg_base(); s->block_m = 192; s-
 /* The backward's rules, each broken from bwd_base(). */
 static void m_bwd_arch(fg_spec *s) { *s = bwd_base(); s->arch_accel = 1; }
 static void m_bwd_dtype(fg_spec *s) { *s = bwd_base(); s->dtype = FG_DTYPE_E4M3; s->out_dtype = FG_DTYPE_BF16; s->arch = 89; }
-static void m_bwd_head_dim(fg_spec *s) { *s = bwd_base(); s->head_dim = 256; }
+static void m_bwd_head_dim(fg_spec *s) { *s = bwd_base(); s->head_dim = 176; }
 static void m_bwd_head_dim_odd(fg_spec *s) { *s = bwd_base(); s->head_dim = 72; }
-static void m_bwd_tiles_bn(fg_spec *s) { *s = bwd_base(); s->block_n = 32; }
+static void m_bwd_tiles_bn(fg_spec *s) { *s = bwd_base(); s->block_n = 48; }
 static void m_bwd_tiles_split(fg_spec *s) { *s = bwd_base(); s->block_m = 32; s->head_dim = 80; }
 static void m_bwd_tiles_stages(fg_spec *s) { *s = bwd_base(); s->stages = 3; }
 static void m_bwd_registers(fg_spec *s) { *s = bwd_base(); s->block_m = 128; s->block_n = 128; s->warps = 8; }
@@ -453,7 +453,7 @@ static const broken rules[] = {
     {"wgmma_registers", m_wgmma_registers, "more than the 160"},
     {"bwd_arch", m_bwd_arch, "kind=bwd has no sm_90a kernel"},
     {"bwd_dtype", m_bwd_dtype, "dtype e4m3 has no backward kernel"},
-    {"bwd_head_dim", m_bwd_head_dim, "head_dim 256 has no backward kernel"},
+    {"bwd_head_dim", m_bwd_head_dim, "head_dim 176 has no backward kernel"},
     {"bwd_head_dim", m_bwd_head_dim_odd, "multiples of 16 up to 128"},
     {"bwd_tiles", m_bwd_tiles_bn, "block_n = 16 x warps"},
     {"bwd_tiles", m_bwd_tiles_split, "the dQ product's split"},
@@ -730,5 +730,32 @@ Test(spec, backward_name_policy_and_rules) {
             f.kind = FG_KIND_FWD;
             cr_assert_eq(tile_policy_lookup(&pol, &f)->kind, FG_KIND_FWD, "d %d: the forward never gets a backward rule", d);
         }
+    /* Above 128, multiples of 32: 64 x 64 on 8 warps (8 keys a warp); sm_90 holds them up to 256, sm_80's
+     * shared memory up to 192, and the refusal says which limit. */
+    for (int d = 160; d <= 256; d += 32)
+        for (int arch = 80; arch <= 90; arch += 10) {
+            fg_spec t = {.kind = FG_KIND_BWD, .arch = arch, .dtype = FG_DTYPE_BF16, .head_dim = d, .causal = 1};
+            cr_assert_eq(spec_fill_tiles(&t, &pol, &e), FG_OK, "d %d: %s", d, e.msg);
+            cr_assert(t.block_m == 64 && t.block_n == 64 && t.warps == 8, "d %d: %dx%d w%d", d, t.block_m, t.block_n, t.warps);
+            fg_status st = spec_validate(&t, &e);
+            if (arch == 80 && d > 192) {
+                cr_assert_eq(st, FG_ERR_UNSUPPORTED, "d %d sm_80", d);
+                cr_assert(strstr(e.msg, "shared memory") != NULL, "%s", e.msg);
+            } else {
+                cr_assert_eq(st, FG_OK, "d %d sm_%d: %s", d, arch, e.msg);
+            }
+            cr_assert_not(spec_bwd_dq_staged(&t), "d %d: dQ staging rows would not fit", d);
+        }
+    /* 8 keys a warp needs 4 warps or more (two 32-key groups of phase 1 at least one query quarter each),
+     * and block_m a multiple of 4 x 16 with 8 warps; the register estimate still bounds the tile. */
+    fg_spec t = bwd_base();
+    t.warps = 2, t.block_n = 16, t.block_m = 32;
+    cr_assert_eq(spec_validate(&t, &e), FG_ERR_UNSUPPORTED);
+    t = bwd_base();
+    t.head_dim = 256, t.warps = 8, t.block_n = 64, t.block_m = 32;
+    cr_assert_eq(spec_validate(&t, &e), FG_ERR_UNSUPPORTED);
+    cr_assert(strstr(e.msg, "query parts") != NULL, "%s", e.msg);
+    t.block_m = 128; /* dK, dV 128 + S^T, dP^T 64 of a 32-row query quarter: 192, but dQ's 128 + 128 */
+    cr_assert_eq(spec_validate(&t, &e), FG_ERR_UNSUPPORTED);
     tile_policy_free(&pol);
 }

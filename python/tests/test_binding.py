@@ -717,10 +717,12 @@ class GpuTest(unittest.TestCase):
     def test_autograd_gradients(self):
         """flashgen.attention under autograd: the gradients of sum(O * dO) against fp32 autograd through
         explicit attention math (ref32) with TESTING.md's 3x rule, the gap measured by the same math in
-        the input dtype (ref_lowp); both modes; GQA, tails and causal with sq != sk."""
+        the input dtype (ref_lowp); both modes; GQA, tails and causal with sq != sk; head_dim 256 (the
+        8-keys-a-warp tile, dQ by atomics)."""
         t = self.torch
         shapes = ((2, 128, 128, 4, 4, 64, False, "bfloat16"), (1, 113, 203, 8, 2, 128, True, "float16"),
-                  (1, 203, 113, 4, 2, 96, True, "bfloat16"), (2, 77, 300, 4, 1, 32, False, "float16"))
+                  (1, 203, 113, 4, 2, 96, True, "bfloat16"), (2, 77, 300, 4, 1, 32, False, "float16"),
+                  (1, 150, 170, 2, 2, 256, True, "bfloat16"))
 
         def math_attention(q, k, v, causal, dtype):
             b, sq, hq, d = q.shape
@@ -736,8 +738,12 @@ class GpuTest(unittest.TestCase):
             p = t.softmax(s, dim=-1).nan_to_num(0.0)  # rows that see no key: P = 0
             return (p.to(dtype) @ vf).float().transpose(1, 2)
 
+        # The head_dim 256 tiles need 209 KiB of shared memory a block (an H100 or newer).
+        smem = getattr(t.cuda.get_device_properties(0), "shared_memory_per_block_optin", 0)
         for shape in shapes:
             b, sq, sk, hq, hkv, d, causal, dtype = shape
+            if d > 192 and smem < 214016:
+                continue
             for det in (False, True):
                 with self.subTest(shape=shape, deterministic=det):
                     q, k, v = [x.requires_grad_() for x in self.inputs(b, sq, sk, hq, hkv, d, dtype)]
