@@ -1206,7 +1206,7 @@ static int tune_spawn(tune_child *c, const char *space_path, const tune_opts *o,
     snprintf(shard_text, sizeof shard_text, "%d/%d", shard, nshards);
     snprintf(jobs_text, sizeof jobs_text, "%d", jobs);
     snprintf(iters, sizeof iters, "%d", o->iters);
-    char *argv[20]; /* 16 at most, NULL included */
+    char *argv[20]; /* 17 at most, NULL included */
     int n = 0;
     argv[n++] = "flashgen";
     argv[n++] = "tune";

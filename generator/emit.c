@@ -19,6 +19,12 @@ static const char *const fwd_pieces[] = {
 static const char *const bwd_pieces[] = {
     "common/fg_params.h", "common/types.cuh", "common/mma_sm80.cuh", "common/cp_async.cuh", "bwd_sm80.cuh",
 };
+/* The Hopper backward: bwd_sm80.cuh's pre and post kernels and helpers (its main kernel left out by
+ * FG_WGMMA_BWD), the sm_90a primitives, the generated wgmma wrappers, and bwd_sm90.cuh's main kernel. */
+static const char *const bwd_sm90_pieces[] = {
+    "common/fg_params.h", "common/types.cuh", "common/mma_sm80.cuh", "common/cp_async.cuh", "common/sm90.cuh",
+    "bwd_sm80.cuh", NULL, "bwd_sm90.cuh",
+};
 /* The sm_90a (wgmma) family; the wgmma wrappers, whose operand lists depend on the tile, are generated
  * between sm90.cuh and the kernel (emit_wgmma). */
 static const char *const fwd_sm90_pieces[] = {
@@ -83,9 +89,10 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
  * wgmma.mma_async m64 n{n} k{16 or 32} with fp32 accumulators d (operands %0 .. %(n/2 - 1)). A is a
  * descriptor (a_regs 0: u64 desc_a) or four registers of the A fragment (a_regs 1: const u32 (&a)[4]).
  * tnsp_b: B is MN-major (16-bit types only); -1 for the FP8 types, which take K-major operands only and
- * no transpose immediates. ta, tb: the PTX type names of A and B (f16, bf16, e4m3, e5m2). Inline asm
- * cannot loop, so the generator writes the operand list out. */
-static void emit_wgmma(sbuf *b, const char *name, int n, int a_regs, int tnsp_b, const char *ta, const char *tb) {
+ * no transpose immediates; tnsp_a likewise for an A in shared memory. ta, tb: the PTX type names of A and
+ * B (f16, bf16, e4m3, e5m2). Inline asm cannot loop, so the generator writes the operand list out. */
+static void emit_wgmma_t(sbuf *b, const char *name, int n, int a_regs, int tnsp_a, int tnsp_b, const char *ta,
+                         const char *tb) {
     const int k = tnsp_b < 0 ? 32 : 16;
     const int nd = n / 2;
     sb_printf(b, "__device__ __forceinline__ void %s(float (&d)[%d][4], %s, u64 desc_b, u32 scale_d) {\n", name,
@@ -98,7 +105,10 @@ static void emit_wgmma(sbuf *b, const char *name, int n, int a_regs, int tnsp_b,
         if (i % 16 == 15 || i + 1 == nd) sb_printf(b, "\"");
     }
     char tail[16] = "";
-    if (tnsp_b >= 0) snprintf(tail, sizeof tail, a_regs ? ", %d" : ", 0, %d", tnsp_b); /* [tnsp-a,] tnsp-b */
+    if (tnsp_b >= 0) { /* [tnsp-a,] tnsp-b */
+        if (a_regs) snprintf(tail, sizeof tail, ", %d", tnsp_b);
+        else snprintf(tail, sizeof tail, ", %d, %d", tnsp_a, tnsp_b);
+    }
     if (a_regs)
         sb_printf(b, "\n                 \"}, {%%%d, %%%d, %%%d, %%%d}, %%%d, p, 1, 1%s;\\n}\\n\"\n", nd, nd + 1,
                   nd + 2, nd + 3, nd + 4, tail);
@@ -112,6 +122,10 @@ static void emit_wgmma(sbuf *b, const char *name, int n, int a_regs, int tnsp_b,
                      "\"r\"(scale_d));\n}\n\n");
     else
         sb_printf(b, "\n                 : \"l\"(desc_a), \"l\"(desc_b), \"r\"(scale_d));\n}\n\n");
+}
+
+static void emit_wgmma(sbuf *b, const char *name, int n, int a_regs, int tnsp_b, const char *ta, const char *tb) {
+    emit_wgmma_t(b, name, n, a_regs, 0, tnsp_b, ta, tb);
 }
 
 fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *err) {
@@ -139,14 +153,17 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
     sb_printf(&b, "#define FG_FP8_E5M2 %d\n", spec->dtype == FG_DTYPE_E5M2 ? 1 : 0);
     sb_printf(&b, "#define FG_ESIZE %d\n", fp8 ? 1 : 2);
     sb_printf(&b, "#define FG_ARCH %d\n", spec->arch);
-    const int wgmma = spec_is_wgmma(spec), bwd = spec->kind == FG_KIND_BWD;
-    const char *const *pieces = bwd ? bwd_pieces : (wgmma ? fwd_sm90_pieces : fwd_pieces);
-    const size_t npieces = bwd ? sizeof bwd_pieces / sizeof bwd_pieces[0]
-                               : (wgmma ? sizeof fwd_sm90_pieces / sizeof fwd_sm90_pieces[0]
-                                        : sizeof fwd_pieces / sizeof fwd_pieces[0]);
+    const int wgmma = spec_is_wgmma(spec), bwd = spec->kind == FG_KIND_BWD, wgmma_bwd = spec_is_wgmma_bwd(spec);
+    const char *const *pieces = wgmma_bwd ? bwd_sm90_pieces : (bwd ? bwd_pieces : (wgmma ? fwd_sm90_pieces : fwd_pieces));
+    const size_t npieces = wgmma_bwd ? sizeof bwd_sm90_pieces / sizeof bwd_sm90_pieces[0]
+                           : bwd     ? sizeof bwd_pieces / sizeof bwd_pieces[0]
+                           : wgmma   ? sizeof fwd_sm90_pieces / sizeof fwd_sm90_pieces[0]
+                                     : sizeof fwd_pieces / sizeof fwd_pieces[0];
     if (bwd) {
         sb_printf(&b, "#define FG_DETERMINISTIC %d\n", spec->deterministic ? 1 : 0);
         sb_printf(&b, "#define FG_DQ_STAGED %d\n", spec_bwd_dq_staged(spec)); /* sizes its smem too */
+        sb_printf(&b, "#define FG_WGMMA_BWD %d\n", wgmma_bwd);
+        if (wgmma_bwd) sb_printf(&b, "#define FG_SW_BYTES 128\n");
     }
     if (!wgmma && !bwd) sb_printf(&b, "#define FG_SUB_N %d\n", spec_fwd_sub_n(spec));
     if (wgmma) { /* bytes per swizzled chunk row: 128 when head_dim fills them (64 16-bit or 128 FP8 elements) */
@@ -156,7 +173,12 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
     for (size_t i = 0; i < npieces; i++) {
         if (!pieces[i]) {
             sb_printf(&b, "\n// ---- generated: wgmma wrappers for this tile ----\n");
-            if (spec_dtype_is_fp8(spec->dtype)) { /* P is e4m3 whatever the inputs (as on the mma.sync path) */
+            if (wgmma_bwd) { /* S^T, dP^T (SS, K-major); dV, dK (A in registers, B MN-major); dQ (both MN-major) */
+                const char *ty = spec->dtype == FG_DTYPE_BF16 ? "bf16" : "f16";
+                emit_wgmma(&b, "fg_wgmma_st", spec->block_m, 0, 0, ty, ty);
+                emit_wgmma(&b, "fg_wgmma_rs", spec->head_dim, 1, 1, ty, ty);
+                emit_wgmma_t(&b, "fg_wgmma_dq", spec->head_dim, 0, 1, 1, ty, ty);
+            } else if (spec_dtype_is_fp8(spec->dtype)) { /* P is e4m3 whatever the inputs (as on the mma.sync path) */
                 const char *ty = spec->dtype == FG_DTYPE_E5M2 ? "e5m2" : "e4m3";
                 emit_wgmma(&b, "fg_wgmma_qk", spec->block_n, 0, -1, ty, ty);
                 emit_wgmma(&b, "fg_wgmma_pv", spec->head_dim, 1, -1, "e4m3", ty);

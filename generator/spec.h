@@ -85,6 +85,8 @@ int spec_bwd_dq_staged(const fg_spec *spec);     /* kind=bwd: 1 when dQ is stage
 /* 1 for the Hopper family (arch sm_90a: TMA, wgmma, warp specialization, templates/fwd_sm90.cuh); the
  * other targets, sm_90 included, run the mma.sync family (templates/fwd_sm80.cuh). */
 int spec_is_wgmma(const fg_spec *spec);
+/* 1 for the Hopper backward (kind=bwd, arch sm_90a: templates/bwd_sm90.cuh, wgmma products). */
+int spec_is_wgmma_bwd(const fg_spec *spec);
 /* Q buffers of a wgmma-family kernel: 2 when they fit the arch's shared memory with the K/V stages (the
  * next tile's Q then loads during this one), else 1; 1 for the mma.sync family. */
 int spec_q_stages(const fg_spec *spec);

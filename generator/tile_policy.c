@@ -87,6 +87,8 @@ static const fg_tile_rule default_rules[] = {
     {80, 999, 96, 96, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {80, 999, 128, 128, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {80, 999, 129, 256, -1, -1, 64, 64, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    /* sm_90a (bwd_sm90.cuh, wgmma; not yet run on a GPU): two warpgroups of 64 keys, 64 queries a step */
+    {90, 90, 64, 128, -1, -1, 64, 128, 8, 2, FG_FAMILY_WGMMA, FG_KIND_BWD},
     /* 99 KiB parts: 64 keys a block from head_dim 64 */
     {86, 86, 64, 128, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {89, 89, 64, 128, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
@@ -141,7 +143,9 @@ const fg_tile_rule *tile_policy_lookup(const fg_tile_policy *p, const fg_spec *s
         if (s->head_dim < r->head_dim_min || s->head_dim > r->head_dim_max) continue;
         if (r->causal >= 0 && r->causal != (s->causal != 0)) continue;
         if (r->dtype >= 0 && r->dtype != (int)s->dtype) continue;
-        if (r->family != FG_FAMILY_ANY && (r->family == FG_FAMILY_WGMMA) != (spec_is_wgmma(s) != 0)) continue;
+        if (r->family != FG_FAMILY_ANY &&
+            (r->family == FG_FAMILY_WGMMA) != (spec_is_wgmma(s) || spec_is_wgmma_bwd(s)))
+            continue;
         if (r->kind != (int)s->kind) continue;
         return r;
     }

@@ -95,8 +95,14 @@ RULE(fp8_head_dim, spec_dtype_is_fp8(s->dtype) && (s->head_dim < 32 || s->head_d
      FG_ERR_UNSUPPORTED,
      "head_dim %d is not supported for dtype %s: it must be a multiple of 32 from 32 to 256 (the FP8 mma's k-step "
      "is 32 bytes of head dim)", s->head_dim, spec_dtype_name(s->dtype))
-RULE(bwd_arch, is_bwd(s) && s->arch_accel, FG_ERR_UNSUPPORTED,
-     "kind=bwd has no sm_%da kernel: the backward pass is the mma.sync family (use arch sm_%d)", s->arch, s->arch)
+RULE(bwd_arch, is_bwd(s) && s->arch_accel && s->arch != 90, FG_ERR_UNSUPPORTED,
+     "kind=bwd has no sm_%da kernel: the backward pass is the mma.sync family there (use arch sm_%d)", s->arch, s->arch)
+RULE(bwd_wgmma, spec_is_wgmma_bwd(s) && ((s->head_dim != 64 && s->head_dim != 128) || s->block_m != 64 ||
+                                          s->block_n != 128 || s->warps != 8 || s->stages != 2 || s->deterministic),
+     FG_ERR_UNSUPPORTED,
+     "kind=bwd on sm_90a (wgmma) takes head_dim 64 or 128 with block_m 64, block_n 128, warps 8, stages 2 and "
+     "deterministic=0 (got head_dim %d, %d x %d, warps %d, stages %d, deterministic=%d); arch sm_90 (mma.sync) "
+     "takes the others", s->head_dim, s->block_m, s->block_n, s->warps, s->stages, s->deterministic)
 RULE(bwd_dtype, is_bwd(s) && s->dtype != FG_DTYPE_F16 && s->dtype != FG_DTYPE_BF16, FG_ERR_UNSUPPORTED,
      "dtype %s has no backward kernel: kind=bwd takes fp16 or bf16", spec_dtype_name(s->dtype))
 RULE(bwd_head_dim, is_bwd(s) && (s->head_dim % 16 != 0 || s->head_dim > 256 || (s->head_dim > 128 && s->head_dim % 32 != 0)),
@@ -169,7 +175,7 @@ RULE(smem, arch_smem_limit(s->arch) != 0 && spec_smem_bytes(s) > arch_smem_limit
 static const rule rules[] = {
     R(kind, FG_ERR_INVALID_ARGUMENT),   R(arch_known, FG_ERR_UNSUPPORTED), R(arch_accel, FG_ERR_UNSUPPORTED),
     R(dtype_half, FG_ERR_UNSUPPORTED),  R(fp8_arch, FG_ERR_UNSUPPORTED),   R(fp8_out, FG_ERR_UNSUPPORTED),
-    R(head_dim_range, FG_ERR_UNSUPPORTED), R(fp8_head_dim, FG_ERR_UNSUPPORTED), R(bwd_arch, FG_ERR_UNSUPPORTED),
+    R(head_dim_range, FG_ERR_UNSUPPORTED), R(fp8_head_dim, FG_ERR_UNSUPPORTED), R(bwd_arch, FG_ERR_UNSUPPORTED), R(bwd_wgmma, FG_ERR_UNSUPPORTED),
     R(bwd_dtype, FG_ERR_UNSUPPORTED),   R(bwd_head_dim, FG_ERR_UNSUPPORTED), R(wgmma_dtype, FG_ERR_UNSUPPORTED),
     R(wgmma_head_dim, FG_ERR_UNSUPPORTED), R(tiles_set, FG_ERR_INVALID_ARGUMENT), R(wgmma_block_m, FG_ERR_UNSUPPORTED),
     R(wgmma_warps, FG_ERR_UNSUPPORTED), R(wgmma_registers, FG_ERR_UNSUPPORTED), R(bwd_tiles, FG_ERR_UNSUPPORTED),

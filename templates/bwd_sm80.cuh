@@ -171,6 +171,7 @@ __device__ __forceinline__ void fg_bwd_phase2(float (&dv)[FG_P2_KW / 16][FG_P2_D
     }
 }
 
+#if !FG_WGMMA_BWD // the sm_90a backward's main kernel is bwd_sm90.cuh's
 extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)
 fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     extern __shared__ __align__(128) unsigned char fg_smem[];
@@ -446,6 +447,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
             }
         }
 }
+
+#endif // !FG_WGMMA_BWD
 
 // ---- post: dQ in the output dtype; GQA: dK, dV summed over query heads ----
 extern "C" __global__ void __launch_bounds__(256)

@@ -166,6 +166,30 @@ Test(compile, backward_every_head_dim, .timeout = 900) {
     tile_policy_free(&p);
 }
 
+/* The sm_90a backward (bwd_sm90.cuh, wgmma; not yet run on a GPU) at head_dim 64 and 128, both dtypes
+ * and masks, with the policy's tile: it compiles; d 64 spills nothing, d 128 up to 96 bytes on NVRTC 13.0
+ * (255 registers: dK and dV take 128 of them), so up to 128 are tolerated. */
+Test(compile, wgmma_backward, .timeout = 900) {
+    fg_tile_policy p;
+    fg_error e;
+    cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
+    fg_spec clean[4], spilling[4];
+    int nc = 0, ns = 0;
+    for (int d = 64; d <= 128; d += 64)
+        for (int i = 0; i < 4; i++) {
+            fg_spec s = {.kind = FG_KIND_BWD, .arch = 90, .arch_accel = 1, .dtype = i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16,
+                         .head_dim = d, .causal = i / 2};
+            s.out_dtype = s.dtype;
+            cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK, "%s", e.msg);
+            cr_assert_eq(spec_validate(&s, &e), FG_OK, "d %d: %s", d, e.msg);
+            if (d == 64) clean[nc++] = s;
+            else spilling[ns++] = s;
+        }
+    compile_all(clean, nc, "sm_90a backward, head_dim 64");
+    compile_all_tolerating(spilling, ns, "sm_90a backward, head_dim 128", 128);
+    tile_policy_free(&p);
+}
+
 /* The sm_90a family's FP8 kernels (QGMMA, P exchanged in the quad, V^T by TMA) at every head dim they
  * take, e4m3 and e5m2, both masks, with the policy's tiles: they compile and spill nothing. */
 Test(compile, wgmma_fp8_every_head_dim, .timeout = 900) {

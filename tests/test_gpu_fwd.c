@@ -789,14 +789,16 @@ ParameterizedTest(fwd_case *c, fwd, many_tiles_persistent, .timeout = 300) {
     setenv("FLASHGEN_SM90_GRID", "persistent", 1); /* read by the context this test creates */
     run_case(c);
 }
-/* Causal calls order their tiles across all heads by default (dispatch.c, causal_group_for); the
- * head-by-head order stays selectable and must be as right. */
+/* Causal calls order their tiles across a group of (head, batch) pairs by default (dispatch.c,
+ * causal_group_for: on sm_90a up to SMs / 8 pairs within the L2 bound, on mma.sync one batch's heads);
+ * the head-by-head order (FLASHGEN_CAUSAL_GROUP=1, p.causal_group 0) stays selectable and must be as
+ * right. */
 ParameterizedTestParameters(fwd, many_tiles_head_order) {
     many_tiles_fill();
     return cr_make_param_array(fwd_case, many_tiles_cases, NELEM(many_tiles_cases));
 }
 ParameterizedTest(fwd_case *c, fwd, many_tiles_head_order, .timeout = 300) {
-    setenv("FLASHGEN_CAUSAL_ORDER", "head", 1);
+    setenv("FLASHGEN_CAUSAL_GROUP", "1", 1);
     run_case(c);
 }
 
@@ -1453,6 +1455,7 @@ ParameterizedTestParameters(bwd, shapes) {
     return cr_make_param_array(fwd_case, bwd_cases, (size_t)bwd_ncases);
 }
 ParameterizedTest(fwd_case *c, bwd, shapes, .timeout = 600) {
+    if (c->d > 128) setenv("FLASHGEN_BWD_WIDE", "1", 1); /* runtime/dispatch.c, choose_bwd_spec */
     gpu_env env;
     gpu_open(&env);
     for (int det = 0; det < 2; det++) {
@@ -1477,6 +1480,36 @@ ParameterizedTest(fwd_case *c, bwd, shapes, .timeout = 600) {
     gpu_close(&env);
 }
 
+/* The sm_90a backward (bwd_sm90.cuh, wgmma), on the shape set's head dims 64 and 128 without the
+ * deterministic mode (which it does not take): FLASHGEN_WGMMA_BWD=1 turns it on (off by default until
+ * these pass on a GPU); skipped on other GPUs. */
+ParameterizedTestParameters(bwd, shapes_sm90a) {
+    bwd_fill();
+    static fwd_case cases[24];
+    int n = 0;
+    for (int i = 0; i < bwd_ncases; i++)
+        if (bwd_cases[i].d == 64 || bwd_cases[i].d == 128) cases[n++] = bwd_cases[i];
+    return cr_make_param_array(fwd_case, cases, (size_t)n);
+}
+ParameterizedTest(fwd_case *c, bwd, shapes_sm90a, .timeout = 600) {
+    setenv("FLASHGEN_WGMMA_BWD", "1", 1); /* read by the context gpu_open creates */
+    gpu_env env;
+    gpu_open(&env);
+    int major = 0, minor = 0;
+    CK(env.cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, env.dev));
+    CK(env.cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, env.dev));
+    if (major * 10 + minor != 90) {
+        gpu_close(&env);
+        cr_skip_test("the sm_90a backward needs a compute capability 9.0 device (this one is %d.%d)", major, minor);
+    }
+    bwd_run r;
+    bwd_setup(&env, &r, c, 0);
+    bwd_launch(&env, &r);
+    bwd_verify(&r);
+    bwd_free(&env, &r);
+    gpu_close(&env);
+}
+
 /* The deterministic mode: 50 runs give bitwise-identical gradients (causal, GQA, a tail in both lengths,
  * several key blocks adding into each query block's dQ): at d 64, whose dQ goes by bulk reduce-adds on
  * sm_90+, and at d 192, whose dQ goes by fp32 atomics everywhere. */
@@ -1487,6 +1520,7 @@ ParameterizedTestParameters(bwd, deterministic_is_bitwise_repeatable) {
     return cr_make_param_array(fwd_case, cases, NELEM(cases));
 }
 ParameterizedTest(fwd_case *cp, bwd, deterministic_is_bitwise_repeatable, .timeout = 600) {
+    if (cp->d > 128) setenv("FLASHGEN_BWD_WIDE", "1", 1);
     gpu_env env;
     gpu_open(&env);
     fwd_case c = *cp;

@@ -411,7 +411,8 @@ static void m_wgmma_warps(fg_spec *s) { *s = wg_base(); s->warps = 8; }
 static void m_wgmma_warps_mma(fg_spec *s) { *s = wg_base(); s->block_m = 64; s->warps = 4; }
 static void m_wgmma_registers(fg_spec *s) { *s = wg_base(); s->block_m = 192; s->warps = 16; s->block_n = 160; }
 /* The backward's rules, each broken from bwd_base(). */
-static void m_bwd_arch(fg_spec *s) { *s = bwd_base(); s->arch_accel = 1; }
+static void m_bwd_arch(fg_spec *s) { *s = bwd_base(); s->arch = 100; s->arch_accel = 1; }
+static void m_bwd_wgmma(fg_spec *s) { *s = bwd_base(); s->arch_accel = 1; }
 static void m_bwd_dtype(fg_spec *s) { *s = bwd_base(); s->dtype = FG_DTYPE_E4M3; s->out_dtype = FG_DTYPE_BF16; s->arch = 89; }
 static void m_bwd_head_dim(fg_spec *s) { *s = bwd_base(); s->head_dim = 176; }
 static void m_bwd_head_dim_odd(fg_spec *s) { *s = bwd_base(); s->head_dim = 72; }
@@ -451,7 +452,8 @@ static const broken rules[] = {
     {"wgmma_warps", m_wgmma_warps, "warps 8 with block_m 128 is not supported on sm_90a"},
     {"wgmma_warps", m_wgmma_warps_mma, "it must be 8, a producer"},
     {"wgmma_registers", m_wgmma_registers, "more than the 160"},
-    {"bwd_arch", m_bwd_arch, "kind=bwd has no sm_90a kernel"},
+    {"bwd_arch", m_bwd_arch, "kind=bwd has no sm_100a kernel"},
+    {"bwd_wgmma", m_bwd_wgmma, "kind=bwd on sm_90a (wgmma) takes head_dim 64 or 128"},
     {"bwd_dtype", m_bwd_dtype, "dtype e4m3 has no backward kernel"},
     {"bwd_head_dim", m_bwd_head_dim, "head_dim 176 has no backward kernel"},
     {"bwd_head_dim", m_bwd_head_dim_odd, "multiples of 16 up to 128"},
@@ -746,6 +748,29 @@ Test(spec, backward_name_policy_and_rules) {
             }
             cr_assert_not(spec_bwd_dq_staged(&t), "d %d: dQ staging rows would not fit", d);
         }
+    /* The sm_90a backward (bwd_sm90.cuh): head_dim 64 or 128, 64 x 128 on 8 warps, not deterministic; the
+     * policy gives it its tile, the rules refuse the rest with a sentence naming sm_90 as the way out. */
+    for (int d = 64; d <= 128; d += 64) {
+        fg_spec w = {.kind = FG_KIND_BWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_F16, .head_dim = d};
+        w.out_dtype = w.dtype;
+        cr_assert_eq(spec_fill_tiles(&w, &pol, &e), FG_OK, "%s", e.msg);
+        cr_assert(w.block_m == 64 && w.block_n == 128 && w.warps == 8, "d %d: %dx%d w%d", d, w.block_m, w.block_n, w.warps);
+        cr_assert_eq(spec_validate(&w, &e), FG_OK, "d %d: %s", d, e.msg);
+        cr_assert(spec_is_wgmma_bwd(&w) && !spec_is_wgmma(&w));
+        cr_assert_gt(spec_format(&w, name, sizeof name), 0);
+        cr_assert(strstr(name, "arch=sm_90a") && strstr(name, "kind=bwd"), "%s", name);
+        w.deterministic = 1;
+        cr_assert_eq(spec_validate(&w, &e), FG_ERR_UNSUPPORTED);
+        cr_assert(strstr(e.msg, "sm_90a") && strstr(e.msg, "deterministic=0"), "%s", e.msg);
+    }
+    fg_spec w = {.kind = FG_KIND_BWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 96,
+                 .block_m = 64, .block_n = 128, .warps = 8, .stages = 2};
+    w.out_dtype = w.dtype;
+    cr_assert_eq(spec_validate(&w, &e), FG_ERR_UNSUPPORTED);
+    cr_assert(strstr(e.msg, "head_dim 64 or 128"), "%s", e.msg);
+    w.arch = 100;
+    cr_assert_eq(spec_validate(&w, &e), FG_ERR_UNSUPPORTED);
+    cr_assert(strstr(e.msg, "no sm_100a kernel"), "%s", e.msg);
     /* 8 keys a warp needs 4 warps or more (two 32-key groups of phase 1 at least one query quarter each),
      * and block_m a multiple of 4 x 16 with 8 warps; the register estimate still bounds the tile. */
     fg_spec t = bwd_base();

@@ -1,0 +1,219 @@
+// bwd_sm90.cuh: the backward pass's main kernel on Hopper (arch sm_90a), with wgmma. The pre and post
+// kernels, the workspace and the grid are bwd_sm80.cuh's (emitted before this file, its own main kernel
+// left out by FG_WGMMA_BWD); this kernel replaces that one's mma.sync products by warpgroup MMAs.
+//
+// STATUS (2026-11-29): compiles (NVRTC, sm_90a) but has not yet run on a GPU. The runtime uses it only
+// with FLASHGEN_WGMMA_BWD=1 (runtime/dispatch.c, choose_bwd_spec), for the GPU tests to judge.
+//
+// A CTA: 128 keys of one query head (two warpgroups of 64 keys), head_dim 64 or 128, K and V in shared
+// memory for the whole run, dK and dV in registers (wgmma accumulators); it streams the query blocks that
+// see its keys, 64 rows each, double-buffered by cp.async (Q, dO, LSE, D), into the same swizzled tiles
+// as the mma.sync kernel, which are wgmma's 128-byte-swizzled canonical layouts (cp_async.cuh: slabs of
+// 64 columns, 16-byte units XOR-ed by row % 8; sm90.cuh). Per query block, each warpgroup on its 64 keys:
+//   1. S^T = K Q^T and dP^T = V dO^T       m64 n64 (queries) k16 x d/16, both operands K-major in smem
+//      P^T = exp2(c S^T - lse2) (masked: 0), dS^T = P^T (dP^T - D), in the accumulators' registers
+//   2. dV += P^T dO, dK += dS^T Q          m64 nd k16 x 4, A = P^T, dS^T from registers (the accumulator
+//                                          layout packed, as the forward's P), B = dO, Q MN-major in smem
+//   3. dQ_part = dS K                      m64 (queries) nd k16 x 4 over this warpgroup's keys: A = dS from
+//                                          the dS^T tile it wrote ([keys][queries], MN-major), B = K MN-major
+//   dQ_part is staged in shared memory and added into the fp32 accumulator by the TMA unit, one bulk
+//   reduce-add per row; the two warpgroups' parts add separately (the accumulator sums them).
+// The deterministic mode stays on the mma.sync kernel (the validator refuses it here).
+
+constexpr int FG_BW_QT = FG_BLOCK_M / 8;    // n8 tiles of S^T, dP^T (queries)
+constexpr int FG_BW_DN = FG_HEAD_DIM / 8;   // n8 tiles of dK, dV, dQ (head_dim)
+constexpr u32 FG_BW_KCH = FG_BLOCK_N * 128; // bytes of one 64-column chunk of the K and V tiles
+constexpr u32 FG_BW_QCH = FG_BLOCK_M * 128; // of the Q and dO tiles
+constexpr u32 FG_BW_DS_BYTES = FG_BLOCK_N * FG_BLOCK_M * 2; // dS^T, [keys][queries]: 128-byte rows
+constexpr u32 FG_BW_DQ_BYTES = FG_BLOCK_M * FG_DQ_LD * 4;   // one warpgroup's dQ staging rows
+static_assert(FG_BLOCK_N == 128 && FG_BLOCK_M == 64 && FG_WARPS == 8, "two warpgroups of 64 keys, 64 queries");
+static_assert(FG_HEAD_DIM % 64 == 0 && FG_HEAD_DIM <= 128, "128-byte swizzled chunks of 64 columns");
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
+    extern __shared__ __align__(1024) unsigned char fg_smem[];
+    const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+    const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128, wq = wtid / 32, lane = tid % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int kv_head = head / (p.heads_q / p.heads_kv);
+    const int sq = p.seqlen_q, sk = p.seqlen_k;
+    const int n0 = n_block * FG_BLOCK_N;
+    const i64 sq_pad = fg_bwd_rows_padded(sq);
+    const i64 bh = (i64)batch * p.heads_q + head;
+
+    int m_first = 0;
+    if (FG_CAUSAL) m_first = max(0, n0 - (sk - sq)) / FG_BLOCK_M;
+    const int m_last = (sq + FG_BLOCK_M - 1) / FG_BLOCK_M; // exclusive
+
+    // Tiles on 1024-byte boundaries (the swizzle acts on address bits); the host asks for 1 KiB of slack.
+    const u32 s_k = (fg_smem_addr(fg_smem) + 1023u) & ~1023u;
+    const u32 s_v = s_k + FG_KV_BYTES;
+    const u32 s_q = s_v + FG_KV_BYTES;     // 2 stages
+    const u32 s_do = s_q + 2 * FG_QB_BYTES; // 2 stages
+    const u32 s_ds = s_do + 2 * FG_QB_BYTES;
+    const u32 s_dq = s_ds + FG_BW_DS_BYTES; // 2 warpgroups' staging rows
+    const u32 s_lse = s_dq + 2 * FG_BW_DQ_BYTES;
+    const u32 s_d = s_lse + 2 * FG_ROW_BYTES;
+    unsigned char *const base = fg_smem + (s_k - fg_smem_addr(fg_smem));
+
+    const fg_in_t *q = (const fg_in_t *)p.q + batch * p.q_stride[0] + head * p.q_stride[2];
+    const fg_in_t *dout = (const fg_in_t *)p.dout + batch * p.do_stride[0] + head * p.do_stride[2];
+    {
+        fg_tile_loader<FG_BLOCK_N, FG_THREADS> kv_loader;
+        kv_loader.init((const fg_in_t *)p.k + batch * p.k_stride[0] + (i64)n0 * p.k_stride[1] + kv_head * p.k_stride[2],
+                       p.k_stride[1], tid);
+        kv_loader.load(s_k, sk - n0, p.k_stride[1]);
+        kv_loader.init((const fg_in_t *)p.v + batch * p.v_stride[0] + (i64)n0 * p.v_stride[1] + kv_head * p.v_stride[2],
+                       p.v_stride[1], tid);
+        kv_loader.load(s_v, sk - n0, p.v_stride[1]);
+    }
+    fg_tile_loader<FG_BLOCK_M, FG_THREADS> q_loader, do_loader;
+    q_loader.init(q + (i64)m_first * FG_BLOCK_M * p.q_stride[1], p.q_stride[1], tid);
+    do_loader.init(dout + (i64)m_first * FG_BLOCK_M * p.do_stride[1], p.do_stride[1], tid);
+    auto load_block = [&](int m, int st) {
+        q_loader.load(s_q + st * FG_QB_BYTES, sq - m * FG_BLOCK_M, p.q_stride[1]);
+        do_loader.load(s_do + st * FG_QB_BYTES, sq - m * FG_BLOCK_M, p.do_stride[1]);
+        constexpr int CH = FG_ROW_BYTES / 16;
+        if (tid < 2 * CH) {
+            const int which = tid / CH, c = tid % CH;
+            const float *src = (which ? p.dsum : p.lse2) + bh * sq_pad + (i64)m * FG_BLOCK_M + c * 4;
+            fg_cp_async16((which ? s_d : s_lse) + st * FG_ROW_BYTES + c * 16, src, true);
+        }
+    };
+    if (m_first < m_last) load_block(m_first, 0);
+    fg_cp_async_commit();
+
+    float dk[FG_BW_DN][4], dv[FG_BW_DN][4];
+#pragma unroll
+    for (int i = 0; i < FG_BW_DN; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.f;
+
+    const u32 kw = s_k + wg * 64 * 128, vw = s_v + wg * 64 * 128; // this warpgroup's 64 key rows
+    const u32 dsw = s_ds + wg * 64 * 128;
+    const u32 dqw = s_dq + wg * FG_BW_DQ_BYTES;
+    const int krow0 = wg * 64 + wq * 16 + g; // this thread's key rows in the block: krow0, krow0 + 8
+    int st = 0;
+    for (int m = m_first; m < m_last; m++, st ^= 1) {
+        fg_cp_async_wait<0>();
+        fg_fence_proxy_async(); // this thread's cp.async writes, before wgmma reads them
+        __syncthreads();        // block m is in; everyone is done with stage st ^ 1
+        if (m + 1 < m_last) load_block(m + 1, st ^ 1);
+        fg_cp_async_commit();
+        const u32 sq_st = s_q + st * FG_QB_BYTES, sdo_st = s_do + st * FG_QB_BYTES;
+        const float *lse2 = (const float *)(base + (s_lse - s_k) + st * FG_ROW_BYTES);
+        const float *dsum = (const float *)(base + (s_d - s_k) + st * FG_ROW_BYTES);
+        const int m0 = m * FG_BLOCK_M;
+
+        // 1. S^T and dP^T on this warpgroup's 64 keys x the block's 64 queries.
+        float s[FG_BW_QT][4], dp[FG_BW_QT][4];
+        fg_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < FG_HEAD_DIM / 16; kk++) {
+            const u32 c = kk / 4, off = (kk % 4) * 32; // chunk of 64 columns, 32 bytes a k step inside it
+            fg_wgmma_st(s, fg_desc_kmajor(kw + c * FG_BW_KCH + off), fg_desc_kmajor(sq_st + c * FG_BW_QCH + off),
+                        kk > 0 ? 1u : 0u);
+            fg_wgmma_st(dp, fg_desc_kmajor(vw + c * FG_BW_KCH + off), fg_desc_kmajor(sdo_st + c * FG_BW_QCH + off),
+                        kk > 0 ? 1u : 0u);
+        }
+        fg_wgmma_commit();
+        fg_wgmma_wait<0>();
+        fg_fence_regs(s);
+        fg_fence_regs(dp);
+
+        // P^T (masked entries 0: keys past sk, keys past a query's diagonal when causal; queries past sq
+        // have lse2 = +inf) and dS^T = P^T (dP^T - D), in place; dS^T also to its tile (16-bit).
+#pragma unroll
+        for (int nt = 0; nt < FG_BW_QT; nt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int krow = krow0 + 8 * h, key = n0 + krow;
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int col = 8 * nt + 2 * t + e, qrow = m0 + col;
+                    const bool masked = key >= sk || (FG_CAUSAL && key > qrow + sk - sq);
+                    const float pv = masked ? 0.f : fg_exp2(fmaf(s[nt][2 * h + e], p.scale_log2, -lse2[col]));
+                    s[nt][2 * h + e] = pv;
+                    dp[nt][2 * h + e] = pv * (dp[nt][2 * h + e] - dsum[col]);
+                }
+                const u32 off = fg_tile_offset<FG_DS_CH>(krow, nt, FG_BLOCK_N) + 4 * t;
+                asm volatile("st.shared.b32 [%0], %1;" ::"r"(s_ds + off),
+                             "r"(fg_pack2(dp[nt][2 * h], dp[nt][2 * h + 1])));
+            }
+        u32 pa[FG_BLOCK_M / 16][4], da[FG_BLOCK_M / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < FG_BLOCK_M / 16; kk++) {
+            fg_pack_a(s[2 * kk], s[2 * kk + 1], pa[kk]);
+            fg_pack_a(dp[2 * kk], dp[2 * kk + 1], da[kk]);
+        }
+        fg_fence_proxy_async();        // the dS^T stores, before wgmma reads them
+        fg_named_sync(1 + wg, 128);    // this warpgroup's dS^T rows are complete
+
+        // 2. dV += P^T dO, dK += dS^T Q (k = queries, 16 a step: 16 rows of the dO and Q tiles).
+        fg_fence_regs(dv);
+        fg_fence_regs(dk);
+        fg_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < FG_BLOCK_M / 16; kk++) {
+            fg_wgmma_rs(dv, pa[kk], fg_desc_mnmajor(sdo_st + kk * 16 * 128, FG_BW_QCH), 1u);
+            fg_wgmma_rs(dk, da[kk], fg_desc_mnmajor(sq_st + kk * 16 * 128, FG_BW_QCH), 1u);
+        }
+        fg_wgmma_commit();
+
+        // 3. This warpgroup's part of dQ: dS (queries x its 64 keys) K (its keys x head_dim).
+        float dq[FG_BW_DN][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            fg_wgmma_dq(dq, fg_desc_mnmajor(dsw + kk * 16 * 128, FG_BW_DS_BYTES),
+                        fg_desc_mnmajor(kw + kk * 16 * 128, FG_BW_KCH), kk > 0 ? 1u : 0u);
+        fg_wgmma_commit();
+        fg_wgmma_wait<0>();
+        fg_fence_regs(dv);
+        fg_fence_regs(dk);
+        fg_fence_regs(dq);
+
+        // Stage dQ_part (rows = queries) and add it into the accumulator, one bulk reduce-add per row by
+        // the warpgroup's first 64 threads, once their adds of the previous block have read the rows.
+        if (wtid < 64) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+        fg_named_sync(1 + wg, 128);
+        float *sdq = (float *)(base + (dqw - s_k));
+        const int r0 = wq * 16 + g;
+#pragma unroll
+        for (int i = 0; i < FG_BW_DN; i++) {
+            *(float2 *)(sdq + r0 * FG_DQ_LD + 8 * i + 2 * t) = make_float2(dq[i][0], dq[i][1]);
+            *(float2 *)(sdq + (r0 + 8) * FG_DQ_LD + 8 * i + 2 * t) = make_float2(dq[i][2], dq[i][3]);
+        }
+        fg_fence_proxy_async();
+        fg_named_sync(1 + wg, 128);
+        if (wtid < 64) {
+            const float *dst = p.dq_accum + (bh * sq_pad + m0 + wtid) * FG_HEAD_DIM;
+            fg_bulk_add_f32<FG_HEAD_DIM * 4>(dst, dqw + (u32)(wtid * FG_DQ_LD * 4));
+        }
+    }
+    if (wtid < 64) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); // smem stays till read
+    fg_cp_async_wait<0>();
+
+    // dK = scale * sum dS^T Q, dV: 16-bit outputs (one KV head per query head), or fp32 per query head
+    // (GQA: the post kernel sums a KV head's query heads in order). Rows krow0 (+ 8), columns 8 i + 2 t.
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int key = n0 + krow0 + 8 * h;
+        if (key >= sk) continue;
+#pragma unroll
+        for (int i = 0; i < FG_BW_DN; i++) {
+            const int col = 8 * i + 2 * t;
+            const float k0 = dk[i][2 * h] * p.softmax_scale, k1 = dk[i][2 * h + 1] * p.softmax_scale;
+            const float v0 = dv[i][2 * h], v1 = dv[i][2 * h + 1];
+            if (p.dkv_accum == 0) {
+                u16 *dkp = (u16 *)p.dk + batch * p.dk_stride[0] + (i64)key * p.dk_stride[1] + kv_head * p.dk_stride[2] + col;
+                u16 *dvp = (u16 *)p.dv + batch * p.dv_stride[0] + (i64)key * p.dv_stride[1] + kv_head * p.dv_stride[2] + col;
+                *(u32 *)dkp = fg_pack2(k0, k1);
+                *(u32 *)dvp = fg_pack2(v0, v1);
+            } else {
+                float *acc = p.dkv_accum + ((bh * sk + key) * FG_HEAD_DIM + col);
+                *(float2 *)acc = make_float2(k0, k1);
+                *(float2 *)(acc + (i64)p.batch * p.heads_q * sk * FG_HEAD_DIM) = make_float2(v0, v1);
+            }
+        }
+    }
+}
