@@ -171,6 +171,62 @@ __device__ __forceinline__ void fg_bwd_phase2(float (&dv)[FG_P2_KW / 16][FG_P2_D
     }
 }
 
+// ---- pieces of the main kernels (this file's and bwd_sm90.cuh's) ----
+// K and V of the key block at n0 into their tiles (joining the caller's next cp.async group).
+__device__ __forceinline__ void fg_bwd_load_kv(const fg_bwd_params &p, u32 s_k, u32 s_v, int batch, int kv_head, int n0,
+                                               int sk, int tid) {
+    fg_tile_loader<FG_BLOCK_N, FG_THREADS> kv_loader;
+    kv_loader.init((const fg_in_t *)p.k + batch * p.k_stride[0] + (i64)n0 * p.k_stride[1] + kv_head * p.k_stride[2],
+                   p.k_stride[1], tid);
+    kv_loader.load(s_k, sk - n0, p.k_stride[1]);
+    kv_loader.init((const fg_in_t *)p.v + batch * p.v_stride[0] + (i64)n0 * p.v_stride[1] + kv_head * p.v_stride[2],
+                   p.v_stride[1], tid);
+    kv_loader.load(s_v, sk - n0, p.v_stride[1]);
+}
+
+// The query blocks a CTA streams, from m_first on: Q, dO, lse2 and D of block m into stage st (the two
+// fp32 rows, FG_BLOCK_M * 4 bytes each, by the first threads, 16 bytes each: the workspace rows are
+// padded, so always in bounds).
+struct fg_bwd_qstream {
+    fg_tile_loader<FG_BLOCK_M, FG_THREADS> q, dout;
+    __device__ __forceinline__ void init(const fg_bwd_params &p, int batch, int head, int m_first, int tid) {
+        q.init((const fg_in_t *)p.q + batch * p.q_stride[0] + head * p.q_stride[2] + (i64)m_first * FG_BLOCK_M * p.q_stride[1],
+               p.q_stride[1], tid);
+        dout.init((const fg_in_t *)p.dout + batch * p.do_stride[0] + head * p.do_stride[2] +
+                      (i64)m_first * FG_BLOCK_M * p.do_stride[1],
+                  p.do_stride[1], tid);
+    }
+    __device__ __forceinline__ void load(const fg_bwd_params &p, u32 s_q, u32 s_do, u32 s_lse, u32 s_d, int m, int st,
+                                         int sq, i64 bh, i64 sq_pad, int tid) {
+        q.load(s_q + st * FG_QB_BYTES, sq - m * FG_BLOCK_M, p.q_stride[1]);
+        dout.load(s_do + st * FG_QB_BYTES, sq - m * FG_BLOCK_M, p.do_stride[1]);
+        constexpr int CH = FG_ROW_BYTES / 16;
+        if (tid < 2 * CH) {
+            const int which = tid / CH, c = tid % CH;
+            const float *src = (which ? p.dsum : p.lse2) + bh * sq_pad + (i64)m * FG_BLOCK_M + c * 4;
+            fg_cp_async16((which ? s_d : s_lse) + st * FG_ROW_BYTES + c * 16, src, true);
+        }
+    }
+};
+
+// dK = scale * sum dS^T Q and dV of key `key`, columns col and col + 1: 16-bit outputs (one KV head per
+// query head), or fp32 per query head (GQA: the post kernel sums a KV head's query heads in order).
+__device__ __forceinline__ void fg_bwd_store_dkdv(const fg_bwd_params &p, int batch, int kv_head, i64 bh, int sk, int key,
+                                                  int col, float k0, float k1, float v0, float v1) {
+    k0 *= p.softmax_scale;
+    k1 *= p.softmax_scale;
+    if (p.dkv_accum == 0) {
+        u16 *dkp = (u16 *)p.dk + batch * p.dk_stride[0] + (i64)key * p.dk_stride[1] + kv_head * p.dk_stride[2] + col;
+        u16 *dvp = (u16 *)p.dv + batch * p.dv_stride[0] + (i64)key * p.dv_stride[1] + kv_head * p.dv_stride[2] + col;
+        *(u32 *)dkp = fg_pack2(k0, k1);
+        *(u32 *)dvp = fg_pack2(v0, v1);
+    } else {
+        float *base = p.dkv_accum + ((bh * sk + key) * FG_HEAD_DIM + col);
+        *(float2 *)base = make_float2(k0, k1);
+        *(float2 *)(base + (i64)p.batch * p.heads_q * sk * FG_HEAD_DIM) = make_float2(v0, v1);
+    }
+}
+
 #if !FG_WGMMA_BWD // the sm_90a backward's main kernel is bwd_sm90.cuh's
 extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)
 fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
@@ -200,32 +256,10 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     const u32 s_d = s_lse + 2 * FG_ROW_BYTES;         // 2 stages
     const u32 s_dq = s_d + 2 * FG_ROW_BYTES;          // sm_90+: FG_BLOCK_M rows of FG_DQ_LD floats
 
-    const fg_in_t *q = (const fg_in_t *)p.q + batch * p.q_stride[0] + head * p.q_stride[2];
-    const fg_in_t *dout = (const fg_in_t *)p.dout + batch * p.do_stride[0] + head * p.do_stride[2];
-    {
-        fg_tile_loader<FG_BLOCK_N, FG_THREADS> kv_loader;
-        kv_loader.init((const fg_in_t *)p.k + batch * p.k_stride[0] + (i64)n0 * p.k_stride[1] + kv_head * p.k_stride[2],
-                       p.k_stride[1], tid);
-        kv_loader.load(s_k, sk - n0, p.k_stride[1]);
-        kv_loader.init((const fg_in_t *)p.v + batch * p.v_stride[0] + (i64)n0 * p.v_stride[1] + kv_head * p.v_stride[2],
-                       p.v_stride[1], tid);
-        kv_loader.load(s_v, sk - n0, p.v_stride[1]);
-    }
-    fg_tile_loader<FG_BLOCK_M, FG_THREADS> q_loader, do_loader;
-    q_loader.init(q + (i64)m_first * FG_BLOCK_M * p.q_stride[1], p.q_stride[1], tid);
-    do_loader.init(dout + (i64)m_first * FG_BLOCK_M * p.do_stride[1], p.do_stride[1], tid);
-    // One query block's Q, dO, lse2 and D into stage st (the two fp32 rows, FG_BLOCK_M * 4 bytes each,
-    // by the first threads, 16 bytes each: the workspace rows are padded, so always in bounds).
-    auto load_block = [&](int m, int st) {
-        q_loader.load(s_q + st * FG_QB_BYTES, sq - m * FG_BLOCK_M, p.q_stride[1]);
-        do_loader.load(s_do + st * FG_QB_BYTES, sq - m * FG_BLOCK_M, p.do_stride[1]);
-        constexpr int CH = FG_ROW_BYTES / 16;
-        if (tid < 2 * CH) {
-            const int which = tid / CH, c = tid % CH;
-            const float *src = (which ? p.dsum : p.lse2) + bh * sq_pad + (i64)m * FG_BLOCK_M + c * 4;
-            fg_cp_async16((which ? s_d : s_lse) + st * FG_ROW_BYTES + c * 16, src, true);
-        }
-    };
+    fg_bwd_load_kv(p, s_k, s_v, batch, kv_head, n0, sk, tid);
+    fg_bwd_qstream qs;
+    qs.init(p, batch, head, m_first, tid);
+    auto load_block = [&](int m, int st) { qs.load(p, s_q, s_do, s_lse, s_d, m, st, sq, bh, sq_pad, tid); };
     if (m_first < m_last) load_block(m_first, 0);
     fg_cp_async_commit();
 
@@ -421,8 +455,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
 #endif
     fg_cp_async_wait<0>();
 
-    // dK = scale * sum dS^T Q, dV: 16-bit outputs (one KV head per query head), or fp32 per query head
-    // (GQA: the post kernel sums a KV head's query heads in order).
+    // dK, dV out (fg_bwd_store_dkdv).
 #pragma unroll
     for (int a = 0; a < FG_P2_KW / 16; a++)
 #pragma unroll
@@ -430,21 +463,9 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
             const int key = n0 + p2_k0 + a * 16 + g + 8 * h;
             if (key >= sk) continue;
 #pragma unroll
-            for (int i = 0; i < FG_P2_DT; i++) {
-                const int col = p2_wd * FG_P2_DW + 8 * i + 2 * t;
-                const float k0 = dk[a][i][2 * h] * p.softmax_scale, k1 = dk[a][i][2 * h + 1] * p.softmax_scale;
-                const float v0 = dv[a][i][2 * h], v1 = dv[a][i][2 * h + 1];
-                if (p.dkv_accum == 0) {
-                    u16 *dkp = (u16 *)p.dk + batch * p.dk_stride[0] + (i64)key * p.dk_stride[1] + kv_head * p.dk_stride[2] + col;
-                    u16 *dvp = (u16 *)p.dv + batch * p.dv_stride[0] + (i64)key * p.dv_stride[1] + kv_head * p.dv_stride[2] + col;
-                    *(u32 *)dkp = fg_pack2(k0, k1);
-                    *(u32 *)dvp = fg_pack2(v0, v1);
-                } else {
-                    float *base = p.dkv_accum + ((bh * sk + key) * FG_HEAD_DIM + col);
-                    *(float2 *)base = make_float2(k0, k1);
-                    *(float2 *)(base + (i64)p.batch * p.heads_q * sk * FG_HEAD_DIM) = make_float2(v0, v1);
-                }
-            }
+            for (int i = 0; i < FG_P2_DT; i++)
+                fg_bwd_store_dkdv(p, batch, kv_head, bh, sk, key, p2_wd * FG_P2_DW + 8 * i + 2 * t, dk[a][i][2 * h],
+                                  dk[a][i][2 * h + 1], dv[a][i][2 * h], dv[a][i][2 * h + 1]);
         }
 }
 

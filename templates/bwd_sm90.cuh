@@ -56,30 +56,10 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     const u32 s_d = s_lse + 2 * FG_ROW_BYTES;
     unsigned char *const base = fg_smem + (s_k - fg_smem_addr(fg_smem));
 
-    const fg_in_t *q = (const fg_in_t *)p.q + batch * p.q_stride[0] + head * p.q_stride[2];
-    const fg_in_t *dout = (const fg_in_t *)p.dout + batch * p.do_stride[0] + head * p.do_stride[2];
-    {
-        fg_tile_loader<FG_BLOCK_N, FG_THREADS> kv_loader;
-        kv_loader.init((const fg_in_t *)p.k + batch * p.k_stride[0] + (i64)n0 * p.k_stride[1] + kv_head * p.k_stride[2],
-                       p.k_stride[1], tid);
-        kv_loader.load(s_k, sk - n0, p.k_stride[1]);
-        kv_loader.init((const fg_in_t *)p.v + batch * p.v_stride[0] + (i64)n0 * p.v_stride[1] + kv_head * p.v_stride[2],
-                       p.v_stride[1], tid);
-        kv_loader.load(s_v, sk - n0, p.v_stride[1]);
-    }
-    fg_tile_loader<FG_BLOCK_M, FG_THREADS> q_loader, do_loader;
-    q_loader.init(q + (i64)m_first * FG_BLOCK_M * p.q_stride[1], p.q_stride[1], tid);
-    do_loader.init(dout + (i64)m_first * FG_BLOCK_M * p.do_stride[1], p.do_stride[1], tid);
-    auto load_block = [&](int m, int st) {
-        q_loader.load(s_q + st * FG_QB_BYTES, sq - m * FG_BLOCK_M, p.q_stride[1]);
-        do_loader.load(s_do + st * FG_QB_BYTES, sq - m * FG_BLOCK_M, p.do_stride[1]);
-        constexpr int CH = FG_ROW_BYTES / 16;
-        if (tid < 2 * CH) {
-            const int which = tid / CH, c = tid % CH;
-            const float *src = (which ? p.dsum : p.lse2) + bh * sq_pad + (i64)m * FG_BLOCK_M + c * 4;
-            fg_cp_async16((which ? s_d : s_lse) + st * FG_ROW_BYTES + c * 16, src, true);
-        }
-    };
+    fg_bwd_load_kv(p, s_k, s_v, batch, kv_head, n0, sk, tid);
+    fg_bwd_qstream qs;
+    qs.init(p, batch, head, m_first, tid);
+    auto load_block = [&](int m, int st) { qs.load(p, s_q, s_do, s_lse, s_d, m, st, sq, bh, sq_pad, tid); };
     if (m_first < m_last) load_block(m_first, 0);
     fg_cp_async_commit();
 
@@ -193,27 +173,14 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     if (wtid < 64) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); // smem stays till read
     fg_cp_async_wait<0>();
 
-    // dK = scale * sum dS^T Q, dV: 16-bit outputs (one KV head per query head), or fp32 per query head
-    // (GQA: the post kernel sums a KV head's query heads in order). Rows krow0 (+ 8), columns 8 i + 2 t.
+    // dK, dV out (fg_bwd_store_dkdv): rows krow0 (+ 8), columns 8 i + 2 t.
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int key = n0 + krow0 + 8 * h;
         if (key >= sk) continue;
 #pragma unroll
-        for (int i = 0; i < FG_BW_DN; i++) {
-            const int col = 8 * i + 2 * t;
-            const float k0 = dk[i][2 * h] * p.softmax_scale, k1 = dk[i][2 * h + 1] * p.softmax_scale;
-            const float v0 = dv[i][2 * h], v1 = dv[i][2 * h + 1];
-            if (p.dkv_accum == 0) {
-                u16 *dkp = (u16 *)p.dk + batch * p.dk_stride[0] + (i64)key * p.dk_stride[1] + kv_head * p.dk_stride[2] + col;
-                u16 *dvp = (u16 *)p.dv + batch * p.dv_stride[0] + (i64)key * p.dv_stride[1] + kv_head * p.dv_stride[2] + col;
-                *(u32 *)dkp = fg_pack2(k0, k1);
-                *(u32 *)dvp = fg_pack2(v0, v1);
-            } else {
-                float *acc = p.dkv_accum + ((bh * sk + key) * FG_HEAD_DIM + col);
-                *(float2 *)acc = make_float2(k0, k1);
-                *(float2 *)(acc + (i64)p.batch * p.heads_q * sk * FG_HEAD_DIM) = make_float2(v0, v1);
-            }
-        }
+        for (int i = 0; i < FG_BW_DN; i++)
+            fg_bwd_store_dkdv(p, batch, kv_head, bh, sk, key, 8 * i + 2 * t, dk[i][2 * h], dk[i][2 * h + 1], dv[i][2 * h],
+                              dv[i][2 * h + 1]);
     }
 }
