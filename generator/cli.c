@@ -84,6 +84,11 @@ static const char usage_main[] =
     "                      fp16 there) instead of the sm_90a family (QGMMA), to measure one against the other\n"
     "  FLASHGEN_SM90_GRID  the sm_90a family's grid: auto (default: persistent for non-causal calls, one CTA\n"
     "                      per tile for causal ones), tiles or persistent (for measuring the choice)\n"
+    "  FLASHGEN_CAUSAL_GROUP  auto (default) or N: causal calls start the longest query blocks of at most N\n"
+    "                      (head, batch) pairs together; 1 is head by head (for measuring the choice)\n"
+    "  FLASHGEN_BWD_WIDE   1: backward calls above head_dim 128 run (not yet run on a GPU: off by default)\n"
+    "  FLASHGEN_WGMMA_BWD  1: backward calls on an H100/H200 at head_dim 64/128, not deterministic, run the\n"
+    "                      sm_90a (wgmma) backward (not yet run on a GPU: off by default)\n"
     "\n"
     "exit status: 0 on success, 1 on failure (stderr says what failed and why), 2 on a usage error.\n";
 
