@@ -166,6 +166,26 @@ Test(compile, backward_every_head_dim, .timeout = 900) {
     tile_policy_free(&p);
 }
 
+/* The forward tiles whose two m16 tiles a warp fill the accumulator budget (d 128: 128 x 48 on 4 warps,
+ * 256 x 48 on 8; the tuner's fastest d 128 non-causal tile at 2k-4k on the H200), where the loaders
+ * recompute their offsets (FG_LOADER_RECOMPUTE): spill-free on sm_80 and sm_90, both masks and dtypes. */
+Test(compile, tight_forward_tiles_spill_free, .timeout = 900) {
+    fg_spec specs[16];
+    int n = 0;
+    for (int arch = 80; arch <= 90; arch += 10)
+        for (int bm = 128; bm <= 256; bm += 128)
+            for (int i = 0; i < 4; i++) {
+                fg_spec s = {.kind = FG_KIND_FWD, .arch = arch, .dtype = i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16,
+                             .head_dim = 128, .block_m = bm, .block_n = 48, .warps = bm / 32, .stages = 2,
+                             .causal = i / 2};
+                s.out_dtype = s.dtype;
+                fg_error e;
+                cr_assert_eq(spec_validate(&s, &e), FG_OK, "%s", e.msg);
+                specs[n++] = s;
+            }
+    compile_all(specs, n, "d 128 forward, 128 x 48 / 256 x 48");
+}
+
 /* The sm_90a backward (bwd_sm90.cuh, wgmma; not yet run on a GPU) at head_dim 64 and 128, both dtypes
  * and masks, with the policy's tile: it compiles; d 64 spills nothing, d 128 up to 96 bytes on NVRTC 13.0
  * (255 registers: dK and dV take 128 of them), so up to 128 are tolerated. */

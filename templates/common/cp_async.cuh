@@ -89,14 +89,33 @@ __device__ __forceinline__ u32 fg_frag_addr(u32 base, const fg_frag_offsets_t<CH
 // 8 rows) and its global pointer only advances, so a tile costs one compare and one copy per 16 bytes.
 // Otherwise (head dims whose chunk count does not divide the thread count) each copy recomputes its
 // coordinates.
+#ifndef FG_LOADER_RECOMPUTE
+#define FG_LOADER_RECOMPUTE 0
+#endif
+
+// The thread's index, read where it is used: an asm volatile is neither hoisted nor kept, so what derives
+// from it is recomputed (a few integer instructions) rather than held in registers across a loop.
+__device__ __forceinline__ int fg_tid_now() {
+    int t;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+    return t;
+}
+
 template <int ROWS, int THREADS>
 struct fg_tile_loader {
     static constexpr bool FIXED = THREADS % FG_CHUNKS == 0 && (THREADS / FG_CHUNKS) % 8 == 0;
     static constexpr int RPS = FIXED ? THREADS / FG_CHUNKS : 1; // rows per step when FIXED
+    // FG_LOADER_RECOMPUTE (the emitter's choice per variant, generator/emit.c): the thread's place in a
+    // tile (FIXED) is recomputed from its index at each tile (fg_tid_now) rather than kept, three registers
+    // fewer across the key loop. On NVRTC 13.0 (sm_90) that took the forward tiles whose two m16 tiles a
+    // warp fill the accumulator budget (d 128 128 x 48 and 256 x 48) from 12-28 bytes of spills to none
+    // and the backward at d 256 from 40 to 24, but made tiles running key sub-blocks and some others spill
+    // more (d 256 128 x 80 8 warps: 0 -> 56), so it is where it helps only. The kernels launch 1-d blocks
+    // and pass threadIdx.x as `thread`.
     const fg_in_t *src; // FIXED: this thread's element in the next tile; else the next tile's first row
-    u32 dst;         // FIXED: this thread's byte offset inside a tile
-    int row;         // FIXED: this thread's first row inside a tile
-    bool col_ok;     // FIXED: this thread's column lies inside head_dim
+    u32 dst;         // FIXED, kept: this thread's byte offset inside a tile
+    int row;         // FIXED, kept: this thread's first row inside a tile
+    bool col_ok;     // FIXED, kept: this thread's column lies inside head_dim
     int tid;         // the thread's index in the block
 
     __device__ __forceinline__ void init(const fg_in_t *base, i64 row_stride, int thread) {
@@ -116,6 +135,15 @@ struct fg_tile_loader {
     // stride is passed again rather than kept: read from the kernel's parameters it costs no register.
     __device__ __forceinline__ void load(u32 tile, int rows_valid, i64 stride) {
         if constexpr (FIXED) {
+            int row = this->row;
+            bool col_ok = this->col_ok;
+            u32 dst = this->dst;
+            if constexpr (FG_LOADER_RECOMPUTE) {
+                const int thread = fg_tid_now(), c = thread % FG_CHUNKS;
+                row = thread / FG_CHUNKS;
+                col_ok = FG_HEAD_DIM == FG_HEAD_DIM_PADDED || c * FG_EPC < FG_HEAD_DIM;
+                dst = fg_tile_offset(row, c, ROWS);
+            }
             const fg_in_t *p = src;
             const i64 step = RPS * stride;
 #pragma unroll
