@@ -182,7 +182,7 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
                 rt_log(ctx, FG_LOG_WARN, "FLASHGEN_CAUSAL_GROUP=%s is not auto or a whole number from 1 to %d: using auto",
                        cg, INT32_MAX);
         }
-        /* A driver that cannot say leaves 0: causal tiles are then ordered head by head (causal_group_for). */
+        /* A driver that cannot say leaves 0: causal tiles are then ordered head by head (rt_causal_group). */
         if (cu->cuDeviceGetAttribute(&ctx->l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, ctx->device) != CUDA_SUCCESS)
             ctx->l2_bytes = 0;
     }

@@ -351,7 +351,7 @@ static fg_status launch_items(fg_context *ctx, const launch_item *items, int n, 
  * brings the tail back), the mma.sync family the heads of one batch or none (the grouping its grid gives
  * without a division, fg_cta_tile), at most SMs / 4 of them (33 on an H200), with its query blocks within
  * grid y (65535). FLASHGEN_CAUSAL_GROUP=N sets the cap instead, to measure the choice. */
-static int causal_group_for(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a) {
+int rt_causal_group(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a) {
     if (!s->causal) return 1;
     const int64_t pairs = a->q.shape[0] * a->q.shape[2], heads = a->q.shape[2];
     const int64_t m_blocks = (a->q.shape[1] + s->block_m - 1) / s->block_m;
@@ -378,12 +378,12 @@ static int causal_group_for(const fg_context *ctx, const fg_spec *s, const fg_fw
  * (the next tile's loads during this one's epilogue; H200, fgbench non-causal: 0-5% faster than one CTA
  * per tile). Causal tiles do not: a fixed stride gave some SMs all the heavy ones (d 128 causal 16k: 445
  * against 710 TFLOP/s), so they get one CTA per tile and the hardware scheduler's balancing. */
-static int launch_grid(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a, unsigned grid[3]) {
+int rt_launch_grid(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a, unsigned grid[3]) {
     int64_t m_blocks = (a->q.shape[1] + s->block_m - 1) / s->block_m;
     grid[0] = (unsigned)m_blocks;
     grid[1] = (unsigned)a->q.shape[2];
     grid[2] = (unsigned)a->q.shape[0];
-    const int group = causal_group_for(ctx, s, a);
+    const int group = rt_causal_group(ctx, s, a);
     if (!spec_is_wgmma(s) && group > 1) { /* (heads, query blocks, batch): fg_cta_tile */
         grid[0] = (unsigned)a->q.shape[2];
         grid[1] = (unsigned)m_blocks;
@@ -424,7 +424,7 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
     p.heads_kv = (int)a->k.shape[2];
     p.softmax_scale = a->softmax_scale != 0.f ? a->softmax_scale : (float)(1.0 / sqrt((double)p.head_dim));
     p.scale_log2 = (float)((double)p.softmax_scale * 1.4426950408889634);
-    const int group = causal_group_for(ctx, &s, a);
+    const int group = rt_causal_group(ctx, &s, a);
     p.causal_group = group > 1 ? group : 0; /* 0: head by head (the mma.sync family's plain grid) */
     if (spec_dtype_is_fp8(s.dtype)) {
         /* V is key-major: keys contiguous (stride[1] is 1 whenever seqlen_k > 1; set so for one key too),
@@ -461,7 +461,7 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
             return st;
     }
     unsigned grid[3];
-    launch_grid(ctx, &s, a, grid);
+    rt_launch_grid(ctx, &s, a, grid);
     const launch_item item = {fn, {grid[0], grid[1], grid[2]}, (unsigned)spec_threads(&s), (unsigned)spec_smem_bytes(&s),
                               "cuLaunchKernel(fg_attention_fwd_kernel)"};
     return launch_items(ctx, &item, 1, stream, params, err);
@@ -582,7 +582,7 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
     const char *where = origins[from];
     if (from == FROM_JIT && ctx->opt.strict) where = "in no cache or bundle: strict mode makes the call fail";
     unsigned grid[3];
-    const int persistent = launch_grid(ctx, &s, a, grid);
+    const int persistent = rt_launch_grid(ctx, &s, a, grid);
     char path[96] = "FlashAttention-2 mma.sync path (sm_80+)";
     if (spec_is_wgmma(&s)) snprintf(path, sizeof path, "FlashAttention-3 style sm_90a path (TMA, wgmma, %d consumer warpgroups)", s.block_m / 64);
     if (spec_dtype_is_fp8(s.dtype))
@@ -591,7 +591,7 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
     char order[96] = "";
     if (s.causal)
         snprintf(order, sizeof order, ", causal order: longest first across %d (head, batch) pairs",
-                 causal_group_for(ctx, &s, a));
+                 rt_causal_group(ctx, &s, a));
     int len = snprintf(buf, n,
              "variant %s\n  kernel: forward, %s, %d threads, %zu bytes shared memory, "
              "grid (%u, %u, %u)%s%s\n"

@@ -32,7 +32,7 @@ struct fg_context {
     int sm90_grid;               /* the sm_90a family's grid (FLASHGEN_SM90_GRID): 0 persistent for non-causal
                                     calls and one CTA per tile for causal ones, 1 "tiles" always one CTA per
                                     tile, 2 "persistent" always persistent; for measuring the choice */
-    int causal_group;            /* FLASHGEN_CAUSAL_GROUP: 0 auto (causal_group_for), else at most this many
+    int causal_group;            /* FLASHGEN_CAUSAL_GROUP: 0 auto (rt_causal_group), else at most this many
                                     (head, batch) pairs per group of the causal tile order; for measuring the choice */
     int wgmma_bwd;               /* FLASHGEN_WGMMA_BWD=1 on a wgmma-capable 9.0 device: backward calls the sm_90a
                                     kernel takes (head_dim 64/128, not deterministic) run it; it compiles but has not
@@ -73,6 +73,12 @@ void rt_log(fg_context *ctx, fg_log_level level, const char *fmt, ...) FG_PRINTF
  * spec must match the call (dtype, head_dim, mask) and the device (arch, shared memory). Its kernel is
  * found or built like any other (memory, disk, bundles, NVRTC). Errors go to err only. */
 fg_status rt_fwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_fwd_args *a, void *stream, fg_error *err);
+
+/* The forward's schedule for a checked call of variant s (dispatch.c; exposed for the CPU tests): the
+ * causal tile order's group of (head, batch) pairs (1: head by head; see the rule there), and the launch
+ * grid (returns 1 when the sm_90a family's grid is persistent). */
+int rt_causal_group(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a);
+int rt_launch_grid(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a, unsigned grid[3]);
 
 /* Records "FN: ctx is NULL" where fg_last_error(NULL) finds it; returns FG_ERR_INVALID_ARGUMENT. */
 fg_status rt_no_context(const char *fn);

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "args.h"
+#include "runtime.h"
 
 /* Fake device addresses, far apart and 256-byte aligned; only their values matter here. */
 #define BASE_Q ((uintptr_t)0x10000000)
@@ -390,3 +391,72 @@ Test(args, backward_rules) {
     fg_error e;
     cr_assert_eq(rt_check_bwd_args(&a, 0, 0, &e), FG_OK, "%s", e.msg);
 }
+
+/* The forward's schedule (runtime/dispatch.c rt_causal_group, rt_launch_grid), on a context as an H200
+ * would fill it (132 SMs, 60 MiB of L2): which causal calls interleave how many (head, batch) pairs, and
+ * the grid each family gets. */
+static fg_fwd_args shaped(int b, int sq, int hq, int hkv, int d) {
+    fg_fwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q = view(BASE_Q, FG_DTYPE_BF16, b, sq, hq, d);
+    a.k = view(BASE_K, FG_DTYPE_BF16, b, sq, hkv, d);
+    a.causal = 1;
+    return a;
+}
+
+Test(args, causal_tile_order_and_grid) {
+    fg_context ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.sm_count = 132;
+    ctx.l2_bytes = 60 << 20;
+    fg_spec mma = {.kind = FG_KIND_FWD, .arch = 90, .dtype = FG_DTYPE_BF16, .head_dim = 128, .block_m = 128,
+                   .block_n = 48, .warps = 4, .stages = 2, .causal = 1};
+    fg_spec wg = mma;
+    wg.arch_accel = 1, wg.block_n = 128, wg.warps = 12;
+    /* The protocol's d 128 2k: 8 x 16 pairs, 16 query blocks of 128. */
+    fg_fwd_args a = shaped(8, 2048, 16, 16, 128);
+    cr_assert_eq(rt_causal_group(&ctx, &mma, &a), 16, "mma.sync: one batch's heads (16 <= 132 / 4)");
+    unsigned g[3];
+    cr_assert_eq(rt_launch_grid(&ctx, &mma, &a, g), 0);
+    cr_assert(g[0] == 16 && g[1] == 16 && g[2] == 8, "grouped grid (heads, query blocks, batch): %u %u %u", g[0], g[1], g[2]);
+    /* sm_90a: at most 132 / 8 = 16 pairs and a third of the L2 over 1 MiB of K/V each (20): 16. */
+    cr_assert_eq(rt_causal_group(&ctx, &wg, &a), 16);
+    cr_assert_eq(rt_launch_grid(&ctx, &wg, &a, g), 0, "causal sm_90a: one CTA per tile");
+    cr_assert(g[0] == 16 * 128 && g[1] == 1 && g[2] == 1, "1-d grid of tiles: %u", g[0]);
+    /* 16k: 8 MiB of K/V a pair, so 2 pairs fit a third of the L2; 12 pairs: the largest power of two
+     * dividing them under the cap. */
+    a = shaped(1, 16384, 16, 16, 128);
+    cr_assert_eq(rt_causal_group(&ctx, &wg, &a), 2);
+    a = shaped(3, 2048, 4, 4, 128);
+    cr_assert_eq(rt_causal_group(&ctx, &wg, &a), 4);
+    /* GQA: 8 query heads a KV head share its K/V, so the L2 bound grows 8 times (the SM bound stays). */
+    a = shaped(1, 16384, 16, 2, 128);
+    cr_assert_eq(rt_causal_group(&ctx, &wg, &a), 16);
+    /* mma.sync: more heads than 132 / 4 = 33, or query blocks past grid y's 65535: head by head. */
+    a = shaped(1, 2048, 64, 64, 128);
+    cr_assert_eq(rt_causal_group(&ctx, &mma, &a), 1);
+    cr_assert_eq(rt_launch_grid(&ctx, &mma, &a, g), 0);
+    cr_assert(g[0] == 16 && g[1] == 64 && g[2] == 1, "plain grid (query blocks, heads, batch): %u %u %u", g[0], g[1], g[2]);
+    a = shaped(1, 65536 * 128 + 1, 2, 2, 128);
+    cr_assert_eq(rt_causal_group(&ctx, &mma, &a), 1);
+    /* Tile counts past 2^31 (the kernels' 32-bit tile index), a driver that gives no L2 size, and
+     * non-causal calls: head by head. */
+    a = shaped(65535, 65536, 1024, 1024, 128);
+    cr_assert_eq(rt_causal_group(&ctx, &wg, &a), 1);
+    a = shaped(8, 2048, 16, 16, 128);
+    fg_context no_l2 = ctx;
+    no_l2.l2_bytes = 0;
+    cr_assert_eq(rt_causal_group(&no_l2, &wg, &a), 1);
+    a.causal = 0;
+    fg_spec nc = mma;
+    nc.causal = 0;
+    cr_assert_eq(rt_causal_group(&ctx, &nc, &a), 1);
+    /* FLASHGEN_CAUSAL_GROUP=N caps the group instead of the rule (1: head by head). */
+    a = shaped(8, 2048, 16, 16, 128);
+    ctx.causal_group = 8;
+    cr_assert_eq(rt_causal_group(&ctx, &wg, &a), 8);
+    cr_assert_eq(rt_causal_group(&ctx, &mma, &a), 1, "mma.sync groups all 16 heads or none");
+    ctx.causal_group = 1;
+    cr_assert_eq(rt_causal_group(&ctx, &wg, &a), 1);
+}
+

@@ -790,7 +790,7 @@ ParameterizedTest(fwd_case *c, fwd, many_tiles_persistent, .timeout = 300) {
     run_case(c);
 }
 /* Causal calls order their tiles across a group of (head, batch) pairs by default (dispatch.c,
- * causal_group_for: on sm_90a up to SMs / 8 pairs within the L2 bound, on mma.sync one batch's heads);
+ * rt_causal_group: on sm_90a up to SMs / 8 pairs within the L2 bound, on mma.sync one batch's heads);
  * the head-by-head order (FLASHGEN_CAUSAL_GROUP=1, p.causal_group 0) stays selectable and must be as
  * right. */
 ParameterizedTestParameters(fwd, many_tiles_head_order) {
