@@ -62,10 +62,11 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
       echo "compute-sanitizer $tool (head_dim $d): $(tail -1 "$out/sanitizer.log")"
     done
   done
-  # the backward's GPU tests (every Criterion worker process followed)
+  # the backward's GPU tests (every Criterion worker process followed): the mma.sync kernels (bwd/shapes, head
+  # dims to 256) and the sm_90a one (bwd/shapes_sm90a, skipped off Hopper)
   for tool in memcheck racecheck; do
     compute-sanitizer --tool $tool --target-processes all --error-exitcode 9 build/tests/test_gpu_fwd -j1 \
-      --filter 'bwd/shapes' >>"$out/sanitizer.log" 2>&1 || san_rc=1
+      --filter 'bwd/shapes*' >>"$out/sanitizer.log" 2>&1 || san_rc=1
     echo "compute-sanitizer $tool (backward tests): $(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitizer.log") clean summaries so far"
   done
 else
