@@ -165,13 +165,14 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
         sb_printf(&b, "#define FG_WGMMA_BWD %d\n", wgmma_bwd);
         if (wgmma_bwd) sb_printf(&b, "#define FG_SW_BYTES 128\n");
     }
-    if (!wgmma && !bwd) sb_printf(&b, "#define FG_SUB_N %d\n", spec_fwd_sub_n(spec));
+    const int sub_n = !wgmma && !bwd ? spec_fwd_sub_n(spec) : 0;
+    if (!wgmma && !bwd) sb_printf(&b, "#define FG_SUB_N %d\n", sub_n);
     /* cp_async.cuh's loaders recompute their per-thread offsets where that removed spills (see there) and
      * nowhere else: the mma.sync forward's tiles with two m16 tiles a warp whose whole scores take the last
      * of the 176 accumulator registers (d 128 128 x 48 on 4 warps, 256 x 48 on 8), and the mma.sync
      * backward above head_dim 128. Elsewhere the SASS stays as measured. */
     const int recompute = bwd ? !wgmma_bwd && spec->head_dim > 128
-                              : !wgmma && spec_fwd_sub_n(spec) == spec->block_n && spec->block_m == 32 * spec->warps &&
+                              : !wgmma && sub_n == spec->block_n && spec->block_m == 32 * spec->warps &&
                                     2 * (spec_head_dim_padded(spec) / 2 + spec->block_n / 2) == FG_SPEC_ACC_REGS;
     sb_printf(&b, "#define FG_LOADER_RECOMPUTE %d\n", recompute);
     if (wgmma) { /* bytes per swizzled chunk row: 128 when head_dim fills them (64 16-bit or 128 FP8 elements) */

@@ -378,12 +378,11 @@ int rt_causal_group(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *
  * (the next tile's loads during this one's epilogue; H200, fgbench non-causal: 0-5% faster than one CTA
  * per tile). Causal tiles do not: a fixed stride gave some SMs all the heavy ones (d 128 causal 16k: 445
  * against 710 TFLOP/s), so they get one CTA per tile and the hardware scheduler's balancing. */
-int rt_launch_grid(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a, unsigned grid[3]) {
+int rt_launch_grid(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a, int group, unsigned grid[3]) {
     int64_t m_blocks = (a->q.shape[1] + s->block_m - 1) / s->block_m;
     grid[0] = (unsigned)m_blocks;
     grid[1] = (unsigned)a->q.shape[2];
     grid[2] = (unsigned)a->q.shape[0];
-    const int group = rt_causal_group(ctx, s, a);
     if (!spec_is_wgmma(s) && group > 1) { /* (heads, query blocks, batch): fg_cta_tile */
         grid[0] = (unsigned)a->q.shape[2];
         grid[1] = (unsigned)m_blocks;
@@ -461,7 +460,7 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
             return st;
     }
     unsigned grid[3];
-    rt_launch_grid(ctx, &s, a, grid);
+    rt_launch_grid(ctx, &s, a, group, grid);
     const launch_item item = {fn, {grid[0], grid[1], grid[2]}, (unsigned)spec_threads(&s), (unsigned)spec_smem_bytes(&s),
                               "cuLaunchKernel(fg_attention_fwd_kernel)"};
     return launch_items(ctx, &item, 1, stream, params, err);
@@ -582,7 +581,8 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
     const char *where = origins[from];
     if (from == FROM_JIT && ctx->opt.strict) where = "in no cache or bundle: strict mode makes the call fail";
     unsigned grid[3];
-    const int persistent = rt_launch_grid(ctx, &s, a, grid);
+    const int group = rt_causal_group(ctx, &s, a);
+    const int persistent = rt_launch_grid(ctx, &s, a, group, grid);
     char path[96] = "FlashAttention-2 mma.sync path (sm_80+)";
     if (spec_is_wgmma(&s)) snprintf(path, sizeof path, "FlashAttention-3 style sm_90a path (TMA, wgmma, %d consumer warpgroups)", s.block_m / 64);
     if (spec_dtype_is_fp8(s.dtype))
@@ -590,8 +590,7 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
                  spec_dtype_name(s.out_dtype));
     char order[96] = "";
     if (s.causal)
-        snprintf(order, sizeof order, ", causal order: longest first across %d (head, batch) pairs",
-                 rt_causal_group(ctx, &s, a));
+        snprintf(order, sizeof order, ", causal order: longest first across %d (head, batch) pairs", group);
     int len = snprintf(buf, n,
              "variant %s\n  kernel: forward, %s, %d threads, %zu bytes shared memory, "
              "grid (%u, %u, %u)%s%s\n"

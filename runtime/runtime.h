@@ -76,9 +76,10 @@ fg_status rt_fwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_fwd_ar
 
 /* The forward's schedule for a checked call of variant s (dispatch.c; exposed for the CPU tests): the
  * causal tile order's group of (head, batch) pairs (1: head by head; see the rule there), and the launch
- * grid (returns 1 when the sm_90a family's grid is persistent). */
+ * grid for that group (returns 1 when the sm_90a family's grid is persistent). A launch computes the
+ * group once for both. */
 int rt_causal_group(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a);
-int rt_launch_grid(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a, unsigned grid[3]);
+int rt_launch_grid(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a, int group, unsigned grid[3]);
 
 /* Records "FN: ctx is NULL" where fg_last_error(NULL) finds it; returns FG_ERR_INVALID_ARGUMENT. */
 fg_status rt_no_context(const char *fn);

@@ -172,6 +172,13 @@ __device__ __forceinline__ void fg_bwd_phase2(float (&dv)[FG_P2_KW / 16][FG_P2_D
 }
 
 // ---- pieces of the main kernels (this file's and bwd_sm90.cuh's) ----
+// The query blocks [m_first, m_last) that see a key of the key block at n0: all, or when causal those with
+// a row at or past the first key's diagonal (query i sees keys j <= i + sk - sq).
+__device__ __forceinline__ void fg_bwd_query_blocks(int n0, int sq, int sk, int &m_first, int &m_last) {
+    m_first = FG_CAUSAL ? max(0, n0 - (sk - sq)) / FG_BLOCK_M : 0;
+    m_last = (sq + FG_BLOCK_M - 1) / FG_BLOCK_M; // exclusive
+}
+
 // K and V of the key block at n0 into their tiles (joining the caller's next cp.async group).
 __device__ __forceinline__ void fg_bwd_load_kv(const fg_bwd_params &p, u32 s_k, u32 s_v, int batch, int kv_head, int n0,
                                                int sk, int tid) {
@@ -240,11 +247,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     const i64 bh = (i64)batch * p.heads_q + head;
     const int m_blocks = (int)(sq_pad / FG_BLOCK_M);
 
-    // The query blocks that see a key of this block: all, or when causal those with a row at or past
-    // the first key's diagonal (query i sees keys j <= i + sk - sq).
-    int m_first = 0;
-    if (FG_CAUSAL) m_first = max(0, n0 - (sk - sq)) / FG_BLOCK_M;
-    const int m_last = (sq + FG_BLOCK_M - 1) / FG_BLOCK_M; // exclusive
+    int m_first, m_last;
+    fg_bwd_query_blocks(n0, sq, sk, m_first, m_last);
 
     const u32 s_k = fg_smem_addr(fg_smem);
     const u32 s_v = s_k + FG_KV_BYTES;

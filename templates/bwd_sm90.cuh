@@ -41,9 +41,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     const i64 sq_pad = fg_bwd_rows_padded(sq);
     const i64 bh = (i64)batch * p.heads_q + head;
 
-    int m_first = 0;
-    if (FG_CAUSAL) m_first = max(0, n0 - (sk - sq)) / FG_BLOCK_M;
-    const int m_last = (sq + FG_BLOCK_M - 1) / FG_BLOCK_M; // exclusive
+    int m_first, m_last;
+    fg_bwd_query_blocks(n0, sq, sk, m_first, m_last);
 
     // Tiles on 1024-byte boundaries (the swizzle acts on address bits); the host asks for 1 KiB of slack.
     const u32 s_k = (fg_smem_addr(fg_smem) + 1023u) & ~1023u;

@@ -417,11 +417,11 @@ Test(args, causal_tile_order_and_grid) {
     fg_fwd_args a = shaped(8, 2048, 16, 16, 128);
     cr_assert_eq(rt_causal_group(&ctx, &mma, &a), 16, "mma.sync: one batch's heads (16 <= 132 / 4)");
     unsigned g[3];
-    cr_assert_eq(rt_launch_grid(&ctx, &mma, &a, g), 0);
+    cr_assert_eq(rt_launch_grid(&ctx, &mma, &a, rt_causal_group(&ctx, &mma, &a), g), 0);
     cr_assert(g[0] == 16 && g[1] == 16 && g[2] == 8, "grouped grid (heads, query blocks, batch): %u %u %u", g[0], g[1], g[2]);
     /* sm_90a: at most 132 / 8 = 16 pairs and a third of the L2 over 1 MiB of K/V each (20): 16. */
     cr_assert_eq(rt_causal_group(&ctx, &wg, &a), 16);
-    cr_assert_eq(rt_launch_grid(&ctx, &wg, &a, g), 0, "causal sm_90a: one CTA per tile");
+    cr_assert_eq(rt_launch_grid(&ctx, &wg, &a, rt_causal_group(&ctx, &wg, &a), g), 0, "causal sm_90a: one CTA per tile");
     cr_assert(g[0] == 16 * 128 && g[1] == 1 && g[2] == 1, "1-d grid of tiles: %u", g[0]);
     /* 16k: 8 MiB of K/V a pair, so 2 pairs fit a third of the L2; 12 pairs: the largest power of two
      * dividing them under the cap. */
@@ -435,7 +435,7 @@ Test(args, causal_tile_order_and_grid) {
     /* mma.sync: more heads than 132 / 4 = 33, or query blocks past grid y's 65535: head by head. */
     a = shaped(1, 2048, 64, 64, 128);
     cr_assert_eq(rt_causal_group(&ctx, &mma, &a), 1);
-    cr_assert_eq(rt_launch_grid(&ctx, &mma, &a, g), 0);
+    cr_assert_eq(rt_launch_grid(&ctx, &mma, &a, rt_causal_group(&ctx, &mma, &a), g), 0);
     cr_assert(g[0] == 16 && g[1] == 64 && g[2] == 1, "plain grid (query blocks, heads, batch): %u %u %u", g[0], g[1], g[2]);
     a = shaped(1, 65536 * 128 + 1, 2, 2, 128);
     cr_assert_eq(rt_causal_group(&ctx, &mma, &a), 1);

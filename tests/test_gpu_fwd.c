@@ -153,6 +153,14 @@ static void gpu_close(gpu_env *env) {
     remove_tree(env->own_dir);
 }
 
+/* The device's compute capability, times ten (90 on an H100/H200). */
+static int gpu_cc(const gpu_env *env) {
+    int major = 0, minor = 0;
+    CK(env->cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, env->dev));
+    CK(env->cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, env->dev));
+    return major * 10 + minor;
+}
+
 /* ------------------------------------------------------------------------------------------------ */
 /* Device buffers with a host image                                                                  */
 /* ------------------------------------------------------------------------------------------------ */
@@ -448,15 +456,12 @@ static void run_launch(gpu_env *env, fwd_run *r) {
         fg_error e;
         fg_error_clear(&e);
         char text[FG_SPEC_NAME_MAX];
-        int cc = 0;
-        CK(env->cu->cuDeviceGetAttribute(&cc, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, env->dev));
-        int minor = 0;
-        CK(env->cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, env->dev));
+        const int cc = gpu_cc(env);
         /* Hopper's two families: tiles of the sm_90a one have a producer warpgroup plus one consumer
          * warpgroup per 64 rows; the mma.sync tiles run as sm_90. */
         const int wgmma_tiles = r->c.tiles[0] % 64 == 0 && r->c.tiles[2] == 4 * (r->c.tiles[0] / 64 + 1);
-        snprintf(text, sizeof text, "kind=fwd arch=sm_%d%d%s dtype=%s head_dim=%d causal=%d block_m=%d block_n=%d "
-                 "warps=%d stages=%d", cc, minor, cc * 10 + minor == 90 && wgmma_tiles ? "a" : "", spec_dtype_name(r->c.dt), r->c.d,
+        snprintf(text, sizeof text, "kind=fwd arch=sm_%d%s dtype=%s head_dim=%d causal=%d block_m=%d block_n=%d "
+                 "warps=%d stages=%d", cc, cc == 90 && wgmma_tiles ? "a" : "", spec_dtype_name(r->c.dt), r->c.d,
                  r->c.causal, r->c.tiles[0], r->c.tiles[1], r->c.tiles[2], r->c.tiles[3]);
         cr_assert_eq(spec_parse(text, &s, &e), FG_OK, "%s: %s", text, e.msg);
         fg_status st = rt_fwd_with_spec(env->ctx, &s, &r->args, (void *)env->stream, &e);
@@ -500,12 +505,10 @@ static void run_verify(fwd_run *r) {
 /* The whole life of one case. */
 /* Skips the calling test (closing env) on a GPU without FP8 mma.sync (below sm_89, or sm_87). */
 static void skip_without_fp8(gpu_env *env) {
-    int major = 0, minor = 0;
-    CK(env->cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, env->dev));
-    CK(env->cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, env->dev));
-    if (major * 10 + minor < 89 || major * 10 + minor == 87) {
+    const int cc = gpu_cc(env);
+    if (cc < 89 || cc == 87) {
         gpu_close(env);
-        cr_skip_test("FP8 needs sm_89 or newer; this GPU is sm_%d%d", major, minor);
+        cr_skip_test("FP8 needs sm_89 or newer; this GPU is sm_%d", cc);
     }
 }
 
@@ -711,15 +714,13 @@ ParameterizedTest(fwd_case *c, fwd, fp8, .timeout = 300) {
     skip_without_fp8(&env);
     fwd_run r;
     run_setup(&env, &r, c);
-    int major = 0, minor = 0;
-    CK(env.cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, env.dev));
-    CK(env.cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, env.dev));
+    const int cc = gpu_cc(&env);
     const char *w = getenv("FLASHGEN_WGMMA"), *w8 = getenv("FLASHGEN_WGMMA_FP8");
     int wgmma = !(w && strcmp(w, "0") == 0) && !(w8 && strcmp(w8, "0") == 0);
     char why[2048];
     cr_assert_eq(fg_explain(env.ctx, &r.args, why, sizeof why), FG_OK, "%s", fg_last_error(env.ctx));
     int on_sm90a = strstr(why, "arch=sm_90a,") != NULL;
-    int want = major * 10 + minor == 90 && wgmma && c->d % 64 == 0;
+    int want = cc == 90 && wgmma && c->d % 64 == 0;
     cr_assert_eq(on_sm90a, want, "FP8 d %d should run the %s family: %s", c->d, want ? "sm_90a" : "mma.sync", why);
     run_launch(&env, &r);
     run_verify(&r);
@@ -1495,12 +1496,10 @@ ParameterizedTest(fwd_case *c, bwd, shapes_sm90a, .timeout = 600) {
     setenv("FLASHGEN_WGMMA_BWD", "1", 1); /* read by the context gpu_open creates */
     gpu_env env;
     gpu_open(&env);
-    int major = 0, minor = 0;
-    CK(env.cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, env.dev));
-    CK(env.cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, env.dev));
-    if (major * 10 + minor != 90) {
+    const int cc = gpu_cc(&env);
+    if (cc != 90) {
         gpu_close(&env);
-        cr_skip_test("the sm_90a backward needs a compute capability 9.0 device (this one is %d.%d)", major, minor);
+        cr_skip_test("the sm_90a backward needs a compute capability 9.0 device (this one is sm_%d)", cc);
     }
     bwd_run r;
     bwd_setup(&env, &r, c, 0);
