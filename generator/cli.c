@@ -86,9 +86,8 @@ static const char usage_main[] =
     "                      per tile for causal ones), tiles or persistent (for measuring the choice)\n"
     "  FLASHGEN_CAUSAL_GROUP  auto (default) or N: causal calls start the longest query blocks of at most N\n"
     "                      (head, batch) pairs together; 1 is head by head (for measuring the choice)\n"
-    "  FLASHGEN_BWD_WIDE   1: backward calls above head_dim 128 run (not yet run on a GPU: off by default)\n"
-    "  FLASHGEN_WGMMA_BWD  1: backward calls on an H100/H200 at head_dim 64/128, not deterministic, run the\n"
-    "                      sm_90a (wgmma) backward (not yet run on a GPU: off by default)\n"
+    "  FLASHGEN_WGMMA_BWD  0: backward calls on an H100/H200 at head_dim 64/128, not deterministic, run the\n"
+    "                      mma.sync kernel instead of the sm_90a (wgmma) one, to measure one against the other\n"
     "\n"
     "exit status: 0 on success, 1 on failure (stderr says what failed and why), 2 on a usage error.\n";
 

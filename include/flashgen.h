@@ -119,10 +119,10 @@ typedef struct fg_fwd_args {
 
 /* Arguments of one backward call: the gradients of O = attention(Q, K, V) for a given dO, recomputing the
  * attention from the forward's LSE (no N x N storage). 16-bit only (fp16 or bf16, all tensors one
- * dtype), head_dim a multiple of 16 up to 128 (or of 32 up to 256: those kernels have not yet run on a
- * GPU and are off unless the environment has FLASHGEN_BWD_WIDE=1; their tiles need the shared memory of
- * an A100 (d 160, 192) or of an H100 and newer (up to 256)), the mma.sync kernels on every arch (sm_80+;
- * on Hopper arch sm_90).
+ * dtype), head_dim a multiple of 16 up to 128 or of 32 up to 256 (above 128 the tiles need the shared
+ * memory of an A100 (d 160, 192) or of an H100 and newer (up to 256)), the mma.sync kernels on every arch
+ * (sm_80+; on Hopper arch sm_90) and on an H100/H200 a wgmma kernel (arch sm_90a) for head_dim 64 and 128
+ * outside the deterministic mode (FLASHGEN_WGMMA_BWD=0 in the environment sends those to mma.sync too).
  *   - q, k, v, o, lse as given to and returned by the forward (lse required), dout like o;
  *   - dq like q, dk and dv like k (with GQA, the gradient of a KV head sums over its query heads);
  *   - every 4-d tensor: last dim contiguous, the pointer and the strides of dims longer than 1 multiples

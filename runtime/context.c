@@ -168,9 +168,7 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
         if (g && *g && ctx->sm90_grid == 0 && strcmp(g, "auto") != 0)
             rt_log(ctx, FG_LOG_WARN, "FLASHGEN_SM90_GRID=%s is not auto, tiles or persistent: using auto", g);
         const char *wb = getenv("FLASHGEN_WGMMA_BWD");
-        ctx->wgmma_bwd = ctx->wgmma && wb && strcmp(wb, "1") == 0;
-        const char *bw = getenv("FLASHGEN_BWD_WIDE");
-        ctx->bwd_wide = bw && strcmp(bw, "1") == 0;
+        ctx->wgmma_bwd = ctx->wgmma && !(wb && strcmp(wb, "0") == 0);
         const char *cg = getenv("FLASHGEN_CAUSAL_GROUP");
         if (cg && *cg && strcmp(cg, "auto") != 0) {
             char *end;

@@ -34,11 +34,9 @@ struct fg_context {
                                     tile, 2 "persistent" always persistent; for measuring the choice */
     int causal_group;            /* FLASHGEN_CAUSAL_GROUP: 0 auto (rt_causal_group), else at most this many
                                     (head, batch) pairs per group of the causal tile order; for measuring the choice */
-    int wgmma_bwd;               /* FLASHGEN_WGMMA_BWD=1 on a wgmma-capable 9.0 device: backward calls the sm_90a
-                                    kernel takes (head_dim 64/128, not deterministic) run it; it compiles but has not
-                                    yet run on a GPU, so it is off by default */
-    int bwd_wide;                /* FLASHGEN_BWD_WIDE=1: backward calls above head_dim 128 run (their kernels compile
-                                    and pass the CPU checks but have not yet run on a GPU: refused otherwise) */
+    int wgmma_bwd;               /* backward calls the sm_90a kernel takes (head_dim 64/128, not deterministic) run it
+                                    on a wgmma-capable 9.0 device, unless FLASHGEN_WGMMA_BWD=0 (which sends them to the
+                                    mma.sync kernel, to measure one against the other) */
     int sm_count;                /* multiprocessors */
     int l2_bytes;                /* L2 cache size (0 when the driver does not say) */
     size_t smem_optin;           /* max dynamic shared memory per block (opt-in) */

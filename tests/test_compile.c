@@ -186,7 +186,7 @@ Test(compile, tight_forward_tiles_spill_free, .timeout = 900) {
     compile_all(specs, n, "d 128 forward, 128 x 48 / 256 x 48");
 }
 
-/* The sm_90a backward (bwd_sm90.cuh, wgmma; not yet run on a GPU) at head_dim 64 and 128, both dtypes
+/* The sm_90a backward (bwd_sm90.cuh, wgmma) at head_dim 64 and 128, both dtypes
  * and masks, with the policy's tile: it compiles; d 64 spills nothing, d 128 up to 96 bytes on NVRTC 13.0
  * (255 registers: dK and dV take 128 of them), so up to 128 are tolerated. */
 Test(compile, wgmma_backward, .timeout = 900) {

@@ -1456,7 +1456,7 @@ ParameterizedTestParameters(bwd, shapes) {
     return cr_make_param_array(fwd_case, bwd_cases, (size_t)bwd_ncases);
 }
 ParameterizedTest(fwd_case *c, bwd, shapes, .timeout = 600) {
-    if (c->d > 128) setenv("FLASHGEN_BWD_WIDE", "1", 1); /* runtime/dispatch.c, choose_bwd_spec */
+    setenv("FLASHGEN_WGMMA_BWD", "0", 1); /* the mma.sync kernels on Hopper too (bwd::shapes_sm90a: the other) */
     gpu_env env;
     gpu_open(&env);
     for (int det = 0; det < 2; det++) {
@@ -1482,8 +1482,8 @@ ParameterizedTest(fwd_case *c, bwd, shapes, .timeout = 600) {
 }
 
 /* The sm_90a backward (bwd_sm90.cuh, wgmma), on the shape set's head dims 64 and 128 without the
- * deterministic mode (which it does not take): FLASHGEN_WGMMA_BWD=1 turns it on (off by default until
- * these pass on a GPU); skipped on other GPUs. */
+ * deterministic mode (which it does not take): what a Hopper GPU runs by default (bwd::shapes runs the
+ * mma.sync kernel there, with FLASHGEN_WGMMA_BWD=0); skipped on other GPUs. */
 ParameterizedTestParameters(bwd, shapes_sm90a) {
     bwd_fill();
     static fwd_case cases[24];
@@ -1519,7 +1519,6 @@ ParameterizedTestParameters(bwd, deterministic_is_bitwise_repeatable) {
     return cr_make_param_array(fwd_case, cases, NELEM(cases));
 }
 ParameterizedTest(fwd_case *cp, bwd, deterministic_is_bitwise_repeatable, .timeout = 600) {
-    if (cp->d > 128) setenv("FLASHGEN_BWD_WIDE", "1", 1);
     gpu_env env;
     gpu_open(&env);
     fwd_case c = *cp;

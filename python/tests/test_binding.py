@@ -27,9 +27,6 @@ PYROOT = os.path.normpath(os.path.join(HERE, ".."))
 REPO = os.path.normpath(os.path.join(PYROOT, ".."))
 HEADER = os.path.join(REPO, "include", "flashgen.h")
 sys.path.insert(0, PYROOT)
-# The backward above head_dim 128 is off until its GPU tests have passed (runtime/dispatch.c,
-# choose_bwd_spec); test_autograd_gradients runs d 256. Read when the library's context is created.
-os.environ.setdefault("FLASHGEN_BWD_WIDE", "1")
 
 import flashgen  # noqa: E402  (after the path change)
 from flashgen import _capi, _tensors  # noqa: E402
