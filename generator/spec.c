@@ -212,9 +212,9 @@ int spec_is_wgmma_bwd(const fg_spec *spec) { return spec->kind == FG_KIND_BWD &&
 static size_t bwd_smem_bytes(const fg_spec *s) {
     size_t d = (size_t)s->head_dim, bm = (size_t)s->block_m, bn = (size_t)s->block_n;
     if (spec_is_wgmma_bwd(s)) /* bwd_sm90.cuh: 1 KiB of alignment slack, K and V, 2 stages of Q and dO, dS^T,
-                                 two warpgroups' dQ staging rows, 2 stages of the LSE and D rows */
+                                 two warpgroups' dQ staging rows, 2 stages of the LSE and D rows, 4 mbarriers */
         return 1024u + 2u * bn * d * 2u + 2u * 2u * bm * d * 2u + bn * bm * 2u + 2u * bm * (d + 8u) * 4u +
-               2u * 2u * bm * 4u;
+               2u * 2u * bm * 4u + 32u;
     return 2u * d * 2u * bn + 2u * 2u * d * 2u * bm + 2u * bn * bm * 2u + 2u * 2u * bm * 4u +
            (spec_bwd_dq_staged(s) ? bm * (d + 8u) * 4u : 0u);
 }

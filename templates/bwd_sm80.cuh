@@ -193,9 +193,10 @@ __device__ __forceinline__ void fg_bwd_load_kv(const fg_bwd_params &p, u32 s_k, 
 
 // The query blocks a CTA streams, from m_first on: Q, dO, lse2 and D of block m into stage st (the two
 // fp32 rows, FG_BLOCK_M * 4 bytes each, by the first threads, 16 bytes each: the workspace rows are
-// padded, so always in bounds).
+// padded, so always in bounds). THREADS: the threads that load (tid below it).
+template <int THREADS = FG_THREADS>
 struct fg_bwd_qstream {
-    fg_tile_loader<FG_BLOCK_M, FG_THREADS> q, dout;
+    fg_tile_loader<FG_BLOCK_M, THREADS> q, dout;
     __device__ __forceinline__ void init(const fg_bwd_params &p, int batch, int head, int m_first, int tid) {
         q.init((const fg_in_t *)p.q + batch * p.q_stride[0] + head * p.q_stride[2] + (i64)m_first * FG_BLOCK_M * p.q_stride[1],
                p.q_stride[1], tid);
@@ -261,7 +262,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     const u32 s_dq = s_d + 2 * FG_ROW_BYTES;          // sm_90+: FG_BLOCK_M rows of FG_DQ_LD floats
 
     fg_bwd_load_kv(p, s_k, s_v, batch, kv_head, n0, sk, tid);
-    fg_bwd_qstream qs;
+    fg_bwd_qstream<> qs;
     qs.init(p, batch, head, m_first, tid);
     auto load_block = [&](int m, int st) { qs.load(p, s_q, s_do, s_lse, s_d, m, st, sq, bh, sq_pad, tid); };
     if (m_first < m_last) load_block(m_first, 0);

@@ -2,10 +2,11 @@
 // kernels, the workspace and the grid are bwd_sm80.cuh's (emitted before this file, its own main kernel
 // left out by FG_WGMMA_BWD); this kernel replaces that one's mma.sync products by warpgroup MMAs.
 //
-// On an H200 (2026-11-29) it passes the backward GPU tests (bwd::shapes_sm90a) and runs 0-8% faster than
-// the mma.sync kernel at 2k-16k; the runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c,
-// choose_bwd_spec). Still about half of cuDNN's speed: every step below waits for the one before it (no
-// producer warp, no overlap of one query block's softmax with another's products).
+// On an H200 (2026-11-29) it passes the backward GPU tests (bwd::shapes_sm90a, racecheck and synccheck
+// clean) and runs 2-20% faster than the mma.sync kernel; the runtime takes it on Hopper unless
+// FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec). Still about half of cuDNN's speed: inside a
+// warpgroup every step waits for the one before it (no overlap of one query block's softmax with the
+// products of another, as FA3's backward has).
 //
 // A CTA: 128 keys of one query head (two warpgroups of 64 keys), head_dim 64 or 128, K and V in shared
 // memory for the whole run, dK and dV in registers (wgmma accumulators); it streams the query blocks that
@@ -55,14 +56,41 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     const u32 s_dq = s_ds + FG_BW_DS_BYTES; // 2 warpgroups' staging rows
     const u32 s_lse = s_dq + 2 * FG_BW_DQ_BYTES;
     const u32 s_d = s_lse + 2 * FG_ROW_BYTES;
+    const u32 s_bar = s_d + 2 * FG_ROW_BYTES; // mbarriers: full[2], then empty[2]
     unsigned char *const base = fg_smem + (s_k - fg_smem_addr(fg_smem));
+    auto bar_full = [&](int st) { return s_bar + 8u * (u32)st; };
+    auto bar_empty = [&](int st) { return s_bar + 16u + 8u * (u32)st; };
 
+    // The query blocks stream through two stages, loaded by warpgroup 1 alone (cp.async, each thread's
+    // completion counted by the stage's "full" mbarrier) once warpgroup 0 has released the stage (its
+    // "empty" mbarrier, one arrival per thread). So the warpgroups wait on each other only through data:
+    // warpgroup 0 can run up to a block ahead of warpgroup 1 (and fall up to one behind).
+    if (tid == 0) {
+        fg_mbar_init(bar_full(0), 128);
+        fg_mbar_init(bar_full(1), 128);
+        fg_mbar_init(bar_empty(0), 128);
+        fg_mbar_init(bar_empty(1), 128);
+    }
+    __syncthreads();
     fg_bwd_load_kv(p, s_k, s_v, batch, kv_head, n0, sk, tid);
-    fg_bwd_qstream qs;
-    qs.init(p, batch, head, m_first, tid);
-    auto load_block = [&](int m, int st) { qs.load(p, s_q, s_do, s_lse, s_d, m, st, sq, bh, sq_pad, tid); };
-    if (m_first < m_last) load_block(m_first, 0);
+    fg_bwd_qstream<128> qs;
+    if (wg == 1) qs.init(p, batch, head, m_first, wtid);
+    auto load_block = [&](int m, int st) {
+        qs.load(p, s_q, s_do, s_lse, s_d, m, st, sq, bh, sq_pad, wtid);
+        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar_full(st)) : "memory");
+    };
+    if (wg == 1 && m_first < m_last) load_block(m_first, 0);
     fg_cp_async_commit();
+    fg_cp_async_wait<0>(); // K and V (and block m_first) are in, for every thread
+    fg_fence_proxy_async();
+    __syncthreads();
+    // Decoupled so, the warpgroups drift out of step and one's softmax and dQ staging overlap the other's
+    // products. Measured on the H200 (bf16, same run, bench/results/2026-11-29-h200-session6/bwd-sm90-steps/):
+    // against both warpgroups in step behind __syncthreads, d 128 +8-16%, d 64 +0-5% (geomean +8.2%);
+    // enforcing FA3-style pingpong turns on top (named barriers, two turns a block) gave back most of it
+    // (+3.4% geomean), so the warpgroups are left to find their own phase. Also tried: S^T and dP^T in two
+    // commit groups, P^T computed while dP^T runs and dV issued before dS^T is computed: 4.7% slower
+    // (geomean, bf16 and fp16), the extra waits costing more than the overlap gave.
 
     float dk[FG_BW_DN][4], dv[FG_BW_DN][4];
 #pragma unroll
@@ -76,11 +104,13 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     const int krow0 = wg * 64 + wq * 16 + g; // this thread's key rows in the block: krow0, krow0 + 8
     int st = 0;
     for (int m = m_first; m < m_last; m++, st ^= 1) {
-        fg_cp_async_wait<0>();
-        fg_fence_proxy_async(); // this thread's cp.async writes, before wgmma reads them
-        __syncthreads();        // block m is in; everyone is done with stage st ^ 1
-        if (m + 1 < m_last) load_block(m + 1, st ^ 1);
-        fg_cp_async_commit();
+        if (wg == 1 && m + 1 < m_last) {
+            // stage st ^ 1 held block m - 1: once warpgroup 0 is done with it, block m + 1 goes there
+            if (m > m_first) fg_mbar_wait(bar_empty(st ^ 1), (u32)(((m - 1 - m_first) >> 1) & 1));
+            load_block(m + 1, st ^ 1);
+        }
+        fg_mbar_wait(bar_full(st), (u32)(((m - m_first) >> 1) & 1)); // block m is in
+        fg_fence_proxy_async(); // the cp.async writes it observed, before wgmma reads them
         const u32 sq_st = s_q + st * FG_QB_BYTES, sdo_st = s_do + st * FG_QB_BYTES;
         const float *lse2 = (const float *)(base + (s_lse - s_k) + st * FG_ROW_BYTES);
         const float *dsum = (const float *)(base + (s_d - s_k) + st * FG_ROW_BYTES);
@@ -152,6 +182,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         fg_fence_regs(dv);
         fg_fence_regs(dk);
         fg_fence_regs(dq);
+        if (wg == 0) fg_mbar_arrive(bar_empty(st)); // done with stage st (its Q, dO, LSE and D)
 
         // Stage dQ_part (rows = queries) and add it into the accumulator, one bulk reduce-add per row by
         // the warpgroup's first 64 threads, once their adds of the previous block have read the rows.
