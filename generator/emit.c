@@ -163,7 +163,7 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
         sb_printf(&b, "#define FG_DETERMINISTIC %d\n", spec->deterministic ? 1 : 0);
         sb_printf(&b, "#define FG_DQ_STAGED %d\n", spec_bwd_dq_staged(spec)); /* sizes its smem too */
         sb_printf(&b, "#define FG_WGMMA_BWD %d\n", wgmma_bwd);
-        if (wgmma_bwd) sb_printf(&b, "#define FG_SW_BYTES 128\n");
+        if (wgmma_bwd) sb_printf(&b, "#define FG_SW_BYTES 128\n#define FG_BW_DQ_N %d\n", spec_bwd_sm90_dq_n(spec));
     }
     const int sub_n = !wgmma && !bwd ? spec_fwd_sub_n(spec) : 0;
     if (!wgmma && !bwd) sb_printf(&b, "#define FG_SUB_N %d\n", sub_n);
@@ -186,7 +186,7 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
                 const char *ty = spec->dtype == FG_DTYPE_BF16 ? "bf16" : "f16";
                 emit_wgmma(&b, "fg_wgmma_st", spec->block_m, 0, 0, ty, ty);
                 emit_wgmma(&b, "fg_wgmma_rs", spec->head_dim, 1, 1, ty, ty);
-                emit_wgmma_t(&b, "fg_wgmma_dq", spec->head_dim, 0, 1, 1, ty, ty);
+                emit_wgmma_t(&b, "fg_wgmma_dq", spec_bwd_sm90_dq_n(spec), 0, 1, 1, ty, ty);
             } else if (spec_dtype_is_fp8(spec->dtype)) { /* P is e4m3 whatever the inputs (as on the mma.sync path) */
                 const char *ty = spec->dtype == FG_DTYPE_E5M2 ? "e5m2" : "e4m3";
                 emit_wgmma(&b, "fg_wgmma_qk", spec->block_n, 0, -1, ty, ty);

@@ -2,23 +2,27 @@
 // kernels, the workspace and the grid are bwd_sm80.cuh's (emitted before this file, its own main kernel
 // left out by FG_WGMMA_BWD); this kernel replaces that one's mma.sync products by warpgroup MMAs.
 //
-// On an H200 (2026-11-29) it passes the backward GPU tests (bwd::shapes_sm90a, racecheck and synccheck
-// clean) and runs 2-20% faster than the mma.sync kernel; the runtime takes it on Hopper unless
-// FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec). Still about half of cuDNN's speed: inside a
+// On an H200 (2026-11-29) it passes the backward GPU tests (bwd::shapes_sm90a; memcheck, racecheck and
+// synccheck clean) and runs at 0.95-1.17x FlashAttention-2's backward at head_dim 128 and 0.87-0.90x at
+// 64 (0.56-0.69x and 0.54-0.74x cuDNN's; bench/results/2026-11-29-h200-session6/); the runtime takes it on
+// Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec). What is left to cuDNN: inside a
 // warpgroup every step waits for the one before it (no overlap of one query block's softmax with the
-// products of another, as FA3's backward has).
+// products of another, as FA3's backward has), and at head_dim 64 each warpgroup still adds its own dQ
+// (the column split needs 32-column B tiles, not a canonical 128-byte-swizzle layout).
 //
 // A CTA: 128 keys of one query head (two warpgroups of 64 keys), head_dim 64 or 128, K and V in shared
 // memory for the whole run, dK and dV in registers (wgmma accumulators); it streams the query blocks that
-// see its keys, 64 rows each, double-buffered by cp.async (Q, dO, LSE, D), into the same swizzled tiles
+// see its keys, 64 rows each, double-buffered by cp.async (Q, dO, LSE, D; warpgroup 1 loads), into the same swizzled tiles
 // as the mma.sync kernel, which are wgmma's 128-byte-swizzled canonical layouts (cp_async.cuh: slabs of
 // 64 columns, 16-byte units XOR-ed by row % 8; sm90.cuh). Per query block, each warpgroup on its 64 keys:
 //   1. S^T = K Q^T and dP^T = V dO^T       m64 n64 (queries) k16 x d/16, both operands K-major in smem
 //      P^T = exp2(c S^T - lse2) (masked: 0), dS^T = P^T (dP^T - D), in the accumulators' registers
 //   2. dV += P^T dO, dK += dS^T Q          m64 nd k16 x 4, A = P^T, dS^T from registers (the accumulator
 //                                          layout packed, as the forward's P), B = dO, Q MN-major in smem
-//   3. dQ_part = dS K                      m64 (queries) nd k16 x 4 over this warpgroup's keys: A = dS from
-//                                          the dS^T tile it wrote ([keys][queries], MN-major), B = K MN-major
+//   3. dQ_part = dS K                      d 128: m64 (queries) n64 (its half of the columns) k16 x 8 over
+//                                          all 128 keys, from both warpgroups' dS^T; d 64: m64 n64 k16 x 4
+//                                          over its own keys. A = dS from the dS^T tile ([keys][queries],
+//                                          MN-major), B = K MN-major
 //   dQ_part is staged in shared memory and added into the fp32 accumulator by the TMA unit, one bulk
 //   reduce-add per row; the two warpgroups' parts add separately (the accumulator sums them).
 // The deterministic mode stays on the mma.sync kernel (the validator refuses it here).
@@ -28,7 +32,15 @@ constexpr int FG_BW_DN = FG_HEAD_DIM / 8;   // n8 tiles of dK, dV, dQ (head_dim)
 constexpr u32 FG_BW_KCH = FG_BLOCK_N * 128; // bytes of one 64-column chunk of the K and V tiles
 constexpr u32 FG_BW_QCH = FG_BLOCK_M * 128; // of the Q and dO tiles
 constexpr u32 FG_BW_DS_BYTES = FG_BLOCK_N * FG_BLOCK_M * 2; // dS^T, [keys][queries]: 128-byte rows
-constexpr u32 FG_BW_DQ_BYTES = FG_BLOCK_M * FG_DQ_LD * 4;   // one warpgroup's dQ staging rows
+// dQ by columns (FG_BW_DQ_N, the emitter's choice, generator/spec.c): where it is half of head_dim, each
+// warpgroup computes its half of dQ's columns over all 128 keys (m64 n64 k16 x 8) from both warpgroups'
+// dS^T (double-buffered, two mbarriers a buffer), so a CTA adds each dQ element into the accumulator once,
+// not once a warpgroup, and a warpgroup holds 32 dQ registers, not 64. Otherwise each warpgroup adds dS K
+// over its own 64 keys for all columns.
+constexpr bool FG_BW_DQ_COLS = FG_BW_DQ_N < FG_HEAD_DIM;
+constexpr int FG_BW_DS_BUFS = FG_BW_DQ_COLS ? 2 : 1;
+constexpr int FG_BW_DQ_LD = FG_BW_DQ_N + 8;                  // staging row: 8 floats of padding, as FG_DQ_LD
+constexpr u32 FG_BW_DQ_BYTES = FG_BLOCK_M * FG_BW_DQ_LD * 4; // one warpgroup's dQ staging rows
 static_assert(FG_BLOCK_N == 128 && FG_BLOCK_M == 64 && FG_WARPS == 8, "two warpgroups of 64 keys, 64 queries");
 static_assert(FG_HEAD_DIM % 64 == 0 && FG_HEAD_DIM <= 128, "128-byte swizzled chunks of 64 columns");
 
@@ -53,13 +65,15 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     const u32 s_q = s_v + FG_KV_BYTES;     // 2 stages
     const u32 s_do = s_q + 2 * FG_QB_BYTES; // 2 stages
     const u32 s_ds = s_do + 2 * FG_QB_BYTES;
-    const u32 s_dq = s_ds + FG_BW_DS_BYTES; // 2 warpgroups' staging rows
+    const u32 s_dq = s_ds + FG_BW_DS_BUFS * FG_BW_DS_BYTES; // 2 warpgroups' staging rows
     const u32 s_lse = s_dq + 2 * FG_BW_DQ_BYTES;
     const u32 s_d = s_lse + 2 * FG_ROW_BYTES;
-    const u32 s_bar = s_d + 2 * FG_ROW_BYTES; // mbarriers: full[2], then empty[2]
+    const u32 s_bar = s_d + 2 * FG_ROW_BYTES; // mbarriers: full[2], empty[2], dS full[2], dS empty[2]
     unsigned char *const base = fg_smem + (s_k - fg_smem_addr(fg_smem));
     auto bar_full = [&](int st) { return s_bar + 8u * (u32)st; };
     auto bar_empty = [&](int st) { return s_bar + 16u + 8u * (u32)st; };
+    auto bar_ds_full = [&](int b) { return s_bar + 32u + 8u * (u32)b; };
+    auto bar_ds_empty = [&](int b) { return s_bar + 48u + 8u * (u32)b; };
 
     // The query blocks stream through two stages, loaded by warpgroup 1 alone (cp.async, each thread's
     // completion counted by the stage's "full" mbarrier) once warpgroup 0 has released the stage (its
@@ -70,6 +84,12 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         fg_mbar_init(bar_full(1), 128);
         fg_mbar_init(bar_empty(0), 128);
         fg_mbar_init(bar_empty(1), 128);
+        if (FG_BW_DQ_COLS) {
+            for (int b = 0; b < 2; b++) {
+                fg_mbar_init(bar_ds_full(b), 256);
+                fg_mbar_init(bar_ds_empty(b), 256);
+            }
+        }
     }
     __syncthreads();
     fg_bwd_load_kv(p, s_k, s_v, batch, kv_head, n0, sk, tid);
@@ -110,6 +130,10 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
             load_block(m + 1, st ^ 1);
         }
         fg_mbar_wait(bar_full(st), (u32)(((m - m_first) >> 1) & 1)); // block m is in
+        // dS^T's buffer (b, its use u): free once both warpgroups' dQ of block m - 2 has read it
+        const int b = FG_BW_DQ_COLS ? (m - m_first) & 1 : 0, u = (m - m_first) >> 1;
+        const u32 s_ds_b = s_ds + (u32)b * FG_BW_DS_BYTES;
+        if (FG_BW_DQ_COLS && u > 0) fg_mbar_wait(bar_ds_empty(b), (u32)((u - 1) & 1));
         fg_fence_proxy_async(); // the cp.async writes it observed, before wgmma reads them
         const u32 sq_st = s_q + st * FG_QB_BYTES, sdo_st = s_do + st * FG_QB_BYTES;
         const float *lse2 = (const float *)(base + (s_lse - s_k) + st * FG_ROW_BYTES);
@@ -148,7 +172,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
                     dp[nt][2 * h + e] = pv * (dp[nt][2 * h + e] - dsum[col]);
                 }
                 const u32 off = fg_tile_offset<FG_DS_CH>(krow, nt, FG_BLOCK_N) + 4 * t;
-                asm volatile("st.shared.b32 [%0], %1;" ::"r"(s_ds + off),
+                asm volatile("st.shared.b32 [%0], %1;" ::"r"(s_ds_b + off),
                              "r"(fg_pack2(dp[nt][2 * h], dp[nt][2 * h + 1])));
             }
         u32 pa[FG_BLOCK_M / 16][4], da[FG_BLOCK_M / 16][4];
@@ -158,7 +182,10 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
             fg_pack_a(dp[2 * kk], dp[2 * kk + 1], da[kk]);
         }
         fg_fence_proxy_async();        // the dS^T stores, before wgmma reads them
-        fg_named_sync(1 + wg, 128);    // this warpgroup's dS^T rows are complete
+        if (FG_BW_DQ_COLS)
+            fg_mbar_arrive(bar_ds_full(b)); // this thread's dS^T entries are in
+        else
+            fg_named_sync(1 + wg, 128);     // this warpgroup's dS^T rows are complete
 
         // 2. dV += P^T dO, dK += dS^T Q (k = queries, 16 a step: 16 rows of the dO and Q tiles).
         fg_fence_regs(dv);
@@ -171,18 +198,29 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         }
         fg_wgmma_commit();
 
-        // 3. This warpgroup's part of dQ: dS (queries x its 64 keys) K (its keys x head_dim).
-        float dq[FG_BW_DN][4];
+        // 3. This warpgroup's part of dQ: by columns, dS (queries x all 128 keys) K (all keys x its half of
+        // head_dim, one 64-column chunk of the K tile), once both warpgroups' dS^T is in; otherwise dS
+        // (queries x its 64 keys) K (its keys x head_dim).
+        float dq[FG_BW_DQ_N / 8][4];
+        if (FG_BW_DQ_COLS) {
+            fg_mbar_wait(bar_ds_full(b), (u32)(u & 1));
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-            fg_wgmma_dq(dq, fg_desc_mnmajor(dsw + kk * 16 * 128, FG_BW_DS_BYTES),
-                        fg_desc_mnmajor(kw + kk * 16 * 128, FG_BW_KCH), kk > 0 ? 1u : 0u);
+            for (int kk = 0; kk < FG_BLOCK_N / 16; kk++)
+                fg_wgmma_dq(dq, fg_desc_mnmajor(s_ds_b + kk * 16 * 128, FG_BW_DS_BYTES),
+                            fg_desc_mnmajor(s_k + wg * FG_BW_KCH + kk * 16 * 128, FG_BW_KCH), kk > 0 ? 1u : 0u);
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                fg_wgmma_dq(dq, fg_desc_mnmajor(dsw + kk * 16 * 128, FG_BW_DS_BYTES),
+                            fg_desc_mnmajor(kw + kk * 16 * 128, FG_BW_KCH), kk > 0 ? 1u : 0u);
+        }
         fg_wgmma_commit();
         fg_wgmma_wait<0>();
         fg_fence_regs(dv);
         fg_fence_regs(dk);
         fg_fence_regs(dq);
         if (wg == 0) fg_mbar_arrive(bar_empty(st)); // done with stage st (its Q, dO, LSE and D)
+        if (FG_BW_DQ_COLS) fg_mbar_arrive(bar_ds_empty(b)); // and this thread's dQ with dS^T buffer b
 
         // Stage dQ_part (rows = queries) and add it into the accumulator, one bulk reduce-add per row by
         // the warpgroup's first 64 threads, once their adds of the previous block have read the rows.
@@ -191,15 +229,15 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         float *sdq = (float *)(base + (dqw - s_k));
         const int r0 = wq * 16 + g;
 #pragma unroll
-        for (int i = 0; i < FG_BW_DN; i++) {
-            *(float2 *)(sdq + r0 * FG_DQ_LD + 8 * i + 2 * t) = make_float2(dq[i][0], dq[i][1]);
-            *(float2 *)(sdq + (r0 + 8) * FG_DQ_LD + 8 * i + 2 * t) = make_float2(dq[i][2], dq[i][3]);
+        for (int i = 0; i < FG_BW_DQ_N / 8; i++) {
+            *(float2 *)(sdq + r0 * FG_BW_DQ_LD + 8 * i + 2 * t) = make_float2(dq[i][0], dq[i][1]);
+            *(float2 *)(sdq + (r0 + 8) * FG_BW_DQ_LD + 8 * i + 2 * t) = make_float2(dq[i][2], dq[i][3]);
         }
         fg_fence_proxy_async();
         fg_named_sync(1 + wg, 128);
         if (wtid < 64) {
-            const float *dst = p.dq_accum + (bh * sq_pad + m0 + wtid) * FG_HEAD_DIM;
-            fg_bulk_add_f32<FG_HEAD_DIM * 4>(dst, dqw + (u32)(wtid * FG_DQ_LD * 4));
+            const float *dst = p.dq_accum + (bh * sq_pad + m0 + wtid) * FG_HEAD_DIM + (FG_BW_DQ_COLS ? wg * FG_BW_DQ_N : 0);
+            fg_bulk_add_f32<FG_BW_DQ_N * 4>(dst, dqw + (u32)(wtid * FG_BW_DQ_LD * 4));
         }
     }
     if (wtid < 64) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); // smem stays till read
