@@ -6,7 +6,9 @@
 #                                                   no GPU)
 #   sh bench/resources.sh --from DIR/compare.json   the variants flashgen ran in that compare.py run (the
 #                                                   tuned winners, not the tile policy's defaults), one row
-#                                                   each, with the configs that ran it
+#                                                   each with the configs that ran it, a table per family;
+#                                                   fails when the file records no variant (compare.py
+#                                                   --bwd does not record them yet)
 # ARCH sm_90 is the mma.sync family on Hopper, whose HMMA and LDSM the SASS columns count; sm_90a is the
 # wgmma family, whose table counts HGMMA (16-bit) and QGMMA (FP8), the TMA loads (UTMALDG) and stores
 # (UTMASTG) and the register reallocations (USETMAXREG) instead. The register count ptxas reports for
@@ -15,18 +17,16 @@
 # F2FP-unpack the fp8 -> f16 conversions a target without FP8 mma.sync (sm_90) runs before each HMMA.
 # KIND bwd: the backward (mma.sync family, head dims 64, 96, 128, both masks, both modes), counting HMMA,
 # LDSM, the bulk reduce-adds of dQ (UBLKRED, sm_90+) and the fp32 atomics (RED, ATOM) instead; the
-# register and spill figures are the main kernel's, the worst of the module's three.
+# register and spill figures are the main kernel's, the worst of the module's three. With ARCH sm_90a
+# the backward's table counts HGMMA and UBLKRED (head_dim 64 and 128, deterministic 0: the others are
+# refused, which stderr says).
 # The SASS columns need cuobjdump (the CUDA toolkit's, or the one in Triton's wheel: set CUOBJDUMP).
 set -eu
 # Where a driver is installed, NVRTC may answer a repeated compile from the CUDA compute cache without
 # running ptxas, and the report this table reads would be missing.
 export CUDA_CACHE_DISABLE=1
 from=
-if [ "${1:-}" = --from ]; then
-  from=${2:?--from needs a compare.json}
-  set -- "$(python3 -c 'import json,sys; r=[x for x in json.load(open(sys.argv[1]))["results"] if x["implementation"]=="flashgen" and x.get("variant")]; print(r[0]["variant"].split("arch=")[1].split(",")[0] if r else "sm_90")' "$from")" "" \
-         "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"]; print("bwd" if r and r[0].get("pass")=="bwd" else "fwd")' "$from")"
-fi
+[ "${1:-}" = --from ] && from=${2:?--from needs a compare.json}
 arch=${1:-sm_90}
 dtypes=${2:-bf16 fp16}
 kind=${3:-fwd}
@@ -39,26 +39,42 @@ count() {
   if [ -n "$objdump" ]; then grep -cE "$1" "$tmp/k.sass" || true; else echo -; fi
 }
 
-if [ "$kind" = bwd ]; then
-  echo "| variant | registers | spill bytes | shared memory | HMMA | LDSM | UBLKRED | RED/ATOM | LDL/STL |"
-  echo "|---|---|---|---|---|---|---|---|---|"
-elif [ "$arch" = sm_90a ]; then
-  echo "| variant | registers (launch cap) | spill bytes | shared memory | HGMMA | QGMMA | HMMA | UTMALDG | UTMASTG | USETMAXREG | LDL/STL |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|"
-else
-  echo "| variant | registers | spill bytes | shared memory | HMMA | QMMA | F2FP unpack | LDSM | LDL/STL |"
-  echo "|---|---|---|---|---|---|---|---|---|"
-fi
-# The specs to report: from the compare.json (with the configs that ran each), or the policy's defaults.
+# The header of a family's table: the mma.sync backward, the sm_90a backward, the sm_90a forward, the
+# mma.sync forward.
+header() {
+  case "$1" in
+  bwd,sm_90a)
+    echo "| variant | registers | spill bytes | shared memory | HGMMA | UBLKRED | LDL/STL |"
+    echo "|---|---|---|---|---|---|---|" ;;
+  bwd,*)
+    echo "| variant | registers | spill bytes | shared memory | HMMA | LDSM | UBLKRED | RED/ATOM | LDL/STL |"
+    echo "|---|---|---|---|---|---|---|---|---|" ;;
+  fwd,sm_90a)
+    echo "| variant | registers (launch cap) | spill bytes | shared memory | HGMMA | QGMMA | HMMA | UTMALDG | UTMASTG | USETMAXREG | LDL/STL |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|" ;;
+  *)
+    echo "| variant | registers | spill bytes | shared memory | HMMA | QMMA | F2FP unpack | LDSM | LDL/STL |"
+    echo "|---|---|---|---|---|---|---|---|---|" ;;
+  esac
+}
+
+# The specs to report, one a line: "kind,arch<TAB>spec<TAB>configs that ran it" (sorted, so each family's
+# rows come together under one header): from the compare.json, or the policy's defaults.
 if [ -n "$from" ]; then
   python3 - "$from" > "$tmp/specs" <<'PY'
-import json, sys
+import json, re, sys
 runs = {}
 for x in json.load(open(sys.argv[1]))["results"]:
     if x["implementation"] == "flashgen" and x.get("variant"):
         runs.setdefault(x["variant"], []).append("%s d%d %s %d" % (x["dtype"], x["head_dim"], "causal" if x["causal"] else "none", x["seqlen"]))
-for spec in sorted(runs):
-    print(spec + "\t" + ", ".join(runs[spec]))
+if not runs:
+    sys.exit("bench/resources.sh: %s records no flashgen variant (a compare.py run before variants were "
+             "recorded, or one whose flashgen calls all failed)" % sys.argv[1])
+def family(spec):
+    f = dict(kv.split("=", 1) for kv in spec.split(","))
+    return "%s,%s" % (f.get("kind", "fwd"), f.get("arch", "sm_90"))
+for spec in sorted(runs, key=lambda v: (family(v), v)):
+    print(family(spec) + "\t" + spec + "\t" + ", ".join(runs[spec]))
 PY
 else
   if [ "$kind" = bwd ]; then dims="64 96 128"; modes="0 1"; else dims="64 128 256"; modes="0"; fi
@@ -68,14 +84,20 @@ else
         for det in $modes; do
           spec="kind=$kind,arch=$arch,dtype=$dtype,head_dim=$d,causal=$causal"
           [ "$kind" = bwd ] && spec="$spec,deterministic=$det"
-          printf '%s\t\n' "$spec"
+          printf '%s,%s\t%s\t\n' "$kind" "$arch" "$spec"
         done
       done
     done
   done > "$tmp/specs"
 fi
-while IFS="$(printf '\t')" read -r spec used; do
-  line=$(build/flashgen compile "$spec" -o "$tmp/k.cubin" 2>/dev/null | tail -n 1)
+shown=
+while IFS="$(printf '\t')" read -r fam spec used; do
+  if ! build/flashgen compile "$spec" -o "$tmp/k.cubin" > "$tmp/out" 2>&1; then
+    echo "(not compiled: $spec: $(tail -n 1 "$tmp/out"))" >&2 # a spec validation refuses, say
+    continue
+  fi
+  [ "$fam" = "$shown" ] || { [ -z "$shown" ] || echo; header "$fam"; shown=$fam; }
+  line=$(tail -n 1 "$tmp/out")
   name=$(echo "$line" | cut -d' ' -f1)
   regs=$(echo "$line" | sed -n 's/.* \([0-9]*\) registers.*/\1/p')
   spill=$(echo "$line" | sed -n 's/.* \([0-9]*\) bytes spill stores.*/\1/p')
@@ -83,14 +105,17 @@ while IFS="$(printf '\t')" read -r spec used; do
   [ -n "$objdump" ] && "$objdump" -sass "$tmp/k.cubin" > "$tmp/k.sass"
   ldl=$(count '\b(LDL|STL)\b')
   [ -n "$used" ] && name="$name ($used)"
-  if [ "$kind" = bwd ]; then
+  case "$fam" in
+  bwd,sm_90a)
+    echo "| $name | $regs | $spill | $smem | $(count HGMMA) | $(count UBLKRED) | $ldl |" ;;
+  bwd,*)
     echo "| $name | $regs | $spill | $smem | $(count HMMA) | $(count LDSM) | $(count UBLKRED) |" \
-         "$(count '\b(RED|ATOM)\.') | $ldl |"
-  elif [ "$arch" = sm_90a ]; then
+         "$(count '\b(RED|ATOM)\.') | $ldl |" ;;
+  fwd,sm_90a)
     echo "| $name | $regs | $spill | $smem | $(count HGMMA) | $(count QGMMA) | $(count HMMA) |" \
-         "$(count UTMALDG) | $(count UTMASTG) | $(count USETMAXREG) | $ldl |"
-  else
+         "$(count UTMALDG) | $(count UTMASTG) | $(count USETMAXREG) | $ldl |" ;;
+  *)
     echo "| $name | $regs | $spill | $smem | $(count HMMA) | $(count QMMA) | $(count 'F2FP.*UNPACK') |" \
-         "$(count LDSM) | $ldl |"
-  fi
+         "$(count LDSM) | $ldl |" ;;
+  esac
 done < "$tmp/specs"

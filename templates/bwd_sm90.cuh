@@ -43,6 +43,8 @@ constexpr int FG_BW_DQ_LD = FG_BW_DQ_N + 8;                  // staging row: 8 f
 constexpr u32 FG_BW_DQ_BYTES = FG_BLOCK_M * FG_BW_DQ_LD * 4; // one warpgroup's dQ staging rows
 static_assert(FG_BLOCK_N == 128 && FG_BLOCK_M == 64 && FG_WARPS == 8, "two warpgroups of 64 keys, 64 queries");
 static_assert(FG_HEAD_DIM % 64 == 0 && FG_HEAD_DIM <= 128, "128-byte swizzled chunks of 64 columns");
+// Warpgroup 1's loaders take their thread index as wtid; the recomputing loaders read %tid.x instead.
+static_assert(!FG_LOADER_RECOMPUTE, "the sm_90a backward's loaders run on warpgroup 1 with their own thread index");
 
 extern "C" __global__ void __launch_bounds__(256, 1)
 fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
@@ -204,6 +206,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         float dq[FG_BW_DQ_N / 8][4];
         if (FG_BW_DQ_COLS) {
             fg_mbar_wait(bar_ds_full(b), (u32)(u & 1));
+            fg_wgmma_fence(); // (ptxas would insert it: the wait's registers are reused by dQ's accumulators)
 #pragma unroll
             for (int kk = 0; kk < FG_BLOCK_N / 16; kk++)
                 fg_wgmma_dq(dq, fg_desc_mnmajor(s_ds_b + kk * 16 * 128, FG_BW_DS_BYTES),

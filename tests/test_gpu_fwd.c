@@ -1445,11 +1445,26 @@ static void bwd_fill(void) {
     bwd_cases[n++] = mk(FG_DTYPE_F16, 2, 130, 200, 2, 2, 192, 0);
     bwd_cases[n++] = mk(FG_DTYPE_BF16, 1, 257, 130, 2, 1, 160, 1);  /* rows without keys; MQA */
     bwd_cases[n++] = mk(FG_DTYPE_F16, 1, 100, 100, 2, 2, 224, 1);
+    bwd_cases[n++] = mk(FG_DTYPE_BF16, 1, 1, 239, 2, 2, 128, 0);    /* one query block a CTA, d 128 */
+    bwd_cases[n++] = mk(FG_DTYPE_F16, 1, 1000, 77, 2, 2, 128, 1);   /* sq >> sk at d 128: 16 query blocks */
     fwd_case s = mk(FG_DTYPE_BF16, 2, 130, 140, 4, 2, 64, 1);
     s.strided = 1;
     s.scale = 0.3f;
     bwd_cases[n++] = s;
     bwd_ncases = n;
+}
+/* Causal with sq > sk: rows i < sq - sk see no key, and their dQ must be exactly 0 (not NaN, not noise). */
+static void bwd_check_rows_without_keys(const fwd_case *c, const bwd_run *r) {
+    if (!c->causal || c->sq <= c->sk) return;
+    for (int64_t b = 0; b < c->b; b++)
+        for (int64_t i = 0; i < c->sq - c->sk; i++)
+            for (int64_t h = 0; h < c->hq; h++)
+                for (int64_t x = 0; x < c->d; x++) {
+                    const uint16_t *e = (const uint16_t *)r->dq.img +
+                                        (b * r->dq.view.stride[0] + i * r->dq.view.stride[1] + h * r->dq.view.stride[2] + x);
+                    cr_assert_eq(*e & 0x7fff, 0, "dQ[%lld, %lld, %lld, %lld] of a row without keys is 0x%04x",
+                                 (long long)b, (long long)i, (long long)h, (long long)x, *e);
+                }
 }
 ParameterizedTestParameters(bwd, shapes) {
     bwd_fill();
@@ -1464,18 +1479,7 @@ ParameterizedTest(fwd_case *c, bwd, shapes, .timeout = 600) {
         bwd_setup(&env, &r, c, det);
         bwd_launch(&env, &r);
         bwd_verify(&r);
-        if (c->causal && c->sq > c->sk) { /* rows i < sq - sk see no key: their dQ is exactly 0 */
-            for (int64_t b = 0; b < c->b; b++)
-                for (int64_t i = 0; i < c->sq - c->sk; i++)
-                    for (int64_t h = 0; h < c->hq; h++)
-                        for (int64_t x = 0; x < c->d; x++) {
-                            const uint16_t *e = (const uint16_t *)r.dq.img +
-                                                (b * r.dq.view.stride[0] + i * r.dq.view.stride[1] +
-                                                 h * r.dq.view.stride[2] + x);
-                            cr_assert_eq(*e & 0x7fff, 0, "dQ[%lld, %lld, %lld, %lld] of a row without keys is 0x%04x",
-                                         (long long)b, (long long)i, (long long)h, (long long)x, *e);
-                        }
-        }
+        bwd_check_rows_without_keys(c, &r);
         bwd_free(&env, &r);
     }
     gpu_close(&env);
@@ -1505,6 +1509,7 @@ ParameterizedTest(fwd_case *c, bwd, shapes_sm90a, .timeout = 600) {
     bwd_setup(&env, &r, c, 0);
     bwd_launch(&env, &r);
     bwd_verify(&r);
+    bwd_check_rows_without_keys(c, &r);
     bwd_free(&env, &r);
     gpu_close(&env);
 }
