@@ -607,6 +607,10 @@ class BwdBench(Bench):
                     o, lse = fg.attention(q, k, v, causal=causal, return_lse=True)
                     state.append((q, k, v, o, lse, do, torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)))
                 q, k, v, o, lse, do, dq, dk, dv = state[0]
+                explain = fg.explain_backward(q, k, v, o, lse, do, causal=causal, deterministic=self.args.deterministic)
+                rows["flashgen"]["variant"] = explain.splitlines()[0].replace("variant ", "", 1)
+                rows["flashgen"]["code_from"] = next((ln.split(":", 1)[1].strip() for ln in explain.splitlines()
+                                                      if ln.strip().startswith("code:")), None)
                 for g in (dq, dk, dv):
                     g.fill_(float("nan"))  # every element must be written
                 t0 = time.perf_counter()

@@ -7,8 +7,8 @@
 #   sh bench/resources.sh --from DIR/compare.json   the variants flashgen ran in that compare.py run (the
 #                                                   tuned winners, not the tile policy's defaults), one row
 #                                                   each with the configs that ran it, a table per family;
-#                                                   fails when the file records no variant (compare.py
-#                                                   --bwd does not record them yet)
+#                                                   fails when the file records no variant (backward
+#                                                   runs before fg_explain_bwd existed do not)
 # ARCH sm_90 is the mma.sync family on Hopper, whose HMMA and LDSM the SASS columns count; sm_90a is the
 # wgmma family, whose table counts HGMMA (16-bit) and QGMMA (FP8), the TMA loads (UTMALDG) and stores
 # (UTMASTG) and the register reallocations (USETMAXREG) instead. The register count ptxas reports for

@@ -189,6 +189,11 @@ fg_status fg_prepare(fg_context *ctx, const fg_fwd_args *args);
  * its tile choice. Tensor data pointers may be NULL here. */
 fg_status fg_explain(fg_context *ctx, const fg_fwd_args *args, char *buf, size_t n);
 
+/* The same for a backward call: which variant fg_attention_bwd would run for args ("variant NAME" on the
+ * first line), its kernels and grid, the workspace it needs and where its code would come from. Tensor
+ * data pointers and the workspace may be NULL here. */
+fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *args, char *buf, size_t n);
+
 /* Loads a bundle file written by `flashgen bundle`; its kernels are then used before any JIT compile. */
 fg_status fg_bundle_load(fg_context *ctx, const char *path);
 

@@ -555,6 +555,24 @@ fg_status fg_prepare(fg_context *ctx, const fg_fwd_args *a) {
     return st == FG_OK ? FG_OK : rt_set_error(ctx, &err);
 }
 
+/* Where an explained variant's code would come from, in words. */
+static const char *origin_text(const fg_context *ctx, origin from) {
+    static const char *const origins[] = {
+        "already loaded (memory cache)", "disk cache", "a loaded bundle",
+        "not compiled yet: the first call compiles it with NVRTC"};
+    if (from == FROM_JIT && ctx->opt.strict) return "in no cache or bundle: strict mode makes the call fail";
+    return origins[from];
+}
+
+/* FG_OK when snprintf's len fit the caller's n bytes, else the error naming fn and the bytes it needs. */
+static fg_status explain_fits(fg_context *ctx, const char *fn, size_t n, int len) {
+    if (len >= 0 && (size_t)len < n) return FG_OK;
+    fg_error err;
+    fg_error_clear(&err);
+    fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "%s: buf holds %zu bytes; the explanation needs %d", fn, n, len < 0 ? 0 : len + 1);
+    return rt_set_error(ctx, &err);
+}
+
 fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n) {
     if (!ctx) return rt_no_context("fg_explain");
     fg_error err;
@@ -575,11 +593,7 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
     if (st != FG_OK) return rt_set_error(ctx, &err);
     char name[FG_SPEC_NAME_MAX];
     spec_format(&s, name, sizeof name);
-    static const char *const origins[] = {
-        "already loaded (memory cache)", "disk cache", "a loaded bundle",
-        "not compiled yet: the first call compiles it with NVRTC"};
-    const char *where = origins[from];
-    if (from == FROM_JIT && ctx->opt.strict) where = "in no cache or bundle: strict mode makes the call fail";
+    const char *where = origin_text(ctx, from);
     unsigned grid[3];
     const int group = rt_causal_group(ctx, &s, a);
     const int persistent = rt_launch_grid(ctx, &s, a, group, grid);
@@ -600,12 +614,7 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
              spec_is_wgmma(&s) ? (persistent ? " (persistent: tiles in a stride)" : " (one CTA per tile)") : "", order,
              why, where, ctx->device_name, ctx->arch, ctx->sm_count,
              ctx->disk_ok ? ctx->disk.dir : ctx->disk_problem, ctx->tunedb_note);
-    if (len < 0 || (size_t)len >= n) {
-        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_explain: buf holds %zu bytes; the explanation needs %d", n,
-                len < 0 ? 0 : len + 1);
-        return rt_set_error(ctx, &err);
-    }
-    return FG_OK;
+    return explain_fits(ctx, "fg_explain", n, len);
 }
 
 /* ------------------------------------------------------------------ backward */
@@ -660,6 +669,42 @@ fg_status fg_attention_bwd_workspace_size(fg_context *ctx, const fg_bwd_args *a,
     bwd_workspace_layout(a, &L);
     *bytes = L.total;
     return FG_OK;
+}
+
+fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *a, char *buf, size_t n) {
+    if (!ctx) return rt_no_context("fg_explain_bwd");
+    fg_error err;
+    fg_error_clear(&err);
+    if (!a || !buf || n == 0) {
+        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_explain_bwd: %s is NULL or empty", !a ? "args" : "buf");
+        return rt_set_error(ctx, &err);
+    }
+    buf[0] = '\0';
+    fg_spec s;
+    if (rt_check_bwd_args(a, 0, 0, &err) != FG_OK || choose_bwd_spec(ctx, a, &s, &err) != FG_OK)
+        return rt_set_error(ctx, &err);
+    pthread_mutex_lock(&ctx->lock);
+    origin from;
+    fg_status st = get_kernel(ctx, &s, 1, &from, NULL, &err);
+    pthread_mutex_unlock(&ctx->lock);
+    if (st != FG_OK) return rt_set_error(ctx, &err);
+    char name[FG_SPEC_NAME_MAX];
+    spec_format(&s, name, sizeof name);
+    const char *where = origin_text(ctx, from);
+    bwd_layout L;
+    bwd_workspace_layout(a, &L);
+    const long long sk = a->k.shape[1];
+    const char *path = spec_is_wgmma_bwd(&s) ? "sm_90a path (wgmma, two warpgroups of 64 keys)"
+                                             : "mma.sync path (sm_80+)";
+    int len = snprintf(buf, n,
+                       "variant %s\n  kernel: backward main kernel, %s, %d threads, %zu bytes shared memory, "
+                       "grid (%lld, %lld, %lld)%s\n"
+                       "  workspace: %zu bytes\n  code: %s\n  device: %s (sm_%d, %d SMs)\n  disk cache: %s",
+                       name, path, spec_threads(&s), spec_smem_bytes(&s), (sk + s.block_n - 1) / s.block_n,
+                       (long long)a->q.shape[2], (long long)a->q.shape[0],
+                       s.deterministic ? ", deterministic (dQ added in a fixed order)" : "", L.total, where,
+                       ctx->device_name, ctx->arch, ctx->sm_count, ctx->disk_ok ? ctx->disk.dir : ctx->disk_problem);
+    return explain_fits(ctx, "fg_explain_bwd", n, len);
 }
 
 fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *a, void *stream) {

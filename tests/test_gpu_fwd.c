@@ -1390,6 +1390,20 @@ static void bwd_launch(gpu_env *env, bwd_run *r) {
     for (int i = 0; i < 3; i++) dbuf_download(env, gs[i]);
 }
 
+/* fg_explain_bwd names the family the call will run: the sm_90a (wgmma) kernel or a mma.sync one (the
+ * d > 128 tiles a GPU's shared memory cannot hold are skipped, as bwd_launch does). */
+static void bwd_expect_family(gpu_env *env, bwd_run *r, int sm90a) {
+    char text[2048], name[200];
+    case_name(&r->f.c, name, sizeof name);
+    const fg_status st = fg_explain_bwd(env->ctx, &r->args, text, sizeof text);
+    if (st == FG_ERR_UNSUPPORTED && r->f.c.d > 128 && strstr(fg_last_error(env->ctx), "shared memory"))
+        cr_skip_test("%s: %s", name, fg_last_error(env->ctx));
+    cr_assert_eq(st, FG_OK, "%s: fg_explain_bwd: %s", name, fg_last_error(env->ctx));
+    cr_assert(strncmp(text, "variant ", 8) == 0 && strstr(text, "kind=bwd") && strstr(text, "workspace: "), "%s", text);
+    cr_assert(sm90a == (strstr(text, "variant arch=sm_90a,") == text), "%s: the %s backward should run: %s", name,
+              sm90a ? "sm_90a" : "mma.sync", text);
+}
+
 static void bwd_verify(bwd_run *r) {
     char name[200], line[1024];
     case_name(&r->f.c, name, sizeof name);
@@ -1477,6 +1491,7 @@ ParameterizedTest(fwd_case *c, bwd, shapes, .timeout = 600) {
     for (int det = 0; det < 2; det++) {
         bwd_run r;
         bwd_setup(&env, &r, c, det);
+        bwd_expect_family(&env, &r, 0);
         bwd_launch(&env, &r);
         bwd_verify(&r);
         bwd_check_rows_without_keys(c, &r);
@@ -1507,6 +1522,7 @@ ParameterizedTest(fwd_case *c, bwd, shapes_sm90a, .timeout = 600) {
     }
     bwd_run r;
     bwd_setup(&env, &r, c, 0);
+    bwd_expect_family(&env, &r, 1);
     bwd_launch(&env, &r);
     bwd_verify(&r);
     bwd_check_rows_without_keys(c, &r);
@@ -1577,6 +1593,12 @@ Test(bwd, bad_arguments_are_refused, .timeout = 300) {
     a = r.args;
     a.deterministic = 2;
     cr_assert_eq(fg_attention_bwd(env.ctx, &a, (void *)env.stream), FG_ERR_INVALID_ARGUMENT);
+    /* fg_explain_bwd: the same checks; a buffer too small says how much it needs; no context, no crash */
+    char text[2048];
+    cr_assert_eq(fg_explain_bwd(env.ctx, &a, text, sizeof text), FG_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(fg_explain_bwd(env.ctx, &r.args, text, 16), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(fg_last_error(env.ctx), "the explanation needs"), "%s", fg_last_error(env.ctx));
+    cr_assert_neq(fg_explain_bwd(NULL, &r.args, text, sizeof text), FG_OK);
     bwd_free(&env, &r);
     gpu_close(&env);
 }

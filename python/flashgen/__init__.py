@@ -39,7 +39,7 @@ version = _capi.VERSION_STRING
 __version__ = version
 
 __all__ = [
-    "attention", "explain", "prepare", "bundle_load", "bundle_load_memory", "configure", "close",
+    "attention", "explain", "explain_backward", "prepare", "bundle_load", "bundle_load_memory", "configure", "close",
     "library_path", "FlashgenError", "LibraryNotFoundError", "TensorDesc", "version", "hadamard_rotate",
     "quantize_fp8", "key_major_v", "attention_backward",
 ]
@@ -344,6 +344,29 @@ def _needs_grad(q, k, v):
     return any(_tensors._is_torch_tensor(x) and getattr(x, "requires_grad", False) for x in (q, k, v))
 
 
+def _bwd_args(tensors, causal, softmax_scale, deterministic, dl_stream):
+    """The context and fg_bwd_args for (q, k, v, out, lse, dout, dq, dk, dv); no workspace yet."""
+    names = ("q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv")
+    views = [_tensors.view(x, n, dl_stream) for x, n in zip(tensors, names)]
+    device = _device_for(tuple(zip(names, views)), True, None)
+    ctx = _context(device if device is not None else _default_device())
+    s = [x.struct() for x in views]
+    a = _capi.FgBwdArgs(s[0], s[1], s[2], s[3], s[5], s[4], s[6], s[7], s[8],
+                        0.0 if softmax_scale is None else float(softmax_scale), int(causal), int(bool(deterministic)),
+                        None, 0)
+    return ctx, a
+
+
+def explain_backward(q, k, v, out, lse, dout, causal=False, softmax_scale=None, deterministic=False):
+    """Which kernel attention_backward() would run for these arguments (fg_explain_bwd): the variant's name
+    on the first line, its main kernel and grid, the workspace it needs and where its code would come from.
+    Nothing is allocated or launched. Returns a str; raises FlashgenError."""
+    ctx, a = _bwd_args((q, k, v, out, lse, dout, q, k, v), causal, softmax_scale, deterministic, None)
+    buf = ctypes.create_string_buffer(8192)
+    _call(ctx, _capi.lib().fg_explain_bwd, ctypes.byref(a), buf, len(buf))
+    return buf.value.decode(errors="replace")
+
+
 def attention_backward(q, k, v, out, lse, dout, causal=False, softmax_scale=None, deterministic=False, dq=None,
                        dk=None, dv=None, stream=None):
     """The gradients (dq, dk, dv) of O = attention(q, k, v) for dL/dO = dout, recomputed from the forward's
@@ -357,14 +380,7 @@ def attention_backward(q, k, v, out, lse, dout, causal=False, softmax_scale=None
     dq = torch.empty_like(q) if dq is None else dq
     dk = torch.empty_like(k) if dk is None else dk
     dv = torch.empty_like(v) if dv is None else dv
-    names = ("q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv")
-    views = [_tensors.view(x, n, dl_stream) for x, n in zip((q, k, v, out, lse, dout, dq, dk, dv), names)]
-    device = _device_for(tuple(zip(names, views)), True, None)
-    ctx = _context(device if device is not None else _default_device())
-    s = [x.struct() for x in views]
-    a = _capi.FgBwdArgs(s[0], s[1], s[2], s[3], s[5], s[4], s[6], s[7], s[8],
-                        0.0 if softmax_scale is None else float(softmax_scale), int(causal), int(bool(deterministic)),
-                        None, 0)
+    ctx, a = _bwd_args((q, k, v, out, lse, dout, dq, dk, dv), causal, softmax_scale, deterministic, dl_stream)
     size = ctypes.c_size_t(0)
     _call(ctx, _capi.lib().fg_attention_bwd_workspace_size, ctypes.byref(a), ctypes.byref(size))
     with _on_launch_stream(handle, q.device):  # the workspace belongs to the launch stream's allocations

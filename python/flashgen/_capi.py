@@ -171,6 +171,7 @@ def _declare(lib):
         "fg_attention_bwd_workspace_size": (c_int, [vp, bwd_p, ctypes.POINTER(c_size_t)]),
         "fg_prepare": (c_int, [vp, args_p]),
         "fg_explain": (c_int, [vp, args_p, ctypes.c_char_p, c_size_t]),
+        "fg_explain_bwd": (c_int, [vp, bwd_p, ctypes.c_char_p, c_size_t]),
         "fg_bundle_load": (c_int, [vp, c_char_p]),
         "fg_bundle_load_memory": (c_int, [vp, vp, c_size_t]),
         "fg_last_error": (c_char_p, [vp]),

@@ -796,6 +796,23 @@ class GpuTest(unittest.TestCase):
         d = flashgen.TensorDesc((1, 64, 4, 64), "bf16")
         self.assertIn("dtype=bf16", flashgen.explain(d, d, d, device=t.cuda.current_device()))
 
+    def test_explain_backward(self):
+        t = self.torch
+        q, k, v = self.inputs(1, 128, 128, 4, 2, 128, "bfloat16")
+        o, lse = flashgen.attention(q, k, v, causal=True, return_lse=True)
+        do = t.randn_like(o)
+        text = flashgen.explain_backward(q, k, v, o, lse, do, causal=True)
+        self.assertTrue(text.startswith("variant "), text)
+        self.assertIn("kind=bwd", text)
+        self.assertIn("workspace: ", text)
+        hopper = t.cuda.get_device_capability() == (9, 0) and os.environ.get("FLASHGEN_WGMMA_BWD") != "0"
+        self.assertEqual("arch=sm_90a" in text, hopper, "the sm_90a backward on Hopper, else mma.sync: " + text)
+        det = flashgen.explain_backward(q, k, v, o, lse, do, causal=True, deterministic=True)
+        self.assertIn("deterministic=1", det)
+        self.assertNotIn("arch=sm_90a", det, "the deterministic mode runs the mma.sync kernel: " + det)
+        self.assertRaisesNaming("FG_ERR_INVALID_ARGUMENT", ["lse"],
+                                lambda: flashgen.explain_backward(q, k, v, o, lse[:, :1], do))
+
     def assertRaisesNaming(self, status, words, fn):
         with self.assertRaises(flashgen.FlashgenError) as cm:
             fn()
