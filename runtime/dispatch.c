@@ -564,6 +564,31 @@ static const char *origin_text(const fg_context *ctx, origin from) {
     return origins[from];
 }
 
+/* The explain functions' argument check (fn names the caller): FG_OK, or the error set on ctx. */
+static fg_status explain_args(fg_context *ctx, const char *fn, const void *args, char *buf, size_t n) {
+    if (args && buf && n > 0) {
+        buf[0] = '\0';
+        return FG_OK;
+    }
+    fg_error err;
+    fg_error_clear(&err);
+    fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "%s: %s is NULL or empty", fn, !args ? "args" : "buf");
+    return rt_set_error(ctx, &err);
+}
+
+/* The spec's name and where its code would come from, without compiling or loading anything. */
+static fg_status explain_lookup(fg_context *ctx, const fg_spec *s, char name[FG_SPEC_NAME_MAX], const char **where,
+                                fg_error *err) {
+    pthread_mutex_lock(&ctx->lock);
+    origin from;
+    const fg_status st = get_kernel(ctx, s, 1, &from, NULL, err);
+    pthread_mutex_unlock(&ctx->lock);
+    if (st != FG_OK) return st;
+    spec_format(s, name, FG_SPEC_NAME_MAX);
+    *where = origin_text(ctx, from);
+    return FG_OK;
+}
+
 /* FG_OK when snprintf's len fit the caller's n bytes, else the error naming fn and the bytes it needs. */
 static fg_status explain_fits(fg_context *ctx, const char *fn, size_t n, int len) {
     if (len >= 0 && (size_t)len < n) return FG_OK;
@@ -575,25 +600,16 @@ static fg_status explain_fits(fg_context *ctx, const char *fn, size_t n, int len
 
 fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n) {
     if (!ctx) return rt_no_context("fg_explain");
+    if (explain_args(ctx, "fg_explain", a, buf, n) != FG_OK) return FG_ERR_INVALID_ARGUMENT;
     fg_error err;
     fg_error_clear(&err);
-    if (!a || !buf || n == 0) {
-        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_explain: %s is NULL or empty", !a ? "args" : "buf");
-        return rt_set_error(ctx, &err);
-    }
-    buf[0] = '\0';
     fg_spec s;
     char why[600] = "tiles given";
     if (rt_check_fwd_args(a, 0, &err) != FG_OK || choose_spec(ctx, a, &s, why, sizeof why, &err) != FG_OK)
         return rt_set_error(ctx, &err);
-    pthread_mutex_lock(&ctx->lock);
-    origin from;
-    fg_status st = get_kernel(ctx, &s, 1, &from, NULL, &err);
-    pthread_mutex_unlock(&ctx->lock);
-    if (st != FG_OK) return rt_set_error(ctx, &err);
     char name[FG_SPEC_NAME_MAX];
-    spec_format(&s, name, sizeof name);
-    const char *where = origin_text(ctx, from);
+    const char *where;
+    if (explain_lookup(ctx, &s, name, &where, &err) != FG_OK) return rt_set_error(ctx, &err);
     unsigned grid[3];
     const int group = rt_causal_group(ctx, &s, a);
     const int persistent = rt_launch_grid(ctx, &s, a, group, grid);
@@ -673,24 +689,15 @@ fg_status fg_attention_bwd_workspace_size(fg_context *ctx, const fg_bwd_args *a,
 
 fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *a, char *buf, size_t n) {
     if (!ctx) return rt_no_context("fg_explain_bwd");
+    if (explain_args(ctx, "fg_explain_bwd", a, buf, n) != FG_OK) return FG_ERR_INVALID_ARGUMENT;
     fg_error err;
     fg_error_clear(&err);
-    if (!a || !buf || n == 0) {
-        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_explain_bwd: %s is NULL or empty", !a ? "args" : "buf");
-        return rt_set_error(ctx, &err);
-    }
-    buf[0] = '\0';
     fg_spec s;
     if (rt_check_bwd_args(a, 0, 0, &err) != FG_OK || choose_bwd_spec(ctx, a, &s, &err) != FG_OK)
         return rt_set_error(ctx, &err);
-    pthread_mutex_lock(&ctx->lock);
-    origin from;
-    fg_status st = get_kernel(ctx, &s, 1, &from, NULL, &err);
-    pthread_mutex_unlock(&ctx->lock);
-    if (st != FG_OK) return rt_set_error(ctx, &err);
     char name[FG_SPEC_NAME_MAX];
-    spec_format(&s, name, sizeof name);
-    const char *where = origin_text(ctx, from);
+    const char *where;
+    if (explain_lookup(ctx, &s, name, &where, &err) != FG_OK) return rt_set_error(ctx, &err);
     bwd_layout L;
     bwd_workspace_layout(a, &L);
     const long long sk = a->k.shape[1];
