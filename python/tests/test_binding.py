@@ -805,7 +805,8 @@ class GpuTest(unittest.TestCase):
         self.assertTrue(text.startswith("variant "), text)
         self.assertIn("kind=bwd", text)
         self.assertIn("workspace: ", text)
-        hopper = t.cuda.get_device_capability() == (9, 0) and os.environ.get("FLASHGEN_WGMMA_BWD") != "0"
+        hopper = (t.cuda.get_device_capability() == (9, 0) and os.environ.get("FLASHGEN_WGMMA_BWD") != "0"
+                  and os.environ.get("FLASHGEN_WGMMA") != "0")
         self.assertEqual("arch=sm_90a" in text, hopper, "the sm_90a backward on Hopper, else mma.sync: " + text)
         det = flashgen.explain_backward(q, k, v, o, lse, do, causal=True, deterministic=True)
         self.assertIn("deterministic=1", det)
