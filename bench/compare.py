@@ -152,6 +152,14 @@ def flops(cfg):
     return 2.5 * f if cfg.get("pass") == "bwd" else f
 
 
+def record_explain(row, text):
+    """Puts flashgen's variant (the first line of fg_explain / fg_explain_bwd) and where its code came
+    from (the "code:" line) into the result row."""
+    lines = text.splitlines()
+    row["variant"] = lines[0].replace("variant ", "", 1)
+    row["code_from"] = next((ln.split(":", 1)[1].strip() for ln in lines if ln.strip().startswith("code:")), None)
+
+
 def key_of(row):
     """A result row's identity when parts of a sweep are merged."""
     return (row["implementation"], row["dtype"], row["head_dim"], bool(row["causal"]), row["seqlen"])
@@ -392,10 +400,7 @@ class Bench:
             rows["flashgen"]["note"] = self.fg_error
         else:
             try:
-                explain = self.fg.explain(q, k, v, causal=causal)
-                rows["flashgen"]["variant"] = explain.splitlines()[0].replace("variant ", "", 1)
-                rows["flashgen"]["code_from"] = next((ln.split(":", 1)[1].strip() for ln in explain.splitlines()
-                                                      if ln.strip().startswith("code:")), None)
+                record_explain(rows["flashgen"], self.fg.explain(q, k, v, causal=causal))
                 t0 = time.perf_counter()
                 self.fg.prepare(q, k, v, causal=causal)
                 rows["flashgen"]["prepare_s"] = round(time.perf_counter() - t0, 4)
@@ -607,10 +612,8 @@ class BwdBench(Bench):
                     o, lse = fg.attention(q, k, v, causal=causal, return_lse=True)
                     state.append((q, k, v, o, lse, do, torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)))
                 q, k, v, o, lse, do, dq, dk, dv = state[0]
-                explain = fg.explain_backward(q, k, v, o, lse, do, causal=causal, deterministic=self.args.deterministic)
-                rows["flashgen"]["variant"] = explain.splitlines()[0].replace("variant ", "", 1)
-                rows["flashgen"]["code_from"] = next((ln.split(":", 1)[1].strip() for ln in explain.splitlines()
-                                                      if ln.strip().startswith("code:")), None)
+                record_explain(rows["flashgen"], fg.explain_backward(q, k, v, o, lse, do, causal=causal,
+                                                                     deterministic=self.args.deterministic))
                 for g in (dq, dk, dv):
                     g.fill_(float("nan"))  # every element must be written
                 t0 = time.perf_counter()

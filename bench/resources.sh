@@ -39,23 +39,23 @@ count() {
   if [ -n "$objdump" ]; then grep -cE "$1" "$tmp/k.sass" || true; else echo -; fi
 }
 
-# The header of a family's table: the mma.sync backward, the sm_90a backward, the sm_90a forward, the
-# mma.sync forward.
-header() {
+# The SASS columns of a family's table, "title<TAB>regex" a line: the sm_90a backward, the mma.sync
+# backward, the sm_90a forward, the mma.sync forward (every table ends with LDL/STL, local memory).
+sass_columns() {
   case "$1" in
-  bwd,sm_90a)
-    echo "| variant | registers | spill bytes | shared memory | HGMMA | UBLKRED | LDL/STL |"
-    echo "|---|---|---|---|---|---|---|" ;;
-  bwd,*)
-    echo "| variant | registers | spill bytes | shared memory | HMMA | LDSM | UBLKRED | RED/ATOM | LDL/STL |"
-    echo "|---|---|---|---|---|---|---|---|---|" ;;
-  fwd,sm_90a)
-    echo "| variant | registers (launch cap) | spill bytes | shared memory | HGMMA | QGMMA | HMMA | UTMALDG | UTMASTG | USETMAXREG | LDL/STL |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|" ;;
-  *)
-    echo "| variant | registers | spill bytes | shared memory | HMMA | QMMA | F2FP unpack | LDSM | LDL/STL |"
-    echo "|---|---|---|---|---|---|---|---|---|" ;;
+  bwd,sm_90a) printf 'HGMMA\tHGMMA\nUBLKRED\tUBLKRED\n' ;;
+  bwd,*) printf 'HMMA\tHMMA\nLDSM\tLDSM\nUBLKRED\tUBLKRED\nRED/ATOM\t\\b(RED|ATOM)\\.\n' ;;
+  fwd,sm_90a) printf 'HGMMA\tHGMMA\nQGMMA\tQGMMA\nHMMA\tHMMA\nUTMALDG\tUTMALDG\nUTMASTG\tUTMASTG\nUSETMAXREG\tUSETMAXREG\n' ;;
+  *) printf 'HMMA\tHMMA\nQMMA\tQMMA\nF2FP unpack\tF2FP.*UNPACK\nLDSM\tLDSM\n' ;;
   esac
+  printf 'LDL/STL\t\\b(LDL|STL)\\b\n'
+}
+header() {
+  regs=registers
+  [ "$1" = fwd,sm_90a ] && regs="registers (launch cap)"
+  titles=$(sass_columns "$1" | cut -f1 | tr '\n' '|' | sed 's/|/ | /g')
+  echo "| variant | $regs | spill bytes | shared memory | ${titles% }"
+  echo "|---|---|---|---|$(sass_columns "$1" | sed 's/.*/---|/' | tr -d '\n')"
 }
 
 # The specs to report, one a line: "kind,arch<TAB>spec<TAB>configs that ran it" (sorted, so each family's
@@ -103,19 +103,7 @@ while IFS="$(printf '\t')" read -r fam spec used; do
   spill=$(echo "$line" | sed -n 's/.* \([0-9]*\) bytes spill stores.*/\1/p')
   smem=$(echo "$line" | sed -n 's/.* \([0-9]*\) bytes shared memory.*/\1/p')
   [ -n "$objdump" ] && "$objdump" -sass "$tmp/k.cubin" > "$tmp/k.sass"
-  ldl=$(count '\b(LDL|STL)\b')
   [ -n "$used" ] && name="$name ($used)"
-  case "$fam" in
-  bwd,sm_90a)
-    echo "| $name | $regs | $spill | $smem | $(count HGMMA) | $(count UBLKRED) | $ldl |" ;;
-  bwd,*)
-    echo "| $name | $regs | $spill | $smem | $(count HMMA) | $(count LDSM) | $(count UBLKRED) |" \
-         "$(count '\b(RED|ATOM)\.') | $ldl |" ;;
-  fwd,sm_90a)
-    echo "| $name | $regs | $spill | $smem | $(count HGMMA) | $(count QGMMA) | $(count HMMA) |" \
-         "$(count UTMALDG) | $(count UTMASTG) | $(count USETMAXREG) | $ldl |" ;;
-  *)
-    echo "| $name | $regs | $spill | $smem | $(count HMMA) | $(count QMMA) | $(count 'F2FP.*UNPACK') |" \
-         "$(count LDSM) | $ldl |" ;;
-  esac
+  counts=$(sass_columns "$fam" | cut -f2 | while IFS= read -r re; do printf '%s | ' "$(count "$re")"; done)
+  echo "| $name | $regs | $spill | $smem | ${counts% }"
 done < "$tmp/specs"

@@ -113,6 +113,12 @@ static void load_tuning_db(fg_context *ctx, const char *path) {
     }
 }
 
+/* 1 when the environment sets `name` to 0: the switches that turn a kernel family off. */
+static int env_is_zero(const char *name) {
+    const char *v = getenv(name);
+    return v && strcmp(v, "0") == 0;
+}
+
 fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) {
     fg_error *err = &create_error;
     fg_error_clear(err);
@@ -159,16 +165,13 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
     ctx->arch = major * 10 + minor;
     ctx->smem_optin = (size_t)smem;
     {
-        const char *w = getenv("FLASHGEN_WGMMA");
-        ctx->wgmma = ctx->arch == 90 && cu->cuTensorMapEncodeTiled != NULL && !(w && strcmp(w, "0") == 0);
-        const char *f8 = getenv("FLASHGEN_WGMMA_FP8");
-        ctx->wgmma_fp8 = ctx->wgmma && !(f8 && strcmp(f8, "0") == 0);
+        ctx->wgmma = ctx->arch == 90 && cu->cuTensorMapEncodeTiled != NULL && !env_is_zero("FLASHGEN_WGMMA");
+        ctx->wgmma_fp8 = ctx->wgmma && !env_is_zero("FLASHGEN_WGMMA_FP8");
         const char *g = getenv("FLASHGEN_SM90_GRID");
         ctx->sm90_grid = g && strcmp(g, "tiles") == 0 ? 1 : (g && strcmp(g, "persistent") == 0 ? 2 : 0);
         if (g && *g && ctx->sm90_grid == 0 && strcmp(g, "auto") != 0)
             rt_log(ctx, FG_LOG_WARN, "FLASHGEN_SM90_GRID=%s is not auto, tiles or persistent: using auto", g);
-        const char *wb = getenv("FLASHGEN_WGMMA_BWD");
-        ctx->wgmma_bwd = ctx->wgmma && !(wb && strcmp(wb, "0") == 0);
+        ctx->wgmma_bwd = ctx->wgmma && !env_is_zero("FLASHGEN_WGMMA_BWD");
         const char *cg = getenv("FLASHGEN_CAUSAL_GROUP");
         if (cg && *cg && strcmp(cg, "auto") != 0) {
             char *end;

@@ -666,7 +666,8 @@ static fg_status choose_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec 
     s->causal = a->causal;
     s->deterministic = a->deterministic;
     /* The sm_90a backward (bwd_sm90.cuh) where it applies, unless FLASHGEN_WGMMA_BWD=0. On the H200 it ran
-     * 1.05-1.34x the mma.sync kernel's speed (bench/results/2026-11-29-h200-session6/README.md). */
+     * at 0.87-1.17x FlashAttention-2's backward in the same runs, the mma.sync kernel at 0.77-0.87x
+     * (bench/results/2026-11-29-h200-session6/README.md). */
     s->arch_accel = ctx->wgmma_bwd && (s->head_dim == 64 || s->head_dim == 128) && !s->deterministic;
     fg_status st = spec_fill_tiles(s, &ctx->policy, err);
     return st == FG_OK ? check_runnable(ctx, s, err) : st;

@@ -12,9 +12,9 @@
 //
 // A CTA: 128 keys of one query head (two warpgroups of 64 keys), head_dim 64 or 128, K and V in shared
 // memory for the whole run, dK and dV in registers (wgmma accumulators); it streams the query blocks that
-// see its keys, 64 rows each, double-buffered by cp.async (Q, dO, LSE, D; warpgroup 1 loads), into the same swizzled tiles
-// as the mma.sync kernel, which are wgmma's 128-byte-swizzled canonical layouts (cp_async.cuh: slabs of
-// 64 columns, 16-byte units XOR-ed by row % 8; sm90.cuh). Per query block, each warpgroup on its 64 keys:
+// see its keys, 64 rows each, double-buffered by cp.async (Q, dO, LSE, D; warpgroup 1 loads them), into
+// the same swizzled tiles as the mma.sync kernel, which are wgmma's 128-byte-swizzled canonical layouts
+// (cp_async.cuh: slabs of 64 columns, 16-byte units XOR-ed by row % 8; sm90.cuh). Per query block, each warpgroup on its 64 keys:
 //   1. S^T = K Q^T and dP^T = V dO^T       m64 n64 (queries) k16 x d/16, both operands K-major in smem
 //      P^T = exp2(c S^T - lse2) (masked: 0), dS^T = P^T (dP^T - D), in the accumulators' registers
 //   2. dV += P^T dO, dK += dS^T Q          m64 nd k16 x 4, A = P^T, dS^T from registers (the accumulator
@@ -24,7 +24,8 @@
 //                                          over its own keys. A = dS from the dS^T tile ([keys][queries],
 //                                          MN-major), B = K MN-major
 //   dQ_part is staged in shared memory and added into the fp32 accumulator by the TMA unit, one bulk
-//   reduce-add per row; the two warpgroups' parts add separately (the accumulator sums them).
+//   reduce-add per row: at d 128 each warpgroup's half of the columns, at d 64 each warpgroup's whole
+//   rows (the accumulator sums the two).
 // The deterministic mode stays on the mma.sync kernel (the validator refuses it here).
 
 constexpr int FG_BW_QT = FG_BLOCK_M / 8;    // n8 tiles of S^T, dP^T (queries)
@@ -132,7 +133,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
             load_block(m + 1, st ^ 1);
         }
         fg_mbar_wait(bar_full(st), (u32)(((m - m_first) >> 1) & 1)); // block m is in
-        // dS^T's buffer (b, its use u): free once both warpgroups' dQ of block m - 2 has read it
+        // dS^T's buffer (b, its use u): free once both warpgroups' dQ of block m - 2 has read it. (b is st
+        // when dQ goes by columns; kept apart, as measured: folding it changes the d 128 register allocation.)
         const int b = FG_BW_DQ_COLS ? (m - m_first) & 1 : 0, u = (m - m_first) >> 1;
         const u32 s_ds_b = s_ds + (u32)b * FG_BW_DS_BYTES;
         if (FG_BW_DQ_COLS && u > 0) fg_mbar_wait(bar_ds_empty(b), (u32)((u - 1) & 1));

@@ -154,6 +154,12 @@ static void gpu_close(gpu_env *env) {
 }
 
 /* The device's compute capability, times ten (90 on an H100/H200). */
+/* 1 when the environment sets `name` to 0 (the runtime's switches for turning a family off). */
+static int env_is_zero(const char *name) {
+    const char *v = getenv(name);
+    return v && strcmp(v, "0") == 0;
+}
+
 static int gpu_cc(const gpu_env *env) {
     int major = 0, minor = 0;
     CK(env->cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, env->dev));
@@ -715,8 +721,7 @@ ParameterizedTest(fwd_case *c, fwd, fp8, .timeout = 300) {
     fwd_run r;
     run_setup(&env, &r, c);
     const int cc = gpu_cc(&env);
-    const char *w = getenv("FLASHGEN_WGMMA"), *w8 = getenv("FLASHGEN_WGMMA_FP8");
-    int wgmma = !(w && strcmp(w, "0") == 0) && !(w8 && strcmp(w8, "0") == 0);
+    int wgmma = !env_is_zero("FLASHGEN_WGMMA") && !env_is_zero("FLASHGEN_WGMMA_FP8");
     char why[2048];
     cr_assert_eq(fg_explain(env.ctx, &r.args, why, sizeof why), FG_OK, "%s", fg_last_error(env.ctx));
     int on_sm90a = strstr(why, "arch=sm_90a,") != NULL;
@@ -1480,6 +1485,18 @@ static void bwd_check_rows_without_keys(const fwd_case *c, const bwd_run *r) {
                                  (long long)b, (long long)i, (long long)h, (long long)x, *e);
                 }
 }
+/* One case in one mode, on the family expected (sm90a: the sm_90a kernel, else mma.sync): the gradients
+ * against the reference, and exact zeros for rows without keys. */
+static void bwd_check_case(gpu_env *env, const fwd_case *c, int deterministic, int sm90a) {
+    bwd_run r;
+    bwd_setup(env, &r, c, deterministic);
+    bwd_expect_family(env, &r, sm90a);
+    bwd_launch(env, &r);
+    bwd_verify(&r);
+    bwd_check_rows_without_keys(c, &r);
+    bwd_free(env, &r);
+}
+
 ParameterizedTestParameters(bwd, shapes) {
     bwd_fill();
     return cr_make_param_array(fwd_case, bwd_cases, (size_t)bwd_ncases);
@@ -1488,15 +1505,7 @@ ParameterizedTest(fwd_case *c, bwd, shapes, .timeout = 600) {
     setenv("FLASHGEN_WGMMA_BWD", "0", 1); /* the mma.sync kernels on Hopper too (bwd::shapes_sm90a: the other) */
     gpu_env env;
     gpu_open(&env);
-    for (int det = 0; det < 2; det++) {
-        bwd_run r;
-        bwd_setup(&env, &r, c, det);
-        bwd_expect_family(&env, &r, 0);
-        bwd_launch(&env, &r);
-        bwd_verify(&r);
-        bwd_check_rows_without_keys(c, &r);
-        bwd_free(&env, &r);
-    }
+    for (int det = 0; det < 2; det++) bwd_check_case(&env, c, det, 0);
     gpu_close(&env);
 }
 
@@ -1520,18 +1529,11 @@ ParameterizedTest(fwd_case *c, bwd, shapes_sm90a, .timeout = 600) {
         gpu_close(&env);
         cr_skip_test("the sm_90a backward needs a compute capability 9.0 device (this one is sm_%d)", cc);
     }
-    const char *w = getenv("FLASHGEN_WGMMA");
-    if (w && strcmp(w, "0") == 0) {
+    if (env_is_zero("FLASHGEN_WGMMA")) {
         gpu_close(&env);
         cr_skip_test("FLASHGEN_WGMMA=0: the sm_90a family, the backward's included, is off in this run");
     }
-    bwd_run r;
-    bwd_setup(&env, &r, c, 0);
-    bwd_expect_family(&env, &r, 1);
-    bwd_launch(&env, &r);
-    bwd_verify(&r);
-    bwd_check_rows_without_keys(c, &r);
-    bwd_free(&env, &r);
+    bwd_check_case(&env, c, 0, 1);
     gpu_close(&env);
 }
 
