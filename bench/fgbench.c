@@ -69,7 +69,7 @@
 #define TARGET_COLD_MS 1000.0  /* a cold compile of one variant */
 #define TARGET_DISK_MS 2.0     /* a disk-cache hit */
 #define TARGET_CALL_US 5.0     /* host overhead per call */
-#define COLD_REPS 3            /* cold compiles, each in a fresh cache directory */
+#define COLD_REPS 7            /* cold compiles, each in a fresh cache directory (7: single runs vary by 40% on a shared host) */
 #define DISK_REPS 20           /* disk-cache loads, each in a fresh context */
 #define CALLS 10000            /* timed calls for the host overhead */
 #define CALL_BATCH 100         /* calls between stream synchronizations: the launch queue never fills */
@@ -1463,7 +1463,7 @@ static const char usage_speed[] =
 static const char usage_jit[] =
     "usage: fgbench jit [--head-dim 128] [--dtype bf16|fp16] [--causal 0|1] [--device 0]\n"
     "\n"
-    "(a) cold compile: fg_prepare on a fresh context with an empty cache directory, 3 times (median), and\n"
+    "(a) cold compile: fg_prepare on a fresh context with an empty cache directory, 7 times (median), and\n"
     "    (CUDA_CACHE_DISABLE=1 is set, so NVRTC cannot answer from the CUDA compute cache either)\n"
     "    compile_spec alone for comparison; (b) disk-cache load: fg_prepare on a fresh context over the\n"
     "    populated directory, 20 times (median), split into emit, key, read + verify, module load;\n"

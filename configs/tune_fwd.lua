@@ -27,13 +27,15 @@ for _, head_dim in ipairs({64, 128, 256}) do
             gqa = 1,
             seqlen_q = seqlen,       -- seqlen_k follows: self-attention, as in prefill and training
             batch_heads = (tokens // seqlen) * (width // head_dim),
-            -- 3 x 6 x 2 x 2 = 72 candidates around the tile policy's defaults. Validation refuses about
+            -- 3 x 6 x 2 x 3 = 108 candidates around the tile policy's defaults. Validation refuses about
             -- a third (block_m 64 with 8 warps, 256 with 4, accumulators that cannot fit, and shared
-            -- memory past the GPU's), and the resource check drops those that spill.
+            -- memory past the GPU's), and the resource check drops those that spill. One stage (one K
+            -- and one V buffer, loading in turn) is FlashAttention-2's pipeline at head_dim 256, where
+            -- it lets 64 x 64 tiles run two CTAs an SM.
             block_m = {64, 128, 256},
             block_n = {32, 48, 64, 80, 96, 128},
             warps = {4, 8},
-            stages = {2, 3},
+            stages = {1, 2, 3},
         }
     end
 end

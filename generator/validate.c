@@ -158,8 +158,9 @@ RULE(block_n_mma, s->block_n % 16 != 0 || s->block_n < 16 || s->block_n > 256, F
 RULE(fp8_block_n, spec_dtype_is_fp8(s->dtype) && s->block_n % 32 != 0, FG_ERR_UNSUPPORTED,
      "block_n %d is not supported for dtype %s: it must be a multiple of 32 (the FP8 P.V mma's k is 32 keys)",
      s->block_n, spec_dtype_name(s->dtype))
-RULE(stages, s->stages < 2 || s->stages > 4, FG_ERR_UNSUPPORTED,
-     "stages %d is not supported: the K/V cp.async pipeline has 2 to 4 stages", s->stages)
+RULE(stages, s->stages < (spec_is_wgmma(s) || is_bwd(s) ? 2 : 1) || s->stages > 4, FG_ERR_UNSUPPORTED,
+     "stages %d is not supported: the K/V pipeline has 2 to 4 stages (the mma.sync forward also 1: one K and one "
+     "V buffer, each loading while the other is used)", s->stages)
 RULE(registers, !spec_is_wgmma(s) && !is_bwd(s) && spec_fwd_sub_n(s) == 0, FG_ERR_UNSUPPORTED,
      "block_m %d, block_n %d, warps %d at head_dim %d need %d accumulator registers per thread, and %d in the "
      "narrowest key steps (limit %d of 255 before spilling): use more warps", s->block_m, s->block_n, s->warps,

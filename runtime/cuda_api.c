@@ -89,6 +89,7 @@ static void load_driver(void) {
         FG_SYM(cuModuleGetFunction, "cuModuleGetFunction", NULL),
         FG_SYM(cuFuncSetAttribute, "cuFuncSetAttribute", NULL),
         FG_SYM(cuFuncGetAttribute, "cuFuncGetAttribute", NULL),
+        FG_SYM(cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor", NULL),
         FG_SYM(cuLaunchKernel, "cuLaunchKernel", NULL),
         FG_SYM(cuMemAlloc, "cuMemAlloc_v2", NULL),
         FG_SYM(cuMemFree, "cuMemFree_v2", NULL),

@@ -116,6 +116,10 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
     }
     k_loader.init(k, p.k_stride[1], tid);
     v_loader.init(v, FG_V_ROWS, tid);
+    if constexpr (FG_STAGES == 1) { // one K and one V buffer: Q with the first K in group 0, V follows in the step
+        if (n_blocks > 0) k_loader.load(s_k, sk, p.k_stride[1]);
+        fg_cp_async_commit();
+    }
 #pragma unroll
     for (int st = 0; st < FG_STAGES - 1; st++) {
         if (st < n_blocks) {
@@ -167,9 +171,15 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
     auto block_step = [&](int j, auto masked) {
         // Block j has landed for this thread; the barrier makes it visible to all, and tells everyone
         // that block j-1's buffers are free for the prefetch below.
-        fg_cp_async_wait<FG_STAGES - 2>();
+        // One stage (FG_STAGES 1, FlashAttention-2's pipeline for large head dims, where two stages would
+        // leave room for one CTA an SM): only K_j has landed; V_j loads into the one V buffer (every warp
+        // is past P V_{j-1}) while S_j is computed, and K_{j+1} into the one K buffer while P V_j is.
+        fg_cp_async_wait<FG_STAGES == 1 ? 0 : FG_STAGES - 2>();
         __syncthreads();
-        {
+        if constexpr (FG_STAGES == 1) {
+            v_loader.load(s_v, sk - j * FG_BLOCK_N, FG_V_ROWS);
+            fg_cp_async_commit();
+        } else {
             const int jn = j + FG_STAGES - 1;
             const int prefetch_stage = stage == 0 ? FG_STAGES - 1 : stage - 1;
             if (jn < n_blocks) {
@@ -234,6 +244,19 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
             }
 
             fg_online_softmax<FG_MT, FG_NT, FG_DT>(s, row_max, row_sum, acc, scale_log2, FG_P_SHIFT);
+            if constexpr (FG_STAGES == 1) {
+                // V_j has landed (the barrier shows it to all), and once every warp is past the last
+                // sub-block's S, K_j's buffer takes K_{j+1}.
+                if (sb == 0) {
+                    fg_cp_async_wait<0>();
+                    __syncthreads();
+                }
+                if (sb == FG_BLOCK_N / FG_SUB_N - 1) {
+                    if (sb > 0) __syncthreads();
+                    if (j + 1 < n_blocks) k_loader.load(s_k, sk - (j + 1) * FG_BLOCK_N, p.k_stride[1]);
+                    fg_cp_async_commit();
+                }
+            }
 
 #if FG_FP8
             // O += P V with P in e4m3: a 32-key chunk kc is n8 tiles 4kc..4kc+3 of S, whose permuted columns

@@ -554,6 +554,9 @@ static const struct { int d, tiles[4]; } tile_variants[] = {
     {64, {64, 96, 4, 3}},  {64, {128, 112, 4, 2}}, {64, {64, 48, 4, 4}},  {96, {128, 80, 8, 2}},
     {128, {128, 48, 4, 3}}, {128, {64, 96, 4, 2}}, {128, {128, 80, 8, 2}}, {192, {128, 112, 8, 2}},
     {256, {128, 80, 8, 2}}, {256, {128, 48, 8, 3}},
+    /* one stage (K and V in one buffer each, loading in turn): whole blocks and, at d 128 128 x 64 on 4
+     * warps, two 32-key sub-blocks */
+    {256, {64, 64, 4, 1}},  {128, {128, 64, 4, 1}}, {64, {64, 48, 4, 1}},
     /* the sm_90a (wgmma) family: 1, 2 and 3 consumer warpgroups, 64-byte swizzled tiles (head_dim 32,
      * 96, 160: not multiples of 64), block_n up to 176, 3 stages; skipped where sm_90a cannot run */
     {32, {128, 128, 12, 2}}, {64, {64, 96, 8, 3}},    {96, {128, 112, 12, 2}}, {128, {192, 64, 16, 2}},
@@ -577,12 +580,12 @@ ParameterizedTest(fwd_case *c, fwd, tiles, .timeout = 300) {
 
 /* mma.sync tiles whose S does not fit beside O run their key blocks in sub-blocks (spec_fwd_sub_n): 128 x 64
  * and 128 x 96 on 4 warps at d 128 (32- and 48-key steps), 128 x 128 at d 64 (64-key steps), and FP8 128 x
- * 128 at d 128 (32-key steps over the permuted key order and V^T chunks). Lengths that are multiples of
+ * 128 at d 128 (32-key steps over the permuted key order and V^T chunks), and FP8 128 x 64 in one stage. Lengths that are multiples of
  * neither size, causal with sq < sk and sq > sk, so masks fall inside a sub-block and whole sub-blocks
  * are masked. */
 ParameterizedTestParameters(fwd, key_sub_blocks) {
-    static fwd_case cases[8];
-    static const int t[4][4] = {{128, 64, 4, 2}, {128, 96, 4, 2}, {128, 128, 4, 2}, {128, 128, 4, 2}};
+    static fwd_case cases[10];
+    static const int t[5][4] = {{128, 64, 4, 2}, {128, 96, 4, 2}, {128, 128, 4, 2}, {128, 128, 4, 2}, {128, 64, 4, 1}};
     cases[0] = mk(FG_DTYPE_BF16, 2, 211, 333, 2, 1, 128, 0);
     cases[1] = mk(FG_DTYPE_F16, 1, 333, 211, 2, 2, 128, 1);
     cases[2] = mk(FG_DTYPE_BF16, 1, 211, 333, 2, 2, 128, 1);
@@ -591,8 +594,10 @@ ParameterizedTestParameters(fwd, key_sub_blocks) {
     cases[5] = mk(FG_DTYPE_F16, 2, 211, 333, 2, 1, 64, 0);
     cases[6] = mk(FG_DTYPE_E4M3, 1, 211, 333, 2, 2, 128, 0);
     cases[7] = mk(FG_DTYPE_E4M3, 1, 333, 211, 2, 2, 128, 1);
-    static const int which[8] = {0, 0, 1, 1, 2, 2, 3, 3};
-    for (int i = 0; i < 8; i++)
+    cases[8] = mk(FG_DTYPE_E4M3, 2, 211, 333, 2, 1, 128, 0); /* one stage: V^T and K loading in turn */
+    cases[9] = mk(FG_DTYPE_E4M3, 1, 333, 211, 2, 2, 128, 1);
+    static const int which[10] = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4};
+    for (int i = 0; i < 10; i++)
         memcpy(cases[i].tiles, t[which[i]], sizeof cases[0].tiles);
     return cr_make_param_array(fwd_case, cases, NELEM(cases));
 }

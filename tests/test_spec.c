@@ -394,6 +394,7 @@ static void m_warps(fg_spec *s) { s->warps = 3; }
 static void m_block_m(fg_spec *s) { s->block_m = 96; s->warps = 4; }
 static void m_block_n(fg_spec *s) { s->block_n = 40; }
 static void m_stages(fg_spec *s) { s->stages = 5; }
+static void m_stages_wgmma(fg_spec *s) { *s = wg_base(); s->stages = 1; }
 static void m_registers(fg_spec *s) { s->block_m = 128; s->warps = 4; s->block_n = 64; s->head_dim = 256; }
 static void m_smem(fg_spec *s) { s->arch = 86; s->arch_accel = 0; s->head_dim = 256; s->block_n = 64; s->stages = 2; }
 /* The wgmma family's rules, each broken from the valid sm_90a spec wg_base(). */
@@ -441,6 +442,7 @@ static const broken rules[] = {
     {"block_m_mma", m_block_m, "block_m 96"},
     {"block_n_mma", m_block_n, "block_n 40"},
     {"stages", m_stages, "stages 5"},
+    {"stages", m_stages_wgmma, "stages 1 is not supported"},
     {"registers", m_registers, "registers"},
     {"smem", m_smem, "shared memory"},
     {"wgmma_dtype", m_wgmma_dtype, "got head_dim 96"},
@@ -631,6 +633,17 @@ Test(validate, smem_limits_per_arch) {
     cr_assert_eq(spec_smem_bytes(&s), 256u * 64 * 2, "O staging (32 KiB) exceeds the fp8 tiles (24 KiB)");
     s.dtype = FG_DTYPE_BF16;
     cr_assert_eq(spec_smem_bytes(&s), (256u + 2 * 2 * 32) * 128, "16-bit: the tiles, as before");
+    /* one stage (mma.sync forward): one K and one V tile beside Q; FlashAttention-2's 64 x 64 at d 256 is
+     * 96 KiB, two CTAs an SM on sm_90 */
+    s = base();
+    s.stages = 1;
+    s.head_dim = 256;
+    s.block_m = 64;
+    s.warps = 4;
+    fg_error err;
+    cr_assert_eq(spec_validate(&s, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(spec_smem_bytes(&s), 98304u);
+    cr_assert_leq(2 * spec_smem_bytes(&s), arch_smem_limit(90));
     /* sm_90a: 16-bit Q and K/V stages at head_dim columns (no padding), plus 1 KiB of alignment slack
      * and the mbarriers (a few 8-byte words per stage) */
     const int wg[][4] = {{128, 128, 128, 2}, {192, 128, 64, 2}, {128, 80, 256, 2}, {64, 64, 32, 4}};

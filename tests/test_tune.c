@@ -982,13 +982,13 @@ Test(space, shipped_tune_fwd_loads_for_hopper_and_ampere) {
         fg_error_clear(&err);
         cr_assert_eq(space_load("configs/tune_fwd.lua", targets[t].arch, targets[t].accel, &sp, &err), FG_OK, "%s",
                      err.msg);
-        /* head_dim 64/128/256 x seqlen 512/2048/4096/8192 x bf16/fp16 x causal both; 3 x 6 x 2 x 2 tiles each. */
+        /* head_dim 64/128/256 x seqlen 512/2048/4096/8192 x bf16/fp16 x causal both; 3 x 6 x 2 x 3 tiles each. */
         cr_assert_eq(sp.count, 48, "sm_%d: %d problems", targets[t].arch, sp.count);
-        cr_assert_eq(sp.total, 48 * 72);
+        cr_assert_eq(sp.total, 48 * 108);
         int refused = 0;
         for (int i = 0; i < sp.count; i++) {
             const fg_tune_problem *p = &sp.problems[i];
-            cr_assert_eq(p->ncands, 72);
+            cr_assert_eq(p->ncands, 108);
             cr_assert(p->cls.dtype == FG_DTYPE_BF16 || p->cls.dtype == FG_DTYPE_F16);
             cr_assert_eq(p->cls.gqa, 1);
             cr_assert_eq(p->seqlen_q, p->seqlen_k);
