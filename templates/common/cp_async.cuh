@@ -84,11 +84,12 @@ __device__ __forceinline__ u32 fg_frag_addr(u32 base, const fg_frag_offsets_t<CH
 // `row_stride` elements apart) into swizzled shared tiles, tile after tile. Rows at or past rows_valid,
 // and columns past head_dim, are zero-filled (cp.async with source size 0 reads nothing), so tails never
 // read out of bounds and padded columns contribute nothing.
-// When the threads split a row into whole chunk columns (THREADS % FG_CHUNKS == 0) and each step covers
-// a multiple of 8 rows, a thread keeps one column: its shared offset is fixed (the swizzle repeats every
-// 8 rows) and its global pointer only advances, so a tile costs one compare and one copy per 16 bytes.
-// Otherwise (head dims whose chunk count does not divide the thread count) each copy recomputes its
-// coordinates.
+// When the threads split a row into whole chunk columns (THREADS % FG_CHUNKS == 0) and a step covers a
+// multiple of 8 rows, or 1, 2 or 4 (fg_fixed_step: 4 warps at head_dim 256), a thread keeps one column:
+// its shared offset is fixed up to a compile-time XOR and its global pointer only advances, so a tile
+// costs one compare and one copy per 16 bytes. Otherwise (head dims whose chunk count does not divide the
+// thread count) each copy recomputes its coordinates. (Until 2026-11-29 steps of 4 rows took that
+// general loop: 64 x 64 on 4 warps at head_dim 256 executed 2.4x the instructions of 128 x 64 on 8 warps.)
 #ifndef FG_LOADER_RECOMPUTE
 #define FG_LOADER_RECOMPUTE 0
 #endif
@@ -101,9 +102,28 @@ __device__ __forceinline__ int fg_tid_now() {
     return t;
 }
 
+// Rows a thread steps by when it keeps one chunk column of CH-chunk rows (THREADS / CH of them), and
+// whether it can: a multiple of 8 repeats the swizzle, and a power of two below 8 leaves a thread's first
+// row (below RPS) and the step's rows in separate bits, so the swizzle of row row0 + i * RPS is that of
+// row0 XOR-ed with a term of i alone.
+template <int CH, int THREADS>
+struct fg_fixed_step {
+    static constexpr int RPS = THREADS / CH;
+    static constexpr bool OK = THREADS % CH == 0 && RPS > 0 && (RPS % 8 == 0 || 8 % RPS == 0);
+};
+
+// The byte offset of row row0 + i * RPS, chunk c, in a tile of CH-chunk rows, from dst0, that of (row0, c)
+// (fg_fixed_step's case): the swizzled chunk is XOR-ed with the step's part of the row, the row advanced.
+template <int CH, int RPS>
+__device__ __forceinline__ u32 fg_fixed_step_offset(u32 dst0, int i) {
+    constexpr int SW = fg_sw<CH>::value;
+    const int t = ((i * RPS) / (8 / SW)) & (SW - 1);
+    return (dst0 ^ (u32)(t * 16)) + (u32)(i * RPS * SW * 16);
+}
+
 template <int ROWS, int THREADS>
 struct fg_tile_loader {
-    static constexpr bool FIXED = THREADS % FG_CHUNKS == 0 && (THREADS / FG_CHUNKS) % 8 == 0;
+    static constexpr bool FIXED = fg_fixed_step<FG_CHUNKS, THREADS>::OK;
     static constexpr int RPS = FIXED ? THREADS / FG_CHUNKS : 1; // rows per step when FIXED
     // FG_LOADER_RECOMPUTE (the emitter's choice per variant, generator/emit.c): the thread's place in a
     // tile (FIXED) is recomputed from its index at each tile (fg_tid_now) rather than kept, three registers
@@ -150,7 +170,7 @@ struct fg_tile_loader {
             for (int i = 0; i < (ROWS + RPS - 1) / RPS; i++, p += step) {
                 const int r = row + i * RPS;
                 if (ROWS % RPS == 0 || r < ROWS)
-                    fg_cp_async16(tile + dst + (u32)(i * RPS * FG_SW * 16), p, r < rows_valid && col_ok);
+                    fg_cp_async16(tile + fg_fixed_step_offset<FG_CHUNKS, RPS>(dst, i), p, r < rows_valid && col_ok);
             }
         } else {
 #pragma unroll 1
@@ -177,7 +197,7 @@ struct fg_vt_loader {
     // fp8_head_dim keeps FP8 head dims multiples of 32). COLS makes the check wait for an instantiation.
     static_assert(COLS < 0 || FG_HEAD_DIM == FG_HEAD_DIM_PADDED, "FP8 head_dim must need no padding");
     static constexpr int CH = COLS / 16;
-    static constexpr bool FIXED = THREADS % CH == 0 && (THREADS / CH) % 8 == 0;
+    static constexpr bool FIXED = fg_fixed_step<CH, THREADS>::OK;
     static constexpr int RPS = FIXED ? THREADS / CH : 1; // rows per step when FIXED
     const fg_in_t *src; // FIXED: this thread's first byte of the next tile; else the next tile's first key
     u32 dst;            // FIXED: this thread's byte offset inside a tile
@@ -207,7 +227,7 @@ struct fg_vt_loader {
 #pragma unroll
             for (int i = 0; i < (FG_HEAD_DIM_PADDED + RPS - 1) / RPS; i++, p += step)
                 if (FG_HEAD_DIM_PADDED % RPS == 0 || row + i * RPS < FG_HEAD_DIM_PADDED)
-                    fg_cp_async16_n(tile + dst + (u32)(i * RPS * fg_sw<CH>::value * 16), p, n);
+                    fg_cp_async16_n(tile + fg_fixed_step_offset<CH, RPS>(dst, i), p, n);
         } else {
 #pragma unroll 1
             for (int i = tid; i < FG_HEAD_DIM_PADDED * CH; i += THREADS) {
