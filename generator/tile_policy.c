@@ -35,6 +35,10 @@ static const fg_tile_rule default_rules[] = {
     {90, 90, 8, 64, 1, -1, 64, 64, 4, 3, FG_FAMILY_MMA, FG_KIND_FWD},           /* 512/2k winner; 6% behind 128x96 at 8k */
     {90, 90, 65, 128, 0, -1, 128, 32, 4, 2, FG_FAMILY_MMA, FG_KIND_FWD},        /* 128x48 is 3% faster but spills 4 bytes */
     {90, 90, 65, 128, 1, -1, 128, 48, 4, 2, FG_FAMILY_MMA, FG_KIND_FWD},
+    /* d 193-256: FlashAttention-2's Hopper tile, 64 x 64 on 4 warps in one stage (96 KiB: two CTAs an SM), the
+     * winner of all 16 head_dim 256 classes of the H200 tune (bench/results/2026-11-29-h200-session7/),
+     * 3.7-14% ahead of the 128 x 64 x 8 above. */
+    {90, 90, 193, 256, -1, -1, 64, 64, 4, 1, FG_FAMILY_MMA, FG_KIND_FWD},
     /* FP8 (e4m3, e5m2) on sm_89 and sm_90. FP8 mma.sync is native (QMMA) on sm_89 but emulated on sm_90
      * (each m16n8k32 becomes fp8 -> f16 unpacks and two HMMAs), which costs registers. sm_89: from ptxas
      * reports (NVRTC 13.0). sm_90: the winners of `flashgen tune configs/tune_fwd_fp8.lua` on an H200
