@@ -161,24 +161,27 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         fg_fence_regs(dp);
 
         // P^T (masked entries 0: keys past sk, keys past a query's diagonal when causal; queries past sq
-        // have lse2 = +inf) and dS^T = P^T (dP^T - D), in place; dS^T also to its tile (16-bit).
+        // have lse2 = +inf) and dS^T = P^T (dP^T - D), in place; dS^T also to its tile (16-bit). As in
+        // bwd_sm80.cuh: an unmasked instance for blocks that need no mask, lse2 and D read once a pair.
+        auto p_ds = [&](auto mask) {
 #pragma unroll
-        for (int nt = 0; nt < FG_BW_QT; nt++)
+            for (int nt = 0; nt < FG_BW_QT; nt++) {
+                const int col = 8 * nt + 2 * t;
+                const float2 l2 = *(const float2 *)(lse2 + col), dd = *(const float2 *)(dsum + col);
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int krow = krow0 + 8 * h, key = n0 + krow;
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int col = 8 * nt + 2 * t + e, qrow = m0 + col;
-                    const bool masked = key >= sk || (FG_CAUSAL && key > qrow + sk - sq);
-                    const float pv = masked ? 0.f : fg_exp2(fmaf(s[nt][2 * h + e], p.scale_log2, -lse2[col]));
-                    s[nt][2 * h + e] = pv;
-                    dp[nt][2 * h + e] = pv * (dp[nt][2 * h + e] - dsum[col]);
+                for (int h = 0; h < 2; h++) {
+                    const int krow = krow0 + 8 * h;
+                    fg_bwd_p_ds<decltype(mask)::value>(s[nt], dp[nt], h, l2, dd, n0 + krow, m0 + col, sk, sq, p.scale_log2);
+                    const u32 off = fg_tile_offset<FG_DS_CH>(krow, nt, FG_BLOCK_N) + 4 * t;
+                    asm volatile("st.shared.b32 [%0], %1;" ::"r"(s_ds_b + off),
+                                 "r"(fg_pack2(dp[nt][2 * h], dp[nt][2 * h + 1])));
                 }
-                const u32 off = fg_tile_offset<FG_DS_CH>(krow, nt, FG_BLOCK_N) + 4 * t;
-                asm volatile("st.shared.b32 [%0], %1;" ::"r"(s_ds_b + off),
-                             "r"(fg_pack2(dp[nt][2 * h], dp[nt][2 * h + 1])));
             }
+        };
+        if (fg_bwd_needs_mask(n0, m0, sk, sq))
+            p_ds(fg_bool<true>{});
+        else
+            p_ds(fg_bool<false>{});
         u32 pa[FG_BLOCK_M / 16][4], da[FG_BLOCK_M / 16][4];
 #pragma unroll
         for (int kk = 0; kk < FG_BLOCK_M / 16; kk++) {

@@ -39,12 +39,6 @@ __device__ __forceinline__ int fg_s_key(int nt, int t, int i) {
     return FG_FP8 ? 16 * (nt / 2) + 4 * t + 2 * (nt % 2) + i : 8 * nt + 2 * t + i;
 }
 
-// A compile-time bool as a type, so one generic lambda gives the masked and the unmasked block step.
-template <bool B>
-struct fg_bool {
-    static constexpr bool value = B;
-};
-
 // x, which the compiler can no longer see is x: what it computes is recomputed, not kept live from before.
 __device__ __forceinline__ u32 fg_opaque(u32 x) {
     asm volatile("" : "+r"(x));

@@ -77,3 +77,9 @@ __device__ __forceinline__ float fg_log2(float x) {
 __device__ __forceinline__ u32 fg_smem_addr(const void *p) {
     return (u32)__cvta_generic_to_shared(p);
 }
+
+// A compile-time bool as a type, so one generic lambda gives a masked and an unmasked instance of a step.
+template <bool B>
+struct fg_bool {
+    static constexpr bool value = B;
+};
