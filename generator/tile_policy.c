@@ -43,8 +43,9 @@ static const fg_tile_rule default_rules[] = {
      * (each m16n8k32 becomes fp8 -> f16 unpacks and two HMMAs), which costs registers. sm_89: from ptxas
      * reports (NVRTC 13.0). sm_90: the winners of `flashgen tune configs/tune_fwd_fp8.lua` on an H200
      * (bench/results/2026-11-29-h200-fp8/), 10-30% faster than 16 rows per warp. d 129-256 spills on sm_90
-     * with every tile tried (128x64 8 warps: 52 bytes, the least; 64x32 4 warps: 432); the default bundle
-     * leaves it to JIT there. block_n is a multiple of 32 (the FP8 P.V mma's k: fp8_block_n). */
+     * with every tile tried (128x64 8 warps: 52 bytes, the least, when measured; 1044 on NVRTC 13.0 with the
+     * kernel as of session 7, 64x32 4 warps 468); the default bundle leaves it to JIT there, and Hopper runs
+     * FP8 on the sm_90a family unless FLASHGEN_WGMMA_FP8=0. block_n is a multiple of 32 (the FP8 P.V mma's k: fp8_block_n). */
     {89, 89, 8, 128, -1, FG_DTYPE_E4M3, 128, 64, 8, 2, FG_FAMILY_MMA, FG_KIND_FWD},   /* 127 / 178 registers */
     {89, 89, 8, 128, -1, FG_DTYPE_E5M2, 128, 64, 8, 2, FG_FAMILY_MMA, FG_KIND_FWD},
     {89, 89, 129, 256, -1, FG_DTYPE_E4M3, 128, 32, 8, 2, FG_FAMILY_MMA, FG_KIND_FWD}, /* 209 registers, 64 KiB of the 99 */

@@ -158,19 +158,20 @@ static fg_status load_cubin(fg_context *ctx, const fg_spec *s, const char *name,
     if (rc == CUDA_SUCCESS) rc = cu->cuFuncSetAttribute(k.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
     /* (Preferring all of L1 as shared memory, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, changed nothing
      * on the H200, 2026-11-29: the one-stage head_dim 256 tiles, 64 x 64 on 4 warps among them, timed the same
-     * with and without it; so the driver's default stays.) How many CTAs fit an SM goes to the info log. */
-    if (rc == CUDA_SUCCESS)
-        rc = cu->cuOccupancyMaxActiveBlocksPerMultiprocessor(&k.ctas_per_sm, k.fn, spec_threads(s), smem);
+     * with and without it; so the driver's default stays.) How many CTAs fit an SM goes to the info log, a
+     * diagnostic: a failed query leaves 0 ("unknown") rather than failing the load. */
+    if (rc == CUDA_SUCCESS &&
+        cu->cuOccupancyMaxActiveBlocksPerMultiprocessor(&k.ctas_per_sm, k.fn, spec_threads(s), smem) != CUDA_SUCCESS)
+        k.ctas_per_sm = 0;
     if (rc != CUDA_SUCCESS) {
         if (k.module) cu->cuModuleUnload(k.module);
         cu->cuCtxPopCurrent(&popped);
-        return cuda_api_fail(err, rc, "loading the cubin of a variant (cuModuleLoadData/GetFunction/FuncSetAttribute/"
-                             "OccupancyMaxActiveBlocksPerMultiprocessor)",
+        return cuda_api_fail(err, rc, "loading the cubin of a variant (cuModuleLoadData/GetFunction/FuncSetAttribute)",
                              __FILE__, __LINE__);
     }
     cu->cuCtxPopCurrent(&popped);
-    rt_log(ctx, FG_LOG_INFO, "loaded %s (%s): %d threads, %zu bytes of shared memory, %d CTA%s an SM", name, source,
-           spec_threads(s), smem, k.ctas_per_sm, k.ctas_per_sm == 1 ? "" : "s");
+    rt_log(ctx, FG_LOG_INFO, "loaded %s (%s): %d threads, %zu bytes of shared memory, %d CTA%s an SM%s", name, source,
+           spec_threads(s), smem, k.ctas_per_sm, k.ctas_per_sm == 1 ? "" : "s", k.ctas_per_sm ? "" : " (unknown)");
     ctx->kernels[ctx->nkernels] = k;
     *out = &ctx->kernels[ctx->nkernels++];
     return FG_OK;
