@@ -3,12 +3,13 @@
 // left out by FG_WGMMA_BWD); this kernel replaces that one's mma.sync products by warpgroup MMAs.
 //
 // On an H200 (2026-11-29) it passes the backward GPU tests (bwd::shapes_sm90a; memcheck, racecheck and
-// synccheck clean) and runs at 0.95-1.17x FlashAttention-2's backward at head_dim 128 and 0.87-0.90x at
-// 64 (0.56-0.69x and 0.54-0.74x cuDNN's; bench/results/2026-11-29-h200-session6/); the runtime takes it on
-// Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec). What is left to cuDNN: inside a
-// warpgroup every step waits for the one before it (no overlap of one query block's softmax with the
-// products of another, as FA3's backward has), and at head_dim 64 each warpgroup still adds its own dQ
-// (the column split needs 32-column B tiles, not a canonical 128-byte-swizzle layout).
+// synccheck clean) and runs at 1.03-1.30x FlashAttention-2's backward at head_dim 128 and 0.91-0.97x at
+// 64 (0.66-0.75x and 0.56-0.77x cuDNN's, bf16; bench/results/2026-11-29-h200-session7/bwd-epilogue/); the
+// runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec). What is left to
+// cuDNN: inside a warpgroup every step waits for the one before it (no overlap of one query block's
+// softmax with the products of another, as FA3's backward has), and at head_dim 64 each warpgroup still
+// adds its own dQ (the column split with 32-column B tiles inside the 128-byte-swizzled K rows measured
+// 0.967x: session 7's dropped/).
 //
 // A CTA: 128 keys of one query head (two warpgroups of 64 keys), head_dim 64 or 128, K and V in shared
 // memory for the whole run, dK and dV in registers (wgmma accumulators); it streams the query blocks that
