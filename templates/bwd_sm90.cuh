@@ -6,10 +6,12 @@
 // synccheck clean) and runs at 1.03-1.30x FlashAttention-2's backward at head_dim 128 and 0.91-0.97x at
 // 64 (0.66-0.75x and 0.56-0.77x cuDNN's, bf16; bench/results/2026-11-29-h200-session7/bwd-epilogue/); the
 // runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec). What is left to
-// cuDNN: inside a warpgroup every step waits for the one before it (no overlap of one query block's
-// softmax with the products of another, as FA3's backward has), and at head_dim 64 each warpgroup still
-// adds its own dQ (the column split with 32-column B tiles inside the 128-byte-swizzled K rows measured
-// 0.967x: session 7's dropped/).
+// cuDNN, against FlashAttention-3's backward (which overlaps GEMMs inside an iteration, not across them):
+// dQ is staged and added with the tensor cores idle (FA3 keeps dK running meanwhile), the exponentials
+// wait for dP as well as S, warpgroup 1 both loads (cp.async) and computes where FA3 has a TMA producer
+// warp and a dQ-writer warp, and at head_dim 64 each warpgroup adds its own dQ (the column split with
+// 32-column B tiles inside the 128-byte-swizzled K rows measured 0.967x: session 7's dropped/; FA3 splits
+// dQ by query rows over 128-row blocks there).
 //
 // A CTA: 128 keys of one query head (two warpgroups of 64 keys), head_dim 64 or 128, K and V in shared
 // memory for the whole run, dK and dV in registers (wgmma accumulators); it streams the query blocks that
