@@ -888,7 +888,7 @@ static void write_sample_db(const char *path) {
     fg_tune_class b = {FG_KIND_FWD, FG_DTYPE_BF16, 128, 1, 1, 8192, 8192, 32};
     fg_tune_record recs[] = {
         tune_rec(a, 128, 64, 8, FG_TUNE_OK, 1.25, "max err 0.002"),
-        tune_rec(a, 128, 32, 4, FG_TUNE_OK, 0.75, "max err 0.002"),        /* the winner of a */
+        tune_rec(a, 128, 48, 4, FG_TUNE_OK, 0.75, "max err 0.002"),        /* the winner of a, and sm_90's default */
         tune_rec(a, 64, 64, 4, FG_TUNE_WRONG, 0.5, "check failed"),       /* faster, but wrong: never wins */
         tune_rec(a, 64, 64, 8, FG_TUNE_REFUSED, 0, "block_m 64 with 8 warps is not supported"),
         tune_rec(a, 128, 128, 4, FG_TUNE_SPILLED, 0, "spills 64 bytes"),
@@ -955,7 +955,7 @@ Test(cli, tune_show_prints_the_database_table) {
     int lines = 0;
     for (const char *p = r.out; *p; p++) lines += *p == '\n';
     cr_expect_eq(lines, 1 + 7, "%s", r.out);
-    cr_expect_not_null(strstr(r.out, ",128,32,4,2,ok,0.75,133.333,1,1,\"max err 0.002\""), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, ",128,48,4,2,ok,0.75,133.333,1,1,\"max err 0.002\""), "%s", r.out);
     run_free(&r);
 
     /* The same through --db. */

@@ -325,7 +325,7 @@ Test(spec, policy_rules_follow_the_kernel_family) {
     cr_assert_eq(spec_fill_tiles(&b, &p, &e), FG_OK, "%s", e.msg);
     cr_assert(a.warps == 4 * (a.block_m / 64 + 1) && a.warps != b.warps, "sm_90a d128: %d x %d, %d warps", a.block_m,
               a.block_n, a.warps);
-    cr_assert(b.block_m == 128 && b.block_n == 32 && b.warps == 4 && b.stages == 2, "sm_90 d128: %d x %d, %d warps, "
+    cr_assert(b.block_m == 128 && b.block_n == 48 && b.warps == 4 && b.stages == 2, "sm_90 d128: %d x %d, %d warps, "
               "%d stages", b.block_m, b.block_n, b.warps, b.stages);
     hopper_pair(FG_DTYPE_BF16, 64, &a, &b);
     cr_assert_eq(spec_fill_tiles(&a, &p, &e), FG_OK, "%s", e.msg);
@@ -350,7 +350,7 @@ Test(spec, policy_rules_follow_the_kernel_family) {
     const fg_tile_rule ra = {90, 90, 8, 256, -1, -1, 128, 64, 8, 4, FG_FAMILY_ANY, FG_KIND_FWD};
     cr_assert_eq(tile_policy_add(&p, &rw, &e), FG_OK);
     cr_assert_eq(tile_policy_lookup(&p, &wg)->block_n, 64, "the wgmma rule applies to sm_90a");
-    cr_assert_eq(tile_policy_lookup(&p, &mma)->block_n, 32, "sm_90 keeps its default");
+    cr_assert_eq(tile_policy_lookup(&p, &mma)->block_n, 48, "sm_90 keeps its default");
     cr_assert_eq(tile_policy_lookup(&p, &amp)->family, FG_FAMILY_MMA, "sm_80 is never the wgmma family");
     cr_assert_eq(tile_policy_add(&p, &rm, &e), FG_OK);
     cr_assert_eq(tile_policy_lookup(&p, &wg), &p.rules[p.count - 2], "sm_90a keeps the wgmma rule");

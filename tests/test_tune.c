@@ -102,7 +102,7 @@ static void sample_db(fg_tunedb *db) {
     fg_tune_class a = klass(FG_DTYPE_BF16, 128, 0, 1, 2048, 2048, 128);
     fg_tune_class b = klass(FG_DTYPE_BF16, 128, 1, 1, 8192, 8192, 32);
     fg_tune_class c = klass(FG_DTYPE_F16, 64, 0, 4, 1000, 3000, 100); /* raw sizes: bucketed by add */
-    add(db, rec(a, 128, 32, 4, 2, FG_TUNE_OK, 1.234, 321.5, ""));
+    add(db, rec(a, 128, 48, 4, 2, FG_TUNE_OK, 1.234, 321.5, "")); /* sm_90's default tile for the class */
     add(db, rec(a, 128, 64, 8, 2, FG_TUNE_OK, 0.1 + 0.2, 1.0 / 3.0, "max err 0.0039"));
     add(db, rec(a, 64, 64, 8, 2, FG_TUNE_REFUSED, 0, 0,
                 "block_m 64 with 8 warps is not supported: each warp owns 16 or 32 query rows"));
@@ -694,7 +694,7 @@ Test(tunedb, table_groups_classes_and_marks_the_winner) {
     /* In that class the 0.3 ms record is the winner and comes first, marked; the 1.234 ms one, the tile
      * policy's default for sm_90 head_dim 128 non-causal, follows, marked 'd'. */
     const char *win = strstr(head, "  *      128      64     8      2  ok");
-    const char *second = strstr(head, "   d     128      32     4      2  ok");
+    const char *second = strstr(head, "   d     128      48     4      2  ok");
     cr_assert(win && second && win < second, "%s", text);
     cr_assert(strstr(head, "refused") != NULL && strstr(head, "spilled") != NULL, "%s", text);
     /* The note's newline does not break the row. */
@@ -714,7 +714,7 @@ Test(tunedb, csv_has_a_row_per_record_and_quotes_notes) {
                       "stages,status,ms,tflops,dispatch,default,note\n", 120) == 0, "%s", text);
     /* The winner of the head_dim 128 class has dispatch 1, the policy's default has default 1. */
     cr_assert_not_null(strstr(text, ",bf16,128,0,1,2048,2048,128,128,64,8,2,ok,0.3,"), "%s", text);
-    cr_assert_not_null(strstr(text, ",128,32,4,2,ok,1.234,"), "%s", text);
+    cr_assert_not_null(strstr(text, ",128,48,4,2,ok,1.234,"), "%s", text);
     cr_assert_not_null(strstr(text, ",128,64,8,2,ok,0.3,0.333333,1,0,\""), "%s", text);
     cr_assert_not_null(strstr(text, "\"quote \"\" backslash"), "a quote is doubled: %s", text);
     /* The note's newline became a space inside the quoted field. */
