@@ -160,9 +160,10 @@ static fg_status load_cubin(fg_context *ctx, const fg_spec *s, const char *name,
      * on the H200, 2026-11-29: the one-stage head_dim 256 tiles, 64 x 64 on 4 warps among them, timed the same
      * with and without it; so the driver's default stays.) How many CTAs fit an SM goes to the info log, a
      * diagnostic: a failed query leaves 0 ("unknown") rather than failing the load. */
+    int ctas_per_sm = 0;
     if (rc == CUDA_SUCCESS &&
-        cu->cuOccupancyMaxActiveBlocksPerMultiprocessor(&k.ctas_per_sm, k.fn, spec_threads(s), smem) != CUDA_SUCCESS)
-        k.ctas_per_sm = 0;
+        cu->cuOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, k.fn, spec_threads(s), smem) != CUDA_SUCCESS)
+        ctas_per_sm = 0;
     if (rc != CUDA_SUCCESS) {
         if (k.module) cu->cuModuleUnload(k.module);
         cu->cuCtxPopCurrent(&popped);
@@ -171,7 +172,7 @@ static fg_status load_cubin(fg_context *ctx, const fg_spec *s, const char *name,
     }
     cu->cuCtxPopCurrent(&popped);
     rt_log(ctx, FG_LOG_INFO, "loaded %s (%s): %d threads, %zu bytes of shared memory, %d CTA%s an SM%s", name, source,
-           spec_threads(s), smem, k.ctas_per_sm, k.ctas_per_sm == 1 ? "" : "s", k.ctas_per_sm ? "" : " (unknown)");
+           spec_threads(s), smem, ctas_per_sm, ctas_per_sm == 1 ? "" : "s", ctas_per_sm ? "" : " (unknown)");
     ctx->kernels[ctx->nkernels] = k;
     *out = &ctx->kernels[ctx->nkernels++];
     return FG_OK;
@@ -675,8 +676,8 @@ static fg_status choose_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec 
     s->causal = a->causal;
     s->deterministic = a->deterministic;
     /* The sm_90a backward (bwd_sm90.cuh) where it applies, unless FLASHGEN_WGMMA_BWD=0. On the H200 it ran
-     * at 0.87-1.17x FlashAttention-2's backward in the same runs, the mma.sync kernel at 0.77-0.87x
-     * (bench/results/2026-11-29-h200-session6/README.md). */
+     * at 0.91-1.30x FlashAttention-2's backward in the same runs (bf16, d 64 and 128), the mma.sync kernel at
+     * 0.88-0.92x (bench/results/2026-11-29-h200-session7/bwd-epilogue/). */
     s->arch_accel = ctx->wgmma_bwd && (s->head_dim == 64 || s->head_dim == 128) && !s->deterministic;
     fg_status st = spec_fill_tiles(s, &ctx->policy, err);
     return st == FG_OK ? check_runnable(ctx, s, err) : st;
@@ -697,6 +698,9 @@ fg_status fg_attention_bwd_workspace_size(fg_context *ctx, const fg_bwd_args *a,
     return FG_OK;
 }
 
+/* The backward main kernel's grid x: its key blocks (launch_bwd and fg_explain_bwd). */
+static long long bwd_key_blocks(const fg_spec *s, long long sk) { return (sk + s->block_n - 1) / s->block_n; }
+
 fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *a, char *buf, size_t n) {
     if (!ctx) return rt_no_context("fg_explain_bwd");
     if (explain_args(ctx, "fg_explain_bwd", a, buf, n) != FG_OK) return FG_ERR_INVALID_ARGUMENT;
@@ -710,14 +714,13 @@ fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *a, char *buf, size_
     if (explain_lookup(ctx, &s, name, &where, &err) != FG_OK) return rt_set_error(ctx, &err);
     bwd_layout L;
     bwd_workspace_layout(a, &L);
-    const long long sk = a->k.shape[1];
     const char *path = spec_is_wgmma_bwd(&s) ? "sm_90a path (wgmma, two warpgroups of 64 keys)"
                                              : "mma.sync path (sm_80+)";
     int len = snprintf(buf, n,
                        "variant %s\n  kernel: backward main kernel, %s, %d threads, %zu bytes shared memory, "
                        "grid (%lld, %lld, %lld)%s\n"
                        "  workspace: %zu bytes\n  code: %s\n  device: %s (sm_%d, %d SMs)\n  disk cache: %s",
-                       name, path, spec_threads(&s), spec_smem_bytes(&s), (sk + s.block_n - 1) / s.block_n,
+                       name, path, spec_threads(&s), spec_smem_bytes(&s), bwd_key_blocks(&s, a->k.shape[1]),
                        (long long)a->q.shape[2], (long long)a->q.shape[0],
                        s.deterministic ? ", deterministic (dQ added in a fixed order)" : "", L.total, where,
                        ctx->device_name, ctx->arch, ctx->sm_count, ctx->disk_ok ? ctx->disk.dir : ctx->disk_problem);
@@ -775,7 +778,7 @@ fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *a, void *stream) 
     /* pre (D, lse2, zeroed accumulator), main (none without keys: dK, dV are empty), post */
     const launch_item items[3] = {
         {kern.fn_pre, {(unsigned)((sq + 127) / 128 * 2), h, bb}, 256, 0, "cuLaunchKernel(fg_bwd_pre_kernel)"},
-        {kern.fn, {(unsigned)((sk + s.block_n - 1) / s.block_n), h, bb}, (unsigned)spec_threads(&s),
+        {kern.fn, {(unsigned)bwd_key_blocks(&s, sk), h, bb}, (unsigned)spec_threads(&s),
          (unsigned)spec_smem_bytes(&s), "cuLaunchKernel(fg_bwd_main_kernel)"},
         {kern.fn_post, {(unsigned)(((sq > sk ? sq : sk) + 63) / 64), h, bb}, 256, 0, "cuLaunchKernel(fg_bwd_post_kernel)"},
     };

@@ -18,7 +18,6 @@ typedef struct fg_kernel {
     CUfunction fn;               /* FG_KERNEL_NAME in module; for kind=bwd the main kernel */
     CUfunction fn_pre, fn_post;  /* kind=bwd: fg_bwd_pre_kernel, fg_bwd_post_kernel (NULL for the forward) */
     const char *source;          /* where it came from: "JIT", "disk cache", "bundle" */
-    int ctas_per_sm;             /* CTAs of the main kernel the driver keeps resident on one SM */
 } fg_kernel;
 
 struct fg_context {

@@ -161,7 +161,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
     // skipping, in masked blocks, the 16-key QK^T and PV steps past the last key any row of the warp sees
     // (a warp-uniform branch per step): causal ran 1-5% slower at 2k-16k (the last warp, which does all the
     // steps, lost the overlap of its ldmatrix with the MMAs), non-causal head_dim 256 gained 0.5% at 2k and
-    // lost 1.5% at 512-1k. bench/results/2026-11-29-h200-session6/README.md has the figures.)
+    // lost 1.5% at 512-1k. bench/results/2026-11-29-h200-session6/README.md has the figures. And, session 7,
+    // peeling block 0 into its own step so its S starts before V0 lands: +0.1% at head_dim 256 and 4 bytes
+    // of spills at 128 x 64; the one-stage pipeline below gives every block that overlap instead.)
     auto block_step = [&](int j, auto masked) {
         // Block j has landed for this thread; the barrier makes it visible to all, and tells everyone
         // that block j-1's buffers are free for the prefetch below.

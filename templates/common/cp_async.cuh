@@ -124,7 +124,7 @@ __device__ __forceinline__ u32 fg_fixed_step_offset(u32 dst0, int i) {
 template <int ROWS, int THREADS>
 struct fg_tile_loader {
     static constexpr bool FIXED = fg_fixed_step<FG_CHUNKS, THREADS>::OK;
-    static constexpr int RPS = FIXED ? THREADS / FG_CHUNKS : 1; // rows per step when FIXED
+    static constexpr int RPS = FIXED ? fg_fixed_step<FG_CHUNKS, THREADS>::RPS : 1; // rows per step when FIXED
     // FG_LOADER_RECOMPUTE (the emitter's choice per variant, generator/emit.c): the thread's place in a
     // tile (FIXED) is recomputed from its index at each tile (fg_tid_now) rather than kept, three registers
     // fewer across the key loop. On NVRTC 13.0 (sm_90) that took the forward tiles whose two m16 tiles a
@@ -198,7 +198,7 @@ struct fg_vt_loader {
     static_assert(COLS < 0 || FG_HEAD_DIM == FG_HEAD_DIM_PADDED, "FP8 head_dim must need no padding");
     static constexpr int CH = COLS / 16;
     static constexpr bool FIXED = fg_fixed_step<CH, THREADS>::OK;
-    static constexpr int RPS = FIXED ? THREADS / CH : 1; // rows per step when FIXED
+    static constexpr int RPS = FIXED ? fg_fixed_step<CH, THREADS>::RPS : 1; // rows per step when FIXED
     const fg_in_t *src; // FIXED: this thread's first byte of the next tile; else the next tile's first key
     u32 dst;            // FIXED: this thread's byte offset inside a tile
     int col;            // FIXED: this thread's chunk column
