@@ -228,7 +228,7 @@ int spec_q_stages(const fg_spec *spec) {
     if (!spec_is_wgmma(spec)) return 1;
     size_t two = 1024u + (size_t)spec->head_dim * (size_t)spec_dtype_size(spec->dtype) *
                              (2u * (size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages) +
-                 8u * (4u + 4u * (size_t)spec->stages);
+                 8u * (4u + 4u * (size_t)spec->stages + 6u); /* as spec_smem_bytes, with two Q buffers */
     return two <= arch_smem_limit(spec->arch) ? 2 : 1;
 }
 
@@ -239,11 +239,12 @@ int spec_q_stages(const fg_spec *spec) {
  * only when 2 * stages * block_n < block_m (256 x 32 with 2 stages, say). */
 size_t spec_smem_bytes(const fg_spec *spec) {
     if (spec->kind == FG_KIND_BWD) return bwd_smem_bytes(spec);
-    if (spec_is_wgmma(spec)) { /* 1 KiB of alignment slack, Q buffers, K and V stages, their mbarriers */
+    if (spec_is_wgmma(spec)) { /* 1 KiB of alignment slack, Q buffers, K and V stages, their mbarriers, and
+                                  the tile ring (4 mbarriers, 2 tile indices, a count) of the dynamic schedule */
         size_t q = spec_q_stages(spec);
         return 1024u + (size_t)spec->head_dim * (size_t)spec_dtype_size(spec->dtype) *
                            (q * (size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages) +
-               8u * (2u * q + 4u * (size_t)spec->stages);
+               8u * (2u * q + 4u * (size_t)spec->stages + 6u);
     }
     size_t dp = (size_t)spec_head_dim_padded(spec);
     size_t tiles = dp * (size_t)spec_dtype_size(spec->dtype) *

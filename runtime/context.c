@@ -168,9 +168,9 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
         ctx->wgmma = ctx->arch == 90 && cu->cuTensorMapEncodeTiled != NULL && !env_is_zero("FLASHGEN_WGMMA");
         ctx->wgmma_fp8 = ctx->wgmma && !env_is_zero("FLASHGEN_WGMMA_FP8");
         const char *g = getenv("FLASHGEN_SM90_GRID");
-        ctx->sm90_grid = g && strcmp(g, "tiles") == 0 ? 1 : (g && strcmp(g, "persistent") == 0 ? 2 : 0);
+        ctx->sm90_grid = !g ? 0 : strcmp(g, "tiles") == 0 ? 1 : strcmp(g, "persistent") == 0 ? 2 : strcmp(g, "dynamic") == 0 ? 3 : 0;
         if (g && *g && ctx->sm90_grid == 0 && strcmp(g, "auto") != 0)
-            rt_log(ctx, FG_LOG_WARN, "FLASHGEN_SM90_GRID=%s is not auto, tiles or persistent: using auto", g);
+            rt_log(ctx, FG_LOG_WARN, "FLASHGEN_SM90_GRID=%s is not auto, tiles, persistent or dynamic: using auto", g);
         ctx->wgmma_bwd = ctx->wgmma && !env_is_zero("FLASHGEN_WGMMA_BWD");
         const char *cg = getenv("FLASHGEN_CAUSAL_GROUP");
         if (cg && *cg && strcmp(cg, "auto") != 0) {
@@ -235,6 +235,7 @@ void fg_context_destroy(fg_context *ctx) {
     if (!ctx) return;
     if (ctx->cuctx && ctx->cu->cuCtxPushCurrent(ctx->cuctx) == CUDA_SUCCESS) {
         for (int i = 0; i < ctx->nkernels; i++) ctx->cu->cuModuleUnload(ctx->kernels[i].module);
+        for (int i = 0; i < ctx->ntile_ctr; i++) ctx->cu->cuMemFree(ctx->tile_ctr[i].ptr);
         CUcontext popped;
         ctx->cu->cuCtxPopCurrent(&popped);
     }

@@ -96,6 +96,8 @@ static void load_driver(void) {
         FG_SYM(cuMemcpyHtoD, "cuMemcpyHtoD_v2", NULL),
         FG_SYM(cuMemcpyDtoH, "cuMemcpyDtoH_v2", NULL),
         FG_SYM(cuMemsetD8, "cuMemsetD8_v2", NULL),
+        FG_SYM(cuMemsetD8Async, "cuMemsetD8Async", NULL),
+        FG_SYM(cuStreamIsCapturing, "cuStreamIsCapturing", NULL),
         FG_SYM(cuStreamCreate, "cuStreamCreate", NULL),
         FG_SYM(cuStreamDestroy, "cuStreamDestroy_v2", NULL),
         FG_SYM(cuStreamSynchronize, "cuStreamSynchronize", NULL),
@@ -125,6 +127,8 @@ static void load_driver(void) {
     if (load_symbol(lib, "cuTensorMapEncodeTiled", &api_table.cuTensorMapEncodeTiled,
                     sizeof api_table.cuTensorMapEncodeTiled) != 0)
         api_table.cuTensorMapEncodeTiled = NULL; /* no sm_90a family: Hopper runs the mma.sync one */
+    if (load_symbol(lib, "cuStreamGetId", &api_table.cuStreamGetId, sizeof api_table.cuStreamGetId) != 0)
+        api_table.cuStreamGetId = NULL; /* tile counters are keyed by the stream handle alone */
 
     CUresult rc = api_table.cuInit(0);
     if (rc != CUDA_SUCCESS) {

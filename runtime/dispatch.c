@@ -387,7 +387,10 @@ int rt_causal_group(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *
  * 1-d grid. Non-causal tiles cost the same: persistent, one CTA per SM, each taking tiles in a stride
  * (the next tile's loads during this one's epilogue; H200, fgbench non-causal: 0-5% faster than one CTA
  * per tile). Causal tiles do not: a fixed stride gave some SMs all the heavy ones (d 128 causal 16k: 445
- * against 710 TFLOP/s), so they get one CTA per tile and the hardware scheduler's balancing. */
+ * against 710 TFLOP/s). One CTA per tile balances them through the hardware scheduler but pays every
+ * tile's prologue and epilogue in series; so causal calls are persistent too, each CTA's producer taking
+ * its next tile, longest first, from a counter (FlashAttention-3's dynamic schedule): FG_GRID_DYNAMIC, the
+ * launch's counter from tile_counter_for. Returns the FG_GRID_* mode. */
 int rt_launch_grid(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a, int group, unsigned grid[3]) {
     int64_t m_blocks = (a->q.shape[1] + s->block_m - 1) / s->block_m;
     grid[0] = (unsigned)m_blocks;
@@ -399,12 +402,60 @@ int rt_launch_grid(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a
     }
     if (spec_is_wgmma(s)) {
         int64_t tiles = m_blocks * a->q.shape[2] * a->q.shape[0];
-        const int persistent = ctx->sm90_grid == 2 || (ctx->sm90_grid == 0 && !s->causal);
-        grid[0] = (unsigned)(persistent && tiles > ctx->sm_count ? ctx->sm_count : tiles);
+        /* (The kernels take tiles from the counter only when causal: FG_GRID_DYNAMIC is for causal calls.) */
+        const int mode = ctx->sm90_grid == 1                 ? FG_GRID_TILES
+                         : ctx->sm90_grid == 2 || !s->causal ? FG_GRID_STRIDE
+                                                             : FG_GRID_DYNAMIC;
+        grid[0] = (unsigned)(mode != FG_GRID_TILES && tiles > ctx->sm_count ? ctx->sm_count : tiles);
         grid[1] = grid[2] = 1;
-        return persistent;
+        return mode;
     }
-    return 0;
+    return FG_GRID_TILES;
+}
+
+/* The tile counter of `stream` for the dynamic schedule: two ints, allocated on the stream's first such
+ * call and zeroed by a memset queued on that stream (so it precedes the launch); every launch's last CTA
+ * puts them back to zero, and launches on one stream run one after another, so a stream needs only one.
+ * NULL, and the caller runs one CTA per tile, where that does not hold or cannot be had: the per-thread
+ * default stream (one handle for many host threads' streams, whose launches overlap), a stream being
+ * captured into a graph that has no counter yet (no allocation inside a capture; a graph replayed on
+ * several streams at once would share one counter in any case), a full table, a failed allocation. */
+static int *tile_counter_for(fg_context *ctx, void *stream) {
+    if ((CUstream)stream == CU_STREAM_PER_THREAD) return NULL;
+    const fg_cuda_api *cu = ctx->cu;
+    CUcontext current = NULL, popped;
+    const int push = cu->cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != ctx->cuctx;
+    if (push && cu->cuCtxPushCurrent(ctx->cuctx) != CUDA_SUCCESS) return NULL;
+    /* Keyed by handle and ID: a stream destroyed with work queued may hand its handle to a new one whose
+     * launches overlap that work; they must not share a counter. (Streams are never forgotten: a program
+     * that makes a new stream for every call runs one CTA per tile from its 17th.) */
+    unsigned long long id = 0;
+    int *out = NULL;
+    if (!cu->cuStreamGetId || cu->cuStreamGetId((CUstream)stream, &id) == CUDA_SUCCESS) {
+        pthread_mutex_lock(&ctx->lock);
+        for (int i = 0; i < ctx->ntile_ctr && !out; i++)
+            if (ctx->tile_ctr[i].stream == stream && ctx->tile_ctr[i].id == id) out = (int *)(uintptr_t)ctx->tile_ctr[i].ptr;
+        const int cap = (int)(sizeof ctx->tile_ctr / sizeof ctx->tile_ctr[0]);
+        CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+        CUdeviceptr d = 0;
+        if (!out && ctx->ntile_ctr < cap) {
+            if (cu->cuStreamIsCapturing((CUstream)stream, &capture) == CUDA_SUCCESS &&
+                capture == CU_STREAM_CAPTURE_STATUS_NONE && cu->cuMemAlloc(&d, 2 * sizeof(int)) == CUDA_SUCCESS &&
+                cu->cuMemsetD8Async(d, 0, 2 * sizeof(int), (CUstream)stream) == CUDA_SUCCESS) {
+                ctx->tile_ctr[ctx->ntile_ctr].stream = stream;
+                ctx->tile_ctr[ctx->ntile_ctr].id = id;
+                ctx->tile_ctr[ctx->ntile_ctr].ptr = d;
+                ctx->ntile_ctr++;
+                out = (int *)(uintptr_t)d;
+            } else if (d) {
+                cu->cuMemFree(d);
+            }
+        }
+        pthread_mutex_unlock(&ctx->lock);
+    }
+    if (push) cu->cuCtxPopCurrent(&popped);
+    if (!out) rt_log(ctx, FG_LOG_DEBUG, "no tile counter for stream %p: one CTA per tile", stream);
+    return out;
 }
 
 /* Fills the kernel's parameters from a checked call and launches fn (the variant s) on stream. */
@@ -470,7 +521,8 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
             return st;
     }
     unsigned grid[3];
-    rt_launch_grid(ctx, &s, a, group, grid);
+    if (rt_launch_grid(ctx, &s, a, group, grid) == FG_GRID_DYNAMIC && !(p.tile_counter = tile_counter_for(ctx, stream)))
+        grid[0] = (unsigned)(((int64_t)p.seqlen_q + s.block_m - 1) / s.block_m * p.heads_q * p.batch); /* one CTA a tile */
     const launch_item item = {fn, {grid[0], grid[1], grid[2]}, (unsigned)spec_threads(&s), (unsigned)spec_smem_bytes(&s),
                               "cuLaunchKernel(fg_attention_fwd_kernel)"};
     return launch_items(ctx, &item, 1, stream, params, err);
@@ -622,7 +674,7 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
     if (explain_lookup(ctx, &s, name, &where, &err) != FG_OK) return rt_set_error(ctx, &err);
     unsigned grid[3];
     const int group = rt_causal_group(ctx, &s, a);
-    const int persistent = rt_launch_grid(ctx, &s, a, group, grid);
+    const int mode = rt_launch_grid(ctx, &s, a, group, grid);
     char path[96] = "FlashAttention-2 mma.sync path (sm_80+)";
     if (spec_is_wgmma(&s)) snprintf(path, sizeof path, "FlashAttention-3 style sm_90a path (TMA, wgmma, %d consumer warpgroups)", s.block_m / 64);
     if (spec_dtype_is_fp8(s.dtype))
@@ -637,7 +689,11 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
              "  tiles: %s\n  code: %s\n  device: %s (sm_%d, %d SMs)\n  disk cache: %s\n  tuning database: %s",
              name, path, spec_threads(&s), spec_smem_bytes(&s),
              grid[0], grid[1], grid[2],
-             spec_is_wgmma(&s) ? (persistent ? " (persistent: tiles in a stride)" : " (one CTA per tile)") : "", order,
+             !spec_is_wgmma(&s)          ? ""
+             : mode == FG_GRID_STRIDE    ? " (persistent: tiles in a stride)"
+             : mode == FG_GRID_DYNAMIC   ? " (persistent: tiles from a counter, longest first)"
+                                         : " (one CTA per tile)",
+             order,
              why, where, ctx->device_name, ctx->arch, ctx->sm_count,
              ctx->disk_ok ? ctx->disk.dir : ctx->disk_problem, ctx->tunedb_note);
     return explain_fits(ctx, "fg_explain", n, len);

@@ -29,9 +29,10 @@ struct fg_context {
                                     with cuTensorMapEncodeTiled, and FLASHGEN_WGMMA not 0 */
     int wgmma_fp8;               /* FP8 calls take the sm_90a family too (unless FLASHGEN_WGMMA_FP8=0, which
                                     sends them to the mma.sync family, to measure one against the other) */
-    int sm90_grid;               /* the sm_90a family's grid (FLASHGEN_SM90_GRID): 0 persistent for non-causal
-                                    calls and one CTA per tile for causal ones, 1 "tiles" always one CTA per
-                                    tile, 2 "persistent" always persistent; for measuring the choice */
+    int sm90_grid;               /* the sm_90a family's grid (FLASHGEN_SM90_GRID): 0 (auto) persistent, tiles in a
+                                    stride for non-causal calls and from a counter for causal ones; 1 "tiles" one
+                                    CTA per tile; 2 "persistent" always a stride; 3 "dynamic" always the counter;
+                                    for measuring the choice */
     int causal_group;            /* FLASHGEN_CAUSAL_GROUP: 0 auto (rt_causal_group), else at most this many
                                     (head, batch) pairs per group of the causal tile order; for measuring the choice */
     int wgmma_bwd;               /* backward calls the sm_90a kernel takes (head_dim 64/128, not deterministic) run it
@@ -60,6 +61,13 @@ struct fg_context {
                                     matter only with a tuning database: the policy ignores them) */
     fg_dtype last_out_dtype;     /* ... and the dtype of O it writes (an FP8 class may write fp16 or bf16) */
     int last_accel;              /* ... and whether it is the sm_90a family (which needs TMA-ready tensors) */
+    struct {                     /* the sm_90a family's tile counters (fg_fwd_params.tile_counter), one per */
+        void *stream;            /* stream that ran a dynamic-schedule call: two ints, zero between launches */
+        unsigned long long id;   /* its cuStreamGetId (unique in the process, unlike a handle a destroyed
+                                    stream's successor may reuse while the old one's kernel still runs), 0 */
+        CUdeviceptr ptr;
+    } tile_ctr[16];
+    int ntile_ctr;               /* used entries (guarded by lock); a 17th stream runs one CTA per tile */
     pthread_mutex_t lock;        /* guards kernels, bundles and the fast path */
 };
 
@@ -77,6 +85,9 @@ fg_status rt_fwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_fwd_ar
  * grid for that group (returns 1 when the sm_90a family's grid is persistent). A launch computes the
  * group once for both. */
 int rt_causal_group(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a);
+/* The sm_90a family's schedules (rt_launch_grid): one CTA per tile; persistent CTAs taking tiles in a stride
+ * of the grid; persistent CTAs taking them from a counter. The mma.sync family is always FG_GRID_TILES. */
+enum { FG_GRID_TILES = 0, FG_GRID_STRIDE = 1, FG_GRID_DYNAMIC = 2 };
 int rt_launch_grid(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a, int group, unsigned grid[3]);
 
 /* Records "FN: ctx is NULL" where fg_last_error(NULL) finds it; returns FG_ERR_INVALID_ARGUMENT. */

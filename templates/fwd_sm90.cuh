@@ -98,17 +98,24 @@ __device__ __forceinline__ fg_tile fg_tile_at(const fg_fwd_params &p, int index,
     return t;
 }
 
-// Tiles blockIdx.x, blockIdx.x + gridDim.x, ...: with gridDim.x = the number of SMs (persistent) the
-// producer loads the next tile's K and V while the consumers finish the current one; with one CTA per
-// tile the hardware's block scheduler balances tiles of unequal cost (causal) dynamically. The host
-// chooses (dispatch.c).
+// Tiles blockIdx.x, then blockIdx.x + gridDim.x, ... or, with p.tile_counter (causal), whichever tile the
+// counter hands out next (in fg_tile_at's longest-first order): with gridDim.x = the number of SMs
+// (persistent) the producer loads the next tile's K and V while the consumers finish the current one;
+// with one CTA per tile the hardware's block scheduler balances tiles of unequal cost. The host chooses
+// (dispatch.c, rt_launch_grid).
 extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)
 fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_constant__ fg_tma_params tm) {
     extern __shared__ __align__(1024) unsigned char fg_smem[];
     const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32;
     const int sq = p.seqlen_q, sk = p.seqlen_k;
     const int m_blocks = (sq + FG_BLOCK_M - 1) / FG_BLOCK_M;
-    const int n_tiles = m_blocks * p.heads_q * p.batch;
+    // The tile count, recomputed at each use from the parameters (an asm the compiler cannot see through):
+    // kept in a register across both roles it was spilled (d 64, 3 consumer warpgroups at 160 registers).
+    auto n_tiles = [&]() {
+        int mb;
+        asm volatile("mov.b32 %0, %1;" : "=r"(mb) : "r"(m_blocks));
+        return mb * p.heads_q * p.batch;
+    };
 
     // Tiles need 1024-byte alignment; the host asks for 1 KiB of slack.
     const u32 base = (fg_smem_addr(fg_smem) + 1023u) & ~1023u;
@@ -123,6 +130,20 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     auto bar_v = [&](int s) { return bars + 8u * (QB + FG_STAGES + s); };
     auto bar_k_empty = [&](int s) { return bars + 8u * (QB + 2 * FG_STAGES + s); };
     auto bar_v_empty = [&](int s) { return bars + 8u * (QB + 3 * FG_STAGES + s); };
+    // The dynamic schedule (p.tile_counter, causal calls; dispatch.c): the producer takes each tile after
+    // the first from a global counter (atomicAdd) and hands its index to the consumers through a ring of two
+    // slots, each with a "full" mbarrier (the producer's arrival) and an "empty" one (one arrival per
+    // consumer warp, once it has read the slot). An index past the last tile ends both roles.
+    // Causal variants only: non-causal tiles cost the same and keep the fixed stride (and their SASS).
+    // compute-sanitizer racecheck (CUDA 13.0) reports the slot's store and load as a hazard although the
+    // mbarrier arrive (release) / try_wait (acquire) pair orders them: it flags the same protocol in a
+    // 60-line kernel whose every hand-off is checked (bench/probes/mbarrier_ring_racecheck.cu, 2026-11-29),
+    // and reports nothing else in this kernel; synccheck is clean.
+    const bool dyn = FG_CAUSAL && p.tile_counter != 0;
+    const u32 ring = bars + 8u * (QB + 4 * FG_STAGES);
+    auto bar_t_full = [&](int b) { return ring + 8u * b; };
+    auto bar_t_empty = [&](int b) { return ring + 16u + 8u * b; };
+    const u32 ring_slot = ring + 32u; // 2 ints, then the producer's count of published tiles
 
     if (tid == 0) {
 #pragma unroll
@@ -136,6 +157,10 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             fg_mbar_init(bar_v(s), 1);
             fg_mbar_init(bar_k_empty(s), FG_CWG * 4);
             fg_mbar_init(bar_v_empty(s), FG_CWG * 4);
+        }
+        for (int b = 0; b < 2; b++) {
+            fg_mbar_init(bar_t_full(b), 1);
+            fg_mbar_init(bar_t_empty(b), FG_CWG * 4);
         }
         fg_fence_mbar_init();
     }
@@ -170,7 +195,22 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
 #endif
             };
             int kv = 0, qn = 0;
-            for (int index = blockIdx.x; index < n_tiles; index += gridDim.x) {
+            // Hands tile `index` to the consumers (dynamic schedule), once they have read the slot's last one.
+            // The count of tiles published lives in shared memory: the producer's 24 registers are full.
+            if (dyn) asm volatile("st.shared.b32 [%0], %1;" ::"r"(ring_slot + 8u), "r"(0) : "memory");
+            auto publish = [&](int index) {
+                int pn;
+                asm volatile("ld.shared.b32 %0, [%1];" : "=r"(pn) : "r"(ring_slot + 8u) : "memory");
+                const int b = pn & 1;
+                if (pn >= 2) fg_mbar_wait(bar_t_empty(b), (u32)(((pn >> 1) - 1) & 1));
+                asm volatile("st.shared.b32 [%0], %1;" ::"r"(ring_slot + 4u * b), "r"(index) : "memory");
+                asm volatile("st.shared.b32 [%0], %1;" ::"r"(ring_slot + 8u), "r"(pn + 1) : "memory");
+                fg_mbar_arrive(bar_t_full(b)); // (release: the index is visible to whoever waits on it)
+            };
+            auto next = [&](int index) { return dyn ? atomicAdd(p.tile_counter, 1) + (int)gridDim.x : index + (int)gridDim.x; };
+            int index = blockIdx.x;
+            for (; index < n_tiles(); index = next(index)) {
+                if (dyn) publish(index);
                 const fg_tile t = fg_tile_at(p, index, m_blocks);
                 if (t.n_blocks == 0) continue;
                 // The first FG_STAGES key blocks need only stages the consumers free within the tiles
@@ -191,6 +231,17 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                                     t.m0 + 64 * w, t.head, t.batch, bar_q(qb));
                 for (int it = early; it < t.n_blocks; it++) load_kv(t, it, kv + it);
                 kv += t.n_blocks;
+            }
+            if (dyn) {
+                publish(index); // past the last tile: the consumers stop
+                // This CTA takes no more tiles; the last one to get here puts the counter back for the next
+                // launch on the stream (every CTA's last atomicAdd on it came before its arrival here).
+                __threadfence();
+                if (atomicAdd(p.tile_counter + 1, 1) == (int)gridDim.x - 1) {
+                    __threadfence(); // (the others' counter updates, observed through counter[1], come first)
+                    p.tile_counter[0] = 0;
+                    p.tile_counter[1] = 0;
+                }
             }
         }
         return;
@@ -269,8 +320,19 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     };
     if (FG_CWG > 1 && cw == FG_CWG - 1) fg_named_arrive(FG_BAR_SCHED, 256); // warpgroup 0 goes first
 
-    int kv = 0, qn = 0;
-    for (int index = blockIdx.x; index < n_tiles; index += gridDim.x) {
+    int kv = 0, qn = 0, cn = 0;
+    // The next tile's index from the producer (dynamic schedule); each warp releases the slot once read.
+    auto take = [&]() {
+        const int b = cn & 1;
+        fg_mbar_wait(bar_t_full(b), (u32)((cn >> 1) & 1));
+        int index;
+        asm volatile("ld.shared.b32 %0, [%1];" : "=r"(index) : "r"(ring_slot + 4u * b) : "memory");
+        __syncwarp();
+        if (lane == 0) fg_mbar_arrive(bar_t_empty(b));
+        cn++;
+        return index;
+    };
+    for (int index = dyn ? take() : (int)blockIdx.x; index < n_tiles(); index = dyn ? take() : index + (int)gridDim.x) {
         const fg_tile tl = fg_tile_at(p, index, m_blocks);
         const int n_blocks = tl.n_blocks;
         // The softmax scale (log2 domain and natural) and O's factor: FP8 descales (per tensor or per

@@ -421,8 +421,19 @@ Test(args, causal_tile_order_and_grid) {
     cr_assert(g[0] == 16 && g[1] == 16 && g[2] == 8, "grouped grid (heads, query blocks, batch): %u %u %u", g[0], g[1], g[2]);
     /* sm_90a: at most 132 / 8 = 16 pairs and a third of the L2 over 1 MiB of K/V each (20): 16. */
     cr_assert_eq(rt_causal_group(&ctx, &wg, &a), 16);
-    cr_assert_eq(rt_launch_grid(&ctx, &wg, &a, rt_causal_group(&ctx, &wg, &a), g), 0, "causal sm_90a: one CTA per tile");
+    cr_assert_eq(rt_launch_grid(&ctx, &wg, &a, rt_causal_group(&ctx, &wg, &a), g), FG_GRID_DYNAMIC,
+                 "causal sm_90a: persistent, tiles from a counter");
+    cr_assert(g[0] == 132 && g[1] == 1 && g[2] == 1, "one CTA an SM: %u", g[0]);
+    ctx.sm90_grid = 1; /* FLASHGEN_SM90_GRID=tiles */
+    cr_assert_eq(rt_launch_grid(&ctx, &wg, &a, rt_causal_group(&ctx, &wg, &a), g), FG_GRID_TILES);
     cr_assert(g[0] == 16 * 128 && g[1] == 1 && g[2] == 1, "1-d grid of tiles: %u", g[0]);
+    ctx.sm90_grid = 2; /* persistent */
+    cr_assert_eq(rt_launch_grid(&ctx, &wg, &a, rt_causal_group(&ctx, &wg, &a), g), FG_GRID_STRIDE);
+    cr_assert_eq(g[0], 132);
+    ctx.sm90_grid = 0;
+    wg.causal = 0;
+    cr_assert_eq(rt_launch_grid(&ctx, &wg, &a, 1, g), FG_GRID_STRIDE, "non-causal sm_90a: tiles in a stride");
+    wg.causal = 1;
     /* 16k: 8 MiB of K/V a pair, so 2 pairs fit a third of the L2; 12 pairs: the largest power of two
      * dividing them under the cap. */
     a = shaped(1, 16384, 16, 16, 128);

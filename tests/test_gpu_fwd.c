@@ -771,9 +771,9 @@ ParameterizedTest(fwd_case *c, fwd, seqlens, .timeout = 300) {
 /* More tiles than an H200 has SMs (132), several key blocks each: on the sm_90a family the persistent
  * loop carries its K/V ring, Q buffers and pingpong turns across tiles. 3 consumer warpgroups with GQA,
  * 64-byte swizzled tiles (d 96) with keyless tiles (causal, sq > sk), one Q buffer (d 256), 2 consumer
- * warpgroups causal, and a 1-warpgroup tile. Run with the default grid (persistent for non-causal, one
- * CTA per tile for causal) and with every call persistent (FLASHGEN_SM90_GRID). Elsewhere they are plain
- * cases. */
+ * warpgroups causal, and a 1-warpgroup tile. Run with the default grid (persistent: tiles in a stride for
+ * non-causal, from a counter for causal), with every call taking a stride, every call the counter, and one
+ * CTA per tile (FLASHGEN_SM90_GRID). Elsewhere they are plain cases. */
 static fwd_case many_tiles_cases[5];
 static void many_tiles_fill(void) {
     many_tiles_cases[0] = mk(FG_DTYPE_BF16, 3, 1000, 300, 8, 2, 64, 0);
@@ -798,6 +798,39 @@ ParameterizedTestParameters(fwd, many_tiles_persistent) {
 ParameterizedTest(fwd_case *c, fwd, many_tiles_persistent, .timeout = 300) {
     setenv("FLASHGEN_SM90_GRID", "persistent", 1); /* read by the context this test creates */
     run_case(c);
+}
+ParameterizedTestParameters(fwd, many_tiles_dynamic) {
+    many_tiles_fill();
+    return cr_make_param_array(fwd_case, many_tiles_cases, NELEM(many_tiles_cases));
+}
+ParameterizedTest(fwd_case *c, fwd, many_tiles_dynamic, .timeout = 300) {
+    setenv("FLASHGEN_SM90_GRID", "dynamic", 1);
+    run_case(c);
+}
+ParameterizedTestParameters(fwd, many_tiles_one_cta_each) {
+    many_tiles_fill();
+    return cr_make_param_array(fwd_case, many_tiles_cases, NELEM(many_tiles_cases));
+}
+ParameterizedTest(fwd_case *c, fwd, many_tiles_one_cta_each, .timeout = 300) {
+    setenv("FLASHGEN_SM90_GRID", "tiles", 1);
+    run_case(c);
+}
+
+/* The dynamic schedule's counter is per stream and put back to zero by each launch's last CTA: five causal
+ * calls in a row on one context and stream, each output poisoned before and checked after (a counter left
+ * non-zero would skip tiles, leaving poison). */
+Test(fwd, dynamic_schedule_repeats, .timeout = 300) {
+    gpu_env env;
+    gpu_open(&env);
+    fwd_case c = mk(FG_DTYPE_BF16, 2, 1100, 1500, 8, 8, 128, 1);
+    fwd_run r;
+    run_setup(&env, &r, &c);
+    for (int i = 0; i < 5; i++) {
+        run_launch(&env, &r);
+        run_verify(&r);
+    }
+    run_free(&env, &r);
+    gpu_close(&env);
 }
 /* Causal calls order their tiles across a group of (head, batch) pairs by default (dispatch.c,
  * rt_causal_group: on sm_90a up to SMs / 8 pairs within the L2 bound, on mma.sync one batch's heads);
