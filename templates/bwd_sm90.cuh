@@ -197,20 +197,20 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         else
             fg_named_sync(1 + wg, 128);     // this warpgroup's dS^T rows are complete
 
-        // 2. dV += P^T dO, dK += dS^T Q (k = queries, 16 a step: 16 rows of the dO and Q tiles).
+        // 2. dV += P^T dO, 3. this warpgroup's part of dQ, 4. dK += dS^T Q, each its own wgmma group (k =
+        // queries, 16 a step: 16 rows of the dO and Q tiles). Waiting for all but the last leaves dK on the
+        // tensor cores while dQ is staged and added below (FlashAttention-3's order).
         fg_fence_regs(dv);
         fg_fence_regs(dk);
         fg_wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < FG_BLOCK_M / 16; kk++) {
+        for (int kk = 0; kk < FG_BLOCK_M / 16; kk++)
             fg_wgmma_rs(dv, pa[kk], fg_desc_mnmajor(sdo_st + kk * 16 * 128, FG_BW_QCH), 1u);
-            fg_wgmma_rs(dk, da[kk], fg_desc_mnmajor(sq_st + kk * 16 * 128, FG_BW_QCH), 1u);
-        }
         fg_wgmma_commit();
 
-        // 3. This warpgroup's part of dQ: by columns, dS (queries x all 128 keys) K (all keys x its half of
-        // head_dim, one 64-column chunk of the K tile), once both warpgroups' dS^T is in; otherwise dS
-        // (queries x its 64 keys) K (its keys x head_dim).
+        // dQ: by columns, dS (queries x all 128 keys) K (all keys x its half of head_dim, one 64-column chunk
+        // of the K tile), once both warpgroups' dS^T is in; otherwise dS (queries x its 64 keys) K (its keys x
+        // head_dim).
         float dq[FG_BW_DQ_N / 8][4];
         if (FG_BW_DQ_COLS) {
             fg_mbar_wait(bar_ds_full(b), (u32)(u & 1));
@@ -226,12 +226,15 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
                             fg_desc_mnmajor(kw + kk * 16 * 128, FG_BW_KCH), kk > 0 ? 1u : 0u);
         }
         fg_wgmma_commit();
-        fg_wgmma_wait<0>();
+
+#pragma unroll
+        for (int kk = 0; kk < FG_BLOCK_M / 16; kk++)
+            fg_wgmma_rs(dk, da[kk], fg_desc_mnmajor(sq_st + kk * 16 * 128, FG_BW_QCH), 1u);
+        fg_wgmma_commit();
+        fg_wgmma_wait<1>(); // dV and dQ are done; dK runs on
         fg_fence_regs(dv);
-        fg_fence_regs(dk);
         fg_fence_regs(dq);
-        if (wg == 0) fg_mbar_arrive(bar_empty(st)); // done with stage st (its Q, dO, LSE and D)
-        if (FG_BW_DQ_COLS) fg_mbar_arrive(bar_ds_empty(b)); // and this thread's dQ with dS^T buffer b
+        if (FG_BW_DQ_COLS) fg_mbar_arrive(bar_ds_empty(b)); // this thread's dQ is done with dS^T buffer b
 
         // Stage dQ_part (rows = queries) and add it into the accumulator, one bulk reduce-add per row by
         // the warpgroup's first 64 threads, once their adds of the previous block have read the rows.
@@ -250,6 +253,9 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
             const float *dst = p.dq_accum + (bh * sq_pad + m0 + wtid) * FG_HEAD_DIM + (FG_BW_DQ_COLS ? wg * FG_BW_DQ_N : 0);
             fg_bulk_add_f32<FG_BW_DQ_N * 4>(dst, dqw + (u32)(wtid * FG_BW_DQ_LD * 4));
         }
+        fg_wgmma_wait<0>(); // dK
+        fg_fence_regs(dk);
+        if (wg == 0) fg_mbar_arrive(bar_empty(st)); // done with stage st (its Q, dO, LSE and D)
     }
     if (wtid < 64) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); // smem stays till read
     fg_cp_async_wait<0>();
