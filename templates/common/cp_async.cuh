@@ -106,10 +106,14 @@ __device__ __forceinline__ int fg_tid_now() {
 // whether it can: a multiple of 8 repeats the swizzle, and a power of two below 8 leaves a thread's first
 // row (below RPS) and the step's rows in separate bits, so the swizzle of row row0 + i * RPS is that of
 // row0 XOR-ed with a term of i alone.
+// A chunk count that does not divide the threads (head_dim 96: 12 chunks) gets the largest power of two of
+// rows a step that THREADS / CH allows, and only the first RPS * CH threads (LOADERS) copy.
 template <int CH, int THREADS>
 struct fg_fixed_step {
-    static constexpr int RPS = THREADS / CH;
-    static constexpr bool OK = THREADS % CH == 0 && RPS > 0 && (RPS % 8 == 0 || 8 % RPS == 0);
+    static constexpr int pow2_floor(int x) { return x >= 2 ? 2 * pow2_floor(x / 2) : x; }
+    static constexpr int RPS = pow2_floor(THREADS / CH);
+    static constexpr int LOADERS = RPS * CH;
+    static constexpr bool OK = RPS > 0;
 };
 
 // The byte offset of row row0 + i * RPS, chunk c, in a tile of CH-chunk rows, from dst0, that of (row0, c)
@@ -125,6 +129,7 @@ template <int ROWS, int THREADS>
 struct fg_tile_loader {
     static constexpr bool FIXED = fg_fixed_step<FG_CHUNKS, THREADS>::OK;
     static constexpr int RPS = FIXED ? fg_fixed_step<FG_CHUNKS, THREADS>::RPS : 1; // rows per step when FIXED
+    static constexpr int LOADERS = fg_fixed_step<FG_CHUNKS, THREADS>::LOADERS;      // threads that copy
     // FG_LOADER_RECOMPUTE (the emitter's choice per variant, generator/emit.c): the thread's place in a
     // tile (FIXED) is recomputed from its index at each tile (fg_tid_now) rather than kept, three registers
     // fewer across the key loop. On NVRTC 13.0 (sm_90) that took the forward tiles whose two m16 tiles a
@@ -166,11 +171,13 @@ struct fg_tile_loader {
             }
             const fg_in_t *p = src;
             const i64 step = RPS * stride;
+            if (LOADERS == THREADS || (FG_LOADER_RECOMPUTE ? fg_tid_now() : tid) < LOADERS) {
 #pragma unroll
-            for (int i = 0; i < (ROWS + RPS - 1) / RPS; i++, p += step) {
-                const int r = row + i * RPS;
-                if (ROWS % RPS == 0 || r < ROWS)
-                    fg_cp_async16(tile + fg_fixed_step_offset<FG_CHUNKS, RPS>(dst, i), p, r < rows_valid && col_ok);
+                for (int i = 0; i < (ROWS + RPS - 1) / RPS; i++, p += step) {
+                    const int r = row + i * RPS;
+                    if (ROWS % RPS == 0 || r < ROWS)
+                        fg_cp_async16(tile + fg_fixed_step_offset<FG_CHUNKS, RPS>(dst, i), p, r < rows_valid && col_ok);
+                }
             }
         } else {
 #pragma unroll 1
@@ -199,6 +206,7 @@ struct fg_vt_loader {
     static constexpr int CH = COLS / 16;
     static constexpr bool FIXED = fg_fixed_step<CH, THREADS>::OK;
     static constexpr int RPS = FIXED ? fg_fixed_step<CH, THREADS>::RPS : 1; // rows per step when FIXED
+    static constexpr int LOADERS = fg_fixed_step<CH, THREADS>::LOADERS;      // threads that copy
     const fg_in_t *src; // FIXED: this thread's first byte of the next tile; else the next tile's first key
     u32 dst;            // FIXED: this thread's byte offset inside a tile
     int col;            // FIXED: this thread's chunk column
@@ -224,10 +232,12 @@ struct fg_vt_loader {
             n = n < 0 ? 0 : (n > 16 ? 16 : n);
             const fg_in_t *p = src;
             const i64 step = RPS * row_stride;
+            if (LOADERS == THREADS || tid < LOADERS) {
 #pragma unroll
-            for (int i = 0; i < (FG_HEAD_DIM_PADDED + RPS - 1) / RPS; i++, p += step)
-                if (FG_HEAD_DIM_PADDED % RPS == 0 || row + i * RPS < FG_HEAD_DIM_PADDED)
-                    fg_cp_async16_n(tile + fg_fixed_step_offset<CH, RPS>(dst, i), p, n);
+                for (int i = 0; i < (FG_HEAD_DIM_PADDED + RPS - 1) / RPS; i++, p += step)
+                    if (FG_HEAD_DIM_PADDED % RPS == 0 || row + i * RPS < FG_HEAD_DIM_PADDED)
+                        fg_cp_async16_n(tile + fg_fixed_step_offset<CH, RPS>(dst, i), p, n);
+            }
         } else {
 #pragma unroll 1
             for (int i = tid; i < FG_HEAD_DIM_PADDED * CH; i += THREADS) {
