@@ -384,13 +384,15 @@ int rt_causal_group(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *
 }
 
 /* The grid of a launch. The mma.sync family: (query blocks, heads, batch). The sm_90a family: tiles in a
- * 1-d grid. Non-causal tiles cost the same: persistent, one CTA per SM, each taking tiles in a stride
- * (the next tile's loads during this one's epilogue; H200, fgbench non-causal: 0-5% faster than one CTA
- * per tile). Causal tiles do not: a fixed stride gave some SMs all the heavy ones (d 128 causal 16k: 445
- * against 710 TFLOP/s). One CTA per tile balances them through the hardware scheduler but pays every
- * tile's prologue and epilogue in series; so causal calls are persistent too, each CTA's producer taking
- * its next tile, longest first, from a counter (FlashAttention-3's dynamic schedule): FG_GRID_DYNAMIC, the
- * launch's counter from tile_counter_for. Returns the FG_GRID_* mode. */
+ * 1-d grid, persistent: one CTA an SM, each CTA's producer taking its next tile from a per-stream counter
+ * (FlashAttention-3's dynamic schedule; FG_GRID_DYNAMIC, the counter from tile_counter_for), longest first
+ * for causal calls. Causal tiles cost in proportion to their keys: a fixed stride gave some SMs all the
+ * heavy ones (d 128 causal 16k: 445 against 710 TFLOP/s), and one CTA per tile, balanced by the hardware
+ * scheduler, paid every tile's prologue and epilogue in series (H200, 2026-11-29, same build, bf16
+ * causal: the counter 1.0745x one CTA per tile over 18 configs). Non-causal tiles cost the same, but SMs
+ * do not run at one speed: the counter measured 1.0097x the fixed stride over the 18 bf16 non-causal
+ * configs (bench/results/2026-11-29-h200-session8). FLASHGEN_SM90_GRID=tiles|persistent (a stride)
+ * forces the others, for measuring. Returns the FG_GRID_* mode. */
 int rt_launch_grid(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a, int group, unsigned grid[3]) {
     int64_t m_blocks = (a->q.shape[1] + s->block_m - 1) / s->block_m;
     grid[0] = (unsigned)m_blocks;
@@ -402,10 +404,7 @@ int rt_launch_grid(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a
     }
     if (spec_is_wgmma(s)) {
         int64_t tiles = m_blocks * a->q.shape[2] * a->q.shape[0];
-        /* (The kernels take tiles from the counter only when causal: FG_GRID_DYNAMIC is for causal calls.) */
-        const int mode = ctx->sm90_grid == 1                 ? FG_GRID_TILES
-                         : ctx->sm90_grid == 2 || !s->causal ? FG_GRID_STRIDE
-                                                             : FG_GRID_DYNAMIC;
+        const int mode = ctx->sm90_grid == 1 ? FG_GRID_TILES : ctx->sm90_grid == 2 ? FG_GRID_STRIDE : FG_GRID_DYNAMIC;
         grid[0] = (unsigned)(mode != FG_GRID_TILES && tiles > ctx->sm_count ? ctx->sm_count : tiles);
         grid[1] = grid[2] = 1;
         return mode;

@@ -1,8 +1,8 @@
 // fwd_sm90.cuh: the FlashAttention-3 style forward kernel for Hopper (sm_90a): TMA, mbarriers, wgmma,
 // warp specialization, intra-warpgroup overlap, pingpong, persistent CTAs.
 //
-// Grid: one CTA per SM at most (persistent), taking tiles (FG_BLOCK_M query rows of one head) in a
-// fixed stride. A CTA has FG_CWG + 1 warpgroups:
+// Grid: one CTA per SM at most (persistent), taking tiles (FG_BLOCK_M query rows of one head) from a
+// counter (or in a fixed stride; dispatch.c's rt_launch_grid). A CTA has FG_CWG + 1 warpgroups:
 //   warpgroup 0, the producer: gives its registers away (setmaxnreg) and one thread issues TMA loads:
 //     per tile Q (once the consumers are done with the previous tile's), then K and V of each key block
 //     into a ring of FG_STAGES stages that runs on across tiles; every buffer has a "full" mbarrier the
@@ -98,7 +98,7 @@ __device__ __forceinline__ fg_tile fg_tile_at(const fg_fwd_params &p, int index,
     return t;
 }
 
-// Tiles blockIdx.x, then blockIdx.x + gridDim.x, ... or, with p.tile_counter (causal), whichever tile the
+// Tiles blockIdx.x, then blockIdx.x + gridDim.x, ... or, with p.tile_counter, whichever tile the
 // counter hands out next (in fg_tile_at's longest-first order): with gridDim.x = the number of SMs
 // (persistent) the producer loads the next tile's K and V while the consumers finish the current one;
 // with one CTA per tile the hardware's block scheduler balances tiles of unequal cost. The host chooses
@@ -130,16 +130,15 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     auto bar_v = [&](int s) { return bars + 8u * (QB + FG_STAGES + s); };
     auto bar_k_empty = [&](int s) { return bars + 8u * (QB + 2 * FG_STAGES + s); };
     auto bar_v_empty = [&](int s) { return bars + 8u * (QB + 3 * FG_STAGES + s); };
-    // The dynamic schedule (p.tile_counter, causal calls; dispatch.c): the producer takes each tile after
+    // The dynamic schedule (p.tile_counter; dispatch.c): the producer takes each tile after
     // the first from a global counter (atomicAdd) and hands its index to the consumers through a ring of two
     // slots, each with a "full" mbarrier (the producer's arrival) and an "empty" one (one arrival per
     // consumer warp, once it has read the slot). An index past the last tile ends both roles.
-    // Causal variants only: non-causal tiles cost the same and keep the fixed stride (and their SASS).
     // compute-sanitizer racecheck (CUDA 13.0) reports the slot's store and load as a hazard although the
     // mbarrier arrive (release) / try_wait (acquire) pair orders them: it flags the same protocol in a
     // 60-line kernel whose every hand-off is checked (bench/probes/mbarrier_ring_racecheck.cu, 2026-11-29),
     // and reports nothing else in this kernel; synccheck is clean.
-    const bool dyn = FG_CAUSAL && p.tile_counter != 0;
+    const bool dyn = p.tile_counter != 0;
     const u32 ring = bars + 8u * (QB + 4 * FG_STAGES);
     auto bar_t_full = [&](int b) { return ring + 8u * b; };
     auto bar_t_empty = [&](int b) { return ring + 16u + 8u * b; };

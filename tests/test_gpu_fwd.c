@@ -771,9 +771,9 @@ ParameterizedTest(fwd_case *c, fwd, seqlens, .timeout = 300) {
 /* More tiles than an H200 has SMs (132), several key blocks each: on the sm_90a family the persistent
  * loop carries its K/V ring, Q buffers and pingpong turns across tiles. 3 consumer warpgroups with GQA,
  * 64-byte swizzled tiles (d 96) with keyless tiles (causal, sq > sk), one Q buffer (d 256), 2 consumer
- * warpgroups causal, and a 1-warpgroup tile. Run with the default grid (persistent: tiles in a stride for
- * non-causal, from a counter for causal), with every call taking a stride, every call the counter, and one
- * CTA per tile (FLASHGEN_SM90_GRID). Elsewhere they are plain cases. */
+ * warpgroups causal, and a 1-warpgroup tile. Run with the default grid (persistent, tiles from a counter),
+ * with FLASHGEN_SM90_GRID=dynamic (the same, named), with tiles in a fixed stride, and with one CTA per
+ * tile. Elsewhere they are plain cases. */
 static fwd_case many_tiles_cases[5];
 static void many_tiles_fill(void) {
     many_tiles_cases[0] = mk(FG_DTYPE_BF16, 3, 1000, 300, 8, 2, 64, 0);
@@ -816,20 +816,23 @@ ParameterizedTest(fwd_case *c, fwd, many_tiles_one_cta_each, .timeout = 300) {
     run_case(c);
 }
 
-/* The dynamic schedule's counter is per stream and put back to zero by each launch's last CTA: five causal
- * calls in a row on one context and stream, each output poisoned before and checked after (a counter left
- * non-zero would skip tiles, leaving poison). */
+/* The dynamic schedule's counter is per stream and put back to zero by each launch's last CTA: five calls
+ * in a row on one context and stream, causal, then non-causal, then causal again (one counter serves
+ * both), each output poisoned before and checked after (a counter left non-zero would skip tiles, leaving
+ * poison). */
 Test(fwd, dynamic_schedule_repeats, .timeout = 300) {
     gpu_env env;
     gpu_open(&env);
-    fwd_case c = mk(FG_DTYPE_BF16, 2, 1100, 1500, 8, 8, 128, 1);
-    fwd_run r;
-    run_setup(&env, &r, &c);
-    for (int i = 0; i < 5; i++) {
-        run_launch(&env, &r);
-        run_verify(&r);
+    for (int k = 0; k < 3; k++) {
+        fwd_case c = mk(FG_DTYPE_BF16, 2, 1100, 1500, 8, 8, 128, k != 1);
+        fwd_run r;
+        run_setup(&env, &r, &c);
+        for (int i = 0; i < 5; i++) {
+            run_launch(&env, &r);
+            run_verify(&r);
+        }
+        run_free(&env, &r);
     }
-    run_free(&env, &r);
     gpu_close(&env);
 }
 /* Causal calls order their tiles across a group of (head, batch) pairs by default (dispatch.c,
