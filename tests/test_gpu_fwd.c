@@ -772,8 +772,8 @@ ParameterizedTest(fwd_case *c, fwd, seqlens, .timeout = 300) {
  * loop carries its K/V ring, Q buffers and pingpong turns across tiles. 3 consumer warpgroups with GQA,
  * 64-byte swizzled tiles (d 96) with keyless tiles (causal, sq > sk), one Q buffer (d 256), 2 consumer
  * warpgroups causal, and a 1-warpgroup tile. Run with the default grid (persistent, tiles from a counter),
- * with FLASHGEN_SM90_GRID=dynamic (the same, named), with tiles in a fixed stride, and with one CTA per
- * tile. Elsewhere they are plain cases. */
+ * with tiles in a fixed stride, and with one CTA per tile (FLASHGEN_SM90_GRID). Elsewhere they are plain
+ * cases. */
 static fwd_case many_tiles_cases[5];
 static void many_tiles_fill(void) {
     many_tiles_cases[0] = mk(FG_DTYPE_BF16, 3, 1000, 300, 8, 2, 64, 0);
@@ -791,30 +791,18 @@ ParameterizedTestParameters(fwd, many_tiles) {
 ParameterizedTest(fwd_case *c, fwd, many_tiles, .timeout = 300) {
     run_case(c);
 }
-ParameterizedTestParameters(fwd, many_tiles_persistent) {
-    many_tiles_fill();
-    return cr_make_param_array(fwd_case, many_tiles_cases, NELEM(many_tiles_cases));
-}
-ParameterizedTest(fwd_case *c, fwd, many_tiles_persistent, .timeout = 300) {
-    setenv("FLASHGEN_SM90_GRID", "persistent", 1); /* read by the context this test creates */
-    run_case(c);
-}
-ParameterizedTestParameters(fwd, many_tiles_dynamic) {
-    many_tiles_fill();
-    return cr_make_param_array(fwd_case, many_tiles_cases, NELEM(many_tiles_cases));
-}
-ParameterizedTest(fwd_case *c, fwd, many_tiles_dynamic, .timeout = 300) {
-    setenv("FLASHGEN_SM90_GRID", "dynamic", 1);
-    run_case(c);
-}
-ParameterizedTestParameters(fwd, many_tiles_one_cta_each) {
-    many_tiles_fill();
-    return cr_make_param_array(fwd_case, many_tiles_cases, NELEM(many_tiles_cases));
-}
-ParameterizedTest(fwd_case *c, fwd, many_tiles_one_cta_each, .timeout = 300) {
-    setenv("FLASHGEN_SM90_GRID", "tiles", 1);
-    run_case(c);
-}
+/* many_tiles again with one environment variable set (read by the context each test creates). */
+#define MANY_TILES_WITH(name, var, value)                                                                \
+    ParameterizedTestParameters(fwd, name) {                                                             \
+        many_tiles_fill();                                                                               \
+        return cr_make_param_array(fwd_case, many_tiles_cases, NELEM(many_tiles_cases));                 \
+    }                                                                                                    \
+    ParameterizedTest(fwd_case *c, fwd, name, .timeout = 300) {                                          \
+        setenv(var, value, 1);                                                                           \
+        run_case(c);                                                                                     \
+    }
+MANY_TILES_WITH(many_tiles_persistent, "FLASHGEN_SM90_GRID", "persistent")
+MANY_TILES_WITH(many_tiles_one_cta_each, "FLASHGEN_SM90_GRID", "tiles")
 
 /* The dynamic schedule's counter is per stream and put back to zero by each launch's last CTA: five calls
  * in a row on one context and stream, causal, then non-causal, then causal again (one counter serves
@@ -839,14 +827,7 @@ Test(fwd, dynamic_schedule_repeats, .timeout = 300) {
  * rt_causal_group: on sm_90a up to SMs / 8 pairs within the L2 bound, on mma.sync one batch's heads);
  * the head-by-head order (FLASHGEN_CAUSAL_GROUP=1, p.causal_group 0) stays selectable and must be as
  * right. */
-ParameterizedTestParameters(fwd, many_tiles_head_order) {
-    many_tiles_fill();
-    return cr_make_param_array(fwd_case, many_tiles_cases, NELEM(many_tiles_cases));
-}
-ParameterizedTest(fwd_case *c, fwd, many_tiles_head_order, .timeout = 300) {
-    setenv("FLASHGEN_CAUSAL_GROUP", "1", 1);
-    run_case(c);
-}
+MANY_TILES_WITH(many_tiles_head_order, "FLASHGEN_CAUSAL_GROUP", "1")
 
 /* GQA ratios 1, 4, 8 (8 query heads), causal and not, plus a decode-like single query row. */
 ParameterizedTestParameters(fwd, gqa) {
