@@ -199,6 +199,19 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
         goto fail;
     }
     if (tile_policy_init_default(&ctx->policy, err) != FG_OK) goto fail;
+    /* The sm_90a family's tile counters, zero from the start (a failure only costs the dynamic schedule). */
+    if (ctx->wgmma && cu->cuCtxPushCurrent(ctx->cuctx) == CUDA_SUCCESS) {
+        CUcontext popped;
+        const size_t bytes = FG_TILE_CTRS * 2 * sizeof(int);
+        if (cu->cuMemAlloc(&ctx->tile_ctrs, bytes) != CUDA_SUCCESS) {
+            ctx->tile_ctrs = 0;
+        } else if (cu->cuMemsetD8(ctx->tile_ctrs, 0, bytes) != CUDA_SUCCESS) {
+            cu->cuMemFree(ctx->tile_ctrs);
+            ctx->tile_ctrs = 0;
+        }
+        cu->cuCtxPopCurrent(&popped);
+        if (!ctx->tile_ctrs) rt_log(ctx, FG_LOG_WARN, "no memory for tile counters: sm_90a forward calls run one CTA per tile");
+    }
 
     if (!opt.disable_disk_cache) {
         fg_error cerr;
@@ -235,7 +248,7 @@ void fg_context_destroy(fg_context *ctx) {
     if (!ctx) return;
     if (ctx->cuctx && ctx->cu->cuCtxPushCurrent(ctx->cuctx) == CUDA_SUCCESS) {
         for (int i = 0; i < ctx->nkernels; i++) ctx->cu->cuModuleUnload(ctx->kernels[i].module);
-        for (int i = 0; i < ctx->ntile_ctr; i++) ctx->cu->cuMemFree(ctx->tile_ctr[i].ptr);
+        if (ctx->tile_ctrs) ctx->cu->cuMemFree(ctx->tile_ctrs);
         CUcontext popped;
         ctx->cu->cuCtxPopCurrent(&popped);
     }

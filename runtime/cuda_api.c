@@ -96,7 +96,6 @@ static void load_driver(void) {
         FG_SYM(cuMemcpyHtoD, "cuMemcpyHtoD_v2", NULL),
         FG_SYM(cuMemcpyDtoH, "cuMemcpyDtoH_v2", NULL),
         FG_SYM(cuMemsetD8, "cuMemsetD8_v2", NULL),
-        FG_SYM(cuMemsetD8Async, "cuMemsetD8Async", NULL),
         FG_SYM(cuStreamIsCapturing, "cuStreamIsCapturing", NULL),
         FG_SYM(cuStreamCreate, "cuStreamCreate", NULL),
         FG_SYM(cuStreamDestroy, "cuStreamDestroy_v2", NULL),

@@ -36,7 +36,6 @@ typedef struct fg_cuda_api {
     CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
     CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
     CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
-    CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
     CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
     CUresult (*cuStreamGetId)(CUstream, unsigned long long *); /* CUDA 12.0+; NULL before */
     CUresult (*cuStreamCreate)(CUstream *, unsigned int);

@@ -412,44 +412,38 @@ int rt_launch_grid(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a
     return FG_GRID_TILES;
 }
 
-/* The tile counter of `stream` for the dynamic schedule: two ints, allocated on the stream's first such
- * call and zeroed by a memset queued on that stream (so it precedes the launch); every launch's last CTA
- * puts them back to zero, and launches on one stream run one after another, so a stream needs only one.
- * NULL, and the caller runs one CTA per tile, where that does not hold or cannot be had: the per-thread
- * default stream (one handle for many host threads' streams, whose launches overlap), a stream being
- * captured into a graph that has no counter yet (no allocation inside a capture; a graph replayed on
- * several streams at once would share one counter in any case), a full table, a failed allocation. */
+/* The tile counter of `stream` for the dynamic schedule: a pair of ints of the context's table
+ * (ctx->tile_ctrs, zeroed when the context was made), handed to the stream on its first such call. Every
+ * launch's last CTA puts the pair back to zero, and launches on one stream run one after another, so a
+ * stream needs only one. NULL, and the caller runs one CTA per tile, where no two launches sharing the
+ * pair can be ruled out, or none is left: the per-thread default stream (one handle for many host
+ * threads' streams, whose launches overlap); a stream being captured into a graph (a graph may be
+ * replayed on several streams at once, or beside eager calls on the stream it was captured from);
+ * a stream past the table's FG_TILE_CTRS; a context whose table could not be allocated. No CUDA call here
+ * allocates or synchronizes, so a graph another thread is capturing is left alone. */
 static int *tile_counter_for(fg_context *ctx, void *stream) {
-    if ((CUstream)stream == CU_STREAM_PER_THREAD) return NULL;
+    if ((CUstream)stream == CU_STREAM_PER_THREAD || !ctx->tile_ctrs) return NULL;
     const fg_cuda_api *cu = ctx->cu;
     CUcontext current = NULL, popped;
     const int push = cu->cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != ctx->cuctx;
     if (push && cu->cuCtxPushCurrent(ctx->cuctx) != CUDA_SUCCESS) return NULL;
     /* Keyed by handle and ID: a stream destroyed with work queued may hand its handle to a new one whose
-     * launches overlap that work; they must not share a counter. (Streams are never forgotten: a program
-     * that makes a new stream for every call runs one CTA per tile from its 17th.) */
+     * launches overlap that work; they must not share a counter. (Pairs are never taken back: a program
+     * that makes a new stream for every call runs one CTA per tile once the table is full.) */
     unsigned long long id = 0;
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
     int *out = NULL;
-    if (!cu->cuStreamGetId || cu->cuStreamGetId((CUstream)stream, &id) == CUDA_SUCCESS) {
+    if (cu->cuStreamIsCapturing((CUstream)stream, &capture) == CUDA_SUCCESS && capture == CU_STREAM_CAPTURE_STATUS_NONE &&
+        (!cu->cuStreamGetId || cu->cuStreamGetId((CUstream)stream, &id) == CUDA_SUCCESS)) {
         pthread_mutex_lock(&ctx->lock);
-        for (int i = 0; i < ctx->ntile_ctr && !out; i++)
-            if (ctx->tile_ctr[i].stream == stream && ctx->tile_ctr[i].id == id) out = (int *)(uintptr_t)ctx->tile_ctr[i].ptr;
-        const int cap = (int)(sizeof ctx->tile_ctr / sizeof ctx->tile_ctr[0]);
-        CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-        CUdeviceptr d = 0;
-        if (!out && ctx->ntile_ctr < cap) {
-            if (cu->cuStreamIsCapturing((CUstream)stream, &capture) == CUDA_SUCCESS &&
-                capture == CU_STREAM_CAPTURE_STATUS_NONE && cu->cuMemAlloc(&d, 2 * sizeof(int)) == CUDA_SUCCESS &&
-                cu->cuMemsetD8Async(d, 0, 2 * sizeof(int), (CUstream)stream) == CUDA_SUCCESS) {
-                ctx->tile_ctr[ctx->ntile_ctr].stream = stream;
-                ctx->tile_ctr[ctx->ntile_ctr].id = id;
-                ctx->tile_ctr[ctx->ntile_ctr].ptr = d;
-                ctx->ntile_ctr++;
-                out = (int *)(uintptr_t)d;
-            } else if (d) {
-                cu->cuMemFree(d);
-            }
+        int i = 0;
+        while (i < ctx->ntile_ctr && !(ctx->tile_ctr[i].stream == stream && ctx->tile_ctr[i].id == id)) i++;
+        if (i == ctx->ntile_ctr && i < FG_TILE_CTRS) {
+            ctx->tile_ctr[i].stream = stream;
+            ctx->tile_ctr[i].id = id;
+            ctx->ntile_ctr++;
         }
+        if (i < ctx->ntile_ctr) out = (int *)(uintptr_t)(ctx->tile_ctrs + (CUdeviceptr)i * 2 * sizeof(int));
         pthread_mutex_unlock(&ctx->lock);
     }
     if (push) cu->cuCtxPopCurrent(&popped);
@@ -690,7 +684,7 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
              grid[0], grid[1], grid[2],
              !spec_is_wgmma(&s)          ? ""
              : mode == FG_GRID_STRIDE    ? " (persistent: tiles in a stride)"
-             : mode == FG_GRID_DYNAMIC   ? " (persistent: tiles from a counter, longest first)"
+             : mode == FG_GRID_DYNAMIC   ? " (persistent: tiles from the stream's counter, causal ones longest first; one CTA per tile under graph capture, on the per-thread default stream or past 64 streams)"
                                          : " (one CTA per tile)",
              order,
              why, where, ctx->device_name, ctx->arch, ctx->sm_count,

@@ -20,6 +20,9 @@ typedef struct fg_kernel {
     const char *source;          /* where it came from: "JIT", "disk cache", "bundle" */
 } fg_kernel;
 
+/* Streams that get a tile counter of their own (rt_launch_grid's dynamic schedule) per context. */
+#define FG_TILE_CTRS 64
+
 struct fg_context {
     const fg_cuda_api *cu;       /* driver entry points */
     CUdevice device;             /* the device this context launches on */
@@ -60,13 +63,16 @@ struct fg_context {
                                     matter only with a tuning database: the policy ignores them) */
     fg_dtype last_out_dtype;     /* ... and the dtype of O it writes (an FP8 class may write fp16 or bf16) */
     int last_accel;              /* ... and whether it is the sm_90a family (which needs TMA-ready tensors) */
-    struct {                     /* the sm_90a family's tile counters (fg_fwd_params.tile_counter), one per */
-        void *stream;            /* stream that ran a dynamic-schedule call: two ints, zero between launches */
+    CUdeviceptr tile_ctrs;       /* the sm_90a family's tile counters (fg_fwd_params.tile_counter): FG_TILE_CTRS
+                                    pairs of ints, allocated and zeroed with the context (so a call never
+                                    allocates, even while another thread captures a graph), 0 if that failed;
+                                    a pair is zero between launches (each launch's last CTA puts it back) */
+    struct {                     /* which stream owns each pair (guarded by lock) */
+        void *stream;            /* the handle */
         unsigned long long id;   /* its cuStreamGetId (unique in the process, unlike a handle a destroyed
-                                    stream's successor may reuse while the old one's kernel still runs), 0 */
-        CUdeviceptr ptr;
-    } tile_ctr[16];
-    int ntile_ctr;               /* used entries (guarded by lock); a 17th stream runs one CTA per tile */
+                                    stream's successor may reuse while the old one's kernel still runs) */
+    } tile_ctr[FG_TILE_CTRS];
+    int ntile_ctr;               /* pairs handed out; streams past FG_TILE_CTRS run one CTA per tile */
     pthread_mutex_t lock;        /* guards kernels, bundles and the fast path */
 };
 
@@ -81,8 +87,7 @@ fg_status rt_fwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_fwd_ar
 
 /* The forward's schedule for a checked call of variant s (dispatch.c; exposed for the CPU tests): the
  * causal tile order's group of (head, batch) pairs (1: head by head; see the rule there), and the launch
- * grid for that group (returns 1 when the sm_90a family's grid is persistent). A launch computes the
- * group once for both. */
+ * grid for that group (returns an FG_GRID_* mode). A launch computes the group once for both. */
 int rt_causal_group(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a);
 /* The sm_90a family's schedules (rt_launch_grid): one CTA per tile; persistent CTAs taking tiles in a stride
  * of the grid; persistent CTAs taking them from a counter. The mma.sync family is always FG_GRID_TILES. */

@@ -3,13 +3,12 @@
 // left out by FG_WGMMA_BWD); this kernel replaces that one's mma.sync products by warpgroup MMAs.
 //
 // On an H200 (2026-11-29) it passes the backward GPU tests (bwd::shapes_sm90a; memcheck, racecheck and
-// synccheck clean) and runs at 1.03-1.30x FlashAttention-2's backward at head_dim 128 and 0.91-0.97x at
-// 64 (0.66-0.75x and 0.56-0.77x cuDNN's, bf16; bench/results/2026-11-29-h200-session7/bwd-epilogue/); the
-// runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec). What is left to
-// cuDNN, against FlashAttention-3's backward (which overlaps GEMMs inside an iteration, not across them):
-// dQ is staged and added with the tensor cores idle (FA3 keeps dK running meanwhile), the exponentials
-// wait for dP as well as S, warpgroup 1 both loads (cp.async) and computes where FA3 has a TMA producer
-// warp and a dQ-writer warp, and at head_dim 64 each warpgroup adds its own dQ (the column split with
+// synccheck clean) and runs at 1.04-1.31x FlashAttention-2's backward at head_dim 128 and 0.91-0.97x at
+// 64 (0.68-0.79x and 0.56-0.79x cuDNN's, bf16 and fp16; bench/results/2026-11-29-h200-session8/final/);
+// the runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec). What is left
+// to cuDNN, against FlashAttention-3's backward (which overlaps GEMMs inside an iteration, not across
+// them): the exponentials wait for dP as well as S, warpgroup 1 both loads (cp.async) and computes where
+// FA3 has a TMA producer warp and a dQ-writer warp, and at head_dim 64 each warpgroup adds its own dQ (the column split with
 // 32-column B tiles inside the 128-byte-swizzled K rows measured 0.967x: session 7's dropped/; FA3 splits
 // dQ by query rows over 128-row blocks there).
 //
@@ -29,6 +28,9 @@
 //   dQ_part is staged in shared memory and added into the fp32 accumulator by the TMA unit, one bulk
 //   reduce-add per row: at d 128 each warpgroup's half of the columns, at d 64 each warpgroup's whole
 //   rows (the accumulator sums the two).
+// The GEMMs go out in FlashAttention-3's order, dV, dQ, then dK as three groups: once dV and dQ are done
+// (wait<1>) dQ is staged and added while dK still runs (H200: 1.015x issuing dV + dK before dQ and
+// staging with the tensor cores idle, bf16, session 8).
 // The deterministic mode stays on the mma.sync kernel (the validator refuses it here).
 
 constexpr int FG_BW_QT = FG_BLOCK_M / 8;    // n8 tiles of S^T, dP^T (queries)

@@ -785,6 +785,35 @@ class GpuTest(unittest.TestCase):
         s.synchronize()
         self.judge(out, o32, olow, "side stream")
 
+    def test_graph_capture_beside_eager_calls(self):
+        """A causal call warmed up on stream S (on Hopper S gets a tile counter of the dynamic schedule), then
+        captured into a CUDA graph on S, and the graph replayed on another stream while eager calls run on S:
+        a counter shared by the graph and S would let each launch take tiles the other needed, leaving poison
+        in the outputs. Every output, poisoned before each launch, is checked."""
+        t = self.torch
+        q, k, v = self.inputs(2, 1100, 1500, 8, 8, 128, "bfloat16")
+        o32, olow, _ = reference(t, q, k, v, True)
+        s, side = t.cuda.Stream(), t.cuda.Stream()
+        s.wait_stream(t.cuda.current_stream())
+        side.wait_stream(t.cuda.current_stream())
+        with t.cuda.stream(s):
+            self.judge(flashgen.attention(q, k, v, causal=True), o32, olow, "warm-up on S")
+            g_out = t.full_like(q, float("nan"))
+            g = t.cuda.CUDAGraph()
+            with t.cuda.graph(g, stream=s):
+                flashgen.attention(q, k, v, causal=True, out=g_out)
+        t.cuda.synchronize()
+        eager = [t.full_like(q, float("nan")) for _ in range(4)]
+        for i in range(4):
+            with t.cuda.stream(side):
+                g_out.fill_(float("nan"))
+                g.replay()
+            with t.cuda.stream(s):
+                flashgen.attention(q, k, v, causal=True, out=eager[i])
+            t.cuda.synchronize()
+            self.judge(g_out, o32, olow, "graph replay %d" % i)
+            self.judge(eager[i], o32, olow, "eager call %d on S beside the replay" % i)
+
     def test_explain_and_prepare(self):
         t = self.torch
         q, k, v = self.inputs(1, 64, 64, 4, 4, 64, "float16")

@@ -84,12 +84,12 @@ __device__ __forceinline__ u32 fg_frag_addr(u32 base, const fg_frag_offsets_t<CH
 // `row_stride` elements apart) into swizzled shared tiles, tile after tile. Rows at or past rows_valid,
 // and columns past head_dim, are zero-filled (cp.async with source size 0 reads nothing), so tails never
 // read out of bounds and padded columns contribute nothing.
-// When the threads split a row into whole chunk columns (THREADS % FG_CHUNKS == 0) and a step covers a
-// multiple of 8 rows, or 1, 2 or 4 (fg_fixed_step: 4 warps at head_dim 256), a thread keeps one column:
-// its shared offset is fixed up to a compile-time XOR and its global pointer only advances, so a tile
-// costs one compare and one copy per 16 bytes. Otherwise (head dims whose chunk count does not divide the
-// thread count) each copy recomputes its coordinates. (Until 2026-11-29 steps of 4 rows took that
-// general loop: 64 x 64 on 4 warps at head_dim 256 executed 2.4x the instructions of 128 x 64 on 8 warps.)
+// A thread keeps one chunk column (fg_fixed_step): its shared offset is fixed up to a compile-time XOR and
+// its global pointer only advances, so a tile costs one compare and one copy per 16 bytes. (Until
+// 2026-11-29 the thread counts and chunk counts this did not fit, 4 warps at head_dim 256 and chunk
+// counts that do not divide the threads, took a general per-chunk loop with a division per copy: 64 x 64
+// on 4 warps at d 256 executed 2.4x the instructions of 128 x 64 on 8 warps, and d 96 / d 192 forwards
+// ran 25-29% slower than they do now.)
 #ifndef FG_LOADER_RECOMPUTE
 #define FG_LOADER_RECOMPUTE 0
 #endif
@@ -102,18 +102,18 @@ __device__ __forceinline__ int fg_tid_now() {
     return t;
 }
 
-// Rows a thread steps by when it keeps one chunk column of CH-chunk rows (THREADS / CH of them), and
-// whether it can: a multiple of 8 repeats the swizzle, and a power of two below 8 leaves a thread's first
-// row (below RPS) and the step's rows in separate bits, so the swizzle of row row0 + i * RPS is that of
-// row0 XOR-ed with a term of i alone.
-// A chunk count that does not divide the threads (head_dim 96: 12 chunks) gets the largest power of two of
-// rows a step that THREADS / CH allows, and only the first RPS * CH threads (LOADERS) copy.
+// Rows a thread steps by when it keeps one chunk column of CH-chunk rows: the largest power of two not
+// above THREADS / CH (all of it when CH divides the threads, which are a power of two). A power of two
+// that is a multiple of 8 repeats the swizzle, and one below 8 leaves a thread's first row (below RPS) and
+// the step's rows in separate bits, so the swizzle of row row0 + i * RPS is that of row0 XOR-ed with a
+// term of i alone. Only the first RPS * CH threads (LOADERS) copy when CH does not divide the threads
+// (head_dim 96: 12 chunks, 128 threads: 8 rows a step, 96 loaders); the others commit empty groups.
 template <int CH, int THREADS>
 struct fg_fixed_step {
     static constexpr int pow2_floor(int x) { return x >= 2 ? 2 * pow2_floor(x / 2) : x; }
     static constexpr int RPS = pow2_floor(THREADS / CH);
     static constexpr int LOADERS = RPS * CH;
-    static constexpr bool OK = RPS > 0;
+    static_assert(RPS > 0, "a row has more 16-byte chunks than the block has threads");
 };
 
 // The byte offset of row row0 + i * RPS, chunk c, in a tile of CH-chunk rows, from dst0, that of (row0, c)
@@ -127,64 +127,50 @@ __device__ __forceinline__ u32 fg_fixed_step_offset(u32 dst0, int i) {
 
 template <int ROWS, int THREADS>
 struct fg_tile_loader {
-    static constexpr bool FIXED = fg_fixed_step<FG_CHUNKS, THREADS>::OK;
-    static constexpr int RPS = FIXED ? fg_fixed_step<FG_CHUNKS, THREADS>::RPS : 1; // rows per step when FIXED
-    static constexpr int LOADERS = fg_fixed_step<FG_CHUNKS, THREADS>::LOADERS;      // threads that copy
+    static constexpr int RPS = fg_fixed_step<FG_CHUNKS, THREADS>::RPS;         // rows a step
+    static constexpr int LOADERS = fg_fixed_step<FG_CHUNKS, THREADS>::LOADERS; // threads that copy
     // FG_LOADER_RECOMPUTE (the emitter's choice per variant, generator/emit.c): the thread's place in a
-    // tile (FIXED) is recomputed from its index at each tile (fg_tid_now) rather than kept, three registers
+    // tile is recomputed from its index at each tile (fg_tid_now) rather than kept, three registers
     // fewer across the key loop. On NVRTC 13.0 (sm_90) that took the forward tiles whose two m16 tiles a
     // warp fill the accumulator budget (d 128 128 x 48 and 256 x 48) from 12-28 bytes of spills to none
     // and the backward at d 256 from 40 to 24, but made tiles running key sub-blocks and some others spill
     // more (d 256 128 x 80 8 warps: 0 -> 56), so it is where it helps only. The kernels launch 1-d blocks
     // and pass threadIdx.x as `thread`.
-    const fg_in_t *src; // FIXED: this thread's element in the next tile; else the next tile's first row
-    u32 dst;         // FIXED, kept: this thread's byte offset inside a tile
-    int row;         // FIXED, kept: this thread's first row inside a tile
-    bool col_ok;     // FIXED, kept: this thread's column lies inside head_dim
-    int tid;         // the thread's index in the block
+    const fg_in_t *src; // this thread's element in the next tile
+    u32 dst;            // kept: this thread's byte offset inside a tile
+    int row;            // kept: this thread's first row inside a tile
+    bool col_ok;        // kept: this thread's column lies inside head_dim
+    int tid;            // the thread's index in the block
 
     __device__ __forceinline__ void init(const fg_in_t *base, i64 row_stride, int thread) {
         tid = thread;
-        if constexpr (FIXED) {
-            const int c = thread % FG_CHUNKS;
-            row = thread / FG_CHUNKS;
-            col_ok = FG_HEAD_DIM == FG_HEAD_DIM_PADDED || c * FG_EPC < FG_HEAD_DIM; // padded heads only
-            dst = fg_tile_offset(row, c, ROWS);
-            src = base + (i64)row * row_stride + c * FG_EPC;
-        } else {
-            src = base;
-        }
+        const int c = thread % FG_CHUNKS;
+        row = thread / FG_CHUNKS;
+        col_ok = FG_HEAD_DIM == FG_HEAD_DIM_PADDED || c * FG_EPC < FG_HEAD_DIM; // padded heads only
+        dst = fg_tile_offset(row, c, ROWS);
+        src = base + (i64)row * row_stride + c * FG_EPC;
     }
 
     // Copies the next tile, of which the first rows_valid rows exist, into the tile at `tile`. The row
     // stride is passed again rather than kept: read from the kernel's parameters it costs no register.
     __device__ __forceinline__ void load(u32 tile, int rows_valid, i64 stride) {
-        if constexpr (FIXED) {
-            int row = this->row;
-            bool col_ok = this->col_ok;
-            u32 dst = this->dst;
-            if constexpr (FG_LOADER_RECOMPUTE) {
-                const int thread = fg_tid_now(), c = thread % FG_CHUNKS;
-                row = thread / FG_CHUNKS;
-                col_ok = FG_HEAD_DIM == FG_HEAD_DIM_PADDED || c * FG_EPC < FG_HEAD_DIM;
-                dst = fg_tile_offset(row, c, ROWS);
-            }
-            const fg_in_t *p = src;
-            const i64 step = RPS * stride;
-            if (LOADERS == THREADS || (FG_LOADER_RECOMPUTE ? fg_tid_now() : tid) < LOADERS) {
+        int row = this->row;
+        bool col_ok = this->col_ok;
+        u32 dst = this->dst;
+        if constexpr (FG_LOADER_RECOMPUTE) {
+            const int thread = fg_tid_now(), c = thread % FG_CHUNKS;
+            row = thread / FG_CHUNKS;
+            col_ok = FG_HEAD_DIM == FG_HEAD_DIM_PADDED || c * FG_EPC < FG_HEAD_DIM;
+            dst = fg_tile_offset(row, c, ROWS);
+        }
+        const fg_in_t *p = src;
+        const i64 step = RPS * stride;
+        if (LOADERS == THREADS || (FG_LOADER_RECOMPUTE ? fg_tid_now() : tid) < LOADERS) {
 #pragma unroll
-                for (int i = 0; i < (ROWS + RPS - 1) / RPS; i++, p += step) {
-                    const int r = row + i * RPS;
-                    if (ROWS % RPS == 0 || r < ROWS)
-                        fg_cp_async16(tile + fg_fixed_step_offset<FG_CHUNKS, RPS>(dst, i), p, r < rows_valid && col_ok);
-                }
-            }
-        } else {
-#pragma unroll 1
-            for (int i = tid; i < ROWS * FG_CHUNKS; i += THREADS) {
-                const int r = i / FG_CHUNKS, c = i % FG_CHUNKS;
-                const bool ok = r < rows_valid && c * FG_EPC < FG_HEAD_DIM;
-                fg_cp_async16(tile + fg_tile_offset(r, c, ROWS), ok ? src + (i64)r * stride + c * FG_EPC : src, ok);
+            for (int i = 0; i < (ROWS + RPS - 1) / RPS; i++, p += step) {
+                const int r = row + i * RPS;
+                if (ROWS % RPS == 0 || r < ROWS)
+                    fg_cp_async16(tile + fg_fixed_step_offset<FG_CHUNKS, RPS>(dst, i), p, r < rows_valid && col_ok);
             }
         }
         src += ROWS * stride;
@@ -196,57 +182,41 @@ struct fg_tile_loader {
 // rows (head dims) of COLS keys, COLS / 16 chunks per row, swizzled like any tile of that many chunks.
 // The PV product's B operand then comes from it by plain ldmatrix, as K's does for QK^T. Keys at or past
 // the end are zero-filled byte by byte (cp.async reads only the valid prefix of a chunk), so whatever the
-// padding of the caller's rows holds, even NaN, never meets a probability. As in fg_tile_loader, when
-// the threads cover whole rows 8 at a time a thread keeps one chunk column and one pointer.
+// padding of the caller's rows holds, even NaN, never meets a probability. As in fg_tile_loader, a thread
+// keeps one chunk column and one pointer (fg_fixed_step).
 template <int COLS, int THREADS>
 struct fg_vt_loader {
     // Every row of the tile is a head dim of V: a padded head dim would read past V (validate.c's
     // fp8_head_dim keeps FP8 head dims multiples of 32). COLS makes the check wait for an instantiation.
     static_assert(COLS < 0 || FG_HEAD_DIM == FG_HEAD_DIM_PADDED, "FP8 head_dim must need no padding");
     static constexpr int CH = COLS / 16;
-    static constexpr bool FIXED = fg_fixed_step<CH, THREADS>::OK;
-    static constexpr int RPS = FIXED ? fg_fixed_step<CH, THREADS>::RPS : 1; // rows per step when FIXED
-    static constexpr int LOADERS = fg_fixed_step<CH, THREADS>::LOADERS;      // threads that copy
-    const fg_in_t *src; // FIXED: this thread's first byte of the next tile; else the next tile's first key
-    u32 dst;            // FIXED: this thread's byte offset inside a tile
-    int col;            // FIXED: this thread's chunk column
-    int row;            // FIXED: this thread's first row inside a tile
+    static constexpr int RPS = fg_fixed_step<CH, THREADS>::RPS;         // rows a step
+    static constexpr int LOADERS = fg_fixed_step<CH, THREADS>::LOADERS; // threads that copy
+    const fg_in_t *src; // this thread's first byte of the next tile
+    u32 dst;            // this thread's byte offset inside a tile
+    int col;            // this thread's chunk column
+    int row;            // this thread's first row inside a tile
     int tid;            // the thread's index in the block
 
     __device__ __forceinline__ void init(const fg_in_t *base, i64 row_stride, int thread) {
         tid = thread;
-        if constexpr (FIXED) {
-            col = thread % CH;
-            row = thread / CH;
-            dst = fg_tile_offset<CH>(row, col, FG_HEAD_DIM_PADDED);
-            src = base + (i64)row * row_stride + col * 16;
-        } else {
-            src = base;
-        }
+        col = thread % CH;
+        row = thread / CH;
+        dst = fg_tile_offset<CH>(row, col, FG_HEAD_DIM_PADDED);
+        src = base + (i64)row * row_stride + col * 16;
     }
 
     // Copies the next tile, of which the first keys_valid keys exist, into the tile at `tile`.
     __device__ __forceinline__ void load(u32 tile, int keys_valid, i64 row_stride) {
-        if constexpr (FIXED) {
-            int n = keys_valid - col * 16;
-            n = n < 0 ? 0 : (n > 16 ? 16 : n);
-            const fg_in_t *p = src;
-            const i64 step = RPS * row_stride;
-            if (LOADERS == THREADS || tid < LOADERS) {
+        int n = keys_valid - col * 16;
+        n = n < 0 ? 0 : (n > 16 ? 16 : n);
+        const fg_in_t *p = src;
+        const i64 step = RPS * row_stride;
+        if (LOADERS == THREADS || tid < LOADERS) {
 #pragma unroll
-                for (int i = 0; i < (FG_HEAD_DIM_PADDED + RPS - 1) / RPS; i++, p += step)
-                    if (FG_HEAD_DIM_PADDED % RPS == 0 || row + i * RPS < FG_HEAD_DIM_PADDED)
-                        fg_cp_async16_n(tile + fg_fixed_step_offset<CH, RPS>(dst, i), p, n);
-            }
-        } else {
-#pragma unroll 1
-            for (int i = tid; i < FG_HEAD_DIM_PADDED * CH; i += THREADS) {
-                const int r = i / CH, c = i % CH;
-                int n = keys_valid - c * 16;
-                n = n < 0 ? 0 : (n > 16 ? 16 : n);
-                fg_cp_async16_n(tile + fg_tile_offset<CH>(r, c, FG_HEAD_DIM_PADDED),
-                                n ? src + (i64)r * row_stride + c * 16 : src, n);
-            }
+            for (int i = 0; i < (FG_HEAD_DIM_PADDED + RPS - 1) / RPS; i++, p += step)
+                if (FG_HEAD_DIM_PADDED % RPS == 0 || row + i * RPS < FG_HEAD_DIM_PADDED)
+                    fg_cp_async16_n(tile + fg_fixed_step_offset<CH, RPS>(dst, i), p, n);
         }
         src += COLS;
     }

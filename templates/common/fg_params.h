@@ -38,9 +38,9 @@ typedef struct fg_fwd_params {
     long long k_descale_stride[2];
     long long v_descale_stride[2];
     long long v_dstride;        /* FP8: elements between consecutive head-dim rows of V (V^T layout) */
-    /* sm_90a family, causal: two ints (the next tile to hand out past the first gridDim.x, and the CTAs done
-     * taking tiles), zero before the launch and put back to zero by its last CTA (so one per stream: the
-     * host's tile_counter_for); 0: tiles in a stride of gridDim.x */
+    /* sm_90a family: two ints (the next tile to hand out past the first gridDim.x, and the CTAs done taking
+     * tiles), zero before the launch and put back to zero by its last CTA (so one per stream: the host's
+     * tile_counter_for); 0: tiles in a stride of gridDim.x */
     int *tile_counter;
 } fg_fwd_params;
 
