@@ -48,15 +48,51 @@ __device__ __forceinline__ void fg_softmax_stats(float (&s)[1][FG_NT][4], float 
         corr[h] = fg_softmax_row<FG_NT>(s[0], h, row_max[0][h], row_sum[0][h], scale_log2, FG_P_SHIFT);
 }
 
+// FG_FP8_LEAN (FP8 only): fg_p_to_fp8's two-shuffle permutation, and O rescaled only in warps where some
+// row's maximum grew (as above head_dim 128). Measured on an H200 (2026-11-29, bench/results/
+// 2026-11-29-h200-session8/fp8-lean/, e4m3, 4k and 16k, same call): d 64 +7-8%, d 256 +1.5%, but d 128
+// 1-2% slower (3-6% with the permutation alone: ptxas schedules that loop worse), so head_dim 128 keeps
+// the four-shuffle form and the unconditional rescale it was measured fastest with.
+constexpr bool FG_FP8_LEAN = FG_FP8 && FG_HEAD_DIM != 128;
+
 #if FG_FP8
 // P as the A operand of the FP8 P.V wgmma (m64 k32): a thread holds, per row, keys 4t..4t+3 (a[0], a[1]
 // for rows g, g + 8) and 16 + 4t..19 + 4t (a[2], a[3]) of a 32-key chunk, while the S accumulator gave it
 // keys 8j + 2t and 8j + 2t + 1 of the chunk's n8 groups j = 0..3. Each thread packs its pairs to e4m3
-// (X_j, 16 bits), and takes the pairs it needs from quad lanes 2t % 4 and (2t + 1) % 4: from group t / 2
-// for the low keys and 2 + t / 2 for the high ones (a shuffle reads the sender's register, so both
-// candidates of a half travel and the receiver picks). Written for flashgen; FlashAttention-3 permutes
-// the same way with byte permutes.
+// (X_j, 16 bits). Receiver t needs X_{t/2} and X_{2+t/2} of quad lanes s0 = 2 (t % 2) and s1 = s0 + 1, so
+// lanes t < 2 want W0 = X_0 | X_2 << 16 of their senders and lanes t >= 2 W1 = X_1 | X_3 << 16. Every
+// sender is read by one receiver of each kind, so two shuffles carry it all: in the first an even lane
+// sends W0 and an odd one W1, in the second the other way round; receivers t < 2 read s0 then s1, t >= 2
+// s1 then s0, and a byte permute with a per-lane selector puts the halves in order. (Until 2026-11-29 four
+// shuffles carried whole words of which the receiver kept half.) Written for flashgen; FlashAttention-3
+// permutes P with byte permutes where it transposes V itself, which a V^T loaded by TMA rules out.
 __device__ __forceinline__ void fg_p_to_fp8(const float (&s)[1][FG_NT][4], int kc, u32 (&a)[4]) {
+    const int lane = threadIdx.x % 32, t = lane % 4, base = lane & ~3;
+    const bool odd = t & 1, high = t >= 2;
+    const int s0 = base + 2 * (t % 2);
+    const int src_a = high ? s0 + 1 : s0, src_b = high ? s0 : s0 + 1;
+    const u32 sel_lo = high ? 0x1054u : 0x5410u, sel_hi = high ? 0x3276u : 0x7632u;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        u32 w0, w1; // X_0 | X_2 << 16, X_1 | X_3 << 16, packed as converted (no zero-extended halves)
+        asm("{ .reg .b16 x0, x1, x2, x3;\n"
+            "cvt.rn.satfinite.e4m3x2.f32 x0, %3, %2;\n cvt.rn.satfinite.e4m3x2.f32 x1, %5, %4;\n"
+            "cvt.rn.satfinite.e4m3x2.f32 x2, %7, %6;\n cvt.rn.satfinite.e4m3x2.f32 x3, %9, %8;\n"
+            "mov.b32 %0, {x0, x2};\n mov.b32 %1, {x1, x3}; }"
+            : "=r"(w0), "=r"(w1)
+            : "f"(s[0][4 * kc][2 * h]), "f"(s[0][4 * kc][2 * h + 1]), "f"(s[0][4 * kc + 1][2 * h]),
+              "f"(s[0][4 * kc + 1][2 * h + 1]), "f"(s[0][4 * kc + 2][2 * h]), "f"(s[0][4 * kc + 2][2 * h + 1]),
+              "f"(s[0][4 * kc + 3][2 * h]), "f"(s[0][4 * kc + 3][2 * h + 1]));
+        const u32 wa = __shfl_sync(0xffffffffu, odd ? w1 : w0, src_a);
+        const u32 wb = __shfl_sync(0xffffffffu, odd ? w0 : w1, src_b);
+        a[h] = __byte_perm(wa, wb, sel_lo);
+        a[2 + h] = __byte_perm(wa, wb, sel_hi);
+    }
+}
+// The four-shuffle form (FG_FP8_LEAN 0): the receiver takes the pairs it needs from quad lanes 2t % 4 and
+// (2t + 1) % 4, from group t / 2 for the low keys and 2 + t / 2 for the high ones; a shuffle reads the
+// sender's whole register, so both candidates of a half travel and the receiver picks.
+__device__ __forceinline__ void fg_p_to_fp8_wide(const float (&s)[1][FG_NT][4], int kc, u32 (&a)[4]) {
     const int lane = threadIdx.x % 32, t = lane % 4, base = lane & ~3;
     const int src1 = base | ((2 * t) & 3), src2 = base | ((2 * t + 1) & 3);
     const int sel = (t / 2) * 16; // which half of a sender's word
@@ -295,7 +331,10 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
 #pragma unroll
         for (int kk = 0; kk < FG_PK; kk++) {
 #if FG_FP8
-            fg_p_to_fp8(sacc, kk, pf[kk]);
+            if constexpr (FG_FP8_LEAN)
+                fg_p_to_fp8(sacc, kk, pf[kk]);
+            else
+                fg_p_to_fp8_wide(sacc, kk, pf[kk]);
 #else
             fg_pack_a(sacc[0][2 * kk], sacc[0][2 * kk + 1], pf[kk]);
 #endif
@@ -408,7 +447,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             // blocks it rarely moves (FlashAttention-4 skips the multiply the same way), and a multiply by
             // exactly 1 changes no bit, so skipping it is exact. Measured on an H200 (fgbench, bf16, same
             // run): d 256 +0-6% (4k non-causal +5.9%), d 128 -1-4% (the branch splits the step), d 64 +-1%.
-            if (FG_HEAD_DIM <= 128 || __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
+            if ((FG_HEAD_DIM <= 128 && !FG_FP8_LEAN) || __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
                 for (int dt = 0; dt < FG_DT; dt++) {
                     acc[0][dt][0] *= corr[0];
