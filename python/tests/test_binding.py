@@ -814,6 +814,25 @@ class GpuTest(unittest.TestCase):
             self.judge(g_out, o32, olow, "graph replay %d" % i)
             self.judge(eager[i], o32, olow, "eager call %d on S beside the replay" % i)
 
+    def test_two_streams_at_once(self):
+        """Causal calls queued on two streams in turn, so that they overlap on the GPU: each stream has a tile
+        counter of its own on Hopper (a shared one would let each launch take the other's tiles). Every
+        output, poisoned before its launch, is checked."""
+        t = self.torch
+        q, k, v = self.inputs(2, 1100, 1500, 8, 8, 128, "bfloat16")
+        o32, olow, _ = reference(t, q, k, v, True)
+        streams = (t.cuda.Stream(), t.cuda.Stream())
+        for st in streams:
+            st.wait_stream(t.cuda.current_stream())
+        outs = [t.full_like(q, float("nan")) for _ in range(8)]
+        t.cuda.synchronize()
+        for i, out in enumerate(outs):
+            with t.cuda.stream(streams[i % 2]):
+                flashgen.attention(q, k, v, causal=True, out=out)
+        t.cuda.synchronize()
+        for i, out in enumerate(outs):
+            self.judge(out, o32, olow, "call %d on stream %d" % (i, i % 2))
+
     def test_explain_and_prepare(self):
         t = self.torch
         q, k, v = self.inputs(1, 64, 64, 4, 4, 64, "float16")
