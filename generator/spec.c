@@ -224,12 +224,18 @@ static size_t bwd_smem_bytes(const fg_spec *s) {
            (spec_bwd_dq_staged(s) ? bm * (d + 8u) * 4u : 0u);
 }
 
+/* The sm_90a forward's shared memory with q Q buffers: 1 KiB of alignment slack, the Q buffers, K and V
+ * stages, their mbarriers, and the tile ring (4 mbarriers, 2 tile indices, a count) of the dynamic
+ * schedule (fwd_sm90.cuh). */
+static size_t wgmma_fwd_smem(const fg_spec *spec, size_t q) {
+    return 1024u + (size_t)spec->head_dim * (size_t)spec_dtype_size(spec->dtype) *
+                       (q * (size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages) +
+           8u * (2u * q + 4u * (size_t)spec->stages + 6u);
+}
+
 int spec_q_stages(const fg_spec *spec) {
     if (!spec_is_wgmma(spec)) return 1;
-    size_t two = 1024u + (size_t)spec->head_dim * (size_t)spec_dtype_size(spec->dtype) *
-                             (2u * (size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages) +
-                 8u * (4u + 4u * (size_t)spec->stages + 6u); /* as spec_smem_bytes, with two Q buffers */
-    return two <= arch_smem_limit(spec->arch) ? 2 : 1;
+    return wgmma_fwd_smem(spec, 2) <= arch_smem_limit(spec->arch) ? 2 : 1;
 }
 
 /* The wgmma family (sm_90a): see fwd_sm90.cuh. Otherwise the mma.sync family's Q tile plus `stages` K and V tiles, each row head_dim_padded elements of the input dtype (swizzled,
@@ -239,13 +245,7 @@ int spec_q_stages(const fg_spec *spec) {
  * only when 2 * stages * block_n < block_m (256 x 32 with 2 stages, say). */
 size_t spec_smem_bytes(const fg_spec *spec) {
     if (spec->kind == FG_KIND_BWD) return bwd_smem_bytes(spec);
-    if (spec_is_wgmma(spec)) { /* 1 KiB of alignment slack, Q buffers, K and V stages, their mbarriers, and
-                                  the tile ring (4 mbarriers, 2 tile indices, a count) of the dynamic schedule */
-        size_t q = spec_q_stages(spec);
-        return 1024u + (size_t)spec->head_dim * (size_t)spec_dtype_size(spec->dtype) *
-                           (q * (size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages) +
-               8u * (2u * q + 4u * (size_t)spec->stages + 6u);
-    }
+    if (spec_is_wgmma(spec)) return wgmma_fwd_smem(spec, (size_t)spec_q_stages(spec));
     size_t dp = (size_t)spec_head_dim_padded(spec);
     size_t tiles = dp * (size_t)spec_dtype_size(spec->dtype) *
                    ((size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages);

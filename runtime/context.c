@@ -168,8 +168,8 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
         ctx->wgmma = ctx->arch == 90 && cu->cuTensorMapEncodeTiled != NULL && !env_is_zero("FLASHGEN_WGMMA");
         ctx->wgmma_fp8 = ctx->wgmma && !env_is_zero("FLASHGEN_WGMMA_FP8");
         const char *g = getenv("FLASHGEN_SM90_GRID");
-        ctx->sm90_grid = !g ? 0 : strcmp(g, "tiles") == 0 ? 1 : strcmp(g, "persistent") == 0 ? 2 : strcmp(g, "dynamic") == 0 ? 3 : 0;
-        if (g && *g && ctx->sm90_grid == 0 && strcmp(g, "auto") != 0)
+        ctx->sm90_grid = !g ? 0 : strcmp(g, "tiles") == 0 ? 1 : strcmp(g, "persistent") == 0 ? 2 : 0;
+        if (g && *g && ctx->sm90_grid == 0 && strcmp(g, "auto") != 0 && strcmp(g, "dynamic") != 0)
             rt_log(ctx, FG_LOG_WARN, "FLASHGEN_SM90_GRID=%s is not auto, tiles, persistent or dynamic: using auto", g);
         ctx->wgmma_bwd = ctx->wgmma && !env_is_zero("FLASHGEN_WGMMA_BWD");
         const char *cg = getenv("FLASHGEN_CAUSAL_GROUP");

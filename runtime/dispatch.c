@@ -393,6 +393,12 @@ int rt_causal_group(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *
  * do not run at one speed: the counter measured 1.0097x the fixed stride over the 18 bf16 non-causal
  * configs (bench/results/2026-11-29-h200-session8). FLASHGEN_SM90_GRID=tiles|persistent (a stride)
  * forces the others, for measuring. Returns the FG_GRID_* mode. */
+/* The sm_90a family's tiles: query blocks x heads x batch (rt_launch_grid, and launch's one-CTA-a-tile
+ * fallback when no counter can be had). */
+static int64_t wgmma_tiles(const fg_spec *s, const fg_fwd_args *a) {
+    return (a->q.shape[1] + s->block_m - 1) / s->block_m * a->q.shape[2] * a->q.shape[0];
+}
+
 int rt_launch_grid(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a, int group, unsigned grid[3]) {
     int64_t m_blocks = (a->q.shape[1] + s->block_m - 1) / s->block_m;
     grid[0] = (unsigned)m_blocks;
@@ -403,7 +409,7 @@ int rt_launch_grid(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a
         grid[1] = (unsigned)m_blocks;
     }
     if (spec_is_wgmma(s)) {
-        int64_t tiles = m_blocks * a->q.shape[2] * a->q.shape[0];
+        const int64_t tiles = wgmma_tiles(s, a);
         const int mode = ctx->sm90_grid == 1 ? FG_GRID_TILES : ctx->sm90_grid == 2 ? FG_GRID_STRIDE : FG_GRID_DYNAMIC;
         grid[0] = (unsigned)(mode != FG_GRID_TILES && tiles > ctx->sm_count ? ctx->sm_count : tiles);
         grid[1] = grid[2] = 1;
@@ -515,7 +521,7 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
     }
     unsigned grid[3];
     if (rt_launch_grid(ctx, &s, a, group, grid) == FG_GRID_DYNAMIC && !(p.tile_counter = tile_counter_for(ctx, stream)))
-        grid[0] = (unsigned)(((int64_t)p.seqlen_q + s.block_m - 1) / s.block_m * p.heads_q * p.batch); /* one CTA a tile */
+        grid[0] = (unsigned)wgmma_tiles(&s, a); /* one CTA a tile */
     const launch_item item = {fn, {grid[0], grid[1], grid[2]}, (unsigned)spec_threads(&s), (unsigned)spec_smem_bytes(&s),
                               "cuLaunchKernel(fg_attention_fwd_kernel)"};
     return launch_items(ctx, &item, 1, stream, params, err);
@@ -684,7 +690,7 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
              grid[0], grid[1], grid[2],
              !spec_is_wgmma(&s)          ? ""
              : mode == FG_GRID_STRIDE    ? " (persistent: tiles in a stride)"
-             : mode == FG_GRID_DYNAMIC   ? " (persistent: tiles from the stream's counter, causal ones longest first; one CTA per tile under graph capture, on the per-thread default stream or past 64 streams)"
+             : mode == FG_GRID_DYNAMIC   ? " (persistent: tiles from the stream's counter, causal ones longest first; one CTA per tile under graph capture, on the per-thread default stream or past " FG_STR(FG_TILE_CTRS) " streams)"
                                          : " (one CTA per tile)",
              order,
              why, where, ctx->device_name, ctx->arch, ctx->sm_count,

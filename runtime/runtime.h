@@ -22,6 +22,8 @@ typedef struct fg_kernel {
 
 /* Streams that get a tile counter of their own (rt_launch_grid's dynamic schedule) per context. */
 #define FG_TILE_CTRS 64
+#define FG_STR_(x) #x
+#define FG_STR(x) FG_STR_(x) /* a macro's value as a string literal */
 
 struct fg_context {
     const fg_cuda_api *cu;       /* driver entry points */
@@ -32,9 +34,9 @@ struct fg_context {
                                     with cuTensorMapEncodeTiled, and FLASHGEN_WGMMA not 0 */
     int wgmma_fp8;               /* FP8 calls take the sm_90a family too (unless FLASHGEN_WGMMA_FP8=0, which
                                     sends them to the mma.sync family, to measure one against the other) */
-    int sm90_grid;               /* the sm_90a family's grid (FLASHGEN_SM90_GRID): 0 (auto) and 3 "dynamic"
-                                    persistent, tiles from a counter; 1 "tiles" one CTA per tile; 2 "persistent"
-                                    tiles in a fixed stride; for measuring the choice */
+    int sm90_grid;               /* the sm_90a family's grid (FLASHGEN_SM90_GRID): 0 ("auto", or "dynamic", the
+                                    same) persistent, tiles from a counter; 1 "tiles" one CTA per tile; 2
+                                    "persistent" tiles in a fixed stride; for measuring the choice */
     int causal_group;            /* FLASHGEN_CAUSAL_GROUP: 0 auto (rt_causal_group), else at most this many
                                     (head, batch) pairs per group of the causal tile order; for measuring the choice */
     int wgmma_bwd;               /* backward calls the sm_90a kernel takes (head_dim 64/128, not deterministic) run it
