@@ -210,18 +210,18 @@ int spec_bwd_sm90_dq_n(const fg_spec *spec) { return spec->head_dim == 128 ? 64 
 
 /* bwd_sm80.cuh's main kernel: K and V tiles (block_n rows), two stages of Q and dO (block_m rows), the
  * P^T and dS^T tiles (block_n x block_m, 16-bit), two stages of the LSE and D rows (block_m floats each)
- * and, on sm_90 and newer, the dQ staging rows (block_m x (head_dim + 8) fp32) of the bulk reduce-add. */
+ * and, on sm_90 and newer, the dQ staging (block_m x head_dim fp32, in fragment order) of the bulk reduce-adds. */
 static size_t bwd_smem_bytes(const fg_spec *s) {
     size_t d = (size_t)s->head_dim, bm = (size_t)s->block_m, bn = (size_t)s->block_n;
     if (spec_is_wgmma_bwd(s)) { /* bwd_sm90.cuh: 1 KiB of alignment slack, K and V, 2 stages of Q and dO,
                                    dS^T (two buffers when dQ goes by columns), two warpgroups' dQ staging
-                                   rows, 2 stages of the LSE and D rows, 8 mbarriers */
+                                   (64 x dqn fp32 each), 2 stages of the LSE and D rows, 8 mbarriers */
         const size_t dqn = (size_t)spec_bwd_sm90_dq_n(s), ds_bufs = dqn < d ? 2u : 1u;
-        return 1024u + 2u * bn * d * 2u + 2u * 2u * bm * d * 2u + ds_bufs * bn * bm * 2u + 2u * bm * (dqn + 8u) * 4u +
+        return 1024u + 2u * bn * d * 2u + 2u * 2u * bm * d * 2u + ds_bufs * bn * bm * 2u + 2u * bm * dqn * 4u +
                2u * 2u * bm * 4u + 64u;
     }
     return 2u * d * 2u * bn + 2u * 2u * d * 2u * bm + 2u * bn * bm * 2u + 2u * 2u * bm * 4u +
-           (spec_bwd_dq_staged(s) ? bm * (d + 8u) * 4u : 0u);
+           (spec_bwd_dq_staged(s) ? bm * d * 4u : 0u);
 }
 
 /* The sm_90a forward's shared memory with q Q buffers: 1 KiB of alignment slack, the Q buffers, K and V

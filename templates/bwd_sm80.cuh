@@ -16,7 +16,8 @@
 //                                                           keys x all of it when head_dim is an odd multiple of 16)
 //                         3. dQ   = dS K                    (16-row query groups x head_dim slices)
 //                       dQ is added into the fp32 accumulator: on sm_90 and newer staged in shared memory
-//                       and added by the TMA unit, one bulk reduce-add per row (cp.reduce.async.bulk),
+//                       and added by the TMA unit, one bulk reduce-add a warp (cp.reduce.async.bulk; the
+//                       accumulator in fragment order, fg_dq_index),
 //                       on earlier targets by fp32 atomics from the fragments. In the deterministic mode
 //                       the key blocks add in ascending order, one after another, through a semaphore per
 //                       query block. dK (times the softmax scale) and dV go straight to the outputs (MHA) or,
@@ -40,12 +41,36 @@ constexpr u32 FG_QB_BYTES = FG_BLOCK_M * FG_HEAD_DIM * 2;
 constexpr u32 FG_DS_BYTES = FG_BLOCK_N * FG_BLOCK_M * 2;
 constexpr u32 FG_ROW_BYTES = FG_BLOCK_M * 4; // the LSE (or D) of one query block, fp32
 // sm_90 and newer (FG_DQ_STAGED, set by the emitter from spec_bwd_dq_staged, which also sizes the shared
-// memory) stage a query block's dQ in shared memory (fp32 rows of FG_DQ_LD floats: 8 of padding keep the
-// fragment stores free of bank conflicts) and add it into the accumulator with one bulk reduce-add per
-// row (cp.reduce.async.bulk, done by the TMA unit). Element-wise atomics from the fragments made L2 the
-// bottleneck (ncu on the H200: L2 81% busy, SM pipes 24%): every warp instruction touched 8 half-used
-// sectors.
-constexpr int FG_DQ_LD = FG_HEAD_DIM + 8;
+// memory) stage a query block's dQ in shared memory and add it into the accumulator with bulk reduce-adds
+// (cp.reduce.async.bulk, done by the TMA unit), one per warp (mma.sync) or warpgroup (bwd_sm90.cuh) a
+// block. Element-wise atomics from the fragments made L2 the bottleneck (ncu on the H200: L2 81% busy, SM
+// pipes 24%): every warp instruction touched 8 half-used sectors. A bulk reduce-add per row, the next
+// version, left the adds issued from a loop over the lanes (the instruction takes uniform registers):
+// 13-21% of the sm_90a kernel's stall samples (ncu, d 128 and d 64, 4k; session 9), so the staged
+// accumulator is kept in the MMA fragments' order (fg_dq_index) and each warp's or warpgroup's part of a
+// block is one contiguous run of floats, in shared memory and in global memory alike, written by 16-byte
+// stores free of bank conflicts; the post kernel reads it back through the same map.
+#if FG_WGMMA_BWD
+constexpr int FG_DQ_G = 64, FG_DQ_W = FG_BW_DQ_N; // a warpgroup: 64 rows x its columns
+#else
+constexpr int FG_DQ_G = 16, FG_DQ_W = FG_DQT * 8; // a warp: 16 rows x its slice of head_dim
+#endif
+static_assert(64 % FG_DQ_G == 0 && FG_HEAD_DIM % FG_DQ_W == 0 && FG_DQ_W % 8 == 0, "dQ accumulator groups");
+// Where element (row, col) of a (batch, head)'s dQ accumulator lives, in floats from that head's row 0.
+// Without FG_DQ_STAGED (atomics): row-major. With it: groups of FG_DQ_G rows, each FG_DQ_G x head_dim
+// floats; a group's column slices of FG_DQ_W one after another; inside a slice its 16-row tiles, and in
+// a tile its n8 column steps i, each 32 lanes x 4 floats: lane (row % 8) * 4 + (col % 8) / 2 holds
+// (row, col), (row, col + 1), (row + 8, col), (row + 8, col + 1) at col even, row % 16 < 8 (the m16n8
+// accumulator fragment, which is also wgmma's for each 16 rows of a warpgroup's 64).
+__device__ __forceinline__ i64 fg_dq_index(i64 row, int col) {
+#if FG_DQ_STAGED
+    const int r = (int)(row % FG_DQ_G), sl = col / FG_DQ_W, c = col % FG_DQ_W;
+    return (row - r) * FG_HEAD_DIM + sl * (FG_DQ_G * FG_DQ_W) + ((r / 16) * (FG_DQ_W / 8) + c / 8) * 128 +
+           ((r % 8) * 4 + (c % 8) / 2) * 4 + ((r / 8) % 2) * 2 + c % 2;
+#else
+    return row * FG_HEAD_DIM + col;
+#endif
+}
 static_assert(FG_BLOCK_N == 16 * FG_WARPS || FG_BLOCK_N == 8 * FG_WARPS, "16 or 8 keys per warp");
 static_assert(FG_WARPS % FG_QG == 0 && FG_DT % (2 * FG_DSPLIT) == 0, "the dQ product's warp split");
 
@@ -282,7 +307,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     const u32 s_ds = s_p + FG_DS_BYTES;               // dS^T, [keys][queries]
     const u32 s_lse = s_ds + FG_DS_BYTES;             // 2 stages of FG_BLOCK_M floats
     const u32 s_d = s_lse + 2 * FG_ROW_BYTES;         // 2 stages
-    const u32 s_dq = s_d + 2 * FG_ROW_BYTES;          // sm_90+: FG_BLOCK_M rows of FG_DQ_LD floats
+    const u32 s_dq = s_d + 2 * FG_ROW_BYTES;          // sm_90+: FG_BLOCK_M x head_dim floats (fg_dq_index)
 
     fg_bwd_load_kv(p, s_k, s_v, batch, kv_head, n0, sk, tid);
     fg_bwd_qstream<> qs;
@@ -434,34 +459,28 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         // which in-order block dispatch gives (the grid's x is the key block; FlashAttention-3's
         // deterministic backward relies on the same); the CUDA model does not promise it.
 #if FG_DQ_STAGED
-        float *sdq = (float *)(fg_smem + (s_dq - s_k));
-        const int r0 = qg * 16 + gl, c0 = dslice * FG_DQT * 8 + 2 * tl;
-        // Outside the deterministic mode each warp adds its own 16 rows x FG_DQT * 8 columns, one bulk
-        // reduce-add per row from lanes 0-15, after those lanes' adds of the previous block have read the
-        // staging rows: no block-wide barrier. In the deterministic mode key blocks add in order (see
-        // above), every row's add complete before the semaphore moves on, so the rows are free again.
+        // This warp's 16 rows x FG_DQT * 8 columns: one contiguous run of the accumulator (fg_dq_index),
+        // staged at the same offset from the block's start. Outside the deterministic mode lane 0 adds it
+        // with one bulk reduce-add, after its add of the previous block has read the staging: no
+        // block-wide barrier. In the deterministic mode key blocks add in order (see above), every warp's
+        // add complete before the semaphore moves on, so the staging is free again.
+        const u32 run = (u32)((qg * 16) * FG_HEAD_DIM + dslice * 16 * FG_DQ_W); // floats from the block's row 0
+        float4 *sdq = (float4 *)(fg_smem + (s_dq - s_k)) + run / 4;
         if (!FG_DETERMINISTIC) {
-            if (lane < 16) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            if (lane == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
             __syncwarp();
         }
 #pragma unroll
-        for (int i = 0; i < FG_DQT; i++) {
-            *(float2 *)(sdq + r0 * FG_DQ_LD + c0 + i * 8) = make_float2(dq[i][0], dq[i][1]);
-            *(float2 *)(sdq + (r0 + 8) * FG_DQ_LD + c0 + i * 8) = make_float2(dq[i][2], dq[i][3]);
-        }
+        for (int i = 0; i < FG_DQT; i++) sdq[i * 32 + lane] = make_float4(dq[i][0], dq[i][1], dq[i][2], dq[i][3]);
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); // the bulk copies read these stores
+        __syncwarp();
+        const float *dst = p.dq_accum + (bh * sq_pad + m0) * FG_HEAD_DIM + run;
         if (!FG_DETERMINISTIC) {
-            __syncwarp();
-            if (lane < 16) {
-                const int row = qg * 16 + lane, col = dslice * FG_DQT * 8;
-                const float *dst = p.dq_accum + (bh * sq_pad + m0 + row) * FG_HEAD_DIM + col;
-                fg_bulk_add_f32<FG_DQT * 8 * 4>(dst, s_dq + (u32)((row * FG_DQ_LD + col) * 4));
-            }
+            if (lane == 0) fg_bulk_add_f32<16 * FG_DQ_W * 4>(dst, s_dq + run * 4);
         } else {
             fg_bwd_wait_turn(p.dq_sem + bh * m_blocks + m, n_block, tid);
-            if (tid < FG_BLOCK_M) {
-                const float *dst = p.dq_accum + (bh * sq_pad + m0 + tid) * FG_HEAD_DIM;
-                fg_bulk_add_f32<FG_HEAD_DIM * 4>(dst, s_dq + (u32)(tid * FG_DQ_LD * 4));
+            if (lane == 0) {
+                fg_bulk_add_f32<16 * FG_DQ_W * 4>(dst, s_dq + run * 4);
                 asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
                 asm volatile("fence.proxy.async.global;" ::: "memory");
                 __threadfence();
@@ -515,10 +534,13 @@ fg_bwd_post_kernel(const __grid_constant__ fg_bwd_params p) {
     for (int i = tid; i < 64 * CH; i += 256) {
         const int r = blockIdx.x * 64 + i / CH, c = (i % CH) * 8;
         if (r < p.seqlen_q) {
-            const float *a = p.dq_accum + (((i64)batch * p.heads_q + head) * sq_pad + r) * FG_HEAD_DIM + c;
+            const float *a = p.dq_accum + ((i64)batch * p.heads_q + head) * sq_pad * FG_HEAD_DIM;
             u32 out[4];
 #pragma unroll
-            for (int k = 0; k < 4; k++) out[k] = fg_pack2(a[2 * k] * p.softmax_scale, a[2 * k + 1] * p.softmax_scale);
+            for (int k = 0; k < 4; k++) { // columns c + 2k, c + 2k + 1: adjacent in either order
+                const float2 x = *(const float2 *)(a + fg_dq_index(r, c + 2 * k));
+                out[k] = fg_pack2(x.x * p.softmax_scale, x.y * p.softmax_scale);
+            }
             u16 *dq = (u16 *)p.dq + batch * p.dq_stride[0] + (i64)r * p.dq_stride[1] + head * p.dq_stride[2] + c;
             *(uint4 *)dq = make_uint4(out[0], out[1], out[2], out[3]);
         }

@@ -3,8 +3,8 @@
 // left out by FG_WGMMA_BWD); this kernel replaces that one's mma.sync products by warpgroup MMAs.
 //
 // On an H200 (2026-11-29) it passes the backward GPU tests (bwd::shapes_sm90a; memcheck, racecheck and
-// synccheck clean) and runs at 1.04-1.31x FlashAttention-2's backward at head_dim 128 and 0.91-0.97x at
-// 64 (0.68-0.79x and 0.56-0.79x cuDNN's, bf16 and fp16; bench/results/2026-11-29-h200-session8/final/);
+// synccheck clean) and runs at 1.10-1.27x FlashAttention-2's backward at head_dim 64 and 1.11-1.52x at 128
+// (0.74-0.83x and 0.80-0.86x cuDNN's, bf16; bench/results/2026-11-29-h200-session9/dq-frag/wB*);
 // the runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec). What is left
 // to cuDNN, against FlashAttention-3's backward (which overlaps GEMMs inside an iteration, not across
 // them): the exponentials wait for dP as well as S, warpgroup 1 both loads (cp.async) and computes where
@@ -26,8 +26,8 @@
 //                                          over its own keys. A = dS from the dS^T tile ([keys][queries],
 //                                          MN-major), B = K MN-major
 //   dQ_part is staged in shared memory and added into the fp32 accumulator by the TMA unit, one bulk
-//   reduce-add per row: at d 128 each warpgroup's half of the columns, at d 64 each warpgroup's whole
-//   rows (the accumulator sums the two).
+//   reduce-add a warpgroup (the accumulator is kept in fragment order, fg_dq_index): at d 128 each
+//   warpgroup's half of the columns, at d 64 each warpgroup's whole rows (the accumulator sums the two).
 // The GEMMs go out in FlashAttention-3's order, dV, dQ, then dK as three groups: once dV and dQ are done
 // (wait<1>) dQ is staged and added while dK still runs (H200: 1.015x issuing dV + dK before dQ and
 // staging with the tensor cores idle, bf16, session 8).
@@ -45,8 +45,7 @@ constexpr u32 FG_BW_DS_BYTES = FG_BLOCK_N * FG_BLOCK_M * 2; // dS^T, [keys][quer
 // over its own 64 keys for all columns.
 constexpr bool FG_BW_DQ_COLS = FG_BW_DQ_N < FG_HEAD_DIM;
 constexpr int FG_BW_DS_BUFS = FG_BW_DQ_COLS ? 2 : 1;
-constexpr int FG_BW_DQ_LD = FG_BW_DQ_N + 8;                  // staging row: 8 floats of padding, as FG_DQ_LD
-constexpr u32 FG_BW_DQ_BYTES = FG_BLOCK_M * FG_BW_DQ_LD * 4; // one warpgroup's dQ staging rows
+constexpr u32 FG_BW_DQ_BYTES = FG_BLOCK_M * FG_BW_DQ_N * 4; // one warpgroup's dQ staging (fg_dq_index order)
 static_assert(FG_BLOCK_N == 128 && FG_BLOCK_M == 64 && FG_WARPS == 8, "two warpgroups of 64 keys, 64 queries");
 static_assert(FG_HEAD_DIM % 64 == 0 && FG_HEAD_DIM <= 128, "128-byte swizzled chunks of 64 columns");
 // Warpgroup 1's loaders take their thread index as wtid; the recomputing loaders read %tid.x instead.
@@ -238,28 +237,27 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         fg_fence_regs(dq);
         if (FG_BW_DQ_COLS) fg_mbar_arrive(bar_ds_empty(b)); // this thread's dQ is done with dS^T buffer b
 
-        // Stage dQ_part (rows = queries) and add it into the accumulator, one bulk reduce-add per row by
-        // the warpgroup's first 64 threads, once their adds of the previous block have read the rows.
-        if (wtid < 64) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+        // Stage dQ_part (64 queries x FG_BW_DQ_N columns) in the accumulator's fragment order (fg_dq_index:
+        // float4 i of thread wtid at (wq * FG_BW_DQ_N / 8 + i) * 32 + lane, bank-conflict free) and add it
+        // with one bulk reduce-add from thread 0 of the warpgroup, once its add of the previous block has
+        // read the staging. (A reduce-add per row, issued by a loop over the lanes, took 13-21% of the
+        // stall samples: ncu, session 9.)
+        if (wtid == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
         fg_named_sync(1 + wg, 128);
-        float *sdq = (float *)(base + (dqw - s_k));
-        const int r0 = wq * 16 + g;
+        float4 *sdq = (float4 *)(base + (dqw - s_k)) + wq * (FG_BW_DQ_N / 8) * 32 + lane;
 #pragma unroll
-        for (int i = 0; i < FG_BW_DQ_N / 8; i++) {
-            *(float2 *)(sdq + r0 * FG_BW_DQ_LD + 8 * i + 2 * t) = make_float2(dq[i][0], dq[i][1]);
-            *(float2 *)(sdq + (r0 + 8) * FG_BW_DQ_LD + 8 * i + 2 * t) = make_float2(dq[i][2], dq[i][3]);
-        }
+        for (int i = 0; i < FG_BW_DQ_N / 8; i++) sdq[i * 32] = make_float4(dq[i][0], dq[i][1], dq[i][2], dq[i][3]);
         fg_fence_proxy_async();
         fg_named_sync(1 + wg, 128);
-        if (wtid < 64) {
-            const float *dst = p.dq_accum + (bh * sq_pad + m0 + wtid) * FG_HEAD_DIM + (FG_BW_DQ_COLS ? wg * FG_BW_DQ_N : 0);
-            fg_bulk_add_f32<FG_BW_DQ_N * 4>(dst, dqw + (u32)(wtid * FG_BW_DQ_LD * 4));
+        if (wtid == 0) {
+            const float *dst = p.dq_accum + (bh * sq_pad + m0) * FG_HEAD_DIM + (FG_BW_DQ_COLS ? wg * 64 * FG_BW_DQ_N : 0);
+            fg_bulk_add_f32<64 * FG_BW_DQ_N * 4>(dst, dqw);
         }
         fg_wgmma_wait<0>(); // dK
         fg_fence_regs(dk);
         if (wg == 0) fg_mbar_arrive(bar_empty(st)); // done with stage st (its Q, dO, LSE and D)
     }
-    if (wtid < 64) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); // smem stays till read
+    if (wtid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); // smem stays till read
     fg_cp_async_wait<0>();
 
     // dK, dV out (fg_bwd_store_dkdv): rows krow0 (+ 8), columns 8 i + 2 t.
