@@ -80,8 +80,8 @@ int spec_threads(const fg_spec *spec);           /* warps * 32 */
 int spec_fwd_sub_n(const fg_spec *spec);
 #define FG_SPEC_ACC_REGS 176
 int spec_bwd_sm90_dq_n(const fg_spec *spec);     /* the sm_90a backward: the dQ columns a warpgroup computes
-                                                   (head_dim / 2 at 128: by columns over all keys; else
-                                                   head_dim over its own keys; bwd_sm90.cuh) */
+                                                   (head_dim / 2 at 128, by columns; head_dim at 64, for
+                                                   its 64 of the 128 queries; bwd_sm90.cuh) */
 int spec_bwd_dq_staged(const fg_spec *spec);     /* kind=bwd: 1 when dQ is staged in shared memory and added by
                                                     bulk reduce-adds (sm_90 and newer, head_dim <= 128), 0 for
                                                     fp32 atomics */

@@ -96,8 +96,10 @@ static const fg_tile_rule default_rules[] = {
     {80, 999, 96, 96, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {80, 999, 128, 128, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {80, 999, 129, 256, -1, -1, 64, 64, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
-    /* sm_90a (bwd_sm90.cuh, wgmma): two warpgroups of 64 keys, 64 queries a step */
-    {90, 90, 64, 128, -1, -1, 64, 128, 8, 2, FG_FAMILY_WGMMA, FG_KIND_BWD},
+    /* sm_90a (bwd_sm90.cuh, wgmma): two warpgroups of 64 keys; 64 queries a step at head_dim 128, 128 at
+     * 64 (dQ split by query rows; FlashAttention-3's tile there) */
+    {90, 90, 64, 64, -1, -1, 128, 128, 8, 2, FG_FAMILY_WGMMA, FG_KIND_BWD},
+    {90, 90, 65, 128, -1, -1, 64, 128, 8, 2, FG_FAMILY_WGMMA, FG_KIND_BWD},
     /* 99 KiB parts: 64 keys a block from head_dim 64 */
     {86, 86, 64, 128, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {89, 89, 64, 128, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},

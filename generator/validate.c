@@ -97,10 +97,12 @@ RULE(fp8_head_dim, spec_dtype_is_fp8(s->dtype) && (s->head_dim < 32 || s->head_d
      "is 32 bytes of head dim)", s->head_dim, spec_dtype_name(s->dtype))
 RULE(bwd_arch, is_bwd(s) && s->arch_accel && s->arch != 90, FG_ERR_UNSUPPORTED,
      "kind=bwd has no sm_%da kernel: the backward pass is the mma.sync family there (use arch sm_%d)", s->arch, s->arch)
-RULE(bwd_wgmma, spec_is_wgmma_bwd(s) && ((s->head_dim != 64 && s->head_dim != 128) || s->block_m != 64 ||
+RULE(bwd_wgmma, spec_is_wgmma_bwd(s) && ((s->head_dim != 64 && s->head_dim != 128) ||
+                                          s->block_m != (s->head_dim == 64 ? 128 : 64) ||
                                           s->block_n != 128 || s->warps != 8 || s->stages != 2 || s->deterministic),
      FG_ERR_UNSUPPORTED,
-     "kind=bwd on sm_90a (wgmma) takes head_dim 64 or 128 with block_m 64, block_n 128, warps 8, stages 2 and "
+     "kind=bwd on sm_90a (wgmma) takes head_dim 64 with block_m 128 or head_dim 128 with block_m 64, block_n 128, "
+     "warps 8, stages 2 and "
      "deterministic=0 (got head_dim %d, %d x %d, warps %d, stages %d, deterministic=%d); arch sm_90 (mma.sync) "
      "takes the others", s->head_dim, s->block_m, s->block_n, s->warps, s->stages, s->deterministic)
 RULE(bwd_dtype, is_bwd(s) && s->dtype != FG_DTYPE_F16 && s->dtype != FG_DTYPE_BF16, FG_ERR_UNSUPPORTED,

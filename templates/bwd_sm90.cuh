@@ -3,31 +3,29 @@
 // left out by FG_WGMMA_BWD); this kernel replaces that one's mma.sync products by warpgroup MMAs.
 //
 // On an H200 (2026-11-29) it passes the backward GPU tests (bwd::shapes_sm90a; memcheck, racecheck and
-// synccheck clean) and runs at 1.10-1.27x FlashAttention-2's backward at head_dim 64 and 1.11-1.52x at 128
-// (0.74-0.83x and 0.80-0.86x cuDNN's, bf16; bench/results/2026-11-29-h200-session9/dq-frag/wB*);
+// synccheck clean) and runs at 1.18-1.49x FlashAttention-2's backward at head_dim 64 and 1.11-1.52x at 128
+// (0.87-0.97x and 0.80-0.86x cuDNN's, bf16; bench/results/2026-11-29-h200-session9/bwd64-m128/B*, dq-frag/wB*);
 // the runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec). What is left
 // to cuDNN, against FlashAttention-3's backward (which overlaps GEMMs inside an iteration, not across
-// them): the exponentials wait for dP as well as S, warpgroup 1 both loads (cp.async) and computes where
-// FA3 has a TMA producer warp and a dQ-writer warp, and at head_dim 64 each warpgroup adds its own dQ (the column split with
-// 32-column B tiles inside the 128-byte-swizzled K rows measured 0.967x: session 7's dropped/; FA3 splits
-// dQ by query rows over 128-row blocks there).
+// them): the exponentials wait for dP as well as S, and warpgroup 1 both loads (cp.async) and computes
+// where FA3 has a TMA producer warp and a dQ-writer warp.
 //
 // A CTA: 128 keys of one query head (two warpgroups of 64 keys), head_dim 64 or 128, K and V in shared
 // memory for the whole run, dK and dV in registers (wgmma accumulators); it streams the query blocks that
-// see its keys, 64 rows each, double-buffered by cp.async (Q, dO, LSE, D; warpgroup 1 loads them), into
-// the same swizzled tiles as the mma.sync kernel, which are wgmma's 128-byte-swizzled canonical layouts
-// (cp_async.cuh: slabs of 64 columns, 16-byte units XOR-ed by row % 8; sm90.cuh). Per query block, each warpgroup on its 64 keys:
-//   1. S^T = K Q^T and dP^T = V dO^T       m64 n64 (queries) k16 x d/16, both operands K-major in smem
+// see its keys, FG_BLOCK_M rows each (128 at head_dim 64, 64 at 128), double-buffered by cp.async (Q, dO,
+// LSE, D; warpgroup 1 loads them), into the same swizzled tiles as the mma.sync kernel, which are wgmma's
+// 128-byte-swizzled canonical layouts (cp_async.cuh: slabs of 64 columns, 16-byte units XOR-ed by row % 8;
+// sm90.cuh). Per query block, each warpgroup on its 64 keys (M = FG_BLOCK_M):
+//   1. S^T = K Q^T and dP^T = V dO^T       m64 nM (queries) k16 x d/16, both operands K-major in smem
 //      P^T = exp2(c S^T - lse2) (masked: 0), dS^T = P^T (dP^T - D), in the accumulators' registers
-//   2. dV += P^T dO, dK += dS^T Q          m64 nd k16 x 4, A = P^T, dS^T from registers (the accumulator
+//   2. dV += P^T dO, dK += dS^T Q          m64 nd k16 x M/16, A = P^T, dS^T from registers (the accumulator
 //                                          layout packed, as the forward's P), B = dO, Q MN-major in smem
-//   3. dQ_part = dS K                      d 128: m64 (queries) n64 (its half of the columns) k16 x 8 over
-//                                          all 128 keys, from both warpgroups' dS^T; d 64: m64 n64 k16 x 4
-//                                          over its own keys. A = dS from the dS^T tile ([keys][queries],
+//   3. dQ_part = dS K                      over all 128 keys, from both warpgroups' dS^T: d 128 m64 (queries)
+//                                          n64 (its half of the columns) k16 x 8; d 64 m64 (its half of the
+//                                          queries) n64 k16 x 8. A = dS from the dS^T tile ([keys][queries],
 //                                          MN-major), B = K MN-major
 //   dQ_part is staged in shared memory and added into the fp32 accumulator by the TMA unit, one bulk
-//   reduce-add a warpgroup (the accumulator is kept in fragment order, fg_dq_index): at d 128 each
-//   warpgroup's half of the columns, at d 64 each warpgroup's whole rows (the accumulator sums the two).
+//   reduce-add a warpgroup (the accumulator is kept in fragment order, fg_dq_index).
 // The GEMMs go out in FlashAttention-3's order, dV, dQ, then dK as three groups: once dV and dQ are done
 // (wait<1>) dQ is staged and added while dK still runs (H200: 1.015x issuing dV + dK before dQ and
 // staging with the tensor cores idle, bf16, session 8).
@@ -38,15 +36,19 @@ constexpr int FG_BW_DN = FG_HEAD_DIM / 8;   // n8 tiles of dK, dV, dQ (head_dim)
 constexpr u32 FG_BW_KCH = FG_BLOCK_N * 128; // bytes of one 64-column chunk of the K and V tiles
 constexpr u32 FG_BW_QCH = FG_BLOCK_M * 128; // of the Q and dO tiles
 constexpr u32 FG_BW_DS_BYTES = FG_BLOCK_N * FG_BLOCK_M * 2; // dS^T, [keys][queries]: 128-byte rows
-// dQ by columns (FG_BW_DQ_N, the emitter's choice, generator/spec.c): where it is half of head_dim, each
-// warpgroup computes its half of dQ's columns over all 128 keys (m64 n64 k16 x 8) from both warpgroups'
-// dS^T (double-buffered, two mbarriers a buffer), so a CTA adds each dQ element into the accumulator once,
-// not once a warpgroup, and a warpgroup holds 32 dQ registers, not 64. Otherwise each warpgroup adds dS K
-// over its own 64 keys for all columns.
+// dQ from both warpgroups' dS^T (double-buffered, two mbarriers a buffer), so a CTA adds each dQ element
+// into the accumulator once, not once a warpgroup. By columns (FG_BW_DQ_N, the emitter's choice,
+// generator/spec.c, half of head_dim at 128): each warpgroup computes its half of dQ's columns over all
+// 128 keys (m64 n64 k16 x 8), 32 dQ registers a thread. By query rows (128-query blocks at head_dim 64,
+// FlashAttention-3's tile there): each warpgroup computes all columns of its 64 of the block's queries over
+// all 128 keys. (The earlier head_dim 64 kernel, 64-query blocks with each warpgroup adding dS K over its
+// own keys, so twice per element: 0.877x of this one, bf16, H200; bench/results/2026-11-29-h200-session9.)
 constexpr bool FG_BW_DQ_COLS = FG_BW_DQ_N < FG_HEAD_DIM;
-constexpr int FG_BW_DS_BUFS = FG_BW_DQ_COLS ? 2 : 1;
-constexpr u32 FG_BW_DQ_BYTES = FG_BLOCK_M * FG_BW_DQ_N * 4; // one warpgroup's dQ staging (fg_dq_index order)
-static_assert(FG_BLOCK_N == 128 && FG_BLOCK_M == 64 && FG_WARPS == 8, "two warpgroups of 64 keys, 64 queries");
+constexpr bool FG_BW_DQ_ROWS = FG_BLOCK_M == 128;
+constexpr u32 FG_BW_DQ_BYTES = 64 * FG_BW_DQ_N * 4; // one warpgroup's dQ staging, 64 rows (fg_dq_index order)
+static_assert(FG_BLOCK_N == 128 && FG_BLOCK_M == (FG_HEAD_DIM == 64 ? 128 : 64) && FG_WARPS == 8,
+              "two warpgroups of 64 keys, 128 queries at head_dim 64, 64 at 128");
+static_assert(FG_BW_DQ_COLS != FG_BW_DQ_ROWS, "dQ split one way");
 static_assert(FG_HEAD_DIM % 64 == 0 && FG_HEAD_DIM <= 128, "128-byte swizzled chunks of 64 columns");
 // Warpgroup 1's loaders take their thread index as wtid; the recomputing loaders read %tid.x instead.
 static_assert(!FG_LOADER_RECOMPUTE, "the sm_90a backward's loaders run on warpgroup 1 with their own thread index");
@@ -72,7 +74,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     const u32 s_q = s_v + FG_KV_BYTES;     // 2 stages
     const u32 s_do = s_q + 2 * FG_QB_BYTES; // 2 stages
     const u32 s_ds = s_do + 2 * FG_QB_BYTES;
-    const u32 s_dq = s_ds + FG_BW_DS_BUFS * FG_BW_DS_BYTES; // 2 warpgroups' staging rows
+    const u32 s_dq = s_ds + 2 * FG_BW_DS_BYTES; // 2 warpgroups' staging
     const u32 s_lse = s_dq + 2 * FG_BW_DQ_BYTES;
     const u32 s_d = s_lse + 2 * FG_ROW_BYTES;
     const u32 s_bar = s_d + 2 * FG_ROW_BYTES; // mbarriers: full[2], empty[2], dS full[2], dS empty[2]
@@ -91,11 +93,9 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         fg_mbar_init(bar_full(1), 128);
         fg_mbar_init(bar_empty(0), 128);
         fg_mbar_init(bar_empty(1), 128);
-        if (FG_BW_DQ_COLS) {
-            for (int b = 0; b < 2; b++) {
-                fg_mbar_init(bar_ds_full(b), 256);
-                fg_mbar_init(bar_ds_empty(b), 256);
-            }
+        for (int b = 0; b < 2; b++) {
+            fg_mbar_init(bar_ds_full(b), 256);
+            fg_mbar_init(bar_ds_empty(b), 256);
         }
     }
     __syncthreads();
@@ -126,7 +126,6 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.f;
 
     const u32 kw = s_k + wg * 64 * 128, vw = s_v + wg * 64 * 128; // this warpgroup's 64 key rows
-    const u32 dsw = s_ds + wg * 64 * 128;
     const u32 dqw = s_dq + wg * FG_BW_DQ_BYTES;
     const int krow0 = wg * 64 + wq * 16 + g; // this thread's key rows in the block: krow0, krow0 + 8
     int st = 0;
@@ -139,9 +138,9 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         fg_mbar_wait(bar_full(st), (u32)(((m - m_first) >> 1) & 1)); // block m is in
         // dS^T's buffer (b, its use u): free once both warpgroups' dQ of block m - 2 has read it. (b is st
         // when dQ goes by columns; kept apart, as measured: folding it changes the d 128 register allocation.)
-        const int b = FG_BW_DQ_COLS ? (m - m_first) & 1 : 0, u = (m - m_first) >> 1;
+        const int b = (m - m_first) & 1, u = (m - m_first) >> 1;
         const u32 s_ds_b = s_ds + (u32)b * FG_BW_DS_BYTES;
-        if (FG_BW_DQ_COLS && u > 0) fg_mbar_wait(bar_ds_empty(b), (u32)((u - 1) & 1));
+        if (u > 0) fg_mbar_wait(bar_ds_empty(b), (u32)((u - 1) & 1));
         fg_fence_proxy_async(); // the cp.async writes it observed, before wgmma reads them
         const u32 sq_st = s_q + st * FG_QB_BYTES, sdo_st = s_do + st * FG_QB_BYTES;
         const float *lse2 = (const float *)(base + (s_lse - s_k) + st * FG_ROW_BYTES);
@@ -193,10 +192,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
             fg_pack_a(dp[2 * kk], dp[2 * kk + 1], da[kk]);
         }
         fg_fence_proxy_async();        // the dS^T stores, before wgmma reads them
-        if (FG_BW_DQ_COLS)
-            fg_mbar_arrive(bar_ds_full(b)); // this thread's dS^T entries are in
-        else
-            fg_named_sync(1 + wg, 128);     // this warpgroup's dS^T rows are complete
+        fg_mbar_arrive(bar_ds_full(b)); // this thread's dS^T entries are in
 
         // 2. dV += P^T dO, 3. this warpgroup's part of dQ, 4. dK += dS^T Q, each its own wgmma group (k =
         // queries, 16 a step: 16 rows of the dO and Q tiles). Waiting for all but the last leaves dK on the
@@ -209,23 +205,17 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
             fg_wgmma_rs(dv, pa[kk], fg_desc_mnmajor(sdo_st + kk * 16 * 128, FG_BW_QCH), 1u);
         fg_wgmma_commit();
 
-        // dQ: by columns, dS (queries x all 128 keys) K (all keys x its half of head_dim, one 64-column chunk
-        // of the K tile), once both warpgroups' dS^T is in; otherwise dS (queries x its 64 keys) K (its keys x
-        // head_dim).
+        // dQ, once both warpgroups' dS^T is in: by columns, dS (queries x all 128 keys) K (all keys x its half
+        // of head_dim, one 64-column chunk of the K tile); by rows, dS (its 64 queries: one 64-column slab of
+        // the dS^T tile x all 128 keys) K (all keys x head_dim).
         float dq[FG_BW_DQ_N / 8][4];
-        if (FG_BW_DQ_COLS) {
-            fg_mbar_wait(bar_ds_full(b), (u32)(u & 1));
-            fg_wgmma_fence(); // (ptxas would insert it: the wait's registers are reused by dQ's accumulators)
+        fg_mbar_wait(bar_ds_full(b), (u32)(u & 1));
+        fg_wgmma_fence(); // (ptxas would insert it: the wait's registers are reused by dQ's accumulators)
+        const u32 dq_a = s_ds_b + (FG_BW_DQ_ROWS ? wg * FG_BLOCK_N * 128 : 0), dq_b = s_k + (FG_BW_DQ_COLS ? wg * FG_BW_KCH : 0);
 #pragma unroll
-            for (int kk = 0; kk < FG_BLOCK_N / 16; kk++)
-                fg_wgmma_dq(dq, fg_desc_mnmajor(s_ds_b + kk * 16 * 128, FG_BW_DS_BYTES),
-                            fg_desc_mnmajor(s_k + wg * FG_BW_KCH + kk * 16 * 128, FG_BW_KCH), kk > 0 ? 1u : 0u);
-        } else {
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++)
-                fg_wgmma_dq(dq, fg_desc_mnmajor(dsw + kk * 16 * 128, FG_BW_DS_BYTES),
-                            fg_desc_mnmajor(kw + kk * 16 * 128, FG_BW_KCH), kk > 0 ? 1u : 0u);
-        }
+        for (int kk = 0; kk < FG_BLOCK_N / 16; kk++)
+            fg_wgmma_dq(dq, fg_desc_mnmajor(dq_a + kk * 16 * 128, FG_BW_DS_BYTES),
+                        fg_desc_mnmajor(dq_b + kk * 16 * 128, FG_BW_KCH), kk > 0 ? 1u : 0u);
         fg_wgmma_commit();
 
 #pragma unroll
@@ -235,7 +225,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         fg_wgmma_wait<1>(); // dV and dQ are done; dK runs on
         fg_fence_regs(dv);
         fg_fence_regs(dq);
-        if (FG_BW_DQ_COLS) fg_mbar_arrive(bar_ds_empty(b)); // this thread's dQ is done with dS^T buffer b
+        fg_mbar_arrive(bar_ds_empty(b)); // this thread's dQ is done with dS^T buffer b
 
         // Stage dQ_part (64 queries x FG_BW_DQ_N columns) in the accumulator's fragment order (fg_dq_index:
         // float4 i of thread wtid at (wq * FG_BW_DQ_N / 8 + i) * 32 + lane, bank-conflict free) and add it
@@ -250,7 +240,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         fg_fence_proxy_async();
         fg_named_sync(1 + wg, 128);
         if (wtid == 0) {
-            const float *dst = p.dq_accum + (bh * sq_pad + m0) * FG_HEAD_DIM + (FG_BW_DQ_COLS ? wg * 64 * FG_BW_DQ_N : 0);
+            const float *dst = p.dq_accum + (bh * sq_pad + m0) * FG_HEAD_DIM + (FG_BW_DQ_COLS ? wg * 64 * FG_BW_DQ_N : 0) +
+                               (FG_BW_DQ_ROWS ? wg * 64 * FG_HEAD_DIM : 0);
             fg_bulk_add_f32<64 * FG_BW_DQ_N * 4>(dst, dqw);
         }
         fg_wgmma_wait<0>(); // dK

@@ -455,7 +455,7 @@ static const broken rules[] = {
     {"wgmma_warps", m_wgmma_warps_mma, "it must be 8, a producer"},
     {"wgmma_registers", m_wgmma_registers, "more than the 160"},
     {"bwd_arch", m_bwd_arch, "kind=bwd has no sm_100a kernel"},
-    {"bwd_wgmma", m_bwd_wgmma, "kind=bwd on sm_90a (wgmma) takes head_dim 64 or 128"},
+    {"bwd_wgmma", m_bwd_wgmma, "kind=bwd on sm_90a (wgmma) takes head_dim 64 with block_m 128"},
     {"bwd_dtype", m_bwd_dtype, "dtype e4m3 has no backward kernel"},
     {"bwd_head_dim", m_bwd_head_dim, "head_dim 176 has no backward kernel"},
     {"bwd_head_dim", m_bwd_head_dim_odd, "multiples of 16 up to 128"},
@@ -761,13 +761,15 @@ Test(spec, backward_name_policy_and_rules) {
             }
             cr_assert_not(spec_bwd_dq_staged(&t), "d %d: dQ staging rows would not fit", d);
         }
-    /* The sm_90a backward (bwd_sm90.cuh): head_dim 64 or 128, 64 x 128 on 8 warps, not deterministic; the
-     * policy gives it its tile, the rules refuse the rest with a sentence naming sm_90 as the way out. */
+    /* The sm_90a backward (bwd_sm90.cuh): head_dim 64 (128 x 128) or 128 (64 x 128) on 8 warps, not
+     * deterministic; the policy gives it its tile, the rules refuse the rest with a sentence naming sm_90 as
+     * the way out. */
     for (int d = 64; d <= 128; d += 64) {
         fg_spec w = {.kind = FG_KIND_BWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_F16, .head_dim = d};
         w.out_dtype = w.dtype;
         cr_assert_eq(spec_fill_tiles(&w, &pol, &e), FG_OK, "%s", e.msg);
-        cr_assert(w.block_m == 64 && w.block_n == 128 && w.warps == 8, "d %d: %dx%d w%d", d, w.block_m, w.block_n, w.warps);
+        cr_assert(w.block_m == (d == 64 ? 128 : 64) && w.block_n == 128 && w.warps == 8, "d %d: %dx%d w%d", d, w.block_m,
+                  w.block_n, w.warps);
         cr_assert_eq(spec_validate(&w, &e), FG_OK, "d %d: %s", d, e.msg);
         cr_assert(spec_is_wgmma_bwd(&w) && !spec_is_wgmma(&w));
         cr_assert_gt(spec_format(&w, name, sizeof name), 0);
@@ -780,7 +782,14 @@ Test(spec, backward_name_policy_and_rules) {
                  .block_m = 64, .block_n = 128, .warps = 8, .stages = 2};
     w.out_dtype = w.dtype;
     cr_assert_eq(spec_validate(&w, &e), FG_ERR_UNSUPPORTED);
-    cr_assert(strstr(e.msg, "head_dim 64 or 128"), "%s", e.msg);
+    cr_assert(strstr(e.msg, "head_dim 64 with block_m 128 or head_dim 128"), "%s", e.msg);
+    w.head_dim = 128, w.block_m = 128; /* 128-query blocks only at head_dim 64 */
+    cr_assert_eq(spec_validate(&w, &e), FG_ERR_UNSUPPORTED);
+    cr_assert(strstr(e.msg, "head_dim 128 with block_m 64"), "%s", e.msg);
+    w.head_dim = 64, w.block_m = 64; /* and only those there */
+    cr_assert_eq(spec_validate(&w, &e), FG_ERR_UNSUPPORTED);
+    cr_assert(strstr(e.msg, "head_dim 64 with block_m 128"), "%s", e.msg);
+    w.head_dim = 96;
     w.arch = 100;
     cr_assert_eq(spec_validate(&w, &e), FG_ERR_UNSUPPORTED);
     cr_assert(strstr(e.msg, "no sm_100a kernel"), "%s", e.msg);
