@@ -17,7 +17,9 @@
 // 128-byte-swizzled canonical layouts (cp_async.cuh: slabs of 64 columns, 16-byte units XOR-ed by row % 8;
 // sm90.cuh). Per query block, each warpgroup on its 64 keys (M = FG_BLOCK_M):
 //   1. S^T = K Q^T and dP^T = V dO^T       m64 nM (queries) k16 x d/16, both operands K-major in smem
-//      P^T = exp2(c S^T - lse2) (masked: 0), dS^T = P^T (dP^T - D), in the accumulators' registers
+//      P^T = exp2(c S^T - lse2) (masked: 0), dS^T = P^T (dP^T - D), in the accumulators' registers;
+//      dS^T also to its tile in shared memory, by stmatrix (H200: 1.0225x over st.shared.b32 per pair,
+//      although ptxas then spills 4-40 bytes; session 9, bwd-steps/)
 //   2. dV += P^T dO, dK += dS^T Q          m64 nd k16 x M/16, A = P^T, dS^T from registers (the accumulator
 //                                          layout packed, as the forward's P), B = dO, Q MN-major in smem
 //   3. dQ_part = dS K                      over all 128 keys, from both warpgroups' dS^T: d 128 m64 (queries)
@@ -44,6 +46,9 @@ constexpr u32 FG_BW_DS_BYTES = FG_BLOCK_N * FG_BLOCK_M * 2; // dS^T, [keys][quer
 // all 128 keys. (The earlier head_dim 64 kernel, 64-query blocks with each warpgroup adding dS K over its
 // own keys, so twice per element: 0.877x of this one, bf16, H200; bench/results/2026-11-29-h200-session9.)
 constexpr bool FG_BW_DQ_COLS = FG_BW_DQ_N < FG_HEAD_DIM;
+// S^T and dP^T as two wgmma groups, P^T computed while dP^T runs: at head_dim 64 1.5-3% faster than one
+// group (H200, bf16, session 9); at 128 1-5% slower (ptxas spills 40-60 bytes there), so one group.
+constexpr bool FG_BW_SPLIT_SDP = FG_HEAD_DIM == 64;
 constexpr bool FG_BW_DQ_ROWS = FG_BLOCK_M == 128;
 constexpr u32 FG_BW_DQ_BYTES = 64 * FG_BW_DQ_N * 4; // one warpgroup's dQ staging, 64 rows (fg_dq_index order)
 static_assert(FG_BLOCK_N == 128 && FG_BLOCK_M == (FG_HEAD_DIM == 64 ? 128 : 64) && FG_WARPS == 8,
@@ -147,44 +152,102 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         const float *dsum = (const float *)(base + (s_d - s_k) + st * FG_ROW_BYTES);
         const int m0 = m * FG_BLOCK_M;
 
-        // 1. S^T and dP^T on this warpgroup's 64 keys x the block's 64 queries.
+        // 1. S^T and dP^T on this warpgroup's 64 keys x the block's queries; P^T (masked entries 0: keys
+        // past sk, keys past a query's diagonal when causal; queries past sq have lse2 = +inf) and dS^T =
+        // P^T (dP^T - D), in place; dS^T also to its tile (16-bit). As in bwd_sm80.cuh: an unmasked instance
+        // for blocks that need no mask, lse2 and D read once a pair.
         float s[FG_BW_QT][4], dp[FG_BW_QT][4];
-        fg_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < FG_HEAD_DIM / 16; kk++) {
+        auto issue_s = [&](int kk) {
             const u32 c = kk / 4, off = (kk % 4) * 32; // chunk of 64 columns, 32 bytes a k step inside it
             fg_wgmma_st(s, fg_desc_kmajor(kw + c * FG_BW_KCH + off), fg_desc_kmajor(sq_st + c * FG_BW_QCH + off),
                         kk > 0 ? 1u : 0u);
+        };
+        auto issue_dp = [&](int kk) {
+            const u32 c = kk / 4, off = (kk % 4) * 32;
             fg_wgmma_st(dp, fg_desc_kmajor(vw + c * FG_BW_KCH + off), fg_desc_kmajor(sdo_st + c * FG_BW_QCH + off),
                         kk > 0 ? 1u : 0u);
-        }
-        fg_wgmma_commit();
-        fg_wgmma_wait<0>();
-        fg_fence_regs(s);
-        fg_fence_regs(dp);
-
-        // P^T (masked entries 0: keys past sk, keys past a query's diagonal when causal; queries past sq
-        // have lse2 = +inf) and dS^T = P^T (dP^T - D), in place; dS^T also to its tile (16-bit). As in
-        // bwd_sm80.cuh: an unmasked instance for blocks that need no mask, lse2 and D read once a pair.
-        auto p_ds = [&](auto mask) {
+        };
+        // dS^T of n8 tiles nt - 1 and nt (nt odd) to its tile, 16-bit, with one stmatrix: matrix j = 2 (tile
+        // - nt + 1) + h holds keys krow0 - g + 8 h + 0..7 x that tile's 8 queries, whose row addresses (one
+        // 16-byte unit of the swizzled tile each) lanes 8 j .. 8 j + 7 give.
+        const u32 ds_lane = (u32)(krow0 - g + lane % 8 + 8 * ((lane / 8) % 2)); // this lane's key row
+        auto store_ds = [&](int nt) {
+            const u32 addr = s_ds_b + fg_tile_offset<FG_DS_CH>((int)ds_lane, nt - 1 + lane / 16, FG_BLOCK_N);
+            asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+                         "r"(fg_pack2(dp[nt - 1][0], dp[nt - 1][1])), "r"(fg_pack2(dp[nt - 1][2], dp[nt - 1][3])),
+                         "r"(fg_pack2(dp[nt][0], dp[nt][1])), "r"(fg_pack2(dp[nt][2], dp[nt][3]))
+                         : "memory");
+        };
+        fg_wgmma_fence();
+        if constexpr (FG_BW_SPLIT_SDP) {
+            // Two wgmma groups: P^T is computed while dP^T still runs.
+#pragma unroll
+            for (int kk = 0; kk < FG_HEAD_DIM / 16; kk++) issue_s(kk);
+            fg_wgmma_commit();
+#pragma unroll
+            for (int kk = 0; kk < FG_HEAD_DIM / 16; kk++) issue_dp(kk);
+            fg_wgmma_commit();
+            fg_wgmma_wait<1>(); // S^T is in; dP^T runs on
+            fg_fence_regs(s);
+            auto p_t = [&](auto mask) {
+#pragma unroll
+                for (int nt = 0; nt < FG_BW_QT; nt++) {
+                    const int col = 8 * nt + 2 * t;
+                    const float2 l2 = *(const float2 *)(lse2 + col);
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int key = n0 + krow0 + 8 * h, q = m0 + col + e;
+                            const bool masked = decltype(mask)::value && (key >= sk || (FG_CAUSAL && key > q + sk - sq));
+                            s[nt][2 * h + e] = masked ? 0.f : fg_exp2(fmaf(s[nt][2 * h + e], p.scale_log2, -(e ? l2.y : l2.x)));
+                        }
+                }
+            };
+            if (fg_bwd_needs_mask(n0, m0, sk, sq))
+                p_t(fg_bool<true>{});
+            else
+                p_t(fg_bool<false>{});
+            fg_wgmma_wait<0>(); // dP^T
+            fg_fence_regs(dp);
 #pragma unroll
             for (int nt = 0; nt < FG_BW_QT; nt++) {
-                const int col = 8 * nt + 2 * t;
-                const float2 l2 = *(const float2 *)(lse2 + col), dd = *(const float2 *)(dsum + col);
+                const float2 dd = *(const float2 *)(dsum + 8 * nt + 2 * t);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const int krow = krow0 + 8 * h;
-                    fg_bwd_p_ds<decltype(mask)::value>(s[nt], dp[nt], h, l2, dd, n0 + krow, m0 + col, sk, sq, p.scale_log2);
-                    const u32 off = fg_tile_offset<FG_DS_CH>(krow, nt, FG_BLOCK_N) + 4 * t;
-                    asm volatile("st.shared.b32 [%0], %1;" ::"r"(s_ds_b + off),
-                                 "r"(fg_pack2(dp[nt][2 * h], dp[nt][2 * h + 1])));
+                    dp[nt][2 * h] = s[nt][2 * h] * (dp[nt][2 * h] - dd.x);
+                    dp[nt][2 * h + 1] = s[nt][2 * h + 1] * (dp[nt][2 * h + 1] - dd.y);
                 }
+                if (nt % 2) store_ds(nt);
             }
-        };
-        if (fg_bwd_needs_mask(n0, m0, sk, sq))
-            p_ds(fg_bool<true>{});
-        else
-            p_ds(fg_bool<false>{});
+        } else {
+            // One group; P^T and dS^T after both.
+#pragma unroll
+            for (int kk = 0; kk < FG_HEAD_DIM / 16; kk++) {
+                issue_s(kk);
+                issue_dp(kk);
+            }
+            fg_wgmma_commit();
+            fg_wgmma_wait<0>();
+            fg_fence_regs(s);
+            fg_fence_regs(dp);
+            auto p_ds = [&](auto mask) {
+#pragma unroll
+                for (int nt = 0; nt < FG_BW_QT; nt++) {
+                    const int col = 8 * nt + 2 * t;
+                    const float2 l2 = *(const float2 *)(lse2 + col), dd = *(const float2 *)(dsum + col);
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        fg_bwd_p_ds<decltype(mask)::value>(s[nt], dp[nt], h, l2, dd, n0 + krow0 + 8 * h, m0 + col, sk, sq,
+                                                           p.scale_log2);
+                    if (nt % 2) store_ds(nt);
+                }
+            };
+            if (fg_bwd_needs_mask(n0, m0, sk, sq))
+                p_ds(fg_bool<true>{});
+            else
+                p_ds(fg_bool<false>{});
+        }
         u32 pa[FG_BLOCK_M / 16][4], da[FG_BLOCK_M / 16][4];
 #pragma unroll
         for (int kk = 0; kk < FG_BLOCK_M / 16; kk++) {
@@ -237,15 +300,15 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         float4 *sdq = (float4 *)(base + (dqw - s_k)) + wq * (FG_BW_DQ_N / 8) * 32 + lane;
 #pragma unroll
         for (int i = 0; i < FG_BW_DQ_N / 8; i++) sdq[i * 32] = make_float4(dq[i][0], dq[i][1], dq[i][2], dq[i][3]);
-        fg_fence_proxy_async();
+        fg_wgmma_wait<0>(); // dK
+        fg_fence_regs(dk);
+        fg_fence_proxy_async(); // (after dK: the stores have landed by then, so the fence costs no wait)
         fg_named_sync(1 + wg, 128);
         if (wtid == 0) {
             const float *dst = p.dq_accum + (bh * sq_pad + m0) * FG_HEAD_DIM + (FG_BW_DQ_COLS ? wg * 64 * FG_BW_DQ_N : 0) +
                                (FG_BW_DQ_ROWS ? wg * 64 * FG_HEAD_DIM : 0);
             fg_bulk_add_f32<64 * FG_BW_DQ_N * 4>(dst, dqw);
         }
-        fg_wgmma_wait<0>(); // dK
-        fg_fence_regs(dk);
         if (wg == 0) fg_mbar_arrive(bar_empty(st)); // done with stage st (its Q, dO, LSE and D)
     }
     if (wtid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); // smem stays till read

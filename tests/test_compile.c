@@ -187,14 +187,16 @@ Test(compile, tight_forward_tiles_spill_free, .timeout = 900) {
 }
 
 /* The sm_90a backward (bwd_sm90.cuh, wgmma) at head_dim 64 and 128, both dtypes
- * and masks, with the policy's tile: it compiles; d 64 spills nothing, d 128 up to 96 bytes on NVRTC 13.0
- * (255 registers: dK and dV take 128 of them), so up to 128 are tolerated. */
+ * and masks, with the policy's tile: it compiles, at 255 registers, spilling up to 40 bytes on NVRTC 13.0
+ * (d 64 causal; d 64 non-causal 8, d 128 0-4): the dS^T stmatrix pairs cost those, and measured 1.0225x
+ * over the spill-free st.shared version on the H200 (bench/results/2026-11-29-h200-session9/bwd-steps), so
+ * up to 128 bytes are tolerated. */
 Test(compile, wgmma_backward, .timeout = 900) {
     fg_tile_policy p;
     fg_error e;
     cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
-    fg_spec clean[4], spilling[4];
-    int nc = 0, ns = 0;
+    fg_spec specs[8];
+    int n = 0;
     for (int d = 64; d <= 128; d += 64)
         for (int i = 0; i < 4; i++) {
             fg_spec s = {.kind = FG_KIND_BWD, .arch = 90, .arch_accel = 1, .dtype = i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16,
@@ -202,11 +204,9 @@ Test(compile, wgmma_backward, .timeout = 900) {
             s.out_dtype = s.dtype;
             cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK, "%s", e.msg);
             cr_assert_eq(spec_validate(&s, &e), FG_OK, "d %d: %s", d, e.msg);
-            if (d == 64) clean[nc++] = s;
-            else spilling[ns++] = s;
+            specs[n++] = s;
         }
-    compile_all(clean, nc, "sm_90a backward, head_dim 64");
-    compile_all_tolerating(spilling, ns, "sm_90a backward, head_dim 128", 128);
+    compile_all_tolerating(specs, n, "sm_90a backward, head_dim 64 and 128", 128);
     tile_policy_free(&p);
 }
 
