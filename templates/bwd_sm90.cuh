@@ -3,8 +3,8 @@
 // left out by FG_WGMMA_BWD); this kernel replaces that one's mma.sync products by warpgroup MMAs.
 //
 // On an H200 (2026-11-29) it passes the backward GPU tests (bwd::shapes_sm90a; memcheck, racecheck and
-// synccheck clean) and runs at 1.18-1.49x FlashAttention-2's backward at head_dim 64 and 1.11-1.52x at 128
-// (0.87-0.97x and 0.80-0.86x cuDNN's, bf16; bench/results/2026-11-29-h200-session9/bwd64-m128/B*, dq-frag/wB*);
+// synccheck clean) and runs at 1.17-1.54x FlashAttention-2's backward at head_dim 64 and 1.11-1.61x at 128
+// (0.92-1.01x and 0.80-0.90x cuDNN's, bf16 and fp16; bench/results/2026-11-29-h200-session9/final/bwd);
 // the runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec). What is left
 // to cuDNN, against FlashAttention-3's backward (which overlaps GEMMs inside an iteration, not across
 // them): the exponentials wait for dP as well as S, and warpgroup 1 both loads (cp.async) and computes
