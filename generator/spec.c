@@ -217,10 +217,10 @@ static size_t bwd_smem_bytes(const fg_spec *s) {
     size_t d = (size_t)s->head_dim, bm = (size_t)s->block_m, bn = (size_t)s->block_n;
     if (spec_is_wgmma_bwd(s)) { /* bwd_sm90.cuh: 1 KiB of alignment slack, K and V, 2 stages of Q and dO,
                                    two dS^T buffers, two warpgroups' dQ staging
-                                   (64 x dqn fp32 each), 2 stages of the LSE and D rows, 8 mbarriers */
+                                   (64 x dqn fp32 each), 2 stages of the LSE and D rows, 9 mbarriers */
         const size_t dqn = (size_t)spec_bwd_sm90_dq_n(s);
         return 1024u + 2u * bn * d * 2u + 2u * 2u * bm * d * 2u + 2u * bn * bm * 2u + 2u * 64u * dqn * 4u +
-               2u * 2u * bm * 4u + 64u;
+               2u * 2u * bm * 4u + 72u;
     }
     return 2u * d * 2u * bn + 2u * 2u * d * 2u * bm + 2u * bn * bm * 2u + 2u * 2u * bm * 4u +
            (spec_bwd_dq_staged(s) ? bm * d * 4u : 0u);

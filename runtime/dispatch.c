@@ -730,10 +730,13 @@ static fg_status choose_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec 
     s->head_dim = (int)a->q.shape[3];
     s->causal = a->causal;
     s->deterministic = a->deterministic;
-    /* The sm_90a backward (bwd_sm90.cuh) where it applies, unless FLASHGEN_WGMMA_BWD=0. On the H200 it ran
-     * at 0.91-1.30x FlashAttention-2's backward in the same runs (bf16, d 64 and 128), the mma.sync kernel at
-     * 0.88-0.92x (bench/results/2026-11-29-h200-session7/bwd-epilogue/). */
-    s->arch_accel = ctx->wgmma_bwd && (s->head_dim == 64 || s->head_dim == 128) && !s->deterministic;
+    /* The sm_90a backward (bwd_sm90.cuh) where it applies (head_dim 64 or 128, not deterministic, Q, K, V
+     * and dO TMA-ready), unless FLASHGEN_WGMMA_BWD=0. On the H200 it ran at 1.11-1.61x FlashAttention-2's
+     * backward in the same runs (bf16 and fp16, d 64 and 128), the mma.sync kernel at 0.87-0.96x
+     * (bench/results/2026-11-29-h200-session9/final/). */
+    s->arch_accel = ctx->wgmma_bwd && (s->head_dim == 64 || s->head_dim == 128) && !s->deterministic &&
+                    tensor_tma_ok(&a->q, 3) && tensor_tma_ok(&a->k, 3) && tensor_tma_ok(&a->v, 3) &&
+                    tensor_tma_ok(&a->dout, 3);
     fg_status st = spec_fill_tiles(s, &ctx->policy, err);
     return st == FG_OK ? check_runnable(ctx, s, err) : st;
 }
@@ -828,7 +831,20 @@ fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *a, void *stream) 
     p.softmax_scale = a->softmax_scale != 0.f ? a->softmax_scale : (float)(1.0 / sqrt((double)p.head_dim));
     p.scale_log2 = (float)((double)p.softmax_scale * 1.4426950408889634);
 
-    void *params[] = {&p};
+    /* The sm_90a main kernel's second argument: the tensor maps of Q, K, V and dO (as the forward's O),
+     * boxes of 64 columns by 64 query rows or block_n keys (bwd_sm90.cuh); the other kernels ignore it. */
+    fg_tma_params tm;
+    memset(&tm, 0, sizeof tm);
+    void *params[] = {&p, &tm};
+    if (spec_is_wgmma_bwd(&s) && sk > 0) {
+        fg_status st;
+        if ((sq > 0 && /* no queries: the kernel loads no query block */
+             ((st = encode_tma(ctx, (CUtensorMap *)tm.q, &a->q, 64, 128, &err)) != FG_OK ||
+              (st = encode_tma(ctx, (CUtensorMap *)tm.o, &a->dout, 64, 128, &err)) != FG_OK)) ||
+            (st = encode_tma(ctx, (CUtensorMap *)tm.k, &a->k, s.block_n, 128, &err)) != FG_OK ||
+            (st = encode_tma(ctx, (CUtensorMap *)tm.v, &a->v, s.block_n, 128, &err)) != FG_OK)
+            return rt_set_error(ctx, &err);
+    }
     const unsigned h = (unsigned)hq, bb = (unsigned)b;
     /* pre (D, lse2, zeroed accumulator), main (none without keys: dK, dV are empty), post */
     const launch_item items[3] = {

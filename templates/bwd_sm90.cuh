@@ -7,13 +7,14 @@
 // (0.92-1.01x and 0.80-0.90x cuDNN's, bf16 and fp16; bench/results/2026-11-29-h200-session9/final/bwd);
 // the runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec). What is left
 // to cuDNN, against FlashAttention-3's backward (which overlaps GEMMs inside an iteration, not across
-// them): the exponentials wait for dP as well as S, and warpgroup 1 both loads (cp.async) and computes
-// where FA3 has a TMA producer warp and a dQ-writer warp.
+// them): at head_dim 128 the exponentials wait for dP as well as S, one thread of warpgroup 1 issues the
+// loads where FA3 has a producer warp (and a dQ-writer warp), and FA3's non-causal head_dim 128 tile
+// takes 80 queries (dQ^T = K^T dS^T) to our 64.
 //
 // A CTA: 128 keys of one query head (two warpgroups of 64 keys), head_dim 64 or 128, K and V in shared
 // memory for the whole run, dK and dV in registers (wgmma accumulators); it streams the query blocks that
-// see its keys, FG_BLOCK_M rows each (128 at head_dim 64, 64 at 128), double-buffered by cp.async (Q, dO,
-// LSE, D; warpgroup 1 loads them), into the same swizzled tiles as the mma.sync kernel, which are wgmma's
+// see its keys, FG_BLOCK_M rows each (128 at head_dim 64, 64 at 128), double-buffered by TMA (Q, dO, LSE,
+// D; one thread of warpgroup 1 issues them), into the same swizzled tiles as the mma.sync kernel, which are wgmma's
 // 128-byte-swizzled canonical layouts (cp_async.cuh: slabs of 64 columns, 16-byte units XOR-ed by row % 8;
 // sm90.cuh). Per query block, each warpgroup on its 64 keys (M = FG_BLOCK_M):
 //   1. S^T = K Q^T and dP^T = V dO^T       m64 nM (queries) k16 x d/16, both operands K-major in smem
@@ -59,7 +60,7 @@ static_assert(FG_HEAD_DIM % 64 == 0 && FG_HEAD_DIM <= 128, "128-byte swizzled ch
 static_assert(!FG_LOADER_RECOMPUTE, "the sm_90a backward's loaders run on warpgroup 1 with their own thread index");
 
 extern "C" __global__ void __launch_bounds__(256, 1)
-fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
+fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constant__ fg_tma_params tm) {
     extern __shared__ __align__(1024) unsigned char fg_smem[];
     const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
     const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128, wq = wtid / 32, lane = tid % 32;
@@ -82,40 +83,61 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     const u32 s_dq = s_ds + 2 * FG_BW_DS_BYTES; // 2 warpgroups' staging
     const u32 s_lse = s_dq + 2 * FG_BW_DQ_BYTES;
     const u32 s_d = s_lse + 2 * FG_ROW_BYTES;
-    const u32 s_bar = s_d + 2 * FG_ROW_BYTES; // mbarriers: full[2], empty[2], dS full[2], dS empty[2]
+    const u32 s_bar = s_d + 2 * FG_ROW_BYTES; // mbarriers: full[2], empty[2], dS full[2], dS empty[2], K/V
     unsigned char *const base = fg_smem + (s_k - fg_smem_addr(fg_smem));
     auto bar_full = [&](int st) { return s_bar + 8u * (u32)st; };
     auto bar_empty = [&](int st) { return s_bar + 16u + 8u * (u32)st; };
     auto bar_ds_full = [&](int b) { return s_bar + 32u + 8u * (u32)b; };
     auto bar_ds_empty = [&](int b) { return s_bar + 48u + 8u * (u32)b; };
+    const u32 bar_kv = s_bar + 64u;
 
-    // The query blocks stream through two stages, loaded by warpgroup 1 alone (cp.async, each thread's
-    // completion counted by the stage's "full" mbarrier) once warpgroup 0 has released the stage (its
-    // "empty" mbarrier, one arrival per thread). So the warpgroups wait on each other only through data:
-    // warpgroup 0 can run up to a block ahead of warpgroup 1 (and fall up to one behind).
+    // K and V come once, by TMA (tensor maps tm.k, tm.v: boxes of 64 columns x 128 keys; keys past sk read
+    // as zeros). The query blocks stream through two stages, loaded by one thread of warpgroup 1 (TMA for
+    // Q and dO, tm.q and tm.o: boxes of 64 columns x 64 rows, rows past sq zeros; 1-d bulk copies for the
+    // LSE and D rows, which the workspace pads to whole blocks), completing on the stage's "full" mbarrier,
+    // once warpgroup 0 has released the stage (its "empty" mbarrier, one arrival per thread). So the
+    // warpgroups wait on each other only through data: warpgroup 0 can run up to a block ahead of
+    // warpgroup 1 (and fall up to one behind). (Before, warpgroup 1's 128 threads loaded them with
+    // cp.async: FG_BLOCK_M * head_dim / 512 copies and their addresses a thread a block.)
     if (tid == 0) {
-        fg_mbar_init(bar_full(0), 128);
-        fg_mbar_init(bar_full(1), 128);
+        fg_mbar_init(bar_full(0), 1);
+        fg_mbar_init(bar_full(1), 1);
         fg_mbar_init(bar_empty(0), 128);
         fg_mbar_init(bar_empty(1), 128);
         for (int b = 0; b < 2; b++) {
             fg_mbar_init(bar_ds_full(b), 256);
             fg_mbar_init(bar_ds_empty(b), 256);
         }
+        fg_mbar_init(bar_kv, 1);
+        fg_fence_mbar_init();
     }
     __syncthreads();
-    fg_bwd_load_kv(p, s_k, s_v, batch, kv_head, n0, sk, tid);
-    fg_bwd_qstream<128> qs;
-    if (wg == 1) qs.init(p, batch, head, m_first, wtid);
+    if (tid == 0) {
+        fg_mbar_expect_tx(bar_kv, 2 * FG_KV_BYTES);
+#pragma unroll
+        for (int c = 0; c < FG_HEAD_DIM / 64; c++) {
+            fg_tma_load(s_k + c * FG_BW_KCH, tm.k, c * 64, n0, kv_head, batch, bar_kv);
+            fg_tma_load(s_v + c * FG_BW_KCH, tm.v, c * 64, n0, kv_head, batch, bar_kv);
+        }
+    }
     auto load_block = [&](int m, int st) {
-        qs.load(p, s_q, s_do, s_lse, s_d, m, st, sq, bh, sq_pad, wtid);
-        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar_full(st)) : "memory");
+        const u32 bar = bar_full(st);
+        fg_mbar_expect_tx(bar, 2 * FG_QB_BYTES + 2 * FG_ROW_BYTES);
+#pragma unroll
+        for (int r = 0; r < FG_BLOCK_M; r += 64)
+#pragma unroll
+            for (int c = 0; c < FG_HEAD_DIM / 64; c++) {
+                const u32 off = st * FG_QB_BYTES + c * FG_BW_QCH + r * 128;
+                fg_tma_load(s_q + off, tm.q, c * 64, m * FG_BLOCK_M + r, head, batch, bar);
+                fg_tma_load(s_do + off, tm.o, c * 64, m * FG_BLOCK_M + r, head, batch, bar);
+            }
+        const i64 row = bh * sq_pad + (i64)m * FG_BLOCK_M;
+        fg_bulk_load(s_lse + st * FG_ROW_BYTES, p.lse2 + row, FG_ROW_BYTES, bar);
+        fg_bulk_load(s_d + st * FG_ROW_BYTES, p.dsum + row, FG_ROW_BYTES, bar);
     };
-    if (wg == 1 && m_first < m_last) load_block(m_first, 0);
-    fg_cp_async_commit();
-    fg_cp_async_wait<0>(); // K and V (and block m_first) are in, for every thread
-    fg_fence_proxy_async();
-    __syncthreads();
+    const bool producer = wg == 1 && wtid == 0;
+    if (producer && m_first < m_last) load_block(m_first, 0);
+    fg_mbar_wait(bar_kv, 0); // K and V are in
     // Decoupled so, the warpgroups drift out of step and one's softmax and dQ staging overlap the other's
     // products. Measured on the H200 (bf16, same run, bench/results/2026-11-29-h200-session6/bwd-sm90-steps/):
     // against both warpgroups in step behind __syncthreads, d 128 +8-16%, d 64 +0-5% (geomean +8.2%);
@@ -135,7 +157,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     const int krow0 = wg * 64 + wq * 16 + g; // this thread's key rows in the block: krow0, krow0 + 8
     int st = 0;
     for (int m = m_first; m < m_last; m++, st ^= 1) {
-        if (wg == 1 && m + 1 < m_last) {
+        if (producer && m + 1 < m_last) {
             // stage st ^ 1 held block m - 1: once warpgroup 0 is done with it, block m + 1 goes there
             if (m > m_first) fg_mbar_wait(bar_empty(st ^ 1), (u32)(((m - 1 - m_first) >> 1) & 1));
             load_block(m + 1, st ^ 1);
@@ -146,7 +168,6 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         const int b = (m - m_first) & 1, u = (m - m_first) >> 1;
         const u32 s_ds_b = s_ds + (u32)b * FG_BW_DS_BYTES;
         if (u > 0) fg_mbar_wait(bar_ds_empty(b), (u32)((u - 1) & 1));
-        fg_fence_proxy_async(); // the cp.async writes it observed, before wgmma reads them
         const u32 sq_st = s_q + st * FG_QB_BYTES, sdo_st = s_do + st * FG_QB_BYTES;
         const float *lse2 = (const float *)(base + (s_lse - s_k) + st * FG_ROW_BYTES);
         const float *dsum = (const float *)(base + (s_d - s_k) + st * FG_ROW_BYTES);
@@ -312,7 +333,6 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         if (wg == 0) fg_mbar_arrive(bar_empty(st)); // done with stage st (its Q, dO, LSE and D)
     }
     if (wtid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); // smem stays till read
-    fg_cp_async_wait<0>();
 
     // dK, dV out (fg_bwd_store_dkdv): rows krow0 (+ 8), columns 8 i + 2 t.
 #pragma unroll

@@ -1596,6 +1596,32 @@ ParameterizedTest(fwd_case *cp, bwd, deterministic_is_bitwise_repeatable, .timeo
 }
 
 /* Bad arguments get a status and a sentence, before anything runs. */
+/* The sm_90a backward loads Q, K, V and dO by TMA; a call whose tensors TMA cannot read (here K with
+ * stride 0 over its heads, which the argument rules accept for inputs) runs the mma.sync kernel instead:
+ * fg_explain_bwd says which. */
+Test(bwd, tma_unready_views_take_mma_sync, .timeout = 300) {
+    setenv("FLASHGEN_WGMMA_BWD", "1", 1);
+    gpu_env env;
+    gpu_open(&env);
+    const int cc = gpu_cc(&env);
+    if (cc != 90 || env_is_zero("FLASHGEN_WGMMA")) {
+        gpu_close(&env);
+        cr_skip_test("needs a compute capability 9.0 device with the sm_90a family on (this one: sm_%d)", cc);
+    }
+    fwd_case c = mk(FG_DTYPE_BF16, 1, 64, 64, 2, 2, 64, 0);
+    bwd_run r;
+    bwd_setup(&env, &r, &c, 0);
+    char text[2048];
+    cr_assert_eq(fg_explain_bwd(env.ctx, &r.args, text, sizeof text), FG_OK, "%s", fg_last_error(env.ctx));
+    cr_assert(strstr(text, "variant arch=sm_90a,") == text, "%s", text);
+    fg_bwd_args a = r.args;
+    a.k.stride[2] = 0; /* both KV heads read head 0's rows; explained only, never run */
+    cr_assert_eq(fg_explain_bwd(env.ctx, &a, text, sizeof text), FG_OK, "%s", fg_last_error(env.ctx));
+    cr_assert(strstr(text, "variant arch=sm_90,") == text && strstr(text, "mma.sync path"), "%s", text);
+    bwd_free(&env, &r);
+    gpu_close(&env);
+}
+
 Test(bwd, bad_arguments_are_refused, .timeout = 300) {
     gpu_env env;
     gpu_open(&env);

@@ -58,6 +58,13 @@ __device__ __forceinline__ void fg_tma_load(u32 dst, const void *tmap, int c0, i
                  "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
                  : "memory");
 }
+// `bytes` (a multiple of 16) from global src to shared dst, both 16-byte aligned, by the TMA unit (a 1-d
+// bulk copy); completes `bytes` of bar's transaction count.
+__device__ __forceinline__ void fg_bulk_load(u32 dst, const void *src, u32 bytes, u32 bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
 // Shared memory at src -> a box of the tensor map; rows outside the tensor are not written.
 __device__ __forceinline__ void fg_tma_store(const void *tmap, u32 src, int c0, int c1, int c2, int c3) {
     asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(tmap),
