@@ -3,8 +3,9 @@
 // left out by FG_WGMMA_BWD); this kernel replaces that one's mma.sync products by warpgroup MMAs.
 //
 // On an H200 (2026-11-29) it passes the backward GPU tests (bwd::shapes_sm90a; memcheck, racecheck and
-// synccheck clean) and runs at 1.17-1.54x FlashAttention-2's backward at head_dim 64 and 1.11-1.61x at 128
-// (0.92-1.01x and 0.80-0.90x cuDNN's, bf16 and fp16; bench/results/2026-11-29-h200-session9/final/bwd);
+// synccheck clean) and runs, bf16, at 1.25-1.66x FlashAttention-2's backward and 0.97-1.07x cuDNN's at
+// head_dim 64, 1.18-1.67x and 0.84-0.96x at 128 (bench/results/2026-11-29-h200-session9/bwd-tma/B2; the
+// table of both dtypes before the TMA loads, 6% slower: final/bwd);
 // the runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec). What is left
 // to cuDNN, against FlashAttention-3's backward (which overlaps GEMMs inside an iteration, not across
 // them): at head_dim 128 the exponentials wait for dP as well as S, one thread of warpgroup 1 issues the
@@ -19,8 +20,8 @@
 // sm90.cuh). Per query block, each warpgroup on its 64 keys (M = FG_BLOCK_M):
 //   1. S^T = K Q^T and dP^T = V dO^T       m64 nM (queries) k16 x d/16, both operands K-major in smem
 //      P^T = exp2(c S^T - lse2) (masked: 0), dS^T = P^T (dP^T - D), in the accumulators' registers;
-//      dS^T also to its tile in shared memory, by stmatrix (H200: 1.0225x over st.shared.b32 per pair,
-//      although ptxas then spills 4-40 bytes; session 9, bwd-steps/)
+//      dS^T also to its tile in shared memory, by stmatrix (H200: 1.0225x over st.shared.b32 per pair;
+//      session 9, bwd-steps/)
 //   2. dV += P^T dO, dK += dS^T Q          m64 nd k16 x M/16, A = P^T, dS^T from registers (the accumulator
 //                                          layout packed, as the forward's P), B = dO, Q MN-major in smem
 //   3. dQ_part = dS K                      over all 128 keys, from both warpgroups' dS^T: d 128 m64 (queries)
@@ -48,7 +49,8 @@ constexpr u32 FG_BW_DS_BYTES = FG_BLOCK_N * FG_BLOCK_M * 2; // dS^T, [keys][quer
 // own keys, so twice per element: 0.877x of this one, bf16, H200; bench/results/2026-11-29-h200-session9.)
 constexpr bool FG_BW_DQ_COLS = FG_BW_DQ_N < FG_HEAD_DIM;
 // S^T and dP^T as two wgmma groups, P^T computed while dP^T runs: at head_dim 64 1.5-3% faster than one
-// group (H200, bf16, session 9); at 128 1-5% slower (ptxas spills 40-60 bytes there), so one group.
+// group (H200, bf16, session 9); at 128 1-5% slower (ptxas spills 40-60 bytes there; still 52-60 with the
+// TMA loads), so one group.
 constexpr bool FG_BW_SPLIT_SDP = FG_HEAD_DIM == 64;
 constexpr bool FG_BW_DQ_ROWS = FG_BLOCK_M == 128;
 constexpr u32 FG_BW_DQ_BYTES = 64 * FG_BW_DQ_N * 4; // one warpgroup's dQ staging, 64 rows (fg_dq_index order)
