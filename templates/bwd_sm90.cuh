@@ -58,8 +58,6 @@ static_assert(FG_BLOCK_N == 128 && FG_BLOCK_M == (FG_HEAD_DIM == 64 ? 128 : 64) 
               "two warpgroups of 64 keys, 128 queries at head_dim 64, 64 at 128");
 static_assert(FG_BW_DQ_COLS != FG_BW_DQ_ROWS, "dQ split one way");
 static_assert(FG_HEAD_DIM % 64 == 0 && FG_HEAD_DIM <= 128, "128-byte swizzled chunks of 64 columns");
-// Warpgroup 1's loaders take their thread index as wtid; the recomputing loaders read %tid.x instead.
-static_assert(!FG_LOADER_RECOMPUTE, "the sm_90a backward's loaders run on warpgroup 1 with their own thread index");
 
 extern "C" __global__ void __launch_bounds__(256, 1)
 fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constant__ fg_tma_params tm) {
