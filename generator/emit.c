@@ -17,18 +17,20 @@ static const char *const fwd_pieces[] = {
 };
 /* The backward (mma.sync, three kernels). */
 static const char *const bwd_pieces[] = {
-    "common/fg_params.h", "common/types.cuh", "common/mma_sm80.cuh", "common/cp_async.cuh", "bwd_sm80.cuh",
+    "common/fg_params.h", "common/types.cuh", "common/mma_sm80.cuh", "common/cp_async.cuh", "common/tma.cuh",
+    "bwd_sm80.cuh",
 };
 /* The Hopper backward: bwd_sm80.cuh's pre and post kernels and helpers (its main kernel left out by
  * FG_WGMMA_BWD), the sm_90a primitives, the generated wgmma wrappers, and bwd_sm90.cuh's main kernel. */
 static const char *const bwd_sm90_pieces[] = {
-    "common/fg_params.h", "common/types.cuh", "common/mma_sm80.cuh", "common/cp_async.cuh", "common/sm90.cuh",
-    "bwd_sm80.cuh", NULL, "bwd_sm90.cuh",
+    "common/fg_params.h", "common/types.cuh", "common/mma_sm80.cuh", "common/cp_async.cuh", "common/tma.cuh",
+    "common/sm90.cuh", "bwd_sm80.cuh", NULL, "bwd_sm90.cuh",
 };
 /* The sm_90a (wgmma) family; the wgmma wrappers, whose operand lists depend on the tile, are generated
  * between sm90.cuh and the kernel (emit_wgmma). */
 static const char *const fwd_sm90_pieces[] = {
-    "common/fg_params.h", "common/types.cuh", "common/softmax.cuh", "common/sm90.cuh", NULL, "fwd_sm90.cuh",
+    "common/fg_params.h", "common/types.cuh", "common/softmax.cuh", "common/tma.cuh", "common/sm90.cuh", NULL,
+    "fwd_sm90.cuh",
 };
 
 void emit_templates_id(char *buf, size_t n) {
@@ -162,6 +164,7 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
     if (bwd) {
         sb_printf(&b, "#define FG_DETERMINISTIC %d\n", spec->deterministic ? 1 : 0);
         sb_printf(&b, "#define FG_DQ_STAGED %d\n", spec_bwd_dq_staged(spec)); /* sizes its smem too */
+        sb_printf(&b, "#define FG_BWD_TMA %d\n", spec->tma ? 1 : 0);     /* the mma.sync kernel's TMA loads */
         sb_printf(&b, "#define FG_WGMMA_BWD %d\n", wgmma_bwd);
         if (wgmma_bwd) sb_printf(&b, "#define FG_SW_BYTES 128\n#define FG_BW_DQ_N %d\n", spec_bwd_sm90_dq_n(spec));
     }

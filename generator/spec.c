@@ -68,12 +68,14 @@ int spec_format(const fg_spec *s, char *buf, size_t n) {
     if (spec_dtype_is_fp8(s->dtype)) snprintf(out, sizeof out, "out=%s,", spec_dtype_name(s->out_dtype));
     char det[24] = "";
     if (s->kind == FG_KIND_BWD) snprintf(det, sizeof det, "deterministic=%d,", s->deterministic ? 1 : 0);
-    /* keys in byte order: arch block_m block_n causal [deterministic] dtype head_dim kind [out] stages warps */
+    const char *tma = s->kind == FG_KIND_BWD && s->tma ? "tma=1," : "";
+    /* keys in byte order: arch block_m block_n causal [deterministic] dtype head_dim kind [out] stages [tma]
+     * warps */
     int r = snprintf(buf, n,
-                     "arch=%s,block_m=%d,block_n=%d,causal=%d,%sdtype=%s,head_dim=%d,kind=%s,%sstages=%d,warps=%d",
+                     "arch=%s,block_m=%d,block_n=%d,causal=%d,%sdtype=%s,head_dim=%d,kind=%s,%sstages=%d,%swarps=%d",
                      arch, s->block_m, s->block_n, s->causal ? 1 : 0, det, spec_dtype_name(s->dtype), s->head_dim,
                      s->kind == FG_KIND_FWD ? "fwd" : (s->kind == FG_KIND_BWD ? "bwd" : "unknown"), out, s->stages,
-                     s->warps);
+                     tma, s->warps);
     return (r < 0 || (size_t)r >= n) ? -1 : r;
 }
 
@@ -90,9 +92,9 @@ static int parse_int(const char *v, int *out) {
 
 fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
     enum { K_KIND, K_ARCH, K_DTYPE, K_HEAD_DIM, K_BLOCK_M, K_BLOCK_N, K_WARPS, K_STAGES, K_CAUSAL, K_OUT, K_DET,
-           K_COUNT };
-    static const char *const keys[K_COUNT] = {"kind",    "arch",  "dtype",  "head_dim", "block_m",      "block_n",
-                                              "warps",   "stages", "causal", "out",      "deterministic"};
+           K_TMA, K_COUNT };
+    static const char *const keys[K_COUNT] = {"kind",   "arch",   "dtype",  "head_dim", "block_m",       "block_n",
+                                              "warps",  "stages", "causal", "out",      "deterministic", "tma"};
     int seen[K_COUNT] = {0};
     fg_spec s;
     memset(&s, 0, sizeof s);
@@ -118,7 +120,7 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         if (k == K_COUNT)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                            "spec: unknown key '%s' (keys: kind, arch, dtype, head_dim, block_m, block_n, warps, "
-                           "stages, causal, out)", key);
+                           "stages, causal, out, deterministic, tma)", key);
         if (seen[k]) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: key '%s' appears twice", key);
         seen[k] = 1;
         fg_status st;
@@ -145,6 +147,11 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
             else if (strcmp(val, "1") == 0 || strcmp(val, "true") == 0) s.deterministic = 1;
             else return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: deterministic must be 0 or 1, got '%s'", val);
             break;
+        case K_TMA:
+            if (strcmp(val, "0") == 0 || strcmp(val, "false") == 0) s.tma = 0;
+            else if (strcmp(val, "1") == 0 || strcmp(val, "true") == 0) s.tma = 1;
+            else return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: tma must be 0 or 1, got '%s'", val);
+            break;
         case K_OUT:
             if (strcmp(val, "fp16") == 0) s.out_dtype = FG_DTYPE_F16;
             else if (strcmp(val, "bf16") == 0) s.out_dtype = FG_DTYPE_BF16;
@@ -164,6 +171,8 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         if (!seen[k]) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: required key '%s' is missing", keys[k]);
     if (seen[K_DET] && s.kind != FG_KIND_BWD)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: deterministic is a key of kind=bwd variants only");
+    if (seen[K_TMA] && s.kind != FG_KIND_BWD)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: tma is a key of kind=bwd variants only");
     if (spec_dtype_is_fp8(s.dtype)) {
         if (!seen[K_OUT]) s.out_dtype = FG_DTYPE_BF16;
     } else {
@@ -178,7 +187,9 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
 }
 
 int spec_equal(const fg_spec *a, const fg_spec *b) {
-    return a->kind == b->kind && (a->kind != FG_KIND_BWD || (a->deterministic != 0) == (b->deterministic != 0)) &&
+    return a->kind == b->kind &&
+           (a->kind != FG_KIND_BWD ||
+            ((a->deterministic != 0) == (b->deterministic != 0) && (a->tma != 0) == (b->tma != 0))) &&
            a->arch == b->arch && a->arch_accel == b->arch_accel && a->dtype == b->dtype &&
            a->head_dim == b->head_dim && a->block_m == b->block_m && a->block_n == b->block_n &&
            a->warps == b->warps && a->stages == b->stages && (a->causal != 0) == (b->causal != 0) &&
@@ -198,7 +209,7 @@ int spec_fwd_sub_n(const fg_spec *spec) {
 }
 
 int spec_bwd_dq_staged(const fg_spec *spec) {
-    /* Above head_dim 128 the staging rows (block_m x (d + 8) fp32) would not fit beside the tiles. */
+    /* Above head_dim 128 the staging (block_m x d fp32) would not fit beside the tiles. */
     return spec->kind == FG_KIND_BWD && spec->arch >= 90 && spec->head_dim <= 128;
 }
 
@@ -223,7 +234,8 @@ static size_t bwd_smem_bytes(const fg_spec *s) {
                2u * 2u * bm * 4u + 72u;
     }
     return 2u * d * 2u * bn + 2u * 2u * d * 2u * bm + 2u * bn * bm * 2u + 2u * 2u * bm * 4u +
-           (spec_bwd_dq_staged(s) ? bm * d * 4u : 0u);
+           (spec_bwd_dq_staged(s) ? bm * d * 4u : 0u) +
+           (s->tma ? 1024u + 24u : 0u); /* tma=1: 1 KiB of alignment slack (TMA's swizzle), 3 mbarriers */
 }
 
 /* The sm_90a forward's shared memory with q Q buffers: 1 KiB of alignment slack, the Q buffers, K and V

@@ -35,6 +35,9 @@ typedef struct fg_spec {
                            validation ignore it. Last, so positional initializers of the fields above work. */
     int deterministic;  /* kind=bwd: 1 = gradients bitwise identical across runs (dQ added in a fixed order);
                            named only in bwd specs ("deterministic=0|1") */
+    int tma;            /* kind=bwd, mma.sync family on sm_90+: K, V, Q, dO loaded by TMA (tensor maps) and the
+                           LSE/D rows by bulk copies, from one thread, instead of cp.async from all; named only
+                           when 1 ("tma=1"), so every other name is what it was */
 } fg_spec;
 
 /* Longest canonical text plus NUL, with room to spare. */

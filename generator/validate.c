@@ -105,6 +105,12 @@ RULE(bwd_wgmma, spec_is_wgmma_bwd(s) && ((s->head_dim != 64 && s->head_dim != 12
      "warps 8, stages 2 and "
      "deterministic=0 (got head_dim %d, %d x %d, warps %d, stages %d, deterministic=%d); arch sm_90 (mma.sync) "
      "takes the others", s->head_dim, s->block_m, s->block_n, s->warps, s->stages, s->deterministic)
+RULE(bwd_tma, s->tma && (!is_bwd(s) || s->arch_accel || s->arch < 90 || (s->head_dim != 64 && s->head_dim != 128) ||
+                         s->block_m % 64 != 0),
+     FG_ERR_UNSUPPORTED,
+     "tma=1 (the mma.sync backward's loads by TMA) takes kind=bwd on arch sm_90 or newer (not sm_90a) at head_dim "
+     "64 or 128 with block_m a multiple of 64 (got kind=%s, arch sm_%d%s, head_dim %d, block_m %d)",
+     is_bwd(s) ? "bwd" : "fwd", s->arch, s->arch_accel ? "a" : "", s->head_dim, s->block_m)
 RULE(bwd_dtype, is_bwd(s) && s->dtype != FG_DTYPE_F16 && s->dtype != FG_DTYPE_BF16, FG_ERR_UNSUPPORTED,
      "dtype %s has no backward kernel: kind=bwd takes fp16 or bf16", spec_dtype_name(s->dtype))
 RULE(bwd_head_dim, is_bwd(s) && (s->head_dim % 16 != 0 || s->head_dim > 256 || (s->head_dim > 128 && s->head_dim % 32 != 0)),
@@ -179,7 +185,7 @@ static const rule rules[] = {
     R(kind, FG_ERR_INVALID_ARGUMENT),   R(arch_known, FG_ERR_UNSUPPORTED), R(arch_accel, FG_ERR_UNSUPPORTED),
     R(dtype_half, FG_ERR_UNSUPPORTED),  R(fp8_arch, FG_ERR_UNSUPPORTED),   R(fp8_out, FG_ERR_UNSUPPORTED),
     R(head_dim_range, FG_ERR_UNSUPPORTED), R(fp8_head_dim, FG_ERR_UNSUPPORTED), R(bwd_arch, FG_ERR_UNSUPPORTED), R(bwd_wgmma, FG_ERR_UNSUPPORTED),
-    R(bwd_dtype, FG_ERR_UNSUPPORTED),   R(bwd_head_dim, FG_ERR_UNSUPPORTED), R(wgmma_dtype, FG_ERR_UNSUPPORTED),
+    R(bwd_tma, FG_ERR_UNSUPPORTED),     R(bwd_dtype, FG_ERR_UNSUPPORTED),   R(bwd_head_dim, FG_ERR_UNSUPPORTED), R(wgmma_dtype, FG_ERR_UNSUPPORTED),
     R(wgmma_head_dim, FG_ERR_UNSUPPORTED), R(tiles_set, FG_ERR_INVALID_ARGUMENT), R(wgmma_block_m, FG_ERR_UNSUPPORTED),
     R(wgmma_warps, FG_ERR_UNSUPPORTED), R(wgmma_registers, FG_ERR_UNSUPPORTED), R(bwd_tiles, FG_ERR_UNSUPPORTED),
     R(bwd_registers, FG_ERR_UNSUPPORTED), R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),

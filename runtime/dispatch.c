@@ -734,10 +734,14 @@ static fg_status choose_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec 
      * and dO TMA-ready), unless FLASHGEN_WGMMA_BWD=0. On the H200 it ran at 1.11-1.61x FlashAttention-2's
      * backward in the same runs (bf16 and fp16, d 64 and 128), the mma.sync kernel at 0.87-0.96x
      * (bench/results/2026-11-29-h200-session9/final/). */
-    s->arch_accel = ctx->wgmma_bwd && (s->head_dim == 64 || s->head_dim == 128) && !s->deterministic &&
-                    tensor_tma_ok(&a->q, 3) && tensor_tma_ok(&a->k, 3) && tensor_tma_ok(&a->v, 3) &&
-                    tensor_tma_ok(&a->dout, 3);
+    const int tma_ok = tensor_tma_ok(&a->q, 3) && tensor_tma_ok(&a->k, 3) && tensor_tma_ok(&a->v, 3) &&
+                       tensor_tma_ok(&a->dout, 3);
+    s->arch_accel = ctx->wgmma_bwd && (s->head_dim == 64 || s->head_dim == 128) && !s->deterministic && tma_ok;
     fg_status st = spec_fill_tiles(s, &ctx->policy, err);
+    /* The mma.sync kernel's TMA loads (tma=1, FLASHGEN_BWD_TMA=1) where its tiles take them. */
+    if (st == FG_OK && !s->arch_accel && ctx->bwd_tma && tma_ok && (s->head_dim == 64 || s->head_dim == 128) &&
+        s->block_m % 64 == 0)
+        s->tma = 1;
     return st == FG_OK ? check_runnable(ctx, s, err) : st;
 }
 
@@ -773,7 +777,8 @@ fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *a, char *buf, size_
     bwd_layout L;
     bwd_workspace_layout(a, &L);
     const char *path = spec_is_wgmma_bwd(&s) ? "sm_90a path (wgmma, two warpgroups of 64 keys)"
-                                             : "mma.sync path (sm_80+)";
+                       : s.tma             ? "mma.sync path (sm_80+), loads by TMA"
+                                           : "mma.sync path (sm_80+)";
     int len = snprintf(buf, n,
                        "variant %s\n  kernel: backward main kernel, %s, %d threads, %zu bytes shared memory, "
                        "grid (%lld, %lld, %lld)%s\n"
@@ -831,12 +836,13 @@ fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *a, void *stream) 
     p.softmax_scale = a->softmax_scale != 0.f ? a->softmax_scale : (float)(1.0 / sqrt((double)p.head_dim));
     p.scale_log2 = (float)((double)p.softmax_scale * 1.4426950408889634);
 
-    /* The sm_90a main kernel's second argument: the tensor maps of Q, K, V and dO (as the forward's O),
-     * boxes of 64 columns by 64 query rows or block_n keys (bwd_sm90.cuh); the other kernels ignore it. */
+    /* The second argument of the sm_90a main kernel and of the mma.sync one's tma=1 variants: the tensor
+     * maps of Q, K, V and dO (as the forward's O), boxes of 64 columns by 64 query rows or block_n keys
+     * (bwd_sm90.cuh, bwd_sm80.cuh); the other kernels ignore it. */
     fg_tma_params tm;
     memset(&tm, 0, sizeof tm);
     void *params[] = {&p, &tm};
-    if (spec_is_wgmma_bwd(&s) && sk > 0) {
+    if ((spec_is_wgmma_bwd(&s) || s.tma) && sk > 0) {
         fg_status st;
         if ((sq > 0 && /* no queries: the kernel loads no query block */
              ((st = encode_tma(ctx, (CUtensorMap *)tm.q, &a->q, 64, 128, &err)) != FG_OK ||

@@ -284,8 +284,14 @@ __device__ __forceinline__ void fg_bwd_store_dkdv(const fg_bwd_params &p, int ba
 }
 
 #if !FG_WGMMA_BWD // the sm_90a backward's main kernel is bwd_sm90.cuh's
+static_assert(!FG_BWD_TMA || (FG_DQ_STAGED && FG_HEAD_DIM % 64 == 0 && FG_BLOCK_M % 64 == 0),
+              "tma=1: 64-column, 64-row boxes; sm_90+");
 extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)
+#if FG_BWD_TMA
+fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constant__ fg_tma_params tm) {
+#else
 fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
+#endif
     extern __shared__ __align__(128) unsigned char fg_smem[];
     const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
@@ -299,7 +305,12 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     int m_first, m_last;
     fg_bwd_query_blocks(n0, sq, sk, m_first, m_last);
 
+#if FG_BWD_TMA
+    const u32 s_k = (fg_smem_addr(fg_smem) + 1023u) & ~1023u; // TMA's swizzle acts on address bits: 1 KiB slack
+#else
     const u32 s_k = fg_smem_addr(fg_smem);
+#endif
+    unsigned char *const smem = fg_smem + (s_k - fg_smem_addr(fg_smem)); // s_k, generic
     const u32 s_v = s_k + FG_KV_BYTES;
     const u32 s_q = s_v + FG_KV_BYTES;               // 2 stages
     const u32 s_do = s_q + 2 * FG_QB_BYTES;           // 2 stages
@@ -309,12 +320,54 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     const u32 s_d = s_lse + 2 * FG_ROW_BYTES;         // 2 stages
     const u32 s_dq = s_d + 2 * FG_ROW_BYTES;          // sm_90+: FG_BLOCK_M x head_dim floats (fg_dq_index)
 
+#if FG_BWD_TMA
+    // tma=1 (sm_90+): thread 0 loads K and V once and each query block (Q and dO by tensor map, boxes of 64
+    // columns x 64 rows or FG_BLOCK_N keys, rows past the tensor zeros; the LSE and D rows by 1-d bulk
+    // copies, whole blocks in the padded workspace), completing on mbarriers, into the same swizzled tiles
+    // the cp.async loaders fill. No loader state in registers, no copies issued by the other 255 threads.
+    const u32 s_bar = s_dq + FG_BLOCK_M * FG_HEAD_DIM * 4; // full[2], K/V
+    auto bar_full = [&](int st) { return s_bar + 8u * (u32)st; };
+    const u32 bar_kv = s_bar + 16u;
+    if (tid == 0) {
+        fg_mbar_init(bar_full(0), 1);
+        fg_mbar_init(bar_full(1), 1);
+        fg_mbar_init(bar_kv, 1);
+        fg_fence_mbar_init();
+    }
+    __syncthreads();
+    auto load_block = [&](int m, int st) {
+        const u32 bar = bar_full(st);
+        fg_mbar_expect_tx(bar, 2 * FG_QB_BYTES + 2 * FG_ROW_BYTES);
+#pragma unroll
+        for (int r = 0; r < FG_BLOCK_M; r += 64)
+#pragma unroll
+            for (int c = 0; c < FG_HEAD_DIM / 64; c++) {
+                const u32 off = st * FG_QB_BYTES + c * FG_BLOCK_M * 128 + r * 128;
+                fg_tma_load(s_q + off, tm.q, c * 64, m * FG_BLOCK_M + r, head, batch, bar);
+                fg_tma_load(s_do + off, tm.o, c * 64, m * FG_BLOCK_M + r, head, batch, bar);
+            }
+        const i64 row = bh * sq_pad + (i64)m * FG_BLOCK_M;
+        fg_bulk_load(s_lse + st * FG_ROW_BYTES, p.lse2 + row, FG_ROW_BYTES, bar);
+        fg_bulk_load(s_d + st * FG_ROW_BYTES, p.dsum + row, FG_ROW_BYTES, bar);
+    };
+    if (tid == 0) {
+        fg_mbar_expect_tx(bar_kv, 2 * FG_KV_BYTES);
+#pragma unroll
+        for (int c = 0; c < FG_HEAD_DIM / 64; c++) {
+            fg_tma_load(s_k + c * FG_BLOCK_N * 128, tm.k, c * 64, n0, kv_head, batch, bar_kv);
+            fg_tma_load(s_v + c * FG_BLOCK_N * 128, tm.v, c * 64, n0, kv_head, batch, bar_kv);
+        }
+        if (m_first < m_last) load_block(m_first, 0);
+    }
+    fg_mbar_wait(bar_kv, 0);
+#else
     fg_bwd_load_kv(p, s_k, s_v, batch, kv_head, n0, sk, tid);
     fg_bwd_qstream<> qs;
     qs.init(p, batch, head, m_first, tid);
     auto load_block = [&](int m, int st) { qs.load(p, s_q, s_do, s_lse, s_d, m, st, sq, bh, sq_pad, tid); };
     if (m_first < m_last) load_block(m_first, 0);
     fg_cp_async_commit();
+#endif
 
     float dk[FG_P2_KW / 16][FG_P2_DT][4], dv[FG_P2_KW / 16][FG_P2_DT][4];
 #pragma unroll
@@ -336,13 +389,19 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
 
     int st = 0;
     for (int m = m_first; m < m_last; m++, st ^= 1) {
+#if FG_BWD_TMA
+        fg_mbar_wait(bar_full(st), (u32)(((m - m_first) >> 1) & 1));
+        __syncthreads(); // block m is in; everyone is done with stage st ^ 1 and with P^T, dS^T
+        if (tid == 0 && m + 1 < m_last) load_block(m + 1, st ^ 1);
+#else
         fg_cp_async_wait<0>();
         __syncthreads(); // block m is in; everyone is done with stage st ^ 1 and with P^T, dS^T
         if (m + 1 < m_last) load_block(m + 1, st ^ 1);
         fg_cp_async_commit();
+#endif
         const u32 sq_st = s_q + st * FG_QB_BYTES, sdo_st = s_do + st * FG_QB_BYTES;
-        const float *lse2 = (const float *)(fg_smem + (s_lse - s_k) + st * FG_ROW_BYTES);
-        const float *dsum = (const float *)(fg_smem + (s_d - s_k) + st * FG_ROW_BYTES);
+        const float *lse2 = (const float *)(smem + (s_lse - s_k) + st * FG_ROW_BYTES);
+        const float *dsum = (const float *)(smem + (s_d - s_k) + st * FG_ROW_BYTES);
         const int m0 = m * FG_BLOCK_M;
         // Tile bases passed through an empty asm each step: the addresses derived from them can no longer
         // be hoisted out of the loop, where ptxas kept dozens of them in registers and spilled.
@@ -465,7 +524,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         // block-wide barrier. In the deterministic mode key blocks add in order (see above), every warp's
         // add complete before the semaphore moves on, so the staging is free again.
         const u32 run = (u32)((qg * 16) * FG_HEAD_DIM + dslice * 16 * FG_DQ_W); // floats from the block's row 0
-        float4 *sdq = (float4 *)(fg_smem + (s_dq - s_k)) + run / 4;
+        float4 *sdq = (float4 *)(smem + (s_dq - s_k)) + run / 4;
         if (!FG_DETERMINISTIC) {
             if (lane == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
             __syncwarp();
@@ -507,7 +566,9 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
 #if FG_DQ_STAGED
     if (!FG_DETERMINISTIC && lane < 16) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); // smem stays till read
 #endif
+#if !FG_BWD_TMA
     fg_cp_async_wait<0>();
+#endif
 
     // dK, dV out (fg_bwd_store_dkdv).
 #pragma unroll

@@ -1418,7 +1418,7 @@ static void bwd_launch(gpu_env *env, bwd_run *r) {
 
 /* fg_explain_bwd names the family the call will run: the sm_90a (wgmma) kernel or a mma.sync one (the
  * d > 128 tiles a GPU's shared memory cannot hold are skipped, as bwd_launch does). */
-static void bwd_expect_family(gpu_env *env, bwd_run *r, int sm90a) {
+static void bwd_expect_family(gpu_env *env, bwd_run *r, int sm90a, int tma) {
     char text[2048], name[200];
     case_name(&r->f.c, name, sizeof name);
     const fg_status st = fg_explain_bwd(env->ctx, &r->args, text, sizeof text);
@@ -1428,6 +1428,8 @@ static void bwd_expect_family(gpu_env *env, bwd_run *r, int sm90a) {
     cr_assert(strncmp(text, "variant ", 8) == 0 && strstr(text, "kind=bwd") && strstr(text, "workspace: "), "%s", text);
     cr_assert(sm90a == (strstr(text, "variant arch=sm_90a,") == text), "%s: the %s backward should run: %s", name,
               sm90a ? "sm_90a" : "mma.sync", text);
+    if (tma >= 0) /* the mma.sync kernel's TMA loads (tma=1), where the caller says */
+        cr_assert(tma == (strstr(text, ",tma=1,") != NULL && strstr(text, "loads by TMA") != NULL), "%s: %s", name, text);
 }
 
 static void bwd_verify(bwd_run *r) {
@@ -1508,10 +1510,10 @@ static void bwd_check_rows_without_keys(const fwd_case *c, const bwd_run *r) {
 }
 /* One case in one mode, on the family expected (sm90a: the sm_90a kernel, else mma.sync): the gradients
  * against the reference, and exact zeros for rows without keys. */
-static void bwd_check_case(gpu_env *env, const fwd_case *c, int deterministic, int sm90a) {
+static void bwd_check_case(gpu_env *env, const fwd_case *c, int deterministic, int sm90a, int tma) {
     bwd_run r;
     bwd_setup(env, &r, c, deterministic);
-    bwd_expect_family(env, &r, sm90a);
+    bwd_expect_family(env, &r, sm90a, tma);
     bwd_launch(env, &r);
     bwd_verify(&r);
     bwd_check_rows_without_keys(c, &r);
@@ -1526,7 +1528,31 @@ ParameterizedTest(fwd_case *c, bwd, shapes, .timeout = 600) {
     setenv("FLASHGEN_WGMMA_BWD", "0", 1); /* the mma.sync kernels on Hopper too (bwd::shapes_sm90a: the other) */
     gpu_env env;
     gpu_open(&env);
-    for (int det = 0; det < 2; det++) bwd_check_case(&env, c, det, 0);
+    for (int det = 0; det < 2; det++) bwd_check_case(&env, c, det, 0, -1);
+    gpu_close(&env);
+}
+
+/* The mma.sync backward's tma=1 variants (FLASHGEN_BWD_TMA=1: K, V, Q, dO by TMA) on the shape set's head
+ * dims 64 and 128, both modes; skipped before sm_90. */
+ParameterizedTestParameters(bwd, shapes_mma_tma) {
+    bwd_fill();
+    static fwd_case cases[24];
+    int n = 0;
+    for (int i = 0; i < bwd_ncases; i++)
+        if (bwd_cases[i].d == 64 || bwd_cases[i].d == 128) cases[n++] = bwd_cases[i];
+    return cr_make_param_array(fwd_case, cases, (size_t)n);
+}
+ParameterizedTest(fwd_case *c, bwd, shapes_mma_tma, .timeout = 600) {
+    setenv("FLASHGEN_WGMMA_BWD", "0", 1);
+    setenv("FLASHGEN_BWD_TMA", "1", 1); /* read by the context gpu_open creates */
+    gpu_env env;
+    gpu_open(&env);
+    const int cc = gpu_cc(&env);
+    if (cc < 90) {
+        gpu_close(&env);
+        cr_skip_test("the mma.sync backward's TMA loads need compute capability 9.0 or newer (this one is sm_%d)", cc);
+    }
+    for (int det = 0; det < 2; det++) bwd_check_case(&env, c, det, 0, 1);
     gpu_close(&env);
 }
 
@@ -1554,7 +1580,7 @@ ParameterizedTest(fwd_case *c, bwd, shapes_sm90a, .timeout = 600) {
         gpu_close(&env);
         cr_skip_test("FLASHGEN_WGMMA=0: the sm_90a family, the backward's included, is off in this run");
     }
-    bwd_check_case(&env, c, 0, 1);
+    bwd_check_case(&env, c, 0, 1, -1);
     gpu_close(&env);
 }
 

@@ -414,6 +414,7 @@ static void m_wgmma_registers(fg_spec *s) { *s = wg_base(); s->block_m = 192; s-
 /* The backward's rules, each broken from bwd_base(). */
 static void m_bwd_arch(fg_spec *s) { *s = bwd_base(); s->arch = 100; s->arch_accel = 1; }
 static void m_bwd_wgmma(fg_spec *s) { *s = bwd_base(); s->arch_accel = 1; }
+static void m_bwd_tma(fg_spec *s) { *s = bwd_base(); s->tma = 1; s->head_dim = 96; }
 static void m_bwd_dtype(fg_spec *s) { *s = bwd_base(); s->dtype = FG_DTYPE_E4M3; s->out_dtype = FG_DTYPE_BF16; s->arch = 89; }
 static void m_bwd_head_dim(fg_spec *s) { *s = bwd_base(); s->head_dim = 176; }
 static void m_bwd_head_dim_odd(fg_spec *s) { *s = bwd_base(); s->head_dim = 72; }
@@ -455,6 +456,7 @@ static const broken rules[] = {
     {"wgmma_warps", m_wgmma_warps_mma, "it must be 8, a producer"},
     {"wgmma_registers", m_wgmma_registers, "more than the 160"},
     {"bwd_arch", m_bwd_arch, "kind=bwd has no sm_100a kernel"},
+    {"bwd_tma", m_bwd_tma, "tma=1 (the mma.sync backward's loads by TMA) takes kind=bwd"},
     {"bwd_wgmma", m_bwd_wgmma, "kind=bwd on sm_90a (wgmma) takes head_dim 64 with block_m 128"},
     {"bwd_dtype", m_bwd_dtype, "dtype e4m3 has no backward kernel"},
     {"bwd_head_dim", m_bwd_head_dim, "head_dim 176 has no backward kernel"},
@@ -732,6 +734,28 @@ Test(spec, backward_name_policy_and_rules) {
     cr_assert(spec_equal(&s, &back));
     back.deterministic = 0;
     cr_assert_not(spec_equal(&s, &back), "the mode is part of the variant");
+    /* tma=1 (the mma.sync kernel's TMA loads): named only when set, between stages and warps; part of the
+     * variant; a bwd key only; sm_90+ mma.sync, head_dim 64 or 128, block_m a multiple of 64 */
+    fg_spec tm = bwd_base();
+    tm.block_m = 64, tm.block_n = 128, tm.warps = 8, tm.tma = 1;
+    cr_assert_gt(spec_format(&tm, name, sizeof name), 0);
+    cr_assert_str_eq(name, "arch=sm_90,block_m=64,block_n=128,causal=1,deterministic=1,dtype=bf16,head_dim=128,"
+                           "kind=bwd,stages=2,tma=1,warps=8");
+    cr_assert_eq(spec_parse(name, &back, &e), FG_OK, "%s", e.msg);
+    cr_assert(spec_equal(&tm, &back) && back.tma == 1);
+    back.tma = 0;
+    cr_assert_not(spec_equal(&tm, &back), "the loads are part of the variant");
+    cr_assert_eq(spec_validate(&tm, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(spec_parse("kind=fwd,arch=sm_90,dtype=bf16,head_dim=64,tma=1", &back, &e), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(e.msg, "tma is a key of kind=bwd"), "%s", e.msg);
+    cr_assert_eq(spec_parse("kind=bwd,arch=sm_90,dtype=bf16,head_dim=64,tma=2", &back, &e), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(e.msg, "tma must be 0 or 1"), "%s", e.msg);
+    tm.arch = 80;
+    cr_assert_eq(spec_validate(&tm, &e), FG_ERR_UNSUPPORTED);
+    cr_assert(strstr(e.msg, "tma=1") && strstr(e.msg, "sm_90 or newer"), "%s", e.msg);
+    tm.arch = 90, tm.block_m = 32, tm.warps = 4, tm.block_n = 64;
+    cr_assert_eq(spec_validate(&tm, &e), FG_ERR_UNSUPPORTED);
+    cr_assert(strstr(e.msg, "block_m a multiple of 64"), "%s", e.msg);
     fg_tile_policy pol;
     cr_assert_eq(tile_policy_init_default(&pol, &e), FG_OK);
     for (int d = 16; d <= 128; d += 16)

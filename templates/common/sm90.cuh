@@ -1,6 +1,5 @@
-// sm90.cuh: the Hopper (sm_90a) primitives of the wgmma forward family, written against PTX: mbarriers,
-// TMA (cp.async.bulk.tensor) loads and stores, wgmma shared-memory descriptors and fences, setmaxnreg and
-// named barriers.
+// sm90.cuh: the Hopper (sm_90a) primitives of the wgmma families, written against PTX: the tile layout,
+// wgmma shared-memory descriptors and fences, setmaxnreg and named barriers (mbarriers and TMA: tma.cuh).
 //
 // Tile layout in shared memory. TMA writes a tile of `rows` rows as FG_DCH column chunks of FG_SWC
 // elements (64 elements = 128 bytes when the head dim is a multiple of 64, else 32 elements = 64 bytes),
@@ -25,61 +24,6 @@ constexpr int FG_RBV = FG_FP8 ? FG_BLOCK_N : FG_RB;
 // Physical byte offset of logical byte offset o inside a tile (tiles are 1024-byte aligned).
 __device__ __forceinline__ u32 fg_swizzle(u32 o) {
     return o ^ (((o >> 7) & (FG_RB == 128 ? 7u : 3u)) << 4);
-}
-
-// ---- mbarriers ----
-__device__ __forceinline__ void fg_mbar_init(u32 bar, u32 count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
-}
-// Arrives once and adds `bytes` to the transaction count the current phase waits for.
-__device__ __forceinline__ void fg_mbar_expect_tx(u32 bar, u32 bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void fg_mbar_arrive(u32 bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-// Waits until the phase of parity `parity` has completed.
-__device__ __forceinline__ void fg_mbar_wait(u32 bar, u32 parity) {
-    u32 done;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-
-// ---- TMA ----
-// A box of the 4-d tensor map at generic address tmap (a __grid_constant__ parameter), coordinates
-// innermost first, into shared memory at dst; completes `bytes` of bar's transaction count.
-__device__ __forceinline__ void fg_tma_load(u32 dst, const void *tmap, int c0, int c1, int c2, int c3, u32 bar) {
-    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(dst),
-                 "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
-                 : "memory");
-}
-// `bytes` (a multiple of 16) from global src to shared dst, both 16-byte aligned, by the TMA unit (a 1-d
-// bulk copy); completes `bytes` of bar's transaction count.
-__device__ __forceinline__ void fg_bulk_load(u32 dst, const void *src, u32 bytes, u32 bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
-}
-// Shared memory at src -> a box of the tensor map; rows outside the tensor are not written.
-__device__ __forceinline__ void fg_tma_store(const void *tmap, u32 src, int c0, int c1, int c2, int c3) {
-    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(tmap),
-                 "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-                 : "memory");
-}
-__device__ __forceinline__ void fg_tma_store_commit_and_drain() {
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-}
-// Orders this thread's ordinary shared-memory writes before later async-proxy (TMA, wgmma) reads.
-__device__ __forceinline__ void fg_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-__device__ __forceinline__ void fg_fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
-__device__ __forceinline__ void fg_prefetch_tmap(const void *tmap) {
-    asm volatile("prefetch.tensormap [%0];" ::"l"(tmap) : "memory");
 }
 
 // ---- warpgroups ----
