@@ -265,6 +265,38 @@ struct fg_bwd_qstream {
     }
 };
 
+// The TMA loads of the backward main kernels (bwd_sm90.cuh; the tma=1 variants here), issued by one thread
+// into the same swizzled tiles the cp.async loaders fill (slabs of 64 columns, FG_BLOCK_N * 128 or
+// FG_BLOCK_M * 128 bytes apart; rows past the tensor read as zeros), each arming `bar` with its bytes.
+// K and V of the key block at n0:
+__device__ __forceinline__ void fg_bwd_tma_kv(const fg_tma_params &tm, u32 s_k, u32 s_v, int n0, int kv_head, int batch,
+                                              u32 bar) {
+    fg_mbar_expect_tx(bar, 2 * FG_KV_BYTES);
+#pragma unroll
+    for (int c = 0; c < FG_HEAD_DIM / 64; c++) {
+        fg_tma_load(s_k + c * FG_BLOCK_N * 128, tm.k, c * 64, n0, kv_head, batch, bar);
+        fg_tma_load(s_v + c * FG_BLOCK_N * 128, tm.v, c * 64, n0, kv_head, batch, bar);
+    }
+}
+// Query block m into stage st: Q and dO (boxes of 64 columns x 64 rows), and the LSE and D rows (1-d bulk
+// copies; the workspace pads them to whole blocks). row0: the (batch, head)'s first workspace row.
+__device__ __forceinline__ void fg_bwd_tma_block(const fg_tma_params &tm, const fg_bwd_params &p, u32 s_q, u32 s_do,
+                                                 u32 s_lse, u32 s_d, int m, int st, int head, int batch, i64 row0,
+                                                 u32 bar) {
+    fg_mbar_expect_tx(bar, 2 * FG_QB_BYTES + 2 * FG_ROW_BYTES);
+#pragma unroll
+    for (int r = 0; r < FG_BLOCK_M; r += 64)
+#pragma unroll
+        for (int c = 0; c < FG_HEAD_DIM / 64; c++) {
+            const u32 off = st * FG_QB_BYTES + c * FG_BLOCK_M * 128 + r * 128;
+            fg_tma_load(s_q + off, tm.q, c * 64, m * FG_BLOCK_M + r, head, batch, bar);
+            fg_tma_load(s_do + off, tm.o, c * 64, m * FG_BLOCK_M + r, head, batch, bar);
+        }
+    const i64 row = row0 + (i64)m * FG_BLOCK_M;
+    fg_bulk_load(s_lse + st * FG_ROW_BYTES, p.lse2 + row, FG_ROW_BYTES, bar);
+    fg_bulk_load(s_d + st * FG_ROW_BYTES, p.dsum + row, FG_ROW_BYTES, bar);
+}
+
 // dK = scale * sum dS^T Q and dV of key `key`, columns col and col + 1: 16-bit outputs (one KV head per
 // query head), or fp32 per query head (GQA: the post kernel sums a KV head's query heads in order).
 __device__ __forceinline__ void fg_bwd_store_dkdv(const fg_bwd_params &p, int batch, int kv_head, i64 bh, int sk, int key,
@@ -336,27 +368,10 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     }
     __syncthreads();
     auto load_block = [&](int m, int st) {
-        const u32 bar = bar_full(st);
-        fg_mbar_expect_tx(bar, 2 * FG_QB_BYTES + 2 * FG_ROW_BYTES);
-#pragma unroll
-        for (int r = 0; r < FG_BLOCK_M; r += 64)
-#pragma unroll
-            for (int c = 0; c < FG_HEAD_DIM / 64; c++) {
-                const u32 off = st * FG_QB_BYTES + c * FG_BLOCK_M * 128 + r * 128;
-                fg_tma_load(s_q + off, tm.q, c * 64, m * FG_BLOCK_M + r, head, batch, bar);
-                fg_tma_load(s_do + off, tm.o, c * 64, m * FG_BLOCK_M + r, head, batch, bar);
-            }
-        const i64 row = bh * sq_pad + (i64)m * FG_BLOCK_M;
-        fg_bulk_load(s_lse + st * FG_ROW_BYTES, p.lse2 + row, FG_ROW_BYTES, bar);
-        fg_bulk_load(s_d + st * FG_ROW_BYTES, p.dsum + row, FG_ROW_BYTES, bar);
+        fg_bwd_tma_block(tm, p, s_q, s_do, s_lse, s_d, m, st, head, batch, bh * sq_pad, bar_full(st));
     };
     if (tid == 0) {
-        fg_mbar_expect_tx(bar_kv, 2 * FG_KV_BYTES);
-#pragma unroll
-        for (int c = 0; c < FG_HEAD_DIM / 64; c++) {
-            fg_tma_load(s_k + c * FG_BLOCK_N * 128, tm.k, c * 64, n0, kv_head, batch, bar_kv);
-            fg_tma_load(s_v + c * FG_BLOCK_N * 128, tm.v, c * 64, n0, kv_head, batch, bar_kv);
-        }
+        fg_bwd_tma_kv(tm, s_k, s_v, n0, kv_head, batch, bar_kv);
         if (m_first < m_last) load_block(m_first, 0);
     }
     fg_mbar_wait(bar_kv, 0);

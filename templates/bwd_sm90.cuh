@@ -112,28 +112,9 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
         fg_fence_mbar_init();
     }
     __syncthreads();
-    if (tid == 0) {
-        fg_mbar_expect_tx(bar_kv, 2 * FG_KV_BYTES);
-#pragma unroll
-        for (int c = 0; c < FG_HEAD_DIM / 64; c++) {
-            fg_tma_load(s_k + c * FG_BW_KCH, tm.k, c * 64, n0, kv_head, batch, bar_kv);
-            fg_tma_load(s_v + c * FG_BW_KCH, tm.v, c * 64, n0, kv_head, batch, bar_kv);
-        }
-    }
+    if (tid == 0) fg_bwd_tma_kv(tm, s_k, s_v, n0, kv_head, batch, bar_kv);
     auto load_block = [&](int m, int st) {
-        const u32 bar = bar_full(st);
-        fg_mbar_expect_tx(bar, 2 * FG_QB_BYTES + 2 * FG_ROW_BYTES);
-#pragma unroll
-        for (int r = 0; r < FG_BLOCK_M; r += 64)
-#pragma unroll
-            for (int c = 0; c < FG_HEAD_DIM / 64; c++) {
-                const u32 off = st * FG_QB_BYTES + c * FG_BW_QCH + r * 128;
-                fg_tma_load(s_q + off, tm.q, c * 64, m * FG_BLOCK_M + r, head, batch, bar);
-                fg_tma_load(s_do + off, tm.o, c * 64, m * FG_BLOCK_M + r, head, batch, bar);
-            }
-        const i64 row = bh * sq_pad + (i64)m * FG_BLOCK_M;
-        fg_bulk_load(s_lse + st * FG_ROW_BYTES, p.lse2 + row, FG_ROW_BYTES, bar);
-        fg_bulk_load(s_d + st * FG_ROW_BYTES, p.dsum + row, FG_ROW_BYTES, bar);
+        fg_bwd_tma_block(tm, p, s_q, s_do, s_lse, s_d, m, st, head, batch, bh * sq_pad, bar_full(st));
     };
     const bool producer = wg == 1 && wtid == 0;
     if (producer && m_first < m_last) load_block(m_first, 0);

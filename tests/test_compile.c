@@ -186,48 +186,40 @@ Test(compile, tight_forward_tiles_spill_free, .timeout = 900) {
     compile_all(specs, n, "d 128 forward, 128 x 48 / 256 x 48");
 }
 
-/* The mma.sync backward's tma=1 variants (loads by TMA, sm_90+) at head_dim 64 and 128, both dtypes and
- * masks, with the policy's tiles: they compile; ptxas spills at most 4 bytes (d 64 causal) on NVRTC 13.0,
- * where the cp.async variants spill up to 60 at d 128. */
-Test(compile, mma_backward_tma, .timeout = 900) {
+/* The Hopper backward variants at head_dim 64 and 128, both dtypes and masks, with the policy's tiles:
+ * the sm_90a kernel (arch_accel) or the mma.sync kernel's tma=1 variants (tma). */
+static int hopper_bwd_specs(fg_spec specs[8], int arch_accel, int tma) {
     fg_tile_policy p;
     fg_error e;
     cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
-    fg_spec specs[8];
     int n = 0;
     for (int d = 64; d <= 128; d += 64)
         for (int i = 0; i < 4; i++) {
-            fg_spec s = {.kind = FG_KIND_BWD, .arch = 90, .dtype = i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, .head_dim = d,
-                         .causal = i / 2, .tma = 1};
+            fg_spec s = {.kind = FG_KIND_BWD, .arch = 90, .arch_accel = arch_accel,
+                         .dtype = i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, .head_dim = d, .causal = i / 2, .tma = tma};
             s.out_dtype = s.dtype;
             cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK, "%s", e.msg);
             cr_assert_eq(spec_validate(&s, &e), FG_OK, "d %d: %s", d, e.msg);
             specs[n++] = s;
         }
-    compile_all_tolerating(specs, n, "mma.sync backward tma=1, head_dim 64 and 128", 16);
     tile_policy_free(&p);
+    return n;
 }
 
-/* The sm_90a backward (bwd_sm90.cuh, wgmma) at head_dim 64 and 128, both dtypes
- * and masks, with the policy's tile: it compiles and spills nothing (246-255 registers on NVRTC 13.0;
- * with cp.async loads it spilled up to 40 bytes, session 9). */
-Test(compile, wgmma_backward, .timeout = 900) {
-    fg_tile_policy p;
-    fg_error e;
-    cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
+/* The mma.sync backward's tma=1 variants (loads by TMA, sm_90+): they compile; ptxas spills at most 4
+ * bytes (d 64 causal) on NVRTC 13.0, where the cp.async variants spill up to 60 at d 128. */
+Test(compile, mma_backward_tma, .timeout = 900) {
     fg_spec specs[8];
-    int n = 0;
-    for (int d = 64; d <= 128; d += 64)
-        for (int i = 0; i < 4; i++) {
-            fg_spec s = {.kind = FG_KIND_BWD, .arch = 90, .arch_accel = 1, .dtype = i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16,
-                         .head_dim = d, .causal = i / 2};
-            s.out_dtype = s.dtype;
-            cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK, "%s", e.msg);
-            cr_assert_eq(spec_validate(&s, &e), FG_OK, "d %d: %s", d, e.msg);
-            specs[n++] = s;
-        }
+    const int n = hopper_bwd_specs(specs, 0, 1);
+    compile_all_tolerating(specs, n, "mma.sync backward tma=1, head_dim 64 and 128", 16);
+}
+
+/* The sm_90a backward (bwd_sm90.cuh, wgmma): it compiles and spills nothing (246-255 registers on NVRTC
+ * 13.0; with cp.async loads it spilled up to 40 bytes, session 9). */
+Test(compile, wgmma_backward, .timeout = 900) {
+    fg_spec specs[8];
+    const int n = hopper_bwd_specs(specs, 1, 0);
     compile_all(specs, n, "sm_90a backward, head_dim 64 and 128");
-    tile_policy_free(&p);
 }
 
 /* The sm_90a family's FP8 kernels (QGMMA, P exchanged in the quad, V^T by TMA) at every head dim they

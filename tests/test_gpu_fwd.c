@@ -1520,6 +1520,16 @@ static void bwd_check_case(gpu_env *env, const fwd_case *c, int deterministic, i
     bwd_free(env, &r);
 }
 
+/* The shape set's head dims 64 and 128: the Hopper kernels' (shapes_sm90a, shapes_mma_tma). */
+static struct criterion_test_params bwd_cases_64_128(void) {
+    bwd_fill();
+    static fwd_case cases[24];
+    int n = 0;
+    for (int i = 0; i < bwd_ncases; i++)
+        if (bwd_cases[i].d == 64 || bwd_cases[i].d == 128) cases[n++] = bwd_cases[i];
+    return cr_make_param_array(fwd_case, cases, (size_t)n);
+}
+
 ParameterizedTestParameters(bwd, shapes) {
     bwd_fill();
     return cr_make_param_array(fwd_case, bwd_cases, (size_t)bwd_ncases);
@@ -1535,12 +1545,7 @@ ParameterizedTest(fwd_case *c, bwd, shapes, .timeout = 600) {
 /* The mma.sync backward's tma=1 variants (FLASHGEN_BWD_TMA=1: K, V, Q, dO by TMA) on the shape set's head
  * dims 64 and 128, both modes; skipped before sm_90. */
 ParameterizedTestParameters(bwd, shapes_mma_tma) {
-    bwd_fill();
-    static fwd_case cases[24];
-    int n = 0;
-    for (int i = 0; i < bwd_ncases; i++)
-        if (bwd_cases[i].d == 64 || bwd_cases[i].d == 128) cases[n++] = bwd_cases[i];
-    return cr_make_param_array(fwd_case, cases, (size_t)n);
+    return bwd_cases_64_128();
 }
 ParameterizedTest(fwd_case *c, bwd, shapes_mma_tma, .timeout = 600) {
     setenv("FLASHGEN_WGMMA_BWD", "0", 1);
@@ -1560,12 +1565,7 @@ ParameterizedTest(fwd_case *c, bwd, shapes_mma_tma, .timeout = 600) {
  * deterministic mode (which it does not take): what a Hopper GPU runs by default (bwd::shapes runs the
  * mma.sync kernel there, with FLASHGEN_WGMMA_BWD=0); skipped on other GPUs. */
 ParameterizedTestParameters(bwd, shapes_sm90a) {
-    bwd_fill();
-    static fwd_case cases[24];
-    int n = 0;
-    for (int i = 0; i < bwd_ncases; i++)
-        if (bwd_cases[i].d == 64 || bwd_cases[i].d == 128) cases[n++] = bwd_cases[i];
-    return cr_make_param_array(fwd_case, cases, (size_t)n);
+    return bwd_cases_64_128();
 }
 ParameterizedTest(fwd_case *c, bwd, shapes_sm90a, .timeout = 600) {
     setenv("FLASHGEN_WGMMA_BWD", "1", 1); /* read by the context gpu_open creates */
