@@ -373,11 +373,11 @@ static fg_status cfg_parse_override(const char *text, cfg_list *out, fg_error *e
 static int cfg_cmp(const void *pa, const void *pb) {
     const cfg_item *x = pa, *y = pb;
     const fg_spec *a = &x->spec, *b = &y->spec;
-    int ka[12] = {(int)a->kind, a->arch, a->arch_accel, (int)a->dtype, a->head_dim, a->block_m, a->block_n,
-                  a->warps, a->stages, a->causal != 0, (int)spec_out_dtype(a), a->deterministic != 0};
-    int kb[12] = {(int)b->kind, b->arch, b->arch_accel, (int)b->dtype, b->head_dim, b->block_m, b->block_n,
-                  b->warps, b->stages, b->causal != 0, (int)spec_out_dtype(b), b->deterministic != 0};
-    for (int i = 0; i < 12; i++)
+    int ka[13] = {(int)a->kind, a->arch, a->arch_accel, (int)a->dtype, a->head_dim, a->block_m, a->block_n,
+                  a->warps, a->stages, a->causal != 0, (int)spec_out_dtype(a), a->deterministic != 0, a->tma != 0};
+    int kb[13] = {(int)b->kind, b->arch, b->arch_accel, (int)b->dtype, b->head_dim, b->block_m, b->block_n,
+                  b->warps, b->stages, b->causal != 0, (int)spec_out_dtype(b), b->deterministic != 0, b->tma != 0};
+    for (int i = 0; i < 13; i++)
         if (ka[i] != kb[i])
             return ka[i] < kb[i] ? -1 : 1;
     return (x->index > y->index) - (x->index < y->index);

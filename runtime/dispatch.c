@@ -738,10 +738,14 @@ static fg_status choose_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec 
                        tensor_tma_ok(&a->dout, 3);
     s->arch_accel = ctx->wgmma_bwd && (s->head_dim == 64 || s->head_dim == 128) && !s->deterministic && tma_ok;
     fg_status st = spec_fill_tiles(s, &ctx->policy, err);
-    /* The mma.sync kernel's TMA loads (tma=1, FLASHGEN_BWD_TMA=1) where its tiles take them. */
+    /* The mma.sync kernel's TMA loads (tma=1, FLASHGEN_BWD_TMA=1) where its tiles take them and their 1 KiB
+     * of alignment slack still fits the device (else the cp.async variant runs). */
     if (st == FG_OK && !s->arch_accel && ctx->bwd_tma && tma_ok && (s->head_dim == 64 || s->head_dim == 128) &&
-        s->block_m % 64 == 0)
+        s->block_m % 64 == 0) {
         s->tma = 1;
+        fg_error quiet;
+        if (check_runnable(ctx, s, &quiet) != FG_OK) s->tma = 0;
+    }
     return st == FG_OK ? check_runnable(ctx, s, err) : st;
 }
 

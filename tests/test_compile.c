@@ -206,7 +206,7 @@ static int hopper_bwd_specs(fg_spec specs[8], int arch_accel, int tma) {
     return n;
 }
 
-/* The mma.sync backward's tma=1 variants (loads by TMA, sm_90+): they compile; ptxas spills at most 4
+/* The mma.sync backward's tma=1 variants (loads by TMA) for sm_90: they compile; ptxas spills at most 4
  * bytes (d 64 causal) on NVRTC 13.0, where the cp.async variants spill up to 60 at d 128. */
 Test(compile, mma_backward_tma, .timeout = 900) {
     fg_spec specs[8];
