@@ -314,6 +314,25 @@ static fg_status encode_tma_vt(fg_context *ctx, CUtensorMap *m, const fg_tensor 
                       "cuTensorMapEncodeTiled (V^T)", err);
 }
 
+/* The tensor maps of a launch that loads by TMA (fg_tma_params; the second kernel argument): Q and o (the
+ * forward's O, the backward's dO; NULL: none, FP8 writes O with plain stores) in boxes of 64 rows, K and V
+ * in boxes of block_n keys (FP8's V key-major: vt), rows of rb bytes. A tensor with no rows gets no map:
+ * the kernel loads none of it. */
+static fg_status encode_maps(fg_context *ctx, fg_tma_params *tm, const fg_tensor *q, const fg_tensor *o,
+                             const fg_tensor *k, const fg_tensor *v, int block_n, int rb, int vt, fg_error *err) {
+    memset(tm, 0, sizeof *tm);
+    fg_status st;
+    if (q->shape[1] > 0 && ((st = encode_tma(ctx, (CUtensorMap *)tm->q, q, 64, rb, err)) != FG_OK ||
+                            (o && (st = encode_tma(ctx, (CUtensorMap *)tm->o, o, 64, rb, err)) != FG_OK)))
+        return st;
+    if (k->shape[1] > 0 &&
+        ((st = encode_tma(ctx, (CUtensorMap *)tm->k, k, block_n, rb, err)) != FG_OK ||
+         (st = vt ? encode_tma_vt(ctx, (CUtensorMap *)tm->v, v, block_n, err)
+                  : encode_tma(ctx, (CUtensorMap *)tm->v, v, block_n, rb, err)) != FG_OK))
+        return st;
+    return FG_OK;
+}
+
 /* One kernel launch: the function, its grid and block, dynamic shared memory, and its name for errors. */
 typedef struct launch_item {
     CUfunction fn;
@@ -507,17 +526,8 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
         /* bytes per swizzled chunk row, as the emitter chose (emit.c): 128 when head_dim fills them (the
          * 16-bit O's rows are Q's) */
         const int rb = (s.head_dim * spec_dtype_size(s.dtype)) % 128 == 0 ? 128 : 64;
-        memset(&tm, 0, sizeof tm);
-        fg_status st;
-        if ((st = encode_tma(ctx, (CUtensorMap *)tm.q, &a->q, 64, rb, err)) != FG_OK ||
-            (!fp8 && /* FP8 writes O with plain stores */
-             (st = encode_tma(ctx, (CUtensorMap *)tm.o, &a->o, 64, rb, err)) != FG_OK))
-            return st;
-        if (p.seqlen_k > 0 && /* no keys: the kernel loads none */
-            ((st = encode_tma(ctx, (CUtensorMap *)tm.k, &a->k, s.block_n, rb, err)) != FG_OK ||
-             (st = fp8 ? encode_tma_vt(ctx, (CUtensorMap *)tm.v, &a->v, s.block_n, err)
-                       : encode_tma(ctx, (CUtensorMap *)tm.v, &a->v, s.block_n, rb, err)) != FG_OK))
-            return st;
+        const fg_status st = encode_maps(ctx, &tm, &a->q, fp8 ? NULL : &a->o, &a->k, &a->v, s.block_n, rb, fp8, err);
+        if (st != FG_OK) return st;
     }
     unsigned grid[3];
     if (rt_launch_grid(ctx, &s, a, group, grid) == FG_GRID_DYNAMIC && !(p.tile_counter = tile_counter_for(ctx, stream)))
@@ -738,15 +748,16 @@ static fg_status choose_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec 
                        tensor_tma_ok(&a->dout, 3);
     s->arch_accel = ctx->wgmma_bwd && (s->head_dim == 64 || s->head_dim == 128) && !s->deterministic && tma_ok;
     fg_status st = spec_fill_tiles(s, &ctx->policy, err);
+    if (st != FG_OK) return st;
     /* The mma.sync kernel's TMA loads (tma=1, FLASHGEN_BWD_TMA=1) where its tiles take them and their 1 KiB
      * of alignment slack still fits the device (else the cp.async variant runs). */
-    if (st == FG_OK && !s->arch_accel && ctx->bwd_tma && tma_ok && (s->head_dim == 64 || s->head_dim == 128) &&
-        s->block_m % 64 == 0) {
+    if (!s->arch_accel && ctx->bwd_tma && tma_ok && (s->head_dim == 64 || s->head_dim == 128) && s->block_m % 64 == 0) {
         s->tma = 1;
         fg_error quiet;
-        if (check_runnable(ctx, s, &quiet) != FG_OK) s->tma = 0;
+        if (check_runnable(ctx, s, &quiet) == FG_OK) return FG_OK;
+        s->tma = 0;
     }
-    return st == FG_OK ? check_runnable(ctx, s, err) : st;
+    return check_runnable(ctx, s, err);
 }
 
 fg_status fg_attention_bwd_workspace_size(fg_context *ctx, const fg_bwd_args *a, size_t *bytes) {
@@ -846,15 +857,9 @@ fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *a, void *stream) 
     fg_tma_params tm;
     memset(&tm, 0, sizeof tm);
     void *params[] = {&p, &tm};
-    if ((spec_is_wgmma_bwd(&s) || s.tma) && sk > 0) {
-        fg_status st;
-        if ((sq > 0 && /* no queries: the kernel loads no query block */
-             ((st = encode_tma(ctx, (CUtensorMap *)tm.q, &a->q, 64, 128, &err)) != FG_OK ||
-              (st = encode_tma(ctx, (CUtensorMap *)tm.o, &a->dout, 64, 128, &err)) != FG_OK)) ||
-            (st = encode_tma(ctx, (CUtensorMap *)tm.k, &a->k, s.block_n, 128, &err)) != FG_OK ||
-            (st = encode_tma(ctx, (CUtensorMap *)tm.v, &a->v, s.block_n, 128, &err)) != FG_OK)
-            return rt_set_error(ctx, &err);
-    }
+    if ((spec_is_wgmma_bwd(&s) || s.tma) && sk > 0 &&
+        encode_maps(ctx, &tm, &a->q, &a->dout, &a->k, &a->v, s.block_n, 128, 0, &err) != FG_OK)
+        return rt_set_error(ctx, &err);
     const unsigned h = (unsigned)hq, bb = (unsigned)b;
     /* pre (D, lse2, zeroed accumulator), main (none without keys: dK, dV are empty), post */
     const launch_item items[3] = {

@@ -204,17 +204,23 @@ __device__ __forceinline__ bool fg_bwd_needs_mask(int n0, int m0, int sk, int sq
     return n0 + FG_BLOCK_N > sk || (FG_CAUSAL && n0 + FG_BLOCK_N - 1 > m0 + sk - sq);
 }
 
-// P^T = exp2(c S^T - lse2) and dS^T = P^T (dP^T - D), in place, for the two accumulators 2h, 2h + 1 of an
-// S^T/dP^T fragment: key `key`, queries qrow0 and qrow0 + 1, whose lse2 and D the caller read once for all
-// the fragments of those two queries. MASK: the block needs fg_bwd_needs_mask's mask (masked entries 0);
-// the unmasked instance computes no key or query index at all.
+// P = exp2(c S - lse2) of key `key` and query `qrow`; MASK: the block needs fg_bwd_needs_mask's mask
+// (masked entries 0); the unmasked instance computes no key or query index at all.
+template <bool MASK>
+__device__ __forceinline__ float fg_bwd_p(float s, float lse2, int key, int qrow, int sk, int sq, float scale_log2) {
+    const bool masked = MASK && (key >= sk || (FG_CAUSAL && key > qrow + sk - sq));
+    return masked ? 0.f : fg_exp2(fmaf(s, scale_log2, -lse2));
+}
+
+// P^T and dS^T = P^T (dP^T - D), in place, for the two accumulators 2h, 2h + 1 of an S^T/dP^T fragment:
+// key `key`, queries qrow0 and qrow0 + 1, whose lse2 and D the caller read once for all the fragments of
+// those two queries.
 template <bool MASK>
 __device__ __forceinline__ void fg_bwd_p_ds(float (&s)[4], float (&dp)[4], int h, float2 lse2, float2 dsum, int key,
                                             int qrow0, int sk, int sq, float scale_log2) {
 #pragma unroll
     for (int e = 0; e < 2; e++) {
-        const bool masked = MASK && (key >= sk || (FG_CAUSAL && key > qrow0 + e + sk - sq));
-        const float pv = masked ? 0.f : fg_exp2(fmaf(s[2 * h + e], scale_log2, -(e ? lse2.y : lse2.x)));
+        const float pv = fg_bwd_p<MASK>(s[2 * h + e], e ? lse2.y : lse2.x, key, qrow0 + e, sk, sq, scale_log2);
         s[2 * h + e] = pv;
         dp[2 * h + e] = pv * (dp[2 * h + e] - (e ? dsum.y : dsum.x));
     }
@@ -579,7 +585,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
 #endif
     }
 #if FG_DQ_STAGED
-    if (!FG_DETERMINISTIC && lane < 16) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); // smem stays till read
+    if (!FG_DETERMINISTIC && lane == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); // smem stays till read
 #endif
 #if !FG_BWD_TMA
     fg_cp_async_wait<0>();

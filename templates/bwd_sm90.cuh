@@ -199,11 +199,10 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
 #pragma unroll
                     for (int h = 0; h < 2; h++)
 #pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const int key = n0 + krow0 + 8 * h, q = m0 + col + e;
-                            const bool masked = decltype(mask)::value && (key >= sk || (FG_CAUSAL && key > q + sk - sq));
-                            s[nt][2 * h + e] = masked ? 0.f : fg_exp2(fmaf(s[nt][2 * h + e], p.scale_log2, -(e ? l2.y : l2.x)));
-                        }
+                        for (int e = 0; e < 2; e++)
+                            s[nt][2 * h + e] = fg_bwd_p<decltype(mask)::value>(s[nt][2 * h + e], e ? l2.y : l2.x,
+                                                                               n0 + krow0 + 8 * h, m0 + col + e, sk, sq,
+                                                                               p.scale_log2);
                 }
             };
             if (fg_bwd_needs_mask(n0, m0, sk, sq))
