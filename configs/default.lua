@@ -78,11 +78,21 @@ variants {
 -- The backward pass (kind "bwd": three kernels, templates/bwd_sm80.cuh), mma.sync on every target (on
 -- Hopper its arch is sm_90), fp16/bf16, head_dim 64. The wide tiles of head_dim 96 and 128 spill a few
 -- bytes (generator/tile_policy.c), which a bundle refuses unless given --allow-spills, so here those
--- compile at first use, as does the deterministic mode (deterministic = true). 2 x 2 x 2 = 8 variants.
+-- compile at first use, as does the deterministic mode (deterministic = true). On sm_90 dispatch runs
+-- the mma.sync kernel's TMA-load variants (tma = true) wherever the tensors allow it, the cp.async ones
+-- for the rest; the causal TMA-load ones spill 4 bytes, so only the non-causal are here.
+-- 2 x 2 x 2 + 2 = 10 variants.
 variants {
     kind = "bwd",
     arch = {"sm_80", "sm_90"},
     dtype = {"fp16", "bf16"},
     head_dim = 64,
     causal = {false, true},
+}
+variants {
+    kind = "bwd",
+    arch = "sm_90",
+    dtype = {"fp16", "bf16"},
+    head_dim = 64,
+    tma = true,
 }

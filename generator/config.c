@@ -54,7 +54,7 @@ typedef enum cfg_type {
 
 static const char *const cfg_variant_fields[] = {"kind",    "arch",    "dtype", "head_dim", "causal",
                                                  "block_m", "block_n", "warps", "stages",   "out",
-                                                 "deterministic", NULL};
+                                                 "deterministic", "tma", NULL};
 static const char *const cfg_policy_fields[] = {"arch",    "head_dim", "causal", "dtype", "block_m",
                                                 "block_n", "warps",    "stages", NULL};
 
@@ -190,16 +190,17 @@ static int cfg_call_line(lua_State *L) {
 /* variants { ... }: appends the cartesian product of the listed values to the builder (upvalue 1).
  * kind, dtype and head_dim are required, and arch unless an arch override is set; causal defaults to
  * false and tile fields to unset; out (the output dtype of fp8 variants) defaults to bf16 and is ignored
- * by 16-bit variants, which write O in their own dtype; deterministic (kind "bwd" only) defaults to
- * false. The product varies the last field fastest, in the order kind, arch, dtype, head_dim, causal,
- * block_m, block_n, warps, stages, out, deterministic. */
+ * by 16-bit variants, which write O in their own dtype; deterministic and tma (kind "bwd" only: the
+ * mma.sync kernel's TMA loads, what dispatch runs on sm_90 at head_dim 64/128) default to false. The
+ * product varies the last field fastest, in the order kind, arch, dtype, head_dim, causal, block_m,
+ * block_n, warps, stages, out, deterministic, tma. */
 static int cfg_variants(lua_State *L) {
     static const char fn[] = "variants";
     cfg_build *b = lua_touserdata(L, lua_upvalueindex(1));
-    enum { NF = 11 };
+    enum { NF = 12 };
     cfg_list f[NF]; /* in the order of cfg_variant_fields */
     static const cfg_type types[NF] = {CFG_KIND, CFG_ARCH, CFG_DTYPE, CFG_INT,   CFG_BOOL, CFG_INT,
-                                       CFG_INT,  CFG_INT,  CFG_INT,   CFG_DTYPE, CFG_BOOL};
+                                       CFG_INT,  CFG_INT,  CFG_INT,   CFG_DTYPE, CFG_BOOL, CFG_BOOL};
     int tab = cfg_check_args(L, fn, cfg_variant_fields);
     for (int i = 0; i < NF; i++)
         cfg_read_field(L, tab, fn, cfg_variant_fields[i], types[i], 1, 0, CFG_LIST_MAX, &f[i]);
@@ -213,13 +214,14 @@ static int cfg_variants(lua_State *L) {
         lua_sandbox_raise(L, fn, "field 'dtype' is required (for example dtype = {\"fp16\", \"bf16\"})");
     if (f[3].n == 0)
         lua_sandbox_raise(L, fn, "field 'head_dim' is required (for example head_dim = {64, 128})");
-    if (f[10].n > 0)
-        for (int i = 0; i < f[0].n; i++)
-            if (f[0].v[i] != FG_KIND_BWD)
-                lua_sandbox_raise(L, fn, "field 'deterministic' is for kind = \"bwd\" only");
+    for (int j = 10; j <= 11; j++)
+        if (f[j].n > 0)
+            for (int i = 0; i < f[0].n; i++)
+                if (f[0].v[i] != FG_KIND_BWD)
+                    lua_sandbox_raise(L, fn, "field '%s' is for kind = \"bwd\" only", cfg_variant_fields[j]);
     for (int i = 4; i < NF; i++)
         if (f[i].n == 0) { /* causal false; tiles unset (0), filled from the policy after the chunk; out: -1;
-                              deterministic false */
+                              deterministic, tma false */
             f[i].n = 1;
             f[i].v[0] = i == 9 ? -1 : 0;
         }
@@ -261,6 +263,10 @@ static int cfg_variants(lua_State *L) {
         it->spec.warps = f[7].v[idx[7]];
         it->spec.stages = f[8].v[idx[8]];
         it->spec.deterministic = it->spec.kind == FG_KIND_BWD ? f[10].v[idx[10]] : 0;
+        /* Under an arch override (flashgen bundle --arch) a TMA-load variant retargeted before sm_90 becomes
+         * the cp.async one, which is what dispatch runs there; listed for such an arch itself it is refused. */
+        it->spec.tma = it->spec.kind == FG_KIND_BWD && !(b->arch_override.n > 0 && it->spec.arch < 90)
+                           ? f[11].v[idx[11]] : 0;
         if (!spec_dtype_is_fp8(it->spec.dtype)) /* 16-bit variants write O in their dtype */
             it->spec.out_dtype = it->spec.dtype;
         else

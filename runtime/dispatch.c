@@ -749,8 +749,9 @@ static fg_status choose_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec 
     s->arch_accel = ctx->wgmma_bwd && (s->head_dim == 64 || s->head_dim == 128) && !s->deterministic && tma_ok;
     fg_status st = spec_fill_tiles(s, &ctx->policy, err);
     if (st != FG_OK) return st;
-    /* The mma.sync kernel's TMA loads (tma=1, FLASHGEN_BWD_TMA=1) where its tiles take them and their 1 KiB
-     * of alignment slack still fits the device (else the cp.async variant runs). */
+    /* The mma.sync kernel's TMA loads (tma=1; FLASHGEN_BWD_TMA=0 turns them off) where its tiles take them and
+     * their 1 KiB of alignment slack still fits the device (else the cp.async variant runs). On the H200 they
+     * ran at 1.125x the cp.async loads, bf16 d 64/128 (bench/results/2026-11-29-h200-session10/). */
     if (!s->arch_accel && ctx->bwd_tma && tma_ok && (s->head_dim == 64 || s->head_dim == 128) && s->block_m % 64 == 0) {
         s->tma = 1;
         fg_error quiet;

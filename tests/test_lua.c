@@ -760,6 +760,18 @@ Test(config, field_type_errors_name_field_and_type) {
         cr_assert(cfg.variants[0].deterministic != cfg.variants[1].deterministic);
         config_free(&cfg);
     }
+    load_fails("variants { kind = 'fwd', arch = 'sm_90', dtype = 'fp16', head_dim = 64, tma = true }", NULL,
+               FG_ERR_CONFIG, "cfg.lua:1: variants: ", "field 'tma' is for kind = \"bwd\" only");
+    load_fails("variants { kind = 'bwd', arch = 'sm_80', dtype = 'fp16', head_dim = 64, tma = true }", NULL,
+               FG_ERR_CONFIG, "cfg.lua:1: ", "sm_90 or newer");
+    {
+        fg_config cfg;
+        load_ok("variants { kind = 'bwd', arch = 'sm_90', dtype = 'bf16', head_dim = 128, tma = {false, true} }",
+                NULL, &cfg);
+        cr_assert_eq(cfg.count, 2);
+        cr_assert(cfg.variants[0].tma == 0 && cfg.variants[1].tma == 1);
+        config_free(&cfg);
+    }
     load_fails("variants { kind = 'fwd', arch = 'sm80', dtype = 'fp16', head_dim = 64 }", NULL, FG_ERR_CONFIG,
                "cfg.lua:1: variants: ", "field 'arch': arch 'sm80'");
     load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp32', head_dim = 64 }", NULL, FG_ERR_CONFIG,
@@ -840,10 +852,10 @@ Test(config, default_config_loads_and_validates) {
     fg_error_clear(&err);
     cr_assert_eq(config_load_file("configs/default.lua", NULL, &cfg, &err), FG_OK, "%s", err.msg);
     cr_assert_geq(cfg.count, 20);
-    /* 60 16-bit forward variants (sm_80, sm_90 and sm_90a), 32 FP8 ones (sm_89, sm_90a and sm_90) and 8
-     * backward ones (sm_80 and sm_90, head_dim 64) */
+    /* 60 16-bit forward variants (sm_80, sm_90 and sm_90a), 32 FP8 ones (sm_89, sm_90a and sm_90) and 10
+     * backward ones (sm_80, sm_90, head_dim 64; sm_90 with TMA loads, not causal) */
     cr_assert_leq(cfg.count, 112, "the default bundle should stay small enough for CI: %d variants", cfg.count);
-    int archs[6] = {0, 0, 0, 0, 0, 0}, bwd80 = 0, bwd90 = 0;
+    int archs[6] = {0, 0, 0, 0, 0, 0}, bwd80 = 0, bwd90 = 0, bwd90_tma = 0;
     for (int i = 0; i < cfg.count; i++) {
         const fg_spec *s = &cfg.variants[i];
         char name[FG_SPEC_NAME_MAX];
@@ -852,7 +864,8 @@ Test(config, default_config_loads_and_validates) {
         if (s->kind == FG_KIND_BWD) { /* the backward: mma.sync only */
             cr_assert(!s->arch_accel && !spec_dtype_is_fp8(s->dtype), "%s", name);
             bwd80 += s->arch == 80;
-            bwd90 += s->arch == 90;
+            bwd90 += s->arch == 90 && !s->tma;
+            bwd90_tma += s->arch == 90 && s->tma;
             continue;
         }
         archs[0] += s->arch == 80;
@@ -866,8 +879,9 @@ Test(config, default_config_loads_and_validates) {
         for (int j = 0; j < i; j++)
             cr_assert(!spec_equal(&cfg.variants[i], &cfg.variants[j]), "%s listed twice", name);
     }
-    cr_assert_eq(archs[0] + archs[1] + archs[2] + archs[3] + archs[4] + archs[5] + bwd80 + bwd90, cfg.count);
-    cr_assert(bwd80 > 0 && bwd80 == bwd90, "backward variants: %d on sm_80, %d on sm_90", bwd80, bwd90);
+    cr_assert_eq(archs[0] + archs[1] + archs[2] + archs[3] + archs[4] + archs[5] + bwd80 + bwd90 + bwd90_tma, cfg.count);
+    cr_assert(bwd80 > 0 && bwd80 == bwd90 && bwd90 == 2 * bwd90_tma,
+              "backward variants: %d on sm_80, %d on sm_90, %d on sm_90 with TMA loads", bwd80, bwd90, bwd90_tma);
     for (int a = 0; a < 6; a++)
         cr_assert_gt(archs[a], 0, "class %d of the default bundle is empty", a);
     cr_assert_eq(archs[1], archs[2], "sm_90a and sm_90 list the same 16-bit variants");
@@ -876,8 +890,8 @@ Test(config, default_config_loads_and_validates) {
     config_free(&cfg);
     /* the same bundle for one other arch */
     cr_assert_eq(config_load_file("configs/default.lua", "sm_89", &cfg, &err), FG_OK, "%s", err.msg);
-    for (int i = 0; i < cfg.count; i++)
-        cr_assert_eq(spec_validate(&cfg.variants[i], &err), FG_OK, "%s", err.msg);
+    for (int i = 0; i < cfg.count; i++) /* the TMA-load backward variants retargeted: the cp.async ones */
+        cr_assert(spec_validate(&cfg.variants[i], &err) == FG_OK && !cfg.variants[i].tma, "%s", err.msg);
     config_free(&cfg);
 }
 
