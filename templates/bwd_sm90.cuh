@@ -2,15 +2,17 @@
 // kernels, the workspace and the grid are bwd_sm80.cuh's (emitted before this file, its own main kernel
 // left out by FG_WGMMA_BWD); this kernel replaces that one's mma.sync products by warpgroup MMAs.
 //
-// On an H200 (2026-11-29) it passes the backward GPU tests (bwd::shapes_sm90a; memcheck, racecheck and
-// synccheck clean) and runs, bf16, at 1.25-1.66x FlashAttention-2's backward and 0.97-1.07x cuDNN's at
-// head_dim 64, 1.18-1.67x and 0.84-0.96x at 128 (bench/results/2026-11-29-h200-session9/bwd-tma/B2; the
-// table of both dtypes before the TMA loads, 6% slower: final/bwd);
-// the runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec). What is left
-// to cuDNN, against FlashAttention-3's backward (which overlaps GEMMs inside an iteration, not across
-// them): at head_dim 128 the exponentials wait for dP as well as S, one thread of warpgroup 1 issues the
-// loads where FA3 has a producer warp (and a dQ-writer warp), and FA3's non-causal head_dim 128 tile
-// takes 80 queries (dQ^T = K^T dS^T) to our 64.
+// On an H200 (2026-11-29) it passes the backward GPU tests (bwd::shapes_sm90a; memcheck and racecheck
+// clean) and runs, bf16, at 1.39-1.73x FlashAttention-2's backward and 1.00-1.15x cuDNN's at head_dim 64,
+// 1.31-1.67x and 0.86-0.96x at 128 (fp16 alike; bench/results/2026-11-29-h200-session10/bwd90-epilogue/,
+// final/); the runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec).
+// What is left to cuDNN at head_dim 128: per-kernel times (torch.profiler, session 10, profile/) put our
+// main kernel at 1.24x cuDNN's at 512, 1.17x at 2k, 1.06x at 16k (the pre and post kernels cost the same
+// as cuDNN's), so most of the gap is per CTA, not per iteration: cuDNN's backward is persistent (132 CTAs
+// of 384 threads, 168 registers at launch, 216 KB of shared memory: ncu), which hides a tile's K/V loads
+// and dK/dV stores behind another's products; ours starts each CTA cold. In the loop: the exponentials
+// wait for dP as well as S (split only at d 64), and FA3's non-causal head_dim 128 tile takes 80 queries
+// (dQ^T = K^T dS^T) to our 64.
 //
 // A CTA: 128 keys of one query head (two warpgroups of 64 keys), head_dim 64 or 128, K and V in shared
 // memory for the whole run, dK and dV in registers (wgmma accumulators); it streams the query blocks that
@@ -33,6 +35,8 @@
 // The GEMMs go out in FlashAttention-3's order, dV, dQ, then dK as three groups: once dV and dQ are done
 // (wait<1>) dQ is staged and added while dK still runs (H200: 1.015x issuing dV + dK before dQ and
 // staging with the tensor cores idle, bf16, session 8).
+// dK and dV leave through shared memory as whole 16-byte units (MHA; GQA writes fp32 per query head):
+// 1.036x over 4-byte stores from the fragments (bf16 table; +11% at 512, -1% at d 128 4k-16k).
 // The deterministic mode stays on the mma.sync kernel (the validator refuses it here).
 
 constexpr int FG_BW_QT = FG_BLOCK_M / 8;    // n8 tiles of S^T, dP^T (queries)
@@ -57,6 +61,7 @@ constexpr u32 FG_BW_DQ_BYTES = 64 * FG_BW_DQ_N * 4; // one warpgroup's dQ stagin
 static_assert(FG_BLOCK_N == 128 && FG_BLOCK_M == (FG_HEAD_DIM == 64 ? 128 : 64) && FG_WARPS == 8,
               "two warpgroups of 64 keys, 128 queries at head_dim 64, 64 at 128");
 static_assert(FG_BW_DQ_COLS != FG_BW_DQ_ROWS, "dQ split one way");
+static_assert(64 * FG_HEAD_DIM * 2 <= FG_BW_DQ_BYTES, "a warpgroup's dK (16-bit) fits its dQ staging");
 static_assert(FG_HEAD_DIM % 64 == 0 && FG_HEAD_DIM <= 128, "128-byte swizzled chunks of 64 columns");
 
 extern "C" __global__ void __launch_bounds__(256, 1)
@@ -136,6 +141,17 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     const u32 kw = s_k + wg * 64 * 128, vw = s_v + wg * 64 * 128; // this warpgroup's 64 key rows
     const u32 dqw = s_dq + wg * FG_BW_DQ_BYTES;
     const int krow0 = wg * 64 + wq * 16 + g; // this thread's key rows in the block: krow0, krow0 + 8
+    // The K and V operands' descriptors (low words) for the S^T and dP^T k steps, computed once and kept
+    // opaque to ptxas, which would otherwise recompute them in the loop when the code after it changes.
+    const u64 fg_desc_hi = fg_desc_kmajor(0) & ~0xFFFFFFFFull;
+    u32 kdesc[FG_HEAD_DIM / 16], vdesc[FG_HEAD_DIM / 16];
+#pragma unroll
+    for (int kk = 0; kk < FG_HEAD_DIM / 16; kk++) {
+        const u32 c = kk / 4, off = (kk % 4) * 32;
+        kdesc[kk] = (u32)fg_desc_kmajor(kw + c * FG_BW_KCH + off);
+        vdesc[kk] = (u32)fg_desc_kmajor(vw + c * FG_BW_KCH + off);
+        asm volatile("" : "+r"(kdesc[kk]), "+r"(vdesc[kk]));
+    }
     int st = 0;
     for (int m = m_first; m < m_last; m++, st ^= 1) {
         if (producer && m + 1 < m_last) {
@@ -161,13 +177,11 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
         float s[FG_BW_QT][4], dp[FG_BW_QT][4];
         auto issue_s = [&](int kk) {
             const u32 c = kk / 4, off = (kk % 4) * 32; // chunk of 64 columns, 32 bytes a k step inside it
-            fg_wgmma_st(s, fg_desc_kmajor(kw + c * FG_BW_KCH + off), fg_desc_kmajor(sq_st + c * FG_BW_QCH + off),
-                        kk > 0 ? 1u : 0u);
+            fg_wgmma_st(s, fg_desc_hi | kdesc[kk], fg_desc_kmajor(sq_st + c * FG_BW_QCH + off), kk > 0 ? 1u : 0u);
         };
         auto issue_dp = [&](int kk) {
             const u32 c = kk / 4, off = (kk % 4) * 32;
-            fg_wgmma_st(dp, fg_desc_kmajor(vw + c * FG_BW_KCH + off), fg_desc_kmajor(sdo_st + c * FG_BW_QCH + off),
-                        kk > 0 ? 1u : 0u);
+            fg_wgmma_st(dp, fg_desc_hi | vdesc[kk], fg_desc_kmajor(sdo_st + c * FG_BW_QCH + off), kk > 0 ? 1u : 0u);
         };
         // dS^T of n8 tiles nt - 1 and nt (nt odd) to its tile, 16-bit, with one stmatrix: matrix j = 2 (tile
         // - nt + 1) + h holds keys krow0 - g + 8 h + 0..7 x that tile's 8 queries, whose row addresses (one
@@ -312,9 +326,48 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
         }
         if (wg == 0) fg_mbar_arrive(bar_empty(st)); // done with stage st (its Q, dO, LSE and D)
     }
-    if (wtid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); // smem stays till read
+    // The bulk adds have read their staging once wait_group.read returns; the CTA may then exit (its async
+    // operations complete before the grid does, as for any store).
+    if (wtid == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
 
-    // dK, dV out (fg_bwd_store_dkdv): rows krow0 (+ 8), columns 8 i + 2 t.
+    if (p.dkv_accum == 0) {
+        // dK (times the softmax scale) and dV in the output dtype, staged by stmatrix in this warpgroup's own
+        // shared memory, dV in its 64 rows of the V tile (only its own dP^T read them), dK in its dQ staging
+        // (its last bulk add has read it), then out as whole 16-byte units, consecutive threads along a row.
+        // (Before: 4-byte stores straight from the fragments, 8 rows a warp instruction.)
+        const u32 dk_st = dqw, dv_st = s_v; // dV: rows wg * 64 .. of the V tile's layout
+        const u32 st_row = (u32)(wq * 16 + lane % 8 + 8 * ((lane / 8) % 2)); // this lane's row of 64
+        fg_named_sync(1 + wg, 128); // every thread of the warpgroup past its last wgmma and the wait above
+#pragma unroll
+        for (int i = 0; i < FG_BW_DN; i += 2) {
+            const int ch = i + lane / 16;
+            asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
+                             dk_st + fg_tile_offset<FG_HEAD_DIM / 8>((int)st_row, ch, 64)),
+                         "r"(fg_pack2(dk[i][0] * p.softmax_scale, dk[i][1] * p.softmax_scale)),
+                         "r"(fg_pack2(dk[i][2] * p.softmax_scale, dk[i][3] * p.softmax_scale)),
+                         "r"(fg_pack2(dk[i + 1][0] * p.softmax_scale, dk[i + 1][1] * p.softmax_scale)),
+                         "r"(fg_pack2(dk[i + 1][2] * p.softmax_scale, dk[i + 1][3] * p.softmax_scale))
+                         : "memory");
+            asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
+                             dv_st + fg_tile_offset<FG_HEAD_DIM / 8>(wg * 64 + (int)st_row, ch, FG_BLOCK_N)),
+                         "r"(fg_pack2(dv[i][0], dv[i][1])), "r"(fg_pack2(dv[i][2], dv[i][3])),
+                         "r"(fg_pack2(dv[i + 1][0], dv[i + 1][1])), "r"(fg_pack2(dv[i + 1][2], dv[i + 1][3]))
+                         : "memory");
+        }
+        fg_named_sync(1 + wg, 128);
+        constexpr int CH = FG_HEAD_DIM / 8; // 16-byte units of a row
+#pragma unroll
+        for (int u = wtid; u < 64 * CH; u += 128) {
+            const int r = u / CH, c = u % CH, key = n0 + wg * 64 + r;
+            if (key >= sk) continue;
+            const uint4 xk = *(const uint4 *)(base + (dk_st - s_k) + fg_tile_offset<CH>(r, c, 64));
+            const uint4 xv = *(const uint4 *)(base + (dv_st - s_k) + fg_tile_offset<CH>(wg * 64 + r, c, FG_BLOCK_N));
+            *(uint4 *)((u16 *)p.dk + batch * p.dk_stride[0] + (i64)key * p.dk_stride[1] + kv_head * p.dk_stride[2] + 8 * c) = xk;
+            *(uint4 *)((u16 *)p.dv + batch * p.dv_stride[0] + (i64)key * p.dv_stride[1] + kv_head * p.dv_stride[2] + 8 * c) = xv;
+        }
+        return;
+    }
+    // GQA: fp32 per query head (fg_bwd_store_dkdv): rows krow0 (+ 8), columns 8 i + 2 t.
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int key = n0 + krow0 + 8 * h;
