@@ -80,8 +80,7 @@ variants {
 -- bytes (generator/tile_policy.c), which a bundle refuses unless given --allow-spills, so here those
 -- compile at first use, as does the deterministic mode (deterministic = true). On sm_90 dispatch runs
 -- the mma.sync kernel's TMA-load variants (tma = true) wherever the tensors allow it, the cp.async ones
--- for the rest; the causal TMA-load ones spill 4 bytes, so only the non-causal are here.
--- 2 x 2 x 2 + 2 = 10 variants.
+-- for the rest. 3 x 2 x 2 = 12 variants.
 variants {
     kind = "bwd",
     arch = {"sm_80", "sm_90"},
@@ -94,5 +93,6 @@ variants {
     arch = "sm_90",
     dtype = {"fp16", "bf16"},
     head_dim = 64,
+    causal = {false, true},
     tma = true,
 }
