@@ -321,6 +321,27 @@ __device__ __forceinline__ void fg_bwd_store_dkdv(const fg_bwd_params &p, int ba
     }
 }
 
+// dK and dV rows staged in shared memory (16-bit, fg_tile_offset layouts: dK rows rk0.. of a tile of RK
+// rows at dk_tile, dV rows rv0.. of a tile of RV rows at dv_tile; generic pointers) out to the outputs as
+// whole 16-byte units, consecutive threads (thread of nthreads) along a row: keys key0 .. key0 + ROWS - 1,
+// those below sk. Both main kernels end with it for MHA (4-byte stores from the fragments, 8 rows a warp
+// instruction, were 3.3-3.6% slower overall and 5-11% at 512; bench/results/2026-11-29-h200-session10/).
+template <int ROWS, int RK, int RV>
+__device__ __forceinline__ void fg_bwd_dkdv_out(const fg_bwd_params &p, int batch, int kv_head, int sk, int key0,
+                                                const unsigned char *dk_tile, int rk0, const unsigned char *dv_tile,
+                                                int rv0, int thread, int nthreads) {
+    constexpr int CH = FG_HEAD_DIM / 8; // 16-byte units of a row
+#pragma unroll
+    for (int u = thread; u < ROWS * CH; u += nthreads) {
+        const int r = u / CH, c = u % CH, key = key0 + r;
+        if (key >= sk) continue;
+        const uint4 xk = *(const uint4 *)(dk_tile + fg_tile_offset<CH>(rk0 + r, c, RK));
+        const uint4 xv = *(const uint4 *)(dv_tile + fg_tile_offset<CH>(rv0 + r, c, RV));
+        *(uint4 *)((u16 *)p.dk + batch * p.dk_stride[0] + (i64)key * p.dk_stride[1] + kv_head * p.dk_stride[2] + 8 * c) = xk;
+        *(uint4 *)((u16 *)p.dv + batch * p.dv_stride[0] + (i64)key * p.dv_stride[1] + kv_head * p.dv_stride[2] + 8 * c) = xv;
+    }
+}
+
 #if !FG_WGMMA_BWD // the sm_90a backward's main kernel is bwd_sm90.cuh's
 static_assert(!FG_BWD_TMA || (FG_DQ_STAGED && FG_HEAD_DIM % 64 == 0 && FG_BLOCK_M % 64 == 0),
               "tma=1: 64-column, 64-row boxes; sm_90+");
@@ -593,9 +614,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
 
     if (p.dkv_accum == 0) {
         // dK (times the softmax scale) and dV in the output dtype, staged in the K and V tiles (free once
-        // every warp is past its last products), then out as whole 16-byte units, consecutive threads along
-        // a row. (Before: 4-byte stores from the fragments, 8 rows a warp instruction; the sm_90a kernel's
-        // same change measured 1.036x, bwd_sm90.cuh.) GQA writes fp32 per query head below.
+        // every warp is past its last products), then out by fg_bwd_dkdv_out (H200, bf16: 1.033x at d 64
+        // and 128, 1.012x at d 256). GQA writes fp32 per query head below.
         constexpr int CH = FG_HEAD_DIM / 8; // 16-byte units of a row
         __syncthreads();
 #pragma unroll
@@ -611,14 +631,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
                     *(u32 *)(smem + (s_v - s_k) + off) = fg_pack2(dv[a][i][2 * h], dv[a][i][2 * h + 1]);
                 }
         __syncthreads();
-        for (int u = tid; u < FG_BLOCK_N * CH; u += FG_THREADS) {
-            const int r = u / CH, c = u % CH, key = n0 + r;
-            if (key >= sk) continue;
-            const u32 off = fg_tile_offset<CH>(r, c, FG_BLOCK_N);
-            const uint4 xk = *(const uint4 *)(smem + off), xv = *(const uint4 *)(smem + (s_v - s_k) + off);
-            *(uint4 *)((u16 *)p.dk + batch * p.dk_stride[0] + (i64)key * p.dk_stride[1] + kv_head * p.dk_stride[2] + 8 * c) = xk;
-            *(uint4 *)((u16 *)p.dv + batch * p.dv_stride[0] + (i64)key * p.dv_stride[1] + kv_head * p.dv_stride[2] + 8 * c) = xv;
-        }
+        fg_bwd_dkdv_out<FG_BLOCK_N, FG_BLOCK_N, FG_BLOCK_N>(p, batch, kv_head, sk, n0, smem, 0, smem + (s_v - s_k), 0, tid,
+                                                            FG_THREADS);
         return;
     }
     // GQA: fp32 per query head (fg_bwd_store_dkdv).

@@ -333,8 +333,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     if (p.dkv_accum == 0) {
         // dK (times the softmax scale) and dV in the output dtype, staged by stmatrix in this warpgroup's own
         // shared memory, dV in its 64 rows of the V tile (only its own dP^T read them), dK in its dQ staging
-        // (its last bulk add has read it), then out as whole 16-byte units, consecutive threads along a row.
-        // (Before: 4-byte stores straight from the fragments, 8 rows a warp instruction.)
+        // (its last bulk add has read it), then out by fg_bwd_dkdv_out (bwd_sm80.cuh).
         const u32 dk_st = dqw, dv_st = s_v; // dV: rows wg * 64 .. of the V tile's layout
         const u32 st_row = (u32)(wq * 16 + lane % 8 + 8 * ((lane / 8) % 2)); // this lane's row of 64
         fg_named_sync(1 + wg, 128); // every thread of the warpgroup past its last wgmma and the wait above
@@ -355,16 +354,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
                          : "memory");
         }
         fg_named_sync(1 + wg, 128);
-        constexpr int CH = FG_HEAD_DIM / 8; // 16-byte units of a row
-#pragma unroll
-        for (int u = wtid; u < 64 * CH; u += 128) {
-            const int r = u / CH, c = u % CH, key = n0 + wg * 64 + r;
-            if (key >= sk) continue;
-            const uint4 xk = *(const uint4 *)(base + (dk_st - s_k) + fg_tile_offset<CH>(r, c, 64));
-            const uint4 xv = *(const uint4 *)(base + (dv_st - s_k) + fg_tile_offset<CH>(wg * 64 + r, c, FG_BLOCK_N));
-            *(uint4 *)((u16 *)p.dk + batch * p.dk_stride[0] + (i64)key * p.dk_stride[1] + kv_head * p.dk_stride[2] + 8 * c) = xk;
-            *(uint4 *)((u16 *)p.dv + batch * p.dv_stride[0] + (i64)key * p.dv_stride[1] + kv_head * p.dv_stride[2] + 8 * c) = xv;
-        }
+        fg_bwd_dkdv_out<64, 64, FG_BLOCK_N>(p, batch, kv_head, sk, n0 + wg * 64, base + (dk_st - s_k), 0, base + (dv_st - s_k),
+                                            wg * 64, wtid, 128);
         return;
     }
     // GQA: fp32 per query head (fg_bwd_store_dkdv): rows krow0 (+ 8), columns 8 i + 2 t.
