@@ -78,9 +78,11 @@ variants {
 -- The backward pass (kind "bwd": three kernels, templates/bwd_sm80.cuh), mma.sync on every target (on
 -- Hopper its arch is sm_90), fp16/bf16, head_dim 64. The wide tiles of head_dim 96 and 128 spill a few
 -- bytes (generator/tile_policy.c), which a bundle refuses unless given --allow-spills, so here those
--- compile at first use, as does the deterministic mode (deterministic = true). On sm_90 dispatch runs
--- the mma.sync kernel's TMA-load variants (tma = true) wherever the tensors allow it, the cp.async ones
--- for the rest. 3 x 2 x 2 = 12 variants.
+-- compile at first use, as does the deterministic mode (deterministic = true). On an H100/H200 the
+-- backward at head_dim 64 runs the sm_90a kernel (not listed here: it compiles at first use); the
+-- mma.sync kernel runs there for the deterministic mode, with FLASHGEN_WGMMA_BWD=0 and for views TMA
+-- cannot read; it takes its TMA-load variants (tma = true) where the tensors allow them, else the
+-- cp.async ones. 3 x 2 x 2 = 12 variants.
 variants {
     kind = "bwd",
     arch = {"sm_80", "sm_90"},

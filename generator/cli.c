@@ -90,8 +90,9 @@ static const char usage_main[] =
     "                      (head, batch) pairs together; 1 is head by head (for measuring the choice)\n"
     "  FLASHGEN_WGMMA_BWD  0: backward calls on an H100/H200 at head_dim 64/128, not deterministic, run the\n"
     "                      mma.sync kernel instead of the sm_90a (wgmma) one, to measure one against the other\n"
-    "  FLASHGEN_BWD_TMA    0: the mma.sync backward on sm_90+ loads K, V, Q, dO by cp.async instead of TMA\n"
-    "                      (the tma=1 variants it runs at head_dim 64/128 where the tensors allow it)\n"
+    "  FLASHGEN_BWD_TMA    0: the mma.sync backward on sm_90 loads K, V, Q, dO by cp.async instead of TMA\n"
+    "                      (the tma=1 variants it runs at head_dim 64/128 where the tensors allow it);\n"
+    "                      1: TMA loads on newer archs too, where they have not been measured yet\n"
     "\n"
     "exit status: 0 on success, 1 on failure (stderr says what failed and why), 2 on a usage error.\n";
 

@@ -191,7 +191,7 @@ static int cfg_call_line(lua_State *L) {
  * kind, dtype and head_dim are required, and arch unless an arch override is set; causal defaults to
  * false and tile fields to unset; out (the output dtype of fp8 variants) defaults to bf16 and is ignored
  * by 16-bit variants, which write O in their own dtype; deterministic and tma (kind "bwd" only: the
- * mma.sync kernel's TMA loads, what dispatch runs on sm_90 at head_dim 64/128) default to false. The
+ * mma.sync kernel's TMA loads, which dispatch takes on sm_90 at head_dim 64/128) default to false. The
  * product varies the last field fastest, in the order kind, arch, dtype, head_dim, causal, block_m,
  * block_n, warps, stages, out, deterministic, tma. */
 static int cfg_variants(lua_State *L) {
@@ -263,9 +263,11 @@ static int cfg_variants(lua_State *L) {
         it->spec.warps = f[7].v[idx[7]];
         it->spec.stages = f[8].v[idx[8]];
         it->spec.deterministic = it->spec.kind == FG_KIND_BWD ? f[10].v[idx[10]] : 0;
-        /* Under an arch override (flashgen bundle --arch) a TMA-load variant retargeted before sm_90 becomes
-         * the cp.async one, which is what dispatch runs there; listed for such an arch itself it is refused. */
-        it->spec.tma = it->spec.kind == FG_KIND_BWD && !(b->arch_override.n > 0 && it->spec.arch < 90)
+        /* Under an arch override (flashgen bundle --arch) a TMA-load variant retargeted before sm_90 or to
+         * sm_90a (the wgmma family, which loads by TMA anyway) becomes the plain one; listed for such an
+         * arch itself it is refused. */
+        it->spec.tma = it->spec.kind == FG_KIND_BWD &&
+                               !(b->arch_override.n > 0 && (it->spec.arch < 90 || it->spec.arch_accel))
                            ? f[11].v[idx[11]] : 0;
         if (!spec_dtype_is_fp8(it->spec.dtype)) /* 16-bit variants write O in their dtype */
             it->spec.out_dtype = it->spec.dtype;

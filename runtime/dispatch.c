@@ -732,6 +732,17 @@ static void bwd_workspace_layout(const fg_bwd_args *a, bwd_layout *L) {
 
 /* The backward variant for a call: kind bwd, the device's arch (the mma.sync family: sm_90, not sm_90a,
  * on Hopper), the call's dtype, head_dim, mask and mode; tiles from the tile policy. */
+/* 1 when the variant's code is in the memory or disk cache or a loaded bundle (a lookup that compiles and
+ * loads nothing). */
+static int in_cache_or_bundle(fg_context *ctx, const fg_spec *s) {
+    fg_error quiet;
+    origin from = FROM_JIT;
+    pthread_mutex_lock(&ctx->lock);
+    const fg_status st = get_kernel(ctx, s, 1, &from, NULL, &quiet);
+    pthread_mutex_unlock(&ctx->lock);
+    return st == FG_OK && from != FROM_JIT;
+}
+
 static fg_status choose_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec *s, fg_error *err) {
     memset(s, 0, sizeof *s);
     s->kind = FG_KIND_BWD;
@@ -755,7 +766,15 @@ static fg_status choose_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec 
     if (!s->arch_accel && ctx->bwd_tma && tma_ok && (s->head_dim == 64 || s->head_dim == 128) && s->block_m % 64 == 0) {
         s->tma = 1;
         fg_error quiet;
-        if (check_runnable(ctx, s, &quiet) == FG_OK) return FG_OK;
+        if (check_runnable(ctx, s, &quiet) == FG_OK) {
+            /* Strict mode compiles nothing: a cache or bundle holding only the cp.async variant (one built
+             * before tma=1 was the default, or from a config without tma = true) still serves the call. */
+            if (!ctx->opt.strict || in_cache_or_bundle(ctx, s)) return FG_OK;
+            s->tma = 0;
+            if (in_cache_or_bundle(ctx, s)) return check_runnable(ctx, s, err);
+            s->tma = 1;
+            return FG_OK;
+        }
         s->tma = 0;
     }
     return check_runnable(ctx, s, err);

@@ -42,8 +42,9 @@ struct fg_context {
     int wgmma_bwd;               /* backward calls the sm_90a kernel takes (head_dim 64/128, not deterministic) run it
                                     on a wgmma-capable 9.0 device, unless FLASHGEN_WGMMA_BWD=0 (which sends them to the
                                     mma.sync kernel, to measure one against the other) */
-    int bwd_tma;                 /* sm_90+ unless FLASHGEN_BWD_TMA=0: the mma.sync backward's tma=1 variants (TMA
-                                    loads) for calls whose Q, K, V, dO TMA can read, at head_dim 64/128 */
+    int bwd_tma;                 /* sm_90 unless FLASHGEN_BWD_TMA=0 (newer: =1): the mma.sync backward's tma=1
+                                    variants (TMA loads) for calls whose Q, K, V, dO TMA can read, at
+                                    head_dim 64/128 */
     int sm_count;                /* multiprocessors */
     int l2_bytes;                /* L2 cache size (0 when the driver does not say) */
     size_t smem_optin;           /* max dynamic shared memory per block (opt-in) */

@@ -20,8 +20,9 @@
 //                       accumulator in fragment order, fg_dq_index),
 //                       on earlier targets by fp32 atomics from the fragments. In the deterministic mode
 //                       the key blocks add in ascending order, one after another, through a semaphore per
-//                       query block. dK (times the softmax scale) and dV go straight to the outputs (MHA) or,
-//                       when query heads share a KV head (GQA), to an fp32 buffer per query head.
+//                       query block. dK (times the softmax scale) and dV go to the outputs through the K and
+//                       V tiles (MHA; fg_bwd_dkdv_out) or, when query heads share a KV head (GQA), from the
+//                       fragments to an fp32 buffer per query head.
 //   fg_bwd_post_kernel  dQ = accumulator * scale in the output dtype; with GQA, dK and dV = the sum over
 //                       the query heads of a KV head, in head order (so GQA needs no atomics).
 // Working on S^T (keys as rows) gives P^T and dS^T the row layout the dV and dK products take as A

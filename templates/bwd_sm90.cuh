@@ -143,7 +143,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     const int krow0 = wg * 64 + wq * 16 + g; // this thread's key rows in the block: krow0, krow0 + 8
     // The K and V operands' descriptors (low words) for the S^T and dP^T k steps, computed once and kept
     // opaque to ptxas, which would otherwise recompute them in the loop when the code after it changes.
-    const u64 fg_desc_hi = fg_desc_kmajor(0) & ~0xFFFFFFFFull;
+    const u64 desc_hi = fg_desc_kmajor(0) & ~0xFFFFFFFFull;
     u32 kdesc[FG_HEAD_DIM / 16], vdesc[FG_HEAD_DIM / 16];
 #pragma unroll
     for (int kk = 0; kk < FG_HEAD_DIM / 16; kk++) {
@@ -177,11 +177,11 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
         float s[FG_BW_QT][4], dp[FG_BW_QT][4];
         auto issue_s = [&](int kk) {
             const u32 c = kk / 4, off = (kk % 4) * 32; // chunk of 64 columns, 32 bytes a k step inside it
-            fg_wgmma_st(s, fg_desc_hi | kdesc[kk], fg_desc_kmajor(sq_st + c * FG_BW_QCH + off), kk > 0 ? 1u : 0u);
+            fg_wgmma_st(s, desc_hi | kdesc[kk], fg_desc_kmajor(sq_st + c * FG_BW_QCH + off), kk > 0 ? 1u : 0u);
         };
         auto issue_dp = [&](int kk) {
             const u32 c = kk / 4, off = (kk % 4) * 32;
-            fg_wgmma_st(dp, fg_desc_hi | vdesc[kk], fg_desc_kmajor(sdo_st + c * FG_BW_QCH + off), kk > 0 ? 1u : 0u);
+            fg_wgmma_st(dp, desc_hi | vdesc[kk], fg_desc_kmajor(sdo_st + c * FG_BW_QCH + off), kk > 0 ? 1u : 0u);
         };
         // dS^T of n8 tiles nt - 1 and nt (nt odd) to its tile, 16-bit, with one stmatrix: matrix j = 2 (tile
         // - nt + 1) + h holds keys krow0 - g + 8 h + 0..7 x that tile's 8 queries, whose row addresses (one

@@ -1660,6 +1660,60 @@ Test(bwd, tma_unready_views_take_mma_sync, .timeout = 300) {
     gpu_close(&env);
 }
 
+/* Strict mode with a bundle that holds the mma.sync backward's cp.async variant only (one built before the
+ * TMA-load variants were the sm_90 default, or from a config without tma = true): dispatch takes it rather
+ * than refusing the call for want of the tma=1 variant; the gradients are checked. sm_90 only. */
+Test(bwd, strict_mode_takes_a_bundled_cp_async_variant, .timeout = 300) {
+    setenv("FLASHGEN_WGMMA_BWD", "0", 1);
+    unsetenv("FLASHGEN_BWD_TMA");
+    gpu_env env;
+    gpu_open(&env);
+    const int cc = gpu_cc(&env);
+    if (cc != 90) {
+        gpu_close(&env);
+        cr_skip_test("the TMA-load backward is the default on compute capability 9.0 only (this one: sm_%d)", cc);
+    }
+    fwd_case c = mk(FG_DTYPE_BF16, 1, 200, 200, 2, 2, 64, 0);
+    bwd_run r;
+    bwd_setup(&env, &r, &c, 0);
+    fg_context *strict = extra_context(NULL, 1, NULL, NULL);
+    char text[2048];
+    cr_assert_eq(fg_explain_bwd(strict, &r.args, text, sizeof text), FG_OK, "%s", fg_last_error(strict));
+    cr_assert(strstr(text, ",tma=1,") && strstr(text, "code: in no cache or bundle"), "%s", text);
+    const size_t len = strcspn(text + 8, "\n");
+    char name[FG_SPEC_NAME_MAX];
+    cr_assert_lt(len, sizeof name);
+    memcpy(name, text + 8, len);
+    name[len] = '\0';
+    fg_spec s;
+    fg_error e;
+    cr_assert_eq(spec_parse(name, &s, &e), FG_OK, "%s", e.msg);
+    s.tma = 0;
+    cr_assert_gt(spec_format(&s, name, sizeof name), 0);
+    fg_compile_result cres;
+    cr_assert_eq(compile_spec(&s, 0, &cres, &e), FG_OK, "%s", e.msg);
+    fg_bundle b = {0};
+    cr_assert_eq(bundle_add(&b, name, cres.cubin, cres.cubin_size, &e), FG_OK, "%s", e.msg);
+    uint8_t *bytes;
+    size_t nbytes;
+    cr_assert_eq(bundle_serialize(&b, &bytes, &nbytes, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(fg_bundle_load_memory(strict, bytes, nbytes), FG_OK, "%s", fg_last_error(strict));
+    cr_assert_eq(fg_explain_bwd(strict, &r.args, text, sizeof text), FG_OK, "%s", fg_last_error(strict));
+    cr_assert(strncmp(text + 8, name, strlen(name)) == 0 && strstr(text, "code: a loaded bundle"), "%s", text);
+    fg_context *own = env.ctx;
+    env.ctx = strict;
+    bwd_launch(&env, &r);
+    env.ctx = own;
+    bwd_verify(&r);
+    fprintf(stderr, "gpu_bwd: strict mode served %s from a bundle\n", name);
+    free(bytes);
+    bundle_free(&b);
+    compile_result_free(&cres);
+    fg_context_destroy(strict);
+    bwd_free(&env, &r);
+    gpu_close(&env);
+}
+
 Test(bwd, bad_arguments_are_refused, .timeout = 300) {
     gpu_env env;
     gpu_open(&env);

@@ -893,6 +893,11 @@ Test(config, default_config_loads_and_validates) {
     for (int i = 0; i < cfg.count; i++) /* the TMA-load backward variants retargeted: the cp.async ones */
         cr_assert(spec_validate(&cfg.variants[i], &err) == FG_OK && !cfg.variants[i].tma, "%s", err.msg);
     config_free(&cfg);
+    /* and for sm_90a (the README's --arch sm_89,sm_90a example): the wgmma family takes no tma key */
+    cr_assert_eq(config_load_file("configs/default.lua", "sm_89,sm_90a", &cfg, &err), FG_OK, "%s", err.msg);
+    for (int i = 0; i < cfg.count; i++)
+        cr_assert(spec_validate(&cfg.variants[i], &err) == FG_OK && !cfg.variants[i].tma, "%s", err.msg);
+    config_free(&cfg);
 }
 
 Test(config, missing_file_is_io_error) {
