@@ -1183,6 +1183,25 @@ static void explained_variant(fg_context *ctx, const fg_fwd_args *a, char *name,
     name[len] = '\0';
 }
 
+/* Compiles the variant s ahead of time into an in-memory bundle, as `flashgen bundle` does, and loads it
+ * into ctx (which copies the bytes). */
+static void bundle_one_into(fg_context *ctx, const fg_spec *s) {
+    char name[FG_SPEC_NAME_MAX];
+    cr_assert_gt(spec_format(s, name, sizeof name), 0);
+    fg_error e;
+    fg_compile_result cres;
+    cr_assert_eq(compile_spec(s, 0, &cres, &e), FG_OK, "%s", e.msg);
+    fg_bundle b = {0};
+    cr_assert_eq(bundle_add(&b, name, cres.cubin, cres.cubin_size, &e), FG_OK, "%s", e.msg);
+    uint8_t *bytes;
+    size_t nbytes;
+    cr_assert_eq(bundle_serialize(&b, &bytes, &nbytes, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(fg_bundle_load_memory(ctx, bytes, nbytes), FG_OK, "%s", fg_last_error(ctx));
+    free(bytes);
+    bundle_free(&b);
+    compile_result_free(&cres);
+}
+
 /* Runs r with ctx in place of env's own context, then checks every element. */
 static void launch_and_verify_with(gpu_env *env, fg_context *ctx, fwd_run *r) {
     fg_context *own = env->ctx;
@@ -1213,26 +1232,16 @@ Test(runtime, strict_mode_refuses_a_missing_variant_and_a_bundle_provides_it, .t
     dbuf_download(&env, &r.o);
     check_untouched(&r.o, "O");
 
-    /* Compile exactly that variant ahead of time into an in-memory bundle, as `flashgen bundle` does. */
+    /* Compile exactly that variant ahead of time into an in-memory bundle. */
     fg_spec s;
     fg_error e;
     cr_assert_eq(spec_parse(name, &s, &e), FG_OK, "%s", e.msg);
-    fg_compile_result cr;
-    cr_assert_eq(compile_spec(&s, 0, &cr, &e), FG_OK, "%s", e.msg);
-    fg_bundle b = {0};
-    cr_assert_eq(bundle_add(&b, name, cr.cubin, cr.cubin_size, &e), FG_OK, "%s", e.msg);
-    uint8_t *bytes;
-    size_t nbytes;
-    cr_assert_eq(bundle_serialize(&b, &bytes, &nbytes, &e), FG_OK, "%s", e.msg);
-    cr_assert_eq(fg_bundle_load_memory(strict, bytes, nbytes), FG_OK, "%s", fg_last_error(strict));
+    bundle_one_into(strict, &s);
     explained_variant(strict, &r.args, name, sizeof name, text, sizeof text);
     cr_assert(strstr(text, "code: a loaded bundle"), "fg_explain should name the bundle: %s", text);
     launch_and_verify_with(&env, strict, &r);
     fprintf(stderr, "gpu_fwd: strict mode: refused before the bundle, served from it after\n");
 
-    free(bytes);
-    bundle_free(&b);
-    compile_result_free(&cr);
     fg_context_destroy(strict);
     run_free(&env, &r);
     gpu_close(&env);
@@ -1690,14 +1699,7 @@ Test(bwd, strict_mode_takes_a_bundled_cp_async_variant, .timeout = 300) {
     cr_assert_eq(spec_parse(name, &s, &e), FG_OK, "%s", e.msg);
     s.tma = 0;
     cr_assert_gt(spec_format(&s, name, sizeof name), 0);
-    fg_compile_result cres;
-    cr_assert_eq(compile_spec(&s, 0, &cres, &e), FG_OK, "%s", e.msg);
-    fg_bundle b = {0};
-    cr_assert_eq(bundle_add(&b, name, cres.cubin, cres.cubin_size, &e), FG_OK, "%s", e.msg);
-    uint8_t *bytes;
-    size_t nbytes;
-    cr_assert_eq(bundle_serialize(&b, &bytes, &nbytes, &e), FG_OK, "%s", e.msg);
-    cr_assert_eq(fg_bundle_load_memory(strict, bytes, nbytes), FG_OK, "%s", fg_last_error(strict));
+    bundle_one_into(strict, &s);
     cr_assert_eq(fg_explain_bwd(strict, &r.args, text, sizeof text), FG_OK, "%s", fg_last_error(strict));
     cr_assert(strncmp(text + 8, name, strlen(name)) == 0 && strstr(text, "code: a loaded bundle"), "%s", text);
     fg_context *own = env.ctx;
@@ -1706,9 +1708,6 @@ Test(bwd, strict_mode_takes_a_bundled_cp_async_variant, .timeout = 300) {
     env.ctx = own;
     bwd_verify(&r);
     fprintf(stderr, "gpu_bwd: strict mode served %s from a bundle\n", name);
-    free(bytes);
-    bundle_free(&b);
-    compile_result_free(&cres);
     fg_context_destroy(strict);
     bwd_free(&env, &r);
     gpu_close(&env);
