@@ -138,20 +138,14 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
             if ((st = spec_dtype_parse(val, &s.dtype, err)) != FG_OK) return st;
             break;
         case K_CAUSAL:
-            if (strcmp(val, "0") == 0 || strcmp(val, "false") == 0) s.causal = 0;
-            else if (strcmp(val, "1") == 0 || strcmp(val, "true") == 0) s.causal = 1;
-            else return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: causal must be 0 or 1, got '%s'", val);
-            break;
         case K_DET:
-            if (strcmp(val, "0") == 0 || strcmp(val, "false") == 0) s.deterministic = 0;
-            else if (strcmp(val, "1") == 0 || strcmp(val, "true") == 0) s.deterministic = 1;
-            else return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: deterministic must be 0 or 1, got '%s'", val);
+        case K_TMA: {
+            int *flag = k == K_CAUSAL ? &s.causal : k == K_DET ? &s.deterministic : &s.tma;
+            if (strcmp(val, "0") == 0 || strcmp(val, "false") == 0) *flag = 0;
+            else if (strcmp(val, "1") == 0 || strcmp(val, "true") == 0) *flag = 1;
+            else return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: %s must be 0 or 1, got '%s'", key, val);
             break;
-        case K_TMA:
-            if (strcmp(val, "0") == 0 || strcmp(val, "false") == 0) s.tma = 0;
-            else if (strcmp(val, "1") == 0 || strcmp(val, "true") == 0) s.tma = 1;
-            else return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: tma must be 0 or 1, got '%s'", val);
-            break;
+        }
         case K_OUT:
             if (strcmp(val, "fp16") == 0) s.out_dtype = FG_DTYPE_F16;
             else if (strcmp(val, "bf16") == 0) s.out_dtype = FG_DTYPE_BF16;
@@ -218,8 +212,6 @@ int spec_is_wgmma(const fg_spec *spec) { return spec->kind == FG_KIND_FWD && spe
 int spec_is_wgmma_bwd(const fg_spec *spec) { return spec->kind == FG_KIND_BWD && spec->arch == 90 && spec->arch_accel; }
 
 int spec_bwd_sm90_dq_n(const fg_spec *spec) { return spec->head_dim == 128 ? 64 : spec->head_dim; }
-
-
 
 /* bwd_sm80.cuh's main kernel: K and V tiles (block_n rows), two stages of Q and dO (block_m rows), the
  * P^T and dS^T tiles (block_n x block_m, 16-bit), two stages of the LSE and D rows (block_m floats each)

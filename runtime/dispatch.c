@@ -402,6 +402,12 @@ int rt_causal_group(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *
     return (int)g;
 }
 
+/* The sm_90a family's tiles: query blocks x heads x batch (rt_launch_grid, and launch's one-CTA-a-tile
+ * fallback when no counter can be had). */
+static int64_t wgmma_tiles(const fg_spec *s, const fg_fwd_args *a) {
+    return (a->q.shape[1] + s->block_m - 1) / s->block_m * a->q.shape[2] * a->q.shape[0];
+}
+
 /* The grid of a launch. The mma.sync family: (query blocks, heads, batch). The sm_90a family: tiles in a
  * 1-d grid, persistent: one CTA an SM, each CTA's producer taking its next tile from a per-stream counter
  * (FlashAttention-3's dynamic schedule; FG_GRID_DYNAMIC, the counter from tile_counter_for), longest first
@@ -412,12 +418,6 @@ int rt_causal_group(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *
  * do not run at one speed: the counter measured 1.0097x the fixed stride over the 18 bf16 non-causal
  * configs (bench/results/2026-11-29-h200-session8). FLASHGEN_SM90_GRID=tiles|persistent (a stride)
  * forces the others, for measuring. Returns the FG_GRID_* mode. */
-/* The sm_90a family's tiles: query blocks x heads x batch (rt_launch_grid, and launch's one-CTA-a-tile
- * fallback when no counter can be had). */
-static int64_t wgmma_tiles(const fg_spec *s, const fg_fwd_args *a) {
-    return (a->q.shape[1] + s->block_m - 1) / s->block_m * a->q.shape[2] * a->q.shape[0];
-}
-
 int rt_launch_grid(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a, int group, unsigned grid[3]) {
     int64_t m_blocks = (a->q.shape[1] + s->block_m - 1) / s->block_m;
     grid[0] = (unsigned)m_blocks;
@@ -730,19 +730,22 @@ static void bwd_workspace_layout(const fg_bwd_args *a, bwd_layout *L) {
     L->total = off;
 }
 
-/* The backward variant for a call: kind bwd, the device's arch (the mma.sync family: sm_90, not sm_90a,
- * on Hopper), the call's dtype, head_dim, mask and mode; tiles from the tile policy. */
-/* 1 when the variant's code is in the memory or disk cache or a loaded bundle (a lookup that compiles and
- * loads nothing). */
-static int in_cache_or_bundle(fg_context *ctx, const fg_spec *s) {
-    fg_error quiet;
+/* Where the variant's code would come from, without compiling or loading anything: FROM_MEMORY costs a
+ * name lookup; with deep set, the disk cache and the loaded bundles are looked up too (which emits the
+ * source to key the cache), else anything not loaded is FROM_JIT. */
+static origin code_origin(fg_context *ctx, const fg_spec *s, int deep) {
+    char name[FG_SPEC_NAME_MAX];
     origin from = FROM_JIT;
+    fg_error quiet;
     pthread_mutex_lock(&ctx->lock);
-    const fg_status st = get_kernel(ctx, s, 1, &from, NULL, &quiet);
+    if (!deep) from = spec_format(s, name, sizeof name) >= 0 && find_loaded(ctx, name) ? FROM_MEMORY : FROM_JIT;
+    else if (get_kernel(ctx, s, 1, &from, NULL, &quiet) != FG_OK) from = FROM_JIT;
     pthread_mutex_unlock(&ctx->lock);
-    return st == FG_OK && from != FROM_JIT;
+    return from;
 }
 
+/* The backward variant for a call: kind bwd, the device's arch (the mma.sync family: sm_90, not sm_90a,
+ * on Hopper), the call's dtype, head_dim, mask and mode; tiles from the tile policy. */
 static fg_status choose_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec *s, fg_error *err) {
     memset(s, 0, sizeof *s);
     s->kind = FG_KIND_BWD;
@@ -768,11 +771,16 @@ static fg_status choose_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec 
         fg_error quiet;
         if (check_runnable(ctx, s, &quiet) == FG_OK) {
             /* Strict mode compiles nothing: a cache or bundle holding only the cp.async variant (one built
-             * before tma=1 was the default, or from a config without tma = true) still serves the call. */
-            if (!ctx->opt.strict || in_cache_or_bundle(ctx, s)) return FG_OK;
-            s->tma = 0;
-            if (in_cache_or_bundle(ctx, s)) return check_runnable(ctx, s, err);
-            s->tma = 1;
+             * before tma=1 was the default, or from a config without tma = true) still serves the call.
+             * Loaded variants are checked first, so once one serves, later calls skip the deep lookups. */
+            if (!ctx->opt.strict || code_origin(ctx, s, 0) == FROM_MEMORY) return FG_OK;
+            fg_spec plain = *s;
+            plain.tma = 0;
+            if (code_origin(ctx, &plain, 0) == FROM_MEMORY ||
+                (code_origin(ctx, s, 1) == FROM_JIT && code_origin(ctx, &plain, 1) != FROM_JIT)) {
+                *s = plain;
+                return check_runnable(ctx, s, err);
+            }
             return FG_OK;
         }
         s->tma = 0;

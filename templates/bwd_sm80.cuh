@@ -569,12 +569,12 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         const u32 run = (u32)((qg * 16) * FG_HEAD_DIM + dslice * 16 * FG_DQ_W); // floats from the block's row 0
         float4 *sdq = (float4 *)(smem + (s_dq - s_k)) + run / 4;
         if (!FG_DETERMINISTIC) {
-            if (lane == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            if (lane == 0) fg_bulk_wait_read();
             __syncwarp();
         }
 #pragma unroll
         for (int i = 0; i < FG_DQT; i++) sdq[i * 32 + lane] = make_float4(dq[i][0], dq[i][1], dq[i][2], dq[i][3]);
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); // the bulk copies read these stores
+        fg_fence_proxy_async(); // the bulk copies read these stores
         __syncwarp();
         const float *dst = p.dq_accum + (bh * sq_pad + m0) * FG_HEAD_DIM + run;
         if (!FG_DETERMINISTIC) {
@@ -583,7 +583,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
             fg_bwd_wait_turn(p.dq_sem + bh * m_blocks + m, n_block, tid);
             if (lane == 0) {
                 fg_bulk_add_f32<16 * FG_DQ_W * 4>(dst, s_dq + run * 4);
-                asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+                fg_bulk_wait_all();
                 asm volatile("fence.proxy.async.global;" ::: "memory");
                 __threadfence();
             }
@@ -607,7 +607,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
 #endif
     }
 #if FG_DQ_STAGED
-    if (!FG_DETERMINISTIC && lane == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); // smem stays till read
+    if (!FG_DETERMINISTIC && lane == 0) fg_bulk_wait_all(); // smem stays till read
 #endif
 #if !FG_BWD_TMA
     fg_cp_async_wait<0>();

@@ -64,6 +64,13 @@ static_assert(FG_BW_DQ_COLS != FG_BW_DQ_ROWS, "dQ split one way");
 static_assert(64 * FG_HEAD_DIM * 2 <= FG_BW_DQ_BYTES, "a warpgroup's dK (16-bit) fits its dQ staging");
 static_assert(FG_HEAD_DIM % 64 == 0 && FG_HEAD_DIM <= 128, "128-byte swizzled chunks of 64 columns");
 
+// Two n8 tiles a, b of a thread's m64 accumulator rows (times `scale`, 16-bit) to shared memory by one
+// stmatrix: matrices a rows g, a rows g + 8, b rows g, b rows g + 8; `addr` is this lane's row address.
+__device__ __forceinline__ void fg_bw_stmatrix(u32 addr, const float (&a)[4], const float (&b)[4], float scale) {
+    fg_stmatrix_x4(addr, fg_pack2(a[0] * scale, a[1] * scale), fg_pack2(a[2] * scale, a[3] * scale),
+                   fg_pack2(b[0] * scale, b[1] * scale), fg_pack2(b[2] * scale, b[3] * scale));
+}
+
 extern "C" __global__ void __launch_bounds__(256, 1)
 fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constant__ fg_tma_params tm) {
     extern __shared__ __align__(1024) unsigned char fg_smem[];
@@ -188,11 +195,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
         // 16-byte unit of the swizzled tile each) lanes 8 j .. 8 j + 7 give.
         const u32 ds_lane = (u32)(krow0 - g + lane % 8 + 8 * ((lane / 8) % 2)); // this lane's key row
         auto store_ds = [&](int nt) {
-            const u32 addr = s_ds_b + fg_tile_offset<FG_DS_CH>((int)ds_lane, nt - 1 + lane / 16, FG_BLOCK_N);
-            asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
-                         "r"(fg_pack2(dp[nt - 1][0], dp[nt - 1][1])), "r"(fg_pack2(dp[nt - 1][2], dp[nt - 1][3])),
-                         "r"(fg_pack2(dp[nt][0], dp[nt][1])), "r"(fg_pack2(dp[nt][2], dp[nt][3]))
-                         : "memory");
+            fg_bw_stmatrix(s_ds_b + fg_tile_offset<FG_DS_CH>((int)ds_lane, nt - 1 + lane / 16, FG_BLOCK_N), dp[nt - 1],
+                           dp[nt], 1.f);
         };
         fg_wgmma_fence();
         if constexpr (FG_BW_SPLIT_SDP) {
@@ -310,7 +314,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
         // with one bulk reduce-add from thread 0 of the warpgroup, once its add of the previous block has
         // read the staging. (A reduce-add per row, issued by a loop over the lanes, took 13-21% of the
         // stall samples: ncu, session 9.)
-        if (wtid == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+        if (wtid == 0) fg_bulk_wait_read();
         fg_named_sync(1 + wg, 128);
         float4 *sdq = (float4 *)(base + (dqw - s_k)) + wq * (FG_BW_DQ_N / 8) * 32 + lane;
 #pragma unroll
@@ -328,7 +332,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     }
     // The bulk adds have read their staging once wait_group.read returns; the CTA may then exit (its async
     // operations complete before the grid does, as for any store).
-    if (wtid == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    if (wtid == 0) fg_bulk_wait_read();
 
     if (p.dkv_accum == 0) {
         // dK (times the softmax scale) and dV in the output dtype, staged by stmatrix in this warpgroup's own
@@ -340,18 +344,9 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
 #pragma unroll
         for (int i = 0; i < FG_BW_DN; i += 2) {
             const int ch = i + lane / 16;
-            asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
-                             dk_st + fg_tile_offset<FG_HEAD_DIM / 8>((int)st_row, ch, 64)),
-                         "r"(fg_pack2(dk[i][0] * p.softmax_scale, dk[i][1] * p.softmax_scale)),
-                         "r"(fg_pack2(dk[i][2] * p.softmax_scale, dk[i][3] * p.softmax_scale)),
-                         "r"(fg_pack2(dk[i + 1][0] * p.softmax_scale, dk[i + 1][1] * p.softmax_scale)),
-                         "r"(fg_pack2(dk[i + 1][2] * p.softmax_scale, dk[i + 1][3] * p.softmax_scale))
-                         : "memory");
-            asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
-                             dv_st + fg_tile_offset<FG_HEAD_DIM / 8>(wg * 64 + (int)st_row, ch, FG_BLOCK_N)),
-                         "r"(fg_pack2(dv[i][0], dv[i][1])), "r"(fg_pack2(dv[i][2], dv[i][3])),
-                         "r"(fg_pack2(dv[i + 1][0], dv[i + 1][1])), "r"(fg_pack2(dv[i + 1][2], dv[i + 1][3]))
-                         : "memory");
+            fg_bw_stmatrix(dk_st + fg_tile_offset<FG_HEAD_DIM / 8>((int)st_row, ch, 64), dk[i], dk[i + 1], p.softmax_scale);
+            fg_bw_stmatrix(dv_st + fg_tile_offset<FG_HEAD_DIM / 8>(wg * 64 + (int)st_row, ch, FG_BLOCK_N), dv[i], dv[i + 1],
+                           1.f);
         }
         fg_named_sync(1 + wg, 128);
         fg_bwd_dkdv_out<64, 64, FG_BLOCK_N>(p, batch, kv_head, sk, n0 + wg * 64, base + (dk_st - s_k), 0, base + (dv_st - s_k),

@@ -46,9 +46,13 @@ __device__ __forceinline__ void fg_tma_store(const void *tmap, u32 src, int c0, 
                  "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                  : "memory");
 }
+// Waits until this thread's bulk async-groups have read their shared-memory sources (fg_bulk_wait_read:
+// the sources may be reused) or have completed (fg_bulk_wait_all: their global writes are done).
+__device__ __forceinline__ void fg_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void fg_bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 __device__ __forceinline__ void fg_tma_store_commit_and_drain() {
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    fg_bulk_wait_read();
 }
 // Orders this thread's ordinary shared-memory writes before later async-proxy (TMA, wgmma) reads.
 __device__ __forceinline__ void fg_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
