@@ -806,6 +806,26 @@ fg_status fg_attention_bwd_workspace_size(fg_context *ctx, const fg_bwd_args *a,
 /* The backward main kernel's grid x: its key blocks (launch_bwd and fg_explain_bwd). */
 static long long bwd_key_blocks(const fg_spec *s, long long sk) { return (sk + s->block_n - 1) / s->block_n; }
 
+/* How many heads' causal key blocks the backward's main kernel interleaves (fg_bwd_cta_tile, bwd_sm80.cuh):
+ * 1 unless causal on the sm_90a kernel (the mma.sync kernel keeps its grid: the grouped order spilled
+ * there), else the largest power of two dividing the heads whose streamed
+ * rows (Q and dO, 16-bit, and the fp32 dQ accumulator: 8 bytes a head_dim column a query row) fit in a
+ * third of L2, as FlashAttention-3's backward sizes its head sections. FLASHGEN_CAUSAL_GROUP=N caps it
+ * instead (1: head by head, to measure the choice). A driver that cannot say the L2 size leaves 1. */
+static int bwd_causal_group(const fg_context *ctx, const fg_spec *s, const fg_bwd_args *a) {
+    if (!s->causal || !spec_is_wgmma_bwd(s)) return 1;
+    const int64_t heads = a->q.shape[2], nb = bwd_key_blocks(s, a->k.shape[1]);
+    int64_t cap = ctx->causal_group;
+    if (cap == 0) {
+        const int64_t pair_bytes = (a->q.shape[1] + 127) / 128 * 128 * a->q.shape[3] * 8; /* sq_pad rows */
+        if (ctx->l2_bytes <= 0 || pair_bytes <= 0) return 1;
+        cap = (int64_t)ctx->l2_bytes / 3 / pair_bytes;
+    }
+    int64_t g = 1;
+    while (g * 2 <= cap && heads % (g * 2) == 0 && nb * g * 2 <= INT32_MAX) g *= 2;
+    return (int)g;
+}
+
 fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *a, char *buf, size_t n) {
     if (!ctx) return rt_no_context("fg_explain_bwd");
     if (explain_args(ctx, "fg_explain_bwd", a, buf, n) != FG_OK) return FG_ERR_INVALID_ARGUMENT;
@@ -819,15 +839,17 @@ fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *a, char *buf, size_
     if (explain_lookup(ctx, &s, name, &where, &err) != FG_OK) return rt_set_error(ctx, &err);
     bwd_layout L;
     bwd_workspace_layout(a, &L);
+    const int group = bwd_causal_group(ctx, &s, a);
     const char *path = spec_is_wgmma_bwd(&s) ? "sm_90a path (wgmma, two warpgroups of 64 keys)"
                        : s.tma             ? "mma.sync path (sm_80+), loads by TMA"
                                            : "mma.sync path (sm_80+)";
     int len = snprintf(buf, n,
                        "variant %s\n  kernel: backward main kernel, %s, %d threads, %zu bytes shared memory, "
-                       "grid (%lld, %lld, %lld)%s\n"
+                       "grid (%lld, %lld, %lld)%s%s\n"
                        "  workspace: %zu bytes\n  code: %s\n  device: %s (sm_%d, %d SMs)\n  disk cache: %s",
-                       name, path, spec_threads(&s), spec_smem_bytes(&s), bwd_key_blocks(&s, a->k.shape[1]),
-                       (long long)a->q.shape[2], (long long)a->q.shape[0],
+                       name, path, spec_threads(&s), spec_smem_bytes(&s), bwd_key_blocks(&s, a->k.shape[1]) * group,
+                       (long long)a->q.shape[2] / group, (long long)a->q.shape[0],
+                       group > 1 ? ", causal key blocks of heads in groups (longest first across a group)" : "",
                        s.deterministic ? ", deterministic (dQ added in a fixed order)" : "", L.total, where,
                        ctx->device_name, ctx->arch, ctx->sm_count, ctx->disk_ok ? ctx->disk.dir : ctx->disk_problem);
     return explain_fits(ctx, "fg_explain_bwd", n, len);
@@ -878,6 +900,8 @@ fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *a, void *stream) 
     p.seqlen_q = (int)sq, p.seqlen_k = (int)sk, p.head_dim = (int)a->q.shape[3];
     p.softmax_scale = a->softmax_scale != 0.f ? a->softmax_scale : (float)(1.0 / sqrt((double)p.head_dim));
     p.scale_log2 = (float)((double)p.softmax_scale * 1.4426950408889634);
+    const int group = bwd_causal_group(ctx, &s, a);
+    while ((1 << p.causal_group_log2) < group) p.causal_group_log2++;
 
     /* The second argument of the sm_90a main kernel and of the mma.sync one's tma=1 variants: the tensor
      * maps of Q, K, V and dO (as the forward's O), boxes of 64 columns by 64 query rows or block_n keys
@@ -892,7 +916,8 @@ fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *a, void *stream) 
     /* pre (D, lse2, zeroed accumulator), main (none without keys: dK, dV are empty), post */
     const launch_item items[3] = {
         {kern.fn_pre, {(unsigned)((sq + 127) / 128 * 2), h, bb}, 256, 0, "cuLaunchKernel(fg_bwd_pre_kernel)"},
-        {kern.fn, {(unsigned)bwd_key_blocks(&s, sk), h, bb}, (unsigned)spec_threads(&s),
+        {kern.fn, {(unsigned)(bwd_key_blocks(&s, sk) * group), h / (unsigned)group, bb},
+         (unsigned)spec_threads(&s),
          (unsigned)spec_smem_bytes(&s), "cuLaunchKernel(fg_bwd_main_kernel)"},
         {kern.fn_post, {(unsigned)(((sq > sk ? sq : sk) + 63) / 64), h, bb}, 256, 0, "cuLaunchKernel(fg_bwd_post_kernel)"},
     };

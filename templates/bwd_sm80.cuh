@@ -227,6 +227,25 @@ __device__ __forceinline__ void fg_bwd_p_ds(float (&s)[4], float (&dp)[4], int h
     }
 }
 
+// The sm_90a kernel's key block and query head. A causal key block's work falls with its index (block 0
+// sees every query block), so the longest should start first: the hardware starts CTAs in grid order, x
+// fastest, and a plain (key blocks, heads, batch) grid starts one head's key blocks longest first, then
+// the next head's, leaving the last head's long blocks to start late. With p.causal_group_log2 = log2 G > 0
+// (the host's choice, dispatch.c: a power of two dividing the heads, as many as keep their Q, dO and dQ
+// accumulator within a third of L2) the grid is (key blocks * G, heads / G, batch) and G heads' key
+// blocks 0 start first, then their key blocks 1, and so on (FlashAttention-3's backward LPT order).
+// Shifts and masks of the block indices; the mma.sync kernel keeps its plain grid (this spilled 4-8
+// bytes there at d 64 causal).
+__device__ __forceinline__ void fg_bwd_cta_tile(int group_log2, int &n_block, int &head) {
+    if (FG_CAUSAL && group_log2 > 0) {
+        n_block = (int)(blockIdx.x >> group_log2);
+        head = (int)((blockIdx.y << group_log2) | (blockIdx.x & ((1u << group_log2) - 1u)));
+    } else {
+        n_block = (int)blockIdx.x;
+        head = (int)blockIdx.y;
+    }
+}
+
 // The query blocks [m_first, m_last) that see a key of the key block at n0: all, or when causal those with
 // a row at or past the first key's diagonal (query i sees keys j <= i + sk - sq).
 __device__ __forceinline__ void fg_bwd_query_blocks(int n0, int sq, int sk, int &m_first, int &m_last) {
@@ -353,6 +372,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
 fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
 #endif
     extern __shared__ __align__(128) unsigned char fg_smem[];
+    // (Key blocks in grid order, head by head: fg_bwd_cta_tile's grouped order spilled 4-8 bytes at d 64
+    // causal here, so the host keeps it to the sm_90a kernel.)
     const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int kv_head = head / (p.heads_q / p.heads_kv);

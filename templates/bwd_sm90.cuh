@@ -74,7 +74,9 @@ __device__ __forceinline__ void fg_bw_stmatrix(u32 addr, const float (&a)[4], co
 extern "C" __global__ void __launch_bounds__(256, 1)
 fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constant__ fg_tma_params tm) {
     extern __shared__ __align__(1024) unsigned char fg_smem[];
-    const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+    int n_block, head;
+    fg_bwd_cta_tile(p.causal_group_log2, n_block, head);
+    const int batch = blockIdx.z;
     const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128, wq = wtid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4;
     const int kv_head = head / (p.heads_q / p.heads_kv);

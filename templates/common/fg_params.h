@@ -62,6 +62,9 @@ typedef struct fg_bwd_params {
     int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
     float scale_log2;           /* softmax_scale * log2(e) */
     float softmax_scale;
+    int causal_group_log2;      /* causal, L > 0: the main kernel's grid is (key blocks * 2^L, heads / 2^L,
+                                   batch), 2^L heads' key blocks interleaved (fg_bwd_cta_tile); else (key
+                                   blocks, heads, batch) */
 } fg_bwd_params;
 
 /* The TMA tensor maps of the sm_90a (wgmma) family: CUtensorMap objects (128 bytes, 64-byte aligned)
