@@ -213,8 +213,9 @@ int spec_is_wgmma_bwd(const fg_spec *spec) { return spec->kind == FG_KIND_BWD &&
 
 int spec_bwd_sm90_dq_n(const fg_spec *spec) { return spec->head_dim == 128 ? 64 : spec->head_dim; }
 
-/* bwd_sm80.cuh's main kernel: K and V tiles (block_n rows), two stages of Q and dO (block_m rows), the
- * P^T and dS^T tiles (block_n x block_m, 16-bit), two stages of the LSE and D rows (block_m floats each)
+/* bwd_sm80.cuh's main kernel: K and V tiles (block_n rows), `stages` (1 or 2) stages of Q and dO (block_m
+ * rows), the P^T and dS^T tiles (block_n x block_m, 16-bit), as many stages of the LSE and D rows (block_m
+ * floats each)
  * and, on sm_90 and newer, the dQ staging (block_m x head_dim fp32, in fragment order) of the bulk reduce-adds. */
 static size_t bwd_smem_bytes(const fg_spec *s) {
     size_t d = (size_t)s->head_dim, bm = (size_t)s->block_m, bn = (size_t)s->block_n;
@@ -225,7 +226,8 @@ static size_t bwd_smem_bytes(const fg_spec *s) {
         return 1024u + 2u * bn * d * 2u + 2u * 2u * bm * d * 2u + 2u * bn * bm * 2u + 2u * 64u * dqn * 4u +
                2u * 2u * bm * 4u + 72u;
     }
-    return 2u * d * 2u * bn + 2u * 2u * d * 2u * bm + 2u * bn * bm * 2u + 2u * 2u * bm * 4u +
+    const size_t st = (size_t)s->stages;
+    return 2u * d * 2u * bn + st * 2u * d * 2u * bm + 2u * bn * bm * 2u + st * 2u * bm * 4u +
            (spec_bwd_dq_staged(s) ? bm * d * 4u : 0u) +
            (s->tma ? 1024u + 24u : 0u); /* tma=1: 1 KiB of alignment slack (TMA's swizzle), 3 mbarriers */
 }

@@ -100,10 +100,19 @@ static const fg_tile_rule default_rules[] = {
      * 64 (dQ split by query rows; FlashAttention-3's tile there) */
     {90, 90, 64, 64, -1, -1, 128, 128, 8, 2, FG_FAMILY_WGMMA, FG_KIND_BWD},
     {90, 90, 65, 128, -1, -1, 64, 128, 8, 2, FG_FAMILY_WGMMA, FG_KIND_BWD},
+    /* One stage of query blocks where two do not fit (the next block loads behind the dQ product; FlashAttention-2
+     * single-buffers these tiles too): above head_dim 192 on an A100 or Orin (163 KiB; 64 x 64 in two stages needs
+     * 214016 bytes at d 256), and 129-160 on 99 KiB parts (98816 bytes at d 160). Past 160 those parts have no
+     * backward tile: K and V of 64 keys alone take 64 KiB at d 256, and narrower warp tiles need more dK, dV
+     * registers than a thread has. */
+    {80, 87, 193, 256, -1, -1, 64, 64, 8, 1, FG_FAMILY_MMA, FG_KIND_BWD},
     /* 99 KiB parts: 64 keys a block from head_dim 64 */
     {86, 86, 64, 128, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {89, 89, 64, 128, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {120, 121, 64, 128, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {86, 86, 129, 160, -1, -1, 64, 64, 8, 1, FG_FAMILY_MMA, FG_KIND_BWD},
+    {89, 89, 129, 160, -1, -1, 64, 64, 8, 1, FG_FAMILY_MMA, FG_KIND_BWD},
+    {120, 121, 129, 160, -1, -1, 64, 64, 8, 1, FG_FAMILY_MMA, FG_KIND_BWD},
 };
 
 fg_status tile_policy_add(fg_tile_policy *p, const fg_tile_rule *r, fg_error *err) {

@@ -106,11 +106,11 @@ RULE(bwd_wgmma, spec_is_wgmma_bwd(s) && ((s->head_dim != 64 && s->head_dim != 12
      "deterministic=0 (got head_dim %d, %d x %d, warps %d, stages %d, deterministic=%d); arch sm_90 (mma.sync) "
      "takes the others", s->head_dim, s->block_m, s->block_n, s->warps, s->stages, s->deterministic)
 RULE(bwd_tma, s->tma && (!is_bwd(s) || s->arch_accel || s->arch < 90 || (s->head_dim != 64 && s->head_dim != 128) ||
-                         s->block_m % 64 != 0),
+                         s->block_m % 64 != 0 || s->stages != 2),
      FG_ERR_UNSUPPORTED,
      "tma=1 (the mma.sync backward's loads by TMA) takes kind=bwd on arch sm_90 or newer (not sm_90a) at head_dim "
-     "64 or 128 with block_m a multiple of 64 (got kind=%s, arch sm_%d%s, head_dim %d, block_m %d)",
-     is_bwd(s) ? "bwd" : "fwd", s->arch, s->arch_accel ? "a" : "", s->head_dim, s->block_m)
+     "64 or 128 with block_m a multiple of 64 and stages 2 (got kind=%s, arch sm_%d%s, head_dim %d, block_m %d, "
+     "stages %d)", is_bwd(s) ? "bwd" : "fwd", s->arch, s->arch_accel ? "a" : "", s->head_dim, s->block_m, s->stages)
 RULE(bwd_dtype, is_bwd(s) && s->dtype != FG_DTYPE_F16 && s->dtype != FG_DTYPE_BF16, FG_ERR_UNSUPPORTED,
      "dtype %s has no backward kernel: kind=bwd takes fp16 or bf16", spec_dtype_name(s->dtype))
 RULE(bwd_head_dim, is_bwd(s) && (s->head_dim % 16 != 0 || s->head_dim > 256 || (s->head_dim > 128 && s->head_dim % 32 != 0)),
@@ -145,12 +145,12 @@ RULE(bwd_tiles, is_bwd(s) && (s->warps < 2 || s->warps > 8 || (s->warps & (s->wa
                                (s->block_m != 32 && s->block_m != 64 && s->block_m != 128) ||
                                s->block_m % (16 * bwd_p1_qparts(s)) != 0 || bwd_p2_keys(s) % 16 != 0 ||
                                s->warps % bwd_qgroups(s) != 0 || (s->head_dim / 8) % (2 * bwd_dsplit(s)) != 0 ||
-                               s->stages != 2),
+                               s->stages > 2),
      FG_ERR_UNSUPPORTED,
      "kind=bwd tiles block_m %d, block_n %d, warps %d, stages %d at head_dim %d are not supported: warps 2, 4 or 8 "
      "with block_n = 16 x warps (or 8 x warps from 4 warps), block_m 32, 64 or 128 with 16 x warps / (block_n / 32) "
      "dividing it (the S^T tiles' query parts) and block_m / 16 dividing warps, head_dim / 8 a multiple of 2 x "
-     "warps / (block_m / 16) (the dQ product's split), whole 16-key dK and dV tiles, stages 2",
+     "warps / (block_m / 16) (the dQ product's split), whole 16-key dK and dV tiles, stages 1 or 2",
      s->block_m, s->block_n, s->warps, s->stages, s->head_dim)
 RULE(bwd_registers, is_bwd(s) && bwd_registers(s) > 200, FG_ERR_UNSUPPORTED,
      "kind=bwd block_m %d, block_n %d, warps %d at head_dim %d need about %d accumulator registers per thread "
@@ -166,9 +166,9 @@ RULE(block_n_mma, s->block_n % 16 != 0 || s->block_n < 16 || s->block_n > 256, F
 RULE(fp8_block_n, spec_dtype_is_fp8(s->dtype) && s->block_n % 32 != 0, FG_ERR_UNSUPPORTED,
      "block_n %d is not supported for dtype %s: it must be a multiple of 32 (the FP8 P.V mma's k is 32 keys)",
      s->block_n, spec_dtype_name(s->dtype))
-RULE(stages, s->stages < (spec_is_wgmma(s) || is_bwd(s) ? 2 : 1) || s->stages > 4, FG_ERR_UNSUPPORTED,
+RULE(stages, s->stages < (spec_is_wgmma(s) ? 2 : 1) || s->stages > 4, FG_ERR_UNSUPPORTED,
      "stages %d is not supported: the K/V pipeline has 2 to 4 stages (the mma.sync forward also 1: one K and one "
-     "V buffer, each loading while the other is used)", s->stages)
+     "V buffer, each loading while the other is used; the mma.sync backward's query blocks 1 or 2)", s->stages)
 RULE(registers, !spec_is_wgmma(s) && !is_bwd(s) && spec_fwd_sub_n(s) == 0, FG_ERR_UNSUPPORTED,
      "block_m %d, block_n %d, warps %d at head_dim %d need %d accumulator registers per thread, and %d in the "
      "narrowest key steps (limit %d of 255 before spilling): use more warps", s->block_m, s->block_n, s->warps,

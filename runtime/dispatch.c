@@ -785,7 +785,17 @@ static fg_status choose_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec 
         }
         s->tma = 0;
     }
-    return check_runnable(ctx, s, err);
+    st = check_runnable(ctx, s, err);
+    if (st == FG_ERR_UNSUPPORTED && s->head_dim > 128) { /* the policy's widest fitting tile does not fit */
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        return fg_fail(err, st,
+                       "fg_attention_bwd: head_dim %d has no backward kernel on %s (sm_%d): above 128 the backward "
+                       "takes head_dim up to 160 where a block has 99 KiB of shared memory, up to 256 on an A100 "
+                       "and on an H100 and newer (%s)",
+                       s->head_dim, ctx->device_name, ctx->arch, why);
+    }
+    return st;
 }
 
 fg_status fg_attention_bwd_workspace_size(fg_context *ctx, const fg_bwd_args *a, size_t *bytes) {
@@ -855,6 +865,9 @@ fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *a, char *buf, size_
     return explain_fits(ctx, "fg_explain_bwd", n, len);
 }
 
+static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args *a, const bwd_layout *L,
+                            void *stream, fg_error *err);
+
 fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *a, void *stream) {
     if (!ctx) return rt_no_context("fg_attention_bwd");
     fg_error err;
@@ -870,15 +883,25 @@ fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *a, void *stream) 
     const int64_t b = a->q.shape[0], sq = a->q.shape[1], hq = a->q.shape[2], sk = a->k.shape[1];
     if (b == 0 || hq == 0 || (sq == 0 && sk == 0)) return FG_OK;
     fg_spec s;
-    if (choose_bwd_spec(ctx, a, &s, &err) != FG_OK) return rt_set_error(ctx, &err);
+    if (choose_bwd_spec(ctx, a, &s, &err) != FG_OK || launch_bwd(ctx, &s, a, &L, stream, &err) != FG_OK)
+        return rt_set_error(ctx, &err);
+    return FG_OK;
+}
+
+/* The backward of a checked, non-empty call with variant s: its three kernels on the stream. */
+static fg_status launch_bwd(fg_context *ctx, const fg_spec *sp, const fg_bwd_args *a, const bwd_layout *lay,
+                            void *stream, fg_error *err) {
+    const fg_spec s = *sp;
+    const bwd_layout L = *lay;
+    const int64_t b = a->q.shape[0], sq = a->q.shape[1], hq = a->q.shape[2], sk = a->k.shape[1];
     pthread_mutex_lock(&ctx->lock);
     fg_kernel *k = NULL;
     origin from;
-    fg_status st = get_kernel(ctx, &s, 0, &from, &k, &err);
+    fg_status st = get_kernel(ctx, &s, 0, &from, &k, err);
     fg_kernel kern;
     if (st == FG_OK) kern = *k; /* a copy: the cache may grow (and move) once the lock is released */
     pthread_mutex_unlock(&ctx->lock);
-    if (st != FG_OK) return rt_set_error(ctx, &err);
+    if (st != FG_OK) return st;
 
     fg_bwd_params p;
     memset(&p, 0, sizeof p);
@@ -910,8 +933,8 @@ fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *a, void *stream) 
     memset(&tm, 0, sizeof tm);
     void *params[] = {&p, &tm};
     if ((spec_is_wgmma_bwd(&s) || s.tma) && sk > 0 &&
-        encode_maps(ctx, &tm, &a->q, &a->dout, &a->k, &a->v, s.block_n, 128, 0, &err) != FG_OK)
-        return rt_set_error(ctx, &err);
+        (st = encode_maps(ctx, &tm, &a->q, &a->dout, &a->k, &a->v, s.block_n, 128, 0, err)) != FG_OK)
+        return st;
     const unsigned h = (unsigned)hq, bb = (unsigned)b;
     /* pre (D, lse2, zeroed accumulator), main (none without keys: dK, dV are empty), post */
     const launch_item items[3] = {
@@ -921,5 +944,25 @@ fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *a, void *stream) 
          (unsigned)spec_smem_bytes(&s), "cuLaunchKernel(fg_bwd_main_kernel)"},
         {kern.fn_post, {(unsigned)(((sq > sk ? sq : sk) + 63) / 64), h, bb}, 256, 0, "cuLaunchKernel(fg_bwd_post_kernel)"},
     };
-    return launch_items(ctx, items, 3, stream, params, &err) == FG_OK ? FG_OK : rt_set_error(ctx, &err);
+    return launch_items(ctx, items, 3, stream, params, err);
+}
+
+fg_status rt_bwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_bwd_args *a, void *stream, fg_error *err) {
+    bwd_layout L;
+    fg_status st = rt_check_bwd_args(a, 0, 0, err);
+    if (st != FG_OK) return st;
+    bwd_workspace_layout(a, &L);
+    if ((st = rt_check_bwd_args(a, 1, L.total, err)) != FG_OK) return st;
+    if (a->q.shape[0] == 0 || a->q.shape[2] == 0 || (a->q.shape[1] == 0 && a->k.shape[1] == 0)) return FG_OK;
+    if (spec->kind != FG_KIND_BWD || spec->dtype != a->q.dtype || spec->head_dim != (int)a->q.shape[3] ||
+        (spec->causal != 0) != (a->causal != 0) || (spec->deterministic != 0) != (a->deterministic != 0) ||
+        spec->arch != ctx->arch)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the variant does not match the call (kind, dtype, head_dim, "
+                       "mask, deterministic) or this device's arch sm_%d", ctx->arch);
+    if ((spec_is_wgmma_bwd(spec) || spec->tma) &&
+        !(tensor_tma_ok(&a->q, 3) && tensor_tma_ok(&a->k, 3) && tensor_tma_ok(&a->v, 3) && tensor_tma_ok(&a->dout, 3)))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "an sm_90a or tma=1 backward variant needs Q, K, V and dO "
+                       "that TMA can read (16-byte aligned pointers, strides multiples of 16 bytes)");
+    if ((st = check_runnable(ctx, spec, err)) != FG_OK) return st;
+    return launch_bwd(ctx, spec, a, &L, stream, err);
 }

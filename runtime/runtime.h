@@ -89,6 +89,9 @@ void rt_log(fg_context *ctx, fg_log_level level, const char *fmt, ...) FG_PRINTF
  * spec must match the call (dtype, head_dim, mask) and the device (arch, shared memory). Its kernel is
  * found or built like any other (memory, disk, bundles, NVRTC). Errors go to err only. */
 fg_status rt_fwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_fwd_args *a, void *stream, fg_error *err);
+/* The backward with the variant given (the GPU tests' entry for tiles the policy does not choose): the call
+ * is checked as fg_attention_bwd checks it, the variant against the call and this device. */
+fg_status rt_bwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_bwd_args *a, void *stream, fg_error *err);
 
 /* The forward's schedule for a checked call of variant s (dispatch.c; exposed for the CPU tests): the
  * causal tile order's group of (head, batch) pairs (1: head by head; see the rule there), and the launch

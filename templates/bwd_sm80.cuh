@@ -363,8 +363,9 @@ __device__ __forceinline__ void fg_bwd_dkdv_out(const fg_bwd_params &p, int batc
 }
 
 #if !FG_WGMMA_BWD // the sm_90a backward's main kernel is bwd_sm90.cuh's
-static_assert(!FG_BWD_TMA || (FG_DQ_STAGED && FG_HEAD_DIM % 64 == 0 && FG_BLOCK_M % 64 == 0),
-              "tma=1: 64-column, 64-row boxes; sm_90+");
+static_assert(!FG_BWD_TMA || (FG_DQ_STAGED && FG_HEAD_DIM % 64 == 0 && FG_BLOCK_M % 64 == 0 && FG_STAGES == 2),
+              "tma=1: 64-column, 64-row boxes, two stages; sm_90+");
+static_assert(FG_STAGES == 1 || FG_STAGES == 2, "one or two stages of query blocks");
 extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)
 #if FG_BWD_TMA
 fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constant__ fg_tma_params tm) {
@@ -393,13 +394,13 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
 #endif
     unsigned char *const smem = fg_smem + (s_k - fg_smem_addr(fg_smem)); // s_k, generic
     const u32 s_v = s_k + FG_KV_BYTES;
-    const u32 s_q = s_v + FG_KV_BYTES;               // 2 stages
-    const u32 s_do = s_q + 2 * FG_QB_BYTES;           // 2 stages
-    const u32 s_p = s_do + 2 * FG_QB_BYTES;           // P^T, [keys][queries]
+    const u32 s_q = s_v + FG_KV_BYTES;               // FG_STAGES stages
+    const u32 s_do = s_q + FG_STAGES * FG_QB_BYTES;   // FG_STAGES stages
+    const u32 s_p = s_do + FG_STAGES * FG_QB_BYTES;   // P^T, [keys][queries]
     const u32 s_ds = s_p + FG_DS_BYTES;               // dS^T, [keys][queries]
-    const u32 s_lse = s_ds + FG_DS_BYTES;             // 2 stages of FG_BLOCK_M floats
-    const u32 s_d = s_lse + 2 * FG_ROW_BYTES;         // 2 stages
-    const u32 s_dq = s_d + 2 * FG_ROW_BYTES;          // sm_90+: FG_BLOCK_M x head_dim floats (fg_dq_index)
+    const u32 s_lse = s_ds + FG_DS_BYTES;             // FG_STAGES stages of FG_BLOCK_M floats
+    const u32 s_d = s_lse + FG_STAGES * FG_ROW_BYTES; // FG_STAGES stages
+    const u32 s_dq = s_d + FG_STAGES * FG_ROW_BYTES;  // sm_90+: FG_BLOCK_M x head_dim floats (fg_dq_index)
 
 #if FG_BWD_TMA
     // tma=1 (sm_90+): thread 0 loads K and V once and each query block (Q and dO by tensor map, boxes of 64
@@ -451,8 +452,11 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     const int p2_k0 = (warp % FG_P2_WK) * FG_P2_KW, p2_wd = warp / FG_P2_WK;       // phase 2 tile
     const int qg = warp % FG_QG, dslice = warp / FG_QG;                                 // phase 3 tile
 
+    // Two stages: block m + 1 loads while block m is worked on. One stage (where two do not fit: head_dim
+    // 256 on an A100, 160 on 99 KiB parts; FlashAttention-2's single-buffered tiles there): block m + 1
+    // loads once phase 2 is done with block m's Q and dO, behind phase 3.
     int st = 0;
-    for (int m = m_first; m < m_last; m++, st ^= 1) {
+    for (int m = m_first; m < m_last; m++, st ^= FG_STAGES - 1) {
 #if FG_BWD_TMA
         fg_mbar_wait(bar_full(st), (u32)(((m - m_first) >> 1) & 1));
         __syncthreads(); // block m is in; everyone is done with stage st ^ 1 and with P^T, dS^T
@@ -460,8 +464,10 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
 #else
         fg_cp_async_wait<0>();
         __syncthreads(); // block m is in; everyone is done with stage st ^ 1 and with P^T, dS^T
-        if (m + 1 < m_last) load_block(m + 1, st ^ 1);
-        fg_cp_async_commit();
+        if (FG_STAGES == 2) {
+            if (m + 1 < m_last) load_block(m + 1, st ^ 1);
+            fg_cp_async_commit();
+        }
 #endif
         const u32 sq_st = s_q + st * FG_QB_BYTES, sdo_st = s_do + st * FG_QB_BYTES;
         const float *lse2 = (const float *)(smem + (s_lse - s_k) + st * FG_ROW_BYTES);
@@ -550,6 +556,13 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
             fg_bwd_phase2<0>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off);
         else
             fg_bwd_phase2<FG_P2_PD - 1>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off);
+#if !FG_BWD_TMA
+        if (FG_STAGES == 1) {
+            __syncthreads(); // every warp is done with block m's Q, dO, LSE and D rows
+            if (m + 1 < m_last) load_block(m + 1, 0);
+            fg_cp_async_commit();
+        }
+#endif
 
         // Phase 3: dQ (queries x head_dim) += dS K: this warp's 16 query rows (group qg) and head_dim slice. A = dS
         // by ldmatrix.trans from the [keys][queries] tile: lanes 0-7 keys 0-7 of query chunk 2qg, 8-15

@@ -1379,11 +1379,16 @@ typedef struct bwd_run {
     dbuf dout, dq, dk, dv;     /* dO, and the gradients */
     CUdeviceptr ws;            /* the workspace */
     fg_bwd_args args;
+    int tiles[4];              /* block_m, block_n, warps, stages of an explicit backward variant, or 0 */
 } bwd_run;
 
+/* c->tiles name the backward's variant (bwd::tiles); the forward that makes O and the LSE takes the policy's. */
 static void bwd_setup(gpu_env *env, bwd_run *r, const fwd_case *c, int deterministic) {
     memset(r, 0, sizeof *r);
-    run_setup(env, &r->f, c);
+    memcpy(r->tiles, c->tiles, sizeof r->tiles);
+    fwd_case fc = *c;
+    memset(fc.tiles, 0, sizeof fc.tiles);
+    run_setup(env, &r->f, &fc);
     run_launch(env, &r->f);
     run_verify(&r->f);
     int64_t qs[4] = {c->b, c->sq, c->hq, c->d}, ks[4] = {c->b, c->sk, c->hkv, c->d}, st[4];
@@ -1415,9 +1420,25 @@ static void bwd_launch(gpu_env *env, bwd_run *r) {
     dbuf *gs[3] = {&r->dq, &r->dk, &r->dv};
     for (int i = 0; i < 3; i++) dbuf_poison(env, gs[i]);
     CK(env->cu->cuCtxSynchronize());
-    fg_status st = fg_attention_bwd(env->ctx, &r->args, (void *)env->stream);
     char name[200];
     case_name(&r->f.c, name, sizeof name);
+    fg_status st;
+    if (r->tiles[0]) { /* an explicit mma.sync variant (bwd::tiles) */
+        fg_spec s;
+        fg_error e;
+        fg_error_clear(&e);
+        char text[FG_SPEC_NAME_MAX];
+        snprintf(text, sizeof text, "kind=bwd arch=sm_%d dtype=%s head_dim=%d causal=%d deterministic=%d block_m=%d "
+                 "block_n=%d warps=%d stages=%d", gpu_cc(env), spec_dtype_name(r->f.c.dt), r->f.c.d, r->f.c.causal,
+                 r->args.deterministic, r->tiles[0], r->tiles[1], r->tiles[2], r->tiles[3]);
+        cr_assert_eq(spec_parse(text, &s, &e), FG_OK, "%s: %s", text, e.msg);
+        st = rt_bwd_with_spec(env->ctx, &s, &r->args, (void *)env->stream, &e);
+        if (st == FG_ERR_UNSUPPORTED && strstr(e.msg, "shared memory"))
+            cr_skip_test("%s: %s", name, e.msg); /* a GPU with less of it */
+        cr_assert_eq(st, FG_OK, "%s: rt_bwd_with_spec returned %s: %s", name, fg_status_string(st), e.msg);
+    } else {
+        st = fg_attention_bwd(env->ctx, &r->args, (void *)env->stream);
+    }
     if (st == FG_ERR_UNSUPPORTED && r->f.c.d > 128 && strstr(fg_last_error(env->ctx), "shared memory"))
         cr_skip_test("%s: %s", name, fg_last_error(env->ctx)); /* d > 128 tiles on a GPU with less of it */
     cr_assert_eq(st, FG_OK, "%s: fg_attention_bwd returned %s: %s", name, fg_status_string(st), fg_last_error(env->ctx));
@@ -1549,6 +1570,37 @@ ParameterizedTest(fwd_case *c, bwd, shapes, .timeout = 600) {
     gpu_env env;
     gpu_open(&env);
     for (int det = 0; det < 2; det++) bwd_check_case(&env, c, det, 0, 0);
+    gpu_close(&env);
+}
+
+/* mma.sync backward tiles the policy chooses on other GPUs, through the runtime's entry for explicit variants:
+ * one stage of query blocks (the next block loading behind the dQ product): the A100's tile at head_dim 224
+ * and 256 (8 keys a warp), the 99 KiB parts' at 160, and one stage at 64 x 128 (d 128) and 32 x 64 on 4
+ * warps (d 64); both modes, lengths that are multiples of no tile size, causal with sq < sk and sq > sk, GQA. */
+ParameterizedTestParameters(bwd, tiles) {
+    static const struct { int d, tiles[4]; } t[] = {
+        {256, {64, 64, 8, 1}}, {224, {64, 64, 8, 1}}, {160, {64, 64, 8, 1}}, {128, {64, 128, 8, 1}}, {64, {32, 64, 4, 1}},
+    };
+    static fwd_case cases[2 * NELEM(t)];
+    for (size_t i = 0; i < NELEM(t); i++) {
+        cases[2 * i] = mk(FG_DTYPE_BF16, 1, 203, 257, 4, 2, t[i].d, 1);
+        cases[2 * i + 1] = mk(FG_DTYPE_F16, 2, 150, 77, 2, 2, t[i].d, i % 2 == 0);
+        memcpy(cases[2 * i].tiles, t[i].tiles, sizeof cases[0].tiles);
+        memcpy(cases[2 * i + 1].tiles, t[i].tiles, sizeof cases[0].tiles);
+    }
+    return cr_make_param_array(fwd_case, cases, NELEM(cases));
+}
+ParameterizedTest(fwd_case *c, bwd, tiles, .timeout = 600) {
+    gpu_env env;
+    gpu_open(&env);
+    for (int det = 0; det < 2; det++) {
+        bwd_run r;
+        bwd_setup(&env, &r, c, det);
+        bwd_launch(&env, &r);
+        bwd_verify(&r);
+        bwd_check_rows_without_keys(c, &r);
+        bwd_free(&env, &r);
+    }
     gpu_close(&env);
 }
 

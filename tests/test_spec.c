@@ -769,22 +769,42 @@ Test(spec, backward_name_policy_and_rules) {
             f.kind = FG_KIND_FWD;
             cr_assert_eq(tile_policy_lookup(&pol, &f)->kind, FG_KIND_FWD, "d %d: the forward never gets a backward rule", d);
         }
-    /* Above 128, multiples of 32: 64 x 64 on 8 warps (8 keys a warp); sm_90 holds them up to 256, sm_80's
-     * shared memory up to 192, and the refusal says which limit. */
+    /* Above 128, multiples of 32: 64 x 64 on 8 warps (8 keys a warp). sm_90 holds them in two stages up to 256,
+     * sm_80 up to 192 and in one stage above; the 99 KiB parts (sm_86) in one stage up to 160, and above it the
+     * refusal names the shared memory. */
     for (int d = 160; d <= 256; d += 32)
-        for (int arch = 80; arch <= 90; arch += 10) {
+        for (int arch = 80; arch <= 90; arch += (arch == 80 ? 6 : 4)) {
             fg_spec t = {.kind = FG_KIND_BWD, .arch = arch, .dtype = FG_DTYPE_BF16, .head_dim = d, .causal = 1};
             cr_assert_eq(spec_fill_tiles(&t, &pol, &e), FG_OK, "d %d: %s", d, e.msg);
             cr_assert(t.block_m == 64 && t.block_n == 64 && t.warps == 8, "d %d: %dx%d w%d", d, t.block_m, t.block_n, t.warps);
+            if (arch != 86 || d <= 160)
+                cr_assert_eq(t.stages, (arch == 80 && d > 192) || arch == 86 ? 1 : 2, "d %d sm_%d: stages %d", d, arch,
+                             t.stages);
             fg_status st = spec_validate(&t, &e);
-            if (arch == 80 && d > 192) {
-                cr_assert_eq(st, FG_ERR_UNSUPPORTED, "d %d sm_80", d);
+            if (arch == 86 && d > 160) {
+                cr_assert_eq(st, FG_ERR_UNSUPPORTED, "d %d sm_86", d);
                 cr_assert(strstr(e.msg, "shared memory") != NULL, "%s", e.msg);
             } else {
                 cr_assert_eq(st, FG_OK, "d %d sm_%d: %s", d, arch, e.msg);
             }
             cr_assert_not(spec_bwd_dq_staged(&t), "d %d: dQ staging rows would not fit", d);
         }
+    /* One stage: the smaller shared memory; tma=1 takes two. */
+    {
+        fg_spec one = {.kind = FG_KIND_BWD, .arch = 80, .dtype = FG_DTYPE_BF16, .head_dim = 256, .block_m = 64,
+                       .block_n = 64, .warps = 8, .stages = 1};
+        fg_spec two = one;
+        two.stages = 2;
+        cr_assert_eq(spec_smem_bytes(&two) - spec_smem_bytes(&one), (size_t)(2 * 64 * 256 * 2 + 2 * 64 * 4));
+        fg_spec t1 = {.kind = FG_KIND_BWD, .arch = 90, .dtype = FG_DTYPE_BF16, .head_dim = 128, .block_m = 64,
+                      .block_n = 128, .warps = 8, .stages = 1, .tma = 1};
+        cr_assert_eq(spec_validate(&t1, &e), FG_ERR_UNSUPPORTED);
+        cr_assert(strstr(e.msg, "stages 2") != NULL, "%s", e.msg);
+        t1.tma = 0;
+        cr_assert_eq(spec_validate(&t1, &e), FG_OK, "%s", e.msg);
+        t1.stages = 3;
+        cr_assert_eq(spec_validate(&t1, &e), FG_ERR_UNSUPPORTED);
+    }
     /* The sm_90a backward (bwd_sm90.cuh): head_dim 64 (128 x 128) or 128 (64 x 128) on 8 warps, not
      * deterministic; the policy gives it its tile, the rules refuse the rest with a sentence naming sm_90 as
      * the way out. */
