@@ -53,7 +53,9 @@ static int bwd_qgroups(const fg_spec *s) { return s->block_m / 16 > 0 ? s->block
 static int bwd_dsplit(const fg_spec *s) { return s->warps / bwd_qgroups(s) > 0 ? s->warps / bwd_qgroups(s) : 1; }
 static int bwd_p1_qparts(const fg_spec *s) { return s->block_n >= 32 ? s->warps / (s->block_n / 32) : 0; }
 static int bwd_p2_keys(const fg_spec *s) { /* keys of a phase-2 warp tile */
-    const int parts = s->head_dim % 32 == 0 ? 2 : 1;
+    const int parts = s->block_n == 8 * s->warps && s->head_dim % 64 == 0 && s->warps % 4 == 0 ? 4
+                      : s->head_dim % 32 == 0                                                ? 2
+                                                                                             : 1; /* bwd_sm80.cuh's FG_P2_PD */
     return s->warps / parts > 0 ? s->block_n / (s->warps / parts) : 0;
 }
 static int bwd_registers(const fg_spec *s) {

@@ -169,7 +169,12 @@ constexpr int FG_P1_WK = FG_BLOCK_N / 32;
 constexpr int FG_P1_QS = FG_WARPS / FG_P1_WK;
 constexpr int FG_P1_QW = FG_BLOCK_M / FG_P1_QS;
 constexpr int FG_P1_QT = FG_P1_QW / 8;
-constexpr int FG_P2_PD = FG_HEAD_DIM % 32 == 0 ? 2 : 1;
+// Eight keys a warp (above head_dim 128) at multiples of 64: 32 keys x a quarter of head_dim, as
+// FlashAttention-2's dK/dV layout there, rather than 16 keys x a half: the same dK, dV registers, a third
+// fewer ldmatrix per MMA (each warp re-reads fewer dO and Q columns).
+constexpr int FG_P2_PD = FG_BLOCK_N == 8 * FG_WARPS && FG_HEAD_DIM % 64 == 0 && FG_WARPS % 4 == 0 ? 4
+                         : FG_HEAD_DIM % 32 == 0                                                ? 2
+                                                                                                : 1;
 constexpr int FG_P2_WK = FG_WARPS / FG_P2_PD;
 constexpr int FG_P2_KW = FG_BLOCK_N / FG_P2_WK;
 constexpr int FG_P2_DW = FG_HEAD_DIM / FG_P2_PD;
@@ -565,10 +570,12 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         __syncthreads();
 
         // Phase 2: dV += P^T dO, dK += dS^T Q.
-        if (FG_P2_PD == 1 || p2_wd == 0)
-            fg_bwd_phase2<0>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off);
-        else
-            fg_bwd_phase2<FG_P2_PD - 1>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off);
+        switch (FG_P2_PD == 1 ? 0 : p2_wd) { // p2_wd < FG_P2_PD
+        case 0: fg_bwd_phase2<0>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off); break;
+        case 1: fg_bwd_phase2<1 % FG_P2_PD>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off); break;
+        case 2: fg_bwd_phase2<2 % FG_P2_PD>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off); break;
+        default: fg_bwd_phase2<FG_P2_PD - 1>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off); break;
+        }
 #if !FG_BWD_TMA
         if (FG_STAGES == 1) {
             __syncthreads(); // every warp is done with block m's Q, dO, LSE and D rows
