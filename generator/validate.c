@@ -49,7 +49,10 @@ static int wg_register_limit(const fg_spec *s) { return wg_consumers(s) == 3 ? 1
  * slices. A thread holds dK and dV throughout (2 block_n d / threads registers), then S^T and dP^T or its
  * dQ slice. */
 static int is_bwd(const fg_spec *s) { return s->kind == FG_KIND_BWD; }
-static int bwd_qgroups(const fg_spec *s) { return s->block_m / 16 > 0 ? s->block_m / 16 : 1; }
+static int bwd_qm(const fg_spec *s) { /* m16 tiles of a dQ warp tile: bwd_sm80.cuh's FG_QM */
+    return s->block_n == 8 * s->warps && s->head_dim % 64 == 0 && s->block_m % 32 == 0 ? 2 : 1;
+}
+static int bwd_qgroups(const fg_spec *s) { return s->block_m / (16 * bwd_qm(s)) > 0 ? s->block_m / (16 * bwd_qm(s)) : 1; }
 static int bwd_dsplit(const fg_spec *s) { return s->warps / bwd_qgroups(s) > 0 ? s->warps / bwd_qgroups(s) : 1; }
 static int bwd_p1_qparts(const fg_spec *s) { return s->block_n >= 32 ? s->warps / (s->block_n / 32) : 0; }
 static int bwd_p2_keys(const fg_spec *s) { /* keys of a phase-2 warp tile */
@@ -60,7 +63,7 @@ static int bwd_p2_keys(const fg_spec *s) { /* keys of a phase-2 warp tile */
 }
 static int bwd_registers(const fg_spec *s) {
     const int dkv = s->warps > 0 ? 2 * s->block_n * s->head_dim / (32 * s->warps) : 0;
-    const int p1 = bwd_p1_qparts(s) > 0 ? 2 * s->block_m / bwd_p1_qparts(s) : 0, dq = s->head_dim / 2 / bwd_dsplit(s);
+    const int p1 = bwd_p1_qparts(s) > 0 ? 2 * s->block_m / bwd_p1_qparts(s) : 0, dq = bwd_qm(s) * s->head_dim / 2 / bwd_dsplit(s);
     return dkv + (p1 > dq ? p1 : dq);
 }
 

@@ -33,8 +33,12 @@
 
 constexpr int FG_THREADS = FG_WARPS * 32;
 constexpr int FG_DT = FG_HEAD_DIM / 8;       // n8 tiles of head_dim columns
-constexpr int FG_QG = FG_BLOCK_M / 16;       // 16-row query groups of the dQ product
-constexpr int FG_DSPLIT = FG_WARPS / FG_QG;  // warps sharing a query group, each a slice of head_dim
+// The dQ product's warp tiles: 16 query rows x a slice of head_dim, or with 8 keys a warp at head_dim a multiple
+// of 64, 32 rows (two m16 tiles) x a slice half as wide (FlashAttention-2's layout there): the same dQ registers,
+// fewer ldmatrix of K per MMA.
+constexpr int FG_QM = FG_BLOCK_N == 8 * FG_WARPS && FG_HEAD_DIM % 64 == 0 && FG_BLOCK_M % 32 == 0 ? 2 : 1;
+constexpr int FG_QG = FG_BLOCK_M / (16 * FG_QM); // query groups of the dQ product, 16 x FG_QM rows each
+constexpr int FG_DSPLIT = FG_WARPS / FG_QG;      // warps sharing a query group, each a slice of head_dim
 constexpr int FG_DQT = FG_DT / FG_DSPLIT;    // n8 tiles of dQ per warp
 constexpr int FG_DS_CH = FG_BLOCK_M / 8;     // 16-byte chunks of a P^T or dS^T row (queries)
 constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM * 2;
@@ -67,7 +71,7 @@ constexpr u32 FG_ROW_BYTES = FG_BLOCK_M * 4; // the LSE (or D) of one query bloc
 #if FG_WGMMA_BWD
 constexpr int FG_DQ_G = 64, FG_DQ_W = FG_BW_DQ_N; // a warpgroup: 64 rows x its columns
 #else
-constexpr int FG_DQ_G = 16, FG_DQ_W = FG_DQT * 8; // a warp: 16 rows x its slice of head_dim
+constexpr int FG_DQ_G = 16 * FG_QM, FG_DQ_W = FG_DQT * 8; // a warp: its 16 or 32 rows x its slice of head_dim
 #endif
 static_assert(64 % FG_DQ_G == 0 && FG_HEAD_DIM % FG_DQ_W == 0 && FG_DQ_W % 8 == 0, "dQ accumulator groups");
 // Where element (row, col) of a (batch, head)'s dQ accumulator lives, in floats from that head's row 0.
@@ -163,7 +167,7 @@ fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params p) {
 // Phase 1 (S^T, dP^T, P^T, dS^T): warps in FG_P1_WK key groups of 32 keys x FG_P1_QS query parts of FG_P1_QW
 // (halves with 16 keys a warp, quarters with 8).
 // Phase 2 (dV, dK): warps in FG_P2_WK key groups of FG_P2_KW keys x FG_P2_PD head_dim parts of FG_P2_DW.
-// Phase 3 (dQ): warps in FG_QG query groups of 16 rows x FG_DSPLIT head_dim slices.
+// Phase 3 (dQ): warps in FG_QG query groups of 16 x FG_QM rows x FG_DSPLIT head_dim slices.
 // P^T and dS^T cross from phase 1 to phases 2 and 3 through shared memory ([keys][queries], 16-bit).
 constexpr int FG_P1_WK = FG_BLOCK_N / 32;
 constexpr int FG_P1_QS = FG_WARPS / FG_P1_WK;
@@ -584,18 +588,23 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         }
 #endif
 
-        // Phase 3: dQ (queries x head_dim) += dS K: this warp's 16 query rows (group qg) and head_dim slice. A = dS
-        // by ldmatrix.trans from the [keys][queries] tile: lanes 0-7 keys 0-7 of query chunk 2qg, 8-15
-        // chunk 2qg + 1, 16-23 keys 8-15 chunk 2qg, 24-31 keys 8-15 chunk 2qg + 1, which land as the A
-        // fragment's (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15). B = K by ldmatrix.trans.
-        float dq[FG_DQT][4];
+        // Phase 3: dQ (queries x head_dim) += dS K: this warp's 16 x FG_QM query rows (group qg) and head_dim
+        // slice. A = dS by ldmatrix.trans from the [keys][queries] tile, per 16-row tile r: lanes 0-7 keys 0-7
+        // of query chunk 2r, 8-15 chunk 2r + 1, 16-23 keys 8-15 chunk 2r, 24-31 keys 8-15 chunk 2r + 1, which
+        // land as the A fragment's (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15). B = K by
+        // ldmatrix.trans.
+        float dq[FG_QM][FG_DQT][4];
 #pragma unroll
-        for (int i = 0; i < FG_DQT; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+        for (int mt = 0; mt < FG_QM; mt++)
+#pragma unroll
+            for (int i = 0; i < FG_DQT; i++) dq[mt][i][0] = dq[mt][i][1] = dq[mt][i][2] = dq[mt][i][3] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < FG_BLOCK_N / 16; kk++) {
-            u32 a[4];
-            fg_ldmatrix_x4_trans(a, tds + fg_tile_offset<FG_DS_CH>(kk * 16 + ln % 8 + 8 * (ln / 16),
-                                                                     2 * qg + (ln / 8) % 2, FG_BLOCK_N));
+            u32 a[FG_QM][4];
+#pragma unroll
+            for (int mt = 0; mt < FG_QM; mt++)
+                fg_ldmatrix_x4_trans(a[mt], tds + fg_tile_offset<FG_DS_CH>(kk * 16 + ln % 8 + 8 * (ln / 16),
+                                                                         2 * (qg * FG_QM + mt) + (ln / 8) % 2, FG_BLOCK_N));
 #pragma unroll
             for (int d2 = 0; d2 < FG_DQT / 2; d2++) {
                 // K's rows kk * 16 + lane % 16 at chunk 2 (slice's first chunk pair + d2) + lane / 16: the
@@ -603,8 +612,11 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
                 u32 kb[4];
                 fg_ldmatrix_x4_trans(kb, tk + fg_tile_offset(kk * 16 + ln % 16,
                                                               2 * (dslice * (FG_DQT / 2) + d2) + ln / 16, FG_BLOCK_N));
-                fg_mma_16816(dq[2 * d2], a, kb[0], kb[1]);
-                fg_mma_16816(dq[2 * d2 + 1], a, kb[2], kb[3]);
+#pragma unroll
+                for (int mt = 0; mt < FG_QM; mt++) {
+                    fg_mma_16816(dq[mt][2 * d2], a[mt], kb[0], kb[1]);
+                    fg_mma_16816(dq[mt][2 * d2 + 1], a[mt], kb[2], kb[3]);
+                }
             }
         }
         // Add into the fp32 accumulator (rows padded to the workspace's, so every row exists). In the
@@ -615,28 +627,31 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         // which in-order block dispatch gives (the grid's x is the key block; FlashAttention-3's
         // deterministic backward relies on the same); the CUDA model does not promise it.
 #if FG_DQ_STAGED
-        // This warp's 16 rows x FG_DQT * 8 columns: one contiguous run of the accumulator (fg_dq_index),
+        // This warp's FG_DQ_G rows x FG_DQT * 8 columns: one contiguous run of the accumulator (fg_dq_index),
         // staged at the same offset from the block's start. Outside the deterministic mode lane 0 adds it
         // with one bulk reduce-add, after its add of the previous block has read the staging: no
         // block-wide barrier. In the deterministic mode key blocks add in order (see above), every warp's
         // add complete before the semaphore moves on, so the staging is free again.
-        const u32 run = (u32)((qg * 16) * FG_HEAD_DIM + dslice * 16 * FG_DQ_W); // floats from the block's row 0
+        const u32 run = (u32)((qg * FG_DQ_G) * FG_HEAD_DIM + dslice * FG_DQ_G * FG_DQ_W); // floats from the block's row 0
         float4 *sdq = (float4 *)(smem + (s_dq - s_k)) + run / 4;
         if (!FG_DETERMINISTIC) {
             if (lane == 0) fg_bulk_wait_read();
             __syncwarp();
         }
 #pragma unroll
-        for (int i = 0; i < FG_DQT; i++) sdq[i * 32 + lane] = make_float4(dq[i][0], dq[i][1], dq[i][2], dq[i][3]);
+        for (int mt = 0; mt < FG_QM; mt++)
+#pragma unroll
+            for (int i = 0; i < FG_DQT; i++)
+                sdq[(mt * FG_DQT + i) * 32 + lane] = make_float4(dq[mt][i][0], dq[mt][i][1], dq[mt][i][2], dq[mt][i][3]);
         fg_fence_proxy_async(); // the bulk copies read these stores
         __syncwarp();
         const float *dst = p.dq_accum + (bh * sq_pad + m0) * FG_HEAD_DIM + run;
         if (!FG_DETERMINISTIC) {
-            if (lane == 0) fg_bulk_add_f32<16 * FG_DQ_W * 4>(dst, s_dq + run * 4);
+            if (lane == 0) fg_bulk_add_f32<FG_DQ_G * FG_DQ_W * 4>(dst, s_dq + run * 4);
         } else {
             fg_bwd_wait_turn(p.dq_sem + bh * m_blocks + m, n_block, tid);
             if (lane == 0) {
-                fg_bulk_add_f32<16 * FG_DQ_W * 4>(dst, s_dq + run * 4);
+                fg_bulk_add_f32<FG_DQ_G * FG_DQ_W * 4>(dst, s_dq + run * 4);
                 fg_bulk_wait_all();
                 asm volatile("fence.proxy.async.global;" ::: "memory");
                 __threadfence();
@@ -646,28 +661,33 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         }
 #elif FG_DQ_VEC
         // This warp's run of the accumulator (as staged above), added from the fragments: lane l's floats of
-        // n8 step i at (i * 32 + l) * 4.
+        // m16 tile mt, n8 step i at ((mt * FG_DQT + i) * 32 + l) * 4.
         if (FG_DETERMINISTIC) fg_bwd_wait_turn(p.dq_sem + bh * m_blocks + m, n_block, tid);
-        float *acc = p.dq_accum + (bh * sq_pad + m0) * FG_HEAD_DIM + (qg * 16) * FG_HEAD_DIM + dslice * 16 * FG_DQ_W +
-                     lane * 4;
+        float *acc = p.dq_accum + (bh * sq_pad + m0) * FG_HEAD_DIM + (qg * FG_DQ_G) * FG_HEAD_DIM +
+                     dslice * FG_DQ_G * FG_DQ_W + lane * 4;
 #pragma unroll
-        for (int i = 0; i < FG_DQT; i++)
-            asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(acc + i * 128), "f"(dq[i][0]),
-                         "f"(dq[i][1]), "f"(dq[i][2]), "f"(dq[i][3]) : "memory");
+        for (int mt = 0; mt < FG_QM; mt++)
+#pragma unroll
+            for (int i = 0; i < FG_DQT; i++)
+                asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(acc + (mt * FG_DQT + i) * 128),
+                             "f"(dq[mt][i][0]), "f"(dq[mt][i][1]), "f"(dq[mt][i][2]), "f"(dq[mt][i][3]) : "memory");
         if (FG_DETERMINISTIC) {
             __threadfence();
             __syncthreads();
             if (tid == 0) atomicExch(p.dq_sem + bh * m_blocks + m, n_block + 1);
         }
 #else
-        float *acc = p.dq_accum + (bh * sq_pad + m0 + qg * 16 + g) * FG_HEAD_DIM + dslice * FG_DQT * 8 + 2 * t;
+        float *acc = p.dq_accum + (bh * sq_pad + m0 + qg * FG_DQ_G + g) * FG_HEAD_DIM + dslice * FG_DQT * 8 + 2 * t;
         if (FG_DETERMINISTIC) {
             fg_bwd_wait_turn(p.dq_sem + bh * m_blocks + m, n_block, tid);
         }
 #pragma unroll
-        for (int i = 0; i < FG_DQT; i++)
+        for (int mt = 0; mt < FG_QM; mt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) atomicAdd(acc + (e / 2) * 8 * FG_HEAD_DIM + i * 8 + (e % 2), dq[i][e]);
+            for (int i = 0; i < FG_DQT; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    atomicAdd(acc + (mt * 16 + (e / 2) * 8) * FG_HEAD_DIM + i * 8 + (e % 2), dq[mt][i][e]);
         if (FG_DETERMINISTIC) {
             __threadfence();
             __syncthreads();
