@@ -7,17 +7,21 @@
 //   fg_bwd_main_kernel  grid (key blocks, query heads, batch). A CTA owns FG_BLOCK_N keys (16 per warp,
 //                       or 8 above head_dim 128, where dK and dV of 16 would not fit) of one query head, keeps K and V of its block in shared memory and dK, dV in
 //                       registers, and streams the query blocks that see its keys (FG_BLOCK_M rows,
-//                       double-buffered with cp.async: Q, dO, LSE, D). Per query block, with
+//                       double-buffered with cp.async or TMA: Q, dO, LSE, D; single-buffered where two
+//                       stages do not fit, FG_STAGES 1). Per query block, with
 //                       mma.m16n8k16 from swizzled shared memory (ldmatrix), in three phases:
 //                         1. S^T  = K Q^T, dP^T = V dO^T   (keys x queries; warp tiles of 32 keys x a half
 //                            P^T  = exp2(c S^T - lse2)      or quarter of the queries; masked: 0)
 //                            dS^T = P^T (dP^T - D)         both to shared memory, 16-bit
-//                         2. dV  += P^T dO, dK += dS^T Q    (warp tiles of 32 keys x half of head_dim, or 16
+//                         2. dV  += P^T dO, dK += dS^T Q    (warp tiles of 32 keys x half of head_dim, or a
+//                                                           quarter with 8 keys a warp at multiples of 64, or 16
 //                                                           keys x all of it when head_dim is an odd multiple of 16)
-//                         3. dQ   = dS K                    (16-row query groups x head_dim slices)
+//                         3. dQ   = dS K                    (16-row query groups x head_dim slices; 32-row
+//                                                           groups with 8 keys a warp at multiples of 64)
 //                       dQ is added into the fp32 accumulator: on sm_90 and newer staged in shared memory
 //                       and added by the TMA unit, one bulk reduce-add a warp (cp.reduce.async.bulk; the
-//                       accumulator in fragment order, fg_dq_index),
+//                       accumulator in fragment order, fg_dq_index), or above head_dim 128, where the
+//                       staging does not fit, by 16-byte reductions from the fragments into that order;
 //                       on earlier targets by fp32 atomics from the fragments. In the deterministic mode
 //                       the key blocks add in ascending order, one after another, through a semaphore per
 //                       query block. dK (times the softmax scale) and dV go to the outputs through the K and
