@@ -102,9 +102,10 @@ static const fg_tile_rule default_rules[] = {
     {90, 90, 65, 128, -1, -1, 64, 128, 8, 2, FG_FAMILY_WGMMA, FG_KIND_BWD},
     /* One stage of query blocks where two do not fit (the next block loads behind the dQ product; FlashAttention-2
      * single-buffers these tiles too): above head_dim 192 on an A100 or Orin (163 KiB; 64 x 64 in two stages needs
-     * 214016 bytes at d 256), and 129-160 on 99 KiB parts (98816 bytes at d 160). Past 160 those parts have no
-     * backward tile: K and V of 64 keys alone take 64 KiB at d 256, and narrower warp tiles need more dK, dV
-     * registers than a thread has. */
+     * 214016 bytes at d 256), and on 99 KiB parts 64 x 64 at 129-160 (98816 bytes at d 160) and 64 x 32 on 4 warps
+     * at 161-192 (82432 bytes). Past 192 those parts have no backward tile: K and V of 64 keys alone take 64 KiB at
+     * d 256, and narrower warp tiles need more dK, dV registers than a thread has. ptxas (NVRTC 13.0) spills
+     * 24-56 bytes at d 224-256 on sm_80 (these compile at first use; bundles take them with --allow-spills). */
     {80, 87, 193, 256, -1, -1, 64, 64, 8, 1, FG_FAMILY_MMA, FG_KIND_BWD},
     /* 99 KiB parts: 64 keys a block from head_dim 64 */
     {86, 86, 64, 128, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
@@ -113,6 +114,9 @@ static const fg_tile_rule default_rules[] = {
     {86, 86, 129, 160, -1, -1, 64, 64, 8, 1, FG_FAMILY_MMA, FG_KIND_BWD},
     {89, 89, 129, 160, -1, -1, 64, 64, 8, 1, FG_FAMILY_MMA, FG_KIND_BWD},
     {120, 121, 129, 160, -1, -1, 64, 64, 8, 1, FG_FAMILY_MMA, FG_KIND_BWD},
+    {86, 86, 161, 192, -1, -1, 64, 32, 4, 1, FG_FAMILY_MMA, FG_KIND_BWD},
+    {89, 89, 161, 192, -1, -1, 64, 32, 4, 1, FG_FAMILY_MMA, FG_KIND_BWD},
+    {120, 121, 161, 192, -1, -1, 64, 32, 4, 1, FG_FAMILY_MMA, FG_KIND_BWD},
 };
 
 fg_status tile_policy_add(fg_tile_policy *p, const fg_tile_rule *r, fg_error *err) {

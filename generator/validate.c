@@ -154,8 +154,9 @@ RULE(bwd_tiles, is_bwd(s) && (s->warps < 2 || s->warps > 8 || (s->warps & (s->wa
      FG_ERR_UNSUPPORTED,
      "kind=bwd tiles block_m %d, block_n %d, warps %d, stages %d at head_dim %d are not supported: warps 2, 4 or 8 "
      "with block_n = 16 x warps (or 8 x warps from 4 warps), block_m 32, 64 or 128 with 16 x warps / (block_n / 32) "
-     "dividing it (the S^T tiles' query parts) and block_m / 16 dividing warps, head_dim / 8 a multiple of 2 x "
-     "warps / (block_m / 16) (the dQ product's split), whole 16-key dK and dV tiles, stages 1 or 2",
+     "dividing it (the S^T tiles' query parts) and the dQ product's query groups (block_m / 16, or block_m / 32 "
+     "with 8 keys a warp at head_dim a multiple of 64) dividing warps, head_dim / 8 a multiple of 2 x warps / "
+     "groups (the dQ product's split), whole 16-key dK and dV tiles, stages 1 or 2",
      s->block_m, s->block_n, s->warps, s->stages, s->head_dim)
 RULE(bwd_registers, is_bwd(s) && bwd_registers(s) > 200, FG_ERR_UNSUPPORTED,
      "kind=bwd block_m %d, block_n %d, warps %d at head_dim %d need about %d accumulator registers per thread "

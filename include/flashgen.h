@@ -120,8 +120,8 @@ typedef struct fg_fwd_args {
 /* Arguments of one backward call: the gradients of O = attention(Q, K, V) for a given dO, recomputing the
  * attention from the forward's LSE (no N x N storage). 16-bit only (fp16 or bf16, all tensors one
  * dtype), head_dim a multiple of 16 up to 128 or of 32 up to 256 (above 128 the tiles need shared memory:
- * up to 160 on every sm_80+ GPU, up to 256 on an A100 and on an H100 and newer; a GPU with 99 KiB a block
- * refuses head_dim above 160 with FG_ERR_UNSUPPORTED), the mma.sync kernels on every arch
+ * up to 192 on every sm_80+ GPU, up to 256 on an A100 and on an H100 and newer; a GPU with 99 KiB a block
+ * refuses head_dim above 192 with FG_ERR_UNSUPPORTED), the mma.sync kernels on every arch
  * (sm_80+; on Hopper arch sm_90) and on an H100/H200 a wgmma kernel (arch sm_90a) for head_dim 64 and 128
  * outside the deterministic mode (FLASHGEN_WGMMA_BWD=0 in the environment sends those to mma.sync too).
  *   - q, k, v, o, lse as given to and returned by the forward (lse required), dout like o;

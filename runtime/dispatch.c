@@ -786,13 +786,16 @@ static fg_status choose_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec 
         s->tma = 0;
     }
     st = check_runnable(ctx, s, err);
-    if (st == FG_ERR_UNSUPPORTED && s->head_dim > 128) { /* the policy's widest fitting tile does not fit */
+    const size_t limit = arch_smem_limit(s->arch);
+    if (st == FG_ERR_UNSUPPORTED && s->head_dim > 128 && (spec_smem_bytes(s) > ctx->smem_optin ||
+                                                          (limit != 0 && spec_smem_bytes(s) > limit))) {
+        /* the policy's tile for this head_dim does not fit this GPU's shared memory */
         char why[sizeof err->msg];
         snprintf(why, sizeof why, "%s", err->msg);
         return fg_fail(err, st,
-                       "fg_attention_bwd: head_dim %d has no backward kernel on %s (sm_%d): above 128 the backward "
-                       "takes head_dim up to 160 where a block has 99 KiB of shared memory, up to 256 on an A100 "
-                       "and on an H100 and newer (%s)",
+                       "head_dim %d has no backward kernel that fits the shared memory of %s (sm_%d): above 128 "
+                       "the backward takes head_dim up to 192 on GPUs with 99 KiB of shared memory a block, up to "
+                       "256 on an A100 and on an H100 and newer (%s)",
                        s->head_dim, ctx->device_name, ctx->arch, why);
     }
     return st;
@@ -959,6 +962,11 @@ fg_status rt_bwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_bwd_ar
         spec->arch != ctx->arch)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the variant does not match the call (kind, dtype, head_dim, "
                        "mask, deterministic) or this device's arch sm_%d", ctx->arch);
+    if ((spec_is_wgmma_bwd(spec) && !ctx->wgmma) || (spec->tma && ctx->cu->cuTensorMapEncodeTiled == NULL))
+        return fg_fail(err, FG_ERR_UNSUPPORTED, "this context runs no %s variant: %s",
+                       spec->tma ? "tma=1 backward" : "sm_90a (wgmma) backward",
+                       spec->tma ? "the driver lacks cuTensorMapEncodeTiled"
+                                 : "the device is not sm_90, the driver lacks cuTensorMapEncodeTiled, or FLASHGEN_WGMMA=0");
     if ((spec_is_wgmma_bwd(spec) || spec->tma) &&
         !(tensor_tma_ok(&a->q, 3) && tensor_tma_ok(&a->k, 3) && tensor_tma_ok(&a->v, 3) && tensor_tma_ok(&a->dout, 3)))
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "an sm_90a or tma=1 backward variant needs Q, K, V and dO "

@@ -489,7 +489,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         if (tid == 0 && m + 1 < m_last) load_block(m + 1, st ^ 1);
 #else
         fg_cp_async_wait<0>();
-        __syncthreads(); // block m is in; everyone is done with stage st ^ 1 and with P^T, dS^T
+        __syncthreads(); // block m is in; everyone is done with P^T, dS^T and (two stages) with stage st ^ 1
         if (FG_STAGES == 2) {
             if (m + 1 < m_last) load_block(m + 1, st ^ 1);
             fg_cp_async_commit();
@@ -578,11 +578,19 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         __syncthreads();
 
         // Phase 2: dV += P^T dO, dK += dS^T Q.
-        switch (FG_P2_PD == 1 ? 0 : p2_wd) { // p2_wd < FG_P2_PD
-        case 0: fg_bwd_phase2<0>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off); break;
-        case 1: fg_bwd_phase2<1 % FG_P2_PD>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off); break;
-        case 2: fg_bwd_phase2<2 % FG_P2_PD>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off); break;
-        default: fg_bwd_phase2<FG_P2_PD - 1>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off); break;
+        // (One instance per head_dim part: a switch over four cases at one or two parts inlined the phase twice
+        // over, and at d 64 causal on sm_90 ptxas then spilled 12 bytes.)
+        if (FG_P2_PD == 4) {
+            switch (p2_wd) {
+            case 0: fg_bwd_phase2<0>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off); break;
+            case 1: fg_bwd_phase2<1 % FG_P2_PD>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off); break;
+            case 2: fg_bwd_phase2<2 % FG_P2_PD>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off); break;
+            default: fg_bwd_phase2<3 % FG_P2_PD>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off); break;
+            }
+        } else if (FG_P2_PD == 1 || p2_wd == 0) {
+            fg_bwd_phase2<0>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off);
+        } else {
+            fg_bwd_phase2<FG_P2_PD - 1>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off);
         }
 #if !FG_BWD_TMA
         if (FG_STAGES == 1) {

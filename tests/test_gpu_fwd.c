@@ -1391,6 +1391,7 @@ static void bwd_setup(gpu_env *env, bwd_run *r, const fwd_case *c, int determini
     run_setup(env, &r->f, &fc);
     run_launch(env, &r->f);
     run_verify(&r->f);
+    memcpy(r->f.c.tiles, c->tiles, sizeof r->f.c.tiles); /* for case_name (the forward ran the policy's tiles) */
     int64_t qs[4] = {c->b, c->sq, c->hq, c->d}, ks[4] = {c->b, c->sk, c->hkv, c->d}, st[4];
     make_strides(4, qs, c->strided, st);
     dbuf_init(env, &r->dout, c->dt, 4, qs, st, 0, 0);
@@ -1575,11 +1576,12 @@ ParameterizedTest(fwd_case *c, bwd, shapes, .timeout = 600) {
 
 /* mma.sync backward tiles the policy chooses on other GPUs, through the runtime's entry for explicit variants:
  * one stage of query blocks (the next block loading behind the dQ product): the A100's tile at head_dim 224
- * and 256 (8 keys a warp), the 99 KiB parts' at 160, and one stage at 64 x 128 (d 128) and 32 x 64 on 4
+ * and 256 (8 keys a warp), the 99 KiB parts' at 160 and 192, and one stage at 64 x 128 (d 128) and 32 x 64 on 4
  * warps (d 64); both modes, lengths that are multiples of no tile size, causal with sq < sk and sq > sk, GQA. */
 ParameterizedTestParameters(bwd, tiles) {
     static const struct { int d, tiles[4]; } t[] = {
-        {256, {64, 64, 8, 1}}, {224, {64, 64, 8, 1}}, {160, {64, 64, 8, 1}}, {128, {64, 128, 8, 1}}, {64, {32, 64, 4, 1}},
+        {256, {64, 64, 8, 1}}, {224, {64, 64, 8, 1}}, {192, {64, 32, 4, 1}}, {160, {64, 64, 8, 1}},
+        {128, {64, 128, 8, 1}}, {64, {32, 64, 4, 1}},
     };
     static fwd_case cases[2 * NELEM(t)];
     for (size_t i = 0; i < NELEM(t); i++) {

@@ -770,18 +770,23 @@ Test(spec, backward_name_policy_and_rules) {
             cr_assert_eq(tile_policy_lookup(&pol, &f)->kind, FG_KIND_FWD, "d %d: the forward never gets a backward rule", d);
         }
     /* Above 128, multiples of 32: 64 x 64 on 8 warps (8 keys a warp). sm_90 holds them in two stages up to 256,
-     * sm_80 up to 192 and in one stage above; the 99 KiB parts (sm_86) in one stage up to 160, and above it the
-     * refusal names the shared memory. */
+     * sm_80 up to 192 and in one stage above; the 99 KiB parts (sm_86) in one stage up to 160, 64 x 32 on 4 warps
+     * at 192, and above it the refusal names the shared memory. */
     for (int d = 160; d <= 256; d += 32)
         for (int arch = 80; arch <= 90; arch += (arch == 80 ? 6 : 4)) {
             fg_spec t = {.kind = FG_KIND_BWD, .arch = arch, .dtype = FG_DTYPE_BF16, .head_dim = d, .causal = 1};
             cr_assert_eq(spec_fill_tiles(&t, &pol, &e), FG_OK, "d %d: %s", d, e.msg);
-            cr_assert(t.block_m == 64 && t.block_n == 64 && t.warps == 8, "d %d: %dx%d w%d", d, t.block_m, t.block_n, t.warps);
+            if (arch == 86 && d > 160 && d <= 192) /* 99 KiB: 64 x 32 on 4 warps, one stage */
+                cr_assert(t.block_m == 64 && t.block_n == 32 && t.warps == 4 && t.stages == 1, "d %d: %dx%d w%d s%d", d,
+                          t.block_m, t.block_n, t.warps, t.stages);
+            else
+                cr_assert(t.block_m == 64 && t.block_n == 64 && t.warps == 8, "d %d: %dx%d w%d", d, t.block_m, t.block_n,
+                          t.warps);
             if (arch != 86 || d <= 160)
                 cr_assert_eq(t.stages, (arch == 80 && d > 192) || arch == 86 ? 1 : 2, "d %d sm_%d: stages %d", d, arch,
                              t.stages);
             fg_status st = spec_validate(&t, &e);
-            if (arch == 86 && d > 160) {
+            if (arch == 86 && d > 192) {
                 cr_assert_eq(st, FG_ERR_UNSUPPORTED, "d %d sm_86", d);
                 cr_assert(strstr(e.msg, "shared memory") != NULL, "%s", e.msg);
             } else {
