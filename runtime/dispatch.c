@@ -825,7 +825,7 @@ static long long bwd_key_blocks(const fg_spec *s, long long sk) { return (sk + s
  * rows (Q and dO, 16-bit, and the fp32 dQ accumulator: 8 bytes a head_dim column a query row) fit in a
  * third of L2, as FlashAttention-3's backward sizes its head sections. FLASHGEN_CAUSAL_GROUP=N caps it
  * instead (1: head by head, to measure the choice). A driver that cannot say the L2 size leaves 1. */
-static int bwd_causal_group(const fg_context *ctx, const fg_spec *s, const fg_bwd_args *a) {
+int rt_bwd_causal_group(const fg_context *ctx, const fg_spec *s, const fg_bwd_args *a) {
     if (!s->causal || !spec_is_wgmma_bwd(s)) return 1;
     const int64_t heads = a->q.shape[2], nb = bwd_key_blocks(s, a->k.shape[1]);
     int64_t cap = ctx->causal_group;
@@ -852,7 +852,7 @@ fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *a, char *buf, size_
     if (explain_lookup(ctx, &s, name, &where, &err) != FG_OK) return rt_set_error(ctx, &err);
     bwd_layout L;
     bwd_workspace_layout(a, &L);
-    const int group = bwd_causal_group(ctx, &s, a);
+    const int group = rt_bwd_causal_group(ctx, &s, a);
     const char *path = spec_is_wgmma_bwd(&s) ? "sm_90a path (wgmma, two warpgroups of 64 keys)"
                        : s.tma             ? "mma.sync path (sm_80+), loads by TMA"
                                            : "mma.sync path (sm_80+)";
@@ -926,7 +926,7 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *sp, const fg_bwd_arg
     p.seqlen_q = (int)sq, p.seqlen_k = (int)sk, p.head_dim = (int)a->q.shape[3];
     p.softmax_scale = a->softmax_scale != 0.f ? a->softmax_scale : (float)(1.0 / sqrt((double)p.head_dim));
     p.scale_log2 = (float)((double)p.softmax_scale * 1.4426950408889634);
-    const int group = bwd_causal_group(ctx, &s, a);
+    const int group = rt_bwd_causal_group(ctx, &s, a);
     while ((1 << p.causal_group_log2) < group) p.causal_group_log2++;
 
     /* The second argument of the sm_90a main kernel and of the mma.sync one's tma=1 variants: the tensor

@@ -101,6 +101,9 @@ int rt_causal_group(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *
  * of the grid; persistent CTAs taking them from a counter. The mma.sync family is always FG_GRID_TILES. */
 enum { FG_GRID_TILES = 0, FG_GRID_STRIDE = 1, FG_GRID_DYNAMIC = 2 };
 int rt_launch_grid(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a, int group, unsigned grid[3]);
+/* The backward's causal order (dispatch.c; exposed for the CPU tests): how many heads' key blocks the sm_90a
+ * main kernel interleaves, longest first (1: head by head, and always 1 for the mma.sync kernel). */
+int rt_bwd_causal_group(const fg_context *ctx, const fg_spec *s, const fg_bwd_args *a);
 
 /* Records "FN: ctx is NULL" where fg_last_error(NULL) finds it; returns FG_ERR_INVALID_ARGUMENT. */
 fg_status rt_no_context(const char *fn);

@@ -472,3 +472,53 @@ Test(args, causal_tile_order_and_grid) {
     cr_assert_eq(rt_causal_group(&ctx, &wg, &a), 1);
 }
 
+/* The backward's causal order (runtime/dispatch.c rt_bwd_causal_group) on the same H200-like context: the sm_90a
+ * kernel interleaves the key blocks of the largest power of two of heads dividing the heads whose Q, dO and dQ
+ * accumulator (8 bytes a head_dim column a padded query row) fit in a third of L2; the mma.sync kernel, non-causal
+ * calls and a driver without an L2 size go head by head; FLASHGEN_CAUSAL_GROUP=N caps it. */
+static fg_bwd_args bwd_shaped(int b, int s, int hq, int d) {
+    fg_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q = view(BASE_Q, FG_DTYPE_BF16, b, s, hq, d);
+    a.k = view(BASE_K, FG_DTYPE_BF16, b, s, hq, d);
+    a.causal = 1;
+    return a;
+}
+
+Test(args, bwd_causal_order) {
+    fg_context ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.sm_count = 132;
+    ctx.l2_bytes = 60 << 20;
+    fg_spec wg = {.kind = FG_KIND_BWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 128,
+                  .block_m = 64, .block_n = 128, .warps = 8, .stages = 2, .causal = 1};
+    fg_bwd_args a = bwd_shaped(8, 2048, 16, 128); /* 2 MiB a head: 10 fit 20 MiB, so 8 */
+    cr_assert_eq(rt_bwd_causal_group(&ctx, &wg, &a), 8);
+    a = bwd_shaped(32, 512, 16, 128); /* 512 KiB a head: all 16 */
+    cr_assert_eq(rt_bwd_causal_group(&ctx, &wg, &a), 16);
+    a = bwd_shaped(1, 16384, 16, 128); /* 16 MiB a head: head by head */
+    cr_assert_eq(rt_bwd_causal_group(&ctx, &wg, &a), 1);
+    a = bwd_shaped(1, 16384, 32, 64); /* 8 MiB a head: 2 */
+    wg.head_dim = 64, wg.block_m = 128;
+    cr_assert_eq(rt_bwd_causal_group(&ctx, &wg, &a), 2);
+    wg.head_dim = 128, wg.block_m = 64;
+    a = bwd_shaped(8, 2048, 12, 128); /* at most 10, dividing 12: 4 */
+    cr_assert_eq(rt_bwd_causal_group(&ctx, &wg, &a), 4);
+    a = bwd_shaped(8, 2048, 16, 128);
+    fg_spec mma = wg;
+    mma.arch_accel = 0;
+    cr_assert_eq(rt_bwd_causal_group(&ctx, &mma, &a), 1, "the mma.sync kernel keeps its grid");
+    fg_spec nc = wg;
+    nc.causal = 0;
+    cr_assert_eq(rt_bwd_causal_group(&ctx, &nc, &a), 1);
+    fg_context no_l2 = ctx;
+    no_l2.l2_bytes = 0;
+    cr_assert_eq(rt_bwd_causal_group(&no_l2, &wg, &a), 1);
+    ctx.causal_group = 1; /* FLASHGEN_CAUSAL_GROUP=1 */
+    cr_assert_eq(rt_bwd_causal_group(&ctx, &wg, &a), 1);
+    ctx.causal_group = 4;
+    cr_assert_eq(rt_bwd_causal_group(&ctx, &wg, &a), 4);
+    ctx.causal_group = 64; /* a cap above the heads: the heads */
+    cr_assert_eq(rt_bwd_causal_group(&ctx, &wg, &a), 16);
+}
+
