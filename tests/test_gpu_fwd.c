@@ -1582,6 +1582,9 @@ ParameterizedTestParameters(bwd, tiles) {
     static const struct { int d, tiles[4]; } t[] = {
         {256, {64, 64, 8, 1}}, {224, {64, 64, 8, 1}}, {192, {64, 32, 4, 1}}, {160, {64, 64, 8, 1}},
         {128, {64, 128, 8, 1}}, {64, {32, 64, 4, 1}},
+        /* 8 keys a warp at head_dim 128 and 64 (two stages): quarter-width dK/dV tiles, 32-row dQ groups, and on
+         * sm_90+ the staged bulk adds of those groups */
+        {128, {64, 64, 8, 2}},  {64, {64, 32, 4, 2}},
     };
     static fwd_case cases[2 * NELEM(t)];
     for (size_t i = 0; i < NELEM(t); i++) {
