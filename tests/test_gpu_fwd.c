@@ -1801,6 +1801,24 @@ Test(bwd, bad_arguments_are_refused, .timeout = 300) {
     cr_assert_eq(fg_explain_bwd(env.ctx, &r.args, text, 16), FG_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(fg_last_error(env.ctx), "the explanation needs"), "%s", fg_last_error(env.ctx));
     cr_assert_neq(fg_explain_bwd(NULL, &r.args, text, sizeof text), FG_OK);
+    /* rt_bwd_with_spec (explicit variants): one that does not match the call is refused, and the call is
+     * checked as fg_attention_bwd checks it */
+    fg_spec s;
+    fg_error e;
+    fg_error_clear(&e);
+    char name[FG_SPEC_NAME_MAX];
+    snprintf(name, sizeof name, "kind=bwd arch=sm_%d dtype=fp16 head_dim=128 block_m=64 block_n=64 warps=8 stages=2",
+             gpu_cc(&env));
+    cr_assert_eq(spec_parse(name, &s, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(rt_bwd_with_spec(env.ctx, &s, &r.args, (void *)env.stream, &e), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(e.msg, "does not match the call"), "%s", e.msg);
+    s.head_dim = 64, s.causal = 1;
+    cr_assert_eq(rt_bwd_with_spec(env.ctx, &s, &r.args, (void *)env.stream, &e), FG_ERR_INVALID_ARGUMENT, "mask");
+    s.causal = 0;
+    a = r.args;
+    a.workspace_size -= 1;
+    cr_assert_eq(rt_bwd_with_spec(env.ctx, &s, &a, (void *)env.stream, &e), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(e.msg, "workspace_size"), "%s", e.msg);
     bwd_free(&env, &r);
     gpu_close(&env);
 }
