@@ -65,9 +65,10 @@ static long long sp_scalar(lua_State *L, int idx, const char *fn, const char *fi
         return tunedb_lua_bool(L, idx, fn, field, pos);
     case SP_KIND: {
         const char *s = tunedb_lua_string(L, idx, fn, field, pos, 64);
-        if (strcmp(s, "fwd") != 0)
-            lua_sandbox_raise(L, fn, "field 'kind' must name a kernel family (\"fwd\"), got \"%s\"", s);
-        return FG_KIND_FWD;
+        if (strcmp(s, "fwd") == 0) return FG_KIND_FWD;
+        if (strcmp(s, "bwd") == 0) return FG_KIND_BWD;
+        lua_sandbox_raise(L, fn, "field 'kind' must name a kernel family (\"fwd\" or \"bwd\"), got \"%s\"", s);
+        return 0;
     }
     case SP_FAMILY: {
         const char *s = tunedb_lua_string(L, idx, fn, field, pos, 64);
@@ -142,6 +143,8 @@ static void sp_fill_candidates(sp_build *b, fg_tune_problem *p, const sp_list *f
                     c->spec.arch = b->arch;
                     /* The wgmma family is the sm_90a target's; the mma.sync family on Hopper is sm_90. */
                     c->spec.arch_accel = f[F_FAMILY].v[0] == FG_FAMILY_WGMMA ? 1 : (b->arch == 90 ? 0 : b->accel);
+                    /* The backward is the mma.sync family on every arch ('a' targets included: bwd_arch). */
+                    if (p->cls.kind == FG_KIND_BWD) c->spec.arch_accel = 0;
                     c->spec.dtype = p->cls.dtype;
                     /* FP8 classes are timed with bf16 output, the spec's default (a call with fp16 O takes
                      * the same tiles: the output type changes only the epilogue's conversion). */
@@ -184,6 +187,17 @@ static int sp_space(lua_State *L) {
     if (f[F_FAMILY].n > 1)
         lua_sandbox_raise(L, fn, "field 'family' takes one value (\"mma\" or \"wgmma\"): their tiles differ, so "
                                  "list each family in its own space{}");
+    for (int i = 0; i < f[F_KIND].n; i++) {
+        if (f[F_KIND].v[i] != FG_KIND_BWD) continue;
+        /* The sm_90a backward has one tile (bwd_wgmma), chosen by the runtime where it applies: nothing to tune. */
+        if (f[F_FAMILY].v[0] == FG_FAMILY_WGMMA)
+            lua_sandbox_raise(L, fn, "kind \"bwd\" takes family \"mma\" only: the sm_90a (wgmma) backward has a "
+                                    "single tile; the mma.sync backward's tiles are what a backward space times");
+        for (int j = 0; j < f[F_DTYPE].n; j++)
+            if (f[F_DTYPE].v[j] != FG_DTYPE_F16 && f[F_DTYPE].v[j] != FG_DTYPE_BF16)
+                lua_sandbox_raise(L, fn, "kind \"bwd\" takes dtype \"fp16\" or \"bf16\" (the backward is 16-bit), got "
+                                        "\"%s\"", spec_dtype_name((fg_dtype)f[F_DTYPE].v[j]));
+    }
     if (f[F_CAUSAL].n == 0)
         f[F_CAUSAL].v[f[F_CAUSAL].n++] = 0;
     if (f[F_GQA].n == 0)
@@ -244,10 +258,10 @@ static int sp_space(lua_State *L) {
             if (o->kind == p.cls.kind && o->dtype == p.cls.dtype && o->head_dim == p.cls.head_dim &&
                 o->causal == p.cls.causal && o->gqa == p.cls.gqa && o->seqlen_q == p.cls.seqlen_q &&
                 o->seqlen_k == p.cls.seqlen_k && o->batch_heads == p.cls.batch_heads)
-                lua_sandbox_raise(L, fn, "the problem %s head_dim %d%s gqa %d sq %d sk %d bh %d falls in the same "
+                lua_sandbox_raise(L, fn, "the problem %s%s head_dim %d%s gqa %d sq %d sk %d bh %d falls in the same "
                                         "class (buckets sq %lld sk %lld bh %lld) as one listed at line %d: list "
                                         "each bucket once",
-                                 spec_dtype_name(p.cls.dtype), p.cls.head_dim, p.cls.causal ? " causal" : "", p.cls.gqa,
+                                 p.cls.kind == FG_KIND_BWD ? "bwd " : "", spec_dtype_name(p.cls.dtype), p.cls.head_dim, p.cls.causal ? " causal" : "", p.cls.gqa,
                                  p.seqlen_q, p.seqlen_k, p.batch_heads, (long long)p.cls.seqlen_q,
                                  (long long)p.cls.seqlen_k, (long long)p.cls.batch_heads, b->problems[i].line);
         }

@@ -2,7 +2,9 @@
  * problem sizes, and which candidate tiles it tries for each.
  *
  * A space is a Lua file run in the config sandbox with one host function, called any number of times:
- *   space { kind = "fwd",                       -- optional, default "fwd"
+ *   space { kind = "fwd",                       -- optional, default "fwd"; "bwd": the backward's mma.sync
+ *                                               -- tiles (fp16/bf16, family "mma"; the deterministic mode
+ *                                               -- and the sm_90a backward keep the runtime's choice)
  *           dtype = "bf16", head_dim = {64, 128},
  *           causal = {false, true},             -- optional, default false
  *           gqa = 1,                            -- optional, default 1: heads_q / heads_kv

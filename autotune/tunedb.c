@@ -144,9 +144,14 @@ static int tdb_same_bucket(const fg_tune_class *a, const fg_tune_class *b) {
     return a->seqlen_q == b->seqlen_q && a->seqlen_k == b->seqlen_k && a->batch_heads == b->batch_heads;
 }
 
+/* The name a class's kind has in the file and the tables: "fwd" or "bwd". */
+static const char *tdb_kind_name(fg_kind k) {
+    return k == FG_KIND_FWD ? "fwd" : k == FG_KIND_BWD ? "bwd" : "unknown-kind";
+}
+
 /* "fwd bf16 head_dim 128 causal gqa 1" (family only) or with " sq 2048 sk 2048 bh 128" (buckets too). */
 static void tdb_class_text(const fg_tune_class *c, int buckets, char *buf, size_t n) {
-    int w = snprintf(buf, n, "%s %s head_dim %d %s gqa %d", c->kind == FG_KIND_FWD ? "fwd" : "unknown-kind",
+    int w = snprintf(buf, n, "%s %s head_dim %d %s gqa %d", tdb_kind_name(c->kind),
                      spec_dtype_name(c->dtype), c->head_dim, c->causal ? "causal" : "not causal", c->gqa);
     if (buckets && w >= 0 && (size_t)w < n)
         snprintf(buf + w, n - (size_t)w, ", bucket sq %lld sk %lld bh %lld", (long long)c->seqlen_q,
@@ -176,8 +181,8 @@ static fg_status tdb_check(const fg_tunedb *db, const fg_tune_record *r, fg_erro
     char cls[200];
     tdb_class_text(&r->cls, 0, cls, sizeof cls);
     const fg_spec *s = &r->spec;
-    if (r->cls.kind != FG_KIND_FWD)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "class kind %d is not a kernel family (fwd)", (int)r->cls.kind);
+    if (r->cls.kind != FG_KIND_FWD && r->cls.kind != FG_KIND_BWD)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "class kind %d is not a kernel family (fwd, bwd)", (int)r->cls.kind);
     if ((int)r->cls.dtype < (int)FG_DTYPE_F16 || (int)r->cls.dtype > (int)FG_DTYPE_E5M2 || r->cls.dtype == FG_DTYPE_F32)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "class dtype %d is not a Q/K/V element type", (int)r->cls.dtype);
     if (r->cls.head_dim < 1 || r->cls.gqa < 1)
@@ -483,9 +488,9 @@ fg_status tunedb_save(const char *path, const fg_tunedb *db, fg_error *err) {
         const fg_tune_record *r = &db->records[i];
         const fg_tune_class *c = &r->cls;
         tx_printf(&t,
-                  "result { kind = \"fwd\", dtype = \"%s\", head_dim = %d, causal = %s, gqa = %d, seqlen_q = %lld, "
+                  "result { kind = \"%s\", dtype = \"%s\", head_dim = %d, causal = %s, gqa = %d, seqlen_q = %lld, "
                   "seqlen_k = %lld, batch_heads = %lld, spec = \"%s\", status = \"%s\", ms = ",
-                  spec_dtype_name(c->dtype), c->head_dim, c->causal ? "true" : "false", c->gqa,
+                  tdb_kind_name(c->kind), spec_dtype_name(c->dtype), c->head_dim, c->causal ? "true" : "false", c->gqa,
                   (long long)c->seqlen_q, (long long)c->seqlen_k, (long long)c->batch_heads, r->name,
                   tunedb_status_name(r->status));
         tx_number(&t, r->ms);
@@ -699,9 +704,9 @@ static int tdb_result(lua_State *L) {
     fg_error e;
     fg_error_clear(&e);
     const char *kind = tunedb_lua_string(L, tdb_required(L, 1, fn, "kind"), fn, "kind", 0, 32);
-    if (strcmp(kind, "fwd") != 0)
-        lua_sandbox_raise(L, fn, "field 'kind' must name a kernel family (\"fwd\"), got \"%s\"", kind);
-    r.cls.kind = FG_KIND_FWD;
+    if (strcmp(kind, "fwd") != 0 && strcmp(kind, "bwd") != 0)
+        lua_sandbox_raise(L, fn, "field 'kind' must name a kernel family (\"fwd\" or \"bwd\"), got \"%s\"", kind);
+    r.cls.kind = strcmp(kind, "bwd") == 0 ? FG_KIND_BWD : FG_KIND_FWD;
     const char *dtype = tunedb_lua_string(L, tdb_required(L, 1, fn, "dtype"), fn, "dtype", 0, 32);
     if (spec_dtype_parse(dtype, &r.cls.dtype, &e) != FG_OK)
         lua_sandbox_raise(L, fn, "field 'dtype': %s", e.msg);
@@ -931,7 +936,7 @@ fg_status tunedb_format_csv(const fg_tunedb *db, FILE *out, fg_error *err) {
         const fg_tune_record *r = row[i];
         int first = i == 0 || tdb_class_cmp(&row[i - 1]->cls, &r->cls) != 0;
         tdb_csv_field(out, db->id.device);
-        fprintf(out, ",%s,%s,%d,%d,%d,%lld,%lld,%lld,%d,%d,%d,%d,%s,%.6g,%.6g,%d,%d,", "fwd",
+        fprintf(out, ",%s,%s,%d,%d,%d,%lld,%lld,%lld,%d,%d,%d,%d,%s,%.6g,%.6g,%d,%d,", tdb_kind_name(r->cls.kind),
                 spec_dtype_name(r->cls.dtype), r->cls.head_dim, r->cls.causal, r->cls.gqa, (long long)r->cls.seqlen_q,
                 (long long)r->cls.seqlen_k, (long long)r->cls.batch_heads, r->spec.block_m, r->spec.block_n,
                 r->spec.warps, r->spec.stages, tunedb_status_name(r->status), r->ms, r->tflops,

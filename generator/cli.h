@@ -71,6 +71,19 @@ typedef struct fwd_buffers {
     fg_fwd_args dev[FWD_MAX_COPIES]; /* the call's arguments on each complete copy */
 } fwd_buffers;
 
+/* One backward problem on the GPU (`tune` of kind = "bwd" spaces): Q, K, V from a seed and the forward's O
+ * and LSE for them (one copy of fwd_buffers, the forward run by fg_attention_fwd), dO from the seed, the
+ * gradients and the workspace. Zeroed, it holds nothing; bwd_buffers_free frees what a (possibly failed)
+ * bwd_buffers_init allocated. */
+typedef struct bwd_buffers {
+    fwd_buffers F;                   /* q, k, v, o, lse: copy 0 only */
+    void *hdo;                       /* host dO, N(0,1) */
+    fg_tensor host_do;               /* its view */
+    CUdeviceptr dout, dq, dk, dv, ws; /* device dO, gradients, workspace (0: none) */
+    size_t ws_bytes;                 /* the workspace's size */
+    fg_bwd_args dev;                 /* the call's arguments on the device tensors */
+} bwd_buffers;
+
 /* Launches the i-th launch of a timing (i counts warm-up launches too); fills err on failure. */
 typedef fg_status (*launch_fn)(void *user, int i, fg_error *err);
 
@@ -102,6 +115,22 @@ fg_status time_launches(const fg_cuda_api *cu, CUstream stream, int warmup, int 
                         launch_times *t, fg_error *err);
 /* The FLOPs of one forward pass of p: 4*b*h*sq*sk*d, half when causal. */
 double fwd_flops(const problem *p);
+/* Fills a with the contiguous tensors of backward problem p (problem_args' Q/K/V/O/LSE, dO like O, dQ like Q,
+ * dK and dV like K; no workspace) at the given (device) addresses. */
+void bwd_problem_args(const problem *p, void *q, void *k, void *v, void *o, void *lse, void *dout, void *dq, void *dk,
+                      void *dv, fg_bwd_args *a);
+/* Device bytes of p's backward tensors (Q, K, V, O, dO, LSE, the gradients; not the workspace). */
+double bwd_copy_bytes(const problem *p);
+/* Makes B hold 16-bit problem p on ctx's device (current): inputs from seed, O and LSE by fg_attention_fwd, the
+ * gradients poisoned, the workspace fg_attention_bwd_workspace_size asks. */
+fg_status bwd_buffers_init(fg_context *ctx, const problem *p, uint64_t seed, bwd_buffers *B, fg_error *err);
+/* Frees every buffer of B and zeroes it. */
+void bwd_buffers_free(const fg_cuda_api *cu, bwd_buffers *B);
+/* Fills dQ, dK and dV with NaN and waits for it. */
+fg_status bwd_poison(const fg_cuda_api *cu, const bwd_buffers *B, fg_error *err);
+/* Judges B's gradients (all of them: keep the problem small) against the CPU references by TESTING.md's rule
+ * for gradients (ref_check_bwd), into *rep; the kernel must have finished. */
+fg_status bwd_check(const fg_cuda_api *cu, const bwd_buffers *B, const problem *p, ref_bwd_report *rep, fg_error *err);
 
 /* ---- the commands main dispatches to: each takes argv[0] = the command name and returns the exit status */
 

@@ -11,6 +11,7 @@
 #include "cuda_api.h"
 #include "flashgen.h"
 #include "reference.h" /* the CPU reference `run` and `tune` check against; build.ninja links reference.o */
+#include "runtime.h"   /* the context's driver entry points, for the backward's buffers */
 #include "spec.h"
 
 /* ------------------------------------------------------------------ usage texts */
@@ -435,6 +436,114 @@ done:
 double fwd_flops(const problem *p) {
     return 4.0 * (double)p->batch * (double)p->heads * (double)p->seqlen_q * (double)p->seqlen_k *
            (double)p->head_dim * (p->causal ? 0.5 : 1.0);
+}
+
+/* ---- the backward's buffers and check, for `tune` of kind = "bwd" spaces ---- */
+
+void bwd_problem_args(const problem *p, void *q, void *k, void *v, void *o, void *lse, void *dout, void *dq, void *dk,
+                      void *dv, fg_bwd_args *a) {
+    fg_fwd_args f;
+    problem_args(p, q, k, v, o, lse, &f);
+    memset(a, 0, sizeof *a);
+    a->q = f.q, a->k = f.k, a->v = f.v, a->o = f.o, a->lse = f.lse;
+    a->dout = contiguous(dout, p->dtype, p->batch, p->seqlen_q, p->heads, p->head_dim);
+    a->dq = contiguous(dq, p->dtype, p->batch, p->seqlen_q, p->heads, p->head_dim);
+    a->dk = contiguous(dk, p->dtype, p->batch, p->seqlen_k, p->heads_kv, p->head_dim);
+    a->dv = contiguous(dv, p->dtype, p->batch, p->seqlen_k, p->heads_kv, p->head_dim);
+    a->causal = p->causal;
+}
+
+double bwd_copy_bytes(const problem *p) {
+    const double esz = (double)spec_dtype_size(p->dtype);
+    const double q = (double)p->batch * (double)p->seqlen_q * (double)p->heads * (double)p->head_dim;
+    const double kv = (double)p->batch * (double)p->seqlen_k * (double)p->heads_kv * (double)p->head_dim;
+    return esz * (4 * q + 4 * kv) + (double)p->batch * (double)p->heads * (double)p->seqlen_q * 4.0;
+}
+
+void bwd_buffers_free(const fg_cuda_api *cu, bwd_buffers *B) {
+    CUdeviceptr *slots[5] = {&B->dout, &B->dq, &B->dk, &B->dv, &B->ws};
+    for (int i = 0; i < 5; i++)
+        if (*slots[i]) cu->cuMemFree(*slots[i]);
+    fwd_buffers_free(cu, &B->F);
+    free(B->hdo);
+    memset(B, 0, sizeof *B);
+}
+
+fg_status bwd_poison(const fg_cuda_api *cu, const bwd_buffers *B, fg_error *err) {
+    FG_CU(err, cu->cuMemsetD8(B->dq, 0xFF, B->F.nq * B->F.esz));
+    FG_CU(err, cu->cuMemsetD8(B->dk, 0xFF, B->F.nkv * B->F.esz));
+    FG_CU(err, cu->cuMemsetD8(B->dv, 0xFF, B->F.nkv * B->F.esz));
+    FG_CU(err, cu->cuCtxSynchronize());
+    return FG_OK;
+}
+
+fg_status bwd_buffers_init(fg_context *ctx, const problem *p, uint64_t seed, bwd_buffers *B, fg_error *err) {
+    memset(B, 0, sizeof *B);
+    const fg_cuda_api *cu = ctx->cu;
+    if (p->dtype != FG_DTYPE_F16 && p->dtype != FG_DTYPE_BF16)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the backward takes fp16 or bf16, not %s", spec_dtype_name(p->dtype));
+    fg_status st = fwd_buffers_init(cu, p, seed, 1, &B->F, err);
+    if (st != FG_OK) return st;
+    /* O and the LSE the backward reads: the forward of these very inputs (the policy's, or the tuned, variant) */
+    if (fg_attention_fwd(ctx, &B->F.dev[0], NULL) != FG_OK)
+        return fg_fail(err, FG_ERR_CUDA, "the forward that makes O and the LSE failed: %s", fg_last_error(ctx));
+    FG_CU(err, cu->cuCtxSynchronize());
+    const size_t nq = B->F.nq, nkv = B->F.nkv, esz = B->F.esz;
+    if (!(B->hdo = malloc(nq * esz)))
+        return fg_fail(err, FG_ERR_NO_MEMORY, "out of host memory for dO (%zu elements)", nq);
+    B->host_do = contiguous(B->hdo, p->dtype, p->batch, p->seqlen_q, p->heads, p->head_dim);
+    if ((st = ref_fill_normal(&B->host_do, seed * 3 + 3, err)) != FG_OK) return st;
+    CUdeviceptr *slots[4] = {&B->dout, &B->dq, &B->dk, &B->dv};
+    const size_t sizes[4] = {nq * esz, nq * esz, nkv * esz, nkv * esz};
+    for (int i = 0; i < 4; i++) {
+        CUresult rc = cu->cuMemAlloc(slots[i], sizes[i]);
+        if (rc != CUDA_SUCCESS) {
+            *slots[i] = 0;
+            return cuda_api_fail(err, rc, "cuMemAlloc (dO and the gradients of the backward problem)", __FILE__, __LINE__);
+        }
+    }
+    FG_CU(err, cu->cuMemcpyHtoD(B->dout, B->hdo, sizes[0]));
+    const fg_fwd_args *f = &B->F.dev[0];
+    bwd_problem_args(p, f->q.data, f->k.data, f->v.data, f->o.data, f->lse.data, (void *)(uintptr_t)B->dout,
+                     (void *)(uintptr_t)B->dq, (void *)(uintptr_t)B->dk, (void *)(uintptr_t)B->dv, &B->dev);
+    if (fg_attention_bwd_workspace_size(ctx, &B->dev, &B->ws_bytes) != FG_OK)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the backward problem: %s", fg_last_error(ctx));
+    if (B->ws_bytes) {
+        CUresult rc = cu->cuMemAlloc(&B->ws, B->ws_bytes); /* 256-byte aligned, as the workspace must be */
+        if (rc != CUDA_SUCCESS) {
+            B->ws = 0;
+            return cuda_api_fail(err, rc, "cuMemAlloc (the backward's workspace)", __FILE__, __LINE__);
+        }
+        B->dev.workspace = (void *)(uintptr_t)B->ws;
+        B->dev.workspace_size = B->ws_bytes;
+    }
+    return bwd_poison(cu, B, err);
+}
+
+fg_status bwd_check(const fg_cuda_api *cu, const bwd_buffers *B, const problem *p, ref_bwd_report *rep, fg_error *err) {
+    const size_t nq = B->F.nq, nkv = B->F.nkv, esz = B->F.esz, nlse = B->F.nlse;
+    uint8_t *h = malloc(nq * esz * 2 + nkv * esz * 2 + nlse * sizeof(float));
+    if (!h) return fg_fail(err, FG_ERR_NO_MEMORY, "out of host memory for the gradients to check");
+    uint8_t *ho = h, *hdq = ho + nq * esz, *hdk = hdq + nq * esz, *hdv = hdk + nkv * esz, *hl = hdv + nkv * esz;
+    const fg_fwd_args *f = &B->F.dev[0];
+    struct { void *dst; CUdeviceptr src; size_t bytes; } copies[5] = {
+        {ho, (CUdeviceptr)(uintptr_t)f->o.data, nq * esz}, {hdq, B->dq, nq * esz}, {hdk, B->dk, nkv * esz},
+        {hdv, B->dv, nkv * esz}, {hl, (CUdeviceptr)(uintptr_t)f->lse.data, nlse * sizeof(float)}};
+    for (int i = 0; i < 5; i++) {
+        CUresult rc = cu->cuMemcpyDtoH(copies[i].dst, copies[i].src, copies[i].bytes);
+        if (rc != CUDA_SUCCESS) {
+            free(h);
+            return cuda_api_fail(err, rc, "cuMemcpyDtoH (the gradients to check)", __FILE__, __LINE__);
+        }
+    }
+    fg_bwd_args v;
+    bwd_problem_args(p, B->F.hq, B->F.hk, B->F.hv, ho, hl, B->hdo, hdq, hdk, hdv, &v);
+    ref_bwd_problem rp = {.fwd = {.q = v.q, .k = v.k, .v = v.v, .softmax_scale = 0.f, .causal = p->causal,
+                                  .out_dtype = p->dtype},
+                          .o = v.o, .d_o = v.dout, .lse = v.lse};
+    fg_status st = ref_check_bwd(&rp, &v.dq, &v.dk, &v.dv, rep, err);
+    free(h);
+    return st;
 }
 
 /* What `run` launches: the public entry point on one set of arguments. */

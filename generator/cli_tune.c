@@ -44,7 +44,12 @@ static const char usage_tune[] =
     "\n"
     "Times every candidate of the tuning space SPACE (a Lua file calling space{...}, for example\n"
     "configs/tune_fwd.lua) on one GPU and records each one in that GPU's tuning database; from then on\n"
-    "fg_attention_fwd runs the fastest variant measured for the nearest problem bucket.\n"
+    "fg_attention_fwd runs the fastest variant measured for the nearest problem bucket. A space of\n"
+    "kind = \"bwd\" (configs/tune_bwd.lua) times the backward's mma.sync tiles, which fg_attention_bwd\n"
+    "then runs outside its deterministic mode (the sm_90a backward keeps its one tile): each candidate is\n"
+    "first checked on a small problem of the same class (batch 1, two K/V heads, lengths up to 333),\n"
+    "every element of dQ, dK and dV against the CPU references, then timed at the space's size\n"
+    "(TFLOP/s at 2.5x the forward's FLOPs).\n"
     "\n"
     "Candidates that validation refuses, or whose shared memory the GPU cannot give, are recorded as\n"
     "refused with the rule's sentence. The others are compiled with NVRTC on N threads while the GPU\n"
@@ -170,6 +175,9 @@ typedef struct tune_run {
 typedef struct tune_gpu {
     problem p;                /* the shape it is timed at */
     fwd_buffers B;            /* inputs and outputs, allocated at its first candidate that runs */
+    int bwd;                  /* the problem's kind is "bwd" */
+    problem pc;               /* kind "bwd": the small problem of the same class each candidate is checked on */
+    bwd_buffers BB, BC;       /* kind "bwd": the timed problem's tensors and the check problem's */
     int ready;                /* B is allocated */
     int64_t check_heads;      /* query heads of batch 0 the check covers */
     int64_t check_row0;       /* first query row it covers (it covers check_row0 .. seqlen_q - 1) */
@@ -342,9 +350,11 @@ static int tune_check_shapes(const char *space_path, const fg_tune_space *sp) {
         }
         fg_fwd_args a;
         problem_args(&p, NULL, NULL, NULL, NULL, NULL, &a);
+        fg_bwd_args ba;
+        bwd_problem_args(&p, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, &ba);
         fg_error err;
         fg_error_clear(&err);
-        if (rt_check_fwd_args(&a, 0, &err) != FG_OK) {
+        if ((pb->cls.kind == FG_KIND_BWD ? rt_check_bwd_args(&ba, 0, 0, &err) : rt_check_fwd_args(&a, 0, &err)) != FG_OK) {
             say("tune", "%s:%d: the problem (batch %lld x heads %lld, seqlen_q %lld, seqlen_k %lld, head_dim %lld) "
                 "cannot be run: %s", space_path, pb->line, p.batch, p.heads, p.seqlen_q, p.seqlen_k, p.head_dim, err.msg);
             return 1;
@@ -494,8 +504,11 @@ static const tune_item *tune_wait_compiled(tune_pool *pool, const tune_item *ite
 /* Allocates and fills the current problem's tensors, at its first candidate that runs. One copy when
  * a copy is at least the L2 size; else enough copies (up to FWD_MAX_COPIES) that between two uses of
  * one copy the others have passed a whole L2 through the cache. Returns 0, or -1 after printing why. */
+static int tune_gpu_prepare_bwd(tune_run *R, tune_gpu *G, int pi);
+
 static int tune_gpu_prepare(tune_run *R, tune_gpu *G, int pi) {
     const fg_tune_problem *pb = &R->space->problems[pi];
+    if (G->bwd) return tune_gpu_prepare_bwd(R, G, pi);
     double copy = fwd_copy_bytes(&G->p), mib = 1024.0 * 1024.0;
     int want = 1;
     if (copy < R->l2_bytes) {
@@ -522,6 +535,54 @@ static int tune_gpu_prepare(tune_run *R, tune_gpu *G, int pi) {
     return 0;
 }
 
+/* The small problem a backward candidate is checked on, for the class of G->p: batch 1, two K/V heads with
+ * the class's GQA ratio, lengths up to 333 and 211 that keep the class's relation (sq = sk, sq < sk or
+ * sq > sk) and are multiples of no tile size, so tails, partial tiles and (causal, sq > sk) rows without
+ * keys are all judged, by the full CPU references (ref_check_bwd) in a fraction of a second. */
+static void tune_bwd_check_shape(const problem *p, problem *c) {
+    *c = *p;
+    c->batch = 1;
+    c->heads_kv = 2;
+    c->heads = 2 * (p->heads / p->heads_kv);
+    if (p->seqlen_q == p->seqlen_k) {
+        c->seqlen_q = c->seqlen_k = p->seqlen_q < 333 ? p->seqlen_q : 333;
+    } else if (p->seqlen_q < p->seqlen_k) {
+        c->seqlen_q = p->seqlen_q < 211 ? p->seqlen_q : 211;
+        c->seqlen_k = p->seqlen_k < 333 ? p->seqlen_k : 333;
+    } else {
+        c->seqlen_q = p->seqlen_q < 333 ? p->seqlen_q : 333;
+        c->seqlen_k = p->seqlen_k < 211 ? p->seqlen_k : 211;
+    }
+}
+
+/* tune_gpu_prepare for kind "bwd": the timed problem's tensors (one copy: the backward's tensors are several
+ * times the forward's, and a problem smaller than L2 is said to be) and the check problem's. */
+static int tune_gpu_prepare_bwd(tune_run *R, tune_gpu *G, int pi) {
+    const fg_tune_problem *pb = &R->space->problems[pi];
+    const double bytes = bwd_copy_bytes(&G->p), mib = 1024.0 * 1024.0;
+    tune_bwd_check_shape(&G->p, &G->pc);
+    fg_error err;
+    fg_error_clear(&err);
+    if (bwd_buffers_init(R->ctx, &G->p, 1000 + (uint64_t)pi, &G->BB, &err) != FG_OK ||
+        bwd_buffers_init(R->ctx, &G->pc, 5000 + (uint64_t)pi, &G->BC, &err) != FG_OK) {
+        bwd_buffers_free(R->cu, &G->BB);
+        bwd_buffers_free(R->cu, &G->BC);
+        tune_print(R, TUNE_ERR, "%s:%d: cannot set up the backward problem's tensors (%.1f MiB): %s", R->space_path,
+                   pb->line, bytes / mib, err.msg);
+        return -1;
+    }
+    G->ready = 1;
+    if (bytes < R->l2_bytes)
+        snprintf(G->l2note, sizeof G->l2note, "tensors (%.1f MiB) fit in L2: times may be optimistic", bytes / mib);
+    else
+        G->l2note[0] = '\0';
+    tune_print(R, TUNE_INFO, "timing the backward at batch %lld x heads %lld (heads_kv %lld): %.1f MiB of tensors and "
+               "%.1f MiB of workspace; each candidate checked first at batch 1 x heads %lld, seqlen_q %lld, seqlen_k %lld",
+               G->p.batch, G->p.heads, G->p.heads_kv, bytes / mib, (double)G->BB.ws_bytes / mib, G->pc.heads,
+               G->pc.seqlen_q, G->pc.seqlen_k);
+    return 0;
+}
+
 /* What the timing launches: one candidate, rotating over the problem's copies. */
 typedef struct tune_launch {
     fg_context *ctx;         /* the context */
@@ -536,12 +597,68 @@ static fg_status tune_launch_one(void *user, int i, fg_error *err) {
     return rt_fwd_with_spec(t->ctx, t->spec, &t->B->dev[i % t->B->ncopies], t->stream, err);
 }
 
+/* What a backward timing launches: one candidate on the timed problem (its three kernels). */
+typedef struct tune_launch_bwd {
+    fg_context *ctx;         /* the context */
+    const fg_spec *spec;     /* the candidate */
+    const fg_bwd_args *args; /* the timed problem */
+    CUstream stream;         /* where */
+} tune_launch_bwd;
+
+/* launch_fn of a backward `tune`. */
+static fg_status tune_launch_one_bwd(void *user, int i, fg_error *err) {
+    (void)i;
+    const tune_launch_bwd *t = user;
+    return rt_bwd_with_spec(t->ctx, t->spec, t->args, t->stream, err);
+}
+
+/* tune_measure for kind "bwd": one launch on the check problem's poisoned gradients and the full check of
+ * dQ, dK and dV against the CPU references (TESTING.md's rule for gradients); a candidate that passes is timed
+ * on the timed problem (3 warm-up and --iters launches; TFLOP/s at 2.5 x the forward's FLOPs, the protocol's
+ * backward count). */
+static fg_status tune_measure_bwd(tune_run *R, tune_gpu *G, const fg_spec *spec, const char *compile_note,
+                                  fg_tune_status *st, double *ms, double *tflops, char *note, size_t n, fg_error *err) {
+    const fg_cuda_api *cu = R->cu;
+    fg_status s;
+    *st = FG_TUNE_FAILED;
+    *ms = *tflops = 0;
+    if ((s = bwd_poison(cu, &G->BC, err)) != FG_OK) return s;
+    if ((s = rt_bwd_with_spec(R->ctx, spec, &G->BC.dev, R->stream, err)) != FG_OK) return s;
+    FG_CU(err, cu->cuStreamSynchronize(R->stream));
+    ref_bwd_report rep;
+    if ((s = bwd_check(cu, &G->BC, &G->pc, &rep, err)) != FG_OK) return s;
+    if (!rep.pass) {
+        char line[1024];
+        ref_bwd_report_format(&rep, line, sizeof line);
+        *st = FG_TUNE_WRONG;
+        tune_note(note, n, "check at batch 1 x heads %lld, seqlen_q %lld, seqlen_k %lld: %.900s", G->pc.heads,
+                 G->pc.seqlen_q, G->pc.seqlen_k, line);
+        return FG_OK;
+    }
+    tune_launch_bwd tl = {R->ctx, spec, &G->BB.dev, R->stream};
+    launch_times t;
+    if ((s = time_launches(cu, R->stream, 3, R->opt->iters, tune_launch_one_bwd, &tl, &t, err)) != FG_OK) return s;
+    if (!(t.median > 0))
+        return fg_fail(err, FG_ERR_CUDA, "the CUDA events measured no time (median %g ms)", t.median);
+    *st = FG_TUNE_OK;
+    *ms = t.median;
+    *tflops = 2.5 * fwd_flops(&G->p) / (t.median * 1e-3) / 1e12;
+    const ref_grad_report *g[3] = {&rep.dq, &rep.dk, &rep.dv};
+    double worst = 0; /* each bound is at least REF_BWD_ATOL */
+    for (int i = 0; i < 3; i++)
+        if (g[i]->max_err / g[i]->bound > worst) worst = g[i]->max_err / g[i]->bound;
+    tune_note(note, n, "gradients checked (largest error %.2f of its bound); %s%s%s", worst, compile_note,
+             G->l2note[0] ? "; " : "", G->l2note);
+    return FG_OK;
+}
+
 /* Runs candidate spec on the current problem: one launch on poisoned outputs, the check of its slice,
  * then the timing. Fills *st (ok or wrong), *ms, *tflops and note (compile_note is the compile's).
  * Returns FG_OK, or the failure of a launch or a driver call: the candidate is then recorded as failed
  * and the caller looks whether the context survived. */
 static fg_status tune_measure(tune_run *R, tune_gpu *G, const fg_spec *spec, const char *compile_note,
                               fg_tune_status *st, double *ms, double *tflops, char *note, size_t n, fg_error *err) {
+    if (G->bwd) return tune_measure_bwd(R, G, spec, compile_note, st, ms, tflops, note, n, err);
     const fg_cuda_api *cu = R->cu;
     fg_status s;
     *st = FG_TUNE_FAILED;
@@ -581,6 +698,7 @@ static int tune_problem(tune_run *R, tune_pool *pool, int pi, int first, int end
     tune_gpu G;
     memset(&G, 0, sizeof G);
     tune_shape(pb, &G.p); /* checked by tune_check_shapes */
+    G.bwd = pb->cls.kind == FG_KIND_BWD;
     /* The check covers batch 0, two heads and the last rows up to about 2^28 multiply-adds per reference,
      * a fraction of a second on the CPU whatever the problem's size. */
     G.check_heads = G.p.heads < 2 ? G.p.heads : 2;
@@ -668,6 +786,8 @@ static int tune_problem(tune_run *R, tune_pool *pool, int pi, int first, int end
     if (G.ready) {
         R->cu->cuCtxSynchronize(); /* nothing may still use the buffers freed below */
         fwd_buffers_free(R->cu, &G.B);
+        bwd_buffers_free(R->cu, &G.BB);
+        bwd_buffers_free(R->cu, &G.BC);
     }
     return result;
 }
@@ -845,6 +965,13 @@ static int tune_sweep(const char *space_path, const tune_opts *o) {
             goto done;
         }
     }
+    /* Backward candidates take their loads as dispatch will give them these tiles (TMA on sm_90 at head_dim
+     * 64/128 where the tile allows: rt_bwd_tma), so what is timed is what a tuned call runs. */
+    for (int i = 0; i < space.count; i++)
+        for (int c = 0; c < space.problems[i].ncands && space.problems[i].cls.kind == FG_KIND_BWD; c++) {
+            fg_tune_candidate *cand = &space.problems[i].cands[c];
+            if (cand->status == FG_OK) cand->spec.tma = rt_bwd_tma(ctx, &cand->spec);
+        }
     fg_tune_identity id;
     if (tune_identity(ctx, &id, &err) != FG_OK) {
         say("tune", "%s", err.msg);

@@ -35,7 +35,7 @@ static fg_tune_class problem_class(const fg_fwd_args *a) {
 }
 
 /* A variant this device can run: the spec's rules, and the device's own shared-memory limit. */
-static fg_status check_runnable(fg_context *ctx, const fg_spec *s, fg_error *err) {
+static fg_status check_runnable(const fg_context *ctx, const fg_spec *s, fg_error *err) {
     fg_status st = spec_validate(s, err);
     if (st != FG_OK) return st;
     if (spec_smem_bytes(s) > ctx->smem_optin) {
@@ -746,7 +746,18 @@ static origin code_origin(fg_context *ctx, const fg_spec *s, int deep) {
 
 /* The backward variant for a call: kind bwd, the device's arch (the mma.sync family: sm_90, not sm_90a,
  * on Hopper), the call's dtype, head_dim, mask and mode; tiles from the tile policy. */
-static fg_status choose_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec *s, fg_error *err) {
+int rt_bwd_tma(const fg_context *ctx, const fg_spec *s) {
+    if (s->kind != FG_KIND_BWD || s->arch_accel || !ctx->bwd_tma || (s->head_dim != 64 && s->head_dim != 128) ||
+        s->block_m % 64 != 0 || s->stages != 2)
+        return 0;
+    fg_spec t = *s;
+    t.tma = 1;
+    fg_error quiet;
+    return check_runnable(ctx, &t, &quiet) == FG_OK; /* its 1 KiB of alignment slack still fits the device */
+}
+
+static fg_status choose_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec *s, int *tuned, fg_error *err) {
+    if (tuned) *tuned = 0;
     memset(s, 0, sizeof *s);
     s->kind = FG_KIND_BWD;
     s->arch = ctx->arch;
@@ -761,29 +772,50 @@ static fg_status choose_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec 
     const int tma_ok = tensor_tma_ok(&a->q, 3) && tensor_tma_ok(&a->k, 3) && tensor_tma_ok(&a->v, 3) &&
                        tensor_tma_ok(&a->dout, 3);
     s->arch_accel = ctx->wgmma_bwd && (s->head_dim == 64 || s->head_dim == 128) && !s->deterministic && tma_ok;
+    /* The mma.sync kernel's tiles: the tuning database's winner for the nearest bucket (`flashgen tune` of a
+     * kind = "bwd" space), outside the deterministic mode, when it is runnable here; else the tile policy. The
+     * loads by TMA are chosen below either way, as the tuner chose them for its candidates (rt_bwd_tma). */
+    if (ctx->tuned && !s->arch_accel && !s->deterministic) {
+        fg_tune_class c;
+        memset(&c, 0, sizeof c);
+        c.kind = FG_KIND_BWD;
+        c.dtype = s->dtype;
+        c.head_dim = s->head_dim;
+        c.causal = s->causal;
+        c.gqa = a->k.shape[2] > 0 ? (int)(a->q.shape[2] / a->k.shape[2]) : 1;
+        c.seqlen_q = tunedb_bucket(a->q.shape[1]);
+        c.seqlen_k = tunedb_bucket(a->k.shape[1]);
+        c.batch_heads = tunedb_bucket(a->q.shape[0] * a->q.shape[2]);
+        fg_spec t;
+        fg_error terr;
+        if (tunedb_best_for(&ctx->tunedb, &c, 0, &t, NULL, NULL, 0) == FG_OK && t.kind == FG_KIND_BWD &&
+            t.arch == s->arch && !t.arch_accel) {
+            t.tma = 0, t.deterministic = 0;
+            if (check_runnable(ctx, &t, &terr) == FG_OK) {
+                s->block_m = t.block_m, s->block_n = t.block_n, s->warps = t.warps, s->stages = t.stages;
+                if (tuned) *tuned = 1;
+            }
+        }
+    }
     fg_status st = spec_fill_tiles(s, &ctx->policy, err);
     if (st != FG_OK) return st;
     /* The mma.sync kernel's TMA loads (tma=1; FLASHGEN_BWD_TMA=0 turns them off) where its tiles take them and
      * their 1 KiB of alignment slack still fits the device (else the cp.async variant runs). On the H200 they
      * ran at 1.125x the cp.async loads, bf16 d 64/128 (bench/results/2026-11-29-h200-session10/). */
-    if (!s->arch_accel && ctx->bwd_tma && tma_ok && (s->head_dim == 64 || s->head_dim == 128) && s->block_m % 64 == 0) {
+    if (tma_ok && rt_bwd_tma(ctx, s)) {
         s->tma = 1;
-        fg_error quiet;
-        if (check_runnable(ctx, s, &quiet) == FG_OK) {
-            /* Strict mode compiles nothing: a cache or bundle holding only the cp.async variant (one built
-             * before tma=1 was the default, or from a config without tma = true) still serves the call.
-             * Loaded variants are checked first, so once one serves, later calls skip the deep lookups. */
-            if (!ctx->opt.strict || code_origin(ctx, s, 0) == FROM_MEMORY) return FG_OK;
-            fg_spec plain = *s;
-            plain.tma = 0;
-            if (code_origin(ctx, &plain, 0) == FROM_MEMORY ||
-                (code_origin(ctx, s, 1) == FROM_JIT && code_origin(ctx, &plain, 1) != FROM_JIT)) {
-                *s = plain;
-                return check_runnable(ctx, s, err);
-            }
-            return FG_OK;
+        /* Strict mode compiles nothing: a cache or bundle holding only the cp.async variant (one built
+         * before tma=1 was the default, or from a config without tma = true) still serves the call.
+         * Loaded variants are checked first, so once one serves, later calls skip the deep lookups. */
+        if (!ctx->opt.strict || code_origin(ctx, s, 0) == FROM_MEMORY) return FG_OK;
+        fg_spec plain = *s;
+        plain.tma = 0;
+        if (code_origin(ctx, &plain, 0) == FROM_MEMORY ||
+            (code_origin(ctx, s, 1) == FROM_JIT && code_origin(ctx, &plain, 1) != FROM_JIT)) {
+            *s = plain;
+            return check_runnable(ctx, s, err);
         }
-        s->tma = 0;
+        return FG_OK;
     }
     st = check_runnable(ctx, s, err);
     const size_t limit = arch_smem_limit(s->arch);
@@ -845,7 +877,8 @@ fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *a, char *buf, size_
     fg_error err;
     fg_error_clear(&err);
     fg_spec s;
-    if (rt_check_bwd_args(a, 0, 0, &err) != FG_OK || choose_bwd_spec(ctx, a, &s, &err) != FG_OK)
+    int tuned;
+    if (rt_check_bwd_args(a, 0, 0, &err) != FG_OK || choose_bwd_spec(ctx, a, &s, &tuned, &err) != FG_OK)
         return rt_set_error(ctx, &err);
     char name[FG_SPEC_NAME_MAX];
     const char *where;
@@ -859,11 +892,15 @@ fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *a, char *buf, size_
     int len = snprintf(buf, n,
                        "variant %s\n  kernel: backward main kernel, %s, %d threads, %zu bytes shared memory, "
                        "grid (%lld, %lld, %lld)%s%s\n"
+                       "  tiles: %s\n"
                        "  workspace: %zu bytes\n  code: %s\n  device: %s (sm_%d, %d SMs)\n  disk cache: %s",
                        name, path, spec_threads(&s), spec_smem_bytes(&s), bwd_key_blocks(&s, a->k.shape[1]) * group,
                        (long long)a->q.shape[2] / group, (long long)a->q.shape[0],
                        group > 1 ? ", causal key blocks of heads in groups (longest first across a group)" : "",
-                       s.deterministic ? ", deterministic (dQ added in a fixed order)" : "", L.total, where,
+                       s.deterministic ? ", deterministic (dQ added in a fixed order)" : "",
+                       tuned ? "the tuning database's winner for the nearest bucket"
+                       : spec_is_wgmma_bwd(&s) ? "the sm_90a backward's one tile"
+                                               : "the tile policy", L.total, where,
                        ctx->device_name, ctx->arch, ctx->sm_count, ctx->disk_ok ? ctx->disk.dir : ctx->disk_problem);
     return explain_fits(ctx, "fg_explain_bwd", n, len);
 }
@@ -886,7 +923,7 @@ fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *a, void *stream) 
     const int64_t b = a->q.shape[0], sq = a->q.shape[1], hq = a->q.shape[2], sk = a->k.shape[1];
     if (b == 0 || hq == 0 || (sq == 0 && sk == 0)) return FG_OK;
     fg_spec s;
-    if (choose_bwd_spec(ctx, a, &s, &err) != FG_OK || launch_bwd(ctx, &s, a, &L, stream, &err) != FG_OK)
+    if (choose_bwd_spec(ctx, a, &s, NULL, &err) != FG_OK || launch_bwd(ctx, &s, a, &L, stream, &err) != FG_OK)
         return rt_set_error(ctx, &err);
     return FG_OK;
 }

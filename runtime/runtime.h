@@ -89,6 +89,11 @@ void rt_log(fg_context *ctx, fg_log_level level, const char *fmt, ...) FG_PRINTF
  * spec must match the call (dtype, head_dim, mask) and the device (arch, shared memory). Its kernel is
  * found or built like any other (memory, disk, bundles, NVRTC). Errors go to err only. */
 fg_status rt_fwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_fwd_args *a, void *stream, fg_error *err);
+/* Whether the mma.sync backward variant s (tiles set, tma 0) takes its loads by TMA on this context when the
+ * call's tensors allow them (dispatch.c's choose_bwd_spec; the tuner gives its candidates the same): sm_90+
+ * with FLASHGEN_BWD_TMA not 0 (on by default on sm_90 only), head_dim 64 or 128, block_m a multiple of 64, two
+ * stages, and the alignment slack fitting the device. */
+int rt_bwd_tma(const fg_context *ctx, const fg_spec *s);
 /* The backward with the variant given (the GPU tests' entry for tiles the policy does not choose): the call
  * is checked as fg_attention_bwd checks it, the variant against the call and this device. */
 fg_status rt_bwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_bwd_args *a, void *stream, fg_error *err);

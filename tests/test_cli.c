@@ -1057,6 +1057,80 @@ Test(cli, tune_tiny_sweep_on_gpu, .timeout = 300) {
     tunedb_free(&loaded);
 }
 
+/* A kind = "bwd" space: the backward's candidates checked (every gradient element against the CPU references on
+ * a small problem of the class) and timed, a refused tile recorded with its rule, the records of kind "bwd";
+ * and fg_attention_bwd on a context that reads the database runs the winner's tiles (fg_explain_bwd says so). */
+static const char tiny_bwd_space[] =
+    "space { kind = \"bwd\", dtype = \"bf16\", head_dim = 64, causal = true, gqa = 2, seqlen_q = 300, seqlen_k = 200,\n"
+    "        batch_heads = 8, block_m = {32, 64}, block_n = 64, warps = {4, 8}, stages = {1, 2} }\n";
+
+Test(cli, tune_tiny_backward_sweep_on_gpu, .timeout = 300) {
+    fg_error err;
+    fg_error_clear(&err);
+    REQUIRE_GPU(&err);
+    char space[200], db[200];
+    snprintf(space, sizeof space, "%s/tiny_bwd.lua", g_dir);
+    snprintf(db, sizeof db, "%s/tiny-bwd-db.lua", g_dir);
+    write_text(space, tiny_bwd_space);
+    run_result r = RUN("tune", space, "--db", db, "--iters", "3", "-j", "2");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.err, "timing the backward at batch"), "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "[8/8]"), "progress reaches 8/8:\n%s", r.err);
+    run_free(&r);
+    fg_tunedb loaded;
+    cr_assert_eq(tunedb_load(db, NULL, &loaded, &err), FG_OK, "%s", err.msg);
+    cr_expect_eq(loaded.count, 8, "every candidate is recorded, refused ones too");
+    int refused = 0, ok = 0, checked = 0;
+    for (int i = 0; i < loaded.count; i++) {
+        const fg_tune_record *rec = &loaded.records[i];
+        cr_expect_eq(rec->cls.kind, FG_KIND_BWD);
+        refused += rec->status == FG_TUNE_REFUSED;
+        ok += rec->status == FG_TUNE_OK;
+        checked += rec->status == FG_TUNE_OK && strstr(rec->note, "gradients checked") != NULL;
+    }
+    cr_expect_geq(refused, 1, "32 x 64 on 8 warps (8 keys a warp, 32 rows) is refused by the backward's rules");
+    cr_expect_geq(ok, 1, "at least one candidate is correct and timed");
+    cr_expect_eq(checked, ok, "every timed candidate was checked first");
+    fg_tune_class q = {FG_KIND_BWD, FG_DTYPE_BF16, 64, 1, 2, 300, 200, 8};
+    fg_spec best;
+    cr_assert_eq(tunedb_best(&loaded, &q, &best, NULL, NULL, 0), FG_OK, "the sweep's winner answers the lookup");
+    tunedb_free(&loaded);
+    /* Dispatch: a context reading the database runs the winner's tiles for a call of the class (the mma.sync
+     * kernel: FLASHGEN_WGMMA_BWD=0, else Hopper's sm_90a backward takes head_dim 64). Tensor data may be NULL
+     * for fg_explain_bwd. */
+    setenv("FLASHGEN_WGMMA_BWD", "0", 1);
+    fg_context_options opt;
+    fg_context_options_init(&opt);
+    opt.tuning_db = db;
+    opt.disable_disk_cache = 1;
+    fg_context *ctx = NULL;
+    cr_assert_eq(fg_context_create(&ctx, &opt), FG_OK, "%s", fg_last_error(NULL));
+    unsetenv("FLASHGEN_WGMMA_BWD");
+    fg_tensor t[9];
+    const int64_t shapes[9][4] = {{1, 300, 8, 64}, {1, 200, 4, 64}, {1, 200, 4, 64}, {1, 300, 8, 64}, {1, 300, 8, 64},
+                                  {1, 300, 8, 64}, {1, 200, 4, 64}, {1, 200, 4, 64}, {1, 8, 300, 0}};
+    for (int i = 0; i < 9; i++) {
+        memset(&t[i], 0, sizeof t[i]);
+        t[i].dtype = i == 8 ? FG_DTYPE_F32 : FG_DTYPE_BF16;
+        t[i].ndim = i == 8 ? 3 : 4;
+        int64_t stride = 1;
+        for (int k = t[i].ndim - 1; k >= 0; k--) t[i].shape[k] = shapes[i][k], t[i].stride[k] = stride, stride *= shapes[i][k];
+    }
+    fg_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q = t[0], a.k = t[1], a.v = t[2], a.o = t[3], a.dout = t[4], a.dq = t[5], a.dk = t[6], a.dv = t[7], a.lse = t[8];
+    a.causal = 1;
+    char text[2048], want[64];
+    cr_assert_eq(fg_explain_bwd(ctx, &a, text, sizeof text), FG_OK, "%s", fg_last_error(ctx));
+    snprintf(want, sizeof want, "block_m=%d,block_n=%d,", best.block_m, best.block_n);
+    cr_expect_not_null(strstr(text, want), "the tuned winner (%s warps %d stages %d): %s", want, best.warps, best.stages,
+                       text);
+    snprintf(want, sizeof want, "stages=%d,", best.stages);
+    cr_expect_not_null(strstr(text, want), "%s", text);
+    cr_expect_not_null(strstr(text, "tiles: the tuning database's winner"), "%s", text);
+    fg_context_destroy(ctx);
+}
+
 /* --device all: one worker process per GPU (on a one-GPU machine, one worker), each writing its own part
  * file that the parent merges into the model's database and removes; the table is printed once. A part
  * left by a killed run is merged before the workers start, so its records are not measured again. */

@@ -1011,3 +1011,87 @@ Test(space, shipped_tune_fwd_loads_for_hopper_and_ampere) {
         space_free(&sp);
     }
 }
+
+/* kind = "bwd" spaces: the backward's mma.sync candidates (arch_accel 0 even on an 'a' target), validated by
+ * the backward's rules; the shipped configs/tune_bwd.lua loads for Hopper, Ampere and the 99 KiB parts, every
+ * problem keeping a candidate (but head_dim 256 on the 99 KiB parts, which have no backward tile there); wgmma
+ * and FP8 backward spaces are refused with a sentence. */
+Test(space, bwd_space_gives_mma_backward_candidates) {
+    static const char text[] =
+        "space { kind = \"bwd\", dtype = {\"bf16\", \"fp16\"}, head_dim = 128, causal = {false, true}, seqlen_q = 2048,\n"
+        "        batch_heads = 128, block_m = {64, 128}, block_n = {64, 128}, warps = 8, stages = {1, 2, 3} }\n";
+    fg_tune_space sp;
+    fg_error err;
+    fg_error_clear(&err);
+    cr_assert_eq(space_load_string("b.lua", text, strlen(text), 90, 1, &sp, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(sp.count, 4);
+    int ok = 0;
+    for (int i = 0; i < sp.count; i++) {
+        const fg_tune_problem *p = &sp.problems[i];
+        cr_assert_eq(p->cls.kind, FG_KIND_BWD);
+        cr_assert_eq(p->ncands, 12);
+        for (int k = 0; k < p->ncands; k++) {
+            const fg_tune_candidate *c = &p->cands[k];
+            cr_assert(c->spec.kind == FG_KIND_BWD && c->spec.arch == 90 && !c->spec.arch_accel && !c->spec.tma);
+            if (c->spec.stages == 3) /* the backward streams one or two query blocks */
+                cr_assert(c->status != FG_OK && strstr(c->why, "stages"), "%s", c->why);
+            if (c->spec.block_m == 64 && c->spec.block_n == 128 && c->spec.stages == 2) /* the policy's d 128 tile */
+                cr_assert_eq(c->status, FG_OK, "%s", c->why);
+            ok += c->status == FG_OK;
+        }
+    }
+    cr_assert_gt(ok, 0);
+    space_free(&sp);
+    expect_space_refused("space { kind = \"bwd\", family = \"wgmma\", dtype = \"bf16\", head_dim = 128, seqlen_q = 1024, "
+                         "batch_heads = 64, " TILES " }", FG_ERR_CONFIG, "s.lua:1:", "takes family \"mma\" only");
+    expect_space_refused("space { kind = \"bwd\", dtype = \"e4m3\", head_dim = 128, seqlen_q = 1024, batch_heads = 64, "
+                         TILES " }", FG_ERR_CONFIG, "s.lua:1:", "takes dtype \"fp16\" or \"bf16\"");
+    expect_space_refused("space { kind = \"sideways\", dtype = \"bf16\", head_dim = 128, seqlen_q = 1024, batch_heads = 64, "
+                         TILES " }", FG_ERR_CONFIG, "s.lua:1:", "(\"fwd\" or \"bwd\")");
+    static const int archs[] = {90, 80, 86};
+    for (size_t t = 0; t < sizeof archs / sizeof archs[0]; t++) {
+        cr_assert_eq(space_load("configs/tune_bwd.lua", archs[t], 0, &sp, &err), FG_OK, "%s", err.msg);
+        cr_assert_eq(sp.count, 12, "head_dim 64/128/256 x seqlen 1k/4k x causal both");
+        for (int i = 0; i < sp.count; i++) {
+            const fg_tune_problem *p = &sp.problems[i];
+            cr_assert_eq((long long)p->seqlen_q * p->batch_heads * p->cls.head_dim, 16384LL * 2048);
+            if (archs[t] == 86 && p->cls.head_dim > 192) /* no backward tile fits 99 KiB there */
+                cr_assert_eq(p->nrefused, p->ncands, "sm_86 problem %d (d %d)", i, p->cls.head_dim);
+            else
+                cr_assert_lt(p->nrefused, p->ncands, "sm_%d problem %d (d %d): every candidate refused", archs[t], i,
+                             p->cls.head_dim);
+        }
+        space_free(&sp);
+    }
+}
+
+/* Backward records go through the file like the forward's: kind "bwd" written and read back, kept apart from a
+ * forward record of the same sizes, and found only by a backward query. */
+Test(tunedb, backward_records_round_trip_and_stay_apart) {
+    char p1[128];
+    scratch_path(p1, sizeof p1, "bwd.lua");
+    fg_tune_identity id = h200();
+    fg_tunedb db, back;
+    tunedb_init(&db, &id);
+    fg_tune_class f = klass(FG_DTYPE_BF16, 128, 0, 1, 2048, 2048, 128), b = f;
+    b.kind = FG_KIND_BWD;
+    add(&db, rec(f, 128, 48, 4, 2, FG_TUNE_OK, 1.0, 300, ""));
+    add(&db, rec(b, 64, 128, 8, 2, FG_TUNE_OK, 2.0, 400, "gradients checked"));
+    add(&db, rec(b, 128, 128, 8, 2, FG_TUNE_WRONG, 1.5, 500, "dq FAIL"));
+    save(p1, &db);
+    size_t n;
+    char *text = read_text(p1, &n);
+    cr_assert(strstr(text, "result { kind = \"bwd\"") != NULL, "%s", text);
+    free(text);
+    fg_error err;
+    fg_error_clear(&err);
+    cr_assert_eq(tunedb_load(p1, &id, &back, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(back.count, 3);
+    fg_spec s;
+    cr_assert_eq(tunedb_best_for(&back, &b, 0, &s, NULL, NULL, 0), FG_OK);
+    cr_assert(s.kind == FG_KIND_BWD && s.block_m == 64 && s.block_n == 128, "the backward's ok winner, not the wrong one");
+    cr_assert_eq(tunedb_best_for(&back, &f, 0, &s, NULL, NULL, 0), FG_OK);
+    cr_assert(s.kind == FG_KIND_FWD && s.block_n == 48);
+    tunedb_free(&db);
+    tunedb_free(&back);
+}
