@@ -1,8 +1,9 @@
 -- configs/tune_bwd.lua: the tuning space of the mma.sync backward kernel (bwd_sm80.cuh), for Ampere, Ada,
 -- Hopper and Blackwell alike: `flashgen tune configs/tune_bwd.lua` checks and times every candidate below on the
 -- GPU it runs on and records it in that GPU's tuning database; fg_attention_bwd then runs each bucket's winner
--- (outside the deterministic mode; on an H100/H200 the sm_90a backward still takes head_dim 64 and 128, so
--- tune there with FLASHGEN_WGMMA_BWD=0 in mind: these records serve the calls that run the mma.sync kernel).
+-- (outside the deterministic mode). On an H100/H200 the sm_90a backward takes head_dim 64 and 128 calls by
+-- default: there the records of those head dims serve only the calls that run the mma.sync kernel
+-- (FLASHGEN_WGMMA_BWD=0, or tensors TMA cannot read), and `tune --show` marks their winner all the same.
 --
 -- space{} is as in configs/tune_fwd.lua, with kind = "bwd": fp16/bf16, the candidates' block_m (32, 64 or 128
 -- query rows a step), block_n (16 keys a warp, or 8 from 4 warps), warps (2, 4 or 8) and stages (1 or 2 query
@@ -28,7 +29,7 @@ for _, head_dim in ipairs({64, 128, 256}) do
             -- warps), 16 below.
             block_m = {32, 64, 128},
             block_n = head_dim > 128 and {32, 64} or {64, 128},
-            warps = head_dim > 128 and {4, 8} or {4, 8},
+            warps = {4, 8},
             stages = {1, 2},
         }
     end

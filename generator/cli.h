@@ -126,7 +126,7 @@ double bwd_copy_bytes(const problem *p);
 fg_status bwd_buffers_init(fg_context *ctx, const problem *p, uint64_t seed, bwd_buffers *B, fg_error *err);
 /* Frees every buffer of B and zeroes it. */
 void bwd_buffers_free(const fg_cuda_api *cu, bwd_buffers *B);
-/* Fills dQ, dK and dV with NaN and waits for it. */
+/* Fills dQ, dK and dV with NaN, the workspace with all-ones bytes, and waits for it. */
 fg_status bwd_poison(const fg_cuda_api *cu, const bwd_buffers *B, fg_error *err);
 /* Judges B's gradients (all of them: keep the problem small) against the CPU references by TESTING.md's rule
  * for gradients (ref_check_bwd), into *rep; the kernel must have finished. */

@@ -470,6 +470,8 @@ void bwd_buffers_free(const fg_cuda_api *cu, bwd_buffers *B) {
 }
 
 fg_status bwd_poison(const fg_cuda_api *cu, const bwd_buffers *B, fg_error *err) {
+    /* the workspace too: the kernels must initialize what they use of it */
+    if (B->ws) FG_CU(err, cu->cuMemsetD8(B->ws, 0xFF, B->ws_bytes));
     FG_CU(err, cu->cuMemsetD8(B->dq, 0xFF, B->F.nq * B->F.esz));
     FG_CU(err, cu->cuMemsetD8(B->dk, 0xFF, B->F.nkv * B->F.esz));
     FG_CU(err, cu->cuMemsetD8(B->dv, 0xFF, B->F.nkv * B->F.esz));
@@ -485,8 +487,8 @@ fg_status bwd_buffers_init(fg_context *ctx, const problem *p, uint64_t seed, bwd
     fg_status st = fwd_buffers_init(cu, p, seed, 1, &B->F, err);
     if (st != FG_OK) return st;
     /* O and the LSE the backward reads: the forward of these very inputs (the policy's, or the tuned, variant) */
-    if (fg_attention_fwd(ctx, &B->F.dev[0], NULL) != FG_OK)
-        return fg_fail(err, FG_ERR_CUDA, "the forward that makes O and the LSE failed: %s", fg_last_error(ctx));
+    if ((st = fg_attention_fwd(ctx, &B->F.dev[0], NULL)) != FG_OK)
+        return fg_fail(err, st, "the forward that makes O and the LSE failed: %s", fg_last_error(ctx));
     FG_CU(err, cu->cuCtxSynchronize());
     const size_t nq = B->F.nq, nkv = B->F.nkv, esz = B->F.esz;
     if (!(B->hdo = malloc(nq * esz)))

@@ -225,7 +225,8 @@ static void tune_note(char *buf, size_t n, const char *fmt, ...) {
 static void tune_problem_text(const fg_tune_problem *pb, char *buf, size_t n) {
     char gqa[32] = "";
     if (pb->cls.gqa > 1) snprintf(gqa, sizeof gqa, " gqa %d", pb->cls.gqa);
-    snprintf(buf, n, "d%d %s%s%s sq %d sk %d bh %d", pb->cls.head_dim, spec_dtype_name(pb->cls.dtype),
+    snprintf(buf, n, "%sd%d %s%s%s sq %d sk %d bh %d", pb->cls.kind == FG_KIND_BWD ? "backward " : "", pb->cls.head_dim,
+             spec_dtype_name(pb->cls.dtype),
              pb->cls.causal ? " causal" : "", gqa, pb->seqlen_q, pb->seqlen_k, pb->batch_heads);
 }
 

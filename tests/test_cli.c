@@ -1088,7 +1088,7 @@ Test(cli, tune_tiny_backward_sweep_on_gpu, .timeout = 300) {
         ok += rec->status == FG_TUNE_OK;
         checked += rec->status == FG_TUNE_OK && strstr(rec->note, "gradients checked") != NULL;
     }
-    cr_expect_geq(refused, 1, "32 x 64 on 8 warps (8 keys a warp, 32 rows) is refused by the backward's rules");
+    cr_expect_eq(refused, 2, "32 x 64 on 8 warps (8 keys a warp, 32 rows) is refused by the backward's rules, both stages");
     cr_expect_geq(ok, 1, "at least one candidate is correct and timed");
     cr_expect_eq(checked, ok, "every timed candidate was checked first");
     fg_tune_class q = {FG_KIND_BWD, FG_DTYPE_BF16, 64, 1, 2, 300, 200, 8};
