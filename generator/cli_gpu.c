@@ -19,7 +19,7 @@
 static const char usage_run[] =
     "usage: flashgen run [--dtype fp16|bf16|e4m3|e5m2] [--out fp16|bf16] [--batch B] [--seqlen-q N]\n"
     "                    [--seqlen-k N] [--heads H] [--heads-kv H] [--head-dim D] [--causal] [--iters N]\n"
-    "                    [--seed S] [--device N]\n"
+    "                    [--seed S] [--device N] [--bwd]\n"
     "\n"
     "Runs one forward pass on a GPU through the public API and checks it: random N(0,1) inputs, the output\n"
     "poisoned with NaN before the launch, every element compared with the CPU reference (pass when\n"
@@ -27,6 +27,9 @@ static const char usage_run[] =
     "Then it times --iters launches (after 3 warm-up launches) with CUDA events and prints the median time\n"
     "and TFLOP/s (4*b*h*sq*sk*d FLOPs, half that when causal). The first launch may JIT-compile the\n"
     "kernel (logged). Exits 1 if the check fails or there is no GPU.\n"
+    "With --bwd the same for the backward pass (fp16/bf16): O and the LSE from the forward, dO N(0,1),\n"
+    "dQ, dK, dV and the workspace poisoned, every gradient element compared with the CPU references\n"
+    "(max|out - ref32| <= 3 * max|ref_lowp - ref32| + 1e-5), then timed at 2.5x the forward's FLOPs.\n"
     "\n"
     "      --dtype T       fp16, bf16, or FP8 e4m3 / e5m2 (sm_89+; default bf16). FP8 inputs are N(0,1)\n"
     "                      rounded to the format, no descales, V key-major with its row padding NaN\n"
@@ -40,7 +43,8 @@ static const char usage_run[] =
     "      --causal        bottom-right aligned causal mask\n"
     "      --iters N       timed launches (default 20)\n"
     "      --seed S        random seed of the inputs (default 0)\n"
-    "      --device N      CUDA device ordinal (default 0)\n";
+    "      --device N      CUDA device ordinal (default 0)\n"
+    "      --bwd           the backward pass (fg_attention_bwd) instead of the forward\n";
 
 static const char usage_explain[] =
     "usage: flashgen explain [--dtype fp16|bf16|e4m3|e5m2] [--out fp16|bf16] [--batch B] [--seqlen-q N]\n"
@@ -69,9 +73,10 @@ static int parse_problem(const char *cmd, int argc, char **argv, int timing, pro
     static const struct option run_opts[] = {PROBLEM_OPTIONS,
                                              {"iters", required_argument, NULL, OPT_ITERS},
                                              {"seed", required_argument, NULL, OPT_SEED},
+                                             {"bwd", no_argument, NULL, OPT_BWD},
                                              {NULL, 0, NULL, 0}};
     static const struct option explain_opts[] = {PROBLEM_OPTIONS, {NULL, 0, NULL, 0}};
-    *p = (problem){FG_DTYPE_BF16, 2, 1024, -1, 8, -1, 128, 0, 20, 0, 0, FG_DTYPE_BF16};
+    *p = (problem){FG_DTYPE_BF16, 2, 1024, -1, 8, -1, 128, 0, 20, 0, 0, FG_DTYPE_BF16, 0};
     int c, out_given = 0;
     while ((c = getopt_long(argc, argv, ":h", timing ? run_opts : explain_opts, NULL)) != -1) {
         int bad = 0;
@@ -101,6 +106,7 @@ static int parse_problem(const char *cmd, int argc, char **argv, int timing, pro
         case OPT_ITERS: bad = parse_number(cmd, "--iters", optarg, 1, 1000000, &p->iters); break;
         case OPT_SEED: bad = parse_number(cmd, "--seed", optarg, 0, LLONG_MAX, &p->seed); break;
         case OPT_DEVICE: bad = parse_number(cmd, "--device", optarg, 0, 1023, &p->device); break;
+        case OPT_BWD: p->bwd = 1; break;
         default: return bad_option(cmd, argv, c);
         }
         if (bad) return EXIT_USAGE;
@@ -109,6 +115,9 @@ static int parse_problem(const char *cmd, int argc, char **argv, int timing, pro
     if (out_given && !spec_dtype_is_fp8(p->dtype))
         return usage_error(cmd, "--out sets the output type of an FP8 problem; a %s problem's output is %s",
                            spec_dtype_name(p->dtype), spec_dtype_name(p->dtype));
+    if (p->bwd && p->dtype != FG_DTYPE_F16 && p->dtype != FG_DTYPE_BF16)
+        return usage_error(cmd, "--bwd takes --dtype fp16 or bf16 (the backward pass is 16-bit), got %s",
+                           spec_dtype_name(p->dtype));
     if (p->seqlen_k < 0) p->seqlen_k = p->seqlen_q;
     if (p->heads_kv < 0) p->heads_kv = p->heads;
     if (p->heads % p->heads_kv != 0)
@@ -577,7 +586,78 @@ static fg_status run_launch_one(void *user, int i, fg_error *err) {
 /* The body of `run` once the context exists: allocate, fill, launch, check, time. The CLI's own
  * allocations happen in the device's primary context (the one fg_context_create retained), pushed
  * here and popped at the end. Returns the exit status. */
+/* What `run --bwd` launches: fg_attention_bwd on the problem. */
+typedef struct run_launch_bwd {
+    fg_context *ctx;          /* the context */
+    const fg_bwd_args *args;  /* device arguments */
+    CUstream stream;          /* where */
+} run_launch_bwd;
+
+/* launch_fn of `run --bwd`: fg_attention_bwd, its failure sentence into err. */
+static fg_status run_launch_one_bwd(void *user, int i, fg_error *err) {
+    (void)i;
+    const run_launch_bwd *r = user;
+    fg_status st = fg_attention_bwd(r->ctx, r->args, r->stream);
+    return st == FG_OK ? FG_OK : fg_fail(err, st, "fg_attention_bwd failed: %s", fg_last_error(r->ctx));
+}
+
+/* `run --bwd`: the backward's explain, one call on poisoned gradients checked in full against the CPU
+ * references, then the timing. */
+static int run_gpu_bwd(fg_context *ctx, const fg_cuda_api *cu, const problem *p) {
+    fg_error err;
+    fg_error_clear(&err);
+    bwd_buffers B;
+    memset(&B, 0, sizeof B);
+    int status = EXIT_FAIL, pushed = 0, retained = 0;
+    CUdevice dev;
+    CUcontext pctx = NULL, popped;
+    CUstream stream = NULL;
+
+    RUN_CU(cu->cuDeviceGet(&dev, (int)p->device));
+    RUN_CU(cu->cuDevicePrimaryCtxRetain(&pctx, dev));
+    retained = 1;
+    RUN_CU(cu->cuCtxPushCurrent(pctx));
+    pushed = 1;
+    if (bwd_buffers_init(ctx, p, (uint64_t)p->seed, &B, &err) != FG_OK) goto fail;
+    RUN_CU(cu->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+
+    char explain[4096];
+    if (fg_explain_bwd(ctx, &B.dev, explain, sizeof explain) == FG_OK) printf("%s\n", explain);
+    run_launch_bwd rl = {ctx, &B.dev, stream};
+    if (run_launch_one_bwd(&rl, 0, &err) != FG_OK) goto fail;
+    RUN_CU(cu->cuStreamSynchronize(stream));
+
+    ref_bwd_report rep;
+    double c0 = now_seconds();
+    if (bwd_check(cu, &B, p, &rep, &err) != FG_OK) goto fail;
+    char line[1024];
+    ref_bwd_report_format(&rep, line, sizeof line);
+    printf("check: %s (CPU references %.1f s): %s\n", rep.pass ? "PASS" : "FAIL", now_seconds() - c0, line);
+    if (!rep.pass) {
+        fg_fail(&err, FG_ERR_INTERNAL, "the gradients do not match the CPU reference (see the check line above)");
+        goto fail;
+    }
+
+    int iters = (int)p->iters;
+    launch_times t;
+    if (time_launches(cu, stream, 3, iters, run_launch_one_bwd, &rl, &t, &err) != FG_OK) goto fail;
+    printf("time: median %.4f ms over %d launches (min %.4f, max %.4f), %.1f TFLOP/s (backward: 2.5x the forward's "
+           "FLOPs)\n", t.median, iters, t.min, t.max, t.median > 0 ? 2.5 * fwd_flops(p) / (t.median * 1e-3) / 1e12 : 0.0);
+    status = EXIT_OK;
+    goto cleanup;
+fail:
+    say("run", "%s", err.msg);
+cleanup:
+    if (pushed) cu->cuCtxSynchronize(); /* nothing may still use the buffers freed below */
+    if (stream) cu->cuStreamDestroy(stream);
+    bwd_buffers_free(cu, &B);
+    if (pushed) cu->cuCtxPopCurrent(&popped);
+    if (retained) cu->cuDevicePrimaryCtxRelease(dev);
+    return status;
+}
+
 static int run_gpu(fg_context *ctx, const fg_cuda_api *cu, const problem *p) {
+    if (p->bwd) return run_gpu_bwd(ctx, cu, p);
     fg_error err;
     fg_error_clear(&err);
     fwd_buffers B;
@@ -644,9 +724,9 @@ int cmd_run(int argc, char **argv) {
     fg_error err;
     fg_error_clear(&err);
     const fg_cuda_api *cu = cuda_api_get(&err); /* loaded already: open_context succeeded */
-    printf("problem: %s, batch %lld, seqlen_q %lld, seqlen_k %lld, heads %lld, heads_kv %lld, head_dim %lld%s\n",
-           spec_dtype_name(p.dtype), p.batch, p.seqlen_q, p.seqlen_k, p.heads, p.heads_kv, p.head_dim,
-           p.causal ? ", causal" : "");
+    printf("problem: %s%s, batch %lld, seqlen_q %lld, seqlen_k %lld, heads %lld, heads_kv %lld, head_dim %lld%s\n",
+           p.bwd ? "backward, " : "", spec_dtype_name(p.dtype), p.batch, p.seqlen_q, p.seqlen_k, p.heads, p.heads_kv,
+           p.head_dim, p.causal ? ", causal" : "");
     fflush(stdout);
     int status = cu ? run_gpu(ctx, cu, &p) : EXIT_FAIL;
     if (!cu) say("run", "no CUDA device: %s", err.msg);

@@ -643,6 +643,24 @@ Test(cli, run_small_problem_on_gpu, .timeout = 120) {
         cr_expect_not_null(strstr(r.out, "check: PASS"), "%s", r.out);
         run_free(&r);
     }
+    /* --bwd: the backward's explain, every gradient element against the CPU references, the timing (causal
+     * with sq > sk: rows without keys; GQA). */
+    r = RUN("run", "--bwd", "--dtype", "bf16", "--batch", "1", "--seqlen-q", "203", "--seqlen-k", "113", "--heads", "4",
+            "--heads-kv", "2", "--head-dim", "128", "--causal", "--iters", "3");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "problem: backward, bf16"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "kind=bwd"), "the backward's variant is explained:\n%s", r.out);
+    cr_expect_not_null(strstr(r.out, "check: PASS"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "2.5x the forward's"), "%s", r.out);
+    run_free(&r);
+}
+
+/* run --bwd refuses what the backward does not take before touching a GPU. */
+Test(cli, run_bwd_refuses_fp8) {
+    run_result r = RUN("run", "--bwd", "--dtype", "e4m3");
+    EXPECT_STATUS(r, 2);
+    cr_expect_not_null(strstr(r.err, "--bwd takes --dtype fp16 or bf16"), "%s", r.err);
+    run_free(&r);
 }
 
 Test(cli, info_exits_0) {
