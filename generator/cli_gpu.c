@@ -583,9 +583,6 @@ static fg_status run_launch_one(void *user, int i, fg_error *err) {
         }                                                                               \
     } while (0)
 
-/* The body of `run` once the context exists: allocate, fill, launch, check, time. The CLI's own
- * allocations happen in the device's primary context (the one fg_context_create retained), pushed
- * here and popped at the end. Returns the exit status. */
 /* What `run --bwd` launches: fg_attention_bwd on the problem. */
 typedef struct run_launch_bwd {
     fg_context *ctx;          /* the context */
@@ -601,67 +598,70 @@ static fg_status run_launch_one_bwd(void *user, int i, fg_error *err) {
     return st == FG_OK ? FG_OK : fg_fail(err, st, "fg_attention_bwd failed: %s", fg_last_error(r->ctx));
 }
 
-/* `run --bwd`: the backward's explain, one call on poisoned gradients checked in full against the CPU
- * references, then the timing. */
-static int run_gpu_bwd(fg_context *ctx, const fg_cuda_api *cu, const problem *p) {
-    fg_error err;
-    fg_error_clear(&err);
+/* `run --bwd` on the current context: the backward's explain, one call on poisoned gradients checked in full
+ * against the CPU references, then the timing. FG_OK, or the failure in err. */
+static fg_status run_bwd(fg_context *ctx, const fg_cuda_api *cu, const problem *p, CUstream stream, fg_error *err) {
     bwd_buffers B;
-    memset(&B, 0, sizeof B);
-    int status = EXIT_FAIL, pushed = 0, retained = 0;
-    CUdevice dev;
-    CUcontext pctx = NULL, popped;
-    CUstream stream = NULL;
-
-    RUN_CU(cu->cuDeviceGet(&dev, (int)p->device));
-    RUN_CU(cu->cuDevicePrimaryCtxRetain(&pctx, dev));
-    retained = 1;
-    RUN_CU(cu->cuCtxPushCurrent(pctx));
-    pushed = 1;
-    if (bwd_buffers_init(ctx, p, (uint64_t)p->seed, &B, &err) != FG_OK) goto fail;
-    RUN_CU(cu->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-
-    char explain[4096];
-    if (fg_explain_bwd(ctx, &B.dev, explain, sizeof explain) == FG_OK) printf("%s\n", explain);
+    fg_status st = bwd_buffers_init(ctx, p, (uint64_t)p->seed, &B, err);
+    char explain[4096], line[1024];
+    if (st == FG_OK && fg_explain_bwd(ctx, &B.dev, explain, sizeof explain) == FG_OK) printf("%s\n", explain);
     run_launch_bwd rl = {ctx, &B.dev, stream};
-    if (run_launch_one_bwd(&rl, 0, &err) != FG_OK) goto fail;
-    RUN_CU(cu->cuStreamSynchronize(stream));
-
+    if (st == FG_OK) st = run_launch_one_bwd(&rl, 0, err);
+    if (st == FG_OK && cu->cuStreamSynchronize(stream) != CUDA_SUCCESS)
+        st = fg_fail(err, FG_ERR_CUDA, "cuStreamSynchronize failed after the backward");
     ref_bwd_report rep;
     double c0 = now_seconds();
-    if (bwd_check(cu, &B, p, &rep, &err) != FG_OK) goto fail;
-    char line[1024];
-    ref_bwd_report_format(&rep, line, sizeof line);
-    printf("check: %s (CPU references %.1f s): %s\n", rep.pass ? "PASS" : "FAIL", now_seconds() - c0, line);
-    if (!rep.pass) {
-        fg_fail(&err, FG_ERR_INTERNAL, "the gradients do not match the CPU reference (see the check line above)");
-        goto fail;
+    if (st == FG_OK && (st = bwd_check(cu, &B, p, &rep, err)) == FG_OK) {
+        ref_bwd_report_format(&rep, line, sizeof line);
+        printf("check: %s (CPU references %.1f s): %s\n", rep.pass ? "PASS" : "FAIL", now_seconds() - c0, line);
+        if (!rep.pass)
+            st = fg_fail(err, FG_ERR_INTERNAL, "the gradients do not match the CPU reference (see the check line above)");
     }
-
-    int iters = (int)p->iters;
     launch_times t;
-    if (time_launches(cu, stream, 3, iters, run_launch_one_bwd, &rl, &t, &err) != FG_OK) goto fail;
-    printf("time: median %.4f ms over %d launches (min %.4f, max %.4f), %.1f TFLOP/s (backward: 2.5x the forward's "
-           "FLOPs)\n", t.median, iters, t.min, t.max, t.median > 0 ? 2.5 * fwd_flops(p) / (t.median * 1e-3) / 1e12 : 0.0);
-    status = EXIT_OK;
-    goto cleanup;
-fail:
-    say("run", "%s", err.msg);
-cleanup:
-    if (pushed) cu->cuCtxSynchronize(); /* nothing may still use the buffers freed below */
-    if (stream) cu->cuStreamDestroy(stream);
+    if (st == FG_OK && (st = time_launches(cu, stream, 3, (int)p->iters, run_launch_one_bwd, &rl, &t, err)) == FG_OK)
+        printf("time: median %.4f ms over %lld launches (min %.4f, max %.4f), %.1f TFLOP/s (backward: 2.5x the "
+               "forward's FLOPs)\n", t.median, p->iters, t.min, t.max,
+               t.median > 0 ? 2.5 * fwd_flops(p) / (t.median * 1e-3) / 1e12 : 0.0);
+    cu->cuCtxSynchronize(); /* nothing may still use the buffers freed below */
     bwd_buffers_free(cu, &B);
-    if (pushed) cu->cuCtxPopCurrent(&popped);
-    if (retained) cu->cuDevicePrimaryCtxRelease(dev);
-    return status;
+    return st;
 }
 
+/* `run` (the forward) on the current context: explain, one checked call, the timing. FG_OK, or the failure in err. */
+static fg_status run_fwd(fg_context *ctx, const fg_cuda_api *cu, const problem *p, CUstream stream, fg_error *err) {
+    fwd_buffers B;
+    fg_status st = fwd_buffers_init(cu, p, (uint64_t)p->seed, 1, &B, err);
+    char explain[4096], line[1024];
+    if (st == FG_OK && fg_explain(ctx, &B.dev[0], explain, sizeof explain) == FG_OK) printf("%s\n", explain);
+    if (st == FG_OK && fg_attention_fwd(ctx, &B.dev[0], stream) != FG_OK)
+        st = fg_fail(err, FG_ERR_INTERNAL, "fg_attention_fwd failed: %s", fg_last_error(ctx));
+    if (st == FG_OK && cu->cuStreamSynchronize(stream) != CUDA_SUCCESS)
+        st = fg_fail(err, FG_ERR_CUDA, "cuStreamSynchronize failed after the forward");
+    ref_report rep;
+    double c0 = now_seconds();
+    if (st == FG_OK && (st = fwd_check(cu, &B, p, 0, p->batch, p->heads, 0, &rep, err)) == FG_OK) {
+        ref_report_format(&rep, line, sizeof line);
+        printf("check: %s (CPU reference %.1f s): %s\n", rep.pass ? "PASS" : "FAIL", now_seconds() - c0, line);
+        printf("max error %.3g, bound %.3g\n", rep.max_err, rep.bound);
+        if (!rep.pass)
+            st = fg_fail(err, FG_ERR_INTERNAL, "the output does not match the CPU reference (see the check line above)");
+    }
+    run_launch rl = {ctx, &B.dev[0], stream};
+    launch_times t;
+    if (st == FG_OK && (st = time_launches(cu, stream, 3, (int)p->iters, run_launch_one, &rl, &t, err)) == FG_OK)
+        printf("time: median %.4f ms over %lld launches (min %.4f, max %.4f), %.1f TFLOP/s\n", t.median, p->iters,
+               t.min, t.max, t.median > 0 ? fwd_flops(p) / (t.median * 1e-3) / 1e12 : 0.0);
+    cu->cuCtxSynchronize(); /* nothing may still use the buffers freed below */
+    fwd_buffers_free(cu, &B);
+    return st;
+}
+
+/* The body of `run` once the context exists: allocate, fill, launch, check, time (run_fwd or run_bwd). The
+ * CLI's own allocations happen in the device's primary context (the one fg_context_create retained), pushed
+ * here and popped at the end, on a non-blocking stream made here. Returns the exit status. */
 static int run_gpu(fg_context *ctx, const fg_cuda_api *cu, const problem *p) {
-    if (p->bwd) return run_gpu_bwd(ctx, cu, p);
     fg_error err;
     fg_error_clear(&err);
-    fwd_buffers B;
-    memset(&B, 0, sizeof B);
     int status = EXIT_FAIL, pushed = 0, retained = 0;
     CUdevice dev;
     CUcontext pctx = NULL, popped;
@@ -672,49 +672,19 @@ static int run_gpu(fg_context *ctx, const fg_cuda_api *cu, const problem *p) {
     retained = 1;
     RUN_CU(cu->cuCtxPushCurrent(pctx));
     pushed = 1;
-    if (fwd_buffers_init(cu, p, (uint64_t)p->seed, 1, &B, &err) != FG_OK) goto fail;
     RUN_CU(cu->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-
-    char explain[4096];
-    if (fg_explain(ctx, &B.dev[0], explain, sizeof explain) == FG_OK) printf("%s\n", explain);
-    if (fg_attention_fwd(ctx, &B.dev[0], stream) != FG_OK) {
-        fg_fail(&err, FG_ERR_INTERNAL, "fg_attention_fwd failed: %s", fg_last_error(ctx));
-        goto fail;
-    }
-    RUN_CU(cu->cuStreamSynchronize(stream));
-
-    ref_report rep;
-    double c0 = now_seconds();
-    if (fwd_check(cu, &B, p, 0, p->batch, p->heads, 0, &rep, &err) != FG_OK) goto fail;
-    char line[1024];
-    ref_report_format(&rep, line, sizeof line);
-    printf("check: %s (CPU reference %.1f s): %s\n", rep.pass ? "PASS" : "FAIL", now_seconds() - c0, line);
-    printf("max error %.3g, bound %.3g\n", rep.max_err, rep.bound);
-    if (!rep.pass) {
-        fg_fail(&err, FG_ERR_INTERNAL, "the output does not match the CPU reference (see the check line above)");
-        goto fail;
-    }
-
-    int iters = (int)p->iters;
-    run_launch rl = {ctx, &B.dev[0], stream};
-    launch_times t;
-    if (time_launches(cu, stream, 3, iters, run_launch_one, &rl, &t, &err) != FG_OK) goto fail;
-    printf("time: median %.4f ms over %d launches (min %.4f, max %.4f), %.1f TFLOP/s\n", t.median, iters, t.min,
-           t.max, t.median > 0 ? fwd_flops(p) / (t.median * 1e-3) / 1e12 : 0.0);
+    if ((p->bwd ? run_bwd(ctx, cu, p, stream, &err) : run_fwd(ctx, cu, p, stream, &err)) != FG_OK) goto fail;
     status = EXIT_OK;
     goto cleanup;
 fail:
     say("run", "%s", err.msg);
 cleanup:
-    if (pushed) cu->cuCtxSynchronize(); /* nothing may still use the buffers freed below */
     if (stream) cu->cuStreamDestroy(stream);
-    fwd_buffers_free(cu, &B);
     if (pushed) cu->cuCtxPopCurrent(&popped);
     if (retained) cu->cuDevicePrimaryCtxRelease(dev);
     return status;
 }
 
-/* `flashgen run [problem options] [--iters N] [--seed S]`. */
 int cmd_run(int argc, char **argv) {
     problem p;
     int rc = parse_problem("run", argc, argv, 1, &p);
