@@ -191,7 +191,8 @@ fg_status fg_prepare(fg_context *ctx, const fg_fwd_args *args);
 fg_status fg_explain(fg_context *ctx, const fg_fwd_args *args, char *buf, size_t n);
 
 /* The same for a backward call: which variant fg_attention_bwd would run for args ("variant NAME" on the
- * first line), its kernels and grid, the workspace it needs and where its code would come from. Tensor
+ * first line), its kernels and grid, where its tiles come from (the tuning database, the tile policy, or
+ * the sm_90a backward's one tile), the workspace it needs and where its code would come from. Tensor
  * data pointers and the workspace may be NULL here. */
 fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *args, char *buf, size_t n);
 
