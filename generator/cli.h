@@ -79,7 +79,6 @@ typedef struct fwd_buffers {
 typedef struct bwd_buffers {
     fwd_buffers F;                   /* q, k, v, o, lse: copy 0 only */
     void *hdo;                       /* host dO, N(0,1) */
-    fg_tensor host_do;               /* its view */
     CUdeviceptr dout, dq, dk, dv, ws; /* device dO, gradients, workspace (0: none) */
     size_t ws_bytes;                 /* the workspace's size */
     fg_bwd_args dev;                 /* the call's arguments on the device tensors */

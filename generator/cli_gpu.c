@@ -502,8 +502,8 @@ fg_status bwd_buffers_init(fg_context *ctx, const problem *p, uint64_t seed, bwd
     const size_t nq = B->F.nq, nkv = B->F.nkv, esz = B->F.esz;
     if (!(B->hdo = malloc(nq * esz)))
         return fg_fail(err, FG_ERR_NO_MEMORY, "out of host memory for dO (%zu elements)", nq);
-    B->host_do = contiguous(B->hdo, p->dtype, p->batch, p->seqlen_q, p->heads, p->head_dim);
-    if ((st = ref_fill_normal(&B->host_do, seed * 3 + 3, err)) != FG_OK) return st;
+    const fg_tensor host_do = contiguous(B->hdo, p->dtype, p->batch, p->seqlen_q, p->heads, p->head_dim);
+    if ((st = ref_fill_normal(&host_do, seed * 3 + 3, err)) != FG_OK) return st;
     CUdeviceptr *slots[4] = {&B->dout, &B->dq, &B->dk, &B->dv};
     const size_t sizes[4] = {nq * esz, nq * esz, nkv * esz, nkv * esz};
     for (int i = 0; i < 4; i++) {

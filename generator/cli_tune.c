@@ -349,13 +349,19 @@ static int tune_check_shapes(const char *space_path, const fg_tune_space *sp) {
                 pb->batch_heads, pb->cls.gqa);
             return 1;
         }
-        fg_fwd_args a;
-        problem_args(&p, NULL, NULL, NULL, NULL, NULL, &a);
-        fg_bwd_args ba;
-        bwd_problem_args(&p, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, &ba);
         fg_error err;
         fg_error_clear(&err);
-        if ((pb->cls.kind == FG_KIND_BWD ? rt_check_bwd_args(&ba, 0, 0, &err) : rt_check_fwd_args(&a, 0, &err)) != FG_OK) {
+        fg_status st;
+        if (pb->cls.kind == FG_KIND_BWD) {
+            fg_bwd_args a;
+            bwd_problem_args(&p, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, &a);
+            st = rt_check_bwd_args(&a, 0, 0, &err);
+        } else {
+            fg_fwd_args a;
+            problem_args(&p, NULL, NULL, NULL, NULL, NULL, &a);
+            st = rt_check_fwd_args(&a, 0, &err);
+        }
+        if (st != FG_OK) {
             say("tune", "%s:%d: the problem (batch %lld x heads %lld, seqlen_q %lld, seqlen_k %lld, head_dim %lld) "
                 "cannot be run: %s", space_path, pb->line, p.batch, p.heads, p.seqlen_q, p.seqlen_k, p.head_dim, err.msg);
             return 1;
@@ -502,11 +508,12 @@ static const tune_item *tune_wait_compiled(tune_pool *pool, const tune_item *ite
     return done ? it : NULL;
 }
 
-/* Allocates and fills the current problem's tensors, at its first candidate that runs. One copy when
- * a copy is at least the L2 size; else enough copies (up to FWD_MAX_COPIES) that between two uses of
- * one copy the others have passed a whole L2 through the cache. Returns 0, or -1 after printing why. */
 static int tune_gpu_prepare_bwd(tune_run *R, tune_gpu *G, int pi);
 
+/* Allocates and fills the current problem's tensors, at its first candidate that runs. One copy when
+ * a copy is at least the L2 size; else enough copies (up to FWD_MAX_COPIES) that between two uses of
+ * one copy the others have passed a whole L2 through the cache (kind "bwd": tune_gpu_prepare_bwd).
+ * Returns 0, or -1 after printing why. */
 static int tune_gpu_prepare(tune_run *R, tune_gpu *G, int pi) {
     const fg_tune_problem *pb = &R->space->problems[pi];
     if (G->bwd) return tune_gpu_prepare_bwd(R, G, pi);
@@ -613,6 +620,21 @@ static fg_status tune_launch_one_bwd(void *user, int i, fg_error *err) {
     return rt_bwd_with_spec(t->ctx, t->spec, t->args, t->stream, err);
 }
 
+/* The timing of a checked candidate: 3 warm-up and --iters launches of `launch`, the median into *ms and the
+ * TFLOP/s at `flops` a launch into *tflops, *st ok. The launches' or the events' failure otherwise. */
+static fg_status tune_time(tune_run *R, launch_fn launch, void *user, double flops, fg_tune_status *st, double *ms,
+                           double *tflops, fg_error *err) {
+    launch_times t;
+    fg_status s = time_launches(R->cu, R->stream, 3, R->opt->iters, launch, user, &t, err);
+    if (s != FG_OK) return s;
+    if (!(t.median > 0))
+        return fg_fail(err, FG_ERR_CUDA, "the CUDA events measured no time (median %g ms)", t.median);
+    *st = FG_TUNE_OK;
+    *ms = t.median;
+    *tflops = flops / (t.median * 1e-3) / 1e12;
+    return FG_OK;
+}
+
 /* tune_measure for kind "bwd": one launch on the check problem's poisoned gradients and the full check of
  * dQ, dK and dV against the CPU references (TESTING.md's rule for gradients); a candidate that passes is timed
  * on the timed problem (3 warm-up and --iters launches; TFLOP/s at 2.5 x the forward's FLOPs, the protocol's
@@ -637,13 +659,7 @@ static fg_status tune_measure_bwd(tune_run *R, tune_gpu *G, const fg_spec *spec,
         return FG_OK;
     }
     tune_launch_bwd tl = {R->ctx, spec, &G->BB.dev, R->stream};
-    launch_times t;
-    if ((s = time_launches(cu, R->stream, 3, R->opt->iters, tune_launch_one_bwd, &tl, &t, err)) != FG_OK) return s;
-    if (!(t.median > 0))
-        return fg_fail(err, FG_ERR_CUDA, "the CUDA events measured no time (median %g ms)", t.median);
-    *st = FG_TUNE_OK;
-    *ms = t.median;
-    *tflops = 2.5 * fwd_flops(&G->p) / (t.median * 1e-3) / 1e12;
+    if ((s = tune_time(R, tune_launch_one_bwd, &tl, 2.5 * fwd_flops(&G->p), st, ms, tflops, err)) != FG_OK) return s;
     const ref_grad_report *g[3] = {&rep.dq, &rep.dk, &rep.dv};
     double worst = 0; /* each bound is at least REF_BWD_ATOL */
     for (int i = 0; i < 3; i++)
@@ -678,13 +694,7 @@ static fg_status tune_measure(tune_run *R, tune_gpu *G, const fg_spec *spec, con
         return FG_OK;
     }
     tune_launch tl = {R->ctx, spec, &G->B, R->stream};
-    launch_times t;
-    if ((s = time_launches(cu, R->stream, 3, R->opt->iters, tune_launch_one, &tl, &t, err)) != FG_OK) return s;
-    if (!(t.median > 0))
-        return fg_fail(err, FG_ERR_CUDA, "the CUDA events measured no time (median %g ms)", t.median);
-    *st = FG_TUNE_OK;
-    *ms = t.median;
-    *tflops = fwd_flops(&G->p) / (t.median * 1e-3) / 1e12;
+    if ((s = tune_time(R, tune_launch_one, &tl, fwd_flops(&G->p), st, ms, tflops, err)) != FG_OK) return s;
     tune_note(note, n, "max err %.3g (bound %.3g); %s%s%s", rep.max_err, rep.bound, compile_note,
              G->l2note[0] ? "; " : "", G->l2note);
     return FG_OK;

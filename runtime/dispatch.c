@@ -19,18 +19,19 @@
 
 /* ------------------------------------------------------------------ variant choice */
 
-/* The problem class of a call, as the tuning database keys it (sizes bucketed). */
-static fg_tune_class problem_class(const fg_fwd_args *a) {
+/* The problem class of a call of `kind` (its q and k, its mask), as the tuning database keys it (sizes
+ * bucketed). */
+static fg_tune_class problem_class(fg_kind kind, const fg_tensor *q, const fg_tensor *k, int causal) {
     fg_tune_class c;
     memset(&c, 0, sizeof c);
-    c.kind = FG_KIND_FWD;
-    c.dtype = a->q.dtype;
-    c.head_dim = (int)a->q.shape[3];
-    c.causal = a->causal;
-    c.gqa = a->k.shape[2] > 0 ? (int)(a->q.shape[2] / a->k.shape[2]) : 1; /* no heads: an empty call */
-    c.seqlen_q = tunedb_bucket(a->q.shape[1]);
-    c.seqlen_k = tunedb_bucket(a->k.shape[1]);
-    c.batch_heads = tunedb_bucket(a->q.shape[0] * a->q.shape[2]);
+    c.kind = kind;
+    c.dtype = q->dtype;
+    c.head_dim = (int)q->shape[3];
+    c.causal = causal;
+    c.gqa = k->shape[2] > 0 ? (int)(q->shape[2] / k->shape[2]) : 1; /* no heads: an empty call */
+    c.seqlen_q = tunedb_bucket(q->shape[1]);
+    c.seqlen_k = tunedb_bucket(k->shape[1]);
+    c.batch_heads = tunedb_bucket(q->shape[0] * q->shape[2]);
     return c;
 }
 
@@ -99,7 +100,7 @@ static fg_status choose_spec(fg_context *ctx, const fg_fwd_args *a, fg_spec *s, 
     s->causal = a->causal;
     char tuned_why[256] = "";
     if (ctx->tuned) {
-        fg_tune_class c = problem_class(a);
+        fg_tune_class c = problem_class(FG_KIND_FWD, &a->q, &a->k, a->causal);
         fg_spec t;
         fg_error terr;
         if (tunedb_best_for(&ctx->tunedb, &c, s->arch_accel, &t, NULL, tuned_why, sizeof tuned_why) == FG_OK) {
@@ -552,7 +553,7 @@ fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) 
      * looking up (host overhead per call is a JIT library's tax). */
     fg_spec s;
     CUfunction fn = NULL;
-    fg_tune_class cls = problem_class(a);
+    fg_tune_class cls = problem_class(FG_KIND_FWD, &a->q, &a->k, a->causal);
     if (!ctx->tuned) cls.gqa = 0, cls.seqlen_q = cls.seqlen_k = cls.batch_heads = 0; /* the policy ignores them */
     const fg_dtype out_dtype = call_out_dtype(a); /* not in the class: an FP8 call writing fp16 vs bf16 */
     const int accel = call_wgmma(ctx, a);         /* nor whether its tensors suit TMA */
@@ -730,6 +731,12 @@ static void bwd_workspace_layout(const fg_bwd_args *a, bwd_layout *L) {
     L->total = off;
 }
 
+/* Whether TMA can read the backward's streamed tensors (Q, K, V, dO): the sm_90a kernel and the mma.sync
+ * kernel's tma=1 variants need it. */
+static int bwd_tma_ready(const fg_bwd_args *a) {
+    return tensor_tma_ok(&a->q, 3) && tensor_tma_ok(&a->k, 3) && tensor_tma_ok(&a->v, 3) && tensor_tma_ok(&a->dout, 3);
+}
+
 /* Where the variant's code would come from, without compiling or loading anything: FROM_MEMORY costs a
  * name lookup; with deep set, the disk cache and the loaded bundles are looked up too (which emits the
  * source to key the cache), else anything not loaded is FROM_JIT. */
@@ -769,23 +776,13 @@ static fg_status choose_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec 
      * and dO TMA-ready), unless FLASHGEN_WGMMA_BWD=0. On the H200 it ran at 1.11-1.61x FlashAttention-2's
      * backward in the same runs (bf16 and fp16, d 64 and 128), the mma.sync kernel at 0.87-0.96x
      * (bench/results/2026-11-29-h200-session9/final/). */
-    const int tma_ok = tensor_tma_ok(&a->q, 3) && tensor_tma_ok(&a->k, 3) && tensor_tma_ok(&a->v, 3) &&
-                       tensor_tma_ok(&a->dout, 3);
+    const int tma_ok = bwd_tma_ready(a);
     s->arch_accel = ctx->wgmma_bwd && (s->head_dim == 64 || s->head_dim == 128) && !s->deterministic && tma_ok;
     /* The mma.sync kernel's tiles: the tuning database's winner for the nearest bucket (`flashgen tune` of a
      * kind = "bwd" space), outside the deterministic mode, when it is runnable here; else the tile policy. The
      * loads by TMA are chosen below either way, as the tuner chose them for its candidates (rt_bwd_tma). */
     if (ctx->tuned && !s->arch_accel && !s->deterministic) {
-        fg_tune_class c;
-        memset(&c, 0, sizeof c);
-        c.kind = FG_KIND_BWD;
-        c.dtype = s->dtype;
-        c.head_dim = s->head_dim;
-        c.causal = s->causal;
-        c.gqa = a->k.shape[2] > 0 ? (int)(a->q.shape[2] / a->k.shape[2]) : 1;
-        c.seqlen_q = tunedb_bucket(a->q.shape[1]);
-        c.seqlen_k = tunedb_bucket(a->k.shape[1]);
-        c.batch_heads = tunedb_bucket(a->q.shape[0] * a->q.shape[2]);
+        const fg_tune_class c = problem_class(FG_KIND_BWD, &a->q, &a->k, a->causal);
         fg_spec t;
         fg_error terr;
         if (tunedb_best_for(&ctx->tunedb, &c, 0, &t, NULL, NULL, 0) == FG_OK && t.kind == FG_KIND_BWD &&
@@ -908,6 +905,18 @@ fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *a, char *buf, size_
 static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args *a, const bwd_layout *L,
                             void *stream, fg_error *err);
 
+/* The checks of a backward call (fg_attention_bwd, rt_bwd_with_spec): the arguments, then the workspace
+ * against the layout it needs (into *L); *empty when there is nothing to compute (no batch, no heads, or
+ * neither queries nor keys). */
+static fg_status bwd_check_call(const fg_bwd_args *a, bwd_layout *L, int *empty, fg_error *err) {
+    fg_status st = rt_check_bwd_args(a, 0, 0, err);
+    if (st != FG_OK) return st;
+    bwd_workspace_layout(a, L);
+    if ((st = rt_check_bwd_args(a, 1, L->total, err)) != FG_OK) return st;
+    *empty = a->q.shape[0] == 0 || a->q.shape[2] == 0 || (a->q.shape[1] == 0 && a->k.shape[1] == 0);
+    return FG_OK;
+}
+
 fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *a, void *stream) {
     if (!ctx) return rt_no_context("fg_attention_bwd");
     fg_error err;
@@ -917,27 +926,22 @@ fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *a, void *stream) 
         return rt_set_error(ctx, &err);
     }
     bwd_layout L;
-    if (rt_check_bwd_args(a, 0, 0, &err) != FG_OK) return rt_set_error(ctx, &err);
-    bwd_workspace_layout(a, &L);
-    if (rt_check_bwd_args(a, 1, L.total, &err) != FG_OK) return rt_set_error(ctx, &err);
-    const int64_t b = a->q.shape[0], sq = a->q.shape[1], hq = a->q.shape[2], sk = a->k.shape[1];
-    if (b == 0 || hq == 0 || (sq == 0 && sk == 0)) return FG_OK;
+    int empty;
     fg_spec s;
-    if (choose_bwd_spec(ctx, a, &s, NULL, &err) != FG_OK || launch_bwd(ctx, &s, a, &L, stream, &err) != FG_OK)
+    if (bwd_check_call(a, &L, &empty, &err) != FG_OK ||
+        (!empty && (choose_bwd_spec(ctx, a, &s, NULL, &err) != FG_OK || launch_bwd(ctx, &s, a, &L, stream, &err) != FG_OK)))
         return rt_set_error(ctx, &err);
     return FG_OK;
 }
 
 /* The backward of a checked, non-empty call with variant s: its three kernels on the stream. */
-static fg_status launch_bwd(fg_context *ctx, const fg_spec *sp, const fg_bwd_args *a, const bwd_layout *lay,
+static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args *a, const bwd_layout *L,
                             void *stream, fg_error *err) {
-    const fg_spec s = *sp;
-    const bwd_layout L = *lay;
     const int64_t b = a->q.shape[0], sq = a->q.shape[1], hq = a->q.shape[2], sk = a->k.shape[1];
     pthread_mutex_lock(&ctx->lock);
     fg_kernel *k = NULL;
     origin from;
-    fg_status st = get_kernel(ctx, &s, 0, &from, &k, err);
+    fg_status st = get_kernel(ctx, s, 0, &from, &k, err);
     fg_kernel kern;
     if (st == FG_OK) kern = *k; /* a copy: the cache may grow (and move) once the lock is released */
     pthread_mutex_unlock(&ctx->lock);
@@ -949,11 +953,11 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *sp, const fg_bwd_arg
     p.lse = (const float *)a->lse.data;
     p.dq = a->dq.data, p.dk = a->dk.data, p.dv = a->dv.data;
     char *ws = (char *)a->workspace;
-    p.dq_accum = (float *)(ws + L.dq_accum);
-    p.lse2 = (float *)(ws + L.lse2);
-    p.dsum = (float *)(ws + L.dsum);
-    p.dq_sem = a->deterministic ? (int *)(ws + L.sem) : NULL;
-    p.dkv_accum = a->q.shape[2] != a->k.shape[2] ? (float *)(ws + L.dkv) : NULL;
+    p.dq_accum = (float *)(ws + L->dq_accum);
+    p.lse2 = (float *)(ws + L->lse2);
+    p.dsum = (float *)(ws + L->dsum);
+    p.dq_sem = a->deterministic ? (int *)(ws + L->sem) : NULL;
+    p.dkv_accum = a->q.shape[2] != a->k.shape[2] ? (float *)(ws + L->dkv) : NULL;
     const fg_tensor *ts[9] = {&a->q, &a->k, &a->v, &a->o, &a->dout, &a->dq, &a->dk, &a->dv, &a->lse};
     long long *strides[9] = {p.q_stride, p.k_stride, p.v_stride, p.o_stride, p.do_stride,
                              p.dq_stride, p.dk_stride, p.dv_stride, p.lse_stride};
@@ -963,7 +967,7 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *sp, const fg_bwd_arg
     p.seqlen_q = (int)sq, p.seqlen_k = (int)sk, p.head_dim = (int)a->q.shape[3];
     p.softmax_scale = a->softmax_scale != 0.f ? a->softmax_scale : (float)(1.0 / sqrt((double)p.head_dim));
     p.scale_log2 = (float)((double)p.softmax_scale * 1.4426950408889634);
-    const int group = rt_bwd_causal_group(ctx, &s, a);
+    const int group = rt_bwd_causal_group(ctx, s, a);
     while ((1 << p.causal_group_log2) < group) p.causal_group_log2++;
 
     /* The second argument of the sm_90a main kernel and of the mma.sync one's tma=1 variants: the tensor
@@ -972,16 +976,16 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *sp, const fg_bwd_arg
     fg_tma_params tm;
     memset(&tm, 0, sizeof tm);
     void *params[] = {&p, &tm};
-    if ((spec_is_wgmma_bwd(&s) || s.tma) && sk > 0 &&
-        (st = encode_maps(ctx, &tm, &a->q, &a->dout, &a->k, &a->v, s.block_n, 128, 0, err)) != FG_OK)
+    if ((spec_is_wgmma_bwd(s) || s->tma) && sk > 0 &&
+        (st = encode_maps(ctx, &tm, &a->q, &a->dout, &a->k, &a->v, s->block_n, 128, 0, err)) != FG_OK)
         return st;
     const unsigned h = (unsigned)hq, bb = (unsigned)b;
     /* pre (D, lse2, zeroed accumulator), main (none without keys: dK, dV are empty), post */
     const launch_item items[3] = {
         {kern.fn_pre, {(unsigned)((sq + 127) / 128 * 2), h, bb}, 256, 0, "cuLaunchKernel(fg_bwd_pre_kernel)"},
-        {kern.fn, {(unsigned)(bwd_key_blocks(&s, sk) * group), h / (unsigned)group, bb},
-         (unsigned)spec_threads(&s),
-         (unsigned)spec_smem_bytes(&s), "cuLaunchKernel(fg_bwd_main_kernel)"},
+        {kern.fn, {(unsigned)(bwd_key_blocks(s, sk) * group), h / (unsigned)group, bb},
+         (unsigned)spec_threads(s),
+         (unsigned)spec_smem_bytes(s), "cuLaunchKernel(fg_bwd_main_kernel)"},
         {kern.fn_post, {(unsigned)(((sq > sk ? sq : sk) + 63) / 64), h, bb}, 256, 0, "cuLaunchKernel(fg_bwd_post_kernel)"},
     };
     return launch_items(ctx, items, 3, stream, params, err);
@@ -989,11 +993,9 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *sp, const fg_bwd_arg
 
 fg_status rt_bwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_bwd_args *a, void *stream, fg_error *err) {
     bwd_layout L;
-    fg_status st = rt_check_bwd_args(a, 0, 0, err);
-    if (st != FG_OK) return st;
-    bwd_workspace_layout(a, &L);
-    if ((st = rt_check_bwd_args(a, 1, L.total, err)) != FG_OK) return st;
-    if (a->q.shape[0] == 0 || a->q.shape[2] == 0 || (a->q.shape[1] == 0 && a->k.shape[1] == 0)) return FG_OK;
+    int empty;
+    fg_status st = bwd_check_call(a, &L, &empty, err);
+    if (st != FG_OK || empty) return st;
     if (spec->kind != FG_KIND_BWD || spec->dtype != a->q.dtype || spec->head_dim != (int)a->q.shape[3] ||
         (spec->causal != 0) != (a->causal != 0) || (spec->deterministic != 0) != (a->deterministic != 0) ||
         spec->arch != ctx->arch)
@@ -1004,8 +1006,7 @@ fg_status rt_bwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_bwd_ar
                        spec->tma ? "tma=1 backward" : "sm_90a (wgmma) backward",
                        spec->tma ? "the driver lacks cuTensorMapEncodeTiled"
                                  : "the device is not sm_90, the driver lacks cuTensorMapEncodeTiled, or FLASHGEN_WGMMA=0");
-    if ((spec_is_wgmma_bwd(spec) || spec->tma) &&
-        !(tensor_tma_ok(&a->q, 3) && tensor_tma_ok(&a->k, 3) && tensor_tma_ok(&a->v, 3) && tensor_tma_ok(&a->dout, 3)))
+    if ((spec_is_wgmma_bwd(spec) || spec->tma) && !bwd_tma_ready(a))
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "an sm_90a or tma=1 backward variant needs Q, K, V and dO "
                        "that TMA can read (16-byte aligned pointers, strides multiples of 16 bytes)");
     if ((st = check_runnable(ctx, spec, err)) != FG_OK) return st;

@@ -123,6 +123,13 @@ __device__ __forceinline__ void fg_bwd_wait_turn(int *sem, int n_block, int tid)
     __syncthreads();
 }
 
+// The deterministic mode's hand-on, once every thread's adds of this block are visible (each thread fenced
+// its own): the semaphore moves on to key block n_block + 1.
+__device__ __forceinline__ void fg_bwd_pass_turn(int *sem, int n_block, int tid) {
+    __syncthreads();
+    if (tid == 0) atomicExch(sem, n_block + 1);
+}
+
 // ---- pre: D, lse2, zeroed accumulators ----
 extern "C" __global__ void __launch_bounds__(256)
 fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params p) {
@@ -668,13 +675,14 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
                 asm volatile("fence.proxy.async.global;" ::: "memory");
                 __threadfence();
             }
-            __syncthreads();
-            if (tid == 0) atomicExch(p.dq_sem + bh * m_blocks + m, n_block + 1);
+            fg_bwd_pass_turn(p.dq_sem + bh * m_blocks + m, n_block, tid);
         }
-#elif FG_DQ_VEC
-        // This warp's run of the accumulator (as staged above), added from the fragments: lane l's floats of
-        // m16 tile mt, n8 step i at ((mt * FG_DQT + i) * 32 + l) * 4.
+#else
+        // Added from the fragments. FG_DQ_VEC: this warp's run of the accumulator (as staged above), lane l's
+        // floats of m16 tile mt, n8 step i at ((mt * FG_DQT + i) * 32 + l) * 4, one 16-byte reduction each;
+        // else scalar atomics into the row-major accumulator.
         if (FG_DETERMINISTIC) fg_bwd_wait_turn(p.dq_sem + bh * m_blocks + m, n_block, tid);
+#if FG_DQ_VEC
         float *acc = p.dq_accum + (bh * sq_pad + m0) * FG_HEAD_DIM + (qg * FG_DQ_G) * FG_HEAD_DIM +
                      dslice * FG_DQ_G * FG_DQ_W + lane * 4;
 #pragma unroll
@@ -683,16 +691,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
             for (int i = 0; i < FG_DQT; i++)
                 asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(acc + (mt * FG_DQT + i) * 128),
                              "f"(dq[mt][i][0]), "f"(dq[mt][i][1]), "f"(dq[mt][i][2]), "f"(dq[mt][i][3]) : "memory");
-        if (FG_DETERMINISTIC) {
-            __threadfence();
-            __syncthreads();
-            if (tid == 0) atomicExch(p.dq_sem + bh * m_blocks + m, n_block + 1);
-        }
 #else
         float *acc = p.dq_accum + (bh * sq_pad + m0 + qg * FG_DQ_G + g) * FG_HEAD_DIM + dslice * FG_DQT * 8 + 2 * t;
-        if (FG_DETERMINISTIC) {
-            fg_bwd_wait_turn(p.dq_sem + bh * m_blocks + m, n_block, tid);
-        }
 #pragma unroll
         for (int mt = 0; mt < FG_QM; mt++)
 #pragma unroll
@@ -700,10 +700,10 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
 #pragma unroll
                 for (int e = 0; e < 4; e++)
                     atomicAdd(acc + (mt * 16 + (e / 2) * 8) * FG_HEAD_DIM + i * 8 + (e % 2), dq[mt][i][e]);
+#endif
         if (FG_DETERMINISTIC) {
             __threadfence();
-            __syncthreads();
-            if (tid == 0) atomicExch(p.dq_sem + bh * m_blocks + m, n_block + 1);
+            fg_bwd_pass_turn(p.dq_sem + bh * m_blocks + m, n_block, tid);
         }
 #endif
     }
