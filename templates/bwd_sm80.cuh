@@ -23,8 +23,8 @@
 //                       accumulator in fragment order, fg_dq_index), or above head_dim 128, where the
 //                       staging does not fit, by 16-byte reductions from the fragments into that order;
 //                       on earlier targets by fp32 atomics from the fragments. In the deterministic mode
-//                       the key blocks add in ascending order, one after another, through a semaphore per
-//                       query block. dK (times the softmax scale) and dV go to the outputs through the K and
+//                       the key blocks add one after another in a fixed order (ascending; causal descending),
+//                       through a semaphore per query block (fg_bwd_turn_rank). dK (times the softmax scale) and dV go to the outputs through the K and
 //                       V tiles (MHA; fg_bwd_dkdv_out) or, when query heads share a KV head (GQA), from the
 //                       fragments to an fp32 buffer per query head.
 //   fg_bwd_post_kernel  dQ = accumulator * scale in the output dtype; with GQA, dK and dV = the sum over
@@ -113,21 +113,67 @@ __device__ __forceinline__ void fg_bulk_add_f32(const float *dst, u32 src) {
 }
 #endif
 
+// The deterministic mode's order. The key blocks add their dQ into query block m one after another, the
+// semaphore of (batch, head, m) counting those done; the key block with rank r at m adds once it reads r,
+// and hands the turn on (the semaphore to r + 1) only in the middle of its next query block, once its adds
+// have long completed, instead of stalling on their completion (fg_bwd_pass_turn). The order at m is the
+// order in which the key blocks reach m, so that nobody waits on a key block behind it:
+//  - Causal: descending key blocks (a key block streams the query blocks from its diagonal on, so those
+//    above it reached m first), and the grid's x runs the key blocks backwards (fg_bwd_key_block), so that
+//    every key block waits only on CTAs dispatched before it. Ascending, key block j waited at every m on
+//    key block 0, j blocks behind it, and each CTA took as long as block 0's whole stream.
+//  - Not causal, p.dq_rotate (a head's key blocks all resident at once, launch_bwd): key block j streams
+//    the M query blocks from j mod M on, wrapping, and at m the key blocks come in the order they arrive,
+//    ties (j and j + M) ascending. Else ascending key blocks, every one starting at query block 0: key
+//    block j is then at least j half-blocks behind block 0.
+// (H200, the ascending order with the hand-on right after the adds: 0.43-0.46x the non-deterministic
+// kernel causal, 0.66-0.74x not; bench/results/2026-11-30-h200-session12/.)
+__device__ __forceinline__ int fg_bwd_key_block() {
+    return FG_DETERMINISTIC && FG_CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+}
+// Key block j's rank at query block m; n_m: the query blocks of the rotated stream (M above).
+__device__ __forceinline__ int fg_bwd_turn_rank(const fg_bwd_params &p, int j, int m, int n_m, int sq, int sk) {
+    const int nb = (int)gridDim.x;
+    if (FG_CAUSAL) { // the key blocks that see m (fg_bwd_query_blocks): j * FG_BLOCK_N - (sk - sq) < x below
+        const int x = (m + 1) * FG_BLOCK_M + sk - sq; // > j * FG_BLOCK_N >= 0 where j sees m
+        return min(nb - 1, (x - 1) / FG_BLOCK_N) - j;
+    }
+    if (!p.dq_rotate) return j;
+    // j = q M + r reaches m at step (m - r) mod M; before it at m come the key blocks whose residue lies
+    // in the cyclic range (r, m] (each residue r' held by nb / M key blocks, one more below nb % M), then
+    // the q key blocks of its own residue below it.
+    const int q = j / n_m, r = j % n_m, cq = nb / n_m, cr = nb % n_m;
+    const int a = m >= r ? m - r : m - r + n_m;
+    return a * cq + min(m + 1, cr) - min(r + 1, cr) + (r > m ? cr : 0) + q;
+}
+
 // The deterministic mode's turn: thread 0 spins (gently: the L2 line is shared) until the semaphore of
-// this query block says key blocks 0 .. n_block - 1 have added their dQ, then the block goes on together.
-__device__ __forceinline__ void fg_bwd_wait_turn(int *sem, int n_block, int tid) {
+// this query block says the rank key blocks before this one have added their dQ, then the block goes on.
+__device__ __forceinline__ void fg_bwd_wait_turn(int *sem, int rank, int tid) {
     if (tid == 0) {
-        while (*(volatile int *)sem != n_block) __nanosleep(64);
+        while (*(volatile int *)sem != rank) __nanosleep(64);
         __threadfence();
     }
     __syncthreads();
 }
 
-// The deterministic mode's hand-on, once every thread's adds of this block are visible (each thread fenced
-// its own): the semaphore moves on to key block n_block + 1.
-__device__ __forceinline__ void fg_bwd_pass_turn(int *sem, int n_block, int tid) {
-    __syncthreads();
-    if (tid == 0) atomicExch(sem, n_block + 1);
+// The deterministic mode's hand-on, after a block barrier that every thread reached once its adds were
+// complete and fenced (the bulk ones waited for by their issuing lane): the semaphore moves on to rank + 1.
+__device__ __forceinline__ void fg_bwd_pass_turn(int *sem, int rank, int tid) {
+    if (tid == 0) atomicExch(sem, rank + 1);
+}
+
+// Before that barrier: this thread's adds complete and visible to the next key block's.
+__device__ __forceinline__ void fg_bwd_settle_adds(int lane) {
+#if FG_DQ_STAGED
+    if (lane == 0) {
+        fg_bulk_wait_all();
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+        __threadfence();
+    }
+#else
+    __threadfence();
+#endif
 }
 
 // ---- pre: D, lse2, zeroed accumulators ----
@@ -311,6 +357,11 @@ struct fg_bwd_qstream {
                       (i64)m_first * FG_BLOCK_M * p.do_stride[1],
                   p.do_stride[1], tid);
     }
+    // Back by n query blocks (the deterministic mode's rotated stream, wrapping to its first block).
+    __device__ __forceinline__ void rewind(const fg_bwd_params &p, int n) {
+        q.src -= (i64)n * FG_BLOCK_M * p.q_stride[1];
+        dout.src -= (i64)n * FG_BLOCK_M * p.do_stride[1];
+    }
     __device__ __forceinline__ void load(const fg_bwd_params &p, u32 s_q, u32 s_do, u32 s_lse, u32 s_d, int m, int st,
                                          int sq, i64 bh, i64 sq_pad, int tid) {
         q.load(s_q + st * FG_QB_BYTES, sq - m * FG_BLOCK_M, p.q_stride[1]);
@@ -408,7 +459,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     extern __shared__ __align__(128) unsigned char fg_smem[];
     // (Key blocks in grid order, head by head: fg_bwd_cta_tile's grouped order spilled 4-8 bytes at d 64
     // causal here, so the host keeps it to the sm_90a kernel.)
-    const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+    const int n_block = fg_bwd_key_block(), head = blockIdx.y, batch = blockIdx.z;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int kv_head = head / (p.heads_q / p.heads_kv);
     const int sq = p.seqlen_q, sk = p.seqlen_k;
@@ -419,6 +470,14 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
 
     int m_first, m_last;
     fg_bwd_query_blocks(n0, sq, sk, m_first, m_last);
+    // The query blocks in stream order: m_first .. m_last - 1, or in the deterministic mode's rotated order
+    // (fg_bwd_turn_rank) from m_first + n_block mod n_m on, wrapping.
+    // (Outside that mode the loop runs on m itself: counting steps instead made ptxas spill at d 64 causal.)
+    const int n_m = m_last - m_first;
+    const int m_rot = FG_DETERMINISTIC && !FG_CAUSAL && p.dq_rotate && n_m > 0 ? n_block % n_m : 0;
+    auto m_at = [&](int it) {
+        return FG_DETERMINISTIC ? m_first + (it + m_rot < n_m ? it + m_rot : it + m_rot - n_m) : m_first + it;
+    };
 
 #if FG_BWD_TMA
     const u32 s_k = (fg_smem_addr(fg_smem) + 1023u) & ~1023u; // TMA's swizzle acts on address bits: 1 KiB slack
@@ -455,15 +514,18 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     };
     if (tid == 0) {
         fg_bwd_tma_kv(tm, s_k, s_v, n0, kv_head, batch, bar_kv);
-        if (m_first < m_last) load_block(m_first, 0);
+        if (m_first < m_last) load_block(m_at(0), 0);
     }
     fg_mbar_wait(bar_kv, 0);
 #else
     fg_bwd_load_kv(p, s_k, s_v, batch, kv_head, n0, sk, tid);
     fg_bwd_qstream<> qs;
-    qs.init(p, batch, head, m_first, tid);
-    auto load_block = [&](int m, int st) { qs.load(p, s_q, s_do, s_lse, s_d, m, st, sq, bh, sq_pad, tid); };
-    if (m_first < m_last) load_block(m_first, 0);
+    qs.init(p, batch, head, m_at(0), tid);
+    auto load_block = [&](int m, int st) {
+        if (m_rot != 0 && m == m_first) qs.rewind(p, n_m); // the rotated stream wraps
+        qs.load(p, s_q, s_do, s_lse, s_d, m, st, sq, bh, sq_pad, tid);
+    };
+    if (m_first < m_last) load_block(m_at(0), 0);
     fg_cp_async_commit();
 #endif
 
@@ -489,16 +551,27 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     // 256 on an A100, 160 on 99 KiB parts; FlashAttention-2's single-buffered tiles there): block m + 1
     // loads once phase 2 is done with block m's Q and dO, behind phase 3.
     int st = 0;
+    int m_added = -1; // the deterministic mode: the query block whose turn this CTA has yet to hand on
+#if FG_DETERMINISTIC
+    for (int it = 0; it < n_m; it++, st ^= FG_STAGES - 1) {
+        const int m = m_at(it);
+        const bool more = it + 1 < n_m;
+        const int m_next = more ? m_at(it + 1) : 0;
+#else
     for (int m = m_first; m < m_last; m++, st ^= FG_STAGES - 1) {
+        const int it = m - m_first;
+        const bool more = m + 1 < m_last;
+        const int m_next = m + 1;
+#endif
 #if FG_BWD_TMA
-        fg_mbar_wait(bar_full(st), (u32)(((m - m_first) >> 1) & 1));
+        fg_mbar_wait(bar_full(st), (u32)((it >> 1) & 1));
         __syncthreads(); // block m is in; everyone is done with stage st ^ 1 and with P^T, dS^T
-        if (tid == 0 && m + 1 < m_last) load_block(m + 1, st ^ 1);
+        if (tid == 0 && more) load_block(m_next, st ^ 1);
 #else
         fg_cp_async_wait<0>();
         __syncthreads(); // block m is in; everyone is done with P^T, dS^T and (two stages) with stage st ^ 1
         if (FG_STAGES == 2) {
-            if (m + 1 < m_last) load_block(m + 1, st ^ 1);
+            if (more) load_block(m_next, st ^ 1);
             fg_cp_async_commit();
         }
 #endif
@@ -582,7 +655,12 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
             else
                 p_ds(fg_bool<false>{});
         }
+        if (FG_DETERMINISTIC && m_added >= 0) fg_bwd_settle_adds(lane);
         __syncthreads();
+        if (FG_DETERMINISTIC && m_added >= 0) {
+            fg_bwd_pass_turn(p.dq_sem + bh * m_blocks + m_added, fg_bwd_turn_rank(p, n_block, m_added, n_m, sq, sk), tid);
+            m_added = -1;
+        }
 
         // Phase 2: dV += P^T dO, dK += dS^T Q.
         // (One instance per head_dim part: a switch over four cases at one or two parts inlined the phase twice
@@ -602,7 +680,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
 #if !FG_BWD_TMA
         if (FG_STAGES == 1) {
             __syncthreads(); // every warp is done with block m's Q, dO, LSE and D rows
-            if (m + 1 < m_last) load_block(m + 1, 0);
+            if (more) load_block(m_next, 0);
             fg_cp_async_commit();
         }
 #endif
@@ -639,12 +717,10 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
             }
         }
         // Add into the fp32 accumulator (rows padded to the workspace's, so every row exists). In the
-        // deterministic mode key block n_block adds to query block m after blocks 0 .. n_block - 1 did
-        // (all of them see m when this one does: the first query block a key block sees only grows with
-        // it), and before n_block + 1: the semaphore of (batch, head, m) counts the blocks done.
-        // Forward progress relies on CTA (n_block - 1, head, batch) having been dispatched before this one,
-        // which in-order block dispatch gives (the grid's x is the key block; FlashAttention-3's
-        // deterministic backward relies on the same); the CUDA model does not promise it.
+        // deterministic mode in the key blocks' order at m (fg_bwd_turn_rank: ascending, causal descending).
+        // Forward progress relies on the CTAs this one waits for having been dispatched before it, which
+        // in-order block dispatch gives (they have a lower grid x in the same head and batch;
+        // FlashAttention-3's deterministic backward relies on the same); the CUDA model does not promise it.
 #if FG_DQ_STAGED
         // This warp's FG_DQ_G rows x FG_DQT * 8 columns: one contiguous run of the accumulator (fg_dq_index),
         // staged at the same offset from the block's start. Outside the deterministic mode lane 0 adds it
@@ -667,21 +743,16 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         const float *dst = p.dq_accum + (bh * sq_pad + m0) * FG_HEAD_DIM + run;
         if (!FG_DETERMINISTIC) {
             if (lane == 0) fg_bulk_add_f32<FG_DQ_G * FG_DQ_W * 4>(dst, s_dq + run * 4);
-        } else {
-            fg_bwd_wait_turn(p.dq_sem + bh * m_blocks + m, n_block, tid);
-            if (lane == 0) {
-                fg_bulk_add_f32<FG_DQ_G * FG_DQ_W * 4>(dst, s_dq + run * 4);
-                fg_bulk_wait_all();
-                asm volatile("fence.proxy.async.global;" ::: "memory");
-                __threadfence();
-            }
-            fg_bwd_pass_turn(p.dq_sem + bh * m_blocks + m, n_block, tid);
+        } else { // handed on in the next block (or after the last), once complete
+            fg_bwd_wait_turn(p.dq_sem + bh * m_blocks + m, fg_bwd_turn_rank(p, n_block, m, n_m, sq, sk), tid);
+            if (lane == 0) fg_bulk_add_f32<FG_DQ_G * FG_DQ_W * 4>(dst, s_dq + run * 4);
+            m_added = m;
         }
 #else
         // Added from the fragments. FG_DQ_VEC: this warp's run of the accumulator (as staged above), lane l's
         // floats of m16 tile mt, n8 step i at ((mt * FG_DQT + i) * 32 + l) * 4, one 16-byte reduction each;
         // else scalar atomics into the row-major accumulator.
-        if (FG_DETERMINISTIC) fg_bwd_wait_turn(p.dq_sem + bh * m_blocks + m, n_block, tid);
+        if (FG_DETERMINISTIC) fg_bwd_wait_turn(p.dq_sem + bh * m_blocks + m, fg_bwd_turn_rank(p, n_block, m, n_m, sq, sk), tid);
 #if FG_DQ_VEC
         float *acc = p.dq_accum + (bh * sq_pad + m0) * FG_HEAD_DIM + (qg * FG_DQ_G) * FG_HEAD_DIM +
                      dslice * FG_DQ_G * FG_DQ_W + lane * 4;
@@ -701,11 +772,13 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
                 for (int e = 0; e < 4; e++)
                     atomicAdd(acc + (mt * 16 + (e / 2) * 8) * FG_HEAD_DIM + i * 8 + (e % 2), dq[mt][i][e]);
 #endif
-        if (FG_DETERMINISTIC) {
-            __threadfence();
-            fg_bwd_pass_turn(p.dq_sem + bh * m_blocks + m, n_block, tid);
-        }
+        if (FG_DETERMINISTIC) m_added = m; // handed on in the next block (or after the last)
 #endif
+    }
+    if (FG_DETERMINISTIC && m_added >= 0) {
+        fg_bwd_settle_adds(lane);
+        __syncthreads();
+        fg_bwd_pass_turn(p.dq_sem + bh * m_blocks + m_added, fg_bwd_turn_rank(p, n_block, m_added, n_m, sq, sk), tid);
     }
 #if FG_DQ_STAGED
     if (!FG_DETERMINISTIC && lane == 0) fg_bulk_wait_all(); // smem stays till read

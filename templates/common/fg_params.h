@@ -65,6 +65,9 @@ typedef struct fg_bwd_params {
     int causal_group_log2;      /* causal, L > 0: the main kernel's grid is (key blocks * 2^L, heads / 2^L,
                                    batch), 2^L heads' key blocks interleaved (fg_bwd_cta_tile); else (key
                                    blocks, heads, batch) */
+    int dq_rotate;              /* deterministic, not causal: key block j streams the query blocks from
+                                   j mod their count on, wrapping (fg_bwd_turn_rank); the host sets it only
+                                   where every key block of a head can be resident at once */
 } fg_bwd_params;
 
 /* The TMA tensor maps of the sm_90a (wgmma) family: CUtensorMap objects (128 bytes, 64-byte aligned)
