@@ -3,8 +3,10 @@
 -- tune configs/tune_fwd_sm90a_fp8.lua` on an H100/H200; dispatch then takes each bucket's winner for e4m3
 -- calls on that GPU (e5m2 calls keep the tile policy's tiles). The fields are those of
 -- configs/tune_fwd.lua; the problems are timed with bf16 O, V key-major. Tiles: block_m 64 (one consumer
--- warpgroup, warps 8), 128 (two, warps 12) or 192 (three, warps 16); block_n 64 or 128 (validation: the
--- V^T tile is one 64- or 128-byte swizzled row of keys); 2 to 4 K/V stages. Candidates that do not fit a
+-- warpgroup, warps 8), 128 (two, warps 12) or 192 (three, warps 16); block_n 64 or 128, and at head_dim
+-- 128 also 192 and 224 (FlashAttention-3's d 128 FP8 tile: on an H200 128 x 224 ran 1-4% faster than
+-- 128 x 128 at 8k-16k and 7% slower at 2k, bench/results/2026-11-30-h200-session12/fp8-wide/); 2 to 4
+-- K/V stages. Candidates that do not fit a
 -- consumer's registers or 227 KiB of shared memory are recorded as refused.
 
 local tokens, width = 16384, 2048
@@ -20,7 +22,7 @@ for _, head_dim in ipairs({64, 128, 256}) do
             seqlen_q = seqlen,
             batch_heads = (tokens // seqlen) * (width // head_dim),
             block_m = {64, 128, 192},
-            block_n = {64, 128},
+            block_n = head_dim == 128 and {64, 128, 192, 224} or {64, 128},
             warps = {8, 12, 16},
             stages = {2, 3, 4},
         }

@@ -241,6 +241,10 @@ static size_t wgmma_fwd_smem(const fg_spec *spec, size_t q) {
            8u * (2u * q + 4u * (size_t)spec->stages + 6u);
 }
 
+int spec_fp8_vt_bytes(const fg_spec *spec) {
+    return spec->block_n % 128 == 0 ? 128 : spec->block_n % 64 == 0 ? 64 : 32;
+}
+
 int spec_q_stages(const fg_spec *spec) {
     if (!spec_is_wgmma(spec)) return 1;
     return wgmma_fwd_smem(spec, 2) <= arch_smem_limit(spec->arch) ? 2 : 1;

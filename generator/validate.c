@@ -123,10 +123,10 @@ RULE(bwd_head_dim, is_bwd(s) && (s->head_dim % 16 != 0 || s->head_dim > 256 || (
      "head_dim %d has no backward kernel: kind=bwd takes multiples of 16 up to 128 and multiples of 32 up to 256 "
      "(above 128 a warp's dK and dV tiles split head_dim in halves of a multiple of 16)", s->head_dim)
 RULE(wgmma_dtype, spec_is_wgmma(s) && spec_dtype_is_fp8(s->dtype) &&
-                      (s->head_dim % 64 != 0 || (s->block_n != 64 && s->block_n != 128)), FG_ERR_UNSUPPORTED,
-     "dtype %s on sm_90a (the wgmma family) takes head_dim a multiple of 64 and block_n 64 or 128 (FP8 tiles are "
-     "64- or 128-byte swizzled rows, V^T rows of block_n keys); got head_dim %d, block_n %d; arch sm_90 (the "
-     "mma.sync family) takes the others", spec_dtype_name(s->dtype), s->head_dim, s->block_n)
+                      (s->head_dim % 64 != 0 || s->block_n % 32 != 0 || s->block_n > 256), FG_ERR_UNSUPPORTED,
+     "dtype %s on sm_90a (the wgmma family) takes head_dim a multiple of 64 and block_n a multiple of 32 up to 256 "
+     "(FP8 tiles are 64- or 128-byte swizzled rows, V^T chunks of 32 to 128 keys); got head_dim %d, block_n %d; "
+     "arch sm_90 (the mma.sync family) takes the others", spec_dtype_name(s->dtype), s->head_dim, s->block_n)
 RULE(wgmma_head_dim, spec_is_wgmma(s) && (s->head_dim < 32 || s->head_dim % 32 != 0), FG_ERR_UNSUPPORTED,
      "head_dim %d is not supported on sm_90a (the wgmma family): it must be a multiple of 32 from 32 to 256 "
      "(TMA tiles are 32- or 64-column chunks); arch sm_90 (mma.sync) takes multiples of 8", s->head_dim)

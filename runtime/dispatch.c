@@ -276,7 +276,7 @@ static fg_status get_kernel(fg_context *ctx, const fg_spec *s, int dry, origin *
 /* ------------------------------------------------------------------ public entry points */
 
 /* A 4-d tiled tensor map: dims innermost first, byte strides of dims 1..3 (an extent-1 dim is never
- * stepped and gets `unit`, a legal stride), a box of `box_bytes` bytes (64 or 128: one swizzled row) by
+ * stepped and gets `unit`, a legal stride), a box of `box_bytes` bytes (128, 64 or 32: one swizzled row) by
  * `rows`, swizzled to match; elements past the dims read as zeros. */
 static fg_status encode_map(fg_context *ctx, CUtensorMap *m, fg_dtype dt, void *data, const int64_t dim[4],
                             const int64_t stride_bytes[3], int64_t unit, int box_bytes, int rows, const char *what,
@@ -290,7 +290,8 @@ static fg_status encode_map(fg_context *ctx, CUtensorMap *m, fg_dtype dt, void *
         m, es == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                    : (dt == FG_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16),
         4, data, d, st, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
-        box_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        box_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : box_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return rc == CUDA_SUCCESS ? FG_OK : cuda_api_fail(err, rc, what, __FILE__, __LINE__);
 }
@@ -306,19 +307,19 @@ static fg_status encode_tma(fg_context *ctx, CUtensorMap *m, const fg_tensor *t,
 }
 
 /* FP8's V, given key-major (V^T rows of keys, v.stride[3] apart), as TMA sees it: 4-d (keys, head_dim,
- * heads, batch), boxes of block_n keys (one 64- or 128-byte swizzled row) by head_dim rows. Keys past
- * seqlen_k read as zeros (the padding of the caller's rows is never read). */
-static fg_status encode_tma_vt(fg_context *ctx, CUtensorMap *m, const fg_tensor *v, int block_n, fg_error *err) {
+ * heads, batch), boxes of vt_bytes keys (one 128-, 64- or 32-byte swizzled row: spec_fp8_vt_bytes) by
+ * head_dim rows. Keys past seqlen_k read as zeros (the padding of the caller's rows is never read). */
+static fg_status encode_tma_vt(fg_context *ctx, CUtensorMap *m, const fg_tensor *v, int vt_bytes, fg_error *err) {
     const int64_t dim[4] = {v->shape[1], v->shape[3], v->shape[2], v->shape[0]};
     const int64_t st[3] = {v->stride[3], v->stride[2], v->stride[0]};
-    return encode_map(ctx, m, v->dtype, v->data, dim, st, (v->shape[1] + 15) / 16 * 16, block_n, (int)v->shape[3],
+    return encode_map(ctx, m, v->dtype, v->data, dim, st, (v->shape[1] + 15) / 16 * 16, vt_bytes, (int)v->shape[3],
                       "cuTensorMapEncodeTiled (V^T)", err);
 }
 
 /* The tensor maps of a launch that loads by TMA (fg_tma_params; the second kernel argument): Q and o (the
  * forward's O, the backward's dO; NULL: none, FP8 writes O with plain stores) in boxes of 64 rows, K and V
- * in boxes of block_n keys (FP8's V key-major: vt), rows of rb bytes. A tensor with no rows gets no map:
- * the kernel loads none of it. */
+ * in boxes of block_n keys, rows of rb bytes (vt > 0: FP8's V key-major, boxes of vt keys by head_dim). A
+ * tensor with no rows gets no map: the kernel loads none of it. */
 static fg_status encode_maps(fg_context *ctx, fg_tma_params *tm, const fg_tensor *q, const fg_tensor *o,
                              const fg_tensor *k, const fg_tensor *v, int block_n, int rb, int vt, fg_error *err) {
     memset(tm, 0, sizeof *tm);
@@ -328,7 +329,7 @@ static fg_status encode_maps(fg_context *ctx, fg_tma_params *tm, const fg_tensor
         return st;
     if (k->shape[1] > 0 &&
         ((st = encode_tma(ctx, (CUtensorMap *)tm->k, k, block_n, rb, err)) != FG_OK ||
-         (st = vt ? encode_tma_vt(ctx, (CUtensorMap *)tm->v, v, block_n, err)
+         (st = vt ? encode_tma_vt(ctx, (CUtensorMap *)tm->v, v, vt, err)
                   : encode_tma(ctx, (CUtensorMap *)tm->v, v, block_n, rb, err)) != FG_OK))
         return st;
     return FG_OK;
@@ -527,7 +528,8 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
         /* bytes per swizzled chunk row, as the emitter chose (emit.c): 128 when head_dim fills them (the
          * 16-bit O's rows are Q's) */
         const int rb = (s.head_dim * spec_dtype_size(s.dtype)) % 128 == 0 ? 128 : 64;
-        const fg_status st = encode_maps(ctx, &tm, &a->q, fp8 ? NULL : &a->o, &a->k, &a->v, s.block_n, rb, fp8, err);
+        const fg_status st = encode_maps(ctx, &tm, &a->q, fp8 ? NULL : &a->o, &a->k, &a->v, s.block_n, rb,
+                                         fp8 ? spec_fp8_vt_bytes(&s) : 0, err);
         if (st != FG_OK) return st;
     }
     unsigned grid[3];

@@ -221,10 +221,13 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 const int j = t.n_blocks - 1 - it, s = step % FG_STAGES, use = step / FG_STAGES;
                 load_kv_tile(s_k + s * FG_KV_BYTES, &tm.k, bar_k(s), bar_k_empty(s), use, j, t);
 #if FG_FP8
-                // V^T: one box of block_n keys (the contiguous dim) by head_dim rows
+                // V^T: boxes of FG_RBV keys (the contiguous dim) by head_dim rows, one a chunk
                 if (use > 0) fg_mbar_wait(bar_v_empty(s), (use - 1) & 1);
                 fg_mbar_expect_tx(bar_v(s), FG_KV_BYTES);
-                fg_tma_load(s_v + s * FG_KV_BYTES, &tm.v, j * FG_BLOCK_N, 0, t.kv_head, t.batch, bar_v(s));
+#pragma unroll
+                for (int c = 0; c < FG_BLOCK_N / FG_RBV; c++)
+                    fg_tma_load(s_v + s * FG_KV_BYTES + c * FG_VT_CHUNK, &tm.v, j * FG_BLOCK_N + c * FG_RBV, 0, t.kv_head,
+                                t.batch, bar_v(s));
 #else
                 load_kv_tile(s_v + s * FG_KV_BYTES, &tm.v, bar_v(s), bar_v_empty(s), use, j, t);
 #endif
@@ -321,7 +324,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
 #pragma unroll
         for (int kk = 0; kk < FG_PK; kk++)
             fg_wgmma_pv(acc[0], pf[kk],
-                        FG_FP8 ? fg_desc_kmajor<FG_RBV>(sv_s + kk * 32) : fg_desc_mnmajor(sv_s + kk * 16 * FG_RB, FG_KV_CHUNK),
+                        FG_FP8 ? fg_desc_kmajor<FG_RBV>(sv_s + (kk * 32 / FG_RBV) * FG_VT_CHUNK + kk * 32 % FG_RBV)
+                               : fg_desc_mnmajor(sv_s + kk * 16 * FG_RB, FG_KV_CHUNK),
                         1u);
         fg_wgmma_commit();
     };

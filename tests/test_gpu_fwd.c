@@ -578,6 +578,24 @@ ParameterizedTest(fwd_case *c, fwd, tiles, .timeout = 300) {
     run_case(c);
 }
 
+/* The sm_90a FP8 tiles wider than one V^T swizzle row (V^T stored in chunks of 128, 64 or 32 keys,
+ * spec_fp8_vt_bytes): d 128 with block_n 160 (5 chunks of 32), 192 (3 of 64), 224 (7 of 32), and block_n 96
+ * (3 of 32); lengths that are multiples of none, GQA, causal with sq > sk. Skipped where sm_90a cannot run. */
+ParameterizedTestParameters(fwd, fp8_wide_tiles) {
+    static fwd_case cases[8];
+    static const int t[4][4] = {{128, 160, 12, 2}, {128, 192, 12, 2}, {128, 224, 12, 2}, {128, 96, 12, 3}};
+    for (int i = 0; i < 4; i++) {
+        cases[2 * i] = mk(i == 2 ? FG_DTYPE_E5M2 : FG_DTYPE_E4M3, 2, 211, 533, 4, 2, 128, 0);
+        cases[2 * i + 1] = mk(FG_DTYPE_E4M3, 1, 533, 211, 2, 2, 128, 1);
+        memcpy(cases[2 * i].tiles, t[i], sizeof cases[0].tiles);
+        memcpy(cases[2 * i + 1].tiles, t[i], sizeof cases[0].tiles);
+    }
+    return cr_make_param_array(fwd_case, cases, NELEM(cases));
+}
+ParameterizedTest(fwd_case *c, fwd, fp8_wide_tiles, .timeout = 300) {
+    run_case(c);
+}
+
 /* mma.sync tiles whose S does not fit beside O run their key blocks in sub-blocks (spec_fwd_sub_n): 128 x 64
  * and 128 x 96 on 4 warps at d 128 (32- and 48-key steps), 128 x 128 at d 64 (64-key steps), and FP8 128 x
  * 128 at d 128 (32-key steps over the permuted key order and V^T chunks), and FP8 128 x 64 in one stage. Lengths that are multiples of

@@ -402,7 +402,7 @@ static void m_wgmma_dtype(fg_spec *s) {
     *s = wg_base(); s->dtype = FG_DTYPE_E4M3; s->out_dtype = FG_DTYPE_BF16; s->head_dim = 96; s->block_n = 64;
 }
 static void m_wgmma_dtype_e5m2(fg_spec *s) {
-    *s = wg_base(); s->dtype = FG_DTYPE_E5M2; s->out_dtype = FG_DTYPE_BF16; s->block_n = 96;
+    *s = wg_base(); s->dtype = FG_DTYPE_E5M2; s->out_dtype = FG_DTYPE_BF16; s->block_n = 288;
 }
 static void m_wgmma_head_dim(fg_spec *s) { *s = wg_base(); s->head_dim = 48; }
 static void m_wgmma_head_dim_small(fg_spec *s) { *s = wg_base(); s->head_dim = 16; }
@@ -447,7 +447,7 @@ static const broken rules[] = {
     {"registers", m_registers, "registers"},
     {"smem", m_smem, "shared memory"},
     {"wgmma_dtype", m_wgmma_dtype, "got head_dim 96"},
-    {"wgmma_dtype", m_wgmma_dtype_e5m2, "block_n 96"},
+    {"wgmma_dtype", m_wgmma_dtype_e5m2, "block_n 288"},
     {"wgmma_head_dim", m_wgmma_head_dim, "head_dim 48 is not supported on sm_90a"},
     {"wgmma_head_dim", m_wgmma_head_dim_small, "head_dim 16 is not supported on sm_90a"},
     {"wgmma_block_m", m_wgmma_block_m, "block_m 96 is not supported on sm_90a"},

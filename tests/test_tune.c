@@ -861,7 +861,7 @@ Test(space, wgmma_space_gives_sm_90a_candidates) {
         cr_assert_eq(sp.refused, 4 * 3 + 2 * 2);
         space_free(&sp);
     }
-    /* Elsewhere the wgmma family has no target (sm_80a); its FP8 tiles keep block_n 64 or 128. */
+    /* Elsewhere the wgmma family has no target (sm_80a); its FP8 tiles take block_n multiples of 32 up to 256. */
     fg_tune_space sp;
     fg_error err;
     fg_error_clear(&err);
@@ -871,10 +871,10 @@ Test(space, wgmma_space_gives_sm_90a_candidates) {
     cr_assert_not_null(strstr(sp.problems[0].cands[0].why, "sm_80a"), "%s", sp.problems[0].cands[0].why);
     space_free(&sp);
     const char *fp8 = "space { family = \"wgmma\", dtype = \"e4m3\", head_dim = 128, seqlen_q = 2048, batch_heads = 16,\n"
-                      "        block_m = 128, block_n = {64, 96, 128}, warps = 12, stages = 2 }\n";
+                      "        block_m = 128, block_n = {64, 288, 128}, warps = 12, stages = 2 }\n";
     cr_assert_eq(space_load_string("w.lua", fp8, strlen(fp8), 90, 1, &sp, &err), FG_OK, "%s", err.msg);
-    cr_assert_eq(sp.refused, 1, "FP8 on sm_90a: block_n 96 refused, 64 and 128 taken");
-    cr_assert_not_null(strstr(sp.problems[0].cands[1].why, "block_n 96"), "%s", sp.problems[0].cands[1].why);
+    cr_assert_eq(sp.refused, 1, "FP8 on sm_90a: block_n 288 refused, 64 and 128 taken");
+    cr_assert_not_null(strstr(sp.problems[0].cands[1].why, "block_n 288"), "%s", sp.problems[0].cands[1].why);
     space_free(&sp);
 }
 
@@ -882,7 +882,7 @@ Test(space, wgmma_space_gives_sm_90a_candidates) {
  * dtype, whose candidates are all sm_90a specs refused exactly when spec_validate refuses them, the
  * accepted ones with a producer warpgroup plus one per 64 rows, each problem with at least one tile that
  * fits (spills are found only when compiling); on an Ampere GPU all are refused. FP8 candidates have
- * block_n 64 or 128 and bf16 O. */
+ * block_n a multiple of 32 up to 256 and bf16 O. */
 static void check_shipped_sm90a_space(const char *path, fg_dtype dtype) {
     fg_tune_space sp;
     fg_error err;
@@ -902,7 +902,7 @@ static void check_shipped_sm90a_space(const char *path, fg_dtype dtype) {
             if (c->status == FG_OK)
                 cr_assert_eq(c->spec.warps, 4 * (c->spec.block_m / 64 + 1));
             if (spec_dtype_is_fp8(dtype)) {
-                cr_assert(c->spec.block_n == 64 || c->spec.block_n == 128);
+                cr_assert(c->spec.block_n % 32 == 0 && c->spec.block_n <= 256);
                 cr_assert_eq(c->spec.out_dtype, FG_DTYPE_BF16);
             }
         }

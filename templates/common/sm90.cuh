@@ -17,9 +17,17 @@ constexpr int FG_SWC = FG_RB / FG_ESIZE;       // elements per row of a chunk (6
 constexpr int FG_DCH = FG_HEAD_DIM / FG_SWC;   // chunks per tile row
 constexpr u64 FG_SW_MODE = FG_RB == 128 ? 1 : 2; // descriptor swizzle field: 1 = 128 B, 2 = 64 B
 
-// FP8: the V^T tile is head_dim rows of FG_BLOCK_N key bytes (64 or 128: one swizzled chunk), read
-// K-major by the P.V wgmma (FP8 wgmma takes only K-major operands; the caller gives V key-major).
-constexpr int FG_RBV = FG_FP8 ? FG_BLOCK_N : FG_RB;
+// FP8: the V^T tile is head_dim rows of FG_BLOCK_N key bytes, read K-major by the P.V wgmma (FP8 wgmma
+// takes only K-major operands; the caller gives V key-major), stored as FG_BLOCK_N / FG_RBV chunks of
+// FG_RBV keys (FG_VT_RB from the emitter: 128, 64 or 32, the largest dividing block_n), chunk after chunk,
+// each row one swizzled unit, so that block_n need not be one swizzle width (FlashAttention-3's d 128 FP8
+// tile is 128 x 224).
+#if FG_FP8
+constexpr int FG_RBV = FG_VT_RB;
+#else
+constexpr int FG_RBV = FG_RB;
+#endif
+constexpr u32 FG_VT_CHUNK = FG_HEAD_DIM * FG_RBV; // bytes of one V^T chunk
 
 // Physical byte offset of logical byte offset o inside a tile (tiles are 1024-byte aligned).
 __device__ __forceinline__ u32 fg_swizzle(u32 o) {
@@ -64,11 +72,12 @@ __device__ __forceinline__ void fg_fence_regs(float (&r)[A][B]) {
         for (int j = 0; j < B; j++) asm volatile("" : "+f"(r[i][j])::"memory");
 }
 
-// Descriptor of a K-major operand whose rows are RB-byte chunks (128 or 64, swizzled to match), 8-row
+// Descriptor of a K-major operand whose rows are RB-byte chunks (128, 64 or 32, swizzled to match), 8-row
 // groups 8 * RB apart; the leading byte offset is unused for swizzled K-major layouts and set to 1.
 template <int RB = FG_RB>
 __device__ __forceinline__ u64 fg_desc_kmajor(u32 addr) {
-    return ((u64)(addr & 0x3FFFF) >> 4) | (1ull << 16) | ((u64)(8 * RB / 16) << 32) | ((u64)(RB == 128 ? 1 : 2) << 62);
+    return ((u64)(addr & 0x3FFFF) >> 4) | (1ull << 16) | ((u64)(8 * RB / 16) << 32) |
+           ((u64)(RB == 128 ? 1 : RB == 64 ? 2 : 3) << 62);
 }
 // Descriptor of an MN-major operand (V: N = head_dim contiguous in FG_SWC-column chunks `chunk_bytes`
 // apart, K = keys, 8-key groups 8 * FG_RB apart).
