@@ -94,6 +94,9 @@ static const char usage_main[] =
     "  FLASHGEN_BWD_TMA    0: the mma.sync backward on sm_90 loads K, V, Q, dO by cp.async instead of TMA\n"
     "                      (the tma=1 variants it runs at head_dim 64/128 where the tensors allow it);\n"
     "                      1: TMA loads on newer archs too, where they have not been measured yet\n"
+    "  FLASHGEN_DET_ROTATE 0: the deterministic backward without a causal mask adds dQ in ascending key-block\n"
+    "                      order, not in rotated streams (which need a head's key blocks resident at once:\n"
+    "                      taken only when they are at most half the SMs; set 0 under MPS SM limits)\n"
     "\n"
     "exit status: 0 on success, 1 on failure (stderr says what failed and why), 2 on a usage error.\n";
 

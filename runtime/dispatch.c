@@ -971,10 +971,13 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args
     p.scale_log2 = (float)((double)p.softmax_scale * 1.4426950408889634);
     const int group = rt_bwd_causal_group(ctx, s, a);
     while ((1 << p.causal_group_log2) < group) p.causal_group_log2++;
-    /* The deterministic mode's rotated order makes a key block wait on key blocks after it in the grid,
-     * so it is taken only where a head's key blocks fit on the SMs at one CTA each (the main kernel runs
-     * at least one an SM): the CTAs it waits on are then resident or get an SM (bwd_sm80.cuh). */
-    p.dq_rotate = a->deterministic && !a->causal && bwd_key_blocks(s, sk) <= ctx->sm_count;
+    /* The deterministic mode's rotated order makes a key block wait on key blocks after it in the grid, so
+     * a head's key blocks must be able to run at once. In-order dispatch leaves at most one head of a launch
+     * partly started, holding fewer SMs than its key blocks; with at most half the SMs' worth of key blocks
+     * (the main kernel runs at least one CTA an SM) two such launches on concurrent streams still leave an
+     * SM free for the CTAs they wait on. More key blocks, or FLASHGEN_DET_ROTATE=0: ascending, which waits
+     * only on CTAs dispatched before. (bwd_sm80.cuh, fg_bwd_turn_rank.) */
+    p.dq_rotate = a->deterministic && !a->causal && ctx->det_rotate && 2 * bwd_key_blocks(s, sk) <= ctx->sm_count;
 
     /* The second argument of the sm_90a main kernel and of the mma.sync one's tma=1 variants: the tensor
      * maps of Q, K, V and dO (as the forward's O), boxes of 64 columns by 64 query rows or block_n keys

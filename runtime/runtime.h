@@ -37,6 +37,8 @@ struct fg_context {
     int sm90_grid;               /* the sm_90a family's grid (FLASHGEN_SM90_GRID): 0 ("auto", or "dynamic", the
                                     same) persistent, tiles from a counter; 1 "tiles" one CTA per tile; 2
                                     "persistent" tiles in a fixed stride; for measuring the choice */
+    int det_rotate;              /* the deterministic backward's rotated order (launch_bwd) may be taken; 0 with
+                                    FLASHGEN_DET_ROTATE=0 (the ascending order, which needs no co-resident CTAs) */
     int causal_group;            /* FLASHGEN_CAUSAL_GROUP: 0 auto (rt_causal_group), else at most this many
                                     (head, batch) pairs per group of the causal tile order; for measuring the choice */
     int wgmma_bwd;               /* backward calls the sm_90a kernel takes (head_dim 64/128, not deterministic) run it

@@ -23,8 +23,8 @@
 //                       accumulator in fragment order, fg_dq_index), or above head_dim 128, where the
 //                       staging does not fit, by 16-byte reductions from the fragments into that order;
 //                       on earlier targets by fp32 atomics from the fragments. In the deterministic mode
-//                       the key blocks add one after another in a fixed order (ascending; causal descending),
-//                       through a semaphore per query block (fg_bwd_turn_rank). dK (times the softmax scale) and dV go to the outputs through the K and
+//                       the key blocks add one after another in a fixed order (causal descending; otherwise
+//                       rotated streams, or ascending), through a semaphore per query block (fg_bwd_turn_rank). dK (times the softmax scale) and dV go to the outputs through the K and
 //                       V tiles (MHA; fg_bwd_dkdv_out) or, when query heads share a KV head (GQA), from the
 //                       fragments to an fp32 buffer per query head.
 //   fg_bwd_post_kernel  dQ = accumulator * scale in the output dtype; with GQA, dK and dV = the sum over
@@ -122,7 +122,7 @@ __device__ __forceinline__ void fg_bulk_add_f32(const float *dst, u32 src) {
 //    above it reached m first), and the grid's x runs the key blocks backwards (fg_bwd_key_block), so that
 //    every key block waits only on CTAs dispatched before it. Ascending, key block j waited at every m on
 //    key block 0, j blocks behind it, and each CTA took as long as block 0's whole stream.
-//  - Not causal, p.dq_rotate (a head's key blocks all resident at once, launch_bwd): key block j streams
+//  - Not causal, p.dq_rotate (a head's key blocks can all be resident at once, launch_bwd): key block j streams
 //    the M query blocks from j mod M on, wrapping, and at m the key blocks come in the order they arrive,
 //    ties (j and j + M) ascending. Else ascending key blocks, every one starting at query block 0: key
 //    block j is then at least j half-blocks behind block 0.
@@ -717,10 +717,11 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
             }
         }
         // Add into the fp32 accumulator (rows padded to the workspace's, so every row exists). In the
-        // deterministic mode in the key blocks' order at m (fg_bwd_turn_rank: ascending, causal descending).
-        // Forward progress relies on the CTAs this one waits for having been dispatched before it, which
-        // in-order block dispatch gives (they have a lower grid x in the same head and batch;
-        // FlashAttention-3's deterministic backward relies on the same); the CUDA model does not promise it.
+        // deterministic mode in the key blocks' order at m (fg_bwd_turn_rank). Forward progress relies on
+        // in-order block dispatch, as FlashAttention-3's deterministic backward does (the CUDA model does not
+        // promise it): causal and ascending, the CTAs this one waits for have a lower grid x in the same head
+        // and batch; rotated, they may have a higher one, and launch_bwd takes that order only where a head's
+        // key blocks number at most half the SMs.
 #if FG_DQ_STAGED
         // This warp's FG_DQ_G rows x FG_DQT * 8 columns: one contiguous run of the accumulator (fg_dq_index),
         // staged at the same offset from the block's start. Outside the deterministic mode lane 0 adds it

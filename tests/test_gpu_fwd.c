@@ -1680,15 +1680,19 @@ ParameterizedTest(fwd_case *c, bwd, shapes_sm90a, .timeout = 600) {
     gpu_close(&env);
 }
 
-/* The deterministic mode: 50 runs give bitwise-identical gradients (causal, GQA, a tail in both lengths,
- * several key blocks adding into each query block's dQ): at d 64, whose dQ goes by bulk reduce-adds on
- * sm_90+, at d 192, whose dQ goes by fp32 atomics everywhere (16-byte ones on sm_90+), and at d 128 with
- * more queries than keys (the causal order's rank at query blocks some key blocks do not see). */
+/* The deterministic mode: 50 runs give bitwise-identical gradients (GQA, a tail in both lengths, several
+ * key blocks adding into each query block's dQ). Causal (descending order): at d 64, whose dQ goes by bulk
+ * reduce-adds on sm_90+, at d 192, whose dQ goes by fp32 atomics everywhere (16-byte ones on sm_90+), and at
+ * d 128 with more queries than keys (the rank at query blocks some key blocks do not see). Not causal: the
+ * rotated streams (d 128), and ascending where a head's key blocks are over half the SMs (d 64, 9000 keys). */
 ParameterizedTestParameters(bwd, deterministic_is_bitwise_repeatable) {
-    static fwd_case cases[3];
+    static fwd_case cases[5];
     cases[0] = mk(FG_DTYPE_BF16, 2, 517, 700, 4, 2, 64, 1);
     cases[1] = mk(FG_DTYPE_F16, 1, 517, 700, 4, 2, 192, 1);
     cases[2] = mk(FG_DTYPE_BF16, 1, 700, 517, 4, 4, 128, 1); /* causal, rows without keys: descending order */
+    cases[3] = mk(FG_DTYPE_BF16, 2, 700, 517, 4, 2, 128, 0); /* not causal: rotated streams */
+    cases[4] = mk(FG_DTYPE_F16, 1, 300, 9000, 2, 2, 64, 0);  /* 71 key blocks of 128, over half an H100's SMs:
+                                                                ascending */
     return cr_make_param_array(fwd_case, cases, NELEM(cases));
 }
 ParameterizedTest(fwd_case *cp, bwd, deterministic_is_bitwise_repeatable, .timeout = 600) {
