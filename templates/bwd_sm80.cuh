@@ -124,10 +124,11 @@ __device__ __forceinline__ void fg_bulk_add_f32(const float *dst, u32 src) {
 //    key block 0, j blocks behind it, and each CTA took as long as block 0's whole stream.
 //  - Not causal, p.dq_rotate (a head's key blocks can all be resident at once, launch_bwd): key block j streams
 //    the M query blocks from j mod M on, wrapping, and at m the key blocks come in the order they arrive,
-//    ties (j and j + M) ascending. Else ascending key blocks, every one starting at query block 0: key
-//    block j is then at least j half-blocks behind block 0.
-// (H200, the ascending order with the hand-on right after the adds: 0.43-0.46x the non-deterministic
-// kernel causal, 0.66-0.74x not; bench/results/2026-11-30-h200-session12/.)
+//    ties (j and j + M) ascending. Else ascending key blocks, every one starting at query block 0 (key
+//    block j may fall up to j half-blocks behind block 0; at 16k it measured 0.77-0.82x the
+//    non-deterministic kernel, no worse than the rotated order there).
+// (H200, the ascending order with the hand-on right after the adds: 0.38-0.55x the non-deterministic
+// kernel causal, 0.67-0.72x not; bench/results/2026-11-30-h200-session12/.)
 __device__ __forceinline__ int fg_bwd_key_block() {
     return FG_DETERMINISTIC && FG_CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
 }
