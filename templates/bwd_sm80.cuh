@@ -132,20 +132,12 @@ __device__ __forceinline__ void fg_bulk_add_f32(const float *dst, u32 src) {
 __device__ __forceinline__ int fg_bwd_key_block() {
     return FG_DETERMINISTIC && FG_CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
 }
-// Key block j's rank at query block m; n_m: the query blocks of the rotated stream (M above).
+// Key block j's rank at query block m (bwd_order.h); n_m: the query blocks of the rotated stream (M above).
 __device__ __forceinline__ int fg_bwd_turn_rank(const fg_bwd_params &p, int j, int m, int n_m, int sq, int sk) {
     const int nb = (int)gridDim.x;
-    if (FG_CAUSAL) { // the key blocks that see m (fg_bwd_query_blocks): j * FG_BLOCK_N - (sk - sq) < x below
-        const int x = (m + 1) * FG_BLOCK_M + sk - sq; // > j * FG_BLOCK_N >= 0 where j sees m
-        return min(nb - 1, (x - 1) / FG_BLOCK_N) - j;
-    }
+    if (FG_CAUSAL) return fg_bwd_rank_causal(j, m, nb, FG_BLOCK_M, FG_BLOCK_N, sq, sk);
     if (!p.dq_rotate) return j;
-    // j = q M + r reaches m at step (m - r) mod M; before it at m come the key blocks whose residue lies
-    // in the cyclic range (r, m] (each residue r' held by nb / M key blocks, one more below nb % M), then
-    // the q key blocks of its own residue below it.
-    const int q = j / n_m, r = j % n_m, cq = nb / n_m, cr = nb % n_m;
-    const int a = m >= r ? m - r : m - r + n_m;
-    return a * cq + min(m + 1, cr) - min(r + 1, cr) + (r > m ? cr : 0) + q;
+    return fg_bwd_rank_rotated(j, m, nb, n_m);
 }
 
 // The deterministic mode's turn: thread 0 spins (gently: the L2 line is shared) until the semaphore of
@@ -329,7 +321,7 @@ __device__ __forceinline__ void fg_bwd_cta_tile(int group_log2, int &n_block, in
 // The query blocks [m_first, m_last) that see a key of the key block at n0: all, or when causal those with
 // a row at or past the first key's diagonal (query i sees keys j <= i + sk - sq).
 __device__ __forceinline__ void fg_bwd_query_blocks(int n0, int sq, int sk, int &m_first, int &m_last) {
-    m_first = FG_CAUSAL ? max(0, n0 - (sk - sq)) / FG_BLOCK_M : 0;
+    m_first = fg_bwd_first_query_block(n0, sq, sk, FG_BLOCK_M, FG_CAUSAL);
     m_last = (sq + FG_BLOCK_M - 1) / FG_BLOCK_M; // exclusive
 }
 

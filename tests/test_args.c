@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "args.h"
+#include "bwd_order.h"
 #include "runtime.h"
 
 /* Fake device addresses, far apart and 256-byte aligned; only their values matter here. */
@@ -522,3 +523,144 @@ Test(args, bwd_causal_order) {
     cr_assert_eq(rt_bwd_causal_group(&ctx, &wg, &a), 16);
 }
 
+
+/* ---- the deterministic backward's dQ order (templates/common/bwd_order.h, pasted into the kernels) ---- */
+
+/* Causal: at every query block the key blocks that see it are 0 .. top, and their ranks are a permutation
+ * in descending order (each key block's predecessor reached the block earlier: its stream starts later);
+ * every key block sees the last query block. */
+Test(args, bwd_order_causal_ranks) {
+    static const int lens[] = {1, 7, 64, 100, 130, 257, 700, 1000};
+    static const int blocks[] = {32, 64, 128};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++)
+            for (int x = 0; x < 8; x++)
+                for (int y = 0; y < 8; y++) {
+                    const int bm = blocks[a], bn = blocks[b], sq = lens[x], sk = lens[y];
+                    const int nb = (sk + bn - 1) / bn, nm = (sq + bm - 1) / bm;
+                    for (int j = 0; j < nb; j++) {
+                        const int f = fg_bwd_first_query_block(j * bn, sq, sk, bm, 1);
+                        cr_assert(f >= 0 && f < nm, "bm %d bn %d sq %d sk %d: key block %d starts at %d of %d", bm,
+                                  bn, sq, sk, j, f, nm);
+                        if (j > 0)
+                            cr_assert_geq(f, fg_bwd_first_query_block((j - 1) * bn, sq, sk, bm, 1));
+                    }
+                    for (int m = 0; m < nm; m++) {
+                        int seen = 0;
+                        for (int j = 0; j < nb; j++) seen += fg_bwd_first_query_block(j * bn, sq, sk, bm, 1) <= m;
+                        for (int j = 0; j < seen; j++) {
+                            cr_assert_leq(fg_bwd_first_query_block(j * bn, sq, sk, bm, 1), m, "0 .. top see m");
+                            cr_assert_eq(fg_bwd_rank_causal(j, m, nb, bm, bn, sq, sk), seen - 1 - j,
+                                         "bm %d bn %d sq %d sk %d m %d j %d", bm, bn, sq, sk, m, j);
+                        }
+                    }
+                }
+}
+
+/* Rotated streams (not causal): at every query block the ranks are a permutation, in the order the key
+ * blocks reach the block (key block j streams from j mod n_m on), ties ascending. */
+Test(args, bwd_order_rotated_ranks) {
+    for (int nb = 1; nb <= 40; nb++)
+        for (int nm = 1; nm <= 40; nm++)
+            for (int m = 0; m < nm; m++) {
+                unsigned char used[40] = {0};
+                for (int j = 0; j < nb; j++) {
+                    const int r = fg_bwd_rank_rotated(j, m, nb, nm);
+                    cr_assert(r >= 0 && r < nb && !used[r], "nb %d nm %d m %d j %d: rank %d", nb, nm, m, j, r);
+                    used[r] = 1;
+                    for (int k = 0; k < nb; k++) { /* k before j exactly when it arrives first, or ties lower */
+                        const int sj = (m - j % nm + nm) % nm, sk = (m - k % nm + nm) % nm;
+                        const int before = sk < sj || (sk == sj && k < j);
+                        cr_assert_eq(fg_bwd_rank_rotated(k, m, nb, nm) < r, before, "nb %d nm %d m %d: %d vs %d", nb,
+                                     nm, m, k, j);
+                    }
+                }
+            }
+}
+
+/* A model of the deterministic main kernel's waits: launches of `heads` heads of nb key blocks each over
+ * nm query blocks, CTAs dispatched in grid order (the causal grid's x reversed) into `slots` resident
+ * places, the launches taking freed places in turn. A CTA streams its query blocks; at each it first hands
+ * on the turn of its previous add (the deferred hand-on), then waits until the block's count equals its
+ * rank, adds, and moves on; after its last block it hands on and exits. Returns 1 when every CTA
+ * finished, 0 on a deadlock (a round in which nothing moved). order: 0 ascending, 1 causal, 2 rotated. */
+#define ORD_MAXC 4096
+typedef struct { int head, j, it, phase, pending, done, resident; } ord_cta;
+static int order_run(int order, int launches, int heads, int nb, int nm, int bm, int bn, int slots) {
+    static ord_cta c[2][ORD_MAXC];
+    static int sem[2][64][128];
+    const int sq = nm * bm, sk = nb * bn, n = heads * nb;
+    cr_assert_leq(n, ORD_MAXC);
+    memset(sem, 0, sizeof sem);
+    int next[2] = {0, 0}, free_slots = slots, done = 0, turn = 0;
+    for (int l = 0; l < launches; l++)
+        for (int i = 0; i < n; i++) {
+            ord_cta *t = &c[l][i];
+            memset(t, 0, sizeof *t);
+            t->head = i / nb;
+            t->j = order == 1 ? nb - 1 - i % nb : i % nb; /* grid order: the causal x runs backwards */
+            t->it = 0, t->pending = -1;
+        }
+    for (;;) {
+        while (free_slots > 0) { /* in-order dispatch per launch, the launches in turn */
+            int l = turn, tries = 0;
+            while (tries < launches && next[l] == n) l = (l + 1) % launches, tries++;
+            if (next[l] == n) break;
+            c[l][next[l]++].resident = 1, free_slots--, turn = (l + 1) % launches;
+        }
+        if (done == launches * n) {
+            for (int l = 0; l < launches; l++)
+                for (int h = 0; h < heads; h++)
+                    for (int m = 0; m < nm; m++) {
+                        int seen = 0;
+                        for (int j = 0; j < nb; j++) seen += fg_bwd_first_query_block(j * bn, sq, sk, bm, order == 1) <= m;
+                        cr_assert_eq(sem[l][h][m], seen, "query block %d: %d adds, %d key blocks see it", m,
+                                     sem[l][h][m], seen);
+                    }
+            return 1;
+        }
+        int moved = 0;
+        for (int l = 0; l < launches; l++)
+            for (int i = 0; i < n; i++) {
+                ord_cta *t = &c[l][i];
+                if (!t->resident || t->done) continue;
+                const int first = fg_bwd_first_query_block(t->j * bn, sq, sk, bm, order == 1);
+                const int len = nm - first;
+                if (t->phase == 0) { /* the middle of a block: hand the previous add's turn on */
+                    if (t->pending >= 0) sem[l][t->head][t->pending]++;
+                    t->pending = -1, t->phase = 1, moved = 1;
+                    continue;
+                }
+                const int m = order == 2 ? (t->j % nm + t->it) % nm : first + t->it;
+                const int rank = order == 1 ? fg_bwd_rank_causal(t->j, m, nb, bm, bn, sq, sk)
+                                 : order == 2 ? fg_bwd_rank_rotated(t->j, m, nb, nm) : t->j;
+                if (sem[l][t->head][m] != rank) continue; /* waiting for its turn */
+                t->pending = m, t->it++, t->phase = 0, moved = 1;
+                if (t->it == len) { /* the last block: hand on, exit */
+                    sem[l][t->head][m]++;
+                    t->done = 1, t->resident = 0, free_slots++, done++;
+                }
+            }
+        if (!moved) return 0;
+    }
+}
+
+/* The orders' forward progress under in-order dispatch: causal and ascending with one resident CTA (they
+ * wait only on CTAs dispatched before), the rotated order with a head's key blocks resident, and with two
+ * concurrent launches when a head's key blocks are at most half the places (launch_bwd's rule). At the
+ * end every query block's count is its number of key blocks: each added exactly once, in rank order. */
+Test(args, bwd_order_makes_progress) {
+    static const int bmn[][2] = {{64, 128}, {128, 128}, {64, 64}, {128, 64}, {64, 32}};
+    for (int t = 0; t < 5; t++)
+        for (int nb = 1; nb <= 12; nb += 3)
+            for (int nm = 1; nm <= 13; nm += 4) {
+                const int bm = bmn[t][0], bn = bmn[t][1];
+                cr_assert(order_run(1, 1, 3, nb, nm, bm, bn, 1), "causal, 1 place: nb %d nm %d", nb, nm);
+                cr_assert(order_run(1, 2, 3, nb, nm, bm, bn, 2), "causal, two launches");
+                cr_assert(order_run(0, 1, 3, nb, nm, bm, bn, 1), "ascending, 1 place: nb %d nm %d", nb, nm);
+                cr_assert(order_run(2, 1, 3, nb, nm, bm, bn, nb), "rotated, nb places: nb %d nm %d", nb, nm);
+                cr_assert(order_run(2, 2, 3, nb, nm, bm, bn, 2 * nb), "rotated, two launches, 2 nb places");
+            }
+    /* and the reason for the rule: the rotated order can hang when a head's key blocks do not fit */
+    cr_assert_not(order_run(2, 1, 2, 11, 11, 64, 64, 5), "rotated, 11 key blocks in 5 places");
+}
