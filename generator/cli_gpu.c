@@ -685,6 +685,7 @@ cleanup:
     return status;
 }
 
+/* `flashgen run [problem options] [--iters N] [--seed S] [--bwd]`. */
 int cmd_run(int argc, char **argv) {
     problem p;
     int rc = parse_problem("run", argc, argv, 1, &p);

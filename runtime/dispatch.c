@@ -753,18 +753,20 @@ static origin code_origin(fg_context *ctx, const fg_spec *s, int deep) {
     return from;
 }
 
-/* The backward variant for a call: kind bwd, the device's arch (the mma.sync family: sm_90, not sm_90a,
- * on Hopper), the call's dtype, head_dim, mask and mode; tiles from the tile policy. */
+/* runtime.h: whether the mma.sync backward variant s takes TMA loads on this context. */
 int rt_bwd_tma(const fg_context *ctx, const fg_spec *s) {
-    if (s->kind != FG_KIND_BWD || s->arch_accel || !ctx->bwd_tma || (s->head_dim != 64 && s->head_dim != 128) ||
-        s->block_m % 64 != 0 || s->stages != 2)
-        return 0;
+    if (s->kind != FG_KIND_BWD || !ctx->bwd_tma) return 0;
     fg_spec t = *s;
     t.tma = 1;
     fg_error quiet;
-    return check_runnable(ctx, &t, &quiet) == FG_OK; /* its 1 KiB of alignment slack still fits the device */
+    /* validate.c's bwd_tma rule says which tiles take TMA loads (sm_90+, not sm_90a, head_dim 64/128, block_m a
+     * multiple of 64, two stages); the device, whether its 1 KiB of alignment slack still fits */
+    return check_runnable(ctx, &t, &quiet) == FG_OK;
 }
 
+/* The backward variant for a call: kind bwd, the device's arch (the mma.sync family: sm_90, not sm_90a,
+ * on Hopper, unless the sm_90a kernel takes the call), the call's dtype, head_dim, mask and mode; tiles from
+ * the tuning database (*tuned set) or the tile policy. */
 static fg_status choose_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec *s, int *tuned, fg_error *err) {
     if (tuned) *tuned = 0;
     memset(s, 0, sizeof *s);

@@ -405,11 +405,17 @@ static fg_fwd_args shaped(int b, int sq, int hq, int hkv, int d) {
     return a;
 }
 
-Test(args, causal_tile_order_and_grid) {
+/* A context as an H200 fills it for the schedule rules: 132 SMs, 60 MiB of L2, nothing else. */
+static fg_context h200_like(void) {
     fg_context ctx;
     memset(&ctx, 0, sizeof ctx);
     ctx.sm_count = 132;
     ctx.l2_bytes = 60 << 20;
+    return ctx;
+}
+
+Test(args, causal_tile_order_and_grid) {
+    fg_context ctx = h200_like();
     fg_spec mma = {.kind = FG_KIND_FWD, .arch = 90, .dtype = FG_DTYPE_BF16, .head_dim = 128, .block_m = 128,
                    .block_n = 48, .warps = 4, .stages = 2, .causal = 1};
     fg_spec wg = mma;
@@ -487,10 +493,7 @@ static fg_bwd_args bwd_shaped(int b, int s, int hq, int d) {
 }
 
 Test(args, bwd_causal_order) {
-    fg_context ctx;
-    memset(&ctx, 0, sizeof ctx);
-    ctx.sm_count = 132;
-    ctx.l2_bytes = 60 << 20;
+    fg_context ctx = h200_like();
     fg_spec wg = {.kind = FG_KIND_BWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 128,
                   .block_m = 64, .block_n = 128, .warps = 8, .stages = 2, .causal = 1};
     fg_bwd_args a = bwd_shaped(8, 2048, 16, 128); /* 2 MiB a head: 10 fit 20 MiB, so 8 */

@@ -15,7 +15,9 @@ typedef unsigned long long u64;
 constexpr int FG_RB = FG_SW_BYTES;             // bytes per row of a chunk: 128 or 64
 constexpr int FG_SWC = FG_RB / FG_ESIZE;       // elements per row of a chunk (64 or 32; FP8: 128 or 64)
 constexpr int FG_DCH = FG_HEAD_DIM / FG_SWC;   // chunks per tile row
-constexpr u64 FG_SW_MODE = FG_RB == 128 ? 1 : 2; // descriptor swizzle field: 1 = 128 B, 2 = 64 B
+// The descriptors' swizzle field (bits 62-63) of rows of rb bytes: 1 = 128 B, 2 = 64 B, 3 = 32 B.
+__host__ __device__ constexpr u64 fg_sw_mode(int rb) { return rb == 128 ? 1 : rb == 64 ? 2 : 3; }
+constexpr u64 FG_SW_MODE = fg_sw_mode(FG_RB);
 
 // FP8: the V^T tile is head_dim rows of FG_BLOCK_N key bytes, read K-major by the P.V wgmma (FP8 wgmma
 // takes only K-major operands; the caller gives V key-major), stored as FG_BLOCK_N / FG_RBV chunks of
@@ -76,8 +78,7 @@ __device__ __forceinline__ void fg_fence_regs(float (&r)[A][B]) {
 // groups 8 * RB apart; the leading byte offset is unused for swizzled K-major layouts and set to 1.
 template <int RB = FG_RB>
 __device__ __forceinline__ u64 fg_desc_kmajor(u32 addr) {
-    return ((u64)(addr & 0x3FFFF) >> 4) | (1ull << 16) | ((u64)(8 * RB / 16) << 32) |
-           ((u64)(RB == 128 ? 1 : RB == 64 ? 2 : 3) << 62);
+    return ((u64)(addr & 0x3FFFF) >> 4) | (1ull << 16) | ((u64)(8 * RB / 16) << 32) | (fg_sw_mode(RB) << 62);
 }
 // Descriptor of an MN-major operand (V: N = head_dim contiguous in FG_SWC-column chunks `chunk_bytes`
 // apart, K = keys, 8-key groups 8 * FG_RB apart).
