@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""bench/fp8.py: the FP8 forward's accuracy and speed on the mma.sync path, against bf16.
+"""bench/fp8.py: the FP8 forward's accuracy and speed (whichever family dispatch picks: sm_90a's wgmma on
+Hopper, mma.sync elsewhere), against bf16.
 
     python3 bench/fp8.py --out DIR [--skip-speed] [--skip-accuracy]
 
@@ -152,7 +153,7 @@ def main(argv=None):
     args = argparse.Namespace(device=a.device, fg_log="warn", flex=False, iters=a.iters, warmup=a.warmup)
     bench = Bench(args)
     result = {"gpu": torch.cuda.get_device_name(bench.dev), "commit": git_info()[0], "torch": torch.__version__}
-    md = ["# FP8 forward (mma.sync path): %s" % result["gpu"], ""]
+    md = ["# FP8 forward: %s" % result["gpu"], ""]
     if not a.skip_accuracy:
         acc = accuracy(fg, torch, bench.dev)
         result["accuracy"] = [{"inputs": i, "method": m, "rmse": r} for i, m, r in acc]

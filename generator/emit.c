@@ -181,7 +181,8 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
     if (wgmma) { /* bytes per swizzled chunk row: 128 when head_dim fills them (64 16-bit or 128 FP8 elements) */
         sb_printf(&b, "#define FG_SW_BYTES %d\n", (spec->head_dim * spec_dtype_size(spec->dtype)) % 128 == 0 ? 128 : 64);
         sb_printf(&b, "#define FG_Q_STAGES %d\n", spec_q_stages(spec));
-        if (spec_dtype_is_fp8(spec->dtype)) sb_printf(&b, "#define FG_VT_RB %d\n", spec_fp8_vt_bytes(spec));
+        if (spec_dtype_is_fp8(spec->dtype))
+            sb_printf(&b, "#define FG_VT_RB %d\n#define FG_PV_SUM %d\n", spec_fp8_vt_bytes(spec), spec_fp8_pv_sum(spec));
     }
     for (size_t i = 0; i < npieces; i++) {
         if (!pieces[i]) {
@@ -194,7 +195,8 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
             } else if (spec_dtype_is_fp8(spec->dtype)) { /* P is e4m3 whatever the inputs (as on the mma.sync path) */
                 const char *ty = spec->dtype == FG_DTYPE_E5M2 ? "e5m2" : "e4m3";
                 emit_wgmma(&b, "fg_wgmma_qk", spec->block_n, 0, -1, ty, ty);
-                emit_wgmma(&b, "fg_wgmma_pv", spec->head_dim, 1, -1, "e4m3", ty);
+                emit_wgmma(&b, "fg_wgmma_pv", spec->head_dim + spec_fp8_pv_sum(spec), 1, -1, "e4m3",
+                           ty); /* + the row sums (FG_PV_SUM) */
             } else {
                 const char *ty = spec->dtype == FG_DTYPE_BF16 ? "bf16" : "f16";
                 emit_wgmma(&b, "fg_wgmma_qk", spec->block_n, 0, 0, ty, ty);

@@ -233,12 +233,22 @@ static size_t bwd_smem_bytes(const fg_spec *s) {
 }
 
 /* The sm_90a forward's shared memory with q Q buffers: 1 KiB of alignment slack, the Q buffers, K and V
- * stages, their mbarriers, and the tile ring (4 mbarriers, 2 tile indices, a count) of the dynamic
- * schedule (fwd_sm90.cuh). */
+ * stages, their mbarriers, the tile ring (4 mbarriers, 2 tile indices, a count) of the dynamic
+ * schedule and a flag, and for FP8 a V^T "reordered" mbarrier per stage (fwd_sm90.cuh). */
 static size_t wgmma_fwd_smem(const fg_spec *spec, size_t q) {
     return 1024u + (size_t)spec->head_dim * (size_t)spec_dtype_size(spec->dtype) *
                        (q * (size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages) +
-           8u * (2u * q + 4u * (size_t)spec->stages + 6u);
+           (spec_dtype_is_fp8(spec->dtype) ? (size_t)spec_fp8_pv_sum(spec) * (size_t)spec->block_n * (size_t)spec->stages
+                                            : 0u) + /* ones rows (fwd_sm90.cuh FG_PV_SUM) */
+           8u * (2u * q + 4u * (size_t)spec->stages + 6u +
+                 (spec_dtype_is_fp8(spec->dtype) ? (size_t)spec->stages : 0u)); /* FP8: V^T "reordered" mbarriers */
+}
+
+/* The sm_90a FP8 forward's row sums by the P.V wgmma (fwd_sm90.cuh FG_PV_SUM): 8 rows of ones under each
+ * V^T chunk, at head_dim 64 and 128. Above that O's accumulator is large enough that the extra group spills
+ * (d 192: 32 bytes), and d 256 has no room in wgmma's n. */
+int spec_fp8_pv_sum(const fg_spec *spec) {
+    return spec_dtype_is_fp8(spec->dtype) && spec->head_dim <= 128 ? 8 : 0;
 }
 
 int spec_fp8_vt_bytes(const fg_spec *spec) {

@@ -98,6 +98,7 @@ int spec_is_wgmma_bwd(const fg_spec *spec);
 int spec_q_stages(const fg_spec *spec);
 /* The sm_90a FP8 forward's V^T tile (head_dim rows of block_n key bytes) is stored as chunks of this many
  * keys, each row one swizzled unit (128, 64 or 32 bytes: the largest dividing block_n). */
+int spec_fp8_pv_sum(const fg_spec *spec);
 int spec_fp8_vt_bytes(const fg_spec *spec);
 
 /* ---- validation (validate.c): one list of refusal rules ---- */

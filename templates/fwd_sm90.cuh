@@ -6,7 +6,8 @@
 //   warpgroup 0, the producer: gives its registers away (setmaxnreg) and one thread issues TMA loads:
 //     per tile Q (once the consumers are done with the previous tile's), then K and V of each key block
 //     into a ring of FG_STAGES stages that runs on across tiles; every buffer has a "full" mbarrier the
-//     copy engine completes and an "empty" one the consumer warps arrive at;
+//     copy engine completes and an "empty" one the consumer warps arrive at; with FP8 its other three
+//     warps put each V^T stage's keys in the order the consumers' P registers have (fg_p_to_fp8);
 //   warpgroups 1..FG_CWG, the consumers: take the registers, and each computes 64 query rows:
 //     S = Q K^T       wgmma m64 n{BLOCK_N} k16, both operands in shared memory (K-major)
 //     mask            only on the key blocks crossing the causal diagonal or the end of the keys, which
@@ -16,7 +17,8 @@
 //                     operand's), V in shared memory read MN-major (no transpose)
 //   with S of block j issued before P V of block j - 1, so the softmax overlaps the tensor cores, and the
 //   consumer warpgroups taking turns to issue (pingpong). At the end of a tile O /= l is staged in the
-//   warpgroup's Q rows and written by a TMA store; the LSE goes straight to global memory.
+//   warpgroup's Q rows and written by a TMA store; the LSE goes straight to global memory. (FP8 at
+//   head_dim 64/128: l comes from the P.V wgmma itself, FG_PV_SUM, and O goes out from registers.)
 // TMA zero-fills rows past the end of Q, K and V, so padded keys give S = 0 (then masked) and P.V adds 0.
 // Measured step by step on an H200: bench/results/2026-11-29-h200-sm90a/.
 
@@ -24,6 +26,7 @@ constexpr int FG_CWG = FG_BLOCK_M / 64;          // consumer warpgroups
 constexpr int FG_THREADS = (FG_CWG + 1) * 128;
 constexpr int FG_NT = FG_BLOCK_N / 8;            // n8 column groups of S
 constexpr int FG_DT = FG_HEAD_DIM / 8;           // n8 column groups of O
+constexpr int FG_DTA = FG_DT + FG_PV_SUM / 8;    // ... and FP8's row-sum group after them (FG_PV_SUM)
 constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM * FG_ESIZE;
 constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM * FG_ESIZE; // a K tile, or V (FP8: V^T, d x block_n)
 constexpr float FG_P_SHIFT = FG_FP8 ? 8.f : 0.f; // FP8: P = 2^8 exp2(...) fills e4m3's range (as fwd_sm80.cuh)
@@ -41,75 +44,52 @@ constexpr int FG_CONSUMER_REGS = FG_CWG == 1 ? 240 : (FG_CWG == 2 ? 240 : 160);
 // The online-softmax step of one S block for this thread's two rows (g and g + 8 of its warp's 16):
 // running maximum and sum updated, S replaced by P, and in corr the factor O must be multiplied by. Unlike
 // fg_online_softmax it leaves O alone: here the previous block's P V may still be accumulating into it.
+// SUM: keep the fp32 row sums (FP8 with FG_PV_SUM: only for the LSE).
+template <bool SUM>
 __device__ __forceinline__ void fg_softmax_stats(float (&s)[1][FG_NT][4], float (&row_max)[1][2],
                                                  float (&row_sum)[1][2], float (&corr)[2], float scale_log2) {
 #pragma unroll
     for (int h = 0; h < 2; h++)
-        corr[h] = fg_softmax_row<FG_NT>(s[0], h, row_max[0][h], row_sum[0][h], scale_log2, FG_P_SHIFT);
+        corr[h] = fg_softmax_row<FG_NT, SUM>(s[0], h, row_max[0][h], row_sum[0][h], scale_log2, FG_P_SHIFT);
 }
 
-// FG_FP8_LEAN (FP8 only): fg_p_to_fp8's two-shuffle permutation, and O rescaled only in warps where some
-// row's maximum grew (as above head_dim 128). Measured on an H200 (2026-11-29, bench/results/
-// 2026-11-29-h200-session8/fp8-lean/, e4m3, 4k and 16k, same call): d 64 +7-8%, d 256 +1.5%, but d 128
-// 1-2% slower (3-6% with the permutation alone: ptxas schedules that loop worse), so head_dim 128 keeps
-// the four-shuffle form and the unconditional rescale it was measured fastest with.
+// FG_FP8_LEAN (FP8 only): O rescaled only in warps where some row's maximum grew (as above head_dim 128).
+// Measured on an H200 (2026-11-29, bench/results/2026-11-29-h200-session8/fp8-lean/, e4m3, 4k and 16k,
+// same call) together with a two-shuffle P permutation since replaced (fg_p_to_fp8): d 64 +7-8%, d 256
+// +1.5%, d 128 1-2% slower, so head_dim 128 keeps the unconditional rescale.
 constexpr bool FG_FP8_LEAN = FG_FP8 && FG_HEAD_DIM != 128;
 
 #if FG_FP8
-// P as the A operand of the FP8 P.V wgmma (m64 k32): a thread holds, per row, keys 4t..4t+3 (a[0], a[1]
-// for rows g, g + 8) and 16 + 4t..19 + 4t (a[2], a[3]) of a 32-key chunk, while the S accumulator gave it
-// keys 8j + 2t and 8j + 2t + 1 of the chunk's n8 groups j = 0..3. Each thread packs its pairs to e4m3
-// (X_j, 16 bits). Receiver t needs X_{t/2} and X_{2+t/2} of quad lanes s0 = 2 (t % 2) and s1 = s0 + 1, so
-// lanes t < 2 want W0 = X_0 | X_2 << 16 of their senders and lanes t >= 2 W1 = X_1 | X_3 << 16. Every
-// sender is read by one receiver of each kind, so two shuffles carry it all: in the first an even lane
-// sends W0 and an odd one W1, in the second the other way round; receivers t < 2 read s0 then s1, t >= 2
-// s1 then s0, and a byte permute with a per-lane selector puts the halves in order. (Until 2026-11-29 four
-// shuffles carried whole words of which the receiver kept half.) Written for flashgen; FlashAttention-3
-// permutes P with byte permutes where it transposes V itself, which a V^T loaded by TMA rules out.
+// P as the A operand of the FP8 P.V wgmma (m64 k32): a thread holds, per row, A positions 4t..4t+3 (a[0],
+// a[1] for rows g, g + 8) and 16 + 4t..19 + 4t (a[2], a[3]) of a 32-key chunk, while the S accumulator gave
+// it keys 8j + 2t and 8j + 2t + 1 of the chunk's n8 groups j = 0..3. Instead of moving P between the quad's
+// lanes (two to four shuffles and byte permutes per register until 2026-11-30), the thread packs its own
+// pairs, X_0 | X_1 << 16 and X_2 | X_3 << 16, and the V^T tile's keys are put in the same order in shared
+// memory once per stage (fg_vt_reorder): A position 4t + {0,1,2,3} of each 16 holds key 2t, 2t + 1,
+// 8 + 2t, 9 + 2t. P.V sums over keys, so any order shared by both operands gives the same product.
+// (FlashAttention-3 folds a reordering into the V transpose it does in shared memory; here V^T comes
+// transposed by TMA, so the producer warpgroup's idle warps reorder it.)
 __device__ __forceinline__ void fg_p_to_fp8(const float (&s)[1][FG_NT][4], int kc, u32 (&a)[4]) {
-    const int lane = threadIdx.x % 32, t = lane % 4, base = lane & ~3;
-    const bool odd = t & 1, high = t >= 2;
-    const int s0 = base + 2 * (t % 2);
-    const int src_a = high ? s0 + 1 : s0, src_b = high ? s0 : s0 + 1;
-    const u32 sel_lo = high ? 0x1054u : 0x5410u, sel_hi = high ? 0x3276u : 0x7632u;
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        u32 w0, w1; // X_0 | X_2 << 16, X_1 | X_3 << 16, packed as converted (no zero-extended halves)
+    for (int h = 0; h < 2; h++)
         asm("{ .reg .b16 x0, x1, x2, x3;\n"
             "cvt.rn.satfinite.e4m3x2.f32 x0, %3, %2;\n cvt.rn.satfinite.e4m3x2.f32 x1, %5, %4;\n"
             "cvt.rn.satfinite.e4m3x2.f32 x2, %7, %6;\n cvt.rn.satfinite.e4m3x2.f32 x3, %9, %8;\n"
-            "mov.b32 %0, {x0, x2};\n mov.b32 %1, {x1, x3}; }"
-            : "=r"(w0), "=r"(w1)
+            "mov.b32 %0, {x0, x1};\n mov.b32 %1, {x2, x3}; }"
+            : "=r"(a[h]), "=r"(a[2 + h])
             : "f"(s[0][4 * kc][2 * h]), "f"(s[0][4 * kc][2 * h + 1]), "f"(s[0][4 * kc + 1][2 * h]),
               "f"(s[0][4 * kc + 1][2 * h + 1]), "f"(s[0][4 * kc + 2][2 * h]), "f"(s[0][4 * kc + 2][2 * h + 1]),
               "f"(s[0][4 * kc + 3][2 * h]), "f"(s[0][4 * kc + 3][2 * h + 1]));
-        const u32 wa = __shfl_sync(0xffffffffu, odd ? w1 : w0, src_a);
-        const u32 wb = __shfl_sync(0xffffffffu, odd ? w0 : w1, src_b);
-        a[h] = __byte_perm(wa, wb, sel_lo);
-        a[2 + h] = __byte_perm(wa, wb, sel_hi);
-    }
 }
-// The four-shuffle form (FG_FP8_LEAN 0): the receiver takes the pairs it needs from quad lanes 2t % 4 and
-// (2t + 1) % 4, from group t / 2 for the low keys and 2 + t / 2 for the high ones; a shuffle reads the
-// sender's whole register, so both candidates of a half travel and the receiver picks.
-__device__ __forceinline__ void fg_p_to_fp8_wide(const float (&s)[1][FG_NT][4], int kc, u32 (&a)[4]) {
-    const int lane = threadIdx.x % 32, t = lane % 4, base = lane & ~3;
-    const int src1 = base | ((2 * t) & 3), src2 = base | ((2 * t + 1) & 3);
-    const int sel = (t / 2) * 16; // which half of a sender's word
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        u32 x[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            asm("{ .reg .b16 r; cvt.rn.satfinite.e4m3x2.f32 r, %2, %1; cvt.u32.u16 %0, r; }"
-                : "=r"(x[j]) : "f"(s[0][4 * kc + j][2 * h]), "f"(s[0][4 * kc + j][2 * h + 1]));
-        }
-        const u32 lo = x[0] | (x[1] << 16), hi = x[2] | (x[3] << 16);
-        const u32 lo1 = __shfl_sync(0xffffffffu, lo, src1), lo2 = __shfl_sync(0xffffffffu, lo, src2);
-        const u32 hi1 = __shfl_sync(0xffffffffu, hi, src1), hi2 = __shfl_sync(0xffffffffu, hi, src2);
-        a[h] = ((lo1 >> sel) & 0xffffu) | (((lo2 >> sel) & 0xffffu) << 16);
-        a[2 + h] = ((hi1 >> sel) & 0xffffu) | (((hi2 >> sel) & 0xffffu) << 16);
-    }
+// The V^T side of that order, on one 16-byte unit (16 keys of one head_dim row) in place: key pairs
+// p0..p7 become p0 p4 p1 p5 p2 p6 p3 p7 (A position pair 2t + u takes key pair 4u + t). The swizzle moves
+// whole units, so it does not matter here.
+__device__ __forceinline__ void fg_vt_reorder_unit(u32 addr) {
+    u32 w0, w1, w2, w3;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(w0), "=r"(w1), "=r"(w2), "=r"(w3) : "r"(addr) : "memory");
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(__byte_perm(w0, w2, 0x5410)),
+                 "r"(__byte_perm(w0, w2, 0x7632)), "r"(__byte_perm(w1, w3, 0x5410)), "r"(__byte_perm(w1, w3, 0x7632))
+                 : "memory");
 }
 #endif
 
@@ -157,8 +137,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     const u32 base = (fg_smem_addr(fg_smem) + 1023u) & ~1023u;
     const u32 s_q = base; // FG_Q_STAGES buffers
     const u32 s_k = s_q + FG_Q_STAGES * FG_Q_BYTES;
+    constexpr u32 FG_VS_BYTES = FG_FP8 ? FG_BLOCK_N / FG_RBV * FG_VT_CHUNK : FG_KV_BYTES; // a V stage
     const u32 s_v = s_k + FG_STAGES * FG_KV_BYTES;
-    const u32 bars = s_v + FG_STAGES * FG_KV_BYTES;
+    const u32 bars = s_v + FG_STAGES * FG_VS_BYTES;
     auto bar_q = [&](int b) { return bars + 8u * b; };
     auto bar_q_empty = [&](int b) { return bars + 8u * (FG_Q_STAGES + b); };
     constexpr int QB = 2 * FG_Q_STAGES; // the K/V barriers follow Q's
@@ -179,6 +160,11 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     auto bar_t_full = [&](int b) { return ring + 8u * b; };
     auto bar_t_empty = [&](int b) { return ring + 16u + 8u * b; };
     const u32 ring_slot = ring + 32u; // 2 ints, then the producer's count of published tiles
+    // FP8: the V^T reordering (fg_vt_reorder_unit) between TMA and the consumers: per stage a "reordered"
+    // mbarrier (one arrival per reordering warp), and a flag the producer sets to end the reordering warps.
+    const u32 vt_stop = ring_slot + 12u;
+    auto bar_vr = [&](int s) { return ring + 48u + 8u * s; };
+    constexpr int FG_VT_WARPS = 3; // warps 1..3 of the producer warpgroup
 
     if (tid == 0) {
 #pragma unroll
@@ -197,7 +183,24 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             fg_mbar_init(bar_t_full(b), 1);
             fg_mbar_init(bar_t_empty(b), FG_CWG * 4);
         }
+#if FG_FP8
+#pragma unroll
+        for (int s = 0; s < FG_STAGES; s++) fg_mbar_init(bar_vr(s), FG_VT_WARPS);
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(vt_stop), "r"(0) : "memory");
+#endif
         fg_fence_mbar_init();
+    }
+    if (FG_PV_SUM) {
+        // The ones rows under each V^T chunk of every stage (FG_PV_SUM), 1.0 in V's type; TMA never writes
+        // them (its boxes are head_dim rows), and wgmma reads them through the async proxy.
+        constexpr int CH = FG_BLOCK_N / FG_RBV, UNITS = FG_PV_SUM * FG_RBV / 16; // 16-byte units a chunk
+        const u32 one = FG_FP8_E5M2 ? 0x3C3C3C3Cu : 0x38383838u;
+        for (int u = tid; u < FG_STAGES * CH * UNITS; u += FG_THREADS) {
+            const int sc = u / UNITS; // stage * CH + chunk
+            const u32 addr = s_v + (sc / CH) * FG_VS_BYTES + (sc % CH) * FG_VT_CHUNK + FG_HEAD_DIM * FG_RBV + (u % UNITS) * 16;
+            asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(one) : "memory");
+        }
+        fg_fence_proxy_async();
     }
     __syncthreads();
 
@@ -206,6 +209,31 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     if (wg == 0) {
         // ---- producer ----
         fg_setmaxnreg_dec<FG_PRODUCER_REGS>();
+#if FG_FP8
+        // Warps 1..3 reorder each V^T stage's keys (fg_vt_reorder_unit) once TMA has filled it, K/V step
+        // after K/V step, until the producer ends them: it sets vt_stop and completes the next step's
+        // phase of bar_v with a plain arrival (after the consumers released that stage's last use, so the
+        // phase cannot run ahead of the reordering warps).
+        if (tid >= 32) {
+            for (int step = 0;; step++) {
+                const int s = step % FG_STAGES;
+                fg_mbar_wait(bar_v(s), (u32)((step / FG_STAGES) & 1));
+                int stop;
+                asm volatile("ld.shared.b32 %0, [%1];" : "=r"(stop) : "r"(vt_stop) : "memory");
+                if (stop) break;
+                // head_dim rows of FG_RBV keys a chunk (FG_PV_SUM's ones rows after them need no reordering)
+                constexpr u32 UPC = FG_HEAD_DIM * FG_RBV / 16; // 16-byte units of a chunk's V^T
+                const u32 sv = s_v + s * FG_VS_BYTES;
+#pragma unroll
+                for (int c = 0; c < FG_BLOCK_N / FG_RBV; c++)
+                    for (u32 u = tid - 32; u < UPC; u += 32 * FG_VT_WARPS) fg_vt_reorder_unit(sv + c * FG_VT_CHUNK + 16u * u);
+                fg_fence_proxy_async(); // the generic-proxy stores, before the consumers' wgmma reads them
+                __syncwarp();
+                if (lane == 0) fg_mbar_arrive(bar_vr(s));
+            }
+            return;
+        }
+#endif
         if (tid == 0) {
             // One K or V tile of key block j into its stage, once the consumers have released the stage's
             // previous use.
@@ -226,10 +254,10 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 fg_mbar_expect_tx(bar_v(s), FG_KV_BYTES);
 #pragma unroll
                 for (int c = 0; c < FG_BLOCK_N / FG_RBV; c++)
-                    fg_tma_load(s_v + s * FG_KV_BYTES + c * FG_VT_CHUNK, &tm.v, j * FG_BLOCK_N + c * FG_RBV, 0, t.kv_head,
+                    fg_tma_load(s_v + s * FG_VS_BYTES + c * FG_VT_CHUNK, &tm.v, j * FG_BLOCK_N + c * FG_RBV, 0, t.kv_head,
                                 t.batch, bar_v(s));
 #else
-                load_kv_tile(s_v + s * FG_KV_BYTES, &tm.v, bar_v(s), bar_v_empty(s), use, j, t);
+                load_kv_tile(s_v + s * FG_VS_BYTES, &tm.v, bar_v(s), bar_v_empty(s), use, j, t);
 #endif
             };
             int kv = 0, qn = 0;
@@ -281,6 +309,14 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                     p.tile_counter[1] = 0;
                 }
             }
+#if FG_FP8
+            {
+                const int s = kv % FG_STAGES, use = kv / FG_STAGES;
+                if (use > 0) fg_mbar_wait(bar_v_empty(s), (use - 1) & 1);
+                asm volatile("st.shared.b32 [%0], %1;" ::"r"(vt_stop), "r"(1) : "memory");
+                fg_mbar_arrive(bar_v(s)); // (release: the flag is visible to the warps this wakes)
+            }
+#endif
         }
         return;
     }
@@ -311,14 +347,14 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         }
         fg_wgmma_commit();
     };
-    float acc[1][FG_DT][4];
+    float acc[1][FG_DTA][4];
     // k steps of the P.V product: 16 keys (FP8: 32), each four registers of P.
     constexpr int FG_PK = FG_FP8 ? FG_BLOCK_N / 32 : FG_BLOCK_N / 16;
     // Issues O += P V of K/V step i (one commit group). 16-bit: V read MN-major, 16 keys (two 8-key
     // groups, 16 FG_RB-byte rows) per step; FP8: V^T read K-major, 32 key bytes per step.
     auto issue_pv = [&](int i, const u32 (&pf)[FG_PK][4]) {
-        const u32 sv_s = s_v + stage_of(i) * FG_KV_BYTES;
-        fg_mbar_wait(bar_v(stage_of(i)), parity_of(i));
+        const u32 sv_s = s_v + stage_of(i) * FG_VS_BYTES;
+        fg_mbar_wait(FG_FP8 ? bar_vr(stage_of(i)) : bar_v(stage_of(i)), parity_of(i)); // FP8: once reordered
         fg_fence_regs(acc[0]);
         fg_wgmma_fence();
 #pragma unroll
@@ -330,15 +366,12 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         fg_wgmma_commit();
     };
     // P in the A-operand layout: 16-bit, packed straight from the S accumulator (the layouts agree); FP8,
-    // converted and exchanged in the quad (fg_p_to_fp8).
+    // converted and packed in V^T's reordered key order (fg_p_to_fp8).
     auto pack_p = [&](const float (&sacc)[1][FG_NT][4], u32 (&pf)[FG_PK][4]) {
 #pragma unroll
         for (int kk = 0; kk < FG_PK; kk++) {
 #if FG_FP8
-            if constexpr (FG_FP8_LEAN)
-                fg_p_to_fp8(sacc, kk, pf[kk]);
-            else
-                fg_p_to_fp8_wide(sacc, kk, pf[kk]);
+            fg_p_to_fp8(sacc, kk, pf[kk]);
 #else
             fg_pack_a(sacc[0][2 * kk], sacc[0][2 * kk + 1], pf[kk]);
 #endif
@@ -374,6 +407,17 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         cn++;
         return index;
     };
+    // The tile loop, compiled twice where FG_PV_SUM gives O's row sums: with the fp32 row sums as well when
+    // the caller asked for the LSE (P's sum before rounding to e4m3, as FlashAttention-3 and cuDNN give it;
+    // the sum of the rounded P is up to ~2% off in the log), without them otherwise. O is the same either way.
+    // (16-bit and FG_PV_SUM 0: one plain block, so that those kernels compile exactly as before.)
+#if FG_PV_SUM
+    auto consume = [&](auto fp32_sum) {
+    constexpr bool FP32_SUM = decltype(fp32_sum)::value;
+#else
+    {
+    constexpr bool FP32_SUM = true;
+#endif
     for (int index = dyn ? take() : (int)blockIdx.x; index < n_tiles(); index = dyn ? take() : index + (int)gridDim.x) {
         const fg_tile tl = fg_tile_at(p, index, m_blocks);
         const int n_blocks = tl.n_blocks;
@@ -393,7 +437,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         const int row0 = tl.m0 + 64 * cw + 16 * warp + g; // this thread's rows: row0 and row0 + 8
         float row_max[1][2] = {{FG_NEG_INF, FG_NEG_INF}}, row_sum[1][2] = {{0.f, 0.f}};
 #pragma unroll
-        for (int dt = 0; dt < FG_DT; dt++) acc[0][dt][0] = acc[0][dt][1] = acc[0][dt][2] = acc[0][dt][3] = 0.f;
+        for (int dt = 0; dt < FG_DTA; dt++) acc[0][dt][0] = acc[0][dt][1] = acc[0][dt][2] = acc[0][dt][3] = 0.f;
 
         // Masks S of step i of this tile where needed (the causal diagonal, the end of the keys).
         auto mask = [&](int i, float (&sacc)[1][FG_NT][4]) {
@@ -429,7 +473,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             release(bar_k_empty(stage_of(kv)));
             mask(0, sacc);
             float corr[2];
-            fg_softmax_stats(sacc, row_max, row_sum, corr, sc_log2);
+            fg_softmax_stats<FP32_SUM>(sacc, row_max, row_sum, corr, sc_log2);
             pack_p(sacc, pf);
         }
         for (int it = 1; it < n_blocks; it++) {
@@ -443,7 +487,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             release(bar_k_empty(stage_of(kv + it)));
             mask(it, sacc);
             float corr[2];
-            fg_softmax_stats(sacc, row_max, row_sum, corr, sc_log2);
+            fg_softmax_stats<FP32_SUM>(sacc, row_max, row_sum, corr, sc_log2);
             fg_wgmma_wait<0>();
             fg_fence_regs(acc[0]);
             release(bar_v_empty(stage_of(kv + it - 1)));
@@ -451,9 +495,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             // blocks it rarely moves (FlashAttention-4 skips the multiply the same way), and a multiply by
             // exactly 1 changes no bit, so skipping it is exact. Measured on an H200 (fgbench, bf16, same
             // run): d 256 +0-6% (4k non-causal +5.9%), d 128 -1-4% (the branch splits the step), d 64 +-1%.
-            if ((FG_HEAD_DIM <= 128 && !FG_FP8_LEAN) || __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
+            if ((FG_HEAD_DIM <= 128 && !FG_FP8) || __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
-                for (int dt = 0; dt < FG_DT; dt++) {
+                for (int dt = 0; dt < FG_DTA; dt++) {
                     acc[0][dt][0] *= corr[0];
                     acc[0][dt][1] *= corr[0];
                     acc[0][dt][2] *= corr[1];
@@ -500,8 +544,10 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             u16 *o = (u16 *)p.o + tl.batch * p.o_stride[0] + tl.head * p.o_stride[2];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const float l = fg_quad_sum(row_sum[0][h]);
+                // O's l: with FG_PV_SUM the sum of the e4m3 P that weighted V (every column of the group holds it)
+                const float l = FG_PV_SUM ? acc[0][FG_DT][2 * h] : fg_quad_sum(row_sum[0][h]);
                 const float inv = l > 0.f ? o_factor / l : 0.f;
+                const float l_lse = FG_PV_SUM && FP32_SUM ? fg_quad_sum(row_sum[0][h]) : l; // the LSE's
                 const int row = row0 + 8 * h;
                 if (row >= sq) continue;
 #pragma unroll
@@ -510,7 +556,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                                  "r"(fg_pack2(acc[0][dt][2 * h] * inv, acc[0][dt][2 * h + 1] * inv)) : "memory");
                 if (p.lse != 0 && t4 == 0)
                     p.lse[tl.batch * p.lse_stride[0] + tl.head * p.lse_stride[1] + (i64)row * p.lse_stride[2]] =
-                        fg_row_lse(l, row_max[0][h], sc_ln, FG_P_SHIFT);
+                        fg_row_lse(l_lse, row_max[0][h], sc_ln, FG_P_SHIFT);
             }
         }
         continue;
@@ -554,4 +600,13 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             fg_mbar_arrive(bar_q_empty((qn - 1) % FG_Q_STAGES));
         }
     }
+#if FG_PV_SUM
+    };
+    if (p.lse == 0)
+        consume(fg_bool<false>{});
+    else
+        consume(fg_bool<true>{});
+#else
+    }
+#endif
 }

@@ -29,7 +29,13 @@ constexpr int FG_RBV = FG_VT_RB;
 #else
 constexpr int FG_RBV = FG_RB;
 #endif
-constexpr u32 FG_VT_CHUNK = FG_HEAD_DIM * FG_RBV; // bytes of one V^T chunk
+// FP8: each V^T chunk has 8 more rows after its head_dim ones, all 1.0 (written once at the start), so that
+// the P.V wgmma's 8 extra columns of O accumulate the row sums of P (no add an element in the softmax).
+// FG_PV_SUM (8 or 0) comes from the emitter (spec_fp8_pv_sum: head_dim 64 and 128).
+#if !FG_FP8
+#define FG_PV_SUM 0
+#endif
+constexpr u32 FG_VT_CHUNK = (FG_HEAD_DIM + FG_PV_SUM) * FG_RBV; // bytes of one V^T chunk
 
 // Physical byte offset of logical byte offset o inside a tile (tiles are 1024-byte aligned).
 __device__ __forceinline__ u32 fg_swizzle(u32 o) {

@@ -21,7 +21,8 @@ __device__ __forceinline__ float fg_quad_sum(float x) {
 // n8 tiles of s, spread over a quad. Updates the running maximum m and sum l, replaces the row's scores
 // by P = exp2(c * s - c * m + shift), and returns the factor O must take (exp2(c * (m_old - m)), or 1
 // when m did not grow; a NaN maximum never "grows", so the NaN stays in P and reaches l).
-template <int NT>
+// SUM false: the row sum is left to the caller (the sm_90a FP8 kernel takes it from the P.V product).
+template <int NT, bool SUM = true>
 __device__ __forceinline__ float fg_softmax_row(float (&s)[NT][4], int h, float &row_max, float &row_sum,
                                                 float scale_log2, float shift) {
     float mx = row_max;
@@ -39,9 +40,9 @@ __device__ __forceinline__ float fg_softmax_row(float (&s)[NT][4], int h, float 
     for (int nt = 0; nt < NT; nt++) {
         s[nt][2 * h] = fg_exp2(fmaf(s[nt][2 * h], scale_log2, -base));
         s[nt][2 * h + 1] = fg_exp2(fmaf(s[nt][2 * h + 1], scale_log2, -base));
-        sum += s[nt][2 * h] + s[nt][2 * h + 1];
+        if (SUM) sum += s[nt][2 * h] + s[nt][2 * h + 1];
     }
-    row_sum = row_sum * corr + sum;
+    if (SUM) row_sum = row_sum * corr + sum;
     return corr;
 }
 
