@@ -53,12 +53,6 @@ __device__ __forceinline__ void fg_softmax_stats(float (&s)[1][FG_NT][4], float 
         corr[h] = fg_softmax_row<FG_NT, SUM>(s[0], h, row_max[0][h], row_sum[0][h], scale_log2, FG_P_SHIFT);
 }
 
-// FG_FP8_LEAN (FP8 only): O rescaled only in warps where some row's maximum grew (as above head_dim 128).
-// Measured on an H200 (2026-11-29, bench/results/2026-11-29-h200-session8/fp8-lean/, e4m3, 4k and 16k,
-// same call) together with a two-shuffle P permutation since replaced (fg_p_to_fp8): d 64 +7-8%, d 256
-// +1.5%, d 128 1-2% slower, so head_dim 128 keeps the unconditional rescale.
-constexpr bool FG_FP8_LEAN = FG_FP8 && FG_HEAD_DIM != 128;
-
 #if FG_FP8
 // P as the A operand of the FP8 P.V wgmma (m64 k32): a thread holds, per row, A positions 4t..4t+3 (a[0],
 // a[1] for rows g, g + 8) and 16 + 4t..19 + 4t (a[2], a[3]) of a 32-key chunk, while the S accumulator gave
@@ -491,10 +485,12 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             fg_wgmma_wait<0>();
             fg_fence_regs(acc[0]);
             release(bar_v_empty(stage_of(kv + it - 1)));
-            // Above head_dim 128, rescale O only in warps where some row's maximum grew: after the first
-            // blocks it rarely moves (FlashAttention-4 skips the multiply the same way), and a multiply by
-            // exactly 1 changes no bit, so skipping it is exact. Measured on an H200 (fgbench, bf16, same
-            // run): d 256 +0-6% (4k non-causal +5.9%), d 128 -1-4% (the branch splits the step), d 64 +-1%.
+            // Above head_dim 128 and for FP8, rescale O only in warps where some row's maximum grew: after
+            // the first blocks it rarely moves (FlashAttention-4 skips the multiply the same way), and a
+            // multiply by exactly 1 changes no bit, so skipping it is exact. Measured on an H200 (fgbench,
+            // bf16, same run): d 256 +0-6% (4k non-causal +5.9%), d 128 -1-4% (the branch splits the step),
+            // d 64 +-1%. FP8 (bench/fp8.py, 2026-11-30, bench/results/2026-11-30-h200-session13/): at d 128
+            // 3% faster with P packed without shuffles, 6% slower with the quad shuffles P had before.
             if ((FG_HEAD_DIM <= 128 && !FG_FP8) || __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
                 for (int dt = 0; dt < FG_DTA; dt++) {
