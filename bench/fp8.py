@@ -41,6 +41,9 @@ def parse(argv):
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--head-dims", default="64,128,256")
     ap.add_argument("--seqlens", default="2048,8192")
+    ap.add_argument("--lse", action="store_true",
+                    help="also time flashgen e4m3 with the LSE returned (on sm_90a at d 64/128 the kernel then "
+                         "keeps fp32 row sums as well: fwd_sm90.cuh FG_PV_SUM)")
     return ap.parse_args(argv)
 
 
@@ -89,7 +92,7 @@ def accuracy(fg, torch, dev, shape=(2, 2048, 16, 128)):
     return rows
 
 
-def speed(fg, torch, bench, head_dims, seqlens):
+def speed(fg, torch, bench, head_dims, seqlens, lse=False):
     """Rows: dict per config with TFLOP/s of flashgen e4m3, flashgen bf16, cuDNN bf16."""
     F = bench.F
     rows = []
@@ -119,6 +122,10 @@ def speed(fg, torch, bench, head_dims, seqlens):
                                                             v_descale=vs, out_dtype=torch.bfloat16),
                     "flashgen_bf16": lambda i: fg.attention(q, k, v, causal=causal),
                 }
+                if lse:
+                    fns["flashgen_e4m3_lse"] = lambda i: fg.attention(q8, k8, vt, causal=causal, q_descale=qs,
+                                                                      k_descale=ks, v_descale=vs, return_lse=True,
+                                                                      out_dtype=torch.bfloat16)
                 qt, kt, vtt = (x.transpose(1, 2) for x in (q, k, v))
 
                 def cudnn(i):
@@ -131,7 +138,7 @@ def speed(fg, torch, bench, head_dims, seqlens):
                 fns["cudnn_bf16"] = cudnn
                 fns["fa2_bf16"] = fa2
                 for name, fn in fns.items():
-                    if name == "flashgen_e4m3" and not ok:
+                    if name.startswith("flashgen_e4m3") and not ok:
                         res[name] = None
                         continue
                     med, _, _ = bench.time_calls(fn, 1)
@@ -162,7 +169,8 @@ def main(argv=None):
         md += ["| %s | %s | %.3g |" % r for r in acc]
         md.append("")
     if not a.skip_speed:
-        sp = speed(fg, torch, bench, [int(x) for x in a.head_dims.split(",")], [int(x) for x in a.seqlens.split(",")])
+        sp = speed(fg, torch, bench, [int(x) for x in a.head_dims.split(",")], [int(x) for x in a.seqlens.split(",")],
+                   a.lse)
         result["speed"] = sp
         md += ["## Speed (TFLOP/s; ANCHORS.md shapes)", "",
                "| d | seqlen | mask | flashgen e4m3 | flashgen bf16 | cuDNN bf16 | FA2 bf16 | e4m3 / bf16 | "
@@ -175,6 +183,14 @@ def main(argv=None):
                 r["head_dim"], r["seqlen"], "causal" if r["causal"] else "none", "%.0f" % e if e else r["fp8_check"],
                 r["flashgen_bf16"], r["cudnn_bf16"], r["fa2_bf16"], ratio("flashgen_bf16"), ratio("cudnn_bf16"),
                 ratio("fa2_bf16")))
+        if a.lse:
+            md += ["", "With the LSE returned (flashgen e4m3):", "", "| d | seqlen | mask | TFLOP/s | / without | / cuDNN bf16 |",
+                   "|---|---|---|---|---|---|"]
+            for r in sp:
+                e, el = r["flashgen_e4m3"], r.get("flashgen_e4m3_lse")
+                md.append("| %d | %d | %s | %s | %s | %s |" % (
+                    r["head_dim"], r["seqlen"], "causal" if r["causal"] else "none", "%.0f" % el if el else "-",
+                    "%.3f" % (el / e) if el and e else "-", "%.2f" % (el / r["cudnn_bf16"]) if el else "-"))
     with open(os.path.join(a.out, "fp8.json"), "w") as f:
         json.dump(result, f, indent=1)
     with open(os.path.join(a.out, "fp8.md"), "w") as f:

@@ -687,11 +687,17 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
     unsigned grid[3];
     const int group = rt_causal_group(ctx, &s, a);
     const int mode = rt_launch_grid(ctx, &s, a, group, grid);
-    char path[96] = "FlashAttention-2 mma.sync path (sm_80+)";
-    if (spec_is_wgmma(&s)) snprintf(path, sizeof path, "FlashAttention-3 style sm_90a path (TMA, wgmma, %d consumer warpgroups)", s.block_m / 64);
-    if (spec_dtype_is_fp8(s.dtype))
-        snprintf(path, sizeof path, "FP8 mma.sync m16n8k32 path (sm_89+), %s inputs, out=%s", spec_dtype_name(s.dtype),
+    char path[128] = "FlashAttention-2 mma.sync path (sm_80+)";
+    if (spec_is_wgmma(&s))
+        snprintf(path, sizeof path, "FlashAttention-3 style sm_90a path (TMA, %s, %d consumer warpgroups)",
+                 spec_dtype_is_fp8(s.dtype) ? "FP8 wgmma" : "wgmma", s.block_m / 64);
+    else if (spec_dtype_is_fp8(s.dtype))
+        snprintf(path, sizeof path, "FP8 mma.sync m16n8k32 path (sm_89+)");
+    if (spec_dtype_is_fp8(s.dtype)) {
+        const size_t used = strlen(path);
+        snprintf(path + used, sizeof path - used, ", %s inputs, out=%s", spec_dtype_name(s.dtype),
                  spec_dtype_name(s.out_dtype));
+    }
     char order[96] = "";
     if (s.causal)
         snprintf(order, sizeof order, ", causal order: longest first across %d (head, batch) pairs", group);
