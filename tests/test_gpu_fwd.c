@@ -1720,7 +1720,8 @@ ParameterizedTest(fwd_case *c, bwd, shapes_sm90a, .timeout = 600) {
 }
 
 /* The deterministic mode: 50 runs give bitwise-identical gradients (GQA, a tail in both lengths, several
- * key blocks adding into each query block's dQ). Causal (descending order): at d 64, whose dQ goes by bulk
+ * key blocks adding into each query block's dQ; FG_TEST_DET_RUNS, at least 2, sets fewer runs for a
+ * compute-sanitizer pass). Causal (descending order): at d 64, whose dQ goes by bulk
  * reduce-adds on sm_90+, at d 192, whose dQ goes by fp32 atomics everywhere (16-byte ones on sm_90+), and at
  * d 128 with more queries than keys (the rank at query blocks some key blocks do not see). Not causal: the
  * rotated streams (d 128), and ascending where a head's key blocks are over half the SMs (d 64, 9000 keys). */
@@ -1751,7 +1752,9 @@ ParameterizedTest(fwd_case *cp, bwd, deterministic_is_bitwise_repeatable, .timeo
         cr_assert_not_null(first[i]);
         memcpy(first[i], gs[i]->img, bytes[i]);
     }
-    for (int rep = 1; rep < 50; rep++) {
+    const char *runs_env = getenv("FG_TEST_DET_RUNS");
+    const int runs = runs_env && atoi(runs_env) >= 2 ? atoi(runs_env) : 50;
+    for (int rep = 1; rep < runs; rep++) {
         bwd_launch(&env, &r);
         for (int i = 0; i < 3; i++)
             cr_assert_eq(memcmp(first[i], gs[i]->img, bytes[i]), 0, "run %d: gradient %d differs bitwise from run 0",
