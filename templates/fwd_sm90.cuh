@@ -155,7 +155,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     auto bar_t_empty = [&](int b) { return ring + 16u + 8u * b; };
     const u32 ring_slot = ring + 32u; // 2 ints, then the producer's count of published tiles
     // FP8: the V^T reordering (fg_vt_reorder_unit) between TMA and the consumers: per stage a "reordered"
-    // mbarrier (one arrival per reordering warp), and a flag the producer sets to end the reordering warps.
+    // mbarrier (one arrival per reordering warp), and the step at which the reordering warps stop (-1 until
+    // the producer knows it).
     const u32 vt_stop = ring_slot + 12u;
     auto bar_vr = [&](int s) { return ring + 48u + 8u * s; };
     constexpr int FG_VT_WARPS = 3; // warps 1..3 of the producer warpgroup
@@ -180,7 +181,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
 #if FG_FP8
 #pragma unroll
         for (int s = 0; s < FG_STAGES; s++) fg_mbar_init(bar_vr(s), FG_VT_WARPS);
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(vt_stop), "r"(0) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(vt_stop), "r"(-1) : "memory");
 #endif
         fg_fence_mbar_init();
     }
@@ -205,16 +206,17 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         fg_setmaxnreg_dec<FG_PRODUCER_REGS>();
 #if FG_FP8
         // Warps 1..3 reorder each V^T stage's keys (fg_vt_reorder_unit) once TMA has filled it, K/V step
-        // after K/V step, until the producer ends them: it sets vt_stop and completes the next step's
-        // phase of bar_v with a plain arrival (after the consumers released that stage's last use, so the
-        // phase cannot run ahead of the reordering warps).
+        // after K/V step, until the producer ends them: after its last load it writes the number of steps
+        // to vt_stop and completes that step's phase of bar_v with a plain arrival (after the consumers
+        // released the stage's previous use, so the phase cannot run ahead of the reordering warps). The
+        // count, not a flag: a warp still at an earlier step may read vt_stop after it is written.
         if (tid >= 32) {
             for (int step = 0;; step++) {
                 const int s = step % FG_STAGES;
                 fg_mbar_wait(bar_v(s), (u32)((step / FG_STAGES) & 1));
                 int stop;
                 asm volatile("ld.shared.b32 %0, [%1];" : "=r"(stop) : "r"(vt_stop) : "memory");
-                if (stop) break;
+                if (stop == step) break;
                 // head_dim rows of FG_RBV keys a chunk (FG_PV_SUM's ones rows after them need no reordering)
                 constexpr u32 UPC = FG_HEAD_DIM * FG_RBV / 16; // 16-byte units of a chunk's V^T
                 const u32 sv = s_v + s * FG_VS_BYTES;
@@ -307,8 +309,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             {
                 const int s = kv % FG_STAGES, use = kv / FG_STAGES;
                 if (use > 0) fg_mbar_wait(bar_v_empty(s), (use - 1) & 1);
-                asm volatile("st.shared.b32 [%0], %1;" ::"r"(vt_stop), "r"(1) : "memory");
-                fg_mbar_arrive(bar_v(s)); // (release: the flag is visible to the warps this wakes)
+                asm volatile("st.shared.b32 [%0], %1;" ::"r"(vt_stop), "r"(kv) : "memory");
+                fg_mbar_arrive(bar_v(s)); // (release: the count is visible to the warps this wakes)
             }
 #endif
         }
