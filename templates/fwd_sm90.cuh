@@ -35,8 +35,10 @@ constexpr u32 FG_Q_CHUNK = FG_BLOCK_M * FG_RB;   // bytes of one column chunk of
 // loads while this tile runs; with one, after this tile's O store has read the buffer.
 constexpr u32 FG_KV_CHUNK = FG_BLOCK_N * FG_RB;  // ... of a K or V tile
 // Registers per thread after rebalancing: the producer keeps 24, the consumers share the rest
-// (65536 per SM at one CTA per SM, in multiples of 8, at most 240).
-constexpr int FG_PRODUCER_REGS = 24;
+// (65536 per SM at one CTA per SM, in multiples of 8, at most 240). With one consumer warpgroup nobody needs
+// what the producer would give up, and FP8's V^T reordering warps spilled in 24 (d 64 64 x 64, 4 stages,
+// causal: 4 bytes), so they keep 40 there.
+constexpr int FG_PRODUCER_REGS = FG_FP8 && FG_BLOCK_M == 64 ? 40 : 24;
 // Named barriers (0 is __syncthreads): per consumer warpgroup, its epilogue's and its pingpong turn's.
 constexpr int FG_BAR_EPILOGUE = 1, FG_BAR_SCHED = 4;
 constexpr int FG_CONSUMER_REGS = FG_CWG == 1 ? 240 : (FG_CWG == 2 ? 240 : 160);
@@ -215,7 +217,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 const int s = step % FG_STAGES;
                 fg_mbar_wait(bar_v(s), (u32)((step / FG_STAGES) & 1));
                 int stop;
-                asm volatile("ld.shared.b32 %0, [%1];" : "=r"(stop) : "r"(vt_stop) : "memory");
+                // (relaxed: at earlier steps this load may meet the producer's store unordered)
+                asm volatile("ld.relaxed.cta.shared.b32 %0, [%1];" : "=r"(stop) : "r"(vt_stop) : "memory");
                 if (stop == step) break;
                 // head_dim rows of FG_RBV keys a chunk (FG_PV_SUM's ones rows after them need no reordering)
                 constexpr u32 UPC = FG_HEAD_DIM * FG_RBV / 16; // 16-byte units of a chunk's V^T
@@ -269,7 +272,16 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 asm volatile("st.shared.b32 [%0], %1;" ::"r"(ring_slot + 8u), "r"(pn + 1) : "memory");
                 fg_mbar_arrive(bar_t_full(b)); // (release: the index is visible to whoever waits on it)
             };
-            auto next = [&](int index) { return dyn ? atomicAdd(p.tile_counter, 1) + (int)gridDim.x : index + (int)gridDim.x; };
+            // FP8: gridDim.x read where used (an asm the compiler cannot hoist), since holding it across the loop
+            // spilled it in 24 registers once the V^T reordering warps' stop (kv, live to the end) came in
+            // (d 128 128 x 192 and d 64 192 x 64 with 4 stages, causal: 4 bytes).
+            auto grid_x = [&]() {
+                if (!FG_FP8) return (int)gridDim.x;
+                int g;
+                asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(g));
+                return g;
+            };
+            auto next = [&](int index) { return dyn ? atomicAdd(p.tile_counter, 1) + grid_x() : index + grid_x(); };
             int index = blockIdx.x;
             for (; index < n_tiles(); index = next(index)) {
                 if (dyn) publish(index);
@@ -309,7 +321,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             {
                 const int s = kv % FG_STAGES, use = kv / FG_STAGES;
                 if (use > 0) fg_mbar_wait(bar_v_empty(s), (use - 1) & 1);
-                asm volatile("st.shared.b32 [%0], %1;" ::"r"(vt_stop), "r"(kv) : "memory");
+                asm volatile("st.relaxed.cta.shared.b32 [%0], %1;" ::"r"(vt_stop), "r"(kv) : "memory");
                 fg_mbar_arrive(bar_v(s)); // (release: the count is visible to the warps this wakes)
             }
 #endif

@@ -757,21 +757,41 @@ ParameterizedTest(fwd_case *c, fwd, fp8, .timeout = 300) {
 
 /* FP8 with and without the LSE: on sm_90a at head_dim 64/128 these are two instances of the kernel's tile
  * loop (fwd_sm90.cuh FG_PV_SUM: the fp32 row sums only for the LSE), which must give the same O, bit for
- * bit, and each pass the reference. Lengths that are multiples of no tile, causal with sq > sk, GQA. */
+ * bit, and each pass the reference. Default tiles (d 64 causal, d 128 causal with sq > sk, d 128 e5m2 GQA)
+ * and explicit ones: 128 x 224 and 128 x 192 (V^T chunks of 32 and 64 keys), one consumer warpgroup with
+ * 3 stages, three with 4; lengths that are multiples of no tile. Runs only where the sm_90a family does
+ * (elsewhere the FP8 kernel has one tile loop, and the other FP8 tests cover it). */
 ParameterizedTestParameters(fwd, fp8_lse_or_not) {
-    static fwd_case cases[4];
+    static fwd_case cases[7];
+    static const int t[4][4] = {{128, 224, 12, 2}, {128, 192, 12, 2}, {64, 128, 8, 3}, {192, 64, 16, 4}};
     cases[0] = mk8(FG_DTYPE_E4M3, 2, 300, 517, 4, 2, 64, 1, 1);
     cases[1] = mk8(FG_DTYPE_E4M3, 1, 517, 300, 2, 2, 128, 1, 2);
     cases[2] = mk8(FG_DTYPE_E5M2, 2, 300, 517, 4, 1, 128, 0, 1);
-    cases[3] = mk8(FG_DTYPE_E4M3, 1, 1025, 1025, 2, 2, 256, 0, 2);
+    cases[3] = mk8(FG_DTYPE_E5M2, 1, 333, 611, 2, 2, 128, 0, 1);
+    cases[4] = mk8(FG_DTYPE_E4M3, 1, 611, 333, 2, 1, 128, 1, 2);
+    cases[5] = mk8(FG_DTYPE_E4M3, 2, 333, 611, 2, 2, 128, 1, 1);
+    cases[6] = mk8(FG_DTYPE_E4M3, 1, 611, 333, 4, 2, 64, 1, 2);
+    for (int i = 0; i < 4; i++) memcpy(cases[3 + i].tiles, t[i], sizeof cases[0].tiles);
     return cr_make_param_array(fwd_case, cases, NELEM(cases));
 }
 ParameterizedTest(fwd_case *c, fwd, fp8_lse_or_not, .timeout = 300) {
     gpu_env env;
     gpu_open(&env);
     skip_without_fp8(&env);
+    const int cc = gpu_cc(&env);
+    if (cc != 90 || env_is_zero("FLASHGEN_WGMMA") || env_is_zero("FLASHGEN_WGMMA_FP8")) {
+        gpu_close(&env);
+        cr_skip_test("the FP8 kernel has two tile loops only on the sm_90a family (this GPU: sm_%d%s)", cc,
+                     cc == 90 ? ", with it turned off" : "");
+    }
     fwd_run r;
     run_setup(&env, &r, c); /* with the LSE */
+    char name[200], why[2048];
+    case_name(&r.c, name, sizeof name);
+    if (!c->tiles[0]) { /* explicit tiles of this shape run as sm_90a on an sm_90 device (run_launch) */
+        cr_assert_eq(fg_explain(env.ctx, &r.args, why, sizeof why), FG_OK, "%s", fg_last_error(env.ctx));
+        cr_assert(strstr(why, "arch=sm_90a,") != NULL, "%s: should run the sm_90a family: %s", name, why);
+    }
     run_launch(&env, &r);
     run_verify(&r);
     const size_t bytes = (size_t)(r.o.span + r.o.guard) * r.o.esize;
@@ -782,14 +802,11 @@ ParameterizedTest(fwd_case *c, fwd, fp8_lse_or_not, .timeout = 300) {
     memset(&r.args.lse, 0, sizeof r.args.lse);
     run_launch(&env, &r);
     run_verify(&r);
-    char name[200];
-    case_name(&r.c, name, sizeof name);
     size_t first = bytes;
     for (size_t i = 0; i < bytes && first == bytes; i++)
         if (with_lse[i] != r.o.img[i]) first = i;
     cr_assert_eq(first, bytes, "%s: O differs at byte %zu of %zu with and without the LSE", name, first, bytes);
     free(with_lse);
-    r.c.no_lse = 0; /* so run_free releases the LSE buffer as set up */
     run_free(&env, &r);
     gpu_close(&env);
 }
