@@ -693,6 +693,43 @@ Test(validate, smem_limits_per_arch) {
     cr_assert(strstr(e.msg, "shared memory"), "%s", e.msg);
 }
 
+/* The sm_90a FP8 forward's shared memory, byte for byte against fwd_sm90.cuh's layout: 1 KiB of slack, the
+ * Q buffers and K/V stages (one byte an element), at head_dim 64/128 the 8 rows of ones under each V^T
+ * chunk of every stage (the P.V wgmma's row sums: spec_fp8_pv_sum; not with three consumer warpgroups at
+ * d 128, nor above d 128), and 8-byte words: Q's two barriers a buffer, K/V's four a stage, the tile ring's
+ * six (4 barriers, 2 indices, the count and the reordering warps' stop) and FP8's "reordered" barrier a
+ * stage. The figures are the ones `flashgen compile` reports for these variants. */
+Test(spec, fp8_sm90a_smem_and_row_sums) {
+    static const struct {
+        int d, bm, bn, st, pv_sum;
+        size_t bytes;
+    } c[] = {
+        {128, 128, 128, 2, 8, 1024 + 128 * (2 * 128 + 2 * 128 * 2) + 8 * 128 * 2 + 8 * (2 * 2 + 4 * 2 + 6 + 2)},
+        {64, 192, 128, 2, 8, 1024 + 64 * (2 * 192 + 2 * 128 * 2) + 8 * 128 * 2 + 8 * (2 * 2 + 4 * 2 + 6 + 2)},
+        {256, 128, 128, 2, 0, 1024 + 256 * (2 * 128 + 2 * 128 * 2) + 8 * (2 * 2 + 4 * 2 + 6 + 2)},
+        {192, 128, 128, 2, 0, 1024 + 192 * (2 * 128 + 2 * 128 * 2) + 8 * (2 * 2 + 4 * 2 + 6 + 2)},
+        {128, 192, 128, 2, 0, 1024 + 128 * (2 * 192 + 2 * 128 * 2) + 8 * (2 * 2 + 4 * 2 + 6 + 2)},
+        {128, 64, 224, 3, 8, 1024 + 128 * (2 * 64 + 2 * 224 * 3) + 8 * 224 * 3 + 8 * (2 * 2 + 4 * 3 + 6 + 3)},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        fg_spec s = wg_base();
+        s.dtype = FG_DTYPE_E4M3;
+        s.out_dtype = FG_DTYPE_BF16;
+        s.head_dim = c[i].d;
+        s.block_m = c[i].bm;
+        s.block_n = c[i].bn;
+        s.stages = c[i].st;
+        s.warps = 4 * (s.block_m / 64 + 1);
+        fg_error e;
+        cr_assert_eq(spec_validate(&s, &e), FG_OK, "d %d %d x %d: %s", s.head_dim, s.block_m, s.block_n, e.msg);
+        cr_assert_eq(spec_fp8_pv_sum(&s), c[i].pv_sum, "d %d %d x %d", s.head_dim, s.block_m, s.block_n);
+        cr_assert_eq(spec_smem_bytes(&s), c[i].bytes, "d %d %d x %d, %d stages: %zu bytes, expected %zu", s.head_dim,
+                     s.block_m, s.block_n, s.stages, spec_smem_bytes(&s), c[i].bytes);
+        s.dtype = FG_DTYPE_BF16; /* 16-bit kernels have no row-sum rows */
+        cr_assert_eq(spec_fp8_pv_sum(&s), 0);
+    }
+}
+
 /* The backward's canonical name carries its mode; it round-trips, takes its tiles from the bwd rules (not
  * the forward's), and every policy tile for head dims 16..128 is valid. */
 /* The mma.sync forward's key sub-blocks: the whole block while S fits beside O (176 accumulator registers),
