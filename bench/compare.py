@@ -775,9 +775,11 @@ def write_files(out_dir, rows, checks, runs):
     os.replace(tmp, os.path.join(out_dir, "compare.csv"))
 
 
-def draw_charts(out_dir, rows, gpu):
+def draw_charts(out_dir, rows, gpu, impls=IMPLS, labels=LABELS, colors=None, prefix=None):
     """One PNG per (head_dim, dtype): TFLOP/s against seqlen, a color per implementation, solid lines
-    without mask and dashed with the causal mask. Returns the paths written (none without matplotlib)."""
+    without mask and dashed with the causal mask. Returns the paths written (none without matplotlib).
+    impls/labels/colors name other implementations (bench/fp8.py's); prefix replaces "fwd"/"bwd" in the
+    file names."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -785,14 +787,14 @@ def draw_charts(out_dir, rows, gpu):
     except ImportError as e:
         print("note: no charts (matplotlib is not importable: %s)" % e, file=sys.stderr)
         return []
-    colors = {"flashgen": "tab:red", "cudnn": "tab:green", "fa2": "tab:blue", "flex": "tab:purple"}
+    colors = colors or {"flashgen": "tab:red", "cudnn": "tab:green", "fa2": "tab:blue", "flex": "tab:purple"}
     paths = []
     groups = sorted({(r["head_dim"], r["dtype"]) for r in rows})
     for d, dt in groups:
         sel = [r for r in rows if r["head_dim"] == d and r["dtype"] == dt]
         fig, ax = plt.subplots(figsize=(8, 5))
         seqlens = sorted({r["seqlen"] for r in sel})
-        for impl in IMPLS:
+        for impl in impls:
             for causal in (False, True):
                 pts = sorted((r["seqlen"], r["tflops"]) for r in sel
                              if r["implementation"] == impl and bool(r["causal"]) == causal and r.get("tflops")
@@ -801,7 +803,7 @@ def draw_charts(out_dir, rows, gpu):
                     continue
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colors[impl], marker="o", markersize=4,
                         linestyle="--" if causal else "-",
-                        label="%s%s" % (LABELS[impl], ", causal" if causal else ""))
+                        label="%s%s" % (labels[impl], ", causal" if causal else ""))
         ax.set_xscale("log", base=2)
         ax.set_xticks(seqlens)
         ax.set_xticklabels([str(s) if s < 1024 else "%dk" % (s // 1024) for s in seqlens])
@@ -814,7 +816,7 @@ def draw_charts(out_dir, rows, gpu):
         if ax.get_lines():
             ax.legend(fontsize=8, ncol=2)
         fig.tight_layout()
-        path = os.path.join(out_dir, "%s_d%d_%s.png" % ("bwd" if which == "backward" else "fwd", d, dt))
+        path = os.path.join(out_dir, "%s_d%d_%s.png" % (prefix or ("bwd" if which == "backward" else "fwd"), d, dt))
         fig.savefig(path, dpi=110)
         plt.close(fig)
         paths.append(path)

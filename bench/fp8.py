@@ -40,7 +40,7 @@ def parse(argv):
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--head-dims", default="64,128,256")
-    ap.add_argument("--seqlens", default="2048,8192")
+    ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--lse", action="store_true",
                     help="also time flashgen e4m3 with the LSE returned (on sm_90a at d 64/128 the kernel then "
                          "keeps fp32 row sums as well: fwd_sm90.cuh FG_PV_SUM)")
@@ -151,6 +151,21 @@ def speed(fg, torch, bench, head_dims, seqlens, lse=False):
     return rows
 
 
+FP8_IMPLS = ("flashgen_e4m3", "flashgen_e4m3_lse", "flashgen_bf16", "cudnn_bf16", "fa2_bf16")
+FP8_LABELS = {"flashgen_e4m3": "flashgen e4m3", "flashgen_e4m3_lse": "flashgen e4m3 + LSE",
+              "flashgen_bf16": "flashgen bf16", "cudnn_bf16": "cuDNN bf16", "fa2_bf16": "FA2 bf16"}
+FP8_COLORS = {"flashgen_e4m3": "tab:red", "flashgen_e4m3_lse": "tab:orange", "flashgen_bf16": "tab:brown",
+              "cudnn_bf16": "tab:green", "fa2_bf16": "tab:blue"}
+
+
+def fp8_charts(out_dir, speed_rows, gpu):
+    """compare.py's charts (TFLOP/s against seqlen, one PNG per head_dim) for the speed rows."""
+    from compare import draw_charts
+    rows = [{"head_dim": r["head_dim"], "dtype": "e4m3", "seqlen": r["seqlen"], "causal": r["causal"],
+             "implementation": impl, "tflops": r[impl]} for r in speed_rows for impl in FP8_IMPLS if r.get(impl)]
+    return draw_charts(out_dir, rows, gpu, FP8_IMPLS, FP8_LABELS, FP8_COLORS, prefix="fp8")
+
+
 def main(argv=None):
     a = parse(argv if argv is not None else sys.argv[1:])
     import torch
@@ -191,6 +206,9 @@ def main(argv=None):
                 md.append("| %d | %d | %s | %s | %s | %s |" % (
                     r["head_dim"], r["seqlen"], "causal" if r["causal"] else "none", "%.0f" % el if el else "-",
                     "%.3f" % (el / e) if el and e else "-", "%.2f" % (el / r["cudnn_bf16"]) if el else "-"))
+        charts = fp8_charts(a.out, sp, result["gpu"])
+        if charts:
+            md += ["", "Charts: " + ", ".join(os.path.basename(c) for c in charts)]
     with open(os.path.join(a.out, "fp8.json"), "w") as f:
         json.dump(result, f, indent=1)
     with open(os.path.join(a.out, "fp8.md"), "w") as f:
