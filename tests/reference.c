@@ -470,6 +470,7 @@ typedef struct fwd_job {
     fg_dtype dt;             /* input dtype */
     fg_dtype odt;            /* output dtype (dt, or p->out_dtype for FP8) */
     int fp8;                 /* the inputs are E4M3 or E5M2 */
+    int fp8_sum_rounded;     /* p->fp8_sum_rounded, for FP8 problems */
     int64_t b, sq, sk;       /* batch, query and key lengths */
     int64_t hq, hkv, d;      /* heads and head dim */
     int64_t group;           /* hq / hkv */
@@ -560,14 +561,16 @@ static double forward_row(const fwd_job *j, scratch *s, int64_t bi, int64_t i, i
     s->lse_slack = j->fp8 ? ldexp((double)(d / 32 + 1) * mag, -12) : 0.0;
 
     /* P, its rounded copy, and l from the unrounded P. FP8 scales P by 2^8 (exactly, so the lowp row sum
-     * is 2^8 l) before rounding it to e4m3, using (0, 256] of the format's range. */
-    double l = 0;
+     * is 2^8 l) before rounding it to e4m3, using (0, 256] of the format's range; with fp8_sum_rounded the
+     * lowp O is divided by the sum of the rounded P instead (the LSE keeps l either way). */
+    double l = 0, l_rounded = 0;
     for (int64_t t = 0; t < n; t++) {
         sc[t] = exp(sc[t] - m);
         pl[t] = j->fp8 ? round_to_e4m3(ldexp(sc[t], 8)) : round_to(j->dt, sc[t]);
         l += sc[t];
+        l_rounded += pl[t];
     }
-    const double l_low = j->fp8 ? ldexp(l, 8) : l;
+    const double l_low = j->fp8_sum_rounded ? l_rounded : j->fp8 ? ldexp(l, 8) : l;
 
     /* O = P.V / l for both references, one output column at a time over the transposed V. */
     for (int64_t x = 0; x < d; x++) {
@@ -665,6 +668,7 @@ static fg_status job_init(fwd_job *j, const ref_problem *p, int *nthreads, fg_er
     j->p = p;
     j->dt = p->q.dtype;
     j->fp8 = is_fp8(j->dt);
+    j->fp8_sum_rounded = j->fp8 && p->fp8_sum_rounded;
     j->odt = j->fp8 ? p->out_dtype : j->dt;
     j->b = p->q.shape[0];
     j->sq = p->q.shape[1];

@@ -336,6 +336,8 @@ typedef struct fwd_run {
     dbuf o, lse;      /* outputs (lse unused when c.no_lse) */
     dbuf dq, dk, dv;  /* FP8 descales (fp32), when c.descale */
     fg_fwd_args args; /* what fg_attention_fwd receives */
+    int sum_rounded;  /* set by run_launch: the kernel that ran divides O by the sum of the e4m3-rounded P
+                         (sm_90a FP8 with spec_fp8_pv_sum), which the reference then models */
 } fwd_run;
 
 
@@ -470,11 +472,29 @@ static void run_launch(gpu_env *env, fwd_run *r) {
                  "warps=%d stages=%d", cc, cc == 90 && wgmma_tiles ? "a" : "", spec_dtype_name(r->c.dt), r->c.d,
                  r->c.causal, r->c.tiles[0], r->c.tiles[1], r->c.tiles[2], r->c.tiles[3]);
         cr_assert_eq(spec_parse(text, &s, &e), FG_OK, "%s: %s", text, e.msg);
+        r->sum_rounded = spec_is_wgmma(&s) && spec_fp8_pv_sum(&s) > 0;
         fg_status st = rt_fwd_with_spec(env->ctx, &s, &r->args, (void *)env->stream, &e);
         if (st == FG_ERR_UNSUPPORTED) /* e.g. the shared memory of a smaller GPU */
             cr_skip_test("%s: %s", name, e.msg);
         cr_assert_eq(st, FG_OK, "%s: rt_fwd_with_spec returned %s: %s", name, fg_status_string(st), e.msg);
     } else {
+        r->sum_rounded = 0;
+        if (spec_dtype_is_fp8(r->c.dt)) { /* which variant dispatch takes: fg_explain's first line names it */
+            char why[2048], text[FG_SPEC_NAME_MAX];
+            cr_assert_eq(fg_explain(env->ctx, &r->args, why, sizeof why), FG_OK, "%s", fg_last_error(env->ctx));
+            const char *v = strstr(why, "variant ");
+            cr_assert(v != NULL, "%s", why);
+            v += strlen("variant ");
+            size_t len = strcspn(v, "\n");
+            cr_assert_lt(len, sizeof text, "%s", why);
+            memcpy(text, v, len);
+            text[len] = 0;
+            fg_spec s;
+            fg_error e;
+            fg_error_clear(&e);
+            cr_assert_eq(spec_parse(text, &s, &e), FG_OK, "%s: %s", text, e.msg);
+            r->sum_rounded = spec_is_wgmma(&s) && spec_fp8_pv_sum(&s) > 0;
+        }
         fg_status st = fg_attention_fwd(env->ctx, &r->args, (void *)env->stream);
         cr_assert_eq(st, FG_OK, "%s: fg_attention_fwd returned %s: %s", name, fg_status_string(st),
                      fg_last_error(env->ctx));
@@ -497,7 +517,7 @@ static void run_verify(fwd_run *r) {
     }
     ref_problem p = {.q = r->q.host, .k = r->k.host, .v = r->v.host, .softmax_scale = r->c.scale,
                      .causal = r->c.causal, .q_descale = r->dq.host, .k_descale = r->dk.host,
-                     .v_descale = r->dv.host, .out_dtype = r->o.view.dtype};
+                     .v_descale = r->dv.host, .out_dtype = r->o.view.dtype, .fp8_sum_rounded = r->sum_rounded};
     ref_report rep;
     fg_error e;
     fg_error_clear(&e);
@@ -648,7 +668,8 @@ static void nan_case(fg_dtype dt, int causal) {
     CK(env.cu->cuMemcpyHtoD(r.q.dptr, r.q.img, (size_t)r.q.span * es));
     CK(env.cu->cuMemcpyHtoD(r.k.dptr, r.k.img, (size_t)r.k.span * es));
     run_launch(&env, &r);
-    ref_problem p = {.q = r.q.host, .k = r.k.host, .v = r.v.host, .causal = causal, .out_dtype = r.o.view.dtype};
+    ref_problem p = {.q = r.q.host, .k = r.k.host, .v = r.v.host, .causal = causal, .out_dtype = r.o.view.dtype,
+                     .fp8_sum_rounded = r.sum_rounded};
     size_t n = (size_t)(1 * 64 * 2 * 64);
     double *ref = malloc(n * sizeof *ref), *low = malloc(n * sizeof *low), *lse = malloc(2 * 64 * sizeof *lse);
     cr_assert(ref && low && lse);

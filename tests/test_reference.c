@@ -1094,8 +1094,11 @@ static void naive_fp8_lowp(const ref_problem *p, double *o) {
                     s[j] = c * dot;
                     m = fmax(m, s[j]);
                 }
-                for (int64_t j = 0; j < SK; j++)
-                    l += exp2((s[j] - m) * 1.4426950408889634 + 8);
+                for (int64_t j = 0; j < SK; j++) {
+                    float unrounded = (float)exp2((s[j] - m) * 1.4426950408889634 + 8);
+                    l += p->fp8_sum_rounded ? ref_e4m3_to_float(ref_float_to_e4m3(unrounded, 1))
+                                            : exp2((s[j] - m) * 1.4426950408889634 + 8);
+                }
                 for (int64_t x = 0; x < D; x++) {
                     double acc = 0;
                     for (int64_t j = 0; j < SK; j++) {
@@ -1161,6 +1164,22 @@ Test(reference, fp8_lowp_follows_the_kernel_formula_and_differs_plausibly_from_r
         /* P in e4m3 keeps 3 mantissa bits: the gap is far above bf16 rounding of O, far below O itself */
         cr_assert(gap > 1e-3 * omax && gap < 0.1 * omax, "gap %g for max|O| %g", gap, omax);
         cr_assert_eq(max_abs_diff(lse32, lselow, 40 * 4), 0.0, "the LSE is the same in both modes");
+        /* fp8_sum_rounded (the sm_90a kernel at head_dim 64/128): O divided by the sum of the rounded P,
+         * again as the plain formula has it; a different O (the sums differ), the same LSE */
+        p.fp8_sum_rounded = 1;
+        double *lse_r, *olow_r = run_ref(&p, REF_LOWP, &lse_r);
+        naive_fp8_lowp(&p, naive_o);
+        worst_ulp = 0;
+        for (int64_t i = 0; i < n; i++)
+            worst_ulp = fmax(worst_ulp, fabs(olow_r[i] - naive_o[i]) / fmax(fabs(naive_o[i]), 1e-30));
+        cr_assert_leq(worst_ulp, 0x1p-8, "REF_LOWP with rounded sums departs from its formula by %g", worst_ulp);
+        double moved = max_abs_diff(olow_r, olow, n), gap_r = max_abs_diff(olow_r, o32, n);
+        cr_log_info("%s, rounded sums: max|lowp - ref32| %.3g, moved %.3g from the unrounded-sum lowp",
+                    f ? "e5m2" : "e4m3", gap_r, moved);
+        cr_assert(moved > 0 && gap_r < 0.1 * omax, "moved %g, gap %g for max|O| %g", moved, gap_r, omax);
+        cr_assert_eq(max_abs_diff(lse_r, lselow, 40 * 4), 0.0, "the LSE keeps the unrounded sum");
+        free(olow_r);
+        free(lse_r);
         free(o32);
         free(olow);
         free(lse32);
