@@ -18,13 +18,13 @@ static const char *const fwd_pieces[] = {
 /* The backward (mma.sync, three kernels). */
 static const char *const bwd_pieces[] = {
     "common/fg_params.h", "common/types.cuh", "common/mma_sm80.cuh", "common/cp_async.cuh", "common/tma.cuh",
-    "common/bwd_order.h", "bwd_sm80.cuh",
+    "common/bwd_order.h", "common/bwd_tiles.h", "bwd_sm80.cuh",
 };
 /* The Hopper backward: bwd_sm80.cuh's pre and post kernels and helpers (its main kernel left out by
  * FG_WGMMA_BWD), the sm_90a primitives, the generated wgmma wrappers, and bwd_sm90.cuh's main kernel. */
 static const char *const bwd_sm90_pieces[] = {
     "common/fg_params.h", "common/types.cuh", "common/mma_sm80.cuh", "common/cp_async.cuh", "common/tma.cuh",
-    "common/sm90.cuh", "common/bwd_order.h", "bwd_sm80.cuh", NULL, "bwd_sm90.cuh",
+    "common/sm90.cuh", "common/bwd_order.h", "common/bwd_tiles.h", "bwd_sm80.cuh", NULL, "bwd_sm90.cuh",
 };
 /* The sm_90a (wgmma) family; the wgmma wrappers, whose operand lists depend on the tile, are generated
  * between sm90.cuh and the kernel (emit_wgmma). */

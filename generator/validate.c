@@ -3,6 +3,7 @@
  * tests/test_spec.c breaks each rule once, by name. Add a rule here, never a check elsewhere. */
 #include <stdio.h>
 #include "spec.h"
+#include "bwd_tiles.h" /* templates/common: the backward kernel's tile-dependent warp layouts */
 
 /* Opt-in maximum of dynamic shared memory per block, by compute capability (CUDA programming guide). */
 size_t arch_smem_limit(int arch) {
@@ -50,15 +51,13 @@ static int wg_register_limit(const fg_spec *s) { return wg_consumers(s) == 3 ? 1
  * dQ slice. */
 static int is_bwd(const fg_spec *s) { return s->kind == FG_KIND_BWD; }
 static int bwd_qm(const fg_spec *s) { /* m16 tiles of a dQ warp tile: bwd_sm80.cuh's FG_QM */
-    return s->block_n == 8 * s->warps && s->head_dim % 64 == 0 && s->block_m % 32 == 0 ? 2 : 1;
+    return fg_bwd_qm(s->block_m, s->block_n, s->warps, s->head_dim);
 }
 static int bwd_qgroups(const fg_spec *s) { return s->block_m / (16 * bwd_qm(s)) > 0 ? s->block_m / (16 * bwd_qm(s)) : 1; }
 static int bwd_dsplit(const fg_spec *s) { return s->warps / bwd_qgroups(s) > 0 ? s->warps / bwd_qgroups(s) : 1; }
 static int bwd_p1_qparts(const fg_spec *s) { return s->block_n >= 32 ? s->warps / (s->block_n / 32) : 0; }
 static int bwd_p2_keys(const fg_spec *s) { /* keys of a phase-2 warp tile */
-    const int parts = s->block_n == 8 * s->warps && s->head_dim % 64 == 0 && s->warps % 4 == 0 ? 4
-                      : s->head_dim % 32 == 0                                                ? 2
-                                                                                             : 1; /* bwd_sm80.cuh's FG_P2_PD */
+    const int parts = fg_bwd_p2_parts(s->block_n, s->warps, s->head_dim); /* bwd_sm80.cuh's FG_P2_PD */
     return s->warps / parts > 0 ? s->block_n / (s->warps / parts) : 0;
 }
 static int bwd_registers(const fg_spec *s) {

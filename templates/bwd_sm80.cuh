@@ -40,7 +40,7 @@ constexpr int FG_DT = FG_HEAD_DIM / 8;       // n8 tiles of head_dim columns
 // The dQ product's warp tiles: 16 query rows x a slice of head_dim, or with 8 keys a warp at head_dim a multiple
 // of 64, 32 rows (two m16 tiles) x a slice half as wide (FlashAttention-2's layout there): the same dQ registers,
 // fewer ldmatrix of K per MMA.
-constexpr int FG_QM = FG_BLOCK_N == 8 * FG_WARPS && FG_HEAD_DIM % 64 == 0 && FG_BLOCK_M % 32 == 0 ? 2 : 1;
+constexpr int FG_QM = fg_bwd_qm(FG_BLOCK_M, FG_BLOCK_N, FG_WARPS, FG_HEAD_DIM); // (bwd_tiles.h)
 constexpr int FG_QG = FG_BLOCK_M / (16 * FG_QM); // query groups of the dQ product, 16 x FG_QM rows each
 constexpr int FG_DSPLIT = FG_WARPS / FG_QG;      // warps sharing a query group, each a slice of head_dim
 constexpr int FG_DQT = FG_DT / FG_DSPLIT;    // n8 tiles of dQ per warp
@@ -226,9 +226,7 @@ constexpr int FG_P1_QT = FG_P1_QW / 8;
 // Eight keys a warp (above head_dim 128) at multiples of 64: 32 keys x a quarter of head_dim, as
 // FlashAttention-2's dK/dV layout there, rather than 16 keys x a half: the same dK, dV registers, a third
 // fewer ldmatrix per MMA (each warp re-reads fewer dO and Q columns).
-constexpr int FG_P2_PD = FG_BLOCK_N == 8 * FG_WARPS && FG_HEAD_DIM % 64 == 0 && FG_WARPS % 4 == 0 ? 4
-                         : FG_HEAD_DIM % 32 == 0                                                ? 2
-                                                                                                : 1;
+constexpr int FG_P2_PD = fg_bwd_p2_parts(FG_BLOCK_N, FG_WARPS, FG_HEAD_DIM); // (bwd_tiles.h)
 constexpr int FG_P2_WK = FG_WARPS / FG_P2_PD;
 constexpr int FG_P2_KW = FG_BLOCK_N / FG_P2_WK;
 constexpr int FG_P2_DW = FG_HEAD_DIM / FG_P2_PD;
