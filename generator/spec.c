@@ -238,8 +238,7 @@ static size_t bwd_smem_bytes(const fg_spec *s) {
 static size_t wgmma_fwd_smem(const fg_spec *spec, size_t q) {
     return 1024u + (size_t)spec->head_dim * (size_t)spec_dtype_size(spec->dtype) *
                        (q * (size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages) +
-           (spec_dtype_is_fp8(spec->dtype) ? (size_t)spec_fp8_pv_sum(spec) * (size_t)spec->block_n * (size_t)spec->stages
-                                            : 0u) + /* ones rows (fwd_sm90.cuh FG_PV_SUM) */
+           (size_t)spec_fp8_pv_sum(spec) * (size_t)spec->block_n * (size_t)spec->stages + /* ones rows (FG_PV_SUM) */
            8u * (2u * q + 4u * (size_t)spec->stages + 6u +
                  (spec_dtype_is_fp8(spec->dtype) ? (size_t)spec->stages : 0u)); /* FP8: V^T "reordered" mbarriers */
 }

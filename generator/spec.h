@@ -96,9 +96,11 @@ int spec_is_wgmma_bwd(const fg_spec *spec);
 /* Q buffers of a wgmma-family kernel: 2 when they fit the arch's shared memory with the K/V stages (the
  * next tile's Q then loads during this one), else 1; 1 for the mma.sync family. */
 int spec_q_stages(const fg_spec *spec);
+/* The sm_90a FP8 forward's extra P.V columns that hold the row sums (8 rows of ones under V^T; fwd_sm90.cuh
+ * FG_PV_SUM): 8 at head_dim 64, and at 128 below three consumer warpgroups; else (and for other dtypes) 0. */
+int spec_fp8_pv_sum(const fg_spec *spec);
 /* The sm_90a FP8 forward's V^T tile (head_dim rows of block_n key bytes) is stored as chunks of this many
  * keys, each row one swizzled unit (128, 64 or 32 bytes: the largest dividing block_n). */
-int spec_fp8_pv_sum(const fg_spec *spec);
 int spec_fp8_vt_bytes(const fg_spec *spec);
 
 /* ---- validation (validate.c): one list of refusal rules ---- */

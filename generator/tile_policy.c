@@ -76,9 +76,9 @@ static const fg_tile_rule default_rules[] = {
     {90, 90, 129, 192, -1, -1, 128, 96, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 193, 256, -1, -1, 128, 80, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     /* sm_90a FP8 (e4m3, e5m2; head_dim a multiple of 64, block_n a multiple of 32 up to 256: validate.c).
-     * FlashAttention-3's d 128 FP8 tile is 128 x 224: on an H200 (session 12, bench/fp8.py, same calls) it
-     * ran 1-4% faster than 128 x 128 at 8k-16k, 0-2% slower at 4k and 7% slower at 2k (128 x 192: 0.987x
-     * overall), so the policy keeps 128 x 128 and a tuned database may take 224 (tune_fwd_sm90a_fp8.lua). */
+     * FlashAttention-3's d 128 FP8 tile is 128 x 224: on an H200 (session 13, bench/fp8.py, same calls) it
+     * ran 3-7% faster than 128 x 128 at 8k-16k and 7-9% slower at 2k (0.995x overall), so the policy keeps
+     * 128 x 128 and a tuned database may take 224 (tune_fwd_sm90a_fp8.lua). */
     {90, 90, 64, 64, -1, FG_DTYPE_E4M3, 192, 128, 16, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 64, 64, -1, FG_DTYPE_E5M2, 192, 128, 16, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 65, 256, -1, FG_DTYPE_E4M3, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},

@@ -912,9 +912,6 @@ fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *a, char *buf, size_
     return explain_fits(ctx, "fg_explain_bwd", n, len);
 }
 
-static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args *a, const bwd_layout *L,
-                            void *stream, fg_error *err);
-
 /* The checks of a backward call (fg_attention_bwd, rt_bwd_with_spec): the arguments, then the workspace
  * against the layout it needs (into *L); *empty when there is nothing to compute (no batch, no heads, or
  * neither queries nor keys). */
@@ -924,23 +921,6 @@ static fg_status bwd_check_call(const fg_bwd_args *a, bwd_layout *L, int *empty,
     bwd_workspace_layout(a, L);
     if ((st = rt_check_bwd_args(a, 1, L->total, err)) != FG_OK) return st;
     *empty = a->q.shape[0] == 0 || a->q.shape[2] == 0 || (a->q.shape[1] == 0 && a->k.shape[1] == 0);
-    return FG_OK;
-}
-
-fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *a, void *stream) {
-    if (!ctx) return rt_no_context("fg_attention_bwd");
-    fg_error err;
-    fg_error_clear(&err);
-    if (!a) {
-        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_attention_bwd: args is NULL");
-        return rt_set_error(ctx, &err);
-    }
-    bwd_layout L;
-    int empty;
-    fg_spec s;
-    if (bwd_check_call(a, &L, &empty, &err) != FG_OK ||
-        (!empty && (choose_bwd_spec(ctx, a, &s, NULL, &err) != FG_OK || launch_bwd(ctx, &s, a, &L, stream, &err) != FG_OK)))
-        return rt_set_error(ctx, &err);
     return FG_OK;
 }
 
@@ -1006,6 +986,23 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args
         {kern.fn_post, {(unsigned)(((sq > sk ? sq : sk) + 63) / 64), h, bb}, 256, 0, "cuLaunchKernel(fg_bwd_post_kernel)"},
     };
     return launch_items(ctx, items, 3, stream, params, err);
+}
+
+fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *a, void *stream) {
+    if (!ctx) return rt_no_context("fg_attention_bwd");
+    fg_error err;
+    fg_error_clear(&err);
+    if (!a) {
+        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_attention_bwd: args is NULL");
+        return rt_set_error(ctx, &err);
+    }
+    bwd_layout L;
+    int empty;
+    fg_spec s;
+    if (bwd_check_call(a, &L, &empty, &err) != FG_OK ||
+        (!empty && (choose_bwd_spec(ctx, a, &s, NULL, &err) != FG_OK || launch_bwd(ctx, &s, a, &L, stream, &err) != FG_OK)))
+        return rt_set_error(ctx, &err);
+    return FG_OK;
 }
 
 fg_status rt_bwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_bwd_args *a, void *stream, fg_error *err) {

@@ -61,7 +61,7 @@ __device__ __forceinline__ void fg_softmax_stats(float (&s)[1][FG_NT][4], float 
 // it keys 8j + 2t and 8j + 2t + 1 of the chunk's n8 groups j = 0..3. Instead of moving P between the quad's
 // lanes (two to four shuffles and byte permutes per register until 2026-11-30), the thread packs its own
 // pairs, X_0 | X_1 << 16 and X_2 | X_3 << 16, and the V^T tile's keys are put in the same order in shared
-// memory once per stage (fg_vt_reorder): A position 4t + {0,1,2,3} of each 16 holds key 2t, 2t + 1,
+// memory once per stage (fg_vt_reorder_unit): A position 4t + {0,1,2,3} of each 16 holds key 2t, 2t + 1,
 // 8 + 2t, 9 + 2t. P.V sums over keys, so any order shared by both operands gives the same product.
 // (FlashAttention-3 folds a reordering into the V transpose it does in shared memory; here V^T comes
 // transposed by TMA, so the producer warpgroup's idle warps reorder it.)
