@@ -1026,19 +1026,27 @@ Test(cli, tune_show_refuses_a_corrupt_or_missing_file) {
     run_free(&r);
 }
 
+/* With a GPU: writes `text` to DIR/NAME.lua and tunes it into DIR/NAME-db.lua (db, n bytes) with 3 iterations
+ * and 2 compile threads; the run must succeed, and its output goes back to the caller to check. */
+static run_result tune_tiny(const char *name, const char *text, char *db, size_t n) {
+    char space[200];
+    snprintf(space, sizeof space, "%s/%s.lua", g_dir, name);
+    snprintf(db, n, "%s/%s-db.lua", g_dir, name);
+    write_text(space, text);
+    run_result r = RUN("tune", space, "--db", db, "--iters", "3", "-j", "2");
+    EXPECT_STATUS(r, 0);
+    return r;
+}
+
 /* With a GPU: a tiny sweep records every candidate, the database loads and answers tunedb_best, a second
  * run resumes (measures nothing again), and a corrupt database is moved aside, never overwritten. */
 Test(cli, tune_tiny_sweep_on_gpu, .timeout = 300) {
     fg_error err;
     fg_error_clear(&err);
     REQUIRE_GPU(&err);
-    char space[200], db[200];
+    char db[200], space[200];
+    run_result r = tune_tiny("tiny", tiny_space, db, sizeof db);
     snprintf(space, sizeof space, "%s/tiny.lua", g_dir);
-    snprintf(db, sizeof db, "%s/tiny-db.lua", g_dir);
-    write_text(space, tiny_space);
-
-    run_result r = RUN("tune", space, "--db", db, "--iters", "3", "-j", "2");
-    EXPECT_STATUS(r, 0);
     cr_expect_not_null(strstr(r.err, "[4/4]"), "progress reaches 4/4:\n%s", r.err);
     cr_expect_not_null(strstr(r.out, "'*' marks"), "the table is printed:\n%s", r.out);
     run_free(&r);
@@ -1086,12 +1094,8 @@ Test(cli, tune_tiny_backward_sweep_on_gpu, .timeout = 300) {
     fg_error err;
     fg_error_clear(&err);
     REQUIRE_GPU(&err);
-    char space[200], db[200];
-    snprintf(space, sizeof space, "%s/tiny_bwd.lua", g_dir);
-    snprintf(db, sizeof db, "%s/tiny-bwd-db.lua", g_dir);
-    write_text(space, tiny_bwd_space);
-    run_result r = RUN("tune", space, "--db", db, "--iters", "3", "-j", "2");
-    EXPECT_STATUS(r, 0);
+    char db[200];
+    run_result r = tune_tiny("tiny-bwd", tiny_bwd_space, db, sizeof db);
     cr_expect_not_null(strstr(r.err, "timing the backward at batch"), "%s", r.err);
     cr_expect_not_null(strstr(r.err, "[8/8]"), "progress reaches 8/8:\n%s", r.err);
     run_free(&r);
