@@ -508,41 +508,6 @@ static const tune_item *tune_wait_compiled(tune_pool *pool, const tune_item *ite
     return done ? it : NULL;
 }
 
-static int tune_gpu_prepare_bwd(tune_run *R, tune_gpu *G, int pi);
-
-/* Allocates and fills the current problem's tensors, at its first candidate that runs. One copy when
- * a copy is at least the L2 size; else enough copies (up to FWD_MAX_COPIES) that between two uses of
- * one copy the others have passed a whole L2 through the cache (kind "bwd": tune_gpu_prepare_bwd).
- * Returns 0, or -1 after printing why. */
-static int tune_gpu_prepare(tune_run *R, tune_gpu *G, int pi) {
-    const fg_tune_problem *pb = &R->space->problems[pi];
-    if (G->bwd) return tune_gpu_prepare_bwd(R, G, pi);
-    double copy = fwd_copy_bytes(&G->p), mib = 1024.0 * 1024.0;
-    int want = 1;
-    if (copy < R->l2_bytes) {
-        double n = 1.0 + ceil(R->l2_bytes / copy);
-        want = n > FWD_MAX_COPIES ? FWD_MAX_COPIES : (int)n;
-    }
-    fg_error err;
-    fg_error_clear(&err);
-    if (fwd_buffers_init(R->cu, &G->p, 1000 + (uint64_t)pi, want, &G->B, &err) != FG_OK) {
-        fwd_buffers_free(R->cu, &G->B);
-        tune_print(R, TUNE_ERR, "%s:%d: cannot set up the problem's tensors (%.1f MiB per copy): %s", R->space_path,
-                   pb->line, copy / mib, err.msg);
-        return -1;
-    }
-    G->ready = 1;
-    int n = G->B.ncopies;
-    if (copy >= R->l2_bytes) G->l2note[0] = '\0';
-    else if ((n - 1) * copy >= R->l2_bytes) snprintf(G->l2note, sizeof G->l2note, "inputs rotated over %d copies", n);
-    else
-        snprintf(G->l2note, sizeof G->l2note, "inputs (%.1f MiB, %d cop%s) fit in L2: times may be optimistic",
-                 copy / mib, n, n == 1 ? "y" : "ies");
-    tune_print(R, TUNE_INFO, "timing at batch %lld x heads %lld (heads_kv %lld): %.1f MiB of tensors%s%s", G->p.batch,
-               G->p.heads, G->p.heads_kv, copy / mib, G->l2note[0] ? "; " : "", G->l2note);
-    return 0;
-}
-
 /* The small problem a backward candidate is checked on, for the class of G->p: batch 1, two K/V heads with
  * the class's GQA ratio, lengths up to 333 and 211 that keep the class's relation (sq = sk, sq < sk or
  * sq > sk) and are multiples of no tile size, so tails, partial tiles and (causal, sq > sk) rows without
@@ -588,6 +553,39 @@ static int tune_gpu_prepare_bwd(tune_run *R, tune_gpu *G, int pi) {
                "%.1f MiB of workspace; each candidate checked first at batch 1 x heads %lld, seqlen_q %lld, seqlen_k %lld",
                G->p.batch, G->p.heads, G->p.heads_kv, bytes / mib, (double)G->BB.ws_bytes / mib, G->pc.heads,
                G->pc.seqlen_q, G->pc.seqlen_k);
+    return 0;
+}
+
+/* Allocates and fills the current problem's tensors, at its first candidate that runs. One copy when
+ * a copy is at least the L2 size; else enough copies (up to FWD_MAX_COPIES) that between two uses of
+ * one copy the others have passed a whole L2 through the cache (kind "bwd": tune_gpu_prepare_bwd).
+ * Returns 0, or -1 after printing why. */
+static int tune_gpu_prepare(tune_run *R, tune_gpu *G, int pi) {
+    const fg_tune_problem *pb = &R->space->problems[pi];
+    if (G->bwd) return tune_gpu_prepare_bwd(R, G, pi);
+    double copy = fwd_copy_bytes(&G->p), mib = 1024.0 * 1024.0;
+    int want = 1;
+    if (copy < R->l2_bytes) {
+        double n = 1.0 + ceil(R->l2_bytes / copy);
+        want = n > FWD_MAX_COPIES ? FWD_MAX_COPIES : (int)n;
+    }
+    fg_error err;
+    fg_error_clear(&err);
+    if (fwd_buffers_init(R->cu, &G->p, 1000 + (uint64_t)pi, want, &G->B, &err) != FG_OK) {
+        fwd_buffers_free(R->cu, &G->B);
+        tune_print(R, TUNE_ERR, "%s:%d: cannot set up the problem's tensors (%.1f MiB per copy): %s", R->space_path,
+                   pb->line, copy / mib, err.msg);
+        return -1;
+    }
+    G->ready = 1;
+    int n = G->B.ncopies;
+    if (copy >= R->l2_bytes) G->l2note[0] = '\0';
+    else if ((n - 1) * copy >= R->l2_bytes) snprintf(G->l2note, sizeof G->l2note, "inputs rotated over %d copies", n);
+    else
+        snprintf(G->l2note, sizeof G->l2note, "inputs (%.1f MiB, %d cop%s) fit in L2: times may be optimistic",
+                 copy / mib, n, n == 1 ? "y" : "ies");
+    tune_print(R, TUNE_INFO, "timing at batch %lld x heads %lld (heads_kv %lld): %.1f MiB of tensors%s%s", G->p.batch,
+               G->p.heads, G->p.heads_kv, copy / mib, G->l2note[0] ? "; " : "", G->l2note);
     return 0;
 }
 
