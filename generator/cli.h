@@ -11,6 +11,7 @@
 #include "fgerr.h"
 #include "flashgen.h"
 #include "reference.h"
+#include "spec.h"
 
 /* ---- cli.c: exit statuses, messages and option helpers */
 
@@ -107,9 +108,10 @@ fg_status fwd_poison(const fg_cuda_api *cu, const fwd_buffers *B, int copy, fg_e
 /* Makes B hold problem p: N(0,1) host inputs from seed and up to `copies` uploaded, poisoned device copies. */
 fg_status fwd_buffers_init(const fg_cuda_api *cu, const problem *p, uint64_t seed, int copies, fwd_buffers *B,
                            fg_error *err);
-/* Checks a slice (batches, heads, rows from row0) of copy `copy`'s output against the CPU reference into *rep. */
-fg_status fwd_check(const fg_cuda_api *cu, const fwd_buffers *B, const problem *p, int copy, int64_t nb, int64_t nh,
-                    int64_t row0, ref_report *rep, fg_error *err);
+/* Checks a slice (batches, heads, rows from row0) of copy `copy`'s output, written by variant `ran`, against the
+ * CPU reference into *rep. */
+fg_status fwd_check(const fg_cuda_api *cu, const fwd_buffers *B, const problem *p, const fg_spec *ran, int copy,
+                    int64_t nb, int64_t nh, int64_t row0, ref_report *rep, fg_error *err);
 /* Times `iters` launches after `warmup` ones with CUDA events on stream; the median, min and max into *t. */
 fg_status time_launches(const fg_cuda_api *cu, CUstream stream, int warmup, int iters, launch_fn launch, void *user,
                         launch_times *t, fg_error *err);

@@ -315,15 +315,15 @@ fg_status fwd_buffers_init(const fg_cuda_api *cu, const problem *p, uint64_t see
     return FG_OK;
 }
 
-/* Judges the output of copy `copy` of B (problem p) against the CPU reference, on a slice: batches
+/* Judges the output of copy `copy` of B (problem p, written by variant `ran`) against the CPU reference, on a slice: batches
  * [0, nb), query heads [0, nh) and query rows [row0, seqlen_q). The last rows are the ones to keep:
  * with the bottom-right aligned causal mask they see the same keys in the slice as in the whole
  * problem, and they hold the partial last tile. nh must keep every head with its own K/V head under
  * the slice's GQA grouping (all heads, whole groups, or part of the first group). Copies O and LSE back (the
  * kernel must have finished: synchronize its stream first) and fills *rep. FG_ERR_CUDA naming the
  * copy that failed, FG_ERR_NO_MEMORY, FG_ERR_INTERNAL for a slice that breaks those rules. */
-fg_status fwd_check(const fg_cuda_api *cu, const fwd_buffers *B, const problem *p, int copy, int64_t nb,
-                    int64_t nh, int64_t row0, ref_report *rep, fg_error *err) {
+fg_status fwd_check(const fg_cuda_api *cu, const fwd_buffers *B, const problem *p, const fg_spec *ran, int copy,
+                    int64_t nb, int64_t nh, int64_t row0, ref_report *rep, fg_error *err) {
     int64_t sq = p->seqlen_q, hq = p->heads, d = p->head_dim, group = p->heads / p->heads_kv;
     int64_t rows = sq - row0, nkv = (nh + group - 1) / group;
     int keeps_groups = nh >= 1 && nh <= hq && nh % nkv == 0;
@@ -368,7 +368,8 @@ fg_status fwd_check(const fg_cuda_api *cu, const fwd_buffers *B, const problem *
     lse.ndim = 3;
     lse.shape[0] = nb, lse.shape[1] = nh, lse.shape[2] = rows;
     lse.stride[0] = nh * sq, lse.stride[1] = sq, lse.stride[2] = 1;
-    ref_problem rp = {.q = q, .k = k, .v = v, .softmax_scale = 0.f, .causal = p->causal, .out_dtype = out_dtype_of(p)};
+    ref_problem rp = {.q = q, .k = k, .v = v, .softmax_scale = 0.f, .causal = p->causal, .out_dtype = out_dtype_of(p),
+                      .fp8_sum_rounded = spec_fp8_sum_rounded(ran)};
     st = ref_check_fwd(&rp, &out, &lse, rep, err);
 done:
     free(ho);
@@ -633,13 +634,15 @@ static fg_status run_fwd(fg_context *ctx, const fg_cuda_api *cu, const problem *
     fg_status st = fwd_buffers_init(cu, p, (uint64_t)p->seed, 1, &B, err);
     char explain[4096], line[1024];
     if (st == FG_OK && fg_explain(ctx, &B.dev[0], explain, sizeof explain) == FG_OK) printf("%s\n", explain);
+    fg_spec ran; /* what the check must model */
+    if (st == FG_OK) st = rt_fwd_spec(ctx, &B.dev[0], &ran, err);
     if (st == FG_OK && fg_attention_fwd(ctx, &B.dev[0], stream) != FG_OK)
         st = fg_fail(err, FG_ERR_INTERNAL, "fg_attention_fwd failed: %s", fg_last_error(ctx));
     if (st == FG_OK && cu->cuStreamSynchronize(stream) != CUDA_SUCCESS)
         st = fg_fail(err, FG_ERR_CUDA, "cuStreamSynchronize failed after the forward");
     ref_report rep;
     double c0 = now_seconds();
-    if (st == FG_OK && (st = fwd_check(cu, &B, p, 0, p->batch, p->heads, 0, &rep, err)) == FG_OK) {
+    if (st == FG_OK && (st = fwd_check(cu, &B, p, &ran, 0, p->batch, p->heads, 0, &rep, err)) == FG_OK) {
         ref_report_format(&rep, line, sizeof line);
         printf("check: %s (CPU reference %.1f s): %s\n", rep.pass ? "PASS" : "FAIL", now_seconds() - c0, line);
         printf("max error %.3g, bound %.3g\n", rep.max_err, rep.bound);

@@ -682,7 +682,7 @@ static fg_status tune_measure(tune_run *R, tune_gpu *G, const fg_spec *spec, con
     if ((s = rt_fwd_with_spec(R->ctx, spec, &G->B.dev[0], R->stream, err)) != FG_OK) return s;
     FG_CU(err, cu->cuStreamSynchronize(R->stream));
     ref_report rep;
-    if ((s = fwd_check(cu, &G->B, &G->p, 0, 1, G->check_heads, G->check_row0, &rep, err)) != FG_OK) return s;
+    if ((s = fwd_check(cu, &G->B, &G->p, spec, 0, 1, G->check_heads, G->check_row0, &rep, err)) != FG_OK) return s;
     if (!rep.pass) {
         char line[1024];
         ref_report_format(&rep, line, sizeof line);

@@ -252,6 +252,10 @@ int spec_fp8_pv_sum(const fg_spec *spec) {
                ? 8 : 0;
 }
 
+int spec_fp8_sum_rounded(const fg_spec *spec) {
+    return spec_is_wgmma(spec) && spec_fp8_pv_sum(spec) > 0;
+}
+
 int spec_fp8_vt_bytes(const fg_spec *spec) {
     return spec->block_n % 128 == 0 ? 128 : spec->block_n % 64 == 0 ? 64 : 32;
 }

@@ -99,6 +99,9 @@ int spec_q_stages(const fg_spec *spec);
 /* The sm_90a FP8 forward's extra P.V columns that hold the row sums (8 rows of ones under V^T; fwd_sm90.cuh
  * FG_PV_SUM): 8 at head_dim 64, and at 128 below three consumer warpgroups; else (and for other dtypes) 0. */
 int spec_fp8_pv_sum(const fg_spec *spec);
+/* Whether variant spec divides O by the sum of the e4m3-rounded P (an sm_90a FP8 variant with those row sums):
+ * what a check of its output must model (tests/reference.h fp8_sum_rounded). */
+int spec_fp8_sum_rounded(const fg_spec *spec);
 /* The sm_90a FP8 forward's V^T tile (head_dim rows of block_n key bytes) is stored as chunks of this many
  * keys, each row one swizzled unit (128, 64 or 32 bytes: the largest dividing block_n). */
 int spec_fp8_vt_bytes(const fg_spec *spec);

@@ -610,6 +610,11 @@ fg_status rt_fwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_fwd_ar
     return st == FG_OK ? launch(ctx, spec, fn, a, stream, err) : st;
 }
 
+fg_status rt_fwd_spec(fg_context *ctx, const fg_fwd_args *a, fg_spec *s, fg_error *err) {
+    fg_status st = rt_check_fwd_args(a, 0, err);
+    return st != FG_OK ? st : choose_spec(ctx, a, s, NULL, 0, err);
+}
+
 fg_status fg_prepare(fg_context *ctx, const fg_fwd_args *a) {
     if (!ctx) return rt_no_context("fg_prepare");
     fg_error err;

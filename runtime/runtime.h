@@ -91,6 +91,10 @@ void rt_log(fg_context *ctx, fg_log_level level, const char *fmt, ...) FG_PRINTF
  * spec must match the call (dtype, head_dim, mask) and the device (arch, shared memory). Its kernel is
  * found or built like any other (memory, disk, bundles, NVRTC). Errors go to err only. */
 fg_status rt_fwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_fwd_args *a, void *stream, fg_error *err);
+/* The variant fg_attention_fwd would run for call a on ctx (the call checked as fg_prepare checks it), into *s:
+ * for the CLI's and the tests' checks, which must know what the kernel computes (an sm_90a FP8 variant with
+ * wgmma row sums normalizes O by the sum of the e4m3-rounded P). Errors go to err only. */
+fg_status rt_fwd_spec(fg_context *ctx, const fg_fwd_args *a, fg_spec *s, fg_error *err);
 /* Whether the mma.sync backward variant s (tiles set, tma 0) takes its loads by TMA on this context when the
  * call's tensors allow them (dispatch.c's choose_bwd_spec; the tuner gives its candidates the same): sm_90+
  * with FLASHGEN_BWD_TMA not 0 (on by default on sm_90 only), head_dim 64 or 128, block_m a multiple of 64, two

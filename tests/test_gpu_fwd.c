@@ -472,29 +472,17 @@ static void run_launch(gpu_env *env, fwd_run *r) {
                  "warps=%d stages=%d", cc, cc == 90 && wgmma_tiles ? "a" : "", spec_dtype_name(r->c.dt), r->c.d,
                  r->c.causal, r->c.tiles[0], r->c.tiles[1], r->c.tiles[2], r->c.tiles[3]);
         cr_assert_eq(spec_parse(text, &s, &e), FG_OK, "%s: %s", text, e.msg);
-        r->sum_rounded = spec_is_wgmma(&s) && spec_fp8_pv_sum(&s) > 0;
+        r->sum_rounded = spec_fp8_sum_rounded(&s);
         fg_status st = rt_fwd_with_spec(env->ctx, &s, &r->args, (void *)env->stream, &e);
         if (st == FG_ERR_UNSUPPORTED) /* e.g. the shared memory of a smaller GPU */
             cr_skip_test("%s: %s", name, e.msg);
         cr_assert_eq(st, FG_OK, "%s: rt_fwd_with_spec returned %s: %s", name, fg_status_string(st), e.msg);
     } else {
-        r->sum_rounded = 0;
-        if (spec_dtype_is_fp8(r->c.dt)) { /* which variant dispatch takes: fg_explain's first line names it */
-            char why[2048], text[FG_SPEC_NAME_MAX];
-            cr_assert_eq(fg_explain(env->ctx, &r->args, why, sizeof why), FG_OK, "%s", fg_last_error(env->ctx));
-            const char *v = strstr(why, "variant ");
-            cr_assert(v != NULL, "%s", why);
-            v += strlen("variant ");
-            size_t len = strcspn(v, "\n");
-            cr_assert_lt(len, sizeof text, "%s", why);
-            memcpy(text, v, len);
-            text[len] = 0;
-            fg_spec s;
-            fg_error e;
-            fg_error_clear(&e);
-            cr_assert_eq(spec_parse(text, &s, &e), FG_OK, "%s: %s", text, e.msg);
-            r->sum_rounded = spec_is_wgmma(&s) && spec_fp8_pv_sum(&s) > 0;
-        }
+        fg_spec s; /* the variant dispatch takes, for what the reference must model */
+        fg_error e;
+        fg_error_clear(&e);
+        cr_assert_eq(rt_fwd_spec(env->ctx, &r->args, &s, &e), FG_OK, "%s: %s", name, e.msg);
+        r->sum_rounded = spec_fp8_sum_rounded(&s);
         fg_status st = fg_attention_fwd(env->ctx, &r->args, (void *)env->stream);
         cr_assert_eq(st, FG_OK, "%s: fg_attention_fwd returned %s: %s", name, fg_status_string(st),
                      fg_last_error(env->ctx));
