@@ -444,6 +444,10 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
 #endif
         const int row0 = tl.m0 + 64 * cw + 16 * warp + g; // this thread's rows: row0 and row0 + 8
         float row_max[1][2] = {{FG_NEG_INF, FG_NEG_INF}}, row_sum[1][2] = {{0.f, 0.f}};
+        // FG_PV_SUM: the row sums of the steps before the last P.V, in fp32; where the fp32 sums of P are not
+        // kept (no LSE asked) they take row_sum's registers (at 128 x 224 two more spilled 1.3 KB).
+        float pv_l_own[2] = {0.f, 0.f};
+        float *const pv_l = FP32_SUM ? pv_l_own : row_sum[0];
 #pragma unroll
         for (int dt = 0; dt < FG_DTA; dt++) acc[0][dt][0] = acc[0][dt][1] = acc[0][dt][2] = acc[0][dt][3] = 0.f;
 
@@ -514,6 +518,17 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                     acc[0][dt][3] *= corr[1];
                 }
             }
+#if FG_PV_SUM
+            // The P.V wgmma's row sums go into fp32 after every step, and their accumulator column starts
+            // again from 0: Hopper's FP8 wgmma adds into its accumulator with only about 14 bits kept
+            // (DeepSeek-V3's report measured it), and a sum of positive terms that is never reset loses the
+            // low bits of each block's contribution: at 8k keys l came out up to ~14% low and O as much high.
+#pragma unroll
+            for (int h = 0; h < 2; h++) pv_l[h] = pv_l[h] * corr[h] + acc[0][FG_DT][2 * h];
+            // (zeroed through asm: plain stores of 0 made ptxas spill 160-1296 bytes at block_n 192/224)
+#pragma unroll
+            for (int e = 0; e < 4; e++) asm volatile("mov.b32 %0, 0f00000000;" : "=f"(acc[0][FG_DT][e]));
+#endif
             pack_p(sacc, pf);
         }
         if (n_blocks > 0) {
@@ -555,7 +570,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 // O's l: with FG_PV_SUM the sum of the e4m3 P that weighted V (every column of the group holds it)
-                const float l = FG_PV_SUM ? acc[0][FG_DT][2 * h] : fg_quad_sum(row_sum[0][h]);
+                const float l = FG_PV_SUM ? pv_l[h] + acc[0][FG_DT][2 * h] : fg_quad_sum(row_sum[0][h]);
                 const float inv = l > 0.f ? o_factor / l : 0.f;
                 const float l_lse = FG_PV_SUM && FP32_SUM ? fg_quad_sum(row_sum[0][h]) : l; // the LSE's
                 const int row = row0 + 8 * h;

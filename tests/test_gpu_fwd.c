@@ -768,10 +768,10 @@ ParameterizedTest(fwd_case *c, fwd, fp8, .timeout = 300) {
  * loop (fwd_sm90.cuh FG_PV_SUM: the fp32 row sums only for the LSE), which must give the same O, bit for
  * bit, and each pass the reference. Default tiles (d 64 causal, d 128 causal with sq > sk, d 128 e5m2 GQA)
  * and explicit ones: 128 x 224 and 128 x 192 (V^T chunks of 32 and 64 keys), one consumer warpgroup with
- * 3 stages, three with 4; lengths that are multiples of no tile. Runs only where the sm_90a family does
+ * 3 stages, three with 4; lengths that are multiples of no tile; 12k-16k keys. Runs only where the sm_90a family does
  * (elsewhere the FP8 kernel has one tile loop, and the other FP8 tests cover it). */
 ParameterizedTestParameters(fwd, fp8_lse_or_not) {
-    static fwd_case cases[7];
+    static fwd_case cases[10];
     static const int t[4][4] = {{128, 224, 12, 2}, {128, 192, 12, 2}, {64, 128, 8, 3}, {192, 64, 16, 4}};
     cases[0] = mk8(FG_DTYPE_E4M3, 2, 300, 517, 4, 2, 64, 1, 1);
     cases[1] = mk8(FG_DTYPE_E4M3, 1, 517, 300, 2, 2, 128, 1, 2);
@@ -781,6 +781,12 @@ ParameterizedTestParameters(fwd, fp8_lse_or_not) {
     cases[5] = mk8(FG_DTYPE_E4M3, 2, 333, 611, 2, 2, 128, 1, 1);
     cases[6] = mk8(FG_DTYPE_E4M3, 1, 611, 333, 4, 2, 64, 1, 2);
     for (int i = 0; i < 4; i++) memcpy(cases[3 + i].tiles, t[i], sizeof cases[0].tiles);
+    /* Long key ranges: the P.V wgmma's row sums once accumulated over all of them in the tensor cores, whose
+     * FP8 accumulation keeps about 14 bits; at 8k keys l was ~14% low (fixed 2026-11-30). */
+    cases[7] = mk8(FG_DTYPE_E4M3, 1, 200, 16384, 2, 1, 128, 0, 2);
+    cases[8] = mk8(FG_DTYPE_E4M3, 1, 130, 12000, 2, 2, 64, 1, 1);
+    cases[9] = mk8(FG_DTYPE_E4M3, 1, 150, 16000, 2, 2, 128, 1, 1);
+    memcpy(cases[9].tiles, t[0], sizeof cases[0].tiles);
     return cr_make_param_array(fwd_case, cases, NELEM(cases));
 }
 ParameterizedTest(fwd_case *c, fwd, fp8_lse_or_not, .timeout = 300) {
