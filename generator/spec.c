@@ -252,6 +252,14 @@ int spec_fp8_pv_sum(const fg_spec *spec) {
                ? 8 : 0;
 }
 
+int spec_fp8_o_flush(const fg_spec *spec) {
+    if (!spec_is_wgmma(spec) || !spec_dtype_is_fp8(spec->dtype) || spec->head_dim > 128) return 0;
+    /* every 2 steps at d 128: 1.032x every step on an H200 (d 64: 0.98-1.07x, mixed, so every step), and every
+     * fwd/fp8* test, the 12k-32k-key ones with V's columns averaging 1 included, within its bound either way
+     * (bench/results/2026-11-30-h200-session14/call6) */
+    return spec->head_dim <= 64 ? 1 : 2;
+}
+
 int spec_fp8_sum_rounded(const fg_spec *spec) {
     return spec_is_wgmma(spec) && spec_fp8_pv_sum(spec) > 0;
 }

@@ -102,6 +102,11 @@ int spec_fp8_pv_sum(const fg_spec *spec);
 /* Whether variant spec divides O by the sum of the e4m3-rounded P (an sm_90a FP8 variant with those row sums):
  * what a check of its output must model (tests/reference.h fp8_sum_rounded). */
 int spec_fp8_sum_rounded(const fg_spec *spec);
+/* The sm_90a FP8 forward's two-level accumulation (fwd_sm90.cuh FG_O_FLUSH): every how many key blocks the
+ * P.V accumulator is added into fp32 registers and restarted (1 at head_dim 64, 2 at 128); 0 (no fp32
+ * level) for 16-bit variants, and above head_dim 128, where O's second copy does not fit a consumer's 240
+ * registers (dispatch then keeps FP8 calls over more than 256 keys off the sm_90a family). */
+int spec_fp8_o_flush(const fg_spec *spec);
 /* The sm_90a FP8 forward's V^T tile (head_dim rows of block_n key bytes) is stored as chunks of this many
  * keys, each row one swizzled unit (128, 64 or 32 bytes: the largest dividing block_n). */
 int spec_fp8_vt_bytes(const fg_spec *spec);

@@ -78,11 +78,12 @@ static const fg_tile_rule default_rules[] = {
     /* sm_90a FP8 (e4m3, e5m2; head_dim a multiple of 64, block_n a multiple of 32 up to 256: validate.c).
      * FlashAttention-3's d 128 FP8 tile is 128 x 224: on an H200 (session 13, bench/fp8.py, same calls) it
      * ran 3-7% faster than 128 x 128 at 8k-16k and 7-9% slower at 2k (0.995x overall), so the policy keeps
-     * 128 x 128 and a tuned database may take 224 (tune_fwd_sm90a_fp8.lua). */
-    {90, 90, 64, 64, -1, FG_DTYPE_E4M3, 192, 128, 16, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
-    {90, 90, 64, 64, -1, FG_DTYPE_E5M2, 192, 128, 16, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
-    {90, 90, 65, 256, -1, FG_DTYPE_E4M3, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
-    {90, 90, 65, 256, -1, FG_DTYPE_E5M2, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
+     * 128 x 128 and a tuned database may take 224 (tune_fwd_sm90a_fp8.lua). Since the two-level
+     * accumulation (fwd_sm90.cuh FG_O_FLUSH, 2026-11-30) O's second copy leaves no room for 128 x 192/224 at
+     * d 128, nor for d 64's 192 x 128 (three consumers at 160 registers), which had timed 12% faster than
+     * 128 x 128 at 2k before (bench/results/2026-11-30-h200-session14/call1/tune_fp8.log). */
+    {90, 90, 64, 256, -1, FG_DTYPE_E4M3, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
+    {90, 90, 64, 256, -1, FG_DTYPE_E5M2, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     /* The backward (bwd_sm80.cuh; validate.c's bwd rules): block_n = 16 x warps keys, block_m 32, 64 or
      * 128 query rows a step. The widest tiles that compile (fp32 dQ traffic per FLOP falls as block_n
      * grows, and shared-memory reads per MMA as block_m grows), though ptxas spills at d 96 (4-16 bytes)

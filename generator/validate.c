@@ -41,7 +41,12 @@ static int acc_registers(const fg_spec *s) {
  * rule refuses what cannot fit; the ~20 registers of addresses and statistics are left to ptxas's spill
  * report (which `flashgen tune` and bundles read). */
 static int wg_consumers(const fg_spec *s) { return s->block_m / 64; }
-static int wg_registers(const fg_spec *s) { return s->head_dim / 2 + s->block_n * 3 / 4; }
+/* FP8 at head_dim <= 128 keeps O's fp32 level (spec_fp8_o_flush) besides the wgmma accumulator, the row-sum
+ * group (spec_fp8_pv_sum) in both: d/2 + 8 more. */
+static int wg_registers(const fg_spec *s) {
+    return s->head_dim / 2 + s->block_n * 3 / 4 +
+           (spec_fp8_o_flush(s) ? s->head_dim / 2 + spec_fp8_pv_sum(s) : 0);
+}
 static int wg_register_limit(const fg_spec *s) { return wg_consumers(s) == 3 ? 160 : 240; }
 
 /* The backward (bwd_sm80.cuh): block_n = 16 x warps keys per CTA (8 x warps above head_dim 128), block_m
@@ -142,8 +147,9 @@ RULE(wgmma_warps, spec_is_wgmma(s) && s->warps != 4 * (wg_consumers(s) + 1), FG_
      4 * (wg_consumers(s) + 1))
 RULE(wgmma_registers, spec_is_wgmma(s) && wg_registers(s) > wg_register_limit(s), FG_ERR_UNSUPPORTED,
      "block_n %d at head_dim %d needs about %d registers per consumer thread on sm_90a, more than the %d a "
-     "consumer warpgroup gets with block_m %d: use a smaller block_n", s->block_n, s->head_dim,
-     wg_registers(s), wg_register_limit(s), s->block_m)
+     "consumer warpgroup gets with block_m %d%s: use a smaller block_n", s->block_n, s->head_dim,
+     wg_registers(s), wg_register_limit(s), s->block_m,
+     spec_fp8_o_flush(s) ? " (FP8 keeps a second, fp32 copy of O: the two-level accumulation)" : "")
 RULE(bwd_tiles, is_bwd(s) && (s->warps < 2 || s->warps > 8 || (s->warps & (s->warps - 1)) != 0 ||
                                (s->block_n != 16 * s->warps && (s->block_n != 8 * s->warps || s->warps < 4)) ||
                                (s->block_m != 32 && s->block_m != 64 && s->block_m != 128) ||

@@ -85,15 +85,30 @@ static int call_wgmma(const fg_context *ctx, const fg_fwd_args *a) {
            tensor_tma_ok(&a->v, fp8 ? 1 : 3) && tensor_tma_ok(&a->o, 3);
 }
 
+/* Whether dispatch gives call a the sm_90a family (call_wgmma says whether it can run there). Not FP8 above
+ * head_dim 128 over more than FG_FP8_UNFLUSHED_KEYS keys: Hopper's FP8 wgmma accumulates with about 14
+ * bits, and there the kernel has no room for the fp32 level of O that fixes it at head_dim 64/128
+ * (spec_fp8_o_flush, fwd_sm90.cuh FG_O_FLUSH); with V's columns averaging 1, O came out 23% low at 16k
+ * keys (bench/results/2026-11-30-h200-session14/). The mma.sync family accumulates in fp32. Two key blocks
+ * of 128 bound the error like a two-step flush would. FLASHGEN_FP8_FAST_ACCUM=1 lifts the limit for callers
+ * who take that error for the speed (1.5-1.8x cuDNN bf16 at d 256 against 0.3x). */
+#define FG_FP8_UNFLUSHED_KEYS 256
+static int dispatch_wgmma(const fg_context *ctx, const fg_fwd_args *a) {
+    if (spec_dtype_is_fp8(a->q.dtype) && a->q.shape[3] > 128 && a->k.shape[1] > FG_FP8_UNFLUSHED_KEYS &&
+        !ctx->fp8_fast_accum)
+        return 0;
+    return call_wgmma(ctx, a);
+}
+
 /* The variant for a problem on ctx's device: the device's arch (on Hopper sm_90a, the wgmma family, for
- * calls it takes, else sm_90, the mma.sync family), dtype, output dtype, head_dim and mask from the call; tiles
+ * calls dispatch_wgmma gives it, else sm_90, the mma.sync family), dtype, output dtype, head_dim and mask from the call; tiles
  * from the tuning database's winner for the nearest bucket when there is one, else from the tile
  * policy. `why` (may be NULL) receives the reason for the tiles. */
 static fg_status choose_spec(fg_context *ctx, const fg_fwd_args *a, fg_spec *s, char *why, size_t nwhy, fg_error *err) {
     memset(s, 0, sizeof *s);
     s->kind = FG_KIND_FWD;
     s->arch = ctx->arch;
-    s->arch_accel = call_wgmma(ctx, a);
+    s->arch_accel = dispatch_wgmma(ctx, a);
     s->dtype = a->q.dtype;
     s->out_dtype = call_out_dtype(a);
     s->head_dim = (int)a->q.shape[3];
@@ -558,7 +573,7 @@ fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) 
     fg_tune_class cls = problem_class(FG_KIND_FWD, &a->q, &a->k, a->causal);
     if (!ctx->tuned) cls.gqa = 0, cls.seqlen_q = cls.seqlen_k = cls.batch_heads = 0; /* the policy ignores them */
     const fg_dtype out_dtype = call_out_dtype(a); /* not in the class: an FP8 call writing fp16 vs bf16 */
-    const int accel = call_wgmma(ctx, a);         /* nor whether its tensors suit TMA */
+    const int accel = dispatch_wgmma(ctx, a);     /* nor which family takes it */
     pthread_mutex_lock(&ctx->lock);
     if (ctx->last_kernel >= 0 && memcmp(&ctx->last_class, &cls, sizeof cls) == 0 && ctx->last_out_dtype == out_dtype &&
         ctx->last_accel == accel) {

@@ -18,11 +18,14 @@
 //   with S of block j issued before P V of block j - 1, so the softmax overlaps the tensor cores, and the
 //   consumer warpgroups taking turns to issue (pingpong). At the end of a tile O /= l is staged in the
 //   warpgroup's Q rows and written by a TMA store; the LSE goes straight to global memory. (FP8 at
-//   head_dim 64/128: l comes from the P.V wgmma itself, FG_PV_SUM, and O goes out from registers.)
+//   head_dim 64/128: l comes from the P.V wgmma itself, FG_PV_SUM; the P.V accumulator goes into fp32
+//   registers every FG_O_FLUSH steps, since FP8 wgmma accumulates with about 14 bits; O goes out from
+//   registers.)
 // TMA zero-fills rows past the end of Q, K and V, so padded keys give S = 0 (then masked) and P.V adds 0.
 // Measured step by step on an H200: bench/results/2026-11-29-h200-sm90a/.
 
 constexpr int FG_CWG = FG_BLOCK_M / 64;          // consumer warpgroups
+constexpr int FG_OF = FG_O_FLUSH > 0 ? FG_O_FLUSH : 1; // FG_O_FLUSH's period, 1 where there is none
 constexpr int FG_THREADS = (FG_CWG + 1) * 128;
 constexpr int FG_NT = FG_BLOCK_N / 8;            // n8 column groups of S
 constexpr int FG_DT = FG_HEAD_DIM / 8;           // n8 column groups of O
@@ -356,11 +359,13 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         fg_wgmma_commit();
     };
     float acc[1][FG_DTA][4];
+    float oacc[FG_O_FLUSH ? FG_DTA : 1][4]; // FP8: the fp32 level of O's accumulation (FG_O_FLUSH)
     // k steps of the P.V product: 16 keys (FP8: 32), each four registers of P.
     constexpr int FG_PK = FG_FP8 ? FG_BLOCK_N / 32 : FG_BLOCK_N / 16;
     // Issues O += P V of K/V step i (one commit group). 16-bit: V read MN-major, 16 keys (two 8-key
     // groups, 16 FG_RB-byte rows) per step; FP8: V^T read K-major, 32 key bytes per step.
-    auto issue_pv = [&](int i, const u32 (&pf)[FG_PK][4]) {
+    // scale_d 0: the accumulator restarts from 0 (FG_O_FLUSH).
+    auto issue_pv = [&](int i, const u32 (&pf)[FG_PK][4], u32 scale_d) {
         const u32 sv_s = s_v + stage_of(i) * FG_VS_BYTES;
         fg_mbar_wait(FG_FP8 ? bar_vr(stage_of(i)) : bar_v(stage_of(i)), parity_of(i)); // FP8: once reordered
         fg_fence_regs(acc[0]);
@@ -370,7 +375,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             fg_wgmma_pv(acc[0], pf[kk],
                         FG_FP8 ? fg_desc_kmajor<FG_RBV>(sv_s + (kk * 32 / FG_RBV) * FG_VT_CHUNK + kk * 32 % FG_RBV)
                                : fg_desc_mnmajor(sv_s + kk * 16 * FG_RB, FG_KV_CHUNK),
-                        1u);
+                        kk > 0 ? 1u : scale_d);
         fg_wgmma_commit();
     };
     // P in the A-operand layout: 16-bit, packed straight from the S accumulator (the layouts agree); FP8,
@@ -444,12 +449,11 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
 #endif
         const int row0 = tl.m0 + 64 * cw + 16 * warp + g; // this thread's rows: row0 and row0 + 8
         float row_max[1][2] = {{FG_NEG_INF, FG_NEG_INF}}, row_sum[1][2] = {{0.f, 0.f}};
-        // FG_PV_SUM: the row sums of the steps before the last P.V, in fp32; where the fp32 sums of P are not
-        // kept (no LSE asked) they take row_sum's registers (at 128 x 224 two more spilled 1.3 KB).
-        float pv_l_own[2] = {0.f, 0.f};
-        float *const pv_l = FP32_SUM ? pv_l_own : row_sum[0];
 #pragma unroll
-        for (int dt = 0; dt < FG_DTA; dt++) acc[0][dt][0] = acc[0][dt][1] = acc[0][dt][2] = acc[0][dt][3] = 0.f;
+        for (int dt = 0; dt < FG_DTA; dt++) {
+            acc[0][dt][0] = acc[0][dt][1] = acc[0][dt][2] = acc[0][dt][3] = 0.f;
+            if (FG_O_FLUSH) oacc[dt][0] = oacc[dt][1] = oacc[dt][2] = oacc[dt][3] = 0.f;
+        }
 
         // Masks S of step i of this tile where needed (the causal diagonal, the end of the keys).
         auto mask = [&](int i, float (&sacc)[1][FG_NT][4]) {
@@ -492,7 +496,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             float sacc[1][FG_NT][4];
             turn_wait();
             issue_qk(kv + it, sacc);
-            issue_pv(kv + it - 1, pf);
+            issue_pv(kv + it - 1, pf, FG_O_FLUSH && (it - 1) % FG_OF == 0 ? 0u : 1u);
             turn_pass();
             fg_wgmma_wait<1>(); // S of step it is in; P V of step it - 1 may still run
             fg_fence_regs(sacc[0]);
@@ -509,6 +513,31 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             // bf16, same run): d 256 +0-6% (4k non-causal +5.9%), d 128 -1-4% (the branch splits the step),
             // d 64 +-1%. FP8 (bench/fp8.py, 2026-11-30, bench/results/2026-11-30-h200-session13/): at d 128
             // 3% faster with P packed without shuffles, 6% slower with the quad shuffles P had before.
+            // FP8 two-level accumulation (every FG_O_FLUSH steps): the P.V accumulator (O and the row sums) is
+            // added into fp32 registers, oacc, and the next P.V starts it again from 0 (scale-d 0).
+            // Hopper's FP8 wgmma adds into its accumulator keeping only about 14 bits (DeepSeek-V3's report;
+            // vLLM's FlashAttention fork flushes likewise), so an accumulator carried over every key block
+            // loses the low bits of each block's contribution where the terms do not cancel: at 32k keys the
+            // row sums came out 40% low, and so would O for a V whose columns do not average to 0. Where a
+            // row maximum grew both are rescaled before the sum (written as (oacc + acc) * corr, ptxas
+            // spilled 40 bytes at d 128).
+#if FG_O_FLUSH
+            if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
+#pragma unroll
+                for (int dt = 0; dt < FG_DTA; dt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        acc[0][dt][e] *= corr[e / 2];
+                        oacc[dt][e] *= corr[e / 2];
+                    }
+            }
+            if (it % FG_OF == 0) {
+#pragma unroll
+                for (int dt = 0; dt < FG_DTA; dt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) oacc[dt][e] += acc[0][dt][e];
+            }
+#else
             if ((FG_HEAD_DIM <= 128 && !FG_FP8) || __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
                 for (int dt = 0; dt < FG_DTA; dt++) {
@@ -518,22 +547,12 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                     acc[0][dt][3] *= corr[1];
                 }
             }
-#if FG_PV_SUM
-            // The P.V wgmma's row sums go into fp32 after every step, and their accumulator column starts
-            // again from 0: Hopper's FP8 wgmma adds into its accumulator with only about 14 bits kept
-            // (DeepSeek-V3's report measured it), and a sum of positive terms that is never reset loses the
-            // low bits of each block's contribution: at 8k keys l came out up to ~14% low and O as much high.
-#pragma unroll
-            for (int h = 0; h < 2; h++) pv_l[h] = pv_l[h] * corr[h] + acc[0][FG_DT][2 * h];
-            // (zeroed through asm: plain stores of 0 made ptxas spill 160-1296 bytes at block_n 192/224)
-#pragma unroll
-            for (int e = 0; e < 4; e++) asm volatile("mov.b32 %0, 0f00000000;" : "=f"(acc[0][FG_DT][e]));
 #endif
             pack_p(sacc, pf);
         }
         if (n_blocks > 0) {
             turn_wait();
-            issue_pv(kv + n_blocks - 1, pf);
+            issue_pv(kv + n_blocks - 1, pf, FG_O_FLUSH && (n_blocks - 1) % FG_OF == 0 ? 0u : 1u);
             turn_pass();
             fg_wgmma_wait<0>();
             fg_fence_regs(acc[0]);
@@ -570,7 +589,10 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 // O's l: with FG_PV_SUM the sum of the e4m3 P that weighted V (every column of the group holds it)
-                const float l = FG_PV_SUM ? pv_l[h] + acc[0][FG_DT][2 * h] : fg_quad_sum(row_sum[0][h]);
+#pragma unroll
+                for (int dt = 0; dt < FG_DTA; dt++) // the last steps' P.V into the fp32 part (FG_O_FLUSH)
+                    if (FG_O_FLUSH) acc[0][dt][2 * h] += oacc[dt][2 * h], acc[0][dt][2 * h + 1] += oacc[dt][2 * h + 1];
+                const float l = FG_PV_SUM ? acc[0][FG_DT][2 * h] : fg_quad_sum(row_sum[0][h]);
                 const float inv = l > 0.f ? o_factor / l : 0.f;
                 const float l_lse = FG_PV_SUM && FP32_SUM ? fg_quad_sum(row_sum[0][h]) : l; // the LSE's
                 const int row = row0 + 8 * h;

@@ -328,6 +328,7 @@ typedef struct fwd_case {
     int out_f16;   /* FP8 only: O in fp16 (else bf16) */
     int descale;   /* FP8 only: 0 none, 1 one factor per tensor, 2 one per (batch, kv head) */
     float amp;     /* FP8 only: inputs are N(0,1) * amp, rounded (saturating) to the format; 0 means 1 */
+    float vmean;   /* FP8 only: added to V's entries before rounding (a V whose columns do not average to 0) */
 } fwd_case;
 
 typedef struct fwd_run {
@@ -356,8 +357,9 @@ static void case_name(const fwd_case *c, char *buf, size_t n) {
         len += snprintf(buf + len, n - (size_t)len, " tiles %dx%d w%d s%d", c->tiles[0], c->tiles[1], c->tiles[2],
                         c->tiles[3]);
     if (spec_dtype_is_fp8(c->dt) && len > 0 && (size_t)len < n)
-        snprintf(buf + len, n - (size_t)len, " out=%s descale=%s amp=%g", c->out_f16 ? "f16" : "bf16",
-                 c->descale == 0 ? "none" : c->descale == 1 ? "tensor" : "head", (double)(c->amp ? c->amp : 1.f));
+        snprintf(buf + len, n - (size_t)len, " out=%s descale=%s amp=%g vmean=%g", c->out_f16 ? "f16" : "bf16",
+                 c->descale == 0 ? "none" : c->descale == 1 ? "tensor" : "head", (double)(c->amp ? c->amp : 1.f),
+                 (double)c->vmean);
 }
 
 /* Allocates and uploads a case's tensors and fills in the arguments. */
@@ -388,8 +390,10 @@ static void run_setup(gpu_env *env, fwd_run *r, const fwd_case *c) {
     dbuf_upload_random(env, &r->q, 0x51ull + (uint64_t)c->d);
     dbuf_upload_random(env, &r->k, 0x52ull + (uint64_t)c->sk);
     dbuf_upload_random(env, &r->v, 0x53ull + (uint64_t)c->sq);
-    if (spec_dtype_is_fp8(c->dt) && c->amp != 0.f && c->amp != 1.f) {
-        /* Scaled inputs, saturated to the format's largest finite value (the saturation cases). */
+    if (spec_dtype_is_fp8(c->dt) && ((c->amp != 0.f && c->amp != 1.f) || c->vmean != 0.f)) {
+        /* Scaled inputs, saturated to the format's largest finite value (the saturation cases), and V
+         * shifted by vmean. */
+        const float amp = c->amp != 0.f ? c->amp : 1.f;
         dbuf *bs[3] = {&r->q, &r->k, &r->v};
         for (int i = 0; i < 3; i++) {
             dbuf *b = bs[i];
@@ -400,7 +404,8 @@ static void run_setup(gpu_env *env, fwd_run *r, const fwd_case *c) {
                         for (int64_t x3 = 0; x3 < sh[3]; x3++) {
                             unsigned char *e = b->img + x0 * b->view.stride[0] + x1 * b->view.stride[1] +
                                                x2 * b->view.stride[2] + x3 * b->view.stride[3];
-                            float f = (c->dt == FG_DTYPE_E4M3 ? ref_e4m3_to_float(*e) : ref_e5m2_to_float(*e)) * c->amp;
+                            float f = (c->dt == FG_DTYPE_E4M3 ? ref_e4m3_to_float(*e) : ref_e5m2_to_float(*e)) * amp +
+                                      (i == 2 ? c->vmean : 0.f);
                             *e = c->dt == FG_DTYPE_E4M3 ? ref_float_to_e4m3(f, 1) : ref_float_to_e5m2(f, 1);
                         }
             CK(env->cu->cuMemcpyHtoD(b->dptr, b->img, (size_t)b->span * b->esize));
@@ -551,7 +556,7 @@ static const int seqlens[][2] = {{1, 1},       {1, 239},     {239, 1},     {113,
 
 /* A contiguous case with the default scale and the LSE requested. */
 static fwd_case mk(fg_dtype dt, int b, int sq, int sk, int hq, int hkv, int d, int causal) {
-    fwd_case c = {dt, b, sq, sk, hq, hkv, d, causal, 0.0f, 0, 0, {0, 0, 0, 0}, 0, 0, 0.0f};
+    fwd_case c = {dt, b, sq, sk, hq, hkv, d, causal, 0.0f, 0, 0, {0, 0, 0, 0}, 0, 0, 0.0f, 0.0f};
     return c;
 }
 
@@ -743,7 +748,8 @@ ParameterizedTestParameters(fwd, fp8) {
     return cr_make_param_array(fwd_case, cases, (size_t)fp8_cases(cases));
 }
 /* On Hopper (unless FLASHGEN_WGMMA=0 or FLASHGEN_WGMMA_FP8=0) the head dims that are multiples of 64
- * must run on the sm_90a family (QGMMA), not fall back to mma.sync unseen; the others, and every case
+ * must run on the sm_90a family (QGMMA), not fall back to mma.sync unseen (above head_dim 128 up to 256
+ * keys only); the others, and every case
  * under FLASHGEN_WGMMA=0 (bench/gpu_check.sh runs the suite so too), run the mma.sync family. */
 ParameterizedTest(fwd_case *c, fwd, fp8, .timeout = 300) {
     gpu_env env;
@@ -756,8 +762,45 @@ ParameterizedTest(fwd_case *c, fwd, fp8, .timeout = 300) {
     char why[2048];
     cr_assert_eq(fg_explain(env.ctx, &r.args, why, sizeof why), FG_OK, "%s", fg_last_error(env.ctx));
     int on_sm90a = strstr(why, "arch=sm_90a,") != NULL;
-    int want = cc == 90 && wgmma && c->d % 64 == 0;
+    /* above head_dim 128 only up to 256 keys (dispatch.c dispatch_wgmma: no fp32 level of O there) */
+    int want = cc == 90 && wgmma && c->d % 64 == 0 && (c->d <= 128 || c->sk <= 256);
     cr_assert_eq(on_sm90a, want, "FP8 d %d should run the %s family: %s", c->d, want ? "sm_90a" : "mma.sync", why);
+    run_launch(&env, &r);
+    run_verify(&r);
+    run_free(&env, &r);
+    gpu_close(&env);
+}
+
+/* FP8 over long key ranges, with V's columns averaging 0 and 1: Hopper's FP8 tensor cores add into their
+ * accumulator with about 14 bits kept, so a P.V product accumulated over every key block in them loses
+ * the low bits of each block's contribution, most where the terms do not cancel (V's mean, the row sums).
+ * The sm_90a kernel adds the product into fp32 registers every step (fwd_sm90.cuh FG_O_FLUSH). */
+ParameterizedTestParameters(fwd, fp8_long_keys) {
+    static fwd_case cases[8];
+    cases[0] = mk8(FG_DTYPE_E4M3, 1, 130, 16384, 2, 1, 64, 1, 1);
+    cases[1] = mk8(FG_DTYPE_E4M3, 1, 200, 16384, 2, 2, 128, 0, 2);
+    cases[2] = mk8(FG_DTYPE_E4M3, 1, 200, 16384, 2, 2, 128, 0, 1);
+    cases[2].no_lse = 1;
+    cases[3] = mk8(FG_DTYPE_E4M3, 1, 150, 16000, 2, 2, 128, 1, 1);
+    cases[3].tiles[0] = 128, cases[3].tiles[1] = 224, cases[3].tiles[2] = 12, cases[3].tiles[3] = 2;
+    cases[4] = mk8(FG_DTYPE_E4M3, 1, 130, 16384, 2, 2, 256, 0, 1);
+    cases[5] = mk8(FG_DTYPE_E4M3, 1, 130, 32768, 1, 1, 64, 0, 1);
+    cases[5].no_lse = 1;
+    cases[6] = mk8(FG_DTYPE_E5M2, 1, 130, 16384, 2, 1, 128, 1, 1);
+    for (int i = 0; i < 7; i++) cases[i].vmean = 1.f;
+    cases[7] = mk8(FG_DTYPE_E4M3, 1, 130, 16384, 2, 2, 256, 1, 1); /* V of mean 0 */
+    return cr_make_param_array(fwd_case, cases, NELEM(cases));
+}
+ParameterizedTest(fwd_case *c, fwd, fp8_long_keys, .timeout = 300) {
+    gpu_env env;
+    gpu_open(&env);
+    skip_without_fp8(&env);
+    if (c->tiles[0] && gpu_cc(&env) != 90) {
+        gpu_close(&env);
+        cr_skip_test("128 x 224 is a tile of the sm_90a family only");
+    }
+    fwd_run r;
+    run_setup(&env, &r, c);
     run_launch(&env, &r);
     run_verify(&r);
     run_free(&env, &r);
