@@ -792,19 +792,14 @@ ParameterizedTestParameters(fwd, fp8_long_keys) {
     return cr_make_param_array(fwd_case, cases, NELEM(cases));
 }
 ParameterizedTest(fwd_case *c, fwd, fp8_long_keys, .timeout = 300) {
-    gpu_env env;
-    gpu_open(&env);
-    skip_without_fp8(&env);
-    if (c->tiles[0] && gpu_cc(&env) != 90) {
+    if (c->tiles[0]) {
+        gpu_env env;
+        gpu_open(&env);
+        const int cc = gpu_cc(&env);
         gpu_close(&env);
-        cr_skip_test("128 x 224 is a tile of the sm_90a family only");
+        if (cc != 90) cr_skip_test("128 x 224 is a tile of the sm_90a family only (this GPU: sm_%d)", cc);
     }
-    fwd_run r;
-    run_setup(&env, &r, c);
-    run_launch(&env, &r);
-    run_verify(&r);
-    run_free(&env, &r);
-    gpu_close(&env);
+    run_case(c);
 }
 
 /* FP8 with and without the LSE: on sm_90a at head_dim 64/128 these are two instances of the kernel's tile
