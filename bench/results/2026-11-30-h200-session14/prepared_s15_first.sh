@@ -1,0 +1,22 @@
+# Session 15, first call (prepared in session 14): the shared-memory fp32 level of O for FP8 above d 128
+# (.smoke/fp8_smem_level.patch applied to the tree = P) against HEAD (H: d > 128 past 256 keys on mma.sync;
+# HF: H with FLASHGEN_FP8_FAST_ACCUM=1, the unflushed sm_90a kernel). carry [".deps", ".smoke"].
+set -u
+sh .deps/offline-deps.sh --relocate .deps >/dev/null
+export PKG_CONFIG_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu/pkgconfig LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu
+T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+L=/tmp/l; rm -rf $L; mkdir -p $L; DBN=tune-NVIDIA-H200-sm90-132sm.lua
+pk() { tar czf $OUT/l.tgz -C /tmp l; }
+db() { rm -rf /tmp/fg$1; mkdir -p /tmp/fg$1; zcat bench/results/2026-11-30-h200-session12/tuned_s8.lua.gz > /tmp/fg$1/$DBN; }
+keep() { mkdir -p /tmp/b$1; cp build/flashgen build/libflashgen.so build/tests/test_gpu_fwd /tmp/b$1/; db $1; }
+T="build/libflashgen.so build/flashgen build/tests/test_gpu_fwd"
+rm -rf build; sh configure >/dev/null && ninja >$L/build.log 2>&1 || { tail $L/build.log; exit 1; }; keep P; el built P
+git apply -R .smoke/fp8_smem_level.patch && ninja $T >>$L/build.log 2>&1 && keep H && el built H; git apply .smoke/fp8_smem_level.patch
+export FLASHGEN_CACHE_DIR=/tmp/fgP
+timeout 200 build/tests/test_gpu_fwd -j8 --filter 'fwd/*' > $L/fwd_tests.log 2>&1; el "P fwd rc=$?"; tail -1 $L/fwd_tests.log; grep -a 'FAIL\|CRASH' $L/fwd_tests.log | head -5; pk
+timeout 90 compute-sanitizer --tool memcheck build/tests/test_gpu_fwd -j1 --filter 'fwd/fp8_long_keys' > $L/memcheck.log 2>&1; el "memcheck rc=$?"; grep -a 'ERROR SUMMARY' $L/memcheck.log | tail -1
+for r in 1 2; do
+  FLASHGEN_LIB=/tmp/bP/libflashgen.so FLASHGEN_CACHE_DIR=/tmp/fgP timeout 80 python3 bench/fp8.py --skip-accuracy --head-dims 256 --seqlens 2048,4096,8192,16384 --out $L/d_${r}P > $L/d_${r}P.log 2>&1; el "P $r rc=$?"
+  FLASHGEN_FP8_FAST_ACCUM=1 FLASHGEN_LIB=/tmp/bH/libflashgen.so FLASHGEN_CACHE_DIR=/tmp/fgH timeout 80 python3 bench/fp8.py --skip-accuracy --head-dims 256 --seqlens 2048,4096,8192,16384 --out $L/d_${r}F > $L/d_${r}F.log 2>&1; el "HF $r rc=$?"
+  pk; done
+grep -a "| 256" $L/d_1P.log
