@@ -499,7 +499,10 @@ static void run_launch(gpu_env *env, fwd_run *r) {
         fg_error e;
         fg_error_clear(&e);
         /* Hopper's two families: the sm_90a tiles (wgmma_tiles) run as sm_90a, the mma.sync ones as sm_90 */
-        fg_spec s = explicit_spec(&r->c, gpu_cc(env));
+        const int cc = gpu_cc(env);
+        if (wgmma_tiles(&r->c) && cc != 90)
+            cr_skip_test("%s: tiles of the sm_90a family, which this GPU (sm_%d) does not run", name, cc);
+        fg_spec s = explicit_spec(&r->c, cc);
         r->sum_rounded = spec_fp8_sum_rounded(&s);
         fg_status st = rt_fwd_with_spec(env->ctx, &s, &r->args, (void *)env->stream, &e);
         /* mma.sync tiles may not fit a smaller GPU's shared memory (skipped, as bwd_launch does); any other
