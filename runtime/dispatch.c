@@ -707,7 +707,7 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
     unsigned grid[3];
     const int group = rt_causal_group(ctx, &s, a);
     const int mode = rt_launch_grid(ctx, &s, a, group, grid);
-    char path[128] = "FlashAttention-2 mma.sync path (sm_80+)";
+    char path[320] = "FlashAttention-2 mma.sync path (sm_80+)";
     if (spec_is_wgmma(&s))
         snprintf(path, sizeof path, "FlashAttention-3 style sm_90a path (TMA, %s, %d consumer warpgroups)",
                  spec_dtype_is_fp8(s.dtype) ? "FP8 wgmma" : "wgmma", s.block_m / 64);
@@ -715,8 +715,13 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
         snprintf(path, sizeof path, "FP8 mma.sync m16n8k32 path (sm_89+)");
     if (spec_dtype_is_fp8(s.dtype)) {
         const size_t used = strlen(path);
-        snprintf(path + used, sizeof path - used, ", %s inputs, out=%s", spec_dtype_name(s.dtype),
-                 spec_dtype_name(s.out_dtype));
+        snprintf(path + used, sizeof path - used, ", %s inputs, out=%s%s", spec_dtype_name(s.dtype),
+                 spec_dtype_name(s.out_dtype),
+                 !spec_is_wgmma(&s) && call_wgmma(ctx, a)
+                     ? "; not the sm_90a family: above head_dim " FG_STR(128) " over " FG_STR(FG_FP8_UNFLUSHED_KEYS)
+                       " keys it has no fp32 level of O for Hopper's ~14-bit FP8 accumulation "
+                       "(FLASHGEN_FP8_FAST_ACCUM=1 takes it anyway)"
+                     : "");
     }
     char order[96] = "";
     if (s.causal)

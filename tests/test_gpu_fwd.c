@@ -825,6 +825,21 @@ ParameterizedTestParameters(fwd, fp8_long_keys) {
 }
 ParameterizedTest(fwd_case *c, fwd, fp8_long_keys, .timeout = 300) {
     assert_sm90a_tiles_valid(c);
+    if (c->d > 128) { /* on Hopper these run the mma.sync family, and fg_explain says why */
+        gpu_env env;
+        gpu_open(&env);
+        const char *fa = getenv("FLASHGEN_FP8_FAST_ACCUM");
+        if (gpu_cc(&env) == 90 && !env_is_zero("FLASHGEN_WGMMA") && !env_is_zero("FLASHGEN_WGMMA_FP8") &&
+            !(fa && strcmp(fa, "1") == 0)) {
+            fwd_run r;
+            run_setup(&env, &r, c);
+            char why[2048];
+            cr_assert_eq(fg_explain(env.ctx, &r.args, why, sizeof why), FG_OK, "%s", fg_last_error(env.ctx));
+            cr_assert(strstr(why, "not the sm_90a family") && strstr(why, "FLASHGEN_FP8_FAST_ACCUM"), "%s", why);
+            run_free(&env, &r);
+        }
+        gpu_close(&env);
+    }
     if (c->tiles[0]) {
         gpu_env env;
         gpu_open(&env);
