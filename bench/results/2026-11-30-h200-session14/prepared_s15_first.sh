@@ -22,3 +22,8 @@ for r in 1 2; do
 grep -a "| 256" $L/d_1P.log
 # bench/fp8.py's long-key accuracy table (82f034b, never run yet), on P
 FLASHGEN_LIB=/tmp/bP/libflashgen.so FLASHGEN_CACHE_DIR=/tmp/fgP timeout 120 python3 bench/fp8.py --skip-speed --out $L/acc > $L/acc.log 2>&1; el "accuracy rc=$?"; tail -16 $L/acc.log; pk
+# ncu of the sm_90a backward's main kernel (issue 7: d 128 at 0.88-0.98x cuDNN): stall reasons and pipes
+for c in "128 8192 0" "64 8192 0"; do set -- $c
+  timeout 120 ncu --set full -k regex:fg_bwd_main --launch-skip 3 --launch-count 1 -o $L/ncu_bwd_d$1 python3 .smoke/ncu_bwd.py $1 $2 $3 > $L/ncu_bwd_d$1.log 2>&1; el "ncu bwd d$1 rc=$?"
+  ncu --import $L/ncu_bwd_d$1.ncu-rep --page details > $L/ncu_bwd_d$1.txt 2>&1; rm -f $L/ncu_bwd_d$1.ncu-rep; pk
+done
