@@ -73,6 +73,7 @@ struct fg_context {
                                     matter only with a tuning database: the policy ignores them) */
     fg_dtype last_out_dtype;     /* ... and the dtype of O it writes (an FP8 class may write fp16 or bf16) */
     int last_accel;              /* ... and whether it is the sm_90a family (which needs TMA-ready tensors) */
+    int fp8_accum_warned;        /* the FP8 mma.sync accumulation warning was logged (fg_attention_fwd) */
     CUdeviceptr tile_ctrs;       /* the sm_90a family's tile counters (fg_fwd_params.tile_counter): FG_TILE_CTRS
                                     pairs of ints, allocated and zeroed with the context (so a call never
                                     allocates, even while another thread captures a graph), 0 if that failed;
