@@ -579,7 +579,8 @@ fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) 
      * that accumulator over every key block, the drift that made the sm_90a kernel's O 23% low at 16k keys
      * with V's columns averaging 1 before its two-level accumulation. Not measured on such a part (none
      * here): said once per context rather than silently. */
-    if (!accel && ctx->arch != 90 && spec_dtype_is_fp8(a->q.dtype) && a->k.shape[1] > FG_FP8_UNFLUSHED_KEYS &&
+    if (!accel && ctx->arch >= 89 && ctx->arch != 90 && spec_dtype_is_fp8(a->q.dtype) &&
+        a->k.shape[1] > FG_FP8_UNFLUSHED_KEYS &&
         !__atomic_load_n(&ctx->fp8_accum_warned, __ATOMIC_RELAXED) &&
         !__atomic_exchange_n(&ctx->fp8_accum_warned, 1, __ATOMIC_RELAXED))
         rt_log(ctx, FG_LOG_WARN, "FP8 on sm_%d runs the mma.sync kernel, which accumulates P.V in the tensor "

@@ -469,8 +469,9 @@ static fg_spec explicit_spec(const fwd_case *c, int cc) {
     fg_error_clear(&e);
     char text[FG_SPEC_NAME_MAX];
     snprintf(text, sizeof text, "kind=fwd arch=sm_%d%s dtype=%s head_dim=%d causal=%d block_m=%d block_n=%d "
-             "warps=%d stages=%d", cc, cc == 90 && wgmma_tiles(c) ? "a" : "", spec_dtype_name(c->dt), c->d, c->causal,
-             c->tiles[0], c->tiles[1], c->tiles[2], c->tiles[3]);
+             "warps=%d stages=%d%s", cc, cc == 90 && wgmma_tiles(c) ? "a" : "", spec_dtype_name(c->dt), c->d, c->causal,
+             c->tiles[0], c->tiles[1], c->tiles[2], c->tiles[3],
+             spec_dtype_is_fp8(c->dt) ? (c->out_f16 ? " out=fp16" : " out=bf16") : "");
     cr_assert_eq(spec_parse(text, &s, &e), FG_OK, "%s: %s", text, e.msg);
     return s;
 }
@@ -502,6 +503,9 @@ static void run_launch(gpu_env *env, fwd_run *r) {
         const int cc = gpu_cc(env);
         if (wgmma_tiles(&r->c) && cc != 90)
             cr_skip_test("%s: tiles of the sm_90a family, which this GPU (sm_%d) does not run", name, cc);
+        if (wgmma_tiles(&r->c) &&
+            (env_is_zero("FLASHGEN_WGMMA") || (spec_dtype_is_fp8(r->c.dt) && env_is_zero("FLASHGEN_WGMMA_FP8"))))
+            cr_skip_test("%s: tiles of the sm_90a family, which FLASHGEN_WGMMA=0 / FLASHGEN_WGMMA_FP8=0 turn off", name);
         fg_spec s = explicit_spec(&r->c, cc);
         r->sum_rounded = spec_fp8_sum_rounded(&s);
         fg_status st = rt_fwd_with_spec(env->ctx, &s, &r->args, (void *)env->stream, &e);
