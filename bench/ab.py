@@ -1,28 +1,39 @@
 #!/usr/bin/env python3
-"""bench/ab.py: an A/B comparison of two flashgen builds from bench/compare.py runs made in one session.
+"""bench/ab.py: an A/B comparison of two flashgen builds from bench/compare.py or bench/fp8.py runs made in one session.
 
-    python3 bench/ab.py A1 B1 [A2 B2 ...]
+    python3 bench/ab.py [--fp8-impl NAME] A1 B1 [A2 B2 ...]
 
-Each argument is a compare.py output directory (its compare.json). The runs alternate builds, A B A B, each
+Each argument is a compare.py output directory (its compare.json) or an fp8.py one (its fp8.json: flashgen's
+e4m3 TFLOP/s, or the column --fp8-impl names, e.g. flashgen_e4m3_lse, against cuDNN's and FlashAttention-2's
+bf16). The runs alternate builds, A B A B, each
 timed in its own process with cuDNN and FlashAttention-2 beside it (for example
 `FLASHGEN_LIB=/tmp/libB.so FLASHGEN_CACHE_DIR=/tmp/fgB python3 bench/compare.py --bwd --dtypes bf16 --out B1`).
 Prints, per configuration, flashgen's TFLOP/s in every run with its ratios to FlashAttention-2 and cuDNN
 of that same run, flashgen's correctness check, and the geometric mean of B/A over all (A, B) pairs and
-configurations: how the session-10 A/B figures in bench/results/*/README.md were computed.
+configurations, then per head_dim: how the A/B figures in bench/results/*/README.md since session 10 were
+computed (the session-14 FP8 ones with fp8.json).
 """
 import json
 import math
 import sys
 
 
-def load(path):
-    """{(dtype, head_dim, causal, seqlen): {implementation: record}} of one compare.py run."""
+def load(path, fp8_impl="flashgen_e4m3"):
+    """{(dtype, head_dim, causal, seqlen): {implementation: record}} of one compare.py or fp8.py run."""
+    import os
+    name = "fp8.json" if os.path.exists(os.path.join(path, "fp8.json")) else "compare.json"
     try:
-        with open(path + "/compare.json") as f:
+        with open(os.path.join(path, name)) as f:
             data = json.load(f)
     except (OSError, ValueError) as e:
-        sys.exit(f"ab.py: {path}/compare.json: {e}")
+        sys.exit(f"ab.py: {path}/{name}: {e}")
     table = {}
+    if name == "fp8.json":
+        for r in data.get("speed", []):
+            key = ("e4m3", r["head_dim"], bool(r["causal"]), r["seqlen"])
+            table[key] = {"flashgen": {"tflops": r.get(fp8_impl), "check": r.get("fp8_check", "")},
+                          "fa2": {"tflops": r.get("fa2_bf16")}, "cudnn": {"tflops": r.get("cudnn_bf16")}}
+        return table
     for r in data["results"]:
         key = (r["dtype"], r["head_dim"], bool(r["causal"]), r["seqlen"])
         table.setdefault(key, {})[r["implementation"]] = r
@@ -36,10 +47,14 @@ def tflops(run, key, impl):
 
 def main():
     args = sys.argv[1:]
+    fp8_impl = "flashgen_e4m3"
+    if len(args) >= 2 and args[0] == "--fp8-impl":
+        fp8_impl, args = args[1], args[2:]
     if len(args) < 2 or len(args) % 2:
         sys.exit(__doc__.strip().split("\n\n")[1].strip() + "\n(an even number of run directories, A first)")
-    runs = [load(p) for p in args]
+    runs = [load(p, fp8_impl) for p in args]
     logs = []
+    by_dim = {}
     for key in sorted(runs[0]):
         cells = []
         for i, run in enumerate(runs):
@@ -53,10 +68,15 @@ def main():
             ta, tb = tflops(a, key, "flashgen"), tflops(b, key, "flashgen")
             if ta and tb:
                 logs.append(math.log(tb / ta))
+                by_dim.setdefault(key[1], []).append(math.log(tb / ta))
         check = runs[0][key].get("flashgen", {}).get("check", "")
         print(key, " | ".join(cells), check)
     if logs:
         print("B/A geomean %.4f over %d pairs" % (math.exp(sum(logs) / len(logs)), len(logs)))
+        for d in sorted(by_dim):
+            v = by_dim[d]
+            print("  head_dim %d: %.4f over %d (%.3f-%.3f)" % (d, math.exp(sum(v) / len(v)), len(v),
+                                                            math.exp(min(v)), math.exp(max(v))))
 
 
 if __name__ == "__main__":
