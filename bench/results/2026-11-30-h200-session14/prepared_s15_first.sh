@@ -20,6 +20,15 @@ for r in 1 2; do
   FLASHGEN_FP8_FAST_ACCUM=1 FLASHGEN_LIB=/tmp/bH/libflashgen.so FLASHGEN_CACHE_DIR=/tmp/fgH timeout 80 python3 bench/fp8.py --skip-accuracy --head-dims 256 --seqlens 2048,4096,8192,16384 --out $L/d_${r}F > $L/d_${r}F.log 2>&1; el "HF $r rc=$?"
   pk; done
 grep -a "| 256" $L/d_1P.log
+# Q = HEAD + .smoke/fp8_flush_after_qk.patch (the register flush moved after the next QK^T's issue) against H,
+# d 64/128 (it conflicts with the shared-memory patch: built from H's sources)
+git apply -R .smoke/fp8_smem_level.patch && git apply .smoke/fp8_flush_after_qk.patch && ninja $T >>$L/build.log 2>&1 && keep Q && el built Q
+git apply -R .smoke/fp8_flush_after_qk.patch && git apply .smoke/fp8_smem_level.patch
+FLASHGEN_CACHE_DIR=/tmp/fgQ timeout 90 /tmp/bQ/test_gpu_fwd -j8 --filter 'fwd/fp8*' > $L/Q_fp8.log 2>&1; el "Q fp8 tests rc=$?"; tail -1 $L/Q_fp8.log
+for r in 1 2; do for x in H Q; do
+  FLASHGEN_LIB=/tmp/b$x/libflashgen.so FLASHGEN_CACHE_DIR=/tmp/fg$x timeout 60 python3 bench/fp8.py --skip-accuracy --head-dims 64,128 --seqlens 2048,8192,16384 --out $L/q_$r$x > $L/q_$r$x.log 2>&1; el "fp8 $r $x rc=$?"
+done; pk; done
+python3 bench/ab.py $L/q_1H $L/q_1Q $L/q_2H $L/q_2Q | tail -3
 # bench/fp8.py's long-key accuracy table (82f034b, never run yet), on P
 FLASHGEN_LIB=/tmp/bP/libflashgen.so FLASHGEN_CACHE_DIR=/tmp/fgP timeout 120 python3 bench/fp8.py --skip-speed --out $L/acc > $L/acc.log 2>&1; el "accuracy rc=$?"; tail -16 $L/acc.log; pk
 # ncu of the sm_90a backward's main kernel (issue 7: d 128 at 0.88-0.98x cuDNN): stall reasons and pipes
