@@ -245,8 +245,8 @@ static size_t wgmma_fwd_smem(const fg_spec *spec, size_t q) {
 
 /* The sm_90a FP8 forward's row sums by the P.V wgmma (fwd_sm90.cuh FG_PV_SUM): 8 rows of ones under each
  * V^T chunk, at head_dim 64 and 128. Above that O's accumulator is large enough that the extra group spills
- * (d 192: 32 bytes), and d 256 has no room in wgmma's n; so it does at d 128 with three consumer
- * warpgroups (160 registers each: 144 bytes of spills become 352). */
+ * (d 192: 32 bytes), and d 256 has no room in wgmma's n; so did d 128 with three consumer warpgroups (160
+ * registers each: 144 bytes of spills became 352), which validate.c now refuses for FP8 anyway. */
 int spec_fp8_pv_sum(const fg_spec *spec) {
     return spec_dtype_is_fp8(spec->dtype) && (spec->head_dim <= 64 || (spec->head_dim <= 128 && spec->block_m < 192))
                ? 8 : 0;

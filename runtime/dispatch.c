@@ -652,8 +652,7 @@ fg_status fg_prepare(fg_context *ctx, const fg_fwd_args *a) {
         return rt_set_error(ctx, &err);
     }
     fg_spec s;
-    if (rt_check_fwd_args(a, 0, &err) != FG_OK || choose_spec(ctx, a, &s, NULL, 0, &err) != FG_OK)
-        return rt_set_error(ctx, &err);
+    if (rt_fwd_spec(ctx, a, &s, &err) != FG_OK) return rt_set_error(ctx, &err);
     pthread_mutex_lock(&ctx->lock);
     origin from;
     fg_kernel *k;

@@ -521,23 +521,6 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             // row sums came out 40% low, and so would O for a V whose columns do not average to 0. Where a
             // row maximum grew both are rescaled before the sum (written as (oacc + acc) * corr, ptxas
             // spilled 40 bytes at d 128).
-#if FG_O_FLUSH
-            if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
-#pragma unroll
-                for (int dt = 0; dt < FG_DTA; dt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        acc[0][dt][e] *= corr[e / 2];
-                        oacc[dt][e] *= corr[e / 2];
-                    }
-            }
-            if (it % FG_OF == 0) {
-#pragma unroll
-                for (int dt = 0; dt < FG_DTA; dt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) oacc[dt][e] += acc[0][dt][e];
-            }
-#else
             if ((FG_HEAD_DIM <= 128 && !FG_FP8) || __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
                 for (int dt = 0; dt < FG_DTA; dt++) {
@@ -545,9 +528,20 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                     acc[0][dt][1] *= corr[0];
                     acc[0][dt][2] *= corr[1];
                     acc[0][dt][3] *= corr[1];
+                    if (FG_O_FLUSH) {
+                        oacc[dt][0] *= corr[0];
+                        oacc[dt][1] *= corr[0];
+                        oacc[dt][2] *= corr[1];
+                        oacc[dt][3] *= corr[1];
+                    }
                 }
             }
-#endif
+            if (FG_O_FLUSH && it % FG_OF == 0) {
+#pragma unroll
+                for (int dt = 0; dt < FG_DTA; dt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) oacc[dt][e] += acc[0][dt][e];
+            }
             pack_p(sacc, pf);
         }
         if (n_blocks > 0) {
@@ -588,10 +582,10 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             u16 *o = (u16 *)p.o + tl.batch * p.o_stride[0] + tl.head * p.o_stride[2];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                // O's l: with FG_PV_SUM the sum of the e4m3 P that weighted V (every column of the group holds it)
 #pragma unroll
                 for (int dt = 0; dt < FG_DTA; dt++) // the last steps' P.V into the fp32 part (FG_O_FLUSH)
                     if (FG_O_FLUSH) acc[0][dt][2 * h] += oacc[dt][2 * h], acc[0][dt][2 * h + 1] += oacc[dt][2 * h + 1];
+                // O's l: with FG_PV_SUM the sum of the e4m3 P that weighted V (every column of the group holds it)
                 const float l = FG_PV_SUM ? acc[0][FG_DT][2 * h] : fg_quad_sum(row_sum[0][h]);
                 const float inv = l > 0.f ? o_factor / l : 0.f;
                 const float l_lse = FG_PV_SUM && FP32_SUM ? fg_quad_sum(row_sum[0][h]) : l; // the LSE's
