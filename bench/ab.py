@@ -15,12 +15,12 @@ computed (the session-14 FP8 ones with fp8.json).
 """
 import json
 import math
+import os
 import sys
 
 
 def load(path, fp8_impl="flashgen_e4m3"):
     """{(dtype, head_dim, causal, seqlen): {implementation: record}} of one compare.py or fp8.py run."""
-    import os
     name = "fp8.json" if os.path.exists(os.path.join(path, "fp8.json")) else "compare.json"
     try:
         with open(os.path.join(path, name)) as f:

@@ -93,6 +93,12 @@ def accuracy(fg, torch, dev, shape=(2, 2048, 16, 128)):
     return rows
 
 
+def e4m3_per_tensor(fg, torch, *xs):
+    """(x8, descale) of each x in e4m3 with one factor per tensor: the quantization of the speed and
+    long-key rows."""
+    return [fg.quantize_fp8(x.float(), dtype=torch.float8_e4m3fn, per="tensor") for x in xs]
+
+
 def long_accuracy(fg, torch, dev, sq=256, sk=16384, heads=4):
     """Rows: (head_dim, V's mean, method, rmse, rmse relative to the reference's RMS). Long key ranges with V's
     columns averaging 0 and 1: Hopper's FP8 tensor cores accumulate with about 14 bits, so a P.V product
@@ -110,9 +116,7 @@ def long_accuracy(fg, torch, dev, sq=256, sk=16384, heads=4):
             o = fg.attention(q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16))
             e = rmse(torch, o, ref)
             rows.append((d, mean, "flashgen bf16", e, e / scale))
-            q8, qs = fg.quantize_fp8(q, dtype=torch.float8_e4m3fn, per="tensor")
-            k8, ks = fg.quantize_fp8(k, dtype=torch.float8_e4m3fn, per="tensor")
-            v8, vs = fg.quantize_fp8(v, dtype=torch.float8_e4m3fn, per="tensor")
+            (q8, qs), (k8, ks), (v8, vs) = e4m3_per_tensor(fg, torch, q, k, v)
             o = fg.attention(q8, k8, v8, q_descale=qs, k_descale=ks, v_descale=vs, out_dtype=torch.bfloat16)
             e = rmse(torch, o, ref)
             rows.append((d, mean, "flashgen e4m3, per-tensor descale", e, e / scale))
@@ -129,9 +133,7 @@ def speed(fg, torch, bench, head_dims, seqlens, lse=False):
                 b, h = 16384 // s, 2048 // d
                 shape = (b, s, h, d)
                 q, k, v = (torch.randn(shape, device=bench.dev, dtype=torch.bfloat16) for _ in range(3))
-                q8, qs = fg.quantize_fp8(q.float(), dtype=torch.float8_e4m3fn, per="tensor")
-                k8, ks = fg.quantize_fp8(k.float(), dtype=torch.float8_e4m3fn, per="tensor")
-                v8, vs = fg.quantize_fp8(v.float(), dtype=torch.float8_e4m3fn, per="tensor")
+                (q8, qs), (k8, ks), (v8, vs) = e4m3_per_tensor(fg, torch, q, k, v)
                 # V key-major once, outside the timing: the layout an engine keeping V^T passes directly.
                 vt = fg.key_major_v(v8)
                 flops = 4.0 * b * h * s * s * d / (2 if causal else 1)
