@@ -8,13 +8,11 @@
 -- 128 x 128 at 8k-16k and 7-9% slower at 2k, bench/results/2026-11-30-h200-session13/call4/); 2 to 4
 -- K/V stages. Candidates that do not fit a consumer's registers or 227 KiB of shared memory are recorded as
 -- refused: since the two-level accumulation (fwd_sm90.cuh FG_O_FLUSH, O's second copy in fp32) that is
--- 128 x 192/224 at d 128 and three consumer warpgroups at block_n 128. Head dims 64 and 128 only: above
--- 128, dispatch gives FP8 calls over more than 256 keys to the mma.sync family (runtime/dispatch.c
--- dispatch_wgmma), so an sm_90a winner at 2k-8k would never run.
-
+-- 128 x 192/224 at d 128; three consumer warpgroups and d 256 keep O's fp32 level in shared memory
+-- (FG_O_FLUSH_SMEM), which at d 256 leaves room for block_n 64 only with two consumer warpgroups.
 local tokens, width = 16384, 2048
 
-for _, head_dim in ipairs({64, 128}) do
+for _, head_dim in ipairs({64, 128, 256}) do
     for _, seqlen in ipairs({2048, 8192}) do
         space {
             family = "wgmma",

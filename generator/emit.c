@@ -183,7 +183,8 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
         sb_printf(&b, "#define FG_Q_STAGES %d\n", spec_q_stages(spec));
         if (spec_dtype_is_fp8(spec->dtype))
             sb_printf(&b, "#define FG_VT_RB %d\n#define FG_PV_SUM %d\n", spec_fp8_vt_bytes(spec), spec_fp8_pv_sum(spec));
-        sb_printf(&b, "#define FG_O_FLUSH %d\n", spec_fp8_o_flush(spec));
+        sb_printf(&b, "#define FG_O_FLUSH %d\n#define FG_O_FLUSH_SMEM %d\n", spec_fp8_o_flush(spec),
+                  spec_fp8_o_flush_smem(spec));
     }
     for (size_t i = 0; i < npieces; i++) {
         if (!pieces[i]) {

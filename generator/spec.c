@@ -239,6 +239,8 @@ static size_t wgmma_fwd_smem(const fg_spec *spec, size_t q) {
     return 1024u + (size_t)spec->head_dim * (size_t)spec_dtype_size(spec->dtype) *
                        (q * (size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages) +
            (size_t)spec_fp8_pv_sum(spec) * (size_t)spec->block_n * (size_t)spec->stages + /* ones rows (FG_PV_SUM) */
+           (spec_fp8_o_flush_smem(spec) ? (size_t)spec->block_m * (size_t)(spec->head_dim + spec_fp8_pv_sum(spec)) * 4u
+                                         : 0u) + /* O's fp32 level, the row-sum group included */
            8u * (2u * q + 4u * (size_t)spec->stages + 6u +
                  (spec_dtype_is_fp8(spec->dtype) ? (size_t)spec->stages : 0u)); /* FP8: V^T "reordered" mbarriers */
 }
@@ -252,8 +254,18 @@ int spec_fp8_pv_sum(const fg_spec *spec) {
                ? 8 : 0;
 }
 
+int spec_fp8_o_flush_smem(const fg_spec *spec) {
+    /* O's fp32 level in shared memory (thread-private 16-byte units) where the registers have no room for
+     * it: above head_dim 128, and with three consumer warpgroups (160 registers each). Flushed every 256
+     * keys (a read and a write of the whole level each time), as the registers' level at d 128 128 x 128. */
+    if (!spec_is_wgmma(spec) || !spec_dtype_is_fp8(spec->dtype) || (spec->head_dim <= 128 && spec->block_m != 192))
+        return 0;
+    return spec->block_n <= 128 ? 256 / spec->block_n : 1;
+}
+
 int spec_fp8_o_flush(const fg_spec *spec) {
-    if (!spec_is_wgmma(spec) || !spec_dtype_is_fp8(spec->dtype) || spec->head_dim > 128) return 0;
+    if (!spec_is_wgmma(spec) || !spec_dtype_is_fp8(spec->dtype) || spec->head_dim > 128 || spec->block_m == 192)
+        return 0;
     /* every 2 steps at d 128: 1.032x every step on an H200 (d 64: 0.98-1.07x, mixed, so every step), and every
      * fwd/fp8* test, the 12k-32k-key ones with V's columns averaging 1 included, within its bound either way
      * (bench/results/2026-11-30-h200-session14/call6) */

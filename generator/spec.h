@@ -104,9 +104,13 @@ int spec_fp8_pv_sum(const fg_spec *spec);
 int spec_fp8_sum_rounded(const fg_spec *spec);
 /* The sm_90a FP8 forward's two-level accumulation (fwd_sm90.cuh FG_O_FLUSH): every how many key blocks the
  * P.V accumulator is added into fp32 registers and restarted (1 at head_dim 64, 2 at 128); 0 (no fp32
- * level) for 16-bit variants, and above head_dim 128, where O's second copy does not fit a consumer's 240
- * registers (dispatch then keeps FP8 calls over more than 256 keys off the sm_90a family). */
+ * level) for 16-bit variants, and above head_dim 128 or with three consumer warpgroups, where O's second
+ * copy does not fit the consumers' registers. */
 int spec_fp8_o_flush(const fg_spec *spec);
+/* Above head_dim 128, and with three consumer warpgroups, the same with O's fp32 level in shared memory
+ * (block_m x (head_dim + spec_fp8_pv_sum) x 4 bytes; fwd_sm90.cuh FG_O_FLUSH_SMEM): the period in key
+ * blocks, 256 keys' worth (1 from block_n 160 up); 0 elsewhere. */
+int spec_fp8_o_flush_smem(const fg_spec *spec);
 /* The sm_90a FP8 forward's V^T tile (head_dim rows of block_n key bytes) is stored as chunks of this many
  * keys, each row one swizzled unit (128, 64 or 32 bytes: the largest dividing block_n). */
 int spec_fp8_vt_bytes(const fg_spec *spec);

@@ -82,8 +82,15 @@ static const fg_tile_rule default_rules[] = {
      * accumulation (fwd_sm90.cuh FG_O_FLUSH, 2026-11-30) O's second copy leaves no room for 128 x 192/224 at
      * d 128, nor for d 64's 192 x 128 (three consumers at 160 registers), which had timed 12% faster than
      * 128 x 128 at 2k before (bench/results/2026-11-30-h200-session14/call1/tune_fp8.log). */
-    {90, 90, 64, 256, -1, FG_DTYPE_E4M3, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
-    {90, 90, 64, 256, -1, FG_DTYPE_E5M2, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
+    {90, 90, 64, 128, -1, FG_DTYPE_E4M3, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
+    {90, 90, 64, 128, -1, FG_DTYPE_E5M2, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
+    /* above d 128 O's fp32 level lives in shared memory (block_m x d x 4 bytes; fwd_sm90.cuh
+     * FG_O_FLUSH_SMEM): d 192 64 x 128, one consumer warpgroup (with two, 128 x 64/96/128 spill 4-24 bytes),
+     * d 256 128 x 64 (230544 bytes) */
+    {90, 90, 129, 192, -1, FG_DTYPE_E4M3, 64, 128, 8, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
+    {90, 90, 129, 192, -1, FG_DTYPE_E5M2, 64, 128, 8, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
+    {90, 90, 193, 256, -1, FG_DTYPE_E4M3, 128, 64, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
+    {90, 90, 193, 256, -1, FG_DTYPE_E5M2, 128, 64, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     /* The backward (bwd_sm80.cuh; validate.c's bwd rules): block_n = 16 x warps keys, block_m 32, 64 or
      * 128 query rows a step. The widest tiles that compile (fp32 dQ traffic per FLOP falls as block_n
      * grows, and shared-memory reads per MMA as block_m grows), though ptxas spills at d 96 (4-16 bytes)

@@ -167,10 +167,6 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
     {
         ctx->wgmma = ctx->arch == 90 && cu->cuTensorMapEncodeTiled != NULL && !env_is_zero("FLASHGEN_WGMMA");
         ctx->wgmma_fp8 = ctx->wgmma && !env_is_zero("FLASHGEN_WGMMA_FP8");
-        const char *fa = getenv("FLASHGEN_FP8_FAST_ACCUM");
-        ctx->fp8_fast_accum = fa && strcmp(fa, "1") == 0;
-        if (fa && *fa && strcmp(fa, "1") != 0 && strcmp(fa, "0") != 0)
-            rt_log(ctx, FG_LOG_WARN, "FLASHGEN_FP8_FAST_ACCUM=%s is not 0 or 1: using 0", fa);
         const char *g = getenv("FLASHGEN_SM90_GRID");
         ctx->sm90_grid = !g ? 0 : strcmp(g, "tiles") == 0 ? 1 : strcmp(g, "persistent") == 0 ? 2 : 0;
         if (g && *g && ctx->sm90_grid == 0 && strcmp(g, "auto") != 0 && strcmp(g, "dynamic") != 0)

@@ -85,30 +85,15 @@ static int call_wgmma(const fg_context *ctx, const fg_fwd_args *a) {
            tensor_tma_ok(&a->v, fp8 ? 1 : 3) && tensor_tma_ok(&a->o, 3);
 }
 
-/* Whether dispatch gives call a the sm_90a family (call_wgmma says whether it can run there). Not FP8 above
- * head_dim 128 over more than FG_FP8_UNFLUSHED_KEYS keys: Hopper's FP8 wgmma accumulates with about 14
- * bits, and there the kernel has no room for the fp32 level of O that fixes it at head_dim 64/128
- * (spec_fp8_o_flush, fwd_sm90.cuh FG_O_FLUSH); with V's columns averaging 1, O came out 23% low at 16k
- * keys (bench/results/2026-11-30-h200-session14/). The mma.sync family accumulates in fp32. Two key blocks
- * of 128 bound the error like a two-step flush would. FLASHGEN_FP8_FAST_ACCUM=1 lifts the limit for callers
- * who take that error for the speed (1.5-1.8x cuDNN bf16 at d 256 against 0.3x). */
-#define FG_FP8_UNFLUSHED_KEYS 256
-static int dispatch_wgmma(const fg_context *ctx, const fg_fwd_args *a) {
-    if (spec_dtype_is_fp8(a->q.dtype) && a->q.shape[3] > 128 && a->k.shape[1] > FG_FP8_UNFLUSHED_KEYS &&
-        !ctx->fp8_fast_accum)
-        return 0;
-    return call_wgmma(ctx, a);
-}
-
 /* The variant for a problem on ctx's device: the device's arch (on Hopper sm_90a, the wgmma family, for
- * calls dispatch_wgmma gives it, else sm_90, the mma.sync family), dtype, output dtype, head_dim and mask from the call; tiles
+ * calls it takes, else sm_90, the mma.sync family), dtype, output dtype, head_dim and mask from the call; tiles
  * from the tuning database's winner for the nearest bucket when there is one, else from the tile
  * policy. `why` (may be NULL) receives the reason for the tiles. */
 static fg_status choose_spec(fg_context *ctx, const fg_fwd_args *a, fg_spec *s, char *why, size_t nwhy, fg_error *err) {
     memset(s, 0, sizeof *s);
     s->kind = FG_KIND_FWD;
     s->arch = ctx->arch;
-    s->arch_accel = dispatch_wgmma(ctx, a);
+    s->arch_accel = call_wgmma(ctx, a);
     s->dtype = a->q.dtype;
     s->out_dtype = call_out_dtype(a);
     s->head_dim = (int)a->q.shape[3];
@@ -573,14 +558,13 @@ fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) 
     fg_tune_class cls = problem_class(FG_KIND_FWD, &a->q, &a->k, a->causal);
     if (!ctx->tuned) cls.gqa = 0, cls.seqlen_q = cls.seqlen_k = cls.batch_heads = 0; /* the policy ignores them */
     const fg_dtype out_dtype = call_out_dtype(a); /* not in the class: an FP8 call writing fp16 vs bf16 */
-    const int accel = dispatch_wgmma(ctx, a);     /* nor which family takes it */
+    const int accel = call_wgmma(ctx, a);         /* nor whether its tensors suit TMA */
     /* FP8 on the mma.sync family outside Hopper (where ptxas runs it as f16 HMMA with fp32 accumulation):
      * Ada's FP8 mma.sync accumulates with 13 mantissa bits (SageAttention2), and this kernel carries O in
      * that accumulator over every key block, the drift that made the sm_90a kernel's O 23% low at 16k keys
      * with V's columns averaging 1 before its two-level accumulation. Not measured on such a part (none
      * here): said once per context rather than silently. */
-    if (!accel && ctx->arch >= 89 && ctx->arch != 90 && spec_dtype_is_fp8(a->q.dtype) &&
-        a->k.shape[1] > FG_FP8_UNFLUSHED_KEYS &&
+    if (!accel && ctx->arch >= 89 && ctx->arch != 90 && spec_dtype_is_fp8(a->q.dtype) && a->k.shape[1] > 256 &&
         !__atomic_load_n(&ctx->fp8_accum_warned, __ATOMIC_RELAXED) &&
         !__atomic_exchange_n(&ctx->fp8_accum_warned, 1, __ATOMIC_RELAXED))
         rt_log(ctx, FG_LOG_WARN, "FP8 on sm_%d runs the mma.sync kernel, which accumulates P.V in the tensor "
@@ -719,7 +703,7 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
     unsigned grid[3];
     const int group = rt_causal_group(ctx, &s, a);
     const int mode = rt_launch_grid(ctx, &s, a, group, grid);
-    char path[320] = "FlashAttention-2 mma.sync path (sm_80+)";
+    char path[128] = "FlashAttention-2 mma.sync path (sm_80+)";
     if (spec_is_wgmma(&s))
         snprintf(path, sizeof path, "FlashAttention-3 style sm_90a path (TMA, %s, %d consumer warpgroups)",
                  spec_dtype_is_fp8(s.dtype) ? "FP8 wgmma" : "wgmma", s.block_m / 64);
@@ -727,13 +711,8 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
         snprintf(path, sizeof path, "FP8 mma.sync m16n8k32 path (sm_89+)");
     if (spec_dtype_is_fp8(s.dtype)) {
         const size_t used = strlen(path);
-        snprintf(path + used, sizeof path - used, ", %s inputs, out=%s%s", spec_dtype_name(s.dtype),
-                 spec_dtype_name(s.out_dtype),
-                 !spec_is_wgmma(&s) && call_wgmma(ctx, a)
-                     ? "; not the sm_90a family: above head_dim " FG_STR(128) " over " FG_STR(FG_FP8_UNFLUSHED_KEYS)
-                       " keys it has no fp32 level of O for Hopper's ~14-bit FP8 accumulation "
-                       "(FLASHGEN_FP8_FAST_ACCUM=1 takes it anyway)"
-                     : "");
+        snprintf(path + used, sizeof path - used, ", %s inputs, out=%s", spec_dtype_name(s.dtype),
+                 spec_dtype_name(s.out_dtype));
     }
     char order[96] = "";
     if (s.causal)

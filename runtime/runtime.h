@@ -34,9 +34,6 @@ struct fg_context {
                                     with cuTensorMapEncodeTiled, and FLASHGEN_WGMMA not 0 */
     int wgmma_fp8;               /* FP8 calls take the sm_90a family too (unless FLASHGEN_WGMMA_FP8=0, which
                                     sends them to the mma.sync family, to measure one against the other) */
-    int fp8_fast_accum;          /* FLASHGEN_FP8_FAST_ACCUM=1: FP8 calls above head_dim 128 take the sm_90a family
-                                    at any key length, O accumulated in the tensor cores' ~14-bit FP8
-                                    accumulation (FlashAttention-3's behaviour; dispatch.c dispatch_wgmma) */
     int sm90_grid;               /* the sm_90a family's grid (FLASHGEN_SM90_GRID): 0 ("auto", or "dynamic", the
                                     same) persistent, tiles from a counter; 1 "tiles" one CTA per tile; 2
                                     "persistent" tiles in a fixed stride; for measuring the choice */

@@ -25,11 +25,19 @@
 // Measured step by step on an H200: bench/results/2026-11-29-h200-sm90a/.
 
 constexpr int FG_CWG = FG_BLOCK_M / 64;          // consumer warpgroups
-constexpr int FG_OF = FG_O_FLUSH > 0 ? FG_O_FLUSH : 1; // FG_O_FLUSH's period, 1 where there is none
 constexpr int FG_THREADS = (FG_CWG + 1) * 128;
 constexpr int FG_NT = FG_BLOCK_N / 8;            // n8 column groups of S
 constexpr int FG_DT = FG_HEAD_DIM / 8;           // n8 column groups of O
 constexpr int FG_DTA = FG_DT + FG_PV_SUM / 8;    // ... and FP8's row-sum group after them (FG_PV_SUM)
+// FP8's two-level accumulation: the period of the flush of the P.V accumulator into fp32, O's fp32 level in
+// registers (FG_O_FLUSH, head_dim <= 128) or in shared memory (FG_O_FLUSH_SMEM: above, and with three
+// consumer warpgroups); 0 for none.
+constexpr int FG_FLUSH = FG_O_FLUSH > 0 ? FG_O_FLUSH : FG_O_FLUSH_SMEM;
+constexpr int FG_OF = FG_FLUSH > 0 ? FG_FLUSH : 1; // its period, 1 where there is none
+// O's fp32 level in shared memory: per consumer thread FG_DTA 16-byte units (its four accumulator registers
+// of each n8 group), unit u of consumer thread c at (u * consumer threads + c) * 16: thread-private, and a
+// warp's 16-byte accesses fall on consecutive addresses (no bank conflicts).
+constexpr u32 FG_OACC_BYTES = FG_O_FLUSH_SMEM ? FG_DTA * (FG_BLOCK_M / 64) * 128 * 16 : 0; // row sums too
 constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM * FG_ESIZE;
 constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM * FG_ESIZE; // a K tile, or V (FP8: V^T, d x block_n)
 constexpr float FG_P_SHIFT = FG_FP8 ? 8.f : 0.f; // FP8: P = 2^8 exp2(...) fills e4m3's range (as fwd_sm80.cuh)
@@ -138,7 +146,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     const u32 s_k = s_q + FG_Q_STAGES * FG_Q_BYTES;
     constexpr u32 FG_VS_BYTES = FG_FP8 ? FG_BLOCK_N / FG_RBV * FG_VT_CHUNK : FG_KV_BYTES; // a V stage
     const u32 s_v = s_k + FG_STAGES * FG_KV_BYTES;
-    const u32 bars = s_v + FG_STAGES * FG_VS_BYTES;
+    const u32 s_oacc = s_v + FG_STAGES * FG_VS_BYTES; // FG_O_FLUSH_SMEM: O's fp32 level
+    const u32 bars = s_oacc + FG_OACC_BYTES;
     auto bar_q = [&](int b) { return bars + 8u * b; };
     auto bar_q_empty = [&](int b) { return bars + 8u * (FG_Q_STAGES + b); };
     constexpr int QB = 2 * FG_Q_STAGES; // the K/V barriers follow Q's
@@ -360,6 +369,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     };
     float acc[1][FG_DTA][4];
     float oacc[FG_O_FLUSH ? FG_DTA : 1][4]; // FP8: the fp32 level of O's accumulation (FG_O_FLUSH)
+    constexpr u32 FG_OACC_STRIDE = FG_CWG * 128 * 16; // FG_O_FLUSH_SMEM: bytes between a thread's units
+    const u32 oacc_at = s_oacc + (u32)(tid - 128) * 16u; // ... and its first unit
     // k steps of the P.V product: 16 keys (FP8: 32), each four registers of P.
     constexpr int FG_PK = FG_FP8 ? FG_BLOCK_N / 32 : FG_BLOCK_N / 16;
     // Issues O += P V of K/V step i (one commit group). 16-bit: V read MN-major, 16 keys (two 8-key
@@ -393,18 +404,28 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     // Releases a tile to the producer (one arrival per consumer warp). K and V are released separately:
     // with the overlap below, K of step i is done a step before V of step i.
     auto release = [&](u32 bar) {
-        if (lane == 0) fg_mbar_arrive(bar);
+        u32 ln = lane; // (read again from %laneid with O's fp32 level in shared memory: see turn_cw)
+        if (FG_O_FLUSH_SMEM) asm volatile("mov.u32 %0, %%laneid;" : "=r"(ln));
+        if (ln == 0) fg_mbar_arrive(bar);
     };
     // Pingpong (FlashAttention-3): the consumer warpgroups take turns issuing their GEMMs, so that one's
     // softmax runs while another's GEMMs occupy the tensor cores. Warpgroup cw waits at named barrier
     // FG_BAR_SCHED + cw until the previous one (cyclically) has issued, and passes the turn on after
     // issuing. Every warpgroup of a CTA runs the same steps, so the turns never deadlock; the last pass
     // is left unconsumed when the CTA exits.
+    // (With O's fp32 level in shared memory, cw is read again from %tid.x at each turn: kept live, ptxas
+    // spilled it at d 64 with three consumer warpgroups.)
+    auto turn_cw = [&]() {
+        if (!FG_O_FLUSH_SMEM) return cw;
+        u32 t;
+        asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+        return (int)(t / 128u) - 1;
+    };
     auto turn_wait = [&]() {
-        if (FG_CWG > 1) fg_named_sync(FG_BAR_SCHED + cw, 256);
+        if (FG_CWG > 1) fg_named_sync(FG_BAR_SCHED + turn_cw(), 256);
     };
     auto turn_pass = [&]() {
-        if (FG_CWG > 1) fg_named_arrive(FG_BAR_SCHED + (cw + 1) % FG_CWG, 256);
+        if (FG_CWG > 1) fg_named_arrive(FG_BAR_SCHED + (turn_cw() + 1) % FG_CWG, 256);
     };
     if (FG_CWG > 1 && cw == FG_CWG - 1) fg_named_arrive(FG_BAR_SCHED, 256); // warpgroup 0 goes first
 
@@ -453,7 +474,12 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         for (int dt = 0; dt < FG_DTA; dt++) {
             acc[0][dt][0] = acc[0][dt][1] = acc[0][dt][2] = acc[0][dt][3] = 0.f;
             if (FG_O_FLUSH) oacc[dt][0] = oacc[dt][1] = oacc[dt][2] = oacc[dt][3] = 0.f;
+            if (FG_O_FLUSH_SMEM)
+                asm volatile("st.shared.v4.f32 [%0], {%1, %1, %1, %1};" ::"r"(oacc_at + dt * FG_OACC_STRIDE),
+                             "f"(0.f) : "memory");
         }
+        // FG_O_FLUSH_SMEM: the rescale the shared-memory level owes since its last flush (a row's corr factors)
+        float osc[2] = {1.f, 1.f};
 
         // Masks S of step i of this tile where needed (the causal diagonal, the end of the keys).
         auto mask = [&](int i, float (&sacc)[1][FG_NT][4]) {
@@ -496,7 +522,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             float sacc[1][FG_NT][4];
             turn_wait();
             issue_qk(kv + it, sacc);
-            issue_pv(kv + it - 1, pf, FG_O_FLUSH && (it - 1) % FG_OF == 0 ? 0u : 1u);
+            issue_pv(kv + it - 1, pf, FG_FLUSH && (it - 1) % FG_OF == 0 ? 0u : 1u);
             turn_pass();
             fg_wgmma_wait<1>(); // S of step it is in; P V of step it - 1 may still run
             fg_fence_regs(sacc[0]);
@@ -542,11 +568,31 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
 #pragma unroll
                     for (int e = 0; e < 4; e++) oacc[dt][e] += acc[0][dt][e];
             }
+#if FG_O_FLUSH_SMEM
+            // The shared-memory level takes the factors as they come and applies them at its flush: level =
+            // level * osc + acc (acc is rescaled above, as without the level).
+            osc[0] *= corr[0];
+            osc[1] *= corr[1];
+            if (it % FG_OF == 0) {
+#pragma unroll
+                for (int dt = 0; dt < FG_DTA; dt++) {
+                    float x[4];
+                    const u32 a = oacc_at + dt * FG_OACC_STRIDE;
+                    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                                 : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]) : "r"(a) : "memory");
+#pragma unroll
+                    for (int e = 0; e < 4; e++) x[e] = fmaf(x[e], osc[e / 2], acc[0][dt][e]);
+                    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(a), "f"(x[0]), "f"(x[1]),
+                                 "f"(x[2]), "f"(x[3]) : "memory");
+                }
+                osc[0] = osc[1] = 1.f;
+            }
+#endif
             pack_p(sacc, pf);
         }
         if (n_blocks > 0) {
             turn_wait();
-            issue_pv(kv + n_blocks - 1, pf, FG_O_FLUSH && (n_blocks - 1) % FG_OF == 0 ? 0u : 1u);
+            issue_pv(kv + n_blocks - 1, pf, FG_FLUSH && (n_blocks - 1) % FG_OF == 0 ? 0u : 1u);
             turn_pass();
             fg_wgmma_wait<0>();
             fg_fence_regs(acc[0]);
@@ -578,6 +624,18 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         // once every warp of the warpgroup is past its last wgmma.
         fg_named_sync(FG_BAR_EPILOGUE + cw, 128);
         if (tid % 128 == 0) fg_mbar_arrive(bar_q_empty((qn - 1) % FG_Q_STAGES));
+#if FG_O_FLUSH_SMEM
+        // O = the shared-memory level (with the factors it still owes) + the accumulator's last steps
+#pragma unroll
+        for (int dt = 0; dt < FG_DTA; dt++) {
+            float x[4];
+            asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                         : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]) : "r"(oacc_at + dt * FG_OACC_STRIDE)
+                         : "memory");
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[0][dt][e] = fmaf(x[e], osc[e / 2], acc[0][dt][e]);
+        }
+#endif
         {
             u16 *o = (u16 *)p.o + tl.batch * p.o_stride[0] + tl.head * p.o_stride[2];
 #pragma unroll

@@ -784,8 +784,7 @@ ParameterizedTestParameters(fwd, fp8) {
     return cr_make_param_array(fwd_case, cases, (size_t)fp8_cases(cases));
 }
 /* On Hopper (unless FLASHGEN_WGMMA=0 or FLASHGEN_WGMMA_FP8=0) the head dims that are multiples of 64
- * must run on the sm_90a family (QGMMA), not fall back to mma.sync unseen (above head_dim 128 up to 256
- * keys only); the others, and every case
+ * must run on the sm_90a family (QGMMA), not fall back to mma.sync unseen; the others, and every case
  * under FLASHGEN_WGMMA=0 (bench/gpu_check.sh runs the suite so too), run the mma.sync family. */
 ParameterizedTest(fwd_case *c, fwd, fp8, .timeout = 300) {
     gpu_env env;
@@ -798,8 +797,7 @@ ParameterizedTest(fwd_case *c, fwd, fp8, .timeout = 300) {
     char why[2048];
     cr_assert_eq(fg_explain(env.ctx, &r.args, why, sizeof why), FG_OK, "%s", fg_last_error(env.ctx));
     int on_sm90a = strstr(why, "arch=sm_90a,") != NULL;
-    /* above head_dim 128 only up to 256 keys (dispatch.c dispatch_wgmma: no fp32 level of O there) */
-    int want = cc == 90 && wgmma && c->d % 64 == 0 && (c->d <= 128 || c->sk <= 256);
+    int want = cc == 90 && wgmma && c->d % 64 == 0;
     cr_assert_eq(on_sm90a, want, "FP8 d %d should run the %s family: %s", c->d, want ? "sm_90a" : "mma.sync", why);
     run_launch(&env, &r);
     run_verify(&r);
@@ -829,21 +827,6 @@ ParameterizedTestParameters(fwd, fp8_long_keys) {
 }
 ParameterizedTest(fwd_case *c, fwd, fp8_long_keys, .timeout = 300) {
     assert_sm90a_tiles_valid(c);
-    if (c->d > 128) { /* on Hopper these run the mma.sync family, and fg_explain says why */
-        gpu_env env;
-        gpu_open(&env);
-        const char *fa = getenv("FLASHGEN_FP8_FAST_ACCUM");
-        if (gpu_cc(&env) == 90 && !env_is_zero("FLASHGEN_WGMMA") && !env_is_zero("FLASHGEN_WGMMA_FP8") &&
-            !(fa && strcmp(fa, "1") == 0)) {
-            fwd_run r;
-            run_setup(&env, &r, c);
-            char why[2048];
-            cr_assert_eq(fg_explain(env.ctx, &r.args, why, sizeof why), FG_OK, "%s", fg_last_error(env.ctx));
-            cr_assert(strstr(why, "not the sm_90a family") && strstr(why, "FLASHGEN_FP8_FAST_ACCUM"), "%s", why);
-            run_free(&env, &r);
-        }
-        gpu_close(&env);
-    }
     run_case(c); /* (run_launch skips the sm_90a tiles off sm_90) */
 }
 

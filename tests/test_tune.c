@@ -916,7 +916,7 @@ static void check_shipped_sm90a_space(const char *path, fg_dtype dtype, int prob
 Test(space, shipped_tune_fwd_sm90a_loads) { check_shipped_sm90a_space("configs/tune_fwd_sm90a.lua", FG_DTYPE_BF16, 12); }
 
 Test(space, shipped_tune_fwd_sm90a_fp8_loads) {
-    check_shipped_sm90a_space("configs/tune_fwd_sm90a_fp8.lua", FG_DTYPE_E4M3, 8); /* d 64/128 */
+    check_shipped_sm90a_space("configs/tune_fwd_sm90a_fp8.lua", FG_DTYPE_E4M3, 12);
 }
 
 /* Loads text as space "s.lua" for sm_90, which must fail with status and a message containing parts. */
