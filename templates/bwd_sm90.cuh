@@ -2,17 +2,19 @@
 // kernels, the workspace and the grid are bwd_sm80.cuh's (emitted before this file, its own main kernel
 // left out by FG_WGMMA_BWD); this kernel replaces that one's mma.sync products by warpgroup MMAs.
 //
-// On an H200 (2026-11-29) it passes the backward GPU tests (bwd::shapes_sm90a; memcheck and racecheck
-// clean) and runs, bf16, at 1.39-1.73x FlashAttention-2's backward and 1.00-1.15x cuDNN's at head_dim 64,
-// 1.31-1.67x and 0.86-0.96x at 128 (fp16 alike; bench/results/2026-11-29-h200-session10/bwd90-epilogue/,
-// final/); the runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec).
+// On an H200 it passes the backward GPU tests (bwd::shapes_sm90a; memcheck, racecheck and synccheck
+// clean, session 15) and runs, bf16, at 1.45-1.76x FlashAttention-2's backward and 1.00-1.13x cuDNN's at
+// head_dim 64, 1.33-1.78x and 0.94-1.00x at 128 (fp16 0.96-0.99x at 128;
+// bench/results/2026-11-30-h200-session15/call5/bwd_all); the runtime takes it on Hopper unless
+// FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec).
 // What is left to cuDNN at head_dim 128: per-kernel times (torch.profiler, session 10, profile/) put our
 // main kernel at 1.24x cuDNN's at 512, 1.17x at 2k, 1.06x at 16k (the pre and post kernels cost the same
-// as cuDNN's), so most of the gap is per CTA, not per iteration: cuDNN's backward is persistent (132 CTAs
-// of 384 threads, 168 registers at launch, 216 KB of shared memory: ncu), which hides a tile's K/V loads
-// and dK/dV stores behind another's products; ours starts each CTA cold. In the loop: the exponentials
-// wait for dP as well as S (split only at d 64), and FA3's non-causal head_dim 128 tile takes 80 queries
-// (dQ^T = K^T dS^T) to our 64.
+// as cuDNN's); cuDNN's backward is persistent (132 CTAs of 384 threads, 168 registers at launch, 216 KB of
+// shared memory: ncu), but a persistent variant of ours gained nothing (session 11). In the loop (ncu,
+// d 128 8k non-causal, session 15 call 5): 70% of cycles issue nothing; the top stall samples are the
+// proxy fence before dQ's bulk add (13%), the wait for the dS^T buffer the other warpgroup's dQ frees
+// (12%) and the first S^T wgmma (8%). FA3's non-causal head_dim 128 tile takes 80 queries (dQ^T = K^T
+// dS^T) to our 64.
 //
 // A CTA: 128 keys of one query head (two warpgroups of 64 keys), head_dim 64 or 128, K and V in shared
 // memory for the whole run, dK and dV in registers (wgmma accumulators); it streams the query blocks that
@@ -52,11 +54,15 @@ constexpr u32 FG_BW_DS_BYTES = FG_BLOCK_N * FG_BLOCK_M * 2; // dS^T, [keys][quer
 // all 128 keys. (The earlier head_dim 64 kernel, 64-query blocks with each warpgroup adding dS K over its
 // own keys, so twice per element: 0.877x of this one, bf16, H200; bench/results/2026-11-29-h200-session9.)
 constexpr bool FG_BW_DQ_COLS = FG_BW_DQ_N < FG_HEAD_DIM;
-// S^T and dP^T as two wgmma groups, P^T computed while dP^T runs: at head_dim 64 1.5-3% faster than one
-// group (H200, bf16, session 9); at 128 1-5% slower (ptxas spills 40-60 bytes there; still 52-60 with the
-// TMA loads), so one group.
-constexpr bool FG_BW_SPLIT_SDP = FG_HEAD_DIM == 64;
 constexpr bool FG_BW_DQ_ROWS = FG_BLOCK_M == 128;
+// dQ one block late (see issue_dq) at head_dim 128 without a causal mask: 1.02-1.06x on the H200 (bf16,
+// with the split below; causal 512-2k lost 1-3.5% to the unoverlapped last dQ, so not there).
+constexpr bool FG_BW_DQ_LAG = FG_HEAD_DIM == 128 && !FG_CAUSAL;
+constexpr bool FG_BW_KD_BASE = FG_BW_DQ_LAG; // the K/V descriptors from one base (see kd0)
+// S^T and dP^T as two wgmma groups, P^T computed while dP^T runs: at head_dim 64 1.5-3% faster than one
+// group (H200, bf16, session 9). At 128 one group where there is no lag: the split cost 1-4% there
+// (session 15; before, with 40-60 bytes spilled, 1-5%), and 1.5% won with the lag.
+constexpr bool FG_BW_SPLIT_SDP = FG_HEAD_DIM == 64 || FG_BW_DQ_LAG;
 constexpr u32 FG_BW_DQ_BYTES = 64 * FG_BW_DQ_N * 4; // one warpgroup's dQ staging, 64 rows (fg_dq_index order)
 static_assert(FG_BLOCK_N == 128 && FG_BLOCK_M == (FG_HEAD_DIM == 64 ? 128 : 64) && FG_WARPS == 8,
               "two warpgroups of 64 keys, 128 queries at head_dim 64, 64 at 128");
@@ -151,16 +157,61 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     const u32 dqw = s_dq + wg * FG_BW_DQ_BYTES;
     const int krow0 = wg * 64 + wq * 16 + g; // this thread's key rows in the block: krow0, krow0 + 8
     // The K and V operands' descriptors (low words) for the S^T and dP^T k steps, computed once and kept
-    // opaque to ptxas, which would otherwise recompute them in the loop when the code after it changes.
+    // opaque to ptxas, which would otherwise recompute them in the loop when the code after it changes; with
+    // the lag (FG_BW_KD_BASE) from one base made opaque once a block, ptxas adding each step's offset in the
+    // loop (16 integer adds a block) instead of holding 16 descriptors in registers: that made the split
+    // spill-free at d 128 (with the descriptors in registers it spilled 124-176 bytes), but cost d 64 causal
+    // 5% and gains nothing without the lag (H200, session 15 call 4).
     const u64 desc_hi = fg_desc_kmajor(0) & ~0xFFFFFFFFull;
-    u32 kdesc[FG_HEAD_DIM / 16], vdesc[FG_HEAD_DIM / 16];
+    const u32 kd0 = (u32)fg_desc_kmajor(kw);
+    u32 kdesc[FG_BW_KD_BASE ? 1 : FG_HEAD_DIM / 16], vdesc[FG_BW_KD_BASE ? 1 : FG_HEAD_DIM / 16];
 #pragma unroll
-    for (int kk = 0; kk < FG_HEAD_DIM / 16; kk++) {
+    for (int kk = 0; kk < (FG_BW_KD_BASE ? 0 : FG_HEAD_DIM / 16); kk++) {
         const u32 c = kk / 4, off = (kk % 4) * 32;
         kdesc[kk] = (u32)fg_desc_kmajor(kw + c * FG_BW_KCH + off);
         vdesc[kk] = (u32)fg_desc_kmajor(vw + c * FG_BW_KCH + off);
         asm volatile("" : "+r"(kdesc[kk]), "+r"(vdesc[kk]));
     }
+    // dQ (FG_BW_DQ_N columns of 64 query rows) of the block whose dS^T is in buffer bq (its use uq), once
+    // both warpgroups' dS^T is in: by columns, dS (queries x all 128 keys) K (all keys x its half of
+    // head_dim, one 64-column chunk of the K tile); by rows, dS (its 64 queries: one 64-column slab of the
+    // dS^T tile x all 128 keys) K (all keys x head_dim). At head_dim 128 one block late (FG_BW_DQ_LAG:
+    // issued with the next block's dV and dK), so that a warpgroup waits for the other's dS^T of the block
+    // before, not of the block both are on, and the two no longer meet once a block (that wait took 16% of
+    // the stall samples at d 128 8k: ncu, session 15). At 64 (128-query blocks) ptxas spills 120-396 bytes
+    // with it.
+    float dq[FG_BW_DQ_N / 8][4];
+    auto issue_dq = [&](int bq, int uq) { // dS^T's buffer and that buffer's use
+        fg_mbar_wait(bar_ds_full(bq), (u32)(uq & 1));
+        fg_wgmma_fence(); // (ptxas would insert it: the wait's registers are reused by dQ's accumulators)
+        const u32 ds_q = s_ds + (u32)bq * FG_BW_DS_BYTES;
+        const u32 dq_a = ds_q + (FG_BW_DQ_ROWS ? wg * FG_BLOCK_N * 128 : 0), dq_b = s_k + (FG_BW_DQ_COLS ? wg * FG_BW_KCH : 0);
+#pragma unroll
+        for (int kk = 0; kk < FG_BLOCK_N / 16; kk++)
+            fg_wgmma_dq(dq, fg_desc_mnmajor(dq_a + kk * 16 * 128, FG_BW_DS_BYTES),
+                        fg_desc_mnmajor(dq_b + kk * 16 * 128, FG_BW_KCH), kk > 0 ? 1u : 0u);
+        fg_wgmma_commit();
+    };
+    // Stages dQ_part in the accumulator's fragment order (fg_dq_index: float4 i of thread wtid at (wq *
+    // FG_BW_DQ_N / 8 + i) * 32 + lane, bank-conflict free), once the warpgroup's previous bulk add has read
+    // the staging; add_dq adds it with one bulk reduce-add from thread 0 of the warpgroup. (A reduce-add
+    // per row, issued by a loop over the lanes, took 13-21% of the stall samples: ncu, session 9.)
+    auto stage_dq = [&]() {
+        if (wtid == 0) fg_bulk_wait_read();
+        fg_named_sync(1 + wg, 128);
+        float4 *sdq = (float4 *)(base + (dqw - s_k)) + wq * (FG_BW_DQ_N / 8) * 32 + lane;
+#pragma unroll
+        for (int i = 0; i < FG_BW_DQ_N / 8; i++) sdq[i * 32] = make_float4(dq[i][0], dq[i][1], dq[i][2], dq[i][3]);
+    };
+    auto add_dq = [&](i64 m0q) { // the block's first query row
+        fg_fence_proxy_async(); // (after dK: the stores have landed by then, so the fence costs no wait)
+        fg_named_sync(1 + wg, 128);
+        if (wtid == 0) {
+            const float *dst = p.dq_accum + (bh * sq_pad + m0q) * FG_HEAD_DIM + (FG_BW_DQ_COLS ? wg * 64 * FG_BW_DQ_N : 0) +
+                               (FG_BW_DQ_ROWS ? wg * 64 * FG_HEAD_DIM : 0);
+            fg_bulk_add_f32<64 * FG_BW_DQ_N * 4>(dst, dqw);
+        }
+    };
     int st = 0;
     for (int m = m_first; m < m_last; m++, st ^= 1) {
         if (producer && m + 1 < m_last) {
@@ -184,13 +235,19 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
         // P^T (dP^T - D), in place; dS^T also to its tile (16-bit). As in bwd_sm80.cuh: an unmasked instance
         // for blocks that need no mask, lse2 and D read once a pair.
         float s[FG_BW_QT][4], dp[FG_BW_QT][4];
+        u32 kd = kd0;
+        if (FG_BW_KD_BASE) asm volatile("" : "+r"(kd));
+        auto kv_desc = [&](int kk, u32 v_off) { // K's (v_off 0) or V's (FG_KV_BYTES) descriptor of k step kk
+            const u32 c = kk / 4, off = (kk % 4) * 32;
+            return FG_BW_KD_BASE ? kd + (v_off + c * FG_BW_KCH + off) / 16 : v_off ? vdesc[kk] : kdesc[kk];
+        };
         auto issue_s = [&](int kk) {
             const u32 c = kk / 4, off = (kk % 4) * 32; // chunk of 64 columns, 32 bytes a k step inside it
-            fg_wgmma_st(s, desc_hi | kdesc[kk], fg_desc_kmajor(sq_st + c * FG_BW_QCH + off), kk > 0 ? 1u : 0u);
+            fg_wgmma_st(s, desc_hi | kv_desc(kk, 0), fg_desc_kmajor(sq_st + c * FG_BW_QCH + off), kk > 0 ? 1u : 0u);
         };
         auto issue_dp = [&](int kk) {
             const u32 c = kk / 4, off = (kk % 4) * 32;
-            fg_wgmma_st(dp, desc_hi | vdesc[kk], fg_desc_kmajor(sdo_st + c * FG_BW_QCH + off), kk > 0 ? 1u : 0u);
+            fg_wgmma_st(dp, desc_hi | kv_desc(kk, FG_KV_BYTES), fg_desc_kmajor(sdo_st + c * FG_BW_QCH + off), kk > 0 ? 1u : 0u);
         };
         // dS^T of n8 tiles nt - 1 and nt (nt odd) to its tile, 16-bit, with one stmatrix: matrix j = 2 (tile
         // - nt + 1) + h holds keys krow0 - g + 8 h + 0..7 x that tile's 8 queries, whose row addresses (one
@@ -278,9 +335,9 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
         fg_fence_proxy_async();        // the dS^T stores, before wgmma reads them
         fg_mbar_arrive(bar_ds_full(b)); // this thread's dS^T entries are in
 
-        // 2. dV += P^T dO, 3. this warpgroup's part of dQ, 4. dK += dS^T Q, each its own wgmma group (k =
-        // queries, 16 a step: 16 rows of the dO and Q tiles). Waiting for all but the last leaves dK on the
-        // tensor cores while dQ is staged and added below (FlashAttention-3's order).
+        // 2. dV += P^T dO, 3. this warpgroup's part of the previous block's dQ, 4. dK += dS^T Q, each its
+        // own wgmma group (k = queries, 16 a step: 16 rows of the dO and Q tiles). Waiting for all but the
+        // last leaves dK on the tensor cores while dQ is staged and added (FlashAttention-3's order).
         fg_fence_regs(dv);
         fg_fence_regs(dk);
         fg_wgmma_fence();
@@ -288,49 +345,37 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
         for (int kk = 0; kk < FG_BLOCK_M / 16; kk++)
             fg_wgmma_rs(dv, pa[kk], fg_desc_mnmajor(sdo_st + kk * 16 * 128, FG_BW_QCH), 1u);
         fg_wgmma_commit();
-
-        // dQ, once both warpgroups' dS^T is in: by columns, dS (queries x all 128 keys) K (all keys x its half
-        // of head_dim, one 64-column chunk of the K tile); by rows, dS (its 64 queries: one 64-column slab of
-        // the dS^T tile x all 128 keys) K (all keys x head_dim).
-        float dq[FG_BW_DQ_N / 8][4];
-        fg_mbar_wait(bar_ds_full(b), (u32)(u & 1));
-        fg_wgmma_fence(); // (ptxas would insert it: the wait's registers are reused by dQ's accumulators)
-        const u32 dq_a = s_ds_b + (FG_BW_DQ_ROWS ? wg * FG_BLOCK_N * 128 : 0), dq_b = s_k + (FG_BW_DQ_COLS ? wg * FG_BW_KCH : 0);
-#pragma unroll
-        for (int kk = 0; kk < FG_BLOCK_N / 16; kk++)
-            fg_wgmma_dq(dq, fg_desc_mnmajor(dq_a + kk * 16 * 128, FG_BW_DS_BYTES),
-                        fg_desc_mnmajor(dq_b + kk * 16 * 128, FG_BW_KCH), kk > 0 ? 1u : 0u);
-        fg_wgmma_commit();
-
+        const int mq = FG_BW_DQ_LAG ? m - 1 : m; // the block whose dQ is due (lagged: the previous one)
+        const bool due = !FG_BW_DQ_LAG || mq >= m_first;
+        const int bq = FG_BW_DQ_LAG ? (mq - m_first) & 1 : b, uq = FG_BW_DQ_LAG ? (mq - m_first) >> 1 : u;
+        if (due) issue_dq(bq, uq);
 #pragma unroll
         for (int kk = 0; kk < FG_BLOCK_M / 16; kk++)
             fg_wgmma_rs(dk, da[kk], fg_desc_mnmajor(sq_st + kk * 16 * 128, FG_BW_QCH), 1u);
         fg_wgmma_commit();
-        fg_wgmma_wait<1>(); // dV and dQ are done; dK runs on
+        fg_wgmma_wait<1>(); // dV (and dQ) are done; dK runs on
         fg_fence_regs(dv);
-        fg_fence_regs(dq);
-        fg_mbar_arrive(bar_ds_empty(b)); // this thread's dQ is done with dS^T buffer b
-
-        // Stage dQ_part (64 queries x FG_BW_DQ_N columns) in the accumulator's fragment order (fg_dq_index:
-        // float4 i of thread wtid at (wq * FG_BW_DQ_N / 8 + i) * 32 + lane, bank-conflict free) and add it
-        // with one bulk reduce-add from thread 0 of the warpgroup, once its add of the previous block has
-        // read the staging. (A reduce-add per row, issued by a loop over the lanes, took 13-21% of the
-        // stall samples: ncu, session 9.)
-        if (wtid == 0) fg_bulk_wait_read();
-        fg_named_sync(1 + wg, 128);
-        float4 *sdq = (float4 *)(base + (dqw - s_k)) + wq * (FG_BW_DQ_N / 8) * 32 + lane;
-#pragma unroll
-        for (int i = 0; i < FG_BW_DQ_N / 8; i++) sdq[i * 32] = make_float4(dq[i][0], dq[i][1], dq[i][2], dq[i][3]);
+        if (due) {
+            fg_fence_regs(dq);
+            fg_mbar_arrive(bar_ds_empty(bq)); // this thread's dQ is done with dS^T buffer bq
+            stage_dq();
+        } else {
+            // (stage_dq's barrier, for racecheck: the producer, thread 0 of warpgroup 1, refills this stage's
+            // LSE and D rows a block later, and without it only the wgmma groups, which no warp of the
+            // warpgroup can pass before all have issued them, order the other warps' reads before that)
+            fg_named_sync(1 + wg, 128);
+        }
         fg_wgmma_wait<0>(); // dK
         fg_fence_regs(dk);
-        fg_fence_proxy_async(); // (after dK: the stores have landed by then, so the fence costs no wait)
-        fg_named_sync(1 + wg, 128);
-        if (wtid == 0) {
-            const float *dst = p.dq_accum + (bh * sq_pad + m0) * FG_HEAD_DIM + (FG_BW_DQ_COLS ? wg * 64 * FG_BW_DQ_N : 0) +
-                               (FG_BW_DQ_ROWS ? wg * 64 * FG_HEAD_DIM : 0);
-            fg_bulk_add_f32<64 * FG_BW_DQ_N * 4>(dst, dqw);
-        }
+        if (due) add_dq(FG_BW_DQ_LAG ? (i64)mq * FG_BLOCK_M : m0);
         if (wg == 0) fg_mbar_arrive(bar_empty(st)); // done with stage st (its Q, dO, LSE and D)
+    }
+    if (FG_BW_DQ_LAG && m_last > m_first) { // the last block's dQ
+        issue_dq((m_last - 1 - m_first) & 1, (m_last - 1 - m_first) >> 1);
+        fg_wgmma_wait<0>();
+        fg_fence_regs(dq);
+        stage_dq();
+        add_dq((i64)(m_last - 1) * FG_BLOCK_M);
     }
     // The bulk adds have read their staging once wait_group.read returns; the CTA may then exit (its async
     // operations complete before the grid does, as for any store).
