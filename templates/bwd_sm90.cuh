@@ -3,18 +3,18 @@
 // left out by FG_WGMMA_BWD); this kernel replaces that one's mma.sync products by warpgroup MMAs.
 //
 // On an H200 it passes the backward GPU tests (bwd::shapes_sm90a; memcheck, racecheck and synccheck
-// clean, session 15) and runs, bf16, at 1.45-1.76x FlashAttention-2's backward and 1.00-1.13x cuDNN's at
-// head_dim 64, 1.33-1.78x and 0.94-1.00x at 128 (fp16 0.96-0.99x at 128;
-// bench/results/2026-11-30-h200-session15/call5/bwd_all); the runtime takes it on Hopper unless
+// clean, session 15) and runs, bf16, at 1.38-1.80x FlashAttention-2's backward and 1.06-1.14x cuDNN's at
+// head_dim 64, 1.35-1.94x and 0.95-1.13x at 128 (0.95-1.01x without a causal mask; two runs each,
+// bench/results/2026-11-30-h200-session15/call6, builds G); the runtime takes it on Hopper unless
 // FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec).
 // What is left to cuDNN at head_dim 128: per-kernel times (torch.profiler, session 10, profile/) put our
 // main kernel at 1.24x cuDNN's at 512, 1.17x at 2k, 1.06x at 16k (the pre and post kernels cost the same
 // as cuDNN's); cuDNN's backward is persistent (132 CTAs of 384 threads, 168 registers at launch, 216 KB of
 // shared memory: ncu), but a persistent variant of ours gained nothing (session 11). In the loop (ncu,
-// d 128 8k non-causal, session 15 call 5): 70% of cycles issue nothing; the top stall samples are the
-// proxy fence before dQ's bulk add (13%), the wait for the dS^T buffer the other warpgroup's dQ frees
-// (12%) and the first S^T wgmma (8%). FA3's non-causal head_dim 128 tile takes 80 queries (dQ^T = K^T
-// dS^T) to our 64.
+// d 128 8k non-causal, session 15 call 5, before dQ's add moved a block later): 70% of cycles issue
+// nothing; the top stall samples were the proxy fence before dQ's bulk add (13%), the wait for the dS^T
+// buffer the other warpgroup's dQ frees (12%) and the first S^T wgmma (8%). FA3's non-causal head_dim 128
+// tile takes 80 queries (dQ^T = K^T dS^T) to our 64.
 //
 // A CTA: 128 keys of one query head (two warpgroups of 64 keys), head_dim 64 or 128, K and V in shared
 // memory for the whole run, dK and dV in registers (wgmma accumulators); it streams the query blocks that
@@ -204,7 +204,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
         for (int i = 0; i < FG_BW_DQ_N / 8; i++) sdq[i * 32] = make_float4(dq[i][0], dq[i][1], dq[i][2], dq[i][3]);
     };
     auto add_dq = [&](i64 m0q) { // the block's first query row
-        fg_fence_proxy_async(); // (after dK: the stores have landed by then, so the fence costs no wait)
+        fg_fence_proxy_async(); // the staging's stores (made a block before), before the bulk copy reads them
         fg_named_sync(1 + wg, 128);
         if (wtid == 0) {
             const float *dst = p.dq_accum + (bh * sq_pad + m0q) * FG_HEAD_DIM + (FG_BW_DQ_COLS ? wg * 64 * FG_BW_DQ_N : 0) +
@@ -257,6 +257,11 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
             fg_bw_stmatrix(s_ds_b + fg_tile_offset<FG_DS_CH>((int)ds_lane, nt - 1 + lane / 16, FG_BLOCK_N), dp[nt - 1],
                            dp[nt], 1.f);
         };
+        // The bulk add of the dQ staged in the previous block, a block after its staging, its stores landed
+        // by now: where it followed the staging, the proxy fence before it took 13% of the stall samples
+        // (ncu, d 128 8k, session 15 call 5); a block later 1.045x (H200, bf16: d 64 1.029x, d 128 1.062x;
+        // session 15 call 6).
+        if (m - 1 - FG_BW_DQ_LAG >= m_first) add_dq((i64)(m - 1 - FG_BW_DQ_LAG) * FG_BLOCK_M);
         fg_wgmma_fence();
         if constexpr (FG_BW_SPLIT_SDP) {
             // Two wgmma groups: P^T is computed while dP^T still runs.
@@ -337,7 +342,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
 
         // 2. dV += P^T dO, 3. this warpgroup's part of the previous block's dQ, 4. dK += dS^T Q, each its
         // own wgmma group (k = queries, 16 a step: 16 rows of the dO and Q tiles). Waiting for all but the
-        // last leaves dK on the tensor cores while dQ is staged and added (FlashAttention-3's order).
+        // last leaves dK on the tensor cores while dQ is staged (FlashAttention-3's order); it is added a
+        // block later.
         fg_fence_regs(dv);
         fg_fence_regs(dk);
         fg_wgmma_fence();
@@ -367,10 +373,11 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
         }
         fg_wgmma_wait<0>(); // dK
         fg_fence_regs(dk);
-        if (due) add_dq(FG_BW_DQ_LAG ? (i64)mq * FG_BLOCK_M : m0);
         if (wg == 0) fg_mbar_arrive(bar_empty(st)); // done with stage st (its Q, dO, LSE and D)
     }
-    if (FG_BW_DQ_LAG && m_last > m_first) { // the last block's dQ
+    // the add still pending, and with the lag the last block's dQ
+    if (m_last - 1 - FG_BW_DQ_LAG >= m_first) add_dq((i64)(m_last - 1 - FG_BW_DQ_LAG) * FG_BLOCK_M);
+    if (FG_BW_DQ_LAG && m_last > m_first) {
         issue_dq((m_last - 1 - m_first) & 1, (m_last - 1 - m_first) >> 1);
         fg_wgmma_wait<0>();
         fg_fence_regs(dq);
