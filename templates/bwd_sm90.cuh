@@ -259,7 +259,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
         };
         // The bulk add of the dQ staged in the previous block, a block after its staging, its stores landed
         // by now: where it followed the staging, the proxy fence before it took 13% of the stall samples
-        // (ncu, d 128 8k, session 15 call 5); a block later 1.045x (H200, bf16: d 64 1.029x, d 128 1.062x;
+        // (ncu, d 128 8k, session 15 call 5); a block later 1.030x (H200, bf16: d 64 1.029x, d 128 1.031x;
         // session 15 call 6).
         if (m - 1 - FG_BW_DQ_LAG >= m_first) add_dq((i64)(m - 1 - FG_BW_DQ_LAG) * FG_BLOCK_M);
         fg_wgmma_fence();
