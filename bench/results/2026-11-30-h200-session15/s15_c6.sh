@@ -1,0 +1,25 @@
+# Session 15, call 6: dQ's bulk add a block after its staging (before the next S^T/dP^T), G = everywhere
+# (tree), A = only with the lag (d 128 non-causal), H = HEAD (1b1d552). carry [".deps", ".smoke"].
+set -u
+sh .deps/offline-deps.sh --relocate .deps >/dev/null
+export PKG_CONFIG_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu/pkgconfig LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu
+T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+L=/tmp/l; rm -rf $L; mkdir -p $L; DBN=tune-NVIDIA-H200-sm90-132sm.lua
+pk() { tar czf $OUT/l.tgz -C /tmp l; }
+db() { rm -rf /tmp/fg$1; mkdir -p /tmp/fg$1; zcat bench/results/2026-11-30-h200-session12/tuned_s8.lua.gz > /tmp/fg$1/$DBN; }
+keep() { mkdir -p /tmp/b$1; cp build/flashgen build/libflashgen.so build/tests/test_gpu_fwd /tmp/b$1/; db $1; }
+T="build/libflashgen.so build/flashgen build/tests/test_gpu_fwd"
+rm -rf build; sh configure >/dev/null && ninja >$L/build.log 2>&1 || { tail $L/build.log; exit 1; }; keep G; el built G
+cp templates/bwd_sm90.cuh /tmp/bwd.keep; sed -i 's/^constexpr bool FG_BW_ADD_LATE = true;/constexpr bool FG_BW_ADD_LATE = FG_BW_DQ_LAG;/' templates/bwd_sm90.cuh
+grep -c "FG_BW_ADD_LATE = FG_BW_DQ_LAG" templates/bwd_sm90.cuh; ninja $T >>$L/build.log 2>&1 && keep A && el built A
+git show HEAD:templates/bwd_sm90.cuh > templates/bwd_sm90.cuh; ninja $T >>$L/build.log 2>&1 && keep H && el built H; cp /tmp/bwd.keep templates/bwd_sm90.cuh; ninja $T >>$L/build.log 2>&1
+export FLASHGEN_CACHE_DIR=/tmp/fgG
+timeout 150 build/tests/test_gpu_fwd -j8 --filter 'bwd/*' > $L/bwd_tests.log 2>&1; el "G bwd tests rc=$?"; tail -1 $L/bwd_tests.log; grep -a 'FAIL:\|CRASH' $L/bwd_tests.log | head -5 | cut -c1-250; pk
+FLASHGEN_CACHE_DIR=/tmp/fgA timeout 60 /tmp/bA/test_gpu_fwd -j8 --filter 'bwd/shapes_sm90a*' > $L/A_tests.log 2>&1; el "A sm90a tests rc=$?"; tail -1 $L/A_tests.log
+timeout 120 compute-sanitizer --tool racecheck build/tests/test_gpu_fwd -j1 --filter 'bwd/shapes_sm90a' > $L/racecheck.log 2>&1; el "racecheck rc=$?"; grep -a 'RACECHECK SUMMARY' $L/racecheck.log | tail -1; pk
+timeout 100 compute-sanitizer --tool synccheck build/tests/test_gpu_fwd -j1 --filter 'bwd/shapes_sm90a' > $L/synccheck.log 2>&1; el "synccheck rc=$?"; grep -a 'ERROR SUMMARY' $L/synccheck.log | tail -1
+for r in 1 2; do for x in H A G; do
+  FLASHGEN_LIB=/tmp/b$x/libflashgen.so FLASHGEN_CACHE_DIR=/tmp/fg$x timeout 80 python3 bench/compare.py --bwd --dtypes bf16 --out $L/b_$r$x > $L/b_$r$x.log 2>&1; el "bwd $r $x rc=$?"
+done; pk; done
+python3 bench/ab.py $L/b_1H $L/b_1G $L/b_2H $L/b_2G | tail -28
+python3 bench/ab.py $L/b_1H $L/b_1A $L/b_2H $L/b_2A | tail -3
