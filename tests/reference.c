@@ -960,6 +960,7 @@ typedef struct fill_job {
     uint64_t key;         /* the seed, mixed */
     int64_t rows;         /* b * s * h */
     int64_t rows_per_unit;/* rows per work unit */
+    float mean;           /* added to every sample before rounding */
 } fill_job;
 
 /* ref_fill_normal's unit: a block of rows (b, s, h), each d elements in logical order. */
@@ -979,7 +980,7 @@ static void fill_unit(void *arg, int tid, int64_t unit) {
         for (int64_t x = 0; x < d; x++) {
             int64_t lin = r * d + x;
             if (x == 0 || (lin & 1) == 0)
-                normal_pair(f->key, (uint64_t)lin >> 1, &z[0], &z[1]);
+                normal_pair(f->key, (uint64_t)lin >> 1, &z[0], &z[1]), z[0] += f->mean, z[1] += f->mean;
             if (t->dtype == FG_DTYPE_E4M3)
                 ((uint8_t *)t->data)[off + x * t->stride[3]] = ref_float_to_e4m3(z[lin & 1], 1);
             else if (t->dtype == FG_DTYPE_E5M2)
@@ -991,7 +992,10 @@ static void fill_unit(void *arg, int tid, int64_t unit) {
 }
 
 /* Contract in reference.h. */
-fg_status ref_fill_normal(const fg_tensor *t, uint64_t seed, fg_error *err) {
+fg_status ref_fill_normal(const fg_tensor *t, uint64_t seed, fg_error *err) { return ref_fill_normal_mean(t, seed, 0.f, err); }
+
+/* Contract in reference.h. */
+fg_status ref_fill_normal_mean(const fg_tensor *t, uint64_t seed, float mean, fg_error *err) {
     if (!t)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: the tensor to fill is NULL");
     fg_status st = check_view(t, "tensor", 4, err);
@@ -999,7 +1003,10 @@ fg_status ref_fill_normal(const fg_tensor *t, uint64_t seed, fg_error *err) {
         return st;
     if (t->dtype != FG_DTYPE_F16 && t->dtype != FG_DTYPE_BF16 && !is_fp8(t->dtype))
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: only F16, BF16, E4M3 and E5M2 tensors can be filled");
-    fill_job f = {t, mix64(seed + 0x9E3779B97F4A7C15ull), t->shape[0] * t->shape[1] * t->shape[2], 0};
+    if (!(mean > -16.f && mean < 16.f))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: the mean to fill with (%g) must lie in (-16, 16)",
+                       (double)mean);
+    fill_job f = {t, mix64(seed + 0x9E3779B97F4A7C15ull), t->shape[0] * t->shape[1] * t->shape[2], 0, mean};
     if (f.rows == 0 || t->shape[3] == 0)
         return FG_OK;
     f.rows_per_unit = 1 + 65536 / t->shape[3]; /* about 64K elements per unit */

@@ -59,6 +59,10 @@ uint16_t ref_from_float(fg_dtype dtype, float f);
  * or the thread count: a strided view and a contiguous copy filled with one seed hold the same values.
  * Memory between the view's elements (padding) is left untouched. Uses every core. */
 fg_status ref_fill_normal(const fg_tensor *t, uint64_t seed, fg_error *err);
+/* The same with N(mean, 1) samples (the same N(0, 1) draws plus mean, then rounded): an FP8 V whose columns
+ * average `mean` shows accumulation drift that a V of mean 0 hides (the sm_90a FP8 kernel once lost 23% of
+ * O at 16k keys that way). mean must lie in (-16, 16). */
+fg_status ref_fill_normal_mean(const fg_tensor *t, uint64_t seed, float mean, fg_error *err);
 
 /* One forward problem on host tensors. q, k, v share one dtype (F16, BF16, E4M3 or E5M2); any strides
  * (an FP8 V in the kernel's key-major layout is just another strided view here). */

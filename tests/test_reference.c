@@ -339,6 +339,35 @@ Test(fill, strided_view_gets_the_contiguous_values_and_padding_is_untouched) {
     free(s.data);
 }
 
+Test(fill, a_mean_shifts_the_same_draws_and_out_of_range_means_are_refused) {
+    /* e4m3, as the CLI fills an FP8 V: the draws of mean 0 plus 1, then rounded (relative error <= 2^-4) */
+    const int64_t n = 1 << 16;
+    fg_tensor z = host_tensor(FG_DTYPE_E4M3, 1, n / 64, 1, 64, 0, 0);
+    fg_tensor m = host_tensor(FG_DTYPE_E4M3, 1, n / 64, 1, 64, 0, 0);
+    fg_error e;
+    fg_error_clear(&e);
+    cr_assert_eq(ref_fill_normal_mean(&z, 5, 0.f, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(ref_fill_normal_mean(&m, 5, 1.f, &e), FG_OK, "%s", e.msg);
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double a = ref_e4m3_to_float(((uint8_t *)z.data)[i]), b = ref_e4m3_to_float(((uint8_t *)m.data)[i]);
+        /* both within 2^-4 (relative) of the exact draws x and x + 1 */
+        cr_assert_leq(fabs(b - a - 1), (fabs(a) + fabs(b)) / 16 + 1e-6, "element %lld: %g then %g", (long long)i, a, b);
+        sum += b;
+    }
+    cr_assert_lt(fabs(sum / n - 1), 0.02, "mean %g", sum / n);
+    /* mean 0 is ref_fill_normal */
+    fg_tensor r = host_tensor(FG_DTYPE_E4M3, 1, n / 64, 1, 64, 0, 0);
+    fill(&r, 5);
+    cr_assert_eq(memcmp(r.data, z.data, (size_t)n), 0);
+    cr_assert_eq(ref_fill_normal_mean(&m, 5, 16.f, &e), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(e.msg, "mean") != NULL, "%s", e.msg);
+    cr_assert_eq(ref_fill_normal_mean(&m, 5, NAN, &e), FG_ERR_INVALID_ARGUMENT);
+    free(z.data);
+    free(m.data);
+    free(r.data);
+}
+
 /* ---- semantics ---- */
 
 Test(reference, softmax_rows_sum_to_one) {
