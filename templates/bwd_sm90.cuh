@@ -35,8 +35,9 @@
 //   dQ_part is staged in shared memory and added into the fp32 accumulator by the TMA unit, one bulk
 //   reduce-add a warpgroup (the accumulator is kept in fragment order, fg_dq_index).
 // The GEMMs go out in FlashAttention-3's order, dV, dQ, then dK as three groups: once dV and dQ are done
-// (wait<1>) dQ is staged and added while dK still runs (H200: 1.015x issuing dV + dK before dQ and
-// staging with the tensor cores idle, bf16, session 8).
+// (wait<1>) dQ is staged while dK still runs (H200: 1.015x issuing dV + dK before dQ and staging with the
+// tensor cores idle, bf16, session 8), and added by the TMA unit a block later, before the next S^T and
+// dP^T (session 15). At head_dim 128 without a causal mask the dQ is the previous block's (FG_BW_DQ_LAG).
 // dK and dV leave through shared memory as whole 16-byte units (MHA; GQA writes fp32 per query head):
 // 1.036x over 4-byte stores from the fragments (bf16 table; +11% at 512, -1% at d 128 4k-16k).
 // The deterministic mode stays on the mma.sync kernel (the validator refuses it here).
@@ -145,7 +146,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     // enforcing FA3-style pingpong turns on top (named barriers, two turns a block) gave back most of it
     // (+3.4% geomean), so the warpgroups are left to find their own phase. Also tried: S^T and dP^T in two
     // commit groups, P^T computed while dP^T runs and dV issued before dS^T is computed: 4.7% slower
-    // (geomean, bf16 and fp16), the extra waits costing more than the overlap gave.
+    // (geomean, bf16 and fp16), the extra waits costing more than the overlap gave (FG_BW_SPLIT_SDP, the
+    // split kept, issues dV after dS^T).
 
     float dk[FG_BW_DN][4], dv[FG_BW_DN][4];
 #pragma unroll
@@ -237,9 +239,10 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
         float s[FG_BW_QT][4], dp[FG_BW_QT][4];
         u32 kd = kd0;
         if (FG_BW_KD_BASE) asm volatile("" : "+r"(kd));
-        auto kv_desc = [&](int kk, u32 v_off) { // K's (v_off 0) or V's (FG_KV_BYTES) descriptor of k step kk
+        auto kv_desc = [&](int kk, u32 v_off) -> u32 { // K's (v_off 0) or V's (FG_KV_BYTES) descriptor of step kk
             const u32 c = kk / 4, off = (kk % 4) * 32;
-            return FG_BW_KD_BASE ? kd + (v_off + c * FG_BW_KCH + off) / 16 : v_off ? vdesc[kk] : kdesc[kk];
+            if constexpr (FG_BW_KD_BASE) return kd + (v_off + c * FG_BW_KCH + off) / 16;
+            else return v_off ? vdesc[kk] : kdesc[kk];
         };
         auto issue_s = [&](int kk) {
             const u32 c = kk / 4, off = (kk % 4) * 32; // chunk of 64 columns, 32 bytes a k step inside it
@@ -377,6 +380,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     }
     // the add still pending, and with the lag the last block's dQ
     if (m_last - 1 - FG_BW_DQ_LAG >= m_first) add_dq((i64)(m_last - 1 - FG_BW_DQ_LAG) * FG_BLOCK_M);
+    // (The last block's dS^T buffer gets no ds_empty arrivals: nothing waits for it in a CTA that takes one
+    // tile. A persistent kernel would need them.)
     if (FG_BW_DQ_LAG && m_last > m_first) {
         issue_dq((m_last - 1 - m_first) & 1, (m_last - 1 - m_first) >> 1);
         fg_wgmma_wait<0>();

@@ -1676,6 +1676,12 @@ static void bwd_fill(void) {
     bwd_cases[n++] = mk(FG_DTYPE_F16, 1, 100, 100, 2, 2, 224, 1);
     bwd_cases[n++] = mk(FG_DTYPE_BF16, 1, 1, 239, 2, 2, 128, 0);    /* one query block a CTA, d 128 */
     bwd_cases[n++] = mk(FG_DTYPE_F16, 1, 1000, 77, 2, 2, 128, 1);   /* sq >> sk at d 128: 16 query blocks */
+    /* the sm_90a kernel's dS^T buffers reused (3+ query blocks a CTA) at d 64, and its lagged dQ (d 128
+     * without a mask) over 2 and 3 blocks with 16-bit dK/dV (MHA: the epilogue through the dQ staging) */
+    bwd_cases[n++] = mk(FG_DTYPE_BF16, 1, 517, 700, 4, 4, 64, 0);
+    bwd_cases[n++] = mk(FG_DTYPE_BF16, 1, 517, 700, 4, 4, 64, 1);
+    bwd_cases[n++] = mk(FG_DTYPE_F16, 1, 129, 300, 2, 2, 128, 0);
+    bwd_cases[n++] = mk(FG_DTYPE_BF16, 1, 100, 130, 2, 2, 128, 0);
     fwd_case s = mk(FG_DTYPE_BF16, 2, 130, 140, 4, 2, 64, 1);
     s.strided = 1;
     s.scale = 0.3f;
