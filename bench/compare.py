@@ -36,6 +36,7 @@ PyTorch needed).
 import argparse
 import csv
 import datetime
+import hashlib
 import json
 import math
 import os
@@ -201,6 +202,34 @@ def git_info():
     return commit, bool(status) if status is not None else None
 
 
+def file_sha256(path):
+    """sha256 of a file's bytes (the flashgen library under test), or None when it cannot be read."""
+    try:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        return h.hexdigest()
+    except (OSError, TypeError):
+        return None
+
+
+def source_sha256():
+    """sha256 over the checkout's sources (include, generator, runtime, templates: names and bytes, sorted):
+    which tree a run measured even where the git metadata is stale or absent (a copied tree: the lent
+    GPU's copy kept an old HEAD for a whole session, 2026-11-30)."""
+    h = hashlib.sha256()
+    for top in ("include", "generator", "runtime", "templates"):
+        for root, dirs, files in os.walk(os.path.join(REPO, top)):
+            dirs.sort()
+            for name in sorted(files):
+                path = os.path.join(root, name)
+                h.update(os.path.relpath(path, REPO).encode() + b"\0")
+                with open(path, "rb") as f:
+                    h.update(f.read())
+    return h.hexdigest()
+
+
 def slug(text):
     """"NVIDIA H200" -> "nvidia-h200", for the default output directory."""
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "gpu"
@@ -299,6 +328,8 @@ class Bench:
             "flashgen_library": self.fg.library_path() if self.fg else self.fg_error,
             "git_commit": commit,
             "git_dirty": dirty,
+            "source_sha256": source_sha256(),
+            "flashgen_library_sha256": file_sha256(self.fg.library_path()) if self.fg else None,
             "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
             "iters": self.args.iters,
             "warmup": self.args.warmup,
