@@ -167,6 +167,12 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
     {
         ctx->wgmma = ctx->arch == 90 && cu->cuTensorMapEncodeTiled != NULL && !env_is_zero("FLASHGEN_WGMMA");
         ctx->wgmma_fp8 = ctx->wgmma && !env_is_zero("FLASHGEN_WGMMA_FP8");
+        /* Gone in session 15 (the sm_90a FP8 kernel is accurate at every head_dim since): said, not ignored
+         * silently, to a caller who set it for the speed it gave */
+        const char *fa = getenv("FLASHGEN_FP8_FAST_ACCUM");
+        if (fa && *fa && strcmp(fa, "0") != 0)
+            rt_log(ctx, FG_LOG_WARN, "FLASHGEN_FP8_FAST_ACCUM is no longer read: FP8 calls above head_dim 128 run "
+                   "the sm_90a kernel with O's fp32 level in shared memory, accurate at any key length");
         const char *g = getenv("FLASHGEN_SM90_GRID");
         ctx->sm90_grid = !g ? 0 : strcmp(g, "tiles") == 0 ? 1 : strcmp(g, "persistent") == 0 ? 2 : 0;
         if (g && *g && ctx->sm90_grid == 0 && strcmp(g, "auto") != 0 && strcmp(g, "dynamic") != 0)
