@@ -437,7 +437,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         int index;
         asm volatile("ld.shared.b32 %0, [%1];" : "=r"(index) : "r"(ring_slot + 4u * b) : "memory");
         __syncwarp();
-        if (lane == 0) fg_mbar_arrive(bar_t_empty(b));
+        u32 ln = lane; // (read again from %laneid with three consumer warpgroups: kept live, ptxas spilled it)
+        if (FG_O_FLUSH_SMEM && FG_CWG == 3) asm volatile("mov.u32 %0, %%laneid;" : "=r"(ln));
+        if (ln == 0) fg_mbar_arrive(bar_t_empty(b));
         cn++;
         return index;
     };
