@@ -810,7 +810,7 @@ ParameterizedTest(fwd_case *c, fwd, fp8, .timeout = 300) {
  * the low bits of each block's contribution, most where the terms do not cancel (V's mean, the row sums).
  * The sm_90a kernel adds the product into fp32 registers every step (fwd_sm90.cuh FG_O_FLUSH). */
 ParameterizedTestParameters(fwd, fp8_long_keys) {
-    static fwd_case cases[8];
+    static fwd_case cases[10];
     cases[0] = mk8(FG_DTYPE_E4M3, 1, 130, 16384, 2, 1, 64, 1, 1);
     cases[1] = mk8(FG_DTYPE_E4M3, 1, 200, 16384, 2, 2, 128, 0, 2);
     cases[2] = mk8(FG_DTYPE_E4M3, 1, 200, 16384, 2, 2, 128, 0, 1);
@@ -823,6 +823,12 @@ ParameterizedTestParameters(fwd, fp8_long_keys) {
     cases[6] = mk8(FG_DTYPE_E5M2, 1, 130, 16384, 2, 1, 128, 1, 1);
     for (int i = 0; i < 7; i++) cases[i].vmean = 1.f;
     cases[7] = mk8(FG_DTYPE_E4M3, 1, 130, 16384, 2, 2, 256, 1, 1); /* V of mean 0 */
+    /* O's fp32 level in shared memory with one consumer warpgroup (d 192's policy 64 x 128) and with three
+     * (d 64 192 x 128) */
+    cases[8] = mk8(FG_DTYPE_E4M3, 1, 130, 16384, 2, 2, 192, 0, 1);
+    cases[9] = mk8(FG_DTYPE_E4M3, 1, 200, 16384, 2, 2, 64, 1, 1);
+    cases[9].tiles[0] = 192, cases[9].tiles[1] = 128, cases[9].tiles[2] = 16, cases[9].tiles[3] = 2;
+    cases[8].vmean = cases[9].vmean = 1.f;
     return cr_make_param_array(fwd_case, cases, NELEM(cases));
 }
 ParameterizedTest(fwd_case *c, fwd, fp8_long_keys, .timeout = 300) {
