@@ -2,8 +2,8 @@
 // kernels, the workspace and the grid are bwd_sm80.cuh's (emitted before this file, its own main kernel
 // left out by FG_WGMMA_BWD); this kernel replaces that one's mma.sync products by warpgroup MMAs.
 //
-// On an H200 it passes the backward GPU tests (bwd::shapes_sm90a; memcheck, racecheck and synccheck
-// clean, session 15) and runs, bf16, at 1.38-1.80x FlashAttention-2's backward and 1.06-1.14x cuDNN's at
+// On an H200 it passes the backward GPU tests (bwd::shapes_sm90a; racecheck and synccheck clean, session
+// 15 call 6; memcheck on the kernel before the late dQ add, call 5) and runs, bf16, at 1.38-1.80x FlashAttention-2's backward and 1.06-1.14x cuDNN's at
 // head_dim 64, 1.35-1.94x and 0.95-1.13x at 128 (0.95-1.01x without a causal mask; two runs each,
 // bench/results/2026-11-30-h200-session15/call6, builds G); the runtime takes it on Hopper unless
 // FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec).
