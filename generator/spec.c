@@ -254,18 +254,23 @@ int spec_fp8_pv_sum(const fg_spec *spec) {
                ? 8 : 0;
 }
 
+/* Where an sm_90a FP8 variant keeps O's fp32 level (the two-level accumulation): 0 none (other variants),
+ * 1 in registers, 2 in shared memory (thread-private 16-byte units), where the registers have no room for
+ * it: above head_dim 128, and with three consumer warpgroups (160 registers each). */
+static int fp8_o_level(const fg_spec *spec) {
+    if (!spec_is_wgmma(spec) || !spec_dtype_is_fp8(spec->dtype)) return 0;
+    return spec->head_dim > 128 || spec->block_m == 192 ? 2 : 1;
+}
+
 int spec_fp8_o_flush_smem(const fg_spec *spec) {
-    /* O's fp32 level in shared memory (thread-private 16-byte units) where the registers have no room for
-     * it: above head_dim 128, and with three consumer warpgroups (160 registers each). Flushed every 256
-     * keys (a read and a write of the whole level each time), as the registers' level at d 128 128 x 128. */
-    if (!spec_is_wgmma(spec) || !spec_dtype_is_fp8(spec->dtype) || (spec->head_dim <= 128 && spec->block_m != 192))
-        return 0;
+    /* flushed every 256 keys (a read and a write of the whole level each time), as the registers' level at
+     * d 128 128 x 128 */
+    if (fp8_o_level(spec) != 2) return 0;
     return spec->block_n <= 128 ? 256 / spec->block_n : 1;
 }
 
 int spec_fp8_o_flush(const fg_spec *spec) {
-    if (!spec_is_wgmma(spec) || !spec_dtype_is_fp8(spec->dtype) || spec->head_dim > 128 || spec->block_m == 192)
-        return 0;
+    if (fp8_o_level(spec) != 1) return 0;
     /* every 2 steps at d 128: 1.032x every step on an H200 (d 64: 0.98-1.07x, mixed, so every step), and every
      * fwd/fp8* test, the 12k-32k-key ones with V's columns averaging 1 included, within its bound either way
      * (bench/results/2026-11-30-h200-session14/call6) */

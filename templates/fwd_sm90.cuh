@@ -371,6 +371,14 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     float oacc[FG_O_FLUSH ? FG_DTA : 1][4]; // FP8: the fp32 level of O's accumulation (FG_O_FLUSH)
     constexpr u32 FG_OACC_STRIDE = FG_CWG * 128 * 16; // FG_O_FLUSH_SMEM: bytes between a thread's units
     const u32 oacc_at = s_oacc + (u32)(tid - 128) * 16u; // ... and its first unit
+    auto level_ld = [&](int dt, float (&x)[4]) { // unit dt of this thread's level
+        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                     : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]) : "r"(oacc_at + dt * FG_OACC_STRIDE) : "memory");
+    };
+    auto level_st = [&](int dt, const float (&x)[4]) {
+        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(oacc_at + dt * FG_OACC_STRIDE), "f"(x[0]),
+                     "f"(x[1]), "f"(x[2]), "f"(x[3]) : "memory");
+    };
     // k steps of the P.V product: 16 keys (FP8: 32), each four registers of P.
     constexpr int FG_PK = FG_FP8 ? FG_BLOCK_N / 32 : FG_BLOCK_N / 16;
     // Issues O += P V of K/V step i (one commit group). 16-bit: V read MN-major, 16 keys (two 8-key
@@ -403,10 +411,11 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     };
     // Releases a tile to the producer (one arrival per consumer warp). K and V are released separately:
     // with the overlap below, K of step i is done a step before V of step i.
+    // (lane read again, fg_lane_now, where holding it spilled: with O's fp32 level in shared memory here, with
+    // three consumer warpgroups in take below)
+    auto lane_is_0 = [&](bool reread) { return (reread ? fg_lane_now() : lane) == 0; };
     auto release = [&](u32 bar) {
-        u32 ln = lane; // (read again from %laneid with O's fp32 level in shared memory: see turn_cw)
-        if (FG_O_FLUSH_SMEM) asm volatile("mov.u32 %0, %%laneid;" : "=r"(ln));
-        if (ln == 0) fg_mbar_arrive(bar);
+        if (lane_is_0(FG_O_FLUSH_SMEM)) fg_mbar_arrive(bar);
     };
     // Pingpong (FlashAttention-3): the consumer warpgroups take turns issuing their GEMMs, so that one's
     // softmax runs while another's GEMMs occupy the tensor cores. Warpgroup cw waits at named barrier
@@ -415,12 +424,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     // is left unconsumed when the CTA exits.
     // (With O's fp32 level in shared memory, cw is read again from %tid.x at each turn: kept live, ptxas
     // spilled it at d 64 with three consumer warpgroups.)
-    auto turn_cw = [&]() {
-        if (!FG_O_FLUSH_SMEM) return cw;
-        u32 t;
-        asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
-        return (int)(t / 128u) - 1;
-    };
+    auto turn_cw = [&]() { return FG_O_FLUSH_SMEM ? (int)((u32)fg_tid_now() / 128u) - 1 : cw; };
     auto turn_wait = [&]() {
         if (FG_CWG > 1) fg_named_sync(FG_BAR_SCHED + turn_cw(), 256);
     };
@@ -437,9 +441,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         int index;
         asm volatile("ld.shared.b32 %0, [%1];" : "=r"(index) : "r"(ring_slot + 4u * b) : "memory");
         __syncwarp();
-        u32 ln = lane; // (read again from %laneid with three consumer warpgroups: kept live, ptxas spilled it)
-        if (FG_O_FLUSH_SMEM && FG_CWG == 3) asm volatile("mov.u32 %0, %%laneid;" : "=r"(ln));
-        if (ln == 0) fg_mbar_arrive(bar_t_empty(b));
+        if (lane_is_0(FG_O_FLUSH_SMEM && FG_CWG == 3)) fg_mbar_arrive(bar_t_empty(b));
         cn++;
         return index;
     };
@@ -476,9 +478,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         for (int dt = 0; dt < FG_DTA; dt++) {
             acc[0][dt][0] = acc[0][dt][1] = acc[0][dt][2] = acc[0][dt][3] = 0.f;
             if (FG_O_FLUSH) oacc[dt][0] = oacc[dt][1] = oacc[dt][2] = oacc[dt][3] = 0.f;
-            if (FG_O_FLUSH_SMEM)
-                asm volatile("st.shared.v4.f32 [%0], {%1, %1, %1, %1};" ::"r"(oacc_at + dt * FG_OACC_STRIDE),
-                             "f"(0.f) : "memory");
+            if (FG_O_FLUSH_SMEM) level_st(dt, {0.f, 0.f, 0.f, 0.f});
         }
         // FG_O_FLUSH_SMEM: the rescale the shared-memory level owes since its last flush (a row's corr factors)
         float osc[2] = {1.f, 1.f};
@@ -579,13 +579,10 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
 #pragma unroll
                 for (int dt = 0; dt < FG_DTA; dt++) {
                     float x[4];
-                    const u32 a = oacc_at + dt * FG_OACC_STRIDE;
-                    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-                                 : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]) : "r"(a) : "memory");
+                    level_ld(dt, x);
 #pragma unroll
                     for (int e = 0; e < 4; e++) x[e] = fmaf(x[e], osc[e / 2], acc[0][dt][e]);
-                    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(a), "f"(x[0]), "f"(x[1]),
-                                 "f"(x[2]), "f"(x[3]) : "memory");
+                    level_st(dt, x);
                 }
                 osc[0] = osc[1] = 1.f;
             }
@@ -631,9 +628,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
 #pragma unroll
         for (int dt = 0; dt < FG_DTA; dt++) {
             float x[4];
-            asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-                         : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]) : "r"(oacc_at + dt * FG_OACC_STRIDE)
-                         : "memory");
+            level_ld(dt, x);
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[0][dt][e] = fmaf(x[e], osc[e / 2], acc[0][dt][e]);
         }

@@ -94,14 +94,6 @@ __device__ __forceinline__ u32 fg_frag_addr(u32 base, const fg_frag_offsets_t<CH
 #define FG_LOADER_RECOMPUTE 0
 #endif
 
-// The thread's index, read where it is used: an asm volatile is neither hoisted nor kept, so what derives
-// from it is recomputed (a few integer instructions) rather than held in registers across a loop.
-__device__ __forceinline__ int fg_tid_now() {
-    int t;
-    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
-    return t;
-}
-
 // Rows a thread steps by when it keeps one chunk column of CH-chunk rows: the largest power of two not
 // above THREADS / CH (all of it when CH divides the threads, which are a power of two). A power of two
 // that is a multiple of 8 repeats the swizzle, and one below 8 leaves a thread's first row (below RPS) and

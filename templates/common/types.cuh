@@ -78,6 +78,20 @@ __device__ __forceinline__ u32 fg_smem_addr(const void *p) {
     return (u32)__cvta_generic_to_shared(p);
 }
 
+// The thread's index and lane, read where they are used: an asm volatile is neither hoisted nor kept, so
+// what derives from them is recomputed (a few integer instructions) rather than held in registers across a
+// loop, where ptxas would otherwise spill them.
+__device__ __forceinline__ int fg_tid_now() {
+    int t;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+    return t;
+}
+__device__ __forceinline__ int fg_lane_now() {
+    int l;
+    asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
+    return l;
+}
+
 // A compile-time bool as a type, so one generic lambda gives a masked and an unmasked instance of a step.
 template <bool B>
 struct fg_bool {
