@@ -188,7 +188,9 @@ RULE(registers, !spec_is_wgmma(s) && !is_bwd(s) && spec_fwd_sub_n(s) == 0, FG_ER
 RULE(smem, arch_smem_limit(s->arch) != 0 && spec_smem_bytes(s) > arch_smem_limit(s->arch), FG_ERR_UNSUPPORTED,
      "block_m %d, block_n %d, stages %d at head_dim %d need %zu bytes of shared memory%s, more than sm_%d's %zu",
      s->block_m, s->block_n, s->stages, s->head_dim, spec_smem_bytes(s),
-     spec_dtype_is_fp8(s->dtype) ? " (FP8 tiles, or the 16-bit O staged at the end, whichever is larger)" : "",
+     spec_fp8_o_flush_smem(s) ? " (FP8 tiles and O's fp32 level, block_m x head_dim x 4 bytes)"
+     : spec_dtype_is_fp8(s->dtype) ? " (FP8 tiles, or the 16-bit O staged at the end, whichever is larger)"
+                                   : "",
      s->arch, arch_smem_limit(s->arch))
 
 #define R(id, st) {#id, refuse_##id, say_##id, st}
