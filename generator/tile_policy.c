@@ -84,6 +84,8 @@ static const fg_tile_rule default_rules[] = {
      * 128 x 128 at 2k before (bench/results/2026-11-30-h200-session14/call1/tune_fp8.log). */
     {90, 90, 64, 128, -1, FG_DTYPE_E4M3, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 64, 128, -1, FG_DTYPE_E5M2, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
+    {90, 90, 64, 64, -1, FG_DTYPE_E4M3, 192, 128, 16, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
+    {90, 90, 64, 64, -1, FG_DTYPE_E5M2, 192, 128, 16, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     /* above d 128 O's fp32 level lives in shared memory (block_m x d x 4 bytes; fwd_sm90.cuh
      * FG_O_FLUSH_SMEM): d 192 64 x 128, one consumer warpgroup (with two, 128 x 64/96/128 spill 4-24 bytes),
      * d 256 128 x 64 (230544 bytes) */

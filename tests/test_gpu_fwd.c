@@ -325,7 +325,6 @@ typedef struct fwd_case {
     int strided;   /* Q/K/V/O/LSE as padded slices of larger buffers */
     int no_lse;    /* 1: do not request the LSE */
     int tiles[4];  /* block_m, block_n, warps, stages of an explicit variant; all 0: dispatch chooses */
-    int arch;      /* an explicit variant's compute capability (80: sm_80's code); 0: the device's */
     int out_f16;   /* FP8 only: O in fp16 (else bf16) */
     int descale;   /* FP8 only: 0 none, 1 one factor per tensor, 2 one per (batch, kv head) */
     float amp;     /* FP8 only: inputs are N(0,1) * amp, rounded (saturating) to the format; 0 means 1 */
@@ -1594,7 +1593,7 @@ static void bwd_launch(gpu_env *env, bwd_run *r) {
         fg_error_clear(&e);
         char text[FG_SPEC_NAME_MAX];
         snprintf(text, sizeof text, "kind=bwd arch=sm_%d dtype=%s head_dim=%d causal=%d deterministic=%d block_m=%d "
-                 "block_n=%d warps=%d stages=%d", r->f.c.arch ? r->f.c.arch : gpu_cc(env), spec_dtype_name(r->f.c.dt), r->f.c.d, r->f.c.causal,
+                 "block_n=%d warps=%d stages=%d", gpu_cc(env), spec_dtype_name(r->f.c.dt), r->f.c.d, r->f.c.causal,
                  r->args.deterministic, r->tiles[0], r->tiles[1], r->tiles[2], r->tiles[3]);
         cr_assert_eq(spec_parse(text, &s, &e), FG_OK, "%s: %s", text, e.msg);
         st = rt_bwd_with_spec(env->ctx, &s, &r->args, (void *)env->stream, &e);
@@ -1749,15 +1748,12 @@ ParameterizedTest(fwd_case *c, bwd, shapes, .timeout = 600) {
  * and 256 (8 keys a warp), the 99 KiB parts' at 160 and 192, and one stage at 64 x 128 (d 128) and 32 x 64 on 4
  * warps (d 64); both modes, lengths that are multiples of no tile size, causal with sq < sk and sq > sk, GQA. */
 ParameterizedTestParameters(bwd, tiles) {
-    static const struct { int d, tiles[4], arch; } t[] = {
-        {256, {64, 64, 8, 1}, 0}, {224, {64, 64, 8, 1}, 0}, {192, {64, 32, 4, 1}, 0}, {160, {64, 64, 8, 1}, 0},
-        {128, {64, 128, 8, 1}, 0}, {64, {32, 64, 4, 1}, 0},
+    static const struct { int d, tiles[4]; } t[] = {
+        {256, {64, 64, 8, 1}}, {224, {64, 64, 8, 1}}, {192, {64, 32, 4, 1}}, {160, {64, 64, 8, 1}},
+        {128, {64, 128, 8, 1}}, {64, {32, 64, 4, 1}},
         /* 8 keys a warp at head_dim 128 and 64 (two stages): quarter-width dK/dV tiles, 32-row dQ groups, and on
          * sm_90+ the staged bulk adds of those groups */
-        {128, {64, 64, 8, 2}, 0},  {64, {64, 32, 4, 2}, 0},
-        /* sm_80's code (an A100's tiles) on whatever GPU runs the tests: dQ by scalar atomics into a row-major
-         * accumulator, which the sm_90+ code never uses */
-        {128, {64, 128, 8, 2}, 80}, {64, {64, 128, 8, 2}, 80},
+        {128, {64, 64, 8, 2}},  {64, {64, 32, 4, 2}},
     };
     static fwd_case cases[2 * NELEM(t)];
     for (size_t i = 0; i < NELEM(t); i++) {
@@ -1765,7 +1761,6 @@ ParameterizedTestParameters(bwd, tiles) {
         cases[2 * i + 1] = mk(FG_DTYPE_F16, 2, 150, 77, 2, 2, t[i].d, i % 2 == 0);
         memcpy(cases[2 * i].tiles, t[i].tiles, sizeof cases[0].tiles);
         memcpy(cases[2 * i + 1].tiles, t[i].tiles, sizeof cases[0].tiles);
-        cases[2 * i].arch = cases[2 * i + 1].arch = t[i].arch;
     }
     return cr_make_param_array(fwd_case, cases, NELEM(cases));
 }
