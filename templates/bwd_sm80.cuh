@@ -175,33 +175,18 @@ fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params p) {
     const int head = blockIdx.y, batch = blockIdx.z, tid = threadIdx.x;
     const i64 sq_pad = fg_bwd_rows_padded(p.seqlen_q);
     const i64 bh = (i64)batch * p.heads_q + head;
-    // 4 threads per row, 64 rows per block. Every load (the row's LSE, its O and dO) goes out before the
-    // first is used, and the zero stores are unrolled (a loop of unknown trip count issued half the loads,
-    // then waited on them, and one store an iteration).
+    // 4 threads per row, 64 rows per block.
     const int r = blockIdx.x * 64 + tid / 4, part = tid % 4;
-    constexpr int STEPS = (FG_HEAD_DIM + 31) / 32; // 8 columns a thread a step
-    float lse = FG_NEG_INF, d = 0.f;
+    float d = 0.f;
     if (r < p.seqlen_q) {
         const u16 *o = (const u16 *)p.o + batch * p.o_stride[0] + (i64)r * p.o_stride[1] + head * p.o_stride[2];
         const u16 *dout = (const u16 *)p.dout + batch * p.do_stride[0] + (i64)r * p.do_stride[1] + head * p.do_stride[2];
-        if (part == 0) lse = p.lse[batch * p.lse_stride[0] + head * p.lse_stride[1] + (i64)r * p.lse_stride[2]];
-        uint4 a[STEPS], b[STEPS];
+        for (int c = part * 8; c < FG_HEAD_DIM; c += 32) {
+            uint4 a = *(const uint4 *)(o + c), b = *(const uint4 *)(dout + c);
+            const u32 av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
-        for (int k = 0; k < STEPS; k++) {
-            const int c = part * 8 + 32 * k;
-            if (FG_HEAD_DIM % 32 == 0 || c < FG_HEAD_DIM) {
-                a[k] = *(const uint4 *)(o + c);
-                b[k] = *(const uint4 *)(dout + c);
-            } else {
-                a[k] = b[k] = make_uint4(0u, 0u, 0u, 0u);
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < STEPS; k++) {
-            const u32 av[4] = {a[k].x, a[k].y, a[k].z, a[k].w}, bv[4] = {b[k].x, b[k].y, b[k].z, b[k].w};
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                float2 x = fg_unpack2(av[j]), y = fg_unpack2(bv[j]);
+            for (int k = 0; k < 4; k++) {
+                float2 x = fg_unpack2(av[k]), y = fg_unpack2(bv[k]);
                 d = fmaf(x.x, y.x, fmaf(x.y, y.y, d));
             }
         }
@@ -211,13 +196,17 @@ fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params p) {
     if (part == 0) { // the grid covers exactly the sq_pad rows
         // +inf makes P = 0: padding rows, and rows whose LSE is -inf (they saw no key; were such an LSE
         // given for a row that does see keys, exp2(s - (-inf)) would make P infinite). A NaN stays NaN.
-        p.lse2[bh * sq_pad + r] = lse != FG_NEG_INF ? lse * FG_LOG2E : __int_as_float(0x7f800000);
+        float lse2 = __int_as_float(0x7f800000);
+        if (r < p.seqlen_q) {
+            const float lse = p.lse[batch * p.lse_stride[0] + head * p.lse_stride[1] + (i64)r * p.lse_stride[2]];
+            if (lse != FG_NEG_INF) lse2 = lse * FG_LOG2E;
+        }
+        p.lse2[bh * sq_pad + r] = lse2;
         p.dsum[bh * sq_pad + r] = d;
     }
     // Zero this block's 64 rows of the dQ accumulator, 16 bytes per store.
     float4 *acc = (float4 *)(p.dq_accum + (bh * sq_pad + (i64)blockIdx.x * 64) * FG_HEAD_DIM);
-#pragma unroll
-    for (int k = 0; k < FG_HEAD_DIM / 16; k++) acc[tid + 256 * k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i = tid; i < 64 * FG_HEAD_DIM / 4; i += 256) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     if (p.dq_sem != 0 && blockIdx.x == 0) {
         const int m_blocks = (int)(sq_pad / FG_BLOCK_M);
         for (int i = tid; i < m_blocks; i += 256) p.dq_sem[bh * m_blocks + i] = 0;
