@@ -80,8 +80,11 @@ static const fg_tile_rule default_rules[] = {
      * ran 3-7% faster than 128 x 128 at 8k-16k and 7-9% slower at 2k (0.995x overall), so the policy keeps
      * 128 x 128 and a tuned database may take 224 (tune_fwd_sm90a_fp8.lua). Since the two-level
      * accumulation (fwd_sm90.cuh FG_O_FLUSH, 2026-11-30) O's second copy leaves no room for 128 x 192/224 at
-     * d 128, nor for d 64's 192 x 128 (three consumers at 160 registers), which had timed 12% faster than
-     * 128 x 128 at 2k before (bench/results/2026-11-30-h200-session14/call1/tune_fp8.log). */
+     * d 128 in registers; with three consumers O's level is in shared memory, and there 192 x 128 spills
+     * (168 bytes) and 192 x 64 ran 0.82x of 128 x 128 (H200, 2k-16k, session 16 call 2). d 64 192 x 128,
+     * three consumers with the level in shared memory: 1.097x 128 x 128 at 4k and 16k (8 pairs, session 16
+     * call 1); in single runs +7-13% at 2k-16k, +3% at 512 non-causal, -8% at 512-1k causal (call 2's
+     * fp8_full against session 15's). */
     {90, 90, 64, 128, -1, FG_DTYPE_E4M3, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 64, 128, -1, FG_DTYPE_E5M2, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 64, 64, -1, FG_DTYPE_E4M3, 192, 128, 16, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
