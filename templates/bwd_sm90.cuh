@@ -2,15 +2,17 @@
 // kernels, the workspace and the grid are bwd_sm80.cuh's (emitted before this file, its own main kernel
 // left out by FG_WGMMA_BWD); this kernel replaces that one's mma.sync products by warpgroup MMAs.
 //
-// On an H200 it passes the backward GPU tests (bwd::shapes_sm90a; racecheck and synccheck clean, session
-// 15 call 6; memcheck on the kernel before the late dQ add, call 5) and runs, bf16, at 1.38-1.80x FlashAttention-2's backward and 1.06-1.14x cuDNN's at
-// head_dim 64, 1.35-1.94x and 0.95-1.13x at 128 (0.95-1.01x without a causal mask; two runs each,
-// bench/results/2026-11-30-h200-session15/call6, builds G); the runtime takes it on Hopper unless
-// FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec).
-// What is left to cuDNN at head_dim 128: per-kernel times (torch.profiler, session 10, profile/) put our
-// main kernel at 1.24x cuDNN's at 512, 1.17x at 2k, 1.06x at 16k (the pre and post kernels cost the same
-// as cuDNN's); cuDNN's backward is persistent (132 CTAs of 384 threads, 168 registers at launch, 216 KB of
-// shared memory: ncu), but a persistent variant of ours gained nothing (session 11). In the loop (ncu,
+// On an H200 it passes the backward GPU tests (bwd::shapes_sm90a; racecheck clean, session 16 call 1;
+// synccheck, session 15 call 6; memcheck on the kernel before the late dQ add, call 5) and runs, bf16, at
+// 1.41-1.82x FlashAttention-2's backward and 1.06-1.19x cuDNN's at head_dim 64, 1.42-1.97x and 0.93-1.15x
+// at 128 (0.93-1.01x without a causal mask; two runs, bench/results/2026-11-30-h200-session16/call4, build
+// H); the runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec).
+// What is left to cuDNN at head_dim 128: per-kernel times (torch.profiler, session 16 call 1) put this
+// kernel at 1.04x cuDNN's time at 512 and 1.064x at 2k without a mask (1.24x and 1.17x in session 10),
+// with the pre kernel as fast as cuDNN's and the post kernel faster (50 us to 58); fitted over the two
+// lengths, a block costs 2.24 us to cuDNN's 2.08, while the fixed cost a CTA is about equal. cuDNN's
+// backward is persistent (132 CTAs of 384 threads, 168 registers at launch, 216 KB of shared memory:
+// ncu), but a persistent variant of ours gained nothing (session 11). In the loop (ncu,
 // d 128 8k non-causal, session 15 call 5, before dQ's add moved a block later): 70% of cycles issue
 // nothing; the top stall samples were the proxy fence before dQ's bulk add (13%), the wait for the dS^T
 // buffer the other warpgroup's dQ frees (12%) and the first S^T wgmma (8%). FA3's non-causal head_dim 128
@@ -197,7 +199,9 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     // Stages dQ_part in the accumulator's fragment order (fg_dq_index: float4 i of thread wtid at (wq *
     // FG_BW_DQ_N / 8 + i) * 32 + lane, bank-conflict free), once the warpgroup's previous bulk add has read
     // the staging; add_dq adds it with one bulk reduce-add from thread 0 of the warpgroup. (A reduce-add
-    // per row, issued by a loop over the lanes, took 13-21% of the stall samples: ncu, session 9.)
+    // per row, issued by a loop over the lanes, took 13-21% of the stall samples: ncu, session 9. One a
+    // warp, each warp's 16 rows, with no warpgroup barrier before the add or after the staging's read,
+    // where ncu had put 9.2% of the stall samples: 0.947x, session 16 call 4.)
     auto stage_dq = [&]() {
         if (wtid == 0) fg_bulk_wait_read();
         fg_named_sync(1 + wg, 128);
