@@ -230,6 +230,13 @@ def source_sha256():
     return h.hexdigest()
 
 
+def provenance(fg):
+    """What a run measured, even where the git metadata is stale or absent: the sources' sha256 and the
+    flashgen library's (None without a library). compare.py and fp8.py record both."""
+    return {"source_sha256": source_sha256(),
+            "flashgen_library_sha256": file_sha256(fg.library_path()) if fg else None}
+
+
 def slug(text):
     """"NVIDIA H200" -> "nvidia-h200", for the default output directory."""
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "gpu"
@@ -328,8 +335,7 @@ class Bench:
             "flashgen_library": self.fg.library_path() if self.fg else self.fg_error,
             "git_commit": commit,
             "git_dirty": dirty,
-            "source_sha256": source_sha256(),
-            "flashgen_library_sha256": file_sha256(self.fg.library_path()) if self.fg else None,
+            **provenance(self.fg),
             "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
             "iters": self.args.iters,
             "warmup": self.args.warmup,

@@ -199,13 +199,12 @@ def main(argv=None):
     a = parse(argv if argv is not None else sys.argv[1:])
     import torch
     import flashgen as fg
-    from compare import Bench, file_sha256, git_info, source_sha256
+    from compare import Bench, git_info, provenance
     os.makedirs(a.out, exist_ok=True)
     args = argparse.Namespace(device=a.device, fg_log="warn", flex=False, iters=a.iters, warmup=a.warmup)
     bench = Bench(args)
     result = {"gpu": torch.cuda.get_device_name(bench.dev), "commit": git_info()[0], "torch": torch.__version__,
-              "source_sha256": source_sha256(),
-              "flashgen_library_sha256": file_sha256(bench.fg.library_path()) if bench.fg else None}
+              **provenance(bench.fg)}
     md = ["# FP8 forward: %s" % result["gpu"], ""]
     if not a.skip_accuracy:
         acc = accuracy(fg, torch, bench.dev)

@@ -72,6 +72,8 @@ constexpr u32 FG_ROW_BYTES = FG_BLOCK_M * 4; // the LSE (or D) of one query bloc
 #else
 #define FG_DQ_VEC 0
 #endif
+// The accumulator in fragment order (fg_dq_index) with either; row-major with scalar atomics (before sm_90).
+#define FG_DQ_FRAG (FG_DQ_STAGED || FG_DQ_VEC)
 #if FG_WGMMA_BWD
 constexpr int FG_DQ_G = 64, FG_DQ_W = FG_BW_DQ_N; // a warpgroup: 64 rows x its columns
 #else
@@ -85,7 +87,7 @@ static_assert(64 % FG_DQ_G == 0 && FG_HEAD_DIM % FG_DQ_W == 0 && FG_DQ_W % 8 == 
 // (row, col), (row, col + 1), (row + 8, col), (row + 8, col + 1) at col even, row % 16 < 8 (the m16n8
 // accumulator fragment, which is also wgmma's for each 16 rows of a warpgroup's 64).
 __device__ __forceinline__ i64 fg_dq_index(i64 row, int col) {
-#if FG_DQ_STAGED || FG_DQ_VEC
+#if FG_DQ_FRAG
     const int r = (int)(row % FG_DQ_G), sl = col / FG_DQ_W, c = col % FG_DQ_W;
     return (row - r) * FG_HEAD_DIM + sl * (FG_DQ_G * FG_DQ_W) + ((r / 16) * (FG_DQ_W / 8) + c / 8) * 128 +
            ((r % 8) * 4 + (c % 8) / 2) * 4 + ((r / 8) % 2) * 2 + c % 2;
@@ -823,7 +825,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
 // first value is (row, col) of the block; in fragment order it holds (row, col), (row, col + 1),
 // (row + 8, col), (row + 8, col + 1), row-major four columns of one row.
 __device__ __forceinline__ void fg_dq_unit(u32 u, u32 &row, u32 &col) {
-#if FG_DQ_STAGED || FG_DQ_VEC
+#if FG_DQ_FRAG
     constexpr u32 G = FG_DQ_G, W = FG_DQ_W; // unsigned: the divisions by powers of two are shifts
     const u32 o = (4 * u) % (G * FG_HEAD_DIM), lane = u % 32, step = (o % (G * W)) / 128;
     row = (4 * u) / (G * FG_HEAD_DIM) * G + step / (W / 8) * 16 + lane / 4;
@@ -861,7 +863,7 @@ fg_bwd_post_kernel(const __grid_constant__ fg_bwd_params p) {
             u32 row, col;
             fg_dq_unit(tid + 256 * k, row, col);
             unsigned char *const t = tile + row * FG_POST_PITCH + col * 2;
-#if FG_DQ_STAGED || FG_DQ_VEC
+#if FG_DQ_FRAG
             *(u32 *)t = fg_pack2(x.x * s, x.y * s);
             *(u32 *)(t + 8 * FG_POST_PITCH) = fg_pack2(x.z * s, x.w * s);
 #else
