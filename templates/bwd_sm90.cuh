@@ -4,9 +4,9 @@
 //
 // On an H200 it passes the backward GPU tests (bwd::shapes_sm90a; racecheck clean, session 16 call 1;
 // synccheck, session 15 call 6; memcheck on the kernel before the late dQ add, call 5) and runs, bf16, at
-// 1.41-1.82x FlashAttention-2's backward and 1.06-1.19x cuDNN's at head_dim 64, 1.42-1.97x and 0.93-1.15x
-// at 128 (0.93-1.01x without a causal mask; two runs, bench/results/2026-11-30-h200-session16/call4, build
-// H); the runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec).
+// 1.41-1.83x FlashAttention-2's backward and 1.05-1.20x cuDNN's at head_dim 64, 1.42-1.97x and 0.93-1.16x
+// at 128 (0.93-1.03x without a causal mask; four runs, bench/results/2026-11-30-h200-session16/call4 and
+// call6, builds H); the runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec).
 // What is left to cuDNN at head_dim 128: per-kernel times (torch.profiler, session 16 call 1) put this
 // kernel at 1.04x cuDNN's time at 512 and 1.064x at 2k without a mask (1.24x and 1.17x in session 10),
 // with the pre kernel as fast as cuDNN's and the post kernel faster (50 us to 58); fitted over the two
