@@ -166,6 +166,7 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
         sb_printf(&b, "#define FG_DQ_STAGED %d\n", spec_bwd_dq_staged(spec)); /* sizes its smem too */
         sb_printf(&b, "#define FG_BWD_TMA %d\n", spec->tma ? 1 : 0);     /* the mma.sync kernel's TMA loads */
         sb_printf(&b, "#define FG_WGMMA_BWD %d\n", wgmma_bwd);
+        sb_printf(&b, "#define FG_BW_DQ_T %d\n", spec_bwd_sm90_dq_t(spec)); /* the dQ^T kernel (bwd_sm90.cuh) */
         if (wgmma_bwd) sb_printf(&b, "#define FG_SW_BYTES 128\n#define FG_BW_DQ_N %d\n", spec_bwd_sm90_dq_n(spec));
     }
     const int sub_n = !wgmma && !bwd ? spec_fwd_sub_n(spec) : 0;
@@ -189,11 +190,15 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
     for (size_t i = 0; i < npieces; i++) {
         if (!pieces[i]) {
             sb_printf(&b, "\n// ---- generated: wgmma wrappers for this tile ----\n");
-            if (wgmma_bwd) { /* S^T, dP^T (SS, K-major); dV, dK (A in registers, B MN-major); dQ (both MN-major) */
+            if (wgmma_bwd) { /* S^T, dP^T (SS, K-major); dV, dK (A in registers, B MN-major); dQ (both MN-major,
+                                or dQ^T as below) */
                 const char *ty = spec->dtype == FG_DTYPE_BF16 ? "bf16" : "f16";
                 emit_wgmma(&b, "fg_wgmma_st", spec->block_m, 0, 0, ty, ty);
                 emit_wgmma(&b, "fg_wgmma_rs", spec->head_dim, 1, 1, ty, ty);
-                emit_wgmma_t(&b, "fg_wgmma_dq", spec_bwd_sm90_dq_n(spec), 0, 1, 1, ty, ty);
+                if (spec_bwd_sm90_dq_t(spec)) /* dQ^T = K^T dS^T: A (K) MN-major, B (the dS tile) K-major */
+                    emit_wgmma_t(&b, "fg_wgmma_dq", spec->block_m, 0, 1, 0, ty, ty);
+                else
+                    emit_wgmma_t(&b, "fg_wgmma_dq", spec_bwd_sm90_dq_n(spec), 0, 1, 1, ty, ty);
             } else if (spec_dtype_is_fp8(spec->dtype)) { /* P is e4m3 whatever the inputs (as on the mma.sync path) */
                 const char *ty = spec->dtype == FG_DTYPE_E5M2 ? "e5m2" : "e4m3";
                 emit_wgmma(&b, "fg_wgmma_qk", spec->block_n, 0, -1, ty, ty);

@@ -213,6 +213,10 @@ int spec_is_wgmma_bwd(const fg_spec *spec) { return spec->kind == FG_KIND_BWD &&
 
 int spec_bwd_sm90_dq_n(const fg_spec *spec) { return spec->head_dim == 128 ? 64 : spec->head_dim; }
 
+int spec_bwd_sm90_dq_t(const fg_spec *spec) { return spec_is_wgmma_bwd(spec) && spec->block_m == 80; }
+
+int spec_bwd_rows_block(const fg_spec *spec) { return spec_bwd_sm90_dq_t(spec) ? 80 : 64; }
+
 /* bwd_sm80.cuh's main kernel: K and V tiles (block_n rows), `stages` (1 or 2) stages of Q and dO (block_m
  * rows), the P^T and dS^T tiles (block_n x block_m, 16-bit), as many stages of the LSE and D rows (block_m
  * floats each)
@@ -221,9 +225,10 @@ static size_t bwd_smem_bytes(const fg_spec *s) {
     size_t d = (size_t)s->head_dim, bm = (size_t)s->block_m, bn = (size_t)s->block_n;
     if (spec_is_wgmma_bwd(s)) { /* bwd_sm90.cuh: 1 KiB of alignment slack, K and V, 2 stages of Q and dO,
                                    two dS^T buffers, two warpgroups' dQ staging
-                                   (64 x dqn fp32 each), 2 stages of the LSE and D rows, 9 mbarriers */
-        const size_t dqn = (size_t)spec_bwd_sm90_dq_n(s);
-        return 1024u + 2u * bn * d * 2u + 2u * 2u * bm * d * 2u + 2u * bn * bm * 2u + 2u * 64u * dqn * 4u +
+                                   (64 x dqn fp32 each; block_m x dqn with dQ^T), 2 stages of the LSE and D
+                                   rows, 9 mbarriers */
+        const size_t dqn = (size_t)spec_bwd_sm90_dq_n(s), dqm = spec_bwd_sm90_dq_t(s) ? bm : 64u;
+        return 1024u + 2u * bn * d * 2u + 2u * 2u * bm * d * 2u + 2u * bn * bm * 2u + 2u * dqm * dqn * 4u +
                2u * 2u * bm * 4u + 72u;
     }
     const size_t st = (size_t)s->stages;

@@ -115,6 +115,7 @@ static const fg_tile_rule default_rules[] = {
      * 64 (dQ split by query rows; FlashAttention-3's tile there) */
     {90, 90, 64, 64, -1, -1, 128, 128, 8, 2, FG_FAMILY_WGMMA, FG_KIND_BWD},
     {90, 90, 65, 128, -1, -1, 64, 128, 8, 2, FG_FAMILY_WGMMA, FG_KIND_BWD},
+    {90, 90, 128, 128, 0, -1, 80, 128, 8, 2, FG_FAMILY_WGMMA, FG_KIND_BWD},
     /* One stage of query blocks where two do not fit (the next block loads behind the dQ product; FlashAttention-2
      * single-buffers these tiles too): above head_dim 192 on an A100 or Orin (163 KiB; 64 x 64 in two stages needs
      * 214016 bytes at d 256), and on 99 KiB parts 64 x 64 at 129-160 (98816 bytes at d 160) and 64 x 32 on 4 warps

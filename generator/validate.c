@@ -107,11 +107,12 @@ RULE(fp8_head_dim, spec_dtype_is_fp8(s->dtype) && (s->head_dim < 32 || s->head_d
 RULE(bwd_arch, is_bwd(s) && s->arch_accel && s->arch != 90, FG_ERR_UNSUPPORTED,
      "kind=bwd has no sm_%da kernel: the backward pass is the mma.sync family there (use arch sm_%d)", s->arch, s->arch)
 RULE(bwd_wgmma, spec_is_wgmma_bwd(s) && ((s->head_dim != 64 && s->head_dim != 128) ||
-                                          s->block_m != (s->head_dim == 64 ? 128 : 64) ||
+                                          (s->head_dim == 64 ? s->block_m != 128
+                                                             : s->block_m != 64 && (s->block_m != 80 || s->causal)) ||
                                           s->block_n != 128 || s->warps != 8 || s->stages != 2 || s->deterministic),
      FG_ERR_UNSUPPORTED,
-     "kind=bwd on sm_90a (wgmma) takes head_dim 64 with block_m 128 or head_dim 128 with block_m 64, block_n 128, "
-     "warps 8, stages 2 and "
+     "kind=bwd on sm_90a (wgmma) takes head_dim 64 with block_m 128 or head_dim 128 with block_m 64 (or 80 without "
+     "a causal mask), block_n 128, warps 8, stages 2 and "
      "deterministic=0 (got head_dim %d, %d x %d, warps %d, stages %d, deterministic=%d); arch sm_90 (mma.sync) "
      "takes the others", s->head_dim, s->block_m, s->block_n, s->warps, s->stages, s->deterministic)
 RULE(bwd_tma, s->tma && (!is_bwd(s) || s->arch_accel || s->arch < 90 || (s->head_dim != 64 && s->head_dim != 128) ||
@@ -150,7 +151,7 @@ RULE(wgmma_registers, spec_is_wgmma(s) && wg_registers(s) > wg_register_limit(s)
      "consumer warpgroup gets with block_m %d%s: use a smaller block_n", s->block_n, s->head_dim,
      wg_registers(s), wg_register_limit(s), s->block_m,
      spec_fp8_o_flush(s) ? " (FP8 keeps a second, fp32 copy of O: the two-level accumulation)" : "")
-RULE(bwd_tiles, is_bwd(s) && (s->warps < 2 || s->warps > 8 || (s->warps & (s->warps - 1)) != 0 ||
+RULE(bwd_tiles, is_bwd(s) && !spec_is_wgmma_bwd(s) && (s->warps < 2 || s->warps > 8 || (s->warps & (s->warps - 1)) != 0 ||
                                (s->block_n != 16 * s->warps && (s->block_n != 8 * s->warps || s->warps < 4)) ||
                                (s->block_m != 32 && s->block_m != 64 && s->block_m != 128) ||
                                s->block_m % (16 * bwd_p1_qparts(s)) != 0 || bwd_p2_keys(s) % 16 != 0 ||
@@ -163,7 +164,7 @@ RULE(bwd_tiles, is_bwd(s) && (s->warps < 2 || s->warps > 8 || (s->warps & (s->wa
      "with 8 keys a warp at head_dim a multiple of 64) dividing warps, head_dim / 8 a multiple of 2 x warps / "
      "groups (the dQ product's split), whole 16-key dK and dV tiles, stages 1 or 2",
      s->block_m, s->block_n, s->warps, s->stages, s->head_dim)
-RULE(bwd_registers, is_bwd(s) && bwd_registers(s) > 200, FG_ERR_UNSUPPORTED,
+RULE(bwd_registers, is_bwd(s) && !spec_is_wgmma_bwd(s) && bwd_registers(s) > 200, FG_ERR_UNSUPPORTED,
      "kind=bwd block_m %d, block_n %d, warps %d at head_dim %d need about %d accumulator registers per thread "
      "(dK, dV, S^T, dP^T, dQ; limit 200): use a smaller block_m or block_n", s->block_m, s->block_n, s->warps,
      s->head_dim, bwd_registers(s))

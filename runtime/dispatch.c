@@ -317,15 +317,17 @@ static fg_status encode_tma_vt(fg_context *ctx, CUtensorMap *m, const fg_tensor 
 }
 
 /* The tensor maps of a launch that loads by TMA (fg_tma_params; the second kernel argument): Q and o (the
- * forward's O, the backward's dO; NULL: none, FP8 writes O with plain stores) in boxes of 64 rows, K and V
+ * forward's O, the backward's dO; NULL: none, FP8 writes O with plain stores) in boxes of q_rows rows (64; the
+ * backward's 80-query blocks take theirs whole), K and V
  * in boxes of block_n keys, rows of rb bytes (vt > 0: FP8's V key-major, boxes of vt keys by head_dim). A
  * tensor with no rows gets no map: the kernel loads none of it. */
 static fg_status encode_maps(fg_context *ctx, fg_tma_params *tm, const fg_tensor *q, const fg_tensor *o,
-                             const fg_tensor *k, const fg_tensor *v, int block_n, int rb, int vt, fg_error *err) {
+                             const fg_tensor *k, const fg_tensor *v, int q_rows, int block_n, int rb, int vt,
+                             fg_error *err) {
     memset(tm, 0, sizeof *tm);
     fg_status st;
-    if (q->shape[1] > 0 && ((st = encode_tma(ctx, (CUtensorMap *)tm->q, q, 64, rb, err)) != FG_OK ||
-                            (o && (st = encode_tma(ctx, (CUtensorMap *)tm->o, o, 64, rb, err)) != FG_OK)))
+    if (q->shape[1] > 0 && ((st = encode_tma(ctx, (CUtensorMap *)tm->q, q, q_rows, rb, err)) != FG_OK ||
+                            (o && (st = encode_tma(ctx, (CUtensorMap *)tm->o, o, q_rows, rb, err)) != FG_OK)))
         return st;
     if (k->shape[1] > 0 &&
         ((st = encode_tma(ctx, (CUtensorMap *)tm->k, k, block_n, rb, err)) != FG_OK ||
@@ -528,7 +530,7 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
         /* bytes per swizzled chunk row, as the emitter chose (emit.c): 128 when head_dim fills them (the
          * 16-bit O's rows are Q's) */
         const int rb = (s.head_dim * spec_dtype_size(s.dtype)) % 128 == 0 ? 128 : 64;
-        const fg_status st = encode_maps(ctx, &tm, &a->q, fp8 ? NULL : &a->o, &a->k, &a->v, s.block_n, rb,
+        const fg_status st = encode_maps(ctx, &tm, &a->q, fp8 ? NULL : &a->o, &a->k, &a->v, 64, s.block_n, rb,
                                          fp8 ? spec_fp8_vt_bytes(&s) : 0, err);
         if (st != FG_OK) return st;
     }
@@ -742,9 +744,26 @@ typedef struct bwd_layout {
 
 static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
-static void bwd_workspace_layout(const fg_bwd_args *a, bwd_layout *L) {
+/* The workspace's rows a (batch, head) (bwd_sm80.cuh's fg_bwd_rows_padded, the same rule): a multiple of 128, every
+ * block_m but 80 dividing it; on an sm_90 device at head_dim 128 without a causal mask, where the sm_90a kernel's
+ * 80-query blocks may run (spec_bwd_sm90_dq_t), the multiple of 128 at or past the last such block's end, so
+ * that its LSE and D rows and its dQ accumulator group stay inside the (batch, head)'s rows. A function of
+ * the call and the device only, so that fg_attention_bwd_workspace_size holds for every variant of it. */
+static size_t bwd_rows_padded(const fg_context *ctx, const fg_bwd_args *a) {
+    size_t sq = (size_t)a->q.shape[1];
+    if (ctx->arch == 90 && a->q.shape[3] == 128 && !a->causal) sq = (sq + 79) / 80 * 80;
+    return (sq + 127) / 128 * 128;
+}
+
+/* The rows of the dQ accumulator the main kernel of variant s adds into (and that the pre kernel prepares). */
+static size_t bwd_rows_read(const fg_spec *s, int64_t sq) {
+    const size_t bm = spec_bwd_sm90_dq_t(s) ? (size_t)s->block_m : 128;
+    return ((size_t)sq + bm - 1) / bm * bm;
+}
+
+static void bwd_workspace_layout(const fg_context *ctx, const fg_bwd_args *a, bwd_layout *L) {
     const size_t b = (size_t)a->q.shape[0], hq = (size_t)a->q.shape[2], hkv = (size_t)a->k.shape[2];
-    const size_t sq_pad = ((size_t)a->q.shape[1] + 127) / 128 * 128, sk = (size_t)a->k.shape[1]; /* fg_bwd_rows_padded */
+    const size_t sq_pad = bwd_rows_padded(ctx, a), sk = (size_t)a->k.shape[1];
     const size_t d = (size_t)a->q.shape[3];
     size_t off = 0;
     L->dq_accum = off, off = align256(off + b * hq * sq_pad * d * 4);
@@ -866,7 +885,7 @@ fg_status fg_attention_bwd_workspace_size(fg_context *ctx, const fg_bwd_args *a,
     }
     if (rt_check_bwd_args(a, 0, 0, &err) != FG_OK) return rt_set_error(ctx, &err);
     bwd_layout L;
-    bwd_workspace_layout(a, &L);
+    bwd_workspace_layout(ctx, a, &L);
     *bytes = L.total;
     return FG_OK;
 }
@@ -907,7 +926,7 @@ fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *a, char *buf, size_
     const char *where;
     if (explain_lookup(ctx, &s, name, &where, &err) != FG_OK) return rt_set_error(ctx, &err);
     bwd_layout L;
-    bwd_workspace_layout(a, &L);
+    bwd_workspace_layout(ctx, a, &L);
     const int group = rt_bwd_causal_group(ctx, &s, a);
     const char *path = spec_is_wgmma_bwd(&s) ? "sm_90a path (wgmma, two warpgroups of 64 keys)"
                        : s.tma             ? "mma.sync path (sm_80+), loads by TMA"
@@ -931,10 +950,10 @@ fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *a, char *buf, size_
 /* The checks of a backward call (fg_attention_bwd, rt_bwd_with_spec): the arguments, then the workspace
  * against the layout it needs (into *L); *empty when there is nothing to compute (no batch, no heads, or
  * neither queries nor keys). */
-static fg_status bwd_check_call(const fg_bwd_args *a, bwd_layout *L, int *empty, fg_error *err) {
+static fg_status bwd_check_call(const fg_context *ctx, const fg_bwd_args *a, bwd_layout *L, int *empty, fg_error *err) {
     fg_status st = rt_check_bwd_args(a, 0, 0, err);
     if (st != FG_OK) return st;
-    bwd_workspace_layout(a, L);
+    bwd_workspace_layout(ctx, a, L);
     if ((st = rt_check_bwd_args(a, 1, L->total, err)) != FG_OK) return st;
     *empty = a->q.shape[0] == 0 || a->q.shape[2] == 0 || (a->q.shape[1] == 0 && a->k.shape[1] == 0);
     return FG_OK;
@@ -990,16 +1009,18 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args
     memset(&tm, 0, sizeof tm);
     void *params[] = {&p, &tm};
     if ((spec_is_wgmma_bwd(s) || s->tma) && sk > 0 &&
-        (st = encode_maps(ctx, &tm, &a->q, &a->dout, &a->k, &a->v, s->block_n, 128, 0, err)) != FG_OK)
+        (st = encode_maps(ctx, &tm, &a->q, &a->dout, &a->k, &a->v, spec_bwd_sm90_dq_t(s) ? s->block_m : 64, s->block_n,
+                          128, 0, err)) != FG_OK)
         return st;
     const unsigned h = (unsigned)hq, bb = (unsigned)b;
     /* pre (D, lse2, zeroed accumulator), main (none without keys: dK, dV are empty), post */
     const launch_item items[3] = {
-        {kern.fn_pre, {(unsigned)((sq + 127) / 128 * 2), h, bb}, 256, 0, "cuLaunchKernel(fg_bwd_pre_kernel)"},
+        {kern.fn_pre, {(unsigned)((bwd_rows_read(s, sq) + 63) / 64), h, bb}, 256, 0, "cuLaunchKernel(fg_bwd_pre_kernel)"},
         {kern.fn, {(unsigned)(bwd_key_blocks(s, sk) * group), h / (unsigned)group, bb},
          (unsigned)spec_threads(s),
          (unsigned)spec_smem_bytes(s), "cuLaunchKernel(fg_bwd_main_kernel)"},
-        {kern.fn_post, {(unsigned)(((sq > sk ? sq : sk) + 63) / 64), h, bb}, 256, 0, "cuLaunchKernel(fg_bwd_post_kernel)"},
+        {kern.fn_post, {(unsigned)(((sq > sk ? sq : sk) + spec_bwd_rows_block(s) - 1) / spec_bwd_rows_block(s)), h, bb}, 256,
+         0, "cuLaunchKernel(fg_bwd_post_kernel)"},
     };
     return launch_items(ctx, items, 3, stream, params, err);
 }
@@ -1015,7 +1036,7 @@ fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *a, void *stream) 
     bwd_layout L;
     int empty;
     fg_spec s;
-    if (bwd_check_call(a, &L, &empty, &err) != FG_OK ||
+    if (bwd_check_call(ctx, a, &L, &empty, &err) != FG_OK ||
         (!empty && (choose_bwd_spec(ctx, a, &s, NULL, &err) != FG_OK || launch_bwd(ctx, &s, a, &L, stream, &err) != FG_OK)))
         return rt_set_error(ctx, &err);
     return FG_OK;
@@ -1024,7 +1045,7 @@ fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *a, void *stream) 
 fg_status rt_bwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_bwd_args *a, void *stream, fg_error *err) {
     bwd_layout L;
     int empty;
-    fg_status st = bwd_check_call(a, &L, &empty, err);
+    fg_status st = bwd_check_call(ctx, a, &L, &empty, err);
     if (st != FG_OK || empty) return st;
     if (spec->kind != FG_KIND_BWD || spec->dtype != a->q.dtype || spec->head_dim != (int)a->q.shape[3] ||
         (spec->causal != 0) != (a->causal != 0) || (spec->deterministic != 0) != (a->deterministic != 0) ||

@@ -75,19 +75,30 @@ constexpr u32 FG_ROW_BYTES = FG_BLOCK_M * 4; // the LSE (or D) of one query bloc
 // The accumulator in fragment order (fg_dq_index) with either; row-major with scalar atomics (before sm_90).
 #define FG_DQ_FRAG (FG_DQ_STAGED || FG_DQ_VEC)
 #if FG_WGMMA_BWD
-constexpr int FG_DQ_G = 64, FG_DQ_W = FG_BW_DQ_N; // a warpgroup: 64 rows x its columns
+// a warpgroup: 64 rows x its columns; with dQ^T (FG_BW_DQ_T) the block's FG_BLOCK_M (80) rows x its columns
+constexpr int FG_DQ_G = FG_BW_DQ_T ? FG_BLOCK_M : 64, FG_DQ_W = FG_BW_DQ_N;
 #else
 constexpr int FG_DQ_G = 16 * FG_QM, FG_DQ_W = FG_DQT * 8; // a warp: its 16 or 32 rows x its slice of head_dim
 #endif
-static_assert(64 % FG_DQ_G == 0 && FG_HEAD_DIM % FG_DQ_W == 0 && FG_DQ_W % 8 == 0, "dQ accumulator groups");
+// The rows of a post-kernel CTA (and of the host's spec_bwd_rows_block): whole groups.
+constexpr int FG_POST_ROWS = FG_BW_DQ_T ? FG_BLOCK_M : 64;
+static_assert(FG_POST_ROWS % FG_DQ_G == 0 && FG_HEAD_DIM % FG_DQ_W == 0 && FG_DQ_W % 8 == 0, "dQ accumulator groups");
 // Where element (row, col) of a (batch, head)'s dQ accumulator lives, in floats from that head's row 0.
 // Before sm_90 without FG_DQ_STAGED (scalar atomics): row-major. Else: groups of FG_DQ_G rows, each FG_DQ_G x head_dim
 // floats; a group's column slices of FG_DQ_W one after another; inside a slice its 16-row tiles, and in
 // a tile its n8 column steps i, each 32 lanes x 4 floats: lane (row % 8) * 4 + (col % 8) / 2 holds
 // (row, col), (row, col + 1), (row + 8, col), (row + 8, col + 1) at col even, row % 16 < 8 (the m16n8
-// accumulator fragment, which is also wgmma's for each 16 rows of a warpgroup's 64).
+// accumulator fragment, which is also wgmma's for each 16 rows of a warpgroup's 64). With dQ^T (FG_BW_DQ_T:
+// wgmma's m64 n80 accumulator of a warpgroup's 64 columns x the block's 80 rows) the roles swap: inside a
+// slice its 16-column tiles (the warps), in a tile its n8 row steps, each 32 lanes x 4 floats: lane (col % 8)
+// * 4 + (row % 8) / 2 holds (row, col), (row + 1, col), (row, col + 8), (row + 1, col + 8) at row even, col %
+// 16 < 8.
 __device__ __forceinline__ i64 fg_dq_index(i64 row, int col) {
-#if FG_DQ_FRAG
+#if FG_BW_DQ_T
+    const int r = (int)(row % FG_DQ_G), sl = col / FG_DQ_W, c = col % FG_DQ_W;
+    return (row - r) * FG_HEAD_DIM + sl * (FG_DQ_G * FG_DQ_W) + ((c / 16) * (FG_DQ_G / 8) + r / 8) * 128 +
+           ((c % 8) * 4 + (r % 8) / 2) * 4 + ((c / 8) % 2) * 2 + r % 2;
+#elif FG_DQ_FRAG
     const int r = (int)(row % FG_DQ_G), sl = col / FG_DQ_W, c = col % FG_DQ_W;
     return (row - r) * FG_HEAD_DIM + sl * (FG_DQ_G * FG_DQ_W) + ((r / 16) * (FG_DQ_W / 8) + c / 8) * 128 +
            ((r % 8) * 4 + (c % 8) / 2) * 4 + ((r / 8) % 2) * 2 + c % 2;
@@ -96,13 +107,21 @@ __device__ __forceinline__ i64 fg_dq_index(i64 row, int col) {
 #endif
 }
 static_assert(FG_BLOCK_N == 16 * FG_WARPS || FG_BLOCK_N == 8 * FG_WARPS, "16 or 8 keys per warp");
-static_assert(FG_WARPS % FG_QG == 0 && FG_DT % (2 * FG_DSPLIT) == 0, "the dQ product's warp split");
+static_assert(FG_WGMMA_BWD || (FG_WARPS % FG_QG == 0 && FG_DT % (2 * FG_DSPLIT) == 0), "the dQ product's warp split");
 
 constexpr float FG_LOG2E = 1.4426950408889634f;
 
-// Workspace rows are padded to a multiple of 128 (every block_m divides 128); the pre kernel's grid covers
-// them in blocks of 64.
-__device__ __forceinline__ i64 fg_bwd_rows_padded(int sq) { return ((i64)sq + 127) / 128 * 128; }
+// Workspace rows a (batch, head): a multiple of 128 (every block_m but 80 divides 128); on sm_90 at head_dim
+// 128 without a causal mask, where the sm_90a kernel's 80-query blocks (FG_BW_DQ_T) may run, the multiple of
+// 128 at or past the next multiple of 80. The same rule as the host's bwd_rows_padded (dispatch.c), which
+// sizes the workspace for every variant of a call (read from the parameters instead, the sm_90a kernel at
+// head_dim 128 spilled 56 bytes). The pre kernel's grid covers the rows the main kernel reads, in blocks of 64.
+__device__ __forceinline__ i64 fg_bwd_rows_padded(int sq) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ / 10 == 90
+    if (FG_HEAD_DIM == 128 && !FG_CAUSAL) sq = (sq + 79) / 80 * 80;
+#endif
+    return ((i64)sq + 127) / 128 * 128;
+}
 
 #if FG_DQ_STAGED
 // dst[0 .. BYTES / 4) += the fp32 values at shared address src, by the TMA unit (one bulk reduce-add,
@@ -195,7 +214,7 @@ fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params p) {
     }
     d += __shfl_xor_sync(0xffffffffu, d, 1);
     d += __shfl_xor_sync(0xffffffffu, d, 2);
-    if (part == 0) { // the grid covers exactly the sq_pad rows
+    if (part == 0) { // the grid covers the rows the main kernel reads (sq_pad, or with dQ^T to its last block)
         // +inf makes P = 0: padding rows, and rows whose LSE is -inf (they saw no key; were such an LSE
         // given for a row that does see keys, exp2(s - (-inf)) would make P infinite). A NaN stays NaN.
         float lse2 = __int_as_float(0x7f800000);
@@ -206,7 +225,7 @@ fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params p) {
         p.lse2[bh * sq_pad + r] = lse2;
         p.dsum[bh * sq_pad + r] = d;
     }
-    // Zero this block's 64 rows of the dQ accumulator, 16 bytes per store.
+    // Zero this block's 64 rows of the dQ accumulator (the rows its groups cover), 16 bytes per store.
     float4 *acc = (float4 *)(p.dq_accum + (bh * sq_pad + (i64)blockIdx.x * 64) * FG_HEAD_DIM);
     for (int i = tid; i < 64 * FG_HEAD_DIM / 4; i += 256) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     if (p.dq_sem != 0 && blockIdx.x == 0) {
@@ -233,9 +252,9 @@ constexpr int FG_P2_WK = FG_WARPS / FG_P2_PD;
 constexpr int FG_P2_KW = FG_BLOCK_N / FG_P2_WK;
 constexpr int FG_P2_DW = FG_HEAD_DIM / FG_P2_PD;
 constexpr int FG_P2_DT = FG_P2_DW / 8;
-static_assert(FG_P1_WK >= 1 && FG_P1_WK * FG_P1_QS == FG_WARPS, "phase 1: warp groups own 32 keys");
-static_assert(FG_P1_QW % 16 == 0, "phase 1: each query part is a multiple of 16 rows");
-static_assert(FG_P2_KW % 16 == 0 && FG_P2_DW % 16 == 0, "phase 2 warp tiles");
+static_assert(FG_WGMMA_BWD || (FG_P1_WK >= 1 && FG_P1_WK * FG_P1_QS == FG_WARPS), "phase 1: warp groups own 32 keys");
+static_assert(FG_WGMMA_BWD || FG_P1_QW % 16 == 0, "phase 1: each query part is a multiple of 16 rows");
+static_assert(FG_WGMMA_BWD || (FG_P2_KW % 16 == 0 && FG_P2_DW % 16 == 0), "phase 2 warp tiles");
 
 // Phase 2 of one query block for head_dim part WD (a template so that every ldmatrix address keeps its
 // compile-time part): dV += P^T dO and dK += dS^T Q, A operands from the P^T and dS^T tiles, B operands
@@ -381,14 +400,17 @@ __device__ __forceinline__ void fg_bwd_tma_kv(const fg_tma_params &tm, u32 s_k, 
         fg_tma_load(s_v + c * FG_BLOCK_N * 128, tm.v, c * 64, n0, kv_head, batch, bar);
     }
 }
-// Query block m into stage st: Q and dO (boxes of 64 columns x 64 rows), and the LSE and D rows (1-d bulk
+// Query block m into stage st: Q and dO (boxes of 64 columns x FG_TMA_QROWS rows: 64, or the whole 80-query
+// block with dQ^T; the host's bwd_q_box_rows), and the LSE and D rows (1-d bulk
 // copies; the workspace pads them to whole blocks). row0: the (batch, head)'s first workspace row.
+constexpr int FG_TMA_QROWS = FG_BW_DQ_T ? FG_BLOCK_M : 64;
+static_assert(!(FG_BWD_TMA || FG_WGMMA_BWD) || FG_BLOCK_M % FG_TMA_QROWS == 0, "whole boxes");
 __device__ __forceinline__ void fg_bwd_tma_block(const fg_tma_params &tm, const fg_bwd_params &p, u32 s_q, u32 s_do,
                                                  u32 s_lse, u32 s_d, int m, int st, int head, int batch, i64 row0,
                                                  u32 bar) {
     fg_mbar_expect_tx(bar, 2 * FG_QB_BYTES + 2 * FG_ROW_BYTES);
 #pragma unroll
-    for (int r = 0; r < FG_BLOCK_M; r += 64)
+    for (int r = 0; r < FG_BLOCK_M; r += FG_TMA_QROWS)
 #pragma unroll
         for (int c = 0; c < FG_HEAD_DIM / 64; c++) {
             const u32 off = st * FG_QB_BYTES + c * FG_BLOCK_M * 128 + r * 128;
@@ -821,11 +843,17 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
 #endif // !FG_WGMMA_BWD
 
 // ---- post: dQ in the output dtype; GQA: dK, dV summed over query heads ----
-// The 16-byte unit of the dQ accumulator at float offset 4 u of a 64-row block (fg_dq_index's inverse): its
-// first value is (row, col) of the block; in fragment order it holds (row, col), (row, col + 1),
-// (row + 8, col), (row + 8, col + 1), row-major four columns of one row.
+// The 16-byte unit of the dQ accumulator at float offset 4 u of a block of FG_POST_ROWS rows (fg_dq_index's
+// inverse): its first value is (row, col) of the block; in fragment order it holds (row, col), (row, col + 1),
+// (row + 8, col), (row + 8, col + 1), with dQ^T (row, col), (row + 1, col), (row, col + 8), (row + 1, col + 8);
+// row-major four columns of one row.
 __device__ __forceinline__ void fg_dq_unit(u32 u, u32 &row, u32 &col) {
-#if FG_DQ_FRAG
+#if FG_BW_DQ_T
+    constexpr u32 G = FG_DQ_G, W = FG_DQ_W;
+    const u32 o = (4 * u) % (G * FG_HEAD_DIM), lane = u % 32, step = (o % (G * W)) / 128;
+    row = (4 * u) / (G * FG_HEAD_DIM) * G + step % (G / 8) * 8 + (lane % 4) * 2;
+    col = o / (G * W) * W + step / (G / 8) * 16 + lane / 4;
+#elif FG_DQ_FRAG
     constexpr u32 G = FG_DQ_G, W = FG_DQ_W; // unsigned: the divisions by powers of two are shifts
     const u32 o = (4 * u) % (G * FG_HEAD_DIM), lane = u % 32, step = (o % (G * W)) / 128;
     row = (4 * u) / (G * FG_HEAD_DIM) * G + step / (W / 8) * 16 + lane / 4;
@@ -835,25 +863,27 @@ __device__ __forceinline__ void fg_dq_unit(u32 u, u32 &row, u32 &col) {
     col = (4 * u) % FG_HEAD_DIM;
 #endif
 }
-// A CTA converts 64 rows of dQ. In every accumulator layout they are one contiguous run of 64 x head_dim
-// floats (fg_dq_index keeps its groups of FG_DQ_G rows, which divides 64, whole), so the CTA reads the run
-// once with 16-byte loads, every 32-byte sector by one warp instruction, puts each unit's values (scaled, in
-// the output dtype) into a row-major tile in shared memory, and writes the rows out in 16-byte runs. The
-// tile's rows are FG_POST_PITCH bytes apart, 4 banks apart modulo 32: a warp's 32 units of one n8 step (8
-// rows x 4 column pairs, and 8 rows lower) land on 32 banks. (The kernel before gathered each thread's 8
-// columns of a row as float2s through fg_dq_index, half of every unit, the other half by another warp:
-// 73 us against cuDNN's 58 us for its conversion at head_dim 128, 16384 tokens, bf16, H200, session 10's
-// profile.)
+// A CTA converts FG_POST_ROWS (64, or 80 with dQ^T) rows of dQ. In every accumulator layout they are one
+// contiguous run of FG_POST_ROWS x head_dim floats (fg_dq_index keeps its groups of FG_DQ_G rows, which
+// divides FG_POST_ROWS, whole), so the CTA reads the run once with 16-byte loads, every 32-byte sector by
+// one warp instruction, puts each unit's values (scaled, in the output dtype) into a row-major tile in
+// shared memory, and writes the rows out in 16-byte runs. The tile's rows are FG_POST_PITCH bytes apart, 4
+// banks apart modulo 32: a warp's 32 units of one n8 step (8 rows x 4 column pairs, and 8 rows lower) land
+// on 32 banks (dQ^T: 8 row pairs x 8 columns, 16-bit stores, 16 words on 16 banks). (The kernel before
+// gathered each thread's 8 columns of a row as float2s through fg_dq_index, half of every unit, the other
+// half by another warp: 73 us against cuDNN's 58 us for its conversion at head_dim 128, 16384 tokens,
+// bf16, H200, session 10's profile.)
 constexpr int FG_POST_PITCH = FG_HEAD_DIM * 2 + 16;
 extern "C" __global__ void __launch_bounds__(256)
 fg_bwd_post_kernel(const __grid_constant__ fg_bwd_params p) {
-    __shared__ __align__(16) unsigned char tile[64 * FG_POST_PITCH];
-    const int head = blockIdx.y, batch = blockIdx.z, tid = threadIdx.x, r0 = blockIdx.x * 64;
+    __shared__ __align__(16) unsigned char tile[FG_POST_ROWS * FG_POST_PITCH];
+    const int head = blockIdx.y, batch = blockIdx.z, tid = threadIdx.x, r0 = blockIdx.x * FG_POST_ROWS;
     constexpr int CH = FG_HEAD_DIM / 8; // 8 elements (16 output bytes) per thread step
     if (r0 < p.seqlen_q) { // the same for the whole CTA
         const float4 *a = (const float4 *)(p.dq_accum + (((i64)batch * p.heads_q + head) * fg_bwd_rows_padded(p.seqlen_q) + r0) * FG_HEAD_DIM);
         const float s = p.softmax_scale;
-        constexpr int STEPS = FG_HEAD_DIM / 16; // 16 x head_dim units, 256 a step
+        constexpr int STEPS = FG_POST_ROWS * FG_HEAD_DIM / 1024; // 256 units a step
+        static_assert(FG_POST_ROWS * FG_HEAD_DIM % 1024 == 0, "whole steps");
         float4 xs[STEPS];
 #pragma unroll
         for (int k = 0; k < STEPS; k++) xs[k] = a[tid + 256 * k]; // every load in flight before the stores
@@ -863,7 +893,13 @@ fg_bwd_post_kernel(const __grid_constant__ fg_bwd_params p) {
             u32 row, col;
             fg_dq_unit(tid + 256 * k, row, col);
             unsigned char *const t = tile + row * FG_POST_PITCH + col * 2;
-#if FG_DQ_FRAG
+#if FG_BW_DQ_T
+            const u32 lo = fg_pack2(x.x * s, x.y * s), hi = fg_pack2(x.z * s, x.w * s);
+            *(u16 *)t = (u16)lo;
+            *(u16 *)(t + FG_POST_PITCH) = (u16)(lo >> 16);
+            *(u16 *)(t + 16) = (u16)hi;
+            *(u16 *)(t + FG_POST_PITCH + 16) = (u16)(hi >> 16);
+#elif FG_DQ_FRAG
             *(u32 *)t = fg_pack2(x.x * s, x.y * s);
             *(u32 *)(t + 8 * FG_POST_PITCH) = fg_pack2(x.z * s, x.w * s);
 #else
@@ -871,7 +907,7 @@ fg_bwd_post_kernel(const __grid_constant__ fg_bwd_params p) {
 #endif
         }
         __syncthreads();
-        for (int i = tid; i < 64 * CH; i += 256) {
+        for (int i = tid; i < FG_POST_ROWS * CH; i += 256) {
             const int r = i / CH, c = (i % CH) * 8;
             if (r0 + r < p.seqlen_q) {
                 u16 *dq = (u16 *)p.dq + batch * p.dq_stride[0] + (i64)(r0 + r) * p.dq_stride[1] + head * p.dq_stride[2] + c;
@@ -879,7 +915,7 @@ fg_bwd_post_kernel(const __grid_constant__ fg_bwd_params p) {
             }
         }
     }
-    for (int i = tid; i < 64 * CH; i += 256) {
+    for (int i = tid; i < FG_POST_ROWS * CH; i += 256) {
         const int r = r0 + i / CH, c = (i % CH) * 8;
         if (p.dkv_accum != 0 && head < p.heads_kv && r < p.seqlen_k) {
             const int group = p.heads_q / p.heads_kv;

@@ -56,27 +56,37 @@ constexpr u32 FG_BW_DS_BYTES = FG_BLOCK_N * FG_BLOCK_M * 2; // dS^T, [keys][quer
 // FlashAttention-3's tile there): each warpgroup computes all columns of its 64 of the block's queries over
 // all 128 keys. (The earlier head_dim 64 kernel, 64-query blocks with each warpgroup adding dS K over its
 // own keys, so twice per element: 0.877x of this one, bf16, H200; bench/results/2026-11-29-h200-session9.)
+// With dQ^T (FG_BW_DQ_T, the emitter's choice for 80-query blocks at head_dim 128 without a causal mask:
+// FlashAttention-3's tile there): dQ^T = K^T dS^T, each warpgroup its half of head_dim (m64) for the block's
+// 80 queries (n80) over all 128 keys, since m64 wgmma cannot take 80 query rows; the dS tile is then kept
+// as dS, [queries][keys] (a warpgroup's 64 keys one 64-column slab of it, written by stmatrix .trans), the
+// K-major B operand, with K's tile read MN-major as A.
 constexpr bool FG_BW_DQ_COLS = FG_BW_DQ_N < FG_HEAD_DIM;
 constexpr bool FG_BW_DQ_ROWS = FG_BLOCK_M == 128;
+constexpr int FG_BW_DQ_NT = FG_BW_DQ_T ? FG_BLOCK_M / 8 : FG_BW_DQ_N / 8; // a thread's n8 tiles of dQ (dQ^T)
 // dQ one block late (see issue_dq) at head_dim 128 without a causal mask: 1.02-1.06x on the H200 (bf16,
 // with the split below; causal 512-2k lost 1-3.5% to the unoverlapped last dQ, so not there).
-constexpr bool FG_BW_DQ_LAG = FG_HEAD_DIM == 128 && !FG_CAUSAL;
-constexpr bool FG_BW_KD_BASE = FG_BW_DQ_LAG; // the K/V descriptors from one base (see kd0)
+constexpr bool FG_BW_DQ_LAG = FG_HEAD_DIM == 128 && !FG_CAUSAL && !FG_BW_DQ_T;
+constexpr bool FG_BW_KD_BASE = FG_BW_DQ_LAG || FG_BW_DQ_T; // the K/V descriptors from one base (see kd0)
 // S^T and dP^T as two wgmma groups, P^T computed while dP^T runs: at head_dim 64 1.5-3% faster than one
 // group (H200, bf16, session 9). At 128 one group where there is no lag: the split cost 1-4% there
 // (session 15; before, with 40-60 bytes spilled, 1-5%), and 1.5% won with the lag.
 constexpr bool FG_BW_SPLIT_SDP = FG_HEAD_DIM == 64 || FG_BW_DQ_LAG;
-constexpr u32 FG_BW_DQ_BYTES = 64 * FG_BW_DQ_N * 4; // one warpgroup's dQ staging, 64 rows (fg_dq_index order)
-static_assert(FG_BLOCK_N == 128 && FG_BLOCK_M == (FG_HEAD_DIM == 64 ? 128 : 64) && FG_WARPS == 8,
-              "two warpgroups of 64 keys, 128 queries at head_dim 64, 64 at 128");
+constexpr u32 FG_BW_DQ_BYTES = FG_DQ_G * FG_BW_DQ_N * 4; // one warpgroup's dQ staging, 64 (80) rows (fg_dq_index order)
+static_assert(FG_BLOCK_N == 128 && FG_WARPS == 8 &&
+                  (FG_BW_DQ_T ? FG_BLOCK_M == 80 && FG_HEAD_DIM == 128 && !FG_CAUSAL
+                              : FG_BLOCK_M == (FG_HEAD_DIM == 64 ? 128 : 64)),
+              "two warpgroups of 64 keys, 128 queries at head_dim 64, 64 (or 80, not causal) at 128");
 static_assert(FG_BW_DQ_COLS != FG_BW_DQ_ROWS, "dQ split one way");
 static_assert(64 * FG_HEAD_DIM * 2 <= FG_BW_DQ_BYTES, "a warpgroup's dK (16-bit) fits its dQ staging");
 static_assert(FG_HEAD_DIM % 64 == 0 && FG_HEAD_DIM <= 128, "128-byte swizzled chunks of 64 columns");
 
 // Two n8 tiles a, b of a thread's m64 accumulator rows (times `scale`, 16-bit) to shared memory by one
 // stmatrix: matrices a rows g, a rows g + 8, b rows g, b rows g + 8; `addr` is this lane's row address.
+// TRANS: each matrix transposed (stmatrix .trans; `addr` then a row of the transposed matrix).
+template <bool TRANS = false>
 __device__ __forceinline__ void fg_bw_stmatrix(u32 addr, const float (&a)[4], const float (&b)[4], float scale) {
-    fg_stmatrix_x4(addr, fg_pack2(a[0] * scale, a[1] * scale), fg_pack2(a[2] * scale, a[3] * scale),
+    fg_stmatrix_x4<TRANS>(addr, fg_pack2(a[0] * scale, a[1] * scale), fg_pack2(a[2] * scale, a[3] * scale),
                    fg_pack2(b[0] * scale, b[1] * scale), fg_pack2(b[2] * scale, b[3] * scale));
 }
 
@@ -184,11 +194,19 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     // before, not of the block both are on, and the two no longer meet once a block (that wait took 16% of
     // the stall samples at d 128 8k: ncu, session 15). At 64 (128-query blocks) ptxas spills 120-396 bytes
     // with it.
-    float dq[FG_BW_DQ_N / 8][4];
+    float dq[FG_BW_DQ_NT][4];
     auto issue_dq = [&](int bq, int uq) { // dS^T's buffer and that buffer's use
         fg_mbar_wait(bar_ds_full(bq), (u32)(uq & 1));
         fg_wgmma_fence(); // (ptxas would insert it: the wait's registers are reused by dQ's accumulators)
         const u32 ds_q = s_ds + (u32)bq * FG_BW_DS_BYTES;
+        if constexpr (FG_BW_DQ_T) { // dQ^T: A = K^T (this warpgroup's 64-column chunk, MN-major), B = dS (K-major)
+#pragma unroll
+            for (int kk = 0; kk < FG_BLOCK_N / 16; kk++)
+                fg_wgmma_dq(dq, fg_desc_mnmajor(s_k + wg * FG_BW_KCH + kk * 16 * 128, FG_BW_KCH),
+                            fg_desc_kmajor(ds_q + (kk / 4) * FG_BW_QCH + (kk % 4) * 32), kk > 0 ? 1u : 0u);
+            fg_wgmma_commit();
+            return;
+        }
         const u32 dq_a = ds_q + (FG_BW_DQ_ROWS ? wg * FG_BLOCK_N * 128 : 0), dq_b = s_k + (FG_BW_DQ_COLS ? wg * FG_BW_KCH : 0);
 #pragma unroll
         for (int kk = 0; kk < FG_BLOCK_N / 16; kk++)
@@ -205,17 +223,17 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     auto stage_dq = [&]() {
         if (wtid == 0) fg_bulk_wait_read();
         fg_named_sync(1 + wg, 128);
-        float4 *sdq = (float4 *)(base + (dqw - s_k)) + wq * (FG_BW_DQ_N / 8) * 32 + lane;
+        float4 *sdq = (float4 *)(base + (dqw - s_k)) + wq * FG_BW_DQ_NT * 32 + lane;
 #pragma unroll
-        for (int i = 0; i < FG_BW_DQ_N / 8; i++) sdq[i * 32] = make_float4(dq[i][0], dq[i][1], dq[i][2], dq[i][3]);
+        for (int i = 0; i < FG_BW_DQ_NT; i++) sdq[i * 32] = make_float4(dq[i][0], dq[i][1], dq[i][2], dq[i][3]);
     };
     auto add_dq = [&](i64 m0q) { // the block's first query row
         fg_fence_proxy_async(); // the staging's stores (made a block before), before the bulk copy reads them
         fg_named_sync(1 + wg, 128);
         if (wtid == 0) {
-            const float *dst = p.dq_accum + (bh * sq_pad + m0q) * FG_HEAD_DIM + (FG_BW_DQ_COLS ? wg * 64 * FG_BW_DQ_N : 0) +
+            const float *dst = p.dq_accum + (bh * sq_pad + m0q) * FG_HEAD_DIM + (FG_BW_DQ_COLS ? wg * FG_DQ_G * FG_BW_DQ_N : 0) +
                                (FG_BW_DQ_ROWS ? wg * 64 * FG_HEAD_DIM : 0);
-            fg_bulk_add_f32<64 * FG_BW_DQ_N * 4>(dst, dqw);
+            fg_bulk_add_f32<FG_BW_DQ_BYTES>(dst, dqw);
         }
     };
     int st = 0;
@@ -260,9 +278,16 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
         // - nt + 1) + h holds keys krow0 - g + 8 h + 0..7 x that tile's 8 queries, whose row addresses (one
         // 16-byte unit of the swizzled tile each) lanes 8 j .. 8 j + 7 give.
         const u32 ds_lane = (u32)(krow0 - g + lane % 8 + 8 * ((lane / 8) % 2)); // this lane's key row
+        // dQ^T: dS, transposed by stmatrix .trans, matrix j's row lane % 8 the query 8 (nt - 1 + j / 2) + lane %
+        // 8, its 16-byte unit keys krow0 - g + 8 (j % 2) + 0..7 (unit wg * 8 + 2 wq + j % 2 of a 128-key row).
         auto store_ds = [&](int nt) {
-            fg_bw_stmatrix(s_ds_b + fg_tile_offset<FG_DS_CH>((int)ds_lane, nt - 1 + lane / 16, FG_BLOCK_N), dp[nt - 1],
-                           dp[nt], 1.f);
+            if constexpr (FG_BW_DQ_T)
+                fg_bw_stmatrix<true>(s_ds_b + fg_tile_offset<FG_BLOCK_N / 8>(8 * (nt - 1 + lane / 16) + lane % 8,
+                                                                             wg * 8 + 2 * wq + (lane / 8) % 2, FG_BLOCK_M),
+                                     dp[nt - 1], dp[nt], 1.f);
+            else
+                fg_bw_stmatrix(s_ds_b + fg_tile_offset<FG_DS_CH>((int)ds_lane, nt - 1 + lane / 16, FG_BLOCK_N), dp[nt - 1],
+                               dp[nt], 1.f);
         };
         // The bulk add of the dQ staged in the previous block, a block after its staging, its stores landed
         // by now: where it followed the staging, the proxy fence before it took 13% of the stall samples

@@ -868,12 +868,16 @@ Test(spec, backward_name_policy_and_rules) {
     /* The sm_90a backward (bwd_sm90.cuh): head_dim 64 (128 x 128) or 128 (64 x 128) on 8 warps, not
      * deterministic; the policy gives it its tile, the rules refuse the rest with a sentence naming sm_90 as
      * the way out. */
-    for (int d = 64; d <= 128; d += 64) {
-        fg_spec w = {.kind = FG_KIND_BWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_F16, .head_dim = d};
+    for (int i = 0; i < 4; i++) {
+        const int d = i < 2 ? 64 : 128;
+        fg_spec w = {.kind = FG_KIND_BWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_F16, .head_dim = d, .causal = i % 2};
         w.out_dtype = w.dtype;
         cr_assert_eq(spec_fill_tiles(&w, &pol, &e), FG_OK, "%s", e.msg);
-        cr_assert(w.block_m == (d == 64 ? 128 : 64) && w.block_n == 128 && w.warps == 8, "d %d: %dx%d w%d", d, w.block_m,
-                  w.block_n, w.warps);
+        /* head_dim 128 without a causal mask: 80-query blocks (dQ^T, FlashAttention-3's tile there) */
+        cr_assert(w.block_m == (d == 64 ? 128 : w.causal ? 64 : 80) && w.block_n == 128 && w.warps == 8, "d %d: %dx%d w%d",
+                  d, w.block_m, w.block_n, w.warps);
+        cr_assert_eq(spec_bwd_sm90_dq_t(&w), w.block_m == 80);
+        cr_assert_eq(spec_bwd_rows_block(&w), w.block_m == 80 ? 80 : 64);
         cr_assert_eq(spec_validate(&w, &e), FG_OK, "d %d: %s", d, e.msg);
         cr_assert(spec_is_wgmma_bwd(&w) && !spec_is_wgmma(&w));
         cr_assert_gt(spec_format(&w, name, sizeof name), 0);
@@ -890,6 +894,12 @@ Test(spec, backward_name_policy_and_rules) {
     w.head_dim = 128, w.block_m = 128; /* 128-query blocks only at head_dim 64 */
     cr_assert_eq(spec_validate(&w, &e), FG_ERR_UNSUPPORTED);
     cr_assert(strstr(e.msg, "head_dim 128 with block_m 64"), "%s", e.msg);
+    w.block_m = 80; /* 80-query blocks only without a causal mask */
+    cr_assert_eq(spec_validate(&w, &e), FG_OK, "%s", e.msg);
+    w.causal = 1;
+    cr_assert_eq(spec_validate(&w, &e), FG_ERR_UNSUPPORTED);
+    cr_assert(strstr(e.msg, "or 80 without a causal mask"), "%s", e.msg);
+    w.causal = 0;
     w.head_dim = 64, w.block_m = 64; /* and only those there */
     cr_assert_eq(spec_validate(&w, &e), FG_ERR_UNSUPPORTED);
     cr_assert(strstr(e.msg, "head_dim 64 with block_m 128"), "%s", e.msg);

@@ -51,7 +51,7 @@ typedef struct fg_bwd_params {
     const void *q, *k, *v, *o, *dout; /* [b, sq, hq, d], [b, sk, hkv, d] x 2, [b, sq, hq, d] x 2 */
     const float *lse;           /* [b, hq, sq], natural log, from the forward */
     void *dq, *dk, *dv;         /* outputs, the layouts of q, k, v */
-    float *dq_accum;            /* workspace: [b, hq, sq_pad, d] fp32 */
+    float *dq_accum;            /* workspace: [b, hq, sq_pad, d] fp32 (sq_pad: fg_bwd_rows_padded) */
     float *lse2;                /* workspace: [b, hq, sq_pad], lse * log2(e) (+inf for padding rows) */
     float *dsum;                /* workspace: [b, hq, sq_pad], rowsum(dO * O) */
     float *dkv_accum;           /* workspace for GQA (hq != hkv): [2][b, hq, sk, d] fp32 (dK, dV per query
@@ -79,10 +79,10 @@ typedef struct fg_bwd_params {
 #define FG_ALIGN64 _Alignas(64)
 #endif
 typedef struct fg_tma_params {
-    FG_ALIGN64 unsigned long long q[16]; /* box (chunk, 64 rows) */
+    FG_ALIGN64 unsigned long long q[16]; /* box (chunk, 64 rows; the backward's 80-query blocks: 80) */
     FG_ALIGN64 unsigned long long k[16]; /* box (chunk, block_n rows) */
     FG_ALIGN64 unsigned long long v[16]; /* box (chunk, block_n rows) */
-    FG_ALIGN64 unsigned long long o[16]; /* box (chunk, 64 rows), written by TMA stores */
+    FG_ALIGN64 unsigned long long o[16]; /* box (chunk, 64 or 80 rows, as q), written by TMA stores */
 } fg_tma_params;
 
 #endif

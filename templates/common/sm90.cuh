@@ -45,10 +45,18 @@ __device__ __forceinline__ u32 fg_swizzle(u32 o) {
 // Four 8x8 16-bit matrices to shared memory (stmatrix .x4): lane l gives the address of row l % 8 of
 // matrix l / 8; register j holds, in lane (g, t) = (l / 4, l % 4), row g, columns 2t and 2t + 1 of matrix j
 // (the m16n8 accumulator fragment's layout, packed).
+// TRANS (stmatrix .trans): each matrix stored transposed, the row lane l addresses getting column l % 8 of
+// matrix l / 8 (rows g of every lane (g, t), their column 2t or 2t + 1).
+template <bool TRANS = false>
 __device__ __forceinline__ void fg_stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1),
-                 "r"(r2), "r"(r3)
-                 : "memory");
+    if constexpr (TRANS)
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0),
+                     "r"(r1), "r"(r2), "r"(r3)
+                     : "memory");
+    else
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1),
+                     "r"(r2), "r"(r3)
+                     : "memory");
 }
 
 // ---- warpgroups ----
