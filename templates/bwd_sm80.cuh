@@ -225,9 +225,15 @@ fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params p) {
         p.lse2[bh * sq_pad + r] = lse2;
         p.dsum[bh * sq_pad + r] = d;
     }
-    // Zero this block's 64 rows of the dQ accumulator (the rows its groups cover), 16 bytes per store.
+    // Zero this block's part of the dQ accumulator's groups (FG_DQ_G rows, one contiguous run each) that hold
+    // rows below seqlen_q, 16 bytes per store: the post kernel converts no other rows (the rest are added
+    // into, never read for output). So the padding costs few stores: at 512 queries with 80-query blocks, 560
+    // rows zeroed instead of 576 (+7% pre-kernel time with all zeroed; H200, session 17).
+    const int zend = ((p.seqlen_q + FG_DQ_G - 1) / FG_DQ_G * FG_DQ_G - (int)blockIdx.x * 64) * (FG_HEAD_DIM / 4);
     float4 *acc = (float4 *)(p.dq_accum + (bh * sq_pad + (i64)blockIdx.x * 64) * FG_HEAD_DIM);
-    for (int i = tid; i < 64 * FG_HEAD_DIM / 4; i += 256) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int i = tid; i < 64 * FG_HEAD_DIM / 4; i += 256)
+        if (i < zend) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     if (p.dq_sem != 0 && blockIdx.x == 0) {
         const int m_blocks = (int)(sq_pad / FG_BLOCK_M);
         for (int i = tid; i < m_blocks; i += 256) p.dq_sem[bh * m_blocks + i] = 0;
@@ -869,7 +875,8 @@ __device__ __forceinline__ void fg_dq_unit(u32 u, u32 &row, u32 &col) {
 // one warp instruction, puts each unit's values (scaled, in the output dtype) into a row-major tile in
 // shared memory, and writes the rows out in 16-byte runs. The tile's rows are FG_POST_PITCH bytes apart, 4
 // banks apart modulo 32: a warp's 32 units of one n8 step (8 rows x 4 column pairs, and 8 rows lower) land
-// on 32 banks (dQ^T: 8 row pairs x 8 columns, 16-bit stores, 16 words on 16 banks). (The kernel before
+// on 32 banks (dQ^T: pairs of lanes trade values so that each stores whole 4-byte pairs of one row, again on 32
+// banks). (The kernel before
 // gathered each thread's 8 columns of a row as float2s through fg_dq_index, half of every unit, the other
 // half by another warp: 73 us against cuDNN's 58 us for its conversion at head_dim 128, 16384 tokens,
 // bf16, H200, session 10's profile.)
@@ -885,8 +892,15 @@ fg_bwd_post_kernel(const __grid_constant__ fg_bwd_params p) {
         constexpr int STEPS = FG_POST_ROWS * FG_HEAD_DIM / 1024; // 256 units a step
         static_assert(FG_POST_ROWS * FG_HEAD_DIM % 1024 == 0, "whole steps");
         float4 xs[STEPS];
+        // every load in flight before the stores; none of a unit whose rows are all past seqlen_q (in the last
+        // CTA of a (batch, head): at 512 queries and 80-row CTAs, 48 of its 80 rows)
+        const int rows = p.seqlen_q - r0;
 #pragma unroll
-        for (int k = 0; k < STEPS; k++) xs[k] = a[tid + 256 * k]; // every load in flight before the stores
+        for (int k = 0; k < STEPS; k++) {
+            u32 row, col;
+            fg_dq_unit(tid + 256 * k, row, col);
+            xs[k] = (int)row < rows ? a[tid + 256 * k] : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
 #pragma unroll
         for (int k = 0; k < STEPS; k++) {
             const float4 x = xs[k];
@@ -894,11 +908,14 @@ fg_bwd_post_kernel(const __grid_constant__ fg_bwd_params p) {
             fg_dq_unit(tid + 256 * k, row, col);
             unsigned char *const t = tile + row * FG_POST_PITCH + col * 2;
 #if FG_BW_DQ_T
-            const u32 lo = fg_pack2(x.x * s, x.y * s), hi = fg_pack2(x.z * s, x.w * s);
-            *(u16 *)t = (u16)lo;
-            *(u16 *)(t + FG_POST_PITCH) = (u16)(lo >> 16);
-            *(u16 *)(t + 16) = (u16)hi;
-            *(u16 *)(t + FG_POST_PITCH + 16) = (u16)(hi >> 16);
+            // Lanes l and l ^ 4 hold columns col and col ^ 1 of the same rows: the even column's lane takes row
+            // `row` of both, the odd one's row + 1, so each stores two 4-byte pairs (32 banks a warp).
+            const bool odd = (tid / 4) % 2;
+            const float y0 = __shfl_xor_sync(0xffffffffu, odd ? x.x : x.y, 4);
+            const float y1 = __shfl_xor_sync(0xffffffffu, odd ? x.z : x.w, 4);
+            unsigned char *const tp = odd ? t + FG_POST_PITCH - 2 : t;
+            *(u32 *)tp = odd ? fg_pack2(y0 * s, x.y * s) : fg_pack2(x.x * s, y0 * s);
+            *(u32 *)(tp + 16) = odd ? fg_pack2(y1 * s, x.w * s) : fg_pack2(x.z * s, y1 * s);
 #elif FG_DQ_FRAG
             *(u32 *)t = fg_pack2(x.x * s, x.y * s);
             *(u32 *)(t + 8 * FG_POST_PITCH) = fg_pack2(x.z * s, x.w * s);

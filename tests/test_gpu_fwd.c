@@ -1661,7 +1661,7 @@ static void bwd_free(gpu_env *env, bwd_run *r) {
  * tile (the FlashAttention regression: NaN in dQ when seqlen_k is not a multiple of the block), causal
  * with sq < sk and sq > sk (rows that see no key must get zero gradients, not NaN), GQA/MQA (dK, dV
  * summed over a KV head's query heads), strided views, a non-default scale; each in both modes. */
-static fwd_case bwd_cases[24];
+static fwd_case bwd_cases[32];
 static int bwd_ncases;
 static void bwd_fill(void) {
     int n = 0;
@@ -1689,9 +1689,11 @@ static void bwd_fill(void) {
     bwd_cases[n++] = mk(FG_DTYPE_BF16, 1, 517, 700, 4, 4, 64, 1);
     bwd_cases[n++] = mk(FG_DTYPE_F16, 1, 129, 300, 2, 2, 128, 0);
     bwd_cases[n++] = mk(FG_DTYPE_BF16, 1, 100, 130, 2, 2, 128, 0);
-    /* d 128 without a mask on sm_90a: 80-query blocks (dQ^T), 4 of them, the last past the multiple of 128
-     * (250 queries: workspace rows padded to 384), MHA */
-    bwd_cases[n++] = mk(FG_DTYPE_F16, 2, 250, 390, 4, 4, 128, 0);
+    /* d 128 without a mask on sm_90a: 80-query blocks (dQ^T), 13 of them, the last past the multiple of 128
+     * (1000 queries: workspace rows padded to 1152), MHA; and 64-query ones (the runtime's choice at 512 and
+     * below 128 queries), their dQ lagged over 8 blocks */
+    bwd_cases[n++] = mk(FG_DTYPE_F16, 1, 1000, 390, 4, 4, 128, 0);
+    bwd_cases[n++] = mk(FG_DTYPE_BF16, 1, 512, 200, 2, 2, 128, 0);
     fwd_case s = mk(FG_DTYPE_BF16, 2, 130, 140, 4, 2, 64, 1);
     s.strided = 1;
     s.scale = 0.3f;
@@ -1726,7 +1728,7 @@ static void bwd_check_case(gpu_env *env, const fwd_case *c, int deterministic, i
 /* The shape set's head dims 64 and 128: the Hopper kernels' (shapes_sm90a, shapes_mma_tma). */
 static struct criterion_test_params bwd_cases_64_128(void) {
     bwd_fill();
-    static fwd_case cases[24];
+    static fwd_case cases[32];
     int n = 0;
     for (int i = 0; i < bwd_ncases; i++)
         if (bwd_cases[i].d == 64 || bwd_cases[i].d == 128) cases[n++] = bwd_cases[i];
