@@ -290,25 +290,32 @@ fg_status tunedb_best(const fg_tunedb *db, const fg_tune_class *query, fg_spec *
     return tunedb_best_for(db, query, -1, spec, rec, why, nwhy);
 }
 
-fg_status tunedb_best_for(const fg_tunedb *db, const fg_tune_class *query, int accel, fg_spec *spec,
-                          fg_tune_record *rec, char *why, size_t nwhy) {
-    char scratch[8];
-    if (why == NULL || nwhy == 0) { /* one path for the sentences below, written nowhere */
-        why = scratch;
-        nwhy = sizeof scratch;
-    }
-    why[0] = '\0';
-    if (query == NULL || spec == NULL) {
-        snprintf(why, nwhy, "not tuned: no problem class was given");
-        return FG_ERR_NOT_FOUND;
-    }
+/* The work a tile does for lengths sq x sk, over the work the lengths need: query blocks of block_m rows and
+ * key blocks of block_n keys are done whole, the last ones padded (a kernel spends the same time on a block
+ * of 48 keys as on one of 80). 1 where the tiles divide the lengths. */
+static double tdb_padding(const fg_spec *s, int64_t sq, int64_t sk) {
+    if (s->block_m <= 0 || s->block_n <= 0 || sq <= 0 || sk <= 0) return 1.0;
+    const double pq = (double)((sq + s->block_m - 1) / s->block_m * s->block_m) / (double)sq;
+    const double pk = (double)((sk + s->block_n - 1) / s->block_n * s->block_n) / (double)sk;
+    return pq * pk;
+}
+
+/* The predicted time of record r at the query's lengths, in r's units: its time at its bucket, scaled by how
+ * much more (or less) padding its tiles do on the query's lengths. The buckets are powers of two, which
+ * 128-row tiles divide and 80-, 160- or 192-row ones do not; without this a 160-key tile that won at 2048
+ * keys (1.6% padding) would run at 1024 (9.4%) or 512 (25%) unchallenged. */
+static double tdb_predicted_ms(const fg_tune_record *r, const fg_tune_class *query) {
+    return r->ms * tdb_padding(&r->spec, query->seqlen_q, query->seqlen_k) /
+           tdb_padding(&r->spec, r->cls.seqlen_q, r->cls.seqlen_k);
+}
+
+/* tunedb_best_for for the query's dtype `dt`. */
+static fg_status tdb_best_dtype(const fg_tunedb *db, const fg_tune_class *query, fg_dtype dt, int accel, fg_spec *spec,
+                                fg_tune_record *rec, int *family_out, char *why, size_t nwhy) {
     fg_tune_class q = tdb_bucketed(query);
+    q.dtype = dt;
     char fam[200];
     tdb_class_text(&q, 0, fam, sizeof fam);
-    if (db == NULL || db->count == 0) {
-        snprintf(why, nwhy, "not tuned: no tuning database for this GPU (or it is empty)");
-        return FG_ERR_NOT_FOUND;
-    }
     /* The nearest bucket that has a passing candidate. Records are sorted by class, so within one
      * distance the first bucket met is the smaller one. */
     const fg_tune_record *near = NULL;
@@ -326,6 +333,7 @@ fg_status tunedb_best_for(const fg_tunedb *db, const fg_tune_class *query, int a
             near_d = d;
         }
     }
+    *family_out = family;
     if (near == NULL) {
         if (family == 0)
             snprintf(why, nwhy, "not tuned: the tuning database has no result for %s", fam);
@@ -335,8 +343,9 @@ fg_status tunedb_best_for(const fg_tunedb *db, const fg_tune_class *query, int a
         return FG_ERR_NOT_FOUND;
     }
     /* The winner of that bucket, among the records of the family asked for (accel >= 0) only: the other
-     * family's may be faster there, but dispatch cannot run it for this call. */
-    const fg_tune_record *win = NULL;
+     * family's may be faster there, but dispatch cannot run it for this call. Ranked by the time predicted
+     * for the query's lengths (tdb_predicted_ms), the bucket's own where the tiles pad both alike. */
+    const fg_tune_record *win = NULL, *fastest = NULL;
     int measured = 0;
     for (int i = 0; i < db->count; i++) {
         const fg_tune_record *r = &db->records[i];
@@ -344,24 +353,69 @@ fg_status tunedb_best_for(const fg_tunedb *db, const fg_tune_class *query, int a
             (accel >= 0 && r->spec.arch_accel != accel))
             continue;
         measured++;
-        if (r->status == FG_TUNE_OK && (win == NULL || r->ms < win->ms)) /* name order breaks ties */
+        if (r->status != FG_TUNE_OK)
+            continue;
+        if (win == NULL || tdb_predicted_ms(r, query) < tdb_predicted_ms(win, query)) /* name order breaks ties */
             win = r;
+        if (fastest == NULL || r->ms < fastest->ms)
+            fastest = r;
     }
     *spec = win->spec;
     if (rec)
         *rec = *win;
     const fg_tune_class *c = &win->cls;
+    char pad[96] = "";
+    if (win != fastest)
+        snprintf(pad, sizeof pad, " (its %d x %d tiles pad this problem's lengths less than the bucket's fastest)",
+                 win->spec.block_m, win->spec.block_n);
     if (near_d == 0)
-        snprintf(why, nwhy, "tuned: bucket sq %lld sk %lld bh %lld, %.3g ms, %d candidate%s measured",
+        snprintf(why, nwhy, "tuned: bucket sq %lld sk %lld bh %lld, %.3g ms, %d candidate%s measured%s",
                  (long long)c->seqlen_q, (long long)c->seqlen_k, (long long)c->batch_heads, win->ms, measured,
-                 measured == 1 ? "" : "s");
+                 measured == 1 ? "" : "s", pad);
     else
         snprintf(why, nwhy,
                  "tuned: nearest bucket sq %lld sk %lld bh %lld (this problem: sq %lld sk %lld bh %lld), %.3g ms, "
-                 "%d candidate%s measured",
+                 "%d candidate%s measured%s",
                  (long long)c->seqlen_q, (long long)c->seqlen_k, (long long)c->batch_heads, (long long)q.seqlen_q,
-                 (long long)q.seqlen_k, (long long)q.batch_heads, win->ms, measured, measured == 1 ? "" : "s");
+                 (long long)q.seqlen_k, (long long)q.batch_heads, win->ms, measured, measured == 1 ? "" : "s", pad);
     return FG_OK;
+}
+
+fg_status tunedb_best_for(const fg_tunedb *db, const fg_tune_class *query, int accel, fg_spec *spec,
+                          fg_tune_record *rec, char *why, size_t nwhy) {
+    char scratch[8];
+    if (why == NULL || nwhy == 0) { /* one path for the sentences below, written nowhere */
+        why = scratch;
+        nwhy = sizeof scratch;
+    }
+    why[0] = '\0';
+    if (query == NULL || spec == NULL) {
+        snprintf(why, nwhy, "not tuned: no problem class was given");
+        return FG_ERR_NOT_FOUND;
+    }
+    if (db == NULL || db->count == 0) {
+        snprintf(why, nwhy, "not tuned: no tuning database for this GPU (or it is empty)");
+        return FG_ERR_NOT_FOUND;
+    }
+    int family = 0;
+    fg_status st = tdb_best_dtype(db, query, query->dtype, accel, spec, rec, &family, why, nwhy);
+    /* fp16 and bf16 run the same kernels (the same instructions, at the same rate): a family tuned in one
+     * serves the other where that one has no result at all (a sweep of one 16-bit type, as `flashgen tune`
+     * of a one-dtype space makes). */
+    const fg_dtype other = query->dtype == FG_DTYPE_F16 ? FG_DTYPE_BF16 : query->dtype == FG_DTYPE_BF16 ? FG_DTYPE_F16
+                                                                                                      : query->dtype;
+    if (st == FG_ERR_NOT_FOUND && family == 0 && other != query->dtype) {
+        char w2[512];
+        int f2 = 0;
+        if (tdb_best_dtype(db, query, other, accel, spec, rec, &f2, w2, sizeof w2) == FG_OK) {
+            if (spec->dtype == other) spec->dtype = query->dtype;
+            if (spec->out_dtype == other) spec->out_dtype = query->dtype;
+            snprintf(why, nwhy, "%s, %s's (%s has no result; the two run the same kernels)", w2,
+                     spec_dtype_name(other), spec_dtype_name(query->dtype));
+            return FG_OK;
+        }
+    }
+    return st;
 }
 
 /* ------------------------------------------------------------------ writing the file */
