@@ -2,25 +2,24 @@
 // kernels, the workspace and the grid are bwd_sm80.cuh's (emitted before this file, its own main kernel
 // left out by FG_WGMMA_BWD); this kernel replaces that one's mma.sync products by warpgroup MMAs.
 //
-// On an H200 it passes the backward GPU tests (bwd::shapes_sm90a; racecheck clean, session 16 call 1;
-// synccheck, session 15 call 6; memcheck on the kernel before the late dQ add, call 5) and runs, bf16, at
-// 1.41-1.83x FlashAttention-2's backward and 1.05-1.20x cuDNN's at head_dim 64, 1.42-1.97x and 0.93-1.16x
-// at 128 (0.93-1.03x without a causal mask; four runs, bench/results/2026-11-30-h200-session16/call4 and
-// call6, builds H); the runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec).
-// What is left to cuDNN at head_dim 128: per-kernel times (torch.profiler, session 16 call 1) put this
-// kernel at 1.04x cuDNN's time at 512 and 1.064x at 2k without a mask (1.24x and 1.17x in session 10),
-// with the pre kernel as fast as cuDNN's and the post kernel faster (50 us to 58); fitted over the two
-// lengths, a block costs 2.24 us to cuDNN's 2.08, while the fixed cost a CTA is about equal. cuDNN's
-// backward is persistent (132 CTAs of 384 threads, 168 registers at launch, 216 KB of shared memory:
-// ncu), but a persistent variant of ours gained nothing (session 11). In the loop (ncu,
-// d 128 8k non-causal, session 15 call 5, before dQ's add moved a block later): 70% of cycles issue
-// nothing; the top stall samples were the proxy fence before dQ's bulk add (13%), the wait for the dS^T
-// buffer the other warpgroup's dQ frees (12%) and the first S^T wgmma (8%). FA3's non-causal head_dim 128
-// tile takes 80 queries (dQ^T = K^T dS^T) to our 64.
+// On an H200 it passes the backward GPU tests (bwd::shapes_sm90a; racecheck clean, session 17 call 1;
+// memcheck, call 3; synccheck, session 15 call 6) and runs (session 17 call 3, build N3, two runs, and call
+// 4, bf16 and fp16) at 1.40-1.85x FlashAttention-2's backward and 1.06-1.16x cuDNN's at head_dim 64, and
+// 1.43-2.02x and 0.99-1.16x at 128 (without a causal mask 0.99-1.16x, below 1.0 only at 512; causal
+// 1.01-1.12x); the runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec).
+// At head_dim 128 without a mask it runs FlashAttention-3's 80-query blocks (FG_BW_DQ_T, below): 1.040x
+// the 64-query kernel over 12 pairs (bf16, 512-16k, call 1), 1.057-1.072x from 1k to 16k (call 3), where
+// the 64-query kernel had been 0.93-1.03x cuDNN. What is left there: at 512 (0.99-1.00x cuDNN) the main
+// kernel takes 376-381 us to cuDNN's 367 (kprof, call 5), its CTAs streaming only 7 or 8 blocks each; and
+// 2048 CTAs at every length (16 heads) make 15.5 waves of 132, where cuDNN's backward is persistent (132
+// CTAs of 384 threads, 168 registers at launch, 216 KB of shared memory: ncu; a persistent variant of the
+// 64-query kernel gained nothing, session 11). In the 64-query loop (ncu, d 128 8k non-causal, session 15
+// call 5): 70% of cycles issue nothing; the top stall samples were the proxy fence before dQ's bulk add
+// (13%), the wait for the dS^T buffer the other warpgroup's dQ frees (12%) and the first S^T wgmma (8%).
 //
 // A CTA: 128 keys of one query head (two warpgroups of 64 keys), head_dim 64 or 128, K and V in shared
 // memory for the whole run, dK and dV in registers (wgmma accumulators); it streams the query blocks that
-// see its keys, FG_BLOCK_M rows each (128 at head_dim 64, 64 at 128), double-buffered by TMA (Q, dO, LSE,
+// see its keys, FG_BLOCK_M rows each (128 at head_dim 64, 64 or 80 at 128), double-buffered by TMA (Q, dO, LSE,
 // D; one thread of warpgroup 1 issues them), into the same swizzled tiles as the mma.sync kernel, which are wgmma's
 // 128-byte-swizzled canonical layouts (cp_async.cuh: slabs of 64 columns, 16-byte units XOR-ed by row % 8;
 // sm90.cuh). Per query block, each warpgroup on its 64 keys (M = FG_BLOCK_M):
@@ -33,13 +32,17 @@
 //   3. dQ_part = dS K                      over all 128 keys, from both warpgroups' dS^T: d 128 m64 (queries)
 //                                          n64 (its half of the columns) k16 x 8; d 64 m64 (its half of the
 //                                          queries) n64 k16 x 8. A = dS from the dS^T tile ([keys][queries],
-//                                          MN-major), B = K MN-major
+//                                          MN-major), B = K MN-major; with 80-query blocks dQ^T = K^T dS^T,
+//                                          m64 (its half of the columns) n80 (queries) k16 x 8, A = K
+//                                          MN-major, B = dS from the dS tile ([queries][keys], K-major)
 //   dQ_part is staged in shared memory and added into the fp32 accumulator by the TMA unit, one bulk
 //   reduce-add a warpgroup (the accumulator is kept in fragment order, fg_dq_index).
 // The GEMMs go out in FlashAttention-3's order, dV, dQ, then dK as three groups: once dV and dQ are done
 // (wait<1>) dQ is staged while dK still runs (H200: 1.015x issuing dV + dK before dQ and staging with the
 // tensor cores idle, bf16, session 8), and added by the TMA unit a block later, before the next S^T and
-// dP^T (session 15). At head_dim 128 without a causal mask the dQ is the previous block's (FG_BW_DQ_LAG).
+// dP^T (session 15). At head_dim 128 without a causal mask on 64-query blocks the dQ is the previous
+// block's (FG_BW_DQ_LAG; with 80-query blocks it spilled 712 bytes, and S^T, dP^T split 40: neither is taken
+// there, 247 registers).
 // dK and dV leave through shared memory as whole 16-byte units (MHA; GQA writes fp32 per query head):
 // 1.036x over 4-byte stores from the fragments (bf16 table; +11% at 512, -1% at d 128 4k-16k).
 // The deterministic mode stays on the mma.sync kernel (the validator refuses it here).
