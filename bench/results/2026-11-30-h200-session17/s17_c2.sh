@@ -1,16 +1,8 @@
 # Session 17, call 2 (carry .deps): the tree N2 (80-query dQ^T blocks; pre kernel zeroing only rows below
 # seqlen_q; dQ^T post kernel pairing lanes for 4-byte stores) tested, and A/B against O = 9757dbd (the tree -
 # patches/s17_c2_tree_vs_9757dbd.patch) on the bf16 backward table (d 64/128, both masks, 512-16k).
-set -u
+. bench/device_prelude.sh
 R=bench/results/2026-11-30-h200-session17
-sh .deps/offline-deps.sh --relocate .deps >/dev/null
-export PKG_CONFIG_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu/pkgconfig LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-L=/tmp/l; rm -rf $L; mkdir -p $L; DBN=tune-NVIDIA-H200-sm90-132sm.lua
-pk() { tar czf $OUT/l.tgz -C /tmp l; }
-db() { rm -rf /tmp/fg$1; mkdir -p /tmp/fg$1; zcat bench/results/2026-11-30-h200-session12/tuned_s8.lua.gz > /tmp/fg$1/$DBN; }
-keep() { mkdir -p /tmp/b$1; cp build/flashgen build/libflashgen.so build/tests/test_gpu_fwd /tmp/b$1/; db $1; }
-T="build/libflashgen.so build/flashgen build/tests/test_gpu_fwd"
 rm -rf build; sh configure >/dev/null && ninja >$L/build.log 2>&1 || { tail $L/build.log; exit 1; }; keep N2; el built N2
 git apply -R $R/patches/s17_c2_tree_vs_9757dbd.patch && ninja $T >>$L/build.log 2>&1 && keep O && el built O; git apply $R/patches/s17_c2_tree_vs_9757dbd.patch
 sha256sum /tmp/b?/libflashgen.so | cut -c1-16

@@ -2,16 +2,8 @@
 # below seqlen_q, the post kernel loading no unit past it, and 64-query blocks where 80 would pad over 4% more
 # rows) tested, and A/B against O = 9757dbd (the tree - patches/s17_c3_tree_vs_9757dbd.patch) on the bf16
 # backward table, this time N3 first in each pair (call 2 ran O first).
-set -u
+. bench/device_prelude.sh
 R=bench/results/2026-11-30-h200-session17
-sh .deps/offline-deps.sh --relocate .deps >/dev/null
-export PKG_CONFIG_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu/pkgconfig LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-L=/tmp/l; rm -rf $L; mkdir -p $L; DBN=tune-NVIDIA-H200-sm90-132sm.lua
-pk() { tar czf $OUT/l.tgz -C /tmp l; }
-db() { rm -rf /tmp/fg$1; mkdir -p /tmp/fg$1; zcat bench/results/2026-11-30-h200-session12/tuned_s8.lua.gz > /tmp/fg$1/$DBN; }
-keep() { mkdir -p /tmp/b$1; cp build/flashgen build/libflashgen.so build/tests/test_gpu_fwd /tmp/b$1/; db $1; }
-T="build/libflashgen.so build/flashgen build/tests/test_gpu_fwd"
 rm -rf build; sh configure >/dev/null && ninja >$L/build.log 2>&1 || { tail $L/build.log; exit 1; }; keep N3; el built N3
 git apply -R $R/patches/s17_c3_tree_vs_9757dbd.patch && ninja $T >>$L/build.log 2>&1 && keep O && el built O; git apply $R/patches/s17_c3_tree_vs_9757dbd.patch
 sha256sum /tmp/b?/libflashgen.so | cut -c1-16

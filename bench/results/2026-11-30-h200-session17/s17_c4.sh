@@ -2,16 +2,8 @@
 # lengths (padding of the last query and key blocks) and fp16 taking bf16's results where it has none.
 # N4 = tree; O = tree - patches/tunedb_padding_and_16bit_bridge.patch (= 0236ccd). Forward A/B on the
 # whole table (O first in a pair), the backward table once more on N4, GPU tests touching the tuner.
-set -u
+. bench/device_prelude.sh
 R=bench/results/2026-11-30-h200-session17
-sh .deps/offline-deps.sh --relocate .deps >/dev/null
-export PKG_CONFIG_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu/pkgconfig LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-L=/tmp/l; rm -rf $L; mkdir -p $L; DBN=tune-NVIDIA-H200-sm90-132sm.lua
-pk() { tar czf $OUT/l.tgz -C /tmp l; }
-db() { rm -rf /tmp/fg$1; mkdir -p /tmp/fg$1; zcat bench/results/2026-11-30-h200-session12/tuned_s8.lua.gz > /tmp/fg$1/$DBN; }
-keep() { mkdir -p /tmp/b$1; cp build/flashgen build/libflashgen.so build/tests/test_gpu_fwd /tmp/b$1/; db $1; }
-T="build/libflashgen.so build/flashgen build/tests/test_gpu_fwd"
 rm -rf build; sh configure >/dev/null && ninja >$L/build.log 2>&1 || { tail $L/build.log; exit 1; }; keep N4; el built N4
 git apply -R $R/patches/tunedb_padding_and_16bit_bridge.patch && ninja $T >>$L/build.log 2>&1 && keep O && el built O; git apply $R/patches/tunedb_padding_and_16bit_bridge.patch; ninja >>$L/build.log 2>&1; el rebuilt N4
 sha256sum /tmp/b?/libflashgen.so | cut -c1-16

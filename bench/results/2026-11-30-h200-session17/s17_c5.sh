@@ -1,16 +1,8 @@
 # Session 17, call 5 (carry .deps): at 512 queries (head_dim 128, no mask) do the 80-query blocks win now that
 # the pre kernel zeroes and the post kernel loads only rows below seqlen_q? H = tree (64-query blocks at 512);
 # X = tree + patches/bwd80_at_512.patch (80-query blocks there). 1024 as the control (80 in both).
-set -u
+. bench/device_prelude.sh
 R=bench/results/2026-11-30-h200-session17
-sh .deps/offline-deps.sh --relocate .deps >/dev/null
-export PKG_CONFIG_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu/pkgconfig LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-L=/tmp/l; rm -rf $L; mkdir -p $L; DBN=tune-NVIDIA-H200-sm90-132sm.lua
-pk() { tar czf $OUT/l.tgz -C /tmp l; }
-db() { rm -rf /tmp/fg$1; mkdir -p /tmp/fg$1; zcat bench/results/2026-11-30-h200-session12/tuned_s8.lua.gz > /tmp/fg$1/$DBN; }
-keep() { mkdir -p /tmp/b$1; cp build/flashgen build/libflashgen.so build/tests/test_gpu_fwd /tmp/b$1/; db $1; }
-T="build/libflashgen.so build/flashgen build/tests/test_gpu_fwd"
 rm -rf build; sh configure >/dev/null && ninja >$L/build.log 2>&1 || { tail $L/build.log; exit 1; }; keep H; el built H
 git apply $R/patches/bwd80_at_512.patch && ninja $T >>$L/build.log 2>&1 && keep X && el built X; git apply -R $R/patches/bwd80_at_512.patch
 for r in 1 2 3; do for x in H X; do
