@@ -527,6 +527,46 @@ Test(args, bwd_causal_order) {
 }
 
 
+/* The backward's workspace (fg_attention_bwd_workspace_size; dispatch.c bwd_rows_padded): each (batch, head)'s
+ * rows padded to a multiple of 128, and on an sm_90 device at head_dim 128 without a causal mask, where the
+ * sm_90a kernel's 80-query blocks may run, to the multiple of 128 at or past the last 80-row block (250
+ * queries: 4 blocks, 320 rows, so 384). MHA, not deterministic: the fp32 dQ accumulator, then the LSE and D
+ * rows, each region 256-byte aligned. */
+static size_t bwd_ws(fg_context *ctx, int64_t sq, int64_t d, int causal) {
+    fg_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q = view(BASE_Q, FG_DTYPE_BF16, 1, sq, 2, d);
+    a.k = view(BASE_K, FG_DTYPE_BF16, 1, 300, 2, d);
+    a.v = view(BASE_V, FG_DTYPE_BF16, 1, 300, 2, d);
+    a.o = view(BASE_O, FG_DTYPE_BF16, 1, sq, 2, d);
+    a.dout = view(BASE_DO, FG_DTYPE_BF16, 1, sq, 2, d);
+    a.dq = view(BASE_DQ, FG_DTYPE_BF16, 1, sq, 2, d);
+    a.dk = view(BASE_DK, FG_DTYPE_BF16, 1, 300, 2, d);
+    a.dv = view(BASE_DV, FG_DTYPE_BF16, 1, 300, 2, d);
+    fg_tensor l = {(void *)BASE_L, FG_DTYPE_F32, 3, {1, 2, sq}, {2 * sq, sq, 1}};
+    a.lse = l;
+    a.causal = causal;
+    size_t bytes = 0;
+    cr_assert_eq(fg_attention_bwd_workspace_size(ctx, &a, &bytes), FG_OK);
+    return bytes;
+}
+static size_t ws_for_rows(int64_t rows, int64_t d) {
+    const size_t acc = (size_t)(2 * rows * d * 4 + 255) / 256 * 256, row = (size_t)(2 * rows * 4 + 255) / 256 * 256;
+    return acc + 2 * row;
+}
+
+Test(args, bwd_workspace_rows) {
+    fg_context ctx = h200_like();
+    ctx.arch = 90;
+    cr_assert_eq(bwd_ws(&ctx, 250, 128, 0), ws_for_rows(384, 128), "80-row blocks: 320 rows, padded to 384");
+    cr_assert_eq(bwd_ws(&ctx, 250, 128, 1), ws_for_rows(256, 128), "causal: 64-row blocks only");
+    cr_assert_eq(bwd_ws(&ctx, 240, 128, 0), ws_for_rows(256, 128), "240 = 3 blocks of 80, within 256");
+    cr_assert_eq(bwd_ws(&ctx, 1000, 128, 0), ws_for_rows(1152, 128), "1040 rows of 80-row blocks");
+    cr_assert_eq(bwd_ws(&ctx, 250, 64, 0), ws_for_rows(256, 64), "head_dim 64: 128-query blocks");
+    ctx.arch = 80;
+    cr_assert_eq(bwd_ws(&ctx, 250, 128, 0), ws_for_rows(256, 128), "sm_80: no sm_90a kernel");
+}
+
 /* ---- the deterministic backward's dQ order (templates/common/bwd_order.h, pasted into the kernels) ---- */
 
 /* Causal: at every query block the key blocks that see it are 0 .. top, and their ranks are a permutation
