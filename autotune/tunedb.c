@@ -410,6 +410,11 @@ fg_status tunedb_best_for(const fg_tunedb *db, const fg_tune_class *query, int a
         if (tdb_best_dtype(db, query, other, accel, spec, rec, &f2, w2, sizeof w2) == FG_OK) {
             if (spec->dtype == other) spec->dtype = query->dtype;
             if (spec->out_dtype == other) spec->out_dtype = query->dtype;
+            if (rec) { /* the record as it serves this call: the query's dtype, its spec and name to match */
+                rec->spec = *spec;
+                rec->cls.dtype = query->dtype;
+                if (spec_format(spec, rec->name, sizeof rec->name) < 0) rec->name[0] = '\0';
+            }
             snprintf(why, nwhy, "%s, %s's (%s has no result; the two run the same kernels)", w2,
                      spec_dtype_name(other), spec_dtype_name(query->dtype));
             return FG_OK;

@@ -1014,7 +1014,8 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args
     p.dq_rotate = a->deterministic && !a->causal && ctx->det_rotate && 2 * bwd_key_blocks(s, sk) <= ctx->sm_count;
 
     /* The second argument of the sm_90a main kernel and of the mma.sync one's tma=1 variants: the tensor
-     * maps of Q, K, V and dO (as the forward's O), boxes of 64 columns by 64 query rows or block_n keys
+     * maps of Q, K, V and dO (as the forward's O), boxes of 64 columns by 64 query rows (80 for the sm_90a
+     * kernel's 80-query blocks) or block_n keys
      * (bwd_sm90.cuh, bwd_sm80.cuh); the other kernels ignore it. */
     fg_tma_params tm;
     memset(&tm, 0, sizeof tm);

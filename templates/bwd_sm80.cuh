@@ -407,7 +407,7 @@ __device__ __forceinline__ void fg_bwd_tma_kv(const fg_tma_params &tm, u32 s_k, 
     }
 }
 // Query block m into stage st: Q and dO (boxes of 64 columns x FG_TMA_QROWS rows: 64, or the whole 80-query
-// block with dQ^T; the host's bwd_q_box_rows), and the LSE and D rows (1-d bulk
+// block with dQ^T, as launch_bwd encodes the maps), and the LSE and D rows (1-d bulk
 // copies; the workspace pads them to whole blocks). row0: the (batch, head)'s first workspace row.
 constexpr int FG_TMA_QROWS = FG_BW_DQ_T ? FG_BLOCK_M : 64;
 static_assert(!(FG_BWD_TMA || FG_WGMMA_BWD) || FG_BLOCK_M % FG_TMA_QROWS == 0, "whole boxes");

@@ -129,7 +129,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
 
     // K and V come once, by TMA (tensor maps tm.k, tm.v: boxes of 64 columns x 128 keys; keys past sk read
     // as zeros). The query blocks stream through two stages, loaded by one thread of warpgroup 1 (TMA for
-    // Q and dO, tm.q and tm.o: boxes of 64 columns x 64 rows, rows past sq zeros; 1-d bulk copies for the
+    // Q and dO, tm.q and tm.o: boxes of 64 columns x 64 rows, or 80 with dQ^T, rows past sq zeros; 1-d bulk copies for the
     // LSE and D rows, which the workspace pads to whole blocks), completing on the stage's "full" mbarrier,
     // once warpgroup 0 has released the stage (its "empty" mbarrier, one arrival per thread). So the
     // warpgroups wait on each other only through data: warpgroup 0 can run up to a block ahead of

@@ -539,6 +539,10 @@ Test(tunedb, nearest_bucket_lookup) {
     cr_assert_eq(tunedb_best(&db, &q, &s, NULL, why, sizeof why), FG_OK, "%s", why);
     cr_assert(s.block_n == 32 && s.dtype == FG_DTYPE_F16 && s.out_dtype == FG_DTYPE_F16, "%d %d", s.block_n, s.dtype);
     cr_assert(strstr(why, "bf16's (fp16 has no result; the two run the same kernels)") != NULL, "%s", why);
+    fg_tune_record br;
+    cr_assert_eq(tunedb_best(&db, &q, &s, &br, why, sizeof why), FG_OK, "%s", why);
+    cr_assert(br.spec.dtype == FG_DTYPE_F16 && br.cls.dtype == FG_DTYPE_F16 && strstr(br.name, "dtype=fp16") &&
+                  br.ms == 1.23, "the record as it serves fp16: %s", br.name);
     fg_tune_class small16 = small;
     small16.dtype = FG_DTYPE_F16;
     add(&db, rec(small16, 128, 64, 8, 2, FG_TUNE_OK, 1.40, 260, ""));
