@@ -88,8 +88,9 @@ int spec_bwd_sm90_dq_n(const fg_spec *spec);     /* the sm_90a backward: the dQ 
 int spec_bwd_sm90_dq_t(const fg_spec *spec);     /* the sm_90a backward with 80-query blocks (head_dim 128, not
                                                    causal): dQ^T = K^T dS^T, each warpgroup its half of the
                                                    columns for the block's 80 queries (bwd_sm90.cuh) */
-int spec_bwd_rows_block(const fg_spec *spec);    /* kind=bwd: the rows of a group of the dQ accumulator, and of
-                                                   a post-kernel CTA: 80 with dQ^T, else 64 */
+int spec_bwd_rows_block(const fg_spec *spec);    /* kind=bwd: the rows of a post-kernel CTA (whole groups of the
+                                                   dQ accumulator) and of a Q or dO TMA box: 80 with dQ^T,
+                                                   else 64 (bwd_sm80.cuh FG_BW_ROWS) */
 int spec_bwd_dq_staged(const fg_spec *spec);     /* kind=bwd: 1 when dQ is staged in shared memory and added by
                                                     bulk reduce-adds (sm_90 and newer, head_dim <= 128), 0 for
                                                     fp32 atomics */

@@ -1021,8 +1021,8 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args
     memset(&tm, 0, sizeof tm);
     void *params[] = {&p, &tm};
     if ((spec_is_wgmma_bwd(s) || s->tma) && sk > 0 &&
-        (st = encode_maps(ctx, &tm, &a->q, &a->dout, &a->k, &a->v, spec_bwd_sm90_dq_t(s) ? s->block_m : 64, s->block_n,
-                          128, 0, err)) != FG_OK)
+        (st = encode_maps(ctx, &tm, &a->q, &a->dout, &a->k, &a->v, spec_bwd_rows_block(s), s->block_n, 128, 0, err)) !=
+            FG_OK)
         return st;
     const unsigned h = (unsigned)hq, bb = (unsigned)b;
     /* pre (D, lse2, zeroed accumulator), main (none without keys: dK, dV are empty), post */

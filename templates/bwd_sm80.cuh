@@ -80,9 +80,10 @@ constexpr int FG_DQ_G = FG_BW_DQ_T ? FG_BLOCK_M : 64, FG_DQ_W = FG_BW_DQ_N;
 #else
 constexpr int FG_DQ_G = 16 * FG_QM, FG_DQ_W = FG_DQT * 8; // a warp: its 16 or 32 rows x its slice of head_dim
 #endif
-// The rows of a post-kernel CTA (and of the host's spec_bwd_rows_block): whole groups.
-constexpr int FG_POST_ROWS = FG_BW_DQ_T ? FG_BLOCK_M : 64;
-static_assert(FG_POST_ROWS % FG_DQ_G == 0 && FG_HEAD_DIM % FG_DQ_W == 0 && FG_DQ_W % 8 == 0, "dQ accumulator groups");
+// The host's spec_bwd_rows_block: 80 with dQ^T, else 64. The rows of a post-kernel CTA (whole groups) and
+// of a Q or dO TMA box (fg_bwd_tma_block).
+constexpr int FG_BW_ROWS = FG_BW_DQ_T ? FG_BLOCK_M : 64;
+static_assert(FG_BW_ROWS % FG_DQ_G == 0 && FG_HEAD_DIM % FG_DQ_W == 0 && FG_DQ_W % 8 == 0, "dQ accumulator groups");
 // Where element (row, col) of a (batch, head)'s dQ accumulator lives, in floats from that head's row 0.
 // Before sm_90 without FG_DQ_STAGED (scalar atomics): row-major. Else: groups of FG_DQ_G rows, each FG_DQ_G x head_dim
 // floats; a group's column slices of FG_DQ_W one after another; inside a slice its 16-row tiles, and in
@@ -406,17 +407,16 @@ __device__ __forceinline__ void fg_bwd_tma_kv(const fg_tma_params &tm, u32 s_k, 
         fg_tma_load(s_v + c * FG_BLOCK_N * 128, tm.v, c * 64, n0, kv_head, batch, bar);
     }
 }
-// Query block m into stage st: Q and dO (boxes of 64 columns x FG_TMA_QROWS rows: 64, or the whole 80-query
+// Query block m into stage st: Q and dO (boxes of 64 columns x FG_BW_ROWS rows: 64, or the whole 80-query
 // block with dQ^T, as launch_bwd encodes the maps), and the LSE and D rows (1-d bulk
 // copies; the workspace pads them to whole blocks). row0: the (batch, head)'s first workspace row.
-constexpr int FG_TMA_QROWS = FG_BW_DQ_T ? FG_BLOCK_M : 64;
-static_assert(!(FG_BWD_TMA || FG_WGMMA_BWD) || FG_BLOCK_M % FG_TMA_QROWS == 0, "whole boxes");
+static_assert(!(FG_BWD_TMA || FG_WGMMA_BWD) || FG_BLOCK_M % FG_BW_ROWS == 0, "whole boxes");
 __device__ __forceinline__ void fg_bwd_tma_block(const fg_tma_params &tm, const fg_bwd_params &p, u32 s_q, u32 s_do,
                                                  u32 s_lse, u32 s_d, int m, int st, int head, int batch, i64 row0,
                                                  u32 bar) {
     fg_mbar_expect_tx(bar, 2 * FG_QB_BYTES + 2 * FG_ROW_BYTES);
 #pragma unroll
-    for (int r = 0; r < FG_BLOCK_M; r += FG_TMA_QROWS)
+    for (int r = 0; r < FG_BLOCK_M; r += FG_BW_ROWS)
 #pragma unroll
         for (int c = 0; c < FG_HEAD_DIM / 64; c++) {
             const u32 off = st * FG_QB_BYTES + c * FG_BLOCK_M * 128 + r * 128;
@@ -849,7 +849,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
 #endif // !FG_WGMMA_BWD
 
 // ---- post: dQ in the output dtype; GQA: dK, dV summed over query heads ----
-// The 16-byte unit of the dQ accumulator at float offset 4 u of a block of FG_POST_ROWS rows (fg_dq_index's
+// The 16-byte unit of the dQ accumulator at float offset 4 u of a block of FG_BW_ROWS rows (fg_dq_index's
 // inverse): its first value is (row, col) of the block; in fragment order it holds (row, col), (row, col + 1),
 // (row + 8, col), (row + 8, col + 1), with dQ^T (row, col), (row + 1, col), (row, col + 8), (row + 1, col + 8);
 // row-major four columns of one row.
@@ -869,9 +869,9 @@ __device__ __forceinline__ void fg_dq_unit(u32 u, u32 &row, u32 &col) {
     col = (4 * u) % FG_HEAD_DIM;
 #endif
 }
-// A CTA converts FG_POST_ROWS (64, or 80 with dQ^T) rows of dQ. In every accumulator layout they are one
-// contiguous run of FG_POST_ROWS x head_dim floats (fg_dq_index keeps its groups of FG_DQ_G rows, which
-// divides FG_POST_ROWS, whole), so the CTA reads the run once with 16-byte loads, every 32-byte sector by
+// A CTA converts FG_BW_ROWS (64, or 80 with dQ^T) rows of dQ. In every accumulator layout they are one
+// contiguous run of FG_BW_ROWS x head_dim floats (fg_dq_index keeps its groups of FG_DQ_G rows, which
+// divides FG_BW_ROWS, whole), so the CTA reads the run once with 16-byte loads, every 32-byte sector by
 // one warp instruction, puts each unit's values (scaled, in the output dtype) into a row-major tile in
 // shared memory, and writes the rows out in 16-byte runs. The tile's rows are FG_POST_PITCH bytes apart, 4
 // banks apart modulo 32: a warp's 32 units of one n8 step (8 rows x 4 column pairs, and 8 rows lower) land
@@ -883,14 +883,14 @@ __device__ __forceinline__ void fg_dq_unit(u32 u, u32 &row, u32 &col) {
 constexpr int FG_POST_PITCH = FG_HEAD_DIM * 2 + 16;
 extern "C" __global__ void __launch_bounds__(256)
 fg_bwd_post_kernel(const __grid_constant__ fg_bwd_params p) {
-    __shared__ __align__(16) unsigned char tile[FG_POST_ROWS * FG_POST_PITCH];
-    const int head = blockIdx.y, batch = blockIdx.z, tid = threadIdx.x, r0 = blockIdx.x * FG_POST_ROWS;
+    __shared__ __align__(16) unsigned char tile[FG_BW_ROWS * FG_POST_PITCH];
+    const int head = blockIdx.y, batch = blockIdx.z, tid = threadIdx.x, r0 = blockIdx.x * FG_BW_ROWS;
     constexpr int CH = FG_HEAD_DIM / 8; // 8 elements (16 output bytes) per thread step
     if (r0 < p.seqlen_q) { // the same for the whole CTA
         const float4 *a = (const float4 *)(p.dq_accum + (((i64)batch * p.heads_q + head) * fg_bwd_rows_padded(p.seqlen_q) + r0) * FG_HEAD_DIM);
         const float s = p.softmax_scale;
-        constexpr int STEPS = FG_POST_ROWS * FG_HEAD_DIM / 1024; // 256 units a step
-        static_assert(FG_POST_ROWS * FG_HEAD_DIM % 1024 == 0, "whole steps");
+        constexpr int STEPS = FG_BW_ROWS * FG_HEAD_DIM / 1024; // 256 units a step
+        static_assert(FG_BW_ROWS * FG_HEAD_DIM % 1024 == 0, "whole steps");
         float4 xs[STEPS];
         // every load in flight before the stores; none of a unit whose rows are all past seqlen_q (in the last
         // CTA of a (batch, head): at 512 queries and 80-row CTAs, 48 of its 80 rows)
@@ -924,7 +924,7 @@ fg_bwd_post_kernel(const __grid_constant__ fg_bwd_params p) {
 #endif
         }
         __syncthreads();
-        for (int i = tid; i < FG_POST_ROWS * CH; i += 256) {
+        for (int i = tid; i < FG_BW_ROWS * CH; i += 256) {
             const int r = i / CH, c = (i % CH) * 8;
             if (r0 + r < p.seqlen_q) {
                 u16 *dq = (u16 *)p.dq + batch * p.dq_stride[0] + (i64)(r0 + r) * p.dq_stride[1] + head * p.dq_stride[2] + c;
@@ -932,7 +932,7 @@ fg_bwd_post_kernel(const __grid_constant__ fg_bwd_params p) {
             }
         }
     }
-    for (int i = tid; i < FG_POST_ROWS * CH; i += 256) {
+    for (int i = tid; i < FG_BW_ROWS * CH; i += 256) {
         const int r = r0 + i / CH, c = (i % CH) * 8;
         if (p.dkv_accum != 0 && head < p.heads_kv && r < p.seqlen_k) {
             const int group = p.heads_q / p.heads_kv;

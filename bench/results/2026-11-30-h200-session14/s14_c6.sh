@@ -1,14 +1,6 @@
 # Session 14, call 6 (the last of the device time): the tree (two-level accumulation every step, FP8 d > 128
 # over 256 keys on mma.sync unless FLASHGEN_FP8_FAST_ACCUM=1) against a flush every 2 steps (patches/flush2.patch).
-set -u
-sh .deps/offline-deps.sh --relocate .deps >/dev/null
-export PKG_CONFIG_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu/pkgconfig LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-L=/tmp/l; rm -rf $L; mkdir -p $L; DBN=tune-NVIDIA-H200-sm90-132sm.lua
-pk() { tar czf $OUT/l.tgz -C /tmp l; }
-db() { rm -rf /tmp/fg$1; mkdir -p /tmp/fg$1; zcat bench/results/2026-11-30-h200-session12/tuned_s8.lua.gz > /tmp/fg$1/$DBN; }
-keep() { mkdir -p /tmp/b$1; cp build/flashgen build/libflashgen.so build/tests/test_gpu_fwd /tmp/b$1/; db $1; }
-T="build/libflashgen.so build/flashgen build/tests/test_gpu_fwd"
+. bench/device_prelude.sh
 rm -rf build; sh configure >/dev/null && ninja >$L/build.log 2>&1 || { tail $L/build.log; exit 1; }; keep A; el built A
 git apply .smoke/flush2.patch && ninja $T >>$L/build.log 2>&1 && keep B && el built B; git apply -R .smoke/flush2.patch
 FLASHGEN_CACHE_DIR=/tmp/fgB timeout 60 /tmp/bB/test_gpu_fwd -j8 --filter 'fwd/fp8*' > $L/B_fp8.log 2>&1; el "B fp8 tests rc=$?"; tail -1 $L/B_fp8.log; grep -a "FAIL:" $L/B_fp8.log | head -3 | cut -c1-250

@@ -5,15 +5,7 @@
 #  - A/B: FP8 d 64 policy 192 x 128 (Y = tree + .smoke/fp8_d64_192.patch) against 128 x 128 (tree = T);
 #  - the binding's tests; the fp16 backward table on the final kernels.
 # carry [".deps", ".smoke"]. About 400 s.
-set -u
-sh .deps/offline-deps.sh --relocate .deps >/dev/null
-export PKG_CONFIG_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu/pkgconfig LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-L=/tmp/l; rm -rf $L; mkdir -p $L; DBN=tune-NVIDIA-H200-sm90-132sm.lua
-pk() { tar czf $OUT/l.tgz -C /tmp l; }
-db() { rm -rf /tmp/fg$1; mkdir -p /tmp/fg$1; zcat bench/results/2026-11-30-h200-session12/tuned_s8.lua.gz > /tmp/fg$1/$DBN; }
-keep() { mkdir -p /tmp/b$1; cp build/flashgen build/libflashgen.so build/tests/test_gpu_fwd /tmp/b$1/; db $1; }
-T="build/libflashgen.so build/flashgen build/tests/test_gpu_fwd"
+. bench/device_prelude.sh
 rm -rf build; sh configure >/dev/null && ninja >$L/build.log 2>&1 || { tail $L/build.log; exit 1; }; keep T; el built T
 git apply .smoke/fp8_d64_192.patch && ninja $T >>$L/build.log 2>&1 && keep Y && el built Y; git apply -R .smoke/fp8_d64_192.patch; ninja $T >>$L/build.log 2>&1
 export FLASHGEN_CACHE_DIR=/tmp/fgT

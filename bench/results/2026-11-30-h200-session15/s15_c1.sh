@@ -1,15 +1,7 @@
 # Session 15, first call (prepared in session 14): the shared-memory fp32 level of O for FP8 above d 128
 # (.smoke/fp8_smem_level.patch applied to the tree = P) against HEAD (H: d > 128 past 256 keys on mma.sync;
 # HF: H with FLASHGEN_FP8_FAST_ACCUM=1, the unflushed sm_90a kernel). carry [".deps", ".smoke"].
-set -u
-sh .deps/offline-deps.sh --relocate .deps >/dev/null
-export PKG_CONFIG_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu/pkgconfig LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-L=/tmp/l; rm -rf $L; mkdir -p $L; DBN=tune-NVIDIA-H200-sm90-132sm.lua
-pk() { tar czf $OUT/l.tgz -C /tmp l; }
-db() { rm -rf /tmp/fg$1; mkdir -p /tmp/fg$1; zcat bench/results/2026-11-30-h200-session12/tuned_s8.lua.gz > /tmp/fg$1/$DBN; }
-keep() { mkdir -p /tmp/b$1; cp build/flashgen build/libflashgen.so build/tests/test_gpu_fwd /tmp/b$1/; db $1; }
-T="build/libflashgen.so build/flashgen build/tests/test_gpu_fwd"
+. bench/device_prelude.sh
 rm -rf build; sh configure >/dev/null && ninja >$L/build.log 2>&1 || { tail $L/build.log; exit 1; }; keep P; el built P
 git apply -R .smoke/fp8_smem_level.patch && ninja $T >>$L/build.log 2>&1 && keep H && el built H; git apply .smoke/fp8_smem_level.patch
 export FLASHGEN_CACHE_DIR=/tmp/fgP

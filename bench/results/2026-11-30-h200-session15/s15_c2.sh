@@ -1,15 +1,7 @@
 # Session 15, call 2: the shared-memory level flushed every 256 keys (tree: d 256 128 x 64 every 4 blocks = P4)
 # against every 2 blocks (P2, call 1's kernel); FP8 tests, the full FP8 table and the binding's tests on P4;
 # ncu of the sm_90a backward d 128 with per-instruction stall samples. carry [".deps", ".smoke"].
-set -u
-sh .deps/offline-deps.sh --relocate .deps >/dev/null
-export PKG_CONFIG_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu/pkgconfig LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-L=/tmp/l; rm -rf $L; mkdir -p $L; DBN=tune-NVIDIA-H200-sm90-132sm.lua
-pk() { tar czf $OUT/l.tgz -C /tmp l; }
-db() { rm -rf /tmp/fg$1; mkdir -p /tmp/fg$1; zcat bench/results/2026-11-30-h200-session12/tuned_s8.lua.gz > /tmp/fg$1/$DBN; }
-keep() { mkdir -p /tmp/b$1; cp build/flashgen build/libflashgen.so build/tests/test_gpu_fwd /tmp/b$1/; db $1; }
-T="build/libflashgen.so build/flashgen build/tests/test_gpu_fwd"
+. bench/device_prelude.sh
 rm -rf build; sh configure >/dev/null && ninja >$L/build.log 2>&1 || { tail $L/build.log; exit 1; }; keep P4; el built P4
 cp generator/spec.c /tmp/spec.keep; sed -i 's|return spec->block_n <= 128 ? 256 / spec->block_n : 1;|return 2;|' generator/spec.c
 ninja $T >>$L/build.log 2>&1 && keep P2 && el built P2; cp /tmp/spec.keep generator/spec.c; ninja $T >>$L/build.log 2>&1

@@ -1,14 +1,6 @@
 # Session 15, call 3: the sm_90a backward's dQ one block late at head_dim 128 (tree = L) against dQ in its own
 # block (H: FG_BW_DQ_LAG false, the previous kernel: same SASS at d 64). carry [".deps", ".smoke"].
-set -u
-sh .deps/offline-deps.sh --relocate .deps >/dev/null
-export PKG_CONFIG_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu/pkgconfig LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-L=/tmp/l; rm -rf $L; mkdir -p $L; DBN=tune-NVIDIA-H200-sm90-132sm.lua
-pk() { tar czf $OUT/l.tgz -C /tmp l; }
-db() { rm -rf /tmp/fg$1; mkdir -p /tmp/fg$1; zcat bench/results/2026-11-30-h200-session12/tuned_s8.lua.gz > /tmp/fg$1/$DBN; }
-keep() { mkdir -p /tmp/b$1; cp build/flashgen build/libflashgen.so build/tests/test_gpu_fwd /tmp/b$1/; db $1; }
-T="build/libflashgen.so build/flashgen build/tests/test_gpu_fwd"
+. bench/device_prelude.sh
 rm -rf build; sh configure >/dev/null && ninja >$L/build.log 2>&1 || { tail $L/build.log; exit 1; }; keep L; el built L
 cp templates/bwd_sm90.cuh /tmp/bwd.keep; sed -i 's/^constexpr bool FG_BW_DQ_LAG = FG_HEAD_DIM == 128;/constexpr bool FG_BW_DQ_LAG = false;/' templates/bwd_sm90.cuh
 grep -c "FG_BW_DQ_LAG = false" templates/bwd_sm90.cuh; ninja $T >>$L/build.log 2>&1 && keep H && el built H; cp /tmp/bwd.keep templates/bwd_sm90.cuh; ninja $T >>$L/build.log 2>&1

@@ -1,15 +1,7 @@
 # Session 15, call 4: the sm_90a backward, tree N = dQ one block late (d 128 non-causal) + S^T and dP^T in two
 # wgmma groups at d 128 too, the K/V descriptors from one base a block (spill-free now); S = N without the lag;
 # H = HEAD (40e603a's backward). carry [".deps", ".smoke"].
-set -u
-sh .deps/offline-deps.sh --relocate .deps >/dev/null
-export PKG_CONFIG_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu/pkgconfig LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-L=/tmp/l; rm -rf $L; mkdir -p $L; DBN=tune-NVIDIA-H200-sm90-132sm.lua
-pk() { tar czf $OUT/l.tgz -C /tmp l; }
-db() { rm -rf /tmp/fg$1; mkdir -p /tmp/fg$1; zcat bench/results/2026-11-30-h200-session12/tuned_s8.lua.gz > /tmp/fg$1/$DBN; }
-keep() { mkdir -p /tmp/b$1; cp build/flashgen build/libflashgen.so build/tests/test_gpu_fwd /tmp/b$1/; db $1; }
-T="build/libflashgen.so build/flashgen build/tests/test_gpu_fwd"
+. bench/device_prelude.sh
 rm -rf build; sh configure >/dev/null && ninja >$L/build.log 2>&1 || { tail $L/build.log; exit 1; }; keep N; el built N
 cp templates/bwd_sm90.cuh /tmp/bwd.keep; sed -i 's/^constexpr bool FG_BW_DQ_LAG = .*/constexpr bool FG_BW_DQ_LAG = false;/' templates/bwd_sm90.cuh
 ninja $T >>$L/build.log 2>&1 && keep S && el built S

@@ -1,14 +1,6 @@
 # Session 16, call 1: the post-kernel rewrite (af0554f) tested and A/B'd, plus what session 15 committed
 # without a GPU (prepared_s16_first.sh). T = tree; O = tree with the old post kernel; Y = T + fp8_d64_192.patch.
-set -u
-sh .deps/offline-deps.sh --relocate .deps >/dev/null
-export PKG_CONFIG_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu/pkgconfig LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-L=/tmp/l; rm -rf $L; mkdir -p $L; DBN=tune-NVIDIA-H200-sm90-132sm.lua
-pk() { tar czf $OUT/l.tgz -C /tmp l; }
-db() { rm -rf /tmp/fg$1; mkdir -p /tmp/fg$1; zcat bench/results/2026-11-30-h200-session12/tuned_s8.lua.gz > /tmp/fg$1/$DBN; }
-keep() { mkdir -p /tmp/b$1; cp build/flashgen build/libflashgen.so build/tests/test_gpu_fwd /tmp/b$1/; db $1; }
-T="build/libflashgen.so build/flashgen build/tests/test_gpu_fwd"
+. bench/device_prelude.sh
 rm -rf build; sh configure >/dev/null && ninja >$L/build.log 2>&1 || { tail $L/build.log; exit 1; }; keep T; el built T
 git apply -R .smoke/post_new.patch && ninja $T >>$L/build.log 2>&1 && keep O && el built O; git apply .smoke/post_new.patch
 git apply .smoke/fp8_d64_192.patch && ninja $T >>$L/build.log 2>&1 && keep Y && el built Y; git apply -R .smoke/fp8_d64_192.patch; ninja $T >>$L/build.log 2>&1

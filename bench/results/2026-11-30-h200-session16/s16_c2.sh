@@ -1,14 +1,6 @@
 # Session 16, call 2. T = tree (post + pre kernels rewritten, FP8 d 64 192 x 128); P = T with the old pre
 # kernel; Z = T + FP8 d 128 192 x 64 (three consumers, O's level in shared memory).
-set -u
-sh .deps/offline-deps.sh --relocate .deps >/dev/null
-export PKG_CONFIG_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu/pkgconfig LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-L=/tmp/l; rm -rf $L; mkdir -p $L; DBN=tune-NVIDIA-H200-sm90-132sm.lua
-pk() { tar czf $OUT/l.tgz -C /tmp l; }
-db() { rm -rf /tmp/fg$1; mkdir -p /tmp/fg$1; zcat bench/results/2026-11-30-h200-session12/tuned_s8.lua.gz > /tmp/fg$1/$DBN; }
-keep() { mkdir -p /tmp/b$1; cp build/flashgen build/libflashgen.so build/tests/test_gpu_fwd /tmp/b$1/; db $1; }
-T="build/libflashgen.so build/flashgen build/tests/test_gpu_fwd"
+. bench/device_prelude.sh
 rm -rf build; sh configure >/dev/null && ninja >$L/build.log 2>&1 || { tail $L/build.log; exit 1; }; keep T; el built T
 git apply -R .smoke/pre_new.patch && ninja $T >>$L/build.log 2>&1 && keep P && el built P; git apply .smoke/pre_new.patch
 git apply .smoke/fp8_d128_192x64.patch && ninja $T >>$L/build.log 2>&1 && keep Z && el built Z; git apply -R .smoke/fp8_d128_192x64.patch; ninja $T >>$L/build.log 2>&1

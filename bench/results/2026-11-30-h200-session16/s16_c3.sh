@@ -1,15 +1,7 @@
 # Session 16, call 3. T = tree (post kernel rewritten, pre kernel as before: 4ababb6's pre change reverted,
 # FP8 d 64 192 x 128); O = T with the old post kernel. d 256 backward (mma.sync) A/B, full d 256 table; fwd
 # 16-bit table twice.
-set -u
-sh .deps/offline-deps.sh --relocate .deps >/dev/null
-export PKG_CONFIG_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu/pkgconfig LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-L=/tmp/l; rm -rf $L; mkdir -p $L; DBN=tune-NVIDIA-H200-sm90-132sm.lua
-pk() { tar czf $OUT/l.tgz -C /tmp l; }
-db() { rm -rf /tmp/fg$1; mkdir -p /tmp/fg$1; zcat bench/results/2026-11-30-h200-session12/tuned_s8.lua.gz > /tmp/fg$1/$DBN; }
-keep() { mkdir -p /tmp/b$1; cp build/flashgen build/libflashgen.so build/tests/test_gpu_fwd /tmp/b$1/; db $1; }
-T="build/libflashgen.so build/flashgen build/tests/test_gpu_fwd"
+. bench/device_prelude.sh
 rm -rf build; sh configure >/dev/null && ninja >$L/build.log 2>&1 || { tail $L/build.log; exit 1; }; keep T; el built T
 git apply -R .smoke/post_new.patch && ninja $T >>$L/build.log 2>&1 && keep O && el built O; git apply .smoke/post_new.patch; ninja $T >>$L/build.log 2>&1
 sha256sum build/libflashgen.so /tmp/b?/libflashgen.so | cut -c1-16

@@ -1,16 +1,8 @@
 # Session 16, call 6 (carry .deps only): is it the number of bulk reduce-adds that made call 4's per-warp dQ
 # adds 0.947x? V = tree + patches/bwd90_dq_add_per_warp_barriers_kept.patch (one 4 KB add a warp, with the
 # warpgroup barriers and bar_empty as in the tree); H = tree.
-set -u
+. bench/device_prelude.sh
 R=bench/results/2026-11-30-h200-session16
-sh .deps/offline-deps.sh --relocate .deps >/dev/null
-export PKG_CONFIG_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu/pkgconfig LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu
-T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-L=/tmp/l; rm -rf $L; mkdir -p $L; DBN=tune-NVIDIA-H200-sm90-132sm.lua
-pk() { tar czf $OUT/l.tgz -C /tmp l; }
-db() { rm -rf /tmp/fg$1; mkdir -p /tmp/fg$1; zcat bench/results/2026-11-30-h200-session12/tuned_s8.lua.gz > /tmp/fg$1/$DBN; }
-keep() { mkdir -p /tmp/b$1; cp build/flashgen build/libflashgen.so build/tests/test_gpu_fwd /tmp/b$1/; db $1; }
-T="build/libflashgen.so build/flashgen build/tests/test_gpu_fwd"
 rm -rf build; sh configure >/dev/null && ninja >$L/build.log 2>&1 || { tail $L/build.log; exit 1; }; keep H; el built H
 git apply $R/patches/bwd90_dq_add_per_warp_barriers_kept.patch && ninja $T >>$L/build.log 2>&1 && keep V && el built V; git apply -R $R/patches/bwd90_dq_add_per_warp_barriers_kept.patch
 sha256sum /tmp/b?/libflashgen.so | cut -c1-16
