@@ -113,8 +113,9 @@ RULE(bwd_wgmma, spec_is_wgmma_bwd(s) && ((s->head_dim != 64 && s->head_dim != 12
      FG_ERR_UNSUPPORTED,
      "kind=bwd on sm_90a (wgmma) takes head_dim 64 with block_m 128 or head_dim 128 with block_m 64 (or 80 without "
      "a causal mask), block_n 128, warps 8, stages 2 and "
-     "deterministic=0 (got head_dim %d, %d x %d, warps %d, stages %d, deterministic=%d); arch sm_90 (mma.sync) "
-     "takes the others", s->head_dim, s->block_m, s->block_n, s->warps, s->stages, s->deterministic)
+     "deterministic=0 (got head_dim %d, %d x %d, warps %d, stages %d, causal=%d, deterministic=%d); arch sm_90 "
+     "(mma.sync) takes the others", s->head_dim, s->block_m, s->block_n, s->warps, s->stages, s->causal != 0,
+     s->deterministic)
 RULE(bwd_tma, s->tma && (!is_bwd(s) || s->arch_accel || s->arch < 90 || (s->head_dim != 64 && s->head_dim != 128) ||
                          s->block_m % 64 != 0 || s->stages != 2),
      FG_ERR_UNSUPPORTED,
