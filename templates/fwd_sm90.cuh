@@ -29,6 +29,7 @@ constexpr int FG_THREADS = (FG_CWG + 1) * 128;
 constexpr int FG_NT = FG_BLOCK_N / 8;            // n8 column groups of S
 constexpr int FG_DT = FG_HEAD_DIM / 8;           // n8 column groups of O
 constexpr int FG_DTA = FG_DT + FG_PV_SUM / 8;    // ... and FP8's row-sum group after them (FG_PV_SUM)
+static_assert(FG_DT % 4 == 0, "head_dim a multiple of 32: O leaves in 16-byte units of four n8 groups");
 // FP8's two-level accumulation: the period of the flush of the P.V accumulator into fp32, O's fp32 level in
 // registers (FG_O_FLUSH, head_dim <= 128) or in shared memory (FG_O_FLUSH_SMEM: above, and with three
 // consumer warpgroups); 0 for none.
@@ -43,8 +44,17 @@ constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM * FG_ESIZE; // a K tile, or
 constexpr float FG_P_SHIFT = FG_FP8 ? 8.f : 0.f; // FP8: P = 2^8 exp2(...) fills e4m3's range (as fwd_sm80.cuh)
 constexpr u32 FG_Q_CHUNK = FG_BLOCK_M * FG_RB;   // bytes of one column chunk of the Q tile
 // Q buffers (FG_Q_STAGES, from the emitter: 2 where shared memory allows): with two, the next tile's Q
-// loads while this tile runs; with one, after this tile's O store has read the buffer.
+// loads while this tile runs; with one (16-bit head_dim 256: FG_Q_EARLY), once both consumers' last S
+// wgmma of this tile has read it, so it loads during this tile's last softmax and P V, and O goes from the
+// registers to global memory in 16-byte units (FG_O_DIRECT, as FP8's O). Before session 18 O /= l was
+// staged in the warpgroup's Q rows and written by a TMA store, the Q buffer going back once the store had
+// read it, so with one buffer the consumers waited for Q at every tile. H200, same runs, against that
+// (bench/results/2026-11-30-h200-session18, call 3): d 256 512 keys +5-7%, 1k +3-4%, 2k +1-2%, 4k +1%.
+// (The same for every 16-bit tile: d 64 and 128 +9-14% at 512 and +3-5% at 1k, but 1-2% lost at 8k-16k
+// and, with 192-row tiles, 2-6% at causal 2k-4k; not taken there.)
 constexpr u32 FG_KV_CHUNK = FG_BLOCK_N * FG_RB;  // ... of a K or V tile
+#define FG_Q_EARLY (FG_Q_STAGES == 1 && !FG_FP8)
+#define FG_O_DIRECT (FG_FP8 || FG_Q_EARLY)
 // Registers per thread after rebalancing: the producer keeps 24, the consumers share the rest
 // (65536 per SM at one CTA per SM, in multiples of 8, at most 240). With one consumer warpgroup nobody needs
 // what the producer would give up, and FP8's V^T reordering warps spilled in 24 (d 64 64 x 64, 4 stages,
@@ -64,6 +74,23 @@ __device__ __forceinline__ void fg_softmax_stats(float (&s)[1][FG_NT][4], float 
 #pragma unroll
     for (int h = 0; h < 2; h++)
         corr[h] = fg_softmax_row<FG_NT, SUM>(s[0], h, row_max[0][h], row_sum[0][h], scale_log2, FG_P_SHIFT);
+}
+
+// A 4 x 4 transpose of u32s across a quad (two butterfly steps): thread t4 gives its u[k] to thread k and
+// ends with u[j] = thread j's u[t4]. Every lane of the warp takes part.
+__device__ __forceinline__ void fg_quad_transpose(u32 (&u)[4], int t4) {
+#pragma unroll
+    for (int s = 1; s <= 2; s *= 2)
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (k & s) continue;
+            const bool up = (t4 & s) != 0; // keeps u[k | s], sends u[k]; else keeps u[k], sends u[k | s]
+            const u32 r = __shfl_xor_sync(0xffffffffu, up ? u[k] : u[k | s], s);
+            if (up)
+                u[k] = r;
+            else
+                u[k | s] = r;
+        }
 }
 
 #if FG_FP8
@@ -179,7 +206,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
 #pragma unroll
         for (int b = 0; b < FG_Q_STAGES; b++) {
             fg_mbar_init(bar_q(b), 1);
-            fg_mbar_init(bar_q_empty(b), FG_CWG); // one arrival per consumer warpgroup, once its O store has read it
+            // one arrival per consumer warpgroup once its O store has read it (FG_Q_EARLY: per consumer warp,
+            // once its last S wgmma has)
+            fg_mbar_init(bar_q_empty(b), FG_Q_EARLY ? FG_CWG * 4 : FG_CWG);
         }
 #pragma unroll
         for (int s = 0; s < FG_STAGES; s++) {
@@ -255,10 +284,11 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 for (int c = 0; c < FG_DCH; c++)
                     fg_tma_load(dst + c * FG_KV_CHUNK, map, c * FG_SWC, j * FG_BLOCK_N, t.kv_head, t.batch, full);
             };
-            // Step `it` of tile t, the producer's K/V step `step` overall.
-            auto load_kv = [&](const fg_tile &t, int it, int step) {
+            // Step `it` of tile t, the producer's K/V step `step` overall: K (if k), then V (if v).
+            auto load_kv_parts = [&](const fg_tile &t, int it, int step, bool k, bool v) {
                 const int j = t.n_blocks - 1 - it, s = step % FG_STAGES, use = step / FG_STAGES;
-                load_kv_tile(s_k + s * FG_KV_BYTES, &tm.k, bar_k(s), bar_k_empty(s), use, j, t);
+                if (k) load_kv_tile(s_k + s * FG_KV_BYTES, &tm.k, bar_k(s), bar_k_empty(s), use, j, t);
+                if (!v) return;
 #if FG_FP8
                 // V^T: boxes of FG_RBV keys (the contiguous dim) by head_dim rows, one a chunk
                 if (use > 0) fg_mbar_wait(bar_v_empty(s), (use - 1) & 1);
@@ -271,6 +301,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 load_kv_tile(s_v + s * FG_VS_BYTES, &tm.v, bar_v(s), bar_v_empty(s), use, j, t);
 #endif
             };
+            auto load_kv = [&](const fg_tile &t, int it, int step) { load_kv_parts(t, it, step, true, true); };
             int kv = 0, qn = 0;
             // Hands tile `index` to the consumers (dynamic schedule), once they have read the slot's last one.
             // The count of tiles published lives in shared memory: the producer's 24 registers are full.
@@ -302,9 +333,13 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 // The first FG_STAGES key blocks need only stages the consumers free within the tiles
                 // before (no Q of this tile): they load before the wait for a Q buffer, which with one Q
                 // buffer lasts until the previous tile's O store has read it. Later blocks wait for
-                // stages freed within this tile, which needs its Q: they load after it.
-                const int early = min(FG_STAGES, t.n_blocks);
+                // stages freed within this tile, which needs its Q: they load after it. FG_Q_EARLY: the
+                // loads in the order the previous tile frees their buffers, K of the first block (freed by
+                // the S of its last block but one), Q (by its last S), then V of the first (by its last P
+                // V but one) and the rest.
+                const int early = FG_Q_EARLY ? 0 : min(FG_STAGES, t.n_blocks);
                 for (int it = 0; it < early; it++) load_kv(t, it, kv + it);
+                if (FG_Q_EARLY) load_kv_parts(t, 0, kv, true, false);
                 const int qb = qn % FG_Q_STAGES, quse = qn / FG_Q_STAGES;
                 if (quse > 0) fg_mbar_wait(bar_q_empty(qb), (quse - 1) & 1);
                 qn++;
@@ -315,7 +350,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                     for (int c = 0; c < FG_DCH; c++)
                         fg_tma_load(s_q + qb * FG_Q_BYTES + c * FG_Q_CHUNK + w * 64 * FG_RB, &tm.q, c * FG_SWC,
                                     t.m0 + 64 * w, t.head, t.batch, bar_q(qb));
-                for (int it = early; it < t.n_blocks; it++) load_kv(t, it, kv + it);
+                if (FG_Q_EARLY) load_kv_parts(t, 0, kv, false, true);
+                for (int it = FG_Q_EARLY ? 1 : early; it < t.n_blocks; it++) load_kv(t, it, kv + it);
                 kv += t.n_blocks;
             }
             if (dyn) {
@@ -590,6 +626,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             pack_p(sacc, pf);
         }
         if (n_blocks > 0) {
+            // FG_Q_EARLY: the tile's last S has been read (waited for above), so Q goes back (here rather than
+            // in the loop's last step: a branch in the loop cost d 64/128 2-5% at 8k-16k, H200 session 18)
+            if (FG_Q_EARLY) release(bar_q_empty((qn - 1) % FG_Q_STAGES));
             turn_wait();
             issue_pv(kv + n_blocks - 1, pf, FG_FLUSH && (n_blocks - 1) % FG_OF == 0 ? 0u : 1u);
             turn_pass();
@@ -617,12 +656,14 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             }
             continue;
         }
-#if FG_FP8
+#if FG_O_DIRECT
         // FP8: O (16-bit, twice Q's bytes) does not fit Q's buffer: it goes from the registers to global
         // memory (a quad writes 16 contiguous bytes of a row), and the Q buffer goes back to the producer
-        // once every warp of the warpgroup is past its last wgmma.
+        // once every warp of the warpgroup is past its last wgmma. FG_Q_EARLY: O likewise, the Q buffer
+        // has gone back already (the barrier kept all the same: without it the compiler moved the
+        // epilogue's work into the loop and spilled 8 bytes at head_dim 256).
         fg_named_sync(FG_BAR_EPILOGUE + cw, 128);
-        if (tid % 128 == 0) fg_mbar_arrive(bar_q_empty((qn - 1) % FG_Q_STAGES));
+        if (!FG_Q_EARLY && tid % 128 == 0) fg_mbar_arrive(bar_q_empty((qn - 1) % FG_Q_STAGES));
 #if FG_O_FLUSH_SMEM
         // O = the shared-memory level (with the factors it still owes) + the accumulator's last steps
 #pragma unroll
@@ -645,11 +686,22 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 const float inv = l > 0.f ? o_factor / l : 0.f;
                 const float l_lse = FG_PV_SUM && FP32_SUM ? fg_quad_sum(row_sum[0][h]) : l; // the LSE's
                 const int row = row0 + 8 * h;
-                if (row >= sq) continue;
+                // 16 bytes a thread: of every four n8 groups 4q..4q+3 the quad's threads swap their pairs
+                // (fg_quad_transpose) so that thread t4 stores group 4q + t4's eight columns (st.global.b32 of
+                // each pair: d 128 0.969x, d 256 0.955x of the TMA store from shared memory, H200 session 18)
 #pragma unroll
-                for (int dt = 0; dt < FG_DT; dt++)
-                    asm volatile("st.global.b32 [%0], %1;" ::"l"(o + (i64)row * p.o_stride[1] + 8 * dt + 2 * t4),
-                                 "r"(fg_pack2(acc[0][dt][2 * h] * inv, acc[0][dt][2 * h + 1] * inv)) : "memory");
+                for (int q = 0; q < FG_DT / 4; q++) {
+                    u32 u[4];
+#pragma unroll
+                    for (int k = 0; k < 4; k++)
+                        u[k] = fg_pack2(acc[0][4 * q + k][2 * h] * inv, acc[0][4 * q + k][2 * h + 1] * inv);
+                    fg_quad_transpose(u, t4);
+                    if (row < sq)
+                        asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(o + (i64)row * p.o_stride[1] +
+                                                                                      8 * (4 * q + t4)),
+                                     "r"(u[0]), "r"(u[1]), "r"(u[2]), "r"(u[3]) : "memory");
+                }
+                if (row >= sq) continue;
                 if (p.lse != 0 && t4 == 0)
                     p.lse[tl.batch * p.lse_stride[0] + tl.head * p.lse_stride[1] + (i64)row * p.lse_stride[2]] =
                         fg_row_lse(l_lse, row_max[0][h], sc_ln, FG_P_SHIFT);
