@@ -55,6 +55,7 @@ constexpr u32 FG_Q_CHUNK = FG_BLOCK_M * FG_RB;   // bytes of one column chunk of
 constexpr u32 FG_KV_CHUNK = FG_BLOCK_N * FG_RB;  // ... of a K or V tile
 #define FG_Q_EARLY (FG_Q_STAGES == 1 && !FG_FP8)
 #define FG_O_DIRECT (FG_FP8 || FG_Q_EARLY)
+#define FG_Q_FIRST (FG_Q_STAGES == 2 || FG_Q_EARLY) // the producer's order (below)
 // Registers per thread after rebalancing: the producer keeps 24, the consumers share the rest
 // (65536 per SM at one CTA per SM, in multiples of 8, at most 240). With one consumer warpgroup nobody needs
 // what the producer would give up, and FP8's V^T reordering warps spilled in 24 (d 64 64 x 64, 4 stages,
@@ -330,16 +331,17 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 if (dyn) publish(index);
                 const fg_tile t = fg_tile_at(p, index, m_blocks);
                 if (t.n_blocks == 0) continue;
-                // The first FG_STAGES key blocks need only stages the consumers free within the tiles
-                // before (no Q of this tile): they load before the wait for a Q buffer, which with one Q
-                // buffer lasts until the previous tile's O store has read it. Later blocks wait for
-                // stages freed within this tile, which needs its Q: they load after it. FG_Q_EARLY: the
-                // loads in the order the previous tile frees their buffers, K of the first block (freed by
-                // the S of its last block but one), Q (by its last S), then V of the first (by its last P
-                // V but one) and the rest.
-                const int early = FG_Q_EARLY ? 0 : min(FG_STAGES, t.n_blocks);
+                // Loads in the order the previous tiles free their buffers (FG_Q_FIRST): K of the first block
+                // (freed by the S of the previous tile's last block but one), Q (two Q buffers: freed a tile
+                // earlier; FG_Q_EARLY: by the previous tile's last S), V of the first block (by its last P V
+                // but one), then the rest. With one Q buffer freed only by the previous tile's O store (FP8
+                // above head_dim 128) the first FG_STAGES blocks go before Q, needing only stages freed
+                // before that store. (Before session 18 that order held for every tile, so a second Q
+                // buffer's load waited for the previous tile's last P V: H200 16-bit d 64 and 128 at 512
+                // keys +9-14% with Q first.)
+                const int early = FG_Q_FIRST ? 0 : min(FG_STAGES, t.n_blocks);
                 for (int it = 0; it < early; it++) load_kv(t, it, kv + it);
-                if (FG_Q_EARLY) load_kv_parts(t, 0, kv, true, false);
+                if (FG_Q_FIRST) load_kv_parts(t, 0, kv, true, false);
                 const int qb = qn % FG_Q_STAGES, quse = qn / FG_Q_STAGES;
                 if (quse > 0) fg_mbar_wait(bar_q_empty(qb), (quse - 1) & 1);
                 qn++;
@@ -350,8 +352,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                     for (int c = 0; c < FG_DCH; c++)
                         fg_tma_load(s_q + qb * FG_Q_BYTES + c * FG_Q_CHUNK + w * 64 * FG_RB, &tm.q, c * FG_SWC,
                                     t.m0 + 64 * w, t.head, t.batch, bar_q(qb));
-                if (FG_Q_EARLY) load_kv_parts(t, 0, kv, false, true);
-                for (int it = FG_Q_EARLY ? 1 : early; it < t.n_blocks; it++) load_kv(t, it, kv + it);
+                if (FG_Q_FIRST) load_kv_parts(t, 0, kv, false, true);
+                for (int it = FG_Q_FIRST ? 1 : early; it < t.n_blocks; it++) load_kv(t, it, kv + it);
                 kv += t.n_blocks;
             }
             if (dyn) {
