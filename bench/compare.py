@@ -36,6 +36,7 @@ PyTorch needed).
 import argparse
 import csv
 import datetime
+import gzip
 import hashlib
 import json
 import math
@@ -923,11 +924,13 @@ def notes(rows):
 
 
 def redraw(out_dir):
-    """--redraw: the charts and the table of an existing result directory. Exit status 0, or 1 when
-    DIR/compare.json is missing or not this script's format."""
+    """--redraw: the charts and the table of an existing result directory (DIR/compare.json, or
+    compare.json.gz). Exit status 0, or 1 when it is missing or not this script's format."""
     path = os.path.join(out_dir, "compare.json")
+    if not os.path.exists(path) and os.path.exists(path + ".gz"):
+        path += ".gz"  # a recorded result in bench/results, gzipped
     try:
-        with open(path) as f:
+        with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
             old = json.load(f)
     except (OSError, ValueError) as e:
         print("compare.py: cannot read %s: %s" % (path, e), file=sys.stderr)
