@@ -4,8 +4,9 @@
 // Grid: one CTA per SM at most (persistent), taking tiles (FG_BLOCK_M query rows of one head) from a
 // counter (or in a fixed stride; dispatch.c's rt_launch_grid). A CTA has FG_CWG + 1 warpgroups:
 //   warpgroup 0, the producer: gives its registers away (setmaxnreg) and one thread issues TMA loads:
-//     per tile Q (once the consumers are done with the previous tile's), then K and V of each key block
-//     into a ring of FG_STAGES stages that runs on across tiles; every buffer has a "full" mbarrier the
+//     per tile K and V of each key block into a ring of FG_STAGES stages that runs on across tiles, and
+//     Q into one of FG_Q_STAGES buffers (in the order the buffers come free: FG_Q_FIRST, below); every
+//     buffer has a "full" mbarrier the
 //     copy engine completes and an "empty" one the consumer warps arrive at; with FP8 its other three
 //     warps put each V^T stage's keys in the order the consumers' P registers have (fg_p_to_fp8);
 //   warpgroups 1..FG_CWG, the consumers: take the registers, and each computes 64 query rows:
@@ -17,7 +18,9 @@
 //                     operand's), V in shared memory read MN-major (no transpose)
 //   with S of block j issued before P V of block j - 1, so the softmax overlaps the tensor cores, and the
 //   consumer warpgroups taking turns to issue (pingpong). At the end of a tile O /= l is staged in the
-//   warpgroup's Q rows and written by a TMA store; the LSE goes straight to global memory. (FP8 at
+//   warpgroup's Q rows and written by a TMA store (16-bit with two Q buffers), or goes from the registers
+//   to global memory (FG_O_DIRECT: FP8, and 16-bit with one Q buffer); the LSE goes straight to global
+//   memory. (FP8 at
 //   head_dim 64/128: l comes from the P.V wgmma itself, FG_PV_SUM; the P.V accumulator goes into fp32
 //   registers every FG_O_FLUSH steps, since FP8 wgmma accumulates with about 14 bits; O goes out from
 //   registers.)
@@ -44,14 +47,16 @@ constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM * FG_ESIZE; // a K tile, or
 constexpr float FG_P_SHIFT = FG_FP8 ? 8.f : 0.f; // FP8: P = 2^8 exp2(...) fills e4m3's range (as fwd_sm80.cuh)
 constexpr u32 FG_Q_CHUNK = FG_BLOCK_M * FG_RB;   // bytes of one column chunk of the Q tile
 // Q buffers (FG_Q_STAGES, from the emitter: 2 where shared memory allows): with two, the next tile's Q
-// loads while this tile runs; with one (16-bit head_dim 256: FG_Q_EARLY), once both consumers' last S
-// wgmma of this tile has read it, so it loads during this tile's last softmax and P V, and O goes from the
-// registers to global memory in 16-byte units (FG_O_DIRECT, as FP8's O). Before session 18 O /= l was
+// loads while this tile runs; with one (16-bit: FG_Q_EARLY; the default tiles at head_dim 192 and 256, and
+// the widest ones at 128), once every consumer warp's last S wgmma of this tile has read it, so it loads
+// during this tile's last softmax and P V, and O goes from the registers to global memory in 16-byte
+// units (FG_O_DIRECT, as FP8's O). Measured at d 256 only (d 192 and the wide d 128 tiles pass the
+// tests, untimed). Before session 18 O /= l was
 // staged in the warpgroup's Q rows and written by a TMA store, the Q buffer going back once the store had
 // read it, so with one buffer the consumers waited for Q at every tile. H200, same runs, against that
 // (bench/results/2026-11-30-h200-session18, call 3): d 256 512 keys +5-7%, 1k +3-4%, 2k +1-2%, 4k +1%.
-// (The same for every 16-bit tile: d 64 and 128 +9-14% at 512 and +3-5% at 1k, but 1-2% lost at 8k-16k
-// and, with 192-row tiles, 2-6% at causal 2k-4k; not taken there.)
+// (Also sending O from the registers where there are two Q buffers: no gain at 512 and d 64 causal 2k-4k
+// 2-6% slower, 192-row tiles; not taken there. Session 18, calls 3-4.)
 constexpr u32 FG_KV_CHUNK = FG_BLOCK_N * FG_RB;  // ... of a K or V tile
 #define FG_Q_EARLY (FG_Q_STAGES == 1 && !FG_FP8)
 #define FG_O_DIRECT (FG_FP8 || FG_Q_EARLY)
@@ -207,8 +212,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
 #pragma unroll
         for (int b = 0; b < FG_Q_STAGES; b++) {
             fg_mbar_init(bar_q(b), 1);
-            // one arrival per consumer warpgroup once its O store has read it (FG_Q_EARLY: per consumer warp,
-            // once its last S wgmma has)
+            // one arrival per consumer warpgroup once its O store has read it (FP8: once it is past its last
+            // wgmma; FG_Q_EARLY: one per consumer warp, once its last S wgmma has completed)
             fg_mbar_init(bar_q_empty(b), FG_Q_EARLY ? FG_CWG * 4 : FG_CWG);
         }
 #pragma unroll
@@ -332,11 +337,13 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 const fg_tile t = fg_tile_at(p, index, m_blocks);
                 if (t.n_blocks == 0) continue;
                 // Loads in the order the previous tiles free their buffers (FG_Q_FIRST): K of the first block
-                // (freed by the S of the previous tile's last block but one), Q (two Q buffers: freed a tile
-                // earlier; FG_Q_EARLY: by the previous tile's last S), V of the first block (by its last P V
-                // but one), then the rest. With one Q buffer freed only by the previous tile's O store (FP8
-                // above head_dim 128) the first FG_STAGES blocks go before Q, needing only stages freed
-                // before that store. (Before session 18 that order held for every tile, so a second Q
+                // (its stage freed by an S FG_STAGES steps back, with two stages and a previous tile of two
+                // blocks or more the S of that tile's last block but one), Q (two Q buffers: freed a tile
+                // earlier; FG_Q_EARLY: by the previous tile's last S), V of the first block (by the P V
+                // FG_STAGES steps back), then the rest. With one Q buffer that comes back only after the
+                // previous tile's last P V (FP8 with one Q buffer, as its d 256 tiles have) the first
+                // FG_STAGES blocks go before Q, needing only stages freed before then. (Before session 18
+                // that order held for every tile, so a second Q
                 // buffer's load waited for the previous tile's last P V: H200 16-bit d 64 and 128 at 512
                 // keys +9-14% with Q first.)
                 const int early = FG_Q_FIRST ? 0 : min(FG_STAGES, t.n_blocks);
@@ -660,7 +667,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         }
 #if FG_O_DIRECT
         // FP8: O (16-bit, twice Q's bytes) does not fit Q's buffer: it goes from the registers to global
-        // memory (a quad writes 16 contiguous bytes of a row), and the Q buffer goes back to the producer
+        // memory (a thread writes 16 contiguous bytes of a row), and the Q buffer goes back to the producer
         // once every warp of the warpgroup is past its last wgmma. FG_Q_EARLY: O likewise, the Q buffer
         // has gone back already (the barrier kept all the same: without it the compiler moved the
         // epilogue's work into the loop and spilled 8 bytes at head_dim 256).
