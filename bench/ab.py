@@ -10,8 +10,8 @@ timed in its own process with cuDNN and FlashAttention-2 beside it (for example
 `FLASHGEN_LIB=/tmp/libB.so FLASHGEN_CACHE_DIR=/tmp/fgB python3 bench/compare.py --bwd --dtypes bf16 --out B1`).
 Prints, per configuration, flashgen's TFLOP/s in every run with its ratios to FlashAttention-2 and cuDNN
 of that same run, flashgen's correctness check, and the geometric mean of B/A over all (A, B) pairs and
-configurations, then per head_dim: how the A/B figures in bench/results/*/README.md since session 10 were
-computed (the session-14 FP8 ones with fp8.json).
+configurations, then per head_dim, then the range of B/A per head_dim and length: how the A/B figures
+in bench/results/*/README.md since session 10 were computed (the session-14 FP8 ones with fp8.json).
 """
 import gzip
 import json
@@ -60,6 +60,7 @@ def main():
     runs = [load(p, fp8_impl) for p in args]
     logs = []
     by_dim = {}
+    by_len = {}  # (head_dim, seqlen): every B/A ratio (both masks and dtypes, every pair)
     for key in sorted(runs[0]):
         cells = []
         for i, run in enumerate(runs):
@@ -74,6 +75,7 @@ def main():
             if ta and tb:
                 logs.append(math.log(tb / ta))
                 by_dim.setdefault(key[1], []).append(math.log(tb / ta))
+                by_len.setdefault((key[1], key[3]), []).append(tb / ta)
         check = runs[0][key].get("flashgen", {}).get("check", "")
         print(key, " | ".join(cells), check)
     if logs:
@@ -82,6 +84,10 @@ def main():
             v = by_dim[d]
             print("  head_dim %d: %.4f over %d (%.3f-%.3f)" % (d, math.exp(sum(v) / len(v)), len(v),
                                                             math.exp(min(v)), math.exp(max(v))))
+        print("B/A range per head_dim and length (both masks, every dtype and pair):")
+        for d in sorted(by_dim):
+            print("  d %d  " % d + "; ".join("%d: %.3f-%.3f" % (n, min(by_len[(d, n)]), max(by_len[(d, n)]))
+                                           for n in sorted(n for (dd, n) in by_len if dd == d)))
 
 
 if __name__ == "__main__":
