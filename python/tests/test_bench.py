@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""python/tests/test_bench.py: the parts of bench/compare.py that need no GPU or PyTorch (--redraw).
+"""python/tests/test_bench.py: the parts of bench/compare.py that need no GPU or PyTorch (--redraw), and
+bench/ab.py.
 
     python3 python/tests/test_bench.py
 """
+import gzip
 import json
 import os
 import shutil
@@ -13,6 +15,7 @@ import unittest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMPARE = os.path.join(REPO, "bench", "compare.py")
+AB_PY = os.path.join(REPO, "bench", "ab.py")
 
 
 def row(impl, dtype, d, causal, seqlen, tflops, check="ok"):
@@ -56,6 +59,16 @@ class Redraw(unittest.TestCase):
             path = os.path.join(self.dir, name)
             self.assertTrue(os.path.getsize(path) > 1000, name)
 
+    def test_redraw_reads_a_gzipped_record(self):
+        rows = [row("flashgen", "bf16", 128, False, 2048, 400.0), row("cudnn", "bf16", 128, False, 2048, 500.0),
+                row("fa2", "bf16", 128, False, 2048, 200.0)]
+        with gzip.open(os.path.join(self.dir, "compare.json.gz"), "wt") as f:
+            json.dump({"schema": 1, "runs": [{"gpu": "Test GPU"}], "results": rows, "checks": []}, f)
+        r = self.run_compare("--redraw", self.dir)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(any(l.split()[:4] == ["bf16", "128", "none", "2048"] and l.split()[-2:] == ["0.80", "2.00"]
+                            for l in r.stdout.splitlines()), r.stdout)
+
     def test_deterministic_needs_bwd(self):
         r = self.run_compare("--deterministic", "--redraw", self.dir)
         self.assertEqual(r.returncode, 2)
@@ -70,6 +83,44 @@ class Redraw(unittest.TestCase):
         r = self.run_compare("--redraw", self.dir)
         self.assertEqual(r.returncode, 1)
         self.assertIn("not a compare.py result", r.stderr)
+
+
+class ABCompare(unittest.TestCase):
+    """bench/ab.py over two A/B pairs, one run's record gzipped as bench/results keeps them."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="fg-test-ab-")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def write(self, name, fg, gz=False):
+        os.makedirs(os.path.join(self.dir, name))
+        rows = []
+        for s, t in zip((512, 2048), fg):
+            rows += [row("flashgen", "bf16", 64, False, s, t), row("cudnn", "bf16", 64, False, s, 400.0),
+                     row("fa2", "bf16", 64, False, s, 200.0)]
+        data = {"schema": 1, "runs": [{"gpu": "Test GPU"}], "results": rows, "checks": []}
+        path = os.path.join(self.dir, name, "compare.json")
+        with (gzip.open(path + ".gz", "wt") if gz else open(path, "w")) as f:
+            json.dump(data, f)
+        return os.path.join(self.dir, name)
+
+    def test_geomean_and_ranges(self):
+        # B/A: 1.10 and 1.00 in the first pair, 1.20 and 1.00 in the second
+        dirs = [self.write("a1", (100.0, 400.0)), self.write("b1", (110.0, 400.0), gz=True),
+                self.write("a2", (100.0, 400.0)), self.write("b2", (120.0, 400.0))]
+        r = subprocess.run([sys.executable, AB_PY] + dirs, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = r.stdout
+        self.assertIn("B/A geomean %.4f over 4 pairs" % ((1.1 * 1.2) ** 0.25), out)
+        self.assertIn("d 64  512: 1.100-1.200; 2048: 1.000-1.000", out)
+
+    def test_odd_number_of_runs_refused(self):
+        r = subprocess.run([sys.executable, AB_PY, self.write("a1", (1.0, 1.0))], capture_output=True, text=True,
+                           timeout=60)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("even number", r.stderr)
 
 
 if __name__ == "__main__":
