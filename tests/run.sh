@@ -30,7 +30,7 @@ for t in build/tests/test_*; do
   printf -- '-- %s: %s (%ss)\n' "$name" "$status" "$(( $(date +%s) - start ))"
 done
 # The Python tests: the binding's (CPU parts here; its GPU parts skip with a reason without torch and a
-# GPU) and bench/compare.py's GPU-free parts.
+# GPU), bench/compare.py's GPU-free parts and bench/ab.py.
 if command -v python3 >/dev/null 2>&1; then
   for t in python/tests/test_*.py; do
     total=$((total + 1))
