@@ -13,27 +13,24 @@ of that same run, flashgen's correctness check, and the geometric mean of B/A ov
 configurations, then per head_dim, then the range of B/A per head_dim and length: how the A/B figures
 in bench/results/*/README.md since session 10 were computed (the session-14 FP8 ones with fp8.json).
 """
-import gzip
-import json
 import math
 import os
 import sys
+
+from compare import read_json  # (this folder: the script's own, first on sys.path)
 
 
 def load(path, fp8_impl="flashgen_e4m3"):
     """{(dtype, head_dim, causal, seqlen): {implementation: record}} of one compare.py or fp8.py run (its JSON
     as written, or gzipped as the recorded ones in bench/results are)."""
-    names = [n for n in ("fp8.json", "fp8.json.gz", "compare.json", "compare.json.gz")
-             if os.path.exists(os.path.join(path, n))]
-    name = names[0] if names else "compare.json"
+    fp8 = any(os.path.exists(os.path.join(path, n)) for n in ("fp8.json", "fp8.json.gz"))
+    name = "fp8.json" if fp8 else "compare.json"
     try:
-        opener = gzip.open if name.endswith(".gz") else open
-        with opener(os.path.join(path, name), "rt") as f:
-            data = json.load(f)
+        data, _ = read_json(os.path.join(path, name))
     except (OSError, ValueError) as e:
         sys.exit(f"ab.py: {path}/{name}: {e}")
     table = {}
-    if name.startswith("fp8.json"):
+    if fp8:
         for r in data.get("speed", []):
             key = ("e4m3", r["head_dim"], bool(r["causal"]), r["seqlen"])
             table[key] = {"flashgen": {"tflops": r.get(fp8_impl), "check": r.get("fp8_check", "")},

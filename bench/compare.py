@@ -238,6 +238,15 @@ def provenance(fg):
             "flashgen_library_sha256": file_sha256(fg.library_path()) if fg else None}
 
 
+def read_json(path):
+    """(the JSON at path, or at path + ".gz" where only that exists (the records in bench/results are gzipped),
+    the path read). Raises OSError or ValueError as open and json.load do."""
+    if not os.path.exists(path) and os.path.exists(path + ".gz"):
+        path += ".gz"
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        return json.load(f), path
+
+
 def slug(text):
     """"NVIDIA H200" -> "nvidia-h200", for the default output directory."""
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "gpu"
@@ -927,11 +936,8 @@ def redraw(out_dir):
     """--redraw: the charts and the table of an existing result directory (DIR/compare.json, or
     compare.json.gz). Exit status 0, or 1 when it is missing or not this script's format."""
     path = os.path.join(out_dir, "compare.json")
-    if not os.path.exists(path) and os.path.exists(path + ".gz"):
-        path += ".gz"  # a recorded result in bench/results, gzipped
     try:
-        with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-            old = json.load(f)
+        old, path = read_json(path)
     except (OSError, ValueError) as e:
         print("compare.py: cannot read %s: %s" % (path, e), file=sys.stderr)
         return 1

@@ -295,6 +295,11 @@ int spec_q_stages(const fg_spec *spec) {
     return wgmma_fwd_smem(spec, 2) <= arch_smem_limit(spec->arch) ? 2 : 1;
 }
 
+int spec_wgmma_o_direct(const fg_spec *spec) {
+    return spec_is_wgmma(spec) && spec->kind == FG_KIND_FWD &&
+           (spec_dtype_is_fp8(spec->dtype) || spec_q_stages(spec) == 1);
+}
+
 /* The wgmma family (sm_90a): see fwd_sm90.cuh. Otherwise the mma.sync family's Q tile plus `stages` K and V tiles, each row head_dim_padded elements of the input dtype (swizzled,
  * never padded): FP8 tiles are half the bytes of 16-bit ones. An FP8 V tile is stored transposed (V^T,
  * head_dim rows of block_n keys) and holds the same number of bytes. The epilogue stages O (16-bit) in

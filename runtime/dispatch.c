@@ -317,7 +317,7 @@ static fg_status encode_tma_vt(fg_context *ctx, CUtensorMap *m, const fg_tensor 
 }
 
 /* The tensor maps of a launch that loads by TMA (fg_tma_params; the second kernel argument): Q and o (the
- * forward's O, the backward's dO; NULL: none, FP8 writes O with plain stores) in boxes of q_rows rows (64; the
+ * forward's O, the backward's dO; NULL: none, the kernel writes O from registers) in boxes of q_rows rows (64; the
  * backward's 80-query blocks take theirs whole), K and V
  * in boxes of block_n keys, rows of rb bytes (vt > 0: FP8's V key-major, boxes of vt keys by head_dim). A
  * tensor with no rows gets no map: the kernel loads none of it. */
@@ -530,8 +530,9 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
         /* bytes per swizzled chunk row, as the emitter chose (emit.c): 128 when head_dim fills them (the
          * 16-bit O's rows are Q's) */
         const int rb = (s.head_dim * spec_dtype_size(s.dtype)) % 128 == 0 ? 128 : 64;
-        const fg_status st = encode_maps(ctx, &tm, &a->q, fp8 ? NULL : &a->o, &a->k, &a->v, 64, s.block_n, rb,
-                                         fp8 ? spec_fp8_vt_bytes(&s) : 0, err);
+        /* no map of O where the kernel writes it from the registers (spec_wgmma_o_direct) */
+        const fg_status st = encode_maps(ctx, &tm, &a->q, spec_wgmma_o_direct(&s) ? NULL : &a->o, &a->k, &a->v, 64,
+                                         s.block_n, rb, fp8 ? spec_fp8_vt_bytes(&s) : 0, err);
         if (st != FG_OK) return st;
     }
     unsigned grid[3];
@@ -1024,15 +1025,15 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args
         (st = encode_maps(ctx, &tm, &a->q, &a->dout, &a->k, &a->v, spec_bwd_rows_block(s), s->block_n, 128, 0, err)) !=
             FG_OK)
         return st;
-    const unsigned h = (unsigned)hq, bb = (unsigned)b;
+    const unsigned h = (unsigned)hq, bb = (unsigned)b, post_rows = (unsigned)spec_bwd_rows_block(s);
     /* pre (D, lse2, zeroed accumulator), main (none without keys: dK, dV are empty), post */
     const launch_item items[3] = {
         {kern.fn_pre, {(unsigned)((bwd_rows_read(s, sq) + 63) / 64), h, bb}, 256, 0, "cuLaunchKernel(fg_bwd_pre_kernel)"},
         {kern.fn, {(unsigned)(bwd_key_blocks(s, sk) * group), h / (unsigned)group, bb},
          (unsigned)spec_threads(s),
          (unsigned)spec_smem_bytes(s), "cuLaunchKernel(fg_bwd_main_kernel)"},
-        {kern.fn_post, {(unsigned)(((sq > sk ? sq : sk) + spec_bwd_rows_block(s) - 1) / spec_bwd_rows_block(s)), h, bb}, 256,
-         0, "cuLaunchKernel(fg_bwd_post_kernel)"},
+        {kern.fn_post, {((unsigned)(sq > sk ? sq : sk) + post_rows - 1) / post_rows, h, bb}, 256, 0,
+         "cuLaunchKernel(fg_bwd_post_kernel)"},
     };
     return launch_items(ctx, items, 3, stream, params, err);
 }

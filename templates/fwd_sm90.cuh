@@ -51,15 +51,15 @@ constexpr u32 FG_Q_CHUNK = FG_BLOCK_M * FG_RB;   // bytes of one column chunk of
 // the widest ones at 128), once every consumer warp's last S wgmma of this tile has read it, so it loads
 // during this tile's last softmax and P V, and O goes from the registers to global memory in 16-byte
 // units (FG_O_DIRECT, as FP8's O). Measured at d 256 only (d 192 and the wide d 128 tiles pass the
-// tests, untimed). Before session 18 O /= l was
-// staged in the warpgroup's Q rows and written by a TMA store, the Q buffer going back once the store had
-// read it, so with one buffer the consumers waited for Q at every tile. H200, same runs, against that
+// tests, untimed). Before session 18 O /= l was staged in the warpgroup's Q rows and written by a TMA
+// store, the Q buffer going back once the store had read it, so with one buffer the consumers waited for
+// Q at every tile. H200, same runs, against that
 // (bench/results/2026-11-30-h200-session18, call 3): d 256 512 keys +5-7%, 1k +3-4%, 2k +1-2%, 4k +1%.
 // (Also sending O from the registers where there are two Q buffers: no gain at 512 and d 64 causal 2k-4k
 // 2-6% slower, 192-row tiles; not taken there. Session 18, calls 3-4.)
 constexpr u32 FG_KV_CHUNK = FG_BLOCK_N * FG_RB;  // ... of a K or V tile
 #define FG_Q_EARLY (FG_Q_STAGES == 1 && !FG_FP8)
-#define FG_O_DIRECT (FG_FP8 || FG_Q_EARLY)
+static_assert(FG_O_DIRECT == (FG_FP8 || FG_Q_EARLY), "FG_O_DIRECT (emit.c, spec_wgmma_o_direct) as the kernel needs");
 #define FG_Q_FIRST (FG_Q_STAGES == 2 || FG_Q_EARLY) // the producer's order (below)
 // Registers per thread after rebalancing: the producer keeps 24, the consumers share the rest
 // (65536 per SM at one CTA per SM, in multiples of 8, at most 240). With one consumer warpgroup nobody needs
@@ -343,9 +343,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 // FG_STAGES steps back), then the rest. With one Q buffer that comes back only after the
                 // previous tile's last P V (FP8 with one Q buffer, as its d 256 tiles have) the first
                 // FG_STAGES blocks go before Q, needing only stages freed before then. (Before session 18
-                // that order held for every tile, so a second Q
-                // buffer's load waited for the previous tile's last P V: H200 16-bit d 64 and 128 at 512
-                // keys +9-14% with Q first.)
+                // that order held for every tile, so a second Q buffer's load waited for the previous tile's
+                // last P V: H200 16-bit d 64 and 128 at 512 keys +9-14% with Q first.)
                 const int early = FG_Q_FIRST ? 0 : min(FG_STAGES, t.n_blocks);
                 for (int it = 0; it < early; it++) load_kv(t, it, kv + it);
                 if (FG_Q_FIRST) load_kv_parts(t, 0, kv, true, false);
@@ -718,6 +717,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         }
         continue;
 #endif
+        // (Unreachable with FG_O_DIRECT, but left outside an #else: the causal one-Q-buffer kernels' SASS
+        // changes without it, and those are the kernels measured in session 18.)
         // Otherwise O /= l is staged in the warpgroup's Q rows (every warp is past its last wgmma, which
         // read them) and written by a TMA store, which clips rows past seqlen_q; once the store has read
         // shared memory the Q buffer goes back to the producer (the next tile's first K/V blocks, and
