@@ -27,9 +27,6 @@
 // TMA zero-fills rows past the end of Q, K and V, so padded keys give S = 0 (then masked) and P.V adds 0.
 // Measured step by step on an H200: bench/results/2026-11-29-h200-sm90a/.
 
-#ifndef FG_EXP2_POLY
-#define FG_EXP2_POLY 0
-#endif
 constexpr int FG_CWG = FG_BLOCK_M / 64;          // consumer warpgroups
 constexpr int FG_THREADS = (FG_CWG + 1) * 128;
 constexpr int FG_NT = FG_BLOCK_N / 8;            // n8 column groups of S
@@ -82,8 +79,7 @@ __device__ __forceinline__ void fg_softmax_stats(float (&s)[1][FG_NT][4], float 
                                                  float (&row_sum)[1][2], float (&corr)[2], float scale_log2) {
 #pragma unroll
     for (int h = 0; h < 2; h++)
-        corr[h] = fg_softmax_row<FG_NT, SUM, FG_EXP2_POLY>(s[0], h, row_max[0][h], row_sum[0][h], scale_log2,
-                                                           FG_P_SHIFT);
+        corr[h] = fg_softmax_row<FG_NT, SUM>(s[0], h, row_max[0][h], row_sum[0][h], scale_log2, FG_P_SHIFT);
 }
 
 // A 4 x 4 transpose of u32s across a quad (two butterfly steps): thread t4 gives its u[k] to thread k and

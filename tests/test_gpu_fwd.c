@@ -684,8 +684,8 @@ static void nan_case(fg_dtype dt, int causal) {
     fwd_run r;
     run_setup(&env, &r, &c);
     /* Q[0, row 5, head 0, dim 3], K[0, key 40, kv head 1, dim 7] and K[0, key 63, kv head 0, dim 11] become
-     * NaN. Key 63 is in the last n8 column group of the first eight, where the sm_90a kernel may take 2^x
-     * from the polynomial instead of the MUFU (fwd_sm90.cuh FG_EXP2_POLY); key 40 is not. */
+     * NaN (key 63: the last column of a 64-key block; session 19 also ran this test with 2^x of every
+     * eighth n8 column group by a polynomial, bench/results/2026-11-30-h200-session19/). */
     size_t es = r.q.esize;
     unsigned char *nan_at[3] = {r.q.img + (size_t)(5 * r.q.view.stride[1] + 3) * es,
                                 r.k.img + (size_t)(40 * r.k.view.stride[1] + 1 * r.k.view.stride[2] + 7) * es,

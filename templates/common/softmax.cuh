@@ -22,8 +22,7 @@ __device__ __forceinline__ float fg_quad_sum(float x) {
 // by P = exp2(c * s - c * m + shift), and returns the factor O must take (exp2(c * (m_old - m)), or 1
 // when m did not grow; a NaN maximum never "grows", so the NaN stays in P and reaches l).
 // SUM false: the row sum is left to the caller (the sm_90a FP8 kernel takes it from the P.V product).
-// POLY > 0: the elements of every POLY-th n8 tile take 2^x from fg_exp2_poly instead of the MUFU.
-template <int NT, bool SUM = true, int POLY = 0>
+template <int NT, bool SUM = true>
 __device__ __forceinline__ float fg_softmax_row(float (&s)[NT][4], int h, float &row_max, float &row_sum,
                                                 float scale_log2, float shift) {
     float mx = row_max;
@@ -39,10 +38,8 @@ __device__ __forceinline__ float fg_softmax_row(float (&s)[NT][4], int h, float 
     float sum = 0.f;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        const float x0 = fmaf(s[nt][2 * h], scale_log2, -base), x1 = fmaf(s[nt][2 * h + 1], scale_log2, -base);
-        const bool poly = POLY > 0 && nt % POLY == POLY - 1;
-        s[nt][2 * h] = poly ? fg_exp2_poly(x0) : fg_exp2(x0);
-        s[nt][2 * h + 1] = poly ? fg_exp2_poly(x1) : fg_exp2(x1);
+        s[nt][2 * h] = fg_exp2(fmaf(s[nt][2 * h], scale_log2, -base));
+        s[nt][2 * h + 1] = fg_exp2(fmaf(s[nt][2 * h + 1], scale_log2, -base));
         if (SUM) sum += s[nt][2 * h] + s[nt][2 * h + 1];
     }
     if (SUM) row_sum = row_sum * corr + sum;

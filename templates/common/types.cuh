@@ -65,22 +65,6 @@ __device__ __forceinline__ float fg_exp2(float x) {
     return r;
 }
 
-// 2^x on the FMA and integer pipes (FlashAttention-4's offload of part of the exponentials from the MUFU,
-// whose 16 results a clock per SM bound the softmax wherever the tensor cores are fast: FP8, small head_dim).
-// x = j + f with j = floor(x) (an add rounding down against 1.5 * 2^23, whose ulp is 1), 2^f by a cubic
-// fitted to relative error on [0, 1) with p(0) = 1 (at most 8.6e-5, against bf16's 3.9e-3 and fp16's
-// 4.9e-4 rounding of P), 2^j built in the exponent field. x is first raised to -127 by a NaN-keeping max:
-// then j = -127 makes 2^j = +0 exactly, so exp2(-inf) = +0 as on the MUFU, and a NaN stays NaN (p is NaN).
-__device__ __forceinline__ float fg_exp2_poly(float x) {
-    asm("max.NaN.f32 %0, %0, 0fC2FE0000;" : "+f"(x)); // -127
-    float t;
-    asm("add.rm.f32 %0, %1, 0f4B400000;" : "=f"(t) : "f"(x)); // floor(x) + 1.5 * 2^23
-    const float f = x - (t - 12582912.f);
-    const float p = fmaf(fmaf(fmaf(0.0770670582f, f, 0.227644978f), f, 0.695116791f), f, 1.f);
-    // (bits(t) << 23) keeps j's low 9 bits (1.5 * 2^23's bits end at bit 22): (j + 127) << 23 is 2^j
-    return p * __uint_as_float((__float_as_uint(t) << 23) + 0x3f800000u);
-}
-
 __device__ __forceinline__ float fg_log2(float x) {
     float r;
     asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
