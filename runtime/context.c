@@ -179,6 +179,7 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
             rt_log(ctx, FG_LOG_WARN, "FLASHGEN_SM90_GRID=%s is not auto, tiles, persistent or dynamic: using auto", g);
         ctx->wgmma_bwd = ctx->wgmma && !env_is_zero("FLASHGEN_WGMMA_BWD");
         ctx->det_rotate = !env_is_zero("FLASHGEN_DET_ROTATE");
+        ctx->pdl = ctx->arch >= 90 && cu->cuLaunchKernelEx != NULL && !env_is_zero("FLASHGEN_PDL");
         /* On by default on sm_90 since session 10 measured it on the H200: 1.125x the cp.async loads (bf16,
          * d 64/128). Newer archs take it with FLASHGEN_BWD_TMA=1 until it has run on one. */
         const char *bt = getenv("FLASHGEN_BWD_TMA");

@@ -38,6 +38,7 @@ typedef struct fg_cuda_api {
     CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
     CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
     CUresult (*cuStreamGetId)(CUstream, unsigned long long *); /* CUDA 12.0+; NULL before */
+    CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **); /* CUDA 12.0+; NULL before */
     CUresult (*cuStreamCreate)(CUstream *, unsigned int);
     CUresult (*cuStreamDestroy)(CUstream);
     CUresult (*cuStreamSynchronize)(CUstream);

@@ -337,15 +337,23 @@ static fg_status encode_maps(fg_context *ctx, fg_tma_params *tm, const fg_tensor
     return FG_OK;
 }
 
-/* One kernel launch: the function, its grid and block, dynamic shared memory, and its name for errors. */
+/* One kernel launch: the function, its grid and block, dynamic shared memory, its name for errors, and
+ * whether it may start before the kernel launched before it on the stream has finished (programmatic
+ * dependent launch; the kernel then waits for that one with griddepcontrol.wait before it reads what that
+ * one writes: bwd_sm80.cuh fg_pdl_wait). */
 typedef struct launch_item {
     CUfunction fn;
     unsigned grid[3], threads, smem;
     const char *what; /* "cuLaunchKernel(<kernel>)" */
+    int early;
 } launch_item;
 
 /* Launches items in order on stream with the same parameters, in the device's primary context: switched
- * to only when the caller's thread has another current. Items with an empty grid are skipped. */
+ * to only when the caller's thread has another current. Items with an empty grid are skipped. An early
+ * item goes through cuLaunchKernelEx with programmatic stream serialization: it launches once every CTA
+ * of the kernel before it has run griddepcontrol.launch_dependents (or ended), while that kernel's last
+ * CTAs still run, instead of after the whole grid has drained. The caller sets early only where
+ * ctx->pdl holds. */
 static fg_status launch_items(fg_context *ctx, const launch_item *items, int n, void *stream, void **params,
                               fg_error *err) {
     const fg_cuda_api *cu = ctx->cu;
@@ -358,8 +366,24 @@ static fg_status launch_items(fg_context *ctx, const launch_item *items, int n, 
         const launch_item *l = &items[i];
         if (l->grid[0] == 0 || l->grid[1] == 0 || l->grid[2] == 0) continue;
         what = l->what;
-        rc = cu->cuLaunchKernel(l->fn, l->grid[0], l->grid[1], l->grid[2], l->threads, 1, 1, l->smem, (CUstream)stream,
-                                params, NULL);
+        if (l->early) {
+            CUlaunchAttribute attr;
+            memset(&attr, 0, sizeof attr);
+            attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attr.value.programmaticStreamSerializationAllowed = 1;
+            CUlaunchConfig cfg;
+            memset(&cfg, 0, sizeof cfg);
+            cfg.gridDimX = l->grid[0], cfg.gridDimY = l->grid[1], cfg.gridDimZ = l->grid[2];
+            cfg.blockDimX = l->threads, cfg.blockDimY = cfg.blockDimZ = 1;
+            cfg.sharedMemBytes = l->smem;
+            cfg.hStream = (CUstream)stream;
+            cfg.attrs = &attr;
+            cfg.numAttrs = 1;
+            rc = cu->cuLaunchKernelEx(&cfg, l->fn, params, NULL);
+        } else {
+            rc = cu->cuLaunchKernel(l->fn, l->grid[0], l->grid[1], l->grid[2], l->threads, 1, 1, l->smem,
+                                    (CUstream)stream, params, NULL);
+        }
     }
     if (push) cu->cuCtxPopCurrent(&popped);
     return rc == CUDA_SUCCESS ? FG_OK : cuda_api_fail(err, rc, what, __FILE__, __LINE__);
@@ -539,7 +563,7 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
     if (rt_launch_grid(ctx, &s, a, group, grid) == FG_GRID_DYNAMIC && !(p.tile_counter = tile_counter_for(ctx, stream)))
         grid[0] = (unsigned)wgmma_tiles(&s, a); /* one CTA a tile */
     const launch_item item = {fn, {grid[0], grid[1], grid[2]}, (unsigned)spec_threads(&s), (unsigned)spec_smem_bytes(&s),
-                              "cuLaunchKernel(fg_attention_fwd_kernel)"};
+                              "cuLaunchKernel(fg_attention_fwd_kernel)", 0};
     return launch_items(ctx, &item, 1, stream, params, err);
 }
 
@@ -1026,14 +1050,22 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args
             FG_OK)
         return st;
     const unsigned h = (unsigned)hq, bb = (unsigned)b, post_rows = (unsigned)spec_bwd_rows_block(s);
-    /* pre (D, lse2, zeroed accumulator), main (none without keys: dK, dV are empty), post */
+    /* pre (D, lse2, zeroed accumulator), main (none without keys: dK, dV are empty), post. Main and post
+     * launch early where the device and driver allow it and the kernels were built for sm_90 or newer
+     * (which is where their griddepcontrol instructions exist): main loads its K and V while pre ends, and
+     * each waits for the kernel before it before touching the workspace (bwd_sm80.cuh). Pre starts after
+     * everything before it on the stream, as any launch, so main's early loads of K and V, which the
+     * caller's earlier work wrote, are safe. */
+    const int early = ctx->pdl && s->arch >= 90;
     const launch_item items[3] = {
-        {kern.fn_pre, {(unsigned)((bwd_rows_read(s, sq) + 63) / 64), h, bb}, 256, 0, "cuLaunchKernel(fg_bwd_pre_kernel)"},
+        {kern.fn_pre, {(unsigned)((bwd_rows_read(s, sq) + 63) / 64), h, bb}, 256, 0, "cuLaunchKernel(fg_bwd_pre_kernel)",
+         0},
         {kern.fn, {(unsigned)(bwd_key_blocks(s, sk) * group), h / (unsigned)group, bb},
          (unsigned)spec_threads(s),
-         (unsigned)spec_smem_bytes(s), "cuLaunchKernel(fg_bwd_main_kernel)"},
+         (unsigned)spec_smem_bytes(s), early ? "cuLaunchKernelEx(fg_bwd_main_kernel)" : "cuLaunchKernel(fg_bwd_main_kernel)",
+         early},
         {kern.fn_post, {((unsigned)(sq > sk ? sq : sk) + post_rows - 1) / post_rows, h, bb}, 256, 0,
-         "cuLaunchKernel(fg_bwd_post_kernel)"},
+         early ? "cuLaunchKernelEx(fg_bwd_post_kernel)" : "cuLaunchKernel(fg_bwd_post_kernel)", early},
     };
     return launch_items(ctx, items, 3, stream, params, err);
 }

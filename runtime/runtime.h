@@ -47,6 +47,9 @@ struct fg_context {
     int bwd_tma;                 /* sm_90 unless FLASHGEN_BWD_TMA=0 (newer: =1): the mma.sync backward's tma=1
                                     variants (TMA loads) for calls whose Q, K, V, dO TMA can read, at
                                     head_dim 64/128 */
+    int pdl;                     /* the backward's main and post kernels are launched early, each waiting in the
+                                    kernel for the one before (programmatic dependent launch): a 9.0+ device, a
+                                    driver with cuLaunchKernelEx, and FLASHGEN_PDL not 0 (launch_bwd) */
     int sm_count;                /* multiprocessors */
     int l2_bytes;                /* L2 cache size (0 when the driver does not say) */
     size_t smem_optin;           /* max dynamic shared memory per block (opt-in) */

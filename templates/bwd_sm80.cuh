@@ -194,6 +194,7 @@ __device__ __forceinline__ void fg_bwd_settle_adds(int lane) {
 // ---- pre: D, lse2, zeroed accumulators ----
 extern "C" __global__ void __launch_bounds__(256)
 fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params p) {
+    fg_pdl_launch_dependents(); // the main kernel may launch (its K/V loads overlap this grid's end)
     const int head = blockIdx.y, batch = blockIdx.z, tid = threadIdx.x;
     const i64 sq_pad = fg_bwd_rows_padded(p.seqlen_q);
     const i64 bh = (i64)batch * p.heads_q + head;
@@ -478,6 +479,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
 fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
 #endif
     extern __shared__ __align__(128) unsigned char fg_smem[];
+    fg_pdl_launch_dependents(); // the post kernel may launch once this grid's last CTAs run; it waits for them
     // (Key blocks in grid order, head by head: fg_bwd_cta_tile's grouped order spilled 4-8 bytes at d 64
     // causal here, so the host keeps it to the sm_90a kernel.)
     const int n_block = fg_bwd_key_block(), head = blockIdx.y, batch = blockIdx.z;
@@ -533,13 +535,13 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     auto load_block = [&](int m, int st) {
         fg_bwd_tma_block(tm, p, s_q, s_do, s_lse, s_d, m, st, head, batch, bh * sq_pad, bar_full(st));
     };
-    if (tid == 0) {
-        fg_bwd_tma_kv(tm, s_k, s_v, n0, kv_head, batch, bar_kv);
-        if (m_first < m_last) load_block(m_at(0), 0);
-    }
+    if (tid == 0) fg_bwd_tma_kv(tm, s_k, s_v, n0, kv_head, batch, bar_kv);
+    fg_pdl_wait(); // the pre kernel's LSE, D, zeroed dQ accumulator (and semaphores) are in
+    if (tid == 0 && m_first < m_last) load_block(m_at(0), 0);
     fg_mbar_wait(bar_kv, 0);
 #else
     fg_bwd_load_kv(p, s_k, s_v, batch, kv_head, n0, sk, tid);
+    fg_pdl_wait(); // the pre kernel's LSE, D, zeroed dQ accumulator (and semaphores) are in
     fg_bwd_qstream<> qs;
     qs.init(p, batch, head, m_at(0), tid);
     auto load_block = [&](int m, int st) {
@@ -884,6 +886,7 @@ constexpr int FG_POST_PITCH = FG_HEAD_DIM * 2 + 16;
 extern "C" __global__ void __launch_bounds__(256)
 fg_bwd_post_kernel(const __grid_constant__ fg_bwd_params p) {
     __shared__ __align__(16) unsigned char tile[FG_BW_ROWS * FG_POST_PITCH];
+    fg_pdl_wait(); // the main kernel's dQ (and with GQA dK, dV) is complete
     const int head = blockIdx.y, batch = blockIdx.z, tid = threadIdx.x, r0 = blockIdx.x * FG_BW_ROWS;
     constexpr int CH = FG_HEAD_DIM / 8; // 8 elements (16 output bytes) per thread step
     if (r0 < p.seqlen_q) { // the same for the whole CTA

@@ -96,6 +96,7 @@ __device__ __forceinline__ void fg_bw_stmatrix(u32 addr, const float (&a)[4], co
 extern "C" __global__ void __launch_bounds__(256, 1)
 fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constant__ fg_tma_params tm) {
     extern __shared__ __align__(1024) unsigned char fg_smem[];
+    fg_pdl_launch_dependents(); // the post kernel may launch once this grid's last CTAs run; it waits for them
     int n_block, head;
     fg_bwd_cta_tile(p.causal_group_log2, n_block, head);
     const int batch = blockIdx.z;
@@ -149,6 +150,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     }
     __syncthreads();
     if (tid == 0) fg_bwd_tma_kv(tm, s_k, s_v, n0, kv_head, batch, bar_kv);
+    fg_pdl_wait(); // the pre kernel's LSE, D and zeroed dQ accumulator are in (bwd_sm80.cuh)
     auto load_block = [&](int m, int st) {
         fg_bwd_tma_block(tm, p, s_q, s_do, s_lse, s_d, m, st, head, batch, bh * sq_pad, bar_full(st));
     };

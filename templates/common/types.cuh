@@ -65,6 +65,23 @@ __device__ __forceinline__ float fg_exp2(float x) {
     return r;
 }
 
+// Programmatic dependent launch (sm_90 and newer; launch_items in runtime/dispatch.c): a kernel launched
+// early may run beside the end of the kernel before it on the stream. fg_pdl_wait blocks until that kernel
+// has finished and its writes are visible; a thread must pass it before touching anything that kernel
+// writes or reads. fg_pdl_launch_dependents lets the next kernel launch once every CTA of this one has
+// run it. Both do nothing when the launch did not ask for it, and are left out below sm_90.
+__device__ __forceinline__ void fg_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void fg_pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ float fg_log2(float x) {
     float r;
     asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
