@@ -5,7 +5,7 @@
 // counter (or in a fixed stride; dispatch.c's rt_launch_grid). A CTA has FG_CWG + 1 warpgroups:
 //   warpgroup 0, the producer: gives its registers away (setmaxnreg) and one thread issues TMA loads:
 //     per tile K and V of each key block into a ring of FG_STAGES stages that runs on across tiles, and
-//     Q into one of FG_Q_STAGES buffers (in the order the buffers come free: FG_Q_FIRST, below); every
+//     Q into one of FG_Q_STAGES buffers (in the order the buffers come free, below); every
 //     buffer has a "full" mbarrier the
 //     copy engine completes and an "empty" one the consumer warps arrive at; with FP8 its other three
 //     warps put each V^T stage's keys in the order the consumers' P registers have (fg_p_to_fp8);
@@ -19,7 +19,7 @@
 //   with S of block j issued before P V of block j - 1, so the softmax overlaps the tensor cores, and the
 //   consumer warpgroups taking turns to issue (pingpong). At the end of a tile O /= l is staged in the
 //   warpgroup's Q rows and written by a TMA store (16-bit with two Q buffers), or goes from the registers
-//   to global memory (FG_O_DIRECT: FP8, and 16-bit with one Q buffer); the LSE goes straight to global
+//   to global memory (FG_O_DIRECT: FP8, and every tile with one Q buffer); the LSE goes straight to global
 //   memory. (FP8 at
 //   head_dim 64/128: l comes from the P.V wgmma itself, FG_PV_SUM; the P.V accumulator goes into fp32
 //   registers every FG_O_FLUSH steps, since FP8 wgmma accumulates with about 14 bits; O goes out from
@@ -47,8 +47,8 @@ constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM * FG_ESIZE; // a K tile, or
 constexpr float FG_P_SHIFT = FG_FP8 ? 8.f : 0.f; // FP8: P = 2^8 exp2(...) fills e4m3's range (as fwd_sm80.cuh)
 constexpr u32 FG_Q_CHUNK = FG_BLOCK_M * FG_RB;   // bytes of one column chunk of the Q tile
 // Q buffers (FG_Q_STAGES, from the emitter: 2 where shared memory allows): with two, the next tile's Q
-// loads while this tile runs; with one (16-bit: FG_Q_EARLY; the default tiles at head_dim 192 and 256, and
-// the widest ones at 128), once every consumer warp's last S wgmma of this tile has read it, so it loads
+// loads while this tile runs; with one (FG_Q_EARLY; the default 16-bit and FP8 tiles at head_dim 192 and 256,
+// and the widest 16-bit ones at 128), once every consumer warp's last S wgmma of this tile has read it, so it loads
 // during this tile's last softmax and P V, and O goes from the registers to global memory in 16-byte
 // units (FG_O_DIRECT, as FP8's O). Measured at d 256 only (d 192 and the wide d 128 tiles pass the
 // tests, untimed). Before session 18 O /= l was staged in the warpgroup's Q rows and written by a TMA
@@ -56,11 +56,12 @@ constexpr u32 FG_Q_CHUNK = FG_BLOCK_M * FG_RB;   // bytes of one column chunk of
 // Q at every tile. H200, same runs, against that
 // (bench/results/2026-11-30-h200-session18, call 3): d 256 512 keys +5-7%, 1k +3-4%, 2k +1-2%, 4k +1%.
 // (Also sending O from the registers where there are two Q buffers: no gain at 512 and d 64 causal 2k-4k
-// 2-6% slower, 192-row tiles; not taken there. Session 18, calls 3-4.)
+// 2-6% slower, 192-row tiles; not taken there. Session 18, calls 3-4.) FP8 with one Q buffer (d 256
+// 128 x 64), which had kept the buffer until the tile's last P V: 1.004x e4m3 over 16 pairs, 1k +1%, 2k
+// +0-1%, 4k-16k equal (session 19 call 3).
 constexpr u32 FG_KV_CHUNK = FG_BLOCK_N * FG_RB;  // ... of a K or V tile
-#define FG_Q_EARLY (FG_Q_STAGES == 1 && !FG_FP8)
+#define FG_Q_EARLY (FG_Q_STAGES == 1)
 static_assert(FG_O_DIRECT == (FG_FP8 || FG_Q_EARLY), "FG_O_DIRECT (emit.c, spec_wgmma_o_direct) as the kernel needs");
-#define FG_Q_FIRST (FG_Q_STAGES == 2 || FG_Q_EARLY) // the producer's order (below)
 // Registers per thread after rebalancing: the producer keeps 24, the consumers share the rest
 // (65536 per SM at one CTA per SM, in multiples of 8, at most 240). With one consumer warpgroup nobody needs
 // what the producer would give up, and FP8's V^T reordering warps spilled in 24 (d 64 64 x 64, 4 stages,
@@ -336,18 +337,15 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 if (dyn) publish(index);
                 const fg_tile t = fg_tile_at(p, index, m_blocks);
                 if (t.n_blocks == 0) continue;
-                // Loads in the order the previous tiles free their buffers (FG_Q_FIRST): K of the first block
-                // (its stage freed by an S FG_STAGES steps back, with two stages and a previous tile of two
-                // blocks or more the S of that tile's last block but one), Q (two Q buffers: freed a tile
-                // earlier; FG_Q_EARLY: by the previous tile's last S), V of the first block (by the P V
-                // FG_STAGES steps back), then the rest. With one Q buffer that comes back only after the
-                // previous tile's last P V (FP8 with one Q buffer, as its d 256 tiles have) the first
-                // FG_STAGES blocks go before Q, needing only stages freed before then. (Before session 18
-                // that order held for every tile, so a second Q buffer's load waited for the previous tile's
-                // last P V: H200 16-bit d 64 and 128 at 512 keys +9-14% with Q first.)
-                const int early = FG_Q_FIRST ? 0 : min(FG_STAGES, t.n_blocks);
-                for (int it = 0; it < early; it++) load_kv(t, it, kv + it);
-                if (FG_Q_FIRST) load_kv_parts(t, 0, kv, true, false);
+                // Loads in the order the previous tiles free their buffers: K of the first block (its stage
+                // freed by an S FG_STAGES steps back, with two stages and a previous tile of two blocks or more
+                // the S of that tile's last block but one), Q (two Q buffers: freed a tile earlier;
+                // FG_Q_EARLY: by the previous tile's last S), V of the first block (by the P V FG_STAGES steps
+                // back), then the rest. (Before session 18 the first FG_STAGES blocks went before Q, so a
+                // second Q buffer's load waited for the previous tile's last P V: H200 16-bit d 64 and 128 at
+                // 512 keys +9-14% with Q first. That order suited only a Q buffer kept until the last P V,
+                // which FP8's d 256 tiles did until session 19.)
+                load_kv_parts(t, 0, kv, true, false);
                 const int qb = qn % FG_Q_STAGES, quse = qn / FG_Q_STAGES;
                 if (quse > 0) fg_mbar_wait(bar_q_empty(qb), (quse - 1) & 1);
                 qn++;
@@ -358,8 +356,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                     for (int c = 0; c < FG_DCH; c++)
                         fg_tma_load(s_q + qb * FG_Q_BYTES + c * FG_Q_CHUNK + w * 64 * FG_RB, &tm.q, c * FG_SWC,
                                     t.m0 + 64 * w, t.head, t.batch, bar_q(qb));
-                if (FG_Q_FIRST) load_kv_parts(t, 0, kv, false, true);
-                for (int it = FG_Q_FIRST ? 1 : early; it < t.n_blocks; it++) load_kv(t, it, kv + it);
+                load_kv_parts(t, 0, kv, false, true);
+                for (int it = 1; it < t.n_blocks; it++) load_kv(t, it, kv + it);
                 kv += t.n_blocks;
             }
             if (dyn) {
