@@ -181,8 +181,8 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
     sb_printf(&b, "#define FG_LOADER_RECOMPUTE %d\n", recompute);
     if (wgmma) { /* bytes per swizzled chunk row: 128 when head_dim fills them (64 16-bit or 128 FP8 elements) */
         sb_printf(&b, "#define FG_SW_BYTES %d\n", (spec->head_dim * spec_dtype_size(spec->dtype)) % 128 == 0 ? 128 : 64);
-        sb_printf(&b, "#define FG_Q_STAGES %d\n#define FG_O_DIRECT %d\n#define FG_SPLIT %d\n", spec_q_stages(spec),
-                  spec_wgmma_o_direct(spec), spec_wgmma_split(spec));
+        sb_printf(&b, "#define FG_Q_STAGES %d\n#define FG_O_DIRECT %d\n", spec_q_stages(spec),
+                  spec_wgmma_o_direct(spec));
         if (spec_dtype_is_fp8(spec->dtype))
             sb_printf(&b, "#define FG_VT_RB %d\n#define FG_PV_SUM %d\n", spec_fp8_vt_bytes(spec), spec_fp8_pv_sum(spec));
         sb_printf(&b, "#define FG_O_FLUSH %d\n#define FG_O_FLUSH_SMEM %d\n", spec_fp8_o_flush(spec),

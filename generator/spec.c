@@ -239,8 +239,7 @@ static size_t bwd_smem_bytes(const fg_spec *s) {
 
 /* The sm_90a forward's shared memory with q Q buffers: 1 KiB of alignment slack, the Q buffers, K and V
  * stages, their mbarriers, the tile ring (4 mbarriers, 2 tile indices, a count) of the dynamic
- * schedule and a flag, for FP8 a V^T "reordered" mbarrier per stage, and where FG_SPLIT may run
- * (spec_wgmma_split) a flag per consumer warpgroup (fwd_sm90.cuh). */
+ * schedule and a flag, and for FP8 a V^T "reordered" mbarrier per stage (fwd_sm90.cuh). */
 static size_t wgmma_fwd_smem(const fg_spec *spec, size_t q) {
     return 1024u + (size_t)spec->head_dim * (size_t)spec_dtype_size(spec->dtype) *
                        (q * (size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages) +
@@ -248,8 +247,7 @@ static size_t wgmma_fwd_smem(const fg_spec *spec, size_t q) {
            (spec_fp8_o_flush_smem(spec) ? (size_t)spec->block_m * (size_t)(spec->head_dim + spec_fp8_pv_sum(spec)) * 4u
                                          : 0u) + /* O's fp32 level, the row-sum group included */
            8u * (2u * q + 4u * (size_t)spec->stages + 6u +
-                 (spec_dtype_is_fp8(spec->dtype) ? (size_t)spec->stages : 0u) + /* FP8: V^T "reordered" mbarriers */
-                 (spec_wgmma_split(spec) ? 2u : 0u)); /* FG_SPLIT's flags */
+                 (spec_dtype_is_fp8(spec->dtype) ? (size_t)spec->stages : 0u)); /* FP8: V^T "reordered" mbarriers */
 }
 
 /* The sm_90a FP8 forward's row sums by the P.V wgmma (fwd_sm90.cuh FG_PV_SUM): 8 rows of ones under each
@@ -295,16 +293,6 @@ int spec_fp8_vt_bytes(const fg_spec *spec) {
 int spec_q_stages(const fg_spec *spec) {
     if (!spec_is_wgmma(spec)) return 1;
     return wgmma_fwd_smem(spec, 2) <= arch_smem_limit(spec->arch) ? 2 : 1;
-}
-
-/* 16-bit without a causal mask, at most two consumer warpgroups, and room in the registers: O (head_dim / 2
- * a thread), S (block_n / 2) and P (block_n / 4) at most 196 of the consumers' 240. The merge of a cut tile's
- * partials spilled 12-28 bytes above that (d 128 with 192-key tiles, d 256 64 x 96) and, at 160 registers
- * with three consumer warpgroups, 4-8 (d 64 192 x 128). */
-int spec_wgmma_split(const fg_spec *spec) {
-    return spec_is_wgmma(spec) && spec->kind == FG_KIND_FWD && !spec->causal && !spec_dtype_is_fp8(spec->dtype) &&
-           spec->block_m <= 128 &&
-           spec->head_dim / 2 + spec->block_n * 3 / 4 <= 196;
 }
 
 int spec_wgmma_o_direct(const fg_spec *spec) {

@@ -102,8 +102,6 @@ int spec_is_wgmma_bwd(const fg_spec *spec);
 /* Q buffers of a wgmma-family kernel: 2 when they fit the arch's shared memory with the K/V stages (the
  * next tile's Q then loads during this one), else 1; 1 for the mma.sync family. */
 int spec_q_stages(const fg_spec *spec);
-int spec_wgmma_split(const fg_spec *spec);       /* the sm_90a forward can split its last round (stream-K,
-                                                    fwd_sm90.cuh FG_SPLIT; dispatch.c split_plan) */
 int spec_wgmma_o_direct(const fg_spec *spec);    /* the sm_90a forward writes O from the registers (FP8, and
                                                     16-bit with one Q buffer; fwd_sm90.cuh FG_O_DIRECT), not by
                                                     a TMA store: it needs no tensor map of O */

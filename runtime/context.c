@@ -179,19 +179,6 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
             rt_log(ctx, FG_LOG_WARN, "FLASHGEN_SM90_GRID=%s is not auto, tiles, persistent or dynamic: using auto", g);
         ctx->wgmma_bwd = ctx->wgmma && !env_is_zero("FLASHGEN_WGMMA_BWD");
         ctx->det_rotate = !env_is_zero("FLASHGEN_DET_ROTATE");
-        const char *sp = getenv("FLASHGEN_SPLIT");
-        ctx->split = 1;
-        if (sp && *sp && strcmp(sp, "auto") != 0) {
-            char *end;
-            errno = 0;
-            const long n = strtol(sp, &end, 10);
-            if (strcmp(sp, "force") == 0)
-                ctx->split = -1;
-            else if (errno == 0 && *end == 0 && n >= 0 && n <= 100000 && n != 1)
-                ctx->split = (int)n;
-            else
-                rt_log(ctx, FG_LOG_WARN, "FLASHGEN_SPLIT=%s is not auto, 0, force or a slot count from 2 to 100000: using auto", sp);
-        }
         ctx->pdl = ctx->arch >= 90 && cu->cuLaunchKernelEx != NULL && !env_is_zero("FLASHGEN_PDL");
         /* On by default on sm_90 since session 10 measured it on the H200: 1.125x the cp.async loads (bf16,
          * d 64/128). Newer archs take it with FLASHGEN_BWD_TMA=1 until it has run on one. */
@@ -275,8 +262,6 @@ void fg_context_destroy(fg_context *ctx) {
     if (ctx->cuctx && ctx->cu->cuCtxPushCurrent(ctx->cuctx) == CUDA_SUCCESS) {
         for (int i = 0; i < ctx->nkernels; i++) ctx->cu->cuModuleUnload(ctx->kernels[i].module);
         if (ctx->tile_ctrs) ctx->cu->cuMemFree(ctx->tile_ctrs);
-        for (int i = 0; i < FG_TILE_CTRS; i++)
-            if (ctx->split_ws[i]) ctx->cu->cuMemFree(ctx->split_ws[i]);
         CUcontext popped;
         ctx->cu->cuCtxPopCurrent(&popped);
     }

@@ -504,69 +504,6 @@ static int *tile_counter_for(fg_context *ctx, void *stream) {
     return out;
 }
 
-/* Stream-K over the last round of the sm_90a forward (fwd_sm90.cuh FG_SPLIT, spec_wgmma_split: 16-bit, no
- * causal mask, at most two consumer warpgroups, room in the registers), on the dynamic schedule. T tiles on G persistent CTAs run in ceil(T / G) rounds,
- * the last holding r = T mod G tiles while G - r SMs idle (d 256 at the protocol's shapes: 1024 tiles on 132
- * SMs, 7.76 rounds run as 8; fewer tiles than SMs leave SMs idle for the whole call). The last round's tiles
- * become slots instead: each an equal share of their key blocks, cut into parts at tile boundaries, a cut tile
- * finished by its last part to arrive from the others' fp32 partials. Planned where the model says it pays:
- * floor(T / G) + r / slots + 0.1 (a part's extra prologue and the partials, in tiles) < ceil(T / G), with at
- * least 2 key blocks a slot. FLASHGEN_SPLIT=force drops the model, =N takes N slots, =0 never splits.
- * Returns 1 with p's split fields and grid[0] set; 0 to run whole tiles. */
-static int split_plan(fg_context *ctx, const fg_spec *s, const fg_fwd_args *a, fg_fwd_params *p, unsigned grid[3]) {
-    if (ctx->split == 0 || !spec_wgmma_split(s) || !p->tile_counter || a->k.shape[1] <= 0) return 0;
-    const int64_t tiles = wgmma_tiles(s, a), G = ctx->sm_count;
-    const int64_t nb = (a->k.shape[1] + s->block_n - 1) / s->block_n;
-    const int64_t base = tiles / G * G == tiles ? tiles - G : tiles / G * G; /* whole rounds before the slots */
-    const int64_t r = tiles - base, units = r * nb;
-    if (tiles <= 0 || nb < 2 || r <= 0) return 0;
-    int64_t slots = ctx->split > 1 ? ctx->split : (units / 2 < G ? units / 2 : G);
-    if (slots > units) slots = units; /* every slot a unit at least */
-    if (slots < 1) return 0;
-    if (ctx->split == 1 && !((double)(tiles / G) + (double)r / (double)slots + 0.1 < (double)((tiles + G - 1) / G)))
-        return 0;
-    const int64_t maxp = ((units + slots - 1) / slots + nb - 1) / nb + 1; /* a slot's parts, at most */
-    /* the kernel's 32-bit arithmetic on the unit line and the indices */
-    if (units * (slots + 1) >= INT32_MAX || base + slots * maxp >= INT32_MAX || slots > G * 64) return 0;
-    /* the stream's workspace: its counters follow the largest partial buffers any variant needs (head_dim 256,
-     * two consumer warpgroups: 2 per slot of 33 16-byte units a thread) for up to 64 slots an SM */
-    const int i = (int)(((CUdeviceptr)(uintptr_t)p->tile_counter - ctx->tile_ctrs) / (2 * sizeof(int)));
-    const size_t part_bytes = (size_t)(256 / 8 + 1) * 256 * 16, nslots = (size_t)G * 64;
-    const size_t bytes = 2 * nslots * part_bytes + nslots * 2 * sizeof(int);
-    pthread_mutex_lock(&ctx->lock);
-    if (!ctx->split_ws[i]) {
-        const fg_cuda_api *cu = ctx->cu;
-        CUcontext current = NULL, popped;
-        const int push = cu->cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != ctx->cuctx;
-        if (!push || cu->cuCtxPushCurrent(ctx->cuctx) == CUDA_SUCCESS) {
-            CUdeviceptr d = 0;
-            if (cu->cuMemAlloc(&d, bytes) == CUDA_SUCCESS) {
-                if (cu->cuMemsetD8(d + 2 * nslots * part_bytes, 0, nslots * 2 * sizeof(int)) == CUDA_SUCCESS)
-                    ctx->split_ws[i] = d;
-                else
-                    cu->cuMemFree(d);
-            }
-            if (push) cu->cuCtxPopCurrent(&popped);
-        }
-        if (!ctx->split_ws[i])
-            rt_log(ctx, FG_LOG_DEBUG, "no memory for the split workspace (%zu bytes): whole tiles", bytes);
-        else
-            ctx->split_ws_bytes = bytes;
-    }
-    const CUdeviceptr ws = ctx->split_ws[i];
-    pthread_mutex_unlock(&ctx->lock);
-    if (!ws || r > (int64_t)nslots) return 0;
-    p->split_base = (int)base;
-    p->split_slots = (int)slots;
-    p->split_nb = (int)nb;
-    p->split_maxp = (int)maxp;
-    p->split_ws = (float *)(uintptr_t)ws;
-    p->split_cnt = (int *)(uintptr_t)(ws + 2 * nslots * part_bytes);
-    const int64_t ctas = base + slots < G ? base + slots : G;
-    grid[0] = (unsigned)ctas;
-    return 1;
-}
-
 /* Fills the kernel's parameters from a checked call and launches fn (the variant s) on stream. */
 static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const fg_fwd_args *a, void *stream,
                         fg_error *err) {
@@ -623,12 +560,8 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
         if (st != FG_OK) return st;
     }
     unsigned grid[3];
-    if (rt_launch_grid(ctx, &s, a, group, grid) == FG_GRID_DYNAMIC) {
-        if (!(p.tile_counter = tile_counter_for(ctx, stream)))
-            grid[0] = (unsigned)wgmma_tiles(&s, a); /* one CTA a tile */
-        else
-            split_plan(ctx, &s, a, &p, grid);
-    }
+    if (rt_launch_grid(ctx, &s, a, group, grid) == FG_GRID_DYNAMIC && !(p.tile_counter = tile_counter_for(ctx, stream)))
+        grid[0] = (unsigned)wgmma_tiles(&s, a); /* one CTA a tile */
     const launch_item item = {fn, {grid[0], grid[1], grid[2]}, (unsigned)spec_threads(&s), (unsigned)spec_smem_bytes(&s),
                               "cuLaunchKernel(fg_attention_fwd_kernel)", 0};
     return launch_items(ctx, &item, 1, stream, params, err);

@@ -84,12 +84,6 @@ struct fg_context {
                                     stream's successor may reuse while the old one's kernel still runs) */
     } tile_ctr[FG_TILE_CTRS];
     int ntile_ctr;               /* pairs handed out; streams past FG_TILE_CTRS run one CTA per tile */
-    int split;                   /* stream-K over the sm_90a forward's last round (split_plan): 1 where the model
-                                    says it pays, 0 never (FLASHGEN_SPLIT=0), -1 wherever it can run
-                                    (FLASHGEN_SPLIT=force), N > 1 with N slots (FLASHGEN_SPLIT=N; for tests) */
-    CUdeviceptr split_ws[FG_TILE_CTRS]; /* each tile counter's stream's partial results and counters (split_plan):
-                                    allocated on its first split call, split_ws_bytes each, counters zeroed */
-    size_t split_ws_bytes;
     pthread_mutex_t lock;        /* guards kernels, bundles and the fast path */
 };
 

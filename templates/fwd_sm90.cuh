@@ -62,14 +62,11 @@ constexpr u32 FG_Q_CHUNK = FG_BLOCK_M * FG_RB;   // bytes of one column chunk of
 constexpr u32 FG_KV_CHUNK = FG_BLOCK_N * FG_RB;  // ... of a K or V tile
 #define FG_Q_EARLY (FG_Q_STAGES == 1)
 static_assert(FG_O_DIRECT == (FG_FP8 || FG_Q_EARLY), "FG_O_DIRECT (emit.c, spec_wgmma_o_direct) as the kernel needs");
-// FG_SPLIT (emit.c, spec_wgmma_split): stream-K over the last round of tiles (fg_part_at, below), 16-bit
-// without a causal mask where the registers leave room for the merge.
-static_assert(!FG_SPLIT || (!FG_CAUSAL && !FG_FP8 && FG_BLOCK_M <= 128), "FG_SPLIT (emit.c, spec_wgmma_split)");
 // Registers per thread after rebalancing: the producer keeps 24, the consumers share the rest
 // (65536 per SM at one CTA per SM, in multiples of 8, at most 240). With one consumer warpgroup nobody needs
 // what the producer would give up, and FP8's V^T reordering warps spilled in 24 (d 64 64 x 64, 4 stages,
 // causal: 4 bytes), so they keep 40 there.
-constexpr int FG_PRODUCER_REGS = (FG_FP8 || FG_SPLIT) && FG_BLOCK_M == 64 ? 40 : 24;
+constexpr int FG_PRODUCER_REGS = FG_FP8 && FG_BLOCK_M == 64 ? 40 : 24;
 // Named barriers (0 is __syncthreads): per consumer warpgroup, its epilogue's and its pingpong turn's.
 constexpr int FG_BAR_EPILOGUE = 1, FG_BAR_SCHED = 4;
 constexpr int FG_CONSUMER_REGS = FG_CWG == 1 ? 240 : (FG_CWG == 2 ? 240 : 160);
@@ -142,10 +139,6 @@ __device__ __forceinline__ void fg_vt_reorder_unit(u32 addr) {
 // tiles, in the same order, from the tile index alone.
 struct fg_tile {
     int m0, head, batch, kv_head, n_blocks, n_masked;
-    int j_hi;  // key blocks j_hi - n_blocks .. j_hi - 1 (all of the tile's, or a split part's: FG_SPLIT)
-    int split; // FG_SPLIT: a part of a tile cut by a slot boundary (not all its key blocks)
-    int tile;  // its index
-    int buf;   // FG_SPLIT: its partial buffer, 2 s for slot s's first part, 2 s + 1 for its last
 };
 __device__ __forceinline__ fg_tile fg_tile_at(const fg_fwd_params &p, int index, int m_blocks) {
     fg_tile t;
@@ -159,54 +152,6 @@ __device__ __forceinline__ fg_tile fg_tile_at(const fg_fwd_params &p, int index,
     int n_unmasked;
     fg_key_blocks(t.m0, p.seqlen_q, p.seqlen_k, t.n_blocks, n_unmasked);
     t.n_masked = t.n_blocks - n_unmasked;
-    t.j_hi = t.n_blocks;
-    t.split = 0;
-    t.tile = index;
-    return t;
-}
-
-// FG_SPLIT (16-bit, no causal mask: every tile has the same split_nb key blocks): stream-K over the last round.
-// With T tiles on G persistent CTAs the last round holds T mod G tiles and leaves the other SMs idle (d 256
-// at the protocol's shapes: 1024 tiles on 132 SMs, 7.76 rounds run as 8). Indices past split_base are slots
-// instead, each an equal share of the remaining tiles' key blocks, cut at tile boundaries into parts: a
-// slot's first part (maybe the end of a tile), the whole tiles after it, its last part (maybe a tile's
-// start). The unit line: unit u is key block u % nb of tile split_base + u / nb. (FG_SPLIT: above.)
-// (32-bit: the host splits only where units * (slots + 1) < 2^31; 64-bit division spilled the producer's 24
-// registers.)
-struct fg_split_line {
-    int units, slots, nb;
-    __device__ __forceinline__ int at(int s) const { return s * units / slots; }                // a_s
-    __device__ __forceinline__ int slot_of(int u) const { return ((u + 1) * slots - 1) / units; } // s: a_s <= u
-};
-__device__ __forceinline__ fg_split_line fg_split_line_of(const fg_fwd_params &p, int tiles) {
-    fg_split_line l;
-    l.slots = p.split_slots;
-    l.nb = p.split_nb;
-    l.units = (tiles - p.split_base) * p.split_nb;
-    return l;
-}
-// The parts slot s has (at least 1: the host gives every slot a unit).
-__device__ __forceinline__ int fg_slot_parts(const fg_split_line &l, int s) {
-    return (l.at(s + 1) - 1) / l.nb - l.at(s) / l.nb + 1;
-}
-// The tile of scheduling index `index`: tile `index` below split_base; past it, part k of slot s at index
-// split_base + s * split_maxp + k (split_maxp bounds a slot's parts), that part's tile with its key blocks
-// narrowed to the part's.
-__device__ __forceinline__ fg_tile fg_part_at(const fg_fwd_params &p, int index, int m_blocks, int tiles) {
-    if (!FG_SPLIT || p.split_slots == 0 || index < p.split_base) return fg_tile_at(p, index, m_blocks);
-    const fg_split_line l = fg_split_line_of(p, tiles);
-    const int s = (index - p.split_base) / p.split_maxp, k = (index - p.split_base) % p.split_maxp;
-    const int a0 = l.at(s), a1 = l.at(s + 1);
-    const int tr = a0 / l.nb + k; // the tile, counted from split_base
-    fg_tile t = fg_tile_at(p, p.split_base + tr, m_blocks);
-    const int t0 = tr * l.nb;
-    const int lo = max(a0, t0) - t0, hi = min(a1, t0 + l.nb) - t0;
-    const int n_unmasked = t.n_blocks - t.n_masked; // key blocks 0 .. n_unmasked - 1 need no mask
-    t.j_hi = hi;
-    t.n_blocks = hi - lo;
-    t.n_masked = min(max(hi - n_unmasked, 0), hi - lo);
-    t.split = lo > 0 || hi < l.nb;
-    t.buf = 2 * s + (k == 0 ? 0 : 1);
     return t;
 }
 
@@ -227,10 +172,6 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         int mb;
         asm volatile("mov.b32 %0, %1;" : "=r"(mb) : "r"(m_blocks));
         return mb * p.heads_q * p.batch;
-    };
-    // The scheduling indices: the tiles, or with FG_SPLIT's slots the whole tiles before them and the slots.
-    auto n_index = [&]() {
-        return FG_SPLIT && p.split_slots != 0 ? p.split_base + p.split_slots * p.split_maxp : n_tiles();
     };
 
     // Tiles need 1024-byte alignment; the host asks for 1 KiB of slack.
@@ -265,7 +206,6 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     // mbarrier (one arrival per reordering warp), and the step at which the reordering warps stop (-1 until
     // the producer knows it).
     const u32 vt_stop = ring_slot + 12u;
-    const u32 split_flag = ring + 48u; // FG_SPLIT: a flag per consumer warpgroup (its part was the last)
     auto bar_vr = [&](int s) { return ring + 48u + 8u * s; };
     constexpr int FG_VT_WARPS = 3; // warps 1..3 of the producer warpgroup
 
@@ -353,7 +293,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             };
             // Step `it` of tile t, the producer's K/V step `step` overall: K (if k), then V (if v).
             auto load_kv_parts = [&](const fg_tile &t, int it, int step, bool k, bool v) {
-                const int j = (FG_SPLIT ? t.j_hi : t.n_blocks) - 1 - it, s = step % FG_STAGES, use = step / FG_STAGES;
+                const int j = t.n_blocks - 1 - it, s = step % FG_STAGES, use = step / FG_STAGES;
                 if (k) load_kv_tile(s_k + s * FG_KV_BYTES, &tm.k, bar_k(s), bar_k_empty(s), use, j, t);
                 if (!v) return;
 #if FG_FP8
@@ -391,24 +331,11 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(g));
                 return g;
             };
-            // FG_SPLIT (dynamic schedule only): ticket v past split_base is slot v - split_base, whose parts
-            // follow one another at consecutive indices; tickets past the slots end the CTA.
-            auto ticket = [&](int v) {
-                if (!FG_SPLIT || p.split_slots == 0 || v < p.split_base) return v;
-                return v - p.split_base < p.split_slots ? p.split_base + (v - p.split_base) * p.split_maxp : n_index();
-            };
-            auto next = [&](int index) {
-                if (FG_SPLIT && p.split_slots != 0 && index >= p.split_base) {
-                    const int r = index - p.split_base;
-                    if (r % p.split_maxp + 1 < fg_slot_parts(fg_split_line_of(p, n_tiles()), r / p.split_maxp))
-                        return index + 1;
-                }
-                return dyn ? ticket(atomicAdd(p.tile_counter, 1) + grid_x()) : index + grid_x();
-            };
-            int index = ticket(blockIdx.x);
-            for (; index < n_index(); index = next(index)) {
+            auto next = [&](int index) { return dyn ? atomicAdd(p.tile_counter, 1) + grid_x() : index + grid_x(); };
+            int index = blockIdx.x;
+            for (; index < n_tiles(); index = next(index)) {
                 if (dyn) publish(index);
-                const fg_tile t = fg_part_at(p, index, m_blocks, n_tiles());
+                const fg_tile t = fg_tile_at(p, index, m_blocks);
                 if (t.n_blocks == 0) continue;
                 // Loads in the order the previous tiles free their buffers: K of the first block (its stage
                 // freed by an S FG_STAGES steps back, with two stages and a previous tile of two blocks or more
@@ -560,79 +487,6 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         cn++;
         return index;
     };
-    // FG_SPLIT: writes this warpgroup's partial result of a part of a cut tile (index: its slot and part)
-    // and returns false, or, for the tile's last part to arrive, adds the other parts' partial
-    // results into acc, row_max, row_sum and returns true. A partial buffer holds FG_DT + 1 16-byte units per
-    // consumer thread (O's n8 groups, then the two rows' maxima and sums); unit u of consumer thread c at
-    // (u * consumer threads + c) * 16 bytes: a warp's accesses are 512 contiguous bytes.
-    auto split_merge = [&](const fg_tile &t, float (&o)[1][FG_DTA][4], float (&rmax)[1][2],
-                           float (&rsum)[1][2], float scl) {
-        constexpr int NC = FG_CWG * 128;
-        const fg_split_line l = fg_split_line_of(p, n_tiles());
-        const int tr = t.tile - p.split_base;
-        const int t0 = tr * l.nb;
-        const int s_first = l.slot_of(t0), s_last = l.slot_of(t0 + l.nb - 1);
-        // (the thread and its warpgroup read again from %tid.x: kept live from the loop, one spilled at d 64
-        // with three consumer warpgroups)
-        const int c = (int)fg_tid_now() - 128, wgc = c / 128;
-        auto unit = [&](int buf, int u) { return p.split_ws + (((size_t)buf * (FG_DT + 1) + u) * NC + c) * 4; };
-        float *own = unit(t.buf, 0);
-#pragma unroll
-        for (int dt = 0; dt < FG_DT; dt++)
-            asm volatile("st.global.cg.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(own + (size_t)dt * NC * 4), "f"(o[0][dt][0]),
-                         "f"(o[0][dt][1]), "f"(o[0][dt][2]), "f"(o[0][dt][3]) : "memory");
-        asm volatile("st.global.cg.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(own + (size_t)FG_DT * NC * 4), "f"(rmax[0][0]),
-                     "f"(rmax[0][1]), "f"(rsum[0][0]), "f"(rsum[0][1]) : "memory");
-        fg_named_sync(FG_BAR_EPILOGUE + wgc, 128);
-        if (c % 128 == 0) {
-            int *cnt = p.split_cnt + tr * FG_CWG + wgc;
-            __threadfence();
-            const int last = atomicAdd(cnt, 1) == s_last - s_first;
-            __threadfence(); // (acquire: the other parts' partials, for the warpgroup behind the barrier)
-            if (last) *cnt = 0; // for the next launch on the stream: no other part of this tile comes
-            asm volatile("st.shared.b32 [%0], %1;" ::"r"(split_flag + 4u * wgc), "r"(last) : "memory");
-        }
-        fg_named_sync(FG_BAR_EPILOGUE + wgc, 128);
-        int last;
-        asm volatile("ld.shared.b32 %0, [%1];" : "=r"(last) : "r"(split_flag + 4u * wgc) : "memory");
-        if (!last) {
-            // (the Q buffer goes back here where the epilogue would have given it back)
-            if (!FG_Q_EARLY && c % 128 == 0) fg_mbar_arrive(bar_q_empty((qn - 1) % FG_Q_STAGES));
-            return false;
-        }
-        __threadfence();
-        for (int sp = s_first; sp <= s_last; sp++) {
-            const int buf = 2 * sp + (l.at(sp) >= t0 ? 0 : 1); // the slot's first part, or its last
-            if (buf == t.buf) continue;
-            const float *b = unit(buf, 0);
-            float x[4];
-            asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
-                         : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]) : "l"(b + (size_t)FG_DT * NC * 4) : "memory");
-            float fa[2], fb[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const float m = fmaxf(rmax[0][h], x[h]);
-                // a row that saw only masked keys in one of the two keeps m = -inf there: its factor is 0
-                fa[h] = rmax[0][h] == FG_NEG_INF ? 0.f : fg_exp2((rmax[0][h] - m) * scl);
-                fb[h] = x[h] == FG_NEG_INF ? 0.f : fg_exp2((x[h] - m) * scl);
-                rmax[0][h] = m;
-                rsum[0][h] = rsum[0][h] * fa[h] + x[2 + h] * fb[h];
-            }
-#pragma unroll
-            for (int dt = 0; dt < FG_DT; dt++) {
-                asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
-                             : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]) : "l"(b + (size_t)dt * NC * 4) : "memory");
-#pragma unroll
-                for (int e = 0; e < 4; e++) o[0][dt][e] = fmaf(o[0][dt][e], fa[e / 2], x[e] * fb[e / 2]);
-                // (at most four units in flight: the compiler issued all FG_DT loads first, and at d 128 with
-                // 192-key tiles that spilled 12 bytes)
-                if (dt % 4 == 3)
-#pragma unroll
-                    for (int e = 0; e < 16; e++) asm volatile("" : "+f"(o[0][dt - 3 + e / 4][e % 4])::"memory");
-            }
-        }
-        return true;
-    };
     // The tile loop, compiled twice where FG_PV_SUM gives O's row sums: with the fp32 row sums as well when
     // the caller asked for the LSE (P's sum before rounding to e4m3, as FlashAttention-3 and cuDNN give it;
     // the sum of the rounded P is up to ~2% off in the log), without them otherwise. O is the same either way.
@@ -644,8 +498,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     {
     constexpr bool FP32_SUM = true;
 #endif
-    for (int index = dyn ? take() : (int)blockIdx.x; index < n_index(); index = dyn ? take() : index + (int)gridDim.x) {
-        const fg_tile tl = fg_part_at(p, index, m_blocks, n_tiles());
+    for (int index = dyn ? take() : (int)blockIdx.x; index < n_tiles(); index = dyn ? take() : index + (int)gridDim.x) {
+        const fg_tile tl = fg_tile_at(p, index, m_blocks);
         const int n_blocks = tl.n_blocks;
         // The softmax scale (log2 domain and natural) and O's factor: FP8 descales (per tensor or per
         // (batch, KV head)) fold in, as in fwd_sm80.cuh.
@@ -674,7 +528,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         // Masks S of step i of this tile where needed (the causal diagonal, the end of the keys).
         auto mask = [&](int i, float (&sacc)[1][FG_NT][4]) {
             if (i >= tl.n_masked) return;
-            const int j = (FG_SPLIT ? tl.j_hi : n_blocks) - 1 - i;
+            const int j = n_blocks - 1 - i;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int row = row0 + 8 * h;
@@ -808,11 +662,6 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             }
             continue;
         }
-        // FG_SPLIT: a part of a cut tile leaves O, the row maxima and sums (fp32, as the registers hold them) in
-        // its partial buffer; the warpgroup's last part of the tile to get here adds the others' into its own
-        // and finishes the tile below. (The writers' fence and counter increment, then the reader's fence
-        // after it: CUDA's last-block pattern.)
-        if (FG_SPLIT && tl.split && !split_merge(tl, acc, row_max, row_sum, sc_log2)) continue;
 #if FG_O_DIRECT
         // FP8: O (16-bit, twice Q's bytes) does not fit Q's buffer: it goes from the registers to global
         // memory (a thread writes 16 contiguous bytes of a row), and the Q buffer goes back to the producer

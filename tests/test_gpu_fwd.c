@@ -997,53 +997,6 @@ Test(fwd, dynamic_schedule_repeats, .timeout = 300) {
  * right. */
 MANY_TILES_WITH(many_tiles_head_order, "FLASHGEN_CAUSAL_GROUP", "1")
 
-/* Stream-K over the sm_90a forward's last round (fwd_sm90.cuh FG_SPLIT, dispatch.c split_plan: 16-bit without
- * a causal mask, up to 128-row tiles), with the slots forced by FLASHGEN_SPLIT: slots of several whole tiles
- * and cut ends, tiles cut into two, several or one-block parts (each part a key block: 120 slots for 120
- * blocks), more slots asked for than there are blocks, fewer tiles than SMs (every tile split), a key tail
- * inside a cut tile's part, GQA, rows past seqlen_q, the LSE or none, strided views, the one-Q-buffer d 256
- * tile, a 64-row tile, d 96 and 192, a single query row. The auto model splits many other non-causal cases
- * (fewer tiles than SMs with two key blocks or more) in the suites above. Elsewhere these are plain cases. */
-typedef struct split_case {
-    char slots[8]; /* FLASHGEN_SPLIT */
-    fwd_case c;
-} split_case;
-static split_case sc(const char *slots, fwd_case c) {
-    split_case s;
-    snprintf(s.slots, sizeof s.slots, "%s", slots);
-    s.c = c;
-    return s;
-}
-ParameterizedTestParameters(fwd, split_tail) {
-    static split_case cases[16];
-    const fwd_case d128 = mk(FG_DTYPE_BF16, 2, 1100, 1500, 8, 8, 128, 0); /* 144 tiles of 10 blocks: 12 split */
-    const char *const d128_slots[] = {"2", "7", "50", "120", "300", "force"};
-    int n = 0;
-    for (size_t i = 0; i < NELEM(d128_slots); i++) cases[n++] = sc(d128_slots[i], d128);
-    fwd_case d256 = mk(FG_DTYPE_F16, 2, 1100, 500, 8, 4, 256, 0); /* 7 blocks of 80, the last 20 keys */
-    cases[n++] = sc("9", d256);
-    cases[n++] = sc("40", d256);
-    d256.no_lse = 1;
-    cases[n++] = sc("force", d256);
-    fwd_case one_wg = mk(FG_DTYPE_BF16, 2, 600, 700, 8, 8, 128, 0);
-    const int t64[4] = {64, 64, 8, 2};
-    memcpy(one_wg.tiles, t64, sizeof t64);
-    cases[n++] = sc("13", one_wg);
-    cases[n++] = sc("force", mk(FG_DTYPE_F16, 1, 333, 2000, 6, 2, 96, 0)); /* 18 tiles */
-    cases[n++] = sc("25", mk(FG_DTYPE_BF16, 1, 300, 1111, 4, 4, 192, 0));
-    cases[n++] = sc("force", mk(FG_DTYPE_BF16, 2, 1, 239, 8, 2, 128, 0));
-    fwd_case strided = mk(FG_DTYPE_F16, 2, 203, 1203, 4, 1, 128, 0);
-    strided.strided = 1;
-    cases[n++] = sc("11", strided);
-    cases[n++] = sc("force", mk(FG_DTYPE_BF16, 3, 1000, 300, 8, 2, 64, 0)); /* 192-row tiles: never split */
-    cases[n++] = sc("5", mk(FG_DTYPE_F16, 1, 700, 900, 2, 2, 128, 1));      /* causal: never split */
-    return cr_make_param_array(split_case, cases, NELEM(cases));
-}
-ParameterizedTest(split_case *s, fwd, split_tail, .timeout = 300) {
-    setenv("FLASHGEN_SPLIT", s->slots, 1);
-    run_case(&s->c);
-}
-
 /* GQA ratios 1, 4, 8 (8 query heads), causal and not, plus a decode-like single query row. */
 ParameterizedTestParameters(fwd, gqa) {
     static fwd_case cases[8];

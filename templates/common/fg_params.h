@@ -42,21 +42,6 @@ typedef struct fg_fwd_params {
      * tiles), zero before the launch and put back to zero by its last CTA (so one per stream: the host's
      * tile_counter_for); 0: tiles in a stride of gridDim.x */
     int *tile_counter;
-    /* sm_90a family, 16-bit without a causal mask (fwd_sm90.cuh FG_SPLIT): the last tiles' key blocks dealt
-     * evenly to split_slots persistent CTAs (stream-K over the last, partial round of tiles). Tile indices
-     * below split_base run whole; index split_base + s (s < split_slots) is slot s, units [a_s, a_{s+1}) of
-     * the (tiles - split_base) x split_nb key blocks left, a_s = s * units / split_slots; its parts are
-     * indices split_base + s * split_maxp + k (dynamic schedule only). A tile cut by a
-     * slot boundary is finished by its last part to arrive (split_cnt, one int per (tile - split_base,
-     * consumer warpgroup), zero before the launch and put back to zero by that part), which adds in the
-     * others' fp32 partial results (split_ws: 2 per slot, the slot's first part and its last). split_slots
-     * 0: every tile whole. */
-    int split_base;
-    int split_slots;
-    int split_nb;
-    int split_maxp;
-    float *split_ws;
-    int *split_cnt;
 } fg_fwd_params;
 
 /* The run-time parameters of the backward kernels (bwd_sm80.cuh). Q, K, V, O, dO and the gradients use
