@@ -9,7 +9,9 @@
 // 1.01-1.12x); the runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec).
 // At head_dim 128 without a mask it runs FlashAttention-3's 80-query blocks (FG_BW_DQ_T, below): 1.040x
 // the 64-query kernel over 12 pairs (bf16, 512-16k, call 1), 1.057-1.072x from 1k to 16k (call 3), where
-// the 64-query kernel had been 0.93-1.03x cuDNN. What is left there: at 512 (0.99-1.00x cuDNN) the main
+// the 64-query kernel had been 0.93-1.03x cuDNN. Since session 19 this kernel and the post kernel launch
+// early (fg_pdl_wait, bwd_sm80.cuh): d 128 1.010x, 512 without a mask 1.002x cuDNN (bf16 and fp16). What is
+// left there: at 512 (0.99-1.00x cuDNN before the early launches) the main
 // kernel takes 376-381 us to cuDNN's 367 (kprof, call 5), its CTAs streaming only 7 or 8 blocks each; and
 // 2048 CTAs at every length (16 heads) make 15.5 waves of 132, where cuDNN's backward is persistent (132
 // CTAs of 384 threads, 168 registers at launch, 216 KB of shared memory: ncu; a persistent variant of the
