@@ -344,7 +344,7 @@ static fg_status encode_maps(fg_context *ctx, fg_tma_params *tm, const fg_tensor
 typedef struct launch_item {
     CUfunction fn;
     unsigned grid[3], threads, smem;
-    const char *what; /* "cuLaunchKernel(<kernel>)" */
+    const char *kernel; /* its name, for errors */
     int early;
 } launch_item;
 
@@ -361,11 +361,11 @@ static fg_status launch_items(fg_context *ctx, const launch_item *items, int n, 
     CUresult rc = cu->cuCtxGetCurrent(&current);
     const int push = rc != CUDA_SUCCESS || current != ctx->cuctx;
     rc = push ? cu->cuCtxPushCurrent(ctx->cuctx) : CUDA_SUCCESS;
-    const char *what = "cuCtxPushCurrent";
+    const launch_item *failed = NULL; /* the last item launched: the one that failed, if one did (none: the push) */
     for (int i = 0; i < n && rc == CUDA_SUCCESS; i++) {
         const launch_item *l = &items[i];
         if (l->grid[0] == 0 || l->grid[1] == 0 || l->grid[2] == 0) continue;
-        what = l->what;
+        failed = l;
         if (l->early) {
             CUlaunchAttribute attr;
             memset(&attr, 0, sizeof attr);
@@ -386,7 +386,11 @@ static fg_status launch_items(fg_context *ctx, const launch_item *items, int n, 
         }
     }
     if (push) cu->cuCtxPopCurrent(&popped);
-    return rc == CUDA_SUCCESS ? FG_OK : cuda_api_fail(err, rc, what, __FILE__, __LINE__);
+    if (rc == CUDA_SUCCESS) return FG_OK;
+    char what[96] = "cuCtxPushCurrent";
+    if (failed)
+        snprintf(what, sizeof what, "%s(%s)", failed->early ? "cuLaunchKernelEx" : "cuLaunchKernel", failed->kernel);
+    return cuda_api_fail(err, rc, what, __FILE__, __LINE__);
 }
 
 /* The causal tile order (fg_tile_order in templates/common/softmax.cuh, fg_cta_tile in fwd_sm80.cuh): how
@@ -563,7 +567,7 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
     if (rt_launch_grid(ctx, &s, a, group, grid) == FG_GRID_DYNAMIC && !(p.tile_counter = tile_counter_for(ctx, stream)))
         grid[0] = (unsigned)wgmma_tiles(&s, a); /* one CTA a tile */
     const launch_item item = {fn, {grid[0], grid[1], grid[2]}, (unsigned)spec_threads(&s), (unsigned)spec_smem_bytes(&s),
-                              "cuLaunchKernel(fg_attention_fwd_kernel)", 0};
+                              "fg_attention_fwd_kernel", 0};
     return launch_items(ctx, &item, 1, stream, params, err);
 }
 
@@ -1058,14 +1062,12 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args
      * caller's earlier work wrote, are safe. */
     const int early = ctx->pdl && s->arch >= 90;
     const launch_item items[3] = {
-        {kern.fn_pre, {(unsigned)((bwd_rows_read(s, sq) + 63) / 64), h, bb}, 256, 0, "cuLaunchKernel(fg_bwd_pre_kernel)",
-         0},
+        {kern.fn_pre, {(unsigned)((bwd_rows_read(s, sq) + 63) / 64), h, bb}, 256, 0, "fg_bwd_pre_kernel", 0},
         {kern.fn, {(unsigned)(bwd_key_blocks(s, sk) * group), h / (unsigned)group, bb},
          (unsigned)spec_threads(s),
-         (unsigned)spec_smem_bytes(s), early ? "cuLaunchKernelEx(fg_bwd_main_kernel)" : "cuLaunchKernel(fg_bwd_main_kernel)",
-         early},
+         (unsigned)spec_smem_bytes(s), "fg_bwd_main_kernel", early},
         {kern.fn_post, {((unsigned)(sq > sk ? sq : sk) + post_rows - 1) / post_rows, h, bb}, 256, 0,
-         early ? "cuLaunchKernelEx(fg_bwd_post_kernel)" : "cuLaunchKernel(fg_bwd_post_kernel)", early},
+         "fg_bwd_post_kernel", early},
     };
     return launch_items(ctx, items, 3, stream, params, err);
 }
