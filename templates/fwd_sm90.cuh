@@ -75,12 +75,19 @@ constexpr int FG_CONSUMER_REGS = FG_CWG == 1 ? 240 : (FG_CWG == 2 ? 240 : 160);
 // running maximum and sum updated, S replaced by P, and in corr the factor O must be multiplied by. Unlike
 // fg_online_softmax it leaves O alone: here the previous block's P V may still be accumulating into it.
 // SUM: keep the fp32 row sums (FP8 with FG_PV_SUM: only for the LSE).
+// The lazy rescale's allowance (fg_softmax_row's stale, log2 units of P): where O's rescale is a branch
+// (head_dim above 128, FP8); FP8's P = 2^(8 + stale) at most stays below e4m3's largest, 448 = 2^8.81.
+// 16-bit P up to 2^8 keeps its relative precision (bf16/fp16 have the exponent range), and l and O grow
+// by at most 2^8 in fp32. 0 elsewhere: the 16-bit d <= 128 kernels multiply O every step without a test.
+#ifndef FG_STALE
+#define FG_STALE (FG_FP8 ? 0.75f : (FG_HEAD_DIM > 128 ? 8.f : 0.f))
+#endif
 template <bool SUM>
 __device__ __forceinline__ void fg_softmax_stats(float (&s)[1][FG_NT][4], float (&row_max)[1][2],
                                                  float (&row_sum)[1][2], float (&corr)[2], float scale_log2) {
 #pragma unroll
     for (int h = 0; h < 2; h++)
-        corr[h] = fg_softmax_row<FG_NT, SUM>(s[0], h, row_max[0][h], row_sum[0][h], scale_log2, FG_P_SHIFT);
+        corr[h] = fg_softmax_row<FG_NT, SUM>(s[0], h, row_max[0][h], row_sum[0][h], scale_log2, FG_P_SHIFT, FG_STALE);
 }
 
 // A 4 x 4 transpose of u32s across a quad (two butterfly steps): thread t4 gives its u[k] to thread k and
@@ -583,6 +590,11 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             // bf16, same run): d 256 +0-6% (4k non-causal +5.9%), d 128 -1-4% (the branch splits the step),
             // d 64 +-1%. FP8 (bench/fp8.py, 2026-11-30, bench/results/2026-11-30-h200-session13/): at d 128
             // 3% faster with P packed without shuffles, 6% slower with the quad shuffles P had before.
+            // Since session 20 a row's maximum counts as grown only past FG_STALE (the lazy rescale): with
+            // the exact test a 16-row warp still rescaled in most steps at 1k-4k keys. 16-bit d 256, two
+            // alternations, both dtypes and masks, 512-16k: 1.054x (1.027-1.092; 2k-8k +5-7%). Making the
+            // d 64/128 rescale a branch for the same: d 64 0.926x, d 128 1.000x, so they keep the
+            // unconditional multiply (bench/results/2026-11-30-h200-session20, call 1).
             // FP8 two-level accumulation (every FG_O_FLUSH steps): the P.V accumulator (O and the row sums) is
             // added into fp32 registers, oacc, and the next P.V starts it again from 0 (scale-d 0).
             // Hopper's FP8 wgmma adds into its accumulator keeping only about 14 bits (DeepSeek-V3's report;
@@ -591,7 +603,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             // row sums came out 40% low, and so would O for a V whose columns do not average to 0. Where a
             // row maximum grew both are rescaled before the sum (written as (oacc + acc) * corr, ptxas
             // spilled 40 bytes at d 128).
-            if ((FG_HEAD_DIM <= 128 && !FG_FP8) || __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
+            if ((FG_HEAD_DIM <= 128 && !FG_FP8 && FG_STALE == 0.f) || __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
                 for (int dt = 0; dt < FG_DTA; dt++) {
                     acc[0][dt][0] *= corr[0];
