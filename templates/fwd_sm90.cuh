@@ -75,12 +75,13 @@ constexpr int FG_CONSUMER_REGS = FG_CWG == 1 ? 240 : (FG_CWG == 2 ? 240 : 160);
 // running maximum and sum updated, S replaced by P, and in corr the factor O must be multiplied by. Unlike
 // fg_online_softmax it leaves O alone: here the previous block's P V may still be accumulating into it.
 // SUM: keep the fp32 row sums (FP8 with FG_PV_SUM: only for the LSE).
-// The lazy rescale's allowance (fg_softmax_row's stale, log2 units of P): where O's rescale is a branch
-// (head_dim above 128, FP8); FP8's P = 2^(8 + stale) at most stays below e4m3's largest, 448 = 2^8.81.
-// 16-bit P up to 2^8 keeps its relative precision (bf16/fp16 have the exponent range), and l and O grow
-// by at most 2^8 in fp32. 0 elsewhere: the 16-bit d <= 128 kernels multiply O every step without a test.
+// The lazy rescale's allowance (fg_softmax_row's stale, log2 units of P) at 16-bit head_dim above 128, where
+// O's rescale is a branch. P up to 2^8 keeps its relative precision (bf16/fp16 have the exponent range),
+// and l and O grow by at most 2^8 in fp32. 0 elsewhere: the 16-bit d <= 128 kernels multiply O every step
+// without a test, and FP8, whose P = 2^(8 + stale) must stay below e4m3's 448, ran slower with 2^0.75 (e4m3
+// d 128 0.913x, d 64 ~0.98x, d 256 0.991x; H200, session 20 call 2: patches/fp8_exact_max.patch undoes it).
 #ifndef FG_STALE
-#define FG_STALE (FG_FP8 ? 0.75f : (FG_HEAD_DIM > 128 ? 8.f : 0.f))
+#define FG_STALE (!FG_FP8 && FG_HEAD_DIM > 128 ? 8.f : 0.f)
 #endif
 template <bool SUM>
 __device__ __forceinline__ void fg_softmax_stats(float (&s)[1][FG_NT][4], float (&row_max)[1][2],
