@@ -267,6 +267,15 @@ static_assert(FG_WGMMA_BWD || (FG_P2_KW % 16 == 0 && FG_P2_DW % 16 == 0), "phase
 // Phase 2 of one query block for head_dim part WD (a template so that every ldmatrix address keeps its
 // compile-time part): dV += P^T dO and dK += dS^T Q, A operands from the P^T and dS^T tiles, B operands
 // by ldmatrix.trans from the dO and Q tiles (rows = queries).
+// The cp.async kernels' loads of block m + 1 between phase 1's S^T and dP^T passes (FG_BWD_LOAD_LATE) rather
+// than right after the loop's barrier: above head_dim 128, where the loop's top ran about 140 instructions
+// of load addressing per warp with no MMA in flight. H200 (session 20 call 3, bf16 d 256, two alternations):
+// 1.008x, causal +1-2%, without a mask equal; also computing and storing P^T between the passes, as
+// FlashAttention-2 does, gained nothing more (0.999x). Not measured at d 64/128 (their Hopper kernels
+// load by TMA), so those keep the old order.
+#ifndef FG_BWD_LOAD_LATE
+#define FG_BWD_LOAD_LATE (FG_HEAD_DIM > 128)
+#endif
 template <int WD>
 __device__ __forceinline__ void fg_bwd_phase2(float (&dv)[FG_P2_KW / 16][FG_P2_DT][4],
                                               float (&dk)[FG_P2_KW / 16][FG_P2_DT][4], u32 s_p, u32 s_ds,
@@ -593,7 +602,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
 #else
         fg_cp_async_wait<0>();
         __syncthreads(); // block m is in; everyone is done with P^T, dS^T and (two stages) with stage st ^ 1
-        if (FG_STAGES == 2) {
+        if (FG_STAGES == 2 && !FG_BWD_LOAD_LATE) {
             if (more) load_block(m_next, st ^ 1);
             fg_cp_async_commit();
         }
@@ -629,7 +638,15 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
                     for (int e = 0; e < 4; e++) s[a][i][e] = dp[a][i][e] = 0.f;
             // Two passes over head_dim (S^T, then dP^T) rather than one: half the fragments in flight.
 #pragma unroll
-            for (int pass = 0; pass < 2; pass++)
+            for (int pass = 0; pass < 2; pass++) {
+#if !FG_BWD_TMA
+                // FG_BWD_LOAD_LATE: block m + 1's copies issue here, behind pass 0's MMAs, rather than at the
+                // loop's top, where their address work ran with no MMA in flight to hide it.
+                if (FG_STAGES == 2 && FG_BWD_LOAD_LATE && pass == 1) {
+                    if (more) load_block(m_next, st ^ 1);
+                    fg_cp_async_commit();
+                }
+#endif
 #pragma unroll
                 for (int kk = 0; kk < FG_HEAD_DIM / 16; kk++) {
                     u32 xa[2][4];
@@ -648,6 +665,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
                         }
                     }
                 }
+            }
             // P^T (masked entries 0: keys past sk, and when causal keys past a query's diagonal; queries
             // past sq have lse2 = +inf) and dS^T = P^T (dP^T - D), both to shared memory (16-bit,
             // swizzled like the other tiles). A block that needs no mask runs an instance without it, and
