@@ -76,15 +76,16 @@ constexpr int FG_CONSUMER_REGS = FG_CWG == 1 ? 240 : (FG_CWG == 2 ? 240 : 160);
 // fg_online_softmax it leaves O alone: here the previous block's P V may still be accumulating into it.
 // SUM: keep the fp32 row sums (FP8 with FG_PV_SUM: only for the LSE).
 // The lazy rescale's allowance (fg_softmax_row's stale, log2 units of P) at 16-bit head_dim above 128, where
-// O's rescale is a branch: 2, so P <= 4. FlashAttention-4's 8 (P <= 256) ran faster (d 256 1.059x the exact
+// O's rescale is a branch: 1, so P <= 2. FlashAttention-4's 8 (P <= 256) ran faster (d 256 1.059x the exact
 // maximum against 1.034x for 2 and 1.028x for 1; H200, session 20 call 4) but failed the tolerance rule on
 // one GPU test (fp16 d 192 causal, 1.05x the bound), and an emulation of the kernel's rounding
-// (bench/probes/lazy_rescale_sim.c) put its worst error at 1.1x the bound where 1-2 stay with the exact
-// maximum's: rows whose weight sits on a few keys lose the exact P = 1 of their largest. 0 elsewhere: the
+// (bench/probes/lazy_rescale_sim.c) put its worst error at up to 1.35x the bound: rows whose weight sits on
+// a few keys lose the exact P = 1 of their largest. There 2 reached 0.83 of the bound, 1 0.65, the exact
+// maximum 0.67 (d 256, causal, scales 1/16 to 2), so 1: the last 0.6% of speed is not worth the margin. 0 elsewhere: the
 // 16-bit d <= 128 kernels multiply O every step without a test, and FP8, whose P = 2^(8 + stale) must stay
 // below e4m3's 448, ran slower with 2^0.75 (e4m3 d 128 0.913x, d 64 ~0.98x, d 256 0.991x; call 2).
 #ifndef FG_STALE
-#define FG_STALE (!FG_FP8 && FG_HEAD_DIM > 128 ? 2.f : 0.f)
+#define FG_STALE (!FG_FP8 && FG_HEAD_DIM > 128 ? 1.f : 0.f)
 #endif
 template <bool SUM>
 __device__ __forceinline__ void fg_softmax_stats(float (&s)[1][FG_NT][4], float (&row_max)[1][2],
@@ -596,8 +597,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             // 3% faster with P packed without shuffles, 6% slower with the quad shuffles P had before.
             // Since session 20 a row's maximum counts as grown only past FG_STALE (the lazy rescale): with
             // the exact test a 16-row warp still rescaled in most steps at 1k-4k keys. 16-bit d 256, two
-            // alternations, both dtypes and masks, 512-16k, against the exact test: 1.034x with 2^2 (2k-8k
-            // +3-5%). Making the d 64/128 rescale a branch for the same (with 2^8): d 64 0.926x, d 128
+            // alternations, both dtypes and masks, 512-16k, against the exact test: 1.028x with 2^1 (2k-8k
+            // +2-5%). Making the d 64/128 rescale a branch for the same (with 2^8): d 64 0.926x, d 128
             // 1.000x, so they keep the unconditional multiply (bench/results/2026-11-30-h200-session20,
             // calls 1 and 4).
             // FP8 two-level accumulation (every FG_O_FLUSH steps): the P.V accumulator (O and the row sums) is

@@ -100,7 +100,7 @@ __device__ __forceinline__ void fg_tile_order(int index, int M, int HB, int grou
 // no bit. (FlashAttention-4 goes further and keeps a stale maximum until it is 2^8 behind; measured here
 // on this mma.sync path, 2026-11-29, that moved fp16 results off the low-precision reference by more than
 // the tolerance rule allows on one shape of the GPU suite, so this path keeps the exact maximum. The
-// sm_90a kernel keeps a maximum up to 2^2 stale at 16-bit head_dim > 128, fwd_sm90.cuh FG_STALE.)
+// sm_90a kernel keeps a maximum up to 2^1 stale at 16-bit head_dim > 128, fwd_sm90.cuh FG_STALE.)
 template <int MT, int NT, int DT>
 __device__ __forceinline__ void fg_online_softmax(float (&s)[MT][NT][4], float (&row_max)[MT][2],
                                                   float (&row_sum)[MT][2], float (&acc)[MT][DT][4],
