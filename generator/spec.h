@@ -118,7 +118,7 @@ int spec_fp8_sum_rounded(const fg_spec *spec);
 int spec_fp8_o_flush(const fg_spec *spec);
 /* Above head_dim 128, and with three consumer warpgroups, the same with O's fp32 level in shared memory
  * (block_m x (head_dim + spec_fp8_pv_sum) x 4 bytes; fwd_sm90.cuh FG_O_FLUSH_SMEM): the period in key
- * blocks, 256 keys' worth (1 from block_n 160 up); 0 elsewhere. */
+ * blocks, at most 512 keys' worth (512 / block_n, 1 above block_n 256); 0 elsewhere. */
 int spec_fp8_o_flush_smem(const fg_spec *spec);
 /* The sm_90a FP8 forward's V^T tile (head_dim rows of block_n key bytes) is stored as chunks of this many
  * keys, each row one swizzled unit (128, 64 or 32 bytes: the largest dividing block_n). */

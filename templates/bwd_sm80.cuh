@@ -264,18 +264,19 @@ static_assert(FG_WGMMA_BWD || (FG_P1_WK >= 1 && FG_P1_WK * FG_P1_QS == FG_WARPS)
 static_assert(FG_WGMMA_BWD || FG_P1_QW % 16 == 0, "phase 1: each query part is a multiple of 16 rows");
 static_assert(FG_WGMMA_BWD || (FG_P2_KW % 16 == 0 && FG_P2_DW % 16 == 0), "phase 2 warp tiles");
 
-// Phase 2 of one query block for head_dim part WD (a template so that every ldmatrix address keeps its
-// compile-time part): dV += P^T dO and dK += dS^T Q, A operands from the P^T and dS^T tiles, B operands
-// by ldmatrix.trans from the dO and Q tiles (rows = queries).
 // The cp.async kernels' loads of block m + 1 between phase 1's S^T and dP^T passes (FG_BWD_LOAD_LATE) rather
 // than right after the loop's barrier: above head_dim 128, where the loop's top ran about 140 instructions
 // of load addressing per warp with no MMA in flight. H200 (session 20 call 3, bf16 d 256, two alternations):
 // 1.008x, causal +1-2%, without a mask equal; also computing and storing P^T between the passes, as
-// FlashAttention-2 does, gained nothing more (0.999x). Not measured at d 64/128 (their Hopper kernels
-// load by TMA), so those keep the old order.
+// FlashAttention-2 does, gained nothing more (0.999x). Measured only there (bf16 d 256, two stages on an
+// H200); it applies to d 160-224 and fp16 too, untimed. Not at d 64/128 (their Hopper kernels load by TMA),
+// which keep the old order; one-stage tiles (the A100's d 256) load behind phase 3 either way.
 #ifndef FG_BWD_LOAD_LATE
 #define FG_BWD_LOAD_LATE (FG_HEAD_DIM > 128)
 #endif
+// Phase 2 of one query block for head_dim part WD (a template so that every ldmatrix address keeps its
+// compile-time part): dV += P^T dO and dK += dS^T Q, A operands from the P^T and dS^T tiles, B operands
+// by ldmatrix.trans from the dO and Q tiles (rows = queries).
 template <int WD>
 __device__ __forceinline__ void fg_bwd_phase2(float (&dv)[FG_P2_KW / 16][FG_P2_DT][4],
                                               float (&dk)[FG_P2_KW / 16][FG_P2_DT][4], u32 s_p, u32 s_ds,
