@@ -1028,15 +1028,22 @@ ParameterizedTest(fwd_case *c, fwd, strided, .timeout = 300) {
     run_case(c);
 }
 
-/* Non-default softmax scales: mild, tiny (nearly uniform) and large (peaked: exp overflows without the max). */
+/* Non-default softmax scales: mild, tiny (nearly uniform) and large (peaked: exp overflows without the max).
+ * The last two run the sm_90a kernel's lazy rescale (16-bit head_dim > 128, fwd_sm90.cuh FG_STALE) over
+ * several key blocks, with maxima that jump by far more than its allowance (scale 1) and by less (0.25):
+ * bench/probes/lazy_rescale_sim.c puts both at 0.50-0.60 of the bound with the allowance of 2^1. */
 ParameterizedTestParameters(fwd, scale) {
-    static fwd_case cases[3];
+    static fwd_case cases[5];
     cases[0] = mk(FG_DTYPE_F16, 1, 200, 200, 2, 2, 64, 0);
     cases[0].scale = 0.3f;
     cases[1] = mk(FG_DTYPE_BF16, 1, 113, 203, 2, 1, 128, 1);
     cases[1].scale = 0.01f;
     cases[2] = mk(FG_DTYPE_F16, 2, 128, 128, 2, 2, 32, 0);
     cases[2].scale = 2.0f;
+    cases[3] = mk(FG_DTYPE_F16, 1, 200, 700, 2, 2, 256, 1);
+    cases[3].scale = 1.0f;
+    cases[4] = mk(FG_DTYPE_BF16, 1, 300, 520, 2, 1, 192, 0);
+    cases[4].scale = 0.25f;
     return cr_make_param_array(fwd_case, cases, NELEM(cases));
 }
 ParameterizedTest(fwd_case *c, fwd, scale, .timeout = 300) {
