@@ -272,9 +272,9 @@ int spec_fp8_o_flush_smem(const fg_spec *spec) {
      * three consumer warpgroups are bound by shared memory's bandwidth (the level's traffic comes on top of
      * the wgmma operands' and the V^T reorder's), so the period is a trade of accuracy for speed. H200,
      * session 20 call 2 (both builds with FP8's lazy rescale, since dropped), e4m3 against 256 keys: 512 keys
-     * d 256 1.097x, d 64 1.035x, RMSE / RMS of O at 16k keys
-     * with V's columns averaging 1 0.0032 -> 0.0053 (the e4m3 inputs' own error, V of mean 0: 0.053), every
-     * fwd/fp8* test within its bound; 1024 keys 1.153x and 0.0109, past the bound in 5 of fwd/fp8*'s tests. */
+     * d 256 1.097x, d 64 1.035x, RMSE / RMS of O at 16k keys with V's columns averaging 1 0.0032 -> 0.0053
+     * (the e4m3 inputs' own error, V of mean 0: 0.053), every fwd/fp8* test within its bound; 1024 keys
+     * 1.153x and 0.0109, past the bound in 5 of fwd/fp8*'s tests. */
     if (fp8_o_level(spec) != 2) return 0;
     return spec->block_n <= 256 ? 512 / spec->block_n : 1;
 }

@@ -271,9 +271,8 @@ static_assert(FG_WGMMA_BWD || (FG_P2_KW % 16 == 0 && FG_P2_DW % 16 == 0), "phase
 // FlashAttention-2 does, gained nothing more (0.999x). Measured only there (bf16 d 256, two stages on an
 // H200); it applies to d 160-224 and fp16 too, untimed. Not at d 64/128 (their Hopper kernels load by TMA),
 // which keep the old order; one-stage tiles (the A100's d 256) load behind phase 3 either way.
-#ifndef FG_BWD_LOAD_LATE
-#define FG_BWD_LOAD_LATE (FG_HEAD_DIM > 128)
-#endif
+
+constexpr bool FG_BWD_LOAD_LATE = FG_HEAD_DIM > 128;
 // Phase 2 of one query block for head_dim part WD (a template so that every ldmatrix address keeps its
 // compile-time part): dV += P^T dO and dK += dS^T Q, A operands from the P^T and dS^T tiles, B operands
 // by ldmatrix.trans from the dO and Q tiles (rows = queries).

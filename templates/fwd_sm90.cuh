@@ -81,12 +81,11 @@ constexpr int FG_CONSUMER_REGS = FG_CWG == 1 ? 240 : (FG_CWG == 2 ? 240 : 160);
 // one GPU test (fp16 d 192 causal, 1.05x the bound), and an emulation of the kernel's rounding
 // (bench/probes/lazy_rescale_sim.c) put its worst error at up to 1.44x the bound: rows whose weight sits on
 // a few keys lose the exact P = 1 of their largest. There 2 reached 0.83 of the bound, 1 0.65, the exact
-// maximum 0.67 (d 256, causal, scales 1/16 to 2), so 1: the last 0.6% of speed is not worth the margin. 0 elsewhere: the
-// 16-bit d <= 128 kernels multiply O every step without a test, and FP8, whose P = 2^(8 + stale) must stay
-// below e4m3's 448, ran slower with 2^0.75 (e4m3 d 128 0.913x, d 64 0.943x, d 256 0.991x; call 2).
-#ifndef FG_STALE
-#define FG_STALE (!FG_FP8 && FG_HEAD_DIM > 128 ? 1.f : 0.f)
-#endif
+// maximum 0.67 (d 256, causal, scales 1/16 to 2), so 1: the last 0.6% of speed is not worth the margin.
+// 0 elsewhere: the 16-bit d <= 128 kernels multiply O every step without a test, and FP8, whose
+// P = 2^(8 + stale) must stay below e4m3's 448, ran slower with 2^0.75 (e4m3 d 128 0.913x, d 64 0.943x,
+// d 256 0.991x; call 2).
+constexpr float FG_STALE = !FG_FP8 && FG_HEAD_DIM > 128 ? 1.f : 0.f;
 template <bool SUM>
 __device__ __forceinline__ void fg_softmax_stats(float (&s)[1][FG_NT][4], float (&row_max)[1][2],
                                                  float (&row_sum)[1][2], float (&corr)[2], float scale_log2) {
