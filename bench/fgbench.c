@@ -1265,7 +1265,7 @@ static fg_status split_disk_load(const bench_device *dev, const fg_spec *spec, c
         if (emit_source(spec, &src, &len, err) != FG_OK) goto fail;
         double t1 = now_s();
         uint8_t key[32];
-        compile_cache_key(spec, src, len, key);
+        compile_cache_key(spec, 0, src, len, key);
         double t2 = now_s();
         fg_error miss;
         fg_error_clear(&miss);

@@ -14,7 +14,9 @@ and e4m3, RMSE absolute and relative to O's RMS (long_accuracy).
 
 Speed (the ANCHORS.md shapes: hidden 2048, 16k tokens): flashgen e4m3 (V already key-major, as an engine
 keeping V^T would give it), flashgen bf16, cuDNN bf16 and FlashAttention-2 bf16 (SDPA's cuDNN and flash
-backends; neither takes FP8), same process, same
+backends; neither takes FP8), and cuDNN's own e4m3 forward through the cudnn frontend where that package
+imports (bench/cudnn_fp8.py; it writes O in e4m3 on Hopper, and its long-key accuracy is a row too), same
+process, same
 timing as bench/compare.py (CUDA events behind a GPU sleep, median of 20). Every FP8 output is checked
 against the fp32 math on its dequantized inputs before it is timed (the TESTING.md rule with the
 kernel-precision reference rounding P to e4m3 is the C test suite's; here the check is a sanity bound).
@@ -30,6 +32,9 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+from cudnn_fp8 import CudnnFp8, available  # noqa: E402
+
+CUDNN_FP8 = [False, "not probed"]  # (importable, version or reason), set in main
 
 
 def parse(argv):
@@ -120,6 +125,14 @@ def long_accuracy(fg, torch, dev, sq=256, sk=16384, heads=4):
             o = fg.attention(q8, k8, v8, q_descale=qs, k_descale=ks, v_descale=vs, out_dtype=torch.bfloat16)
             e = rmse(torch, o, ref)
             rows.append((d, mean, "flashgen e4m3, per-tensor descale", e, e / scale))
+            if CUDNN_FP8[0]:
+                try:
+                    op = CudnnFp8(torch, q8, k8, v8, qs, ks, vs, False)
+                    op()
+                    e = rmse(torch, op.o_float(), ref)
+                    rows.append((d, mean, "cuDNN e4m3, per-tensor descale (O in e4m3)", e, e / scale))
+                except Exception as ex:  # noqa: BLE001 -- an unsupported shape is a row, not a crash
+                    print("cuDNN e4m3 d%d: %s" % (d, str(ex).splitlines()[0][:200]), flush=True)
     return rows
 
 
@@ -166,6 +179,18 @@ def speed(fg, torch, bench, head_dims, seqlens, lse=False):
                         return F.scaled_dot_product_attention(qt, kt, vtt, is_causal=causal)
                 fns["cudnn_bf16"] = cudnn
                 fns["fa2_bf16"] = fa2
+                if CUDNN_FP8[0]:
+                    try:
+                        op = CudnnFp8(torch, q8, k8, v8, qs, ks, vs, causal)
+                        cerr = (op()[:1, :, :2].float() - ref).abs().max().item()
+                        res["cudnn_e4m3_max_err"] = cerr
+                        if cerr < 0.1:  # the same sanity bound (its O is e4m3: 2^-4 of |O| more)
+                            fns["cudnn_e4m3"] = op
+                        else:
+                            res["cudnn_e4m3"] = None
+                    except Exception as ex:  # noqa: BLE001 -- unsupported shapes give an empty cell
+                        res["cudnn_e4m3_error"] = str(ex).splitlines()[0][:300] if str(ex) else type(ex).__name__
+                        res["cudnn_e4m3"] = None
                 for name, fn in fns.items():
                     if name.startswith("flashgen_e4m3") and not ok:
                         res[name] = None
@@ -173,18 +198,21 @@ def speed(fg, torch, bench, head_dims, seqlens, lse=False):
                     med, _, _ = bench.time_calls(fn, 1)
                     res[name] = flops / (med * 1e-3) / 1e12
                 rows.append(res)
-                print("d%d s%d %s: e4m3 %s bf16 %.0f cudnn %.0f fa2 %.0f TFLOP/s (fp8 max err %.3g)" % (
+                print("d%d s%d %s: e4m3 %s bf16 %.0f cudnn %.0f fa2 %.0f cudnn e4m3 %s TFLOP/s (fp8 max err %.3g)" % (
                     d, s, "causal" if causal else "non-causal",
                     "%.0f" % res["flashgen_e4m3"] if res["flashgen_e4m3"] else "n/a",
-                    res["flashgen_bf16"], res["cudnn_bf16"], res["fa2_bf16"], err), flush=True)
+                    res["flashgen_bf16"], res["cudnn_bf16"], res["fa2_bf16"],
+                    "%.0f" % res["cudnn_e4m3"] if res.get("cudnn_e4m3") else res.get("cudnn_e4m3_error", "n/a"), err),
+                      flush=True)
     return rows
 
 
-FP8_IMPLS = ("flashgen_e4m3", "flashgen_e4m3_lse", "flashgen_bf16", "cudnn_bf16", "fa2_bf16")
+FP8_IMPLS = ("flashgen_e4m3", "flashgen_e4m3_lse", "flashgen_bf16", "cudnn_e4m3", "cudnn_bf16", "fa2_bf16")
 FP8_LABELS = {"flashgen_e4m3": "flashgen e4m3", "flashgen_e4m3_lse": "flashgen e4m3 + LSE",
-              "flashgen_bf16": "flashgen bf16", "cudnn_bf16": "cuDNN bf16", "fa2_bf16": "FA2 bf16"}
+              "flashgen_bf16": "flashgen bf16", "cudnn_e4m3": "cuDNN e4m3", "cudnn_bf16": "cuDNN bf16",
+              "fa2_bf16": "FA2 bf16"}
 FP8_COLORS = {"flashgen_e4m3": "tab:red", "flashgen_e4m3_lse": "tab:orange", "flashgen_bf16": "tab:brown",
-              "cudnn_bf16": "tab:green", "fa2_bf16": "tab:blue"}
+              "cudnn_e4m3": "tab:olive", "cudnn_bf16": "tab:green", "fa2_bf16": "tab:blue"}
 
 
 def fp8_charts(out_dir, speed_rows, gpu):
@@ -203,7 +231,9 @@ def main(argv=None):
     os.makedirs(a.out, exist_ok=True)
     args = argparse.Namespace(device=a.device, fg_log="warn", flex=False, iters=a.iters, warmup=a.warmup)
     bench = Bench(args)
-    result = {"gpu": torch.cuda.get_device_name(bench.dev), "commit": git_info()[0], "torch": torch.__version__,
+    CUDNN_FP8[:] = available()
+    print("cuDNN FP8 peer: %s" % (CUDNN_FP8[1] if CUDNN_FP8[0] else "not available (%s)" % CUDNN_FP8[1]), flush=True)
+    result = {"cudnn_fp8": CUDNN_FP8[1], "gpu": torch.cuda.get_device_name(bench.dev), "commit": git_info()[0], "torch": torch.__version__,
               **provenance(bench.fg)}
     md = ["# FP8 forward: %s" % result["gpu"], ""]
     if not a.skip_accuracy:
@@ -226,16 +256,19 @@ def main(argv=None):
                    a.lse)
         result["speed"] = sp
         md += ["## Speed (TFLOP/s; ANCHORS.md shapes)", "",
-               "| d | seqlen | mask | flashgen e4m3 | flashgen bf16 | cuDNN bf16 | FA2 bf16 | e4m3 / bf16 | "
-               "e4m3 / cuDNN bf16 | e4m3 / FA2 bf16 |",
-               "|---|---|---|---|---|---|---|---|---|---|"]
+               "| d | seqlen | mask | flashgen e4m3 | flashgen bf16 | cuDNN e4m3 | cuDNN bf16 | FA2 bf16 | e4m3 / bf16 | "
+               "e4m3 / cuDNN e4m3 | e4m3 / cuDNN bf16 | e4m3 / FA2 bf16 | cuDNN e4m3 / cuDNN bf16 |",
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in sp:
-            e = r["flashgen_e4m3"]
-            ratio = lambda peer: "%.2f" % (e / r[peer]) if e else "-"
-            md.append("| %d | %d | %s | %s | %.0f | %.0f | %.0f | %s | %s | %s |" % (
+            e, ce = r["flashgen_e4m3"], r.get("cudnn_e4m3")
+            ratio = lambda peer: "%.2f" % (e / r[peer]) if e and r.get(peer) else "-"
+            md.append("| %d | %d | %s | %s | %.0f | %s | %.0f | %.0f | %s | %s | %s | %s | %s |" % (
                 r["head_dim"], r["seqlen"], "causal" if r["causal"] else "none", "%.0f" % e if e else r["fp8_check"],
-                r["flashgen_bf16"], r["cudnn_bf16"], r["fa2_bf16"], ratio("flashgen_bf16"), ratio("cudnn_bf16"),
-                ratio("fa2_bf16")))
+                r["flashgen_bf16"], "%.0f" % ce if ce else "-", r["cudnn_bf16"], r["fa2_bf16"], ratio("flashgen_bf16"),
+                ratio("cudnn_e4m3"), ratio("cudnn_bf16"), ratio("fa2_bf16"),
+                "%.2f" % (ce / r["cudnn_bf16"]) if ce else "-"))
+        if not CUDNN_FP8[0]:
+            md += ["", "cuDNN e4m3 not timed: the cudnn frontend did not import (%s)" % CUDNN_FP8[1]]
         if a.lse:
             md += ["", "With the LSE returned (flashgen e4m3):", "", "| d | seqlen | mask | TFLOP/s | / without | / cuDNN bf16 |",
                    "|---|---|---|---|---|---|"]

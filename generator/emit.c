@@ -175,7 +175,7 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
      * nowhere else: the mma.sync forward's tiles with two m16 tiles a warp whose whole scores take the last
      * of the 176 accumulator registers (d 128 128 x 48 on 4 warps, 256 x 48 on 8), and the mma.sync
      * backward above head_dim 128. Elsewhere the SASS stays as measured. */
-    const int recompute = bwd ? !wgmma_bwd && spec->head_dim > 128
+    const int recompute = bwd ? !wgmma_bwd && spec->head_dim > 128 && spec->causal
                               : !wgmma && sub_n == spec->block_n && spec->block_m == 32 * spec->warps &&
                                     2 * (spec_head_dim_padded(spec) / 2 + spec->block_n / 2) == FG_SPEC_ACC_REGS;
     sb_printf(&b, "#define FG_LOADER_RECOMPUTE %d\n", recompute);

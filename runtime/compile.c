@@ -21,22 +21,23 @@ static void read_lineinfo(void) {
     lineinfo_on = v && strcmp(v, "1") == 0;
 }
 
-int compile_options(const fg_spec *spec, const char **opts, char buf[64]) {
+int compile_options(const fg_spec *spec, int flags, const char **opts, char buf[64]) {
     int n = 0;
-    snprintf(buf, 64, "--gpu-architecture=sm_%d%s", spec->arch, spec->arch_accel ? "a" : "");
+    const int as_ptx = (flags & FG_COMPILE_AS_PTX) != 0;
+    snprintf(buf, 64, "--gpu-architecture=%s_%d%s", as_ptx ? "compute" : "sm", spec->arch, spec->arch_accel ? "a" : "");
     opts[n++] = buf;
     opts[n++] = "--std=c++17";
     opts[n++] = "--device-as-default-execution-space"; /* the templates' lambdas are device code */
-    opts[n++] = "--ptxas-options=-v"; /* the resource report lands in the log, for checks and dumps */
+    if (!as_ptx) opts[n++] = "--ptxas-options=-v"; /* the resource report lands in the log, for checks and dumps */
     pthread_once(&lineinfo_once, read_lineinfo);
     if (lineinfo_on) opts[n++] = "-lineinfo";
     return n;
 }
 
-void compile_cache_key(const fg_spec *spec, const char *src, size_t len, uint8_t key[32]) {
+void compile_cache_key(const fg_spec *spec, int flags, const char *src, size_t len, uint8_t key[32]) {
     const char *opts[FG_NVRTC_MAX_OPTS];
     char archbuf[64], arch[16];
-    int nopts = compile_options(spec, opts, archbuf);
+    int nopts = compile_options(spec, flags, opts, archbuf);
     spec_arch_format(spec->arch, spec->arch_accel, arch, sizeof arch);
     fg_cache_key_inputs in = {src, len, compile_nvrtc_version(), opts, nopts, arch, FG_VERSION_STRING};
     cache_key(&in, key);
@@ -90,7 +91,7 @@ void compile_result_free(fg_compile_result *r) {
         }                                                                                         \
     } while (0)
 
-fg_status compile_source(const fg_spec *spec, const char *src, size_t len, int keep_ptx, fg_compile_result *out,
+fg_status compile_source(const fg_spec *spec, const char *src, size_t len, int flags, fg_compile_result *out,
                          fg_error *err) {
     memset(out, 0, sizeof *out);
     out->registers = out->spill_stores = out->spill_loads = out->stack_frame = out->smem_static = -1;
@@ -98,7 +99,7 @@ fg_status compile_source(const fg_spec *spec, const char *src, size_t len, int k
     if (spec_format(spec, name, sizeof name) < 0) return fg_fail(err, FG_ERR_INTERNAL, "unformattable spec");
     const char *opts[FG_NVRTC_MAX_OPTS];
     char archbuf[64];
-    int nopts = compile_options(spec, opts, archbuf);
+    int nopts = compile_options(spec, flags, opts, archbuf);
     fg_status st = FG_OK;
     nvrtcProgram prog = NULL;
     struct timespec t0, t1;
@@ -117,11 +118,18 @@ fg_status compile_source(const fg_spec *spec, const char *src, size_t len, int k
                      "with the log: %.600s", name, nvrtcGetErrorString(crc), out->log);
         goto done;
     }
-    NV(nvrtcGetCUBINSize(prog, &out->cubin_size));
-    out->cubin = malloc(out->cubin_size ? out->cubin_size : 1);
-    if (!out->cubin) { st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory for a %zu-byte cubin", out->cubin_size); goto done; }
-    NV(nvrtcGetCUBIN(prog, (char *)out->cubin));
-    if (keep_ptx) {
+    if (flags & FG_COMPILE_AS_PTX) {
+        NV(nvrtcGetPTXSize(prog, &out->cubin_size)); /* the terminating NUL included: the driver needs it */
+        out->cubin = malloc(out->cubin_size ? out->cubin_size : 1);
+        if (!out->cubin) { st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory for %zu bytes of PTX", out->cubin_size); goto done; }
+        NV(nvrtcGetPTX(prog, (char *)out->cubin));
+    } else {
+        NV(nvrtcGetCUBINSize(prog, &out->cubin_size));
+        out->cubin = malloc(out->cubin_size ? out->cubin_size : 1);
+        if (!out->cubin) { st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory for a %zu-byte cubin", out->cubin_size); goto done; }
+        NV(nvrtcGetCUBIN(prog, (char *)out->cubin));
+    }
+    if (flags & FG_COMPILE_KEEP_PTX) {
         size_t ptx_size = 0;
         NV(nvrtcGetPTXSize(prog, &ptx_size));
         out->ptx = malloc(ptx_size + 1);
@@ -153,7 +161,7 @@ fg_status compile_spec(const fg_spec *spec, int keep_ptx, fg_compile_result *out
     memset(out, 0, sizeof *out);
     fg_status st = emit_source(spec, &src, &len, err);
     if (st != FG_OK) return st;
-    st = compile_source(spec, src, len, keep_ptx, out, err);
+    st = compile_source(spec, src, len, keep_ptx ? FG_COMPILE_KEEP_PTX : 0, out, err);
     free(src);
     return st;
 }

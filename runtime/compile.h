@@ -13,7 +13,7 @@ typedef struct fg_compile_result {
     uint8_t *cubin;      /* malloc'd cubin (caller frees with compile_result_free) */
     size_t cubin_size;   /* bytes */
     char *log;           /* NVRTC log including the ptxas -v resource report (malloc'd, may be "") */
-    char *ptx;           /* PTX text when requested (keep_ptx), else NULL */
+    char *ptx;           /* PTX text when requested (FG_COMPILE_KEEP_PTX), else NULL */
     double seconds;      /* wall time of nvrtcCompileProgram + getCUBIN */
     int registers;       /* from the ptxas report: registers per thread (-1 if not found) */
     int spill_stores;    /* bytes of spill stores (-1 if not found) */
@@ -22,18 +22,26 @@ typedef struct fg_compile_result {
     int smem_static;     /* bytes of static shared memory (-1 if not found) */
 } fg_compile_result;
 
-/* The NVRTC options for spec, in order (pointers to static strings or into buf), and their count. */
-int compile_options(const fg_spec *spec, const char **opts, char buf[64]);
+/* compile_source's flags. */
+#define FG_COMPILE_KEEP_PTX 1 /* also return the PTX (out->ptx) */
+#define FG_COMPILE_AS_PTX 2   /* return compute_XX PTX (NUL included) in place of the cubin, for the driver to
+                                 compile when it is loaded: how a context emulating an older arch
+                                 (FLASHGEN_EMULATE_ARCH) runs that arch's code on a newer GPU. No ptxas runs, so
+                                 the resource fields stay -1. */
+
+/* The NVRTC options for spec (flags: FG_COMPILE_AS_PTX changes them), in order (pointers to static
+ * strings or into buf), and their count. */
+int compile_options(const fg_spec *spec, int flags, const char **opts, char buf[64]);
 
 /* The disk-cache key of spec's compiled code: everything that determines the cubin (the emitted
  * source, NVRTC's version, the options, the target arch, flashgen's version), hashed by cache_key. */
-void compile_cache_key(const fg_spec *spec, const char *src, size_t len, uint8_t key[32]);
+void compile_cache_key(const fg_spec *spec, int flags, const char *src, size_t len, uint8_t key[32]);
 
 /* "13.0": the NVRTC library's version. */
 const char *compile_nvrtc_version(void);
 
-/* Compiles src for spec's arch. keep_ptx also returns the PTX. FG_ERR_COMPILE carries the NVRTC log. */
-fg_status compile_source(const fg_spec *spec, const char *src, size_t len, int keep_ptx,
+/* Compiles src for spec's arch (flags: FG_COMPILE_*). FG_ERR_COMPILE carries the NVRTC log. */
+fg_status compile_source(const fg_spec *spec, const char *src, size_t len, int flags,
                          fg_compile_result *out, fg_error *err);
 
 /* Convenience: emit + compile. */

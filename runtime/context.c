@@ -162,8 +162,31 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
         fg_fail(err, FG_ERR_CUDA, "could not query CUDA device %d (cuDeviceGet/cuDeviceGetAttribute failed)", opt.device);
         goto fail;
     }
-    ctx->arch = major * 10 + minor;
+    ctx->arch = ctx->device_arch = major * 10 + minor;
     ctx->smem_optin = (size_t)smem;
+    {
+        /* FLASHGEN_EMULATE_ARCH=80 (a test aid): run an older target's kernels on this GPU. Specs get that
+         * arch and its shared-memory limit; each kernel is compiled to its PTX, which the driver compiles for
+         * this device at load; the newer families (sm_90a, TMA loads, programmatic launch) stay off. An
+         * unusable value fails the context: a test run that meant to emulate must not silently run native. */
+        const char *em = getenv("FLASHGEN_EMULATE_ARCH");
+        if (em && *em) {
+            char *end;
+            errno = 0;
+            const long a = strtol(em, &end, 10);
+            if (errno || *end || a < 80 || a > ctx->device_arch || arch_smem_limit((int)a) == 0) {
+                fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                        "FLASHGEN_EMULATE_ARCH=%s: give a compute capability x 10 that flashgen targets, from 80 up "
+                        "to this device's %d (for example 80)", em, ctx->device_arch);
+                goto fail;
+            }
+            if (a != ctx->device_arch) {
+                ctx->arch = (int)a;
+                ctx->emulated = 1;
+                if (ctx->smem_optin > arch_smem_limit((int)a)) ctx->smem_optin = arch_smem_limit((int)a);
+            }
+        }
+    }
     {
         ctx->wgmma = ctx->arch == 90 && cu->cuTensorMapEncodeTiled != NULL && !env_is_zero("FLASHGEN_WGMMA");
         ctx->wgmma_fp8 = ctx->wgmma && !env_is_zero("FLASHGEN_WGMMA_FP8");
@@ -247,6 +270,9 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
     }
     rt_log(ctx, FG_LOG_INFO, "context on device %d: %s, sm_%d, %d SMs, %zu bytes shared memory per block",
            opt.device, ctx->device_name, ctx->arch, ctx->sm_count, ctx->smem_optin);
+    if (ctx->emulated)
+        rt_log(ctx, FG_LOG_WARN, "FLASHGEN_EMULATE_ARCH: running sm_%d's kernels on this sm_%d device (compiled from "
+               "their PTX by the driver); for testing that arch's code, not for speed", ctx->arch, ctx->device_arch);
     *out = ctx;
     return FG_OK;
 fail:

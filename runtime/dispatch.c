@@ -215,7 +215,8 @@ static fg_status get_kernel(fg_context *ctx, const fg_spec *s, int dry, origin *
     uint8_t key[32];
     char hex[65];
     if ((st = emit_source(s, &src, &len, err)) != FG_OK) return st;
-    compile_cache_key(s, src, len, key);
+    const int cflags = ctx->emulated ? FG_COMPILE_AS_PTX : 0;
+    compile_cache_key(s, cflags, src, len, key);
     sha256_hex(key, hex);
 
     /* disk cache */
@@ -232,8 +233,9 @@ static fg_status get_kernel(fg_context *ctx, const fg_spec *s, int dry, origin *
         }
         rt_log(ctx, FG_LOG_DEBUG, "disk cache miss for %s: %s", name, miss.msg);
     }
-    /* bundles, newest first */
-    for (int i = ctx->nbundles - 1; i >= 0; i--) {
+    /* bundles, newest first (not under FLASHGEN_EMULATE_ARCH: their cubins are the emulated arch's machine
+     * code, which this GPU cannot load) */
+    for (int i = ctx->emulated ? -1 : ctx->nbundles - 1; i >= 0; i--) {
         const fg_bundle_entry *e = bundle_find(&ctx->bundles[i], name);
         if (e) {
             *from = FROM_BUNDLE;
@@ -254,15 +256,19 @@ static fg_status get_kernel(fg_context *ctx, const fg_spec *s, int dry, origin *
     }
     rt_log(ctx, FG_LOG_INFO, "compiling %s with NVRTC ...", name);
     fg_compile_result r;
-    st = compile_source(s, src, len, ctx->dump, &r, err);
+    st = compile_source(s, src, len, cflags | (ctx->dump ? FG_COMPILE_KEEP_PTX : 0), &r, err);
     if (ctx->dump) dump_compile(ctx, hex, src, &r);
     free(src);
     if (st != FG_OK) {
         compile_result_free(&r);
         return st;
     }
-    rt_log(ctx, FG_LOG_INFO, "compiled %s in %.2f s (%d registers, %d bytes spilled)", name, r.seconds, r.registers,
-           r.spill_stores);
+    if (ctx->emulated)
+        rt_log(ctx, FG_LOG_INFO, "compiled %s to PTX in %.2f s (the driver compiles it for sm_%d at load)", name,
+               r.seconds, ctx->device_arch);
+    else
+        rt_log(ctx, FG_LOG_INFO, "compiled %s in %.2f s (%d registers, %d bytes spilled)", name, r.seconds,
+               r.registers, r.spill_stores);
     if (ctx->disk_ok) {
         fg_error werr;
         if (cache_put(&ctx->disk, key, name, r.cubin, r.cubin_size, &werr) != FG_OK)

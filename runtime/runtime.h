@@ -50,6 +50,10 @@ struct fg_context {
     int pdl;                     /* the backward's main and post kernels are launched early, each waiting in the
                                     kernel for the one before (programmatic dependent launch): a 9.0+ device, a
                                     driver with cuLaunchKernelEx, and FLASHGEN_PDL not 0 (launch_bwd) */
+    int emulated;                /* FLASHGEN_EMULATE_ARCH: `arch` is an older target than the device's (device_arch);
+                                    kernels are compiled to its PTX and the driver compiles that for the device, so
+                                    that arch's code paths run on this GPU (a test aid: timings are not that GPU's) */
+    int device_arch;             /* the device's own compute capability x 10 */
     int sm_count;                /* multiprocessors */
     int l2_bytes;                /* L2 cache size (0 when the driver does not say) */
     size_t smem_optin;           /* max dynamic shared memory per block (opt-in) */

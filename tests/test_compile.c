@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include "compile.h"
 #include "config.h"
+#include "emit.h"
 
 typedef struct job {
     fg_spec *specs;       /* the variants */
@@ -125,15 +126,48 @@ Test(compile, options_and_version) {
     fg_spec s = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 64};
     const char *opts[FG_NVRTC_MAX_OPTS];
     char buf[64];
-    int n = compile_options(&s, opts, buf);
+    int n = compile_options(&s, 0, opts, buf);
     cr_assert_gt(n, 0);
     cr_assert_str_eq(opts[0], "--gpu-architecture=sm_90a");
     s.arch_accel = 0; /* the mma.sync family on Hopper is built for sm_90 */
-    n = compile_options(&s, opts, buf);
+    n = compile_options(&s, 0, opts, buf);
     cr_assert_gt(n, 0);
     cr_assert_str_eq(opts[0], "--gpu-architecture=sm_90");
     const char *v = compile_nvrtc_version();
     cr_assert(strchr(v, '.') && strcmp(v, "unknown") != 0, "NVRTC version '%s'", v);
+}
+
+/* FG_COMPILE_AS_PTX (a context emulating sm_80 on a newer GPU): compute_80 PTX, NUL-terminated, for the
+ * driver to compile at load; another disk-cache key than the cubin's; the sm_80 source's own branches. */
+Test(compile, as_ptx_for_an_emulated_arch) {
+    fg_spec s = {.kind = FG_KIND_BWD, .arch = 80, .dtype = FG_DTYPE_F16, .head_dim = 64, .block_m = 64, .block_n = 64,
+                 .warps = 4, .stages = 2};
+    fg_error err;
+    cr_assert_eq(spec_validate(&s, &err), FG_OK, "%s", err.msg);
+    const char *opts[FG_NVRTC_MAX_OPTS];
+    char buf[64];
+    int n = compile_options(&s, FG_COMPILE_AS_PTX, opts, buf);
+    cr_assert_str_eq(opts[0], "--gpu-architecture=compute_80");
+    for (int i = 0; i < n; i++) cr_assert(strstr(opts[i], "ptxas") == NULL, "no ptxas runs for PTX: %s", opts[i]);
+    fg_compile_result r;
+    char *src = NULL;
+    size_t len = 0;
+    cr_assert_eq(emit_source(&s, &src, &len, &err), FG_OK, "%s", err.msg);
+    fg_status st = compile_source(&s, src, len, FG_COMPILE_AS_PTX, &r, &err);
+    cr_assert_eq(st, FG_OK, "%s", err.msg);
+    cr_assert_gt(r.cubin_size, 1000);
+    cr_assert_eq(r.cubin[r.cubin_size - 1], 0, "the PTX ends with its NUL");
+    cr_assert(strstr((const char *)r.cubin, ".target sm_80") != NULL, "PTX for sm_80");
+    cr_assert(strstr((const char *)r.cubin, "mma.sync.aligned") != NULL, "the mma.sync family's instructions");
+    cr_assert_eq(r.registers, -1, "no ptxas report");
+    uint8_t k_ptx[32], k_bin[32];
+    compile_cache_key(&s, FG_COMPILE_AS_PTX, src, len, k_ptx);
+    compile_cache_key(&s, 0, src, len, k_bin);
+    cr_assert(memcmp(k_ptx, k_bin, 32) != 0, "PTX and cubin must not share a disk-cache entry");
+    compile_cache_key(&s, FG_COMPILE_KEEP_PTX, src, len, k_ptx);
+    cr_assert(memcmp(k_ptx, k_bin, 32) == 0, "keeping the PTX changes no code");
+    compile_result_free(&r);
+    free(src);
 }
 
 /* The backward at every head dim it takes (multiples of 16 up to 128, of 32 up to 256) with the policy's
