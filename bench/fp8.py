@@ -182,9 +182,12 @@ def speed(fg, torch, bench, head_dims, seqlens, lse=False):
                 if CUDNN_FP8[0]:
                     try:
                         op = CudnnFp8(torch, q8, k8, v8, qs, ks, vs, causal)
-                        cerr = (op()[:1, :, :2].float() - ref).abs().max().item()
+                        # The same sanity bound plus e4m3's rounding of O (half a unit: 2^-4 of |O|), since
+                        # cuDNN writes O in e4m3 on Hopper: causal rows over a few keys have |O| near 2-3.
+                        cdev = (op()[:1, :, :2].float() - ref).abs() - 0.0625 * ref.abs()
+                        cerr = cdev.max().item()
                         res["cudnn_e4m3_max_err"] = cerr
-                        if cerr < 0.1:  # the same sanity bound (its O is e4m3: 2^-4 of |O| more)
+                        if cerr < 0.1:
                             fns["cudnn_e4m3"] = op
                         else:
                             res["cudnn_e4m3"] = None

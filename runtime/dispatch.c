@@ -264,7 +264,7 @@ static fg_status get_kernel(fg_context *ctx, const fg_spec *s, int dry, origin *
         return st;
     }
     if (ctx->emulated)
-        rt_log(ctx, FG_LOG_INFO, "compiled %s to PTX in %.2f s (the driver compiles it for sm_%d at load)", name,
+        rt_log(ctx, FG_LOG_INFO, "compiled %s in %.2f s (to PTX: the driver compiles it for sm_%d at load)", name,
                r.seconds, ctx->device_arch);
     else
         rt_log(ctx, FG_LOG_INFO, "compiled %s in %.2f s (%d registers, %d bytes spilled)", name, r.seconds,
