@@ -976,7 +976,7 @@ static int tune_sweep(const char *space_path, const tune_opts *o) {
         }
     }
     /* Backward candidates take their loads as dispatch will give them these tiles (TMA on sm_90 at head_dim
-     * 64/128 where the tile allows: rt_bwd_tma), so what is timed is what a tuned call runs. */
+     * 64-256 in 64s where the tile allows: rt_bwd_tma), so what is timed is what a tuned call runs. */
     for (int i = 0; i < space.count; i++)
         for (int c = 0; c < space.problems[i].ncands && space.problems[i].cls.kind == FG_KIND_BWD; c++) {
             fg_tune_candidate *cand = &space.problems[i].cands[c];

@@ -191,7 +191,7 @@ static int cfg_call_line(lua_State *L) {
  * kind, dtype and head_dim are required, and arch unless an arch override is set; causal defaults to
  * false and tile fields to unset; out (the output dtype of fp8 variants) defaults to bf16 and is ignored
  * by 16-bit variants, which write O in their own dtype; deterministic and tma (kind "bwd" only: the
- * mma.sync kernel's TMA loads, which dispatch takes on sm_90 at head_dim 64/128) default to false. The
+ * mma.sync kernel's TMA loads, which dispatch takes on sm_90 at head_dim 64 to 256 in 64s) default to false. The
  * product varies the last field fastest, in the order kind, arch, dtype, head_dim, causal, block_m,
  * block_n, warps, stages, out, deterministic, tma. */
 static int cfg_variants(lua_State *L) {

@@ -116,11 +116,11 @@ RULE(bwd_wgmma, spec_is_wgmma_bwd(s) && ((s->head_dim != 64 && s->head_dim != 12
      "deterministic=0 (got head_dim %d, %d x %d, warps %d, stages %d, causal=%d, deterministic=%d); arch sm_90 "
      "(mma.sync) takes the others", s->head_dim, s->block_m, s->block_n, s->warps, s->stages, s->causal != 0,
      s->deterministic)
-RULE(bwd_tma, s->tma && (!is_bwd(s) || s->arch_accel || s->arch < 90 || (s->head_dim != 64 && s->head_dim != 128) ||
+RULE(bwd_tma, s->tma && (!is_bwd(s) || s->arch_accel || s->arch < 90 || s->head_dim % 64 != 0 ||
                          s->block_m % 64 != 0 || s->stages != 2),
      FG_ERR_UNSUPPORTED,
      "tma=1 (the mma.sync backward's loads by TMA) takes kind=bwd on arch sm_90 or newer (not sm_90a) at head_dim "
-     "64 or 128 with block_m a multiple of 64 and stages 2 (got kind=%s, arch sm_%d%s, head_dim %d, block_m %d, "
+     "64, 128, 192 or 256 with block_m a multiple of 64 and stages 2 (got kind=%s, arch sm_%d%s, head_dim %d, block_m %d, "
      "stages %d)", is_bwd(s) ? "bwd" : "fwd", s->arch, s->arch_accel ? "a" : "", s->head_dim, s->block_m, s->stages)
 RULE(bwd_dtype, is_bwd(s) && s->dtype != FG_DTYPE_F16 && s->dtype != FG_DTYPE_BF16, FG_ERR_UNSUPPORTED,
      "dtype %s has no backward kernel: kind=bwd takes fp16 or bf16", spec_dtype_name(s->dtype))

@@ -835,7 +835,7 @@ int rt_bwd_tma(const fg_context *ctx, const fg_spec *s) {
     fg_spec t = *s;
     t.tma = 1;
     fg_error quiet;
-    /* validate.c's bwd_tma rule says which tiles take TMA loads (sm_90+, not sm_90a, head_dim 64/128, block_m a
+    /* validate.c's bwd_tma rule says which tiles take TMA loads (sm_90+, not sm_90a, head_dim a multiple of 64, block_m a
      * multiple of 64, two stages); the device, whether its 1 KiB of alignment slack still fits */
     return check_runnable(ctx, &t, &quiet) == FG_OK;
 }

@@ -105,7 +105,7 @@ fg_status rt_fwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_fwd_ar
 fg_status rt_fwd_spec(fg_context *ctx, const fg_fwd_args *a, fg_spec *s, fg_error *err);
 /* Whether the mma.sync backward variant s (tiles set, tma 0) takes its loads by TMA on this context when the
  * call's tensors allow them (dispatch.c's choose_bwd_spec; the tuner gives its candidates the same): sm_90+
- * with FLASHGEN_BWD_TMA not 0 (on by default on sm_90 only), head_dim 64 or 128, block_m a multiple of 64, two
+ * with FLASHGEN_BWD_TMA not 0 (on by default on sm_90 only), head_dim 64, 128, 192 or 256, block_m a multiple of 64, two
  * stages, and the alignment slack fitting the device. */
 int rt_bwd_tma(const fg_context *ctx, const fg_spec *s);
 /* The backward with the variant given (the GPU tests' entry for tiles the policy does not choose): the call

@@ -478,8 +478,8 @@ __device__ __forceinline__ void fg_bwd_dkdv_out(const fg_bwd_params &p, int batc
 }
 
 #if !FG_WGMMA_BWD // the sm_90a backward's main kernel is bwd_sm90.cuh's
-static_assert(!FG_BWD_TMA || (FG_DQ_STAGED && FG_HEAD_DIM % 64 == 0 && FG_BLOCK_M % 64 == 0 && FG_STAGES == 2),
-              "tma=1: 64-column, 64-row boxes, two stages; sm_90+");
+static_assert(!FG_BWD_TMA || (FG_DQ_FRAG && FG_HEAD_DIM % 64 == 0 && FG_BLOCK_M % 64 == 0 && FG_STAGES == 2),
+              "tma=1: 64-column, 64-row boxes, two stages; sm_90+ (dQ staged, or by vector reductions above d 128)");
 static_assert(FG_STAGES == 1 || FG_STAGES == 2, "one or two stages of query blocks");
 extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)
 #if FG_BWD_TMA
@@ -531,7 +531,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     // columns x 64 rows or FG_BLOCK_N keys, rows past the tensor zeros; the LSE and D rows by 1-d bulk
     // copies, whole blocks in the padded workspace), completing on mbarriers, into the same swizzled tiles
     // the cp.async loaders fill. No loader state in registers, no copies issued by the other 255 threads.
-    const u32 s_bar = s_dq + FG_BLOCK_M * FG_HEAD_DIM * 4; // full[2], K/V
+    const u32 s_bar = s_dq + (FG_DQ_STAGED ? FG_BLOCK_M * FG_HEAD_DIM * 4 : 0); // full[2], K/V
     auto bar_full = [&](int st) { return s_bar + 8u * (u32)st; };
     const u32 bar_kv = s_bar + 16u;
     if (tid == 0) {

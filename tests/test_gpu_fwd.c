@@ -1746,14 +1746,16 @@ static void bwd_check_case(gpu_env *env, const fwd_case *c, int deterministic, i
     bwd_free(env, &r);
 }
 
-/* The shape set's head dims 64 and 128: the Hopper kernels' (shapes_sm90a, shapes_mma_tma). */
-static struct criterion_test_params bwd_cases_64_128(void) {
+/* The shape set's head dims 64 and 128 (the sm_90a kernel's: shapes_sm90a), or every multiple of 64 (the
+ * mma.sync kernel's TMA loads: shapes_mma_tma). */
+static struct criterion_test_params bwd_cases_of(int all64) {
     bwd_fill();
-    static fwd_case cases[32];
+    static fwd_case cases[2][32];
     int n = 0;
     for (int i = 0; i < bwd_ncases; i++)
-        if (bwd_cases[i].d == 64 || bwd_cases[i].d == 128) cases[n++] = bwd_cases[i];
-    return cr_make_param_array(fwd_case, cases, (size_t)n);
+        if (bwd_cases[i].d == 64 || bwd_cases[i].d == 128 || (all64 && bwd_cases[i].d % 64 == 0))
+            cases[all64][n++] = bwd_cases[i];
+    return cr_make_param_array(fwd_case, cases[all64], (size_t)n);
 }
 
 ParameterizedTestParameters(bwd, shapes) {
@@ -1805,9 +1807,9 @@ ParameterizedTest(fwd_case *c, bwd, tiles, .timeout = 600) {
 }
 
 /* The mma.sync backward's tma=1 variants (K, V, Q, dO by TMA: the default on sm_90+) on the shape set's head
- * dims 64 and 128, both modes; skipped before sm_90. */
+ * dims that are multiples of 64 (64, 128, 192, 256), both modes; skipped before sm_90. */
 ParameterizedTestParameters(bwd, shapes_mma_tma) {
-    return bwd_cases_64_128();
+    return bwd_cases_of(1);
 }
 ParameterizedTest(fwd_case *c, bwd, shapes_mma_tma, .timeout = 600) {
     setenv("FLASHGEN_WGMMA_BWD", "0", 1);
@@ -1838,7 +1840,7 @@ ParameterizedTest(fwd_case *c, bwd, shapes_mma_tma, .timeout = 600) {
  * deterministic mode (which it does not take): what a Hopper GPU runs by default (bwd::shapes runs the
  * mma.sync kernel there, with FLASHGEN_WGMMA_BWD=0); skipped on other GPUs. */
 ParameterizedTestParameters(bwd, shapes_sm90a) {
-    return bwd_cases_64_128();
+    return bwd_cases_of(0);
 }
 ParameterizedTest(fwd_case *c, bwd, shapes_sm90a, .timeout = 600) {
     setenv("FLASHGEN_WGMMA_BWD", "1", 1); /* read by the context gpu_open creates */

@@ -792,7 +792,7 @@ Test(spec, backward_name_policy_and_rules) {
     back.deterministic = 0;
     cr_assert_not(spec_equal(&s, &back), "the mode is part of the variant");
     /* tma=1 (the mma.sync kernel's TMA loads): named only when set, between stages and warps; part of the
-     * variant; a bwd key only; sm_90+ mma.sync, head_dim 64 or 128, block_m a multiple of 64 */
+     * variant; a bwd key only; sm_90+ mma.sync, head_dim a multiple of 64 (64 to 256), block_m a multiple of 64 */
     fg_spec tm = bwd_base();
     tm.block_m = 64, tm.block_n = 128, tm.warps = 8, tm.tma = 1;
     cr_assert_gt(spec_format(&tm, name, sizeof name), 0);
@@ -813,6 +813,20 @@ Test(spec, backward_name_policy_and_rules) {
     tm.arch = 90, tm.block_m = 32, tm.warps = 4, tm.block_n = 64;
     cr_assert_eq(spec_validate(&tm, &e), FG_ERR_UNSUPPORTED);
     cr_assert(strstr(e.msg, "block_m a multiple of 64"), "%s", e.msg);
+    /* d 192 and 256 (since session 21): TMA loads into the same tiles; their dQ goes by vector reductions from
+     * the registers, with no staging, so only the alignment slack and the three mbarriers are added */
+    fg_spec big = {.kind = FG_KIND_BWD, .arch = 90, .dtype = FG_DTYPE_BF16, .head_dim = 256, .block_m = 64,
+                   .block_n = 64, .warps = 8, .stages = 2, .tma = 1};
+    cr_assert_eq(spec_validate(&big, &e), FG_OK, "%s", e.msg);
+    cr_assert_not(spec_bwd_dq_staged(&big));
+    fg_spec big0 = big;
+    big0.tma = 0;
+    cr_assert_eq(spec_smem_bytes(&big) - spec_smem_bytes(&big0), (size_t)(1024 + 24));
+    big.head_dim = 192;
+    cr_assert_eq(spec_validate(&big, &e), FG_OK, "%s", e.msg);
+    big.head_dim = 160;
+    cr_assert_eq(spec_validate(&big, &e), FG_ERR_UNSUPPORTED);
+    cr_assert(strstr(e.msg, "64, 128, 192 or 256"), "%s", e.msg);
     fg_tile_policy pol;
     cr_assert_eq(tile_policy_init_default(&pol, &e), FG_OK);
     for (int d = 16; d <= 128; d += 16)
