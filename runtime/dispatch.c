@@ -195,6 +195,13 @@ static void dump_compile(fg_context *ctx, const char *hex, const char *src, cons
     rt_log(ctx, FG_LOG_INFO, "FLASHGEN_DUMP: wrote %s/%s.{cu,ptx,log}", ctx->dump_dir, hex);
 }
 
+/* fg_explain's note on the arch under FLASHGEN_EMULATE_ARCH ("", or ", emulated on sm_90: code from PTX"). */
+static const char *emulated_note(const fg_context *ctx, char buf[64]) {
+    if (!ctx->emulated) return "";
+    snprintf(buf, 64, ", emulated on sm_%d: code from PTX", ctx->device_arch);
+    return buf;
+}
+
 /* Where a variant's code would come from, without loading it (for fg_explain). */
 typedef enum { FROM_MEMORY, FROM_DISK, FROM_BUNDLE, FROM_JIT } origin;
 
@@ -754,10 +761,11 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
     char order[96] = "";
     if (s.causal)
         snprintf(order, sizeof order, ", causal order: longest first across %d (head, batch) pairs", group);
+    char emu[64];
     int len = snprintf(buf, n,
              "variant %s\n  kernel: forward, %s, %d threads, %zu bytes shared memory, "
              "grid (%u, %u, %u)%s%s\n"
-             "  tiles: %s\n  code: %s\n  device: %s (sm_%d, %d SMs)\n  disk cache: %s\n  tuning database: %s",
+             "  tiles: %s\n  code: %s\n  device: %s (sm_%d%s, %d SMs)\n  disk cache: %s\n  tuning database: %s",
              name, path, spec_threads(&s), spec_smem_bytes(&s),
              grid[0], grid[1], grid[2],
              !spec_is_wgmma(&s)          ? ""
@@ -765,7 +773,7 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
              : mode == FG_GRID_DYNAMIC   ? " (persistent: tiles from the stream's counter, causal ones longest first; one CTA per tile under graph capture, on the per-thread default stream or past " FG_STR(FG_TILE_CTRS) " streams)"
                                          : " (one CTA per tile)",
              order,
-             why, where, ctx->device_name, ctx->arch, ctx->sm_count,
+             why, where, ctx->device_name, ctx->arch, emulated_note(ctx, emu), ctx->sm_count,
              ctx->disk_ok ? ctx->disk.dir : ctx->disk_problem, ctx->tunedb_note);
     return explain_fits(ctx, "fg_explain", n, len);
 }
@@ -974,11 +982,12 @@ fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *a, char *buf, size_
     const char *path = spec_is_wgmma_bwd(&s) ? "sm_90a path (wgmma, two warpgroups of 64 keys)"
                        : s.tma             ? "mma.sync path (sm_80+), loads by TMA"
                                            : "mma.sync path (sm_80+)";
+    char emu[64];
     int len = snprintf(buf, n,
                        "variant %s\n  kernel: backward main kernel, %s, %d threads, %zu bytes shared memory, "
                        "grid (%lld, %lld, %lld)%s%s\n"
                        "  tiles: %s\n"
-                       "  workspace: %zu bytes\n  code: %s\n  device: %s (sm_%d, %d SMs)\n  disk cache: %s",
+                       "  workspace: %zu bytes\n  code: %s\n  device: %s (sm_%d%s, %d SMs)\n  disk cache: %s",
                        name, path, spec_threads(&s), spec_smem_bytes(&s), bwd_key_blocks(&s, a->k.shape[1]) * group,
                        (long long)a->q.shape[2] / group, (long long)a->q.shape[0],
                        group > 1 ? ", causal key blocks of heads in groups (longest first across a group)" : "",
@@ -989,7 +998,8 @@ fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *a, char *buf, size_
                                                         "covers seqlen_q with fewer padding rows, 80 within 4%)"
                                                       : "the sm_90a backward's one tile")
                                                : "the tile policy", L.total, where,
-                       ctx->device_name, ctx->arch, ctx->sm_count, ctx->disk_ok ? ctx->disk.dir : ctx->disk_problem);
+                       ctx->device_name, ctx->arch, emulated_note(ctx, emu), ctx->sm_count,
+                       ctx->disk_ok ? ctx->disk.dir : ctx->disk_problem);
     return explain_fits(ctx, "fg_explain_bwd", n, len);
 }
 
