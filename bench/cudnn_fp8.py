@@ -11,7 +11,9 @@ Inputs are [batch, seqlen, heads, head_dim] e4m3 tensors with per-tensor descale
 layout flashgen and bench/fp8.py use; cuDNN sees [b, h, s, d] views of the same memory. On Hopper cuDNN's
 FP8 forward writes O in FP8 too: O is written as O * scale_o in e4m3; scale_o = 1 here (O stays within V's
 range, below e4m3's 448). P is quantized as P * scale_s with scale_s = 256 (P <= 1; a power of two, so the
-descale 1/256 is exact).
+descale 1/256 is exact). Not quite like for like with flashgen's e4m3 rows in bench/fp8.py: cuDNN writes O in
+e4m3 (half the bytes of flashgen's bf16 O) and computes two amax values, and it reads V row-major where
+flashgen is given V already key-major.
 """
 import math
 
@@ -75,3 +77,10 @@ class CudnnFp8:
 
     def o_float(self):
         return self.out.float()  # scale_o = 1
+
+    def __del__(self):
+        try:
+            import cudnn
+            cudnn.destroy_handle(self.handle)
+        except Exception:  # noqa: BLE001 -- at interpreter exit the module may be gone already
+            pass

@@ -1731,6 +1731,14 @@ int cmd_tune(int argc, char **argv) {
         return tune_show(optind < argc ? argv[optind] : db, devs[0], csv);
     }
     if (optind >= argc) return usage_error("tune", "a SPACE file is required (for example configs/tune_fwd.lua)");
+    const char *emu = getenv("FLASHGEN_EMULATE_ARCH");
+    if (emu && *emu) {
+        /* A sweep times and records this GPU's own code; the emulated arch's PTX, compiled by the driver, is
+         * neither what this GPU runs by default nor what the emulated GPU would. */
+        fprintf(stderr, "flashgen tune: FLASHGEN_EMULATE_ARCH=%s is set: a sweep measures this GPU's own kernels, "
+                        "so unset it to tune (the variable is for testing another arch's code)\n", emu);
+        return EXIT_FAIL;
+    }
     if (optind + 1 < argc) return usage_error("tune", "one SPACE file is expected, got also '%s'", argv[optind + 1]);
     if (db && check_output_dir("tune", db)) return EXIT_FAIL;
     if (nshards && (all || ndev != 1)) return usage_error("tune", "--shard is for one worker of a sweep: one --device");

@@ -10,11 +10,11 @@
 #define FG_NVRTC_MAX_OPTS 16
 
 typedef struct fg_compile_result {
-    uint8_t *cubin;      /* malloc'd cubin (caller frees with compile_result_free) */
-    size_t cubin_size;   /* bytes */
+    uint8_t *cubin;      /* malloc'd cubin, or PTX text with FG_COMPILE_AS_PTX (caller frees with compile_result_free) */
+    size_t cubin_size;   /* bytes (PTX: its terminating NUL included) */
     char *log;           /* NVRTC log including the ptxas -v resource report (malloc'd, may be "") */
     char *ptx;           /* PTX text when requested (FG_COMPILE_KEEP_PTX), else NULL */
-    double seconds;      /* wall time of nvrtcCompileProgram + getCUBIN */
+    double seconds;      /* wall time of nvrtcCompileProgram + getting the cubin (or PTX) */
     int registers;       /* from the ptxas report: registers per thread (-1 if not found) */
     int spill_stores;    /* bytes of spill stores (-1 if not found) */
     int spill_loads;     /* bytes of spill loads (-1 if not found) */

@@ -188,7 +188,10 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
         }
     }
     {
-        ctx->wgmma = ctx->arch == 90 && cu->cuTensorMapEncodeTiled != NULL && !env_is_zero("FLASHGEN_WGMMA");
+        /* An emulating context takes none of the newer families: sm_90a code is arch-specific (its PTX compiles
+         * for sm_90 only), and TMA loads and early launch are not what the emulated target would run. */
+        ctx->wgmma = !ctx->emulated && ctx->arch == 90 && cu->cuTensorMapEncodeTiled != NULL &&
+                     !env_is_zero("FLASHGEN_WGMMA");
         ctx->wgmma_fp8 = ctx->wgmma && !env_is_zero("FLASHGEN_WGMMA_FP8");
         /* Gone in session 15 (the sm_90a FP8 kernel is accurate at every head_dim since): said, not ignored
          * silently, to a caller who set it for the speed it gave */
@@ -202,12 +205,12 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
             rt_log(ctx, FG_LOG_WARN, "FLASHGEN_SM90_GRID=%s is not auto, tiles, persistent or dynamic: using auto", g);
         ctx->wgmma_bwd = ctx->wgmma && !env_is_zero("FLASHGEN_WGMMA_BWD");
         ctx->det_rotate = !env_is_zero("FLASHGEN_DET_ROTATE");
-        ctx->pdl = ctx->arch >= 90 && cu->cuLaunchKernelEx != NULL && !env_is_zero("FLASHGEN_PDL");
+        ctx->pdl = !ctx->emulated && ctx->arch >= 90 && cu->cuLaunchKernelEx != NULL && !env_is_zero("FLASHGEN_PDL");
         /* On by default on sm_90 since session 10 measured it on the H200: 1.125x the cp.async loads (bf16,
          * d 64/128); d 192/256 since session 21: 1.060x at d 256 (both dtypes and masks, 48 pairs). Newer
          * archs take it with FLASHGEN_BWD_TMA=1 until it has run on one. */
         const char *bt = getenv("FLASHGEN_BWD_TMA");
-        ctx->bwd_tma = ctx->arch >= 90 && cu->cuTensorMapEncodeTiled != NULL &&
+        ctx->bwd_tma = !ctx->emulated && ctx->arch >= 90 && cu->cuTensorMapEncodeTiled != NULL &&
                        (ctx->arch == 90 ? !env_is_zero("FLASHGEN_BWD_TMA") : bt != NULL && strcmp(bt, "1") == 0);
         const char *cg = getenv("FLASHGEN_CAUSAL_GROUP");
         if (cg && *cg && strcmp(cg, "auto") != 0) {
@@ -316,6 +319,10 @@ static fg_status add_bundle(fg_context *ctx, fg_bundle *b, const char *what, fg_
     ctx->bundles[ctx->nbundles++] = *b;
     pthread_mutex_unlock(&ctx->lock);
     rt_log(ctx, FG_LOG_INFO, "loaded bundle %s: %zu kernels", what, b->count);
+    if (ctx->emulated)
+        rt_log(ctx, FG_LOG_WARN, "bundle %s: this context emulates sm_%d (FLASHGEN_EMULATE_ARCH), whose calls read no "
+               "bundle (their machine code is not this sm_%d device's); its kernels compile from PTX instead", what,
+               ctx->arch, ctx->device_arch);
     return FG_OK;
 }
 

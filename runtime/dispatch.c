@@ -168,7 +168,11 @@ static fg_status load_cubin(fg_context *ctx, const fg_spec *s, const char *name,
     if (rc != CUDA_SUCCESS) {
         if (k.module) cu->cuModuleUnload(k.module);
         cu->cuCtxPopCurrent(&popped);
-        return cuda_api_fail(err, rc, "loading the cubin of a variant (cuModuleLoadData/GetFunction/FuncSetAttribute)",
+        return cuda_api_fail(err, rc,
+                             ctx->emulated ? "loading a variant's PTX under FLASHGEN_EMULATE_ARCH (the driver compiles it; "
+                                             "a driver older than NVRTC's PTX cannot: cuModuleLoadData/GetFunction/"
+                                             "FuncSetAttribute)"
+                                           : "loading the cubin of a variant (cuModuleLoadData/GetFunction/FuncSetAttribute)",
                              __FILE__, __LINE__);
     }
     cu->cuCtxPopCurrent(&popped);

@@ -863,6 +863,22 @@ static int dir_has_prefix(const char *dir, const char *prefix) {
     return found;
 }
 
+/* FLASHGEN_EMULATE_ARCH (another arch's code, for tests) and a sweep do not mix: refused before any GPU is
+ * looked for, with a sentence naming the variable, and nothing written. */
+Test(cli, tune_refuses_an_emulated_arch) {
+    char space[200];
+    snprintf(space, sizeof space, "%s/tiny.lua", g_dir);
+    write_text(space, tiny_space);
+    setenv("FLASHGEN_EMULATE_ARCH", "80", 1);
+    run_result r = RUN("tune", space, "--iters", "2");
+    unsetenv("FLASHGEN_EMULATE_ARCH");
+    EXPECT_STATUS(r, 1);
+    cr_expect_eq(strncmp(r.err, "flashgen tune: FLASHGEN_EMULATE_ARCH=80 is set", 46), 0, "%s", r.err);
+    cr_expect_str_empty(r.out);
+    cr_expect_eq(dir_has_prefix(g_cache, "tune-"), 0, "no database may be written");
+    run_free(&r);
+}
+
 Test(cli, tune_without_a_gpu_says_so) {
     fg_error err;
     if (cuda_api_get(&err) != NULL) SKIP("a CUDA driver is present: see tune_tiny_sweep_on_gpu");

@@ -1530,50 +1530,6 @@ Test(runtime, a_jit_compile_is_logged_with_its_variant_and_time, .timeout = 300)
     gpu_close(&env);
 }
 
-/* FLASHGEN_EMULATE_ARCH (read at context creation): a value flashgen cannot emulate fails the context with a
- * sentence naming the variable; 80 on a newer GPU gives sm_80 variants, compiled to PTX, said by fg_explain
- * and the log, whose results are checked like any other; the context the test opened is unaffected. */
-Test(runtime, emulate_arch_runs_an_older_targets_code, .timeout = 300) {
-    const char *was = getenv("FLASHGEN_EMULATE_ARCH");
-    char saved[32] = "";
-    if (was) snprintf(saved, sizeof saved, "%s", was);
-    unsetenv("FLASHGEN_EMULATE_ARCH");
-    gpu_env env;
-    gpu_open(&env);
-    const int cc = gpu_cc(&env);
-    fg_context_options opt;
-    fg_context_options_init(&opt);
-    opt.disable_disk_cache = 1;
-    static const char *bad[] = {"79", "70", "abc", "80x", "999", "84"};
-    for (size_t i = 0; i < NELEM(bad); i++) {
-        setenv("FLASHGEN_EMULATE_ARCH", bad[i], 1);
-        fg_context *ctx = NULL;
-        cr_assert_eq(fg_context_create(&ctx, &opt), FG_ERR_INVALID_ARGUMENT, "FLASHGEN_EMULATE_ARCH=%s", bad[i]);
-        cr_assert_null(ctx);
-        cr_assert(strstr(fg_last_error(NULL), "FLASHGEN_EMULATE_ARCH") && strstr(fg_last_error(NULL), bad[i]),
-                  "the error names the variable and its value: %s", fg_last_error(NULL));
-    }
-    setenv("FLASHGEN_EMULATE_ARCH", "80", 1);
-    fwd_run r;
-    fwd_case c = mk(FG_DTYPE_F16, 1, 150, 333, 2, 1, 128, 1);
-    run_setup(&env, &r, &c);
-    log_sink sink;
-    memset(&sink, 0, sizeof sink);
-    fg_context *ctx = extra_context(NULL, 0, collect, &sink);
-    char name[FG_SPEC_NAME_MAX], text[2048];
-    explained_variant(ctx, &r.args, name, sizeof name, text, sizeof text);
-    cr_assert(strncmp(name, "arch=sm_80,", 11) == 0, "an sm_80 variant: %s", text);
-    cr_assert((cc > 80) == (strstr(text, "emulated on sm_") != NULL), "fg_explain says whether it emulates: %s", text);
-    launch_and_verify_with(&env, ctx, &r);
-    if (cc > 80)
-        cr_assert(strstr(sink.text, "(to PTX: the driver compiles it for sm_") != NULL, "the log says PTX: %s", sink.text);
-    fg_context_destroy(ctx);
-    run_free(&env, &r);
-    if (was) setenv("FLASHGEN_EMULATE_ARCH", saved, 1);
-    else unsetenv("FLASHGEN_EMULATE_ARCH");
-    gpu_close(&env);
-}
-
 /* Empty tensors may come with NULL pointers (PyTorch's empty tensors do): sk = 0 with NULL K/V still
  * writes O = 0 and LSE = -inf, and sq = 0 with NULL Q/O launches nothing and succeeds. */
 Test(fwd, empty_tensors_with_null_pointers, .timeout = 300) {
@@ -2070,5 +2026,67 @@ Test(bwd, bad_arguments_are_refused, .timeout = 300) {
     cr_assert_eq(rt_bwd_with_spec(env.ctx, &s, &a, (void *)env.stream, &e), FG_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(e.msg, "workspace_size"), "%s", e.msg);
     bwd_free(&env, &r);
+    gpu_close(&env);
+}
+
+/* FLASHGEN_EMULATE_ARCH (read at context creation): a value flashgen cannot emulate fails the context with a
+ * sentence naming the variable; 80 on a newer GPU gives sm_80 variants, compiled to PTX, said by fg_explain
+ * (forward and backward) and the log, whose results are checked like any other; the PTX goes through the disk
+ * cache (a second emulating context loads it from there and checks again; test_compile checks that its key
+ * differs from the cubin's); the context the test opened is unaffected. */
+Test(runtime, emulate_arch_runs_an_older_targets_code, .timeout = 300) {
+    const char *was = getenv("FLASHGEN_EMULATE_ARCH");
+    char saved[32] = "";
+    if (was) snprintf(saved, sizeof saved, "%s", was);
+    unsetenv("FLASHGEN_EMULATE_ARCH");
+    gpu_env env;
+    gpu_open(&env);
+    const int cc = gpu_cc(&env);
+    fg_context_options opt;
+    fg_context_options_init(&opt);
+    opt.disable_disk_cache = 1;
+    static const char *bad[] = {"79", "70", "abc", "80x", "999", "84"};
+    for (size_t i = 0; i < NELEM(bad); i++) {
+        setenv("FLASHGEN_EMULATE_ARCH", bad[i], 1);
+        fg_context *ctx = NULL;
+        cr_assert_eq(fg_context_create(&ctx, &opt), FG_ERR_INVALID_ARGUMENT, "FLASHGEN_EMULATE_ARCH=%s", bad[i]);
+        cr_assert_null(ctx);
+        cr_assert(strstr(fg_last_error(NULL), "FLASHGEN_EMULATE_ARCH") && strstr(fg_last_error(NULL), bad[i]),
+                  "the error names the variable and its value: %s", fg_last_error(NULL));
+    }
+    char dir[64];
+    cr_assert_eq(make_temp_dir(dir, sizeof dir), 0, "mkdtemp failed");
+    setenv("FLASHGEN_EMULATE_ARCH", "80", 1);
+    fwd_run r;
+    fwd_case c = mk(FG_DTYPE_F16, 1, 150, 333, 2, 1, 128, 1);
+    run_setup(&env, &r, &c);
+    char name[FG_SPEC_NAME_MAX], text[2048];
+    for (int pass = 0; pass < 2; pass++) { /* JIT to PTX, then the disk cache */
+        log_sink sink;
+        memset(&sink, 0, sizeof sink);
+        fg_context *ctx = extra_context(dir, 0, collect, &sink);
+        explained_variant(ctx, &r.args, name, sizeof name, text, sizeof text);
+        cr_assert(strncmp(name, "arch=sm_80,", 11) == 0, "an sm_80 variant: %s", text);
+        cr_assert((cc > 80) == (strstr(text, "emulated on sm_") != NULL), "fg_explain says whether it emulates: %s", text);
+        cr_assert(strstr(text, pass ? "code: disk cache" : "code: not compiled yet") != NULL, "pass %d: %s", pass, text);
+        launch_and_verify_with(&env, ctx, &r);
+        if (cc > 80 && pass == 0)
+            cr_assert(strstr(sink.text, "(to PTX: the driver compiles it for sm_") != NULL, "the log says PTX: %s", sink.text);
+        if (pass == 1) { /* the backward is said the same way */
+            bwd_run b;
+            fwd_case bc = mk(FG_DTYPE_BF16, 1, 100, 130, 2, 2, 64, 0);
+            bwd_setup(&env, &b, &bc, 0);
+            char bt[2048];
+            cr_assert_eq(fg_explain_bwd(ctx, &b.args, bt, sizeof bt), FG_OK, "%s", fg_last_error(ctx));
+            cr_assert(strncmp(bt, "variant arch=sm_80,", 19) == 0 && strstr(bt, ",tma=1,") == NULL, "%s", bt);
+            cr_assert((cc > 80) == (strstr(bt, "emulated on sm_") != NULL), "%s", bt);
+            bwd_free(&env, &b);
+        }
+        fg_context_destroy(ctx);
+    }
+    unsetenv("FLASHGEN_EMULATE_ARCH");
+    run_free(&env, &r);
+    remove_tree(dir);
+    if (was) setenv("FLASHGEN_EMULATE_ARCH", saved, 1);
     gpu_close(&env);
 }

@@ -125,8 +125,9 @@ struct fg_tile_loader {
     // tile is recomputed from its index at each tile (fg_tid_now) rather than kept, three registers
     // fewer across the key loop. On NVRTC 13.0 (sm_90) that took the forward tiles whose two m16 tiles a
     // warp fill the accumulator budget (d 128 128 x 48 and 256 x 48) from 12-28 bytes of spills to none
-    // and the backward at d 256 from 40 to 24, but made tiles running key sub-blocks and some others spill
-    // more (d 256 128 x 80 8 warps: 0 -> 56), so it is where it helps only. The kernels launch 1-d blocks
+    // and the backward at d 256 from 40 to 24 (causal; without a mask, since session 21, keeping the places
+    // spills less), but made tiles running key sub-blocks and some others spill more (d 256 128 x 80 8 warps:
+    // 0 -> 56), so it is where it helps only. The kernels launch 1-d blocks
     // and pass threadIdx.x as `thread`.
     const fg_in_t *src; // this thread's element in the next tile
     u32 dst;            // kept: this thread's byte offset inside a tile
