@@ -84,6 +84,7 @@ def dtype_list(text):
 
 def parse_args(argv):
     """The options, with the sweep selection filled from --quick or the full protocol; exits on bad input."""
+    global HIDDEN
     p = argparse.ArgumentParser(
         description="flashgen forward vs torch SDPA (cuDNN, FlashAttention-2) and FlexAttention, "
                     "by the protocol of shared/guide/ANCHORS.md.",
@@ -97,6 +98,9 @@ def parse_args(argv):
     p.add_argument("--causal", choices=("0", "1", "both"), default=None, help="mask: 0 none, 1 causal, both (default)")
     p.add_argument("--iters", type=int, default=20, help="timed calls per implementation; the median is reported (default 20)")
     p.add_argument("--warmup", type=int, default=5, help="untimed calls before timing, after any compile (default 5)")
+    p.add_argument("--hidden", type=int, default=HIDDEN,
+                   help="hidden size (heads = hidden / head_dim; default %d, the protocol's: 1536 lets head_dim 192 "
+                        "run, off the protocol's shapes)" % HIDDEN)
     p.add_argument("--flex", action="store_true", help="also time FlexAttention (torch.compile; ~2-4 s of compile per config)")
     p.add_argument("--quick", action="store_true",
                    help="smoke test: bf16, head_dim 64,128, seqlen 1024,4096, both masks (8 configs), "
@@ -127,9 +131,12 @@ def parse_args(argv):
     for s in a.seqlens:
         if s <= 0 or TOTAL_TOKENS % s:
             p.error("seqlen %d does not divide the %d tokens of the protocol" % (s, TOTAL_TOKENS))
+    if a.hidden <= 0:
+        p.error("--hidden must be positive")
+    HIDDEN = a.hidden
     for d in a.head_dims:
         if d <= 0 or HIDDEN % d:
-            p.error("head_dim %d does not divide the hidden size %d" % (d, HIDDEN))
+            p.error("head_dim %d does not divide the hidden size %d (--hidden)" % (d, HIDDEN))
     return a
 
 
