@@ -118,17 +118,18 @@ fg_status compile_source(const fg_spec *spec, const char *src, size_t len, int f
                      "with the log: %.600s", name, nvrtcGetErrorString(crc), out->log);
         goto done;
     }
-    if (flags & FG_COMPILE_AS_PTX) {
-        NV(nvrtcGetPTXSize(prog, &out->cubin_size)); /* the terminating NUL included: the driver needs it */
-        out->cubin = malloc(out->cubin_size ? out->cubin_size : 1);
-        if (!out->cubin) { st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory for %zu bytes of PTX", out->cubin_size); goto done; }
-        NV(nvrtcGetPTX(prog, (char *)out->cubin));
-    } else {
-        NV(nvrtcGetCUBINSize(prog, &out->cubin_size));
-        out->cubin = malloc(out->cubin_size ? out->cubin_size : 1);
-        if (!out->cubin) { st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory for a %zu-byte cubin", out->cubin_size); goto done; }
-        NV(nvrtcGetCUBIN(prog, (char *)out->cubin));
+    /* The code: the cubin, or with FG_COMPILE_AS_PTX the PTX (its size counts the terminating NUL, which
+     * the driver needs) */
+    const int as_ptx = (flags & FG_COMPILE_AS_PTX) != 0;
+    nvrtcResult (*const code_size)(nvrtcProgram, size_t *) = as_ptx ? nvrtcGetPTXSize : nvrtcGetCUBINSize;
+    nvrtcResult (*const code)(nvrtcProgram, char *) = as_ptx ? nvrtcGetPTX : nvrtcGetCUBIN;
+    NV(code_size(prog, &out->cubin_size));
+    out->cubin = malloc(out->cubin_size ? out->cubin_size : 1);
+    if (!out->cubin) {
+        st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory for %zu bytes of %s", out->cubin_size, as_ptx ? "PTX" : "cubin");
+        goto done;
     }
+    NV(code(prog, (char *)out->cubin));
     if (flags & FG_COMPILE_KEEP_PTX) {
         size_t ptx_size = 0;
         NV(nvrtcGetPTXSize(prog, &ptx_size));

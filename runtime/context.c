@@ -208,8 +208,7 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
         ctx->pdl = !ctx->emulated && ctx->arch >= 90 && cu->cuLaunchKernelEx != NULL && !env_is_zero("FLASHGEN_PDL");
         /* On by default on sm_90 since session 10 measured it on the H200: 1.125x the cp.async loads (bf16,
          * d 64/128); d 192/256 since session 21: 1.060x at d 256 (both dtypes and masks, 48 pairs), 1.040x at
-         * d 192 (24 pairs). Newer
-         * archs take it with FLASHGEN_BWD_TMA=1 until it has run on one. */
+         * d 192 (24 pairs). Newer archs take it with FLASHGEN_BWD_TMA=1 until it has run on one. */
         const char *bt = getenv("FLASHGEN_BWD_TMA");
         ctx->bwd_tma = !ctx->emulated && ctx->arch >= 90 && cu->cuTensorMapEncodeTiled != NULL &&
                        (ctx->arch == 90 ? !env_is_zero("FLASHGEN_BWD_TMA") : bt != NULL && strcmp(bt, "1") == 0);

@@ -1075,12 +1075,12 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args
         return st;
     const unsigned h = (unsigned)hq, bb = (unsigned)b, post_rows = (unsigned)spec_bwd_rows_block(s);
     /* pre (D, lse2, zeroed accumulator), main (none without keys: dK, dV are empty), post. Main and post
-     * launch early where the device and driver allow it and the kernels were built for sm_90 or newer
-     * (which is where their griddepcontrol instructions exist): main loads its K and V while pre ends, and
+     * launch early where ctx->pdl allows it (a 9.0+ device running its own code, which is where the kernels'
+     * griddepcontrol instructions exist: the variant's arch is the context's): main loads its K and V while pre ends, and
      * each waits for the kernel before it before touching the workspace (bwd_sm80.cuh). Pre starts after
      * everything before it on the stream, as any launch, so main's early loads of K and V, which the
      * caller's earlier work wrote, are safe. */
-    const int early = ctx->pdl && s->arch >= 90;
+    const int early = ctx->pdl;
     const launch_item items[3] = {
         {kern.fn_pre, {(unsigned)((bwd_rows_read(s, sq) + 63) / 64), h, bb}, 256, 0, "fg_bwd_pre_kernel", 0},
         {kern.fn, {(unsigned)(bwd_key_blocks(s, sk) * group), h / (unsigned)group, bb},

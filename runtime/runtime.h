@@ -46,7 +46,7 @@ struct fg_context {
                                     mma.sync kernel, to measure one against the other) */
     int bwd_tma;                 /* sm_90 unless FLASHGEN_BWD_TMA=0 (newer: =1): the mma.sync backward's tma=1
                                     variants (TMA loads) for calls whose Q, K, V, dO TMA can read, at
-                                    head_dim 64/128 */
+                                    head_dim 64, 128, 192 and 256 (rt_bwd_tma) */
     int pdl;                     /* the backward's main and post kernels are launched early, each waiting in the
                                     kernel for the one before (programmatic dependent launch): a 9.0+ device, a
                                     driver with cuLaunchKernelEx, and FLASHGEN_PDL not 0 (launch_bwd) */
