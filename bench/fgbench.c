@@ -1590,6 +1590,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fgbench: unknown mode '%s'\n%s", argv[1], usage_main);
         return EXIT_USAGE;
     }
+    const char *emu = getenv("FLASHGEN_EMULATE_ARCH");
+    if (emu && *emu) {
+        /* Emulated contexts run another arch's PTX through the driver, under their own cache keys: neither a
+         * speed nor a JIT figure of this GPU (nor of the emulated one), and the JIT split's cache lookups,
+         * keyed as native code, would miss. */
+        fprintf(stderr, "%s: FLASHGEN_EMULATE_ARCH=%s is set: its timings would be of another arch's code compiled "
+                        "by the driver, so unset it to benchmark (the variable is for testing that code)\n", prog, emu);
+        return EXIT_FAIL;
+    }
     bench_device dev;
     fg_error err;
     fg_error_clear(&err);

@@ -720,7 +720,8 @@ typedef struct cache_tally {
 } cache_tally;
 
 /* cache_visit callback: counts entries and bytes. */
-static void tally_entry(void *user, const char *file, const char *name, uint64_t len, int verified, const char *why) {
+static void tally_entry(void *user, const char *file, const char *name, uint64_t len, int verified, const char *why,
+                        int ptx) {
     cache_tally *t = user;
     t->entries++;
     if (verified) t->bytes += len;
@@ -817,6 +818,7 @@ typedef struct cache_row {
     uint64_t len;        /* payload bytes */
     int verified;        /* 1 when header and checksum agree */
     char *why;           /* why not verified, or NULL */
+    int ptx;             /* 1 for a PTX payload (FLASHGEN_EMULATE_ARCH), 0 for a cubin */
 } cache_row;
 
 /* The rows collected by collect_row. */
@@ -835,7 +837,8 @@ static char *dup_or_null(const char *s, int *failed) {
 }
 
 /* cache_visit callback: keeps a copy of each entry's description. */
-static void collect_row(void *user, const char *file, const char *name, uint64_t len, int verified, const char *why) {
+static void collect_row(void *user, const char *file, const char *name, uint64_t len, int verified, const char *why,
+                        int ptx) {
     cache_rows *r = user;
     if (r->failed) return;
     if (r->count == r->cap) {
@@ -854,6 +857,7 @@ static void collect_row(void *user, const char *file, const char *name, uint64_t
     row->why = dup_or_null(verified ? NULL : why, &r->failed);
     row->len = len;
     row->verified = verified;
+    row->ptx = ptx;
 }
 
 /* Orders rows by file name. */
@@ -915,7 +919,9 @@ static int cmd_cache(int argc, char **argv) {
         if (!row->verified) bad++;
         else bytes += row->len;
         if (strcmp(action, "ls") == 0) {
-            if (row->verified) printf("%s  %s  %llu\n", row->file, row->name ? row->name : "-", (unsigned long long)row->len);
+            if (row->verified) /* PTX entries (FLASHGEN_EMULATE_ARCH) share their variant's name: marked */
+                printf("%s  %s  %llu%s\n", row->file, row->name ? row->name : "-", (unsigned long long)row->len,
+                       row->ptx ? "  ptx" : "");
             else printf("%s  %s  %llu  BAD: %s\n", row->file, row->name ? row->name : "-", (unsigned long long)row->len,
                         row->why ? row->why : "does not verify");
         } else if (!row->verified) {

@@ -684,7 +684,7 @@ int cache_visit(const fg_disk_cache *cache, fg_cache_visit_fn cb, void *user, fg
         fg_status st = entry_load(cache->dir, names[i], &image, &size, why, sizeof why);
         if (st != FG_OK) {
             if (cb)
-                cb(user, names[i], NULL, 0, 0, why);
+                cb(user, names[i], NULL, 0, 0, why, 0);
             continue;
         }
         entry_view v;
@@ -693,8 +693,13 @@ int cache_visit(const fg_disk_cache *cache, fg_cache_visit_fn cb, void *user, fg
             memcpy(name, image + v.name_off, v.name_len);
             name[v.name_len] = '\0';
         }
+        /* PTX (NVRTC's starts with a "//" comment, a hand-written one may start at .version) against a cubin
+         * (an ELF image) */
+        const uint8_t *pl = image + v.payload_off;
+        const size_t pn = ok ? size - v.payload_off : 0;
+        const int ptx = (pn >= 2 && pl[0] == '/' && pl[1] == '/') || (pn >= 8 && memcmp(pl, ".version", 8) == 0);
         if (cb)
-            cb(user, names[i], v.have_name ? name : NULL, v.have_len ? v.payload_len : 0, ok, ok ? NULL : why);
+            cb(user, names[i], v.have_name ? name : NULL, v.have_len ? v.payload_len : 0, ok, ok ? NULL : why, ptx);
         free(image);
     }
     free_names(names, count);

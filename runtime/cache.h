@@ -55,10 +55,12 @@ fg_status cache_get(const fg_disk_cache *cache, const uint8_t key[32], uint8_t *
 fg_status cache_put(const fg_disk_cache *cache, const uint8_t key[32], const char *name,
                     const uint8_t *payload, size_t len, fg_error *err);
 
-/* Visits every entry file: cb(user, file name, spec name or NULL, payload length, verified). Used by
- * `flashgen cache ls|verify`. Returns the number of entries visited, or -1 with err set. */
+/* Visits every entry file: cb(user, file name, spec name or NULL, payload length, verified, why not, ptx).
+ * ptx is 1 when the payload is PTX text (a context under FLASHGEN_EMULATE_ARCH stores compute_XX PTX for the
+ * driver to compile, under its own key but the same spec name), 0 for a cubin or an entry that does not load.
+ * Used by `flashgen cache ls|verify`. Returns the number of entries visited, or -1 with err set. */
 typedef void (*fg_cache_visit_fn)(void *user, const char *file, const char *name, uint64_t payload_len,
-                                  int verified, const char *why_not);
+                                  int verified, const char *why_not, int ptx);
 int cache_visit(const fg_disk_cache *cache, fg_cache_visit_fn cb, void *user, fg_error *err);
 
 /* Removes every entry (and stale temporary file: `.tmp-<pid>-...` whose process is gone or older than an

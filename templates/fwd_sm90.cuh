@@ -16,8 +16,9 @@
 //     P = softmax     online, fp32, log2 domain; O rescaled when a row's maximum grows
 //     O += P V        wgmma m64 n{HEAD_DIM} k16, P from registers (S's accumulator layout is the A
 //                     operand's), V in shared memory read MN-major (no transpose)
-//   with S of block j issued before P V of block j - 1, so the softmax overlaps the tensor cores, and the
-//   consumer warpgroups taking turns to issue (pingpong). At the end of a tile O /= l is staged in the
+//   with S of block j issued together with P V of block j - 1, and the consumer warpgroups taking turns to
+//   issue (pingpong), so that one's softmax runs while the other's products occupy the tensor cores. (The
+//   source also lets a warpgroup's softmax overlap its own P V; the SASS does not: see the P V wait below.) At the end of a tile O /= l is staged in the
 //   warpgroup's Q rows and written by a TMA store (16-bit with two Q buffers), or goes from the registers
 //   to global memory (FG_O_DIRECT: FP8, and every tile with one Q buffer); the LSE goes straight to global
 //   memory. (FP8 at
@@ -552,9 +553,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             }
         };
 
-        // Intra-warpgroup overlap (FlashAttention-3): while the tensor cores run P V of step i - 1, this
-        // warpgroup does the softmax of step i, whose S was issued just before. O is rescaled only once
-        // that P V has completed.
+        // Intra-warpgroup overlap (FlashAttention-3), as written: while the tensor cores run P V of step i - 1,
+        // this warpgroup does the softmax of step i, whose S was issued just before. O is rescaled only once
+        // that P V has completed. (ptxas moves the wait for that P V up to the start of the softmax: below.)
         u32 pf[FG_PK][4];
         if (n_blocks > 0) {
             const int qb = qn % FG_Q_STAGES;
@@ -585,6 +586,14 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             mask(it, sacc);
             float corr[2];
             fg_softmax_stats<FP32_SUM>(sacc, row_max, row_sum, corr, sc_log2);
+            // The PTX waits for P V of step it - 1 here, after the softmax, but ptxas (NVRTC 13.0) puts the
+            // WARPGROUP.DEPBAR before the softmax's first instruction in every variant, 16-bit and FP8 (it sees
+            // no dependency between them), so each warpgroup runs its softmax after its own P V, and the overlap
+            // is the pingpong's alone. ptxas keeps the written order where the wait sits after a branch on the
+            // softmax's result, or after a shared-memory store of a value that needs every P; built so
+            // (bench/results/2026-11-30-h200-session22/patches/softmax_before_pv_wait.patch), every
+            // GPU test passing, it ran slower on the H200: e4m3 0.979x (d 128 0.93-0.97x), bf16 0.985x over 36
+            // pairs each (d 64 to 256, 2k-16k, both masks; session 22 call 2). So the kernels keep ptxas's order.
             fg_wgmma_wait<0>();
             fg_fence_regs(acc[0]);
             release(bar_v_empty(stage_of(kv + it - 1)));

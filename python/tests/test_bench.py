@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""python/tests/test_bench.py: the parts of bench/compare.py that need no GPU or PyTorch (--redraw), and
-bench/ab.py.
+"""python/tests/test_bench.py: the parts of bench/compare.py that need no GPU or PyTorch (--redraw),
+bench/ab.py, and fgbench's refusals.
 
     python3 python/tests/test_bench.py
 """
@@ -121,6 +121,20 @@ class ABCompare(unittest.TestCase):
                            timeout=60)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("even number", r.stderr)
+
+
+class Fgbench(unittest.TestCase):
+    """bench/fgbench.c (built by `ninja` as build/fgbench): what it refuses before any device work."""
+    EXE = os.path.join(REPO, "build", "fgbench")
+
+    def test_refuses_an_emulated_arch(self):
+        if not os.path.exists(self.EXE):
+            self.skipTest("build/fgbench is not built (run ninja)")
+        for mode in ("speed", "jit"):
+            env = dict(os.environ, FLASHGEN_EMULATE_ARCH="80")
+            r = subprocess.run([self.EXE, mode], capture_output=True, text=True, timeout=60, env=env)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("fgbench %s: FLASHGEN_EMULATE_ARCH=80 is set" % mode, r.stderr)
 
 
 if __name__ == "__main__":
