@@ -695,9 +695,12 @@ int cache_visit(const fg_disk_cache *cache, fg_cache_visit_fn cb, void *user, fg
         }
         /* PTX (NVRTC's starts with a "//" comment, a hand-written one may start at .version) against a cubin
          * (an ELF image) */
-        const uint8_t *pl = image + v.payload_off;
-        const size_t pn = ok ? size - v.payload_off : 0;
-        const int ptx = (pn >= 2 && pl[0] == '/' && pl[1] == '/') || (pn >= 8 && memcmp(pl, ".version", 8) == 0);
+        int ptx = 0;
+        if (ok) {
+            const uint8_t *pl = image + v.payload_off;
+            const size_t pn = size - v.payload_off;
+            ptx = (pn >= 2 && pl[0] == '/' && pl[1] == '/') || (pn >= 8 && memcmp(pl, ".version", 8) == 0);
+        }
         if (cb)
             cb(user, names[i], v.have_name ? name : NULL, v.have_len ? v.payload_len : 0, ok, ok ? NULL : why, ptx);
         free(image);

@@ -18,10 +18,10 @@
 //                     operand's), V in shared memory read MN-major (no transpose)
 //   with S of block j issued together with P V of block j - 1, and the consumer warpgroups taking turns to
 //   issue (pingpong), so that one's softmax runs while the other's products occupy the tensor cores. (The
-//   source also lets a warpgroup's softmax overlap its own P V; the SASS does not: see the P V wait below.) At the end of a tile O /= l is staged in the
-//   warpgroup's Q rows and written by a TMA store (16-bit with two Q buffers), or goes from the registers
-//   to global memory (FG_O_DIRECT: FP8, and every tile with one Q buffer); the LSE goes straight to global
-//   memory. (FP8 at
+//   source also lets a warpgroup's softmax overlap its own P V; the SASS does not: see the P V wait below.)
+//   At the end of a tile O /= l is staged in the warpgroup's Q rows and written by a TMA store (16-bit with
+//   two Q buffers), or goes from the registers to global memory (FG_O_DIRECT: FP8, and every tile with one
+//   Q buffer); the LSE goes straight to global memory. (FP8 at
 //   head_dim 64/128: l comes from the P.V wgmma itself, FG_PV_SUM; the P.V accumulator goes into fp32
 //   registers every FG_O_FLUSH steps, since FP8 wgmma accumulates with about 14 bits; O goes out from
 //   registers.)
