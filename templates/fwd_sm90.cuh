@@ -617,7 +617,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             // row sums came out 40% low, and so would O for a V whose columns do not average to 0. Where a
             // row maximum grew both are rescaled before the sum (written as (oacc + acc) * corr, ptxas
             // spilled 40 bytes at d 128).
-            if ((FG_HEAD_DIM <= 128 && !FG_FP8 && FG_STALE == 0.f) || __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
+            if ((FG_HEAD_DIM <= 128 && !FG_FP8) || __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
                 for (int dt = 0; dt < FG_DTA; dt++) {
                     acc[0][dt][0] *= corr[0];

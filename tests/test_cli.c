@@ -688,8 +688,7 @@ Test(cli, info_exits_0) {
 
 /* ---------------------------------------------------------------- cache */
 
-/* Puts an entry with `n` payload bytes under a key derived from `name` into the cache at dir. */
-/* Stores payload under a key made from name and the arch option opt. */
+/* Stores payload under a key made from name and the arch option opt into the cache at dir. */
 static void put_payload(const char *dir, const char *name, const char *opt, const uint8_t *payload, size_t n) {
     fg_disk_cache c;
     fg_error err;
@@ -701,6 +700,7 @@ static void put_payload(const char *dir, const char *name, const char *opt, cons
     cr_assert_eq(cache_put(&c, key, name, payload, n, &err), FG_OK, "%s", err.msg);
 }
 
+/* Puts an entry with `n` payload bytes under a key derived from `name` into the cache at dir. */
 static void put_entry(const char *dir, const char *name, size_t n) {
     uint8_t *payload = malloc(n);
     cr_assert_not_null(payload);

@@ -159,12 +159,17 @@ static int env_is_zero(const char *name) {
     return v && strcmp(v, "0") == 0;
 }
 
+/* FLASHGEN_EMULATE_ARCH's value when the run emulates an older arch, else NULL. */
+static const char *emulated_arch(void) {
+    const char *em = getenv("FLASHGEN_EMULATE_ARCH");
+    return em && *em ? em : NULL;
+}
+
 /* The device's compute capability, times ten (90 on an H100/H200). */
 static int gpu_cc(const gpu_env *env) {
     /* Under FLASHGEN_EMULATE_ARCH the runtime targets that arch (its kernels compiled from PTX by the driver),
      * so the tests expect that arch's families and tiles; the runtime refuses a value it cannot emulate. */
-    const char *em = getenv("FLASHGEN_EMULATE_ARCH");
-    if (em && *em) return atoi(em);
+    if (emulated_arch()) return atoi(emulated_arch());
     int major = 0, minor = 0;
     CK(env->cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, env->dev));
     CK(env->cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, env->dev));
@@ -1393,7 +1398,7 @@ static void launch_and_verify_with(gpu_env *env, fg_context *ctx, fwd_run *r) {
 Test(runtime, strict_mode_refuses_a_missing_variant_and_a_bundle_provides_it, .timeout = 300) {
     gpu_env env;
     gpu_open(&env);
-    if (getenv("FLASHGEN_EMULATE_ARCH") && *getenv("FLASHGEN_EMULATE_ARCH")) {
+    if (emulated_arch()) {
         gpu_close(&env);
         cr_skip_test("FLASHGEN_EMULATE_ARCH: a bundle holds the emulated arch's machine code, which this GPU cannot "
                      "load, so an emulating context reads no bundles");
