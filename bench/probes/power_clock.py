@@ -20,6 +20,10 @@ def main():
     ap.add_argument("--seqlen", type=int, default=16384)
     ap.add_argument("--out")
     a = ap.parse_args()
+    if a.seqlen <= 0 or 16384 % a.seqlen != 0:
+        ap.error("--seqlen must divide the 16384 tokens (512, 1024, ... 16384), got %d" % a.seqlen)
+    if a.seconds <= 0:
+        ap.error("--seconds must be positive, got %g" % a.seconds)
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -55,8 +59,12 @@ def main():
         if cudnn_fp8.available()[0]:
             work.append(("cuDNN e4m3 d%d" % d, fl, cudnn_fp8.CudnnFp8(torch, q8, k8, v8, qs, ks, vs, False)))
     smi_log = tempfile.NamedTemporaryFile(prefix="smi", suffix=".csv", delete=False).name
-    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.active",
-                            "--format=csv,noheader,nounits", "-lms", "50"], stdout=open(smi_log, "w"))
+    try:
+        smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.active",
+                                "--format=csv,noheader,nounits", "-lms", "50"], stdout=open(smi_log, "w"))
+    except OSError as e:
+        os.unlink(smi_log)
+        sys.exit("power_clock.py: cannot run nvidia-smi (%s): it samples the clocks and the power" % e)
     time.sleep(1.0)
     rows = []
     for name, fl, fn in work:
