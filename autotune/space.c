@@ -14,8 +14,8 @@
 #include <lauxlib.h>
 #include <lua.h>
 
-#include "lua_sandbox.h"
-#include "space.h"
+#include "core/lua_sandbox.h"
+#include "autotune/space.h"
 
 #define SP_LIST_MAX 128 /* most values one field may list */
 
@@ -79,7 +79,7 @@ static long long sp_scalar(lua_State *L, int idx, const char *fn, const char *fi
     }
     case SP_DTYPE: {
         fg_dtype d = FG_DTYPE_F16;
-        if (spec_dtype_parse(tunedb_lua_string(L, idx, fn, field, pos, 64), &d, &e) != FG_OK)
+        if (dtype_parse(tunedb_lua_string(L, idx, fn, field, pos, 64), &d, &e) != FG_OK)
             lua_sandbox_raise(L, fn, "field 'dtype': %s", e.msg);
         return d;
     }
@@ -148,7 +148,7 @@ static void sp_fill_candidates(sp_build *b, fg_tune_problem *p, const sp_list *f
                     c->spec.dtype = p->cls.dtype;
                     /* FP8 classes are timed with bf16 output, the spec's default (a call with fp16 O takes
                      * the same tiles: the output type changes only the epilogue's conversion). */
-                    c->spec.out_dtype = spec_dtype_is_fp8(p->cls.dtype) ? FG_DTYPE_BF16 : p->cls.dtype;
+                    c->spec.out_dtype = dtype_is_fp8(p->cls.dtype) ? FG_DTYPE_BF16 : p->cls.dtype;
                     c->spec.head_dim = p->cls.head_dim;
                     c->spec.causal = p->cls.causal;
                     c->spec.block_m = (int)f[F_BLOCK_M].v[i];
@@ -196,7 +196,7 @@ static int sp_space(lua_State *L) {
         for (int j = 0; j < f[F_DTYPE].n; j++)
             if (f[F_DTYPE].v[j] != FG_DTYPE_F16 && f[F_DTYPE].v[j] != FG_DTYPE_BF16)
                 lua_sandbox_raise(L, fn, "kind \"bwd\" takes dtype \"fp16\" or \"bf16\" (the backward is 16-bit), got "
-                                        "\"%s\"", spec_dtype_name((fg_dtype)f[F_DTYPE].v[j]));
+                                        "\"%s\"", dtype_name((fg_dtype)f[F_DTYPE].v[j]));
     }
     if (f[F_CAUSAL].n == 0)
         f[F_CAUSAL].v[f[F_CAUSAL].n++] = 0;
@@ -261,7 +261,7 @@ static int sp_space(lua_State *L) {
                 lua_sandbox_raise(L, fn, "the problem %s%s head_dim %d%s gqa %d sq %d sk %d bh %d falls in the same "
                                         "class (buckets sq %lld sk %lld bh %lld) as one listed at line %d: list "
                                         "each bucket once",
-                                 p.cls.kind == FG_KIND_BWD ? "bwd " : "", spec_dtype_name(p.cls.dtype), p.cls.head_dim, p.cls.causal ? " causal" : "", p.cls.gqa,
+                                 p.cls.kind == FG_KIND_BWD ? "bwd " : "", dtype_name(p.cls.dtype), p.cls.head_dim, p.cls.causal ? " causal" : "", p.cls.gqa,
                                  p.seqlen_q, p.seqlen_k, p.batch_heads, (long long)p.cls.seqlen_q,
                                  (long long)p.cls.seqlen_k, (long long)p.cls.batch_heads, b->problems[i].line);
         }

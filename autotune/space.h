@@ -23,8 +23,8 @@
 #ifndef FG_SPACE_H
 #define FG_SPACE_H
 
-#include "spec.h"
-#include "tunedb.h"
+#include "generator/spec.h"
+#include "runtime/tunedb.h"
 
 #define FG_SPACE_MAX_PROBLEMS 4096     /* most problems (classes) one space may list */
 #define FG_SPACE_MAX_CANDIDATES 65536  /* most (problem, candidate) pairs one space may list */

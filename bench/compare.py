@@ -58,7 +58,7 @@ HIDDEN = 2048
 QUICK = {"dtypes": ("bf16",), "head_dims": (64, 128), "seqlens": (1024, 4096), "causal": "both"}
 IMPLS = ("flashgen", "cudnn", "fa2", "flex")
 LABELS = {"flashgen": "flashgen", "cudnn": "cuDNN", "fa2": "FA2", "flex": "flex"}
-LSE_ATOL, LSE_RTOL = 5e-4, 5e-5  # tests/reference.h: REF_LSE_ATOL, REF_LSE_RTOL
+LSE_ATOL, LSE_RTOL = 5e-4, 5e-5  # reference/reference.h: REF_LSE_ATOL, REF_LSE_RTOL
 SCHEMA = 1
 
 

@@ -15,8 +15,8 @@
 #include <lauxlib.h>
 #include <lua.h>
 
-#include "config.h"
-#include "lua_sandbox.h"
+#include "generator/config.h"
+#include "core/lua_sandbox.h"
 
 #define CFG_LIST_MAX 128         /* most values one field may list: far beyond any real bundle */
 #define CFG_MAX_VARIANTS 65536   /* most variants a config may list (before duplicates are dropped) */
@@ -124,7 +124,7 @@ static void cfg_read_scalar(lua_State *L, int idx, const char *fn, const char *f
             *out = arch * 2 + accel;
         } else {
             fg_dtype d;
-            if (spec_dtype_parse(s, &d, &e) != FG_OK)
+            if (dtype_parse(s, &d, &e) != FG_OK)
                 lua_sandbox_raise(L, fn, "field '%s'%s: %s", field, at, e.msg);
             *out = (int)d;
         }
@@ -269,7 +269,7 @@ static int cfg_variants(lua_State *L) {
         it->spec.tma = it->spec.kind == FG_KIND_BWD &&
                                !(b->arch_override.n > 0 && (it->spec.arch < 90 || it->spec.arch_accel))
                            ? f[11].v[idx[11]] : 0;
-        if (!spec_dtype_is_fp8(it->spec.dtype)) /* 16-bit variants write O in their dtype */
+        if (!dtype_is_fp8(it->spec.dtype)) /* 16-bit variants write O in their dtype */
             it->spec.out_dtype = it->spec.dtype;
         else
             it->spec.out_dtype = f[9].v[idx[9]] < 0 ? FG_DTYPE_BF16 : (fg_dtype)f[9].v[idx[9]];

@@ -20,7 +20,7 @@
 #ifndef FG_CONFIG_H
 #define FG_CONFIG_H
 
-#include "spec.h"
+#include "generator/spec.h"
 
 typedef struct fg_config {
     fg_spec *variants;     /* validated, tiles filled, unique, in the order first listed */

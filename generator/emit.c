@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "emit.h"
-#include "emit_templates.h"
-#include "sha256.h"
+#include "generator/emit.h"
+#include "generator/emit_templates.h"
+#include "core/sha256.h"
 
 /* The pieces of the forward family, in the order they must appear. */
 static const char *const fwd_pieces[] = {
@@ -182,10 +182,10 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
                                     2 * (spec_head_dim_padded(spec) / 2 + spec->block_n / 2) == FG_SPEC_ACC_REGS;
     sb_printf(&b, "#define FG_LOADER_RECOMPUTE %d\n", recompute);
     if (wgmma) { /* bytes per swizzled chunk row: 128 when head_dim fills them (64 16-bit or 128 FP8 elements) */
-        sb_printf(&b, "#define FG_SW_BYTES %d\n", (spec->head_dim * spec_dtype_size(spec->dtype)) % 128 == 0 ? 128 : 64);
+        sb_printf(&b, "#define FG_SW_BYTES %d\n", (spec->head_dim * dtype_size(spec->dtype)) % 128 == 0 ? 128 : 64);
         sb_printf(&b, "#define FG_Q_STAGES %d\n#define FG_O_DIRECT %d\n", spec_q_stages(spec),
                   spec_wgmma_o_direct(spec));
-        if (spec_dtype_is_fp8(spec->dtype))
+        if (dtype_is_fp8(spec->dtype))
             sb_printf(&b, "#define FG_VT_RB %d\n#define FG_PV_SUM %d\n", spec_fp8_vt_bytes(spec), spec_fp8_pv_sum(spec));
         sb_printf(&b, "#define FG_O_FLUSH %d\n#define FG_O_FLUSH_SMEM %d\n", spec_fp8_o_flush(spec),
                   spec_fp8_o_flush_smem(spec));
@@ -202,7 +202,7 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
                     emit_wgmma_t(&b, "fg_wgmma_dq", spec->block_m, 0, 1, 0, ty, ty);
                 else
                     emit_wgmma_t(&b, "fg_wgmma_dq", spec_bwd_sm90_dq_n(spec), 0, 1, 1, ty, ty);
-            } else if (spec_dtype_is_fp8(spec->dtype)) { /* P is e4m3 whatever the inputs (as on the mma.sync path) */
+            } else if (dtype_is_fp8(spec->dtype)) { /* P is e4m3 whatever the inputs (as on the mma.sync path) */
                 const char *ty = spec->dtype == FG_DTYPE_E5M2 ? "e5m2" : "e4m3";
                 emit_wgmma(&b, "fg_wgmma_qk", spec->block_n, 0, -1, ty, ty);
                 emit_wgmma(&b, "fg_wgmma_pv", spec->head_dim + spec_fp8_pv_sum(spec), 1, -1, "e4m3",

@@ -6,7 +6,7 @@
 #define FG_EMIT_H
 
 #include <stddef.h>
-#include "spec.h"
+#include "generator/spec.h"
 
 #define FG_KERNEL_NAME "fg_attention_fwd_kernel"
 /* kind=bwd modules hold three entry points (templates/bwd_sm80.cuh). */

@@ -6,37 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "spec.h"
+#include "generator/spec.h"
 
-static const char *const dtype_names[] = {"fp16", "bf16", "fp32", "e4m3", "e5m2"};
+fg_dtype spec_out_dtype(const fg_spec *spec) { return dtype_is_fp8(spec->dtype) ? spec->out_dtype : spec->dtype; }
 
-const char *spec_dtype_name(fg_dtype dtype) {
-    if ((unsigned)dtype < sizeof dtype_names / sizeof dtype_names[0]) return dtype_names[dtype];
-    return "unknown";
-}
-
-int spec_dtype_size(fg_dtype dtype) {
-    switch (dtype) {
-    case FG_DTYPE_F16: case FG_DTYPE_BF16: return 2;
-    case FG_DTYPE_F32: return 4;
-    case FG_DTYPE_E4M3: case FG_DTYPE_E5M2: return 1;
-    }
-    return 0;
-}
-
-int spec_dtype_is_fp8(fg_dtype dtype) { return dtype == FG_DTYPE_E4M3 || dtype == FG_DTYPE_E5M2; }
-
-fg_dtype spec_out_dtype(const fg_spec *spec) { return spec_dtype_is_fp8(spec->dtype) ? spec->out_dtype : spec->dtype; }
-
-fg_status spec_dtype_parse(const char *text, fg_dtype *out, fg_error *err) {
-    for (int i = 0; i < (int)(sizeof dtype_names / sizeof dtype_names[0]); i++)
-        if (i != FG_DTYPE_F32 && strcmp(text, dtype_names[i]) == 0) {
-            *out = (fg_dtype)i;
-            return FG_OK;
-        }
-    return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
-                   "dtype '%s' is not one of fp16, bf16, e4m3, e5m2", text);
-}
 
 int spec_arch_format(int arch, int accel, char *buf, size_t n) {
     int r = snprintf(buf, n, "sm_%d%s", arch, accel ? "a" : "");
@@ -65,7 +38,7 @@ int spec_format(const fg_spec *s, char *buf, size_t n) {
     char arch[16], out[16] = "";
     if (spec_arch_format(s->arch, s->arch_accel, arch, sizeof arch) < 0) return -1;
     /* Only FP8 variants name their output dtype, so every 16-bit name is what it was before FP8. */
-    if (spec_dtype_is_fp8(s->dtype)) snprintf(out, sizeof out, "out=%s,", spec_dtype_name(s->out_dtype));
+    if (dtype_is_fp8(s->dtype)) snprintf(out, sizeof out, "out=%s,", dtype_name(s->out_dtype));
     char det[24] = "";
     if (s->kind == FG_KIND_BWD) snprintf(det, sizeof det, "deterministic=%d,", s->deterministic ? 1 : 0);
     const char *tma = s->kind == FG_KIND_BWD && s->tma ? "tma=1," : "";
@@ -73,7 +46,7 @@ int spec_format(const fg_spec *s, char *buf, size_t n) {
      * warps */
     int r = snprintf(buf, n,
                      "arch=%s,block_m=%d,block_n=%d,causal=%d,%sdtype=%s,head_dim=%d,kind=%s,%sstages=%d,%swarps=%d",
-                     arch, s->block_m, s->block_n, s->causal ? 1 : 0, det, spec_dtype_name(s->dtype), s->head_dim,
+                     arch, s->block_m, s->block_n, s->causal ? 1 : 0, det, dtype_name(s->dtype), s->head_dim,
                      s->kind == FG_KIND_FWD ? "fwd" : (s->kind == FG_KIND_BWD ? "bwd" : "unknown"), out, s->stages,
                      tma, s->warps);
     return (r < 0 || (size_t)r >= n) ? -1 : r;
@@ -135,7 +108,7 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
             if ((st = spec_arch_parse(val, &s.arch, &s.arch_accel, err)) != FG_OK) return st;
             break;
         case K_DTYPE:
-            if ((st = spec_dtype_parse(val, &s.dtype, err)) != FG_OK) return st;
+            if ((st = dtype_parse(val, &s.dtype, err)) != FG_OK) return st;
             break;
         case K_CAUSAL:
         case K_DET:
@@ -167,13 +140,13 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: deterministic is a key of kind=bwd variants only");
     if (seen[K_TMA] && s.kind != FG_KIND_BWD)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: tma is a key of kind=bwd variants only");
-    if (spec_dtype_is_fp8(s.dtype)) {
+    if (dtype_is_fp8(s.dtype)) {
         if (!seen[K_OUT]) s.out_dtype = FG_DTYPE_BF16;
     } else {
         if (seen[K_OUT] && s.out_dtype != s.dtype)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                            "spec: out=%s is for fp8 dtypes (e4m3, e5m2) only; a dtype=%s variant writes O as %s",
-                           spec_dtype_name(s.out_dtype), spec_dtype_name(s.dtype), spec_dtype_name(s.dtype));
+                           dtype_name(s.out_dtype), dtype_name(s.dtype), dtype_name(s.dtype));
         s.out_dtype = s.dtype;
     }
     *out = s;
@@ -196,7 +169,7 @@ int spec_threads(const fg_spec *spec) { return spec->warps * 32; }
 
 int spec_fwd_sub_n(const fg_spec *spec) {
     if (spec->warps <= 0 || spec->block_m % (16 * spec->warps) != 0) return 0;
-    const int mt = spec->block_m / (16 * spec->warps), step = spec_dtype_is_fp8(spec->dtype) ? 32 : 16;
+    const int mt = spec->block_m / (16 * spec->warps), step = dtype_is_fp8(spec->dtype) ? 32 : 16;
     for (int n = spec->block_n - spec->block_n % step; n >= step; n -= step)
         if (spec->block_n % n == 0 && mt * (spec_head_dim_padded(spec) / 2 + n / 2) <= FG_SPEC_ACC_REGS) return n;
     return 0;
@@ -241,13 +214,13 @@ static size_t bwd_smem_bytes(const fg_spec *s) {
  * stages, their mbarriers, the tile ring (4 mbarriers, 2 tile indices, a count) of the dynamic
  * schedule and a flag, and for FP8 a V^T "reordered" mbarrier per stage (fwd_sm90.cuh). */
 static size_t wgmma_fwd_smem(const fg_spec *spec, size_t q) {
-    return 1024u + (size_t)spec->head_dim * (size_t)spec_dtype_size(spec->dtype) *
+    return 1024u + (size_t)spec->head_dim * (size_t)dtype_size(spec->dtype) *
                        (q * (size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages) +
            (size_t)spec_fp8_pv_sum(spec) * (size_t)spec->block_n * (size_t)spec->stages + /* ones rows (FG_PV_SUM) */
            (spec_fp8_o_flush_smem(spec) ? (size_t)spec->block_m * (size_t)(spec->head_dim + spec_fp8_pv_sum(spec)) * 4u
                                          : 0u) + /* O's fp32 level, the row-sum group included */
            8u * (2u * q + 4u * (size_t)spec->stages + 6u +
-                 (spec_dtype_is_fp8(spec->dtype) ? (size_t)spec->stages : 0u)); /* FP8: V^T "reordered" mbarriers */
+                 (dtype_is_fp8(spec->dtype) ? (size_t)spec->stages : 0u)); /* FP8: V^T "reordered" mbarriers */
 }
 
 /* The sm_90a FP8 forward's row sums by the P.V wgmma (fwd_sm90.cuh FG_PV_SUM): 8 rows of ones under each
@@ -255,7 +228,7 @@ static size_t wgmma_fwd_smem(const fg_spec *spec, size_t q) {
  * (d 192: 32 bytes), and d 256 has no room in wgmma's n; so did d 128 with three consumer warpgroups (160
  * registers each: 144 bytes of spills became 352), which validate.c now refuses for FP8 anyway. */
 int spec_fp8_pv_sum(const fg_spec *spec) {
-    return spec_dtype_is_fp8(spec->dtype) && (spec->head_dim <= 64 || (spec->head_dim <= 128 && spec->block_m < 192))
+    return dtype_is_fp8(spec->dtype) && (spec->head_dim <= 64 || (spec->head_dim <= 128 && spec->block_m < 192))
                ? 8 : 0;
 }
 
@@ -263,7 +236,7 @@ int spec_fp8_pv_sum(const fg_spec *spec) {
  * 1 in registers, 2 in shared memory (thread-private 16-byte units), where the registers have no room for
  * it: above head_dim 128, and with three consumer warpgroups (160 registers each). */
 static int fp8_o_level(const fg_spec *spec) {
-    if (!spec_is_wgmma(spec) || !spec_dtype_is_fp8(spec->dtype)) return 0;
+    if (!spec_is_wgmma(spec) || !dtype_is_fp8(spec->dtype)) return 0;
     return spec->head_dim > 128 || spec->block_m == 192 ? 2 : 1;
 }
 
@@ -302,7 +275,7 @@ int spec_q_stages(const fg_spec *spec) {
 
 int spec_wgmma_o_direct(const fg_spec *spec) {
     return spec_is_wgmma(spec) && spec->kind == FG_KIND_FWD &&
-           (spec_dtype_is_fp8(spec->dtype) || spec_q_stages(spec) == 1);
+           (dtype_is_fp8(spec->dtype) || spec_q_stages(spec) == 1);
 }
 
 /* The wgmma family (sm_90a): see fwd_sm90.cuh. Otherwise the mma.sync family's Q tile plus `stages` K and V tiles, each row head_dim_padded elements of the input dtype (swizzled,
@@ -314,7 +287,7 @@ size_t spec_smem_bytes(const fg_spec *spec) {
     if (spec->kind == FG_KIND_BWD) return bwd_smem_bytes(spec);
     if (spec_is_wgmma(spec)) return wgmma_fwd_smem(spec, (size_t)spec_q_stages(spec));
     size_t dp = (size_t)spec_head_dim_padded(spec);
-    size_t tiles = dp * (size_t)spec_dtype_size(spec->dtype) *
+    size_t tiles = dp * (size_t)dtype_size(spec->dtype) *
                    ((size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages);
     size_t o_tile = dp * 2u * (size_t)spec->block_m;
     return tiles > o_tile ? tiles : o_tile;

@@ -12,7 +12,8 @@
 #define FG_SPEC_H
 
 #include <stddef.h>
-#include "fgerr.h"
+#include "core/dtype.h"
+#include "core/error.h"
 
 typedef enum fg_kind {
     FG_KIND_FWD = 0, /* forward pass */
@@ -57,14 +58,6 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err);
 fg_status spec_arch_parse(const char *text, int *arch, int *accel, fg_error *err);
 int spec_arch_format(int arch, int accel, char *buf, size_t n);
 
-/* "fp16", "bf16", "e4m3", "e5m2" <-> fg_dtype. */
-fg_status spec_dtype_parse(const char *text, fg_dtype *out, fg_error *err);
-const char *spec_dtype_name(fg_dtype dtype);
-/* Bytes per element of a Q/K/V dtype. */
-int spec_dtype_size(fg_dtype dtype);
-/* 1 for the FP8 element types (e4m3, e5m2). */
-int spec_dtype_is_fp8(fg_dtype dtype);
-
 /* Equality of every field (out_dtype only where it means something: FP8 specs). */
 int spec_equal(const fg_spec *a, const fg_spec *b);
 
@@ -74,7 +67,7 @@ fg_dtype spec_out_dtype(const fg_spec *spec);
 /* Derived quantities the validator, emitter and runtime share. */
 int spec_head_dim_padded(const fg_spec *spec);   /* head_dim rounded up to the MMA k (16) */
 size_t spec_smem_bytes(const fg_spec *spec);     /* dynamic shared memory the kernel needs (Q/K/V elements
-                                                    of spec_dtype_size bytes: 1 for FP8) */
+                                                    of dtype_size bytes: 1 for FP8) */
 int spec_threads(const fg_spec *spec);           /* warps * 32 */
 /* The mma.sync forward's key sub-block: the keys of one online-softmax step, block_n itself when S (block_n
  * / 2 fp32 per m16 tile) fits beside O under FG_SPEC_ACC_REGS accumulator registers a thread, else the
@@ -109,7 +102,7 @@ int spec_wgmma_o_direct(const fg_spec *spec);    /* the sm_90a forward writes O 
  * FG_PV_SUM): 8 at head_dim 64, and at 128 below three consumer warpgroups; else (and for other dtypes) 0. */
 int spec_fp8_pv_sum(const fg_spec *spec);
 /* Whether variant spec divides O by the sum of the e4m3-rounded P (an sm_90a FP8 variant with those row sums):
- * what a check of its output must model (tests/reference.h fp8_sum_rounded). */
+ * what a check of its output must model (reference/reference.h fp8_sum_rounded). */
 int spec_fp8_sum_rounded(const fg_spec *spec);
 /* The sm_90a FP8 forward's two-level accumulation (fwd_sm90.cuh FG_O_FLUSH): every how many key blocks the
  * P.V accumulator is added into fp32 registers and restarted (1 at head_dim 64, 2 at 128); 0 (no fp32

@@ -16,7 +16,7 @@
  * do not spill. */
 #include <stdlib.h>
 #include <string.h>
-#include "spec.h"
+#include "generator/spec.h"
 
 /* arch range, head_dim range, causal, dtype, block_m, block_n, warps, stages, family */
 static const fg_tile_rule default_rules[] = {
@@ -203,7 +203,7 @@ fg_status spec_fill_tiles(fg_spec *s, const fg_tile_policy *p, fg_error *err) {
         return fg_fail(err, FG_ERR_UNSUPPORTED,
                        "no tile policy rule covers arch %s, head_dim %d, causal %d, dtype %s: give block_m, "
                        "block_n, warps and stages explicitly or add a tile_policy rule",
-                       arch, s->head_dim, s->causal, spec_dtype_name(s->dtype));
+                       arch, s->head_dim, s->causal, dtype_name(s->dtype));
     }
     if (!s->block_m) s->block_m = r->block_m;
     if (!s->block_n) s->block_n = r->block_n;

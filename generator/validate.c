@@ -2,8 +2,8 @@
  * Each rule is a predicate that is true when the spec must be refused, and a sentence saying why.
  * tests/test_spec.c breaks each rule once, by name. Add a rule here, never a check elsewhere. */
 #include <stdio.h>
-#include "spec.h"
-#include "bwd_tiles.h" /* templates/common: the backward kernel's tile-dependent warp layouts */
+#include "generator/spec.h"
+#include "templates/common/bwd_tiles.h" /* templates/common: the backward kernel's tile-dependent warp layouts */
 
 /* Opt-in maximum of dynamic shared memory per block, by compute capability (CUDA programming guide). */
 size_t arch_smem_limit(int arch) {
@@ -88,22 +88,22 @@ RULE(arch_known, arch_smem_limit(s->arch) == 0, FG_ERR_UNSUPPORTED,
      "arch sm_%d is not a target flashgen knows (sm_80, sm_86, sm_87, sm_89, sm_90, sm_100, sm_103, sm_110, sm_120, sm_121)", s->arch)
 RULE(arch_accel, s->arch_accel && !arch_has_accel(s->arch), FG_ERR_UNSUPPORTED,
      "arch sm_%da does not exist: only sm_90, sm_100, sm_103, sm_110, sm_120 and sm_121 have an 'a' target", s->arch)
-RULE(dtype_half, s->dtype != FG_DTYPE_F16 && s->dtype != FG_DTYPE_BF16 && !spec_dtype_is_fp8(s->dtype),
+RULE(dtype_half, s->dtype != FG_DTYPE_F16 && s->dtype != FG_DTYPE_BF16 && !dtype_is_fp8(s->dtype),
      FG_ERR_UNSUPPORTED,
      "dtype %s has no forward kernel family in this flashgen: the mma.sync forward takes fp16, bf16, e4m3 or e5m2",
-     spec_dtype_name(s->dtype))
-RULE(fp8_arch, spec_dtype_is_fp8(s->dtype) && s->arch < 89, FG_ERR_UNSUPPORTED,
+     dtype_name(s->dtype))
+RULE(fp8_arch, dtype_is_fp8(s->dtype) && s->arch < 89, FG_ERR_UNSUPPORTED,
      "dtype %s needs sm_89 or newer (sm_89, sm_90, sm_100, sm_103, sm_110, sm_120, sm_121): sm_%d has no FP8 "
-     "tensor-core mma (m16n8k32)", spec_dtype_name(s->dtype), s->arch)
-RULE(fp8_out, spec_dtype_is_fp8(s->dtype) && s->out_dtype != FG_DTYPE_F16 && s->out_dtype != FG_DTYPE_BF16,
+     "tensor-core mma (m16n8k32)", dtype_name(s->dtype), s->arch)
+RULE(fp8_out, dtype_is_fp8(s->dtype) && s->out_dtype != FG_DTYPE_F16 && s->out_dtype != FG_DTYPE_BF16,
      FG_ERR_UNSUPPORTED, "out_dtype %s is not supported for dtype %s: an fp8 variant writes O as fp16 or bf16",
-     spec_dtype_name(s->out_dtype), spec_dtype_name(s->dtype))
+     dtype_name(s->out_dtype), dtype_name(s->dtype))
 RULE(head_dim_range, s->head_dim < 8 || s->head_dim > 256 || s->head_dim % 8 != 0, FG_ERR_UNSUPPORTED,
      "head_dim %d is not supported: it must be a multiple of 8 from 8 to 256", s->head_dim)
-RULE(fp8_head_dim, spec_dtype_is_fp8(s->dtype) && (s->head_dim < 32 || s->head_dim > 256 || s->head_dim % 32 != 0),
+RULE(fp8_head_dim, dtype_is_fp8(s->dtype) && (s->head_dim < 32 || s->head_dim > 256 || s->head_dim % 32 != 0),
      FG_ERR_UNSUPPORTED,
      "head_dim %d is not supported for dtype %s: it must be a multiple of 32 from 32 to 256 (the FP8 mma's k-step "
-     "is 32 bytes of head dim)", s->head_dim, spec_dtype_name(s->dtype))
+     "is 32 bytes of head dim)", s->head_dim, dtype_name(s->dtype))
 RULE(bwd_arch, is_bwd(s) && s->arch_accel && s->arch != 90, FG_ERR_UNSUPPORTED,
      "kind=bwd has no sm_%da kernel: the backward pass is the mma.sync family there (use arch sm_%d)", s->arch, s->arch)
 RULE(bwd_wgmma, spec_is_wgmma_bwd(s) && ((s->head_dim != 64 && s->head_dim != 128) ||
@@ -123,16 +123,16 @@ RULE(bwd_tma, s->tma && (!is_bwd(s) || s->arch_accel || s->arch < 90 || s->head_
      "64, 128, 192 or 256 with block_m a multiple of 64 and stages 2 (got kind=%s, arch sm_%d%s, head_dim %d, block_m %d, "
      "stages %d)", is_bwd(s) ? "bwd" : "fwd", s->arch, s->arch_accel ? "a" : "", s->head_dim, s->block_m, s->stages)
 RULE(bwd_dtype, is_bwd(s) && s->dtype != FG_DTYPE_F16 && s->dtype != FG_DTYPE_BF16, FG_ERR_UNSUPPORTED,
-     "dtype %s has no backward kernel: kind=bwd takes fp16 or bf16", spec_dtype_name(s->dtype))
+     "dtype %s has no backward kernel: kind=bwd takes fp16 or bf16", dtype_name(s->dtype))
 RULE(bwd_head_dim, is_bwd(s) && (s->head_dim % 16 != 0 || s->head_dim > 256 || (s->head_dim > 128 && s->head_dim % 32 != 0)),
      FG_ERR_UNSUPPORTED,
      "head_dim %d has no backward kernel: kind=bwd takes multiples of 16 up to 128 and multiples of 32 up to 256 "
      "(above 128 a warp's dK and dV tiles split head_dim in halves of a multiple of 16)", s->head_dim)
-RULE(wgmma_dtype, spec_is_wgmma(s) && spec_dtype_is_fp8(s->dtype) &&
+RULE(wgmma_dtype, spec_is_wgmma(s) && dtype_is_fp8(s->dtype) &&
                       (s->head_dim % 64 != 0 || s->block_n % 32 != 0 || s->block_n > 256), FG_ERR_UNSUPPORTED,
      "dtype %s on sm_90a (the wgmma family) takes head_dim a multiple of 64 and block_n a multiple of 32 up to 256 "
      "(FP8 tiles are 64- or 128-byte swizzled rows, V^T chunks of 32 to 128 keys); got head_dim %d, block_n %d; "
-     "arch sm_90 (the mma.sync family) takes the others", spec_dtype_name(s->dtype), s->head_dim, s->block_n)
+     "arch sm_90 (the mma.sync family) takes the others", dtype_name(s->dtype), s->head_dim, s->block_n)
 RULE(wgmma_head_dim, spec_is_wgmma(s) && (s->head_dim < 32 || s->head_dim % 32 != 0), FG_ERR_UNSUPPORTED,
      "head_dim %d is not supported on sm_90a (the wgmma family): it must be a multiple of 32 from 32 to 256 "
      "(TMA tiles are 32- or 64-column chunks); arch sm_90 (mma.sync) takes multiples of 8", s->head_dim)
@@ -176,22 +176,22 @@ RULE(block_m_mma, !spec_is_wgmma(s) && !is_bwd(s) && (s->block_m % (16 * s->warp
      "must be 16 or 32 times warps", s->block_m, s->warps)
 RULE(block_n_mma, s->block_n % 16 != 0 || s->block_n < 16 || s->block_n > 256, FG_ERR_UNSUPPORTED,
      "block_n %d is not supported: it must be a multiple of 16 from 16 to 256 (the MMA's k16 steps over keys)", s->block_n)
-RULE(fp8_block_n, spec_dtype_is_fp8(s->dtype) && s->block_n % 32 != 0, FG_ERR_UNSUPPORTED,
+RULE(fp8_block_n, dtype_is_fp8(s->dtype) && s->block_n % 32 != 0, FG_ERR_UNSUPPORTED,
      "block_n %d is not supported for dtype %s: it must be a multiple of 32 (the FP8 P.V mma's k is 32 keys)",
-     s->block_n, spec_dtype_name(s->dtype))
+     s->block_n, dtype_name(s->dtype))
 RULE(stages, s->stages < (spec_is_wgmma(s) ? 2 : 1) || s->stages > 4, FG_ERR_UNSUPPORTED,
      "stages %d is not supported: the K/V pipeline has 2 to 4 stages (the mma.sync forward also 1: one K and one "
      "V buffer, each loading while the other is used; the mma.sync backward's query blocks 1 or 2)", s->stages)
 RULE(registers, !spec_is_wgmma(s) && !is_bwd(s) && spec_fwd_sub_n(s) == 0, FG_ERR_UNSUPPORTED,
      "block_m %d, block_n %d, warps %d at head_dim %d need %d accumulator registers per thread, and %d in the "
      "narrowest key steps (limit %d of 255 before spilling): use more warps", s->block_m, s->block_n, s->warps,
-     s->head_dim, acc_registers(s), m_tiles(s) * (spec_head_dim_padded(s) / 2 + (spec_dtype_is_fp8(s->dtype) ? 16 : 8)),
+     s->head_dim, acc_registers(s), m_tiles(s) * (spec_head_dim_padded(s) / 2 + (dtype_is_fp8(s->dtype) ? 16 : 8)),
      FG_SPEC_ACC_REGS)
 RULE(smem, arch_smem_limit(s->arch) != 0 && spec_smem_bytes(s) > arch_smem_limit(s->arch), FG_ERR_UNSUPPORTED,
      "block_m %d, block_n %d, stages %d at head_dim %d need %zu bytes of shared memory%s, more than sm_%d's %zu",
      s->block_m, s->block_n, s->stages, s->head_dim, spec_smem_bytes(s),
      spec_fp8_o_flush_smem(s) ? " (FP8 tiles and O's fp32 level, block_m x head_dim x 4 bytes)"
-     : spec_dtype_is_fp8(s->dtype) ? " (FP8 tiles, or the 16-bit O staged at the end, whichever is larger)"
+     : dtype_is_fp8(s->dtype) ? " (FP8 tiles, or the 16-bit O staged at the end, whichever is larger)"
                                    : "",
      s->arch, arch_smem_limit(s->arch))
 

@@ -10,11 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "bundle.h"
-#include "le.h"
-#include "cache.h"
-#include "emit.h"
-#include "sha256.h"
+#include "runtime/bundle.h"
+#include "core/little_endian.h"
+#include "runtime/cache.h"
+#include "generator/emit.h"
+#include "core/sha256.h"
 
 enum {
     BUNDLE_HEADER = 32,     /* magic, version, count, generator version */

@@ -15,7 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "fgerr.h"
+#include "core/error.h"
 
 #define FG_BUNDLE_FORMAT_VERSION 1u
 

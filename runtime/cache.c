@@ -1,5 +1,4 @@
-/* cache.c: the on-disk cache of compiled kernels (see cache.h for the location rules and the entry format),
- * plus the two whole-file helpers every module that writes files uses (fg_write_file_atomic, fg_read_file).
+/* cache.c: the on-disk cache of compiled kernels (see cache.h for the location rules and the entry format).
  *
  * The cache trusts nothing it reads back: a file in it may be truncated by a crash, corrupted by a disk,
  * half-written by an old version, replaced by a symlink or planted by someone else. So the directory must
@@ -21,9 +20,11 @@
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
-#include "cache.h"
-#include "le.h"
-#include "sha256.h"
+#include "runtime/cache.h"
+#include "core/little_endian.h"
+#include "core/files.h"
+#include "core/knobs.h"
+#include "core/sha256.h"
 
 /* Entry layout offsets; NAME is where the variable-length spec name starts. */
 enum {
@@ -43,10 +44,7 @@ enum {
 #define CACHE_TMP_STALE_SECONDS 3600
 
 static const uint8_t entry_magic[8] = {'F', 'G', 'C', 'A', 'C', 'H', 'E', '\0'};
-static const char tmp_prefix[] = ".tmp-";
 
-/* Numbers the temporary files of this process, so two threads never pick the same name. */
-static atomic_ulong tmp_counter;
 
 
 /* Hashes one key ingredient as (present flag, u64 length, bytes): lengths make the encoding of the input
@@ -81,197 +79,6 @@ void cache_key(const fg_cache_key_inputs *in, uint8_t key[32]) {
     key_field(&s, in->arch, in->arch ? strlen(in->arch) : 0);
     key_field(&s, in->generator_version, in->generator_version ? strlen(in->generator_version) : 0);
     sha256_final(&s, key);
-}
-
-/* Writes all n bytes to fd, retrying short writes and EINTR. Returns 0, or -1 with errno set. */
-static int write_all(int fd, const uint8_t *p, size_t n) {
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Reads exactly n bytes from fd. Returns 0, or -1 with errno set (EIO standing in for an early end of
- * file, which means the file shrank under us). */
-static int read_exact(int fd, uint8_t *p, size_t n) {
-    while (n > 0) {
-        ssize_t r = read(fd, p, n);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        if (r == 0) {
-            errno = EIO;
-            return -1;
-        }
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
-/* Writes `len` bytes to `path` so that the path names either its old file or the complete new one, never
- * a partial file: temporary file in the destination's directory (O_EXCL, 0600, a name unique per
- * process, thread and call), write, fsync, rename, fsync of the directory. The temporary file is removed
- * on every failure. FG_ERR_INVALID_ARGUMENT for an unusable path, FG_ERR_IO naming the file and the
- * failing step otherwise. */
-fg_status fg_write_file_atomic(const char *path, const void *data, size_t len, fg_error *err) {
-    if (!path || !path[0])
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "fg_write_file_atomic: the path is empty.");
-    if (!data && len > 0)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "fg_write_file_atomic: data is NULL but len is %zu.", len);
-    size_t plen = strlen(path);
-    if (path[plen - 1] == '/')
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "cannot write '%s': the path names a directory.", path);
-    if (plen >= PATH_MAX)
-        return fg_fail(err, FG_ERR_IO, "cannot write '%s': the path is longer than %d bytes.", path, PATH_MAX - 1);
-
-    /* Split into directory and base name; the temporary file must share the directory so that rename()
-     * stays within one file system and is atomic. */
-    char dir[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    const char *base;
-    if (!slash) {
-        strcpy(dir, ".");
-        base = path;
-    } else if (slash == path) {
-        strcpy(dir, "/");
-        base = path + 1;
-    } else {
-        memcpy(dir, path, (size_t)(slash - path));
-        dir[slash - path] = '\0';
-        base = slash + 1;
-    }
-
-    /* The base name is cut to 128 bytes so the temporary name stays under NAME_MAX (255). */
-    char tmp[PATH_MAX + 256];
-    unsigned long n = atomic_fetch_add(&tmp_counter, 1);
-    int w = snprintf(tmp, sizeof tmp, "%s%s%s%ld-%ld-%lu-%.128s", slash ? dir : "", slash && slash != path ? "/" : "",
-                     tmp_prefix, (long)getpid(), (long)syscall(SYS_gettid), n, base);
-    if (w < 0 || (size_t)w >= sizeof tmp)
-        return fg_fail(err, FG_ERR_IO, "cannot write '%s': its temporary file name is too long.", path);
-
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0)
-        return fg_fail(err, FG_ERR_IO, "cannot create temporary file '%s' to write '%s': %s.", tmp, path,
-                       strerror(errno));
-    const char *step = NULL;
-    if (fchmod(fd, 0600) != 0)
-        step = "fchmod";
-    else if (write_all(fd, data, len) != 0)
-        step = "write";
-    else if (fsync(fd) != 0)
-        step = "fsync";
-    int saved = errno;
-    if (close(fd) != 0 && !step) {
-        step = "close";
-        saved = errno;
-    }
-    if (!step && rename(tmp, path) != 0) {
-        step = "rename";
-        saved = errno;
-    }
-    if (step) {
-        unlink(tmp); /* best effort: the failure being reported matters more than this one */
-        return fg_fail(err, FG_ERR_IO, "cannot write '%s' (%s of temporary file '%s' failed: %s).", path, step, tmp,
-                       strerror(saved));
-    }
-
-    /* The rename is durable only once the directory is flushed. File systems that cannot fsync a
-     * directory say EINVAL; that is not a failure of this write. */
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
-        return fg_fail(err, FG_ERR_IO, "wrote '%s' but cannot open its directory '%s' to fsync it: %s.", path, dir,
-                       strerror(errno));
-    if (fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP) {
-        saved = errno;
-        close(dfd);
-        return fg_fail(err, FG_ERR_IO, "wrote '%s' but fsync of its directory '%s' failed: %s.", path, dir,
-                       strerror(saved));
-    }
-    if (close(dfd) != 0)
-        return fg_fail(err, FG_ERR_IO, "wrote '%s' but closing its directory '%s' failed: %s.", path, dir,
-                       strerror(errno));
-    return FG_OK;
-}
-
-/* Reads a whole file into a malloc'd buffer (caller frees) that has one extra NUL byte after the
- * contents, not counted in *len, so text files can be used as C strings. FG_ERR_IO naming the path, or
- * FG_ERR_NO_MEMORY. *data is NULL on failure. */
-fg_status fg_read_file(const char *path, uint8_t **data, size_t *len, fg_error *err) {
-    *data = NULL;
-    *len = 0;
-    if (!path || !path[0])
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "fg_read_file: the path is empty.");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return fg_fail(err, FG_ERR_IO, "cannot open '%s' for reading: %s.", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return fg_fail(err, FG_ERR_IO, "cannot stat '%s': %s.", path, strerror(e));
-    }
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
-        return fg_fail(err, FG_ERR_IO, "cannot read '%s': it is a directory.", path);
-    }
-    /* The size is only a hint (pipes and /proc files report 0; a file may grow): read to end of file. */
-    size_t cap = S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size < SIZE_MAX / 2
-                     ? (size_t)st.st_size + 1
-                     : 4096;
-    size_t used = 0;
-    uint8_t *buf = malloc(cap);
-    if (!buf) {
-        close(fd);
-        return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory reading '%s' (%zu bytes).", path, cap);
-    }
-    for (;;) {
-        if (used + 1 >= cap) {
-            if (cap > SIZE_MAX / 2) {
-                free(buf);
-                close(fd);
-                return fg_fail(err, FG_ERR_IO, "cannot read '%s': it is too large.", path);
-            }
-            uint8_t *grown = realloc(buf, cap * 2);
-            if (!grown) {
-                free(buf);
-                close(fd);
-                return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory reading '%s' (%zu bytes).", path, cap * 2);
-            }
-            buf = grown;
-            cap *= 2;
-        }
-        ssize_t r = read(fd, buf + used, cap - 1 - used);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            int e = errno;
-            free(buf);
-            close(fd);
-            return fg_fail(err, FG_ERR_IO, "cannot read '%s': %s.", path, strerror(e));
-        }
-        if (r == 0)
-            break;
-        used += (size_t)r;
-    }
-    if (close(fd) != 0) {
-        int e = errno;
-        free(buf);
-        return fg_fail(err, FG_ERR_IO, "cannot close '%s' after reading: %s.", path, strerror(e));
-    }
-    buf[used] = '\0';
-    *data = buf;
-    *len = used;
-    return FG_OK;
 }
 
 /* Copies a path into out (PATH_MAX-sized, the size of fg_disk_cache.dir) with trailing slashes removed;
@@ -359,7 +166,7 @@ fg_status cache_open(fg_disk_cache *cache, const char *dir, fg_error *err) {
     fg_status st;
     if (dir && dir[0])
         st = absolute_dir(dir, "", "given explicitly", cache->dir, err);
-    else if ((env = getenv("FLASHGEN_CACHE_DIR")) && env[0])
+    else if ((env = knob_value(FG_KNOB_CACHE_DIR)))
         st = absolute_dir(env, "", "from $FLASHGEN_CACHE_DIR", cache->dir, err);
     else if ((env = getenv("XDG_CACHE_HOME")) && env[0] == '/')
         st = absolute_dir(env, "/flashgen", "from $XDG_CACHE_HOME", cache->dir, err);
@@ -502,7 +309,7 @@ static fg_status entry_load(const char *dir, const char *file, uint8_t **image, 
     else if (!(buf = malloc((size_t)st.st_size))) {
         snprintf(why, whylen, "out of memory buffering its %lld bytes", (long long)st.st_size);
         status = FG_ERR_NO_MEMORY;
-    } else if (read_exact(fd, buf, (size_t)st.st_size) != 0)
+    } else if (file_read_exact(fd, buf, (size_t)st.st_size) != 0)
         snprintf(why, whylen, "reading it failed: %s", strerror(errno));
     else
         status = FG_OK;
@@ -711,13 +518,13 @@ int cache_visit(const fg_disk_cache *cache, fg_cache_visit_fn cb, void *user, fg
 
 /* True for a name that is a flashgen entry or looks like one of its temporary files. */
 static int is_clearable_name(const char *name) {
-    return is_entry_name(name) || strncmp(name, tmp_prefix, sizeof tmp_prefix - 1) == 0;
+    return is_entry_name(name) || strncmp(name, FG_TMP_PREFIX, sizeof FG_TMP_PREFIX - 1) == 0;
 }
 
 /* Decides whether a ".tmp-<pid>-..." file is abandoned: its writing process no longer exists on this
  * machine, or it is older than any write could take. A name that does not carry a pid is not ours. */
 static int tmp_is_stale(const char *name, const struct stat *st) {
-    const char *p = name + sizeof tmp_prefix - 1;
+    const char *p = name + sizeof FG_TMP_PREFIX - 1;
     char *end;
     errno = 0;
     long pid = strtol(p, &end, 10);

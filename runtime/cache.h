@@ -19,7 +19,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "fgerr.h"
+#include "core/error.h"
+#include "core/files.h"
 
 #define FG_CACHE_FORMAT_VERSION 1u
 
@@ -66,13 +67,5 @@ int cache_visit(const fg_disk_cache *cache, fg_cache_visit_fn cb, void *user, fg
 /* Removes every entry (and stale temporary file: `.tmp-<pid>-...` whose process is gone or older than an
  * hour) flashgen wrote in the directory; keeps other files. Returns the number removed, or -1 with err set. */
 int cache_clear(const fg_disk_cache *cache, fg_error *err);
-
-/* Writes `len` bytes to `path` atomically with mode 0600 (temp + fsync + rename). Shared by the cache,
- * bundles, `flashgen compile -o` and the tuning database. */
-fg_status fg_write_file_atomic(const char *path, const void *data, size_t len, fg_error *err);
-
-/* Reads a whole file (malloc'd, caller frees; a NUL byte follows the contents, not counted in *len, so
- * text can be used as a C string). FG_ERR_IO naming the path on failure. */
-fg_status fg_read_file(const char *path, uint8_t **data, size_t *len, fg_error *err);
 
 #endif

@@ -6,9 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "emit.h"
-#include "cache.h"
-#include "compile.h"
+#include "generator/emit.h"
+#include "runtime/cache.h"
+#include "core/knobs.h"
+#include "runtime/compile.h"
 
 /* FLASHGEN_LINEINFO=1 adds -lineinfo (source lines in compute-sanitizer and Nsight reports). It is off by
  * default: it changes no instruction but makes a cubin about 4x larger (head_dim 128: 209 KB against
@@ -17,8 +18,7 @@
 static int lineinfo_on;
 static pthread_once_t lineinfo_once = PTHREAD_ONCE_INIT;
 static void read_lineinfo(void) {
-    const char *v = getenv("FLASHGEN_LINEINFO");
-    lineinfo_on = v && strcmp(v, "1") == 0;
+    lineinfo_on = knob_is_one(FG_KNOB_LINEINFO);
 }
 
 int compile_options(const fg_spec *spec, int flags, const char **opts, char buf[64]) {

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "spec.h"
+#include "generator/spec.h"
 
 #define FG_NVRTC_MAX_OPTS 16
 

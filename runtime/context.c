@@ -5,8 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "compile.h"
-#include "runtime.h"
+#include "runtime/compile.h"
+#include "core/knobs.h"
+#include "runtime/runtime.h"
 
 /* fg_context_create's failure, and that of a call given no context, has no context to hold it: it
  * lives here, per thread. */
@@ -113,12 +114,6 @@ static void load_tuning_db(fg_context *ctx, const char *path) {
     }
 }
 
-/* 1 when the environment sets `name` to 0: the switches that turn a kernel family off. */
-static int env_is_zero(const char *name) {
-    const char *v = getenv(name);
-    return v && strcmp(v, "0") == 0;
-}
-
 fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) {
     fg_error *err = &create_error;
     fg_error_clear(err);
@@ -169,8 +164,8 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
          * arch and its shared-memory limit; each kernel is compiled to its PTX, which the driver compiles for
          * this device at load; the newer families (sm_90a, TMA loads, programmatic launch) stay off. An
          * unusable value fails the context: a test run that meant to emulate must not silently run native. */
-        const char *em = getenv("FLASHGEN_EMULATE_ARCH");
-        if (em && *em) {
+        const char *em = knob_value(FG_KNOB_EMULATE_ARCH);
+        if (em) {
             char *end;
             errno = 0;
             const long a = strtol(em, &end, 10);
@@ -191,29 +186,27 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
         /* An emulating context takes none of the newer families: sm_90a code is arch-specific (its PTX compiles
          * for sm_90 only), and TMA loads and early launch are not what the emulated target would run. */
         ctx->wgmma = !ctx->emulated && ctx->arch == 90 && cu->cuTensorMapEncodeTiled != NULL &&
-                     !env_is_zero("FLASHGEN_WGMMA");
-        ctx->wgmma_fp8 = ctx->wgmma && !env_is_zero("FLASHGEN_WGMMA_FP8");
-        /* Gone in session 15 (the sm_90a FP8 kernel is accurate at every head_dim since): said, not ignored
-         * silently, to a caller who set it for the speed it gave */
-        const char *fa = getenv("FLASHGEN_FP8_FAST_ACCUM");
-        if (fa && *fa && strcmp(fa, "0") != 0)
+                     !knob_is_zero(FG_KNOB_WGMMA);
+        ctx->wgmma_fp8 = ctx->wgmma && !knob_is_zero(FG_KNOB_WGMMA_FP8);
+        /* No longer read (the wgmma FP8 kernel is accurate at every head_dim): said, not ignored silently, to
+         * a caller who set it for the speed it gave. */
+        const char *fa = knob_value(FG_KNOB_FP8_FAST_ACCUM);
+        if (fa && strcmp(fa, "0") != 0)
             rt_log(ctx, FG_LOG_WARN, "FLASHGEN_FP8_FAST_ACCUM is no longer read: FP8 calls above head_dim 128 run "
                    "the sm_90a kernel with O's fp32 level in shared memory, accurate at any key length");
-        const char *g = getenv("FLASHGEN_SM90_GRID");
+        const char *g = knob_value(FG_KNOB_SM90_GRID);
         ctx->sm90_grid = !g ? 0 : strcmp(g, "tiles") == 0 ? 1 : strcmp(g, "persistent") == 0 ? 2 : 0;
-        if (g && *g && ctx->sm90_grid == 0 && strcmp(g, "auto") != 0 && strcmp(g, "dynamic") != 0)
+        if (g && ctx->sm90_grid == 0 && strcmp(g, "auto") != 0 && strcmp(g, "dynamic") != 0)
             rt_log(ctx, FG_LOG_WARN, "FLASHGEN_SM90_GRID=%s is not auto, tiles, persistent or dynamic: using auto", g);
-        ctx->wgmma_bwd = ctx->wgmma && !env_is_zero("FLASHGEN_WGMMA_BWD");
-        ctx->det_rotate = !env_is_zero("FLASHGEN_DET_ROTATE");
-        ctx->pdl = !ctx->emulated && ctx->arch >= 90 && cu->cuLaunchKernelEx != NULL && !env_is_zero("FLASHGEN_PDL");
-        /* On by default on sm_90 since session 10 measured it on the H200: 1.125x the cp.async loads (bf16,
-         * d 64/128); d 192/256 since session 21: 1.060x at d 256 (both dtypes and masks, 48 pairs), 1.040x at
-         * d 192 (24 pairs). Newer archs take it with FLASHGEN_BWD_TMA=1 until it has run on one. */
-        const char *bt = getenv("FLASHGEN_BWD_TMA");
+        ctx->wgmma_bwd = ctx->wgmma && !knob_is_zero(FG_KNOB_WGMMA_BWD);
+        ctx->det_rotate = !knob_is_zero(FG_KNOB_DET_ROTATE);
+        ctx->pdl = !ctx->emulated && ctx->arch >= 90 && cu->cuLaunchKernelEx != NULL && !knob_is_zero(FG_KNOB_PDL);
+        /* On by default on sm_90, where TMA loads take the address arithmetic out of the backward's loop;
+         * newer archs take them with FLASHGEN_BWD_TMA=1 until they have been measured there. */
         ctx->bwd_tma = !ctx->emulated && ctx->arch >= 90 && cu->cuTensorMapEncodeTiled != NULL &&
-                       (ctx->arch == 90 ? !env_is_zero("FLASHGEN_BWD_TMA") : bt != NULL && strcmp(bt, "1") == 0);
-        const char *cg = getenv("FLASHGEN_CAUSAL_GROUP");
-        if (cg && *cg && strcmp(cg, "auto") != 0) {
+                       (ctx->arch == 90 ? !knob_is_zero(FG_KNOB_BWD_TMA) : knob_is_one(FG_KNOB_BWD_TMA));
+        const char *cg = knob_value(FG_KNOB_CAUSAL_GROUP);
+        if (cg && strcmp(cg, "auto") != 0) {
             char *end;
             errno = 0;
             const long n = strtol(cg, &end, 10);
@@ -267,8 +260,8 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
         snprintf(ctx->disk_problem, sizeof ctx->disk_problem, "disabled by options.disable_disk_cache");
     }
     load_tuning_db(ctx, opt_in ? opt_in->tuning_db : NULL);
-    const char *dump = getenv("FLASHGEN_DUMP");
-    if (dump && *dump) {
+    const char *dump = knob_value(FG_KNOB_DUMP);
+    if (dump) {
         ctx->dump = 1;
         snprintf(ctx->dump_dir, sizeof ctx->dump_dir, "%s", dump);
     }

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-#include "cuda_api.h"
+#include "runtime/cuda_api.h"
 
 /* cuda.h renames the legacy-stream entry points to their "_ptds"/"_ptsz" forms under this macro, which
  * would rename the table's fields and the symbols we must look up; flashgen passes every stream explicitly. */

@@ -7,7 +7,7 @@
 #define FG_CUDA_API_H
 
 #include <cuda.h>
-#include "fgerr.h"
+#include "core/error.h"
 
 typedef struct fg_cuda_api {
     CUresult (*cuInit)(unsigned int);

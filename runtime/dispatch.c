@@ -1,5 +1,5 @@
 /* dispatch.c: a forward call from arguments to a launch.
- *   (args.c)     every rule on the caller's tensors, each failure a sentence naming the argument;
+ *   (call_args.c)    every rule on the caller's tensors, each failure a sentence naming the argument;
  *   choose_spec  problem -> variant (the device's arch, the tile policy);
  *   get_kernel   memory cache -> disk cache -> bundles -> NVRTC (or FG_ERR_NOT_FOUND in strict mode);
  *   launch       one cuLaunchKernel on the caller's stream with the params struct by value.
@@ -10,12 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "compile.h"
-#include "emit.h"
-#include "fg_params.h"
-#include "args.h"
-#include "runtime.h"
-#include "sha256.h"
+#include "runtime/compile.h"
+#include "generator/emit.h"
+#include "templates/common/fg_params.h"
+#include "runtime/call_args.h"
+#include "runtime/runtime.h"
+#include "core/sha256.h"
 
 /* ------------------------------------------------------------------ variant choice */
 
@@ -50,13 +50,13 @@ static fg_status check_runnable(const fg_context *ctx, const fg_spec *s, fg_erro
 
 /* The dtype of O a call asks for: o's for FP8 inputs (fp16 or bf16), else q's (they match). */
 static fg_dtype call_out_dtype(const fg_fwd_args *a) {
-    return spec_dtype_is_fp8(a->q.dtype) ? a->o.dtype : a->q.dtype;
+    return dtype_is_fp8(a->q.dtype) ? a->o.dtype : a->q.dtype;
 }
 
 /* TMA reads a tensor when its base address is 16-byte aligned and the byte strides of its dims longer
  * than 1 are positive multiples of 16 below 2^40 (a dim of extent 1 is never stepped, whatever its stride). */
 static int tensor_tma_ok(const fg_tensor *t, int contig) {
-    const int64_t es = spec_dtype_size(t->dtype);
+    const int64_t es = dtype_size(t->dtype);
     if ((uintptr_t)t->data % 16 != 0) return 0;
     for (int i = 0; i < 4; i++) {
         if (i == contig) { /* the contiguous dim: head_dim, or the keys of FP8's key-major V */
@@ -78,7 +78,7 @@ static int call_wgmma(const fg_context *ctx, const fg_fwd_args *a) {
      * int and steps by the grid: a problem with more than INT_MAX - SMs of them runs the mma.sync
      * family, whose grid is 3-d. */
     const int64_t tiles = (a->q.shape[1] + 63) / 64 * a->q.shape[2] * a->q.shape[0];
-    const int fp8 = spec_dtype_is_fp8(a->q.dtype);
+    const int fp8 = dtype_is_fp8(a->q.dtype);
     if (fp8 && (!ctx->wgmma_fp8 || a->q.shape[3] % 64 != 0)) return 0;
     return ctx->wgmma && a->q.shape[3] % 32 == 0 && a->q.shape[3] <= 256 &&
            tiles <= (int64_t)INT32_MAX - ctx->sm_count && tensor_tma_ok(&a->q, 3) && tensor_tma_ok(&a->k, 3) &&
@@ -119,7 +119,7 @@ static fg_status choose_spec(fg_context *ctx, const fg_fwd_args *a, fg_spec *s, 
     if (why && r)
         snprintf(why, nwhy, "tile policy rule for sm_%d..sm_%d, head_dim %d..%d%s%s%s%s%s", r->arch_min, r->arch_max,
                  r->head_dim_min, r->head_dim_max, r->causal < 0 ? "" : (r->causal ? ", causal" : ", not causal"),
-                 r->dtype < 0 ? "" : ", ", r->dtype < 0 ? "" : spec_dtype_name((fg_dtype)r->dtype),
+                 r->dtype < 0 ? "" : ", ", r->dtype < 0 ? "" : dtype_name((fg_dtype)r->dtype),
                  ctx->tuned ? "; the tuning database has no winner: " : "", tuned_why);
     return check_runnable(ctx, s, err);
 }
@@ -298,7 +298,7 @@ static fg_status get_kernel(fg_context *ctx, const fg_spec *s, int dry, origin *
 static fg_status encode_map(fg_context *ctx, CUtensorMap *m, fg_dtype dt, void *data, const int64_t dim[4],
                             const int64_t stride_bytes[3], int64_t unit, int box_bytes, int rows, const char *what,
                             fg_error *err) {
-    const int64_t es = spec_dtype_size(dt);
+    const int64_t es = dtype_size(dt);
     cuuint64_t d[4], st[3];
     for (int i = 0; i < 4; i++) d[i] = (cuuint64_t)dim[i];
     for (int i = 0; i < 3; i++) st[i] = (cuuint64_t)(dim[i + 1] > 1 ? stride_bytes[i] : unit);
@@ -317,7 +317,7 @@ static fg_status encode_map(fg_context *ctx, CUtensorMap *m, fg_dtype dt, void *
  * (head_dim, seqlen, heads, batch), boxes of one chunk of `row_bytes` bytes (64 or 128) by `rows` rows,
  * swizzled like the kernel's tiles (sm90.cuh). Rows past seqlen read as zeros and are never written. */
 static fg_status encode_tma(fg_context *ctx, CUtensorMap *m, const fg_tensor *t, int rows, int row_bytes, fg_error *err) {
-    const int64_t es = spec_dtype_size(t->dtype);
+    const int64_t es = dtype_size(t->dtype);
     const int64_t dim[4] = {t->shape[3], t->shape[1], t->shape[2], t->shape[0]};
     const int64_t st[3] = {t->stride[1] * es, t->stride[2] * es, t->stride[0] * es};
     return encode_map(ctx, m, t->dtype, t->data, dim, st, t->shape[3] * es, row_bytes, rows, "cuTensorMapEncodeTiled", err);
@@ -440,7 +440,7 @@ int rt_causal_group(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *
     }
     int64_t cap = ctx->causal_group;
     if (cap == 0) {
-        const int64_t kv_bytes = 2 * a->k.shape[1] * (int64_t)s->head_dim * spec_dtype_size(s->dtype);
+        const int64_t kv_bytes = 2 * a->k.shape[1] * (int64_t)s->head_dim * dtype_size(s->dtype);
         cap = ctx->sm_count / 8;
         if (ctx->l2_bytes <= 0) return 1;
         if (kv_bytes > 0 && (int64_t)ctx->l2_bytes / 3 * (heads / a->k.shape[2]) / kv_bytes < cap)
@@ -553,7 +553,7 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
     p.scale_log2 = (float)((double)p.softmax_scale * 1.4426950408889634);
     const int group = rt_causal_group(ctx, &s, a);
     p.causal_group = group > 1 ? group : 0; /* 0: head by head (the mma.sync family's plain grid) */
-    if (spec_dtype_is_fp8(s.dtype)) {
+    if (dtype_is_fp8(s.dtype)) {
         /* V is key-major: keys contiguous (stride[1] is 1 whenever seqlen_k > 1; set so for one key too),
          * head-dim rows v.stride[3] apart. Descale factors: [1] has strides 0, [b, hkv] its own. */
         p.v_stride[1] = 1;
@@ -571,10 +571,10 @@ static fg_status launch(fg_context *ctx, const fg_spec *sp, CUfunction fn, const
     fg_tma_params tm;
     void *params[] = {&p, &tm};
     if (spec_is_wgmma(&s)) {
-        const int fp8 = spec_dtype_is_fp8(s.dtype);
+        const int fp8 = dtype_is_fp8(s.dtype);
         /* bytes per swizzled chunk row, as the emitter chose (emit.c): 128 when head_dim fills them (the
          * 16-bit O's rows are Q's) */
-        const int rb = (s.head_dim * spec_dtype_size(s.dtype)) % 128 == 0 ? 128 : 64;
+        const int rb = (s.head_dim * dtype_size(s.dtype)) % 128 == 0 ? 128 : 64;
         /* no map of O where the kernel writes it from the registers (spec_wgmma_o_direct) */
         const fg_status st = encode_maps(ctx, &tm, &a->q, spec_wgmma_o_direct(&s) ? NULL : &a->o, &a->k, &a->v, 64,
                                          s.block_n, rb, fp8 ? spec_fp8_vt_bytes(&s) : 0, err);
@@ -612,7 +612,7 @@ fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) 
      * that accumulator over every key block, the drift that made the sm_90a kernel's O 23% low at 16k keys
      * with V's columns averaging 1 before its two-level accumulation. Not measured on such a part (none
      * here): said once per context rather than silently. */
-    if (!accel && ctx->arch >= 89 && ctx->arch != 90 && spec_dtype_is_fp8(a->q.dtype) && a->k.shape[1] > 256 &&
+    if (!accel && ctx->arch >= 89 && ctx->arch != 90 && dtype_is_fp8(a->q.dtype) && a->k.shape[1] > 256 &&
         !__atomic_load_n(&ctx->fp8_accum_warned, __ATOMIC_RELAXED) &&
         !__atomic_exchange_n(&ctx->fp8_accum_warned, 1, __ATOMIC_RELAXED))
         rt_log(ctx, FG_LOG_WARN, "FP8 on sm_%d runs the mma.sync kernel, which accumulates P.V in the tensor "
@@ -754,13 +754,13 @@ fg_status fg_explain(fg_context *ctx, const fg_fwd_args *a, char *buf, size_t n)
     char path[128] = "FlashAttention-2 mma.sync path (sm_80+)";
     if (spec_is_wgmma(&s))
         snprintf(path, sizeof path, "FlashAttention-3 style sm_90a path (TMA, %s, %d consumer warpgroups)",
-                 spec_dtype_is_fp8(s.dtype) ? "FP8 wgmma" : "wgmma", s.block_m / 64);
-    else if (spec_dtype_is_fp8(s.dtype))
+                 dtype_is_fp8(s.dtype) ? "FP8 wgmma" : "wgmma", s.block_m / 64);
+    else if (dtype_is_fp8(s.dtype))
         snprintf(path, sizeof path, "FP8 mma.sync m16n8k32 path (sm_89+)");
-    if (spec_dtype_is_fp8(s.dtype)) {
+    if (dtype_is_fp8(s.dtype)) {
         const size_t used = strlen(path);
-        snprintf(path + used, sizeof path - used, ", %s inputs, out=%s", spec_dtype_name(s.dtype),
-                 spec_dtype_name(s.out_dtype));
+        snprintf(path + used, sizeof path - used, ", %s inputs, out=%s", dtype_name(s.dtype),
+                 dtype_name(s.out_dtype));
     }
     char order[96] = "";
     if (s.causal)

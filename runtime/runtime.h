@@ -4,11 +4,11 @@
 #define FG_RUNTIME_H
 
 #include <pthread.h>
-#include "bundle.h"
-#include "cache.h"
-#include "cuda_api.h"
-#include "spec.h"
-#include "tunedb.h"
+#include "runtime/bundle.h"
+#include "runtime/cache.h"
+#include "runtime/cuda_api.h"
+#include "generator/spec.h"
+#include "runtime/tunedb.h"
 
 /* One loaded kernel: the in-memory cache entry. */
 typedef struct fg_kernel {

@@ -13,11 +13,11 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "bundle.h"
-#include "cache.h"
-#include "emit.h"
-#include "sha256.h"
-#include "test_util.h"
+#include "runtime/bundle.h"
+#include "runtime/cache.h"
+#include "generator/emit.h"
+#include "core/sha256.h"
+#include "tests/test_util.h"
 
 static char g_root[64]; /* this test's scratch directory */
 

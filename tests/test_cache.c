@@ -1,4 +1,4 @@
-/* test_cache.c: SHA-256 and the on-disk kernel cache (runtime/sha256.c, runtime/cache.c).
+/* test_cache.c: SHA-256 and the on-disk kernel cache (core/sha256.c, runtime/cache.c).
  *
  * The cases follow TESTING.md: standard SHA-256 vectors; round trips; a key that changes with every input;
  * every truncation and bit flip of an entry detected as a miss; writers killed at random points never
@@ -18,9 +18,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include "cache.h"
-#include "sha256.h"
-#include "test_util.h"
+#include "runtime/cache.h"
+#include "core/sha256.h"
+#include "tests/test_util.h"
 
 static char g_root[64];   /* this test's scratch directory */
 static char g_dir[256];   /* g_root/cache, where most tests open their cache */

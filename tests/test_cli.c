@@ -1,4 +1,4 @@
-/* test_cli.c: the `flashgen` program (generator/cli.c), run as a user runs it.
+/* test_cli.c: the `flashgen` program (tools/cli.c), run as a user runs it.
  *
  * Each test forks and execs build/flashgen (or $FLASHGEN_BIN) from the repository root, with stdout and
  * stderr captured to files and FLASHGEN_CACHE_DIR pointing into the test's own mkdtemp directory, so no
@@ -23,13 +23,13 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "bundle.h"
-#include "cache.h"
-#include "cuda_api.h"
-#include "emit.h"
-#include "spec.h"
-#include "tunedb.h"
-#include "test_util.h"
+#include "runtime/bundle.h"
+#include "runtime/cache.h"
+#include "runtime/cuda_api.h"
+#include "generator/emit.h"
+#include "generator/spec.h"
+#include "runtime/tunedb.h"
+#include "tests/test_util.h"
 
 static char g_dir[64];    /* this test's scratch directory */
 static char g_cache[128]; /* g_dir/cache: FLASHGEN_CACHE_DIR of every run */

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "compile.h"
-#include "config.h"
-#include "emit.h"
+#include "runtime/compile.h"
+#include "generator/config.h"
+#include "generator/emit.h"
 
 typedef struct job {
     fg_spec *specs;       /* the variants */

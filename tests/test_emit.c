@@ -2,7 +2,7 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
-#include "emit.h"
+#include "generator/emit.h"
 
 /* A variant of the mma.sync family on Hopper (sm_90). */
 static fg_spec spec_for(int head_dim, int causal, fg_dtype dt) {

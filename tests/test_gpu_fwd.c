@@ -1,5 +1,5 @@
 /* test_gpu_fwd.c: the GPU suite of the forward kernel, driven through the public API (include/flashgen.h)
- * and judged by the CPU reference (tests/reference.h) with TESTING.md's rule.
+ * and judged by the CPU reference (reference/reference.h) with TESTING.md's rule.
  *
  * Every GPU test starts with gpu_open(), which skips the test with "no CUDA device: <reason>" when the
  * driver or a device is missing, so CI without a GPU passes and says what it did not run. Outputs are
@@ -27,11 +27,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "flashgen.h"
-#include "cuda_api.h"
-#include "reference.h"
-#include "bundle.h"
-#include "compile.h"
-#include "runtime.h"
+#include "runtime/cuda_api.h"
+#include "reference/reference.h"
+#include "runtime/bundle.h"
+#include "runtime/compile.h"
+#include "runtime/runtime.h"
 #include <dirent.h>
 
 #define GUARD 1024 /* elements of known pattern after each output */
@@ -365,7 +365,7 @@ static void case_name(const fwd_case *c, char *buf, size_t n) {
     if (c->tiles[0] && len > 0 && (size_t)len < n)
         len += snprintf(buf + len, n - (size_t)len, " tiles %dx%d w%d s%d", c->tiles[0], c->tiles[1], c->tiles[2],
                         c->tiles[3]);
-    if (spec_dtype_is_fp8(c->dt) && len > 0 && (size_t)len < n)
+    if (dtype_is_fp8(c->dt) && len > 0 && (size_t)len < n)
         snprintf(buf + len, n - (size_t)len, " out=%s descale=%s amp=%g vmean=%g", c->out_f16 ? "f16" : "bf16",
                  c->descale == 0 ? "none" : c->descale == 1 ? "tensor" : "head", (double)(c->amp ? c->amp : 1.f),
                  (double)c->vmean);
@@ -377,8 +377,8 @@ static void run_setup(gpu_env *env, fwd_run *r, const fwd_case *c) {
     r->c = *c;
     int64_t qs[4] = {c->b, c->sq, c->hq, c->d}, ks[4] = {c->b, c->sk, c->hkv, c->d}, ls[3] = {c->b, c->hq, c->sq};
     int64_t st[4];
-    const fg_dtype odt = spec_dtype_is_fp8(c->dt) ? (c->out_f16 ? FG_DTYPE_F16 : FG_DTYPE_BF16) : c->dt;
-    const int pad = c->strided ? (spec_dtype_is_fp8(c->dt) ? 2 : 1) : 0; /* in elements: 16-byte multiples either way */
+    const fg_dtype odt = dtype_is_fp8(c->dt) ? (c->out_f16 ? FG_DTYPE_F16 : FG_DTYPE_BF16) : c->dt;
+    const int pad = c->strided ? (dtype_is_fp8(c->dt) ? 2 : 1) : 0; /* in elements: 16-byte multiples either way */
     make_strides(4, qs, pad, st);
     dbuf_init(env, &r->q, c->dt, 4, qs, st, 0, 0);
     int64_t ost[4];
@@ -386,7 +386,7 @@ static void run_setup(gpu_env *env, fwd_run *r, const fwd_case *c) {
     dbuf_init(env, &r->o, odt, 4, qs, ost, GUARD, 0);
     make_strides(4, ks, pad, st);
     dbuf_init(env, &r->k, c->dt, 4, ks, st, 0, 0);
-    if (spec_dtype_is_fp8(c->dt)) {
+    if (dtype_is_fp8(c->dt)) {
         /* V key-major, as FP8 takes it: [b, hkv, d, skp] viewed as [b, sk, hkv, d]. The rows are padded
          * past sk (to a multiple of 16, plus 16 when strided) and the padding holds NaN, which the kernel
          * must never let reach a probability. */
@@ -399,7 +399,7 @@ static void run_setup(gpu_env *env, fwd_run *r, const fwd_case *c) {
     dbuf_upload_random(env, &r->q, 0x51ull + (uint64_t)c->d);
     dbuf_upload_random(env, &r->k, 0x52ull + (uint64_t)c->sk);
     dbuf_upload_random(env, &r->v, 0x53ull + (uint64_t)c->sq);
-    if (spec_dtype_is_fp8(c->dt) && ((c->amp != 0.f && c->amp != 1.f) || c->vmean != 0.f)) {
+    if (dtype_is_fp8(c->dt) && ((c->amp != 0.f && c->amp != 1.f) || c->vmean != 0.f)) {
         /* Scaled inputs, saturated to the format's largest finite value (the saturation cases), and V
          * shifted by vmean. */
         const float amp = c->amp != 0.f ? c->amp : 1.f;
@@ -420,7 +420,7 @@ static void run_setup(gpu_env *env, fwd_run *r, const fwd_case *c) {
             CK(env->cu->cuMemcpyHtoD(b->dptr, b->img, (size_t)b->span * b->esize));
         }
     }
-    if (spec_dtype_is_fp8(c->dt) && c->descale) {
+    if (dtype_is_fp8(c->dt) && c->descale) {
         /* Factors around 1 (0.5 .. 1.5), different per tensor and per (batch, kv head). */
         int64_t dsh[2] = {c->descale == 1 ? 1 : c->b, c->hkv};
         dbuf *ds[3] = {&r->dq, &r->dk, &r->dv};
@@ -478,9 +478,9 @@ static fg_spec explicit_spec(const fwd_case *c, int cc) {
     fg_error_clear(&e);
     char text[FG_SPEC_NAME_MAX];
     snprintf(text, sizeof text, "kind=fwd arch=sm_%d%s dtype=%s head_dim=%d causal=%d block_m=%d block_n=%d "
-             "warps=%d stages=%d%s", cc, cc == 90 && wgmma_tiles(c) ? "a" : "", spec_dtype_name(c->dt), c->d, c->causal,
+             "warps=%d stages=%d%s", cc, cc == 90 && wgmma_tiles(c) ? "a" : "", dtype_name(c->dt), c->d, c->causal,
              c->tiles[0], c->tiles[1], c->tiles[2], c->tiles[3],
-             spec_dtype_is_fp8(c->dt) ? (c->out_f16 ? " out=fp16" : " out=bf16") : "");
+             dtype_is_fp8(c->dt) ? (c->out_f16 ? " out=fp16" : " out=bf16") : "");
     cr_assert_eq(spec_parse(text, &s, &e), FG_OK, "%s: %s", text, e.msg);
     return s;
 }
@@ -513,7 +513,7 @@ static void run_launch(gpu_env *env, fwd_run *r) {
         if (wgmma_tiles(&r->c) && cc != 90)
             cr_skip_test("%s: tiles of the sm_90a family, which this GPU (sm_%d) does not run", name, cc);
         if (wgmma_tiles(&r->c) &&
-            (env_is_zero("FLASHGEN_WGMMA") || (spec_dtype_is_fp8(r->c.dt) && env_is_zero("FLASHGEN_WGMMA_FP8"))))
+            (env_is_zero("FLASHGEN_WGMMA") || (dtype_is_fp8(r->c.dt) && env_is_zero("FLASHGEN_WGMMA_FP8"))))
             cr_skip_test("%s: tiles of the sm_90a family, which FLASHGEN_WGMMA=0 / FLASHGEN_WGMMA_FP8=0 turn off", name);
         fg_spec s = explicit_spec(&r->c, cc);
         r->sum_rounded = spec_fp8_sum_rounded(&s);
@@ -577,7 +577,7 @@ static void run_case(const fwd_case *c) {
     assert_sm90a_tiles_valid(c);
     gpu_env env;
     gpu_open(&env);
-    if (spec_dtype_is_fp8(c->dt)) skip_without_fp8(&env);
+    if (dtype_is_fp8(c->dt)) skip_without_fp8(&env);
     fwd_run r;
     run_setup(&env, &r, c);
     run_launch(&env, &r);
@@ -689,7 +689,7 @@ static void nan_case(fg_dtype dt, int causal) {
     fwd_case c = mk(dt, 1, 64, 80, 2, 2, 64, causal);
     gpu_env env;
     gpu_open(&env);
-    if (spec_dtype_is_fp8(dt)) skip_without_fp8(&env);
+    if (dtype_is_fp8(dt)) skip_without_fp8(&env);
     fwd_run r;
     run_setup(&env, &r, &c);
     /* Q[0, row 5, head 0, dim 3], K[0, key 40, kv head 1, dim 7] and K[0, key 63, kv head 0, dim 11] become
@@ -1619,7 +1619,7 @@ static void bwd_launch(gpu_env *env, bwd_run *r) {
         fg_error_clear(&e);
         char text[FG_SPEC_NAME_MAX];
         snprintf(text, sizeof text, "kind=bwd arch=sm_%d dtype=%s head_dim=%d causal=%d deterministic=%d block_m=%d "
-                 "block_n=%d warps=%d stages=%d", gpu_cc(env), spec_dtype_name(r->f.c.dt), r->f.c.d, r->f.c.causal,
+                 "block_n=%d warps=%d stages=%d", gpu_cc(env), dtype_name(r->f.c.dt), r->f.c.d, r->f.c.causal,
                  r->args.deterministic, r->tiles[0], r->tiles[1], r->tiles[2], r->tiles[3]);
         cr_assert_eq(spec_parse(text, &s, &e), FG_OK, "%s: %s", text, e.msg);
         st = rt_bwd_with_spec(env->ctx, &s, &r->args, (void *)env->stream, &e);

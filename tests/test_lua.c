@@ -1,4 +1,4 @@
-/* test_lua.c: the Lua sandbox (generator/lua_sandbox.c) and the bundle config loader (generator/config.c).
+/* test_lua.c: the Lua sandbox (core/lua_sandbox.c) and the bundle config loader (generator/config.c).
  *
  * Sandbox cases follow TESTING.md: runaway loops, huge strings, unbounded recursion, bytecode and every
  * removed library each end in FG_ERR_CONFIG with file:line, quickly. "Quickly" is checked on two clocks:
@@ -15,8 +15,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "config.h"
-#include "lua_sandbox.h"
+#include "generator/config.h"
+#include "core/lua_sandbox.h"
 
 /* CPU and wall seconds since the matching stopwatch_start. */
 typedef struct stopwatch {
@@ -862,18 +862,18 @@ Test(config, default_config_loads_and_validates) {
         cr_assert_gt(spec_named(&cfg, i, name, sizeof name), 0);
         cr_assert_eq(spec_validate(s, &err), FG_OK, "%s: %s", name, err.msg);
         if (s->kind == FG_KIND_BWD) { /* the backward: mma.sync only */
-            cr_assert(!s->arch_accel && !spec_dtype_is_fp8(s->dtype), "%s", name);
+            cr_assert(!s->arch_accel && !dtype_is_fp8(s->dtype), "%s", name);
             bwd80 += s->arch == 80;
             bwd90 += s->arch == 90 && !s->tma;
             bwd90_tma += s->arch == 90 && s->tma;
             continue;
         }
         archs[0] += s->arch == 80;
-        archs[1] += s->arch == 90 && s->arch_accel && !spec_dtype_is_fp8(s->dtype); /* the wgmma family */
-        archs[2] += s->arch == 90 && !s->arch_accel && !spec_dtype_is_fp8(s->dtype); /* mma.sync on Hopper */
-        archs[3] += s->arch == 90 && !s->arch_accel && spec_dtype_is_fp8(s->dtype);  /* FP8 on Hopper */
-        archs[4] += s->arch == 89 && spec_dtype_is_fp8(s->dtype);              /* FP8 on Ada */
-        archs[5] += s->arch == 90 && s->arch_accel && spec_dtype_is_fp8(s->dtype);   /* FP8, wgmma family */
+        archs[1] += s->arch == 90 && s->arch_accel && !dtype_is_fp8(s->dtype); /* the wgmma family */
+        archs[2] += s->arch == 90 && !s->arch_accel && !dtype_is_fp8(s->dtype); /* mma.sync on Hopper */
+        archs[3] += s->arch == 90 && !s->arch_accel && dtype_is_fp8(s->dtype);  /* FP8 on Hopper */
+        archs[4] += s->arch == 89 && dtype_is_fp8(s->dtype);              /* FP8 on Ada */
+        archs[5] += s->arch == 90 && s->arch_accel && dtype_is_fp8(s->dtype);   /* FP8, wgmma family */
         if (s->arch_accel)
             cr_assert(spec_is_wgmma(s), "%s", name);
         for (int j = 0; j < i; j++)

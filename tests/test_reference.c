@@ -1,4 +1,4 @@
-/* test_reference.c: the CPU reference (tests/reference.c) checked against hand-computed cases, exhaustive
+/* test_reference.c: the CPU reference (reference/reference.c) checked against hand-computed cases, exhaustive
  * conversion checks and a naive loop implementation. Needs no GPU; runs in CI. The GPU suite trusts this
  * reference, so every semantic rule of the forward pass (causal alignment, GQA, masked rows, scale,
  * strides) is pinned here first. */
@@ -7,7 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "reference.h"
+#include "reference/reference.h"
 
 /* ---- helpers ---- */
 

@@ -2,7 +2,7 @@
  * (generator/spec.c, validate.c, tile_policy.c). Needs no GPU. */
 #include <criterion/criterion.h>
 #include <string.h>
-#include "spec.h"
+#include "generator/spec.h"
 
 /* A valid spec of the mma.sync family on Hopper (sm_90). */
 static fg_spec base(void) {
@@ -229,7 +229,7 @@ Test(spec, default_policy_fills_valid_fp8_tiles) {
                 cr_assert(s.block_n == 64 || s.block_n == 128, "d %d: block_n %d", d, s.block_n);
             } else {
                 cr_assert_eq(st, FG_ERR_UNSUPPORTED, "fp8 head_dim %d was accepted on sm_90a", d);
-                cr_assert(strstr(e.msg, "sm_90a") && strstr(e.msg, spec_dtype_name(dts[dt])), "%s", e.msg);
+                cr_assert(strstr(e.msg, "sm_90a") && strstr(e.msg, dtype_name(dts[dt])), "%s", e.msg);
             }
         }
     fg_spec s = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 0, .dtype = FG_DTYPE_E5M2, .head_dim = 128,

@@ -1,4 +1,4 @@
-/* test_tune.c: the tuning database and tuning spaces (autotune/tunedb.c, autotune/space.c). CPU only.
+/* test_tune.c: the tuning database and tuning spaces (runtime/tunedb.c, autotune/space.c). CPU only.
  *
  * Database: a save/load round trip gives equal records and a byte-identical second save; a file made
  * for another GPU, driver, NVRTC or flashgen version, or in another format version, is refused with a
@@ -17,10 +17,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cache.h"
-#include "space.h"
-#include "tunedb.h"
-#include "test_util.h"
+#include "runtime/cache.h"
+#include "autotune/space.h"
+#include "runtime/tunedb.h"
+#include "tests/test_util.h"
 
 static char g_root[64]; /* this test's scratch directory */
 
@@ -940,7 +940,7 @@ static void check_shipped_sm90a_space(const char *path, fg_dtype dtype, int prob
             cr_assert_eq(spec_validate(&c->spec, &e), c->status);
             if (c->status == FG_OK)
                 cr_assert_eq(c->spec.warps, 4 * (c->spec.block_m / 64 + 1));
-            if (spec_dtype_is_fp8(dtype)) {
+            if (dtype_is_fp8(dtype)) {
                 cr_assert(c->spec.block_n % 32 == 0 && c->spec.block_n <= 256);
                 cr_assert_eq(c->spec.out_dtype, FG_DTYPE_BF16);
             }

@@ -124,7 +124,7 @@ class ABCompare(unittest.TestCase):
 
 
 class Fgbench(unittest.TestCase):
-    """bench/fgbench.c (built by `ninja` as build/fgbench): what it refuses before any device work."""
+    """tools/fgbench.c (built by `ninja` as build/fgbench): what it refuses before any device work."""
     EXE = os.path.join(REPO, "build", "fgbench")
 
     def test_refuses_an_emulated_arch(self):

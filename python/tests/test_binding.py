@@ -9,7 +9,7 @@ quantize_fp8, key_major_v) are checked on CPU tensors when PyTorch is installed.
 with the reason printed when PyTorch or CUDA is absent) compare against PyTorch SDPA in fp32 on upcast
 inputs with the rule of TESTING.md (max|out - ref32| <= 2 * max|ref_lowp - ref32| + 1e-5), check the
 LSE, and check that bad input raises FlashgenError naming the argument; the FP8 ones compare against
-the same rule with tests/reference.h's FP8 lowp reference.
+the same rule with reference/reference.h's FP8 lowp reference.
 """
 
 import ctypes
@@ -625,7 +625,7 @@ def reference(torch, q, k, v, causal, scale=None):
     [b, sq, hq, d] / [b, hq, sq] float32. ref32: PyTorch SDPA (math backend) in fp32 on upcast inputs,
     with the bottom-right causal mask and GQA by repeat_interleave; rows that see no key are 0.
     ref_lowp: the kernel's precision (P = exp(s - rowmax) rounded to the dtype before P.V, the row sum
-    from the unrounded P, O rounded to the dtype), as tests/reference.h defines it."""
+    from the unrounded P, O rounded to the dtype), as reference/reference.h defines it."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     b, sq, hq, d = q.shape
@@ -890,12 +890,12 @@ class GpuTest(unittest.TestCase):
 
 def reference_fp8(torch, q8, k8, v8, qd, kd, vd, causal, out_dtype, scale=None):
     """(ref32, ref_lowp, lse32, lse_slack) of an FP8 call, [b, sq, hq, d] / [b, hq, sq] float32, per
-    tests/reference.h:
+    reference/reference.h:
     ref32 is SDPA (math backend, fp32) on the dequantized inputs (each element times its descale);
     ref_lowp is the kernel's precision: c = scale * qd * kd; m = rowmax(c * s) on the raw fp8 values;
     P = exp2((c * s - m) * log2(e) + 8); l = sum of P; P rounded to e4m3 before P.V; O = (P V) * vd / l,
     rounded to out_dtype. lse_slack is the LSE rule's allowance for the FP8 tensor cores' ~13-bit
-    accumulation of the scores, as tests/reference.c's forward_row computes it: 2^-12 (d/32 + 1) times the
+    accumulation of the scores, as reference/reference.c's forward_row computes it: 2^-12 (d/32 + 1) times the
     row's largest scale * descales * sum |q k| over its visible keys. Descales are None, [1] or [b, hkv]
     fp32 tensors; query head h takes KV head h / (hq / hkv)'s factor."""
     import torch.nn.functional as F

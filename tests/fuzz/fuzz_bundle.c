@@ -16,9 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "bundle.h"
-#include "le.h"
-#include "sha256.h"
+#include "runtime/bundle.h"
+#include "core/little_endian.h"
+#include "core/sha256.h"
 
 #ifndef FG_FUZZ_SEED_MAIN
 /* Reports a broken rule and stops the fuzzer (a finding). */

@@ -1,5 +1,5 @@
 /* fuzz_config.c: libFuzzer target for the Lua config loader (generator/config.c through the sandbox in
- * generator/lua_sandbox.c), built by tests/fuzz/run.sh and seeded with the
+ * core/lua_sandbox.c), built by tests/fuzz/run.sh and seeded with the
  * shipped configs (configs/NAME.lua).
  *
  * The input is config text, as a file would hold it. Whatever it says, config_load_string must return
@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "config.h"
+#include "generator/config.h"
 
 #define FUZZ_CHUNK "fuzz.lua" /* the chunk name every message must start with */
 /* The one message about the whole file rather than a line of it. */

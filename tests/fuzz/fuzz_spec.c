@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "spec.h"
+#include "generator/spec.h"
 
 /* Reports a broken invariant with the input that broke it and stops the fuzzer (a finding). */
 static void fuzz_spec_fail(const char *what, const char *input, const char *detail) {

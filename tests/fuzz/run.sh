@@ -75,11 +75,11 @@ fi
 
 # ---- build ----
 san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-cflags="-std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Wno-unused-parameter -Iinclude -Igenerator -Iruntime"
+cflags="-std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Wno-unused-parameter -I. -Iinclude"
 lua_cflags=$(pkg-config --cflags lua5.4)
 lua_libs=$(pkg-config --libs lua5.4)
-spec_src="generator/spec.c generator/validate.c generator/tile_policy.c generator/fgerr.c"
-bundle_src="runtime/bundle.c runtime/cache.c runtime/sha256.c generator/fgerr.c"
+spec_src="generator/spec.c generator/validate.c generator/tile_policy.c core/error.c core/dtype.c"
+bundle_src="runtime/bundle.c runtime/cache.c core/files.c core/sha256.c core/error.c"
 build() { # build NAME SOURCES... [LIBS]: one clang command per binary, every file instrumented
   name=$1; shift
   echo "== build $name"
@@ -90,7 +90,7 @@ for t in $targets; do
   case "$t" in
     fuzz_spec) build fuzz_spec -fsanitize=fuzzer tests/fuzz/fuzz_spec.c $spec_src ;;
     fuzz_config) build fuzz_config -fsanitize=fuzzer $lua_cflags tests/fuzz/fuzz_config.c generator/config.c \
-                   generator/lua_sandbox.c $spec_src $lua_libs -lm ;;
+                   core/lua_sandbox.c $spec_src $lua_libs -lm ;;
     fuzz_bundle) build fuzz_bundle -fsanitize=fuzzer tests/fuzz/fuzz_bundle.c $bundle_src
                  build fuzz_bundle_seeds -DFG_FUZZ_SEED_MAIN tests/fuzz/fuzz_bundle.c $bundle_src ;;
   esac

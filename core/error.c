@@ -1,7 +1,7 @@
-/* fgerr.c: filling fg_error (see fgerr.h). */
+/* error.c: filling fg_error (see error.h). */
 #include <stdarg.h>
 #include <stdio.h>
-#include "fgerr.h"
+#include "core/error.h"
 
 fg_status fg_fail(fg_error *err, fg_status status, const char *fmt, ...) {
     if (err) {

@@ -25,7 +25,7 @@
 #define FG_TEST_REFERENCE_H
 
 #include <stdint.h>
-#include "fgerr.h"
+#include "core/error.h"
 
 /* ---- exact conversions, round to nearest even; NaN stays NaN (quieted), Inf and subnormals exact ---- */
 float ref_f16_to_float(uint16_t h);

@@ -1,13 +1,13 @@
-/* test_args.c: every rule on a forward call's arguments (runtime/args.c), without a GPU: the pointers
+/* test_args.c: every rule on a forward call's arguments (runtime/call_args.c), without a GPU: the pointers
  * are host addresses that are never dereferenced. Each case breaks one rule of a valid call and checks
  * the status and that the sentence names the argument. The GPU suite repeats the common ones through
  * fg_attention_fwd and checks that nothing is written. */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <string.h>
-#include "args.h"
-#include "bwd_order.h"
-#include "runtime.h"
+#include "runtime/call_args.h"
+#include "templates/common/bwd_order.h"
+#include "runtime/runtime.h"
 
 /* Fake device addresses, far apart and 256-byte aligned; only their values matter here. */
 #define BASE_Q ((uintptr_t)0x10000000)

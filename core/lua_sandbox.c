@@ -33,7 +33,7 @@
 #include <lua.h>
 #include <lualib.h>
 
-#include "lua_sandbox.h"
+#include "core/lua_sandbox.h"
 
 #define SB_HOOK_STEP 100             /* instructions between count-hook calls: bounds how stale the line is */
 #define SB_TIME_LIMIT_MS 2000        /* wall-clock backstop; the instruction budget normally ends first */

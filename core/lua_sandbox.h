@@ -18,7 +18,7 @@
 #define FG_LUA_SANDBOX_H
 
 #include <stddef.h>
-#include "fgerr.h"
+#include "core/error.h"
 
 struct lua_State;
 

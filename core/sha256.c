@@ -3,7 +3,7 @@
  * it; speed matters little (inputs are kilobytes to megabytes), portability and exactness do, so the
  * code is plain C with no endianness or alignment assumptions. */
 #include <string.h>
-#include "sha256.h"
+#include "core/sha256.h"
 
 /* The first 32 bits of the fractional parts of the cube roots of the first 64 primes (FIPS 180-4 4.2.2). */
 static const uint32_t sha256_k[64] = {

@@ -1,4 +1,4 @@
-/* args.c: every rule a forward call's arguments obey (see args.h), each failure a sentence that names
+/* call_args.c: every rule a forward call's arguments obey (see call_args.h), each failure a sentence that names
  * the argument and the rule. Order matters only for which sentence a caller sees first: types, then
  * structure (ndim, sizes, strides), then shapes against each other, then what the kernel needs
  * (head_dim, grid and position limits, the FP8 V layout, descale factors, alignment), then memory
@@ -8,8 +8,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include "args.h"
-#include "spec.h"
+#include "runtime/call_args.h"
+#include "generator/spec.h"
 
 static const char *const qkvo_dims[4] = {"batch", "seqlen", "heads", "head_dim"};
 static const char *const lse_dims[3] = {"batch", "heads", "seqlen_q"};
@@ -65,9 +65,9 @@ static fg_status check_tensor(const fg_tensor *t, const char *name, int ndim, in
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                        "%s.stride[1] (seqlen) is %lld; with %s inputs %s must be key-major (V^T layout): stride[1] 1, "
                        "keys contiguous, stride[3] stepping over rows of keys", name, (long long)t->stride[1],
-                       spec_dtype_name(t->dtype), name);
+                       dtype_name(t->dtype), name);
     int64_t last = max_offset(t), bytes;
-    if (last < 0 || __builtin_mul_overflow(last + 1, (int64_t)spec_dtype_size(t->dtype), &bytes) ||
+    if (last < 0 || __builtin_mul_overflow(last + 1, (int64_t)dtype_size(t->dtype), &bytes) ||
         bytes > FG_MAX_SPAN_BYTES)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                        "%s's strides [%lld, %lld, %lld%s] with its shape span more than 2^48 bytes; no device has that "
@@ -80,7 +80,7 @@ static fg_status check_tensor(const fg_tensor *t, const char *name, int ndim, in
  * dimension but the contiguous one (`contig`: 3, or 1 for FP8 V) that has more than one element (a
  * dimension of size 1 is never stepped over). */
 static fg_status check_align16(const fg_tensor *t, const char *name, int contig, fg_error *err) {
-    int esize = spec_dtype_size(t->dtype);
+    int esize = dtype_size(t->dtype);
     if ((uintptr_t)t->data % 16 != 0)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.data (%p) is not 16-byte aligned; flashgen loads 16 bytes at a time",
                        name, t->data);
@@ -122,7 +122,7 @@ static int is_empty(const fg_tensor *t) {
 /* The bytes [lo, hi) a non-empty view touches (its real strides: FP8 V's head-dim stride included). */
 static void byte_range(const fg_tensor *t, uintptr_t *lo, uintptr_t *hi) {
     *lo = (uintptr_t)t->data;
-    *hi = *lo + (uintptr_t)(max_offset(t) + 1) * (uintptr_t)spec_dtype_size(t->dtype);
+    *hi = *lo + (uintptr_t)(max_offset(t) + 1) * (uintptr_t)dtype_size(t->dtype);
 }
 
 /* Empty views touch nothing, so they are disjoint from everything. */
@@ -187,10 +187,10 @@ static fg_status check_descale(const fg_tensor *t, const char *name, const fg_fw
     if (!is_fp8(a->q.dtype))
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                        "%s.data is set but q is %s; descale factors are for fp8 (e4m3, e5m2) inputs only: leave "
-                       "%s.data NULL", name, spec_dtype_name(a->q.dtype), name);
+                       "%s.data NULL", name, dtype_name(a->q.dtype), name);
     if (t->dtype != FG_DTYPE_F32)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.dtype is %s; descale factors are fp32", name,
-                       spec_dtype_name(t->dtype));
+                       dtype_name(t->dtype));
     if (t->ndim != 1 && t->ndim != 2)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                        "%s.ndim is %d; a descale tensor is ndim 1 ([1], one factor per tensor) or ndim 2 "
@@ -232,19 +232,19 @@ fg_status rt_check_fwd_args(const fg_fwd_args *a, int need_data, fg_error *err) 
         fg_dtype dt = ts[i]->dtype;
         if (i < 3 && !is_half(dt) && !is_fp8(dt))
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.dtype is %s; the forward takes fp16, bf16, e4m3 or e5m2",
-                           names[i], spec_dtype_name(dt));
+                           names[i], dtype_name(dt));
         if (i == 3 && !is_half(dt))
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "o.dtype is %s; the output is fp16 or bf16 (%s)",
-                           spec_dtype_name(dt), fp8 ? "either, with fp8 inputs" : "q's dtype");
+                           dtype_name(dt), fp8 ? "either, with fp8 inputs" : "q's dtype");
     }
     for (int i = 1; i < 3; i++)
         if (ts[i]->dtype != a->q.dtype)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.dtype (%s) differs from q.dtype (%s); %s", names[i],
-                           spec_dtype_name(ts[i]->dtype), spec_dtype_name(a->q.dtype),
+                           dtype_name(ts[i]->dtype), dtype_name(a->q.dtype),
                            fp8 ? "q, k and v must share one fp8 dtype" : "all four must match");
     if (!fp8 && a->o.dtype != a->q.dtype)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "o.dtype (%s) differs from q.dtype (%s); all four must match",
-                       spec_dtype_name(a->o.dtype), spec_dtype_name(a->q.dtype));
+                       dtype_name(a->o.dtype), dtype_name(a->q.dtype));
     /* dtypes agree, so each tensor's structure can be judged by its layout rule (FP8 V: key-major) */
     for (int i = 0; i < 4; i++)
         if ((st = check_tensor(ts[i], names[i], 4, need_data, i == 2 && fp8, err)) != FG_OK) return st;
@@ -290,7 +290,7 @@ fg_status rt_check_fwd_args(const fg_fwd_args *a, int need_data, fg_error *err) 
                        "v.stride[3] (head_dim) is %lld, less than seqlen_k (%lld); with %s inputs v is key-major (V^T "
                        "layout): each head-dim row holds seqlen_k contiguous keys, so the head-dim stride must be at "
                        "least seqlen_k (and a multiple of 16)", (long long)a->v.stride[3], (long long)v[1],
-                       spec_dtype_name(a->q.dtype));
+                       dtype_name(a->q.dtype));
     static const char *const dnames[3] = {"q_descale", "k_descale", "v_descale"};
     const fg_tensor *ds[3] = {&a->q_descale, &a->k_descale, &a->v_descale};
     for (int i = 0; i < 3; i++)
@@ -298,7 +298,7 @@ fg_status rt_check_fwd_args(const fg_fwd_args *a, int need_data, fg_error *err) 
     if (a->lse.data) {
         if (a->lse.dtype != FG_DTYPE_F32)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "lse.dtype is %s; the log-sum-exp is written as fp32",
-                           spec_dtype_name(a->lse.dtype));
+                           dtype_name(a->lse.dtype));
         if ((st = check_tensor(&a->lse, "lse", 3, 1, 0, err)) != FG_OK) return st;
         if (a->lse.shape[0] != q[0] || a->lse.shape[1] != q[2] || a->lse.shape[2] != q[1])
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
@@ -327,7 +327,7 @@ static fg_status check_like(const fg_tensor *t, const char *name, const fg_tenso
                             int need_data, fg_error *err) {
     if (t->dtype != ref->dtype)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.dtype (%s) differs from %s.dtype (%s); they must match",
-                       name, spec_dtype_name(t->dtype), ref_name, spec_dtype_name(ref->dtype));
+                       name, dtype_name(t->dtype), ref_name, dtype_name(ref->dtype));
     fg_status st = check_tensor(t, name, 4, need_data, 0, err);
     if (st != FG_OK) return st;
     for (int i = 0; i < 4; i++)
@@ -341,7 +341,7 @@ static fg_status check_like(const fg_tensor *t, const char *name, const fg_tenso
 /* The byte range [lo, hi) a view spans (hi = lo for an empty one). */
 static void span(const fg_tensor *t, uintptr_t *lo, uintptr_t *hi) {
     *lo = (uintptr_t)t->data;
-    *hi = is_empty(t) ? *lo : *lo + (uintptr_t)((max_offset(t) + 1) * spec_dtype_size(t->dtype));
+    *hi = is_empty(t) ? *lo : *lo + (uintptr_t)((max_offset(t) + 1) * dtype_size(t->dtype));
 }
 
 fg_status rt_check_bwd_args(const fg_bwd_args *a, int need_data, size_t need, fg_error *err) {
@@ -352,7 +352,7 @@ fg_status rt_check_bwd_args(const fg_bwd_args *a, int need_data, size_t need, fg
     f.causal = a->causal;
     if (!is_half(a->q.dtype))
         return fg_fail(err, FG_ERR_UNSUPPORTED, "q.dtype is %s; the backward takes fp16 or bf16",
-                       spec_dtype_name(a->q.dtype));
+                       dtype_name(a->q.dtype));
     if (!a->lse.data && need_data && a->q.shape[0] * a->q.shape[1] * a->q.shape[2] != 0)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                        "lse.data is NULL; the backward recomputes P from the forward's LSE: pass the forward's lse");

@@ -3,7 +3,7 @@
  *   fgbench speed   times the forward kernel on the shapes of the project's benchmark protocol
  *                   (ANCHORS.md: 16384 tokens = batch x seqlen, hidden 2048 = heads x head_dim, layout
  *                   [b, s, h, d]) and prints ms and TFLOP/s per configuration. Every configuration's
- *                   output is first checked on a slice against the CPU reference (tests/reference.h), so
+ *                   output is first checked on a slice against the CPU reference (reference/reference.h), so
  *                   a wrong kernel reports WRONG, never a speed.
  *   fgbench jit     measures what a user waits for: a cold NVRTC compile, a disk-cache load, and the host
  *                   time of one fg_attention_fwd call, against ANCHORS.md's JIT targets.
@@ -32,14 +32,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/knobs.h"
 #include "flashgen.h"
-#include "cache.h"
-#include "compile.h"
-#include "cuda_api.h"
-#include "emit.h"
-#include "fg_params.h"
-#include "reference.h"
-#include "spec.h"
+#include "runtime/cache.h"
+#include "runtime/compile.h"
+#include "runtime/cuda_api.h"
+#include "generator/emit.h"
+#include "templates/common/fg_params.h"
+#include "reference/reference.h"
+#include "generator/spec.h"
 
 #define EXIT_OK 0
 #define EXIT_FAIL 1
@@ -791,7 +792,7 @@ static void print_table(const speed_result *res, int n) {
             if (r->registers >= 0) snprintf(regs, sizeof regs, "%d", r->registers);
             if (r->spill >= 0) snprintf(spill, sizeof spill, "%d", r->spill);
         }
-        printf("%-5s %4d %-6s %6d %5d %5d  %-14s ", spec_dtype_name(c->dtype), c->head_dim, c->causal ? "causal" : "none",
+        printf("%-5s %4d %-6s %6d %5d %5d  %-14s ", dtype_name(c->dtype), c->head_dim, c->causal ? "causal" : "none",
                c->seqlen, c->batch, c->heads, tiles);
         if (r->state == RES_OK)
             printf("%10.4f %10.4f %8.1f ", r->ms_median, r->ms_min, r->tflops);
@@ -805,7 +806,7 @@ static void print_table(const speed_result *res, int n) {
         const speed_result *r = &res[i];
         if (r->state == RES_OK || !r->message[0]) continue;
         if (notes++ == 0) printf("\n");
-        printf("%s d=%d %s seqlen=%d: %s: %s\n", spec_dtype_name(r->cfg.dtype), r->cfg.head_dim,
+        printf("%s d=%d %s seqlen=%d: %s: %s\n", dtype_name(r->cfg.dtype), r->cfg.head_dim,
                r->cfg.causal ? "causal" : "none", r->cfg.seqlen, r->state == RES_WRONG ? "WRONG" : "ERROR", r->message);
     }
 }
@@ -821,7 +822,7 @@ static fg_status write_csv(const char *path, const speed_result *res, int n, con
     for (int i = 0; i < n; i++) {
         const speed_result *r = &res[i];
         const speed_cfg *c = &r->cfg;
-        fprintf(f, "%s,%d,%d,%d,%d,%d,\"%s\",%d,%d,%d,%d,%s,", spec_dtype_name(c->dtype), c->head_dim, c->causal,
+        fprintf(f, "%s,%d,%d,%d,%d,%d,\"%s\",%d,%d,%d,%d,%s,", dtype_name(c->dtype), c->head_dim, c->causal,
                 c->seqlen, c->batch, c->heads, r->variant, r->spec.block_m, r->spec.block_n, r->spec.warps,
                 r->spec.stages, status[r->state]);
         if (r->state == RES_OK)
@@ -939,7 +940,7 @@ static int run_speed(const bench_device *dev, const speed_opts *o) {
             }
             CK(cu->cuCtxSynchronize()); /* pageable uploads may still be in flight when they return */
             filled = (int)r->cfg.dtype;
-            fprintf(stderr, "%s: %s inputs filled and uploaded in %.1f s\n", prog, spec_dtype_name(r->cfg.dtype),
+            fprintf(stderr, "%s: %s inputs filled and uploaded in %.1f s\n", prog, dtype_name(r->cfg.dtype),
                     now_s() - t0);
         }
         fg_error cerr;
@@ -947,7 +948,7 @@ static int run_speed(const bench_device *dev, const speed_opts *o) {
         fg_status st = bench_one(dev, ctx, &B, vc, o, r, &cerr);
         const speed_cfg *c = &r->cfg;
         fprintf(stderr, "%s: [%d/%d] %s d=%d %s seqlen=%d (batch %d, heads %d): ", prog, i + 1, ncfg,
-                spec_dtype_name(c->dtype), c->head_dim, c->causal ? "causal" : "none", c->seqlen, c->batch, c->heads);
+                dtype_name(c->dtype), c->head_dim, c->causal ? "causal" : "none", c->seqlen, c->batch, c->heads);
         if (st != FG_OK) {
             r->state = RES_ERROR;
             snprintf(r->message, sizeof r->message, "%s", cerr.msg);
@@ -1590,7 +1591,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fgbench: unknown mode '%s'\n%s", argv[1], usage_main);
         return EXIT_USAGE;
     }
-    const char *emu = getenv("FLASHGEN_EMULATE_ARCH");
+    const char *emu = knob_value(FG_KNOB_EMULATE_ARCH);
     if (emu && *emu) {
         /* Emulated contexts run another arch's PTX through the driver, under their own cache keys: neither a
          * speed nor a JIT figure of this GPU (nor of the emulated one), and the JIT split's cache lookups,

@@ -1,9 +1,9 @@
-/* args.h: the rules a forward call's arguments must obey, checked before anything is chosen or launched.
- * Kept apart from dispatch so that CI, which has no GPU, tests every rule (tests/test_args.c). */
-#ifndef FG_ARGS_H
-#define FG_ARGS_H
+/* call_args.h: the rules a forward call's arguments must obey, checked before anything is chosen or launched.
+ * Kept apart from dispatch so that CI, which has no GPU, tests every rule (tests/test_call_args.c). */
+#ifndef FG_CALL_ARGS_H
+#define FG_CALL_ARGS_H
 
-#include "fgerr.h"
+#include "core/error.h"
 
 /* Checks a's tensors, sizes, strides, dtypes, scale and mask. need_data: a launch will follow, so
  * pointers must be set (unless the tensor is empty), aligned, and the outputs must not overlap

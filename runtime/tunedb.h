@@ -12,7 +12,7 @@
  * candidate is kept, with its status, not only the winner: a later sweep resumes from them, and a
  * person can see why a tile lost.
  *
- * The file is Lua-table text read back through the config sandbox (generator/lua_sandbox.h), one call
+ * The file is Lua-table text read back through the config sandbox (core/lua_sandbox.h), one call
  * per line, sorted, so two saves of equal databases are byte-identical and a diff between sweeps reads well:
  *   tuning { format = 1, results = 2,
  *            gpu = { name = "NVIDIA H200", arch = 90, sms = 132, driver = 13000, nvrtc = "13.0",
@@ -29,7 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include "spec.h"
+#include "generator/spec.h"
 
 #define FG_TUNEDB_FORMAT_VERSION 1 /* bump when the file's fields change meaning */
 #define FG_TUNE_NOTE_MAX 320       /* bytes of a record's note, NUL included: room for a validation sentence */

@@ -7,12 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "cli.h"
-#include "cuda_api.h"
+#include "tools/cli.h"
+#include "runtime/cuda_api.h"
 #include "flashgen.h"
-#include "reference.h" /* the CPU reference `run` and `tune` check against; build.ninja links reference.o */
-#include "runtime.h"   /* the context's driver entry points, for the backward's buffers */
-#include "spec.h"
+#include "reference/reference.h" /* the CPU reference `run` and `tune` check against; build.ninja links reference.o */
+#include "runtime/runtime.h"   /* the context's driver entry points, for the backward's buffers */
+#include "generator/spec.h"
 
 /* ------------------------------------------------------------------ usage texts */
 
@@ -114,12 +114,12 @@ static int parse_problem(const char *cmd, int argc, char **argv, int timing, pro
         if (bad) return EXIT_USAGE;
     }
     if (optind < argc) return usage_error(cmd, "unexpected argument '%s' (the problem is given by options)", argv[optind]);
-    if (out_given && !spec_dtype_is_fp8(p->dtype))
+    if (out_given && !dtype_is_fp8(p->dtype))
         return usage_error(cmd, "--out sets the output type of an FP8 problem; a %s problem's output is %s",
-                           spec_dtype_name(p->dtype), spec_dtype_name(p->dtype));
+                           dtype_name(p->dtype), dtype_name(p->dtype));
     if (p->bwd && p->dtype != FG_DTYPE_F16 && p->dtype != FG_DTYPE_BF16)
         return usage_error(cmd, "--bwd takes --dtype fp16 or bf16 (the backward pass is 16-bit), got %s",
-                           spec_dtype_name(p->dtype));
+                           dtype_name(p->dtype));
     if (p->seqlen_k < 0) p->seqlen_k = p->seqlen_q;
     if (p->heads_kv < 0) p->heads_kv = p->heads;
     if (p->heads % p->heads_kv != 0)
@@ -156,7 +156,7 @@ static fg_tensor contiguous(void *data, fg_dtype dtype, int64_t d0, int64_t d1, 
 static int64_t vt_row(const problem *p) { return (p->seqlen_k + 15) / 16 * 16; }
 
 /* O's dtype for problem p. */
-static fg_dtype out_dtype_of(const problem *p) { return spec_dtype_is_fp8(p->dtype) ? p->out_dtype : p->dtype; }
+static fg_dtype out_dtype_of(const problem *p) { return dtype_is_fp8(p->dtype) ? p->out_dtype : p->dtype; }
 
 /* Fills args with contiguous Q/K/O/LSE tensors of problem p at the given (device) addresses, and V
  * contiguous too, or for FP8 key-major (a [b, hkv, d, vt_row] buffer viewed as [b, sk, hkv, d]). */
@@ -165,7 +165,7 @@ void problem_args(const problem *p, void *q, void *k, void *v, void *o, void *ls
     a->q = contiguous(q, p->dtype, p->batch, p->seqlen_q, p->heads, p->head_dim);
     a->k = contiguous(k, p->dtype, p->batch, p->seqlen_k, p->heads_kv, p->head_dim);
     a->v = contiguous(v, p->dtype, p->batch, p->seqlen_k, p->heads_kv, p->head_dim);
-    if (spec_dtype_is_fp8(p->dtype)) {
+    if (dtype_is_fp8(p->dtype)) {
         int64_t r = vt_row(p);
         a->v.stride[0] = p->heads_kv * p->head_dim * r;
         a->v.stride[1] = 1;
@@ -230,7 +230,7 @@ int cmd_explain(int argc, char **argv) {
 
 /* Device bytes of one copy of p's tensors (Q, K, V, O and the LSE). */
 double fwd_copy_bytes(const problem *p) {
-    double esz = (double)spec_dtype_size(p->dtype), oesz = (double)spec_dtype_size(out_dtype_of(p));
+    double esz = (double)dtype_size(p->dtype), oesz = (double)dtype_size(out_dtype_of(p));
     double q = (double)p->batch * (double)p->seqlen_q * (double)p->heads * (double)p->head_dim;
     double kv = (double)p->batch * (double)p->seqlen_k * (double)p->heads_kv * (double)p->head_dim;
     return q * (esz + oesz) + 2 * kv * esz + (double)p->batch * (double)p->heads * (double)p->seqlen_q * 4.0;
@@ -272,11 +272,11 @@ fg_status fwd_poison(const fg_cuda_api *cu, const fwd_buffers *B, int copy, fg_e
 fg_status fwd_buffers_init(const fg_cuda_api *cu, const problem *p, uint64_t seed, int copies, fwd_buffers *B,
                            fg_error *err) {
     memset(B, 0, sizeof *B);
-    B->esz = (size_t)spec_dtype_size(p->dtype);
-    B->oesz = (size_t)spec_dtype_size(out_dtype_of(p));
+    B->esz = (size_t)dtype_size(p->dtype);
+    B->oesz = (size_t)dtype_size(out_dtype_of(p));
     B->nq = (size_t)(p->batch * p->seqlen_q * p->heads * p->head_dim);
     B->nkv = (size_t)(p->batch * p->seqlen_k * p->heads_kv * p->head_dim);
-    B->nv = spec_dtype_is_fp8(p->dtype) ? (size_t)(p->batch * p->heads_kv * p->head_dim * vt_row(p)) : B->nkv;
+    B->nv = dtype_is_fp8(p->dtype) ? (size_t)(p->batch * p->heads_kv * p->head_dim * vt_row(p)) : B->nkv;
     B->nlse = (size_t)(p->batch * p->heads * p->seqlen_q);
     B->hq = malloc(B->nq * B->esz);
     B->hk = malloc(B->nkv * B->esz);
@@ -288,7 +288,7 @@ fg_status fwd_buffers_init(const fg_cuda_api *cu, const problem *p, uint64_t see
     fg_status st;
     if ((st = ref_fill_normal(&B->host.q, seed * 3 + 0, err)) != FG_OK ||
         (st = ref_fill_normal(&B->host.k, seed * 3 + 1, err)) != FG_OK ||
-        (st = ref_fill_normal_mean(&B->host.v, seed * 3 + 2, spec_dtype_is_fp8(p->dtype) ? FP8_V_MEAN : 0.f, err)) !=
+        (st = ref_fill_normal_mean(&B->host.v, seed * 3 + 2, dtype_is_fp8(p->dtype) ? FP8_V_MEAN : 0.f, err)) !=
             FG_OK)
         return st;
     if (copies < 1) copies = 1;
@@ -472,7 +472,7 @@ void bwd_problem_args(const problem *p, void *q, void *k, void *v, void *o, void
 }
 
 double bwd_copy_bytes(const problem *p) {
-    const double esz = (double)spec_dtype_size(p->dtype);
+    const double esz = (double)dtype_size(p->dtype);
     const double q = (double)p->batch * (double)p->seqlen_q * (double)p->heads * (double)p->head_dim;
     const double kv = (double)p->batch * (double)p->seqlen_k * (double)p->heads_kv * (double)p->head_dim;
     return esz * (4 * q + 4 * kv) + (double)p->batch * (double)p->heads * (double)p->seqlen_q * 4.0;
@@ -501,7 +501,7 @@ fg_status bwd_buffers_init(fg_context *ctx, const problem *p, uint64_t seed, bwd
     memset(B, 0, sizeof *B);
     const fg_cuda_api *cu = ctx->cu;
     if (p->dtype != FG_DTYPE_F16 && p->dtype != FG_DTYPE_BF16)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the backward takes fp16 or bf16, not %s", spec_dtype_name(p->dtype));
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the backward takes fp16 or bf16, not %s", dtype_name(p->dtype));
     fg_status st = fwd_buffers_init(cu, p, seed, 1, &B->F, err);
     if (st != FG_OK) return st;
     /* O and the LSE the backward reads: the forward of these very inputs (the policy's, or the tuned, variant) */
@@ -707,7 +707,7 @@ int cmd_run(int argc, char **argv) {
     fg_error_clear(&err);
     const fg_cuda_api *cu = cuda_api_get(&err); /* loaded already: open_context succeeded */
     printf("problem: %s%s, batch %lld, seqlen_q %lld, seqlen_k %lld, heads %lld, heads_kv %lld, head_dim %lld%s\n",
-           p.bwd ? "backward, " : "", spec_dtype_name(p.dtype), p.batch, p.seqlen_q, p.seqlen_k, p.heads, p.heads_kv,
+           p.bwd ? "backward, " : "", dtype_name(p.dtype), p.batch, p.seqlen_q, p.seqlen_k, p.heads, p.heads_kv,
            p.head_dim, p.causal ? ", causal" : "");
     fflush(stdout);
     int status = cu ? run_gpu(ctx, cu, &p) : EXIT_FAIL;

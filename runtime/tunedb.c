@@ -18,9 +18,9 @@
 #include <lauxlib.h>
 #include <lua.h>
 
-#include "cache.h"
-#include "lua_sandbox.h"
-#include "tunedb.h"
+#include "core/files.h"
+#include "core/lua_sandbox.h"
+#include "runtime/tunedb.h"
 
 #define TDB_BUCKET_MAX ((int64_t)1 << 62) /* the largest bucket: the next power of two would overflow */
 #define TDB_DEVICE_SLUG_MAX 64            /* bytes of the device name in a file name */
@@ -152,7 +152,7 @@ static const char *tdb_kind_name(fg_kind k) {
 /* "fwd bf16 head_dim 128 causal gqa 1" (family only) or with " sq 2048 sk 2048 bh 128" (buckets too). */
 static void tdb_class_text(const fg_tune_class *c, int buckets, char *buf, size_t n) {
     int w = snprintf(buf, n, "%s %s head_dim %d %s gqa %d", tdb_kind_name(c->kind),
-                     spec_dtype_name(c->dtype), c->head_dim, c->causal ? "causal" : "not causal", c->gqa);
+                     dtype_name(c->dtype), c->head_dim, c->causal ? "causal" : "not causal", c->gqa);
     if (buckets && w >= 0 && (size_t)w < n)
         snprintf(buf + w, n - (size_t)w, ", bucket sq %lld sk %lld bh %lld", (long long)c->seqlen_q,
                  (long long)c->seqlen_k, (long long)c->batch_heads);
@@ -418,7 +418,7 @@ fg_status tunedb_best_for(const fg_tunedb *db, const fg_tune_class *query, int a
                 if (spec_format(spec, rec->name, sizeof rec->name) < 0) rec->name[0] = '\0';
             }
             snprintf(why, nwhy, "%s, %s's (%s has no result; the two run the same kernels)", w2,
-                     spec_dtype_name(other), spec_dtype_name(query->dtype));
+                     dtype_name(other), dtype_name(query->dtype));
             return FG_OK;
         }
     }
@@ -551,7 +551,7 @@ fg_status tunedb_save(const char *path, const fg_tunedb *db, fg_error *err) {
         tx_printf(&t,
                   "result { kind = \"%s\", dtype = \"%s\", head_dim = %d, causal = %s, gqa = %d, seqlen_q = %lld, "
                   "seqlen_k = %lld, batch_heads = %lld, spec = \"%s\", status = \"%s\", ms = ",
-                  tdb_kind_name(c->kind), spec_dtype_name(c->dtype), c->head_dim, c->causal ? "true" : "false", c->gqa,
+                  tdb_kind_name(c->kind), dtype_name(c->dtype), c->head_dim, c->causal ? "true" : "false", c->gqa,
                   (long long)c->seqlen_q, (long long)c->seqlen_k, (long long)c->batch_heads, r->name,
                   tunedb_status_name(r->status));
         tx_number(&t, r->ms);
@@ -769,7 +769,7 @@ static int tdb_result(lua_State *L) {
         lua_sandbox_raise(L, fn, "field 'kind' must name a kernel family (\"fwd\" or \"bwd\"), got \"%s\"", kind);
     r.cls.kind = strcmp(kind, "bwd") == 0 ? FG_KIND_BWD : FG_KIND_FWD;
     const char *dtype = tunedb_lua_string(L, tdb_required(L, 1, fn, "dtype"), fn, "dtype", 0, 32);
-    if (spec_dtype_parse(dtype, &r.cls.dtype, &e) != FG_OK)
+    if (dtype_parse(dtype, &r.cls.dtype, &e) != FG_OK)
         lua_sandbox_raise(L, fn, "field 'dtype': %s", e.msg);
     r.cls.head_dim = (int)tunedb_lua_int(L, tdb_required(L, 1, fn, "head_dim"), fn, "head_dim", 0, 1, INT_MAX);
     r.cls.causal = tunedb_lua_bool(L, tdb_required(L, 1, fn, "causal"), fn, "causal", 0);
@@ -998,7 +998,7 @@ fg_status tunedb_format_csv(const fg_tunedb *db, FILE *out, fg_error *err) {
         int first = i == 0 || tdb_class_cmp(&row[i - 1]->cls, &r->cls) != 0;
         tdb_csv_field(out, db->id.device);
         fprintf(out, ",%s,%s,%d,%d,%d,%lld,%lld,%lld,%d,%d,%d,%d,%s,%.6g,%.6g,%d,%d,", tdb_kind_name(r->cls.kind),
-                spec_dtype_name(r->cls.dtype), r->cls.head_dim, r->cls.causal, r->cls.gqa, (long long)r->cls.seqlen_q,
+                dtype_name(r->cls.dtype), r->cls.head_dim, r->cls.causal, r->cls.gqa, (long long)r->cls.seqlen_q,
                 (long long)r->cls.seqlen_k, (long long)r->cls.batch_heads, r->spec.block_m, r->spec.block_n,
                 r->spec.warps, r->spec.stages, tunedb_status_name(r->status), r->ms, r->tflops,
                 first && r->status == FG_TUNE_OK, tdb_is_default(r, &policy));

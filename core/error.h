@@ -1,10 +1,10 @@
-/* fgerr.h: how flashgen's internal modules report failure.
+/* error.h: how flashgen's internal modules report failure.
  * Every fallible internal function takes an fg_error* and returns an fg_status; on failure it fills the
  * error with one sentence naming the input and the rule it broke (fg_fail). The public API copies the
  * sentence into the context, so fg_last_error() can return it. A NULL fg_error* is allowed: the status
  * is still returned, the sentence dropped. */
-#ifndef FG_FGERR_H
-#define FG_FGERR_H
+#ifndef FG_ERROR_H
+#define FG_ERROR_H
 
 #include "flashgen.h"
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "reference.h"
+#include "reference/reference.h"
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Conversions                                                                                       */

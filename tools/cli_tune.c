@@ -22,18 +22,19 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include "args.h"
-#include "cache.h"
-#include "cli.h"
-#include "compile.h"
-#include "cuda_api.h"
-#include "emit.h"
+#include "core/knobs.h"
+#include "runtime/call_args.h"
+#include "runtime/cache.h"
+#include "tools/cli.h"
+#include "runtime/compile.h"
+#include "runtime/cuda_api.h"
+#include "generator/emit.h"
 #include "flashgen.h"
-#include "reference.h" /* the CPU reference `run` and `tune` check against; build.ninja links reference.o */
-#include "runtime.h"   /* rt_fwd_with_spec and the context's device facts, for `tune` */
-#include "space.h"
-#include "spec.h"
-#include "tunedb.h"
+#include "reference/reference.h" /* the CPU reference `run` and `tune` check against; build.ninja links reference.o */
+#include "runtime/runtime.h"   /* rt_fwd_with_spec and the context's device facts, for `tune` */
+#include "autotune/space.h"
+#include "generator/spec.h"
+#include "runtime/tunedb.h"
 
 /* ------------------------------------------------------------------ usage texts */
 
@@ -227,7 +228,7 @@ static void tune_problem_text(const fg_tune_problem *pb, char *buf, size_t n) {
     char gqa[32] = "";
     if (pb->cls.gqa > 1) snprintf(gqa, sizeof gqa, " gqa %d", pb->cls.gqa);
     snprintf(buf, n, "%sd%d %s%s%s sq %d sk %d bh %d", pb->cls.kind == FG_KIND_BWD ? "backward " : "", pb->cls.head_dim,
-             spec_dtype_name(pb->cls.dtype),
+             dtype_name(pb->cls.dtype),
              pb->cls.causal ? " causal" : "", gqa, pb->seqlen_q, pb->seqlen_k, pb->batch_heads);
 }
 
@@ -1401,7 +1402,7 @@ static int tune_parse_devices(const char *text, int *devs, int *ndev, int *all) 
             return usage_error("tune", "--device '%s': expected an ordinal (0-1023), a list such as 0,2,3, or all", text);
         /* A device listed twice would have two workers disturbing each other's timings. The test suite
          * needs that to run two workers on a one-GPU machine: FLASHGEN_TUNE_SHARE_DEVICE=1 allows it. */
-        const char *share = getenv("FLASHGEN_TUNE_SHARE_DEVICE");
+        const char *share = knob_value(FG_KNOB_TUNE_SHARE_DEVICE);
         for (int i = 0; i < *ndev && !(share && strcmp(share, "1") == 0); i++)
             if (devs[i] == (int)v) return usage_error("tune", "--device '%s': device %ld is listed twice", text, v);
         if (*ndev == TUNE_MAX_DEVICES) return usage_error("tune", "--device '%s': at most %d devices", text, TUNE_MAX_DEVICES);
@@ -1731,7 +1732,7 @@ int cmd_tune(int argc, char **argv) {
         return tune_show(optind < argc ? argv[optind] : db, devs[0], csv);
     }
     if (optind >= argc) return usage_error("tune", "a SPACE file is required (for example configs/tune_fwd.lua)");
-    const char *emu = getenv("FLASHGEN_EMULATE_ARCH");
+    const char *emu = knob_value(FG_KNOB_EMULATE_ARCH);
     if (emu && *emu) {
         /* A sweep times and records this GPU's own code; the emulated arch's PTX, compiled by the driver, is
          * neither what this GPU runs by default nor what the emulated GPU would. */

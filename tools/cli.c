@@ -25,15 +25,15 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include "bundle.h"
-#include "cache.h"
-#include "cli.h"
-#include "compile.h"
-#include "config.h"
-#include "cuda_api.h"
-#include "emit.h"
+#include "runtime/bundle.h"
+#include "runtime/cache.h"
+#include "tools/cli.h"
+#include "runtime/compile.h"
+#include "generator/config.h"
+#include "runtime/cuda_api.h"
+#include "generator/emit.h"
 #include "flashgen.h"
-#include "spec.h"
+#include "generator/spec.h"
 
 /* ------------------------------------------------------------------ usage texts */
 

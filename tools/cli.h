@@ -7,11 +7,11 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "cuda_api.h"
-#include "fgerr.h"
+#include "runtime/cuda_api.h"
+#include "core/error.h"
 #include "flashgen.h"
-#include "reference.h"
-#include "spec.h"
+#include "reference/reference.h"
+#include "generator/spec.h"
 
 /* ---- cli.c: exit statuses, messages and option helpers */
 

@@ -1,0 +1,25 @@
+/* files.h: whole-file reads and atomic whole-file writes (files.c). */
+#ifndef FG_FILES_H
+#define FG_FILES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "core/error.h"
+
+/* Names of temporary files start with this, so a directory's cleaner can recognize (and remove stale)
+ * ones: `.tmp-<pid>-<tid>-<n>-<base name>`. */
+#define FG_TMP_PREFIX ".tmp-"
+
+/* Writes `len` bytes to `path` atomically with mode 0600 (temp + fsync + rename). Shared by the cache,
+ * bundles, `flashgen compile -o` and the tuning database. */
+fg_status fg_write_file_atomic(const char *path, const void *data, size_t len, fg_error *err);
+
+/* Reads a whole file (malloc'd, caller frees; a NUL byte follows the contents, not counted in *len, so
+ * text can be used as a C string). FG_ERR_IO naming the path on failure. */
+fg_status fg_read_file(const char *path, uint8_t **data, size_t *len, fg_error *err);
+
+/* Reads exactly n bytes from fd, retrying short reads and EINTR. Returns 0, or -1 with errno set (EIO for
+ * an early end of file, which means the file shrank under the reader). */
+int file_read_exact(int fd, uint8_t *p, size_t n);
+
+#endif
