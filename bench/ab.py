@@ -10,8 +10,8 @@ timed in its own process with cuDNN and FlashAttention-2 beside it (for example
 `FLASHGEN_LIB=/tmp/libB.so FLASHGEN_CACHE_DIR=/tmp/fgB python3 bench/compare.py --bwd --dtypes bf16 --out B1`).
 Prints, per configuration, flashgen's TFLOP/s in every run with its ratios to FlashAttention-2 and cuDNN
 of that same run, flashgen's correctness check, and the geometric mean of B/A over all (A, B) pairs and
-configurations, then per head_dim, then the range of B/A per head_dim and length: how the A/B figures
-in bench/results/*/README.md since session 10 were computed (the session-14 FP8 ones with fp8.json).
+configurations, then per head_dim, then the range of B/A per head_dim and length. A run's JSON may be
+gzipped (compare.json.gz, fp8.json.gz), as archived runs are; it is read as it is.
 """
 import math
 import os
@@ -22,7 +22,7 @@ from compare import read_json  # (this folder: the script's own, first on sys.pa
 
 def load(path, fp8_impl="flashgen_e4m3"):
     """{(dtype, head_dim, causal, seqlen): {implementation: record}} of one compare.py or fp8.py run (its JSON
-    as written, or gzipped as the recorded ones in bench/results are)."""
+    as written, or gzipped)."""
     fp8 = any(os.path.exists(os.path.join(path, n)) for n in ("fp8.json", "fp8.json.gz"))
     name = "fp8.json" if fp8 else "compare.json"
     try:

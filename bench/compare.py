@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""bench/compare.py: flashgen's forward pass against PyTorch's peers, by the protocol of
-shared/guide/ANCHORS.md, in one process on the same inputs.
+"""bench/compare.py: flashgen's forward pass against PyTorch's peers, by the benchmark
+protocol of docs/performance.md, in one process on the same inputs.
 
 Shapes: hidden 2048 (heads = 2048 / head_dim), 16384 tokens (batch = 16384 / seqlen), layout
 [batch, seqlen, heads, head_dim]; head_dim 64/128/256, causal and not, bf16 and fp16, seqlen 512..16384.
@@ -9,7 +9,7 @@ sdpa_kernel(FLASH_ATTENTION) (FlashAttention-2), given [b, h, s, d] transposed v
 and with --flex FlexAttention (torch.compile(flex_attention), a causal BlockMask).
 
 Per config: inputs are rotated among enough copies to exceed twice the L2 cache; flashgen's output is
-checked first (TESTING.md: max|out - ref32| <= 2 * max|ref_lowp - ref32| + 1e-5 on a slice, ref32 =
+checked first (the tolerance rule of docs/numerics.md: max|out - ref32| <= 2 * max|ref_lowp - ref32| + 1e-5 on a slice, ref32 =
 fp32 math on upcast inputs, ref_lowp = SDPA FlashAttention-2's output; no NaN/Inf anywhere; LSE within
 5e-4 + 5e-5|ref|) and a failing config is reported WRONG, not timed as a speed. Timing: warm-up calls
 (compiles excluded: flashgen is prepared and FlexAttention compiled before them), then CUDA events around
@@ -87,7 +87,7 @@ def parse_args(argv):
     global HIDDEN
     p = argparse.ArgumentParser(
         description="flashgen forward vs torch SDPA (cuDNN, FlashAttention-2) and FlexAttention, "
-                    "by the protocol of shared/guide/ANCHORS.md.",
+                    "by the benchmark protocol of docs/performance.md.",
         epilog="The default sweep is 3 head dims x 2 masks x 6 seqlens x 2 dtypes = 72 configs. "
                "Run parts with --head-dims/--seqlens/--causal/--dtypes into one --out directory: "
                "each part is merged with the results already there.")
@@ -155,7 +155,7 @@ def configs(a):
 
 
 def flops(cfg):
-    """FLOPs of a config (ANCHORS.md): forward 4 * b * h * sq * sk * d, halved when causal; backward 2.5x."""
+    """FLOPs of a config (docs/performance.md): forward 4 * b * h * sq * sk * d, halved when causal; backward 2.5x."""
     f = 4.0 * cfg["batch"] * cfg["heads"] * cfg["seqlen"] * cfg["seqlen"] * cfg["head_dim"]
     f = f / 2 if cfg["causal"] else f
     return 2.5 * f if cfg.get("pass") == "bwd" else f
@@ -246,7 +246,7 @@ def provenance(fg):
 
 
 def read_json(path):
-    """(the JSON at path, or at path + ".gz" where only that exists (the records in bench/results are gzipped),
+    """(the JSON at path, or at path + ".gz" where only that exists (an archived run, gzipped),
     the path read). Raises OSError or ValueError as open and json.load do."""
     if not os.path.exists(path) and os.path.exists(path + ".gz"):
         path += ".gz"
@@ -559,7 +559,7 @@ class Bench:
             outs.pop("flex", None)
 
     def check(self, cfg, inputs, outs):
-        """The TESTING.md rule on flashgen's output, against fp32 math on a slice (batch 0 / head 0 and
+        """The tolerance rule (docs/numerics.md) on flashgen's output, against fp32 math on a slice (batch 0 / head 0 and
         the last batch / head), with SDPA FA2's output as the low-precision reference (else cuDNN's,
         else the kernel-precision math computed here); plus no NaN/Inf anywhere and the LSE."""
         torch = self.torch
@@ -798,7 +798,7 @@ def write_files(out_dir, rows, checks, runs):
     doc = {
         "schema": SCHEMA,
         "protocol": {
-            "source": "shared/guide/ANCHORS.md",
+            "source": "docs/performance.md",
             "shapes": "hidden %d (heads = %d / head_dim), %d tokens (batch = %d / seqlen), [b, s, h, d]"
                       % (HIDDEN, HIDDEN, TOTAL_TOKENS, TOTAL_TOKENS),
             "flops": "4 * b * h * sq * sk * d, halved when causal",

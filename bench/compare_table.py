@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/compare_table.py: the markdown table of a bench/compare.py run, for bench/results READMEs.
+"""bench/compare_table.py: the markdown table of a bench/compare.py run (for bench/BASELINE.md or a commit body).
 
     python3 bench/compare_table.py DIR/compare.csv
 

@@ -1,7 +1,6 @@
 """bench/cudnn_fp8.py: cuDNN's own FP8 attention forward (the cuDNN frontend's sdpa_fp8 graph), the peer
-ANCHORS.md names for flashgen's FP8 kernels ("at least 1.10x cuDNN FP8"). torch's SDPA takes no FP8, so this
-goes through the `cudnn` Python package (nvidia-cudnn-frontend; on the lent H200 carried as a wheel, see
-bench/results/2026-11-30-h200-session21/README.md), over the cuDNN library torch already loaded.
+for flashgen's FP8 kernels. torch's SDPA takes no FP8, so this goes through the `cudnn` Python package
+(nvidia-cudnn-frontend 1.14.1, installed from its wheel), over the cuDNN library torch already loaded.
 
     op = CudnnFp8(torch, q8, k8, v8, qs, ks, vs, causal)   # builds the graph once (excluded from timing)
     op()                                                   # runs it; op.out is O in e4m3, [b, s, h, d]

@@ -12,13 +12,13 @@ quantization). The paper's figures for scale: fp16 1.9e-4, fp8 per-tensor 2.4e-2
 processing 9.1e-3. Then long key ranges (256 queries, 16384 keys, d 64/128/256, V of mean 0 and 1): bf16
 and e4m3, RMSE absolute and relative to O's RMS (long_accuracy).
 
-Speed (the ANCHORS.md shapes: hidden 2048, 16k tokens): flashgen e4m3 (V already key-major, as an engine
+Speed (the benchmark protocol's shapes, docs/performance.md: hidden 2048, 16k tokens): flashgen e4m3 (V already key-major, as an engine
 keeping V^T would give it), flashgen bf16, cuDNN bf16 and FlashAttention-2 bf16 (SDPA's cuDNN and flash
 backends; neither takes FP8), and cuDNN's own e4m3 forward through the cudnn frontend where that package
 imports (bench/cudnn_fp8.py; it writes O in e4m3 on Hopper, and its long-key accuracy is a row too), same
 process, same
 timing as bench/compare.py (CUDA events behind a GPU sleep, median of 20). Every FP8 output is checked
-against the fp32 math on its dequantized inputs before it is timed (the TESTING.md rule with the
+against the fp32 math on its dequantized inputs before it is timed (the tolerance rule of docs/numerics.md with the
 kernel-precision reference rounding P to e4m3 is the C test suite's; here the check is a sanity bound).
 
 Writes DIR/fp8.json and DIR/fp8.md (tables), prints the tables.
@@ -260,7 +260,7 @@ def main(argv=None):
         sp = speed(fg, torch, bench, [int(x) for x in a.head_dims.split(",")], [int(x) for x in a.seqlens.split(",")],
                    a.lse)
         result["speed"] = sp
-        md += ["## Speed (TFLOP/s; ANCHORS.md shapes)", "",
+        md += ["## Speed (TFLOP/s; the protocol's shapes)", "",
                "| d | seqlen | mask | flashgen e4m3 | flashgen bf16 | cuDNN e4m3 | cuDNN bf16 | FA2 bf16 | e4m3 / bf16 | "
                "e4m3 / cuDNN e4m3 | e4m3 / cuDNN bf16 | e4m3 / FA2 bf16 | cuDNN e4m3 / cuDNN bf16 |",
                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

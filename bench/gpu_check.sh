@@ -1,7 +1,7 @@
 #!/bin/sh
 # bench/gpu_check.sh: the GPU half of the checks, in one command for a lent GPU host.
-# Builds flashgen (with Lua and Criterion staged in .deps/ when the host has no packages: see
-# ../shared/tools/offline-deps.sh), then runs the GPU test suite, `flashgen run` on a few problems
+# Builds flashgen (with Lua and Criterion staged in .deps/, with its offline-deps.sh, when the host has no
+# packages), then runs the GPU test suite, `flashgen run` on a few problems
 # (every element checked against the CPU reference, then timed), and compute-sanitizer on a small run.
 # Logs go to $OUT (or /tmp) as gpu_tests.log, run.log, binding.log, sanitizer.log; a summary is printed
 # last. On the H200 (2026-11-29) each run of the GPU suite took 45-50 s and the binding tests 27 s.

@@ -10,7 +10,7 @@
 -- blocks in flight). Validation refuses what the kernel does not take (and names the rule); the device's
 -- shared memory refuses the rest; spilling candidates are recorded as spilled (--allow-spills times them).
 -- Each candidate is checked first on a small problem of its class (every element of dQ, dK, dV against the
--- CPU references by TESTING.md's rule for gradients), then timed at the size below.
+-- CPU references by the tolerance rule for gradients, docs/numerics.md), then timed at the size below.
 
 -- The benchmark protocol's shapes: 16k tokens (batch = 16384 / seqlen), a model width of 2048 (heads = 2048 /
 -- head_dim).

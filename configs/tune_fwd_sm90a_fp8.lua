@@ -5,7 +5,7 @@
 -- configs/tune_fwd.lua; the problems are timed with bf16 O, V key-major. Tiles: block_m 64 (one consumer
 -- warpgroup, warps 8), 128 (two, warps 12) or 192 (three, warps 16); block_n 64 or 128, and at head_dim
 -- 128 also 192 and 224 (FlashAttention-3's d 128 FP8 tile: on an H200 128 x 224 ran 3-7% faster than
--- 128 x 128 at 8k-16k and 7-9% slower at 2k, bench/results/2026-11-30-h200-session13/call4/); 2 to 4
+-- 128 x 128 at 8k-16k and 7-9% slower at 2k); 2 to 4
 -- K/V stages. Candidates that do not fit a consumer's registers or 227 KiB of shared memory are recorded as
 -- refused: since the two-level accumulation (fwd_sm90.cuh FG_O_FLUSH, O's second copy in fp32) that is
 -- 128 x 192/224 at d 128; three consumer warpgroups and d 256 keep O's fp32 level in shared memory

@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/run.sh: runs every test program (build/tests/test_*, then the Python binding's tests) from the
+# tests/run.sh: runs every test program (build/tests/test_*, the Python tests, then the README's C example) from the
 # repository root and prints a summary. GPU suites skip with a reason where no GPU exists; the summary lists what was skipped.
 # Exit status: 0 when every program passed. Extra arguments go to each Criterion program.
 # With a sanitizer build (`sh configure --asan && ninja`), run:
@@ -44,7 +44,14 @@ if command -v python3 >/dev/null 2>&1; then
 else
   echo "== python/tests: skipped (no python3)"
 fi
+# The README's C example, compiled and run from the README's own text.
+programs=$total
+total=$((total + 1))
+printf '== %s\n' "tests/readme_example.sh"
+if sh tests/readme_example.sh >"$log" 2>&1; then status=ok; else status=FAILED; failed="$failed readme_example.sh"; fi
+sed 's/^/   /' "$log"
+printf -- '-- %s: %s\n' "readme_example.sh" "$status"
 rm -f "$log"
-if [ "$total" = 0 ]; then echo "no test programs in build/tests: run ninja first"; exit 1; fi
+if [ "$programs" = 0 ]; then echo "no test programs in build/tests: run ninja first"; exit 1; fi
 if [ -n "$failed" ]; then echo "FAILED:$failed"; exit 1; fi
 echo "all $total test programs passed"

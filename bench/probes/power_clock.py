@@ -2,7 +2,7 @@
 few seconds while `nvidia-smi` samples the SM clock, the power draw and the clock-event reasons every 50 ms,
 then prints per workload its TFLOP/s (CUDA events over the whole window) with the median clock and power of the
 samples inside the window. Workloads: FP8 and bf16 GEMMs (torch._scaled_mm, torch.matmul; 8192^3, the ceilings
-ANCHORS.md quotes), and the attention forwards of bench/fp8.py's shape (16384 tokens, hidden 2048, no mask) at
+docs/performance.md names), and the attention forwards of bench/fp8.py's shape (16384 tokens, hidden 2048, no mask) at
 head_dim 128 and 256: flashgen e4m3 and bf16, cuDNN bf16 (torch SDPA), cuDNN e4m3 (bench/cudnn_fp8.py, where the
 cudnn frontend imports).
 

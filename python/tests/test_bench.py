@@ -86,7 +86,7 @@ class Redraw(unittest.TestCase):
 
 
 class ABCompare(unittest.TestCase):
-    """bench/ab.py over two A/B pairs, one run's record gzipped as bench/results keeps them."""
+    """bench/ab.py over two A/B pairs, one run's JSON gzipped, as archived runs are."""
 
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="fg-test-ab-")

@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/fuzz/run.sh: builds and runs flashgen's libFuzzer targets (TESTING.md, "Sanitizers and fuzzing"):
+# tests/fuzz/run.sh: builds and runs flashgen's libFuzzer targets (docs/internals.md, "Tests"):
 #   fuzz_spec    spec_parse -> spec_format round trips                  (generator/spec.c)
 #   fuzz_config  config_load_string on any text, through the Lua sandbox (generator/config.c, lua_sandbox.c)
 #   fuzz_bundle  bundle_parse on any bytes, serialize round trips       (runtime/bundle.c, sha256.c)
