@@ -46,7 +46,7 @@ static fg_status encode_tma_vt(fg_context *ctx, CUtensorMap *m, const fg_tensor 
                       "cuTensorMapEncodeTiled (V^T)", err);
 }
 
-/* dispatch.h: tma_encode_maps. */
+/* The contract is in dispatch.h. */
 fg_status tma_encode_maps(fg_context *ctx, fg_tma_params *tm, const fg_tensor *q, const fg_tensor *o,
                           const fg_tensor *k, const fg_tensor *v, int q_rows, int block_n, int rb, int vt,
                           fg_error *err) {
