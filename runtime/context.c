@@ -188,8 +188,8 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
         ctx->wgmma = !ctx->emulated && ctx->arch == 90 && cu->cuTensorMapEncodeTiled != NULL &&
                      !knob_is_zero(FG_KNOB_WGMMA);
         ctx->wgmma_fp8 = ctx->wgmma && !knob_is_zero(FG_KNOB_WGMMA_FP8);
-        /* No longer read (the wgmma FP8 kernel is accurate at every head_dim): said, not ignored silently, to
-         * a caller who set it for the speed it gave. */
+        /* Not read (the wgmma FP8 kernel is accurate at every head_dim): said, not ignored silently, to a
+         * caller who sets it for speed. */
         const char *fa = knob_value(FG_KNOB_FP8_FAST_ACCUM);
         if (fa && strcmp(fa, "0") != 0)
             rt_log(ctx, FG_LOG_WARN, "FLASHGEN_FP8_FAST_ACCUM is no longer read: FP8 calls above head_dim 128 run "
@@ -202,7 +202,7 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
         ctx->det_rotate = !knob_is_zero(FG_KNOB_DET_ROTATE);
         ctx->pdl = !ctx->emulated && ctx->arch >= 90 && cu->cuLaunchKernelEx != NULL && !knob_is_zero(FG_KNOB_PDL);
         /* On by default on sm_90, where TMA loads take the address arithmetic out of the backward's loop;
-         * newer archs take them with FLASHGEN_BWD_TMA=1 until they have been measured there. */
+         * newer archs take them only with FLASHGEN_BWD_TMA=1: their speed there is unverified. */
         ctx->bwd_tma = !ctx->emulated && ctx->arch >= 90 && cu->cuTensorMapEncodeTiled != NULL &&
                        (ctx->arch == 90 ? !knob_is_zero(FG_KNOB_BWD_TMA) : knob_is_one(FG_KNOB_BWD_TMA));
         const char *cg = knob_value(FG_KNOB_CAUSAL_GROUP);

@@ -129,7 +129,7 @@ static void load_driver(void) {
     if (load_symbol(lib, "cuStreamGetId", &api_table.cuStreamGetId, sizeof api_table.cuStreamGetId) != 0)
         api_table.cuStreamGetId = NULL; /* tile counters are keyed by the stream handle alone */
     if (load_symbol(lib, "cuLaunchKernelEx", &api_table.cuLaunchKernelEx, sizeof api_table.cuLaunchKernelEx) != 0)
-        api_table.cuLaunchKernelEx = NULL; /* the backward's kernels launch one after another (dispatch.c) */
+        api_table.cuLaunchKernelEx = NULL; /* the backward's kernels launch one after another (backward.c) */
 
     CUresult rc = api_table.cuInit(0);
     if (rc != CUDA_SUCCESS) {

@@ -1,5 +1,6 @@
-/* runtime.h: the inside of fg_context, shared by context.c (life cycle, logging, bundles) and
- * dispatch.c (argument checks, variant choice, kernel lookup, launch). Not a public header. */
+/* runtime.h: the inside of fg_context, shared by context.c (life cycle, logging, bundles) and the files of
+ * a call's path (dispatch.h lists them), and the rt_ entry points the tools and tests use. Not a public
+ * header. */
 #ifndef FG_RUNTIME_H
 #define FG_RUNTIME_H
 
@@ -37,7 +38,7 @@ struct fg_context {
     int sm90_grid;               /* the sm_90a family's grid (FLASHGEN_SM90_GRID): 0 ("auto", or "dynamic", the
                                     same) persistent, tiles from a counter; 1 "tiles" one CTA per tile; 2
                                     "persistent" tiles in a fixed stride; for measuring the choice */
-    int det_rotate;              /* the deterministic backward's rotated order (launch_bwd) may be taken; 0 with
+    int det_rotate;              /* the deterministic backward's rotated order (backward.c) may be taken; 0 with
                                     FLASHGEN_DET_ROTATE=0 (the ascending order, which needs no co-resident CTAs) */
     int causal_group;            /* FLASHGEN_CAUSAL_GROUP: 0 auto (rt_causal_group), else at most this many
                                     (head, batch) pairs per group of the causal tile order; for measuring the choice */
@@ -49,7 +50,7 @@ struct fg_context {
                                     head_dim 64, 128, 192 and 256 (rt_bwd_tma) */
     int pdl;                     /* the backward's main and post kernels are launched early, each waiting in the
                                     kernel for the one before (programmatic dependent launch): a 9.0+ device, a
-                                    driver with cuLaunchKernelEx, and FLASHGEN_PDL not 0 (launch_bwd) */
+                                    driver with cuLaunchKernelEx, and FLASHGEN_PDL not 0 (backward.c) */
     int emulated;                /* FLASHGEN_EMULATE_ARCH: `arch` is an older target than the device's (device_arch);
                                     kernels are compiled to its PTX and the driver compiles that for the device, so
                                     that arch's code paths run on this GPU (a test aid: timings are not that GPU's) */
@@ -76,7 +77,7 @@ struct fg_context {
     fg_tune_class last_class;    /* ... and the problem class it serves (sizes bucketed; the buckets
                                     matter only with a tuning database: the policy ignores them) */
     fg_dtype last_out_dtype;     /* ... and the dtype of O it writes (an FP8 class may write fp16 or bf16) */
-    int last_accel;              /* ... and whether it is the sm_90a family (which needs TMA-ready tensors) */
+    int last_wgmma;              /* ... and whether it is the sm_90a family (which needs TMA-ready tensors) */
     int fp8_accum_warned;        /* the FP8 mma.sync accumulation warning was logged (fg_attention_fwd) */
     CUdeviceptr tile_ctrs;       /* the sm_90a family's tile counters (fg_fwd_params.tile_counter): FG_TILE_CTRS
                                     pairs of ints, allocated and zeroed with the context (so a call never
@@ -97,14 +98,14 @@ void rt_log(fg_context *ctx, fg_log_level level, const char *fmt, ...) FG_PRINTF
 /* Runs the forward pass with an explicit variant instead of the one dispatch would choose (the
  * autotuner times candidates through it). The arguments get every check fg_attention_fwd makes; the
  * spec must match the call (dtype, head_dim, mask) and the device (arch, shared memory). Its kernel is
- * found or built like any other (memory, disk, bundles, NVRTC). Errors go to err only. */
+ * found or built like any other (memory, bundles, disk, NVRTC). Errors go to err only. */
 fg_status rt_fwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_fwd_args *a, void *stream, fg_error *err);
 /* The variant fg_attention_fwd would run for call a on ctx (the call checked as fg_prepare checks it), into *s:
  * for the CLI's and the tests' checks, which must know what the kernel computes (an sm_90a FP8 variant with
  * wgmma row sums normalizes O by the sum of the e4m3-rounded P). Errors go to err only. */
 fg_status rt_fwd_spec(fg_context *ctx, const fg_fwd_args *a, fg_spec *s, fg_error *err);
 /* Whether the mma.sync backward variant s (tiles set, tma 0) takes its loads by TMA on this context when the
- * call's tensors allow them (dispatch.c's choose_bwd_spec; the tuner gives its candidates the same): sm_90+
+ * call's tensors allow them (select.c's select_bwd_spec; the tuner gives its candidates the same): sm_90+
  * with FLASHGEN_BWD_TMA not 0 (on by default on sm_90 only), head_dim 64, 128, 192 or 256, block_m a multiple of 64, two
  * stages, and the alignment slack fitting the device. */
 int rt_bwd_tma(const fg_context *ctx, const fg_spec *s);
@@ -112,7 +113,7 @@ int rt_bwd_tma(const fg_context *ctx, const fg_spec *s);
  * is checked as fg_attention_bwd checks it, the variant against the call and this device. */
 fg_status rt_bwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_bwd_args *a, void *stream, fg_error *err);
 
-/* The forward's schedule for a checked call of variant s (dispatch.c; exposed for the CPU tests): the
+/* The forward's schedule for a checked call of variant s (forward.c; exposed for the CPU tests): the
  * causal tile order's group of (head, batch) pairs (1: head by head; see the rule there), and the launch
  * grid for that group (returns an FG_GRID_* mode). A launch computes the group once for both. */
 int rt_causal_group(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a);
@@ -120,7 +121,7 @@ int rt_causal_group(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *
  * of the grid; persistent CTAs taking them from a counter. The mma.sync family is always FG_GRID_TILES. */
 enum { FG_GRID_TILES = 0, FG_GRID_STRIDE = 1, FG_GRID_DYNAMIC = 2 };
 int rt_launch_grid(const fg_context *ctx, const fg_spec *s, const fg_fwd_args *a, int group, unsigned grid[3]);
-/* The backward's causal order (dispatch.c; exposed for the CPU tests): how many heads' key blocks the sm_90a
+/* The backward's causal order (backward.c; exposed for the CPU tests): how many heads' key blocks the sm_90a
  * main kernel interleaves, longest first (1: head by head, and always 1 for the mma.sync kernel). */
 int rt_bwd_causal_group(const fg_context *ctx, const fg_spec *s, const fg_bwd_args *a);
 

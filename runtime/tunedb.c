@@ -304,8 +304,8 @@ static double tdb_padding(const fg_spec *s, int64_t sq, int64_t sk) {
  * much more (or less) padding its tiles do on the query's lengths. The buckets are powers of two, which
  * 128-row tiles divide and 80-, 160- or 192-row ones do not; without this a 160-key tile that won at 2048
  * keys (1.6% padding) would run at 1024 (9.4%) or 512 (25%) unchallenged. Dispatch passes the call's lengths
- * rounded up to their buckets (problem_class, which keys its last-call cache too), so a call of 1000 keys is
- * ranked as one of 1024. */
+ * rounded up to their buckets (select_problem_class, which keys its last-call cache too), so a call of 1000
+ * keys is ranked as one of 1024. */
 static double tdb_predicted_ms(const fg_tune_record *r, const fg_tune_class *query) {
     return r->ms * tdb_padding(&r->spec, query->seqlen_q, query->seqlen_k) /
            tdb_padding(&r->spec, r->cls.seqlen_q, r->cls.seqlen_k);

@@ -1,0 +1,107 @@
+/* dispatch.h: what the files of a call's path share. Not a public header (runtime.h holds the context's
+ * inside and the rt_ entry points that tests and tools use).
+ *   call_args.c  every rule on the caller's tensors, each failure a sentence naming the argument;
+ *   select.c     problem -> variant (the device's arch and family, the tuning database, the tile policy);
+ *   kernels.c    variant -> loaded kernel: memory, bundles, disk cache, NVRTC (FG_ERR_NOT_FOUND in strict mode);
+ *   tma.c        the tensor maps of a launch that loads by TMA;
+ *   launch.c     kernel launches on the caller's stream, the params struct by value;
+ *   forward.c    the forward's parameters, grid and schedule; fg_attention_fwd, fg_prepare;
+ *   backward.c   the backward's workspace, parameters and three launches; fg_attention_bwd;
+ *   explain.c    fg_explain and fg_explain_bwd.
+ * Nothing on this path allocates device memory or synchronizes. */
+#ifndef FG_DISPATCH_H
+#define FG_DISPATCH_H
+
+#include "runtime/runtime.h"
+#include "templates/common/fg_params.h"
+
+/* ---- select.c: variant selection */
+
+/* The problem class of a call of `kind` (its q and k, its mask), as the tuning database keys it (sizes
+ * bucketed). */
+fg_tune_class select_problem_class(fg_kind kind, const fg_tensor *q, const fg_tensor *k, int causal);
+/* The dtype of O a forward call asks for: o's for FP8 inputs (fp16 or bf16), else q's (they match). */
+fg_dtype select_out_dtype(const fg_fwd_args *a);
+/* Whether a forward call runs on the sm_90a (wgmma, TMA) family on ctx: 1 or 0 (its rule in select.c). */
+int select_call_wgmma(const fg_context *ctx, const fg_fwd_args *a);
+/* Whether TMA can read the backward's streamed tensors (Q, K, V, dO): the sm_90a kernel and the mma.sync
+ * kernel's tma=1 variants need it. */
+int select_bwd_tma_ready(const fg_bwd_args *a);
+/* FG_OK when this device can run variant s: the spec's rules (spec_validate) and the device's shared-memory
+ * limit; else the first broken rule's status and sentence in err. A variant already loaded on ctx passed
+ * this check before its load, so it is answered from the memory cache without validating again. Takes
+ * ctx->lock: the caller must not hold it. */
+fg_status select_check_runnable(fg_context *ctx, const fg_spec *s, fg_error *err);
+/* The forward variant for a checked call a on ctx, into *s (checked runnable). `why` (may be NULL) receives
+ * the reason for the tiles. Errors go to err only. */
+fg_status select_fwd_spec(fg_context *ctx, const fg_fwd_args *a, fg_spec *s, char *why, size_t nwhy, fg_error *err);
+/* The backward variant for a checked call a on ctx, into *s (checked runnable); *tuned (may be NULL) says
+ * whether its tiles came from the tuning database. Errors go to err only. */
+fg_status select_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec *s, int *tuned, fg_error *err);
+
+/* ---- kernels.c: kernel lookup */
+
+/* Where a variant's code comes from (fg_explain says it in words, in this order). */
+typedef enum { KERNELS_FROM_MEMORY, KERNELS_FROM_DISK, KERNELS_FROM_BUNDLE, KERNELS_FROM_JIT } kernels_origin;
+
+/* Finds or builds the kernel of variant s, which has passed select_check_runnable: by its canonical name in
+ * the memory cache, then in the loaded bundles (newest first), and only then emits its source to key the
+ * disk cache, and compiles it with NVRTC (strict mode: FG_ERR_NOT_FOUND instead). *from says which served.
+ * `dry`: only say where it would come from (no compile, no load; out may be NULL). *out points into the
+ * memory cache, which may grow (and move) once the lock is released. Caller holds ctx->lock. */
+fg_status kernels_get(fg_context *ctx, const fg_spec *s, int dry, kernels_origin *from, fg_kernel **out,
+                      fg_error *err);
+/* Where variant s's code would come from, without compiling or loading anything: KERNELS_FROM_MEMORY costs
+ * a name lookup; with deep set, the bundles and the disk cache are looked up too (the disk cache after
+ * emitting the source that keys it), else anything not loaded is KERNELS_FROM_JIT. Takes ctx->lock. */
+kernels_origin kernels_origin_of(fg_context *ctx, const fg_spec *s, int deep);
+/* Whether a kernel of exactly variant s (every field equal) is loaded on ctx. Caller holds ctx->lock. */
+int kernels_loaded_spec(const fg_context *ctx, const fg_spec *s);
+
+/* ---- tma.c: TMA descriptors */
+
+/* The tensor maps of a launch that loads by TMA (fg_tma_params; the second kernel argument): Q and o (the
+ * forward's O, the backward's dO; NULL: none, the kernel writes O from registers) in boxes of q_rows rows
+ * (64; the backward's 80-query blocks take theirs whole), K and V in boxes of block_n keys, rows of rb
+ * bytes (vt > 0: FP8's V key-major, boxes of vt keys by head_dim). A tensor with no rows gets no map: the
+ * kernel loads none of it. Errors (the driver's refusal) go to err. */
+fg_status tma_encode_maps(fg_context *ctx, fg_tma_params *tm, const fg_tensor *q, const fg_tensor *o,
+                          const fg_tensor *k, const fg_tensor *v, int q_rows, int block_n, int rb, int vt,
+                          fg_error *err);
+
+/* ---- launch.c: launches */
+
+/* One kernel launch: the function, its grid and block, dynamic shared memory, its name for errors, and
+ * whether it may start before the kernel launched before it on the stream has finished (programmatic
+ * dependent launch; the kernel then waits for that one with griddepcontrol.wait before it reads what that
+ * one writes: bwd_sm80.cuh fg_pdl_wait). */
+typedef struct launch_item {
+    CUfunction fn;                /* the kernel */
+    unsigned grid[3], threads, smem; /* grid, threads a block, dynamic shared memory bytes */
+    const char *kernel;           /* its name, for errors */
+    int early;                    /* 1: programmatic dependent launch (only where ctx->pdl holds) */
+} launch_item;
+
+/* Launches items in order on stream, each with the same parameters, in the device's primary context;
+ * items with an empty grid are skipped. Errors name the call and kernel that failed. */
+fg_status launch_items(fg_context *ctx, const launch_item *items, int n, void *stream, void **params, fg_error *err);
+
+/* ---- backward.c: the backward's workspace */
+
+/* Workspace regions of a backward call (byte offsets, each 256-byte aligned) and the total. */
+typedef struct backward_layout {
+    size_t dq_accum; /* fg_bwd_params.dq_accum: fp32 dQ, [b, hq, rows padded, d] */
+    size_t lse2;     /* fg_bwd_params.lse2: lse * log2(e), [b, hq, rows padded] */
+    size_t dsum;     /* fg_bwd_params.dsum: rowsum(dO * O), [b, hq, rows padded] */
+    size_t sem;      /* fg_bwd_params.dq_sem: the deterministic mode's dQ order (empty otherwise) */
+    size_t dkv;      /* fg_bwd_params.dkv_accum: GQA's fp32 dK and dV per query head (empty otherwise) */
+    size_t total;    /* bytes in all */
+} backward_layout;
+
+/* The workspace layout of a checked backward call on ctx: a function of the call and the device only, so
+ * fg_attention_bwd_workspace_size holds for every variant of the call. */
+void backward_workspace_layout(const fg_context *ctx, const fg_bwd_args *a, backward_layout *L);
+/* The backward main kernel's key blocks for sk keys (its grid x before causal grouping). */
+long long backward_key_blocks(const fg_spec *s, long long sk);
+
+#endif

@@ -1,0 +1,187 @@
+/* kernels.c: kernel lookup. A variant's loaded kernel comes from the context's memory cache, else a loaded
+ * bundle, else the disk cache, else an NVRTC compile (which then fills the disk cache); the first two are
+ * looked up by the variant's canonical name, so a hit emits no source. Also the load of a cubin into the
+ * context and FLASHGEN_DUMP's copy of each compile. Everything here runs under ctx->lock. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "core/sha256.h"
+#include "generator/emit.h"
+#include "runtime/compile.h"
+#include "runtime/dispatch.h"
+
+static fg_kernel *find_loaded(fg_context *ctx, const char *name) {
+    for (int i = 0; i < ctx->nkernels; i++)
+        if (strcmp(ctx->kernels[i].name, name) == 0) return &ctx->kernels[i];
+    return NULL;
+}
+
+int kernels_loaded_spec(const fg_context *ctx, const fg_spec *s) {
+    /* Bytes, not spec_equal: a spec that differs in any field, even one its name omits, is checked anew. */
+    for (int i = 0; i < ctx->nkernels; i++)
+        if (memcmp(&ctx->kernels[i].spec, s, sizeof *s) == 0) return 1;
+    return 0;
+}
+
+/* Loads a cubin into the context and records it in the memory cache. Caller holds ctx->lock. */
+static fg_status load_cubin(fg_context *ctx, const fg_spec *s, const char *name, const uint8_t *cubin,
+                            const char *source, fg_kernel **out, fg_error *err) {
+    const fg_cuda_api *cu = ctx->cu;
+    if (ctx->nkernels == ctx->capkernels) {
+        int cap = ctx->capkernels ? ctx->capkernels * 2 : 16;
+        fg_kernel *n = realloc(ctx->kernels, (size_t)cap * sizeof *n);
+        if (!n) return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory growing the kernel cache");
+        ctx->kernels = n;
+        ctx->capkernels = cap;
+    }
+    fg_kernel k;
+    memset(&k, 0, sizeof k);
+    snprintf(k.name, sizeof k.name, "%s", name);
+    k.spec = *s;
+    k.source = source;
+    FG_CU(err, cu->cuCtxPushCurrent(ctx->cuctx));
+    CUcontext popped;
+    CUresult rc = cu->cuModuleLoadData(&k.module, cubin);
+    if (rc == CUDA_SUCCESS)
+        rc = cu->cuModuleGetFunction(&k.fn, k.module, s->kind == FG_KIND_BWD ? FG_BWD_MAIN_NAME : FG_KERNEL_NAME);
+    if (rc == CUDA_SUCCESS && s->kind == FG_KIND_BWD) rc = cu->cuModuleGetFunction(&k.fn_pre, k.module, FG_BWD_PRE_NAME);
+    if (rc == CUDA_SUCCESS && s->kind == FG_KIND_BWD) rc = cu->cuModuleGetFunction(&k.fn_post, k.module, FG_BWD_POST_NAME);
+    size_t smem = spec_smem_bytes(s);
+    if (rc == CUDA_SUCCESS) rc = cu->cuFuncSetAttribute(k.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
+    /* The driver's default split of L1 and shared memory stays: preferring all of L1 as shared memory
+     * (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT) does not speed up even the one-stage head_dim 256
+     * tiles. How many CTAs fit an SM goes to the info log, a diagnostic: a failed query leaves 0 ("unknown")
+     * rather than failing the load. */
+    int ctas_per_sm = 0;
+    if (rc == CUDA_SUCCESS &&
+        cu->cuOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, k.fn, spec_threads(s), smem) != CUDA_SUCCESS)
+        ctas_per_sm = 0;
+    if (rc != CUDA_SUCCESS) {
+        if (k.module) cu->cuModuleUnload(k.module);
+        cu->cuCtxPopCurrent(&popped);
+        return cuda_api_fail(err, rc,
+                             ctx->emulated ? "loading a variant's PTX under FLASHGEN_EMULATE_ARCH (the driver compiles it; "
+                                             "a driver older than NVRTC's PTX cannot: cuModuleLoadData/GetFunction/"
+                                             "FuncSetAttribute)"
+                                           : "loading the cubin of a variant (cuModuleLoadData/GetFunction/FuncSetAttribute)",
+                             __FILE__, __LINE__);
+    }
+    cu->cuCtxPopCurrent(&popped);
+    rt_log(ctx, FG_LOG_INFO, "loaded %s (%s): %d threads, %zu bytes of shared memory, %d CTA%s an SM%s", name, source,
+           spec_threads(s), smem, ctas_per_sm, ctas_per_sm == 1 ? "" : "s", ctas_per_sm ? "" : " (unknown)");
+    ctx->kernels[ctx->nkernels] = k;
+    *out = &ctx->kernels[ctx->nkernels++];
+    return FG_OK;
+}
+
+/* Writes source, PTX and log of a JIT compile under FLASHGEN_DUMP, named after the cache key. */
+static void dump_compile(fg_context *ctx, const char *hex, const char *src, const fg_compile_result *r) {
+    mkdir(ctx->dump_dir, 0700);
+    const char *exts[3] = {"cu", "ptx", "log"};
+    const char *texts[3] = {src, r->ptx, r->log};
+    for (int i = 0; i < 3; i++) {
+        if (!texts[i]) continue;
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s.%s", ctx->dump_dir, hex, exts[i]);
+        fg_error e;
+        if (fg_write_file_atomic(path, texts[i], strlen(texts[i]), &e) != FG_OK)
+            rt_log(ctx, FG_LOG_WARN, "FLASHGEN_DUMP: %s", e.msg);
+    }
+    rt_log(ctx, FG_LOG_INFO, "FLASHGEN_DUMP: wrote %s/%s.{cu,ptx,log}", ctx->dump_dir, hex);
+}
+
+fg_status kernels_get(fg_context *ctx, const fg_spec *s, int dry, kernels_origin *from, fg_kernel **out,
+                      fg_error *err) {
+    char name[FG_SPEC_NAME_MAX];
+    if (spec_format(s, name, sizeof name) < 0) return fg_fail(err, FG_ERR_INTERNAL, "unformattable spec");
+    /* memory cache, by name */
+    fg_kernel *k = find_loaded(ctx, name);
+    if (k) {
+        *from = KERNELS_FROM_MEMORY;
+        if (out) *out = k;
+        return FG_OK;
+    }
+    /* bundles, by name, newest first (not under FLASHGEN_EMULATE_ARCH: their cubins are the emulated arch's
+     * machine code, which this GPU cannot load). A bundle is this flashgen's build of the same templates
+     * (bundle_parse checks the generator version), so its cubin is the variant's code. */
+    for (int i = ctx->emulated ? -1 : ctx->nbundles - 1; i >= 0; i--) {
+        const fg_bundle_entry *e = bundle_find(&ctx->bundles[i], name);
+        if (e) {
+            *from = KERNELS_FROM_BUNDLE;
+            return dry ? FG_OK : load_cubin(ctx, s, name, e->data, "bundle", out, err);
+        }
+    }
+    /* the disk cache, keyed by the source and the compile flags */
+    fg_status st;
+    char *src = NULL;
+    size_t len = 0;
+    uint8_t key[32];
+    char hex[65];
+    if ((st = emit_source(s, &src, &len, err)) != FG_OK) return st;
+    const int cflags = ctx->emulated ? FG_COMPILE_AS_PTX : 0;
+    compile_cache_key(s, cflags, src, len, key);
+    sha256_hex(key, hex);
+    if (ctx->disk_ok) {
+        uint8_t *cubin = NULL;
+        size_t size = 0;
+        fg_error miss;
+        if (cache_get(&ctx->disk, key, &cubin, &size, &miss) == FG_OK) {
+            *from = KERNELS_FROM_DISK;
+            st = dry ? FG_OK : load_cubin(ctx, s, name, cubin, "disk cache", out, err);
+            free(cubin);
+            free(src);
+            return st;
+        }
+        rt_log(ctx, FG_LOG_DEBUG, "disk cache miss for %s: %s", name, miss.msg);
+    }
+    /* NVRTC */
+    *from = KERNELS_FROM_JIT;
+    if (dry) {
+        free(src);
+        return FG_OK;
+    }
+    if (ctx->opt.strict) {
+        free(src);
+        return fg_fail(err, FG_ERR_NOT_FOUND,
+                       "strict mode: variant %s is in no cache and no loaded bundle (add it to a bundle, or call "
+                       "fg_prepare without strict mode)", name);
+    }
+    rt_log(ctx, FG_LOG_INFO, "compiling %s with NVRTC ...", name);
+    fg_compile_result r;
+    st = compile_source(s, src, len, cflags | (ctx->dump ? FG_COMPILE_KEEP_PTX : 0), &r, err);
+    if (ctx->dump) dump_compile(ctx, hex, src, &r);
+    free(src);
+    if (st != FG_OK) {
+        compile_result_free(&r);
+        return st;
+    }
+    if (ctx->emulated)
+        rt_log(ctx, FG_LOG_INFO, "compiled %s in %.2f s (to PTX: the driver compiles it for sm_%d at load)", name,
+               r.seconds, ctx->device_arch);
+    else
+        rt_log(ctx, FG_LOG_INFO, "compiled %s in %.2f s (%d registers, %d bytes spilled)", name, r.seconds,
+               r.registers, r.spill_stores);
+    if (ctx->disk_ok) {
+        fg_error werr;
+        if (cache_put(&ctx->disk, key, name, r.cubin, r.cubin_size, &werr) != FG_OK)
+            rt_log(ctx, FG_LOG_WARN, "could not store %s in the disk cache: %s", name, werr.msg);
+    }
+    st = load_cubin(ctx, s, name, r.cubin, "JIT", out, err);
+    compile_result_free(&r);
+    return st;
+}
+
+kernels_origin kernels_origin_of(fg_context *ctx, const fg_spec *s, int deep) {
+    char name[FG_SPEC_NAME_MAX];
+    kernels_origin from = KERNELS_FROM_JIT;
+    fg_error quiet;
+    pthread_mutex_lock(&ctx->lock);
+    if (!deep)
+        from = spec_format(s, name, sizeof name) >= 0 && find_loaded(ctx, name) ? KERNELS_FROM_MEMORY : KERNELS_FROM_JIT;
+    else if (kernels_get(ctx, s, 1, &from, NULL, &quiet) != FG_OK)
+        from = KERNELS_FROM_JIT;
+    pthread_mutex_unlock(&ctx->lock);
+    return from;
+}
