@@ -357,6 +357,19 @@ static int sb_guard(lua_State *L) {
     return lua_gettop(L);
 }
 
+/* Sets, in the table at index `to`, every guarded function of library `lib` to sb_guard wrapped around
+ * the original read from the table at index `from`. Raises Lua errors (memory). */
+static void sb_wrap_guards(lua_State *L, const char *lib, int from, int to) {
+    for (const sb_guard_entry *g = sb_guards; g->lib; g++) {
+        if (strcmp(g->lib, lib) != 0)
+            continue;
+        lua_getfield(L, from, g->name);
+        lua_pushinteger(L, g->kind);
+        lua_pushcclosure(L, sb_guard, 2);
+        lua_setfield(L, to, g->name);
+    }
+}
+
 /* Opens library `name` and leaves on the stack the table the sandbox exposes: a copy of the module
  * without `dump`, with the guarded functions wrapped. The original stays in the registry's
  * loaded-modules table, unreachable from scripts, so Lua's own argument errors still name
@@ -377,14 +390,7 @@ static void sb_push_lib(lua_State *L, const char *name, lua_CFunction open) {
         lua_insert(L, -2);
         lua_rawset(L, copy);
     }
-    for (const sb_guard_entry *g = sb_guards; g->lib; g++) {
-        if (strcmp(g->lib, name) != 0)
-            continue;
-        lua_getfield(L, orig, g->name);
-        lua_pushinteger(L, g->kind);
-        lua_pushcclosure(L, sb_guard, 2);
-        lua_setfield(L, copy, g->name);
-    }
+    sb_wrap_guards(L, name, orig, copy);
     lua_remove(L, orig);
 }
 
@@ -400,14 +406,7 @@ static void sb_open_env(lua_State *L) {
         lua_getfield(L, base, sb_base_names[i]);
         lua_setfield(L, env, sb_base_names[i]);
     }
-    for (const sb_guard_entry *g = sb_guards; g->lib; g++) {
-        if (strcmp(g->lib, LUA_GNAME) != 0)
-            continue;
-        lua_getfield(L, base, g->name);
-        lua_pushinteger(L, g->kind);
-        lua_pushcclosure(L, sb_guard, 2);
-        lua_setfield(L, env, g->name);
-    }
+    sb_wrap_guards(L, LUA_GNAME, base, env);
     lua_pushcfunction(L, sb_print);
     lua_setfield(L, env, "print");
     lua_getfield(L, base, "_VERSION");
