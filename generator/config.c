@@ -282,7 +282,7 @@ static int cfg_variants(lua_State *L) {
 
 /* tile_policy { ... }: appends one rule to the builder's policy (upvalue 1), overriding earlier rules
  * where they overlap. arch and head_dim are a value or an inclusive {lo, hi} range (absent: any);
- * a rule that names sm_90a applies to the sm_90a (wgmma) family only, any other rule to the mma.sync
+ * a rule that names sm_90a applies to the wgmma family (sm_90a) only, any other rule to the mma.sync
  * family (whose Hopper target is sm_90). causal and dtype absent: any.
  * block_m, block_n, warps and stages are all required: the rule must give a complete tile. */
 static int cfg_tile_policy(lua_State *L) {

@@ -23,7 +23,8 @@ typedef enum fg_kind {
 typedef struct fg_spec {
     fg_kind kind;   /* which kernel family */
     int arch;       /* target compute capability times ten: 80, 86, 89, 90, 100, 120, ... */
-    int arch_accel; /* 1 for the arch-specific 'a' targets (sm_90a): such a cubin runs on that exact arch only */
+    int arch_accel; /* 1 for the arch-specific 'a' targets (sm_90a): such a cubin runs on that exact arch only.
+                       The suffix only: the family a spec runs is spec_is_wgmma / spec_is_wgmma_bwd */
     fg_dtype dtype; /* element type of Q, K, V and O */
     int head_dim;   /* d */
     int block_m;    /* query rows per CTA; 0 = unset (filled from the tile policy) */
