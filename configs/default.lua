@@ -8,7 +8,7 @@
 --     adds every combination (the cartesian product) of the listed values. Fields:
 --       kind      "fwd"                          the kernel family (required)
 --       arch      "sm_80", "sm_90", "sm_90a", ... CUDA targets (required; `--arch` replaces it). sm_90a is
---                                                the Hopper family (TMA, wgmma); every other target, sm_90
+--                                                the wgmma family (TMA, wgmma); every other target, sm_90
 --                                                included, builds the mma.sync family
 --       dtype     "fp16", "bf16", "e4m3", "e5m2" element type of Q, K, V (and O for fp16/bf16) (required)
 --       head_dim  64, 128, ...                   multiples of 8 up to 256 (required; fp8: of 32)
@@ -30,8 +30,8 @@
 local head_dims = {64, 96, 128, 192, 256}
 
 -- sm_80 code runs on every Ampere and newer GPU (A100, RTX 30xx/40xx, L4, ...); sm_90a is the
--- Hopper kernel family (H100, H200: TMA, wgmma, warp specialization), whose cubin runs on sm_90 only;
--- sm_90 is the mma.sync family built for Hopper, which the runtime runs there for calls the sm_90a
+-- wgmma family (H100, H200: TMA, wgmma, warp specialization), whose cubin runs on sm_90 only;
+-- sm_90 is the mma.sync family built for Hopper, which the runtime runs there for calls the wgmma
 -- family does not take (head dims not a multiple of 32, tensors TMA cannot address, FP8).
 -- 3 x 2 x 5 x 2 = 60 variants.
 variants {
@@ -42,16 +42,16 @@ variants {
     causal = {false, true},
 }
 
--- An override looks like this (left commented out: the built-in policy comes from a tile sweep).
+-- An override looks like this (left commented out: the built-in policy is tuned per family).
 -- It would give every non-causal Hopper variant with head_dim 65..128 a 128 x 64 tile:
 -- tile_policy { arch = "sm_90", head_dim = {65, 128}, causal = false,
 --               block_m = 128, block_n = 64, warps = 8, stages = 2 }
--- (a rule naming sm_90a applies to the sm_90a family, whose tiles are 64 query rows per consumer
+-- (a rule naming sm_90a applies to the wgmma family, whose tiles are 64 query rows per consumer
 -- warpgroup plus a producer warpgroup: block_m = 128 goes with warps = 12)
 
 -- FP8: e4m3 and e5m2 inputs with O in bf16 (`out` is the output dtype of fp8 variants: "bf16", the
 -- default, or "fp16"), for sm_89 (Ada: L4, L40, RTX 40xx: mma.sync with native FP8), sm_90a (H100, H200:
--- the Hopper family with QGMMA, for head dims that are multiples of 64) and sm_90 (the mma.sync family
+-- the wgmma family with QGMMA, for head dims that are multiples of 64) and sm_90 (the mma.sync family
 -- there, for FP8 calls sm_90a does not take; FP8 mma.sync is emulated on Hopper, fp8 -> f16 unpacks
 -- before HMMA, and head_dim 256 spills registers with every tile, generator/tile_policy.c, so a bundle,
 -- which refuses spilling variants, leaves it to JIT); head_dim is a multiple of 32 for fp8:
@@ -79,7 +79,7 @@ variants {
 -- Hopper its arch is sm_90), fp16/bf16, head_dim 64. The wide tiles of head_dim 96 and 128 spill a few
 -- bytes (generator/tile_policy.c), which a bundle refuses unless given --allow-spills, so here those
 -- compile at first use, as does the deterministic mode (deterministic = true). On an H100/H200 the
--- backward at head_dim 64 runs the sm_90a kernel (not listed here: it compiles at first use); the
+-- backward at head_dim 64 runs the wgmma family's kernel (sm_90a; not listed here: it compiles at first use); the
 -- mma.sync kernel runs there for the deterministic mode, with FLASHGEN_WGMMA_BWD=0 and for views TMA
 -- cannot read; it takes its TMA-load variants (tma = true) where the tensors allow them, else the
 -- cp.async ones. 3 x 2 x 2 = 12 variants.

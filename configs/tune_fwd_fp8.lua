@@ -1,6 +1,6 @@
 -- configs/tune_fwd_fp8.lua: the tuning space of the mma.sync forward kernel with FP8 (e4m3) inputs, for
 -- GPUs with FP8 mma.sync: Ada (sm_89, native QMMA) and Hopper (sm_90, where ptxas emulates it with
--- fp8 -> f16 unpacks and HMMA). `flashgen tune
+-- fp8 -> f16 unpacks and HMMA: docs/performance.md). `flashgen tune
 -- configs/tune_fwd_fp8.lua` records every candidate in the GPU's tuning database, next to the 16-bit
 -- classes of configs/tune_fwd.lua; candidates are timed with bf16 output and key-major V. On a GPU
 -- without FP8 every candidate is recorded as refused, with the rule's sentence.

@@ -1,4 +1,4 @@
--- configs/tune_fwd_sm90a.lua: the tuning space of the Hopper forward family (sm_90a: TMA, wgmma, warp
+-- configs/tune_fwd_sm90a.lua: the tuning space of the wgmma family's forward (sm_90a: TMA, wgmma, warp
 -- specialization; templates/fwd_sm90.cuh). `flashgen tune configs/tune_fwd_sm90a.lua` on an H100/H200
 -- records every candidate in the GPU's tuning database; dispatch then takes the winner for calls that run
 -- this family (family = "wgmma": candidates are sm_90a specs; on another GPU they are recorded as
@@ -13,7 +13,7 @@ local tokens, width = 16384, 2048
 
 for _, head_dim in ipairs({64, 128, 256}) do
     -- Every length of the benchmark protocol from 512 to 8k (16k takes 8k's winner): dispatch takes the
-    -- nearest bucket's, and with only 2k and 8k measured, 512-1k and 4k ran tiles timed at other lengths.
+    -- nearest bucket's, so each length is timed at its own size rather than borrowing another's winner.
     for _, seqlen in ipairs({512, 1024, 2048, 4096, 8192}) do
         space {
             family = "wgmma",

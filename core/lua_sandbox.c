@@ -1,4 +1,5 @@
-/* lua_sandbox.c: runs untrusted Lua 5.4 config text in a fresh, capped state (see lua_sandbox.h).
+/* lua_sandbox.c: runs untrusted Lua 5.4 config text in a fresh, capped state (see lua_sandbox.h); the
+ * helpers host functions use to read their arguments are in lua_sandbox_host.c.
  *
  * The walls, and why each exists:
  *   - memory: every byte goes through sb_alloc, which refuses growth past FG_LUA_MEM_LIMIT, so
@@ -356,6 +357,19 @@ static int sb_guard(lua_State *L) {
     return lua_gettop(L);
 }
 
+/* Sets, in the table at index `to`, every guarded function of library `lib` to sb_guard wrapped around
+ * the original read from the table at index `from`. Raises Lua errors (memory). */
+static void sb_wrap_guards(lua_State *L, const char *lib, int from, int to) {
+    for (const sb_guard_entry *g = sb_guards; g->lib; g++) {
+        if (strcmp(g->lib, lib) != 0)
+            continue;
+        lua_getfield(L, from, g->name);
+        lua_pushinteger(L, g->kind);
+        lua_pushcclosure(L, sb_guard, 2);
+        lua_setfield(L, to, g->name);
+    }
+}
+
 /* Opens library `name` and leaves on the stack the table the sandbox exposes: a copy of the module
  * without `dump`, with the guarded functions wrapped. The original stays in the registry's
  * loaded-modules table, unreachable from scripts, so Lua's own argument errors still name
@@ -376,14 +390,7 @@ static void sb_push_lib(lua_State *L, const char *name, lua_CFunction open) {
         lua_insert(L, -2);
         lua_rawset(L, copy);
     }
-    for (const sb_guard_entry *g = sb_guards; g->lib; g++) {
-        if (strcmp(g->lib, name) != 0)
-            continue;
-        lua_getfield(L, orig, g->name);
-        lua_pushinteger(L, g->kind);
-        lua_pushcclosure(L, sb_guard, 2);
-        lua_setfield(L, copy, g->name);
-    }
+    sb_wrap_guards(L, name, orig, copy);
     lua_remove(L, orig);
 }
 
@@ -399,14 +406,7 @@ static void sb_open_env(lua_State *L) {
         lua_getfield(L, base, sb_base_names[i]);
         lua_setfield(L, env, sb_base_names[i]);
     }
-    for (const sb_guard_entry *g = sb_guards; g->lib; g++) {
-        if (strcmp(g->lib, LUA_GNAME) != 0)
-            continue;
-        lua_getfield(L, base, g->name);
-        lua_pushinteger(L, g->kind);
-        lua_pushcclosure(L, sb_guard, 2);
-        lua_setfield(L, env, g->name);
-    }
+    sb_wrap_guards(L, LUA_GNAME, base, env);
     lua_pushcfunction(L, sb_print);
     lua_setfield(L, env, "print");
     lua_getfield(L, base, "_VERSION");
@@ -602,82 +602,4 @@ fg_status lua_sandbox_run_file(const char *path, fg_lua_setup_fn setup, fg_lua_s
     fg_status st = lua_sandbox_run(path, buf, len, setup, finish, user, err);
     free(buf);
     return st;
-}
-
-/* ------------------------------------------------------------------ helpers for host functions */
-
-int lua_sandbox_raise(lua_State *L, const char *fn, const char *fmt, ...) {
-    char msg[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return luaL_error(L, "%s: %s", fn, msg); /* luaL_error prefixes the calling line's position */
-}
-
-const char *lua_sandbox_describe(lua_State *L, int idx, char *buf, size_t n) {
-    if (lua_type(L, idx) == LUA_TNUMBER) {
-        if (lua_isinteger(L, idx))
-            snprintf(buf, n, "%lld", (long long)lua_tointeger(L, idx));
-        else
-            snprintf(buf, n, "%.17g", (double)lua_tonumber(L, idx));
-        return buf;
-    }
-    return luaL_typename(L, idx);
-}
-
-void lua_sandbox_bind(lua_State *L, const char *name, int (*f)(lua_State *), void *user) {
-    lua_pushlightuserdata(L, user);
-    lua_pushcclosure(L, f, 1);
-    lua_setglobal(L, name);
-}
-
-void lua_sandbox_check_table(lua_State *L, int idx, const char *fn, const char *what, const char *const *fields) {
-    char got[64];
-    if (what == NULL) { /* the call's argument */
-        if (lua_gettop(L) != 1 || lua_type(L, 1) != LUA_TTABLE)
-            lua_sandbox_raise(L, fn, "expects one table argument, as in %s { ... }, got %s%s", fn,
-                             lua_gettop(L) == 0 ? "no value" : lua_sandbox_describe(L, 1, got, sizeof got),
-                             lua_gettop(L) > 1 ? " and more arguments" : "");
-        idx = 1;
-    } else if (lua_type(L, idx) != LUA_TTABLE) {
-        lua_sandbox_raise(L, fn, "field '%s' must be a table, got %s", what, lua_sandbox_describe(L, idx, got, sizeof got));
-    }
-    idx = lua_absindex(L, idx);
-    lua_pushnil(L);
-    while (lua_next(L, idx)) {
-        lua_pop(L, 1);
-        if (lua_type(L, -1) != LUA_TSTRING)
-            lua_sandbox_raise(L, fn, "field names%s%s must be strings (as in head_dim = 128), got a %s key",
-                              what ? " in " : "", what ? what : "", luaL_typename(L, -1));
-        size_t len;
-        const char *key = lua_tolstring(L, -1, &len);
-        int known = 0;
-        for (int i = 0; fields[i] && !known; i++)
-            known = strlen(fields[i]) == len && memcmp(fields[i], key, len) == 0;
-        if (!known) {
-            char list[300] = "";
-            for (int i = 0; fields[i]; i++) {
-                strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
-                strncat(list, fields[i], sizeof list - strlen(list) - 1);
-            }
-            lua_sandbox_raise(L, fn, "unknown field '%.60s'%s%s (known fields: %s)", key, what ? " in " : "",
-                              what ? what : "", list);
-        }
-    }
-}
-
-long long lua_sandbox_list_length(lua_State *L, int idx, const char *fn, const char *field, const char *expected) {
-    idx = lua_absindex(L, idx);
-    lua_Integer n = (lua_Integer)lua_rawlen(L, idx), keys = 0;
-    lua_pushnil(L);
-    while (lua_next(L, idx)) {
-        lua_pop(L, 1);
-        keys++;
-    }
-    if (keys == 0) lua_sandbox_raise(L, fn, "field '%s' is an empty list: give at least one value", field);
-    if (keys != n)
-        lua_sandbox_raise(L, fn, "field '%s' must be %s, got a table that is not a list (keys other than 1..n)", field,
-                          expected);
-    return (long long)n;
 }

@@ -16,6 +16,7 @@
 #include <lua.h>
 
 #include "generator/config.h"
+#include "generator/validate.h"
 #include "core/lua_sandbox.h"
 
 #define CFG_LIST_MAX 128         /* most values one field may list: far beyond any real bundle */
@@ -264,8 +265,8 @@ static int cfg_variants(lua_State *L) {
         it->spec.stages = f[8].v[idx[8]];
         it->spec.deterministic = it->spec.kind == FG_KIND_BWD ? f[10].v[idx[10]] : 0;
         /* Under an arch override (flashgen bundle --arch) a TMA-load variant retargeted before sm_90 or to
-         * sm_90a (the wgmma family, which loads by TMA anyway) becomes the plain one; listed for such an
-         * arch itself it is refused. */
+         * an 'a' target (sm_90a is the wgmma family, which loads by TMA anyway) becomes the plain one; listed
+         * for such an arch itself it is refused. */
         it->spec.tma = it->spec.kind == FG_KIND_BWD &&
                                !(b->arch_override.n > 0 && (it->spec.arch < 90 || it->spec.arch_accel))
                            ? f[11].v[idx[11]] : 0;
@@ -281,7 +282,7 @@ static int cfg_variants(lua_State *L) {
 
 /* tile_policy { ... }: appends one rule to the builder's policy (upvalue 1), overriding earlier rules
  * where they overlap. arch and head_dim are a value or an inclusive {lo, hi} range (absent: any);
- * a rule that names sm_90a applies to the sm_90a (wgmma) family only, any other rule to the mma.sync
+ * a rule that names sm_90a applies to the wgmma family (sm_90a) only, any other rule to the mma.sync
  * family (whose Hopper target is sm_90). causal and dtype absent: any.
  * block_m, block_n, warps and stages are all required: the rule must give a complete tile. */
 static int cfg_tile_policy(lua_State *L) {

@@ -21,6 +21,7 @@
 #define FG_CONFIG_H
 
 #include "generator/spec.h"
+#include "generator/tile_policy.h"
 
 typedef struct fg_config {
     fg_spec *variants;     /* validated, tiles filled, unique, in the order first listed */

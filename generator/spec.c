@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "generator/spec.h"
+#include "generator/validate.h" /* arch_smem_limit */
 
 fg_dtype spec_out_dtype(const fg_spec *spec) { return dtype_is_fp8(spec->dtype) ? spec->out_dtype : spec->dtype; }
 
@@ -37,7 +38,7 @@ bad:
 int spec_format(const fg_spec *s, char *buf, size_t n) {
     char arch[16], out[16] = "";
     if (spec_arch_format(s->arch, s->arch_accel, arch, sizeof arch) < 0) return -1;
-    /* Only FP8 variants name their output dtype, so every 16-bit name is what it was before FP8. */
+    /* Only FP8 variants name their output dtype: a 16-bit variant's O has its input dtype. */
     if (dtype_is_fp8(s->dtype)) snprintf(out, sizeof out, "out=%s,", dtype_name(s->out_dtype));
     char det[24] = "";
     if (s->kind == FG_KIND_BWD) snprintf(det, sizeof det, "deterministic=%d,", s->deterministic ? 1 : 0);
@@ -225,8 +226,8 @@ static size_t wgmma_fwd_smem(const fg_spec *spec, size_t q) {
 
 /* The sm_90a FP8 forward's row sums by the P.V wgmma (fwd_sm90.cuh FG_PV_SUM): 8 rows of ones under each
  * V^T chunk, at head_dim 64 and 128. Above that O's accumulator is large enough that the extra group spills
- * (d 192: 32 bytes), and d 256 has no room in wgmma's n; so did d 128 with three consumer warpgroups (160
- * registers each: 144 bytes of spills became 352), which validate.c now refuses for FP8 anyway. */
+ * (d 192: 32 bytes), and d 256 has no room in wgmma's n; d 128 with three consumer warpgroups (160
+ * registers each) would spill too. */
 int spec_fp8_pv_sum(const fg_spec *spec) {
     return dtype_is_fp8(spec->dtype) && (spec->head_dim <= 64 || (spec->head_dim <= 128 && spec->block_m < 192))
                ? 8 : 0;
@@ -241,22 +242,18 @@ static int fp8_o_level(const fg_spec *spec) {
 }
 
 int spec_fp8_o_flush_smem(const fg_spec *spec) {
-    /* flushed every 512 keys (a read and a write of the whole level each time). The kernels at d 256 and with
+    /* Flushed every 512 keys (a read and a write of the whole level each time). The kernels at d 256 and with
      * three consumer warpgroups are bound by shared memory's bandwidth (the level's traffic comes on top of
-     * the wgmma operands' and the V^T reorder's), so the period is a trade of accuracy for speed. H200,
-     * session 20 call 2 (both builds with FP8's lazy rescale, since dropped), e4m3 against 256 keys: 512 keys
-     * d 256 1.097x, d 64 1.035x, RMSE / RMS of O at 16k keys with V's columns averaging 1 0.0032 -> 0.0053
-     * (the e4m3 inputs' own error, V of mean 0: 0.053), every fwd/fp8* test within its bound; 1024 keys
-     * 1.153x and 0.0109, past the bound in 5 of fwd/fp8*'s tests. */
+     * the wgmma operands' and the V^T reorder's), so the period trades accuracy for speed: 512 keys keeps
+     * every fwd/fp8* test within its bound (docs/numerics.md), 1024 does not. */
     if (fp8_o_level(spec) != 2) return 0;
     return spec->block_n <= 256 ? 512 / spec->block_n : 1;
 }
 
 int spec_fp8_o_flush(const fg_spec *spec) {
     if (fp8_o_level(spec) != 1) return 0;
-    /* every 2 steps at d 128: 1.032x every step on an H200 (d 64: 0.98-1.07x, mixed, so every step), and every
-     * fwd/fp8* test, the 12k-32k-key ones with V's columns averaging 1 included, within its bound either way
-     * (bench/results/2026-11-30-h200-session14/call6) */
+    /* Every 2 steps at d 128, which is faster than every step; at d 64 the longer period gains nothing, so
+     * every step. Either period keeps every fwd/fp8* test within its bound (docs/numerics.md). */
     return spec->head_dim <= 64 ? 1 : 2;
 }
 
@@ -278,11 +275,12 @@ int spec_wgmma_o_direct(const fg_spec *spec) {
            (dtype_is_fp8(spec->dtype) || spec_q_stages(spec) == 1);
 }
 
-/* The wgmma family (sm_90a): see fwd_sm90.cuh. Otherwise the mma.sync family's Q tile plus `stages` K and V tiles, each row head_dim_padded elements of the input dtype (swizzled,
- * never padded): FP8 tiles are half the bytes of 16-bit ones. An FP8 V tile is stored transposed (V^T,
- * head_dim rows of block_n keys) and holds the same number of bytes. The epilogue stages O (16-bit) in
- * the same memory from the Q tile on, so FP8 needs at least block_m 16-bit rows: more than the tiles
- * only when 2 * stages * block_n < block_m (256 x 32 with 2 stages, say). */
+/* The wgmma family (sm_90a): see wgmma_fwd_smem. The mma.sync family: its Q tile plus `stages` K and V
+ * tiles, each row head_dim_padded elements of the input dtype (swizzled, never padded): FP8 tiles are half
+ * the bytes of 16-bit ones. An FP8 V tile is stored transposed (V^T, head_dim rows of block_n keys) and
+ * holds the same number of bytes. The epilogue stages O (16-bit) in the same memory from the Q tile on, so
+ * FP8 needs at least block_m 16-bit rows: more than the tiles only when 2 * stages * block_n < block_m
+ * (256 x 32 with 2 stages, say). */
 size_t spec_smem_bytes(const fg_spec *spec) {
     if (spec->kind == FG_KIND_BWD) return bwd_smem_bytes(spec);
     if (spec_is_wgmma(spec)) return wgmma_fwd_smem(spec, (size_t)spec_q_stages(spec));

@@ -23,7 +23,8 @@ typedef enum fg_kind {
 typedef struct fg_spec {
     fg_kind kind;   /* which kernel family */
     int arch;       /* target compute capability times ten: 80, 86, 89, 90, 100, 120, ... */
-    int arch_accel; /* 1 for the arch-specific 'a' targets (sm_90a): such a cubin runs on that exact arch only */
+    int arch_accel; /* 1 for the arch-specific 'a' targets (sm_90a): such a cubin runs on that exact arch only.
+                       The suffix only: the family a spec runs is spec_is_wgmma / spec_is_wgmma_bwd */
     fg_dtype dtype; /* element type of Q, K, V and O */
     int head_dim;   /* d */
     int block_m;    /* query rows per CTA; 0 = unset (filled from the tile policy) */
@@ -38,7 +39,7 @@ typedef struct fg_spec {
                            named only in bwd specs ("deterministic=0|1") */
     int tma;            /* kind=bwd, mma.sync family on sm_90+: K, V, Q, dO loaded by TMA (tensor maps) and the
                            LSE/D rows by bulk copies, from one thread, instead of cp.async from all; named only
-                           when 1 ("tma=1"), so every other name is what it was */
+                           when 1 ("tma=1"), so a name without TMA loads has no tma key */
 } fg_spec;
 
 /* Longest canonical text plus NUL, with room to spare. */
@@ -87,10 +88,12 @@ int spec_bwd_rows_block(const fg_spec *spec);    /* kind=bwd: the rows of a post
 int spec_bwd_dq_staged(const fg_spec *spec);     /* kind=bwd: 1 when dQ is staged in shared memory and added by
                                                     bulk reduce-adds (sm_90 and newer, head_dim <= 128), 0 for
                                                     fp32 atomics */
-/* 1 for the Hopper family (arch sm_90a: TMA, wgmma, warp specialization, templates/fwd_sm90.cuh); the
- * other targets, sm_90 included, run the mma.sync family (templates/fwd_sm80.cuh). */
+/* 1 for the forward of the wgmma family (sm_90a: TMA, wgmma, warp specialization, templates/fwd_sm90.cuh);
+ * the other targets, sm_90 included, run the mma.sync family (templates/fwd_sm80.cuh). The one test of
+ * "is this the wgmma family" in generator/: code asks it here, never of arch_accel, which means only the
+ * 'a' suffix of the arch name. */
 int spec_is_wgmma(const fg_spec *spec);
-/* 1 for the Hopper backward (kind=bwd, arch sm_90a: templates/bwd_sm90.cuh, wgmma products). */
+/* 1 for the backward of the wgmma family (kind=bwd, sm_90a: templates/bwd_sm90.cuh). */
 int spec_is_wgmma_bwd(const fg_spec *spec);
 /* Q buffers of a wgmma-family kernel: 2 when they fit the arch's shared memory with the K/V stages (the
  * next tile's Q then loads during this one), else 1; 1 for the mma.sync family. */
@@ -117,49 +120,9 @@ int spec_fp8_o_flush_smem(const fg_spec *spec);
  * keys, each row one swizzled unit (128, 64 or 32 bytes: the largest dividing block_n). */
 int spec_fp8_vt_bytes(const fg_spec *spec);
 
-/* ---- validation (validate.c): one list of refusal rules ---- */
-
-/* The largest dynamic shared memory per block on `arch` (opt-in), in bytes; 0 if the arch is unknown. */
-size_t arch_smem_limit(int arch);
-
-/* Checks every refusal rule; on the first broken rule returns FG_ERR_UNSUPPORTED (or
- * FG_ERR_INVALID_ARGUMENT for malformed values) with the rule's sentence. Tile fields must be set. */
-fg_status spec_validate(const fg_spec *spec, fg_error *err);
-
-/* The rules, for tests and `flashgen --help`: count and names. */
-int spec_rule_count(void);
-const char *spec_rule_name(int i);
-
-/* ---- tile policy (tile_policy.c): default tiles, data, overridable from Lua ---- */
-
-typedef struct fg_tile_rule {
-    int arch_min, arch_max;         /* inclusive range of spec.arch this rule covers */
-    int head_dim_min, head_dim_max; /* inclusive range of head_dim */
-    int causal;                     /* 0 or 1, or -1 for either */
-    int dtype;                      /* an fg_dtype, or -1 for any */
-    int block_m, block_n, warps, stages; /* the tiles it gives */
-    int family;                     /* which kernel family it applies to: FG_FAMILY_ANY (0, so positional
-                                       initializers may leave it out), FG_FAMILY_MMA or FG_FAMILY_WGMMA */
-    int kind;                       /* the fg_kind it applies to (0, the forward, when left out) */
-} fg_tile_rule;
-
-enum { FG_FAMILY_ANY = 0, FG_FAMILY_MMA = 1, FG_FAMILY_WGMMA = 2 };
-
-typedef struct fg_tile_policy {
-    fg_tile_rule *rules; /* later rules take precedence over earlier ones */
-    int count;           /* rules in use */
-    int cap;             /* allocated */
-} fg_tile_policy;
-
-/* Fills policy with flashgen's built-in rules (caller frees with tile_policy_free). */
-fg_status tile_policy_init_default(fg_tile_policy *policy, fg_error *err);
-/* Appends a rule that overrides earlier ones where they overlap. */
-fg_status tile_policy_add(fg_tile_policy *policy, const fg_tile_rule *rule, fg_error *err);
-fg_status tile_policy_copy(fg_tile_policy *dst, const fg_tile_policy *src, fg_error *err);
-void tile_policy_free(fg_tile_policy *policy);
-/* The rule that applies to spec (last match wins), or NULL. */
-const fg_tile_rule *tile_policy_lookup(const fg_tile_policy *policy, const fg_spec *spec);
-/* Sets every unset (0) tile field of spec from the policy; fields already set are kept. */
-fg_status spec_fill_tiles(fg_spec *spec, const fg_tile_policy *policy, fg_error *err);
+/* Validation and the tile policy have their own headers; spec.h includes them so that files outside
+ * generator/ that include only spec.h keep compiling. New code includes what it uses. */
+#include "generator/tile_policy.h"
+#include "generator/validate.h"
 
 #endif

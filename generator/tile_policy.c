@@ -1,21 +1,20 @@
 /* tile_policy.c: the default tile sizes of each variant, as data (rules matched last-first), so a Lua
- * config or the tuning database can override any of them without touching code.
- * The built-in table comes from a sweep on an H200 (bench/results/2026-11-29-h200-tile-sweep.md):
- *   - head_dim <= 64: 128 x 64, 4 warps (32 query rows each), 3 stages;
+ * config or the tuning database can override any of them without touching code. Each group of rules
+ * says in one line why it is what it is; the measurements behind them are in docs/performance.md.
+ *   - the mma.sync forward, head_dim <= 64: 128 x 64, 4 warps (32 query rows each), 3 stages;
  *   - head_dim <= 128: 128 x 32, 4 warps, 3 stages;
  *   - head_dim <= 256: 128 x 64, 8 warps, 2 stages;
  * and smaller tiles where the target has less shared memory (sm_80's 163 KiB; sm_86/89/120's 99 KiB).
- * Hopper (sm_90) has its own rules from a `flashgen tune configs/tune_fwd.lua` sweep on an H200 (2592
- * candidates; bench/results/2026-11-29-h200-tune/): per head dim and mask, the tile whose time was
- * closest to each class's winner over seqlen 512/2k/8k and both dtypes. A tuned database still picks
- * per bucket; these are what an untuned H100/H200 runs.
+ * sm_90 (the mma.sync family on Hopper) has its own rules: per head dim and mask, the tile closest to
+ * each class's winner of a `flashgen tune configs/tune_fwd.lua` sweep over seqlen 512-8k and both
+ * dtypes. A tuned database still picks per bucket; these are what an untuned H100/H200 runs.
  * 32 rows per warp halves the shared-memory reads of K and V per FLOP (each fragment serves two m16
  * tiles), which is what this kernel is bound by at small head dims; it needs ~160 accumulator
- * registers, so block_n shrinks as head_dim grows (validate.c's register rule): 128 x 64 at d 128
- * measured faster still (329 vs 307 TFLOP/s causal at 4k) but spills 20 bytes, and shipped variants
- * do not spill. */
+ * registers, so block_n shrinks as head_dim grows (validate.c's register rule): shipped variants do
+ * not spill, so 128 x 64 at d 128, faster but spilling 20 bytes, is not the default. */
 #include <stdlib.h>
 #include <string.h>
+#include "generator/tile_policy.h"
 #include "generator/spec.h"
 
 /* arch range, head_dim range, causal, dtype, block_m, block_n, warps, stages, family */
@@ -30,26 +29,23 @@ static const fg_tile_rule default_rules[] = {
     {86, 86, 129, 256, -1, -1, 64, 32, 4, 2, FG_FAMILY_MMA, FG_KIND_FWD},
     {89, 89, 129, 256, -1, -1, 64, 32, 4, 2, FG_FAMILY_MMA, FG_KIND_FWD},
     {120, 121, 129, 256, -1, -1, 64, 32, 4, 2, FG_FAMILY_MMA, FG_KIND_FWD},
-    /* sm_90 (H200 sweep). Within 5% of each class's winner except where noted. */
-    {90, 90, 8, 64, 0, -1, 128, 96, 4, 3, FG_FAMILY_MMA, FG_KIND_FWD},          /* 2k/8k winner; 8% behind 64x64 at 512 */
-    /* The next two from the session-7 database (bench/results/2026-11-29-h200-session7/final/; its 8 buckets a
-     * class, bf16 and fp16, 512-8k): d 64 causal 128 x 64 in 2 stages, 1.019x the per-bucket best in geomean
-     * (64 x 64 x 3 stages 1.032x); d 128 non-causal 128 x 48, spill-free since the loaders recompute their
-     * offsets (cp_async.cuh), the best in every bucket (128 x 32 1.036x). */
+    /* sm_90, the mma.sync family on Hopper: within 5% of each class's tuned winner except where noted. */
+    {90, 90, 8, 64, 0, -1, 128, 96, 4, 3, FG_FAMILY_MMA, FG_KIND_FWD},          /* wins 2k/8k; 8% behind 64x64 at 512 */
+    /* d 64 causal: 128 x 64 in 2 stages, the closest single tile to each bucket's best (bf16 and fp16, 512-8k);
+     * d 128: 128 x 48, spill-free because the loaders recompute their offsets (cp_async.cuh), best in every
+     * bucket. */
     {90, 90, 8, 64, 1, -1, 128, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_FWD},
     {90, 90, 65, 128, 0, -1, 128, 48, 4, 2, FG_FAMILY_MMA, FG_KIND_FWD},
     {90, 90, 65, 128, 1, -1, 128, 48, 4, 2, FG_FAMILY_MMA, FG_KIND_FWD},
-    /* d 193-256: FlashAttention-2's Hopper tile, 64 x 64 on 4 warps in one stage (96 KiB: two CTAs an SM), the
-     * winner of all 16 head_dim 256 classes of the H200 tune (bench/results/2026-11-29-h200-session7/),
-     * 3.7-14% ahead of the 128 x 64 x 8 above. */
+    /* d 193-256: FlashAttention-2's Hopper tile, 64 x 64 on 4 warps in one stage (96 KiB: two CTAs an SM),
+     * the tuned winner of every head_dim 256 class, ahead of the 128 x 64 x 8 above. */
     {90, 90, 193, 256, -1, -1, 64, 64, 4, 1, FG_FAMILY_MMA, FG_KIND_FWD},
     /* FP8 (e4m3, e5m2) on sm_89 and sm_90. FP8 mma.sync is native (QMMA) on sm_89 but emulated on sm_90
-     * (each m16n8k32 becomes fp8 -> f16 unpacks and two HMMAs), which costs registers. sm_89: from ptxas
-     * reports (NVRTC 13.0). sm_90: the winners of `flashgen tune configs/tune_fwd_fp8.lua` on an H200
-     * (bench/results/2026-11-29-h200-fp8/), 10-30% faster than 16 rows per warp. d 129-256 spills on sm_90
-     * with every tile tried (128x64 8 warps: 52 bytes, the least, when measured; 1044 on NVRTC 13.0 with the
-     * kernel as of session 7, 64x32 4 warps 468); the default bundle leaves it to JIT there, and Hopper runs
-     * FP8 on the sm_90a family unless FLASHGEN_WGMMA_FP8=0. block_n is a multiple of 32 (the FP8 P.V mma's k: fp8_block_n). */
+     * (each m16n8k32 becomes fp8 -> f16 unpacks and two HMMAs), which costs registers. sm_89: the largest
+     * tiles ptxas (NVRTC 13.0) compiles without spills. sm_90: the winners of `flashgen tune
+     * configs/tune_fwd_fp8.lua`, with 32 rows per warp. d 129-256 spills on sm_90 with every tile (128 x 64 on
+     * 8 warps the least), so the default bundle leaves it to JIT there, and Hopper runs FP8 on the wgmma
+     * family (sm_90a) unless FLASHGEN_WGMMA_FP8=0. block_n is a multiple of 32 (the FP8 P.V mma's k: fp8_block_n). */
     {89, 89, 8, 128, -1, FG_DTYPE_E4M3, 128, 64, 8, 2, FG_FAMILY_MMA, FG_KIND_FWD},   /* 127 / 178 registers */
     {89, 89, 8, 128, -1, FG_DTYPE_E5M2, 128, 64, 8, 2, FG_FAMILY_MMA, FG_KIND_FWD},
     {89, 89, 129, 256, -1, FG_DTYPE_E4M3, 128, 32, 8, 2, FG_FAMILY_MMA, FG_KIND_FWD}, /* 209 registers, 64 KiB of the 99 */
@@ -62,29 +58,22 @@ static const fg_tile_rule default_rules[] = {
     {90, 90, 65, 128, -1, FG_DTYPE_E5M2, 64, 32, 4, 3, FG_FAMILY_MMA, FG_KIND_FWD},
     {90, 90, 129, 256, -1, FG_DTYPE_E4M3, 128, 64, 8, 2, FG_FAMILY_MMA, FG_KIND_FWD}, /* spills (see above) */
     {90, 90, 129, 256, -1, FG_DTYPE_E5M2, 128, 64, 8, 2, FG_FAMILY_MMA, FG_KIND_FWD},
-    /* sm_90a: the wgmma family (fwd_sm90.cuh), 16-bit. block_m is 64 per consumer warpgroup, warps
-     * 4 per warpgroup plus the producer's 4. Starting points from FlashAttention-3's tiles, within this
-     * kernel's register budget (validate.c): d 64 192 x 128 (3 consumers, 160 registers each), d 128
-     * 128 x 128, d 256 128 x 80 (the largest that fits 227 KiB with 2 stages); then, from `flashgen tune
-     * configs/tune_fwd_sm90a.lua` on an H200 with the persistent, double-buffered-Q kernel
-     * (bench/results/2026-11-29-h200-sm90a/tuned/), d 128 non-causal 128 x 160: the winner at 2k (657
-     * TFLOP/s; 128 x 192 618), 0.7% behind 128 x 192 at 8k. Causal keeps 128 x 128 (the winner at 2k; 128
-     * x 192 wins 8k by 2.3%, which a tuned database picks). */
+    /* The wgmma family (sm_90a, fwd_sm90.cuh), 16-bit. block_m is 64 per consumer warpgroup, warps 4 per
+     * warpgroup plus the producer's 4. FlashAttention-3's tiles within this kernel's register budget
+     * (validate.c): d 64 192 x 128 (3 consumers, 160 registers each), d 128 128 x 128, d 256 128 x 80 (the
+     * largest that fits 227 KiB with 2 stages). d 128 non-causal 128 x 160: the tuned winner at 2k and within
+     * 1% at 8k (`flashgen tune configs/tune_fwd_sm90a.lua`); causal keeps 128 x 128, the winner at 2k (128 x 192
+     * wins longer sequences by a little, which a tuned database picks). */
     {90, 90, 32, 64, -1, -1, 192, 128, 16, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 65, 128, -1, -1, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 97, 128, 0, -1, 128, 160, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 129, 192, -1, -1, 128, 96, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 193, 256, -1, -1, 128, 80, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
-    /* sm_90a FP8 (e4m3, e5m2; head_dim a multiple of 64, block_n a multiple of 32 up to 256: validate.c).
-     * FlashAttention-3's d 128 FP8 tile is 128 x 224: on an H200 (session 13, bench/fp8.py, same calls) it
-     * ran 3-7% faster than 128 x 128 at 8k-16k and 7-9% slower at 2k (0.995x overall), so the policy keeps
-     * 128 x 128 and a tuned database may take 224 (tune_fwd_sm90a_fp8.lua). Since the two-level
-     * accumulation (fwd_sm90.cuh FG_O_FLUSH, 2026-11-30) O's second copy leaves no room for 128 x 192/224 at
-     * d 128 in registers; with three consumers O's level is in shared memory, and there 192 x 128 spills
-     * (168 bytes) and 192 x 64 ran 0.82x of 128 x 128 (H200, 2k-16k, session 16 call 2). d 64 192 x 128,
-     * three consumers with the level in shared memory: 1.097x 128 x 128 at 4k and 16k (8 pairs, session 16
-     * call 1); in single runs +7-13% at 2k-16k, +3% at 512 non-causal, -8% at 512-1k causal (call 2's
-     * fp8_full against session 15's). */
+    /* The wgmma family's FP8 (e4m3, e5m2; head_dim a multiple of 64, block_n a multiple of 32 up to 256:
+     * validate.c). d 128: 128 x 128. FlashAttention-3's 128 x 224 is no faster overall, and the two-level
+     * accumulation (fwd_sm90.cuh FG_O_FLUSH) leaves no registers for 128 x 192/224 beside O's second copy;
+     * with three consumers O's level moves to shared memory, where 192 x 128 spills and 192 x 64 is slower.
+     * d 64: 192 x 128, three consumers with the level in shared memory, faster than 128 x 128 from 2k keys. */
     {90, 90, 64, 128, -1, FG_DTYPE_E4M3, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 64, 128, -1, FG_DTYPE_E5M2, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 64, 64, -1, FG_DTYPE_E4M3, 192, 128, 16, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
@@ -96,11 +85,10 @@ static const fg_tile_rule default_rules[] = {
     {90, 90, 129, 192, -1, FG_DTYPE_E5M2, 64, 128, 8, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 193, 256, -1, FG_DTYPE_E4M3, 128, 64, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 193, 256, -1, FG_DTYPE_E5M2, 128, 64, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
-    /* The backward (bwd_sm80.cuh; validate.c's bwd rules): block_n = 16 x warps keys, block_m 32, 64 or
-     * 128 query rows a step. The widest tiles that compile (fp32 dQ traffic per FLOP falls as block_n
+    /* The mma.sync backward (bwd_sm80.cuh; validate.c's bwd rules): block_n = 16 x warps keys, block_m 32,
+     * 64 or 128 query rows a step. The widest tiles that compile (fp32 dQ traffic per FLOP falls as block_n
      * grows, and shared-memory reads per MMA as block_m grows), though ptxas spills at d 96 (4-16 bytes)
-     * and d 128 (44-68) on NVRTC 13.0: on the H200 d 64 128 x 128 ran 1.15x 64 x 128, which ran 1.4x
-     * 32 x 128; d 128 64 x 128 ran 1.3x 32 x 128 (bench/results/2026-11-29-h200-session4/bwd-steps/).
+     * and d 128 (44-68) on NVRTC 13.0: the wider tile still wins (d 64 128 x 128 1.15x 64 x 128 on Hopper).
      * Spilling variants compile at first use, or go into a bundle with `flashgen bundle --allow-spills`.
      * Other multiples of 16 up to 128: 32 x 32 with 2 warps. Above 128 (multiples of 32) 64 x 64 with 8
      * warps, 8 keys a warp (FlashAttention-2's tile there): dK and dV take d / 2 registers a thread. */
@@ -111,10 +99,10 @@ static const fg_tile_rule default_rules[] = {
     {80, 999, 96, 96, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {80, 999, 128, 128, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {80, 999, 129, 256, -1, -1, 64, 64, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
-    /* sm_90a (bwd_sm90.cuh, wgmma): two warpgroups of 64 keys; 64 queries a step at head_dim 128, 128 at
-     * 64 (dQ split by query rows; FlashAttention-3's tile there); at 128 without a causal mask 80
-     * (FlashAttention-3's tile there, dQ^T = K^T dS^T): 1.057-1.072x 64 from 1k to 16k queries on the H200
-     * (bf16, session 17 call 3), and dispatch takes 64 where 80 would pad over 4% more rows (512). */
+    /* The wgmma family's backward (sm_90a, bwd_sm90.cuh): two warpgroups of 64 keys; 64 queries a step at
+     * head_dim 128, 128 at 64 (dQ split by query rows; FlashAttention-3's tile there); at 128 without a causal
+     * mask 80 (FlashAttention-3's tile there, dQ^T = K^T dS^T), faster than 64 from 1k queries; dispatch
+     * takes 64 where 80 would pad over 4% more rows (512). */
     {90, 90, 64, 64, -1, -1, 128, 128, 8, 2, FG_FAMILY_WGMMA, FG_KIND_BWD},
     {90, 90, 65, 128, -1, -1, 64, 128, 8, 2, FG_FAMILY_WGMMA, FG_KIND_BWD},
     {90, 90, 128, 128, 0, -1, 80, 128, 8, 2, FG_FAMILY_WGMMA, FG_KIND_BWD},

@@ -2,6 +2,7 @@
  * Each rule is a predicate that is true when the spec must be refused, and a sentence saying why.
  * tests/test_spec.c breaks each rule once, by name. Add a rule here, never a check elsewhere. */
 #include <stdio.h>
+#include "generator/validate.h"
 #include "generator/spec.h"
 #include "templates/common/bwd_tiles.h" /* templates/common: the backward kernel's tile-dependent warp layouts */
 
@@ -25,12 +26,10 @@ static int m_tiles(const fg_spec *s) { return s->warps > 0 ? s->block_m / (16 * 
 
 /* Registers for the fp32 accumulators a thread holds across the KV loop: O (d/2 per m-tile) and S of one
  * key sub-block (spec_fwd_sub_n: block_n / 2 per m-tile when that fits, else a divisor's). The rule
- * refuses what cannot fit even in 16-key (FP8: 32-key) steps, not everything that might spill: measured
- * with NVRTC 13.0 for sm_90a, 192 spills at head_dim 64 and 128 (20+ bytes); between 161 and 176 it
- * depends on the tile (head_dim 256 128x80 8 warps at 168 and head_dim 64 128x112 4 warps at 176 do not
- * spill, head_dim 128 128x48 4 warps at 176 spills 4 bytes non-causal and none causal), so those are
- * left to ptxas's report, which `flashgen tune` and the CI compile test read. FP8 variants accumulate in
- * fp32 too, so the same count applies to them. */
+ * refuses what cannot fit even in 16-key (FP8: 32-key) steps, not everything that might spill: with
+ * NVRTC 13.0, 192 always spills while 161-176 spills or not depending on the tile, so those are left to
+ * ptxas's report, which `flashgen tune` and the CI compile test read. FP8 variants accumulate in fp32
+ * too, so the same count applies to them. */
 static int acc_registers(const fg_spec *s) {
     return m_tiles(s) * (spec_head_dim_padded(s) / 2 + s->block_n / 2);
 }
@@ -116,7 +115,7 @@ RULE(bwd_wgmma, spec_is_wgmma_bwd(s) && ((s->head_dim != 64 && s->head_dim != 12
      "deterministic=0 (got head_dim %d, %d x %d, warps %d, stages %d, causal=%d, deterministic=%d); arch sm_90 "
      "(mma.sync) takes the others", s->head_dim, s->block_m, s->block_n, s->warps, s->stages, s->causal != 0,
      s->deterministic)
-RULE(bwd_tma, s->tma && (!is_bwd(s) || s->arch_accel || s->arch < 90 || s->head_dim % 64 != 0 ||
+RULE(bwd_tma, s->tma && (!is_bwd(s) || spec_is_wgmma_bwd(s) || s->arch < 90 || s->head_dim % 64 != 0 ||
                          s->block_m % 64 != 0 || s->stages != 2),
      FG_ERR_UNSUPPORTED,
      "tma=1 (the mma.sync backward's loads by TMA) takes kind=bwd on arch sm_90 or newer (not sm_90a) at head_dim "

@@ -31,8 +31,8 @@ extern "C" {
 /* 0.2.0: fg_fwd_args gained q/k/v_descale (FP8) at its end, so a program built against 0.1.0's header
  * must be rebuilt (its shorter struct would be read past its end). The version also keys the disk cache,
  * bundles and tuning databases: those of 0.1.0 are recompiled, refused or ignored, never trusted.
- * 0.3.0: arch sm_90a names the Hopper (TMA, wgmma) kernel family; the mma.sync family's Hopper target is
- * sm_90. The API is 0.2.0's; caches, bundles and tuning databases of 0.2.0 are not trusted. */
+ * 0.3.0: arch sm_90a names the wgmma family (TMA, wgmma, warp specialization); the mma.sync family's
+ * Hopper target is sm_90. The API is 0.2.0's; caches, bundles and tuning databases of 0.2.0 are not trusted. */
 #define FG_VERSION_MAJOR 0
 #define FG_VERSION_MINOR 3
 #define FG_VERSION_PATCH 0

@@ -16,6 +16,8 @@
 #include <time.h>
 
 #include "generator/config.h"
+#include "generator/tile_policy.h"
+#include "generator/validate.h"
 #include "core/lua_sandbox.h"
 
 /* CPU and wall seconds since the matching stopwatch_start. */

@@ -3,6 +3,8 @@
 #include <criterion/criterion.h>
 #include <string.h>
 #include "generator/spec.h"
+#include "generator/tile_policy.h"
+#include "generator/validate.h"
 
 /* A valid spec of the mma.sync family on Hopper (sm_90). */
 static fg_spec base(void) {

@@ -86,7 +86,7 @@ class Redraw(unittest.TestCase):
 
 
 class ABCompare(unittest.TestCase):
-    """bench/ab.py over two A/B pairs, one run's JSON gzipped, as archived runs are."""
+    """bench/ab.py over two A/B pairs, one run's record gzipped (ab.py reads .gz records as well)."""
 
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="fg-test-ab-")

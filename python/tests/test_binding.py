@@ -7,7 +7,7 @@ library is a clear error, and the translation of torch-like, __cuda_array_interf
 objects into fg_tensor is right, FP8 arguments included. The FP8 helpers (hadamard_rotate,
 quantize_fp8, key_major_v) are checked on CPU tensors when PyTorch is installed. GPU tests (skipped
 with the reason printed when PyTorch or CUDA is absent) compare against PyTorch SDPA in fp32 on upcast
-inputs with the tolerance rule of docs/numerics.md (max|out - ref32| <= 2 * max|ref_lowp - ref32| + 1e-5), check the
+inputs with the rule of docs/numerics.md (max|out - ref32| <= 2 * max|ref_lowp - ref32| + 1e-5), check the
 LSE, and check that bad input raises FlashgenError naming the argument; the FP8 ones compare against
 the same rule with reference/reference.h's FP8 lowp reference.
 """
@@ -716,7 +716,7 @@ class GpuTest(unittest.TestCase):
 
     def test_autograd_gradients(self):
         """flashgen.attention under autograd: the gradients of sum(O * dO) against fp32 autograd through
-        explicit attention math (ref32) with the tolerance rule's 3x for gradients, the gap measured by the same math in
+        explicit attention math (ref32) with docs/numerics.md's 3x rule, the gap measured by the same math in
         the input dtype (ref_lowp); both modes; GQA, tails and causal with sq != sk; head_dim 256 (the
         8-keys-a-warp tile, dQ by atomics)."""
         t = self.torch

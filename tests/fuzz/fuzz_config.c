@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "generator/config.h"
+#include "generator/validate.h"
 
 #define FUZZ_CHUNK "fuzz.lua" /* the chunk name every message must start with */
 /* The one message about the whole file rather than a line of it. */

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "generator/spec.h"
+#include "generator/tile_policy.h"
+#include "generator/validate.h"
 
 /* Reports a broken invariant with the input that broke it and stops the fuzzer (a finding). */
 static void fuzz_spec_fail(const char *what, const char *input, const char *detail) {

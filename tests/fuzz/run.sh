@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/fuzz/run.sh: builds and runs flashgen's libFuzzer targets (docs/internals.md, "Tests"):
 #   fuzz_spec    spec_parse -> spec_format round trips                  (generator/spec.c)
-#   fuzz_config  config_load_string on any text, through the Lua sandbox (generator/config.c, lua_sandbox.c)
+#   fuzz_config  config_load_string on any text, through the Lua sandbox (generator/config.c, core/lua_sandbox*.c)
 #   fuzz_bundle  bundle_parse on any bytes, serialize round trips       (runtime/bundle.c, sha256.c)
 # usage: sh tests/fuzz/run.sh [SECONDS] [TARGET...]    (default: 60 seconds each, every target)
 #
@@ -90,7 +90,7 @@ for t in $targets; do
   case "$t" in
     fuzz_spec) build fuzz_spec -fsanitize=fuzzer tests/fuzz/fuzz_spec.c $spec_src ;;
     fuzz_config) build fuzz_config -fsanitize=fuzzer $lua_cflags tests/fuzz/fuzz_config.c generator/config.c \
-                   core/lua_sandbox.c $spec_src $lua_libs -lm ;;
+                   core/lua_sandbox.c core/lua_sandbox_host.c $spec_src $lua_libs -lm ;;
     fuzz_bundle) build fuzz_bundle -fsanitize=fuzzer tests/fuzz/fuzz_bundle.c $bundle_src
                  build fuzz_bundle_seeds -DFG_FUZZ_SEED_MAIN tests/fuzz/fuzz_bundle.c $bundle_src ;;
   esac
