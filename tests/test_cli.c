@@ -695,7 +695,7 @@ static void put_payload(const char *dir, const char *name, const char *opt, cons
     cr_assert_eq(cache_open(&c, dir, &err), FG_OK, "%s", err.msg);
     uint8_t key[32];
     const char *opts[] = {opt};
-    fg_cache_key_inputs in = {name, strlen(name), "13.0", opts, 1, "sm_80", FG_VERSION_STRING};
+    fg_cache_key_inputs in = {name, strlen(name), "13.0", opts, 1, "sm_80", FG_VERSION_STRING, NULL};
     cache_key(&in, key);
     cr_assert_eq(cache_put(&c, key, name, payload, n, &err), FG_OK, "%s", err.msg);
 }

@@ -6,6 +6,10 @@
 // rescaled when m grows; O is divided by l once, at the end.
 // A row that has seen only masked (-inf) scores keeps m = -inf; its exponent base is taken as 0 so that
 // exp2(-inf - 0) = 0 and nothing becomes NaN.
+#ifndef FG_COMMON_SOFTMAX_CUH
+#define FG_COMMON_SOFTMAX_CUH
+
+#include "common/types.cuh"
 
 __device__ __forceinline__ float fg_quad_max(float x) {
     x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
@@ -132,3 +136,5 @@ __device__ __forceinline__ void fg_online_softmax(float (&s)[MT][NT][4], float (
             }
     }
 }
+
+#endif // FG_COMMON_SOFTMAX_CUH

@@ -1,6 +1,10 @@
 // tma.cuh: mbarriers and the TMA unit (cp.async.bulk: tensor-map tiles, 1-d bulk copies), written against
 // PTX; sm_90 and newer. Used by the sm_90a families and by the mma.sync backward's tma=1 variants (the
 // functions are inline, so a target that calls none of them never sees their instructions).
+#ifndef FG_COMMON_TMA_CUH
+#define FG_COMMON_TMA_CUH
+
+#include "common/types.cuh"
 
 // ---- mbarriers ----
 __device__ __forceinline__ void fg_mbar_init(u32 bar, u32 count) {
@@ -60,3 +64,5 @@ __device__ __forceinline__ void fg_fence_mbar_init() { asm volatile("fence.mbarr
 __device__ __forceinline__ void fg_prefetch_tmap(const void *tmap) {
     asm volatile("prefetch.tensormap [%0];" ::"l"(tmap) : "memory");
 }
+
+#endif // FG_COMMON_TMA_CUH

@@ -2,14 +2,14 @@
 // warp specialization, intra-warpgroup overlap, pingpong, persistent CTAs.
 //
 // Grid: one CTA per SM at most (persistent), taking tiles (FG_BLOCK_M query rows of one head) from a
-// counter (or in a fixed stride; dispatch.c's rt_launch_grid). A CTA has FG_CWG + 1 warpgroups:
+// counter (or in a fixed stride; dispatch.c's rt_launch_grid). A CTA has FG_CONSUMER_WGS + 1 warpgroups:
 //   warpgroup 0, the producer: gives its registers away (setmaxnreg) and one thread issues TMA loads:
 //     per tile K and V of each key block into a ring of FG_STAGES stages that runs on across tiles, and
 //     Q into one of FG_Q_STAGES buffers (in the order the buffers come free, below); every
 //     buffer has a "full" mbarrier the
 //     copy engine completes and an "empty" one the consumer warps arrive at; with FP8 its other three
 //     warps put each V^T stage's keys in the order the consumers' P registers have (fg_p_to_fp8);
-//   warpgroups 1..FG_CWG, the consumers: take the registers, and each computes 64 query rows:
+//   warpgroups 1..FG_CONSUMER_WGS, the consumers: take the registers, and each computes 64 query rows:
 //     S = Q K^T       wgmma m64 n{BLOCK_N} k16, both operands in shared memory (K-major)
 //     mask            only on the key blocks crossing the causal diagonal or the end of the keys, which
 //                     come first (blocks are visited last to first)
@@ -27,26 +27,34 @@
 //   registers.)
 // TMA zero-fills rows past the end of Q, K and V, so padded keys give S = 0 (then masked) and P.V adds 0.
 // Measured step by step on an H200: bench/results/2026-11-29-h200-sm90a/.
+#ifndef FG_FORWARD_WGMMA_CUH
+#define FG_FORWARD_WGMMA_CUH
 
-constexpr int FG_CWG = FG_BLOCK_M / 64;          // consumer warpgroups
-constexpr int FG_THREADS = (FG_CWG + 1) * 128;
+#include "common/fg_params.h"
+#include "common/types.cuh"
+#include "common/softmax.cuh"
+#include "common/tma.cuh"
+#include "common/wgmma.cuh"
+
+constexpr int FG_CONSUMER_WGS = FG_BLOCK_M / 64;          // consumer warpgroups
+constexpr int FG_THREADS = (FG_CONSUMER_WGS + 1) * 128;
 constexpr int FG_NT = FG_BLOCK_N / 8;            // n8 column groups of S
 constexpr int FG_DT = FG_HEAD_DIM / 8;           // n8 column groups of O
-constexpr int FG_DTA = FG_DT + FG_PV_SUM / 8;    // ... and FP8's row-sum group after them (FG_PV_SUM)
+constexpr int FG_DT_WITH_SUM = FG_DT + FG_PV_SUM / 8;    // ... and FP8's row-sum group after them (FG_PV_SUM)
 static_assert(FG_DT % 4 == 0, "head_dim a multiple of 32: O leaves in 16-byte units of four n8 groups");
 // FP8's two-level accumulation: the period of the flush of the P.V accumulator into fp32, O's fp32 level in
 // registers (FG_O_FLUSH, head_dim <= 128) or in shared memory (FG_O_FLUSH_SMEM: above, and with three
 // consumer warpgroups); 0 for none.
 constexpr int FG_FLUSH = FG_O_FLUSH > 0 ? FG_O_FLUSH : FG_O_FLUSH_SMEM;
-constexpr int FG_OF = FG_FLUSH > 0 ? FG_FLUSH : 1; // its period, 1 where there is none
-// O's fp32 level in shared memory: per consumer thread FG_DTA 16-byte units (its four accumulator registers
+constexpr int FG_FLUSH_PERIOD = FG_FLUSH > 0 ? FG_FLUSH : 1; // its period, 1 where there is none
+// O's fp32 level in shared memory: per consumer thread FG_DT_WITH_SUM 16-byte units (its four accumulator registers
 // of each n8 group), unit u of consumer thread c at (u * consumer threads + c) * 16: thread-private, and a
 // warp's 16-byte accesses fall on consecutive addresses (no bank conflicts).
-constexpr u32 FG_OACC_BYTES = FG_O_FLUSH_SMEM ? FG_DTA * (FG_BLOCK_M / 64) * 128 * 16 : 0; // row sums too
-constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM * FG_ESIZE;
-constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM * FG_ESIZE; // a K tile, or V (FP8: V^T, d x block_n)
+constexpr u32 FG_OACC_BYTES = FG_O_FLUSH_SMEM ? FG_DT_WITH_SUM * (FG_BLOCK_M / 64) * 128 * 16 : 0; // row sums too
+constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM * FG_ELEM_BYTES;
+constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM * FG_ELEM_BYTES; // a K tile, or V (FP8: V^T, d x block_n)
 constexpr float FG_P_SHIFT = FG_FP8 ? 8.f : 0.f; // FP8: P = 2^8 exp2(...) fills e4m3's range (as fwd_sm80.cuh)
-constexpr u32 FG_Q_CHUNK = FG_BLOCK_M * FG_RB;   // bytes of one column chunk of the Q tile
+constexpr u32 FG_Q_CHUNK = FG_BLOCK_M * FG_CHUNK_ROW_BYTES;   // bytes of one column chunk of the Q tile
 // Q buffers (FG_Q_STAGES, from the emitter: 2 where shared memory allows): with two, the next tile's Q
 // loads while this tile runs; with one (FG_Q_EARLY; the default 16-bit and FP8 tiles at head_dim 192 and 256,
 // and the widest 16-bit ones at 128), once every consumer warp's last S wgmma of this tile has read it, so it loads
@@ -60,7 +68,7 @@ constexpr u32 FG_Q_CHUNK = FG_BLOCK_M * FG_RB;   // bytes of one column chunk of
 // 2-6% slower, 192-row tiles; not taken there. Session 18, calls 3-4.) FP8 with one Q buffer (d 256
 // 128 x 64), which had kept the buffer until the tile's last P V: 1.004x e4m3 over 16 pairs, 1k +1%, 2k
 // +0-1%, 4k-16k equal (session 19 call 3).
-constexpr u32 FG_KV_CHUNK = FG_BLOCK_N * FG_RB;  // ... of a K or V tile
+constexpr u32 FG_KV_CHUNK = FG_BLOCK_N * FG_CHUNK_ROW_BYTES;  // ... of a K or V tile
 #define FG_Q_EARLY (FG_Q_STAGES == 1)
 static_assert(FG_O_DIRECT == (FG_FP8 || FG_Q_EARLY), "FG_O_DIRECT (emit.c, spec_wgmma_o_direct) as the kernel needs");
 // Registers per thread after rebalancing: the producer keeps 24, the consumers share the rest
@@ -70,7 +78,7 @@ static_assert(FG_O_DIRECT == (FG_FP8 || FG_Q_EARLY), "FG_O_DIRECT (emit.c, spec_
 constexpr int FG_PRODUCER_REGS = FG_FP8 && FG_BLOCK_M == 64 ? 40 : 24;
 // Named barriers (0 is __syncthreads): per consumer warpgroup, its epilogue's and its pingpong turn's.
 constexpr int FG_BAR_EPILOGUE = 1, FG_BAR_SCHED = 4;
-constexpr int FG_CONSUMER_REGS = FG_CWG == 1 ? 240 : (FG_CWG == 2 ? 240 : 160);
+constexpr int FG_CONSUMER_REGS = FG_CONSUMER_WGS == 1 ? 240 : (FG_CONSUMER_WGS == 2 ? 240 : 160);
 
 // The online-softmax step of one S block for this thread's two rows (g and g + 8 of its warp's 16):
 // running maximum and sum updated, S replaced by P, and in corr the factor O must be multiplied by. Unlike
@@ -190,9 +198,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     const u32 base = (fg_smem_addr(fg_smem) + 1023u) & ~1023u;
     const u32 s_q = base; // FG_Q_STAGES buffers
     const u32 s_k = s_q + FG_Q_STAGES * FG_Q_BYTES;
-    constexpr u32 FG_VS_BYTES = FG_FP8 ? FG_BLOCK_N / FG_RBV * FG_VT_CHUNK : FG_KV_BYTES; // a V stage
+    constexpr u32 FG_V_STAGE_BYTES = FG_FP8 ? FG_BLOCK_N / FG_VT_ROW_BYTES * FG_VT_CHUNK : FG_KV_BYTES; // a V stage
     const u32 s_v = s_k + FG_STAGES * FG_KV_BYTES;
-    const u32 s_oacc = s_v + FG_STAGES * FG_VS_BYTES; // FG_O_FLUSH_SMEM: O's fp32 level
+    const u32 s_oacc = s_v + FG_STAGES * FG_V_STAGE_BYTES; // FG_O_FLUSH_SMEM: O's fp32 level
     const u32 bars = s_oacc + FG_OACC_BYTES;
     auto bar_q = [&](int b) { return bars + 8u * b; };
     auto bar_q_empty = [&](int b) { return bars + 8u * (FG_Q_STAGES + b); };
@@ -227,18 +235,18 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             fg_mbar_init(bar_q(b), 1);
             // one arrival per consumer warpgroup once its O store has read it (FP8: once it is past its last
             // wgmma; FG_Q_EARLY: one per consumer warp, once its last S wgmma has completed)
-            fg_mbar_init(bar_q_empty(b), FG_Q_EARLY ? FG_CWG * 4 : FG_CWG);
+            fg_mbar_init(bar_q_empty(b), FG_Q_EARLY ? FG_CONSUMER_WGS * 4 : FG_CONSUMER_WGS);
         }
 #pragma unroll
         for (int s = 0; s < FG_STAGES; s++) {
             fg_mbar_init(bar_k(s), 1);
             fg_mbar_init(bar_v(s), 1);
-            fg_mbar_init(bar_k_empty(s), FG_CWG * 4);
-            fg_mbar_init(bar_v_empty(s), FG_CWG * 4);
+            fg_mbar_init(bar_k_empty(s), FG_CONSUMER_WGS * 4);
+            fg_mbar_init(bar_v_empty(s), FG_CONSUMER_WGS * 4);
         }
         for (int b = 0; b < 2; b++) {
             fg_mbar_init(bar_t_full(b), 1);
-            fg_mbar_init(bar_t_empty(b), FG_CWG * 4);
+            fg_mbar_init(bar_t_empty(b), FG_CONSUMER_WGS * 4);
         }
 #if FG_FP8
 #pragma unroll
@@ -250,11 +258,11 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     if (FG_PV_SUM) {
         // The ones rows under each V^T chunk of every stage (FG_PV_SUM), 1.0 in V's type; TMA never writes
         // them (its boxes are head_dim rows), and wgmma reads them through the async proxy.
-        constexpr int CH = FG_BLOCK_N / FG_RBV, UNITS = FG_PV_SUM * FG_RBV / 16; // 16-byte units a chunk
+        constexpr int CH = FG_BLOCK_N / FG_VT_ROW_BYTES, UNITS = FG_PV_SUM * FG_VT_ROW_BYTES / 16; // 16-byte units a chunk
         const u32 one = FG_FP8_E5M2 ? 0x3C3C3C3Cu : 0x38383838u;
         for (int u = tid; u < FG_STAGES * CH * UNITS; u += FG_THREADS) {
             const int sc = u / UNITS; // stage * CH + chunk
-            const u32 addr = s_v + (sc / CH) * FG_VS_BYTES + (sc % CH) * FG_VT_CHUNK + FG_HEAD_DIM * FG_RBV + (u % UNITS) * 16;
+            const u32 addr = s_v + (sc / CH) * FG_V_STAGE_BYTES + (sc % CH) * FG_VT_CHUNK + FG_HEAD_DIM * FG_VT_ROW_BYTES + (u % UNITS) * 16;
             asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(one) : "memory");
         }
         fg_fence_proxy_async();
@@ -280,11 +288,11 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 // (relaxed: at earlier steps this load may meet the producer's store unordered)
                 asm volatile("ld.relaxed.cta.shared.b32 %0, [%1];" : "=r"(stop) : "r"(vt_stop) : "memory");
                 if (stop == step) break;
-                // head_dim rows of FG_RBV keys a chunk (FG_PV_SUM's ones rows after them need no reordering)
-                constexpr u32 UPC = FG_HEAD_DIM * FG_RBV / 16; // 16-byte units of a chunk's V^T
-                const u32 sv = s_v + s * FG_VS_BYTES;
+                // head_dim rows of FG_VT_ROW_BYTES keys a chunk (FG_PV_SUM's ones rows after them need no reordering)
+                constexpr u32 UPC = FG_HEAD_DIM * FG_VT_ROW_BYTES / 16; // 16-byte units of a chunk's V^T
+                const u32 sv = s_v + s * FG_V_STAGE_BYTES;
 #pragma unroll
-                for (int c = 0; c < FG_BLOCK_N / FG_RBV; c++)
+                for (int c = 0; c < FG_BLOCK_N / FG_VT_ROW_BYTES; c++)
                     for (u32 u = tid - 32; u < UPC; u += 32 * FG_VT_WARPS) fg_vt_reorder_unit(sv + c * FG_VT_CHUNK + 16u * u);
                 fg_fence_proxy_async(); // the generic-proxy stores, before the consumers' wgmma reads them
                 __syncwarp();
@@ -300,8 +308,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 if (use > 0) fg_mbar_wait(empty, (use - 1) & 1);
                 fg_mbar_expect_tx(full, FG_KV_BYTES);
 #pragma unroll
-                for (int c = 0; c < FG_DCH; c++)
-                    fg_tma_load(dst + c * FG_KV_CHUNK, map, c * FG_SWC, j * FG_BLOCK_N, t.kv_head, t.batch, full);
+                for (int c = 0; c < FG_COL_CHUNKS; c++)
+                    fg_tma_load(dst + c * FG_KV_CHUNK, map, c * FG_CHUNK_COLS, j * FG_BLOCK_N, t.kv_head, t.batch, full);
             };
             // Step `it` of tile t, the producer's K/V step `step` overall: K (if k), then V (if v).
             auto load_kv_parts = [&](const fg_tile &t, int it, int step, bool k, bool v) {
@@ -309,15 +317,15 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 if (k) load_kv_tile(s_k + s * FG_KV_BYTES, &tm.k, bar_k(s), bar_k_empty(s), use, j, t);
                 if (!v) return;
 #if FG_FP8
-                // V^T: boxes of FG_RBV keys (the contiguous dim) by head_dim rows, one a chunk
+                // V^T: boxes of FG_VT_ROW_BYTES keys (the contiguous dim) by head_dim rows, one a chunk
                 if (use > 0) fg_mbar_wait(bar_v_empty(s), (use - 1) & 1);
                 fg_mbar_expect_tx(bar_v(s), FG_KV_BYTES);
 #pragma unroll
-                for (int c = 0; c < FG_BLOCK_N / FG_RBV; c++)
-                    fg_tma_load(s_v + s * FG_VS_BYTES + c * FG_VT_CHUNK, &tm.v, j * FG_BLOCK_N + c * FG_RBV, 0, t.kv_head,
+                for (int c = 0; c < FG_BLOCK_N / FG_VT_ROW_BYTES; c++)
+                    fg_tma_load(s_v + s * FG_V_STAGE_BYTES + c * FG_VT_CHUNK, &tm.v, j * FG_BLOCK_N + c * FG_VT_ROW_BYTES, 0, t.kv_head,
                                 t.batch, bar_v(s));
 #else
-                load_kv_tile(s_v + s * FG_VS_BYTES, &tm.v, bar_v(s), bar_v_empty(s), use, j, t);
+                load_kv_tile(s_v + s * FG_V_STAGE_BYTES, &tm.v, bar_v(s), bar_v_empty(s), use, j, t);
 #endif
             };
             auto load_kv = [&](const fg_tile &t, int it, int step) { load_kv_parts(t, it, step, true, true); };
@@ -363,10 +371,10 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 qn++;
                 fg_mbar_expect_tx(bar_q(qb), FG_Q_BYTES);
 #pragma unroll
-                for (int w = 0; w < FG_CWG; w++)
+                for (int w = 0; w < FG_CONSUMER_WGS; w++)
 #pragma unroll
-                    for (int c = 0; c < FG_DCH; c++)
-                        fg_tma_load(s_q + qb * FG_Q_BYTES + c * FG_Q_CHUNK + w * 64 * FG_RB, &tm.q, c * FG_SWC,
+                    for (int c = 0; c < FG_COL_CHUNKS; c++)
+                        fg_tma_load(s_q + qb * FG_Q_BYTES + c * FG_Q_CHUNK + w * 64 * FG_CHUNK_ROW_BYTES, &tm.q, c * FG_CHUNK_COLS,
                                     t.m0 + 64 * w, t.head, t.batch, bar_q(qb));
                 load_kv_parts(t, 0, kv, false, true);
                 for (int it = 1; it < t.n_blocks; it++) load_kv(t, it, kv + it);
@@ -400,7 +408,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     const int cw = wg - 1;             // consumer warpgroup: rows 64 cw .. 64 cw + 63 of the block
     const int warp = (tid / 32) % 4;   // warp inside the warpgroup: rows 16 warp .. + 15 of those
     const int g = lane / 4, t4 = lane % 4;
-    u32 s_q_wg = s_q + cw * 64 * FG_RB; // this warpgroup's rows of the current tile's Q buffer
+    u32 s_q_wg = s_q + cw * 64 * FG_CHUNK_ROW_BYTES; // this warpgroup's rows of the current tile's Q buffer
 
     auto stage_of = [&](int i) { return i % FG_STAGES; };
     auto parity_of = [&](int i) { return (u32)((i / FG_STAGES) & 1); };
@@ -411,19 +419,19 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         fg_fence_regs(sacc[0]);
         fg_wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < FG_HEAD_DIM * FG_ESIZE / 32; kk++) {
-            // k step kk (16 elements, FP8 32: 32 bytes either way): column chunk kk / (FG_RB / 32), 32 bytes
+        for (int kk = 0; kk < FG_HEAD_DIM * FG_ELEM_BYTES / 32; kk++) {
+            // k step kk (16 elements, FP8 32: 32 bytes either way): column chunk kk / (FG_CHUNK_ROW_BYTES / 32), 32 bytes
             // per step inside it (the descriptor's start moves inside the swizzle atom; the hardware applies
             // the XOR to the full address).
-            const u32 c = kk / (FG_RB / 32), off = (kk % (FG_RB / 32)) * 32;
+            const u32 c = kk / (FG_CHUNK_ROW_BYTES / 32), off = (kk % (FG_CHUNK_ROW_BYTES / 32)) * 32;
             fg_wgmma_qk(sacc[0], fg_desc_kmajor(s_q_wg + c * FG_Q_CHUNK + off),
                         fg_desc_kmajor(sk_s + c * FG_KV_CHUNK + off), kk > 0 ? 1u : 0u);
         }
         fg_wgmma_commit();
     };
-    float acc[1][FG_DTA][4];
-    float oacc[FG_O_FLUSH ? FG_DTA : 1][4]; // FP8: the fp32 level of O's accumulation (FG_O_FLUSH)
-    constexpr u32 FG_OACC_STRIDE = FG_CWG * 128 * 16; // FG_O_FLUSH_SMEM: bytes between a thread's units
+    float acc[1][FG_DT_WITH_SUM][4];
+    float oacc[FG_O_FLUSH ? FG_DT_WITH_SUM : 1][4]; // FP8: the fp32 level of O's accumulation (FG_O_FLUSH)
+    constexpr u32 FG_OACC_STRIDE = FG_CONSUMER_WGS * 128 * 16; // FG_O_FLUSH_SMEM: bytes between a thread's units
     const u32 oacc_at = s_oacc + (u32)(tid - 128) * 16u; // ... and its first unit
     auto level_ld = [&](int dt, float (&x)[4]) { // unit dt of this thread's level
         asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
@@ -434,28 +442,28 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                      "f"(x[1]), "f"(x[2]), "f"(x[3]) : "memory");
     };
     // k steps of the P.V product: 16 keys (FP8: 32), each four registers of P.
-    constexpr int FG_PK = FG_FP8 ? FG_BLOCK_N / 32 : FG_BLOCK_N / 16;
+    constexpr int FG_PV_KSTEPS = FG_FP8 ? FG_BLOCK_N / 32 : FG_BLOCK_N / 16;
     // Issues O += P V of K/V step i (one commit group). 16-bit: V read MN-major, 16 keys (two 8-key
-    // groups, 16 FG_RB-byte rows) per step; FP8: V^T read K-major, 32 key bytes per step.
+    // groups, 16 FG_CHUNK_ROW_BYTES-byte rows) per step; FP8: V^T read K-major, 32 key bytes per step.
     // scale_d 0: the accumulator restarts from 0 (FG_O_FLUSH).
-    auto issue_pv = [&](int i, const u32 (&pf)[FG_PK][4], u32 scale_d) {
-        const u32 sv_s = s_v + stage_of(i) * FG_VS_BYTES;
+    auto issue_pv = [&](int i, const u32 (&pf)[FG_PV_KSTEPS][4], u32 scale_d) {
+        const u32 sv_s = s_v + stage_of(i) * FG_V_STAGE_BYTES;
         fg_mbar_wait(FG_FP8 ? bar_vr(stage_of(i)) : bar_v(stage_of(i)), parity_of(i)); // FP8: once reordered
         fg_fence_regs(acc[0]);
         fg_wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < FG_PK; kk++)
+        for (int kk = 0; kk < FG_PV_KSTEPS; kk++)
             fg_wgmma_pv(acc[0], pf[kk],
-                        FG_FP8 ? fg_desc_kmajor<FG_RBV>(sv_s + (kk * 32 / FG_RBV) * FG_VT_CHUNK + kk * 32 % FG_RBV)
-                               : fg_desc_mnmajor(sv_s + kk * 16 * FG_RB, FG_KV_CHUNK),
+                        FG_FP8 ? fg_desc_kmajor<FG_VT_ROW_BYTES>(sv_s + (kk * 32 / FG_VT_ROW_BYTES) * FG_VT_CHUNK + kk * 32 % FG_VT_ROW_BYTES)
+                               : fg_desc_mnmajor(sv_s + kk * 16 * FG_CHUNK_ROW_BYTES, FG_KV_CHUNK),
                         kk > 0 ? 1u : scale_d);
         fg_wgmma_commit();
     };
     // P in the A-operand layout: 16-bit, packed straight from the S accumulator (the layouts agree); FP8,
     // converted and packed in V^T's reordered key order (fg_p_to_fp8).
-    auto pack_p = [&](const float (&sacc)[1][FG_NT][4], u32 (&pf)[FG_PK][4]) {
+    auto pack_p = [&](const float (&sacc)[1][FG_NT][4], u32 (&pf)[FG_PV_KSTEPS][4]) {
 #pragma unroll
-        for (int kk = 0; kk < FG_PK; kk++) {
+        for (int kk = 0; kk < FG_PV_KSTEPS; kk++) {
 #if FG_FP8
             fg_p_to_fp8(sacc, kk, pf[kk]);
 #else
@@ -480,12 +488,12 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     // spilled it at d 64 with three consumer warpgroups.)
     auto turn_cw = [&]() { return FG_O_FLUSH_SMEM ? (int)((u32)fg_tid_now() / 128u) - 1 : cw; };
     auto turn_wait = [&]() {
-        if (FG_CWG > 1) fg_named_sync(FG_BAR_SCHED + turn_cw(), 256);
+        if (FG_CONSUMER_WGS > 1) fg_named_sync(FG_BAR_SCHED + turn_cw(), 256);
     };
     auto turn_pass = [&]() {
-        if (FG_CWG > 1) fg_named_arrive(FG_BAR_SCHED + (turn_cw() + 1) % FG_CWG, 256);
+        if (FG_CONSUMER_WGS > 1) fg_named_arrive(FG_BAR_SCHED + (turn_cw() + 1) % FG_CONSUMER_WGS, 256);
     };
-    if (FG_CWG > 1 && cw == FG_CWG - 1) fg_named_arrive(FG_BAR_SCHED, 256); // warpgroup 0 goes first
+    if (FG_CONSUMER_WGS > 1 && cw == FG_CONSUMER_WGS - 1) fg_named_arrive(FG_BAR_SCHED, 256); // warpgroup 0 goes first
 
     int kv = 0, qn = 0, cn = 0;
     // The next tile's index from the producer (dynamic schedule); each warp releases the slot once read.
@@ -495,7 +503,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         int index;
         asm volatile("ld.shared.b32 %0, [%1];" : "=r"(index) : "r"(ring_slot + 4u * b) : "memory");
         __syncwarp();
-        if (lane_is_0(FG_O_FLUSH_SMEM && FG_CWG == 3)) fg_mbar_arrive(bar_t_empty(b));
+        if (lane_is_0(FG_O_FLUSH_SMEM && FG_CONSUMER_WGS == 3)) fg_mbar_arrive(bar_t_empty(b));
         cn++;
         return index;
     };
@@ -529,7 +537,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         const int row0 = tl.m0 + 64 * cw + 16 * warp + g; // this thread's rows: row0 and row0 + 8
         float row_max[1][2] = {{FG_NEG_INF, FG_NEG_INF}}, row_sum[1][2] = {{0.f, 0.f}};
 #pragma unroll
-        for (int dt = 0; dt < FG_DTA; dt++) {
+        for (int dt = 0; dt < FG_DT_WITH_SUM; dt++) {
             acc[0][dt][0] = acc[0][dt][1] = acc[0][dt][2] = acc[0][dt][3] = 0.f;
             if (FG_O_FLUSH) oacc[dt][0] = oacc[dt][1] = oacc[dt][2] = oacc[dt][3] = 0.f;
             if (FG_O_FLUSH_SMEM) level_st(dt, {0.f, 0.f, 0.f, 0.f});
@@ -556,10 +564,10 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         // Intra-warpgroup overlap (FlashAttention-3), as written: while the tensor cores run P V of step i - 1,
         // this warpgroup does the softmax of step i, whose S was issued just before. O is rescaled only once
         // that P V has completed. (ptxas moves the wait for that P V up to the start of the softmax: below.)
-        u32 pf[FG_PK][4];
+        u32 pf[FG_PV_KSTEPS][4];
         if (n_blocks > 0) {
             const int qb = qn % FG_Q_STAGES;
-            s_q_wg = s_q + qb * FG_Q_BYTES + cw * 64 * FG_RB;
+            s_q_wg = s_q + qb * FG_Q_BYTES + cw * 64 * FG_CHUNK_ROW_BYTES;
             fg_mbar_wait(bar_q(qb), (qn / FG_Q_STAGES) & 1);
             qn++;
             float sacc[1][FG_NT][4];
@@ -578,7 +586,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             float sacc[1][FG_NT][4];
             turn_wait();
             issue_qk(kv + it, sacc);
-            issue_pv(kv + it - 1, pf, FG_FLUSH && (it - 1) % FG_OF == 0 ? 0u : 1u);
+            issue_pv(kv + it - 1, pf, FG_FLUSH && (it - 1) % FG_FLUSH_PERIOD == 0 ? 0u : 1u);
             turn_pass();
             fg_wgmma_wait<1>(); // S of step it is in; P V of step it - 1 may still run
             fg_fence_regs(sacc[0]);
@@ -619,7 +627,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             // spilled 40 bytes at d 128).
             if ((FG_HEAD_DIM <= 128 && !FG_FP8) || __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
-                for (int dt = 0; dt < FG_DTA; dt++) {
+                for (int dt = 0; dt < FG_DT_WITH_SUM; dt++) {
                     acc[0][dt][0] *= corr[0];
                     acc[0][dt][1] *= corr[0];
                     acc[0][dt][2] *= corr[1];
@@ -632,9 +640,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                     }
                 }
             }
-            if (FG_O_FLUSH && it % FG_OF == 0) {
+            if (FG_O_FLUSH && it % FG_FLUSH_PERIOD == 0) {
 #pragma unroll
-                for (int dt = 0; dt < FG_DTA; dt++)
+                for (int dt = 0; dt < FG_DT_WITH_SUM; dt++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) oacc[dt][e] += acc[0][dt][e];
             }
@@ -643,9 +651,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             // level * osc + acc (acc is rescaled above, as without the level).
             osc[0] *= corr[0];
             osc[1] *= corr[1];
-            if (it % FG_OF == 0) {
+            if (it % FG_FLUSH_PERIOD == 0) {
 #pragma unroll
-                for (int dt = 0; dt < FG_DTA; dt++) {
+                for (int dt = 0; dt < FG_DT_WITH_SUM; dt++) {
                     float x[4];
                     level_ld(dt, x);
 #pragma unroll
@@ -662,7 +670,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             // in the loop's last step: a branch in the loop cost d 64/128 2-5% at 8k-16k, H200 session 18)
             if (FG_Q_EARLY) release(bar_q_empty((qn - 1) % FG_Q_STAGES));
             turn_wait();
-            issue_pv(kv + n_blocks - 1, pf, FG_FLUSH && (n_blocks - 1) % FG_OF == 0 ? 0u : 1u);
+            issue_pv(kv + n_blocks - 1, pf, FG_FLUSH && (n_blocks - 1) % FG_FLUSH_PERIOD == 0 ? 0u : 1u);
             turn_pass();
             fg_wgmma_wait<0>();
             fg_fence_regs(acc[0]);
@@ -699,7 +707,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
 #if FG_O_FLUSH_SMEM
         // O = the shared-memory level (with the factors it still owes) + the accumulator's last steps
 #pragma unroll
-        for (int dt = 0; dt < FG_DTA; dt++) {
+        for (int dt = 0; dt < FG_DT_WITH_SUM; dt++) {
             float x[4];
             level_ld(dt, x);
 #pragma unroll
@@ -711,7 +719,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
 #pragma unroll
             for (int h = 0; h < 2; h++) {
 #pragma unroll
-                for (int dt = 0; dt < FG_DTA; dt++) // the last steps' P.V into the fp32 part (FG_O_FLUSH)
+                for (int dt = 0; dt < FG_DT_WITH_SUM; dt++) // the last steps' P.V into the fp32 part (FG_O_FLUSH)
                     if (FG_O_FLUSH) acc[0][dt][2 * h] += oacc[dt][2 * h], acc[0][dt][2 * h + 1] += oacc[dt][2 * h + 1];
                 // O's l: with FG_PV_SUM the sum of the e4m3 P that weighted V (every column of the group holds it)
                 const float l = FG_PV_SUM ? acc[0][FG_DT][2 * h] : fg_quad_sum(row_sum[0][h]);
@@ -753,16 +761,16 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         // for both h. The per-thread parts go through asm so the compiler computes them here rather than
         // hoisting every address out of the tile loop (which spilled them).
         u32 row_base, xr16;
-        asm volatile("mov.b32 %0, %1;" : "=r"(row_base) : "r"(s_q_wg + (16 * warp + g) * FG_RB + 4 * t4));
-        asm volatile("mov.b32 %0, %1;" : "=r"(xr16) : "r"((FG_RB == 128 ? g : (g / 2) % 4) * 16));
+        asm volatile("mov.b32 %0, %1;" : "=r"(row_base) : "r"(s_q_wg + (16 * warp + g) * FG_CHUNK_ROW_BYTES + 4 * t4));
+        asm volatile("mov.b32 %0, %1;" : "=r"(xr16) : "r"((FG_CHUNK_ROW_BYTES == 128 ? g : (g / 2) % 4) * 16));
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const float l = fg_quad_sum(row_sum[0][h]);
             const float inv = l > 0.f ? o_factor / l : 0.f; // a row with nothing to attend gives O = 0
 #pragma unroll
             for (int dt = 0; dt < FG_DT; dt++) {
-                const u32 c = (8 * dt) / FG_SWC, col = (8 * dt) % FG_SWC;
-                const u32 addr = row_base + c * FG_Q_CHUNK + h * 8 * FG_RB + ((col * 2) ^ xr16);
+                const u32 c = (8 * dt) / FG_CHUNK_COLS, col = (8 * dt) % FG_CHUNK_COLS;
+                const u32 addr = row_base + c * FG_Q_CHUNK + h * 8 * FG_CHUNK_ROW_BYTES + ((col * 2) ^ xr16);
                 const u32 packed = fg_pack2(acc[0][dt][2 * h] * inv, acc[0][dt][2 * h + 1] * inv);
                 asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(packed));
             }
@@ -776,8 +784,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         fg_named_sync(FG_BAR_EPILOGUE + cw, 128);
         if (tid % 128 == 0) {
 #pragma unroll
-            for (int c = 0; c < FG_DCH; c++)
-                fg_tma_store(&tm.o, s_q_wg + c * FG_Q_CHUNK, c * FG_SWC, tl.m0 + 64 * cw, tl.head, tl.batch);
+            for (int c = 0; c < FG_COL_CHUNKS; c++)
+                fg_tma_store(&tm.o, s_q_wg + c * FG_Q_CHUNK, c * FG_CHUNK_COLS, tl.m0 + 64 * cw, tl.head, tl.batch);
             fg_tma_store_commit_and_drain();
             fg_mbar_arrive(bar_q_empty((qn - 1) % FG_Q_STAGES));
         }
@@ -792,3 +800,5 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     }
 #endif
 }
+
+#endif // FG_FORWARD_WGMMA_CUH
