@@ -1,5 +1,5 @@
 -- configs/tune_fwd_sm90a_fp8.lua: the tuning space of the Hopper forward family's FP8 (e4m3) variants
--- (sm_90a: QGMMA, P converted to e4m3 in registers, V^T by TMA; templates/fwd_sm90.cuh). Run `flashgen
+-- (sm_90a: QGMMA, P converted to e4m3 in registers, V^T by TMA; templates/forward_wgmma.cuh). Run `flashgen
 -- tune configs/tune_fwd_sm90a_fp8.lua` on an H100/H200; dispatch then takes each bucket's winner for e4m3
 -- calls on that GPU (e5m2 calls keep the tile policy's tiles). The fields are those of
 -- configs/tune_fwd.lua; the problems are timed with bf16 O, V key-major. Tiles: block_m 64 (one consumer
@@ -7,7 +7,7 @@
 -- 128 also 192 and 224 (FlashAttention-3's d 128 FP8 tile: on an H200 128 x 224 ran 3-7% faster than
 -- 128 x 128 at 8k-16k and 7-9% slower at 2k, bench/results/2026-11-30-h200-session13/call4/); 2 to 4
 -- K/V stages. Candidates that do not fit a consumer's registers or 227 KiB of shared memory are recorded as
--- refused: since the two-level accumulation (fwd_sm90.cuh FG_O_FLUSH, O's second copy in fp32) that is
+-- refused: since the two-level accumulation (forward_wgmma.cuh FG_O_FLUSH, O's second copy in fp32) that is
 -- 128 x 192/224 at d 128; three consumer warpgroups and d 256 keep O's fp32 level in shared memory
 -- (FG_O_FLUSH_SMEM), which at d 256 leaves room for block_n 64 only with two consumer warpgroups.
 local tokens, width = 16384, 2048

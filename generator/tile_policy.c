@@ -62,7 +62,7 @@ static const fg_tile_rule default_rules[] = {
     {90, 90, 65, 128, -1, FG_DTYPE_E5M2, 64, 32, 4, 3, FG_FAMILY_MMA, FG_KIND_FWD},
     {90, 90, 129, 256, -1, FG_DTYPE_E4M3, 128, 64, 8, 2, FG_FAMILY_MMA, FG_KIND_FWD}, /* spills (see above) */
     {90, 90, 129, 256, -1, FG_DTYPE_E5M2, 128, 64, 8, 2, FG_FAMILY_MMA, FG_KIND_FWD},
-    /* sm_90a: the wgmma family (fwd_sm90.cuh), 16-bit. block_m is 64 per consumer warpgroup, warps
+    /* sm_90a: the wgmma family (forward_wgmma.cuh), 16-bit. block_m is 64 per consumer warpgroup, warps
      * 4 per warpgroup plus the producer's 4. Starting points from FlashAttention-3's tiles, within this
      * kernel's register budget (validate.c): d 64 192 x 128 (3 consumers, 160 registers each), d 128
      * 128 x 128, d 256 128 x 80 (the largest that fits 227 KiB with 2 stages); then, from `flashgen tune
@@ -79,7 +79,7 @@ static const fg_tile_rule default_rules[] = {
      * FlashAttention-3's d 128 FP8 tile is 128 x 224: on an H200 (session 13, bench/fp8.py, same calls) it
      * ran 3-7% faster than 128 x 128 at 8k-16k and 7-9% slower at 2k (0.995x overall), so the policy keeps
      * 128 x 128 and a tuned database may take 224 (tune_fwd_sm90a_fp8.lua). Since the two-level
-     * accumulation (fwd_sm90.cuh FG_O_FLUSH, 2026-11-30) O's second copy leaves no room for 128 x 192/224 at
+     * accumulation (forward_wgmma.cuh FG_O_FLUSH, 2026-11-30) O's second copy leaves no room for 128 x 192/224 at
      * d 128 in registers; with three consumers O's level is in shared memory, and there 192 x 128 spills
      * (168 bytes) and 192 x 64 ran 0.82x of 128 x 128 (H200, 2k-16k, session 16 call 2). d 64 192 x 128,
      * three consumers with the level in shared memory: 1.097x 128 x 128 at 4k and 16k (8 pairs, session 16
@@ -89,14 +89,14 @@ static const fg_tile_rule default_rules[] = {
     {90, 90, 64, 128, -1, FG_DTYPE_E5M2, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 64, 64, -1, FG_DTYPE_E4M3, 192, 128, 16, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 64, 64, -1, FG_DTYPE_E5M2, 192, 128, 16, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
-    /* above d 128 O's fp32 level lives in shared memory (block_m x d x 4 bytes; fwd_sm90.cuh
+    /* above d 128 O's fp32 level lives in shared memory (block_m x d x 4 bytes; forward_wgmma.cuh
      * FG_O_FLUSH_SMEM): d 192 64 x 128, one consumer warpgroup (with two, 128 x 64/96/128 spill 4-24 bytes),
      * d 256 128 x 64 (230544 bytes) */
     {90, 90, 129, 192, -1, FG_DTYPE_E4M3, 64, 128, 8, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 129, 192, -1, FG_DTYPE_E5M2, 64, 128, 8, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 193, 256, -1, FG_DTYPE_E4M3, 128, 64, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 193, 256, -1, FG_DTYPE_E5M2, 128, 64, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
-    /* The backward (bwd_sm80.cuh; validate.c's bwd rules): block_n = 16 x warps keys, block_m 32, 64 or
+    /* The backward (backward_mma.cuh; validate.c's bwd rules): block_n = 16 x warps keys, block_m 32, 64 or
      * 128 query rows a step. The widest tiles that compile (fp32 dQ traffic per FLOP falls as block_n
      * grows, and shared-memory reads per MMA as block_m grows), though ptxas spills at d 96 (4-16 bytes)
      * and d 128 (44-68) on NVRTC 13.0: on the H200 d 64 128 x 128 ran 1.15x 64 x 128, which ran 1.4x
@@ -111,7 +111,7 @@ static const fg_tile_rule default_rules[] = {
     {80, 999, 96, 96, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {80, 999, 128, 128, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {80, 999, 129, 256, -1, -1, 64, 64, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
-    /* sm_90a (bwd_sm90.cuh, wgmma): two warpgroups of 64 keys; 64 queries a step at head_dim 128, 128 at
+    /* sm_90a (backward_wgmma.cuh, wgmma): two warpgroups of 64 keys; 64 queries a step at head_dim 128, 128 at
      * 64 (dQ split by query rows; FlashAttention-3's tile there); at 128 without a causal mask 80
      * (FlashAttention-3's tile there, dQ^T = K^T dS^T): 1.057-1.072x 64 from 1k to 16k queries on the H200
      * (bf16, session 17 call 3), and dispatch takes 64 where 80 would pad over 4% more rows (512). */

@@ -321,7 +321,7 @@ static fg_status encode_map(fg_context *ctx, CUtensorMap *m, fg_dtype dt, void *
 
 /* The tensor map of a [batch, seqlen, heads, head_dim] tensor (16-bit or FP8) as TMA sees it: 4-d
  * (head_dim, seqlen, heads, batch), boxes of one chunk of `row_bytes` bytes (64 or 128) by `rows` rows,
- * swizzled like the kernel's tiles (sm90.cuh). Rows past seqlen read as zeros and are never written. */
+ * swizzled like the kernel's tiles (wgmma.cuh). Rows past seqlen read as zeros and are never written. */
 static fg_status encode_tma(fg_context *ctx, CUtensorMap *m, const fg_tensor *t, int rows, int row_bytes, fg_error *err) {
     const int64_t es = spec_dtype_size(t->dtype);
     const int64_t dim[4] = {t->shape[3], t->shape[1], t->shape[2], t->shape[0]};
@@ -363,7 +363,7 @@ static fg_status encode_maps(fg_context *ctx, fg_tma_params *tm, const fg_tensor
 /* One kernel launch: the function, its grid and block, dynamic shared memory, its name for errors, and
  * whether it may start before the kernel launched before it on the stream has finished (programmatic
  * dependent launch; the kernel then waits for that one with griddepcontrol.wait before it reads what that
- * one writes: bwd_sm80.cuh fg_pdl_wait). */
+ * one writes: backward_mma.cuh fg_pdl_wait). */
 typedef struct launch_item {
     CUfunction fn;
     unsigned grid[3], threads, smem;
@@ -416,7 +416,7 @@ static fg_status launch_items(fg_context *ctx, const launch_item *items, int n, 
     return cuda_api_fail(err, rc, what, __FILE__, __LINE__);
 }
 
-/* The causal tile order (fg_tile_order in templates/common/softmax.cuh, fg_cta_tile in fwd_sm80.cuh): how
+/* The causal tile order (fg_tile_order in templates/common/softmax.cuh, fg_cta_tile in forward_mma.cuh): how
  * many (head, batch) pairs G start their query blocks together, longest first; 1 is head by head.
  * Head by head, the last head's longest block starts when fewer than one head's blocks remain and the
  * grid ends waiting on it: a list-scheduling model of the protocol's causal shapes puts that tail at
@@ -797,7 +797,7 @@ typedef struct bwd_layout {
 
 static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
-/* The workspace's rows a (batch, head) (bwd_sm80.cuh's fg_bwd_rows_padded, the same rule): a multiple of 128, every
+/* The workspace's rows a (batch, head) (backward_mma.cuh's fg_bwd_rows_padded, the same rule): a multiple of 128, every
  * block_m but 80 dividing it; on an sm_90 device at head_dim 128 without a causal mask, where the sm_90a kernel's
  * 80-query blocks may run (spec_bwd_sm90_dq_t), the multiple of 128 at or past the last such block's end, so
  * that its LSE and D rows and its dQ accumulator group stay inside the (batch, head)'s rows. A function of
@@ -870,7 +870,7 @@ static fg_status choose_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec 
     s->head_dim = (int)a->q.shape[3];
     s->causal = a->causal;
     s->deterministic = a->deterministic;
-    /* The sm_90a backward (bwd_sm90.cuh) where it applies (head_dim 64 or 128, not deterministic, Q, K, V
+    /* The sm_90a backward (backward_wgmma.cuh) where it applies (head_dim 64 or 128, not deterministic, Q, K, V
      * and dO TMA-ready), unless FLASHGEN_WGMMA_BWD=0. On the H200 it ran at 1.11-1.61x FlashAttention-2's
      * backward in the same runs (bf16 and fp16, d 64 and 128), the mma.sync kernel at 0.87-0.96x
      * (bench/results/2026-11-29-h200-session9/final/). */
@@ -954,7 +954,7 @@ fg_status fg_attention_bwd_workspace_size(fg_context *ctx, const fg_bwd_args *a,
 /* The backward main kernel's grid x: its key blocks (launch_bwd and fg_explain_bwd). */
 static long long bwd_key_blocks(const fg_spec *s, long long sk) { return (sk + s->block_n - 1) / s->block_n; }
 
-/* How many heads' causal key blocks the backward's main kernel interleaves (fg_bwd_cta_tile, bwd_sm80.cuh):
+/* How many heads' causal key blocks the backward's main kernel interleaves (fg_bwd_cta_tile, backward_mma.cuh):
  * 1 unless causal on the sm_90a kernel (the mma.sync kernel keeps its grid: the grouped order spilled
  * there), else the largest power of two dividing the heads whose streamed
  * rows (Q and dO, 16-bit, and the fp32 dQ accumulator: 8 bytes a head_dim column a query row) fit in a
@@ -1065,13 +1065,13 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args
      * partly started, holding fewer SMs than its key blocks; with at most half the SMs' worth of key blocks
      * (the main kernel runs at least one CTA an SM) two such launches on concurrent streams still leave an
      * SM free for the CTAs they wait on. More key blocks, or FLASHGEN_DET_ROTATE=0: ascending, which waits
-     * only on CTAs dispatched before. (bwd_sm80.cuh, fg_bwd_turn_rank.) */
+     * only on CTAs dispatched before. (backward_mma.cuh, fg_bwd_turn_rank.) */
     p.dq_rotate = a->deterministic && !a->causal && ctx->det_rotate && 2 * bwd_key_blocks(s, sk) <= ctx->sm_count;
 
     /* The second argument of the sm_90a main kernel and of the mma.sync one's tma=1 variants: the tensor
      * maps of Q, K, V and dO (as the forward's O), boxes of 64 columns by 64 query rows (80 for the sm_90a
      * kernel's 80-query blocks) or block_n keys
-     * (bwd_sm90.cuh, bwd_sm80.cuh); the other kernels ignore it. */
+     * (backward_wgmma.cuh, backward_mma.cuh); the other kernels ignore it. */
     fg_tma_params tm;
     memset(&tm, 0, sizeof tm);
     void *params[] = {&p, &tm};
@@ -1083,7 +1083,7 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args
     /* pre (D, lse2, zeroed accumulator), main (none without keys: dK, dV are empty), post. Main and post
      * launch early where ctx->pdl allows it (a 9.0+ device running its own code, which is where the kernels'
      * griddepcontrol instructions exist: the variant's arch is the context's): main loads its K and V while pre ends, and
-     * each waits for the kernel before it before touching the workspace (bwd_sm80.cuh). Pre starts after
+     * each waits for the kernel before it before touching the workspace (backward_mma.cuh). Pre starts after
      * everything before it on the stream, as any launch, so main's early loads of K and V, which the
      * caller's earlier work wrote, are safe. */
     const int early = ctx->pdl;

@@ -29,7 +29,7 @@ constexpr u32 FG_DS_BYTES = FG_BLOCK_N * FG_BLOCK_M * 2;
 constexpr u32 FG_ROW_BYTES = FG_BLOCK_M * 4; // the LSE (or D) of one query block, fp32
 // sm_90 and newer (FG_DQ_STAGED, set by the emitter from spec_bwd_dq_staged, which also sizes the shared
 // memory) stage a query block's dQ in shared memory and add it into the accumulator with bulk reduce-adds
-// (cp.reduce.async.bulk, done by the TMA unit), one per warp (mma.sync) or warpgroup (bwd_sm90.cuh) a
+// (cp.reduce.async.bulk, done by the TMA unit), one per warp (mma.sync) or warpgroup (backward_wgmma.cuh) a
 // block. Element-wise atomics from the fragments made L2 the bottleneck (ncu on the H200: L2 81% busy, SM
 // pipes 24%): every warp instruction touched 8 half-used sectors. A bulk reduce-add per row, the next
 // version, left the adds issued from a loop over the lanes (the instruction takes uniform registers):
@@ -170,7 +170,7 @@ __device__ __forceinline__ void fg_bwd_settle_adds(int lane) {
 }
 
 
-// ---- pieces of the main kernels (this file's and bwd_sm90.cuh's) ----
+// ---- pieces of the main kernels (this file's and backward_wgmma.cuh's) ----
 // Whether the key block at n0 and the query block at m0 need the mask: keys past sk, or, causal, a key past
 // the diagonal of the block's first query (query i sees keys j <= i + sk - sq). Queries past sq need none:
 // their lse2 is +inf, so P is 0.
@@ -269,7 +269,7 @@ struct fg_bwd_qstream {
     }
 };
 
-// The TMA loads of the backward main kernels (bwd_sm90.cuh; the tma=1 variants here), issued by one thread
+// The TMA loads of the backward main kernels (backward_wgmma.cuh; the tma=1 variants here), issued by one thread
 // into the same swizzled tiles the cp.async loaders fill (slabs of 64 columns, FG_BLOCK_N * 128 or
 // FG_BLOCK_M * 128 bytes apart; rows past the tensor read as zeros), each arming `bar` with its bytes.
 // K and V of the key block at n0:

@@ -222,7 +222,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
         const int m_next = m + 1;
 #endif
 #if FG_BWD_TMA
-        fg_mbar_wait(bar_full(st), (u32)((it >> 1) & 1));
+        fg_mbar_wait(bar_full(st), fg_ring_at<2>((u32)it).full_parity());
         __syncthreads(); // block m is in; everyone is done with stage st ^ 1 and with P^T, dS^T
         if (tid == 0 && more) load_block(m_next, st ^ 1);
 #else

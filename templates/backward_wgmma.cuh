@@ -1,6 +1,6 @@
-// bwd_sm90.cuh: the backward pass's main kernel on Hopper (arch sm_90a), with wgmma. The pre and post
-// kernels, the workspace and the grid are bwd_sm80.cuh's (emitted before this file, its own main kernel
-// left out by FG_WGMMA_BWD); this kernel replaces that one's mma.sync products by warpgroup MMAs.
+// backward_wgmma.cuh: the backward pass's main kernel on Hopper (arch sm_90a), with wgmma. The pre and post
+// kernels (backward_pre_post.cuh), the workspace and the grid are the mma.sync backward's
+// (backward_common.cuh); this kernel replaces backward_mma.cuh's mma.sync products by warpgroup MMAs.
 //
 // On an H200 it passes the backward GPU tests (bwd::shapes_sm90a; racecheck clean, session 17 call 1;
 // memcheck, call 3; synccheck, session 15 call 6) and runs (session 17 call 3, build N3, two runs, and call
@@ -10,7 +10,7 @@
 // At head_dim 128 without a mask it runs FlashAttention-3's 80-query blocks (FG_BW_DQ_T, below): 1.040x
 // the 64-query kernel over 12 pairs (bf16, 512-16k, call 1), 1.057-1.072x from 1k to 16k (call 3), where
 // the 64-query kernel had been 0.93-1.03x cuDNN. Since session 19 this kernel and the post kernel launch
-// early (fg_pdl_wait, bwd_sm80.cuh): d 128 1.010x, 512 without a mask 1.002x cuDNN (bf16 and fp16). What is
+// early (fg_pdl_wait, backward_mma.cuh): d 128 1.010x, 512 without a mask 1.002x cuDNN (bf16 and fp16). What is
 // left there: at 512 (0.99-1.00x cuDNN before the early launches) the main
 // kernel takes 376-381 us to cuDNN's 367 (kprof, call 5), its CTAs streaming only 7 or 8 blocks each; and
 // 2048 CTAs at every length (16 heads) make 15.5 waves of 132, where cuDNN's backward is persistent (132
@@ -24,7 +24,7 @@
 // see its keys, FG_BLOCK_M rows each (128 at head_dim 64, 64 or 80 at 128), double-buffered by TMA (Q, dO, LSE,
 // D; one thread of warpgroup 1 issues them), into the same swizzled tiles as the mma.sync kernel, which are wgmma's
 // 128-byte-swizzled canonical layouts (cp_async.cuh: slabs of 64 columns, 16-byte units XOR-ed by row % 8;
-// sm90.cuh). Per query block, each warpgroup on its 64 keys (M = FG_BLOCK_M):
+// wgmma.cuh). Per query block, each warpgroup on its 64 keys (M = FG_BLOCK_M):
 //   1. S^T = K Q^T and dP^T = V dO^T       m64 nM (queries) k16 x d/16, both operands K-major in smem
 //      P^T = exp2(c S^T - lse2) (masked: 0), dS^T = P^T (dP^T - D), in the accumulators' registers;
 //      dS^T also to its tile in shared memory, by stmatrix (H200: 1.0225x over st.shared.b32 per pair;
@@ -158,7 +158,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     }
     __syncthreads();
     if (tid == 0) fg_bwd_tma_kv(tm, s_k, s_v, n0, kv_head, batch, bar_kv);
-    fg_pdl_wait(); // the pre kernel's LSE, D and zeroed dQ accumulator are in (bwd_sm80.cuh)
+    fg_pdl_wait(); // the pre kernel's LSE, D and zeroed dQ accumulator are in (backward_mma.cuh)
     auto load_block = [&](int m, int st) {
         fg_bwd_tma_block(tm, p, s_q, s_do, s_lse, s_d, m, st, head, batch, bh * sq_pad, bar_full(st));
     };
@@ -253,10 +253,10 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     for (int m = m_first; m < m_last; m++, st ^= 1) {
         if (producer && m + 1 < m_last) {
             // stage st ^ 1 held block m - 1: once warpgroup 0 is done with it, block m + 1 goes there
-            if (m > m_first) fg_mbar_wait(bar_empty(st ^ 1), (u32)(((m - 1 - m_first) >> 1) & 1));
+            if (m > m_first) fg_mbar_wait(bar_empty(st ^ 1), fg_ring_at<2>((u32)(m - 1 - m_first)).full_parity());
             load_block(m + 1, st ^ 1);
         }
-        fg_mbar_wait(bar_full(st), (u32)(((m - m_first) >> 1) & 1)); // block m is in
+        fg_mbar_wait(bar_full(st), fg_ring_at<2>((u32)(m - m_first)).full_parity()); // block m is in
         // dS^T's buffer (b, its use u): free once both warpgroups' dQ of block m - 2 has read it. (b is st
         // when dQ goes by columns; kept apart, as measured: folding it changes the d 128 register allocation.)
         const int b = (m - m_first) & 1, u = (m - m_first) >> 1;
@@ -269,7 +269,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
 
         // 1. S^T and dP^T on this warpgroup's 64 keys x the block's queries; P^T (masked entries 0: keys
         // past sk, keys past a query's diagonal when causal; queries past sq have lse2 = +inf) and dS^T =
-        // P^T (dP^T - D), in place; dS^T also to its tile (16-bit). As in bwd_sm80.cuh: an unmasked instance
+        // P^T (dP^T - D), in place; dS^T also to its tile (16-bit). As in backward_mma.cuh: an unmasked instance
         // for blocks that need no mask, lse2 and D read once a pair.
         float s[FG_BW_QUERY_N8][4], dp[FG_BW_QUERY_N8][4];
         u32 kd = kd0;
@@ -438,7 +438,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     if (p.dkv_accum == 0) {
         // dK (times the softmax scale) and dV in the output dtype, staged by stmatrix in this warpgroup's own
         // shared memory, dV in its 64 rows of the V tile (only its own dP^T read them), dK in its dQ staging
-        // (its last bulk add has read it), then out by fg_bwd_dkdv_out (bwd_sm80.cuh).
+        // (its last bulk add has read it), then out by fg_bwd_dkdv_out (backward_mma.cuh).
         const u32 dk_st = dqw, dv_st = s_v; // dV: rows wg * 64 .. of the V tile's layout
         const u32 st_row = (u32)(wq * 16 + lane % 8 + 8 * ((lane / 8) % 2)); // this lane's row of 64
         fg_named_sync(1 + wg, 128); // every thread of the warpgroup past its last wgmma and the wait above

@@ -1,4 +1,4 @@
-// fwd_sm80.cuh: the FlashAttention-2 forward kernel on the mma.sync path (sm_80 and newer).
+// forward_mma.cuh: the FlashAttention-2 forward kernel on the mma.sync path (sm_80 and newer).
 //
 // Grid: (query blocks, query heads, batch), or for causal (query heads, query blocks, batch) (see
 // fg_cta_tile). A CTA owns FG_BLOCK_M query rows of one head; each of its warps owns FG_MT m16 tiles (16 rows each), so softmax statistics never cross warps. K and V stream

@@ -1,4 +1,4 @@
-// fwd_sm90.cuh: the FlashAttention-3 style forward kernel for Hopper (sm_90a): TMA, mbarriers, wgmma,
+// forward_wgmma.cuh: the FlashAttention-3 style forward kernel for Hopper (sm_90a): TMA, mbarriers, wgmma,
 // warp specialization, intra-warpgroup overlap, pingpong, persistent CTAs.
 //
 // Grid: one CTA per SM at most (persistent), taking tiles (FG_BLOCK_M query rows of one head) from a
@@ -26,7 +26,6 @@
 //   registers every FG_O_FLUSH steps, since FP8 wgmma accumulates with about 14 bits; O goes out from
 //   registers.)
 // TMA zero-fills rows past the end of Q, K and V, so padded keys give S = 0 (then masked) and P.V adds 0.
-// Measured step by step on an H200: bench/results/2026-11-29-h200-sm90a/.
 #ifndef FG_FORWARD_WGMMA_CUH
 #define FG_FORWARD_WGMMA_CUH
 
@@ -36,150 +35,20 @@
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
 
-constexpr int FG_CONSUMER_WGS = FG_BLOCK_M / 64;          // consumer warpgroups
-constexpr int FG_THREADS = (FG_CONSUMER_WGS + 1) * 128;
-constexpr int FG_NT = FG_BLOCK_N / 8;            // n8 column groups of S
-constexpr int FG_DT = FG_HEAD_DIM / 8;           // n8 column groups of O
-constexpr int FG_DT_WITH_SUM = FG_DT + FG_PV_SUM / 8;    // ... and FP8's row-sum group after them (FG_PV_SUM)
-static_assert(FG_DT % 4 == 0, "head_dim a multiple of 32: O leaves in 16-byte units of four n8 groups");
-// FP8's two-level accumulation: the period of the flush of the P.V accumulator into fp32, O's fp32 level in
-// registers (FG_O_FLUSH, head_dim <= 128) or in shared memory (FG_O_FLUSH_SMEM: above, and with three
-// consumer warpgroups); 0 for none.
-constexpr int FG_FLUSH = FG_O_FLUSH > 0 ? FG_O_FLUSH : FG_O_FLUSH_SMEM;
-constexpr int FG_FLUSH_PERIOD = FG_FLUSH > 0 ? FG_FLUSH : 1; // its period, 1 where there is none
-// O's fp32 level in shared memory: per consumer thread FG_DT_WITH_SUM 16-byte units (its four accumulator registers
-// of each n8 group), unit u of consumer thread c at (u * consumer threads + c) * 16: thread-private, and a
-// warp's 16-byte accesses fall on consecutive addresses (no bank conflicts).
-constexpr u32 FG_OACC_BYTES = FG_O_FLUSH_SMEM ? FG_DT_WITH_SUM * (FG_BLOCK_M / 64) * 128 * 16 : 0; // row sums too
-constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM * FG_ELEM_BYTES;
-constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM * FG_ELEM_BYTES; // a K tile, or V (FP8: V^T, d x block_n)
-constexpr float FG_P_SHIFT = FG_FP8 ? 8.f : 0.f; // FP8: P = 2^8 exp2(...) fills e4m3's range (as fwd_sm80.cuh)
-constexpr u32 FG_Q_CHUNK = FG_BLOCK_M * FG_CHUNK_ROW_BYTES;   // bytes of one column chunk of the Q tile
-// Q buffers (FG_Q_STAGES, from the emitter: 2 where shared memory allows): with two, the next tile's Q
-// loads while this tile runs; with one (FG_Q_EARLY; the default 16-bit and FP8 tiles at head_dim 192 and 256,
-// and the widest 16-bit ones at 128), once every consumer warp's last S wgmma of this tile has read it, so it loads
-// during this tile's last softmax and P V, and O goes from the registers to global memory in 16-byte
-// units (FG_O_DIRECT, as FP8's O). Measured at d 256 only (d 192 and the wide d 128 tiles pass the
-// tests, untimed). Before session 18 O /= l was staged in the warpgroup's Q rows and written by a TMA
-// store, the Q buffer going back once the store had read it, so with one buffer the consumers waited for
-// Q at every tile. H200, same runs, against that
-// (bench/results/2026-11-30-h200-session18, call 3): d 256 512 keys +5-7%, 1k +3-4%, 2k +1-2%, 4k +1%.
-// (Also sending O from the registers where there are two Q buffers: no gain at 512 and d 64 causal 2k-4k
-// 2-6% slower, 192-row tiles; not taken there. Session 18, calls 3-4.) FP8 with one Q buffer (d 256
-// 128 x 64), which had kept the buffer until the tile's last P V: 1.004x e4m3 over 16 pairs, 1k +1%, 2k
-// +0-1%, 4k-16k equal (session 19 call 3).
-constexpr u32 FG_KV_CHUNK = FG_BLOCK_N * FG_CHUNK_ROW_BYTES;  // ... of a K or V tile
-#define FG_Q_EARLY (FG_Q_STAGES == 1)
-static_assert(FG_O_DIRECT == (FG_FP8 || FG_Q_EARLY), "FG_O_DIRECT (emit.c, spec_wgmma_o_direct) as the kernel needs");
-// Registers per thread after rebalancing: the producer keeps 24, the consumers share the rest
-// (65536 per SM at one CTA per SM, in multiples of 8, at most 240). With one consumer warpgroup nobody needs
-// what the producer would give up, and FP8's V^T reordering warps spilled in 24 (d 64 64 x 64, 4 stages,
-// causal: 4 bytes), so they keep 40 there.
-constexpr int FG_PRODUCER_REGS = FG_FP8 && FG_BLOCK_M == 64 ? 40 : 24;
-// Named barriers (0 is __syncthreads): per consumer warpgroup, its epilogue's and its pingpong turn's.
-constexpr int FG_BAR_EPILOGUE = 1, FG_BAR_SCHED = 4;
-constexpr int FG_CONSUMER_REGS = FG_CONSUMER_WGS == 1 ? 240 : (FG_CONSUMER_WGS == 2 ? 240 : 160);
-
-// The online-softmax step of one S block for this thread's two rows (g and g + 8 of its warp's 16):
-// running maximum and sum updated, S replaced by P, and in corr the factor O must be multiplied by. Unlike
-// fg_online_softmax it leaves O alone: here the previous block's P V may still be accumulating into it.
-// SUM: keep the fp32 row sums (FP8 with FG_PV_SUM: only for the LSE).
-// The lazy rescale's allowance (fg_softmax_row's stale, log2 units of P) at 16-bit head_dim above 128, where
-// O's rescale is a branch: 1, so P <= 2. FlashAttention-4's 8 (P <= 256) ran faster (d 256 1.059x the exact
-// maximum against 1.034x for 2 and 1.028x for 1; H200, session 20 call 4) but failed the tolerance rule on
-// one GPU test (fp16 d 192 causal, 1.05x the bound), and an emulation of the kernel's rounding
-// (bench/probes/lazy_rescale_sim.c) put its worst error at up to 1.44x the bound: rows whose weight sits on
-// a few keys lose the exact P = 1 of their largest. There 2 reached 0.83 of the bound, 1 0.65, the exact
-// maximum 0.67 (d 256, causal, scales 1/16 to 2), so 1: the last 0.6% of speed is not worth the margin.
-// 0 elsewhere: the 16-bit d <= 128 kernels multiply O every step without a test, and FP8, whose
-// P = 2^(8 + stale) must stay below e4m3's 448, ran slower with 2^0.75 (e4m3 d 128 0.913x, d 64 0.943x,
-// d 256 0.991x; call 2).
-constexpr float FG_STALE = !FG_FP8 && FG_HEAD_DIM > 128 ? 1.f : 0.f;
-template <bool SUM>
-__device__ __forceinline__ void fg_softmax_stats(float (&s)[1][FG_NT][4], float (&row_max)[1][2],
-                                                 float (&row_sum)[1][2], float (&corr)[2], float scale_log2) {
-#pragma unroll
-    for (int h = 0; h < 2; h++)
-        corr[h] = fg_softmax_row<FG_NT, SUM>(s[0], h, row_max[0][h], row_sum[0][h], scale_log2, FG_P_SHIFT, FG_STALE);
-}
-
-// A 4 x 4 transpose of u32s across a quad (two butterfly steps): thread t4 gives its u[k] to thread k and
-// ends with u[j] = thread j's u[t4]. Every lane of the warp takes part.
-__device__ __forceinline__ void fg_quad_transpose(u32 (&u)[4], int t4) {
-#pragma unroll
-    for (int s = 1; s <= 2; s *= 2)
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            if (k & s) continue;
-            const bool up = (t4 & s) != 0; // keeps u[k | s], sends u[k]; else keeps u[k], sends u[k | s]
-            const u32 r = __shfl_xor_sync(0xffffffffu, up ? u[k] : u[k | s], s);
-            if (up)
-                u[k] = r;
-            else
-                u[k | s] = r;
-        }
-}
-
-#if FG_FP8
-// P as the A operand of the FP8 P.V wgmma (m64 k32): a thread holds, per row, A positions 4t..4t+3 (a[0],
-// a[1] for rows g, g + 8) and 16 + 4t..19 + 4t (a[2], a[3]) of a 32-key chunk, while the S accumulator gave
-// it keys 8j + 2t and 8j + 2t + 1 of the chunk's n8 groups j = 0..3. Instead of moving P between the quad's
-// lanes (two to four shuffles and byte permutes per register until 2026-11-30), the thread packs its own
-// pairs, X_0 | X_1 << 16 and X_2 | X_3 << 16, and the V^T tile's keys are put in the same order in shared
-// memory once per stage (fg_vt_reorder_unit): A position 4t + {0,1,2,3} of each 16 holds key 2t, 2t + 1,
-// 8 + 2t, 9 + 2t. P.V sums over keys, so any order shared by both operands gives the same product.
-// (FlashAttention-3 folds a reordering into the V transpose it does in shared memory; here V^T comes
-// transposed by TMA, so the producer warpgroup's idle warps reorder it.)
-__device__ __forceinline__ void fg_p_to_fp8(const float (&s)[1][FG_NT][4], int kc, u32 (&a)[4]) {
-#pragma unroll
-    for (int h = 0; h < 2; h++)
-        asm("{ .reg .b16 x0, x1, x2, x3;\n"
-            "cvt.rn.satfinite.e4m3x2.f32 x0, %3, %2;\n cvt.rn.satfinite.e4m3x2.f32 x1, %5, %4;\n"
-            "cvt.rn.satfinite.e4m3x2.f32 x2, %7, %6;\n cvt.rn.satfinite.e4m3x2.f32 x3, %9, %8;\n"
-            "mov.b32 %0, {x0, x1};\n mov.b32 %1, {x2, x3}; }"
-            : "=r"(a[h]), "=r"(a[2 + h])
-            : "f"(s[0][4 * kc][2 * h]), "f"(s[0][4 * kc][2 * h + 1]), "f"(s[0][4 * kc + 1][2 * h]),
-              "f"(s[0][4 * kc + 1][2 * h + 1]), "f"(s[0][4 * kc + 2][2 * h]), "f"(s[0][4 * kc + 2][2 * h + 1]),
-              "f"(s[0][4 * kc + 3][2 * h]), "f"(s[0][4 * kc + 3][2 * h + 1]));
-}
-// The V^T side of that order, on one 16-byte unit (16 keys of one head_dim row) in place: key pairs
-// p0..p7 become p0 p4 p1 p5 p2 p6 p3 p7 (A position pair 2t + u takes key pair 4u + t). The swizzle moves
-// whole units, so it does not matter here.
-__device__ __forceinline__ void fg_vt_reorder_unit(u32 addr) {
-    u32 w0, w1, w2, w3;
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(w0), "=r"(w1), "=r"(w2), "=r"(w3) : "r"(addr) : "memory");
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(__byte_perm(w0, w2, 0x5410)),
-                 "r"(__byte_perm(w0, w2, 0x7632)), "r"(__byte_perm(w1, w3, 0x5410)), "r"(__byte_perm(w1, w3, 0x7632))
-                 : "memory");
-}
-#endif
-
-// One tile: query block m_block of (head, batch), with the key blocks it needs (n_blocks, visited last to
-// first) of which the first n_blocks - n_unmasked need the mask. Producer and consumers derive the same
-// tiles, in the same order, from the tile index alone.
-struct fg_tile {
-    int m0, head, batch, kv_head, n_blocks, n_masked;
-};
-__device__ __forceinline__ fg_tile fg_tile_at(const fg_fwd_params &p, int index, int m_blocks) {
-    fg_tile t;
-    // The heaviest causal blocks first (fg_tile_order); non-causal tiles head by head, sharing K/V in L2.
-    int m_block, hb;
-    fg_tile_order(index, m_blocks, p.heads_q * p.batch, p.causal_group, m_block, hb);
-    t.head = hb % p.heads_q;
-    t.batch = hb / p.heads_q;
-    t.kv_head = t.head / (p.heads_q / p.heads_kv);
-    t.m0 = m_block * FG_BLOCK_M;
-    int n_unmasked;
-    fg_key_blocks(t.m0, p.seqlen_q, p.seqlen_k, t.n_blocks, n_unmasked);
-    t.n_masked = t.n_blocks - n_unmasked;
-    return t;
-}
+#include "forward_wgmma/layout.cuh"
+#include "forward_wgmma/consumer.cuh"
+#include "forward_wgmma/epilogue.cuh"
+#include "forward_wgmma/producer.cuh"
+#include "forward_wgmma/scheduler.cuh"
 
 // Tiles blockIdx.x, then blockIdx.x + gridDim.x, ... or, with p.tile_counter, whichever tile the
 // counter hands out next (in fg_tile_at's longest-first order): with gridDim.x = the number of SMs
 // (persistent) the producer loads the next tile's K and V while the consumers finish the current one;
 // with one CTA per tile the hardware's block scheduler balances tiles of unequal cost. The host chooses
 // (dispatch.c, rt_launch_grid).
+// The roles' helpers live in forward_wgmma/: layout.cuh (constants), scheduler.cuh (tiles), producer.cuh,
+// consumer.cuh (main-loop steps), epilogue.cuh. The role bodies stay in this function: they share its
+// shared-memory layout and barriers, and as lambdas over its locals they compile to the measured code.
 extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)
 fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_constant__ fg_tma_params tm) {
     extern __shared__ __align__(1024) unsigned char fg_smem[];
@@ -282,8 +151,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         // count, not a flag: a warp still at an earlier step may read vt_stop after it is written.
         if (tid >= 32) {
             for (int step = 0;; step++) {
-                const int s = step % FG_STAGES;
-                fg_mbar_wait(bar_v(s), (u32)((step / FG_STAGES) & 1));
+                const auto r = fg_ring_at<FG_STAGES>(step);
+                const int s = r.stage;
+                fg_mbar_wait(bar_v(s), r.full_parity());
                 int stop;
                 // (relaxed: at earlier steps this load may meet the producer's store unordered)
                 asm volatile("ld.relaxed.cta.shared.b32 %0, [%1];" : "=r"(stop) : "r"(vt_stop) : "memory");
@@ -304,8 +174,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         if (tid == 0) {
             // One K or V tile of key block j into its stage, once the consumers have released the stage's
             // previous use.
-            auto load_kv_tile = [&](u32 dst, const void *map, u32 full, u32 empty, int use, int j, const fg_tile &t) {
-                if (use > 0) fg_mbar_wait(empty, (use - 1) & 1);
+            auto load_kv_tile = [&](u32 dst, const void *map, u32 full, u32 empty, fg_ring_pos<FG_STAGES> r, int j,
+                                    const fg_tile &t) {
+                if (r.use > 0) fg_mbar_wait(empty, r.empty_parity());
                 fg_mbar_expect_tx(full, FG_KV_BYTES);
 #pragma unroll
                 for (int c = 0; c < FG_COL_CHUNKS; c++)
@@ -313,19 +184,20 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             };
             // Step `it` of tile t, the producer's K/V step `step` overall: K (if k), then V (if v).
             auto load_kv_parts = [&](const fg_tile &t, int it, int step, bool k, bool v) {
-                const int j = t.n_blocks - 1 - it, s = step % FG_STAGES, use = step / FG_STAGES;
-                if (k) load_kv_tile(s_k + s * FG_KV_BYTES, &tm.k, bar_k(s), bar_k_empty(s), use, j, t);
+                const auto r = fg_ring_at<FG_STAGES>(step);
+                const int j = t.n_blocks - 1 - it, s = r.stage;
+                if (k) load_kv_tile(s_k + s * FG_KV_BYTES, &tm.k, bar_k(s), bar_k_empty(s), r, j, t);
                 if (!v) return;
 #if FG_FP8
                 // V^T: boxes of FG_VT_ROW_BYTES keys (the contiguous dim) by head_dim rows, one a chunk
-                if (use > 0) fg_mbar_wait(bar_v_empty(s), (use - 1) & 1);
+                if (r.use > 0) fg_mbar_wait(bar_v_empty(s), r.empty_parity());
                 fg_mbar_expect_tx(bar_v(s), FG_KV_BYTES);
 #pragma unroll
                 for (int c = 0; c < FG_BLOCK_N / FG_VT_ROW_BYTES; c++)
                     fg_tma_load(s_v + s * FG_V_STAGE_BYTES + c * FG_VT_CHUNK, &tm.v, j * FG_BLOCK_N + c * FG_VT_ROW_BYTES, 0, t.kv_head,
                                 t.batch, bar_v(s));
 #else
-                load_kv_tile(s_v + s * FG_V_STAGE_BYTES, &tm.v, bar_v(s), bar_v_empty(s), use, j, t);
+                load_kv_tile(s_v + s * FG_V_STAGE_BYTES, &tm.v, bar_v(s), bar_v_empty(s), r, j, t);
 #endif
             };
             auto load_kv = [&](const fg_tile &t, int it, int step) { load_kv_parts(t, it, step, true, true); };
@@ -336,8 +208,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             auto publish = [&](int index) {
                 int pn;
                 asm volatile("ld.shared.b32 %0, [%1];" : "=r"(pn) : "r"(ring_slot + 8u) : "memory");
-                const int b = pn & 1;
-                if (pn >= 2) fg_mbar_wait(bar_t_empty(b), (u32)(((pn >> 1) - 1) & 1));
+                const auto r = fg_ring_at<2>((u32)pn); // (pn counts up from 0)
+                const int b = (int)r.stage;
+                if (pn >= 2) fg_mbar_wait(bar_t_empty(b), r.empty_parity());
                 asm volatile("st.shared.b32 [%0], %1;" ::"r"(ring_slot + 4u * b), "r"(index) : "memory");
                 asm volatile("st.shared.b32 [%0], %1;" ::"r"(ring_slot + 8u), "r"(pn + 1) : "memory");
                 fg_mbar_arrive(bar_t_full(b)); // (release: the index is visible to whoever waits on it)
@@ -361,13 +234,12 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 // freed by an S FG_STAGES steps back, with two stages and a previous tile of two blocks or more
                 // the S of that tile's last block but one), Q (two Q buffers: freed a tile earlier;
                 // FG_Q_EARLY: by the previous tile's last S), V of the first block (by the P V FG_STAGES steps
-                // back), then the rest. (Before session 18 the first FG_STAGES blocks went before Q, so a
-                // second Q buffer's load waited for the previous tile's last P V: H200 16-bit d 64 and 128 at
-                // 512 keys +9-14% with Q first. That order suited only a Q buffer kept until the last P V,
-                // which FP8's d 256 tiles did until session 19.)
+                // back), then the rest: with Q after the first FG_STAGES blocks, a second Q buffer's load
+                // would wait for the previous tile's last P V (16-bit d 64 and 128, 512 keys: +9-14% Q first).
                 load_kv_parts(t, 0, kv, true, false);
-                const int qb = qn % FG_Q_STAGES, quse = qn / FG_Q_STAGES;
-                if (quse > 0) fg_mbar_wait(bar_q_empty(qb), (quse - 1) & 1);
+                const auto rq = fg_ring_at<FG_Q_STAGES>(qn);
+                const int qb = rq.stage;
+                if (rq.use > 0) fg_mbar_wait(bar_q_empty(qb), rq.empty_parity());
                 qn++;
                 fg_mbar_expect_tx(bar_q(qb), FG_Q_BYTES);
 #pragma unroll
@@ -393,8 +265,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             }
 #if FG_FP8
             {
-                const int s = kv % FG_STAGES, use = kv / FG_STAGES;
-                if (use > 0) fg_mbar_wait(bar_v_empty(s), (use - 1) & 1);
+                const auto r = fg_ring_at<FG_STAGES>(kv);
+                const int s = r.stage;
+                if (r.use > 0) fg_mbar_wait(bar_v_empty(s), r.empty_parity());
                 asm volatile("st.relaxed.cta.shared.b32 [%0], %1;" ::"r"(vt_stop), "r"(kv) : "memory");
                 fg_mbar_arrive(bar_v(s)); // (release: the count is visible to the warps this wakes)
             }
@@ -410,8 +283,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     const int g = lane / 4, t4 = lane % 4;
     u32 s_q_wg = s_q + cw * 64 * FG_CHUNK_ROW_BYTES; // this warpgroup's rows of the current tile's Q buffer
 
-    auto stage_of = [&](int i) { return i % FG_STAGES; };
-    auto parity_of = [&](int i) { return (u32)((i / FG_STAGES) & 1); };
+    auto stage_of = [&](int i) { return fg_ring_at<FG_STAGES>(i).stage; };
+    auto parity_of = [&](int i) { return fg_ring_at<FG_STAGES>(i).full_parity(); };
     // Issues S = Q K^T of K/V step i (one commit group).
     auto issue_qk = [&](int i, float (&sacc)[1][FG_NT][4]) {
         const u32 sk_s = s_k + stage_of(i) * FG_KV_BYTES;
@@ -498,8 +371,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     int kv = 0, qn = 0, cn = 0;
     // The next tile's index from the producer (dynamic schedule); each warp releases the slot once read.
     auto take = [&]() {
-        const int b = cn & 1;
-        fg_mbar_wait(bar_t_full(b), (u32)((cn >> 1) & 1));
+        const auto r = fg_ring_at<2>((u32)cn); // (cn counts up from 0)
+        const int b = (int)r.stage;
+        fg_mbar_wait(bar_t_full(b), r.full_parity());
         int index;
         asm volatile("ld.shared.b32 %0, [%1];" : "=r"(index) : "r"(ring_slot + 4u * b) : "memory");
         __syncwarp();
@@ -522,7 +396,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         const fg_tile tl = fg_tile_at(p, index, m_blocks);
         const int n_blocks = tl.n_blocks;
         // The softmax scale (log2 domain and natural) and O's factor: FP8 descales (per tensor or per
-        // (batch, KV head)) fold in, as in fwd_sm80.cuh.
+        // (batch, KV head)) fold in, as in forward_mma.cuh.
         float sc_log2 = p.scale_log2, sc_ln = p.softmax_scale, o_factor = 1.f;
 #if FG_FP8
         {
@@ -566,9 +440,10 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         // that P V has completed. (ptxas moves the wait for that P V up to the start of the softmax: below.)
         u32 pf[FG_PV_KSTEPS][4];
         if (n_blocks > 0) {
-            const int qb = qn % FG_Q_STAGES;
+            const auto rq = fg_ring_at<FG_Q_STAGES>(qn);
+            const int qb = rq.stage;
             s_q_wg = s_q + qb * FG_Q_BYTES + cw * 64 * FG_CHUNK_ROW_BYTES;
-            fg_mbar_wait(bar_q(qb), (qn / FG_Q_STAGES) & 1);
+            fg_mbar_wait(bar_q(qb), rq.full_parity());
             qn++;
             float sacc[1][FG_NT][4];
             turn_wait();
@@ -594,29 +469,17 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             mask(it, sacc);
             float corr[2];
             fg_softmax_stats<FP32_SUM>(sacc, row_max, row_sum, corr, sc_log2);
-            // The PTX waits for P V of step it - 1 here, after the softmax, but ptxas (NVRTC 13.0) puts the
-            // WARPGROUP.DEPBAR before the softmax's first instruction in every variant, 16-bit and FP8 (it sees
-            // no dependency between them), so each warpgroup runs its softmax after its own P V, and the overlap
-            // is the pingpong's alone. ptxas keeps the written order where the wait sits after a branch on the
-            // softmax's result, or after a shared-memory store of a value that needs every P; built so
-            // (bench/results/2026-11-30-h200-session22/patches/softmax_before_pv_wait.patch), every
-            // GPU test passing, it ran slower on the H200: e4m3 0.979x (d 128 0.93-0.97x), bf16 0.985x over 36
-            // pairs each (d 64 to 256, 2k-16k, both masks; session 22 call 2). So the kernels keep ptxas's order.
+            // The PTX waits for P V of step it - 1 here, after the softmax, but ptxas puts the WARPGROUP.DEPBAR
+            // before the softmax's first instruction (it sees no dependency between them), so each warpgroup
+            // runs its softmax after its own P V and the overlap is the pingpong's alone. Forcing the written
+            // order (a branch on the softmax's result before the wait) is slower (bf16 0.985x, e4m3 0.979x).
             fg_wgmma_wait<0>();
             fg_fence_regs(acc[0]);
             release(bar_v_empty(stage_of(kv + it - 1)));
-            // Above head_dim 128 and for FP8, rescale O only in warps where some row's maximum grew: after
-            // the first blocks it rarely moves (FlashAttention-4 skips the multiply the same way), and a
-            // multiply by exactly 1 changes no bit, so skipping it is exact. Measured on an H200 (fgbench,
-            // bf16, same run): d 256 +0-6% (4k non-causal +5.9%), d 128 -1-4% (the branch splits the step),
-            // d 64 +-1%. FP8 (bench/fp8.py, 2026-11-30, bench/results/2026-11-30-h200-session13/): at d 128
-            // 3% faster with P packed without shuffles, 6% slower with the quad shuffles P had before.
-            // Since session 20 a row's maximum counts as grown only past FG_STALE (the lazy rescale): with
-            // the exact test a 16-row warp still rescaled in most steps at 1k-4k keys. 16-bit d 256, two
-            // alternations, both dtypes and masks, 512-16k, against the exact test: 1.028x with 2^1 (2k-8k
-            // +2-5%). Making the d 64/128 rescale a branch for the same (with 2^8): d 64 0.926x, d 128
-            // 1.000x, so they keep the unconditional multiply (bench/results/2026-11-30-h200-session20,
-            // calls 1 and 4).
+            // Above head_dim 128 and for FP8, rescale O only in warps where some row's maximum grew (past
+            // FG_STALE): after the first blocks it rarely moves (FlashAttention-4 skips the multiply the same
+            // way), and a multiply by exactly 1 changes no bit, so skipping it is exact. At d 64 and 128 the
+            // branch splits the step and costs more than the multiply, so they rescale unconditionally.
             // FP8 two-level accumulation (every FG_O_FLUSH steps): the P.V accumulator (O and the row sums) is
             // added into fp32 registers, oacc, and the next P.V starts it again from 0 (scale-d 0).
             // Hopper's FP8 wgmma adds into its accumulator keeping only about 14 bits (DeepSeek-V3's report;
@@ -667,8 +530,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         }
         if (n_blocks > 0) {
             // FG_Q_EARLY: the tile's last S has been read (waited for above), so Q goes back (here rather than
-            // in the loop's last step: a branch in the loop cost d 64/128 2-5% at 8k-16k, H200 session 18)
-            if (FG_Q_EARLY) release(bar_q_empty((qn - 1) % FG_Q_STAGES));
+            // in the loop's last step: a branch in the loop costs d 64/128 2-5% at long sequences)
+            if (FG_Q_EARLY) release(bar_q_empty(fg_ring_at<FG_Q_STAGES>(qn - 1).stage));
             turn_wait();
             issue_pv(kv + n_blocks - 1, pf, FG_FLUSH && (n_blocks - 1) % FG_FLUSH_PERIOD == 0 ? 0u : 1u);
             turn_pass();
@@ -703,7 +566,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         // has gone back already (the barrier kept all the same: without it the compiler moved the
         // epilogue's work into the loop and spilled 8 bytes at head_dim 256).
         fg_named_sync(FG_BAR_EPILOGUE + cw, 128);
-        if (!FG_Q_EARLY && tid % 128 == 0) fg_mbar_arrive(bar_q_empty((qn - 1) % FG_Q_STAGES));
+        if (!FG_Q_EARLY && tid % 128 == 0) fg_mbar_arrive(bar_q_empty(fg_ring_at<FG_Q_STAGES>(qn - 1).stage));
 #if FG_O_FLUSH_SMEM
         // O = the shared-memory level (with the factors it still owes) + the accumulator's last steps
 #pragma unroll
@@ -728,7 +591,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 const int row = row0 + 8 * h;
                 // 16 bytes a thread: of every four n8 groups 4q..4q+3 the quad's threads swap their pairs
                 // (fg_quad_transpose) so that thread t4 stores group 4q + t4's eight columns (st.global.b32 of
-                // each pair: d 128 0.969x, d 256 0.955x of the TMA store from shared memory, H200 session 18)
+                // each pair is slower than the TMA store from shared memory: d 128 0.969x)
 #pragma unroll
                 for (int q = 0; q < FG_DT / 4; q++) {
                     u32 u[4];
@@ -750,13 +613,13 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         continue;
 #endif
         // (Unreachable with FG_O_DIRECT, but left outside an #else: the causal one-Q-buffer kernels' SASS
-        // changes without it, and those are the kernels measured in session 18.)
+        // changes without it.)
         // Otherwise O /= l is staged in the warpgroup's Q rows (every warp is past its last wgmma, which
         // read them) and written by a TMA store, which clips rows past seqlen_q; once the store has read
         // shared memory the Q buffer goes back to the producer (the next tile's first K/V blocks, and
         // with two Q buffers its Q, are already loading).
         fg_named_sync(FG_BAR_EPILOGUE + cw, 128);
-        // Row r = 16 warp + g + 8 h of the warpgroup, column 8 dt + 2 t4: in the swizzled layout (sm90.cuh)
+        // Row r = 16 warp + g + 8 h of the warpgroup, column 8 dt + 2 t4: in the swizzled layout (wgmma.cuh)
         // its 16-byte unit is XOR-ed with xr = g (128-byte rows) or (g / 2) % 4 (64-byte rows), the same
         // for both h. The per-thread parts go through asm so the compiler computes them here rather than
         // hoisting every address out of the tile loop (which spilled them).
@@ -787,7 +650,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             for (int c = 0; c < FG_COL_CHUNKS; c++)
                 fg_tma_store(&tm.o, s_q_wg + c * FG_Q_CHUNK, c * FG_CHUNK_COLS, tl.m0 + 64 * cw, tl.head, tl.batch);
             fg_tma_store_commit_and_drain();
-            fg_mbar_arrive(bar_q_empty((qn - 1) % FG_Q_STAGES));
+            fg_mbar_arrive(bar_q_empty(fg_ring_at<FG_Q_STAGES>(qn - 1).stage));
         }
     }
 #if FG_PV_SUM

@@ -1,4 +1,4 @@
-// mma_sm80.cuh: the warp-level tensor-core pieces of the mma.sync path (sm_80 and newer):
+// mma.cuh: the warp-level tensor-core pieces of the mma.sync path (sm_80 and newer):
 // ldmatrix from shared memory and mma.m16n8k16 with fp32 accumulation.
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with g = lane / 4, t = lane % 4:

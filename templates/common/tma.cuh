@@ -28,6 +28,26 @@ __device__ __forceinline__ void fg_mbar_wait(u32 bar, u32 parity) {
     } while (!done);
 }
 
+// ---- mbarrier rings ----
+// A ring of STAGES buffers, each guarded by a "full" mbarrier (the data is in) and an "empty" one (its readers
+// are done). Step n, counted from 0 over the ring's whole life, uses buffer n % STAGES for the (n / STAGES)-th
+// time: the full barrier's phase to wait for has parity use & 1, and the empty barrier's phase that freed the
+// buffer's previous use has parity (use - 1) & 1 (only for use > 0). Stage and phase are both derived from the
+// step count, so they advance together and every role that counts the same steps agrees on them. I is the
+// count's type: unsigned where the ring has two stages and the count is known non-negative (stage and use are
+// then a mask and a shift).
+template <int STAGES, typename I = int>
+struct fg_ring_pos {
+    I stage; // the buffer: step % STAGES
+    I use;   // how many times the buffer was used before: step / STAGES
+    __device__ __forceinline__ u32 full_parity() const { return (u32)(use & 1); }
+    __device__ __forceinline__ u32 empty_parity() const { return (u32)((use - 1) & 1); }
+};
+template <int STAGES, typename I>
+__device__ __forceinline__ fg_ring_pos<STAGES, I> fg_ring_at(I step) {
+    return {(I)(step % STAGES), (I)(step / STAGES)};
+}
+
 // ---- TMA ----
 // A box of the 4-d tensor map at generic address tmap (a __grid_constant__ parameter), coordinates
 // innermost first, into shared memory at dst; completes `bytes` of bar's transaction count.

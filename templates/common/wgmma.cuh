@@ -1,4 +1,4 @@
-// sm90.cuh: the Hopper (sm_90a) primitives of the wgmma families, written against PTX: the tile layout,
+// wgmma.cuh: the Hopper (sm_90a) primitives of the wgmma families, written against PTX: the tile layout,
 // wgmma shared-memory descriptors and fences, setmaxnreg and named barriers (mbarriers and TMA: tma.cuh).
 //
 // Tile layout in shared memory. TMA writes a tile of `rows` rows as FG_COL_CHUNKS column chunks of FG_CHUNK_COLS
