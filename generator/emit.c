@@ -227,7 +227,7 @@ static void flatten_into(sbuf *b, const char *text, unsigned char *done, int dep
             sb_append(b, line, n);
             sb_append(b, "\n", 1);
         } else if (done[t]) {
-            sb_printf(b, "// (#include \"%s\": above)\n", fg_templates[t].name);
+            sb_printf(b, "// (templates/%s: included above)\n", fg_templates[t].name);
         } else {
             done[t] = 1;
             sb_printf(b, "// ---- templates/%s ----\n", fg_templates[t].name);
