@@ -151,9 +151,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         // count, not a flag: a warp still at an earlier step may read vt_stop after it is written.
         if (tid >= 32) {
             for (int step = 0;; step++) {
-                const auto r = fg_ring_at<FG_STAGES>(step);
-                const int s = r.stage;
-                fg_mbar_wait(bar_v(s), r.full_parity());
+                const int s = step % FG_STAGES;
+                fg_mbar_wait(bar_v(s), (u32)((step / FG_STAGES) & 1));
                 int stop;
                 // (relaxed: at earlier steps this load may meet the producer's store unordered)
                 asm volatile("ld.relaxed.cta.shared.b32 %0, [%1];" : "=r"(stop) : "r"(vt_stop) : "memory");
@@ -174,9 +173,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         if (tid == 0) {
             // One K or V tile of key block j into its stage, once the consumers have released the stage's
             // previous use.
-            auto load_kv_tile = [&](u32 dst, const void *map, u32 full, u32 empty, fg_ring_pos<FG_STAGES> r, int j,
-                                    const fg_tile &t) {
-                if (r.use > 0) fg_mbar_wait(empty, r.empty_parity());
+            auto load_kv_tile = [&](u32 dst, const void *map, u32 full, u32 empty, int use, int j, const fg_tile &t) {
+                if (use > 0) fg_mbar_wait(empty, (use - 1) & 1);
                 fg_mbar_expect_tx(full, FG_KV_BYTES);
 #pragma unroll
                 for (int c = 0; c < FG_COL_CHUNKS; c++)
@@ -184,20 +182,19 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             };
             // Step `it` of tile t, the producer's K/V step `step` overall: K (if k), then V (if v).
             auto load_kv_parts = [&](const fg_tile &t, int it, int step, bool k, bool v) {
-                const auto r = fg_ring_at<FG_STAGES>(step);
-                const int j = t.n_blocks - 1 - it, s = r.stage;
-                if (k) load_kv_tile(s_k + s * FG_KV_BYTES, &tm.k, bar_k(s), bar_k_empty(s), r, j, t);
+                const int j = t.n_blocks - 1 - it, s = step % FG_STAGES, use = step / FG_STAGES;
+                if (k) load_kv_tile(s_k + s * FG_KV_BYTES, &tm.k, bar_k(s), bar_k_empty(s), use, j, t);
                 if (!v) return;
 #if FG_FP8
                 // V^T: boxes of FG_VT_ROW_BYTES keys (the contiguous dim) by head_dim rows, one a chunk
-                if (r.use > 0) fg_mbar_wait(bar_v_empty(s), r.empty_parity());
+                if (use > 0) fg_mbar_wait(bar_v_empty(s), (use - 1) & 1);
                 fg_mbar_expect_tx(bar_v(s), FG_KV_BYTES);
 #pragma unroll
                 for (int c = 0; c < FG_BLOCK_N / FG_VT_ROW_BYTES; c++)
                     fg_tma_load(s_v + s * FG_V_STAGE_BYTES + c * FG_VT_CHUNK, &tm.v, j * FG_BLOCK_N + c * FG_VT_ROW_BYTES, 0, t.kv_head,
                                 t.batch, bar_v(s));
 #else
-                load_kv_tile(s_v + s * FG_V_STAGE_BYTES, &tm.v, bar_v(s), bar_v_empty(s), r, j, t);
+                load_kv_tile(s_v + s * FG_V_STAGE_BYTES, &tm.v, bar_v(s), bar_v_empty(s), use, j, t);
 #endif
             };
             auto load_kv = [&](const fg_tile &t, int it, int step) { load_kv_parts(t, it, step, true, true); };
@@ -208,9 +205,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             auto publish = [&](int index) {
                 int pn;
                 asm volatile("ld.shared.b32 %0, [%1];" : "=r"(pn) : "r"(ring_slot + 8u) : "memory");
-                const auto r = fg_ring_at<2>((u32)pn); // (pn counts up from 0)
-                const int b = (int)r.stage;
-                if (pn >= 2) fg_mbar_wait(bar_t_empty(b), r.empty_parity());
+                const int b = pn & 1;
+                if (pn >= 2) fg_mbar_wait(bar_t_empty(b), (u32)(((pn >> 1) - 1) & 1));
                 asm volatile("st.shared.b32 [%0], %1;" ::"r"(ring_slot + 4u * b), "r"(index) : "memory");
                 asm volatile("st.shared.b32 [%0], %1;" ::"r"(ring_slot + 8u), "r"(pn + 1) : "memory");
                 fg_mbar_arrive(bar_t_full(b)); // (release: the index is visible to whoever waits on it)
@@ -237,9 +233,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 // back), then the rest: with Q after the first FG_STAGES blocks, a second Q buffer's load
                 // would wait for the previous tile's last P V (16-bit d 64 and 128, 512 keys: +9-14% Q first).
                 load_kv_parts(t, 0, kv, true, false);
-                const auto rq = fg_ring_at<FG_Q_STAGES>(qn);
-                const int qb = rq.stage;
-                if (rq.use > 0) fg_mbar_wait(bar_q_empty(qb), rq.empty_parity());
+                const int qb = qn % FG_Q_STAGES, quse = qn / FG_Q_STAGES;
+                if (quse > 0) fg_mbar_wait(bar_q_empty(qb), (quse - 1) & 1);
                 qn++;
                 fg_mbar_expect_tx(bar_q(qb), FG_Q_BYTES);
 #pragma unroll
@@ -265,9 +260,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             }
 #if FG_FP8
             {
-                const auto r = fg_ring_at<FG_STAGES>(kv);
-                const int s = r.stage;
-                if (r.use > 0) fg_mbar_wait(bar_v_empty(s), r.empty_parity());
+                const int s = kv % FG_STAGES, use = kv / FG_STAGES;
+                if (use > 0) fg_mbar_wait(bar_v_empty(s), (use - 1) & 1);
                 asm volatile("st.relaxed.cta.shared.b32 [%0], %1;" ::"r"(vt_stop), "r"(kv) : "memory");
                 fg_mbar_arrive(bar_v(s)); // (release: the count is visible to the warps this wakes)
             }
@@ -371,9 +365,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     int kv = 0, qn = 0, cn = 0;
     // The next tile's index from the producer (dynamic schedule); each warp releases the slot once read.
     auto take = [&]() {
-        const auto r = fg_ring_at<2>((u32)cn); // (cn counts up from 0)
-        const int b = (int)r.stage;
-        fg_mbar_wait(bar_t_full(b), r.full_parity());
+        const int b = cn & 1;
+        fg_mbar_wait(bar_t_full(b), (u32)((cn >> 1) & 1));
         int index;
         asm volatile("ld.shared.b32 %0, [%1];" : "=r"(index) : "r"(ring_slot + 4u * b) : "memory");
         __syncwarp();

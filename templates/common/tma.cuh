@@ -36,6 +36,8 @@ __device__ __forceinline__ void fg_mbar_wait(u32 bar, u32 parity) {
 // step count, so they advance together and every role that counts the same steps agrees on them. I is the
 // count's type: unsigned where the ring has two stages and the count is known non-negative (stage and use are
 // then a mask and a shift).
+// (The sm_90a forward's producer and its tile-index ring keep the same arithmetic written out: with the
+// position passed around as one value ptxas gets another instruction order there, in 24 registers.)
 template <int STAGES, typename I = int>
 struct fg_ring_pos {
     I stage; // the buffer: step % STAGES
