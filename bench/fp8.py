@@ -49,7 +49,7 @@ def parse(argv):
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--lse", action="store_true",
                     help="also time flashgen e4m3 with the LSE returned (on sm_90a at d 64/128 the kernel then "
-                         "keeps fp32 row sums as well: fwd_sm90.cuh FG_PV_SUM)")
+                         "keeps fp32 row sums as well: forward_wgmma.cuh FG_PV_SUM)")
     return ap.parse_args(argv)
 
 

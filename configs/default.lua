@@ -75,7 +75,7 @@ variants {
     causal = {false, true},
 }
 
--- The backward pass (kind "bwd": three kernels, templates/bwd_sm80.cuh), mma.sync on every target (on
+-- The backward pass (kind "bwd": three kernels, templates/backward_mma.cuh), mma.sync on every target (on
 -- Hopper its arch is sm_90), fp16/bf16, head_dim 64. The wide tiles of head_dim 96 and 128 spill a few
 -- bytes (generator/tile_policy.c), which a bundle refuses unless given --allow-spills, so here those
 -- compile at first use, as does the deterministic mode (deterministic = true). On an H100/H200 the

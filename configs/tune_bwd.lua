@@ -1,4 +1,4 @@
--- configs/tune_bwd.lua: the tuning space of the mma.sync backward kernel (bwd_sm80.cuh), for Ampere, Ada,
+-- configs/tune_bwd.lua: the tuning space of the mma.sync backward kernel (backward_mma.cuh), for Ampere, Ada,
 -- Hopper and Blackwell alike: `flashgen tune configs/tune_bwd.lua` checks and times every candidate below on the
 -- GPU it runs on and records it in that GPU's tuning database; fg_attention_bwd then runs each bucket's winner
 -- (outside the deterministic mode). On an H100/H200 the wgmma family's backward (sm_90a) takes head_dim 64

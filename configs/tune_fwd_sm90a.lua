@@ -1,5 +1,5 @@
 -- configs/tune_fwd_sm90a.lua: the tuning space of the wgmma family's forward (sm_90a: TMA, wgmma, warp
--- specialization; templates/fwd_sm90.cuh). `flashgen tune configs/tune_fwd_sm90a.lua` on an H100/H200
+-- specialization; templates/forward_wgmma.cuh). `flashgen tune configs/tune_fwd_sm90a.lua` on an H100/H200
 -- records every candidate in the GPU's tuning database; dispatch then takes the winner for calls that run
 -- this family (family = "wgmma": candidates are sm_90a specs; on another GPU they are recorded as
 -- refused). The fields are those of configs/tune_fwd.lua. Tiles: block_m is 64 query rows per consumer

@@ -1,7 +1,12 @@
-/* emit.c: spec -> one self-contained CUDA source.
- * The source is: a banner naming the variant, a prelude of #defines for the spec, then the template
- * pieces in dependency order, each introduced by a comment naming its file. Nothing depends on the
- * time, the machine or the environment, so the same spec always gives the same bytes. */
+/* emit.c: spec -> the CUDA program NVRTC compiles.
+ * The main source is a prelude: a banner naming the variant, the #defines for the spec, the wgmma wrappers
+ * generated for the tile (sm_90a families), then one `#include` of the family's kernel file. The templates
+ * (templates/, embedded by embed.c) are NVRTC's headers, by their names under templates/; each #includes
+ * what it uses, so each opens and compiles on its own against a prelude (nvcc -I templates).
+ * emit_flatten expands the includes into one source for people (`flashgen gen`, FLASHGEN_DUMP).
+ * Nothing depends on the time, the machine or the environment, so the same spec always gives the same
+ * bytes. */
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,48 +15,22 @@
 #include "generator/emit_templates.h"
 #include "core/sha256.h"
 
-/* The pieces of the forward family, in the order they must appear. */
-static const char *const fwd_pieces[] = {
-    "common/fg_params.h", "common/types.cuh", "common/mma_sm80.cuh",
-    "common/cp_async.cuh", "common/softmax.cuh", "fwd_sm80.cuh",
-};
-/* The backward (mma.sync, three kernels). */
-static const char *const bwd_pieces[] = {
-    "common/fg_params.h", "common/types.cuh", "common/mma_sm80.cuh", "common/cp_async.cuh", "common/tma.cuh",
-    "common/bwd_order.h", "common/bwd_tiles.h", "bwd_sm80.cuh",
-};
-/* The Hopper backward: bwd_sm80.cuh's pre and post kernels and helpers (its main kernel left out by
- * FG_WGMMA_BWD), the sm_90a primitives, the generated wgmma wrappers, and bwd_sm90.cuh's main kernel. */
-static const char *const bwd_sm90_pieces[] = {
-    "common/fg_params.h", "common/types.cuh", "common/mma_sm80.cuh", "common/cp_async.cuh", "common/tma.cuh",
-    "common/sm90.cuh", "common/bwd_order.h", "common/bwd_tiles.h", "bwd_sm80.cuh", NULL, "bwd_sm90.cuh",
-};
-/* The sm_90a (wgmma) family; the wgmma wrappers, whose operand lists depend on the tile, are generated
- * between sm90.cuh and the kernel (emit_wgmma). */
-static const char *const fwd_sm90_pieces[] = {
-    "common/fg_params.h", "common/types.cuh", "common/softmax.cuh", "common/tma.cuh", "common/sm90.cuh", NULL,
-    "fwd_sm90.cuh",
-};
-
-void emit_templates_id(char *buf, size_t n) {
-    fg_sha256 h;
-    sha256_init(&h);
-    for (int i = 0; i < fg_template_count; i++) {
-        sha256_update(&h, fg_templates[i].name, strlen(fg_templates[i].name) + 1);
-        sha256_update(&h, fg_templates[i].text, strlen(fg_templates[i].text) + 1);
-    }
-    uint8_t digest[32];
-    char hex[65];
-    sha256_final(&h, digest);
-    sha256_hex(digest, hex);
-    int digits = (int)n - 1 - (int)strlen(FG_VERSION_STRING) - 1; /* room left after "version+" and the NUL */
-    snprintf(buf, n, "%s+%.*s", FG_VERSION_STRING, digits > 0 ? digits : 0, hex);
+/* The kernel file of each family: the prelude's one #include (each template #includes what it uses). */
+static const char *family_file(const fg_spec *spec) {
+    if (spec_is_wgmma_bwd(spec)) return "backward_wgmma.cuh";
+    if (spec->kind == FG_KIND_BWD) return "backward_mma.cuh";
+    return spec_is_wgmma(spec) ? "forward_wgmma.cuh" : "forward_mma.cuh";
 }
 
-static const char *template_text(const char *name) {
-    for (int i = 0; i < fg_template_count; i++)
-        if (strcmp(fg_templates[i].name, name) == 0) return fg_templates[i].text;
-    return NULL;
+int emit_header_count(void) { return fg_template_count; }
+const char *emit_header_name(int i) { return fg_templates[i].name; }
+const char *emit_header_text(int i) { return fg_templates[i].text; }
+
+void emit_templates_id(char *buf, size_t n) {
+    char hex[65];
+    emit_headers_digest(hex);
+    int digits = (int)n - 1 - (int)strlen(FG_VERSION_STRING) - 1; /* room left after "version+" and the NUL */
+    snprintf(buf, n, "%s+%.*s", FG_VERSION_STRING, digits > 0 ? digits : 0, hex);
 }
 
 /* A growable string; `failed` latches the first allocation failure so callers check once. */
@@ -97,8 +76,8 @@ static void emit_wgmma_t(sbuf *b, const char *name, int n, int a_regs, int tnsp_
                          const char *tb) {
     const int k = tnsp_b < 0 ? 32 : 16;
     const int nd = n / 2;
-    sb_printf(b, "__device__ __forceinline__ void %s(float (&d)[%d][4], %s, u64 desc_b, u32 scale_d) {\n", name,
-              n / 8, a_regs ? "const u32 (&a)[4]" : "u64 desc_a");
+    sb_printf(b, "__device__ __forceinline__ void %s(float (&d)[%d][4], %s, unsigned long long desc_b, unsigned scale_d) {\n",
+              name, n / 8, a_regs ? "const unsigned (&a)[4]" : "unsigned long long desc_a");
     sb_printf(b, "    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n\"\n", nd + (a_regs ? 5 : 2));
     sb_printf(b, "                 \"wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s {\"", n, k, ta, tb);
     for (int i = 0; i < nd; i++) {
@@ -150,24 +129,19 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
     sb_printf(&b, "#define FG_STAGES %d\n", spec->stages);
     sb_printf(&b, "#define FG_CAUSAL %d\n", spec->causal ? 1 : 0);
     const int fp8 = spec->dtype == FG_DTYPE_E4M3 || spec->dtype == FG_DTYPE_E5M2;
-    sb_printf(&b, "#define FG_DTYPE_BF16 %d\n", spec_out_dtype(spec) == FG_DTYPE_BF16 ? 1 : 0); /* O's type */
+    sb_printf(&b, "#define FG_OUT_IS_BF16 %d\n", spec_out_dtype(spec) == FG_DTYPE_BF16 ? 1 : 0); /* O's type */
     sb_printf(&b, "#define FG_FP8 %d\n", fp8);
     sb_printf(&b, "#define FG_FP8_E5M2 %d\n", spec->dtype == FG_DTYPE_E5M2 ? 1 : 0);
-    sb_printf(&b, "#define FG_ESIZE %d\n", fp8 ? 1 : 2);
+    sb_printf(&b, "#define FG_ELEM_BYTES %d\n", fp8 ? 1 : 2);
     sb_printf(&b, "#define FG_ARCH %d\n", spec->arch);
     const int wgmma = spec_is_wgmma(spec), bwd = spec->kind == FG_KIND_BWD, wgmma_bwd = spec_is_wgmma_bwd(spec);
-    const char *const *pieces = wgmma_bwd ? bwd_sm90_pieces : (bwd ? bwd_pieces : (wgmma ? fwd_sm90_pieces : fwd_pieces));
-    const size_t npieces = wgmma_bwd ? sizeof bwd_sm90_pieces / sizeof bwd_sm90_pieces[0]
-                           : bwd     ? sizeof bwd_pieces / sizeof bwd_pieces[0]
-                           : wgmma   ? sizeof fwd_sm90_pieces / sizeof fwd_sm90_pieces[0]
-                                     : sizeof fwd_pieces / sizeof fwd_pieces[0];
     if (bwd) {
         sb_printf(&b, "#define FG_DETERMINISTIC %d\n", spec->deterministic ? 1 : 0);
         sb_printf(&b, "#define FG_DQ_STAGED %d\n", spec_bwd_dq_staged(spec)); /* sizes its smem too */
         sb_printf(&b, "#define FG_BWD_TMA %d\n", spec->tma ? 1 : 0);     /* the mma.sync kernel's TMA loads */
         sb_printf(&b, "#define FG_WGMMA_BWD %d\n", wgmma_bwd);
-        sb_printf(&b, "#define FG_BW_DQ_T %d\n", spec_bwd_sm90_dq_t(spec)); /* the dQ^T kernel (bwd_sm90.cuh) */
-        if (wgmma_bwd) sb_printf(&b, "#define FG_SW_BYTES 128\n#define FG_BW_DQ_N %d\n", spec_bwd_sm90_dq_n(spec));
+        sb_printf(&b, "#define FG_BW_DQ_T %d\n", spec_bwd_sm90_dq_t(spec)); /* the dQ^T kernel (backward_wgmma.cuh) */
+        if (wgmma_bwd) sb_printf(&b, "#define FG_SWIZZLE_BYTES 128\n#define FG_BW_DQ_N %d\n", spec_bwd_sm90_dq_n(spec));
     }
     const int sub_n = !wgmma && !bwd ? spec_fwd_sub_n(spec) : 0;
     if (!wgmma && !bwd) sb_printf(&b, "#define FG_SUB_N %d\n", sub_n);
@@ -182,46 +156,37 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
                                     2 * (spec_head_dim_padded(spec) / 2 + spec->block_n / 2) == FG_SPEC_ACC_REGS;
     sb_printf(&b, "#define FG_LOADER_RECOMPUTE %d\n", recompute);
     if (wgmma) { /* bytes per swizzled chunk row: 128 when head_dim fills them (64 16-bit or 128 FP8 elements) */
-        sb_printf(&b, "#define FG_SW_BYTES %d\n", (spec->head_dim * dtype_size(spec->dtype)) % 128 == 0 ? 128 : 64);
+        sb_printf(&b, "#define FG_SWIZZLE_BYTES %d\n", (spec->head_dim * dtype_size(spec->dtype)) % 128 == 0 ? 128 : 64);
         sb_printf(&b, "#define FG_Q_STAGES %d\n#define FG_O_DIRECT %d\n", spec_q_stages(spec),
                   spec_wgmma_o_direct(spec));
         if (dtype_is_fp8(spec->dtype))
-            sb_printf(&b, "#define FG_VT_RB %d\n#define FG_PV_SUM %d\n", spec_fp8_vt_bytes(spec), spec_fp8_pv_sum(spec));
+            sb_printf(&b, "#define FG_FP8_VT_ROW_BYTES %d\n#define FG_PV_SUM %d\n", spec_fp8_vt_bytes(spec), spec_fp8_pv_sum(spec));
         sb_printf(&b, "#define FG_O_FLUSH %d\n#define FG_O_FLUSH_SMEM %d\n", spec_fp8_o_flush(spec),
                   spec_fp8_o_flush_smem(spec));
     }
-    for (size_t i = 0; i < npieces; i++) {
-        if (!pieces[i]) {
-            sb_printf(&b, "\n// ---- generated: wgmma wrappers for this tile ----\n");
-            if (wgmma_bwd) { /* S^T, dP^T (SS, K-major); dV, dK (A in registers, B MN-major); dQ (both MN-major,
-                                or dQ^T as below) */
-                const char *ty = spec->dtype == FG_DTYPE_BF16 ? "bf16" : "f16";
-                emit_wgmma(&b, "fg_wgmma_st", spec->block_m, 0, 0, ty, ty);
-                emit_wgmma(&b, "fg_wgmma_rs", spec->head_dim, 1, 1, ty, ty);
-                if (spec_bwd_sm90_dq_t(spec)) /* dQ^T = K^T dS^T: A (K) MN-major, B (the dS tile) K-major */
-                    emit_wgmma_t(&b, "fg_wgmma_dq", spec->block_m, 0, 1, 0, ty, ty);
-                else
-                    emit_wgmma_t(&b, "fg_wgmma_dq", spec_bwd_sm90_dq_n(spec), 0, 1, 1, ty, ty);
-            } else if (dtype_is_fp8(spec->dtype)) { /* P is e4m3 whatever the inputs (as on the mma.sync path) */
-                const char *ty = spec->dtype == FG_DTYPE_E5M2 ? "e5m2" : "e4m3";
-                emit_wgmma(&b, "fg_wgmma_qk", spec->block_n, 0, -1, ty, ty);
-                emit_wgmma(&b, "fg_wgmma_pv", spec->head_dim + spec_fp8_pv_sum(spec), 1, -1, "e4m3",
-                           ty); /* + the row sums (FG_PV_SUM) */
-            } else {
-                const char *ty = spec->dtype == FG_DTYPE_BF16 ? "bf16" : "f16";
-                emit_wgmma(&b, "fg_wgmma_qk", spec->block_n, 0, 0, ty, ty);
-                emit_wgmma(&b, "fg_wgmma_pv", spec->head_dim, 1, 1, ty, ty);
-            }
-            continue;
+    if (wgmma || wgmma_bwd) {
+        sb_printf(&b, "\n// ---- generated: wgmma wrappers for this tile ----\n");
+        if (wgmma_bwd) { /* S^T, dP^T (SS, K-major); dV, dK (A in registers, B MN-major); dQ (both MN-major,
+                            or dQ^T as below) */
+            const char *ty = spec->dtype == FG_DTYPE_BF16 ? "bf16" : "f16";
+            emit_wgmma(&b, "fg_wgmma_st", spec->block_m, 0, 0, ty, ty);
+            emit_wgmma(&b, "fg_wgmma_rs", spec->head_dim, 1, 1, ty, ty);
+            if (spec_bwd_sm90_dq_t(spec)) /* dQ^T = K^T dS^T: A (K) MN-major, B (the dS tile) K-major */
+                emit_wgmma_t(&b, "fg_wgmma_dq", spec->block_m, 0, 1, 0, ty, ty);
+            else
+                emit_wgmma_t(&b, "fg_wgmma_dq", spec_bwd_sm90_dq_n(spec), 0, 1, 1, ty, ty);
+        } else if (dtype_is_fp8(spec->dtype)) { /* P is e4m3 whatever the inputs (as on the mma.sync path) */
+            const char *ty = spec->dtype == FG_DTYPE_E5M2 ? "e5m2" : "e4m3";
+            emit_wgmma(&b, "fg_wgmma_qk", spec->block_n, 0, -1, ty, ty);
+            emit_wgmma(&b, "fg_wgmma_pv", spec->head_dim + spec_fp8_pv_sum(spec), 1, -1, "e4m3",
+                       ty); /* + the row sums (FG_PV_SUM) */
+        } else {
+            const char *ty = spec->dtype == FG_DTYPE_BF16 ? "bf16" : "f16";
+            emit_wgmma(&b, "fg_wgmma_qk", spec->block_n, 0, 0, ty, ty);
+            emit_wgmma(&b, "fg_wgmma_pv", spec->head_dim, 1, 1, ty, ty);
         }
-        const char *text = template_text(pieces[i]);
-        if (!text) {
-            free(b.data);
-            return fg_fail(err, FG_ERR_INTERNAL, "template %s is not compiled into this library", pieces[i]);
-        }
-        sb_printf(&b, "\n// ---- templates/%s ----\n", pieces[i]);
-        sb_append(&b, text, strlen(text));
     }
+    sb_printf(&b, "\n#include \"%s\"\n", family_file(spec));
     if (b.failed) {
         free(b.data);
         return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory emitting %s", name);
@@ -229,4 +194,75 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
     *src = b.data;
     if (len) *len = b.len;
     return FG_OK;
+}
+
+/* The template an `#include "NAME"` line names (leading blanks allowed), or -1 when the line is no such
+ * include or NAME is not embedded. */
+static int include_target(const char *line, size_t n) {
+    size_t i = 0;
+    while (i < n && (line[i] == ' ' || line[i] == '\t')) i++;
+    if (n - i < 10 || strncmp(line + i, "#include", 8) != 0) return -1;
+    i += 8;
+    while (i < n && isspace((unsigned char)line[i])) i++;
+    if (i >= n || line[i] != '"') return -1;
+    const char *name = line + i + 1;
+    const char *close = memchr(name, '"', n - i - 1);
+    if (!close) return -1;
+    for (int t = 0; t < fg_template_count; t++)
+        if (strlen(fg_templates[t].name) == (size_t)(close - name) &&
+            strncmp(fg_templates[t].name, name, (size_t)(close - name)) == 0)
+            return t;
+    return -1;
+}
+
+/* Appends text with each include of a template replaced by that template's text the first time (recursively,
+ * introduced by a comment naming its file) and by a comment the next times. Every template is wrapped in an
+ * include guard, so expanding it once where the preprocessor first meets it is what NVRTC compiles. */
+static void flatten_into(sbuf *b, const char *text, unsigned char *done, int depth) {
+    for (const char *line = text; *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t n = nl ? (size_t)(nl - line) : strlen(line);
+        int t = depth < 32 ? include_target(line, n) : -1;
+        if (t < 0) {
+            sb_append(b, line, n);
+            sb_append(b, "\n", 1);
+        } else if (done[t]) {
+            sb_printf(b, "// (templates/%s: included above)\n", fg_templates[t].name);
+        } else {
+            done[t] = 1;
+            sb_printf(b, "// ---- templates/%s ----\n", fg_templates[t].name);
+            flatten_into(b, fg_templates[t].text, done, depth + 1);
+            sb_printf(b, "// ---- end of templates/%s ----\n", fg_templates[t].name);
+        }
+        line += n + (nl ? 1 : 0);
+    }
+}
+
+fg_status emit_flatten(const char *src, char **flat, size_t *len, fg_error *err) {
+    *flat = NULL;
+    if (len) *len = 0;
+    unsigned char *done = calloc((size_t)fg_template_count + 1, 1);
+    if (!done) return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory flattening a source");
+    sbuf b = {0};
+    flatten_into(&b, src, done, 0);
+    free(done);
+    if (b.failed || !b.data) {
+        free(b.data);
+        return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory flattening a source");
+    }
+    *flat = b.data;
+    if (len) *len = b.len;
+    return FG_OK;
+}
+
+void emit_headers_digest(char hex[65]) {
+    fg_sha256 h;
+    sha256_init(&h);
+    for (int i = 0; i < fg_template_count; i++) {
+        sha256_update(&h, fg_templates[i].name, strlen(fg_templates[i].name) + 1);
+        sha256_update(&h, fg_templates[i].text, strlen(fg_templates[i].text) + 1);
+    }
+    uint8_t digest[32];
+    sha256_final(&h, digest);
+    sha256_hex(digest, hex);
 }

@@ -3,7 +3,7 @@
 #define FG_EMIT_TEMPLATES_H
 
 typedef struct fg_template {
-    const char *name; /* path under templates/, e.g. "fwd_sm80.cuh" */
+    const char *name; /* path under templates/, e.g. "forward_mma.cuh" */
     const char *text; /* the file's contents */
 } fg_template;
 

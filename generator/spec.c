@@ -191,13 +191,13 @@ int spec_bwd_sm90_dq_t(const fg_spec *spec) { return spec_is_wgmma_bwd(spec) && 
 
 int spec_bwd_rows_block(const fg_spec *spec) { return spec_bwd_sm90_dq_t(spec) ? 80 : 64; }
 
-/* bwd_sm80.cuh's main kernel: K and V tiles (block_n rows), `stages` (1 or 2) stages of Q and dO (block_m
+/* backward_mma.cuh's main kernel: K and V tiles (block_n rows), `stages` (1 or 2) stages of Q and dO (block_m
  * rows), the P^T and dS^T tiles (block_n x block_m, 16-bit), as many stages of the LSE and D rows (block_m
  * floats each)
  * and, on sm_90 and newer, the dQ staging (block_m x head_dim fp32, in fragment order) of the bulk reduce-adds. */
 static size_t bwd_smem_bytes(const fg_spec *s) {
     size_t d = (size_t)s->head_dim, bm = (size_t)s->block_m, bn = (size_t)s->block_n;
-    if (spec_is_wgmma_bwd(s)) { /* bwd_sm90.cuh: 1 KiB of alignment slack, K and V, 2 stages of Q and dO,
+    if (spec_is_wgmma_bwd(s)) { /* backward_wgmma.cuh: 1 KiB of alignment slack, K and V, 2 stages of Q and dO,
                                    two dS^T buffers, two warpgroups' dQ staging
                                    (64 x dqn fp32 each; block_m x dqn with dQ^T), 2 stages of the LSE and D
                                    rows, 9 mbarriers */
@@ -213,7 +213,7 @@ static size_t bwd_smem_bytes(const fg_spec *s) {
 
 /* The sm_90a forward's shared memory with q Q buffers: 1 KiB of alignment slack, the Q buffers, K and V
  * stages, their mbarriers, the tile ring (4 mbarriers, 2 tile indices, a count) of the dynamic
- * schedule and a flag, and for FP8 a V^T "reordered" mbarrier per stage (fwd_sm90.cuh). */
+ * schedule and a flag, and for FP8 a V^T "reordered" mbarrier per stage (forward_wgmma.cuh). */
 static size_t wgmma_fwd_smem(const fg_spec *spec, size_t q) {
     return 1024u + (size_t)spec->head_dim * (size_t)dtype_size(spec->dtype) *
                        (q * (size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages) +
@@ -224,7 +224,7 @@ static size_t wgmma_fwd_smem(const fg_spec *spec, size_t q) {
                  (dtype_is_fp8(spec->dtype) ? (size_t)spec->stages : 0u)); /* FP8: V^T "reordered" mbarriers */
 }
 
-/* The sm_90a FP8 forward's row sums by the P.V wgmma (fwd_sm90.cuh FG_PV_SUM): 8 rows of ones under each
+/* The sm_90a FP8 forward's row sums by the P.V wgmma (forward_wgmma.cuh FG_PV_SUM): 8 rows of ones under each
  * V^T chunk, at head_dim 64 and 128. Above that O's accumulator is large enough that the extra group spills
  * (d 192: 32 bytes), and d 256 has no room in wgmma's n; d 128 with three consumer warpgroups (160
  * registers each) would spill too. */

@@ -17,7 +17,7 @@
 
 typedef enum fg_kind {
     FG_KIND_FWD = 0, /* forward pass */
-    FG_KIND_BWD = 1  /* backward pass (three kernels: pre, main, post; templates/bwd_sm80.cuh) */
+    FG_KIND_BWD = 1  /* backward pass (three kernels: pre, main, post; templates/backward_mma.cuh) */
 } fg_kind;
 
 typedef struct fg_spec {
@@ -78,42 +78,42 @@ int spec_fwd_sub_n(const fg_spec *spec);
 #define FG_SPEC_ACC_REGS 176
 int spec_bwd_sm90_dq_n(const fg_spec *spec);     /* the sm_90a backward: the dQ columns a warpgroup computes
                                                    (head_dim / 2 at 128, by columns; head_dim at 64, for
-                                                   its 64 of the 128 queries; bwd_sm90.cuh) */
+                                                   its 64 of the 128 queries; backward_wgmma.cuh) */
 int spec_bwd_sm90_dq_t(const fg_spec *spec);     /* the sm_90a backward with 80-query blocks (head_dim 128, not
                                                    causal): dQ^T = K^T dS^T, each warpgroup its half of the
-                                                   columns for the block's 80 queries (bwd_sm90.cuh) */
+                                                   columns for the block's 80 queries (backward_wgmma.cuh) */
 int spec_bwd_rows_block(const fg_spec *spec);    /* kind=bwd: the rows of a post-kernel CTA (whole groups of the
                                                    dQ accumulator) and of a Q or dO TMA box: 80 with dQ^T,
-                                                   else 64 (bwd_sm80.cuh FG_BW_ROWS) */
+                                                   else 64 (backward_mma.cuh FG_BW_ROWS) */
 int spec_bwd_dq_staged(const fg_spec *spec);     /* kind=bwd: 1 when dQ is staged in shared memory and added by
                                                     bulk reduce-adds (sm_90 and newer, head_dim <= 128), 0 for
                                                     fp32 atomics */
-/* 1 for the forward of the wgmma family (sm_90a: TMA, wgmma, warp specialization, templates/fwd_sm90.cuh);
- * the other targets, sm_90 included, run the mma.sync family (templates/fwd_sm80.cuh). The one test of
+/* 1 for the forward of the wgmma family (sm_90a: TMA, wgmma, warp specialization, templates/forward_wgmma.cuh);
+ * the other targets, sm_90 included, run the mma.sync family (templates/forward_mma.cuh). The one test of
  * "is this the wgmma family" in generator/: code asks it here, never of arch_accel, which means only the
  * 'a' suffix of the arch name. */
 int spec_is_wgmma(const fg_spec *spec);
-/* 1 for the backward of the wgmma family (kind=bwd, sm_90a: templates/bwd_sm90.cuh). */
+/* 1 for the backward of the wgmma family (kind=bwd, sm_90a: templates/backward_wgmma.cuh). */
 int spec_is_wgmma_bwd(const fg_spec *spec);
 /* Q buffers of a wgmma-family kernel: 2 when they fit the arch's shared memory with the K/V stages (the
  * next tile's Q then loads during this one), else 1; 1 for the mma.sync family. */
 int spec_q_stages(const fg_spec *spec);
 int spec_wgmma_o_direct(const fg_spec *spec);    /* the sm_90a forward writes O from the registers (FP8, and
-                                                    16-bit with one Q buffer; fwd_sm90.cuh FG_O_DIRECT), not by
+                                                    16-bit with one Q buffer; forward_wgmma.cuh FG_O_DIRECT), not by
                                                     a TMA store: it needs no tensor map of O */
-/* The sm_90a FP8 forward's extra P.V columns that hold the row sums (8 rows of ones under V^T; fwd_sm90.cuh
+/* The sm_90a FP8 forward's extra P.V columns that hold the row sums (8 rows of ones under V^T; forward_wgmma.cuh
  * FG_PV_SUM): 8 at head_dim 64, and at 128 below three consumer warpgroups; else (and for other dtypes) 0. */
 int spec_fp8_pv_sum(const fg_spec *spec);
 /* Whether variant spec divides O by the sum of the e4m3-rounded P (an sm_90a FP8 variant with those row sums):
  * what a check of its output must model (reference/reference.h fp8_sum_rounded). */
 int spec_fp8_sum_rounded(const fg_spec *spec);
-/* The sm_90a FP8 forward's two-level accumulation (fwd_sm90.cuh FG_O_FLUSH): every how many key blocks the
+/* The sm_90a FP8 forward's two-level accumulation (forward_wgmma.cuh FG_O_FLUSH): every how many key blocks the
  * P.V accumulator is added into fp32 registers and restarted (1 at head_dim 64, 2 at 128); 0 (no fp32
  * level) for 16-bit variants, and above head_dim 128 or with three consumer warpgroups, where O's second
  * copy does not fit the consumers' registers. */
 int spec_fp8_o_flush(const fg_spec *spec);
 /* Above head_dim 128, and with three consumer warpgroups, the same with O's fp32 level in shared memory
- * (block_m x (head_dim + spec_fp8_pv_sum) x 4 bytes; fwd_sm90.cuh FG_O_FLUSH_SMEM): the period in key
+ * (block_m x (head_dim + spec_fp8_pv_sum) x 4 bytes; forward_wgmma.cuh FG_O_FLUSH_SMEM): the period in key
  * blocks, at most 512 keys' worth (512 / block_n, 1 above block_n 256); 0 elsewhere. */
 int spec_fp8_o_flush_smem(const fg_spec *spec);
 /* The sm_90a FP8 forward's V^T tile (head_dim rows of block_n key bytes) is stored as chunks of this many

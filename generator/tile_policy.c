@@ -58,7 +58,7 @@ static const fg_tile_rule default_rules[] = {
     {90, 90, 65, 128, -1, FG_DTYPE_E5M2, 64, 32, 4, 3, FG_FAMILY_MMA, FG_KIND_FWD},
     {90, 90, 129, 256, -1, FG_DTYPE_E4M3, 128, 64, 8, 2, FG_FAMILY_MMA, FG_KIND_FWD}, /* spills (see above) */
     {90, 90, 129, 256, -1, FG_DTYPE_E5M2, 128, 64, 8, 2, FG_FAMILY_MMA, FG_KIND_FWD},
-    /* The wgmma family (sm_90a, fwd_sm90.cuh), 16-bit. block_m is 64 per consumer warpgroup, warps 4 per
+    /* The wgmma family (sm_90a, forward_wgmma.cuh), 16-bit. block_m is 64 per consumer warpgroup, warps 4 per
      * warpgroup plus the producer's 4. FlashAttention-3's tiles within this kernel's register budget
      * (validate.c): d 64 192 x 128 (3 consumers, 160 registers each), d 128 128 x 128, d 256 128 x 80 (the
      * largest that fits 227 KiB with 2 stages). d 128 non-causal 128 x 160: the tuned winner at 2k and within
@@ -71,21 +71,21 @@ static const fg_tile_rule default_rules[] = {
     {90, 90, 193, 256, -1, -1, 128, 80, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     /* The wgmma family's FP8 (e4m3, e5m2; head_dim a multiple of 64, block_n a multiple of 32 up to 256:
      * validate.c). d 128: 128 x 128. FlashAttention-3's 128 x 224 is no faster overall, and the two-level
-     * accumulation (fwd_sm90.cuh FG_O_FLUSH) leaves no registers for 128 x 192/224 beside O's second copy;
+     * accumulation (forward_wgmma.cuh FG_O_FLUSH) leaves no registers for 128 x 192/224 beside O's second copy;
      * with three consumers O's level moves to shared memory, where 192 x 128 spills and 192 x 64 is slower.
      * d 64: 192 x 128, three consumers with the level in shared memory, faster than 128 x 128 from 2k keys. */
     {90, 90, 64, 128, -1, FG_DTYPE_E4M3, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 64, 128, -1, FG_DTYPE_E5M2, 128, 128, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 64, 64, -1, FG_DTYPE_E4M3, 192, 128, 16, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 64, 64, -1, FG_DTYPE_E5M2, 192, 128, 16, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
-    /* above d 128 O's fp32 level lives in shared memory (block_m x d x 4 bytes; fwd_sm90.cuh
+    /* above d 128 O's fp32 level lives in shared memory (block_m x d x 4 bytes; forward_wgmma.cuh
      * FG_O_FLUSH_SMEM): d 192 64 x 128, one consumer warpgroup (with two, 128 x 64/96/128 spill 4-24 bytes),
      * d 256 128 x 64 (230544 bytes) */
     {90, 90, 129, 192, -1, FG_DTYPE_E4M3, 64, 128, 8, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 129, 192, -1, FG_DTYPE_E5M2, 64, 128, 8, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 193, 256, -1, FG_DTYPE_E4M3, 128, 64, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 193, 256, -1, FG_DTYPE_E5M2, 128, 64, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
-    /* The mma.sync backward (bwd_sm80.cuh; validate.c's bwd rules): block_n = 16 x warps keys, block_m 32,
+    /* The mma.sync backward (backward_mma.cuh; validate.c's bwd rules): block_n = 16 x warps keys, block_m 32,
      * 64 or 128 query rows a step. The widest tiles that compile (fp32 dQ traffic per FLOP falls as block_n
      * grows, and shared-memory reads per MMA as block_m grows), though ptxas spills at d 96 (4-16 bytes)
      * and d 128 (44-68) on NVRTC 13.0: the wider tile still wins (d 64 128 x 128 1.15x 64 x 128 on Hopper).
@@ -99,7 +99,7 @@ static const fg_tile_rule default_rules[] = {
     {80, 999, 96, 96, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {80, 999, 128, 128, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {80, 999, 129, 256, -1, -1, 64, 64, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
-    /* The wgmma family's backward (sm_90a, bwd_sm90.cuh): two warpgroups of 64 keys; 64 queries a step at
+    /* The wgmma family's backward (sm_90a, backward_wgmma.cuh): two warpgroups of 64 keys; 64 queries a step at
      * head_dim 128, 128 at 64 (dQ split by query rows; FlashAttention-3's tile there); at 128 without a causal
      * mask 80 (FlashAttention-3's tile there, dQ^T = K^T dS^T), faster than 64 from 1k queries; dispatch
      * takes 64 where 80 would pad over 4% more rows (512). */

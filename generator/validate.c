@@ -48,20 +48,20 @@ static int wg_registers(const fg_spec *s) {
 }
 static int wg_register_limit(const fg_spec *s) { return wg_consumers(s) == 3 ? 160 : 240; }
 
-/* The backward (bwd_sm80.cuh): block_n = 16 x warps keys per CTA (8 x warps above head_dim 128), block_m
+/* The backward (backward_mma.cuh): block_n = 16 x warps keys per CTA (8 x warps above head_dim 128), block_m
  * query rows a step; S^T and dP^T on warp tiles of 32 keys x block_m / (warps / (block_n / 32)) queries,
  * dV and dK on 16 or 32 keys x head_dim or half of it, dQ on block_m / 16 query groups times head_dim
  * slices. A thread holds dK and dV throughout (2 block_n d / threads registers), then S^T and dP^T or its
  * dQ slice. */
 static int is_bwd(const fg_spec *s) { return s->kind == FG_KIND_BWD; }
-static int bwd_qm(const fg_spec *s) { /* m16 tiles of a dQ warp tile: bwd_sm80.cuh's FG_QM */
+static int bwd_qm(const fg_spec *s) { /* m16 tiles of a dQ warp tile: backward_mma.cuh's FG_DQ_M16_TILES */
     return fg_bwd_qm(s->block_m, s->block_n, s->warps, s->head_dim);
 }
 static int bwd_qgroups(const fg_spec *s) { return s->block_m / (16 * bwd_qm(s)) > 0 ? s->block_m / (16 * bwd_qm(s)) : 1; }
 static int bwd_dsplit(const fg_spec *s) { return s->warps / bwd_qgroups(s) > 0 ? s->warps / bwd_qgroups(s) : 1; }
 static int bwd_p1_qparts(const fg_spec *s) { return s->block_n >= 32 ? s->warps / (s->block_n / 32) : 0; }
 static int bwd_p2_keys(const fg_spec *s) { /* keys of a phase-2 warp tile */
-    const int parts = fg_bwd_p2_parts(s->block_n, s->warps, s->head_dim); /* bwd_sm80.cuh's FG_P2_PD */
+    const int parts = fg_bwd_p2_parts(s->block_n, s->warps, s->head_dim); /* backward_mma.cuh's FG_P2_DIM_PARTS */
     return s->warps / parts > 0 ? s->block_n / (s->warps / parts) : 0;
 }
 static int bwd_registers(const fg_spec *s) {

@@ -80,7 +80,7 @@ typedef struct ref_problem {
     fg_tensor v_descale;
     fg_dtype out_dtype;  /* FP8 only: O's dtype, F16 or BF16; ignored for 16-bit problems (O has q's dtype) */
     int fp8_sum_rounded; /* FP8 only: REF_LOWP divides O by the sum of the e4m3-rounded P, as the sm_90a kernel
-                            does at head_dim 64/128 (its row sums come from the P.V product: fwd_sm90.cuh
+                            does at head_dim 64/128 (its row sums come from the P.V product: forward_wgmma.cuh
                             FG_PV_SUM); 0: by the sum of the unrounded P, as the other FP8 kernels */
 } ref_problem;
 

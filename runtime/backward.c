@@ -10,7 +10,7 @@
 
 static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
-/* The workspace's rows a (batch, head) (bwd_sm80.cuh's fg_bwd_rows_padded, the same rule): a multiple of 128, every
+/* The workspace's rows a (batch, head) (backward_mma.cuh's fg_bwd_rows_padded, the same rule): a multiple of 128, every
  * block_m but 80 dividing it; on an sm_90 device at head_dim 128 without a causal mask, where the sm_90a kernel's
  * 80-query blocks may run (spec_bwd_sm90_dq_t), the multiple of 128 at or past the last such block's end, so
  * that its LSE and D rows and its dQ accumulator group stay inside the (batch, head)'s rows. A function of
@@ -57,7 +57,7 @@ fg_status fg_attention_bwd_workspace_size(fg_context *ctx, const fg_bwd_args *a,
 
 long long backward_key_blocks(const fg_spec *s, long long sk) { return (sk + s->block_n - 1) / s->block_n; }
 
-/* How many heads' causal key blocks the backward's main kernel interleaves (fg_bwd_cta_tile, bwd_sm80.cuh):
+/* How many heads' causal key blocks the backward's main kernel interleaves (fg_bwd_cta_tile, backward_mma.cuh):
  * 1 unless causal on the sm_90a kernel (the mma.sync kernel keeps its grid: the grouped order spills
  * there), else the largest power of two dividing the heads whose streamed
  * rows (Q and dO, 16-bit, and the fp32 dQ accumulator: 8 bytes a head_dim column a query row) fit in a
@@ -129,13 +129,13 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args
      * partly started, holding fewer SMs than its key blocks; with at most half the SMs' worth of key blocks
      * (the main kernel runs at least one CTA an SM) two such launches on concurrent streams still leave an
      * SM free for the CTAs they wait on. More key blocks, or FLASHGEN_DET_ROTATE=0: ascending, which waits
-     * only on CTAs dispatched before. (bwd_sm80.cuh, fg_bwd_turn_rank.) */
+     * only on CTAs dispatched before. (backward_mma.cuh, fg_bwd_turn_rank.) */
     p.dq_rotate = a->deterministic && !a->causal && ctx->det_rotate && 2 * backward_key_blocks(s, sk) <= ctx->sm_count;
 
     /* The second argument of the sm_90a main kernel and of the mma.sync one's tma=1 variants: the tensor
      * maps of Q, K, V and dO (as the forward's O), boxes of 64 columns by 64 query rows (80 for the sm_90a
      * kernel's 80-query blocks) or block_n keys
-     * (bwd_sm90.cuh, bwd_sm80.cuh); the other kernels ignore it. */
+     * (backward_wgmma.cuh, backward_mma.cuh); the other kernels ignore it. */
     fg_tma_params tm;
     memset(&tm, 0, sizeof tm);
     void *params[] = {&p, &tm};
@@ -147,7 +147,7 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args
     /* pre (D, lse2, zeroed accumulator), main (none without keys: dK, dV are empty), post. Main and post
      * launch early where ctx->pdl allows it (a 9.0+ device running its own code, which is where the kernels'
      * griddepcontrol instructions exist: the variant's arch is the context's): main loads its K and V while pre ends, and
-     * each waits for the kernel before it before touching the workspace (bwd_sm80.cuh). Pre starts after
+     * each waits for the kernel before it before touching the workspace (backward_mma.cuh). Pre starts after
      * everything before it on the stream, as any launch, so main's early loads of K and V, which the
      * caller's earlier work wrote, are safe. */
     const int early = ctx->pdl;

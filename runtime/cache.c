@@ -78,6 +78,7 @@ void cache_key(const fg_cache_key_inputs *in, uint8_t key[32]) {
         key_field(&s, in->options[i], in->options[i] ? strlen(in->options[i]) : 0);
     key_field(&s, in->arch, in->arch ? strlen(in->arch) : 0);
     key_field(&s, in->generator_version, in->generator_version ? strlen(in->generator_version) : 0);
+    key_field(&s, in->headers_digest, in->headers_digest ? strlen(in->headers_digest) : 0);
     sha256_final(&s, key);
 }
 

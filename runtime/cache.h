@@ -4,7 +4,8 @@
  * $HOME/.cache/flashgen (never a shared /tmp path). The directory is created 0700; a directory owned by
  * another user, writable by group or others, or a symbolic link, is refused with a sentence.
  *
- * Key: SHA-256 over everything that determines the cubin: the emitted source (which encodes the spec),
+ * Key: SHA-256 over everything that determines the cubin: the emitted main source (which encodes the spec),
+ * the digest of the headers it is compiled with (the templates),
  * NVRTC version, compile options, target arch, generator version and the cache format version.
  * Entry file `<hex key>.cubin`, mode 0600:
  *   magic "FGCACHE\0" (8) | format version u32 LE | key (32) | name length u32 LE (<= 4096) |
@@ -30,13 +31,14 @@ typedef struct fg_disk_cache {
 
 /* The inputs of a key. Strings are NUL-terminated; options is an array of nopts strings. */
 typedef struct fg_cache_key_inputs {
-    const char *source;            /* the emitted CUDA source */
+    const char *source;            /* the emitted CUDA main source (the prelude) */
     size_t source_len;             /* its length */
     const char *nvrtc_version;     /* e.g. "13.0" */
     const char *const *options;    /* the NVRTC options, in order */
     int nopts;                     /* number of options */
     const char *arch;              /* "sm_90a" */
     const char *generator_version; /* FG_VERSION_STRING */
+    const char *headers_digest;    /* hex SHA-256 of the headers NVRTC gets (emit_headers_digest); NULL: none */
 } fg_cache_key_inputs;
 
 void cache_key(const fg_cache_key_inputs *in, uint8_t key[32]);

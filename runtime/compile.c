@@ -1,5 +1,7 @@
 /* compile.c: emitted source -> cubin through NVRTC. Needs no GPU: the target is the spec's arch.
- * The options are part of the disk-cache key (compile_options is the one place they are written). */
+ * NVRTC gets the embedded templates as headers by name (emit_header_*), so no file system or include path
+ * is involved. The options and the headers' digest are part of the disk-cache key (compile_options is the
+ * one place the options are written). */
 #include <nvrtc.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -34,12 +36,18 @@ int compile_options(const fg_spec *spec, int flags, const char **opts, char buf[
     return n;
 }
 
+/* The headers' digest, computed once (hashing every template costs more than the rest of a key). */
+static char headers_digest[65];
+static pthread_once_t headers_digest_once = PTHREAD_ONCE_INIT;
+static void read_headers_digest(void) { emit_headers_digest(headers_digest); }
+
 void compile_cache_key(const fg_spec *spec, int flags, const char *src, size_t len, uint8_t key[32]) {
     const char *opts[FG_NVRTC_MAX_OPTS];
     char archbuf[64], arch[16];
     int nopts = compile_options(spec, flags, opts, archbuf);
     spec_arch_format(spec->arch, spec->arch_accel, arch, sizeof arch);
-    fg_cache_key_inputs in = {src, len, compile_nvrtc_version(), opts, nopts, arch, FG_VERSION_STRING};
+    pthread_once(&headers_digest_once, read_headers_digest);
+    fg_cache_key_inputs in = {src, len, compile_nvrtc_version(), opts, nopts, arch, FG_VERSION_STRING, headers_digest};
     cache_key(&in, key);
 }
 
@@ -81,6 +89,8 @@ void compile_result_free(fg_compile_result *r) {
     memset(r, 0, sizeof *r);
 }
 
+#define FG_MAX_HEADERS 64 /* templates NVRTC may be given */
+
 #define NV(call)                                                                                  \
     do {                                                                                          \
         nvrtcResult rc_ = (call);                                                                 \
@@ -105,7 +115,14 @@ fg_status compile_source(const fg_spec *spec, const char *src, size_t len, int f
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     (void)len; /* NVRTC reads the NUL-terminated text */
-    NV(nvrtcCreateProgram(&prog, src, "flashgen_kernel.cu", 0, NULL, NULL));
+    const char *names[FG_MAX_HEADERS], *texts[FG_MAX_HEADERS];
+    const int nheaders = emit_header_count();
+    if (nheaders > FG_MAX_HEADERS) return fg_fail(err, FG_ERR_INTERNAL, "%d templates, room for %d", nheaders, FG_MAX_HEADERS);
+    for (int i = 0; i < nheaders; i++) {
+        names[i] = emit_header_name(i);
+        texts[i] = emit_header_text(i);
+    }
+    NV(nvrtcCreateProgram(&prog, src, "flashgen_kernel.cu", nheaders, texts, names));
     nvrtcResult crc = nvrtcCompileProgram(prog, nopts, opts);
     size_t log_size = 0;
     NV(nvrtcGetProgramLogSize(prog, &log_size));

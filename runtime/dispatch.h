@@ -74,7 +74,7 @@ fg_status tma_encode_maps(fg_context *ctx, fg_tma_params *tm, const fg_tensor *q
 /* One kernel launch: the function, its grid and block, dynamic shared memory, its name for errors, and
  * whether it may start before the kernel launched before it on the stream has finished (programmatic
  * dependent launch; the kernel then waits for that one with griddepcontrol.wait before it reads what that
- * one writes: bwd_sm80.cuh fg_pdl_wait). */
+ * one writes: backward_mma.cuh fg_pdl_wait). */
 typedef struct launch_item {
     CUfunction fn;                /* the kernel */
     unsigned grid[3], threads, smem; /* grid, threads a block, dynamic shared memory bytes */

@@ -7,7 +7,7 @@
 #include "runtime/call_args.h"
 #include "runtime/dispatch.h"
 
-/* The causal tile order (fg_tile_order in templates/common/softmax.cuh, fg_cta_tile in fwd_sm80.cuh): how
+/* The causal tile order (fg_tile_order in templates/common/softmax.cuh, fg_cta_tile in forward_mma.cuh): how
  * many (head, batch) pairs G start their query blocks together, longest first; 1 is head by head.
  * Head by head, the last head's longest block starts when fewer than one head's blocks remain and the
  * grid ends waiting on it (a list-scheduling model puts that tail at 5-15% of the run at 2k-4k keys);

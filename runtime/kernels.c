@@ -76,11 +76,16 @@ static fg_status load_cubin(fg_context *ctx, const fg_spec *s, const char *name,
     return FG_OK;
 }
 
-/* Writes source, PTX and log of a JIT compile under FLASHGEN_DUMP, named after the cache key. */
+/* Writes source, PTX and log of a JIT compile under FLASHGEN_DUMP, named after the cache key. The source
+ * is the flattened one (emit_flatten: the prelude with the templates it includes expanded), so that the
+ * .cu compiles alone, as NVRTC compiled the prelude with its headers. */
 static void dump_compile(fg_context *ctx, const char *hex, const char *src, const fg_compile_result *r) {
     mkdir(ctx->dump_dir, 0700);
+    char *flat = NULL;
+    fg_error fe;
+    if (emit_flatten(src, &flat, NULL, &fe) != FG_OK) rt_log(ctx, FG_LOG_WARN, "FLASHGEN_DUMP: %s", fe.msg);
     const char *exts[3] = {"cu", "ptx", "log"};
-    const char *texts[3] = {src, r->ptx, r->log};
+    const char *texts[3] = {flat, r->ptx, r->log};
     for (int i = 0; i < 3; i++) {
         if (!texts[i]) continue;
         char path[1400];
@@ -89,6 +94,7 @@ static void dump_compile(fg_context *ctx, const char *hex, const char *src, cons
         if (fg_write_file_atomic(path, texts[i], strlen(texts[i]), &e) != FG_OK)
             rt_log(ctx, FG_LOG_WARN, "FLASHGEN_DUMP: %s", e.msg);
     }
+    free(flat);
     rt_log(ctx, FG_LOG_INFO, "FLASHGEN_DUMP: wrote %s/%s.{cu,ptx,log}", ctx->dump_dir, hex);
 }
 

@@ -152,7 +152,7 @@ fg_status select_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec *s, int
     s->head_dim = (int)a->q.shape[3];
     s->causal = a->causal;
     s->deterministic = a->deterministic;
-    /* The sm_90a backward (bwd_sm90.cuh) where it applies (head_dim 64 or 128, not deterministic, Q, K, V
+    /* The sm_90a backward (backward_wgmma.cuh) where it applies (head_dim 64 or 128, not deterministic, Q, K, V
      * and dO TMA-ready), unless FLASHGEN_WGMMA_BWD=0: wgmma and TMA loads make it the faster kernel on
      * Hopper, ahead of FlashAttention-2's backward where the mma.sync kernel is behind it. */
     const int tma_ok = select_bwd_tma_ready(a);

@@ -1,6 +1,6 @@
 /* tma.c: TMA descriptor encoding. The tensor maps (CUtensorMap, through cuTensorMapEncodeTiled) of the
  * caller's [batch, seqlen, heads, head_dim] tensors, boxed and swizzled as the kernels' shared-memory tiles
- * are (templates/common/sm90.cuh), for the sm_90a kernels and the mma.sync backward's tma=1 variants. */
+ * are (templates/common/wgmma.cuh), for the sm_90a kernels and the mma.sync backward's tma=1 variants. */
 #include <stdint.h>
 #include <string.h>
 #include "runtime/dispatch.h"
@@ -28,7 +28,7 @@ static fg_status encode_map(fg_context *ctx, CUtensorMap *m, fg_dtype dt, void *
 
 /* The tensor map of a [batch, seqlen, heads, head_dim] tensor (16-bit or FP8) as TMA sees it: 4-d
  * (head_dim, seqlen, heads, batch), boxes of one chunk of `row_bytes` bytes (64 or 128) by `rows` rows,
- * swizzled like the kernel's tiles (sm90.cuh). Rows past seqlen read as zeros and are never written. */
+ * swizzled like the kernel's tiles (wgmma.cuh). Rows past seqlen read as zeros and are never written. */
 static fg_status encode_tma(fg_context *ctx, CUtensorMap *m, const fg_tensor *t, int rows, int row_bytes, fg_error *err) {
     const int64_t es = dtype_size(t->dtype);
     const int64_t dim[4] = {t->shape[3], t->shape[1], t->shape[2], t->shape[0]};

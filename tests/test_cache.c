@@ -123,7 +123,7 @@ static fg_disk_cache open_cache(void) {
 
 static void key_of(const char *text, uint8_t key[32]) {
     const char *opts[] = {"--gpu-architecture=sm_90a", "-lineinfo"};
-    fg_cache_key_inputs in = {text, strlen(text), "13.0", opts, 2, "sm_90a", "0.1.0"};
+    fg_cache_key_inputs in = {text, strlen(text), "13.0", opts, 2, "sm_90a", "0.1.0", NULL};
     cache_key(&in, key);
 }
 
@@ -245,7 +245,7 @@ Test(cache, absent_key_is_a_miss_that_says_why) {
 Test(cache, key_changes_with_every_input) {
     const char *src = "__global__ void k() {}";
     const char *opts[] = {"--gpu-architecture=sm_90a", "-lineinfo", "--std=c++17"};
-    fg_cache_key_inputs base = {src, strlen(src), "13.0", opts, 3, "sm_90a", "0.1.0"};
+    fg_cache_key_inputs base = {src, strlen(src), "13.0", opts, 3, "sm_90a", "0.1.0", "digest"};
     uint8_t k0[32], k1[32], k[16][32];
     cache_key(&base, k0);
     cache_key(&base, k1);
@@ -264,6 +264,8 @@ Test(cache, key_changes_with_every_input) {
     v = base; v.options = o3; cache_key(&v, k[n++]);                                 /* option order */
     v = base; v.arch = "sm_90"; cache_key(&v, k[n++]);                               /* sm_90 is not sm_90a */
     v = base; v.generator_version = "0.1.1"; cache_key(&v, k[n++]);                 /* generator version */
+    v = base; v.headers_digest = "digesu"; cache_key(&v, k[n++]);                    /* a template's text */
+    v = base; v.headers_digest = NULL; cache_key(&v, k[n++]);                        /* no headers */
     /* Concatenation ambiguity: {"a","b"} vs {"ab"} vs {"ab",""}, and moving text between fields. */
     const char *ab[] = {"a", "b"}, *ab1[] = {"ab"}, *ab2[] = {"ab", ""};
     v = base; v.options = ab; v.nopts = 2; cache_key(&v, k[n++]);

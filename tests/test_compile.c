@@ -258,7 +258,7 @@ Test(compile, mma_backward_tma_above_128, .timeout = 900) {
     compile_all_tolerating(specs, n, "mma.sync backward tma=1, head_dim 192 and 256", 32);
 }
 
-/* The sm_90a backward (bwd_sm90.cuh, wgmma): it compiles and spills nothing (246-255 registers on NVRTC
+/* The sm_90a backward (backward_wgmma.cuh, wgmma): it compiles and spills nothing (246-255 registers on NVRTC
  * 13.0; with cp.async loads it spilled up to 40 bytes, session 9), the policy's tiles (80-query blocks at
  * head_dim 128 without a causal mask, dQ^T: 247 registers) and the 64-query ones there too. */
 Test(compile, wgmma_backward, .timeout = 900) {
@@ -293,4 +293,86 @@ Test(compile, wgmma_fp8_every_head_dim, .timeout = 900) {
         }
     compile_all(specs, n, "sm_90a FP8, head dims 64..256");
     tile_policy_free(&p);
+}
+
+/* One variant of each family (and the FP8 wgmma forward, whose prelude differs most). */
+static int family_specs(fg_spec *s) {
+    fg_spec f[5] = {
+        {.kind = FG_KIND_FWD, .arch = 80, .dtype = FG_DTYPE_F16, .head_dim = 64, .block_m = 128, .block_n = 64,
+         .warps = 4, .stages = 3},
+        {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 128, .block_m = 128,
+         .block_n = 128, .warps = 12, .stages = 2, .causal = 1},
+        {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_E4M3, .head_dim = 128},
+        {.kind = FG_KIND_BWD, .arch = 80, .dtype = FG_DTYPE_F16, .head_dim = 64, .block_m = 64, .block_n = 64,
+         .warps = 4, .stages = 2},
+        {.kind = FG_KIND_BWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 64},
+    };
+    fg_tile_policy p;
+    fg_error e;
+    cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
+    for (int i = 0; i < 5; i++) {
+        s[i] = f[i];
+        if (!s[i].out_dtype) s[i].out_dtype = s[i].dtype == FG_DTYPE_E4M3 ? FG_DTYPE_BF16 : s[i].dtype;
+        if (!s[i].block_m) cr_assert_eq(spec_fill_tiles(&s[i], &p, &e), FG_OK, "%s", e.msg);
+        cr_assert_eq(spec_validate(&s[i], &e), FG_OK, "family %d: %s", i, e.msg);
+    }
+    tile_policy_free(&p);
+    return 5;
+}
+
+/* `flashgen gen` and FLASHGEN_DUMP show the flattened source: it must be the program NVRTC compiles from
+ * the prelude and its headers, so the two give the same PTX byte for byte. */
+Test(compile, flattened_source_is_what_nvrtc_compiles, .timeout = 600) {
+    fg_spec s[5];
+    const int n = family_specs(s);
+    for (int i = 0; i < n; i++) {
+        char *pre = NULL, *flat = NULL;
+        size_t len = 0, flen = 0;
+        fg_error e;
+        cr_assert_eq(emit_source(&s[i], &pre, &len, &e), FG_OK, "%s", e.msg);
+        cr_assert_eq(emit_flatten(pre, &flat, &flen, &e), FG_OK, "%s", e.msg);
+        cr_assert_null(strstr(flat, "#include"), "family %d: an include left after flattening", i);
+        fg_compile_result a, b;
+        cr_assert_eq(compile_source(&s[i], pre, len, FG_COMPILE_AS_PTX, &a, &e), FG_OK, "%s", e.msg);
+        cr_assert_eq(compile_source(&s[i], flat, flen, FG_COMPILE_AS_PTX, &b, &e), FG_OK, "%s", e.msg);
+        cr_assert_eq(a.cubin_size, b.cubin_size, "family %d: PTX sizes differ", i);
+        cr_assert_eq(memcmp(a.cubin, b.cubin, a.cubin_size), 0, "family %d: the flattened source compiles to other PTX", i);
+        compile_result_free(&a);
+        compile_result_free(&b);
+        free(pre);
+        free(flat);
+    }
+}
+
+/* Each template a family uses compiles on its own against that family's prelude (its one #include
+ * replaced by the template's): every header includes what it uses. */
+Test(compile, every_template_compiles_alone, .timeout = 900) {
+    fg_spec s[5];
+    const int n = family_specs(s);
+    const char marker[] = "// ---- templates/";
+    for (int i = 0; i < n; i++) {
+        char *pre = NULL, *flat = NULL;
+        fg_error e;
+        cr_assert_eq(emit_source(&s[i], &pre, NULL, &e), FG_OK, "%s", e.msg);
+        cr_assert_eq(emit_flatten(pre, &flat, NULL, &e), FG_OK, "%s", e.msg);
+        char *inc = strstr(pre, "#include \"");
+        cr_assert_not_null(inc);
+        *inc = '\0';
+        int tested = 0;
+        for (const char *m = strstr(flat, marker); m; m = strstr(m + 1, marker)) {
+            const char *name = m + sizeof marker - 1, *end = strstr(name, " ----");
+            if (!end || end - name > 200) continue;
+            char src[65536];
+            int w = snprintf(src, sizeof src, "%s#include \"%.*s\"\n", pre, (int)(end - name), name);
+            cr_assert(w > 0 && w < (int)sizeof src);
+            fg_compile_result r;
+            cr_assert_eq(compile_source(&s[i], src, (size_t)w, FG_COMPILE_AS_PTX, &r, &e), FG_OK,
+                         "family %d: templates/%.*s alone: %s", i, (int)(end - name), name, e.msg);
+            compile_result_free(&r);
+            tested++;
+        }
+        cr_assert_geq(tested, 5, "family %d: %d templates", i, tested);
+        free(pre);
+        free(flat);
+    }
 }

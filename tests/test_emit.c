@@ -1,4 +1,5 @@
-/* test_emit.c: the emitter (generator/emit.c): deterministic, self-contained, readable source. */
+/* test_emit.c: the emitter (generator/emit.c): a deterministic prelude that includes its family's kernel
+ * file, templates that include what they use, and a flattened source that is self-contained and readable. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,16 @@ static fg_spec wg_spec_for(int head_dim, int causal, fg_dtype dt) {
     fg_spec s = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = dt, .head_dim = head_dim,
                  .block_m = 128, .block_n = 128, .warps = 12, .stages = 2, .causal = causal};
     return s;
+}
+
+/* The flattened source of s (emit_source, then emit_flatten); caller frees. */
+static char *flat_of(const fg_spec *s) {
+    char *pre = NULL, *flat = NULL;
+    fg_error e;
+    cr_assert_eq(emit_source(s, &pre, NULL, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(emit_flatten(pre, &flat, NULL, &e), FG_OK, "%s", e.msg);
+    free(pre);
+    return flat;
 }
 
 /* Emits s twice and asserts the two sources are byte-identical and NUL-free (what names the case). */
@@ -50,16 +61,49 @@ Test(emit, self_contained_and_readable) {
     size_t n;
     fg_error e;
     cr_assert_eq(emit_source(&s, &src, &n, &e), FG_OK, "%s", e.msg);
-    cr_assert_null(strstr(src, "#include"), "generated source must not include headers");
+    /* the prelude: the spec's constants, then exactly one include, the family's kernel file */
+    const char *inc = strstr(src, "#include");
+    cr_assert_not_null(inc, "the prelude includes its kernel file");
+    cr_assert_str_eq(inc, "#include \"forward_mma.cuh\"\n", "one include, last: %s", inc);
+    cr_assert(strstr(src, "#define FG_OUT_IS_BF16 1"));
+    cr_assert_null(strstr(src, "FG_DTYPE_BF16"), "the emitted macro must not share include/flashgen.h's name");
+    free(src);
+    /* the flattened source: no include left, every template once */
+    src = flat_of(&s);
+    cr_assert_null(strstr(src, "#include"), "the flattened source must not include headers");
     char name[FG_SPEC_NAME_MAX];
     spec_format(&s, name, sizeof name);
     cr_assert(strstr(src, name), "the variant's name must appear in the source");
-    const char *must[] = {"#define FG_HEAD_DIM 128", "#define FG_CAUSAL 1", "#define FG_DTYPE_BF16 1",
-                          "templates/fwd_sm80.cuh", "templates/common/softmax.cuh", "fg_online_softmax",
+    const char *must[] = {"#define FG_HEAD_DIM 128", "#define FG_CAUSAL 1", "#define FG_OUT_IS_BF16 1",
+                          "templates/forward_mma.cuh", "templates/common/softmax.cuh", "fg_online_softmax",
                           "extern \"C\" __global__", FG_KERNEL_NAME, "bottom-right"};
     for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
         cr_assert(strstr(src, must[i]), "source lacks '%s'", must[i]);
+    const char *once = strstr(src, "// ---- templates/common/types.cuh ----");
+    cr_assert_not_null(once);
+    cr_assert_null(strstr(once + 1, "// ---- templates/common/types.cuh ----"), "types.cuh expanded twice");
     free(src);
+}
+
+/* Every template is include-guarded (so expanding it once is what the preprocessor does) and includes only
+ * other templates, by their names under templates/: NVRTC needs no toolkit header and no include path. */
+Test(emit, templates_are_guarded_and_include_only_templates) {
+    for (int i = 0; i < emit_header_count(); i++) {
+        const char *name = emit_header_name(i), *text = emit_header_text(i);
+        const char *ifndef = strstr(text, "\n#ifndef FG_");
+        cr_assert_not_null(ifndef, "%s has no include guard", name);
+        cr_assert_eq(strncmp(strchr(ifndef + 1, '\n') + 1, "#define FG_", 11), 0, "%s: #ifndef then #define", name);
+        for (const char *p = strstr(text, "#include"); p; p = strstr(p + 1, "#include")) {
+            if (p > text && p[-1] != '\n') continue; /* (mentioned in a comment) */
+            cr_assert_eq(p[9], '"', "%s includes a system header: %.40s", name, p);
+            int found = 0;
+            for (int j = 0; j < emit_header_count(); j++) {
+                size_t n = strlen(emit_header_name(j));
+                found |= strncmp(p + 10, emit_header_name(j), n) == 0 && p[10 + n] == '"';
+            }
+            cr_assert(found, "%s includes a file that is not a template: %.60s", name, p);
+        }
+    }
 }
 
 /* arch sm_90a emits the wgmma family: TMA loads and the wgmma wrappers generated for the tile (QK^T with
@@ -69,24 +113,25 @@ Test(emit, sm_90a_emits_the_wgmma_family_and_sm_90_does_not) {
     char *sw, *sm;
     size_t nw, nm;
     fg_error e;
-    cr_assert_eq(emit_source(&w, &sw, &nw, &e), FG_OK, "%s", e.msg);
-    cr_assert_eq(emit_source(&m, &sm, &nm, &e), FG_OK, "%s", e.msg);
-    cr_assert_null(strstr(sw, "#include"), "generated source must not include headers");
+    sw = flat_of(&w);
+    sm = flat_of(&m);
+    (void)nm;
+    cr_assert_null(strstr(sw, "#include"), "the flattened source must not include headers");
     char name[FG_SPEC_NAME_MAX];
     spec_format(&w, name, sizeof name);
     cr_assert(strstr(sw, name), "the variant's name must appear in the source");
     const char *must[] = {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "cp.async.bulk.tensor",
-                          "templates/fwd_sm90.cuh", "templates/common/sm90.cuh", "fg_wgmma_qk", "fg_wgmma_pv",
-                          "#define FG_HEAD_DIM 128", "#define FG_CAUSAL 0", "#define FG_DTYPE_BF16 1",
+                          "templates/forward_wgmma.cuh", "templates/common/wgmma.cuh", "fg_wgmma_qk", "fg_wgmma_pv",
+                          "#define FG_HEAD_DIM 128", "#define FG_CAUSAL 0", "#define FG_OUT_IS_BF16 1",
                           "extern \"C\" __global__", FG_KERNEL_NAME};
     for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
         cr_assert(strstr(sw, must[i]), "the sm_90a source lacks '%s'", must[i]);
-    const char *never[] = {"wgmma.mma_async", "cp.async.bulk.tensor", "templates/fwd_sm90.cuh",
-                           "templates/common/sm90.cuh", "fg_wgmma_qk"};
+    const char *never[] = {"wgmma.mma_async", "cp.async.bulk.tensor", "templates/forward_wgmma.cuh",
+                           "templates/common/wgmma.cuh", "fg_wgmma_qk"};
     for (size_t i = 0; i < sizeof never / sizeof never[0]; i++)
         cr_assert_null(strstr(sm, never[i]), "the sm_90 source holds '%s'", never[i]);
-    cr_assert(strstr(sm, "templates/fwd_sm80.cuh"), "sm_90 builds the mma.sync family");
-    cr_assert_null(strstr(sw, "templates/fwd_sm80.cuh"), "sm_90a does not build the mma.sync family");
+    cr_assert(strstr(sm, "templates/forward_mma.cuh"), "sm_90 builds the mma.sync family");
+    cr_assert_null(strstr(sw, "templates/forward_mma.cuh"), "sm_90a does not build the mma.sync family");
     free(sw);
     free(sm);
 

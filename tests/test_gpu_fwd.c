@@ -823,7 +823,7 @@ ParameterizedTest(fwd_case *c, fwd, fp8, .timeout = 300) {
  * accumulator with about 14 bits kept, so a P.V product accumulated over every key block in them loses
  * the low bits of each block's contribution, most where the terms do not cancel (V's mean, the row sums).
  * The sm_90a kernel adds the product into an fp32 level of O, every 128-256 keys in registers up to
- * head_dim 128 (fwd_sm90.cuh FG_O_FLUSH), every 512 keys at most in shared memory above and with three
+ * head_dim 128 (forward_wgmma.cuh FG_O_FLUSH), every 512 keys at most in shared memory above and with three
  * consumer warpgroups (FG_O_FLUSH_SMEM; 1024 keys failed 5 of these cases' bounds, H200 session 20). */
 ParameterizedTestParameters(fwd, fp8_long_keys) {
     static fwd_case cases[10];
@@ -852,7 +852,7 @@ ParameterizedTest(fwd_case *c, fwd, fp8_long_keys, .timeout = 300) {
 }
 
 /* FP8 with and without the LSE: on sm_90a at head_dim 64/128 these are two instances of the kernel's tile
- * loop (fwd_sm90.cuh FG_PV_SUM: the fp32 row sums only for the LSE), which must give the same O, bit for
+ * loop (forward_wgmma.cuh FG_PV_SUM: the fp32 row sums only for the LSE), which must give the same O, bit for
  * bit, and each pass the reference. Default tiles (d 64 causal, d 128 causal with sq > sk, d 128 e5m2 GQA)
  * and explicit ones: 128 x 96 and 128 x 64 (V^T chunks of 32 and 64 keys), one consumer warpgroup with
  * 3 stages, three with 4; lengths that are multiples of no tile; 12k-16k keys. Runs only where the sm_90a family does
@@ -1038,7 +1038,7 @@ ParameterizedTest(fwd_case *c, fwd, strided, .timeout = 300) {
 }
 
 /* Non-default softmax scales: mild, tiny (nearly uniform) and large (peaked: exp overflows without the max).
- * The last two run the sm_90a kernel's lazy rescale (16-bit head_dim > 128, fwd_sm90.cuh FG_STALE) over
+ * The last two run the sm_90a kernel's lazy rescale (16-bit head_dim > 128, forward_wgmma.cuh FG_STALE) over
  * several key blocks, with maxima that jump by far more than its allowance (scale 1) and by less (0.25):
  * bench/probes/lazy_rescale_sim.c puts both at 0.50-0.60 of the bound with the allowance of 2^1. */
 ParameterizedTestParameters(fwd, scale) {
@@ -1841,7 +1841,7 @@ ParameterizedTest(fwd_case *c, bwd, shapes_mma_tma, .timeout = 600) {
     gpu_close(&env);
 }
 
-/* The sm_90a backward (bwd_sm90.cuh, wgmma), on the shape set's head dims 64 and 128 without the
+/* The sm_90a backward (backward_wgmma.cuh, wgmma), on the shape set's head dims 64 and 128 without the
  * deterministic mode (which it does not take): what a Hopper GPU runs by default (bwd::shapes runs the
  * mma.sync kernel there, with FLASHGEN_WGMMA_BWD=0); skipped on other GPUs. */
 ParameterizedTestParameters(bwd, shapes_sm90a) {

@@ -1,7 +1,9 @@
 /* test_layers.c: the tree's include structure. Every quoted #include in the C and CUDA sources names
  * its layer (a path from the repository root, e.g. "runtime/cache.h"; templates include each other by
- * paths relative to the including file, as NVRTC sees them), reaches only the layers below its own, and
+ * their path under templates/, as NVRTC sees them), reaches only the layers below its own, and
  * no file includes itself through a chain (no cycle). Nothing outside tests/ includes from tests/.
+ *
+ * A quoted include that names no file of the tree fails too, except the generated templates table.
  *
  * The layers, lowest first: core; templates (device code and the host/device shared headers); generator;
  * runtime; autotune; tools. reference/ (the CPU reference) sits on core alone; tests and bench may reach
@@ -125,37 +127,18 @@ static int is_source(const char *name) {
     return dot && (!strcmp(dot, ".c") || !strcmp(dot, ".h") || !strcmp(dot, ".cuh") || !strcmp(dot, ".cu"));
 }
 
-/* Resolves a quoted include of file `from` to a repository path: relative to the including file's folder
- * when that file exists (how templates include each other), else from the root. Empty when neither exists
- * (a generated file, or a system header in quotes). */
+/* Resolves a quoted include of file `from` to a repository path. Templates include each other as NVRTC
+ * sees them: by their path under templates/ ("common/types.cuh"). Everything else names its layer from the
+ * root ("runtime/cache.h"), except the public header, "flashgen.h" (include/). Empty when the file is not in
+ * the tree (a generated file). */
 static void resolve(const char *from, const char *name, char *out, size_t n) {
     struct stat st;
-    char dir[PATH_LEN];
-    snprintf(dir, sizeof dir, "%s", from);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0';
-    char rel[2 * PATH_LEN];
-    snprintf(rel, sizeof rel, "%s/%s", dir, name);
-    if (strncmp(from, "templates/", 10) == 0 && stat(rel, &st) == 0) {
-        /* normalise "a/b/../c" */
-        char *p;
-        while ((p = strstr(rel, "/../")) != NULL) {
-            char *q = p;
-            while (q > rel && q[-1] != '/') q--;
-            memmove(q, p + 4, strlen(p + 4) + 1);
-        }
-        snprintf(out, n, "%.*s", (int)n - 1, rel);
-        return;
-    }
-    if (strcmp(name, "flashgen.h") == 0) {
-        snprintf(out, n, "include/flashgen.h");
-        return;
-    }
-    if (stat(name, &st) == 0) {
-        snprintf(out, n, "%s", name);
-        return;
-    }
-    out[0] = '\0';
+    char path[2 * PATH_LEN];
+    if (strncmp(from, "templates/", 10) == 0) snprintf(path, sizeof path, "templates/%s", name);
+    else if (strcmp(name, "flashgen.h") == 0) snprintf(path, sizeof path, "include/flashgen.h");
+    else snprintf(path, sizeof path, "%s", name);
+    if (stat(path, &st) == 0) snprintf(out, n, "%.*s", (int)n - 1, path);
+    else out[0] = '\0';
 }
 
 static void scan_file(tree *t, const char *path) {
@@ -181,6 +164,8 @@ static void scan_file(tree *t, const char *path) {
                   "%s: #include \"%s\" does not name its layer (write \"folder/%s\")", path, name, name);
         cr_assert_lt(f->ninc, MAX_INCLUDES, "%s has more than %d includes", path, MAX_INCLUDES);
         resolve(path, name, f->inc[f->ninc], PATH_LEN);
+        cr_assert(f->inc[f->ninc][0] || strcmp(name, "generator/emit_templates.h") == 0,
+                  "%s: #include \"%s\" names no file of the tree", path, name);
         if (f->inc[f->ninc][0]) f->ninc++;
     }
     fclose(in);

@@ -695,7 +695,7 @@ Test(validate, smem_limits_per_arch) {
     cr_assert(strstr(e.msg, "shared memory"), "%s", e.msg);
 }
 
-/* The sm_90a FP8 forward's shared memory, byte for byte against fwd_sm90.cuh's layout: 1 KiB of slack, the
+/* The sm_90a FP8 forward's shared memory, byte for byte against forward_wgmma.cuh's layout: 1 KiB of slack, the
  * Q buffers and K/V stages (one byte an element), at head_dim 64/128 the 8 rows of ones under each V^T
  * chunk of every stage (the P.V wgmma's row sums: spec_fp8_pv_sum; not above d 128; three consumer
  * warpgroups at d 128 no longer fit the registers), and 8-byte words: Q's two barriers a buffer, K/V's four a stage, the tile ring's
@@ -883,7 +883,7 @@ Test(spec, backward_name_policy_and_rules) {
         t1.stages = 3;
         cr_assert_eq(spec_validate(&t1, &e), FG_ERR_UNSUPPORTED);
     }
-    /* The sm_90a backward (bwd_sm90.cuh): head_dim 64 (128 x 128) or 128 (64 x 128) on 8 warps, not
+    /* The sm_90a backward (backward_wgmma.cuh): head_dim 64 (128 x 128) or 128 (64 x 128) on 8 warps, not
      * deterministic; the policy gives it its tile, the rules refuse the rest with a sentence naming sm_90 as
      * the way out. */
     for (int i = 0; i < 4; i++) {

@@ -107,7 +107,8 @@ static const char usage_gen[] =
     "usage: flashgen gen SPEC...\n"
     "\n"
     "Prints the CUDA source flashgen would compile for the variant SPEC: a prelude of #defines for the\n"
-    "spec followed by the template pieces, self-contained (no #include), byte-for-byte deterministic.\n"
+    "spec with the templates it includes expanded once each, in place (one self-contained file, which\n"
+    "NVRTC compiles as the prelude plus the templates as headers), byte-for-byte deterministic.\n"
     "Unset tile fields are filled from the default tile policy, then the spec is validated; a refused\n"
     "spec prints the broken rule's sentence and exits 1.\n"
     "\n"
@@ -370,10 +371,16 @@ static int cmd_gen(int argc, char **argv) {
     size_t len = 0;
     fg_error err;
     fg_error_clear(&err);
-    if (emit_source(&spec, &src, &len, &err) != FG_OK) {
+    /* The flattened source (the prelude with each template it includes expanded once, in place): one file a
+     * person can read top to bottom or compile alone, and the same program NVRTC compiles from the prelude
+     * and its headers (tests/test_compile.c checks the PTX), rather than a prelude that needs templates/. */
+    char *prelude = NULL;
+    if (emit_source(&spec, &prelude, NULL, &err) != FG_OK || emit_flatten(prelude, &src, &len, &err) != FG_OK) {
+        free(prelude);
         say("gen", "%s", err.msg);
         return EXIT_FAIL;
     }
+    free(prelude);
     size_t wrote = fwrite(src, 1, len, stdout);
     free(src);
     if (wrote != len || fflush(stdout) != 0) {

@@ -3,7 +3,7 @@
 //        softmax scale, 1/sqrt(D) when left out)
 //        e.g. ./lazy_rescale_sim 1 192 517 700 1 96 12   (the shape of the GPU test that failed with 2^8, in
 //        fp16; here run as bf16)
-// Why fwd_sm90.cuh's lazy rescale allows 2^1, not FlashAttention-4's 2^8. Emulates, per query row, the
+// Why forward_wgmma.cuh's lazy rescale allows 2^1, not FlashAttention-4's 2^8. Emulates, per query row, the
 // sm_90a forward's online softmax in fp32 (key blocks last to first, P rounded to the dtype for the P.V
 // product, l from the unrounded P, O = acc / l rounded to the dtype) with the exact running maximum and
 // with maxima up to 2^0.5-2^8 stale, and judges each against reference/reference.c's rule: max |out - ref32|

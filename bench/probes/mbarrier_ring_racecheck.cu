@@ -3,7 +3,7 @@
 // Seen 2026-11-29 on an H200 (CUDA 13.0): modes 0 and 1 give correct sums and 1 racecheck hazard each.
 // Does compute-sanitizer racecheck honour mbarrier ordering of plain shared-memory stores and loads?
 // One producer thread hands N indices to 8 consumer warps through a 2-slot ring with full/empty
-// mbarriers: the protocol of fwd_sm90.cuh's dynamic schedule. Mode 0: default qualifiers; mode 1: explicit
+// mbarriers: the protocol of forward_wgmma.cuh's dynamic schedule. Mode 0: default qualifiers; mode 1: explicit
 // .release.cta/.acquire.cta. Each consumer warp sums the indices it reads; the sum is checked. (Dropping the
 // producer's wait for "empty" does not make a usable positive control: the phases wrap and it deadlocks.)
 #include <cstdio>

@@ -1,6 +1,6 @@
 /* bwd_order.h: the order in which the backward's key blocks reach the query blocks and, in the
- * deterministic mode, add into their dQ (bwd_sm80.cuh: fg_bwd_query_blocks, fg_bwd_turn_rank). Plain C
- * with ints only: the emitter pastes it into the backward kernels, and tests/test_call_args.c compiles it on
+ * deterministic mode, add into their dQ (backward_mma.cuh: fg_bwd_query_blocks, fg_bwd_turn_rank). Plain C
+ * with ints only: the backward kernels include it, and tests/test_call_args.c compiles it on
  * the host to check the orders (every query block's ranks a permutation, each key block's predecessor
  * one that reached the block earlier) and to simulate their waits under in-order dispatch. */
 #ifndef FG_BWD_ORDER_H

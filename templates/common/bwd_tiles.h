@@ -1,5 +1,5 @@
-/* bwd_tiles.h: the mma.sync backward's warp tilings that depend on the tile (bwd_sm80.cuh's FG_QM and
- * FG_P2_PD), in plain C: the emitter pastes it into the backward kernels, and generator/validate.c includes
+/* bwd_tiles.h: the mma.sync backward's warp tilings that depend on the tile (backward_mma.cuh's FG_DQ_M16_TILES and
+ * FG_P2_DIM_PARTS), in plain C: the backward kernels include it, and generator/validate.c includes
  * it, so that its tile rules and register estimate read the same layout the kernel compiles. */
 #ifndef FG_BWD_TILES_H
 #define FG_BWD_TILES_H

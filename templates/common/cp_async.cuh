@@ -2,24 +2,28 @@
 // fill.
 //
 // Tile layout. A tile is `rows` rows of FG_CHUNKS 16-byte chunks (8 elements each). Rows are split into
-// slabs of FG_SW chunks (8, 4 or 2: the largest that divides the row), stored slab after slab, and inside
+// slabs of FG_SLAB_CHUNKS chunks (8, 4 or 2: the largest that divides the row), stored slab after slab, and inside
 // a slab the chunk index is XOR-ed with the row, so that the 8 row addresses of one ldmatrix (8
 // consecutive rows, same logical chunk) fall in 8 different 16-byte bank groups:
 //   SW = 8: a slab row is 128 bytes, physical chunk = c ^ (row % 8);
 //   SW = 4: two rows share 128 bytes,    physical chunk = c ^ ((row / 2) % 4);
 //   SW = 2: four rows share 128 bytes,   physical chunk = c ^ ((row / 4) % 2).
 // No padding is needed, so every head dim that is a multiple of 16 uses its exact size.
+#ifndef FG_COMMON_CP_ASYNC_CUH
+#define FG_COMMON_CP_ASYNC_CUH
 
-// Tiles of 16-bit elements hold 8 per chunk; FP8 tiles 16 (FG_ESIZE is the input element's bytes).
-constexpr int FG_EPC = 16 / FG_ESIZE;                  // elements per 16-byte chunk of Q, K (and V)
-constexpr int FG_CHUNKS = FG_HEAD_DIM_PADDED / FG_EPC; // chunks per row of a Q or K tile
+#include "common/types.cuh"
+
+// Tiles of 16-bit elements hold 8 per chunk; FP8 tiles 16 (FG_ELEM_BYTES is the input element's bytes).
+constexpr int FG_CHUNK_ELEMS = 16 / FG_ELEM_BYTES;                  // elements per 16-byte chunk of Q, K (and V)
+constexpr int FG_CHUNKS = FG_HEAD_DIM_PADDED / FG_CHUNK_ELEMS; // chunks per row of a Q or K tile
 
 // The slab width of a tile whose rows are CH chunks: the largest of 8, 4, 2 that divides CH.
 template <int CH>
 struct fg_sw {
     static constexpr int value = CH % 8 == 0 ? 8 : (CH % 4 == 0 ? 4 : 2);
 };
-constexpr int FG_SW = fg_sw<FG_CHUNKS>::value;
+constexpr int FG_SLAB_CHUNKS = fg_sw<FG_CHUNKS>::value;
 
 // Byte offset of (row, 16-byte chunk) inside a tile of `rows` rows of CH chunks.
 template <int CH = FG_CHUNKS>
@@ -50,7 +54,7 @@ __device__ __forceinline__ void fg_cp_async_wait() { asm volatile("cp.async.wait
 // The lane-dependent part of an ldmatrix address. ldmatrix reads rows row0 + lane_row (row0 a multiple
 // of 8, lane_row in 0..15) at chunk 2*kk + lane_chunk (lane_chunk 0 or 1). Because the swizzle depends
 // on the row only through row % 8, the address splits into a per-thread part that depends on kk only
-// through kk % (FG_SW / 2), computed once here, plus compile-time constants (fg_frag_addr). Hoisting
+// through kk % (FG_SLAB_CHUNKS / 2), computed once here, plus compile-time constants (fg_frag_addr). Hoisting
 // every address of the unrolled loops instead would cost a register each and spill.
 template <int CH = FG_CHUNKS>
 struct fg_frag_offsets_t {
@@ -139,9 +143,9 @@ struct fg_tile_loader {
         tid = thread;
         const int c = thread % FG_CHUNKS;
         row = thread / FG_CHUNKS;
-        col_ok = FG_HEAD_DIM == FG_HEAD_DIM_PADDED || c * FG_EPC < FG_HEAD_DIM; // padded heads only
+        col_ok = FG_HEAD_DIM == FG_HEAD_DIM_PADDED || c * FG_CHUNK_ELEMS < FG_HEAD_DIM; // padded heads only
         dst = fg_tile_offset(row, c, ROWS);
-        src = base + (i64)row * row_stride + c * FG_EPC;
+        src = base + (i64)row * row_stride + c * FG_CHUNK_ELEMS;
     }
 
     // Copies the next tile, of which the first rows_valid rows exist, into the tile at `tile`. The row
@@ -153,7 +157,7 @@ struct fg_tile_loader {
         if constexpr (FG_LOADER_RECOMPUTE) {
             const int thread = fg_tid_now(), c = thread % FG_CHUNKS;
             row = thread / FG_CHUNKS;
-            col_ok = FG_HEAD_DIM == FG_HEAD_DIM_PADDED || c * FG_EPC < FG_HEAD_DIM;
+            col_ok = FG_HEAD_DIM == FG_HEAD_DIM_PADDED || c * FG_CHUNK_ELEMS < FG_HEAD_DIM;
             dst = fg_tile_offset(row, c, ROWS);
         }
         const fg_in_t *p = src;
@@ -214,3 +218,5 @@ struct fg_vt_loader {
         src += COLS;
     }
 };
+
+#endif // FG_COMMON_CP_ASYNC_CUH

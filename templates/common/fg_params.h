@@ -1,7 +1,7 @@
 /* fg_params.h: the run-time parameters of a forward kernel, passed by value as a __grid_constant__
- * argument. This one definition is compiled into the host library (runtime/) and pasted by the emitter
- * into every generated kernel, so host and device can never disagree on the layout.
- * Plain C with fixed-width types spelled as built-ins: NVRTC sees it with no headers. Everything that
+ * argument. This one definition is compiled into the host library (runtime/) and included by
+ * every kernel template, so host and device can never disagree on the layout.
+ * Plain C with fixed-width types spelled as built-ins: it needs no toolkit header. Everything that
  * varies per call lives here and never causes a recompile. Strides are in elements. */
 #ifndef FG_PARAMS_H
 #define FG_PARAMS_H
@@ -44,7 +44,7 @@ typedef struct fg_fwd_params {
     int *tile_counter;
 } fg_fwd_params;
 
-/* The run-time parameters of the backward kernels (bwd_sm80.cuh). Q, K, V, O, dO and the gradients use
+/* The run-time parameters of the backward kernels (backward_mma.cuh). Q, K, V, O, dO and the gradients use
  * the forward's layouts and strides (in elements); the workspace regions are laid out by the host
  * (runtime/dispatch_bwd.c) with rows padded to a multiple of 64. */
 typedef struct fg_bwd_params {

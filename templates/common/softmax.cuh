@@ -6,6 +6,10 @@
 // rescaled when m grows; O is divided by l once, at the end.
 // A row that has seen only masked (-inf) scores keeps m = -inf; its exponent base is taken as 0 so that
 // exp2(-inf - 0) = 0 and nothing becomes NaN.
+#ifndef FG_COMMON_SOFTMAX_CUH
+#define FG_COMMON_SOFTMAX_CUH
+
+#include "common/types.cuh"
 
 __device__ __forceinline__ float fg_quad_max(float x) {
     x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
@@ -26,7 +30,7 @@ __device__ __forceinline__ float fg_quad_sum(float x) {
 // it by more than 2^stale in P (FlashAttention-4's lazy rescale), so P may reach 2^(stale + shift) and
 // corr is 1, skipping O's rescale, in most steps after a row's first blocks. m is only the exponent's
 // base: l and O carry the same factor and the LSE is taken from the m in use. Only the rounding moves:
-// a row's largest P is no longer exactly 1 (fwd_sm90.cuh FG_STALE says what that costs).
+// a row's largest P is no longer exactly 1 (forward_wgmma.cuh FG_STALE says what that costs).
 template <int NT, bool SUM = true>
 __device__ __forceinline__ float fg_softmax_row(float (&s)[NT][4], int h, float &row_max, float &row_sum,
                                                 float scale_log2, float shift, float stale = 0.f) {
@@ -100,7 +104,7 @@ __device__ __forceinline__ void fg_tile_order(int index, int M, int HB, int grou
 // no bit. (FlashAttention-4 goes further and keeps a stale maximum until it is 2^8 behind; measured here
 // on this mma.sync path, 2026-11-29, that moved fp16 results off the low-precision reference by more than
 // the tolerance rule allows on one shape of the GPU suite, so this path keeps the exact maximum. The
-// sm_90a kernel keeps a maximum up to 2^1 stale at 16-bit head_dim > 128, fwd_sm90.cuh FG_STALE.)
+// sm_90a kernel keeps a maximum up to 2^1 stale at 16-bit head_dim > 128, forward_wgmma.cuh FG_STALE.)
 template <int MT, int NT, int DT>
 __device__ __forceinline__ void fg_online_softmax(float (&s)[MT][NT][4], float (&row_max)[MT][2],
                                                   float (&row_sum)[MT][2], float (&acc)[MT][DT][4],
@@ -132,3 +136,5 @@ __device__ __forceinline__ void fg_online_softmax(float (&s)[MT][NT][4], float (
             }
     }
 }
+
+#endif // FG_COMMON_SOFTMAX_CUH

@@ -1,6 +1,10 @@
 // tma.cuh: mbarriers and the TMA unit (cp.async.bulk: tensor-map tiles, 1-d bulk copies), written against
 // PTX; sm_90 and newer. Used by the sm_90a families and by the mma.sync backward's tma=1 variants (the
 // functions are inline, so a target that calls none of them never sees their instructions).
+#ifndef FG_COMMON_TMA_CUH
+#define FG_COMMON_TMA_CUH
+
+#include "common/types.cuh"
 
 // ---- mbarriers ----
 __device__ __forceinline__ void fg_mbar_init(u32 bar, u32 count) {
@@ -22,6 +26,28 @@ __device__ __forceinline__ void fg_mbar_wait(u32 bar, u32 parity) {
                      : "r"(bar), "r"(parity)
                      : "memory");
     } while (!done);
+}
+
+// ---- mbarrier rings ----
+// A ring of STAGES buffers, each guarded by a "full" mbarrier (the data is in) and an "empty" one (its readers
+// are done). Step n, counted from 0 over the ring's whole life, uses buffer n % STAGES for the (n / STAGES)-th
+// time: the full barrier's phase to wait for has parity use & 1, and the empty barrier's phase that freed the
+// buffer's previous use has parity (use - 1) & 1 (only for use > 0). Stage and phase are both derived from the
+// step count, so they advance together and every role that counts the same steps agrees on them. I is the
+// count's type: unsigned where the ring has two stages and the count is known non-negative (stage and use are
+// then a mask and a shift).
+// (The sm_90a forward's producer and its tile-index ring keep the same arithmetic written out: with the
+// position passed around as one value ptxas gets another instruction order there, in 24 registers.)
+template <int STAGES, typename I = int>
+struct fg_ring_pos {
+    I stage; // the buffer: step % STAGES
+    I use;   // how many times the buffer was used before: step / STAGES
+    __device__ __forceinline__ u32 full_parity() const { return (u32)(use & 1); }
+    __device__ __forceinline__ u32 empty_parity() const { return (u32)((use - 1) & 1); }
+};
+template <int STAGES, typename I>
+__device__ __forceinline__ fg_ring_pos<STAGES, I> fg_ring_at(I step) {
+    return {(I)(step % STAGES), (I)(step / STAGES)};
 }
 
 // ---- TMA ----
@@ -60,3 +86,5 @@ __device__ __forceinline__ void fg_fence_mbar_init() { asm volatile("fence.mbarr
 __device__ __forceinline__ void fg_prefetch_tmap(const void *tmap) {
     asm volatile("prefetch.tensormap [%0];" ::"l"(tmap) : "memory");
 }
+
+#endif // FG_COMMON_TMA_CUH

@@ -1,8 +1,10 @@
 // types.cuh: scalar types and conversions for the generated kernels, written against PTX so the source
 // needs no toolkit header (cuda_fp16.h / cuda_bf16.h) at JIT time.
-// The prelude defines FG_DTYPE_BF16 to 1 when the output O is bf16 (for fp16/bf16 variants the output
+// The prelude defines FG_OUT_IS_BF16 to 1 when the output O is bf16 (for fp16/bf16 variants the output
 // and input types are one), FG_FP8 to 1 for e4m3/e5m2 inputs (FG_FP8_E5M2 to 1 for e5m2), and
-// FG_ESIZE to the input element's bytes.
+// FG_ELEM_BYTES to the input element's bytes.
+#ifndef FG_COMMON_TYPES_CUH
+#define FG_COMMON_TYPES_CUH
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -18,7 +20,7 @@ typedef u16 fg_in_t;
 // Two floats -> one register of two 16-bit values (lo in the low half), rounded to nearest even.
 __device__ __forceinline__ u32 fg_pack2(float lo, float hi) {
     u32 r;
-#if FG_DTYPE_BF16
+#if FG_OUT_IS_BF16
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
 #else
     asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
@@ -29,7 +31,7 @@ __device__ __forceinline__ u32 fg_pack2(float lo, float hi) {
 // One register of two 16-bit values (lo in the low half) -> two floats (exact).
 __device__ __forceinline__ float2 fg_unpack2(u32 r) {
     float2 f;
-#if FG_DTYPE_BF16
+#if FG_OUT_IS_BF16
     f.x = __uint_as_float(r << 16);
     f.y = __uint_as_float(r & 0xffff0000u);
 #else
@@ -114,3 +116,5 @@ template <bool B>
 struct fg_bool {
     static constexpr bool value = B;
 };
+
+#endif // FG_COMMON_TYPES_CUH

@@ -1,15 +1,15 @@
-// fwd_sm90.cuh: the FlashAttention-3 style forward kernel for Hopper (sm_90a): TMA, mbarriers, wgmma,
+// forward_wgmma.cuh: the FlashAttention-3 style forward kernel for Hopper (sm_90a): TMA, mbarriers, wgmma,
 // warp specialization, intra-warpgroup overlap, pingpong, persistent CTAs.
 //
 // Grid: one CTA per SM at most (persistent), taking tiles (FG_BLOCK_M query rows of one head) from a
-// counter (or in a fixed stride; dispatch.c's rt_launch_grid). A CTA has FG_CWG + 1 warpgroups:
+// counter (or in a fixed stride; dispatch.c's rt_launch_grid). A CTA has FG_CONSUMER_WGS + 1 warpgroups:
 //   warpgroup 0, the producer: gives its registers away (setmaxnreg) and one thread issues TMA loads:
 //     per tile K and V of each key block into a ring of FG_STAGES stages that runs on across tiles, and
 //     Q into one of FG_Q_STAGES buffers (in the order the buffers come free, below); every
 //     buffer has a "full" mbarrier the
 //     copy engine completes and an "empty" one the consumer warps arrive at; with FP8 its other three
 //     warps put each V^T stage's keys in the order the consumers' P registers have (fg_p_to_fp8);
-//   warpgroups 1..FG_CWG, the consumers: take the registers, and each computes 64 query rows:
+//   warpgroups 1..FG_CONSUMER_WGS, the consumers: take the registers, and each computes 64 query rows:
 //     S = Q K^T       wgmma m64 n{BLOCK_N} k16, both operands in shared memory (K-major)
 //     mask            only on the key blocks crossing the causal diagonal or the end of the keys, which
 //                     come first (blocks are visited last to first)
@@ -26,152 +26,29 @@
 //   registers every FG_O_FLUSH steps, since FP8 wgmma accumulates with about 14 bits; O goes out from
 //   registers.)
 // TMA zero-fills rows past the end of Q, K and V, so padded keys give S = 0 (then masked) and P.V adds 0.
-// Measured step by step on an H200: bench/results/2026-11-29-h200-sm90a/.
+#ifndef FG_FORWARD_WGMMA_CUH
+#define FG_FORWARD_WGMMA_CUH
 
-constexpr int FG_CWG = FG_BLOCK_M / 64;          // consumer warpgroups
-constexpr int FG_THREADS = (FG_CWG + 1) * 128;
-constexpr int FG_NT = FG_BLOCK_N / 8;            // n8 column groups of S
-constexpr int FG_DT = FG_HEAD_DIM / 8;           // n8 column groups of O
-constexpr int FG_DTA = FG_DT + FG_PV_SUM / 8;    // ... and FP8's row-sum group after them (FG_PV_SUM)
-static_assert(FG_DT % 4 == 0, "head_dim a multiple of 32: O leaves in 16-byte units of four n8 groups");
-// FP8's two-level accumulation: the period of the flush of the P.V accumulator into fp32, O's fp32 level in
-// registers (FG_O_FLUSH, head_dim <= 128) or in shared memory (FG_O_FLUSH_SMEM: above, and with three
-// consumer warpgroups); 0 for none.
-constexpr int FG_FLUSH = FG_O_FLUSH > 0 ? FG_O_FLUSH : FG_O_FLUSH_SMEM;
-constexpr int FG_OF = FG_FLUSH > 0 ? FG_FLUSH : 1; // its period, 1 where there is none
-// O's fp32 level in shared memory: per consumer thread FG_DTA 16-byte units (its four accumulator registers
-// of each n8 group), unit u of consumer thread c at (u * consumer threads + c) * 16: thread-private, and a
-// warp's 16-byte accesses fall on consecutive addresses (no bank conflicts).
-constexpr u32 FG_OACC_BYTES = FG_O_FLUSH_SMEM ? FG_DTA * (FG_BLOCK_M / 64) * 128 * 16 : 0; // row sums too
-constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM * FG_ESIZE;
-constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM * FG_ESIZE; // a K tile, or V (FP8: V^T, d x block_n)
-constexpr float FG_P_SHIFT = FG_FP8 ? 8.f : 0.f; // FP8: P = 2^8 exp2(...) fills e4m3's range (as fwd_sm80.cuh)
-constexpr u32 FG_Q_CHUNK = FG_BLOCK_M * FG_RB;   // bytes of one column chunk of the Q tile
-// Q buffers (FG_Q_STAGES, from the emitter: 2 where shared memory allows): with two, the next tile's Q
-// loads while this tile runs; with one (FG_Q_EARLY; the default 16-bit and FP8 tiles at head_dim 192 and 256,
-// and the widest 16-bit ones at 128), once every consumer warp's last S wgmma of this tile has read it, so it loads
-// during this tile's last softmax and P V, and O goes from the registers to global memory in 16-byte
-// units (FG_O_DIRECT, as FP8's O). Measured at d 256 only (d 192 and the wide d 128 tiles pass the
-// tests, untimed). Before session 18 O /= l was staged in the warpgroup's Q rows and written by a TMA
-// store, the Q buffer going back once the store had read it, so with one buffer the consumers waited for
-// Q at every tile. H200, same runs, against that
-// (bench/results/2026-11-30-h200-session18, call 3): d 256 512 keys +5-7%, 1k +3-4%, 2k +1-2%, 4k +1%.
-// (Also sending O from the registers where there are two Q buffers: no gain at 512 and d 64 causal 2k-4k
-// 2-6% slower, 192-row tiles; not taken there. Session 18, calls 3-4.) FP8 with one Q buffer (d 256
-// 128 x 64), which had kept the buffer until the tile's last P V: 1.004x e4m3 over 16 pairs, 1k +1%, 2k
-// +0-1%, 4k-16k equal (session 19 call 3).
-constexpr u32 FG_KV_CHUNK = FG_BLOCK_N * FG_RB;  // ... of a K or V tile
-#define FG_Q_EARLY (FG_Q_STAGES == 1)
-static_assert(FG_O_DIRECT == (FG_FP8 || FG_Q_EARLY), "FG_O_DIRECT (emit.c, spec_wgmma_o_direct) as the kernel needs");
-// Registers per thread after rebalancing: the producer keeps 24, the consumers share the rest
-// (65536 per SM at one CTA per SM, in multiples of 8, at most 240). With one consumer warpgroup nobody needs
-// what the producer would give up, and FP8's V^T reordering warps spilled in 24 (d 64 64 x 64, 4 stages,
-// causal: 4 bytes), so they keep 40 there.
-constexpr int FG_PRODUCER_REGS = FG_FP8 && FG_BLOCK_M == 64 ? 40 : 24;
-// Named barriers (0 is __syncthreads): per consumer warpgroup, its epilogue's and its pingpong turn's.
-constexpr int FG_BAR_EPILOGUE = 1, FG_BAR_SCHED = 4;
-constexpr int FG_CONSUMER_REGS = FG_CWG == 1 ? 240 : (FG_CWG == 2 ? 240 : 160);
+#include "common/fg_params.h"
+#include "common/types.cuh"
+#include "common/softmax.cuh"
+#include "common/tma.cuh"
+#include "common/wgmma.cuh"
 
-// The online-softmax step of one S block for this thread's two rows (g and g + 8 of its warp's 16):
-// running maximum and sum updated, S replaced by P, and in corr the factor O must be multiplied by. Unlike
-// fg_online_softmax it leaves O alone: here the previous block's P V may still be accumulating into it.
-// SUM: keep the fp32 row sums (FP8 with FG_PV_SUM: only for the LSE).
-// The lazy rescale's allowance (fg_softmax_row's stale, log2 units of P) at 16-bit head_dim above 128, where
-// O's rescale is a branch: 1, so P <= 2. FlashAttention-4's 8 (P <= 256) ran faster (d 256 1.059x the exact
-// maximum against 1.034x for 2 and 1.028x for 1; H200, session 20 call 4) but failed the tolerance rule on
-// one GPU test (fp16 d 192 causal, 1.05x the bound), and an emulation of the kernel's rounding
-// (bench/probes/lazy_rescale_sim.c) put its worst error at up to 1.44x the bound: rows whose weight sits on
-// a few keys lose the exact P = 1 of their largest. There 2 reached 0.83 of the bound, 1 0.65, the exact
-// maximum 0.67 (d 256, causal, scales 1/16 to 2), so 1: the last 0.6% of speed is not worth the margin.
-// 0 elsewhere: the 16-bit d <= 128 kernels multiply O every step without a test, and FP8, whose
-// P = 2^(8 + stale) must stay below e4m3's 448, ran slower with 2^0.75 (e4m3 d 128 0.913x, d 64 0.943x,
-// d 256 0.991x; call 2).
-constexpr float FG_STALE = !FG_FP8 && FG_HEAD_DIM > 128 ? 1.f : 0.f;
-template <bool SUM>
-__device__ __forceinline__ void fg_softmax_stats(float (&s)[1][FG_NT][4], float (&row_max)[1][2],
-                                                 float (&row_sum)[1][2], float (&corr)[2], float scale_log2) {
-#pragma unroll
-    for (int h = 0; h < 2; h++)
-        corr[h] = fg_softmax_row<FG_NT, SUM>(s[0], h, row_max[0][h], row_sum[0][h], scale_log2, FG_P_SHIFT, FG_STALE);
-}
-
-// A 4 x 4 transpose of u32s across a quad (two butterfly steps): thread t4 gives its u[k] to thread k and
-// ends with u[j] = thread j's u[t4]. Every lane of the warp takes part.
-__device__ __forceinline__ void fg_quad_transpose(u32 (&u)[4], int t4) {
-#pragma unroll
-    for (int s = 1; s <= 2; s *= 2)
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            if (k & s) continue;
-            const bool up = (t4 & s) != 0; // keeps u[k | s], sends u[k]; else keeps u[k], sends u[k | s]
-            const u32 r = __shfl_xor_sync(0xffffffffu, up ? u[k] : u[k | s], s);
-            if (up)
-                u[k] = r;
-            else
-                u[k | s] = r;
-        }
-}
-
-#if FG_FP8
-// P as the A operand of the FP8 P.V wgmma (m64 k32): a thread holds, per row, A positions 4t..4t+3 (a[0],
-// a[1] for rows g, g + 8) and 16 + 4t..19 + 4t (a[2], a[3]) of a 32-key chunk, while the S accumulator gave
-// it keys 8j + 2t and 8j + 2t + 1 of the chunk's n8 groups j = 0..3. Instead of moving P between the quad's
-// lanes (two to four shuffles and byte permutes per register until 2026-11-30), the thread packs its own
-// pairs, X_0 | X_1 << 16 and X_2 | X_3 << 16, and the V^T tile's keys are put in the same order in shared
-// memory once per stage (fg_vt_reorder_unit): A position 4t + {0,1,2,3} of each 16 holds key 2t, 2t + 1,
-// 8 + 2t, 9 + 2t. P.V sums over keys, so any order shared by both operands gives the same product.
-// (FlashAttention-3 folds a reordering into the V transpose it does in shared memory; here V^T comes
-// transposed by TMA, so the producer warpgroup's idle warps reorder it.)
-__device__ __forceinline__ void fg_p_to_fp8(const float (&s)[1][FG_NT][4], int kc, u32 (&a)[4]) {
-#pragma unroll
-    for (int h = 0; h < 2; h++)
-        asm("{ .reg .b16 x0, x1, x2, x3;\n"
-            "cvt.rn.satfinite.e4m3x2.f32 x0, %3, %2;\n cvt.rn.satfinite.e4m3x2.f32 x1, %5, %4;\n"
-            "cvt.rn.satfinite.e4m3x2.f32 x2, %7, %6;\n cvt.rn.satfinite.e4m3x2.f32 x3, %9, %8;\n"
-            "mov.b32 %0, {x0, x1};\n mov.b32 %1, {x2, x3}; }"
-            : "=r"(a[h]), "=r"(a[2 + h])
-            : "f"(s[0][4 * kc][2 * h]), "f"(s[0][4 * kc][2 * h + 1]), "f"(s[0][4 * kc + 1][2 * h]),
-              "f"(s[0][4 * kc + 1][2 * h + 1]), "f"(s[0][4 * kc + 2][2 * h]), "f"(s[0][4 * kc + 2][2 * h + 1]),
-              "f"(s[0][4 * kc + 3][2 * h]), "f"(s[0][4 * kc + 3][2 * h + 1]));
-}
-// The V^T side of that order, on one 16-byte unit (16 keys of one head_dim row) in place: key pairs
-// p0..p7 become p0 p4 p1 p5 p2 p6 p3 p7 (A position pair 2t + u takes key pair 4u + t). The swizzle moves
-// whole units, so it does not matter here.
-__device__ __forceinline__ void fg_vt_reorder_unit(u32 addr) {
-    u32 w0, w1, w2, w3;
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(w0), "=r"(w1), "=r"(w2), "=r"(w3) : "r"(addr) : "memory");
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(__byte_perm(w0, w2, 0x5410)),
-                 "r"(__byte_perm(w0, w2, 0x7632)), "r"(__byte_perm(w1, w3, 0x5410)), "r"(__byte_perm(w1, w3, 0x7632))
-                 : "memory");
-}
-#endif
-
-// One tile: query block m_block of (head, batch), with the key blocks it needs (n_blocks, visited last to
-// first) of which the first n_blocks - n_unmasked need the mask. Producer and consumers derive the same
-// tiles, in the same order, from the tile index alone.
-struct fg_tile {
-    int m0, head, batch, kv_head, n_blocks, n_masked;
-};
-__device__ __forceinline__ fg_tile fg_tile_at(const fg_fwd_params &p, int index, int m_blocks) {
-    fg_tile t;
-    // The heaviest causal blocks first (fg_tile_order); non-causal tiles head by head, sharing K/V in L2.
-    int m_block, hb;
-    fg_tile_order(index, m_blocks, p.heads_q * p.batch, p.causal_group, m_block, hb);
-    t.head = hb % p.heads_q;
-    t.batch = hb / p.heads_q;
-    t.kv_head = t.head / (p.heads_q / p.heads_kv);
-    t.m0 = m_block * FG_BLOCK_M;
-    int n_unmasked;
-    fg_key_blocks(t.m0, p.seqlen_q, p.seqlen_k, t.n_blocks, n_unmasked);
-    t.n_masked = t.n_blocks - n_unmasked;
-    return t;
-}
+#include "forward_wgmma/layout.cuh"
+#include "forward_wgmma/consumer.cuh"
+#include "forward_wgmma/epilogue.cuh"
+#include "forward_wgmma/producer.cuh"
+#include "forward_wgmma/scheduler.cuh"
 
 // Tiles blockIdx.x, then blockIdx.x + gridDim.x, ... or, with p.tile_counter, whichever tile the
 // counter hands out next (in fg_tile_at's longest-first order): with gridDim.x = the number of SMs
 // (persistent) the producer loads the next tile's K and V while the consumers finish the current one;
 // with one CTA per tile the hardware's block scheduler balances tiles of unequal cost. The host chooses
 // (dispatch.c, rt_launch_grid).
+// The roles' helpers live in forward_wgmma/: layout.cuh (constants), scheduler.cuh (tiles), producer.cuh,
+// consumer.cuh (main-loop steps), epilogue.cuh. The role bodies stay in this function: they share its
+// shared-memory layout and barriers, and as lambdas over its locals they compile to the measured code.
 extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)
 fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_constant__ fg_tma_params tm) {
     extern __shared__ __align__(1024) unsigned char fg_smem[];
@@ -190,9 +67,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     const u32 base = (fg_smem_addr(fg_smem) + 1023u) & ~1023u;
     const u32 s_q = base; // FG_Q_STAGES buffers
     const u32 s_k = s_q + FG_Q_STAGES * FG_Q_BYTES;
-    constexpr u32 FG_VS_BYTES = FG_FP8 ? FG_BLOCK_N / FG_RBV * FG_VT_CHUNK : FG_KV_BYTES; // a V stage
+    constexpr u32 FG_V_STAGE_BYTES = FG_FP8 ? FG_BLOCK_N / FG_VT_ROW_BYTES * FG_VT_CHUNK : FG_KV_BYTES; // a V stage
     const u32 s_v = s_k + FG_STAGES * FG_KV_BYTES;
-    const u32 s_oacc = s_v + FG_STAGES * FG_VS_BYTES; // FG_O_FLUSH_SMEM: O's fp32 level
+    const u32 s_oacc = s_v + FG_STAGES * FG_V_STAGE_BYTES; // FG_O_FLUSH_SMEM: O's fp32 level
     const u32 bars = s_oacc + FG_OACC_BYTES;
     auto bar_q = [&](int b) { return bars + 8u * b; };
     auto bar_q_empty = [&](int b) { return bars + 8u * (FG_Q_STAGES + b); };
@@ -227,18 +104,18 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             fg_mbar_init(bar_q(b), 1);
             // one arrival per consumer warpgroup once its O store has read it (FP8: once it is past its last
             // wgmma; FG_Q_EARLY: one per consumer warp, once its last S wgmma has completed)
-            fg_mbar_init(bar_q_empty(b), FG_Q_EARLY ? FG_CWG * 4 : FG_CWG);
+            fg_mbar_init(bar_q_empty(b), FG_Q_EARLY ? FG_CONSUMER_WGS * 4 : FG_CONSUMER_WGS);
         }
 #pragma unroll
         for (int s = 0; s < FG_STAGES; s++) {
             fg_mbar_init(bar_k(s), 1);
             fg_mbar_init(bar_v(s), 1);
-            fg_mbar_init(bar_k_empty(s), FG_CWG * 4);
-            fg_mbar_init(bar_v_empty(s), FG_CWG * 4);
+            fg_mbar_init(bar_k_empty(s), FG_CONSUMER_WGS * 4);
+            fg_mbar_init(bar_v_empty(s), FG_CONSUMER_WGS * 4);
         }
         for (int b = 0; b < 2; b++) {
             fg_mbar_init(bar_t_full(b), 1);
-            fg_mbar_init(bar_t_empty(b), FG_CWG * 4);
+            fg_mbar_init(bar_t_empty(b), FG_CONSUMER_WGS * 4);
         }
 #if FG_FP8
 #pragma unroll
@@ -250,11 +127,11 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     if (FG_PV_SUM) {
         // The ones rows under each V^T chunk of every stage (FG_PV_SUM), 1.0 in V's type; TMA never writes
         // them (its boxes are head_dim rows), and wgmma reads them through the async proxy.
-        constexpr int CH = FG_BLOCK_N / FG_RBV, UNITS = FG_PV_SUM * FG_RBV / 16; // 16-byte units a chunk
+        constexpr int CH = FG_BLOCK_N / FG_VT_ROW_BYTES, UNITS = FG_PV_SUM * FG_VT_ROW_BYTES / 16; // 16-byte units a chunk
         const u32 one = FG_FP8_E5M2 ? 0x3C3C3C3Cu : 0x38383838u;
         for (int u = tid; u < FG_STAGES * CH * UNITS; u += FG_THREADS) {
             const int sc = u / UNITS; // stage * CH + chunk
-            const u32 addr = s_v + (sc / CH) * FG_VS_BYTES + (sc % CH) * FG_VT_CHUNK + FG_HEAD_DIM * FG_RBV + (u % UNITS) * 16;
+            const u32 addr = s_v + (sc / CH) * FG_V_STAGE_BYTES + (sc % CH) * FG_VT_CHUNK + FG_HEAD_DIM * FG_VT_ROW_BYTES + (u % UNITS) * 16;
             asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(one) : "memory");
         }
         fg_fence_proxy_async();
@@ -280,11 +157,11 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 // (relaxed: at earlier steps this load may meet the producer's store unordered)
                 asm volatile("ld.relaxed.cta.shared.b32 %0, [%1];" : "=r"(stop) : "r"(vt_stop) : "memory");
                 if (stop == step) break;
-                // head_dim rows of FG_RBV keys a chunk (FG_PV_SUM's ones rows after them need no reordering)
-                constexpr u32 UPC = FG_HEAD_DIM * FG_RBV / 16; // 16-byte units of a chunk's V^T
-                const u32 sv = s_v + s * FG_VS_BYTES;
+                // head_dim rows of FG_VT_ROW_BYTES keys a chunk (FG_PV_SUM's ones rows after them need no reordering)
+                constexpr u32 UPC = FG_HEAD_DIM * FG_VT_ROW_BYTES / 16; // 16-byte units of a chunk's V^T
+                const u32 sv = s_v + s * FG_V_STAGE_BYTES;
 #pragma unroll
-                for (int c = 0; c < FG_BLOCK_N / FG_RBV; c++)
+                for (int c = 0; c < FG_BLOCK_N / FG_VT_ROW_BYTES; c++)
                     for (u32 u = tid - 32; u < UPC; u += 32 * FG_VT_WARPS) fg_vt_reorder_unit(sv + c * FG_VT_CHUNK + 16u * u);
                 fg_fence_proxy_async(); // the generic-proxy stores, before the consumers' wgmma reads them
                 __syncwarp();
@@ -300,8 +177,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 if (use > 0) fg_mbar_wait(empty, (use - 1) & 1);
                 fg_mbar_expect_tx(full, FG_KV_BYTES);
 #pragma unroll
-                for (int c = 0; c < FG_DCH; c++)
-                    fg_tma_load(dst + c * FG_KV_CHUNK, map, c * FG_SWC, j * FG_BLOCK_N, t.kv_head, t.batch, full);
+                for (int c = 0; c < FG_COL_CHUNKS; c++)
+                    fg_tma_load(dst + c * FG_KV_CHUNK, map, c * FG_CHUNK_COLS, j * FG_BLOCK_N, t.kv_head, t.batch, full);
             };
             // Step `it` of tile t, the producer's K/V step `step` overall: K (if k), then V (if v).
             auto load_kv_parts = [&](const fg_tile &t, int it, int step, bool k, bool v) {
@@ -309,15 +186,15 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 if (k) load_kv_tile(s_k + s * FG_KV_BYTES, &tm.k, bar_k(s), bar_k_empty(s), use, j, t);
                 if (!v) return;
 #if FG_FP8
-                // V^T: boxes of FG_RBV keys (the contiguous dim) by head_dim rows, one a chunk
+                // V^T: boxes of FG_VT_ROW_BYTES keys (the contiguous dim) by head_dim rows, one a chunk
                 if (use > 0) fg_mbar_wait(bar_v_empty(s), (use - 1) & 1);
                 fg_mbar_expect_tx(bar_v(s), FG_KV_BYTES);
 #pragma unroll
-                for (int c = 0; c < FG_BLOCK_N / FG_RBV; c++)
-                    fg_tma_load(s_v + s * FG_VS_BYTES + c * FG_VT_CHUNK, &tm.v, j * FG_BLOCK_N + c * FG_RBV, 0, t.kv_head,
+                for (int c = 0; c < FG_BLOCK_N / FG_VT_ROW_BYTES; c++)
+                    fg_tma_load(s_v + s * FG_V_STAGE_BYTES + c * FG_VT_CHUNK, &tm.v, j * FG_BLOCK_N + c * FG_VT_ROW_BYTES, 0, t.kv_head,
                                 t.batch, bar_v(s));
 #else
-                load_kv_tile(s_v + s * FG_VS_BYTES, &tm.v, bar_v(s), bar_v_empty(s), use, j, t);
+                load_kv_tile(s_v + s * FG_V_STAGE_BYTES, &tm.v, bar_v(s), bar_v_empty(s), use, j, t);
 #endif
             };
             auto load_kv = [&](const fg_tile &t, int it, int step) { load_kv_parts(t, it, step, true, true); };
@@ -353,20 +230,18 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 // freed by an S FG_STAGES steps back, with two stages and a previous tile of two blocks or more
                 // the S of that tile's last block but one), Q (two Q buffers: freed a tile earlier;
                 // FG_Q_EARLY: by the previous tile's last S), V of the first block (by the P V FG_STAGES steps
-                // back), then the rest. (Before session 18 the first FG_STAGES blocks went before Q, so a
-                // second Q buffer's load waited for the previous tile's last P V: H200 16-bit d 64 and 128 at
-                // 512 keys +9-14% with Q first. That order suited only a Q buffer kept until the last P V,
-                // which FP8's d 256 tiles did until session 19.)
+                // back), then the rest: with Q after the first FG_STAGES blocks, a second Q buffer's load
+                // would wait for the previous tile's last P V (16-bit d 64 and 128, 512 keys: +9-14% Q first).
                 load_kv_parts(t, 0, kv, true, false);
                 const int qb = qn % FG_Q_STAGES, quse = qn / FG_Q_STAGES;
                 if (quse > 0) fg_mbar_wait(bar_q_empty(qb), (quse - 1) & 1);
                 qn++;
                 fg_mbar_expect_tx(bar_q(qb), FG_Q_BYTES);
 #pragma unroll
-                for (int w = 0; w < FG_CWG; w++)
+                for (int w = 0; w < FG_CONSUMER_WGS; w++)
 #pragma unroll
-                    for (int c = 0; c < FG_DCH; c++)
-                        fg_tma_load(s_q + qb * FG_Q_BYTES + c * FG_Q_CHUNK + w * 64 * FG_RB, &tm.q, c * FG_SWC,
+                    for (int c = 0; c < FG_COL_CHUNKS; c++)
+                        fg_tma_load(s_q + qb * FG_Q_BYTES + c * FG_Q_CHUNK + w * 64 * FG_CHUNK_ROW_BYTES, &tm.q, c * FG_CHUNK_COLS,
                                     t.m0 + 64 * w, t.head, t.batch, bar_q(qb));
                 load_kv_parts(t, 0, kv, false, true);
                 for (int it = 1; it < t.n_blocks; it++) load_kv(t, it, kv + it);
@@ -400,10 +275,10 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     const int cw = wg - 1;             // consumer warpgroup: rows 64 cw .. 64 cw + 63 of the block
     const int warp = (tid / 32) % 4;   // warp inside the warpgroup: rows 16 warp .. + 15 of those
     const int g = lane / 4, t4 = lane % 4;
-    u32 s_q_wg = s_q + cw * 64 * FG_RB; // this warpgroup's rows of the current tile's Q buffer
+    u32 s_q_wg = s_q + cw * 64 * FG_CHUNK_ROW_BYTES; // this warpgroup's rows of the current tile's Q buffer
 
-    auto stage_of = [&](int i) { return i % FG_STAGES; };
-    auto parity_of = [&](int i) { return (u32)((i / FG_STAGES) & 1); };
+    auto stage_of = [&](int i) { return fg_ring_at<FG_STAGES>(i).stage; };
+    auto parity_of = [&](int i) { return fg_ring_at<FG_STAGES>(i).full_parity(); };
     // Issues S = Q K^T of K/V step i (one commit group).
     auto issue_qk = [&](int i, float (&sacc)[1][FG_NT][4]) {
         const u32 sk_s = s_k + stage_of(i) * FG_KV_BYTES;
@@ -411,19 +286,19 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         fg_fence_regs(sacc[0]);
         fg_wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < FG_HEAD_DIM * FG_ESIZE / 32; kk++) {
-            // k step kk (16 elements, FP8 32: 32 bytes either way): column chunk kk / (FG_RB / 32), 32 bytes
+        for (int kk = 0; kk < FG_HEAD_DIM * FG_ELEM_BYTES / 32; kk++) {
+            // k step kk (16 elements, FP8 32: 32 bytes either way): column chunk kk / (FG_CHUNK_ROW_BYTES / 32), 32 bytes
             // per step inside it (the descriptor's start moves inside the swizzle atom; the hardware applies
             // the XOR to the full address).
-            const u32 c = kk / (FG_RB / 32), off = (kk % (FG_RB / 32)) * 32;
+            const u32 c = kk / (FG_CHUNK_ROW_BYTES / 32), off = (kk % (FG_CHUNK_ROW_BYTES / 32)) * 32;
             fg_wgmma_qk(sacc[0], fg_desc_kmajor(s_q_wg + c * FG_Q_CHUNK + off),
                         fg_desc_kmajor(sk_s + c * FG_KV_CHUNK + off), kk > 0 ? 1u : 0u);
         }
         fg_wgmma_commit();
     };
-    float acc[1][FG_DTA][4];
-    float oacc[FG_O_FLUSH ? FG_DTA : 1][4]; // FP8: the fp32 level of O's accumulation (FG_O_FLUSH)
-    constexpr u32 FG_OACC_STRIDE = FG_CWG * 128 * 16; // FG_O_FLUSH_SMEM: bytes between a thread's units
+    float acc[1][FG_DT_WITH_SUM][4];
+    float oacc[FG_O_FLUSH ? FG_DT_WITH_SUM : 1][4]; // FP8: the fp32 level of O's accumulation (FG_O_FLUSH)
+    constexpr u32 FG_OACC_STRIDE = FG_CONSUMER_WGS * 128 * 16; // FG_O_FLUSH_SMEM: bytes between a thread's units
     const u32 oacc_at = s_oacc + (u32)(tid - 128) * 16u; // ... and its first unit
     auto level_ld = [&](int dt, float (&x)[4]) { // unit dt of this thread's level
         asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
@@ -434,28 +309,28 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                      "f"(x[1]), "f"(x[2]), "f"(x[3]) : "memory");
     };
     // k steps of the P.V product: 16 keys (FP8: 32), each four registers of P.
-    constexpr int FG_PK = FG_FP8 ? FG_BLOCK_N / 32 : FG_BLOCK_N / 16;
+    constexpr int FG_PV_KSTEPS = FG_FP8 ? FG_BLOCK_N / 32 : FG_BLOCK_N / 16;
     // Issues O += P V of K/V step i (one commit group). 16-bit: V read MN-major, 16 keys (two 8-key
-    // groups, 16 FG_RB-byte rows) per step; FP8: V^T read K-major, 32 key bytes per step.
+    // groups, 16 FG_CHUNK_ROW_BYTES-byte rows) per step; FP8: V^T read K-major, 32 key bytes per step.
     // scale_d 0: the accumulator restarts from 0 (FG_O_FLUSH).
-    auto issue_pv = [&](int i, const u32 (&pf)[FG_PK][4], u32 scale_d) {
-        const u32 sv_s = s_v + stage_of(i) * FG_VS_BYTES;
+    auto issue_pv = [&](int i, const u32 (&pf)[FG_PV_KSTEPS][4], u32 scale_d) {
+        const u32 sv_s = s_v + stage_of(i) * FG_V_STAGE_BYTES;
         fg_mbar_wait(FG_FP8 ? bar_vr(stage_of(i)) : bar_v(stage_of(i)), parity_of(i)); // FP8: once reordered
         fg_fence_regs(acc[0]);
         fg_wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < FG_PK; kk++)
+        for (int kk = 0; kk < FG_PV_KSTEPS; kk++)
             fg_wgmma_pv(acc[0], pf[kk],
-                        FG_FP8 ? fg_desc_kmajor<FG_RBV>(sv_s + (kk * 32 / FG_RBV) * FG_VT_CHUNK + kk * 32 % FG_RBV)
-                               : fg_desc_mnmajor(sv_s + kk * 16 * FG_RB, FG_KV_CHUNK),
+                        FG_FP8 ? fg_desc_kmajor<FG_VT_ROW_BYTES>(sv_s + (kk * 32 / FG_VT_ROW_BYTES) * FG_VT_CHUNK + kk * 32 % FG_VT_ROW_BYTES)
+                               : fg_desc_mnmajor(sv_s + kk * 16 * FG_CHUNK_ROW_BYTES, FG_KV_CHUNK),
                         kk > 0 ? 1u : scale_d);
         fg_wgmma_commit();
     };
     // P in the A-operand layout: 16-bit, packed straight from the S accumulator (the layouts agree); FP8,
     // converted and packed in V^T's reordered key order (fg_p_to_fp8).
-    auto pack_p = [&](const float (&sacc)[1][FG_NT][4], u32 (&pf)[FG_PK][4]) {
+    auto pack_p = [&](const float (&sacc)[1][FG_NT][4], u32 (&pf)[FG_PV_KSTEPS][4]) {
 #pragma unroll
-        for (int kk = 0; kk < FG_PK; kk++) {
+        for (int kk = 0; kk < FG_PV_KSTEPS; kk++) {
 #if FG_FP8
             fg_p_to_fp8(sacc, kk, pf[kk]);
 #else
@@ -480,12 +355,12 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     // spilled it at d 64 with three consumer warpgroups.)
     auto turn_cw = [&]() { return FG_O_FLUSH_SMEM ? (int)((u32)fg_tid_now() / 128u) - 1 : cw; };
     auto turn_wait = [&]() {
-        if (FG_CWG > 1) fg_named_sync(FG_BAR_SCHED + turn_cw(), 256);
+        if (FG_CONSUMER_WGS > 1) fg_named_sync(FG_BAR_SCHED + turn_cw(), 256);
     };
     auto turn_pass = [&]() {
-        if (FG_CWG > 1) fg_named_arrive(FG_BAR_SCHED + (turn_cw() + 1) % FG_CWG, 256);
+        if (FG_CONSUMER_WGS > 1) fg_named_arrive(FG_BAR_SCHED + (turn_cw() + 1) % FG_CONSUMER_WGS, 256);
     };
-    if (FG_CWG > 1 && cw == FG_CWG - 1) fg_named_arrive(FG_BAR_SCHED, 256); // warpgroup 0 goes first
+    if (FG_CONSUMER_WGS > 1 && cw == FG_CONSUMER_WGS - 1) fg_named_arrive(FG_BAR_SCHED, 256); // warpgroup 0 goes first
 
     int kv = 0, qn = 0, cn = 0;
     // The next tile's index from the producer (dynamic schedule); each warp releases the slot once read.
@@ -495,7 +370,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         int index;
         asm volatile("ld.shared.b32 %0, [%1];" : "=r"(index) : "r"(ring_slot + 4u * b) : "memory");
         __syncwarp();
-        if (lane_is_0(FG_O_FLUSH_SMEM && FG_CWG == 3)) fg_mbar_arrive(bar_t_empty(b));
+        if (lane_is_0(FG_O_FLUSH_SMEM && FG_CONSUMER_WGS == 3)) fg_mbar_arrive(bar_t_empty(b));
         cn++;
         return index;
     };
@@ -514,7 +389,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         const fg_tile tl = fg_tile_at(p, index, m_blocks);
         const int n_blocks = tl.n_blocks;
         // The softmax scale (log2 domain and natural) and O's factor: FP8 descales (per tensor or per
-        // (batch, KV head)) fold in, as in fwd_sm80.cuh.
+        // (batch, KV head)) fold in, as in forward_mma.cuh.
         float sc_log2 = p.scale_log2, sc_ln = p.softmax_scale, o_factor = 1.f;
 #if FG_FP8
         {
@@ -529,7 +404,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         const int row0 = tl.m0 + 64 * cw + 16 * warp + g; // this thread's rows: row0 and row0 + 8
         float row_max[1][2] = {{FG_NEG_INF, FG_NEG_INF}}, row_sum[1][2] = {{0.f, 0.f}};
 #pragma unroll
-        for (int dt = 0; dt < FG_DTA; dt++) {
+        for (int dt = 0; dt < FG_DT_WITH_SUM; dt++) {
             acc[0][dt][0] = acc[0][dt][1] = acc[0][dt][2] = acc[0][dt][3] = 0.f;
             if (FG_O_FLUSH) oacc[dt][0] = oacc[dt][1] = oacc[dt][2] = oacc[dt][3] = 0.f;
             if (FG_O_FLUSH_SMEM) level_st(dt, {0.f, 0.f, 0.f, 0.f});
@@ -556,11 +431,12 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         // Intra-warpgroup overlap (FlashAttention-3), as written: while the tensor cores run P V of step i - 1,
         // this warpgroup does the softmax of step i, whose S was issued just before. O is rescaled only once
         // that P V has completed. (ptxas moves the wait for that P V up to the start of the softmax: below.)
-        u32 pf[FG_PK][4];
+        u32 pf[FG_PV_KSTEPS][4];
         if (n_blocks > 0) {
-            const int qb = qn % FG_Q_STAGES;
-            s_q_wg = s_q + qb * FG_Q_BYTES + cw * 64 * FG_RB;
-            fg_mbar_wait(bar_q(qb), (qn / FG_Q_STAGES) & 1);
+            const auto rq = fg_ring_at<FG_Q_STAGES>(qn);
+            const int qb = rq.stage;
+            s_q_wg = s_q + qb * FG_Q_BYTES + cw * 64 * FG_CHUNK_ROW_BYTES;
+            fg_mbar_wait(bar_q(qb), rq.full_parity());
             qn++;
             float sacc[1][FG_NT][4];
             turn_wait();
@@ -578,7 +454,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             float sacc[1][FG_NT][4];
             turn_wait();
             issue_qk(kv + it, sacc);
-            issue_pv(kv + it - 1, pf, FG_FLUSH && (it - 1) % FG_OF == 0 ? 0u : 1u);
+            issue_pv(kv + it - 1, pf, FG_FLUSH && (it - 1) % FG_FLUSH_PERIOD == 0 ? 0u : 1u);
             turn_pass();
             fg_wgmma_wait<1>(); // S of step it is in; P V of step it - 1 may still run
             fg_fence_regs(sacc[0]);
@@ -586,29 +462,17 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             mask(it, sacc);
             float corr[2];
             fg_softmax_stats<FP32_SUM>(sacc, row_max, row_sum, corr, sc_log2);
-            // The PTX waits for P V of step it - 1 here, after the softmax, but ptxas (NVRTC 13.0) puts the
-            // WARPGROUP.DEPBAR before the softmax's first instruction in every variant, 16-bit and FP8 (it sees
-            // no dependency between them), so each warpgroup runs its softmax after its own P V, and the overlap
-            // is the pingpong's alone. ptxas keeps the written order where the wait sits after a branch on the
-            // softmax's result, or after a shared-memory store of a value that needs every P; built so
-            // (bench/results/2026-11-30-h200-session22/patches/softmax_before_pv_wait.patch), every
-            // GPU test passing, it ran slower on the H200: e4m3 0.979x (d 128 0.93-0.97x), bf16 0.985x over 36
-            // pairs each (d 64 to 256, 2k-16k, both masks; session 22 call 2). So the kernels keep ptxas's order.
+            // The PTX waits for P V of step it - 1 here, after the softmax, but ptxas puts the WARPGROUP.DEPBAR
+            // before the softmax's first instruction (it sees no dependency between them), so each warpgroup
+            // runs its softmax after its own P V and the overlap is the pingpong's alone. Forcing the written
+            // order (a branch on the softmax's result before the wait) is slower (bf16 0.985x, e4m3 0.979x).
             fg_wgmma_wait<0>();
             fg_fence_regs(acc[0]);
             release(bar_v_empty(stage_of(kv + it - 1)));
-            // Above head_dim 128 and for FP8, rescale O only in warps where some row's maximum grew: after
-            // the first blocks it rarely moves (FlashAttention-4 skips the multiply the same way), and a
-            // multiply by exactly 1 changes no bit, so skipping it is exact. Measured on an H200 (fgbench,
-            // bf16, same run): d 256 +0-6% (4k non-causal +5.9%), d 128 -1-4% (the branch splits the step),
-            // d 64 +-1%. FP8 (bench/fp8.py, 2026-11-30, bench/results/2026-11-30-h200-session13/): at d 128
-            // 3% faster with P packed without shuffles, 6% slower with the quad shuffles P had before.
-            // Since session 20 a row's maximum counts as grown only past FG_STALE (the lazy rescale): with
-            // the exact test a 16-row warp still rescaled in most steps at 1k-4k keys. 16-bit d 256, two
-            // alternations, both dtypes and masks, 512-16k, against the exact test: 1.028x with 2^1 (2k-8k
-            // +2-5%). Making the d 64/128 rescale a branch for the same (with 2^8): d 64 0.926x, d 128
-            // 1.000x, so they keep the unconditional multiply (bench/results/2026-11-30-h200-session20,
-            // calls 1 and 4).
+            // Above head_dim 128 and for FP8, rescale O only in warps where some row's maximum grew (past
+            // FG_STALE): after the first blocks it rarely moves (FlashAttention-4 skips the multiply the same
+            // way), and a multiply by exactly 1 changes no bit, so skipping it is exact. At d 64 and 128 the
+            // branch splits the step and costs more than the multiply, so they rescale unconditionally.
             // FP8 two-level accumulation (every FG_O_FLUSH steps): the P.V accumulator (O and the row sums) is
             // added into fp32 registers, oacc, and the next P.V starts it again from 0 (scale-d 0).
             // Hopper's FP8 wgmma adds into its accumulator keeping only about 14 bits (DeepSeek-V3's report;
@@ -619,7 +483,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             // spilled 40 bytes at d 128).
             if ((FG_HEAD_DIM <= 128 && !FG_FP8) || __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
-                for (int dt = 0; dt < FG_DTA; dt++) {
+                for (int dt = 0; dt < FG_DT_WITH_SUM; dt++) {
                     acc[0][dt][0] *= corr[0];
                     acc[0][dt][1] *= corr[0];
                     acc[0][dt][2] *= corr[1];
@@ -632,9 +496,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                     }
                 }
             }
-            if (FG_O_FLUSH && it % FG_OF == 0) {
+            if (FG_O_FLUSH && it % FG_FLUSH_PERIOD == 0) {
 #pragma unroll
-                for (int dt = 0; dt < FG_DTA; dt++)
+                for (int dt = 0; dt < FG_DT_WITH_SUM; dt++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) oacc[dt][e] += acc[0][dt][e];
             }
@@ -643,9 +507,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
             // level * osc + acc (acc is rescaled above, as without the level).
             osc[0] *= corr[0];
             osc[1] *= corr[1];
-            if (it % FG_OF == 0) {
+            if (it % FG_FLUSH_PERIOD == 0) {
 #pragma unroll
-                for (int dt = 0; dt < FG_DTA; dt++) {
+                for (int dt = 0; dt < FG_DT_WITH_SUM; dt++) {
                     float x[4];
                     level_ld(dt, x);
 #pragma unroll
@@ -659,10 +523,10 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         }
         if (n_blocks > 0) {
             // FG_Q_EARLY: the tile's last S has been read (waited for above), so Q goes back (here rather than
-            // in the loop's last step: a branch in the loop cost d 64/128 2-5% at 8k-16k, H200 session 18)
-            if (FG_Q_EARLY) release(bar_q_empty((qn - 1) % FG_Q_STAGES));
+            // in the loop's last step: a branch in the loop costs d 64/128 2-5% at long sequences)
+            if (FG_Q_EARLY) release(bar_q_empty(fg_ring_at<FG_Q_STAGES>(qn - 1).stage));
             turn_wait();
-            issue_pv(kv + n_blocks - 1, pf, FG_FLUSH && (n_blocks - 1) % FG_OF == 0 ? 0u : 1u);
+            issue_pv(kv + n_blocks - 1, pf, FG_FLUSH && (n_blocks - 1) % FG_FLUSH_PERIOD == 0 ? 0u : 1u);
             turn_pass();
             fg_wgmma_wait<0>();
             fg_fence_regs(acc[0]);
@@ -695,11 +559,11 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         // has gone back already (the barrier kept all the same: without it the compiler moved the
         // epilogue's work into the loop and spilled 8 bytes at head_dim 256).
         fg_named_sync(FG_BAR_EPILOGUE + cw, 128);
-        if (!FG_Q_EARLY && tid % 128 == 0) fg_mbar_arrive(bar_q_empty((qn - 1) % FG_Q_STAGES));
+        if (!FG_Q_EARLY && tid % 128 == 0) fg_mbar_arrive(bar_q_empty(fg_ring_at<FG_Q_STAGES>(qn - 1).stage));
 #if FG_O_FLUSH_SMEM
         // O = the shared-memory level (with the factors it still owes) + the accumulator's last steps
 #pragma unroll
-        for (int dt = 0; dt < FG_DTA; dt++) {
+        for (int dt = 0; dt < FG_DT_WITH_SUM; dt++) {
             float x[4];
             level_ld(dt, x);
 #pragma unroll
@@ -711,7 +575,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
 #pragma unroll
             for (int h = 0; h < 2; h++) {
 #pragma unroll
-                for (int dt = 0; dt < FG_DTA; dt++) // the last steps' P.V into the fp32 part (FG_O_FLUSH)
+                for (int dt = 0; dt < FG_DT_WITH_SUM; dt++) // the last steps' P.V into the fp32 part (FG_O_FLUSH)
                     if (FG_O_FLUSH) acc[0][dt][2 * h] += oacc[dt][2 * h], acc[0][dt][2 * h + 1] += oacc[dt][2 * h + 1];
                 // O's l: with FG_PV_SUM the sum of the e4m3 P that weighted V (every column of the group holds it)
                 const float l = FG_PV_SUM ? acc[0][FG_DT][2 * h] : fg_quad_sum(row_sum[0][h]);
@@ -720,7 +584,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
                 const int row = row0 + 8 * h;
                 // 16 bytes a thread: of every four n8 groups 4q..4q+3 the quad's threads swap their pairs
                 // (fg_quad_transpose) so that thread t4 stores group 4q + t4's eight columns (st.global.b32 of
-                // each pair: d 128 0.969x, d 256 0.955x of the TMA store from shared memory, H200 session 18)
+                // each pair is slower than the TMA store from shared memory: d 128 0.969x)
 #pragma unroll
                 for (int q = 0; q < FG_DT / 4; q++) {
                     u32 u[4];
@@ -742,27 +606,27 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         continue;
 #endif
         // (Unreachable with FG_O_DIRECT, but left outside an #else: the causal one-Q-buffer kernels' SASS
-        // changes without it, and those are the kernels measured in session 18.)
+        // changes without it.)
         // Otherwise O /= l is staged in the warpgroup's Q rows (every warp is past its last wgmma, which
         // read them) and written by a TMA store, which clips rows past seqlen_q; once the store has read
         // shared memory the Q buffer goes back to the producer (the next tile's first K/V blocks, and
         // with two Q buffers its Q, are already loading).
         fg_named_sync(FG_BAR_EPILOGUE + cw, 128);
-        // Row r = 16 warp + g + 8 h of the warpgroup, column 8 dt + 2 t4: in the swizzled layout (sm90.cuh)
+        // Row r = 16 warp + g + 8 h of the warpgroup, column 8 dt + 2 t4: in the swizzled layout (wgmma.cuh)
         // its 16-byte unit is XOR-ed with xr = g (128-byte rows) or (g / 2) % 4 (64-byte rows), the same
         // for both h. The per-thread parts go through asm so the compiler computes them here rather than
         // hoisting every address out of the tile loop (which spilled them).
         u32 row_base, xr16;
-        asm volatile("mov.b32 %0, %1;" : "=r"(row_base) : "r"(s_q_wg + (16 * warp + g) * FG_RB + 4 * t4));
-        asm volatile("mov.b32 %0, %1;" : "=r"(xr16) : "r"((FG_RB == 128 ? g : (g / 2) % 4) * 16));
+        asm volatile("mov.b32 %0, %1;" : "=r"(row_base) : "r"(s_q_wg + (16 * warp + g) * FG_CHUNK_ROW_BYTES + 4 * t4));
+        asm volatile("mov.b32 %0, %1;" : "=r"(xr16) : "r"((FG_CHUNK_ROW_BYTES == 128 ? g : (g / 2) % 4) * 16));
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const float l = fg_quad_sum(row_sum[0][h]);
             const float inv = l > 0.f ? o_factor / l : 0.f; // a row with nothing to attend gives O = 0
 #pragma unroll
             for (int dt = 0; dt < FG_DT; dt++) {
-                const u32 c = (8 * dt) / FG_SWC, col = (8 * dt) % FG_SWC;
-                const u32 addr = row_base + c * FG_Q_CHUNK + h * 8 * FG_RB + ((col * 2) ^ xr16);
+                const u32 c = (8 * dt) / FG_CHUNK_COLS, col = (8 * dt) % FG_CHUNK_COLS;
+                const u32 addr = row_base + c * FG_Q_CHUNK + h * 8 * FG_CHUNK_ROW_BYTES + ((col * 2) ^ xr16);
                 const u32 packed = fg_pack2(acc[0][dt][2 * h] * inv, acc[0][dt][2 * h + 1] * inv);
                 asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(packed));
             }
@@ -776,10 +640,10 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         fg_named_sync(FG_BAR_EPILOGUE + cw, 128);
         if (tid % 128 == 0) {
 #pragma unroll
-            for (int c = 0; c < FG_DCH; c++)
-                fg_tma_store(&tm.o, s_q_wg + c * FG_Q_CHUNK, c * FG_SWC, tl.m0 + 64 * cw, tl.head, tl.batch);
+            for (int c = 0; c < FG_COL_CHUNKS; c++)
+                fg_tma_store(&tm.o, s_q_wg + c * FG_Q_CHUNK, c * FG_CHUNK_COLS, tl.m0 + 64 * cw, tl.head, tl.batch);
             fg_tma_store_commit_and_drain();
-            fg_mbar_arrive(bar_q_empty((qn - 1) % FG_Q_STAGES));
+            fg_mbar_arrive(bar_q_empty(fg_ring_at<FG_Q_STAGES>(qn - 1).stage));
         }
     }
 #if FG_PV_SUM
@@ -792,3 +656,5 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
     }
 #endif
 }
+
+#endif // FG_FORWARD_WGMMA_CUH

@@ -1,6 +1,6 @@
-// bwd_sm90.cuh: the backward pass's main kernel on Hopper (arch sm_90a), with wgmma. The pre and post
-// kernels, the workspace and the grid are bwd_sm80.cuh's (emitted before this file, its own main kernel
-// left out by FG_WGMMA_BWD); this kernel replaces that one's mma.sync products by warpgroup MMAs.
+// backward_wgmma.cuh: the backward pass's main kernel on Hopper (arch sm_90a), with wgmma. The pre and post
+// kernels (backward_pre_post.cuh), the workspace and the grid are the mma.sync backward's
+// (backward_common.cuh); this kernel replaces backward_mma.cuh's mma.sync products by warpgroup MMAs.
 //
 // On an H200 it passes the backward GPU tests (bwd::shapes_sm90a; racecheck clean, session 17 call 1;
 // memcheck, call 3; synccheck, session 15 call 6) and runs (session 17 call 3, build N3, two runs, and call
@@ -10,7 +10,7 @@
 // At head_dim 128 without a mask it runs FlashAttention-3's 80-query blocks (FG_BW_DQ_T, below): 1.040x
 // the 64-query kernel over 12 pairs (bf16, 512-16k, call 1), 1.057-1.072x from 1k to 16k (call 3), where
 // the 64-query kernel had been 0.93-1.03x cuDNN. Since session 19 this kernel and the post kernel launch
-// early (fg_pdl_wait, bwd_sm80.cuh): d 128 1.010x, 512 without a mask 1.002x cuDNN (bf16 and fp16). What is
+// early (fg_pdl_wait, backward_mma.cuh): d 128 1.010x, 512 without a mask 1.002x cuDNN (bf16 and fp16). What is
 // left there: at 512 (0.99-1.00x cuDNN before the early launches) the main
 // kernel takes 376-381 us to cuDNN's 367 (kprof, call 5), its CTAs streaming only 7 or 8 blocks each; and
 // 2048 CTAs at every length (16 heads) make 15.5 waves of 132, where cuDNN's backward is persistent (132
@@ -24,7 +24,7 @@
 // see its keys, FG_BLOCK_M rows each (128 at head_dim 64, 64 or 80 at 128), double-buffered by TMA (Q, dO, LSE,
 // D; one thread of warpgroup 1 issues them), into the same swizzled tiles as the mma.sync kernel, which are wgmma's
 // 128-byte-swizzled canonical layouts (cp_async.cuh: slabs of 64 columns, 16-byte units XOR-ed by row % 8;
-// sm90.cuh). Per query block, each warpgroup on its 64 keys (M = FG_BLOCK_M):
+// wgmma.cuh). Per query block, each warpgroup on its 64 keys (M = FG_BLOCK_M):
 //   1. S^T = K Q^T and dP^T = V dO^T       m64 nM (queries) k16 x d/16, both operands K-major in smem
 //      P^T = exp2(c S^T - lse2) (masked: 0), dS^T = P^T (dP^T - D), in the accumulators' registers;
 //      dS^T also to its tile in shared memory, by stmatrix (H200: 1.0225x over st.shared.b32 per pair;
@@ -48,11 +48,17 @@
 // dK and dV leave through shared memory as whole 16-byte units (MHA; GQA writes fp32 per query head):
 // 1.036x over 4-byte stores from the fragments (bf16 table; +11% at 512, -1% at d 128 4k-16k).
 // The deterministic mode stays on the mma.sync kernel (the validator refuses it here).
+#ifndef FG_BACKWARD_WGMMA_CUH
+#define FG_BACKWARD_WGMMA_CUH
 
-constexpr int FG_BW_QT = FG_BLOCK_M / 8;    // n8 tiles of S^T, dP^T (queries)
-constexpr int FG_BW_DN = FG_HEAD_DIM / 8;   // n8 tiles of dK, dV, dQ (head_dim)
-constexpr u32 FG_BW_KCH = FG_BLOCK_N * 128; // bytes of one 64-column chunk of the K and V tiles
-constexpr u32 FG_BW_QCH = FG_BLOCK_M * 128; // of the Q and dO tiles
+#include "backward_common.cuh"
+#include "common/wgmma.cuh"
+#include "backward_pre_post.cuh"
+
+constexpr int FG_BW_QUERY_N8 = FG_BLOCK_M / 8;    // n8 tiles of S^T, dP^T (queries)
+constexpr int FG_BW_DIM_N8 = FG_HEAD_DIM / 8;   // n8 tiles of dK, dV, dQ (head_dim)
+constexpr u32 FG_BW_K_CHUNK_BYTES = FG_BLOCK_N * 128; // bytes of one 64-column chunk of the K and V tiles
+constexpr u32 FG_BW_Q_CHUNK_BYTES = FG_BLOCK_M * 128; // of the Q and dO tiles
 constexpr u32 FG_BW_DS_BYTES = FG_BLOCK_N * FG_BLOCK_M * 2; // dS^T, [keys][queries]: 128-byte rows
 // dQ from both warpgroups' dS^T (double-buffered, two mbarriers a buffer), so a CTA adds each dQ element
 // into the accumulator once, not once a warpgroup. By columns (FG_BW_DQ_N, the emitter's choice,
@@ -77,7 +83,7 @@ constexpr bool FG_BW_KD_BASE = FG_BW_DQ_LAG || FG_BW_DQ_T; // the K/V descriptor
 // group (H200, bf16, session 9). At 128 one group where there is no lag: the split cost 1-4% there
 // (session 15; before, with 40-60 bytes spilled, 1-5%), and 1.5% won with the lag.
 constexpr bool FG_BW_SPLIT_SDP = FG_HEAD_DIM == 64 || FG_BW_DQ_LAG;
-constexpr u32 FG_BW_DQ_BYTES = FG_DQ_G * FG_BW_DQ_N * 4; // one warpgroup's dQ staging, 64 (80) rows (fg_dq_index order)
+constexpr u32 FG_BW_DQ_BYTES = FG_DQ_GROUP_ROWS * FG_BW_DQ_N * 4; // one warpgroup's dQ staging, 64 (80) rows (fg_dq_index order)
 static_assert(FG_BLOCK_N == 128 && FG_WARPS == 8 &&
                   (FG_BW_DQ_T ? FG_BLOCK_M == 80 && FG_HEAD_DIM == 128 && !FG_CAUSAL
                               : FG_BLOCK_M == (FG_HEAD_DIM == 64 ? 128 : 64)),
@@ -117,8 +123,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     const u32 s_k = (fg_smem_addr(fg_smem) + 1023u) & ~1023u;
     const u32 s_v = s_k + FG_KV_BYTES;
     const u32 s_q = s_v + FG_KV_BYTES;     // 2 stages
-    const u32 s_do = s_q + 2 * FG_QB_BYTES; // 2 stages
-    const u32 s_ds = s_do + 2 * FG_QB_BYTES;
+    const u32 s_do = s_q + 2 * FG_Q_BLOCK_BYTES; // 2 stages
+    const u32 s_ds = s_do + 2 * FG_Q_BLOCK_BYTES;
     const u32 s_dq = s_ds + 2 * FG_BW_DS_BYTES; // 2 warpgroups' staging
     const u32 s_lse = s_dq + 2 * FG_BW_DQ_BYTES;
     const u32 s_d = s_lse + 2 * FG_ROW_BYTES;
@@ -152,7 +158,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     }
     __syncthreads();
     if (tid == 0) fg_bwd_tma_kv(tm, s_k, s_v, n0, kv_head, batch, bar_kv);
-    fg_pdl_wait(); // the pre kernel's LSE, D and zeroed dQ accumulator are in (bwd_sm80.cuh)
+    fg_pdl_wait(); // the pre kernel's LSE, D and zeroed dQ accumulator are in (backward_mma.cuh)
     auto load_block = [&](int m, int st) {
         fg_bwd_tma_block(tm, p, s_q, s_do, s_lse, s_d, m, st, head, batch, bh * sq_pad, bar_full(st));
     };
@@ -168,9 +174,9 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     // (geomean, bf16 and fp16), the extra waits costing more than the overlap gave (FG_BW_SPLIT_SDP, the
     // split kept, issues dV after dS^T).
 
-    float dk[FG_BW_DN][4], dv[FG_BW_DN][4];
+    float dk[FG_BW_DIM_N8][4], dv[FG_BW_DIM_N8][4];
 #pragma unroll
-    for (int i = 0; i < FG_BW_DN; i++)
+    for (int i = 0; i < FG_BW_DIM_N8; i++)
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.f;
 
@@ -189,8 +195,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
 #pragma unroll
     for (int kk = 0; kk < (FG_BW_KD_BASE ? 0 : FG_HEAD_DIM / 16); kk++) {
         const u32 c = kk / 4, off = (kk % 4) * 32;
-        kdesc[kk] = (u32)fg_desc_kmajor(kw + c * FG_BW_KCH + off);
-        vdesc[kk] = (u32)fg_desc_kmajor(vw + c * FG_BW_KCH + off);
+        kdesc[kk] = (u32)fg_desc_kmajor(kw + c * FG_BW_K_CHUNK_BYTES + off);
+        vdesc[kk] = (u32)fg_desc_kmajor(vw + c * FG_BW_K_CHUNK_BYTES + off);
         asm volatile("" : "+r"(kdesc[kk]), "+r"(vdesc[kk]));
     }
     // dQ (FG_BW_DQ_N columns of 64 query rows) of the block whose dS^T is in buffer bq (its use uq), once
@@ -209,16 +215,16 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
         if constexpr (FG_BW_DQ_T) { // dQ^T: A = K^T (this warpgroup's 64-column chunk, MN-major), B = dS (K-major)
 #pragma unroll
             for (int kk = 0; kk < FG_BLOCK_N / 16; kk++)
-                fg_wgmma_dq(dq, fg_desc_mnmajor(s_k + wg * FG_BW_KCH + kk * 16 * 128, FG_BW_KCH),
-                            fg_desc_kmajor(ds_q + (kk / 4) * FG_BW_QCH + (kk % 4) * 32), kk > 0 ? 1u : 0u);
+                fg_wgmma_dq(dq, fg_desc_mnmajor(s_k + wg * FG_BW_K_CHUNK_BYTES + kk * 16 * 128, FG_BW_K_CHUNK_BYTES),
+                            fg_desc_kmajor(ds_q + (kk / 4) * FG_BW_Q_CHUNK_BYTES + (kk % 4) * 32), kk > 0 ? 1u : 0u);
             fg_wgmma_commit();
             return;
         }
-        const u32 dq_a = ds_q + (FG_BW_DQ_ROWS ? wg * FG_BLOCK_N * 128 : 0), dq_b = s_k + (FG_BW_DQ_COLS ? wg * FG_BW_KCH : 0);
+        const u32 dq_a = ds_q + (FG_BW_DQ_ROWS ? wg * FG_BLOCK_N * 128 : 0), dq_b = s_k + (FG_BW_DQ_COLS ? wg * FG_BW_K_CHUNK_BYTES : 0);
 #pragma unroll
         for (int kk = 0; kk < FG_BLOCK_N / 16; kk++)
             fg_wgmma_dq(dq, fg_desc_mnmajor(dq_a + kk * 16 * 128, FG_BW_DS_BYTES),
-                        fg_desc_mnmajor(dq_b + kk * 16 * 128, FG_BW_KCH), kk > 0 ? 1u : 0u);
+                        fg_desc_mnmajor(dq_b + kk * 16 * 128, FG_BW_K_CHUNK_BYTES), kk > 0 ? 1u : 0u);
         fg_wgmma_commit();
     };
     // Stages dQ_part in the accumulator's fragment order (fg_dq_index: float4 i of thread wtid at (wq *
@@ -238,7 +244,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
         fg_fence_proxy_async(); // the staging's stores (made a block before), before the bulk copy reads them
         fg_named_sync(1 + wg, 128);
         if (wtid == 0) {
-            const float *dst = p.dq_accum + (bh * sq_pad + m0q) * FG_HEAD_DIM + (FG_BW_DQ_COLS ? wg * FG_DQ_G * FG_BW_DQ_N : 0) +
+            const float *dst = p.dq_accum + (bh * sq_pad + m0q) * FG_HEAD_DIM + (FG_BW_DQ_COLS ? wg * FG_DQ_GROUP_ROWS * FG_BW_DQ_N : 0) +
                                (FG_BW_DQ_ROWS ? wg * 64 * FG_HEAD_DIM : 0);
             fg_bulk_add_f32<FG_BW_DQ_BYTES>(dst, dqw);
         }
@@ -247,39 +253,39 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     for (int m = m_first; m < m_last; m++, st ^= 1) {
         if (producer && m + 1 < m_last) {
             // stage st ^ 1 held block m - 1: once warpgroup 0 is done with it, block m + 1 goes there
-            if (m > m_first) fg_mbar_wait(bar_empty(st ^ 1), (u32)(((m - 1 - m_first) >> 1) & 1));
+            if (m > m_first) fg_mbar_wait(bar_empty(st ^ 1), fg_ring_at<2>((u32)(m - 1 - m_first)).full_parity());
             load_block(m + 1, st ^ 1);
         }
-        fg_mbar_wait(bar_full(st), (u32)(((m - m_first) >> 1) & 1)); // block m is in
+        fg_mbar_wait(bar_full(st), fg_ring_at<2>((u32)(m - m_first)).full_parity()); // block m is in
         // dS^T's buffer (b, its use u): free once both warpgroups' dQ of block m - 2 has read it. (b is st
         // when dQ goes by columns; kept apart, as measured: folding it changes the d 128 register allocation.)
         const int b = (m - m_first) & 1, u = (m - m_first) >> 1;
         const u32 s_ds_b = s_ds + (u32)b * FG_BW_DS_BYTES;
         if (u > 0) fg_mbar_wait(bar_ds_empty(b), (u32)((u - 1) & 1));
-        const u32 sq_st = s_q + st * FG_QB_BYTES, sdo_st = s_do + st * FG_QB_BYTES;
+        const u32 sq_st = s_q + st * FG_Q_BLOCK_BYTES, sdo_st = s_do + st * FG_Q_BLOCK_BYTES;
         const float *lse2 = (const float *)(base + (s_lse - s_k) + st * FG_ROW_BYTES);
         const float *dsum = (const float *)(base + (s_d - s_k) + st * FG_ROW_BYTES);
         const int m0 = m * FG_BLOCK_M;
 
         // 1. S^T and dP^T on this warpgroup's 64 keys x the block's queries; P^T (masked entries 0: keys
         // past sk, keys past a query's diagonal when causal; queries past sq have lse2 = +inf) and dS^T =
-        // P^T (dP^T - D), in place; dS^T also to its tile (16-bit). As in bwd_sm80.cuh: an unmasked instance
+        // P^T (dP^T - D), in place; dS^T also to its tile (16-bit). As in backward_mma.cuh: an unmasked instance
         // for blocks that need no mask, lse2 and D read once a pair.
-        float s[FG_BW_QT][4], dp[FG_BW_QT][4];
+        float s[FG_BW_QUERY_N8][4], dp[FG_BW_QUERY_N8][4];
         u32 kd = kd0;
         if (FG_BW_KD_BASE) asm volatile("" : "+r"(kd));
         auto kv_desc = [&](int kk, u32 v_off) -> u32 { // K's (v_off 0) or V's (FG_KV_BYTES) descriptor of step kk
             const u32 c = kk / 4, off = (kk % 4) * 32;
-            if constexpr (FG_BW_KD_BASE) return kd + (v_off + c * FG_BW_KCH + off) / 16;
+            if constexpr (FG_BW_KD_BASE) return kd + (v_off + c * FG_BW_K_CHUNK_BYTES + off) / 16;
             else return v_off ? vdesc[kk] : kdesc[kk];
         };
         auto issue_s = [&](int kk) {
             const u32 c = kk / 4, off = (kk % 4) * 32; // chunk of 64 columns, 32 bytes a k step inside it
-            fg_wgmma_st(s, desc_hi | kv_desc(kk, 0), fg_desc_kmajor(sq_st + c * FG_BW_QCH + off), kk > 0 ? 1u : 0u);
+            fg_wgmma_st(s, desc_hi | kv_desc(kk, 0), fg_desc_kmajor(sq_st + c * FG_BW_Q_CHUNK_BYTES + off), kk > 0 ? 1u : 0u);
         };
         auto issue_dp = [&](int kk) {
             const u32 c = kk / 4, off = (kk % 4) * 32;
-            fg_wgmma_st(dp, desc_hi | kv_desc(kk, FG_KV_BYTES), fg_desc_kmajor(sdo_st + c * FG_BW_QCH + off), kk > 0 ? 1u : 0u);
+            fg_wgmma_st(dp, desc_hi | kv_desc(kk, FG_KV_BYTES), fg_desc_kmajor(sdo_st + c * FG_BW_Q_CHUNK_BYTES + off), kk > 0 ? 1u : 0u);
         };
         // dS^T of n8 tiles nt - 1 and nt (nt odd) to its tile, 16-bit, with one stmatrix: matrix j = 2 (tile
         // - nt + 1) + h holds keys krow0 - g + 8 h + 0..7 x that tile's 8 queries, whose row addresses (one
@@ -293,7 +299,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
                                                                              wg * 8 + 2 * wq + (lane / 8) % 2, FG_BLOCK_M),
                                      dp[nt - 1], dp[nt], 1.f);
             else
-                fg_bw_stmatrix(s_ds_b + fg_tile_offset<FG_DS_CH>((int)ds_lane, nt - 1 + lane / 16, FG_BLOCK_N), dp[nt - 1],
+                fg_bw_stmatrix(s_ds_b + fg_tile_offset<FG_DS_ROW_CHUNKS>((int)ds_lane, nt - 1 + lane / 16, FG_BLOCK_N), dp[nt - 1],
                                dp[nt], 1.f);
         };
         // The bulk add of the dQ staged in the previous block, a block after its staging, its stores landed
@@ -314,7 +320,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
             fg_fence_regs(s);
             auto p_t = [&](auto mask) {
 #pragma unroll
-                for (int nt = 0; nt < FG_BW_QT; nt++) {
+                for (int nt = 0; nt < FG_BW_QUERY_N8; nt++) {
                     const int col = 8 * nt + 2 * t;
                     const float2 l2 = *(const float2 *)(lse2 + col);
 #pragma unroll
@@ -333,7 +339,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
             fg_wgmma_wait<0>(); // dP^T
             fg_fence_regs(dp);
 #pragma unroll
-            for (int nt = 0; nt < FG_BW_QT; nt++) {
+            for (int nt = 0; nt < FG_BW_QUERY_N8; nt++) {
                 const float2 dd = *(const float2 *)(dsum + 8 * nt + 2 * t);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
@@ -355,7 +361,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
             fg_fence_regs(dp);
             auto p_ds = [&](auto mask) {
 #pragma unroll
-                for (int nt = 0; nt < FG_BW_QT; nt++) {
+                for (int nt = 0; nt < FG_BW_QUERY_N8; nt++) {
                     const int col = 8 * nt + 2 * t;
                     const float2 l2 = *(const float2 *)(lse2 + col), dd = *(const float2 *)(dsum + col);
 #pragma unroll
@@ -388,7 +394,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
         fg_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < FG_BLOCK_M / 16; kk++)
-            fg_wgmma_rs(dv, pa[kk], fg_desc_mnmajor(sdo_st + kk * 16 * 128, FG_BW_QCH), 1u);
+            fg_wgmma_rs(dv, pa[kk], fg_desc_mnmajor(sdo_st + kk * 16 * 128, FG_BW_Q_CHUNK_BYTES), 1u);
         fg_wgmma_commit();
         const int mq = FG_BW_DQ_LAG ? m - 1 : m; // the block whose dQ is due (lagged: the previous one)
         const bool due = !FG_BW_DQ_LAG || mq >= m_first;
@@ -396,7 +402,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
         if (due) issue_dq(bq, uq);
 #pragma unroll
         for (int kk = 0; kk < FG_BLOCK_M / 16; kk++)
-            fg_wgmma_rs(dk, da[kk], fg_desc_mnmajor(sq_st + kk * 16 * 128, FG_BW_QCH), 1u);
+            fg_wgmma_rs(dk, da[kk], fg_desc_mnmajor(sq_st + kk * 16 * 128, FG_BW_Q_CHUNK_BYTES), 1u);
         fg_wgmma_commit();
         fg_wgmma_wait<1>(); // dV (and dQ) are done; dK runs on
         fg_fence_regs(dv);
@@ -432,12 +438,12 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     if (p.dkv_accum == 0) {
         // dK (times the softmax scale) and dV in the output dtype, staged by stmatrix in this warpgroup's own
         // shared memory, dV in its 64 rows of the V tile (only its own dP^T read them), dK in its dQ staging
-        // (its last bulk add has read it), then out by fg_bwd_dkdv_out (bwd_sm80.cuh).
+        // (its last bulk add has read it), then out by fg_bwd_dkdv_out (backward_mma.cuh).
         const u32 dk_st = dqw, dv_st = s_v; // dV: rows wg * 64 .. of the V tile's layout
         const u32 st_row = (u32)(wq * 16 + lane % 8 + 8 * ((lane / 8) % 2)); // this lane's row of 64
         fg_named_sync(1 + wg, 128); // every thread of the warpgroup past its last wgmma and the wait above
 #pragma unroll
-        for (int i = 0; i < FG_BW_DN; i += 2) {
+        for (int i = 0; i < FG_BW_DIM_N8; i += 2) {
             const int ch = i + lane / 16;
             fg_bw_stmatrix(dk_st + fg_tile_offset<FG_HEAD_DIM / 8>((int)st_row, ch, 64), dk[i], dk[i + 1], p.softmax_scale);
             fg_bw_stmatrix(dv_st + fg_tile_offset<FG_HEAD_DIM / 8>(wg * 64 + (int)st_row, ch, FG_BLOCK_N), dv[i], dv[i + 1],
@@ -454,8 +460,10 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
         const int key = n0 + krow0 + 8 * h;
         if (key >= sk) continue;
 #pragma unroll
-        for (int i = 0; i < FG_BW_DN; i++)
+        for (int i = 0; i < FG_BW_DIM_N8; i++)
             fg_bwd_store_dkdv(p, batch, kv_head, bh, sk, key, 8 * i + 2 * t, dk[i][2 * h], dk[i][2 * h + 1], dv[i][2 * h],
                               dv[i][2 * h + 1]);
     }
 }
+
+#endif // FG_BACKWARD_WGMMA_CUH

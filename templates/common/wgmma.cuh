@@ -1,33 +1,37 @@
-// sm90.cuh: the Hopper (sm_90a) primitives of the wgmma families, written against PTX: the tile layout,
+// wgmma.cuh: the Hopper (sm_90a) primitives of the wgmma families, written against PTX: the tile layout,
 // wgmma shared-memory descriptors and fences, setmaxnreg and named barriers (mbarriers and TMA: tma.cuh).
 //
-// Tile layout in shared memory. TMA writes a tile of `rows` rows as FG_DCH column chunks of FG_SWC
+// Tile layout in shared memory. TMA writes a tile of `rows` rows as FG_COL_CHUNKS column chunks of FG_CHUNK_COLS
 // elements (64 elements = 128 bytes when the head dim is a multiple of 64, else 32 elements = 64 bytes),
-// chunk after chunk: byte (row, col) of chunk c sits at c * rows * FG_RB + row * FG_RB + col * 2, with the
+// chunk after chunk: byte (row, col) of chunk c sits at c * rows * FG_CHUNK_ROW_BYTES + row * FG_CHUNK_ROW_BYTES + col * 2, with the
 // 16-byte unit inside each row XOR-ed by the row (CUTLASS's Swizzle<3,4,3> for 128-byte rows,
 // Swizzle<2,4,3> for 64-byte rows). Those are the canonical layouts wgmma reads through a descriptor:
 // K-major for Q and K (the reduction dim, head_dim, is contiguous) and MN-major for V (P.V reduces over
 // keys, and V's rows are keys), so V needs no transpose. The swizzle acts on address bits, so every tile
 // starts on a 1024-byte boundary.
+#ifndef FG_COMMON_WGMMA_CUH
+#define FG_COMMON_WGMMA_CUH
+
+#include "common/types.cuh"
 
 typedef unsigned long long u64;
 
-constexpr int FG_RB = FG_SW_BYTES;             // bytes per row of a chunk: 128 or 64
-constexpr int FG_SWC = FG_RB / FG_ESIZE;       // elements per row of a chunk (64 or 32; FP8: 128 or 64)
-constexpr int FG_DCH = FG_HEAD_DIM / FG_SWC;   // chunks per tile row
+constexpr int FG_CHUNK_ROW_BYTES = FG_SWIZZLE_BYTES;             // bytes per row of a chunk: 128 or 64
+constexpr int FG_CHUNK_COLS = FG_CHUNK_ROW_BYTES / FG_ELEM_BYTES;       // elements per row of a chunk (64 or 32; FP8: 128 or 64)
+constexpr int FG_COL_CHUNKS = FG_HEAD_DIM / FG_CHUNK_COLS;   // chunks per tile row
 // The descriptors' swizzle field (bits 62-63) of rows of rb bytes: 1 = 128 B, 2 = 64 B, 3 = 32 B.
 __host__ __device__ constexpr u64 fg_sw_mode(int rb) { return rb == 128 ? 1 : rb == 64 ? 2 : 3; }
-constexpr u64 FG_SW_MODE = fg_sw_mode(FG_RB);
+constexpr u64 FG_SW_MODE = fg_sw_mode(FG_CHUNK_ROW_BYTES);
 
 // FP8: the V^T tile is head_dim rows of FG_BLOCK_N key bytes, read K-major by the P.V wgmma (FP8 wgmma
-// takes only K-major operands; the caller gives V key-major), stored as FG_BLOCK_N / FG_RBV chunks of
-// FG_RBV keys (FG_VT_RB from the emitter: 128, 64 or 32, the largest dividing block_n), chunk after chunk,
+// takes only K-major operands; the caller gives V key-major), stored as FG_BLOCK_N / FG_VT_ROW_BYTES chunks of
+// FG_VT_ROW_BYTES keys (FG_FP8_VT_ROW_BYTES from the emitter: 128, 64 or 32, the largest dividing block_n), chunk after chunk,
 // each row one swizzled unit, so that block_n need not be one swizzle width (FlashAttention-3's d 128 FP8
 // tile is 128 x 224).
 #if FG_FP8
-constexpr int FG_RBV = FG_VT_RB;
+constexpr int FG_VT_ROW_BYTES = FG_FP8_VT_ROW_BYTES;
 #else
-constexpr int FG_RBV = FG_RB;
+constexpr int FG_VT_ROW_BYTES = FG_CHUNK_ROW_BYTES;
 #endif
 // FP8: each V^T chunk has 8 more rows after its head_dim ones, all 1.0 (written once at the start), so that
 // the P.V wgmma's 8 extra columns of O accumulate the row sums of P (no add an element in the softmax).
@@ -35,11 +39,11 @@ constexpr int FG_RBV = FG_RB;
 #if !FG_FP8
 #define FG_PV_SUM 0
 #endif
-constexpr u32 FG_VT_CHUNK = (FG_HEAD_DIM + FG_PV_SUM) * FG_RBV; // bytes of one V^T chunk
+constexpr u32 FG_VT_CHUNK = (FG_HEAD_DIM + FG_PV_SUM) * FG_VT_ROW_BYTES; // bytes of one V^T chunk
 
 // Physical byte offset of logical byte offset o inside a tile (tiles are 1024-byte aligned).
 __device__ __forceinline__ u32 fg_swizzle(u32 o) {
-    return o ^ (((o >> 7) & (FG_RB == 128 ? 7u : 3u)) << 4);
+    return o ^ (((o >> 7) & (FG_CHUNK_ROW_BYTES == 128 ? 7u : 3u)) << 4);
 }
 
 // Four 8x8 16-bit matrices to shared memory (stmatrix .x4): lane l gives the address of row l % 8 of
@@ -90,13 +94,15 @@ __device__ __forceinline__ void fg_fence_regs(float (&r)[A][B]) {
 
 // Descriptor of a K-major operand whose rows are RB-byte chunks (128, 64 or 32, swizzled to match), 8-row
 // groups 8 * RB apart; the leading byte offset is unused for swizzled K-major layouts and set to 1.
-template <int RB = FG_RB>
+template <int RB = FG_CHUNK_ROW_BYTES>
 __device__ __forceinline__ u64 fg_desc_kmajor(u32 addr) {
     return ((u64)(addr & 0x3FFFF) >> 4) | (1ull << 16) | ((u64)(8 * RB / 16) << 32) | (fg_sw_mode(RB) << 62);
 }
-// Descriptor of an MN-major operand (V: N = head_dim contiguous in FG_SWC-column chunks `chunk_bytes`
-// apart, K = keys, 8-key groups 8 * FG_RB apart).
+// Descriptor of an MN-major operand (V: N = head_dim contiguous in FG_CHUNK_COLS-column chunks `chunk_bytes`
+// apart, K = keys, 8-key groups 8 * FG_CHUNK_ROW_BYTES apart).
 __device__ __forceinline__ u64 fg_desc_mnmajor(u32 addr, u32 chunk_bytes) {
-    return ((u64)(addr & 0x3FFFF) >> 4) | ((u64)(chunk_bytes >> 4) << 16) | ((u64)(8 * FG_RB / 16) << 32) |
+    return ((u64)(addr & 0x3FFFF) >> 4) | ((u64)(chunk_bytes >> 4) << 16) | ((u64)(8 * FG_CHUNK_ROW_BYTES / 16) << 32) |
            (FG_SW_MODE << 62);
 }
+
+#endif // FG_COMMON_WGMMA_CUH

@@ -1,4 +1,4 @@
-// mma_sm80.cuh: the warp-level tensor-core pieces of the mma.sync path (sm_80 and newer):
+// mma.cuh: the warp-level tensor-core pieces of the mma.sync path (sm_80 and newer):
 // ldmatrix from shared memory and mma.m16n8k16 with fp32 accumulation.
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with g = lane / 4, t = lane % 4:
@@ -7,6 +7,10 @@
 //   C (16x8, fp32):       c[0..1] = (g, 2t..2t+1), c[2..3] = (g+8, 2t..2t+1)
 // So the C fragments of two adjacent n8 tiles, packed to 16 bits, are exactly an A fragment: this is how
 // P = softmax(S) feeds the P.V product straight from registers.
+#ifndef FG_COMMON_MMA_CUH
+#define FG_COMMON_MMA_CUH
+
+#include "common/types.cuh"
 
 // Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, which lands in r[i].
 __device__ __forceinline__ void fg_ldmatrix_x4(u32 (&r)[4], u32 addr) {
@@ -22,7 +26,7 @@ __device__ __forceinline__ void fg_ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
 
 // c += a * b on a 16x8x16 tile, fp16 or bf16 inputs, fp32 accumulators.
 __device__ __forceinline__ void fg_mma_16816(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-#if FG_DTYPE_BF16
+#if FG_OUT_IS_BF16
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
 #else
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
@@ -67,3 +71,5 @@ __device__ __forceinline__ void fg_mma_qk(float (&c)[4], const u32 (&a)[4], u32 
     fg_mma_16816(c, a, b0, b1);
 #endif
 }
+
+#endif // FG_COMMON_MMA_CUH

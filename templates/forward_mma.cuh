@@ -1,4 +1,4 @@
-// fwd_sm80.cuh: the FlashAttention-2 forward kernel on the mma.sync path (sm_80 and newer).
+// forward_mma.cuh: the FlashAttention-2 forward kernel on the mma.sync path (sm_80 and newer).
 //
 // Grid: (query blocks, query heads, batch), or for causal (query heads, query blocks, batch) (see
 // fg_cta_tile). A CTA owns FG_BLOCK_M query rows of one head; each of its warps owns FG_MT m16 tiles (16 rows each), so softmax statistics never cross warps. K and V stream
@@ -22,13 +22,21 @@
 // 16i + 4t + {0, 1} and 16i + 4t + {2, 3}. Descales fold into the softmax scale (q, k) and the final
 // normalization (v); P is shifted by 2^8 into (0, 256], e4m3's range, before rounding, and the LSE
 // takes the 2^8 back out.
+#ifndef FG_FORWARD_MMA_CUH
+#define FG_FORWARD_MMA_CUH
+
+#include "common/fg_params.h"
+#include "common/types.cuh"
+#include "common/mma.cuh"
+#include "common/cp_async.cuh"
+#include "common/softmax.cuh"
 
 constexpr int FG_THREADS = FG_WARPS * 32;
 constexpr int FG_MT = FG_BLOCK_M / (16 * FG_WARPS); // m16 tiles per warp
 constexpr int FG_NT = FG_SUB_N / 8;                 // n8 tiles of S per m16 tile (one sub-block of keys)
 constexpr int FG_DT = FG_HEAD_DIM_PADDED / 8;       // n8 tiles of O per m16 tile
-constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM_PADDED * FG_ESIZE;
-constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM_PADDED * FG_ESIZE;
+constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM_PADDED * FG_ELEM_BYTES;
+constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM_PADDED * FG_ELEM_BYTES;
 constexpr int FG_O_CHUNKS = FG_HEAD_DIM_PADDED / 8;      // 16-byte chunks of a 16-bit O row
 constexpr int FG_VT_CHUNKS = FG_BLOCK_N / 16;           // FP8: chunks of a V^T tile row (keys)
 constexpr float FG_P_SHIFT = FG_FP8 ? 8.f : 0.f;         // FP8: P = 2^8 * exp2(...) fills e4m3's range
@@ -150,7 +158,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
     const fg_frag_offsets_t<FG_VT_CHUNKS> vt_off =
         fg_frag_offsets_make<FG_VT_CHUNKS>(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
 #endif
-    const u32 s_q_warp = s_q + (u32)(warp_row0 * FG_SW * 16); // this warp's rows (offsets are linear in row)
+    const u32 s_q_warp = s_q + (u32)(warp_row0 * FG_SLAB_CHUNKS * 16); // this warp's rows (offsets are linear in row)
 
     int stage = 0; // the shared-memory stage of block j; block j + STAGES - 1 goes to the one before it
 
@@ -205,7 +213,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
 #pragma unroll
                 for (int nt = 0; nt < FG_NT; nt++) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
 #pragma unroll
-            for (int kk = 0; kk < FG_HEAD_DIM_PADDED * FG_ESIZE / 32; kk++) {
+            for (int kk = 0; kk < FG_HEAD_DIM_PADDED * FG_ELEM_BYTES / 32; kk++) {
                 u32 qf[FG_MT][4];
 #pragma unroll
                 for (int mt = 0; mt < FG_MT; mt++)
@@ -360,3 +368,5 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
         }
     }
 }
+
+#endif // FG_FORWARD_MMA_CUH
