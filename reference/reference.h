@@ -95,7 +95,7 @@ typedef enum ref_mode {
 fg_status ref_attention_fwd(const ref_problem *p, ref_mode mode, double *o, double *lse, fg_error *err);
 
 /* LSE tolerance: |lse - ref| <= REF_LSE_ATOL + REF_LSE_RTOL * |ref|, plus for FP8 an allowance for the
- * tensor cores' reduced-precision accumulation of the scores (forward_row in reference.c). The kernel's
+ * tensor cores' reduced-precision accumulation of the scores (forward_row in reference/forward.c). The kernel's
  * LSE comes from fp32 scores and an fp32 row sum over at most a few thousand terms; its error is ~1e-6,
  * so these leave a wide margin while a wrong scale, base (log2 vs ln) or row max is off by far more. */
 #define REF_LSE_ATOL 5e-4
