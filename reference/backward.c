@@ -16,11 +16,10 @@
  * Pass 1 caches the K/V head it reads, pass 2 a chunk of Q/dO rows, upcast to double once. The hot loops
  * work on four rows at a time (eight independent dot products, one store per four products, K and V read
  * once per four query rows) and two elements at a time (packed arithmetic at -O2): b=2, s=1024, h=8,
- * d=128 takes 2-3 s on two cores, half of what one row at a time took. */
+ * d=128 takes 2-3 s on two cores, half the time of one row at a time. */
 
 #define BWD_ROWS 64 /* query rows per pass-1 unit, keys per pass-2 unit, query rows per pass-2 chunk */
 
-/* ref_check_bwd's running findings for one gradient tensor; "lin" = row-major logical index. */
 /* Per-thread scratch of the backward pass. */
 typedef struct bwd_scratch {
     double *kd;            /* pass 1: the cached K head [sk][d] */

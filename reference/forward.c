@@ -124,8 +124,8 @@ static double forward_row(const fwd_job *j, scratch *s, int64_t bi, int64_t i, i
     /* FP8 tensor cores do not accumulate in full fp32: on Hopper (wgmma, and mma e4m3 on Ada and Hopper
      * per SageAttention2) products are aligned to the largest exponent and the sum kept to about 13
      * mantissa bits, truncated, once per k32 instruction (DeepSeek-V3 report, section 3.5.2; SageAttention2
-     * calls it an FP22 accumulator). flashgen's sm_90a FP8 kernel showed LSE errors of 0.9-1.9e-3 on the
-     * H200 from exactly this. A score is then off by up to about
+     * calls it an FP22 accumulator); flashgen's sm_90a FP8 kernel's LSE errors of 1-2e-3 come from exactly
+     * this. A score is then off by up to about
      * 2^-13 * (d/32 + 1) * sum|q.k| * scale, and the LSE by as much as its largest score. The allowance is
      * twice that; a wrong scale, base or row maximum is still off by orders of magnitude more. */
     s->lse_slack = j->fp8 ? ldexp((double)(d / 32 + 1) * mag, -12) : 0.0;

@@ -269,9 +269,9 @@ Test(bwd, tma_unready_views_take_mma_sync, .timeout = 300) {
     gpu_close(&env);
 }
 
-/* Strict mode with a bundle that holds the mma.sync backward's cp.async variant only (one built before the
- * TMA-load variants were the sm_90 default, or from a config without tma = true): dispatch takes it rather
- * than refusing the call for want of the tma=1 variant; the gradients are checked. sm_90 only. */
+/* Strict mode with a bundle that holds only the mma.sync backward's cp.async variant (as a config without
+ * tma = true, or an older flashgen, builds it): dispatch takes it rather than refusing the call for want
+ * of the tma=1 variant; the gradients are checked. sm_90 only. */
 Test(bwd, strict_mode_takes_a_bundled_cp_async_variant, .timeout = 300) {
     setenv("FLASHGEN_WGMMA_BWD", "0", 1);
     unsetenv("FLASHGEN_BWD_TMA");

@@ -58,11 +58,11 @@ ParameterizedTest(fwd_case *c, fwd, tiles, .timeout = 300) {
     run_case(c);
 }
 
-/* mma.sync tiles whose S does not fit beside O run their key blocks in sub-blocks (spec_fwd_sub_n): 128 x 64
- * and 128 x 96 on 4 warps at d 128 (32- and 48-key steps), 128 x 128 at d 64 (64-key steps), and FP8 128 x
- * 128 at d 128 (32-key steps over the permuted key order and V^T chunks), and FP8 128 x 64 in one stage. Lengths that are multiples of
- * neither size, causal with sq < sk and sq > sk, so masks fall inside a sub-block and whole sub-blocks
- * are masked. */
+/* mma.sync tiles whose S does not fit beside O run their key blocks in sub-blocks (spec_fwd_sub_n): 128 x
+ * 64 and 128 x 96 on 4 warps at d 128 (32- and 48-key steps), 128 x 128 at d 64 (64-key steps), and FP8
+ * 128 x 128 at d 128 (32-key steps over the permuted key order and V^T chunks), and FP8 128 x 64 in one
+ * stage. Lengths that are multiples of neither size, causal with sq < sk and sq > sk, so masks fall inside
+ * a sub-block and whole sub-blocks are masked. */
 ParameterizedTestParameters(fwd, key_sub_blocks) {
     static fwd_case cases[10];
     static const int t[5][4] = {{128, 64, 4, 2}, {128, 96, 4, 2}, {128, 128, 4, 2}, {128, 128, 4, 2}, {128, 64, 4, 1}};
@@ -84,11 +84,11 @@ ParameterizedTest(fwd_case *c, fwd, key_sub_blocks, .timeout = 300) {
     run_case(c);
 }
 
-/* NaN inputs propagate exactly where the math says and nowhere else: a NaN in Q reaches only its query
- * row (O and LSE NaN), a NaN in K only the rows that see that key (not rows the causal mask hides it
- * from), and every other element is as without the NaN. Judged element by element against the fp64
- * reference computed on the same inputs: NaN where it is NaN, else within the TESTING.md bound. FP8
- * (e4m3, whose NaN is 0x7F) and bf16, causal and not. */
+/* NaN inputs propagate exactly where the math says and nowhere else: a NaN in Q reaches only its query row
+ * (O and LSE NaN), a NaN in K only the rows that see that key (not rows the causal mask hides it from),
+ * and every other element is as without the NaN. Judged element by element against the fp64 reference
+ * computed on the same inputs: NaN where it is NaN, else within the tolerance rule's bound
+ * (docs/numerics.md). FP8 (e4m3, whose NaN is 0x7F) and bf16, causal and not. */
 static void nan_case(fg_dtype dt, int causal) {
     fwd_case c = mk(dt, 1, 64, 80, 2, 2, 64, causal);
     gpu_env env;
@@ -97,8 +97,7 @@ static void nan_case(fg_dtype dt, int causal) {
     fwd_run r;
     run_setup(&env, &r, &c);
     /* Q[0, row 5, head 0, dim 3], K[0, key 40, kv head 1, dim 7] and K[0, key 63, kv head 0, dim 11] become
-     * NaN (key 63: the last column of a 64-key block; session 19 also ran this test with 2^x of every
-     * eighth n8 column group by a polynomial, bench/results/2026-11-30-h200-session19/). */
+     * NaN (key 63: the last column of a 64-key block). */
     size_t es = r.q.esize;
     unsigned char *nan_at[3] = {r.q.img + (size_t)(5 * r.q.view.stride[1] + 3) * es,
                                 r.k.img + (size_t)(40 * r.k.view.stride[1] + 1 * r.k.view.stride[2] + 7) * es,

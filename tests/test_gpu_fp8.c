@@ -13,11 +13,11 @@
 #include "reference/reference.h"
 #include "tests/gpu_harness.h"
 
-/* FP8 (e4m3, e5m2; sm_89 and newer): every head dim FP8 takes, the sequence-length pairs, GQA, both
- * output types, descales per tensor and per (batch, kv head), strided Q/K/O and padded V^T rows holding
- * NaN, and saturation (inputs scaled by 400 (e4m3) / 50000 (e5m2) and saturated, so about a quarter of them sit
- * at the format's largest finite value, with descales that undo the scale). The reference rounds P to e4m3 as the kernel does (reference.h). Skipped with the
- * reason on a GPU without FP8 mma. */
+/* FP8 (e4m3, e5m2; sm_89 and newer): every head dim FP8 takes, the sequence-length pairs, GQA, both output
+ * types, descales per tensor and per (batch, kv head), strided Q/K/O and padded V^T rows holding NaN, and
+ * saturation (inputs scaled by 400 (e4m3) / 50000 (e5m2) and saturated, so about a quarter of them sit at
+ * the format's largest finite value, with descales that undo the scale). The reference rounds P to e4m3 as
+ * the kernel does (reference.h). Skipped with the reason on a GPU without FP8 mma. */
 static fwd_case mk8(fg_dtype dt, int b, int sq, int sk, int hq, int hkv, int d, int causal, int descale) {
     fwd_case c = mk(dt, b, sq, sk, hq, hkv, d, causal);
     c.descale = descale;
@@ -81,7 +81,7 @@ ParameterizedTest(fwd_case *c, fwd, fp8, .timeout = 300) {
  * the low bits of each block's contribution, most where the terms do not cancel (V's mean, the row sums).
  * The sm_90a kernel adds the product into an fp32 level of O, every 128-256 keys in registers up to
  * head_dim 128 (fwd_sm90.cuh FG_O_FLUSH), every 512 keys at most in shared memory above and with three
- * consumer warpgroups (FG_O_FLUSH_SMEM; 1024 keys failed 5 of these cases' bounds, H200 session 20). */
+ * consumer warpgroups (FG_O_FLUSH_SMEM; flushing every 1024 keys fails these cases' bounds). */
 ParameterizedTestParameters(fwd, fp8_long_keys) {
     static fwd_case cases[10];
     cases[0] = mk8(FG_DTYPE_E4M3, 1, 130, 16384, 2, 1, 64, 1, 1);
@@ -125,8 +125,8 @@ ParameterizedTestParameters(fwd, fp8_lse_or_not) {
     cases[5] = mk8(FG_DTYPE_E4M3, 2, 333, 611, 2, 2, 128, 1, 1);
     cases[6] = mk8(FG_DTYPE_E4M3, 1, 611, 333, 4, 2, 64, 1, 2);
     for (int i = 0; i < 4; i++) memcpy(cases[3 + i].tiles, t[i], sizeof cases[0].tiles);
-    /* Long key ranges: the P.V wgmma's row sums once accumulated over all of them in the tensor cores, whose
-     * FP8 accumulation keeps about 14 bits; at 8k keys l was ~14% low (fixed 2026-11-30). */
+    /* Long key ranges: row sums accumulated over all of them in the tensor cores, whose FP8 accumulation
+     * keeps about 14 bits, come out ~14% low at 8k keys; the kernel's must not. */
     cases[7] = mk8(FG_DTYPE_E4M3, 1, 200, 16384, 2, 1, 128, 0, 2);
     cases[8] = mk8(FG_DTYPE_E4M3, 1, 130, 12000, 2, 2, 64, 1, 1);
     cases[9] = mk8(FG_DTYPE_E4M3, 1, 150, 16000, 2, 2, 128, 1, 1);

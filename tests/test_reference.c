@@ -2031,7 +2031,7 @@ Test(check_bwd, the_lowp_reference_itself_passes) {
         cr_assert_eq(g[i]->max_err, g[i]->max_lowp_err, "ref_lowp is already in bf16: the copy is exact");
         cr_assert_eq(g[i]->bound, REF_BWD_FACTOR * g[i]->max_lowp_err + REF_BWD_ATOL);
     }
-    cr_assert_eq(REF_BWD_FACTOR, 3.0, "TESTING.md: 3x for gradients");
+    cr_assert_eq(REF_BWD_FACTOR, 3.0, "the tolerance rule: 3x for gradients");
     /* REF_32 rounded to bf16 passes with room to spare */
     grads g32 = run_bwd(&f.p, REF_32);
     free(f.dq.data);
