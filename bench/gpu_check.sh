@@ -18,16 +18,19 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 git rev-parse --short HEAD 2>/dev/null
 
 start=$(date +%s)
-build/tests/test_gpu_fwd --verbose=1 -j8 ${GPU_TEST_FILTER:+--filter "$GPU_TEST_FILTER"} >"$out/gpu_tests.log" 2>&1
-gpu_rc=$?
-echo "test_gpu_fwd: rc=$gpu_rc in $(( $(date +%s) - start )) s"
+gpu_rc=0
+for t in build/tests/test_gpu_*; do
+  "$t" --verbose=1 -j8 ${GPU_TEST_FILTER:+--filter "$GPU_TEST_FILTER"} || gpu_rc=1
+done >"$out/gpu_tests.log" 2>&1
+echo "test_gpu_*: rc=$gpu_rc in $(( $(date +%s) - start )) s"
 # On an H100/H200 the suite above runs the sm_90a (wgmma) family wherever it applies; run it again on the
 # mma.sync family there.
 if nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | grep -q '^9\.0'; then
   start=$(date +%s)
-  FLASHGEN_WGMMA=0 build/tests/test_gpu_fwd --verbose=1 -j8 ${GPU_TEST_FILTER:+--filter "$GPU_TEST_FILTER"} \
-    >"$out/gpu_tests_mma.log" 2>&1 || gpu_rc=1
-  echo "test_gpu_fwd with FLASHGEN_WGMMA=0: rc=$gpu_rc in $(( $(date +%s) - start )) s"
+  for t in build/tests/test_gpu_*; do
+    FLASHGEN_WGMMA=0 "$t" --verbose=1 -j8 ${GPU_TEST_FILTER:+--filter "$GPU_TEST_FILTER"} || gpu_rc=1
+  done >"$out/gpu_tests_mma.log" 2>&1
+  echo "test_gpu_* with FLASHGEN_WGMMA=0: rc=$gpu_rc in $(( $(date +%s) - start )) s"
 fi
 
 : >"$out/run.log"
@@ -69,7 +72,7 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
   # the backward's GPU tests (every Criterion worker process followed): the mma.sync kernels (bwd/shapes, head
   # dims to 256) and the sm_90a one (bwd/shapes_sm90a, skipped off Hopper)
   for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --target-processes all --error-exitcode 9 build/tests/test_gpu_fwd -j1 \
+    compute-sanitizer --tool $tool --target-processes all --error-exitcode 9 build/tests/test_gpu_backward -j1 \
       --filter 'bwd/shapes*' >>"$out/sanitizer.log" 2>&1 || san_rc=1
     echo "compute-sanitizer $tool (backward tests): $(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitizer.log") clean summaries so far"
   done

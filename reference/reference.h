@@ -1,5 +1,6 @@
 /* reference.h: the CPU reference of the attention forward and backward passes, and the helpers the GPU
- * suite and the CLI share to judge a kernel's output (TESTING.md). The backward pass is at the end.
+ * suites and the CLI share to judge a kernel's output (the tolerance rule: docs/numerics.md). The
+ * backward pass is at the end.
  *
  * Two references on the same inputs, computed in double precision on every core:
  *   ref32    the exact math from the upcast fp16/bf16 inputs (FP8: from the dequantized inputs, each
@@ -95,7 +96,7 @@ typedef enum ref_mode {
 fg_status ref_attention_fwd(const ref_problem *p, ref_mode mode, double *o, double *lse, fg_error *err);
 
 /* LSE tolerance: |lse - ref| <= REF_LSE_ATOL + REF_LSE_RTOL * |ref|, plus for FP8 an allowance for the
- * tensor cores' reduced-precision accumulation of the scores (forward_row in reference.c). The kernel's
+ * tensor cores' reduced-precision accumulation of the scores (forward_row in reference/forward.c). The kernel's
  * LSE comes from fp32 scores and an fp32 row sum over at most a few thousand terms; its error is ~1e-6,
  * so these leave a wide margin while a wrong scale, base (log2 vs ln) or row max is off by far more. */
 #define REF_LSE_ATOL 5e-4
@@ -165,8 +166,8 @@ char *ref_report_format(const ref_report *r, char *buf, size_t n);
  *          (each gradient rounded to the input dtype once at the end, as the kernel writes it).
  * A kernel's gradients pass when, for each of dQ, dK and dV,
  *   max|out - ref32| <= REF_BWD_FACTOR * max|ref_lowp - ref32| + REF_BWD_ATOL
- * and none is NaN/Inf: TESTING.md's rule ("2 * max|ref_lowp - ref32| + 1e-5 (forward), 3x for gradients":
- * the factor 3, the forward's 1e-5 kept). A wrong o inflates ref_lowp's gap and so the bound: pass the
+ * and none is NaN/Inf: the tolerance rule (docs/numerics.md: 2 * max|ref_lowp - ref32| + 1e-5 for the
+ * forward, 3x for gradients, the forward's 1e-5 kept). A wrong o inflates ref_lowp's gap and so the bound: pass the
  * forward output of this very problem (one that ref_check_fwd passed), as the kernel will read it. */
 #define REF_BWD_FACTOR 3.0
 #define REF_BWD_ATOL 1e-5

@@ -1,6 +1,6 @@
 /* test_cache.c: SHA-256 and the on-disk kernel cache (core/sha256.c, runtime/cache.c).
  *
- * The cases follow TESTING.md: standard SHA-256 vectors; round trips; a key that changes with every input;
+ * The cases: standard SHA-256 vectors; round trips; a key that changes with every input;
  * every truncation and bit flip of an entry detected as a miss; writers killed at random points never
  * leaving an entry that loads with wrong content; many processes filling one key; unsafe directories and
  * symlinked entries refused; the location rules; cache_clear keeping unrelated files. Each test works in

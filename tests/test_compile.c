@@ -174,7 +174,7 @@ Test(compile, as_ptx_for_an_emulated_arch) {
  * tiles, on sm_80 and sm_90 (sm_80's shared memory ends at d 192), both masks and both modes spread over
  * them: the three kernels compile; d <= 48 and 80 spill nothing; the wide tiles of d 64 (deterministic
  * only), 96 and 128 and d 112's spill some bytes in some variants (up to 72 on NVRTC 13.0:
- * generator/tile_policy.c; measured faster than every tile that does not), so up to 160 are tolerated
+ * generator/tile_policy.c; faster than every tile that does not), so up to 160 are tolerated
  * there; above 128 up to 256 (the deterministic d 160 variant on sm_90: 40 bytes stored, 220 loaded). The default bundle ships the d 64 ones without the
  * deterministic mode, which spill nothing (compile::default_config_every_variant_every_arch). */
 Test(compile, backward_every_head_dim, .timeout = 900) {
@@ -201,7 +201,7 @@ Test(compile, backward_every_head_dim, .timeout = 900) {
 }
 
 /* The forward tiles whose two m16 tiles a warp fill the accumulator budget (d 128: 128 x 48 on 4 warps,
- * 256 x 48 on 8; the tuner's fastest d 128 non-causal tile at 2k-4k on the H200), where the loaders
+ * 256 x 48 on 8; a tile the tuner picks at d 128 non-causal), where the loaders
  * recompute their offsets (FG_LOADER_RECOMPUTE): spill-free on sm_80 and sm_90, both masks and dtypes. */
 Test(compile, tight_forward_tiles_spill_free, .timeout = 900) {
     fg_spec specs[16];
@@ -240,18 +240,18 @@ static int hopper_bwd_specs(fg_spec specs[8], int arch_accel, int tma, int d0) {
     return n;
 }
 
-/* The mma.sync backward's tma=1 variants (loads by TMA) for sm_90: they compile; ptxas spilled none on
- * NVRTC 13.0 (session 10; 4 bytes at d 64 causal before the dK/dV epilogue moved to shared memory), where
- * the cp.async variants spill up to 56 at d 128: the 16-byte slack is for other compilers. */
+/* The mma.sync backward's tma=1 variants (loads by TMA) for sm_90: they compile; ptxas spills none on
+ * NVRTC 13.0 (the dK/dV epilogue goes through shared memory), where the cp.async variants spill up to 56
+ * at d 128: the 16-byte slack is for other compilers. */
 Test(compile, mma_backward_tma, .timeout = 900) {
     fg_spec specs[8];
     const int n = hopper_bwd_specs(specs, 0, 1, 64);
     compile_all_tolerating(specs, n, "mma.sync backward tma=1, head_dim 64 and 128", 16);
 }
 
-/* ... and at head_dim 192 and 256 (since session 21; dQ by vector reductions, no staging): on NVRTC 13.0
- * ptxas spills 20 bytes at d 256 without a mask (the variant measured fastest, 1.060x the cp.async loads on
- * an H200), nothing at d 192 or causal; the slack of 32 bytes holds that and catches a regression past it. */
+/* ... and at head_dim 192 and 256 (dQ by vector reductions, no staging): on NVRTC 13.0 ptxas spills 20
+ * bytes at d 256 without a mask (still faster than the cp.async loads), nothing at d 192 or causal; the
+ * slack of 32 bytes holds that and catches a regression past it. */
 Test(compile, mma_backward_tma_above_128, .timeout = 900) {
     fg_spec specs[8];
     const int n = hopper_bwd_specs(specs, 0, 1, 192);
@@ -259,7 +259,7 @@ Test(compile, mma_backward_tma_above_128, .timeout = 900) {
 }
 
 /* The sm_90a backward (backward_wgmma.cuh, wgmma): it compiles and spills nothing (246-255 registers on NVRTC
- * 13.0; with cp.async loads it spilled up to 40 bytes, session 9), the policy's tiles (80-query blocks at
+ * 13.0, its Q, K, V and dO loaded by TMA), the policy's tiles (80-query blocks at
  * head_dim 128 without a causal mask, dQ^T: 247 registers) and the 64-query ones there too. */
 Test(compile, wgmma_backward, .timeout = 900) {
     fg_spec specs[10];

@@ -1,6 +1,6 @@
 /* test_lua.c: the Lua sandbox (core/lua_sandbox.c) and the bundle config loader (generator/config.c).
  *
- * Sandbox cases follow TESTING.md: runaway loops, huge strings, unbounded recursion, bytecode and every
+ * Sandbox cases: runaway loops, huge strings, unbounded recursion, bytecode and every
  * removed library each end in FG_ERR_CONFIG with file:line, quickly. "Quickly" is checked on two clocks:
  * this process's CPU time must stay under a second (immune to other load on a CI machine, since
  * Criterion runs each test in its own process), and wall time under 2.5 s (the sandbox's own

@@ -1,4 +1,4 @@
-/* test_reference.c: the CPU reference (reference/reference.c) checked against hand-computed cases, exhaustive
+/* test_reference.c: the CPU reference (reference/, reference.h) checked against hand-computed cases, exhaustive
  * conversion checks and a naive loop implementation. Needs no GPU; runs in CI. The GPU suite trusts this
  * reference, so every semantic rule of the forward pass (causal alignment, GQA, masked rows, scale,
  * strides) is pinned here first. */
@@ -104,7 +104,7 @@ static double *run_ref(const ref_problem *p, ref_mode mode, double **lse_out) {
     return o;
 }
 
-/* The forward pass written as plainly as possible, independent of reference.c's row/unit machinery. */
+/* The forward pass written as plainly as possible, independent of reference/forward.c's row/unit machinery. */
 static void naive(const ref_problem *p, int lowp, double *o, double *lse) {
     int64_t B = p->q.shape[0], SQ = p->q.shape[1], HQ = p->q.shape[2], D = p->q.shape[3];
     int64_t SK = p->k.shape[1], HKV = p->k.shape[2];
@@ -1529,7 +1529,7 @@ static int all_finite(const double *a, int64_t n) {
 }
 
 /* The backward pass written as plainly as possible from reference.h's formulas, independent of
- * reference.c's passes and tiles: the whole P matrix of each (batch, head), then every gradient. */
+ * reference/backward.c's passes and tiles: the whole P matrix of each (batch, head), then every gradient. */
 static void naive_bwd(const ref_bwd_problem *p, int lowp, grads *g) {
     const fg_tensor *Q = &p->fwd.q, *K = &p->fwd.k, *V = &p->fwd.v;
     int64_t B = Q->shape[0], SQ = Q->shape[1], HQ = Q->shape[2], D = Q->shape[3];
@@ -2031,7 +2031,7 @@ Test(check_bwd, the_lowp_reference_itself_passes) {
         cr_assert_eq(g[i]->max_err, g[i]->max_lowp_err, "ref_lowp is already in bf16: the copy is exact");
         cr_assert_eq(g[i]->bound, REF_BWD_FACTOR * g[i]->max_lowp_err + REF_BWD_ATOL);
     }
-    cr_assert_eq(REF_BWD_FACTOR, 3.0, "TESTING.md: 3x for gradients");
+    cr_assert_eq(REF_BWD_FACTOR, 3.0, "the tolerance rule: 3x for gradients");
     /* REF_32 rounded to bf16 passes with room to spare */
     grads g32 = run_bwd(&f.p, REF_32);
     free(f.dq.data);
@@ -2166,7 +2166,7 @@ Test(backward, inconsistent_problems_are_refused) {
     bwd_fixture_free(&f);
 }
 
-/* The LSE rule's FP8 allowance (the tensor cores' ~13-bit score accumulation, reference.c forward_row):
+/* The LSE rule's FP8 allowance (the tensor cores' ~13-bit score accumulation, reference/forward.c forward_row):
  * one query and one key of 32 ones, so the LSE is the one score 32/sqrt(32) and the allowance
  * 2 * 32/sqrt(32) * 2^-12 ~ 2.8e-3. An LSE 2e-3 off passes in e4m3 and fails in fp16 (no allowance);
  * one 5e-3 off fails in both. */

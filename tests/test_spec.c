@@ -815,7 +815,7 @@ Test(spec, backward_name_policy_and_rules) {
     tm.arch = 90, tm.block_m = 32, tm.warps = 4, tm.block_n = 64;
     cr_assert_eq(spec_validate(&tm, &e), FG_ERR_UNSUPPORTED);
     cr_assert(strstr(e.msg, "block_m a multiple of 64"), "%s", e.msg);
-    /* d 192 and 256 (since session 21): TMA loads into the same tiles; their dQ goes by vector reductions from
+    /* d 192 and 256: TMA loads into the same tiles; their dQ goes by vector reductions from
      * the registers, with no staging, so only the alignment slack and the three mbarriers are added */
     fg_spec big = {.kind = FG_KIND_BWD, .arch = 90, .dtype = FG_DTYPE_BF16, .head_dim = 256, .block_m = 64,
                    .block_n = 64, .warps = 8, .stages = 2, .tma = 1};

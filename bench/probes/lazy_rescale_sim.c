@@ -6,7 +6,7 @@
 // Why forward_wgmma.cuh's lazy rescale allows 2^1, not FlashAttention-4's 2^8. Emulates, per query row, the
 // sm_90a forward's online softmax in fp32 (key blocks last to first, P rounded to the dtype for the P.V
 // product, l from the unrounded P, O = acc / l rounded to the dtype) with the exact running maximum and
-// with maxima up to 2^0.5-2^8 stale, and judges each against reference/reference.c's rule: max |out - ref32|
+// with maxima up to 2^0.5-2^8 stale, and judges each against reference/check.c's rule: max |out - ref32|
 // <= 2 max |ref_lowp - ref32| + 1e-5, over N(0, 1) inputs rounded to the dtype. Prints, per scheme, the
 // mean and worst of (max error / bound) over the cases and how many cases broke the bound.
 // Seen 2026-11-30 (session 20): 192 x 517 x 700 causal, 12 cases: exact worst 0.53 (fp16) / 0.56 (bf16);

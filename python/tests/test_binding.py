@@ -895,7 +895,7 @@ def reference_fp8(torch, q8, k8, v8, qd, kd, vd, causal, out_dtype, scale=None):
     ref_lowp is the kernel's precision: c = scale * qd * kd; m = rowmax(c * s) on the raw fp8 values;
     P = exp2((c * s - m) * log2(e) + 8); l = sum of P; P rounded to e4m3 before P.V; O = (P V) * vd / l,
     rounded to out_dtype. lse_slack is the LSE rule's allowance for the FP8 tensor cores' ~13-bit
-    accumulation of the scores, as reference/reference.c's forward_row computes it: 2^-12 (d/32 + 1) times the
+    accumulation of the scores, as reference/forward.c's forward_row computes it: 2^-12 (d/32 + 1) times the
     row's largest scale * descales * sum |q k| over its visible keys. Descales are None, [1] or [b, hkv]
     fp32 tensors; query head h takes KV head h / (hq / hkv)'s factor."""
     import torch.nn.functional as F
