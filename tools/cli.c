@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "core/knobs.h"
 #include "runtime/bundle.h"
 #include "runtime/cache.h"
 #include "tools/cli.h"
@@ -75,31 +76,7 @@ static const char usage_main[] =
     "CONFIG is a Lua file calling variants{...} (cartesian products of fields) and tile_policy{...}\n"
     "(tile overrides); it runs in a sandbox (no io/os/require, capped memory and instructions).\n"
     "\n"
-    "environment:\n"
-    "  FLASHGEN_CACHE_DIR  disk cache directory (default $XDG_CACHE_HOME/flashgen, else ~/.cache/flashgen);\n"
-    "                      it must be owned by you and not writable by group or others\n"
-    "  FLASHGEN_DUMP       a directory: every JIT compile (`run`, `tune` and any host application) writes its\n"
-    "                      source, PTX and NVRTC log there\n"
-    "  FLASHGEN_LINEINFO   1: JIT compiles take -lineinfo (source lines in compute-sanitizer and Nsight;\n"
-    "                      cubins about 4x larger)\n"
-    "  FLASHGEN_WGMMA      0: on an H100/H200 run the mma.sync family (arch sm_90) for every call instead of\n"
-    "                      the sm_90a family (TMA, wgmma), to measure or test one against the other\n"
-    "  FLASHGEN_WGMMA_FP8  0: FP8 calls on an H100/H200 run the mma.sync family (arch sm_90, FP8 converted to\n"
-    "                      fp16 there) instead of the sm_90a family (QGMMA), to measure one against the other\n"
-    "  FLASHGEN_SM90_GRID  the sm_90a family's grid: auto or dynamic (default: one CTA an SM, tiles from a\n"
-    "                      per-stream counter, causal ones longest first), tiles (one CTA per tile) or\n"
-    "                      persistent (tiles in a fixed stride), for measuring the choice\n"
-    "  FLASHGEN_CAUSAL_GROUP  auto (default) or N: causal calls start the longest query blocks of at most N\n"
-    "                      (head, batch) pairs together (the sm_90a backward: the longest key blocks of\n"
-    "                      at most N heads); 1 is head by head (for measuring the choice)\n"
-    "  FLASHGEN_WGMMA_BWD  0: backward calls on an H100/H200 at head_dim 64/128, not deterministic, run the\n"
-    "                      mma.sync kernel instead of the sm_90a (wgmma) one, to measure one against the other\n"
-    "  FLASHGEN_BWD_TMA    0: the mma.sync backward on sm_90 loads K, V, Q, dO by cp.async instead of TMA\n"
-    "                      (the tma=1 variants it runs at head_dim 64/128/192/256 where the tensors allow it);\n"
-    "                      1: TMA loads on newer archs too, where they have not been measured yet\n"
-    "  FLASHGEN_DET_ROTATE 0: the deterministic backward without a causal mask adds dQ in ascending key-block\n"
-    "                      order, not in rotated streams (which need a head's key blocks resident at once:\n"
-    "                      taken only when they are at most half the SMs; set 0 under MPS SM limits)\n"
+    "Environment variables (FLASHGEN_*): `flashgen info` lists them with their defaults and values.\n"
     "\n"
     "exit status: 0 on success, 1 on failure (stderr says what failed and why), 2 on a usage error.\n";
 
@@ -160,7 +137,8 @@ static const char usage_info[] =
     "Prints the flashgen and NVRTC versions, the disk cache location with its entry count and size (or\n"
     "why it is unusable), and for each GPU: name, compute capability, SM count, memory, driver version\n"
     "and the arch flashgen compiles for on it (sm_90a on compute capability 9.0). Without a GPU it says\n"
-    "why and still exits 0.\n";
+    "why and still exits 0. Then every FLASHGEN_* environment variable: its default, its value when set,\n"
+    "and what it does; those marked `measuring` exist to measure or test flashgen, not for users.\n";
 
 static const char usage_cache[] =
     "usage: flashgen cache ls|verify|clear [--dir DIR]\n"
@@ -771,6 +749,18 @@ static int info_devices(const fg_cuda_api *cu) {
     return 0;
 }
 
+/* Prints the environment section of `info`: every knob of core/knobs.h's table with its default, its value
+ * when set, and its meaning. */
+static void info_knobs(void) {
+    printf("environment:    (`measuring`: for measuring or testing flashgen, not for users)\n");
+    for (int i = 0; i < FG_KNOB_COUNT; i++) {
+        const fg_knob *k = knob_info((fg_knob_id)i);
+        const char *v = knob_value((fg_knob_id)i);
+        printf("  %s%s: %s%s%s (default: %s)\n      %s\n", k->name, k->measuring ? " (measuring)" : "",
+               v ? "set to '" : "unset", v ? v : "", v ? "'" : "", k->default_value, k->meaning);
+    }
+}
+
 /* `flashgen info`. */
 static int cmd_info(int argc, char **argv) {
     static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
@@ -802,6 +792,7 @@ static int cmd_info(int argc, char **argv) {
     const fg_cuda_api *cu = cuda_api_get(&err);
     if (!cu) printf("GPU:            no CUDA device: %s\n", err.msg);
     else if (info_devices(cu) != 0) status = EXIT_FAIL;
+    info_knobs();
     if (fflush(stdout) != 0) {
         say("info", "could not write to stdout (%s)", strerror(errno));
         return EXIT_FAIL;
