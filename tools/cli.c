@@ -26,6 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 #include "core/knobs.h"
+#include "core/pool.h"
+#include "autotune/timing.h"
 #include "runtime/bundle.h"
 #include "runtime/cache.h"
 #include "tools/cli.h"
@@ -150,60 +152,7 @@ static const char usage_cache[] =
     "      --dir DIR       the cache directory (default: $FLASHGEN_CACHE_DIR, else\n"
     "                      $XDG_CACHE_HOME/flashgen, else ~/.cache/flashgen)\n";
 
-/* ------------------------------------------------------------------ messages and option helpers */
-
-/* Prints "flashgen CMD: <sentence>" on stderr. */
-void say(const char *cmd, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "flashgen %s: ", cmd);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
-
-/* Prints a usage error (a sentence plus where to read more) and returns EXIT_USAGE. */
-int usage_error(const char *cmd, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "flashgen %s: ", cmd);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "; see 'flashgen %s --help'\n", cmd);
-    va_end(ap);
-    return EXIT_USAGE;
-}
-
-/* Turns getopt_long's '?' (unknown option) or ':' (missing argument) into a usage error naming the
- * option as the user typed it. Returns EXIT_USAGE. */
-int bad_option(const char *cmd, char **argv, int c) {
-    const char *typed = optind > 0 ? argv[optind - 1] : "?";
-    char shortname[3] = {'-', (char)optopt, '\0'};
-    /* For a short option getopt reports the letter in optopt (it may sit inside a cluster like -jx);
-     * for a long one optopt is 0 (unknown) or the option's value, and the word is argv[optind-1]. */
-    int is_short = optopt > 0 && optopt < 128 && !(typed[0] == '-' && typed[1] == '-');
-    const char *name = is_short ? shortname : typed;
-    if (c == ':') return usage_error(cmd, "option '%s' needs a value", name);
-    return usage_error(cmd, "unknown option '%s'", name);
-}
-
-/* Parses a whole decimal integer from `text` for option `opt` into *out, requiring min <= value <= max.
- * Garbage, signs below min (negatives) and overflow are usage errors naming the option: returns 0 or
- * EXIT_USAGE (already printed). */
-int parse_number(const char *cmd, const char *opt, const char *text, long long min, long long max,
-                 long long *out) {
-    const char *p = text;
-    while (*p == ' ') p++;
-    if (*p == '+') p++;
-    if (*p == '-' || *p < '0' || *p > '9') goto bad;
-    errno = 0;
-    char *end;
-    long long v = strtoll(p, &end, 10);
-    if (errno || *end != '\0' || v < min || v > max) goto bad;
-    *out = v;
-    return 0;
-bad:
-    return usage_error(cmd, "%s expects a whole number from %lld to %lld, got '%s'", opt, min, max, text);
-}
+/* ------------------------------------------------------------------ small helpers */
 
 /* Returns 1 if `text` is a C identifier of at most 200 characters (a usable --symbol). */
 static int is_c_identifier(const char *text) {
@@ -214,37 +163,6 @@ static int is_c_identifier(const char *text) {
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) return 0;
     }
     return 1;
-}
-
-/* Checks, before any long work, that the directory that will hold `path` exists and is writable, so a
- * typo in -o fails in a second instead of after every compile. Returns 0, or 1 after printing why. */
-int check_output_dir(const char *cmd, const char *path) {
-    char dir[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == path) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    struct stat st;
-    if (stat(dir, &st) != 0) {
-        say(cmd, "cannot write '%s': directory '%s' does not exist (%s)", path, dir, strerror(errno));
-        return 1;
-    }
-    if (!S_ISDIR(st.st_mode)) {
-        say(cmd, "cannot write '%s': '%s' is not a directory", path, dir);
-        return 1;
-    }
-    if (access(dir, W_OK | X_OK) != 0) {
-        say(cmd, "cannot write '%s': directory '%s' is not writable (%s)", path, dir, strerror(errno));
-        return 1;
-    }
-    return 0;
-}
-
-/* Seconds on the monotonic clock. */
-double now_seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 /* The size of a file, or -1 when it cannot be stat'ed (only for messages). */
@@ -504,47 +422,10 @@ static void *bundle_worker(void *arg) {
     }
 }
 
-/* Starts up to n threads running fn(arg) into threads[] and returns how many started (*why_errno: why
- * the first that could not). The threads get 32 MiB stacks, because NVRTC's front end recurses deeply
- * on template-heavy source, and run with SIGINT, SIGTERM and SIGHUP blocked, so those signals reach the
- * main thread (which decides what an interrupt means) and never a compile worker. */
-int start_threads(void *(*fn)(void *), void *arg, int n, pthread_t *threads, int *why_errno) {
-    sigset_t hold, old;
-    sigemptyset(&hold);
-    sigaddset(&hold, SIGINT);
-    sigaddset(&hold, SIGTERM);
-    sigaddset(&hold, SIGHUP);
-    int masked = pthread_sigmask(SIG_BLOCK, &hold, &old) == 0; /* new threads inherit the mask */
-    pthread_attr_t attr;
-    int have_attr = pthread_attr_init(&attr) == 0;
-    if (have_attr) pthread_attr_setstacksize(&attr, (size_t)32 << 20);
-    int started = 0;
-    for (int t = 0; t < n; t++) {
-        int e = pthread_create(&threads[started], have_attr ? &attr : NULL, fn, arg);
-        if (e != 0) {
-            *why_errno = e;
-            break;
-        }
-        started++;
-    }
-    if (have_attr) pthread_attr_destroy(&attr);
-    if (masked) pthread_sigmask(SIG_SETMASK, &old, NULL);
-    return started;
-}
-
-/* Starts `nthreads` workers over the pool and waits for them. Threads that cannot be created are made
- * up for by the ones that were (each takes jobs until none are left). Returns 0, or -1 when no thread
- * at all could be started (errno-style code in *why_errno). */
+/* Runs `nthreads` workers over the pool (pool_run). Returns 0, or -1 when no thread at all could be
+ * started (errno-style code in *why_errno). */
 static int bundle_run_pool(bundle_pool *pool, int nthreads, int *why_errno) {
-    pthread_t *threads = calloc((size_t)nthreads, sizeof *threads);
-    if (!threads) {
-        *why_errno = ENOMEM;
-        return -1;
-    }
-    int started = start_threads(bundle_worker, pool, nthreads, threads, why_errno);
-    for (int t = 0; t < started; t++) pthread_join(threads[t], NULL);
-    free(threads);
-    return started > 0 ? 0 : -1;
+    return pool_run(bundle_worker, pool, nthreads, why_errno) > 0 ? 0 : -1;
 }
 
 /* `flashgen bundle CONFIG -o FILE [--arch LIST] [-j N] [--emit-c] [--symbol NAME]`. */
