@@ -70,6 +70,13 @@ static void sweep_tiles_text(const fg_spec *s, char *buf, size_t n) {
     snprintf(buf, n, "%dx%d w%d s%d", s->block_m, s->block_n, s->warps, s->stages);
 }
 
+/* Whether a record's class r is the space problem's class c (whose causal may be any nonzero value). */
+static int sweep_same_class(const fg_tune_class *r, const fg_tune_class *c) {
+    return r->kind == c->kind && r->dtype == c->dtype && r->head_dim == c->head_dim && r->causal == (c->causal != 0) &&
+           r->gqa == c->gqa && r->seqlen_q == c->seqlen_q && r->seqlen_k == c->seqlen_k &&
+           r->batch_heads == c->batch_heads;
+}
+
 /* Shows progress after a record: "[done/total] problem: tiles outcome | best <ms> <tiles> | eta <s>",
  * rewriting one line on a terminal, else one line per candidate (logs keep every outcome). */
 static void sweep_progress(sweep_run *R, const fg_tune_problem *pb, const fg_spec *spec, fg_tune_status st, double ms) {
@@ -226,10 +233,7 @@ static int sweep_problem(sweep_run *R, sweep_pool *pool, const sweep_bench *benc
     R->best_ms = 0;
     for (int i = 0; i < R->db->count; i++) { /* a resumed problem's best so far */
         const fg_tune_record *r = &R->db->records[i];
-        if (r->status == FG_TUNE_OK && r->cls.kind == pb->cls.kind && r->cls.dtype == pb->cls.dtype &&
-            r->cls.head_dim == pb->cls.head_dim && r->cls.causal == (pb->cls.causal != 0) && r->cls.gqa == pb->cls.gqa &&
-            r->cls.seqlen_q == pb->cls.seqlen_q && r->cls.seqlen_k == pb->cls.seqlen_k &&
-            r->cls.batch_heads == pb->cls.batch_heads && (R->best_ms <= 0 || r->ms < R->best_ms)) {
+        if (r->status == FG_TUNE_OK && sweep_same_class(&r->cls, &pb->cls) && (R->best_ms <= 0 || r->ms < R->best_ms)) {
             R->best_ms = r->ms;
             R->best = r->spec;
         }
@@ -311,9 +315,7 @@ int sweep_print_table(const fg_tune_space *space, const fg_tunedb *db) {
         const fg_tune_record *r = &db->records[i];
         for (int k = 0; k < space->count; k++) {
             const fg_tune_class *c = &space->problems[k].cls;
-            if (r->cls.kind == c->kind && r->cls.dtype == c->dtype && r->cls.head_dim == c->head_dim &&
-                r->cls.causal == (c->causal != 0) && r->cls.gqa == c->gqa && r->cls.seqlen_q == c->seqlen_q &&
-                r->cls.seqlen_k == c->seqlen_k && r->cls.batch_heads == c->batch_heads) {
+            if (sweep_same_class(&r->cls, c)) {
                 if (tunedb_add(&sub, r, &err) != FG_OK) rc = -1;
                 break;
             }
@@ -381,9 +383,8 @@ int sweep_space(const char *space_path, const sweep_opts *o, const sweep_bench *
         return SWEEP_EXIT_FAIL;
     }
     if (bench->check_shapes(bench->user, space_path, &space) != 0) goto done;
-    /* main() has turned the CUDA compute cache off (CUDA_CACHE_DISABLE=1): a cached NVRTC compile has no
-     * ptxas report, and a spilling candidate would pass for a clean one (seen on the H200 host: 87 of
-     * 1080 compiles before that). */
+    /* The program's main turns the CUDA compute cache off (CUDA_CACHE_DISABLE=1): a cached NVRTC compile
+     * has no ptxas report, and a spilling candidate would pass for a clean one. */
     ctx = bench->open_context(bench->user, o->device); /* with no tuning database: the sweep must not trust the file it rewrites */
     if (!ctx) goto done;
     cu = ctx->cu;

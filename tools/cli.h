@@ -1,7 +1,7 @@
-/* cli.h: what the files of the `flashgen` program share: cli.c (gen, compile, list, bundle, info, cache,
- * main), cli_gpu.c (run, explain, and the problem's GPU buffers and reference checks that tune uses too)
- * and cmd_tune.c (tune, over autotune/sweep.c and autotune/shard.c). The messages and option helpers are
- * tools/harness.h's, the timing loop autotune/timing.h's. Not a library header. */
+/* cli.h: what the files of the `flashgen` program share: cli.c (gen, compile, list, bundle, main),
+ * cmd_info.c (info, cache), cli_gpu.c (run, explain, and the problem's GPU buffers and reference checks
+ * that tune uses too) and cmd_tune.c (tune, over autotune/sweep.c and autotune/shard.c). The messages and
+ * option helpers are tools/harness.h's, the timing loop autotune/timing.h's. Not a library header. */
 #ifndef FG_CLI_H
 #define FG_CLI_H
 
@@ -99,8 +99,9 @@ fg_status bwd_buffers_init(fg_context *ctx, const problem *p, uint64_t seed, bwd
 void bwd_buffers_free(const fg_cuda_api *cu, bwd_buffers *B);
 /* Fills dQ, dK and dV with NaN, the workspace with all-ones bytes, and waits for it. */
 fg_status bwd_poison(const fg_cuda_api *cu, const bwd_buffers *B, fg_error *err);
-/* Judges B's gradients (all of them: keep the problem small) against the CPU references by TESTING.md's rule
- * for gradients (ref_check_bwd), into *rep; the kernel must have finished. */
+/* Judges B's gradients (all of them: keep the problem small) against the CPU references by the rule for
+ * gradients (ref_check_bwd: max|out - ref32| <= 3 max|ref_lowp - ref32| + 1e-5) into *rep; the kernel
+ * must have finished. */
 fg_status bwd_check(const fg_cuda_api *cu, const bwd_buffers *B, const problem *p, ref_bwd_report *rep, fg_error *err);
 
 /* ---- the commands main dispatches to: each takes argv[0] = the command name and returns the exit status */
@@ -109,6 +110,10 @@ fg_status bwd_check(const fg_cuda_api *cu, const bwd_buffers *B, const problem *
 int cmd_run(int argc, char **argv);
 /* `flashgen explain` (cli_gpu.c). */
 int cmd_explain(int argc, char **argv);
+/* `flashgen info` (cmd_info.c). */
+int cmd_info(int argc, char **argv);
+/* `flashgen cache` (cmd_info.c). */
+int cmd_cache(int argc, char **argv);
 /* `flashgen tune` (cmd_tune.c). */
 int cmd_tune(int argc, char **argv);
 

@@ -264,9 +264,9 @@ fg_status fwd_poison(const fg_cuda_api *cu, const fwd_buffers *B, int copy, fg_e
  * its outputs poisoned. A copy after the first that does not fit in device memory is not made (check
  * B->ncopies); any other failure is an error. Needs the device's context current; on failure the
  * caller still calls fwd_buffers_free. */
-/* An FP8 V's mean: with V's columns averaging 0 the terms of P.V cancel and a kernel whose accumulation
- * drifts over long key ranges still passes (the sm_90a FP8 kernel's O was 23% low at 16k keys with mean 1
- * while mean 0 passed; bench/results/2026-11-30-h200-session14/), so `run` and `tune` check FP8 with 1. */
+/* An FP8 V's mean: with V's columns averaging 0 the terms of P.V cancel, and a kernel whose accumulation
+ * drifts over long key ranges still passes; with mean 1 such drift shows, so `run` and `tune` check FP8
+ * with 1. */
 #define FP8_V_MEAN 1.f
 
 fg_status fwd_buffers_init(const fg_cuda_api *cu, const problem *p, uint64_t seed, int copies, fwd_buffers *B,

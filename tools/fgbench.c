@@ -1,12 +1,11 @@
-/* fgbench.c: flashgen's benchmark program (build/fgbench).
+/* fgbench.c: flashgen's benchmark program (build/fgbench): its options, the device, the variant a call
+ * runs, and main.
  *
- *   fgbench speed   times the forward kernel on the shapes of the project's benchmark protocol
- *                   (ANCHORS.md: 16384 tokens = batch x seqlen, hidden 2048 = heads x head_dim, layout
- *                   [b, s, h, d]) and prints ms and TFLOP/s per configuration. Every configuration's
- *                   output is first checked on a slice against the CPU reference (reference/reference.h), so
- *                   a wrong kernel reports WRONG, never a speed.
+ *   fgbench speed   times the forward kernel on the shapes of the benchmark protocol (16384 tokens =
+ *                   batch x seqlen, hidden 2048 = heads x head_dim, layout [b, s, h, d]) and prints ms and
+ *                   TFLOP/s per configuration, each output checked first (fgbench_speed.c, fgbench_check.c).
  *   fgbench jit     measures what a user waits for: a cold NVRTC compile, a disk-cache load, and the host
- *                   time of one fg_attention_fwd call, against ANCHORS.md's JIT targets.
+ *                   time of one fg_attention_fwd call, against the protocol's JIT targets (fgbench_jit.c).
  *
  * Kernels run through the public API (include/flashgen.h). What that API does not show comes from the
  * internal modules: device memory, streams and events from the fg_cuda_api driver table (in the device's
@@ -364,8 +363,7 @@ int main(int argc, char **argv) {
         if ((rc = parse_jit(argc - 1, argv + 1, &jo)) >= 0) return rc;
         device = jo.device;
         /* Where a driver is installed, NVRTC serves a repeated compile of the same source and options from
-         * the CUDA compute cache (~/.nv/ComputeCache): measured on the H200 host, 25 ms and no ptxas report
-         * instead of a real compile. A cold compile is what a new variant, or the first call on a new
+         * the CUDA compute cache (~/.nv/ComputeCache) in tens of ms, without running ptxas. A cold compile is what a new variant, or the first call on a new
          * machine, costs; so the cache is off for this process (before the driver or NVRTC starts). */
         setenv("CUDA_CACHE_DISABLE", "1", 1);
     } else {

@@ -14,7 +14,7 @@
 #include "runtime/cuda_api.h"
 #include "tools/harness.h"
 
-/* The protocol's problem sizes (ANCHORS.md). A test build may shrink them (-DPROTO_TOKENS=...) to run the
+/* The benchmark protocol's problem sizes. A test build may shrink them (-DPROTO_TOKENS=...) to run the
  * program against a CPU stand-in for the driver. */
 #ifndef PROTO_TOKENS
 #define PROTO_TOKENS 16384 /* batch x seqlen */
@@ -34,11 +34,11 @@
 #define WARMUP_MAX 20000       /* and at most this many launches */
 #define INPUT_SEEDS 1          /* Q, K and V are filled with seeds 1, 2 and 3 */
 
-/* The JIT targets of ANCHORS.md and how `jit` measures them. */
+/* The benchmark protocol's JIT targets and how `jit` measures them. */
 #define TARGET_COLD_MS 1000.0  /* a cold compile of one variant */
 #define TARGET_DISK_MS 2.0     /* a disk-cache hit */
 #define TARGET_CALL_US 5.0     /* host overhead per call */
-#define COLD_REPS 7            /* cold compiles, each in a fresh cache directory (7: single runs vary by 40% on a shared host) */
+#define COLD_REPS 7            /* cold compiles, each in a fresh cache directory (7: single compiles vary widely on a shared host) */
 #define DISK_REPS 20           /* disk-cache loads, each in a fresh context */
 #define CALLS 10000            /* timed calls for the host overhead */
 #define CALL_BATCH 100         /* calls between stream synchronizations: the launch queue never fills */

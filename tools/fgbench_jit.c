@@ -431,7 +431,7 @@ int run_jit(const bench_device *dev, const jit_opts *o) {
         printf("    raw cuLaunchKernel: not measured (%s)\n", raw_note);
 
     char v1[64], v2[64], v3[64];
-    printf("\n%-44s %12s %12s  %s\n", "JIT targets (ANCHORS.md)", "target", "measured", "verdict");
+    printf("\n%-44s %12s %12s  %s\n", "JIT targets", "target", "measured", "verdict");
     printf("%-44s %9.0f ms %9.0f ms  %s\n", "cold compile of one variant (fg_prepare)", TARGET_COLD_MS, cold_ms,
            verdict(cold_ms, TARGET_COLD_MS, v1, sizeof v1));
     printf("%-44s %9.2f ms %9.3f ms  %s\n", "disk-cache hit (fg_prepare)", TARGET_DISK_MS, disk_ms,
