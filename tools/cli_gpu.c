@@ -1,6 +1,5 @@
-/* cli_gpu.c: `flashgen run` and `flashgen explain`, and the GPU buffers, the reference check and the
- * timing loop that `run` and `tune` (cli_tune.c) share. Part of the `flashgen` program; cli.c has its
- * conventions, main and the message helpers, cli.h what the files share. */
+/* cli_gpu.c: `flashgen run` and `flashgen explain`, and the GPU buffers and CPU-reference checks that
+ * `run` and `tune` (cmd_tune.c) share. Part of the `flashgen` program; cli.h lists its files. */
 #include <getopt.h>
 #include <limits.h>
 #include <stdint.h>
@@ -224,9 +223,9 @@ int cmd_explain(int argc, char **argv) {
     return status;
 }
 
-/* ---- GPU buffers, the reference check and the timing loop, shared by `run` and `tune` ---- */
+/* ---- GPU buffers and the reference check, shared by `run` and `tune` ---- */
 
-/* FWD_MAX_COPIES, fwd_buffers, launch_fn and launch_times are in cli.h. */
+/* FWD_MAX_COPIES and fwd_buffers are in cli.h; the timing loop is autotune/timing.h's. */
 
 /* Device bytes of one copy of p's tensors (Q, K, V, O and the LSE). */
 double fwd_copy_bytes(const problem *p) {
