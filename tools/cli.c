@@ -9,9 +9,7 @@
  * This is the only place in flashgen that prints without being asked or calls exit(): the library
  * returns statuses and sentences, the program turns them into lines and exit codes.
  *
- * The program is three files: this one (the messages and option helpers, gen, compile, list, bundle,
- * info, cache and main), cli_gpu.c (run and explain, and the GPU buffers, reference check and timing
- * loop that run and tune share) and cli_tune.c (tune); cli.h declares what they share. */
+ * The program's files and what they share are listed in cli.h. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -25,6 +23,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "core/pool.h"
+#include "autotune/timing.h"
 #include "runtime/bundle.h"
 #include "runtime/cache.h"
 #include "tools/cli.h"
@@ -75,31 +75,7 @@ static const char usage_main[] =
     "CONFIG is a Lua file calling variants{...} (cartesian products of fields) and tile_policy{...}\n"
     "(tile overrides); it runs in a sandbox (no io/os/require, capped memory and instructions).\n"
     "\n"
-    "environment:\n"
-    "  FLASHGEN_CACHE_DIR  disk cache directory (default $XDG_CACHE_HOME/flashgen, else ~/.cache/flashgen);\n"
-    "                      it must be owned by you and not writable by group or others\n"
-    "  FLASHGEN_DUMP       a directory: every JIT compile (`run`, `tune` and any host application) writes its\n"
-    "                      source, PTX and NVRTC log there\n"
-    "  FLASHGEN_LINEINFO   1: JIT compiles take -lineinfo (source lines in compute-sanitizer and Nsight;\n"
-    "                      cubins about 4x larger)\n"
-    "  FLASHGEN_WGMMA      0: on an H100/H200 run the mma.sync family (arch sm_90) for every call instead of\n"
-    "                      the sm_90a family (TMA, wgmma), to measure or test one against the other\n"
-    "  FLASHGEN_WGMMA_FP8  0: FP8 calls on an H100/H200 run the mma.sync family (arch sm_90, FP8 converted to\n"
-    "                      fp16 there) instead of the sm_90a family (QGMMA), to measure one against the other\n"
-    "  FLASHGEN_SM90_GRID  the sm_90a family's grid: auto or dynamic (default: one CTA an SM, tiles from a\n"
-    "                      per-stream counter, causal ones longest first), tiles (one CTA per tile) or\n"
-    "                      persistent (tiles in a fixed stride), for measuring the choice\n"
-    "  FLASHGEN_CAUSAL_GROUP  auto (default) or N: causal calls start the longest query blocks of at most N\n"
-    "                      (head, batch) pairs together (the sm_90a backward: the longest key blocks of\n"
-    "                      at most N heads); 1 is head by head (for measuring the choice)\n"
-    "  FLASHGEN_WGMMA_BWD  0: backward calls on an H100/H200 at head_dim 64/128, not deterministic, run the\n"
-    "                      mma.sync kernel instead of the sm_90a (wgmma) one, to measure one against the other\n"
-    "  FLASHGEN_BWD_TMA    0: the mma.sync backward on sm_90 loads K, V, Q, dO by cp.async instead of TMA\n"
-    "                      (the tma=1 variants it runs at head_dim 64/128/192/256 where the tensors allow it);\n"
-    "                      1: TMA loads on newer archs too, where they have not been measured yet\n"
-    "  FLASHGEN_DET_ROTATE 0: the deterministic backward without a causal mask adds dQ in ascending key-block\n"
-    "                      order, not in rotated streams (which need a head's key blocks resident at once:\n"
-    "                      taken only when they are at most half the SMs; set 0 under MPS SM limits)\n"
+    "Environment variables (FLASHGEN_*): `flashgen info` lists them with their defaults and values.\n"
     "\n"
     "exit status: 0 on success, 1 on failure (stderr says what failed and why), 2 on a usage error.\n";
 
@@ -155,78 +131,7 @@ static const char usage_bundle[] =
     "                      tiles spill a few bytes on sm_90 (generator/tile_policy.c), so an application that\n"
     "                      must not JIT (options.strict) bundles them this way\n";
 
-static const char usage_info[] =
-    "usage: flashgen info\n"
-    "\n"
-    "Prints the flashgen and NVRTC versions, the disk cache location with its entry count and size (or\n"
-    "why it is unusable), and for each GPU: name, compute capability, SM count, memory, driver version\n"
-    "and the arch flashgen compiles for on it (sm_90a on compute capability 9.0). Without a GPU it says\n"
-    "why and still exits 0.\n";
-
-static const char usage_cache[] =
-    "usage: flashgen cache ls|verify|clear [--dir DIR]\n"
-    "\n"
-    "  ls       one line per entry: file, variant name, cubin bytes (bad entries say why)\n"
-    "  verify   checks every entry's header and checksum; exits 1 naming each bad one\n"
-    "  clear    removes every entry (and stale temporary files); other files are kept\n"
-    "\n"
-    "      --dir DIR       the cache directory (default: $FLASHGEN_CACHE_DIR, else\n"
-    "                      $XDG_CACHE_HOME/flashgen, else ~/.cache/flashgen)\n";
-
-/* ------------------------------------------------------------------ messages and option helpers */
-
-/* Prints "flashgen CMD: <sentence>" on stderr. */
-void say(const char *cmd, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "flashgen %s: ", cmd);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
-
-/* Prints a usage error (a sentence plus where to read more) and returns EXIT_USAGE. */
-int usage_error(const char *cmd, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "flashgen %s: ", cmd);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "; see 'flashgen %s --help'\n", cmd);
-    va_end(ap);
-    return EXIT_USAGE;
-}
-
-/* Turns getopt_long's '?' (unknown option) or ':' (missing argument) into a usage error naming the
- * option as the user typed it. Returns EXIT_USAGE. */
-int bad_option(const char *cmd, char **argv, int c) {
-    const char *typed = optind > 0 ? argv[optind - 1] : "?";
-    char shortname[3] = {'-', (char)optopt, '\0'};
-    /* For a short option getopt reports the letter in optopt (it may sit inside a cluster like -jx);
-     * for a long one optopt is 0 (unknown) or the option's value, and the word is argv[optind-1]. */
-    int is_short = optopt > 0 && optopt < 128 && !(typed[0] == '-' && typed[1] == '-');
-    const char *name = is_short ? shortname : typed;
-    if (c == ':') return usage_error(cmd, "option '%s' needs a value", name);
-    return usage_error(cmd, "unknown option '%s'", name);
-}
-
-/* Parses a whole decimal integer from `text` for option `opt` into *out, requiring min <= value <= max.
- * Garbage, signs below min (negatives) and overflow are usage errors naming the option: returns 0 or
- * EXIT_USAGE (already printed). */
-int parse_number(const char *cmd, const char *opt, const char *text, long long min, long long max,
-                 long long *out) {
-    const char *p = text;
-    while (*p == ' ') p++;
-    if (*p == '+') p++;
-    if (*p == '-' || *p < '0' || *p > '9') goto bad;
-    errno = 0;
-    char *end;
-    long long v = strtoll(p, &end, 10);
-    if (errno || *end != '\0' || v < min || v > max) goto bad;
-    *out = v;
-    return 0;
-bad:
-    return usage_error(cmd, "%s expects a whole number from %lld to %lld, got '%s'", opt, min, max, text);
-}
+/* ------------------------------------------------------------------ small helpers */
 
 /* Returns 1 if `text` is a C identifier of at most 200 characters (a usable --symbol). */
 static int is_c_identifier(const char *text) {
@@ -237,37 +142,6 @@ static int is_c_identifier(const char *text) {
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) return 0;
     }
     return 1;
-}
-
-/* Checks, before any long work, that the directory that will hold `path` exists and is writable, so a
- * typo in -o fails in a second instead of after every compile. Returns 0, or 1 after printing why. */
-int check_output_dir(const char *cmd, const char *path) {
-    char dir[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == path) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    struct stat st;
-    if (stat(dir, &st) != 0) {
-        say(cmd, "cannot write '%s': directory '%s' does not exist (%s)", path, dir, strerror(errno));
-        return 1;
-    }
-    if (!S_ISDIR(st.st_mode)) {
-        say(cmd, "cannot write '%s': '%s' is not a directory", path, dir);
-        return 1;
-    }
-    if (access(dir, W_OK | X_OK) != 0) {
-        say(cmd, "cannot write '%s': directory '%s' is not writable (%s)", path, dir, strerror(errno));
-        return 1;
-    }
-    return 0;
-}
-
-/* Seconds on the monotonic clock. */
-double now_seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 /* The size of a file, or -1 when it cannot be stat'ed (only for messages). */
@@ -533,47 +407,10 @@ static void *bundle_worker(void *arg) {
     }
 }
 
-/* Starts up to n threads running fn(arg) into threads[] and returns how many started (*why_errno: why
- * the first that could not). The threads get 32 MiB stacks, because NVRTC's front end recurses deeply
- * on template-heavy source, and run with SIGINT, SIGTERM and SIGHUP blocked, so those signals reach the
- * main thread (which decides what an interrupt means) and never a compile worker. */
-int start_threads(void *(*fn)(void *), void *arg, int n, pthread_t *threads, int *why_errno) {
-    sigset_t hold, old;
-    sigemptyset(&hold);
-    sigaddset(&hold, SIGINT);
-    sigaddset(&hold, SIGTERM);
-    sigaddset(&hold, SIGHUP);
-    int masked = pthread_sigmask(SIG_BLOCK, &hold, &old) == 0; /* new threads inherit the mask */
-    pthread_attr_t attr;
-    int have_attr = pthread_attr_init(&attr) == 0;
-    if (have_attr) pthread_attr_setstacksize(&attr, (size_t)32 << 20);
-    int started = 0;
-    for (int t = 0; t < n; t++) {
-        int e = pthread_create(&threads[started], have_attr ? &attr : NULL, fn, arg);
-        if (e != 0) {
-            *why_errno = e;
-            break;
-        }
-        started++;
-    }
-    if (have_attr) pthread_attr_destroy(&attr);
-    if (masked) pthread_sigmask(SIG_SETMASK, &old, NULL);
-    return started;
-}
-
-/* Starts `nthreads` workers over the pool and waits for them. Threads that cannot be created are made
- * up for by the ones that were (each takes jobs until none are left). Returns 0, or -1 when no thread
- * at all could be started (errno-style code in *why_errno). */
+/* Runs `nthreads` workers over the pool (pool_run). Returns 0, or -1 when no thread at all could be
+ * started (errno-style code in *why_errno). */
 static int bundle_run_pool(bundle_pool *pool, int nthreads, int *why_errno) {
-    pthread_t *threads = calloc((size_t)nthreads, sizeof *threads);
-    if (!threads) {
-        *why_errno = ENOMEM;
-        return -1;
-    }
-    int started = start_threads(bundle_worker, pool, nthreads, threads, why_errno);
-    for (int t = 0; t < started; t++) pthread_join(threads[t], NULL);
-    free(threads);
-    return started > 0 ? 0 : -1;
+    return pool_run(bundle_worker, pool, nthreads, why_errno) > 0 ? 0 : -1;
 }
 
 /* `flashgen bundle CONFIG -o FILE [--arch LIST] [-j N] [--emit-c] [--symbol NAME]`. */
@@ -714,243 +551,6 @@ done:
     for (int i = 0; i < pool.count; i++) compile_result_free(&pool.jobs[i].result);
     free(pool.jobs);
     pthread_mutex_destroy(&pool.lock);
-    return status;
-}
-
-/* ------------------------------------------------------------------ info */
-
-/* Accumulates entry counts for `info` and `cache verify`. */
-typedef struct cache_tally {
-    long long entries;   /* entries visited */
-    long long bad;       /* entries that did not verify */
-    unsigned long long bytes; /* payload bytes of the good entries */
-} cache_tally;
-
-/* cache_visit callback: counts entries and bytes. */
-static void tally_entry(void *user, const char *file, const char *name, uint64_t len, int verified, const char *why,
-                        int ptx) {
-    cache_tally *t = user;
-    t->entries++;
-    if (verified) t->bytes += len;
-    else t->bad++;
-}
-
-/* Prints the GPU lines of `info`. Returns 0, or 1 when a device could not be queried. */
-static int info_devices(const fg_cuda_api *cu) {
-    fg_error err;
-    fg_error_clear(&err);
-    int count = 0, driver = 0;
-    CUresult rc = cu->cuDeviceGetCount(&count);
-    if (rc != CUDA_SUCCESS) {
-        cuda_api_fail(&err, rc, "cuDeviceGetCount", __FILE__, __LINE__);
-        say("info", "%s", err.msg);
-        return 1;
-    }
-    if (count == 0) {
-        printf("GPU:            no CUDA device: the driver sees none\n");
-        return 0;
-    }
-    if (cu->cuDriverGetVersion(&driver) == CUDA_SUCCESS)
-        printf("CUDA driver:    %d.%d\n", driver / 1000, driver % 1000 / 10);
-    for (int i = 0; i < count; i++) {
-        CUdevice d;
-        char name[256] = "";
-        int major = 0, minor = 0, sms = 0, smem = 0;
-        size_t mem = 0;
-        if (cu->cuDeviceGet(&d, i) != CUDA_SUCCESS || cu->cuDeviceGetName(name, (int)sizeof name, d) != CUDA_SUCCESS ||
-            cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d) != CUDA_SUCCESS ||
-            cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d) != CUDA_SUCCESS ||
-            cu->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d) != CUDA_SUCCESS ||
-            cu->cuDeviceGetAttribute(&smem, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, d) != CUDA_SUCCESS ||
-            cu->cuDeviceTotalMem(&mem, d) != CUDA_SUCCESS) {
-            say("info", "could not query CUDA device %d", i);
-            return 1;
-        }
-        int arch = major * 10 + minor;
-        char target[64];
-        /* The same choice the dispatcher makes: sm_90a on Hopper (wgmma/TMA need the 'a' target). */
-        if (arch < 80) snprintf(target, sizeof target, "none (flashgen needs compute capability 8.0+)");
-        else spec_arch_format(arch, arch == 90, target, sizeof target);
-        printf("GPU %d:          %s, compute capability %d.%d, %d SMs, %.1f GiB, %d bytes shared memory per block\n", i,
-               name, major, minor, sms, (double)mem / (1024.0 * 1024.0 * 1024.0), smem);
-        printf("  target arch:  %s\n", target);
-    }
-    return 0;
-}
-
-/* `flashgen info`. */
-static int cmd_info(int argc, char **argv) {
-    static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-        if (c == 'h') {
-            fputs(usage_info, stdout);
-            return EXIT_OK;
-        }
-        return bad_option("info", argv, c);
-    }
-    if (optind < argc) return usage_error("info", "unexpected argument '%s'", argv[optind]);
-    printf("flashgen:       %s\n", FG_VERSION_STRING);
-    printf("NVRTC:          %s\n", compile_nvrtc_version());
-    fg_error err;
-    fg_error_clear(&err);
-    fg_disk_cache cache;
-    if (cache_open(&cache, NULL, &err) != FG_OK) {
-        printf("disk cache:     unusable: %s\n", err.msg);
-    } else {
-        cache_tally t = {0, 0, 0};
-        int n = cache_visit(&cache, tally_entry, &t, &err);
-        if (n < 0) printf("disk cache:     %s (unreadable: %s)\n", cache.dir, err.msg);
-        else
-            printf("disk cache:     %s, %lld entries, %llu bytes%s\n", cache.dir, t.entries, t.bytes,
-                   t.bad ? " (some entries are bad: run 'flashgen cache verify')" : "");
-    }
-    int status = EXIT_OK;
-    const fg_cuda_api *cu = cuda_api_get(&err);
-    if (!cu) printf("GPU:            no CUDA device: %s\n", err.msg);
-    else if (info_devices(cu) != 0) status = EXIT_FAIL;
-    if (fflush(stdout) != 0) {
-        say("info", "could not write to stdout (%s)", strerror(errno));
-        return EXIT_FAIL;
-    }
-    return status;
-}
-
-/* ------------------------------------------------------------------ cache */
-
-/* One visited cache entry, kept so `ls` can print in a stable (sorted) order. */
-typedef struct cache_row {
-    char *file;          /* entry file name */
-    char *name;          /* spec name, or NULL when unreadable */
-    uint64_t len;        /* payload bytes */
-    int verified;        /* 1 when header and checksum agree */
-    char *why;           /* why not verified, or NULL */
-    int ptx;             /* 1 for a PTX payload (FLASHGEN_EMULATE_ARCH), 0 for a cubin */
-} cache_row;
-
-/* The rows collected by collect_row. */
-typedef struct cache_rows {
-    cache_row *rows;     /* grown as entries are visited */
-    size_t count, cap;   /* used / allocated */
-    int failed;          /* 1 after an allocation failed */
-} cache_rows;
-
-/* Copies a string (NULL stays NULL); sets *failed when memory runs out. */
-static char *dup_or_null(const char *s, int *failed) {
-    if (!s) return NULL;
-    char *d = strdup(s);
-    if (!d) *failed = 1;
-    return d;
-}
-
-/* cache_visit callback: keeps a copy of each entry's description. */
-static void collect_row(void *user, const char *file, const char *name, uint64_t len, int verified, const char *why,
-                        int ptx) {
-    cache_rows *r = user;
-    if (r->failed) return;
-    if (r->count == r->cap) {
-        size_t cap = r->cap ? r->cap * 2 : 64;
-        cache_row *n = realloc(r->rows, cap * sizeof *n);
-        if (!n) {
-            r->failed = 1;
-            return;
-        }
-        r->rows = n;
-        r->cap = cap;
-    }
-    cache_row *row = &r->rows[r->count++];
-    row->file = dup_or_null(file, &r->failed);
-    row->name = dup_or_null(name, &r->failed);
-    row->why = dup_or_null(verified ? NULL : why, &r->failed);
-    row->len = len;
-    row->verified = verified;
-    row->ptx = ptx;
-}
-
-/* Orders rows by file name. */
-static int cmp_row(const void *a, const void *b) {
-    const cache_row *x = a, *y = b;
-    return strcmp(x->file ? x->file : "", y->file ? y->file : "");
-}
-
-/* `flashgen cache ls|verify|clear [--dir DIR]`. */
-static int cmd_cache(int argc, char **argv) {
-    static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
-                                         {"dir", required_argument, NULL, 'd'},
-                                         {NULL, 0, NULL, 0}};
-    const char *dir = NULL;
-    int c;
-    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'h': fputs(usage_cache, stdout); return EXIT_OK;
-        case 'd': dir = optarg; break;
-        default: return bad_option("cache", argv, c);
-        }
-    }
-    if (optind >= argc) return usage_error("cache", "an action is required: ls, verify or clear");
-    const char *action = argv[optind];
-    if (strcmp(action, "ls") != 0 && strcmp(action, "verify") != 0 && strcmp(action, "clear") != 0)
-        return usage_error("cache", "unknown action '%s' (ls, verify or clear)", action);
-    if (optind + 1 < argc) return usage_error("cache", "unexpected argument '%s'", argv[optind + 1]);
-
-    fg_error err;
-    fg_error_clear(&err);
-    fg_disk_cache cache;
-    if (cache_open(&cache, dir, &err) != FG_OK) {
-        say("cache", "%s", err.msg);
-        return EXIT_FAIL;
-    }
-    if (strcmp(action, "clear") == 0) {
-        int n = cache_clear(&cache, &err);
-        if (n < 0) {
-            say("cache", "%s", err.msg);
-            return EXIT_FAIL;
-        }
-        printf("removed %d entr%s from %s\n", n, n == 1 ? "y" : "ies", cache.dir);
-        return EXIT_OK;
-    }
-
-    cache_rows r = {NULL, 0, 0, 0};
-    int n = cache_visit(&cache, collect_row, &r, &err);
-    int status = EXIT_OK;
-    if (n < 0 || r.failed) {
-        say("cache", "%s", n < 0 ? err.msg : "out of memory listing the cache");
-        status = EXIT_FAIL;
-        goto done;
-    }
-    if (r.count > 1) qsort(r.rows, r.count, sizeof *r.rows, cmp_row); /* qsort(NULL, 0) is undefined */
-    size_t bad = 0;
-    unsigned long long bytes = 0;
-    for (size_t i = 0; i < r.count; i++) {
-        cache_row *row = &r.rows[i];
-        if (!row->verified) bad++;
-        else bytes += row->len;
-        if (strcmp(action, "ls") == 0) {
-            if (row->verified) /* PTX entries (FLASHGEN_EMULATE_ARCH) share their variant's name: marked */
-                printf("%s  %s  %llu%s\n", row->file, row->name ? row->name : "-", (unsigned long long)row->len,
-                       row->ptx ? "  ptx" : "");
-            else printf("%s  %s  %llu  BAD: %s\n", row->file, row->name ? row->name : "-", (unsigned long long)row->len,
-                        row->why ? row->why : "does not verify");
-        } else if (!row->verified) {
-            say("cache", "%s/%s: %s", cache.dir, row->file, row->why ? row->why : "does not verify");
-        }
-    }
-    if (strcmp(action, "verify") == 0) {
-        printf("%zu entr%s in %s: %zu good (%llu bytes), %zu bad\n", r.count, r.count == 1 ? "y" : "ies", cache.dir,
-               r.count - bad, bytes, bad);
-        if (bad) {
-            say("cache", "%zu entr%s failed verification; 'flashgen cache clear' removes them (they would be "
-                "recompiled anyway)", bad, bad == 1 ? "y" : "ies");
-            status = EXIT_FAIL;
-        }
-    }
-done:
-    for (size_t i = 0; i < r.count; i++) {
-        free(r.rows[i].file);
-        free(r.rows[i].name);
-        free(r.rows[i].why);
-    }
-    free(r.rows);
     return status;
 }
 

@@ -1,39 +1,21 @@
-/* cli.h: what the files of the `flashgen` program share: cli.c (messages and option helpers, gen,
- * compile, list, bundle, info, cache, main), cli_gpu.c (run, explain, and the GPU buffers, reference
- * check and timing loop shared with tune) and cli_tune.c (tune). Not a library header. */
+/* cli.h: what the files of the `flashgen` program share: cli.c (gen, compile, list, bundle, main),
+ * cmd_info.c (info, cache), cli_gpu.c (run, explain, and the problem's GPU buffers and reference checks
+ * that tune uses too) and cmd_tune.c (tune, over autotune/sweep.c and autotune/shard.c). The messages and
+ * option helpers are tools/harness.h's, the timing loop autotune/timing.h's. Not a library header. */
 #ifndef FG_CLI_H
 #define FG_CLI_H
 
-#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "autotune/timing.h"
 #include "runtime/cuda_api.h"
+#include "tools/harness.h"
 #include "core/error.h"
 #include "flashgen.h"
 #include "reference/reference.h"
 #include "generator/spec.h"
 
-/* ---- cli.c: exit statuses, messages and option helpers */
-
-/* The process's exit status: 0 success, 1 failure (stderr says why), 2 usage error. */
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
-
-/* Prints "flashgen CMD: <sentence>" on stderr. */
-void say(const char *cmd, const char *fmt, ...) FG_PRINTF(2, 3);
-/* Prints a usage error (a sentence plus where to read more) and returns EXIT_USAGE. */
-int usage_error(const char *cmd, const char *fmt, ...) FG_PRINTF(2, 3);
-/* Turns getopt_long's '?' or ':' into a usage error naming the option as typed; returns EXIT_USAGE. */
-int bad_option(const char *cmd, char **argv, int c);
-/* Parses a whole number from min to max for option opt into *out: 0, or EXIT_USAGE (printed). */
-int parse_number(const char *cmd, const char *opt, const char *text, long long min, long long max, long long *out);
-/* Checks that the directory that will hold path exists and is writable: 0, or 1 after printing why. */
-int check_output_dir(const char *cmd, const char *path);
-/* Seconds on the monotonic clock. */
-double now_seconds(void);
-/* Starts up to n threads running fn(arg) (32 MiB stacks, SIGINT/SIGTERM/SIGHUP blocked); returns how many. */
-int start_threads(void *(*fn)(void *), void *arg, int n, pthread_t *threads, int *why_errno);
-
-/* ---- cli_gpu.c: the problem, the GPU buffers, the reference check and the timing loop (run, tune) */
+/* ---- cli_gpu.c: the problem, the GPU buffers and the reference checks (run, tune) */
 
 /* One attention problem, from the command line. */
 typedef struct problem {
@@ -85,16 +67,6 @@ typedef struct bwd_buffers {
     fg_bwd_args dev;                 /* the call's arguments on the device tensors */
 } bwd_buffers;
 
-/* Launches the i-th launch of a timing (i counts warm-up launches too); fills err on failure. */
-typedef fg_status (*launch_fn)(void *user, int i, fg_error *err);
-
-/* What time_launches measured, in milliseconds per launch. */
-typedef struct launch_times {
-    double median;  /* the median interval */
-    double min;     /* the fastest */
-    double max;     /* the slowest */
-} launch_times;
-
 /* Fills a with contiguous Q/K/V/O/LSE tensors of problem p at the given (device) addresses. */
 void problem_args(const problem *p, void *q, void *k, void *v, void *o, void *lse, fg_fwd_args *a);
 /* Creates a context on device logging at level (tuning_db as for fg_context_options); NULL after printing why. */
@@ -112,9 +84,6 @@ fg_status fwd_buffers_init(const fg_cuda_api *cu, const problem *p, uint64_t see
  * CPU reference into *rep. */
 fg_status fwd_check(const fg_cuda_api *cu, const fwd_buffers *B, const problem *p, const fg_spec *ran, int copy,
                     int64_t nb, int64_t nh, int64_t row0, ref_report *rep, fg_error *err);
-/* Times `iters` launches after `warmup` ones with CUDA events on stream; the median, min and max into *t. */
-fg_status time_launches(const fg_cuda_api *cu, CUstream stream, int warmup, int iters, launch_fn launch, void *user,
-                        launch_times *t, fg_error *err);
 /* The FLOPs of one forward pass of p: 4*b*h*sq*sk*d, half when causal. */
 double fwd_flops(const problem *p);
 /* Fills a with the contiguous tensors of backward problem p (problem_args' Q/K/V/O/LSE, dO like O, dQ like Q,
@@ -130,8 +99,9 @@ fg_status bwd_buffers_init(fg_context *ctx, const problem *p, uint64_t seed, bwd
 void bwd_buffers_free(const fg_cuda_api *cu, bwd_buffers *B);
 /* Fills dQ, dK and dV with NaN, the workspace with all-ones bytes, and waits for it. */
 fg_status bwd_poison(const fg_cuda_api *cu, const bwd_buffers *B, fg_error *err);
-/* Judges B's gradients (all of them: keep the problem small) against the CPU references by TESTING.md's rule
- * for gradients (ref_check_bwd), into *rep; the kernel must have finished. */
+/* Judges B's gradients (all of them: keep the problem small) against the CPU references by the rule for
+ * gradients (ref_check_bwd: max|out - ref32| <= 3 max|ref_lowp - ref32| + 1e-5) into *rep; the kernel
+ * must have finished. */
 fg_status bwd_check(const fg_cuda_api *cu, const bwd_buffers *B, const problem *p, ref_bwd_report *rep, fg_error *err);
 
 /* ---- the commands main dispatches to: each takes argv[0] = the command name and returns the exit status */
@@ -140,7 +110,11 @@ fg_status bwd_check(const fg_cuda_api *cu, const bwd_buffers *B, const problem *
 int cmd_run(int argc, char **argv);
 /* `flashgen explain` (cli_gpu.c). */
 int cmd_explain(int argc, char **argv);
-/* `flashgen tune` (cli_tune.c). */
+/* `flashgen info` (cmd_info.c). */
+int cmd_info(int argc, char **argv);
+/* `flashgen cache` (cmd_info.c). */
+int cmd_cache(int argc, char **argv);
+/* `flashgen tune` (cmd_tune.c). */
 int cmd_tune(int argc, char **argv);
 
 #endif

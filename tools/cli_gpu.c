@@ -1,6 +1,5 @@
-/* cli_gpu.c: `flashgen run` and `flashgen explain`, and the GPU buffers, the reference check and the
- * timing loop that `run` and `tune` (cli_tune.c) share. Part of the `flashgen` program; cli.c has its
- * conventions, main and the message helpers, cli.h what the files share. */
+/* cli_gpu.c: `flashgen run` and `flashgen explain`, and the GPU buffers and CPU-reference checks that
+ * `run` and `tune` (cmd_tune.c) share. Part of the `flashgen` program; cli.h lists its files. */
 #include <getopt.h>
 #include <limits.h>
 #include <stdint.h>
@@ -224,9 +223,9 @@ int cmd_explain(int argc, char **argv) {
     return status;
 }
 
-/* ---- GPU buffers, the reference check and the timing loop, shared by `run` and `tune` ---- */
+/* ---- GPU buffers and the reference check, shared by `run` and `tune` ---- */
 
-/* FWD_MAX_COPIES, fwd_buffers, launch_fn and launch_times are in cli.h. */
+/* FWD_MAX_COPIES and fwd_buffers are in cli.h; the timing loop is autotune/timing.h's. */
 
 /* Device bytes of one copy of p's tensors (Q, K, V, O and the LSE). */
 double fwd_copy_bytes(const problem *p) {
@@ -264,9 +263,9 @@ fg_status fwd_poison(const fg_cuda_api *cu, const fwd_buffers *B, int copy, fg_e
  * its outputs poisoned. A copy after the first that does not fit in device memory is not made (check
  * B->ncopies); any other failure is an error. Needs the device's context current; on failure the
  * caller still calls fwd_buffers_free. */
-/* An FP8 V's mean: with V's columns averaging 0 the terms of P.V cancel and a kernel whose accumulation
- * drifts over long key ranges still passes (the sm_90a FP8 kernel's O was 23% low at 16k keys with mean 1
- * while mean 0 passed; bench/results/2026-11-30-h200-session14/), so `run` and `tune` check FP8 with 1. */
+/* An FP8 V's mean: with V's columns averaging 0 the terms of P.V cancel, and a kernel whose accumulation
+ * drifts over long key ranges still passes; with mean 1 such drift shows, so `run` and `tune` check FP8
+ * with 1. */
 #define FP8_V_MEAN 1.f
 
 fg_status fwd_buffers_init(const fg_cuda_api *cu, const problem *p, uint64_t seed, int copies, fwd_buffers *B,
@@ -382,71 +381,6 @@ fg_status fwd_check(const fg_cuda_api *cu, const fwd_buffers *B, const problem *
 done:
     free(ho);
     free(hl);
-    return st;
-}
-
-/* Compares floats for qsort. */
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-/* Calls launch `warmup` times, then `iters` times (iters >= 1) with a CUDA event recorded on `stream`
- * before the first and after each one: each interval is one kernel, and the median of them is robust to
- * the odd slow launch (clock ramp, another process). Waits for the last event. Creates and destroys its
- * events. Returns launch's failure, FG_ERR_CUDA naming the event call, or FG_ERR_NO_MEMORY; the stream
- * may still hold work after a failure. */
-fg_status time_launches(const fg_cuda_api *cu, CUstream stream, int warmup, int iters, launch_fn launch,
-                        void *user, launch_times *t, fg_error *err) {
-    t->median = t->min = t->max = 0;
-    CUevent *ev = calloc((size_t)iters + 1, sizeof *ev);
-    float *ms = malloc((size_t)iters * sizeof *ms);
-    int nev = 0;
-    fg_status st = FG_OK;
-    CUresult rc = CUDA_SUCCESS;
-    const char *call = "";
-    if (!ev || !ms) {
-        st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory for %d timing events", iters);
-        goto done;
-    }
-    for (; nev <= iters; nev++)
-        if ((rc = cu->cuEventCreate(&ev[nev], CU_EVENT_DEFAULT)) != CUDA_SUCCESS) {
-            call = "cuEventCreate";
-            goto cuda_failed;
-        }
-    for (int i = 0; i < warmup; i++)
-        if ((st = launch(user, i, err)) != FG_OK) goto done;
-    if ((rc = cu->cuEventRecord(ev[0], stream)) != CUDA_SUCCESS) {
-        call = "cuEventRecord";
-        goto cuda_failed;
-    }
-    for (int i = 0; i < iters; i++) {
-        if ((st = launch(user, warmup + i, err)) != FG_OK) goto done;
-        if ((rc = cu->cuEventRecord(ev[i + 1], stream)) != CUDA_SUCCESS) {
-            call = "cuEventRecord";
-            goto cuda_failed;
-        }
-    }
-    if ((rc = cu->cuEventSynchronize(ev[iters])) != CUDA_SUCCESS) {
-        call = "cuEventSynchronize (waiting for the timed launches)";
-        goto cuda_failed;
-    }
-    for (int i = 0; i < iters; i++)
-        if ((rc = cu->cuEventElapsedTime(&ms[i], ev[i], ev[i + 1])) != CUDA_SUCCESS) {
-            call = "cuEventElapsedTime";
-            goto cuda_failed;
-        }
-    qsort(ms, (size_t)iters, sizeof *ms, cmp_float);
-    t->median = iters % 2 ? ms[iters / 2] : 0.5 * ((double)ms[iters / 2 - 1] + (double)ms[iters / 2]);
-    t->min = ms[0];
-    t->max = ms[iters - 1];
-    goto done;
-cuda_failed:
-    st = cuda_api_fail(err, rc, call, __FILE__, __LINE__);
-done:
-    for (int i = 0; i < nev; i++) cu->cuEventDestroy(ev[i]);
-    free(ev);
-    free(ms);
     return st;
 }
 
