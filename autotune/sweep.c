@@ -530,6 +530,7 @@ int sweep_space(const char *space_path, const sweep_opts *o, const sweep_bench *
     pool.space = &space;
     pool.disk = have_cache ? &cache : NULL;
     pool.allow_spills = o->allow_spills;
+    pool.stop_signal = &sweep_signal;
     if (pthread_mutex_init(&pool.lock, NULL) != 0) {
         sweep_print(NULL, SWEEP_ERR, "cannot initialize the compile queue's lock");
         goto done;
