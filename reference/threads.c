@@ -1,36 +1,27 @@
-/* threads.c: the reference's thread pool: units handed out from one atomic counter to every online core,
- * so causal rows (uneven work) balance, and a thread that cannot be created only means fewer workers.
- * Contracts in ref_internal.h. */
-#include <pthread.h>
+/* threads.c: the reference's parallel loop: units handed out from one atomic counter to workers started
+ * by core/pool.c, so causal rows (uneven work) balance; threads that cannot start only mean fewer workers,
+ * and with none the caller does every unit itself. Contracts in ref_internal.h. */
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <unistd.h>
+#include "core/pool.h"
 #include "reference/ref_internal.h"
 
-typedef void (*ref_unit_fn)(void *job, int tid, int64_t unit);
-
-typedef struct pool {
+typedef struct ref_queue {
     void *job;             /* passed to fn */
-    ref_unit_fn fn;            /* processes one unit */
+    ref_unit_fn fn;        /* processes one unit */
     int64_t units;         /* units 0 .. units-1 */
     _Atomic int64_t next;  /* next unit to hand out: dynamic scheduling evens out causal rows */
-} pool;
+    _Atomic int tids;      /* next worker index (each worker's scratch) */
+} ref_queue;
 
-typedef struct worker {
-    pool *pl;       /* shared queue */
-    int tid;        /* index of this worker's scratch */
-    pthread_t th;   /* its thread (unused for tid 0, the caller) */
-    int started;    /* 1 when th was created */
-} worker;
-
-/* A thread's body: takes units from the shared counter until none is left. */
-static void *worker_main(void *arg) {
-    worker *w = arg;
+/* A worker's body: takes a scratch index, then units from the shared counter until none is left. */
+static void *ref_worker(void *arg) {
+    ref_queue *q = arg;
+    const int tid = atomic_fetch_add(&q->tids, 1);
     for (;;) {
-        int64_t u = atomic_fetch_add_explicit(&w->pl->next, 1, memory_order_relaxed);
-        if (u >= w->pl->units)
-            break;
-        w->pl->fn(w->pl->job, w->tid, u);
+        int64_t u = atomic_fetch_add_explicit(&q->next, 1, memory_order_relaxed);
+        if (u >= q->units) break;
+        q->fn(q->job, tid, u);
     }
     return NULL;
 }
@@ -38,39 +29,17 @@ static void *worker_main(void *arg) {
 /* How many threads to use for `units` units: every online core, at most one per unit. */
 int ref_thread_count(int64_t units) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
-    if (n < 1)
-        n = 1;
-    if (n > 512)
-        n = 512;
-    if (units < n)
-        n = units < 1 ? 1 : (long)units;
+    if (n < 1) n = 1;
+    if (n > 512) n = 512;
+    if (units < n) n = units < 1 ? 1 : (long)units;
     return (int)n;
 }
 
-/* Runs fn over all units on up to nthreads threads (the caller is one of them, with tid 0). A thread that
- * cannot be created is simply not used: the others drain the queue. Returns after every unit is done. */
+/* Runs fn over all units on up to nthreads workers (tids 0 .. nthreads-1). Returns after every unit is done. */
 void ref_run_parallel(void *job, ref_unit_fn fn, int64_t units, int nthreads) {
-    pool pl = {job, fn, units, 0};
-    worker stack_workers[64];
-    worker *w = stack_workers;
-    if (nthreads > 64) {
-        w = calloc((size_t)nthreads, sizeof *w);
-        if (!w) {
-            w = stack_workers;
-            nthreads = 64;
-        }
-    }
-    for (int i = 0; i < nthreads; i++) {
-        w[i].pl = &pl;
-        w[i].tid = i;
-        w[i].started = 0;
-    }
-    for (int i = 1; i < nthreads; i++)
-        w[i].started = pthread_create(&w[i].th, NULL, worker_main, &w[i]) == 0;
-    worker_main(&w[0]);
-    for (int i = 1; i < nthreads; i++)
-        if (w[i].started)
-            pthread_join(w[i].th, NULL);
-    if (w != stack_workers)
-        free(w);
+    ref_queue q = {job, fn, units, 0, 0};
+    int why = 0;
+    if (nthreads > 1 && pool_run(ref_worker, &q, nthreads, &why) > 0) return;
+    atomic_store(&q.tids, 0);
+    ref_worker(&q);
 }

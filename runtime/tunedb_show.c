@@ -13,6 +13,7 @@
 
 #include "core/files.h"
 #include "core/lua_sandbox.h"
+#include "core/csv.h"
 #include "runtime/tunedb.h"
 
 #define TDB_BUCKET_MAX ((int64_t)1 << 62) /* the largest bucket: the next power of two would overflow */
@@ -145,17 +146,6 @@ fg_status tunedb_format_table(const fg_tunedb *db, FILE *out, fg_error *err) {
     return tdb_flush(out, err);
 }
 
-/* Writes text as one quoted CSV field: a quote inside is doubled (RFC 4180), control bytes become spaces
- * so a record stays one line. */
-static void tdb_csv_field(FILE *out, const char *text) {
-    fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
-        if (*p == '"') fputc('"', out);
-        fputc(*p < 0x20 || *p == 0x7f ? ' ' : *p, out);
-    }
-    fputc('"', out);
-}
-
 fg_status tunedb_format_csv(const fg_tunedb *db, FILE *out, fg_error *err) {
     if (db == NULL || out == NULL)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "tunedb_format_csv: the database and the stream must not be NULL");
@@ -167,13 +157,13 @@ fg_status tunedb_format_csv(const fg_tunedb *db, FILE *out, fg_error *err) {
     for (int i = 0; i < db->count; i++) {
         const fg_tune_record *r = row[i];
         int first = i == 0 || tunedb_class_cmp(&row[i - 1]->cls, &r->cls) != 0;
-        tdb_csv_field(out, db->id.device);
+        csv_field(out, db->id.device);
         fprintf(out, ",%s,%s,%d,%d,%d,%lld,%lld,%lld,%d,%d,%d,%d,%s,%.6g,%.6g,%d,%d,", tunedb_kind_name(r->cls.kind),
                 dtype_name(r->cls.dtype), r->cls.head_dim, r->cls.causal, r->cls.gqa, (long long)r->cls.seqlen_q,
                 (long long)r->cls.seqlen_k, (long long)r->cls.batch_heads, r->spec.block_m, r->spec.block_n,
                 r->spec.warps, r->spec.stages, tunedb_status_name(r->status), r->ms, r->tflops,
                 first && r->status == FG_TUNE_OK, tdb_is_default(r, &policy));
-        tdb_csv_field(out, r->note);
+        csv_field(out, r->note);
         fputc('\n', out);
     }
     free(row);
