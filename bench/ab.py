@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/ab.py: an A/B comparison of two flashgen builds from bench/compare.py or bench/fp8.py runs made in one session.
+"""bench/ab.py: an A/B comparison of two flashgen builds from bench/compare.py or bench/fp8.py runs made on one machine.
 
     python3 bench/ab.py [--fp8-impl NAME] A1 B1 [A2 B2 ...]
 

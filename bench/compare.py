@@ -223,11 +223,11 @@ def file_sha256(path):
 
 
 def source_sha256():
-    """sha256 over the checkout's sources (include, generator, runtime, templates: names and bytes, sorted):
-    which tree a run measured even where the git metadata is stale or absent (a copied tree: the lent
-    GPU's copy kept an old HEAD for a whole session, 2026-11-30)."""
+    """sha256 over the checkout's library sources (include, core, generator, runtime, autotune, templates:
+    names and bytes, sorted): which tree a run measured even where the git metadata is stale or absent (a
+    copied tree carries no .git)."""
     h = hashlib.sha256()
-    for top in ("include", "generator", "runtime", "templates"):
+    for top in ("include", "core", "generator", "runtime", "autotune", "templates"):
         for root, dirs, files in os.walk(os.path.join(REPO, top)):
             dirs.sort()
             for name in sorted(files):

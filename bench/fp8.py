@@ -108,7 +108,7 @@ def long_accuracy(fg, torch, dev, sq=256, sk=16384, heads=4):
     """Rows: (head_dim, V's mean, method, rmse, rmse relative to the reference's RMS). Long key ranges with V's
     columns averaging 0 and 1: Hopper's FP8 tensor cores accumulate with about 14 bits, so a P.V product
     carried over every key block in them drifts where the terms do not cancel (the kernels flush it into
-    fp32; before session 14 O came out 23% low at 16k keys with mean 1)."""
+    fp32: an FP8 accumulator carried over 16k keys with mean 1 comes out about 20% low)."""
     rows = []
     gen = torch.Generator(device=dev).manual_seed(4321)
     for d in (64, 128, 256):

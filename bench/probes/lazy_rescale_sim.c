@@ -9,7 +9,7 @@
 // with maxima up to 2^0.5-2^8 stale, and judges each against reference/check.c's rule: max |out - ref32|
 // <= 2 max |ref_lowp - ref32| + 1e-5, over N(0, 1) inputs rounded to the dtype. Prints, per scheme, the
 // mean and worst of (max error / bound) over the cases and how many cases broke the bound.
-// Seen 2026-11-30 (session 20): 192 x 517 x 700 causal, 12 cases: exact worst 0.53 (fp16) / 0.56 (bf16);
+// Seen on 2026-11-30: 192 x 517 x 700 causal, 12 cases: exact worst 0.53 (fp16) / 0.56 (bf16);
 // 2^8 0.92 / 1.11 (one case over the bound); 2^2 0.59 / 0.67; 2^1 0.59 / 0.67. ("l from the rounded P"
 // does not rescue 2^8: 0.87.) The H200 agreed: 2^8 failed fp16 d 192 causal at 1.05x the bound.
 // d 256 200 x 700 causal, 8 cases, SCALE 1/16, 1/8, 1/4, 1/2, 1 and 2, both dtypes: 2^8 up to 1.44 (fp16,
