@@ -59,9 +59,9 @@ constexpr int FG_P2_KEY_GROUPS = FG_WARPS / FG_P2_DIM_PARTS;
 constexpr int FG_P2_GROUP_KEYS = FG_BLOCK_N / FG_P2_KEY_GROUPS;
 constexpr int FG_P2_PART_DIM = FG_HEAD_DIM / FG_P2_DIM_PARTS;
 constexpr int FG_P2_PART_N8 = FG_P2_PART_DIM / 8;
-static_assert(FG_WGMMA_BWD || (FG_P1_KEY_GROUPS >= 1 && FG_P1_KEY_GROUPS * FG_P1_QUERY_PARTS == FG_WARPS), "phase 1: warp groups own 32 keys");
-static_assert(FG_WGMMA_BWD || FG_P1_PART_ROWS % 16 == 0, "phase 1: each query part is a multiple of 16 rows");
-static_assert(FG_WGMMA_BWD || (FG_P2_GROUP_KEYS % 16 == 0 && FG_P2_PART_DIM % 16 == 0), "phase 2 warp tiles");
+static_assert((FG_P1_KEY_GROUPS >= 1 && FG_P1_KEY_GROUPS * FG_P1_QUERY_PARTS == FG_WARPS), "phase 1: warp groups own 32 keys");
+static_assert(FG_P1_PART_ROWS % 16 == 0, "phase 1: each query part is a multiple of 16 rows");
+static_assert((FG_P2_GROUP_KEYS % 16 == 0 && FG_P2_PART_DIM % 16 == 0), "phase 2 warp tiles");
 
 // The cp.async kernels' loads of block m + 1 between phase 1's S^T and dP^T passes (FG_BWD_LOAD_LATE) rather
 // than right after the loop's barrier: above head_dim 128, where the loop's top ran about 140 instructions
