@@ -46,9 +46,10 @@
 // (persistent) the producer loads the next tile's K and V while the consumers finish the current one;
 // with one CTA per tile the hardware's block scheduler balances tiles of unequal cost. The host chooses
 // (dispatch.c, rt_launch_grid).
-// The roles' helpers live in forward_wgmma/: layout.cuh (constants), scheduler.cuh (tiles), producer.cuh,
-// consumer.cuh (main-loop steps), epilogue.cuh. The role bodies stay in this function: they share its
-// shared-memory layout and barriers, and as lambdas over its locals they compile to the measured code.
+// The roles live in forward_wgmma/: layout.cuh (constants, the shared-memory map fg_fwd_smem), scheduler.cuh
+// (tiles), producer.cuh (fg_producer_run, fg_vt_reorder_run), consumer.cuh (main-loop steps), epilogue.cuh.
+// The consumer main loop and epilogue stay here as lambdas over this function's locals: moved into functions
+// over a state struct they compiled to different code.
 extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)
 fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_constant__ fg_tma_params tm) {
     extern __shared__ __align__(1024) unsigned char fg_smem[];
