@@ -148,7 +148,7 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
     /* cp_async.cuh's loaders recompute their per-thread offsets where that removed spills (see there) and
      * nowhere else: the mma.sync forward's tiles with two m16 tiles a warp whose whole scores take the last
      * of the 176 accumulator registers (d 128 128 x 48 on 4 warps, 256 x 48 on 8), and the mma.sync
-     * backward above head_dim 128 with a causal mask (without one, since session 21, keeping the places spills
+     * backward above head_dim 128 with a causal mask (without one too: keeping the places spills
      * less at d 256 on sm_90: 16 bytes -> 0, 1.008x on an H200; the tma=1 variants have no loaders). Elsewhere
      * the SASS stays as measured. */
     const int recompute = bwd ? !wgmma_bwd && spec->head_dim > 128 && spec->causal

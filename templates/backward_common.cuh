@@ -33,7 +33,7 @@ constexpr u32 FG_ROW_BYTES = FG_BLOCK_M * 4; // the LSE (or D) of one query bloc
 // block. Element-wise atomics from the fragments made L2 the bottleneck (ncu on the H200: L2 81% busy, SM
 // pipes 24%): every warp instruction touched 8 half-used sectors. A bulk reduce-add per row, the next
 // version, left the adds issued from a loop over the lanes (the instruction takes uniform registers):
-// 13-21% of the sm_90a kernel's stall samples (ncu, d 128 and d 64, 4k; session 9), so the staged
+// 13-21% of the sm_90a kernel's stall samples (ncu, d 128 and d 64, 4k), so the staged
 // accumulator is kept in the MMA fragments' order (fg_dq_index) and each warp's or warpgroup's part of a
 // block is one contiguous run of floats, in shared memory and in global memory alike, written by 16-byte
 // stores free of bank conflicts; the post kernel reads it back through the same map.
@@ -128,7 +128,7 @@ __device__ __forceinline__ void fg_bulk_add_f32(const float *dst, u32 src) {
 //    block j may fall up to j half-blocks behind block 0; at 16k it measured 0.77-0.82x the
 //    non-deterministic kernel, no worse than the rotated order there).
 // (H200, the ascending order with the hand-on right after the adds: 0.38-0.55x the non-deterministic
-// kernel causal, 0.67-0.72x not; bench/results/2026-11-30-h200-session12/.)
+// kernel causal, 0.67-0.72x not.)
 __device__ __forceinline__ int fg_bwd_key_block() {
     return FG_DETERMINISTIC && FG_CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
 }
@@ -325,7 +325,7 @@ __device__ __forceinline__ void fg_bwd_store_dkdv(const fg_bwd_params &p, int ba
 // rows at dk_tile, dV rows rv0.. of a tile of RV rows at dv_tile; generic pointers) out to the outputs as
 // whole 16-byte units, consecutive threads (thread of nthreads) along a row: keys key0 .. key0 + ROWS - 1,
 // those below sk. Both main kernels end with it for MHA (4-byte stores from the fragments, 8 rows a warp
-// instruction, were 3.3-3.6% slower overall and 5-11% at 512; bench/results/2026-11-29-h200-session10/).
+// instruction, were 3.3-3.6% slower overall and 5-11% at 512).
 template <int ROWS, int RK, int RV>
 __device__ __forceinline__ void fg_bwd_dkdv_out(const fg_bwd_params &p, int batch, int kv_head, int sk, int key0,
                                                 const unsigned char *dk_tile, int rk0, const unsigned char *dv_tile,

@@ -33,7 +33,7 @@
 // operands; they cross to phases 2 and 3 through shared memory because those phases split the warps
 // differently (FlashAttention-2's layout): each warp then reads fewer operand bytes per MMA than a warp
 // owning 16 keys for every product did (the first version: 0.48-0.55x FlashAttention-2 on the H200,
-// against 0.78-0.94x now; bench/results/2026-11-29-h200-session4/bwd-steps/).
+// against 0.78-0.94x now).
 
 #ifndef FG_BACKWARD_MMA_CUH
 #define FG_BACKWARD_MMA_CUH
@@ -59,13 +59,13 @@ constexpr int FG_P2_KEY_GROUPS = FG_WARPS / FG_P2_DIM_PARTS;
 constexpr int FG_P2_GROUP_KEYS = FG_BLOCK_N / FG_P2_KEY_GROUPS;
 constexpr int FG_P2_PART_DIM = FG_HEAD_DIM / FG_P2_DIM_PARTS;
 constexpr int FG_P2_PART_N8 = FG_P2_PART_DIM / 8;
-static_assert(FG_WGMMA_BWD || (FG_P1_KEY_GROUPS >= 1 && FG_P1_KEY_GROUPS * FG_P1_QUERY_PARTS == FG_WARPS), "phase 1: warp groups own 32 keys");
-static_assert(FG_WGMMA_BWD || FG_P1_PART_ROWS % 16 == 0, "phase 1: each query part is a multiple of 16 rows");
-static_assert(FG_WGMMA_BWD || (FG_P2_GROUP_KEYS % 16 == 0 && FG_P2_PART_DIM % 16 == 0), "phase 2 warp tiles");
+static_assert((FG_P1_KEY_GROUPS >= 1 && FG_P1_KEY_GROUPS * FG_P1_QUERY_PARTS == FG_WARPS), "phase 1: warp groups own 32 keys");
+static_assert(FG_P1_PART_ROWS % 16 == 0, "phase 1: each query part is a multiple of 16 rows");
+static_assert((FG_P2_GROUP_KEYS % 16 == 0 && FG_P2_PART_DIM % 16 == 0), "phase 2 warp tiles");
 
 // The cp.async kernels' loads of block m + 1 between phase 1's S^T and dP^T passes (FG_BWD_LOAD_LATE) rather
 // than right after the loop's barrier: above head_dim 128, where the loop's top ran about 140 instructions
-// of load addressing per warp with no MMA in flight. H200 (session 20 call 3, bf16 d 256, two alternations):
+// of load addressing per warp with no MMA in flight. H200 (bf16 d 256):
 // 1.008x, causal +1-2%, without a mask equal; also computing and storing P^T between the passes, as
 // FlashAttention-2 does, gained nothing more (0.999x). Measured only there (bf16 d 256, two stages on an
 // H200); it applies to d 160-224 and fp16 too, untimed. Not at d 64/128 (their Hopper kernels load by TMA),

@@ -49,7 +49,7 @@ fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params p) {
     // Zero this block's part of the dQ accumulator's groups (FG_DQ_GROUP_ROWS rows, one contiguous run each) that hold
     // rows below seqlen_q, 16 bytes per store: the post kernel converts no other rows (the rest are added
     // into, never read for output). So the padding costs few stores: at 512 queries with 80-query blocks, 560
-    // rows zeroed instead of 576 (+7% pre-kernel time with all zeroed; H200, session 17).
+    // rows zeroed instead of 576 (+7% pre-kernel time with all zeroed; H200).
     const int zend = ((p.seqlen_q + FG_DQ_GROUP_ROWS - 1) / FG_DQ_GROUP_ROWS * FG_DQ_GROUP_ROWS - (int)blockIdx.x * 64) * (FG_HEAD_DIM / 4);
     float4 *acc = (float4 *)(p.dq_accum + (bh * sq_pad + (i64)blockIdx.x * 64) * FG_HEAD_DIM);
 #pragma unroll
@@ -93,7 +93,7 @@ __device__ __forceinline__ void fg_dq_unit(u32 u, u32 &row, u32 &col) {
 // banks). (The kernel before
 // gathered each thread's 8 columns of a row as float2s through fg_dq_index, half of every unit, the other
 // half by another warp: 73 us against cuDNN's 58 us for its conversion at head_dim 128, 16384 tokens,
-// bf16, H200, session 10's profile.)
+// bf16, H200 profile.)
 constexpr int FG_POST_PITCH = FG_HEAD_DIM * 2 + 16;
 extern "C" __global__ void __launch_bounds__(256)
 fg_bwd_post_kernel(const __grid_constant__ fg_bwd_params p) {

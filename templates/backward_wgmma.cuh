@@ -2,22 +2,14 @@
 // kernels (backward_pre_post.cuh), the workspace and the grid are the mma.sync backward's
 // (backward_common.cuh); this kernel replaces backward_mma.cuh's mma.sync products by warpgroup MMAs.
 //
-// On an H200 it passes the backward GPU tests (bwd::shapes_sm90a; racecheck clean, session 17 call 1;
-// memcheck, call 3; synccheck, session 15 call 6) and runs (session 17 call 3, build N3, two runs, and call
-// 4, bf16 and fp16) at 1.40-1.85x FlashAttention-2's backward and 1.06-1.16x cuDNN's at head_dim 64, and
-// 1.43-2.02x and 0.99-1.16x at 128 (without a causal mask 0.99-1.16x, below 1.0 only at 512; causal
-// 1.01-1.12x); the runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec).
-// At head_dim 128 without a mask it runs FlashAttention-3's 80-query blocks (FG_BW_DQ_T, below): 1.040x
-// the 64-query kernel over 12 pairs (bf16, 512-16k, call 1), 1.057-1.072x from 1k to 16k (call 3), where
-// the 64-query kernel had been 0.93-1.03x cuDNN. Since session 19 this kernel and the post kernel launch
-// early (fg_pdl_wait, backward_mma.cuh): d 128 1.010x, 512 without a mask 1.002x cuDNN (bf16 and fp16). What is
-// left there: at 512 (0.99-1.00x cuDNN before the early launches) the main
-// kernel takes 376-381 us to cuDNN's 367 (kprof, call 5), its CTAs streaming only 7 or 8 blocks each; and
-// 2048 CTAs at every length (16 heads) make 15.5 waves of 132, where cuDNN's backward is persistent (132
-// CTAs of 384 threads, 168 registers at launch, 216 KB of shared memory: ncu; a persistent variant of the
-// 64-query kernel gained nothing, session 11). In the 64-query loop (ncu, d 128 8k non-causal, session 15
-// call 5): 70% of cycles issue nothing; the top stall samples were the proxy fence before dQ's bulk add
-// (13%), the wait for the dS^T buffer the other warpgroup's dQ frees (12%) and the first S^T wgmma (8%).
+// The runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec); it passes the
+// backward GPU tests (bwd::shapes_sm90a) clean under racecheck, memcheck and synccheck. At head_dim 128
+// without a mask it runs FlashAttention-3's 80-query blocks (FG_BW_DQ_T, below), which stream more keys per
+// CTA than the 64-query ones. This kernel and the post kernel launch early (fg_pdl_wait, backward_mma.cuh).
+// What limits it at short lengths: CTAs streaming only 7 or 8 query blocks each, and many waves where
+// cuDNN's backward is persistent (a persistent variant of the 64-query kernel gained nothing). In the
+// 64-query loop most cycles issue nothing; the top stalls are the proxy fence before dQ's bulk add, the
+// wait for the dS^T buffer the other warpgroup's dQ frees and the first S^T wgmma.
 //
 // A CTA: 128 keys of one query head (two warpgroups of 64 keys), head_dim 64 or 128, K and V in shared
 // memory for the whole run, dK and dV in registers (wgmma accumulators); it streams the query blocks that
@@ -27,8 +19,8 @@
 // wgmma.cuh). Per query block, each warpgroup on its 64 keys (M = FG_BLOCK_M):
 //   1. S^T = K Q^T and dP^T = V dO^T       m64 nM (queries) k16 x d/16, both operands K-major in smem
 //      P^T = exp2(c S^T - lse2) (masked: 0), dS^T = P^T (dP^T - D), in the accumulators' registers;
-//      dS^T also to its tile in shared memory, by stmatrix (H200: 1.0225x over st.shared.b32 per pair;
-//      session 9, bwd-steps/)
+//      dS^T also to its tile in shared memory, by stmatrix (faster than st.shared.b32
+//      per pair)
 //   2. dV += P^T dO, dK += dS^T Q          m64 nd k16 x M/16, A = P^T, dS^T from registers (the accumulator
 //                                          layout packed, as the forward's P), B = dO, Q MN-major in smem
 //   3. dQ_part = dS K                      over all 128 keys, from both warpgroups' dS^T: d 128 m64 (queries)
@@ -40,9 +32,9 @@
 //   dQ_part is staged in shared memory and added into the fp32 accumulator by the TMA unit, one bulk
 //   reduce-add a warpgroup (the accumulator is kept in fragment order, fg_dq_index).
 // The GEMMs go out in FlashAttention-3's order, dV, dQ, then dK as three groups: once dV and dQ are done
-// (wait<1>) dQ is staged while dK still runs (H200: 1.015x issuing dV + dK before dQ and staging with the
-// tensor cores idle, bf16, session 8), and added by the TMA unit a block later, before the next S^T and
-// dP^T (session 15). At head_dim 128 without a causal mask on 64-query blocks the dQ is the previous
+// (wait<1>) dQ is staged while dK still runs (faster than issuing dV + dK before dQ and staging with the
+// tensor cores idle), and added by the TMA unit a block later, before the next S^T and
+// dP^T. At head_dim 128 without a causal mask on 64-query blocks the dQ is the previous
 // block's (FG_BW_DQ_LAG; with 80-query blocks it spilled 712 bytes, and S^T, dP^T split 40: neither is taken
 // there, 247 registers).
 // dK and dV leave through shared memory as whole 16-byte units (MHA; GQA writes fp32 per query head):
@@ -66,7 +58,7 @@ constexpr u32 FG_BW_DS_BYTES = FG_BLOCK_N * FG_BLOCK_M * 2; // dS^T, [keys][quer
 // 128 keys (m64 n64 k16 x 8), 32 dQ registers a thread. By query rows (128-query blocks at head_dim 64,
 // FlashAttention-3's tile there): each warpgroup computes all columns of its 64 of the block's queries over
 // all 128 keys. (The earlier head_dim 64 kernel, 64-query blocks with each warpgroup adding dS K over its
-// own keys, so twice per element: 0.877x of this one, bf16, H200; bench/results/2026-11-29-h200-session9.)
+// own keys, so twice per element: 0.877x of this one.)
 // With dQ^T (FG_BW_DQ_T, the emitter's choice for 80-query blocks at head_dim 128 without a causal mask:
 // FlashAttention-3's tile there): dQ^T = K^T dS^T, each warpgroup its half of head_dim (m64) for the block's
 // 80 queries (n80) over all 128 keys, since m64 wgmma cannot take 80 query rows; the dS tile is then kept
@@ -80,8 +72,8 @@ constexpr int FG_BW_DQ_NT = FG_BW_DQ_T ? FG_BLOCK_M / 8 : FG_BW_DQ_N / 8; // a t
 constexpr bool FG_BW_DQ_LAG = FG_HEAD_DIM == 128 && !FG_CAUSAL && !FG_BW_DQ_T;
 constexpr bool FG_BW_KD_BASE = FG_BW_DQ_LAG || FG_BW_DQ_T; // the K/V descriptors from one base (see kd0)
 // S^T and dP^T as two wgmma groups, P^T computed while dP^T runs: at head_dim 64 1.5-3% faster than one
-// group (H200, bf16, session 9). At 128 one group where there is no lag: the split cost 1-4% there
-// (session 15; before, with 40-60 bytes spilled, 1-5%), and 1.5% won with the lag.
+// group. At 128 one group where there is no lag: the split cost 1-4% there,
+// and 1.5% won with the lag.
 constexpr bool FG_BW_SPLIT_SDP = FG_HEAD_DIM == 64 || FG_BW_DQ_LAG;
 constexpr u32 FG_BW_DQ_BYTES = FG_DQ_GROUP_ROWS * FG_BW_DQ_N * 4; // one warpgroup's dQ staging, 64 (80) rows (fg_dq_index order)
 static_assert(FG_BLOCK_N == 128 && FG_WARPS == 8 &&
@@ -166,8 +158,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     if (producer && m_first < m_last) load_block(m_first, 0);
     fg_mbar_wait(bar_kv, 0); // K and V are in
     // Decoupled so, the warpgroups drift out of step and one's softmax and dQ staging overlap the other's
-    // products. Measured on the H200 (bf16, same run, bench/results/2026-11-29-h200-session6/bwd-sm90-steps/):
-    // against both warpgroups in step behind __syncthreads, d 128 +8-16%, d 64 +0-5% (geomean +8.2%);
+    // products. Against both warpgroups in step behind __syncthreads, d 128 +8-16%, d 64 +0-5% (geomean +8.2%);
     // enforcing FA3-style pingpong turns on top (named barriers, two turns a block) gave back most of it
     // (+3.4% geomean), so the warpgroups are left to find their own phase. Also tried: S^T and dP^T in two
     // commit groups, P^T computed while dP^T runs and dV issued before dS^T is computed: 4.7% slower
@@ -188,7 +179,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     // the lag (FG_BW_KD_BASE) from one base made opaque once a block, ptxas adding each step's offset in the
     // loop (16 integer adds a block) instead of holding 16 descriptors in registers: that made the split
     // spill-free at d 128 (with the descriptors in registers it spilled 124-176 bytes), but cost d 64 causal
-    // 5% and gains nothing without the lag (H200, session 15 call 4).
+    // 5% and gains nothing without the lag (H200).
     const u64 desc_hi = fg_desc_kmajor(0) & ~0xFFFFFFFFull;
     const u32 kd0 = (u32)fg_desc_kmajor(kw);
     u32 kdesc[FG_BW_KD_BASE ? 1 : FG_HEAD_DIM / 16], vdesc[FG_BW_KD_BASE ? 1 : FG_HEAD_DIM / 16];
@@ -205,7 +196,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     // dS^T tile x all 128 keys) K (all keys x head_dim). At head_dim 128 one block late (FG_BW_DQ_LAG:
     // issued with the next block's dV and dK), so that a warpgroup waits for the other's dS^T of the block
     // before, not of the block both are on, and the two no longer meet once a block (that wait took 16% of
-    // the stall samples at d 128 8k: ncu, session 15). At 64 (128-query blocks) ptxas spills 120-396 bytes
+    // the stall samples at d 128 8k: ncu). At 64 (128-query blocks) ptxas spills 120-396 bytes
     // with it.
     float dq[FG_BW_DQ_NT][4];
     auto issue_dq = [&](int bq, int uq) { // dS^T's buffer and that buffer's use
@@ -230,9 +221,9 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
     // Stages dQ_part in the accumulator's fragment order (fg_dq_index: float4 i of thread wtid at (wq *
     // FG_BW_DQ_N / 8 + i) * 32 + lane, bank-conflict free), once the warpgroup's previous bulk add has read
     // the staging; add_dq adds it with one bulk reduce-add from thread 0 of the warpgroup. (A reduce-add
-    // per row, issued by a loop over the lanes, took 13-21% of the stall samples: ncu, session 9. One a
+    // per row, issued by a loop over the lanes, took 13-21% of the stall samples (ncu). One a
     // warp, each warp's 16 rows, with no warpgroup barrier before the add or after the staging's read,
-    // where ncu had put 9.2% of the stall samples: 0.947x, session 16 call 4.)
+    // where ncu had put 9.2% of the stall samples: 0.947x.)
     auto stage_dq = [&]() {
         if (wtid == 0) fg_bulk_wait_read();
         fg_named_sync(1 + wg, 128);
@@ -304,8 +295,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
         };
         // The bulk add of the dQ staged in the previous block, a block after its staging, its stores landed
         // by now: where it followed the staging, the proxy fence before it took 13% of the stall samples
-        // (ncu, d 128 8k, session 15 call 5); a block later 1.030x (H200, bf16: d 64 1.029x, d 128 1.031x;
-        // session 15 call 6).
+        // (ncu, d 128 8k); a block later 1.030x.
         if (m - 1 - FG_BW_DQ_LAG >= m_first) add_dq((i64)(m - 1 - FG_BW_DQ_LAG) * FG_BLOCK_M);
         fg_wgmma_fence();
         if constexpr (FG_BW_SPLIT_SDP) {

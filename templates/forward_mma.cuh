@@ -163,14 +163,13 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p) {
     int stage = 0; // the shared-memory stage of block j; block j + STAGES - 1 goes to the one before it
 
     // One key block: wait for its K/V, prefetch a later block, S = Q K^T, (mask), softmax, O += P V.
-    // (Tried and dropped, H200 2026-11-29: letting block 0's S start before V0 lands, as FlashAttention-2
+    // (Tried and dropped: letting block 0's S start before V0 lands, as FlashAttention-2
     // does, through a `j == 0` branch and a second barrier in this step: head_dim 256 ran 9-11% slower at
     // every length, the branch splitting the step as the rescale branch in softmax.cuh would. Also dropped:
     // skipping, in masked blocks, the 16-key QK^T and PV steps past the last key any row of the warp sees
     // (a warp-uniform branch per step): causal ran 1-5% slower at 2k-16k (the last warp, which does all the
     // steps, lost the overlap of its ldmatrix with the MMAs), non-causal head_dim 256 gained 0.5% at 2k and
-    // lost 1.5% at 512-1k. bench/results/2026-11-29-h200-session6/README.md has the figures. And, session 7,
-    // peeling block 0 into its own step so its S starts before V0 lands: +0.1% at head_dim 256 and 4 bytes
+    // lost 1.5% at 512-1k. And peeling block 0 into its own step so its S starts before V0 lands: +0.1% at head_dim 256 and 4 bytes
     // of spills at 128 x 64; the one-stage pipeline below gives every block that overlap instead.)
     auto block_step = [&](int j, auto masked) {
         // Block j has landed for this thread; the barrier makes it visible to all, and tells everyone

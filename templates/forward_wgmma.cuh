@@ -46,57 +46,31 @@
 // (persistent) the producer loads the next tile's K and V while the consumers finish the current one;
 // with one CTA per tile the hardware's block scheduler balances tiles of unequal cost. The host chooses
 // (dispatch.c, rt_launch_grid).
-// The roles' helpers live in forward_wgmma/: layout.cuh (constants), scheduler.cuh (tiles), producer.cuh,
-// consumer.cuh (main-loop steps), epilogue.cuh. The role bodies stay in this function: they share its
-// shared-memory layout and barriers, and as lambdas over its locals they compile to the measured code.
+// The roles live in forward_wgmma/: layout.cuh (constants, the shared-memory map fg_fwd_smem), scheduler.cuh
+// (tiles), producer.cuh (fg_producer_run, fg_vt_reorder_run), consumer.cuh (main-loop steps), epilogue.cuh.
+// The consumer main loop and epilogue stay here as lambdas over this function's locals: moved into functions
+// over a state struct they compiled to different code.
 extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)
 fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_constant__ fg_tma_params tm) {
     extern __shared__ __align__(1024) unsigned char fg_smem[];
     const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32;
     const int sq = p.seqlen_q, sk = p.seqlen_k;
     const int m_blocks = (sq + FG_BLOCK_M - 1) / FG_BLOCK_M;
-    // The tile count, recomputed at each use from the parameters (an asm the compiler cannot see through):
-    // kept in a register across both roles it was spilled (d 64, 3 consumer warpgroups at 160 registers).
-    auto n_tiles = [&]() {
-        int mb;
-        asm volatile("mov.b32 %0, %1;" : "=r"(mb) : "r"(m_blocks));
-        return mb * p.heads_q * p.batch;
-    };
-
-    // Tiles need 1024-byte alignment; the host asks for 1 KiB of slack.
-    const u32 base = (fg_smem_addr(fg_smem) + 1023u) & ~1023u;
-    const u32 s_q = base; // FG_Q_STAGES buffers
-    const u32 s_k = s_q + FG_Q_STAGES * FG_Q_BYTES;
-    constexpr u32 FG_V_STAGE_BYTES = FG_FP8 ? FG_BLOCK_N / FG_VT_ROW_BYTES * FG_VT_CHUNK : FG_KV_BYTES; // a V stage
-    const u32 s_v = s_k + FG_STAGES * FG_KV_BYTES;
-    const u32 s_oacc = s_v + FG_STAGES * FG_V_STAGE_BYTES; // FG_O_FLUSH_SMEM: O's fp32 level
-    const u32 bars = s_oacc + FG_OACC_BYTES;
-    auto bar_q = [&](int b) { return bars + 8u * b; };
-    auto bar_q_empty = [&](int b) { return bars + 8u * (FG_Q_STAGES + b); };
-    constexpr int QB = 2 * FG_Q_STAGES; // the K/V barriers follow Q's
-    auto bar_k = [&](int s) { return bars + 8u * (QB + s); };
-    auto bar_v = [&](int s) { return bars + 8u * (QB + FG_STAGES + s); };
-    auto bar_k_empty = [&](int s) { return bars + 8u * (QB + 2 * FG_STAGES + s); };
-    auto bar_v_empty = [&](int s) { return bars + 8u * (QB + 3 * FG_STAGES + s); };
-    // The dynamic schedule (p.tile_counter; dispatch.c): the producer takes each tile after
-    // the first from a global counter (atomicAdd) and hands its index to the consumers through a ring of two
-    // slots, each with a "full" mbarrier (the producer's arrival) and an "empty" one (one arrival per
-    // consumer warp, once it has read the slot). An index past the last tile ends both roles.
-    // compute-sanitizer racecheck (CUDA 13.0) reports the slot's store and load as a hazard although the
-    // mbarrier arrive (release) / try_wait (acquire) pair orders them: it flags the same protocol in a
-    // 60-line kernel whose every hand-off is checked (bench/probes/mbarrier_ring_racecheck.cu, 2026-11-29),
-    // and reports nothing else in this kernel; synccheck is clean.
+    auto n_tiles = [&]() { return fg_tile_count(p, m_blocks); };
+    const fg_fwd_smem sm = fg_fwd_smem_at((fg_smem_addr(fg_smem) + 1023u) & ~1023u);
+    const u32 s_q = sm.s_q, s_k = sm.s_k, s_v = sm.s_v, s_oacc = sm.s_oacc;
+    auto bar_q = [&](int b) { return sm.bar_q(b); };
+    auto bar_q_empty = [&](int b) { return sm.bar_q_empty(b); };
+    auto bar_k = [&](int s) { return sm.bar_k(s); };
+    auto bar_v = [&](int s) { return sm.bar_v(s); };
+    auto bar_k_empty = [&](int s) { return sm.bar_k_empty(s); };
+    auto bar_v_empty = [&](int s) { return sm.bar_v_empty(s); };
     const bool dyn = p.tile_counter != 0;
-    const u32 ring = bars + 8u * (QB + 4 * FG_STAGES);
-    auto bar_t_full = [&](int b) { return ring + 8u * b; };
-    auto bar_t_empty = [&](int b) { return ring + 16u + 8u * b; };
-    const u32 ring_slot = ring + 32u; // 2 ints, then the producer's count of published tiles
-    // FP8: the V^T reordering (fg_vt_reorder_unit) between TMA and the consumers: per stage a "reordered"
-    // mbarrier (one arrival per reordering warp), and the step at which the reordering warps stop (-1 until
-    // the producer knows it).
-    const u32 vt_stop = ring_slot + 12u;
-    auto bar_vr = [&](int s) { return ring + 48u + 8u * s; };
-    constexpr int FG_VT_WARPS = 3; // warps 1..3 of the producer warpgroup
+    auto bar_t_full = [&](int b) { return sm.bar_t_full(b); };
+    auto bar_t_empty = [&](int b) { return sm.bar_t_empty(b); };
+    const u32 ring_slot = sm.ring_slot();
+    const u32 vt_stop = sm.vt_stop();
+    auto bar_vr = [&](int s) { return sm.bar_vr(s); };
 
     if (tid == 0) {
 #pragma unroll
@@ -144,129 +118,12 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         // ---- producer ----
         fg_setmaxnreg_dec<FG_PRODUCER_REGS>();
 #if FG_FP8
-        // Warps 1..3 reorder each V^T stage's keys (fg_vt_reorder_unit) once TMA has filled it, K/V step
-        // after K/V step, until the producer ends them: after its last load it writes the number of steps
-        // to vt_stop and completes that step's phase of bar_v with a plain arrival (after the consumers
-        // released the stage's previous use, so the phase cannot run ahead of the reordering warps). The
-        // count, not a flag: a warp still at an earlier step may read vt_stop after it is written.
         if (tid >= 32) {
-            for (int step = 0;; step++) {
-                const int s = step % FG_STAGES;
-                fg_mbar_wait(bar_v(s), (u32)((step / FG_STAGES) & 1));
-                int stop;
-                // (relaxed: at earlier steps this load may meet the producer's store unordered)
-                asm volatile("ld.relaxed.cta.shared.b32 %0, [%1];" : "=r"(stop) : "r"(vt_stop) : "memory");
-                if (stop == step) break;
-                // head_dim rows of FG_VT_ROW_BYTES keys a chunk (FG_PV_SUM's ones rows after them need no reordering)
-                constexpr u32 UPC = FG_HEAD_DIM * FG_VT_ROW_BYTES / 16; // 16-byte units of a chunk's V^T
-                const u32 sv = s_v + s * FG_V_STAGE_BYTES;
-#pragma unroll
-                for (int c = 0; c < FG_BLOCK_N / FG_VT_ROW_BYTES; c++)
-                    for (u32 u = tid - 32; u < UPC; u += 32 * FG_VT_WARPS) fg_vt_reorder_unit(sv + c * FG_VT_CHUNK + 16u * u);
-                fg_fence_proxy_async(); // the generic-proxy stores, before the consumers' wgmma reads them
-                __syncwarp();
-                if (lane == 0) fg_mbar_arrive(bar_vr(s));
-            }
+            fg_vt_reorder_run(sm, tid, lane);
             return;
         }
 #endif
-        if (tid == 0) {
-            // One K or V tile of key block j into its stage, once the consumers have released the stage's
-            // previous use.
-            auto load_kv_tile = [&](u32 dst, const void *map, u32 full, u32 empty, int use, int j, const fg_tile &t) {
-                if (use > 0) fg_mbar_wait(empty, (use - 1) & 1);
-                fg_mbar_expect_tx(full, FG_KV_BYTES);
-#pragma unroll
-                for (int c = 0; c < FG_COL_CHUNKS; c++)
-                    fg_tma_load(dst + c * FG_KV_CHUNK, map, c * FG_CHUNK_COLS, j * FG_BLOCK_N, t.kv_head, t.batch, full);
-            };
-            // Step `it` of tile t, the producer's K/V step `step` overall: K (if k), then V (if v).
-            auto load_kv_parts = [&](const fg_tile &t, int it, int step, bool k, bool v) {
-                const int j = t.n_blocks - 1 - it, s = step % FG_STAGES, use = step / FG_STAGES;
-                if (k) load_kv_tile(s_k + s * FG_KV_BYTES, &tm.k, bar_k(s), bar_k_empty(s), use, j, t);
-                if (!v) return;
-#if FG_FP8
-                // V^T: boxes of FG_VT_ROW_BYTES keys (the contiguous dim) by head_dim rows, one a chunk
-                if (use > 0) fg_mbar_wait(bar_v_empty(s), (use - 1) & 1);
-                fg_mbar_expect_tx(bar_v(s), FG_KV_BYTES);
-#pragma unroll
-                for (int c = 0; c < FG_BLOCK_N / FG_VT_ROW_BYTES; c++)
-                    fg_tma_load(s_v + s * FG_V_STAGE_BYTES + c * FG_VT_CHUNK, &tm.v, j * FG_BLOCK_N + c * FG_VT_ROW_BYTES, 0, t.kv_head,
-                                t.batch, bar_v(s));
-#else
-                load_kv_tile(s_v + s * FG_V_STAGE_BYTES, &tm.v, bar_v(s), bar_v_empty(s), use, j, t);
-#endif
-            };
-            auto load_kv = [&](const fg_tile &t, int it, int step) { load_kv_parts(t, it, step, true, true); };
-            int kv = 0, qn = 0;
-            // Hands tile `index` to the consumers (dynamic schedule), once they have read the slot's last one.
-            // The count of tiles published lives in shared memory: the producer's 24 registers are full.
-            if (dyn) asm volatile("st.shared.b32 [%0], %1;" ::"r"(ring_slot + 8u), "r"(0) : "memory");
-            auto publish = [&](int index) {
-                int pn;
-                asm volatile("ld.shared.b32 %0, [%1];" : "=r"(pn) : "r"(ring_slot + 8u) : "memory");
-                const int b = pn & 1;
-                if (pn >= 2) fg_mbar_wait(bar_t_empty(b), (u32)(((pn >> 1) - 1) & 1));
-                asm volatile("st.shared.b32 [%0], %1;" ::"r"(ring_slot + 4u * b), "r"(index) : "memory");
-                asm volatile("st.shared.b32 [%0], %1;" ::"r"(ring_slot + 8u), "r"(pn + 1) : "memory");
-                fg_mbar_arrive(bar_t_full(b)); // (release: the index is visible to whoever waits on it)
-            };
-            // FP8: gridDim.x read where used (an asm the compiler cannot hoist), since holding it across the loop
-            // spilled it in 24 registers once the V^T reordering warps' stop (kv, live to the end) came in
-            // (d 128 128 x 192 and d 64 192 x 64 with 4 stages, causal: 4 bytes).
-            auto grid_x = [&]() {
-                if (!FG_FP8) return (int)gridDim.x;
-                int g;
-                asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(g));
-                return g;
-            };
-            auto next = [&](int index) { return dyn ? atomicAdd(p.tile_counter, 1) + grid_x() : index + grid_x(); };
-            int index = blockIdx.x;
-            for (; index < n_tiles(); index = next(index)) {
-                if (dyn) publish(index);
-                const fg_tile t = fg_tile_at(p, index, m_blocks);
-                if (t.n_blocks == 0) continue;
-                // Loads in the order the previous tiles free their buffers: K of the first block (its stage
-                // freed by an S FG_STAGES steps back, with two stages and a previous tile of two blocks or more
-                // the S of that tile's last block but one), Q (two Q buffers: freed a tile earlier;
-                // FG_Q_EARLY: by the previous tile's last S), V of the first block (by the P V FG_STAGES steps
-                // back), then the rest: with Q after the first FG_STAGES blocks, a second Q buffer's load
-                // would wait for the previous tile's last P V (16-bit d 64 and 128, 512 keys: +9-14% Q first).
-                load_kv_parts(t, 0, kv, true, false);
-                const int qb = qn % FG_Q_STAGES, quse = qn / FG_Q_STAGES;
-                if (quse > 0) fg_mbar_wait(bar_q_empty(qb), (quse - 1) & 1);
-                qn++;
-                fg_mbar_expect_tx(bar_q(qb), FG_Q_BYTES);
-#pragma unroll
-                for (int w = 0; w < FG_CONSUMER_WGS; w++)
-#pragma unroll
-                    for (int c = 0; c < FG_COL_CHUNKS; c++)
-                        fg_tma_load(s_q + qb * FG_Q_BYTES + c * FG_Q_CHUNK + w * 64 * FG_CHUNK_ROW_BYTES, &tm.q, c * FG_CHUNK_COLS,
-                                    t.m0 + 64 * w, t.head, t.batch, bar_q(qb));
-                load_kv_parts(t, 0, kv, false, true);
-                for (int it = 1; it < t.n_blocks; it++) load_kv(t, it, kv + it);
-                kv += t.n_blocks;
-            }
-            if (dyn) {
-                publish(index); // past the last tile: the consumers stop
-                // This CTA takes no more tiles; the last one to get here puts the counter back for the next
-                // launch on the stream (every CTA's last atomicAdd on it came before its arrival here).
-                __threadfence();
-                if (atomicAdd(p.tile_counter + 1, 1) == (int)gridDim.x - 1) {
-                    __threadfence(); // (the others' counter updates, observed through counter[1], come first)
-                    p.tile_counter[0] = 0;
-                    p.tile_counter[1] = 0;
-                }
-            }
-#if FG_FP8
-            {
-                const int s = kv % FG_STAGES, use = kv / FG_STAGES;
-                if (use > 0) fg_mbar_wait(bar_v_empty(s), (use - 1) & 1);
-                asm volatile("st.relaxed.cta.shared.b32 [%0], %1;" ::"r"(vt_stop), "r"(kv) : "memory");
-                fg_mbar_arrive(bar_v(s)); // (release: the count is visible to the warps this wakes)
-            }
-#endif
-        }
+        if (tid == 0) fg_producer_run(p, tm, sm, m_blocks, dyn);
         return;
     }
 

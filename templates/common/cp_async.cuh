@@ -89,8 +89,8 @@ __device__ __forceinline__ u32 fg_frag_addr(u32 base, const fg_frag_offsets_t<CH
 // and columns past head_dim, are zero-filled (cp.async with source size 0 reads nothing), so tails never
 // read out of bounds and padded columns contribute nothing.
 // A thread keeps one chunk column (fg_fixed_step): its shared offset is fixed up to a compile-time XOR and
-// its global pointer only advances, so a tile costs one compare and one copy per 16 bytes. (Until
-// 2026-11-29 the thread counts and chunk counts this did not fit, 4 warps at head_dim 256 and chunk
+// its global pointer only advances, so a tile costs one compare and one copy per 16 bytes. (Before,
+// the thread counts and chunk counts this did not fit, 4 warps at head_dim 256 and chunk
 // counts that do not divide the threads, took a general per-chunk loop with a division per copy: 64 x 64
 // on 4 warps at d 256 executed 2.4x the instructions of 128 x 64 on 8 warps, and d 96 / d 192 forwards
 // ran 25-29% slower than they do now.)
@@ -129,7 +129,7 @@ struct fg_tile_loader {
     // tile is recomputed from its index at each tile (fg_tid_now) rather than kept, three registers
     // fewer across the key loop. On NVRTC 13.0 (sm_90) that took the forward tiles whose two m16 tiles a
     // warp fill the accumulator budget (d 128 128 x 48 and 256 x 48) from 12-28 bytes of spills to none
-    // and the backward at d 256 from 40 to 24 (causal; without a mask, since session 21, keeping the places
+    // and the backward at d 256 from 40 to 24 (causal; without a mask too, keeping the places
     // spills less), but made tiles running key sub-blocks and some others spill more (d 256 128 x 80 8 warps:
     // 0 -> 56), so it is where it helps only. The kernels launch 1-d blocks
     // and pass threadIdx.x as `thread`.

@@ -102,7 +102,7 @@ __device__ __forceinline__ void fg_tile_order(int index, int M, int HB, int grou
 // O (acc) and l are rescaled by exp2(c * (m_old - m_new)) only in warps where some row's maximum grew:
 // after the first blocks of a row the maximum rarely moves, and skipping a multiply by exactly 1 changes
 // no bit. (FlashAttention-4 goes further and keeps a stale maximum until it is 2^8 behind; measured here
-// on this mma.sync path, 2026-11-29, that moved fp16 results off the low-precision reference by more than
+// on this mma.sync path, that moved fp16 results off the low-precision reference by more than
 // the tolerance rule allows on one shape of the GPU suite, so this path keeps the exact maximum. The
 // sm_90a kernel keeps a maximum up to 2^1 stale at 16-bit head_dim > 128, forward_wgmma.cuh FG_STALE.)
 template <int MT, int NT, int DT>
@@ -122,7 +122,7 @@ __device__ __forceinline__ void fg_online_softmax(float (&s)[MT][NT][4], float (
     // Warp-uniform branch: the quad reductions made `grow` equal across a row's four threads, and one
     // row growing anywhere in the warp sends the whole warp through the rescale. With one m16 tile per
     // warp the branch costs more than it saves: it splits the block step in two, so ptxas can no longer
-    // hoist the V fragment loads above the softmax (H200, 2026-11-29: d256 128x64 8 warps 293 -> 325
+    // hoist the V fragment loads above the softmax (H200: d256 128x64 8 warps 293 -> 325
     // TFLOP/s with the branch removed; d128 causal 128x64 4 warps 302 -> 329 with it kept).
     if (MT == 1 || __any_sync(0xffffffffu, grew)) {
 #pragma unroll

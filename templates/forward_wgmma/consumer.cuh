@@ -13,8 +13,7 @@
 // SUM: keep the fp32 row sums (FP8 with FG_PV_SUM: only for the LSE).
 // The lazy rescale's allowance (fg_softmax_row's stale, log2 units of P) at 16-bit head_dim above 128, where
 // O's rescale is a branch: 1, so P <= 2. FlashAttention-4's 8 (P <= 256) is faster but breaks the error
-// bound on rows whose weight sits on a few keys (they lose the exact P = 1 of their largest;
-// bench/probes/lazy_rescale_sim.c reproduces it), and 1 keeps the error within the exact maximum's.
+// bound on rows whose weight sits on a few keys (they lose the exact P = 1 of their largest), and 1 keeps the error within the exact maximum's.
 // 0 elsewhere: the 16-bit d <= 128 kernels multiply O every step without a test, and FP8, whose
 // P = 2^(8 + stale) must stay below e4m3's 448, is slower with any allowance.
 constexpr float FG_STALE = !FG_FP8 && FG_HEAD_DIM > 128 ? 1.f : 0.f;

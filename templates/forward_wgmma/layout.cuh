@@ -44,5 +44,49 @@ constexpr int FG_PRODUCER_REGS = FG_FP8 && FG_BLOCK_M == 64 ? 40 : 24;
 constexpr int FG_BAR_EPILOGUE = 1, FG_BAR_SCHED = 4;
 constexpr int FG_CONSUMER_REGS = FG_CONSUMER_WGS == 1 ? 240 : (FG_CONSUMER_WGS == 2 ? 240 : 160);
 
+// The shared-memory map, from the 1024-byte aligned base of the dynamic shared memory: FG_Q_STAGES Q
+// buffers, FG_STAGES K and V stages, O's fp32 level (FG_O_FLUSH_SMEM), then the mbarriers and the tile ring.
+constexpr u32 FG_V_STAGE_BYTES = FG_FP8 ? FG_BLOCK_N / FG_VT_ROW_BYTES * FG_VT_CHUNK : FG_KV_BYTES; // a V stage
+constexpr int FG_VT_WARPS = 3; // FP8: warps 1..3 of the producer warpgroup reorder V^T
+struct fg_fwd_smem {
+    u32 s_q;    // FG_Q_STAGES Q buffers
+    u32 s_k;    // FG_STAGES K stages
+    u32 s_v;    // FG_STAGES V stages (FP8: V^T, FG_V_STAGE_BYTES each)
+    u32 s_oacc; // FG_O_FLUSH_SMEM: O's fp32 level
+    u32 bars;   // the mbarriers, 8 bytes each: Q full and empty, then K, V, K empty, V empty per stage
+    static constexpr int QB = 2 * FG_Q_STAGES; // the K/V barriers follow Q's
+    __device__ __forceinline__ u32 bar_q(int b) const { return bars + 8u * b; }
+    __device__ __forceinline__ u32 bar_q_empty(int b) const { return bars + 8u * (FG_Q_STAGES + b); }
+    __device__ __forceinline__ u32 bar_k(int s) const { return bars + 8u * (QB + s); }
+    __device__ __forceinline__ u32 bar_v(int s) const { return bars + 8u * (QB + FG_STAGES + s); }
+    __device__ __forceinline__ u32 bar_k_empty(int s) const { return bars + 8u * (QB + 2 * FG_STAGES + s); }
+    __device__ __forceinline__ u32 bar_v_empty(int s) const { return bars + 8u * (QB + 3 * FG_STAGES + s); }
+    // The dynamic schedule (p.tile_counter; dispatch.c): the producer takes each tile after the first from
+    // a global counter (atomicAdd) and hands its index to the consumers through a ring of two slots, each
+    // with a "full" mbarrier (the producer's arrival) and an "empty" one (one arrival per consumer warp,
+    // once it has read the slot). An index past the last tile ends both roles.
+    // compute-sanitizer racecheck reports the slot's store and load as a hazard although the mbarrier
+    // arrive (release) / try_wait (acquire) pair orders them: it flags the same protocol in a minimal
+    // kernel whose every hand-off is checked, and reports nothing else here; synccheck is clean.
+    __device__ __forceinline__ u32 ring() const { return bars + 8u * (QB + 4 * FG_STAGES); }
+    __device__ __forceinline__ u32 bar_t_full(int b) const { return ring() + 8u * b; }
+    __device__ __forceinline__ u32 bar_t_empty(int b) const { return ring() + 16u + 8u * b; }
+    __device__ __forceinline__ u32 ring_slot() const { return ring() + 32u; } // 2 ints, then the producer's count of published tiles
+    // FP8: the V^T reordering (fg_vt_reorder_unit) between TMA and the consumers: per stage a "reordered"
+    // mbarrier (one arrival per reordering warp), and the step at which the reordering warps stop (-1
+    // until the producer knows it).
+    __device__ __forceinline__ u32 vt_stop() const { return ring_slot() + 12u; }
+    __device__ __forceinline__ u32 bar_vr(int s) const { return ring() + 48u + 8u * s; }
+};
+// The map at base (1024-byte aligned: the host asks for 1 KiB of slack).
+__device__ __forceinline__ fg_fwd_smem fg_fwd_smem_at(u32 base) {
+    fg_fwd_smem sm;
+    sm.s_q = base;
+    sm.s_k = sm.s_q + FG_Q_STAGES * FG_Q_BYTES;
+    sm.s_v = sm.s_k + FG_STAGES * FG_KV_BYTES;
+    sm.s_oacc = sm.s_v + FG_STAGES * FG_V_STAGE_BYTES;
+    sm.bars = sm.s_oacc + FG_OACC_BYTES;
+    return sm;
+}
 
 #endif // FG_FORWARD_WGMMA_LAYOUT_CUH

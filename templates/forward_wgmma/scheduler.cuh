@@ -28,5 +28,12 @@ __device__ __forceinline__ fg_tile fg_tile_at(const fg_fwd_params &p, int index,
     return t;
 }
 
+// The tile count, recomputed at each use from the parameters (an asm the compiler cannot see through):
+// kept in a register across both roles it was spilled (d 64, 3 consumer warpgroups at 160 registers).
+__device__ __forceinline__ int fg_tile_count(const fg_fwd_params &p, int m_blocks) {
+    int mb;
+    asm volatile("mov.b32 %0, %1;" : "=r"(mb) : "r"(m_blocks));
+    return mb * p.heads_q * p.batch;
+}
 
 #endif // FG_FORWARD_WGMMA_SCHEDULER_CUH
