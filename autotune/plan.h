@@ -1,7 +1,7 @@
 /* plan.h: the sweep's plan (what to do with each (problem, candidate) pair) and the compile queue its
  * worker threads drain ahead of the GPU. Shared by autotune/sweep.c and autotune/plan.c only. */
-#ifndef FG_TUNE_H
-#define FG_TUNE_H
+#ifndef FG_PLAN_H
+#define FG_PLAN_H
 
 #include <pthread.h>
 #include <signal.h>

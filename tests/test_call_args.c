@@ -393,7 +393,7 @@ Test(args, backward_rules) {
     cr_assert_eq(rt_check_bwd_args(&a, 0, 0, &e), FG_OK, "%s", e.msg);
 }
 
-/* The forward's schedule (runtime/dispatch.c rt_causal_group, rt_launch_grid), on a context as an H200
+/* The forward's schedule (runtime/forward.c rt_causal_group, rt_launch_grid), on a context as an H200
  * would fill it (132 SMs, 60 MiB of L2): which causal calls interleave how many (head, batch) pairs, and
  * the grid each family gets. */
 static fg_fwd_args shaped(int b, int sq, int hq, int hkv, int d) {
@@ -479,7 +479,7 @@ Test(args, causal_tile_order_and_grid) {
     cr_assert_eq(rt_causal_group(&ctx, &wg, &a), 1);
 }
 
-/* The backward's causal order (runtime/dispatch.c rt_bwd_causal_group) on the same H200-like context: the sm_90a
+/* The backward's causal order (runtime/backward.c rt_bwd_causal_group) on the same H200-like context: the sm_90a
  * kernel interleaves the key blocks of the largest power of two of heads dividing the heads whose Q, dO and dQ
  * accumulator (8 bytes a head_dim column a padded query row) fit in a third of L2; the mma.sync kernel, non-causal
  * calls and a driver without an L2 size go head by head; FLASHGEN_CAUSAL_GROUP=N caps it. */
@@ -527,7 +527,7 @@ Test(args, bwd_causal_order) {
 }
 
 
-/* The backward's workspace (fg_attention_bwd_workspace_size; dispatch.c bwd_rows_padded): each (batch, head)'s
+/* The backward's workspace (fg_attention_bwd_workspace_size; runtime/backward.c bwd_rows_padded): each (batch, head)'s
  * rows padded to a multiple of 128, and on an sm_90 device at head_dim 128 without a causal mask, where the
  * sm_90a kernel's 80-query blocks may run, to the multiple of 128 at or past the last 80-row block (250
  * queries: 4 blocks, 320 rows, so 384). MHA, not deterministic: the fp32 dQ accumulator, then the LSE and D

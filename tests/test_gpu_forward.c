@@ -245,7 +245,7 @@ Test(fwd, dynamic_schedule_repeats, .timeout = 300) {
     }
     gpu_close(&env);
 }
-/* Causal calls order their tiles across a group of (head, batch) pairs by default (dispatch.c,
+/* Causal calls order their tiles across a group of (head, batch) pairs by default (runtime/forward.c,
  * rt_causal_group: on sm_90a up to SMs / 8 pairs within the L2 bound, on mma.sync one batch's heads);
  * the head-by-head order (FLASHGEN_CAUSAL_GROUP=1, p.causal_group 0) stays selectable and must be as
  * right. */
