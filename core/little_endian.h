@@ -1,4 +1,4 @@
-/* le.h: little-endian integers in byte buffers, for the on-disk formats (cache entries, bundles).
+/* little_endian.h: little-endian integers in byte buffers, for the on-disk formats (cache entries, bundles).
  * Byte by byte, so the files read the same on any host and alignment never matters. */
 #ifndef FG_LITTLE_ENDIAN_H
 #define FG_LITTLE_ENDIAN_H

@@ -1,6 +1,6 @@
-/* cli.h: what the files of the `flashgen` program share: cli.c (gen, compile, list, bundle, main),
- * cmd_info.c (info, cache), cli_gpu.c (run, explain, and the problem's GPU buffers and reference checks
- * that tune uses too) and cmd_tune.c (tune, over autotune/sweep.c and autotune/shard.c). The messages and
+/* cli.h: what the files of the `flashgen` program share: cli.c (gen, compile, list, main), cmd_bundle.c
+ * (bundle), cmd_info.c (info, cache), cli_gpu.c (run, explain), gpu_buffers.c (the problem's GPU buffers
+ * and reference checks, which tune uses too) and cmd_tune.c (tune, over autotune/sweep.c and autotune/shard.c). The messages and
  * option helpers are tools/harness.h's, the timing loop autotune/timing.h's. Not a library header. */
 #ifndef FG_CLI_H
 #define FG_CLI_H
@@ -112,6 +112,8 @@ int cmd_run(int argc, char **argv);
 int cmd_explain(int argc, char **argv);
 /* `flashgen info` (cmd_info.c). */
 int cmd_info(int argc, char **argv);
+/* `flashgen bundle` (cmd_bundle.c). */
+int cmd_bundle(int argc, char **argv);
 /* `flashgen cache` (cmd_info.c). */
 int cmd_cache(int argc, char **argv);
 /* `flashgen tune` (cmd_tune.c). */
