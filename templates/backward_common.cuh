@@ -92,7 +92,7 @@ constexpr float FG_LOG2E = 1.4426950408889634f;
 
 // Workspace rows a (batch, head): a multiple of 128 (every block_m but 80 divides 128); on sm_90 at head_dim
 // 128 without a causal mask, where the sm_90a kernel's 80-query blocks (FG_BW_DQ_T) may run, the multiple of
-// 128 at or past the next multiple of 80. The same rule as the host's bwd_rows_padded (dispatch.c), which
+// 128 at or past the next multiple of 80. The same rule as the host's bwd_rows_padded (runtime/backward.c), which
 // sizes the workspace for every variant of a call (read from the parameters instead, the sm_90a kernel at
 // head_dim 128 spilled 56 bytes). The pre kernel's grid covers the rows the main kernel reads, in blocks of 64.
 __device__ __forceinline__ i64 fg_bwd_rows_padded(int sq) {
@@ -204,7 +204,7 @@ __device__ __forceinline__ void fg_bwd_p_ds(float (&s)[4], float (&dp)[4], int h
 // sees every query block), so the longest should start first: the hardware starts CTAs in grid order, x
 // fastest, and a plain (key blocks, heads, batch) grid starts one head's key blocks longest first, then
 // the next head's, leaving the last head's long blocks to start late. With p.causal_group_log2 = log2 G > 0
-// (the host's choice, dispatch.c: a power of two dividing the heads, as many as keep their Q, dO and dQ
+// (the host's choice, runtime/backward.c: a power of two dividing the heads, as many as keep their Q, dO and dQ
 // accumulator within a third of L2) the grid is (key blocks * G, heads / G, batch) and G heads' key
 // blocks 0 start first, then their key blocks 1, and so on (FlashAttention-3's backward LPT order).
 // Shifts and masks of the block indices; the mma.sync kernel keeps its plain grid (this spilled 4-8

@@ -2,7 +2,7 @@
 // kernels (backward_pre_post.cuh), the workspace and the grid are the mma.sync backward's
 // (backward_common.cuh); this kernel replaces backward_mma.cuh's mma.sync products by warpgroup MMAs.
 //
-// The runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (dispatch.c, choose_bwd_spec); it passes the
+// The runtime takes it on Hopper unless FLASHGEN_WGMMA_BWD=0 (runtime/select.c, select_bwd_spec); it passes the
 // backward GPU tests (bwd::shapes_sm90a) clean under racecheck, memcheck and synccheck. At head_dim 128
 // without a mask it runs FlashAttention-3's 80-query blocks (FG_BW_DQ_T, below), which stream more keys per
 // CTA than the 64-query ones. This kernel and the post kernel launch early (fg_pdl_wait, backward_mma.cuh).

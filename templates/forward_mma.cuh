@@ -56,7 +56,7 @@ __device__ __forceinline__ u32 fg_opaque(u32 x) {
 // This CTA's tile: query block m_block of (head, batch). The heaviest blocks (the last query rows see the
 // most keys) start first. Non-causal, and causal with p.causal_group 0: the grid is (query blocks, heads,
 // batch), query blocks vary fastest (CTAs running together share K/V in L2) and go last to first. Causal
-// with p.causal_group > 0 (the host's choice, dispatch.c): the grid is (heads, query blocks, batch), the
+// with p.causal_group > 0 (the host's choice, runtime/forward.c): the grid is (heads, query blocks, batch), the
 // order of fg_tile_order with a group of one batch's heads: all their last query blocks, then all their
 // second-to-last, and so on. Both read the block index registers alone, which the compiler re-reads where
 // it needs them (mapping pairs to groups of other sizes takes a division, and the values it leaves cost

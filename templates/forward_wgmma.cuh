@@ -2,7 +2,7 @@
 // warp specialization, intra-warpgroup overlap, pingpong, persistent CTAs.
 //
 // Grid: one CTA per SM at most (persistent), taking tiles (FG_BLOCK_M query rows of one head) from a
-// counter (or in a fixed stride; dispatch.c's rt_launch_grid). A CTA has FG_CONSUMER_WGS + 1 warpgroups:
+// counter (or in a fixed stride; runtime/forward.c's rt_launch_grid). A CTA has FG_CONSUMER_WGS + 1 warpgroups:
 //   warpgroup 0, the producer: gives its registers away (setmaxnreg) and one thread issues TMA loads:
 //     per tile K and V of each key block into a ring of FG_STAGES stages that runs on across tiles, and
 //     Q into one of FG_Q_STAGES buffers (in the order the buffers come free, below); every
@@ -45,11 +45,12 @@
 // counter hands out next (in fg_tile_at's longest-first order): with gridDim.x = the number of SMs
 // (persistent) the producer loads the next tile's K and V while the consumers finish the current one;
 // with one CTA per tile the hardware's block scheduler balances tiles of unequal cost. The host chooses
-// (dispatch.c, rt_launch_grid).
+// (runtime/forward.c, rt_launch_grid).
 // The roles live in forward_wgmma/: layout.cuh (constants, the shared-memory map fg_fwd_smem), scheduler.cuh
 // (tiles), producer.cuh (fg_producer_run, fg_vt_reorder_run), consumer.cuh (main-loop steps), epilogue.cuh.
 // The consumer main loop and epilogue stay here as lambdas over this function's locals: moved into functions
-// over a state struct they compiled to different code.
+// (over a state struct, or taking the locals by reference) they compile to different code, because the S and
+// P registers carried from tile to tile and O's accumulator registers are allocated differently.
 extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)
 fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_constant__ fg_tma_params tm) {
     extern __shared__ __align__(1024) unsigned char fg_smem[];

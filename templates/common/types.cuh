@@ -67,7 +67,7 @@ __device__ __forceinline__ float fg_exp2(float x) {
     return r;
 }
 
-// Programmatic dependent launch (sm_90 and newer; launch_items in runtime/dispatch.c): a kernel launched
+// Programmatic dependent launch (sm_90 and newer; launch_items in runtime/launch.c): a kernel launched
 // early may run beside the end of the kernel before it on the stream. fg_pdl_wait blocks until that kernel
 // has finished and its writes are visible; a thread must pass it before touching anything that kernel
 // writes or reads. fg_pdl_launch_dependents lets the next kernel launch once every CTA of this one has

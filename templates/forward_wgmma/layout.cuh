@@ -61,7 +61,7 @@ struct fg_fwd_smem {
     __device__ __forceinline__ u32 bar_v(int s) const { return bars + 8u * (QB + FG_STAGES + s); }
     __device__ __forceinline__ u32 bar_k_empty(int s) const { return bars + 8u * (QB + 2 * FG_STAGES + s); }
     __device__ __forceinline__ u32 bar_v_empty(int s) const { return bars + 8u * (QB + 3 * FG_STAGES + s); }
-    // The dynamic schedule (p.tile_counter; dispatch.c): the producer takes each tile after the first from
+    // The dynamic schedule (p.tile_counter; runtime/forward.c): the producer takes each tile after the first from
     // a global counter (atomicAdd) and hands its index to the consumers through a ring of two slots, each
     // with a "full" mbarrier (the producer's arrival) and an "empty" one (one arrival per consumer warp,
     // once it has read the slot). An index past the last tile ends both roles.
