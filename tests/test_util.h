@@ -1,5 +1,6 @@
-/* test_util.h: helpers the CPU suites share (test_cache.c, test_bundle.c, test_cli.c, test_tune.c): a scratch directory
- * per test under $TMPDIR (or /tmp), removed afterwards, and a deterministic byte stream so failures reproduce.
+/* test_util.h: helpers the CPU suites share (test_cache.c, test_bundle.c, cli_harness.c, test_tunedb.c,
+ * test_space.c): a scratch directory per test under $TMPDIR (or /tmp), removed afterwards, and a
+ * deterministic byte stream so failures reproduce.
  * Header-only (static inline functions): each test program includes it once. */
 #ifndef FG_TEST_UTIL_H
 #define FG_TEST_UTIL_H
