@@ -1,11 +1,14 @@
-// forward_wgmma/consumer.cuh: the consumer warpgroups' main-loop steps: the online softmax of one S
-// block and, for FP8, P packed as the P.V wgmma's A operand.
+// forward_wgmma/consumer.cuh: the consumer warpgroups' main loop over a tile's key blocks
+// (fg_consumer_mainloop) and its steps: the online softmax of one S block, for FP8 P packed as the P.V
+// wgmma's A operand, and O's fp32 level in shared memory (FG_O_FLUSH_SMEM).
 #ifndef FG_FORWARD_WGMMA_CONSUMER_CUH
 #define FG_FORWARD_WGMMA_CONSUMER_CUH
 
 #include "common/types.cuh"
 #include "common/softmax.cuh"
+#include "common/wgmma.cuh"
 #include "forward_wgmma/layout.cuh"
+#include "forward_wgmma/scheduler.cuh"
 
 // The online-softmax step of one S block for this thread's two rows (g and g + 8 of its warp's 16):
 // running maximum and sum updated, S replaced by P, and in corr the factor O must be multiplied by. Unlike
@@ -25,6 +28,17 @@ __device__ __forceinline__ void fg_softmax_stats(float (&s)[1][FG_NT][4], float 
         corr[h] = fg_softmax_row<FG_NT, SUM>(s[0], h, row_max[0][h], row_sum[0][h], scale_log2, FG_P_SHIFT, FG_STALE);
 }
 
+// FG_O_FLUSH_SMEM: O's fp32 level in shared memory, unit dt (four floats) of a thread's; the thread's first
+// unit is at oacc_at, the next ones FG_OACC_STRIDE bytes apart.
+constexpr u32 FG_OACC_STRIDE = FG_CONSUMER_WGS * 128 * 16;
+__device__ __forceinline__ void fg_level_ld(u32 oacc_at, int dt, float (&x)[4]) {
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]) : "r"(oacc_at + dt * FG_OACC_STRIDE) : "memory");
+}
+__device__ __forceinline__ void fg_level_st(u32 oacc_at, int dt, const float (&x)[4]) {
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(oacc_at + dt * FG_OACC_STRIDE), "f"(x[0]),
+                 "f"(x[1]), "f"(x[2]), "f"(x[3]) : "memory");
+}
 
 #if FG_FP8
 // P as the A operand of the FP8 P.V wgmma (m64 k32): a thread holds, per row, A positions 4t..4t+3 (a[0],
@@ -49,5 +63,213 @@ __device__ __forceinline__ void fg_p_to_fp8(const float (&s)[1][FG_NT][4], int k
               "f"(s[0][4 * kc + 3][2 * h]), "f"(s[0][4 * kc + 3][2 * h + 1]));
 }
 #endif
+
+// k steps of the P.V product: 16 keys (FP8: 32), each four registers of P.
+constexpr int FG_PV_KSTEPS = FG_FP8 ? FG_BLOCK_N / 32 : FG_BLOCK_N / 16;
+
+// The consumer main loop of one tile: this warpgroup's 64 rows of tile tl against its tl.n_blocks key
+// blocks, K/V steps kv .. kv + tl.n_blocks - 1 of the ring (visited last to first, the masked ones first).
+// Takes the tile's Q buffer (Q load qn of the ring) and points s_q_wg at this warpgroup's rows of it; takes
+// acc (and with FG_O_FLUSH oacc, with FG_O_FLUSH_SMEM the level at oacc_at) zeroed, row_max -inf, row_sum 0
+// and osc 1. Leaves O unnormalized in acc (plus oacc, plus the level times osc), the row maxima and sums,
+// every K and V stage it used released to the producer (and with FG_Q_EARLY the Q buffer), kv and qn
+// advanced past the tile; the epilogue (fg_epilogue) follows. A tile without key blocks changes nothing.
+// row0: this thread's first row (the second is row0 + 8); sc_log2: the softmax scale, log2 domain.
+template <bool FP32_SUM>
+__device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_smem &sm, const fg_tile &tl, int sq, int sk, int cw,
+                                                     int lane, int t4, int row0, float sc_log2, u32 oacc_at, int &kv,
+                                                     int &qn, u32 &s_q_wg, float (&acc)[1][FG_DT_WITH_SUM][4],
+                                                     float (&oacc)[FG_O_FLUSH ? FG_DT_WITH_SUM : 1][4],
+                                                     float (&row_max)[1][2], float (&row_sum)[1][2], float (&osc)[2]) {
+    const int n_blocks = tl.n_blocks;
+    auto stage_of = [&](int i) { return fg_ring_at<FG_STAGES>(i).stage; };
+    auto parity_of = [&](int i) { return fg_ring_at<FG_STAGES>(i).full_parity(); };
+    // Issues S = Q K^T of K/V step i (one commit group).
+    auto issue_qk = [&](int i, float (&sacc)[1][FG_NT][4]) {
+        const u32 sk_s = sm.s_k + stage_of(i) * FG_KV_BYTES;
+        fg_mbar_wait(sm.bar_k(stage_of(i)), parity_of(i));
+        fg_fence_regs(sacc[0]);
+        fg_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < FG_HEAD_DIM * FG_ELEM_BYTES / 32; kk++) {
+            // k step kk (16 elements, FP8 32: 32 bytes either way): column chunk kk / (FG_CHUNK_ROW_BYTES / 32), 32 bytes
+            // per step inside it (the descriptor's start moves inside the swizzle atom; the hardware applies
+            // the XOR to the full address).
+            const u32 c = kk / (FG_CHUNK_ROW_BYTES / 32), off = (kk % (FG_CHUNK_ROW_BYTES / 32)) * 32;
+            fg_wgmma_qk(sacc[0], fg_desc_kmajor(s_q_wg + c * FG_Q_CHUNK + off),
+                        fg_desc_kmajor(sk_s + c * FG_KV_CHUNK + off), kk > 0 ? 1u : 0u);
+        }
+        fg_wgmma_commit();
+    };
+    // Issues O += P V of K/V step i (one commit group). 16-bit: V read MN-major, 16 keys (two 8-key
+    // groups, 16 FG_CHUNK_ROW_BYTES-byte rows) per step; FP8: V^T read K-major, 32 key bytes per step.
+    // scale_d 0: the accumulator restarts from 0 (FG_O_FLUSH).
+    auto issue_pv = [&](int i, const u32 (&pf)[FG_PV_KSTEPS][4], u32 scale_d) {
+        const u32 sv_s = sm.s_v + stage_of(i) * FG_V_STAGE_BYTES;
+        fg_mbar_wait(FG_FP8 ? sm.bar_vr(stage_of(i)) : sm.bar_v(stage_of(i)), parity_of(i)); // FP8: once reordered
+        fg_fence_regs(acc[0]);
+        fg_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < FG_PV_KSTEPS; kk++)
+            fg_wgmma_pv(acc[0], pf[kk],
+                        FG_FP8 ? fg_desc_kmajor<FG_VT_ROW_BYTES>(sv_s + (kk * 32 / FG_VT_ROW_BYTES) * FG_VT_CHUNK + kk * 32 % FG_VT_ROW_BYTES)
+                               : fg_desc_mnmajor(sv_s + kk * 16 * FG_CHUNK_ROW_BYTES, FG_KV_CHUNK),
+                        kk > 0 ? 1u : scale_d);
+        fg_wgmma_commit();
+    };
+    // P in the A-operand layout: 16-bit, packed straight from the S accumulator (the layouts agree); FP8,
+    // converted and packed in V^T's reordered key order (fg_p_to_fp8).
+    auto pack_p = [&](const float (&sacc)[1][FG_NT][4], u32 (&pf)[FG_PV_KSTEPS][4]) {
+#pragma unroll
+        for (int kk = 0; kk < FG_PV_KSTEPS; kk++) {
+#if FG_FP8
+            fg_p_to_fp8(sacc, kk, pf[kk]);
+#else
+            fg_pack_a(sacc[0][2 * kk], sacc[0][2 * kk + 1], pf[kk]);
+#endif
+        }
+    };
+    // Releases a buffer to the producer (one arrival per consumer warp). K and V are released separately:
+    // with the overlap below, K of step i is done a step before V of step i. (lane read again, fg_lane_now,
+    // where holding it spilled: with O's fp32 level in shared memory.)
+    auto release = [&](u32 bar) {
+        if ((FG_O_FLUSH_SMEM ? fg_lane_now() : lane) == 0) fg_mbar_arrive(bar);
+    };
+    // Pingpong (FlashAttention-3): the consumer warpgroups take turns issuing their GEMMs, so that one's
+    // softmax runs while another's GEMMs occupy the tensor cores. Warpgroup cw waits at named barrier
+    // FG_BAR_SCHED + cw until the previous one (cyclically) has issued, and passes the turn on after
+    // issuing. Every warpgroup of a CTA runs the same steps, so the turns never deadlock; the last pass
+    // is left unconsumed when the CTA exits.
+    // (With O's fp32 level in shared memory, cw is read again from %tid.x at each turn: kept live, ptxas
+    // spilled it at d 64 with three consumer warpgroups.)
+    auto turn_cw = [&]() { return FG_O_FLUSH_SMEM ? (int)((u32)fg_tid_now() / 128u) - 1 : cw; };
+    auto turn_wait = [&]() {
+        if (FG_CONSUMER_WGS > 1) fg_named_sync(FG_BAR_SCHED + turn_cw(), 256);
+    };
+    auto turn_pass = [&]() {
+        if (FG_CONSUMER_WGS > 1) fg_named_arrive(FG_BAR_SCHED + (turn_cw() + 1) % FG_CONSUMER_WGS, 256);
+    };
+    // Masks S of step i of this tile where needed (the causal diagonal, the end of the keys).
+    auto mask = [&](int i, float (&sacc)[1][FG_NT][4]) {
+        if (i >= tl.n_masked) return;
+        const int j = n_blocks - 1 - i;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = row0 + 8 * h;
+            const int limit = (FG_CAUSAL ? min(sk, row + sk - sq + 1) : sk) - j * FG_BLOCK_N - 2 * t4;
+#pragma unroll
+            for (int nt = 0; nt < FG_NT; nt++) {
+                if (8 * nt >= limit) sacc[0][nt][2 * h] = FG_NEG_INF;
+                if (8 * nt + 1 >= limit) sacc[0][nt][2 * h + 1] = FG_NEG_INF;
+            }
+        }
+    };
+
+    // Intra-warpgroup overlap (FlashAttention-3), as written: while the tensor cores run P V of step i - 1,
+    // this warpgroup does the softmax of step i, whose S was issued just before. O is rescaled only once
+    // that P V has completed. (ptxas moves the wait for that P V up to the start of the softmax: below.)
+    u32 pf[FG_PV_KSTEPS][4]; // P of the last step whose softmax is done, for its P V
+    if (n_blocks > 0) {
+        const auto rq = fg_ring_at<FG_Q_STAGES>(qn);
+        const int qb = rq.stage;
+        s_q_wg = sm.s_q + qb * FG_Q_BYTES + cw * 64 * FG_CHUNK_ROW_BYTES;
+        fg_mbar_wait(sm.bar_q(qb), rq.full_parity());
+        qn++;
+        float sacc[1][FG_NT][4];
+        turn_wait();
+        issue_qk(kv, sacc);
+        turn_pass();
+        fg_wgmma_wait<0>();
+        fg_fence_regs(sacc[0]);
+        release(sm.bar_k_empty(stage_of(kv)));
+        mask(0, sacc);
+        float corr[2];
+        fg_softmax_stats<FP32_SUM>(sacc, row_max, row_sum, corr, sc_log2);
+        pack_p(sacc, pf);
+    }
+    for (int it = 1; it < n_blocks; it++) {
+        float sacc[1][FG_NT][4];
+        turn_wait();
+        issue_qk(kv + it, sacc);
+        issue_pv(kv + it - 1, pf, FG_FLUSH && (it - 1) % FG_FLUSH_PERIOD == 0 ? 0u : 1u);
+        turn_pass();
+        fg_wgmma_wait<1>(); // S of step it is in; P V of step it - 1 may still run
+        fg_fence_regs(sacc[0]);
+        release(sm.bar_k_empty(stage_of(kv + it)));
+        mask(it, sacc);
+        float corr[2];
+        fg_softmax_stats<FP32_SUM>(sacc, row_max, row_sum, corr, sc_log2);
+        // The PTX waits for P V of step it - 1 here, after the softmax, but ptxas puts the WARPGROUP.DEPBAR
+        // before the softmax's first instruction (it sees no dependency between them), so each warpgroup
+        // runs its softmax after its own P V and the overlap is the pingpong's alone. Forcing the written
+        // order (a branch on the softmax's result before the wait) is slower (bf16 0.985x, e4m3 0.979x).
+        fg_wgmma_wait<0>();
+        fg_fence_regs(acc[0]);
+        release(sm.bar_v_empty(stage_of(kv + it - 1)));
+        // Above head_dim 128 and for FP8, rescale O only in warps where some row's maximum grew (past
+        // FG_STALE): after the first blocks it rarely moves (FlashAttention-4 skips the multiply the same
+        // way), and a multiply by exactly 1 changes no bit, so skipping it is exact. At d 64 and 128 the
+        // branch splits the step and costs more than the multiply, so they rescale unconditionally.
+        // FP8 two-level accumulation (every FG_O_FLUSH steps): the P.V accumulator (O and the row sums) is
+        // added into fp32 registers, oacc, and the next P.V starts it again from 0 (scale-d 0).
+        // Hopper's FP8 wgmma adds into its accumulator keeping only about 14 bits (DeepSeek-V3's report;
+        // vLLM's FlashAttention fork flushes likewise), so an accumulator carried over every key block
+        // loses the low bits of each block's contribution where the terms do not cancel: at 32k keys the
+        // row sums came out 40% low, and so would O for a V whose columns do not average to 0. Where a
+        // row maximum grew both are rescaled before the sum (written as (oacc + acc) * corr, ptxas
+        // spilled 40 bytes at d 128).
+        if ((FG_HEAD_DIM <= 128 && !FG_FP8) || __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
+#pragma unroll
+            for (int dt = 0; dt < FG_DT_WITH_SUM; dt++) {
+                acc[0][dt][0] *= corr[0];
+                acc[0][dt][1] *= corr[0];
+                acc[0][dt][2] *= corr[1];
+                acc[0][dt][3] *= corr[1];
+                if (FG_O_FLUSH) {
+                    oacc[dt][0] *= corr[0];
+                    oacc[dt][1] *= corr[0];
+                    oacc[dt][2] *= corr[1];
+                    oacc[dt][3] *= corr[1];
+                }
+            }
+        }
+        if (FG_O_FLUSH && it % FG_FLUSH_PERIOD == 0) {
+#pragma unroll
+            for (int dt = 0; dt < FG_DT_WITH_SUM; dt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) oacc[dt][e] += acc[0][dt][e];
+        }
+#if FG_O_FLUSH_SMEM
+        // The shared-memory level takes the factors as they come and applies them at its flush: level =
+        // level * osc + acc (acc is rescaled above, as without the level).
+        osc[0] *= corr[0];
+        osc[1] *= corr[1];
+        if (it % FG_FLUSH_PERIOD == 0) {
+#pragma unroll
+            for (int dt = 0; dt < FG_DT_WITH_SUM; dt++) {
+                float x[4];
+                fg_level_ld(oacc_at, dt, x);
+#pragma unroll
+                for (int e = 0; e < 4; e++) x[e] = fmaf(x[e], osc[e / 2], acc[0][dt][e]);
+                fg_level_st(oacc_at, dt, x);
+            }
+            osc[0] = osc[1] = 1.f;
+        }
+#endif
+        pack_p(sacc, pf);
+    }
+    if (n_blocks > 0) {
+        // FG_Q_EARLY: the tile's last S has been read (waited for above), so Q goes back (here rather than
+        // in the loop's last step: a branch in the loop costs d 64/128 2-5% at long sequences)
+        if (FG_Q_EARLY) release(sm.bar_q_empty(fg_ring_at<FG_Q_STAGES>(qn - 1).stage));
+        turn_wait();
+        issue_pv(kv + n_blocks - 1, pf, FG_FLUSH && (n_blocks - 1) % FG_FLUSH_PERIOD == 0 ? 0u : 1u);
+        turn_pass();
+        fg_wgmma_wait<0>();
+        fg_fence_regs(acc[0]);
+        release(sm.bar_v_empty(stage_of(kv + n_blocks - 1)));
+    }
+    kv += n_blocks;
+}
 
 #endif // FG_FORWARD_WGMMA_CONSUMER_CUH
