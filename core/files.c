@@ -58,6 +58,13 @@ int file_read_exact(int fd, uint8_t *p, size_t n) {
  * on every failure. FG_ERR_INVALID_ARGUMENT for an unusable path, FG_ERR_IO naming the file and the
  * failing step otherwise. */
 fg_status fg_write_file_atomic(const char *path, const void *data, size_t len, fg_error *err) {
+    return fg_write_file_atomic_mode(path, data, len, 0600, err);
+}
+
+/* fg_write_file_atomic with the file's final permission bits `mode` (exactly, not filtered by the umask),
+ * set on the temporary file before any byte is written. The temporary file is created 0600 whatever the
+ * mode, so no reader sees it before it is complete. */
+fg_status fg_write_file_atomic_mode(const char *path, const void *data, size_t len, unsigned mode, fg_error *err) {
     if (!path || !path[0])
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "fg_write_file_atomic: the path is empty.");
     if (!data && len > 0)
@@ -98,7 +105,7 @@ fg_status fg_write_file_atomic(const char *path, const void *data, size_t len, f
         return fg_fail(err, FG_ERR_IO, "cannot create temporary file '%s' to write '%s': %s.", tmp, path,
                        strerror(errno));
     const char *step = NULL;
-    if (fchmod(fd, 0600) != 0)
+    if (fchmod(fd, (mode_t)(mode & 07777)) != 0)
         step = "fchmod";
     else if (write_all(fd, data, len) != 0)
         step = "write";

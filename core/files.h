@@ -13,6 +13,9 @@
 /* Writes `len` bytes to `path` atomically with mode 0600 (temp + fsync + rename). Shared by the cache,
  * bundles, `flashgen compile -o` and the tuning database. */
 fg_status fg_write_file_atomic(const char *path, const void *data, size_t len, fg_error *err);
+/* The same with the file's permission bits given: bundles are written 0644 because they are meant to be
+ * shipped and read by other users; the disk cache, cubins and tuning databases keep 0600. */
+fg_status fg_write_file_atomic_mode(const char *path, const void *data, size_t len, unsigned mode, fg_error *err);
 
 /* Reads a whole file (malloc'd, caller frees; a NUL byte follows the contents, not counted in *len, so
  * text can be used as a C string). FG_ERR_IO naming the path on failure. */

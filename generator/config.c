@@ -42,6 +42,9 @@ typedef struct cfg_build {
     int cap;                 /* items allocated */
     fg_tile_policy policy;   /* the defaults, then each tile_policy{} rule in call order */
     cfg_list arch_override;  /* replaces every variants{} arch list when n > 0 */
+    config_skip_fn skip;     /* when set, told of each variant the validator refuses as unsupported, which
+                                is then dropped instead of failing the load */
+    void *skip_user;         /* skip's argument */
 } cfg_build;
 
 /* How a field's values are read and what a type error says is expected. */
@@ -393,27 +396,43 @@ static int cfg_cmp(const void *pa, const void *pb) {
 }
 
 /* Fills tiles and validates every item; on the first failure fills err naming the chunk, the line of
- * its variants{} call, the variant's canonical text and the rule. */
+ * its variants{} call, the variant's canonical text and the rule. With b->skip set, a variant refused as
+ * unsupported (FG_ERR_UNSUPPORTED: the arch cannot build it) is reported to b->skip and dropped; if that
+ * drops every variant the load fails (FG_ERR_UNSUPPORTED), as a config that builds nothing is an error. */
 static fg_status cfg_check_items(const char *chunkname, cfg_build *b, fg_error *err) {
+    int kept = 0;
     for (int i = 0; i < b->count; i++) {
         fg_spec *s = &b->items[i].spec;
         char name[FG_SPEC_NAME_MAX];
         fg_error e;
         fg_error_clear(&e);
+        fg_status st;
         if (spec_fill_tiles(s, &b->policy, &e) != FG_OK) {
             /* No tile rule covers it. The rules checked before the tile fields (arch, dtype, head_dim)
              * say FG_ERR_UNSUPPORTED and usually name the real problem: prefer their sentence. */
             fg_error v;
             fg_error_clear(&v);
-            if (spec_validate(s, &v) == FG_ERR_UNSUPPORTED)
+            st = spec_validate(s, &v);
+            if (st == FG_ERR_UNSUPPORTED)
                 e = v;
-        } else if (spec_validate(s, &e) == FG_OK) {
+        } else if ((st = spec_validate(s, &e)) == FG_OK) {
+            b->items[kept] = b->items[i];
+            b->items[kept].index = kept;
+            kept++;
             continue;
         }
         if (spec_format(s, name, sizeof name) < 0)
             snprintf(name, sizeof name, "(unprintable)");
+        if (b->skip && st == FG_ERR_UNSUPPORTED) {
+            b->skip(b->skip_user, name, e.msg);
+            continue;
+        }
         return fg_fail(err, FG_ERR_CONFIG, "%s:%d: variant %s: %s", chunkname, b->items[i].line, name, e.msg);
     }
+    if (kept == 0 && b->count > 0)
+        return fg_fail(err, FG_ERR_UNSUPPORTED, "%s: every one of its %d variants is unsupported on the arch%s given",
+                       chunkname, b->count, b->arch_override.n > 1 ? "s" : "");
+    b->count = kept;
     return FG_OK;
 }
 
@@ -448,7 +467,8 @@ static fg_status cfg_collect(const char *chunkname, cfg_build *b, fg_config *out
 
 /* The shared body of config_load_file and config_load_string (path != NULL: read the file). */
 static fg_status cfg_load(const char *path, const char *chunkname, const char *text, size_t len,
-                          const char *arch_override, fg_config *out, fg_error *err) {
+                          const char *arch_override, config_skip_fn skip, void *skip_user, fg_config *out,
+                          fg_error *err) {
     if (out == NULL)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "config: the output pointer must not be NULL");
     memset(out, 0, sizeof *out);
@@ -457,6 +477,8 @@ static fg_status cfg_load(const char *path, const char *chunkname, const char *t
     cfg_build *b = calloc(1, sizeof *b); /* on the heap: the override list is large for a stack frame */
     if (b == NULL)
         return fg_fail(err, FG_ERR_NO_MEMORY, "config: out of memory");
+    b->skip = skip;
+    b->skip_user = skip_user;
     fg_status st = FG_OK;
     if (arch_override != NULL)
         st = cfg_parse_override(arch_override, &b->arch_override, err);
@@ -485,12 +507,22 @@ fg_status config_load_file(const char *path, const char *arch_override, fg_confi
             memset(out, 0, sizeof *out);
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "config_load_file: path must not be NULL");
     }
-    return cfg_load(path, NULL, NULL, 0, arch_override, out, err);
+    return cfg_load(path, NULL, NULL, 0, arch_override, NULL, NULL, out, err);
+}
+
+fg_status config_load_file_skipping(const char *path, const char *arch_override, config_skip_fn skip, void *user,
+                                    fg_config *out, fg_error *err) {
+    if (path == NULL) {
+        if (out)
+            memset(out, 0, sizeof *out);
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "config_load_file_skipping: path must not be NULL");
+    }
+    return cfg_load(path, NULL, NULL, 0, arch_override, skip, user, out, err);
 }
 
 fg_status config_load_string(const char *chunkname, const char *text, size_t len, const char *arch_override,
                              fg_config *out, fg_error *err) {
-    return cfg_load(NULL, chunkname, text, len, arch_override, out, err);
+    return cfg_load(NULL, chunkname, text, len, arch_override, NULL, NULL, out, err);
 }
 
 void config_free(fg_config *cfg) {

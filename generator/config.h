@@ -35,6 +35,13 @@ typedef struct fg_config {
  * for anything wrong in the config (message "file:line: ..."), FG_ERR_IO for an unreadable file,
  * FG_ERR_INVALID_ARGUMENT for a bad arch_override, FG_ERR_NO_MEMORY for host memory. */
 fg_status config_load_file(const char *path, const char *arch_override, fg_config *out, fg_error *err);
+/* Told of a variant the load drops: its canonical name and the validation rule's sentence. */
+typedef void (*config_skip_fn)(void *user, const char *name, const char *why);
+/* config_load_file, except that a variant the validator refuses as unsupported (FG_ERR_UNSUPPORTED: the
+ * arch cannot build it, e.g. e4m3 on sm_80) is passed to skip and dropped rather than failing the load
+ * (`flashgen bundle --arch` and `list --arch`). A config left with no variant fails with FG_ERR_UNSUPPORTED. */
+fg_status config_load_file_skipping(const char *path, const char *arch_override, config_skip_fn skip, void *user,
+                                    fg_config *out, fg_error *err);
 /* Same, from memory: text (len bytes) is named chunkname in messages. */
 fg_status config_load_string(const char *chunkname, const char *text, size_t len, const char *arch_override,
                              fg_config *out, fg_error *err);

@@ -150,7 +150,8 @@ fg_status bundle_serialize(const fg_bundle *bundle, uint8_t **out, size_t *len, 
     return FG_OK;
 }
 
-/* Serializes and writes the bundle file atomically (fg_write_file_atomic). Errors as bundle_serialize,
+/* Serializes and writes the bundle file atomically, mode 0644 (a bundle is meant to be shipped and read by
+ * other users; the disk cache's files stay 0600). Errors as bundle_serialize,
  * plus FG_ERR_IO naming the path. */
 fg_status bundle_write(const char *path, const fg_bundle *bundle, fg_error *err) {
     uint8_t *data;
@@ -158,7 +159,7 @@ fg_status bundle_write(const char *path, const fg_bundle *bundle, fg_error *err)
     fg_status st = bundle_serialize(bundle, &data, &len, err);
     if (st != FG_OK)
         return st;
-    st = fg_write_file_atomic(path, data, len, err);
+    st = fg_write_file_atomic_mode(path, data, len, 0644, err);
     free(data);
     return st;
 }
@@ -233,6 +234,7 @@ static int is_identifier(const char *s) {
 /* Writes the serialized bundle as a C source file (atomically): a header comment listing the entries,
  * then `const unsigned char SYMBOL[]` (16 hex bytes a line) and `const unsigned long SYMBOL_size`, both
  * with external C linkage also when compiled as C++. The text depends only on the bundle and the symbol.
+ * Mode 0644, as bundle_write.
  * FG_ERR_INVALID_ARGUMENT when symbol is not a C identifier (or errors of bundle_serialize);
  * FG_ERR_NO_MEMORY; FG_ERR_IO naming the path. */
 fg_status bundle_write_c(const char *path, const char *symbol, const fg_bundle *bundle, fg_error *err) {
@@ -308,30 +310,21 @@ fg_status bundle_write_c(const char *path, const char *symbol, const fg_bundle *
         free(t.p);
         return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory writing the bundle source '%s'.", path);
     }
-    st = fg_write_file_atomic(path, t.p, t.len, err);
+    st = fg_write_file_atomic_mode(path, t.p, t.len, 0644, err);
     free(t.p);
     return st;
 }
 
-/* Where one index entry points, as read from the (not yet trusted) index. */
-typedef struct index_entry {
-    const uint8_t *name; /* inside the input buffer */
-    size_t name_len;     /* bytes */
-    uint64_t offset;     /* of the payload, from the start of the bundle */
-    uint64_t size;       /* of the payload */
-    const uint8_t *sum;  /* SHA-256 of the payload, inside the input buffer */
-} index_entry;
-
-/* Parses and verifies a serialized bundle (all checks listed in bundle.h, in this order: size, magic,
- * format version, index bounds, index checksum, generator version, names, payload layout, payload
- * checksums) and copies the entries into *out, which the caller releases with bundle_free. The bundle
- * must come from this flashgen version: kernels from another version may expect a different parameter
- * layout. FG_ERR_FORMAT with a sentence naming the rule; FG_ERR_NO_MEMORY. *out is empty on failure. */
-fg_status bundle_parse(const uint8_t *data, size_t len, fg_bundle *out, fg_error *err) {
+/* Reads and checks a serialized bundle's structure (size, magic, format version, index bounds, index
+ * checksum, the generator field's padding, names, payload layout; bundle.h lists them) and records, without
+ * failing on them, whether the bundle names this flashgen as its generator and whether each payload matches
+ * its checksum: `flashgen bundle ls` and `verify` report those per entry; bundle_parse refuses them. Item
+ * names point into data, which must outlive *out. *out (free with bundle_index_free) is empty on failure.
+ * FG_ERR_FORMAT with a sentence naming the rule; FG_ERR_NO_MEMORY; FG_ERR_INVALID_ARGUMENT. */
+fg_status bundle_inspect(const uint8_t *data, size_t len, bundle_index *out, fg_error *err) {
     if (!out)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "bundle_parse: out must not be NULL.");
-    out->entries = NULL;
-    out->count = 0;
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "bundle_inspect: out must not be NULL.");
+    memset(out, 0, sizeof *out);
     if (!data && len > 0)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "bundle_parse: data is NULL but len is %zu.", len);
     if (len < BUNDLE_HEADER + 32)
@@ -352,12 +345,22 @@ fg_status bundle_parse(const uint8_t *data, size_t len, fg_bundle *out, fg_error
         return fg_fail(err, FG_ERR_FORMAT, "the bundle claims %u entries, more than its %zu bytes can index.", count,
                        len);
 
-    index_entry *idx = malloc((count ? count : 1) * sizeof *idx);
+    bundle_item *idx = calloc(count ? count : 1, sizeof *idx);
     if (!idx)
         return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory reading a bundle index of %u entries.", count);
+    const uint8_t **sums = malloc((count ? count : 1) * sizeof *sums);
+    if (!sums) {
+        free(idx);
+        return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory reading a bundle index of %u entries.", count);
+    }
     fg_status st = FG_OK;
     size_t pos = BUNDLE_HEADER;
     size_t limit = len - 32; /* the index checksum must still fit after the index */
+    uint64_t *offsets = NULL, *sizes = NULL;
+    offsets = malloc((count ? count : 1) * sizeof *offsets);
+    sizes = malloc((count ? count : 1) * sizeof *sizes);
+    if (!offsets || !sizes)
+        st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory reading a bundle index of %u entries.", count);
     for (uint32_t i = 0; i < count && st == FG_OK; i++) {
         size_t end;
         if (limit - pos < 4) {
@@ -374,11 +377,11 @@ fg_status bundle_parse(const uint8_t *data, size_t len, fg_bundle *out, fg_error
             st = fg_fail(err, FG_ERR_FORMAT, "bundle index entry %u runs past the end of the bundle.", i);
             break;
         }
-        idx[i].name = data + pos + 4;
+        idx[i].name = (const char *)(data + pos + 4);
         idx[i].name_len = n;
-        idx[i].offset = get_le64(data + pos + 4 + n);
-        idx[i].size = get_le64(data + pos + 4 + n + 8);
-        idx[i].sum = data + pos + 4 + n + 16;
+        offsets[i] = get_le64(data + pos + 4 + n);
+        sizes[i] = get_le64(data + pos + 4 + n + 8);
+        sums[i] = data + pos + 4 + n + 16;
         pos = end;
     }
     size_t index_end = pos;
@@ -394,81 +397,126 @@ fg_status bundle_parse(const uint8_t *data, size_t len, fg_bundle *out, fg_error
         size_t gvlen = nul ? (size_t)(nul - gv) : BUNDLE_GENVER;
         char id[BUNDLE_GENVER];
         emit_templates_id(id, sizeof id);
-        if (!nul || gvlen != strlen(id) || memcmp(gv, id, gvlen) != 0)
-            st = fg_fail(err, FG_ERR_FORMAT,
-                         "the bundle was made by flashgen '%.*s' (version+templates hash), this is %s; its kernels "
-                         "may not match this build's parameters or launch: rebuild the bundle.",
-                         (int)gvlen, (const char *)gv, id);
-        else
-            for (size_t k = gvlen; k < BUNDLE_GENVER && st == FG_OK; k++)
-                if (gv[k] != 0)
-                    st = fg_fail(err, FG_ERR_FORMAT, "the bundle's generator version field is not NUL-padded.");
+        memcpy(out->generator, gv, gvlen);
+        out->generator[gvlen] = '\0';
+        out->generator_ok = nul && gvlen == strlen(id) && memcmp(gv, id, gvlen) == 0;
+        for (size_t k = gvlen; k < BUNDLE_GENVER && st == FG_OK; k++)
+            if (gv[k] != 0)
+                st = fg_fail(err, FG_ERR_FORMAT, "the bundle's generator version field is not NUL-padded.");
     }
     size_t expect = index_end + 32; /* the first payload starts right after the index checksum */
     for (uint32_t i = 0; i < count && st == FG_OK; i++) {
-        if (memchr(idx[i].name, '\0', idx[i].name_len)) {
+        const char *name = idx[i].name;
+        const int shown = (int)(idx[i].name_len > 200 ? 200 : idx[i].name_len);
+        if (memchr(name, '\0', idx[i].name_len)) {
             st = fg_fail(err, FG_ERR_FORMAT, "bundle index entry %u has a name containing a NUL byte.", i);
             break;
         }
         if (i > 0) {
-            int c = name_cmp(idx[i - 1].name, idx[i - 1].name_len, idx[i].name, idx[i].name_len);
+            int c = name_cmp((const uint8_t *)idx[i - 1].name, idx[i - 1].name_len, (const uint8_t *)name,
+                             idx[i].name_len);
             if (c >= 0) {
-                st = fg_fail(err, FG_ERR_FORMAT, "bundle index entry %u ('%.*s') %s the entry before it.", i,
-                             (int)(idx[i].name_len > 200 ? 200 : idx[i].name_len), (const char *)idx[i].name,
-                             c == 0 ? "repeats the name of" : "is not sorted after");
+                st = fg_fail(err, FG_ERR_FORMAT, "bundle index entry %u ('%.*s') %s the entry before it.", i, shown,
+                             name, c == 0 ? "repeats the name of" : "is not sorted after");
                 break;
             }
         }
-        if (idx[i].offset != (uint64_t)expect) {
+        if (offsets[i] != (uint64_t)expect) {
             st = fg_fail(err, FG_ERR_FORMAT,
                          "bundle index entry %u puts its payload at offset %llu; payloads must follow each other "
                          "from offset %zu.",
-                         i, (unsigned long long)idx[i].offset, expect);
+                         i, (unsigned long long)offsets[i], expect);
             break;
         }
-        if (idx[i].size > (uint64_t)(len - expect)) {
+        if (sizes[i] > (uint64_t)(len - expect)) {
             st = fg_fail(err, FG_ERR_FORMAT,
                          "bundle index entry %u has a %llu-byte payload at offset %zu, past the end of the "
                          "%zu-byte bundle.",
-                         i, (unsigned long long)idx[i].size, expect, len);
+                         i, (unsigned long long)sizes[i], expect, len);
             break;
         }
-        sha256(data + expect, (size_t)idx[i].size, sum);
-        if (memcmp(sum, idx[i].sum, 32) != 0) {
-            st = fg_fail(err, FG_ERR_FORMAT, "the payload of bundle entry '%.*s' does not match its checksum.",
-                         (int)(idx[i].name_len > 200 ? 200 : idx[i].name_len), (const char *)idx[i].name);
-            break;
-        }
-        expect += (size_t)idx[i].size;
+        idx[i].offset = expect;
+        idx[i].size = (size_t)sizes[i];
+        sha256(data + expect, idx[i].size, sum);
+        idx[i].sum_ok = memcmp(sum, sums[i], 32) == 0;
+        expect += idx[i].size;
     }
     if (st == FG_OK && expect != len)
         st = fg_fail(err, FG_ERR_FORMAT, "the bundle has %zu bytes after its last payload.", len - expect);
+    free(sums);
+    free(offsets);
+    free(sizes);
     if (st != FG_OK) {
         free(idx);
+        memset(out, 0, sizeof *out);
         return st;
     }
+    out->items = idx;
+    out->count = count;
+    return FG_OK;
+}
 
+/* Frees what bundle_inspect gave and empties it. NULL is allowed. */
+void bundle_index_free(bundle_index *index) {
+    if (!index)
+        return;
+    free(index->items);
+    memset(index, 0, sizeof *index);
+}
+
+/* Parses and verifies a serialized bundle (bundle_inspect's checks, then the generator version and every
+ * payload's checksum) and copies the entries into *out, which the caller releases with bundle_free. The
+ * bundle must come from this flashgen version: kernels from another version may expect a different
+ * parameter layout. FG_ERR_FORMAT with a sentence naming the rule; FG_ERR_NO_MEMORY. *out is empty on
+ * failure. */
+fg_status bundle_parse(const uint8_t *data, size_t len, fg_bundle *out, fg_error *err) {
+    if (!out)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "bundle_parse: out must not be NULL.");
+    out->entries = NULL;
+    out->count = 0;
+    bundle_index ix;
+    fg_status st = bundle_inspect(data, len, &ix, err);
+    if (st != FG_OK)
+        return st;
+    if (!ix.generator_ok) {
+        char id[BUNDLE_GENVER];
+        emit_templates_id(id, sizeof id);
+        st = fg_fail(err, FG_ERR_FORMAT,
+                     "the bundle was made by flashgen '%s' (version+templates hash), this is %s; its kernels "
+                     "may not match this build's parameters or launch: rebuild the bundle.",
+                     ix.generator, id);
+    }
+    for (size_t i = 0; i < ix.count && st == FG_OK; i++)
+        if (!ix.items[i].sum_ok)
+            st = fg_fail(err, FG_ERR_FORMAT, "the payload of bundle entry '%.*s' does not match its checksum.",
+                         (int)(ix.items[i].name_len > 200 ? 200 : ix.items[i].name_len), ix.items[i].name);
+    if (st != FG_OK) {
+        bundle_index_free(&ix);
+        return st;
+    }
+    size_t count = ix.count;
     fg_bundle_entry *entries = calloc(count ? count : 1, sizeof *entries);
     if (!entries) {
-        free(idx);
-        return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory copying a bundle of %u entries.", count);
+        bundle_index_free(&ix);
+        return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory copying a bundle of %zu entries.", count);
     }
-    for (uint32_t i = 0; i < count; i++) {
-        entries[i].name = malloc(idx[i].name_len + 1);
-        entries[i].data = malloc(idx[i].size ? (size_t)idx[i].size : 1);
+    for (size_t i = 0; i < count; i++) {
+        const bundle_item *it = &ix.items[i];
+        entries[i].name = malloc(it->name_len + 1);
+        entries[i].data = malloc(it->size ? it->size : 1);
         if (!entries[i].name || !entries[i].data) {
             fg_bundle partial = {entries, i + 1};
             bundle_free(&partial);
-            free(idx);
-            return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory copying bundle entry %u.", i);
+            bundle_index_free(&ix);
+            return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory copying bundle entry %zu.", i);
         }
-        memcpy(entries[i].name, idx[i].name, idx[i].name_len);
-        entries[i].name[idx[i].name_len] = '\0';
-        if (idx[i].size)
-            memcpy(entries[i].data, data + idx[i].offset, (size_t)idx[i].size);
-        entries[i].size = (size_t)idx[i].size;
+        memcpy(entries[i].name, it->name, it->name_len);
+        entries[i].name[it->name_len] = '\0';
+        if (it->size)
+            memcpy(entries[i].data, data + it->offset, it->size);
+        entries[i].size = it->size;
     }
-    free(idx);
+    bundle_index_free(&ix);
     out->entries = entries;
     out->count = count;
     return FG_OK;

@@ -37,6 +37,27 @@ fg_status bundle_write(const char *path, const fg_bundle *bundle, fg_error *err)
 /* Writes a C source defining `const unsigned char SYMBOL[]` and `const unsigned long SYMBOL_size`
  * holding the serialized bundle, for fg_bundle_load_memory. Atomic. */
 fg_status bundle_write_c(const char *path, const char *symbol, const fg_bundle *bundle, fg_error *err);
+/* One index entry as bundle_inspect reads it. */
+typedef struct bundle_item {
+    const char *name;  /* inside the inspected bytes, not NUL-terminated */
+    size_t name_len;   /* bytes of name */
+    size_t offset;     /* of the payload, from the start of the bundle */
+    size_t size;       /* payload bytes */
+    int sum_ok;        /* 1 when the payload matches its SHA-256 */
+} bundle_item;
+
+/* A bundle's index without its payloads, for `flashgen bundle ls` and `bundle verify`. */
+typedef struct bundle_index {
+    bundle_item *items;  /* in index (name) order; owned */
+    size_t count;        /* entries */
+    char generator[17];  /* the flashgen (version+templates hash) the bundle names as its maker */
+    int generator_ok;    /* 1 when that is this flashgen, whose fg_bundle_load accepts the bundle */
+} bundle_index;
+
+/* Checks a serialized bundle's structure and reads its index, recording (not refusing) a foreign generator
+ * and payloads that do not match their checksums. Item names point into data. Free with bundle_index_free. */
+fg_status bundle_inspect(const uint8_t *data, size_t len, bundle_index *out, fg_error *err);
+void bundle_index_free(bundle_index *index);
 /* Parses and verifies a serialized bundle; copies what it keeps. */
 fg_status bundle_parse(const uint8_t *data, size_t len, fg_bundle *out, fg_error *err);
 fg_status bundle_read(const char *path, fg_bundle *out, fg_error *err);

@@ -156,7 +156,8 @@ Test(bundle, file_round_trip) {
     cr_assert_eq(bundle_write(path, &b, &err), FG_OK, "%s", err.msg);
     struct stat st;
     cr_assert_eq(stat(path, &st), 0);
-    cr_assert_eq(st.st_mode & 0777, 0600);
+    /* Bundles are meant to be shipped: readable by every user, unlike the disk cache's 0600 files. */
+    cr_assert_eq(st.st_mode & 0777, 0644, "mode %o", (unsigned)(st.st_mode & 0777));
     cr_assert_eq(bundle_read(path, &back, &err), FG_OK, "%s", err.msg);
     cr_assert_eq(back.count, 5);
     for (size_t i = 0; i < 5; i++) {

@@ -454,3 +454,145 @@ Test(cli, bundle_emit_c_compiles_and_holds_the_bundle) {
     for (size_t i = 0; i < 2; i++) cr_expect_str_eq(b.entries[i].name, two_names[i]);
     bundle_free(&b);
 }
+
+/* ---------------------------------------------------------------- issue 36: --arch skipping, bundle ls/verify */
+
+/* A config with variants sm_80 cannot build (e4m3 at two head dims) and one plain fp16 forward. */
+static const char mixed_variants[] =
+    "variants { kind = \"fwd\", arch = \"sm_90\", dtype = \"fp16\", head_dim = 64,\n"
+    "           block_m = 64, block_n = 64, warps = 4, stages = 2 }\n"
+    "variants { kind = \"fwd\", arch = \"sm_90\", dtype = \"e4m3\", head_dim = {64, 128} }\n";
+
+/* `bundle --arch sm_80` skips what sm_80 cannot build, a line each naming the variant and the rule, and
+ * bundles the rest, readable by everyone (0644); `bundle ls` and `verify` read it without a GPU. */
+Test(cli, bundle_arch_skips_unsupported_variants, .timeout = 120) {
+    char cfg[160], out[160];
+    snprintf(cfg, sizeof cfg, "%s/mixed.lua", g_dir);
+    snprintf(out, sizeof out, "%s/a100.fgb", g_dir);
+    write_text(cfg, mixed_variants);
+    run_result r = RUN("bundle", cfg, "--arch", "sm_80", "-o", out);
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.err, "flashgen bundle: skipping arch=sm_80,"), "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "dtype=e4m3"), "the e4m3 variant is named:\n%s", r.err);
+    cr_expect_not_null(strstr(r.err, "needs sm_89 or newer"), "the rule's sentence:\n%s", r.err);
+    cr_expect_not_null(strstr(r.err, "dtype=e4m3,head_dim=128"), "each skipped variant has its line:\n%s", r.err);
+    struct stat st;
+    cr_assert_eq(stat(out, &st), 0);
+    cr_expect_eq(st.st_mode & 0777, 0644, "a bundle is meant to be shipped: mode %o", (unsigned)(st.st_mode & 0777));
+    fg_bundle b;
+    fg_error err;
+    cr_assert_eq(bundle_read(out, &b, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(b.count, 1u);
+    cr_expect_str_eq(b.entries[0].name, two_names[1]);
+    bundle_free(&b);
+    run_free(&r);
+
+    r = RUN("bundle", "ls", out);
+    EXPECT_STATUS(r, 0);
+    char want[300];
+    snprintf(want, sizeof want, "%s  sm_80  ", two_names[1]);
+    cr_expect_eq(strncmp(r.out, want, strlen(want)), 0, "%s", r.out);
+    cr_expect_eq(count_lines(r.out), 1);
+    run_free(&r);
+    r = RUN("bundle", "verify", out);
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "1 entries, every checksum matches"), "%s", r.out);
+    run_free(&r);
+
+    /* Without --arch the config's own archs must all build: sm_90 builds every one of them. With an arch that
+     * builds none, the bundle is an error. */
+    write_text(cfg, "variants { kind = \"fwd\", arch = \"sm_90\", dtype = \"e4m3\", head_dim = 64 }\n");
+    r = RUN("bundle", cfg, "--arch", "sm_80", "-o", out);
+    EXPECT_STATUS(r, 1);
+    cr_expect_not_null(strstr(r.err, "skipping"), "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "unsupported on the arch given"), "%s", r.err);
+    run_free(&r);
+}
+
+/* On sm_120 the tma=1 backward (its block_m) is skipped, the e4m3 and fp16 forwards are bundled. */
+Test(cli, bundle_arch_sm_120_skips_the_tma_backward, .timeout = 180) {
+    char cfg[160], out[160];
+    snprintf(cfg, sizeof cfg, "%s/mixed.lua", g_dir);
+    snprintf(out, sizeof out, "%s/sm120.fgb", g_dir);
+    write_text(cfg,
+               "variants { kind = \"fwd\", arch = \"sm_90\", dtype = {\"fp16\", \"e4m3\"}, head_dim = 64 }\n"
+               "variants { kind = \"bwd\", arch = \"sm_90\", dtype = \"fp16\", head_dim = 64, tma = true }\n");
+    run_result r = RUN("bundle", cfg, "--arch", "sm_120", "-o", out);
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.err, "skipping arch=sm_120,"), "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "tma=1 (the mma.sync backward's loads by TMA)"), "%s", r.err);
+    run_free(&r);
+    r = RUN("bundle", "ls", out);
+    EXPECT_STATUS(r, 0);
+    cr_expect_eq(count_lines(r.out), 2, "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "dtype=e4m3"), "%s", r.out);
+    run_free(&r);
+}
+
+/* The default config lists for every arch a user bundles for, skipping what the arch cannot build. */
+Test(cli, list_default_config_for_each_arch) {
+    const char *archs[] = {"sm_80", "sm_86", "sm_89", "sm_90a", "sm_120"};
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
+        run_result r = RUN("list", "configs/default.lua", "--arch", archs[i]);
+        EXPECT_STATUS(r, 0);
+        cr_expect_gt(count_lines(r.out), 10, "%s: %s", archs[i], r.out);
+        if (strcmp(archs[i], "sm_80") == 0) {
+            cr_expect_null(strstr(r.out, "e4m3"), "%s", r.out);
+            cr_expect_not_null(strstr(r.err, "flashgen list: skipping"), "%s", r.err);
+        }
+        if (strcmp(archs[i], "sm_120") == 0) cr_expect_null(strstr(r.out, "tma=1"), "%s", r.out);
+        run_free(&r);
+    }
+}
+
+/* `bundle verify` names every entry whose payload is corrupt and exits 1; `ls` still lists them. */
+Test(cli, bundle_verify_names_each_bad_entry) {
+    fg_bundle b = {NULL, 0};
+    fg_error err;
+    uint8_t blob[64];
+    memset(blob, 7, sizeof blob);
+    cr_assert_eq(bundle_add(&b, "arch=sm_80,x=1", blob, sizeof blob, &err), FG_OK);
+    cr_assert_eq(bundle_add(&b, "arch=sm_86,x=2", blob, sizeof blob, &err), FG_OK);
+    cr_assert_eq(bundle_add(&b, "arch=sm_89,x=3", blob, sizeof blob, &err), FG_OK);
+    char path[160];
+    snprintf(path, sizeof path, "%s/k.fgb", g_dir);
+    cr_assert_eq(bundle_write(path, &b, &err), FG_OK, "%s", err.msg);
+    bundle_free(&b);
+    run_result r = RUN("bundle", "verify", path);
+    EXPECT_STATUS(r, 0);
+    run_free(&r);
+    size_t len;
+    char *bytes = slurp(path, &len);
+    bytes[len - 1] ^= 1;        /* the last payload (sm_89) */
+    bytes[len - 64 - 1] ^= 1;   /* the second (sm_86) */
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(bytes, 1, len, f), len);
+    fclose(f);
+    free(bytes);
+    r = RUN("bundle", "verify", path);
+    EXPECT_STATUS(r, 1);
+    cr_expect_not_null(strstr(r.err, "entry arch=sm_86,x=2: its 64 bytes do not match"), "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "entry arch=sm_89,x=3: its 64 bytes do not match"), "%s", r.err);
+    cr_expect_null(strstr(r.err, "sm_80,x=1"), "%s", r.err);
+    run_free(&r);
+    r = RUN("bundle", "ls", path);
+    EXPECT_STATUS(r, 0);
+    cr_expect(has_line(r.out, "arch=sm_80,x=1  sm_80  64"), "%s", r.out);
+    cr_expect_eq(count_lines(r.out), 3, "%s", r.out);
+    run_free(&r);
+    /* a config literally named ls is given as ./ls; `bundle ls` without a FILE is a usage error */
+    r = RUN("bundle", "ls");
+    EXPECT_STATUS(r, 2);
+    run_free(&r);
+}
+
+/* `flashgen` alone prints a short usage (the commands, COMMAND --help), exit 2; --help the full text. */
+Test(cli, no_arguments_prints_a_short_usage) {
+    run_result r = run((const char *const[]){NULL});
+    EXPECT_STATUS(r, 2);
+    cr_expect_leq(count_lines(r.err), 15, "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "flashgen COMMAND --help"), "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "bundle"), "%s", r.err);
+    run_free(&r);
+}

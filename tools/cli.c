@@ -49,6 +49,7 @@ static const char usage_main[] =
     "  compile SPEC -o FILE     compile one variant with NVRTC and write its cubin\n"
     "  list CONFIG              print the variants a Lua config lists, one canonical spec per line\n"
     "  bundle CONFIG -o FILE    compile every variant of a config, in parallel, into one bundle file\n"
+    "  bundle ls|verify FILE    list a bundle's variants, or check every checksum (no GPU needed)\n"
     "  run                      run one forward pass on the GPU, check every element against the CPU\n"
     "                           reference, and time it\n"
     "  explain                  say which kernel `run` would launch for a problem, and why\n"
@@ -79,6 +80,22 @@ static const char usage_main[] =
     "\n"
     "exit status: 0 on success, 1 on failure (stderr says what failed and why), 2 on a usage error.\n";
 
+/* What `flashgen` alone prints (to stderr, exit 2): the commands in a screenful; --help has the rest. */
+static const char usage_short[] =
+    "usage: flashgen COMMAND [OPTIONS] [ARGUMENTS]\n"
+    "\n"
+    "commands:\n"
+    "  gen SPEC                 print the CUDA source of one kernel variant\n"
+    "  compile SPEC -o FILE     compile one variant with NVRTC into a cubin\n"
+    "  list CONFIG              print the variants a Lua config lists\n"
+    "  bundle CONFIG -o FILE    compile a config's variants into one bundle (bundle ls|verify FILE)\n"
+    "  run | explain            run and check one attention call on the GPU | say which kernel it takes\n"
+    "  tune SPACE               time a tuning space on this GPU into its tuning database\n"
+    "  info | cache             versions and GPUs | list, check or empty the disk cache\n"
+    "\n"
+    "flashgen COMMAND --help    the options of one command\n"
+    "flashgen --help            everything: specs, configs, validation rules, exit statuses\n";
+
 static const char usage_gen[] =
     "usage: flashgen gen SPEC...\n"
     "\n"
@@ -108,7 +125,8 @@ static const char usage_list[] =
     "filling tiles from the (possibly overridden) tile policy, validating, and dropping duplicates.\n"
     "Config errors are reported as file:line.\n"
     "\n"
-    "      --arch LIST     comma-separated targets (sm_80,sm_90a) replacing every variants{} arch field\n";
+    "      --arch LIST     comma-separated targets (sm_80,sm_90a) replacing every variants{} arch field;\n"
+    "                      variants they cannot build are skipped, one stderr line each (as bundle --arch)\n";
 
 /* ------------------------------------------------------------------ spec arguments */
 
@@ -299,7 +317,10 @@ static int cmd_list(int argc, char **argv) {
     fg_config cfg;
     fg_error err;
     fg_error_clear(&err);
-    if (config_load_file(argv[optind], arch, &cfg, &err) != FG_OK) {
+    /* As `bundle --arch`: what the given archs cannot build is skipped, a stderr line each. */
+    fg_status lst = arch ? config_load_file_skipping(argv[optind], arch, report_skipped_variant, "list", &cfg, &err)
+                         : config_load_file(argv[optind], NULL, &cfg, &err);
+    if (lst != FG_OK) {
         say("list", "%s", err.msg);
         return EXIT_FAIL;
     }
@@ -358,7 +379,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && (strcmp(argv[1], "compile") == 0 || strcmp(argv[1], "bundle") == 0 || strcmp(argv[1], "tune") == 0))
         setenv("CUDA_CACHE_DISABLE", "1", 1);
     if (argc < 2) {
-        print_main_usage(stderr);
+        fputs(usage_short, stderr);
         return EXIT_USAGE;
     }
     const char *name = argv[1];

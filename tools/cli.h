@@ -112,6 +112,8 @@ int cmd_run(int argc, char **argv);
 int cmd_explain(int argc, char **argv);
 /* `flashgen info` (cmd_info.c). */
 int cmd_info(int argc, char **argv);
+/* config_skip_fn for --arch (cmd_bundle.c): prints "flashgen USER: skipping NAME: WHY" on stderr. */
+void report_skipped_variant(void *user, const char *name, const char *why);
 /* `flashgen bundle` (cmd_bundle.c). */
 int cmd_bundle(int argc, char **argv);
 /* `flashgen cache` (cmd_info.c). */

@@ -13,9 +13,11 @@
 #include <time.h>
 #include <unistd.h>
 #include "autotune/timing.h"
+#include "core/files.h"
 #include "core/pool.h"
 #include "flashgen.h"
 #include "generator/config.h"
+#include "generator/emit.h"
 #include "generator/spec.h"
 #include "runtime/bundle.h"
 #include "runtime/compile.h"
@@ -23,6 +25,9 @@
 
 static const char usage_bundle[] =
     "usage: flashgen bundle CONFIG -o FILE [--arch LIST] [-j N] [--emit-c] [--symbol NAME] [--allow-spills]\n"
+    "       flashgen bundle ls FILE        list a bundle's variants: name, arch, bytes (no GPU)\n"
+    "       flashgen bundle verify FILE    check every checksum of a bundle (no GPU; exit 1 naming each bad entry)\n"
+    "(a CONFIG file named ls or verify is given as ./ls)\n"
     "\n"
     "Compiles every variant CONFIG lists with N threads and writes them as one bundle file, which\n"
     "fg_bundle_load() reads before any JIT compile. Progress goes to stderr, a line per finished variant:\n"
@@ -33,7 +38,10 @@ static const char usage_bundle[] =
     "run leaves no FILE.\n"
     "\n"
     "  -o, --output FILE   the bundle file (required)\n"
-    "      --arch LIST     comma-separated targets replacing every variants{} arch field\n"
+    "      --arch LIST     comma-separated targets replacing every variants{} arch field; variants a\n"
+    "                      target cannot build (e4m3 below sm_89, tma=1 below sm_90, ...) are skipped with\n"
+    "                      one stderr line each naming the variant and the rule, and the rest is bundled\n"
+    "                      (exit 1 when none is left). Without --arch every variant must build.\n"
     "  -j, --jobs N        parallel compiles (default: the number of online CPUs)\n"
     "      --emit-c        write a C source instead: `const unsigned char NAME[]` and\n"
     "                      `const unsigned long NAME_size`, for fg_bundle_load_memory()\n"
@@ -112,8 +120,106 @@ static int bundle_run_pool(bundle_pool *pool, int nthreads, int *why_errno) {
     return pool_run(bundle_worker, pool, nthreads, why_errno) > 0 ? 0 : -1;
 }
 
-/* `flashgen bundle CONFIG -o FILE [--arch LIST] [-j N] [--emit-c] [--symbol NAME]`. */
+/* config_skip_fn of `bundle --arch` and `list --arch` (user: the command's name): one stderr line per variant
+ * the arch cannot build. */
+void report_skipped_variant(void *user, const char *name, const char *why) {
+    say((const char *)user, "skipping %s: %s", name, why);
+}
+
+/* ------------------------------------------------------------------ bundle ls, bundle verify */
+
+static const char usage_bundle_ls[] =
+    "usage: flashgen bundle ls FILE\n"
+    "\n"
+    "Lists the variants of the bundle FILE, one line each: canonical name, arch, cubin bytes. Needs no GPU.\n"
+    "The bundle's structure and index checksum are checked (exit 1 if they are wrong); a foreign generator\n"
+    "version or a payload that does not match its checksum is said on stderr (`bundle verify` checks all).\n";
+
+static const char usage_bundle_verify[] =
+    "usage: flashgen bundle verify FILE\n"
+    "\n"
+    "Checks the bundle FILE as fg_bundle_load() would, without a GPU: its structure, the index checksum, that\n"
+    "this flashgen made it, and every payload's SHA-256. Prints one line when all is well; otherwise exits 1\n"
+    "with a line on stderr for each bad entry (and for a foreign generator version).\n";
+
+/* The value of the arch= field of a canonical name, into out ("?" when the name has none). */
+static void name_arch(const char *name, size_t len, char *out, size_t n) {
+    for (size_t i = 0; i + 5 <= len; i++)
+        if ((i == 0 || name[i - 1] == ',') && memcmp(name + i, "arch=", 5) == 0) {
+            size_t j = i + 5, k = 0;
+            while (j < len && name[j] != ',' && k + 1 < n) out[k++] = name[j++];
+            out[k] = '\0';
+            return;
+        }
+    snprintf(out, n, "?");
+}
+
+/* `flashgen bundle ls FILE` (verify = 0) and `flashgen bundle verify FILE` (verify = 1); argv[0] is the
+ * subcommand's name. */
+static int cmd_bundle_read(int argc, char **argv, int verify) {
+    const char *cmd = verify ? "bundle verify" : "bundle ls";
+    static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        if (c == 'h') {
+            fputs(verify ? usage_bundle_verify : usage_bundle_ls, stdout);
+            return EXIT_OK;
+        }
+        return bad_option(cmd, argv, c);
+    }
+    if (optind >= argc) return usage_error(cmd, "a bundle FILE is required");
+    if (optind + 1 < argc) return usage_error(cmd, "one bundle FILE is expected, got also '%s'", argv[optind + 1]);
+    const char *path = argv[optind];
+    uint8_t *data;
+    size_t len;
+    fg_error err;
+    fg_error_clear(&err);
+    bundle_index ix;
+    if (fg_read_file(path, &data, &len, &err) != FG_OK) {
+        say(cmd, "%s", err.msg);
+        return EXIT_FAIL;
+    }
+    if (bundle_inspect(data, len, &ix, &err) != FG_OK) {
+        say(cmd, "%s: %s", path, err.msg);
+        free(data);
+        return EXIT_FAIL;
+    }
+    char id[32];
+    emit_templates_id(id, sizeof id);
+    int bad = 0;
+    if (!ix.generator_ok) {
+        say(cmd, "%s: made by flashgen '%s', this is %s: fg_bundle_load refuses it (rebuild the bundle)", path,
+            ix.generator, id);
+        bad++;
+    }
+    for (size_t i = 0; i < ix.count; i++) {
+        const bundle_item *it = &ix.items[i];
+        if (!it->sum_ok) {
+            say(cmd, "%s: entry %.*s: its %zu bytes do not match their checksum", path, (int)it->name_len, it->name,
+                it->size);
+            bad++;
+        }
+        if (!verify) {
+            char arch[32];
+            name_arch(it->name, it->name_len, arch, sizeof arch);
+            printf("%.*s  %s  %zu\n", (int)it->name_len, it->name, arch, it->size);
+        }
+    }
+    if (verify && !bad)
+        printf("%s: %zu entries, every checksum matches (made by this flashgen, %s)\n", path, ix.count, id);
+    else if (verify)
+        say(cmd, "%s: %d problem%s in %zu entries", path, bad, bad == 1 ? "" : "s", ix.count);
+    bundle_index_free(&ix);
+    free(data);
+    return verify && bad ? EXIT_FAIL : EXIT_OK;
+}
+
+/* `flashgen bundle CONFIG -o FILE [--arch LIST] [-j N] [--emit-c] [--symbol NAME]`, or `bundle ls|verify FILE`. */
 int cmd_bundle(int argc, char **argv) {
+    /* ls and verify as the first argument select the subcommands; a config file named so is ./ls. */
+    if (argc > 1 && (strcmp(argv[1], "ls") == 0 || strcmp(argv[1], "verify") == 0))
+        return cmd_bundle_read(argc - 1, argv + 1, argv[1][0] == 'v');
     static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
                                          {"output", required_argument, NULL, 'o'},
                                          {"arch", required_argument, NULL, 'a'},
@@ -152,7 +258,11 @@ int cmd_bundle(int argc, char **argv) {
     fg_config cfg;
     fg_error err;
     fg_error_clear(&err);
-    if (config_load_file(config_path, arch, &cfg, &err) != FG_OK) {
+    /* --arch replaces the config's archs, which the config was not written for: variants the new arch cannot
+     * build are skipped, one line each. Without --arch the config's own archs must all build. */
+    fg_status lst = arch ? config_load_file_skipping(config_path, arch, report_skipped_variant, "bundle", &cfg, &err)
+                         : config_load_file(config_path, NULL, &cfg, &err);
+    if (lst != FG_OK) {
         say("bundle", "%s", err.msg);
         return EXIT_FAIL;
     }
