@@ -28,6 +28,14 @@
 extern "C" {
 #endif
 
+/* FG_API marks the public functions: the library is compiled with -fvisibility=hidden and
+ * include/flashgen.map, so only these are exported from libflashgen.so. */
+#if defined(__GNUC__) || defined(__clang__)
+#define FG_API __attribute__((visibility("default")))
+#else
+#define FG_API
+#endif
+
 /* 0.2.0: fg_fwd_args gained q/k/v_descale (FP8) at its end, so a program built against 0.1.0's header
  * must be rebuilt (its shorter struct would be read past its end). The version also keys the disk cache,
  * bundles and tuning databases: those of 0.1.0 are recompiled, refused or ignored, never trusted.
@@ -161,55 +169,55 @@ typedef struct fg_context_options {
 typedef struct fg_context fg_context;
 
 /* Fills *opt with the defaults: device 0, default cache directory, disk cache on, not strict, warnings logged. */
-void fg_context_options_init(fg_context_options *opt);
+FG_API void fg_context_options_init(fg_context_options *opt);
 
 /* Creates a context bound to opt->device (opt may be NULL for the defaults). On failure *ctx is NULL and
  * the reason is returned; fg_last_error(NULL) then gives the sentence. The context owns a CUDA primary
  * context retain, the in-memory kernel cache and loaded bundles; destroy it with fg_context_destroy. */
-fg_status fg_context_create(fg_context **ctx, const fg_context_options *opt);
-void fg_context_destroy(fg_context *ctx);
+FG_API fg_status fg_context_create(fg_context **ctx, const fg_context_options *opt);
+FG_API void fg_context_destroy(fg_context *ctx);
 
 /* Runs the forward pass on `stream` (a CUstream; NULL for the legacy default stream). The first call for a
  * variant may compile it (logged at FG_LOG_INFO with its time); fg_prepare does that ahead. */
-fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *args, void *stream);
+FG_API fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *args, void *stream);
 
 /* The workspace bytes fg_attention_bwd needs for args' shapes (data pointers may be NULL). */
-fg_status fg_attention_bwd_workspace_size(fg_context *ctx, const fg_bwd_args *args, size_t *bytes);
+FG_API fg_status fg_attention_bwd_workspace_size(fg_context *ctx, const fg_bwd_args *args, size_t *bytes);
 
 /* Runs the backward pass on `stream`: three kernels (per-row terms, the main one over key blocks, dQ
  * conversion and the GQA sums), no synchronization, no allocation. The first call of a variant may
  * compile it like the forward's. */
-fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *args, void *stream);
+FG_API fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *args, void *stream);
 
 /* Compiles (or loads from cache or bundle) the variant that fg_attention_fwd would run for args, without
  * launching anything. Tensor data pointers may be NULL here. */
-fg_status fg_prepare(fg_context *ctx, const fg_fwd_args *args);
+FG_API fg_status fg_prepare(fg_context *ctx, const fg_fwd_args *args);
 
 /* Writes into buf (at most n bytes, NUL-terminated) which variant would run for args and why: the spec's
  * canonical name, where its code would come from (memory, disk cache, bundle, JIT) and the reason for
  * its tile choice. Tensor data pointers may be NULL here. */
-fg_status fg_explain(fg_context *ctx, const fg_fwd_args *args, char *buf, size_t n);
+FG_API fg_status fg_explain(fg_context *ctx, const fg_fwd_args *args, char *buf, size_t n);
 
 /* The same for a backward call: which variant fg_attention_bwd would run for args ("variant NAME" on the
  * first line), its kernels and grid, where its tiles come from (the tuning database, the tile policy, or
  * the sm_90a backward's one tile), the workspace it needs and where its code would come from. Tensor
  * data pointers and the workspace may be NULL here. */
-fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *args, char *buf, size_t n);
+FG_API fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *args, char *buf, size_t n);
 
 /* Loads a bundle file written by `flashgen bundle`; its kernels are then used before any JIT compile. */
-fg_status fg_bundle_load(fg_context *ctx, const char *path);
+FG_API fg_status fg_bundle_load(fg_context *ctx, const char *path);
 
 /* Same, from memory (for example the array written by `flashgen bundle --emit-c`). The bytes are copied. */
-fg_status fg_bundle_load_memory(fg_context *ctx, const void *data, size_t size);
+FG_API fg_status fg_bundle_load_memory(fg_context *ctx, const void *data, size_t size);
 
 /* The sentence describing the last failure of a call on ctx made by this thread (errors are kept per
  * thread, so threads sharing a context never see each other's). With ctx NULL: the last failure on this
  * thread of fg_context_create or of a call given a NULL context. Never NULL ("no error" when there was
  * none). Valid until this thread's next failing call. */
-const char *fg_last_error(const fg_context *ctx);
+FG_API const char *fg_last_error(const fg_context *ctx);
 
 /* A short constant name for a status ("FG_ERR_INVALID_ARGUMENT"). */
-const char *fg_status_string(fg_status status);
+FG_API const char *fg_status_string(fg_status status);
 
 #ifdef __cplusplus
 }

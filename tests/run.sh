@@ -44,8 +44,14 @@ if command -v python3 >/dev/null 2>&1; then
 else
   echo "== python/tests: skipped (no python3)"
 fi
-# The README's C example, compiled and run from the README's own text.
 programs=$total
+# The library's exported symbols against the public header.
+printf '== %s\n' "tests/exports.sh"
+total=$((total + 1))
+if sh tests/exports.sh >"$log" 2>&1; then status=ok; else status=FAILED; failed="$failed exports.sh"; fi
+sed 's/^/   /' "$log"
+printf -- '-- %s: %s\n' "exports.sh" "$status"
+# The README's C example, compiled and run from the README's own text.
 total=$((total + 1))
 printf '== %s\n' "tests/readme_example.sh"
 if sh tests/readme_example.sh >"$log" 2>&1; then status=ok; else status=FAILED; failed="$failed readme_example.sh"; fi
