@@ -17,6 +17,7 @@ Hadamard rotation of Q and K that spreads outliers over the head dim:
     o = flashgen.attention(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd)   # o: bf16
 
 Importing needs neither PyTorch nor the library: the library is loaded on first use (from $FLASHGEN_LIB,
+else flashgen/lib/libflashgen.so of an installed package,
 else ../../build/libflashgen.so relative to this package, else the dynamic loader's path). The binding
 translates and never re-checks what the C library checks; every failure of the library becomes a
 FlashgenError carrying the status name and the library's sentence. One fg_context per CUDA device is
