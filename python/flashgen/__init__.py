@@ -17,6 +17,7 @@ Hadamard rotation of Q and K that spreads outliers over the head dim:
     o = flashgen.attention(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd)   # o: bf16
 
 Importing needs neither PyTorch nor the library: the library is loaded on first use (from $FLASHGEN_LIB,
+else flashgen/lib/libflashgen.so of an installed package,
 else ../../build/libflashgen.so relative to this package, else the dynamic loader's path). The binding
 translates and never re-checks what the C library checks; every failure of the library becomes a
 FlashgenError carrying the status name and the library's sentence. One fg_context per CUDA device is
@@ -41,7 +42,7 @@ __version__ = version
 __all__ = [
     "attention", "explain", "explain_backward", "prepare", "bundle_load", "bundle_load_memory", "configure", "close",
     "library_path", "FlashgenError", "LibraryNotFoundError", "TensorDesc", "version", "hadamard_rotate",
-    "quantize_fp8", "key_major_v", "attention_backward",
+    "quantize_fp8", "key_major_v", "attention_backward", "register_ops",
 ]
 
 _LOG_LEVELS = {"none": _capi.FG_LOG_NONE, "error": _capi.FG_LOG_ERROR, "warn": _capi.FG_LOG_WARN,
@@ -281,17 +282,39 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, out=N
     (see key_major_v), the binding copies it into that layout first, which costs one pass over V; keep V
     in that layout and pass the view to avoid it.
 
-    Training: with torch tensors, when autograd is on and q, k or v requires grad (fp16/bf16), the call
-    goes through an autograd Function whose backward is attention_backward (deterministic: its mode); out=,
-    lse= and the FP8 arguments are not taken then.
+    torch tensors (without out= and lse=) go through the custom op torch.ops.flashgen.fwd, so torch.compile
+    traces the call without a graph break (see _ops.py). Training: when autograd is on and q, k or v
+    requires grad (fp16/bf16), the op's registered backward runs attention_backward (deterministic: its
+    mode); out=, lse= and the FP8 arguments are not taken then.
 
     Nothing synchronizes. Returns out, or (out, lse) with return_lse.
     Raises FlashgenError (status name and the library's sentence) when the library refuses the call."""
-    if _needs_grad(q, k, v):
-        if out is not None or lse is not None or any(x is not None for x in (q_descale, k_descale, v_descale)):
-            raise TypeError("attention() with autograd takes no out=, lse= or descale arguments")
-        o, l = _autograd_function().apply(q, k, v, bool(causal), softmax_scale, stream, bool(deterministic))
-        return (o, l) if return_lse else o
+    grad = _needs_grad(q, k, v)
+    if grad and (out is not None or lse is not None or any(x is not None for x in (q_descale, k_descale, v_descale))):
+        raise TypeError("attention() with autograd takes no out=, lse= or descale arguments")
+    torch = sys.modules.get("torch")
+    if torch is not None and out is None and lse is None and isinstance(q, torch.Tensor):
+        ops = _OPS if _OPS is not None else register_ops()
+        ds = [x for x in (q_descale, k_descale, v_descale)]
+        if not ops:
+            if grad:
+                raise TypeError("attention() with autograd needs PyTorch 2.4 or newer (torch.library.custom_op)")
+        elif stream is None or not any(isinstance(x, (int, float)) and not isinstance(x, bool) for x in ds):
+            for i, x in enumerate(ds):  # a number becomes a device tensor queued on the current stream
+                if isinstance(x, (int, float)) and not isinstance(x, bool):
+                    ds[i] = torch.full((1,), float(x), dtype=torch.float32, device=q.device)
+            handle = stream if stream is None or isinstance(stream, int) else _stream_handle(stream, q)
+            o, l = ops.fwd(q, k, v, bool(causal), None if softmax_scale is None else float(softmax_scale),
+                           bool(return_lse or grad), ds[0], ds[1], ds[2], out_dtype, bool(deterministic), handle)
+            return (o, l) if return_lse else o
+    return _attention_direct(q, k, v, causal, softmax_scale, return_lse, out, stream, lse, q_descale, k_descale,
+                             v_descale, out_dtype)
+
+
+def _attention_direct(q, k, v, causal=False, softmax_scale=None, return_lse=False, out=None, stream=None, lse=None,
+                      q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
+    """attention() without the custom op: the ctypes call itself (the op's implementation, and the path of
+    non-torch arguments, out= and lse=)."""
     handle = _stream_handle(stream, q)
     dl_stream = handle or None  # DLPack: None means the legacy default stream
     vq = _tensors.view(q, "q", dl_stream)
@@ -390,36 +413,24 @@ def attention_backward(q, k, v, out, lse, dout, causal=False, softmax_scale=None
     return dq, dk, dv
 
 
-_FUNCTION = None
+_OPS = None
 
 
-def _autograd_function():
-    """The torch.autograd.Function behind attention() in training, made on first use (torch is imported
-    only then)."""
-    global _FUNCTION
-    if _FUNCTION is None:
+def register_ops():
+    """Registers the torch.library custom ops torch.ops.flashgen.fwd and .bwd (imports PyTorch) and returns
+    the module holding them, or False with a PyTorch that has no torch.library.custom_op (before 2.4; then
+    attention() calls the library directly, without autograd or torch.compile support). Done once, by
+    itself at import when torch was imported first, else on the first attention() call: call it before
+    torch.compile traces a first flashgen.attention call when flashgen was imported before torch."""
+    global _OPS
+    if _OPS is None:
         torch = _torch()
-
-        class _Attention(torch.autograd.Function):
-            @staticmethod
-            def forward(fctx, q, k, v, causal, softmax_scale, stream, deterministic):
-                o, l = attention(q.detach(), k.detach(), v.detach(), causal=causal, softmax_scale=softmax_scale,
-                                 return_lse=True, stream=stream)
-                fctx.save_for_backward(q, k, v, o, l)
-                fctx.causal, fctx.scale, fctx.stream, fctx.det = causal, softmax_scale, stream, deterministic
-                fctx.mark_non_differentiable(l)
-                return o, l
-
-            @staticmethod
-            def backward(fctx, do, dl):
-                q, k, v, o, l = fctx.saved_tensors
-                dq, dk, dv = attention_backward(q, k, v, o, l, do.contiguous(), causal=fctx.causal,
-                                                softmax_scale=fctx.scale, deterministic=fctx.det,
-                                                stream=fctx.stream)
-                return dq, dk, dv, None, None, None, None
-
-        _FUNCTION = _Attention
-    return _FUNCTION
+        if not hasattr(getattr(torch, "library", None), "custom_op"):
+            _OPS = False
+        else:
+            from . import _ops
+            _OPS = _ops
+    return _OPS
 
 
 _OUT_CODES = {"torch.float16": _capi.FG_DTYPE_F16, "torch.bfloat16": _capi.FG_DTYPE_BF16}
@@ -557,3 +568,7 @@ def quantize_fp8(x, dtype=None, per="tensor", heads_kv=None):
     if heads_kv is not None:
         scale = scale.repeat_interleave(h // heads_kv, dim=2)
     return (xf * scale).clamp(-fmax, fmax).to(dtype), descale
+
+
+if sys.modules.get("torch") is not None:  # registered now, so a first call under torch.compile finds the ops
+    register_ops()

@@ -157,6 +157,41 @@ def _package_relative():
     return os.path.normpath(os.path.join(here, "..", "..", "build", "libflashgen.so"))
 
 
+def _packaged():
+    """The library a wheel carries: flashgen/lib/libflashgen.so (put there by setup.py at build time)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", "libflashgen.so")
+
+
+_nvrtc_preloaded = None
+
+
+def _preload_nvrtc():
+    """Loads libnvrtc from the nvidia-cuda-nvrtc wheel (pip install flashgen[cuda]) when it is installed, so
+    that libflashgen.so's libnvrtc.so.N dependency is met by it where no CUDA toolkit is on the library's
+    rpath or the loader's path. Loaded RTLD_GLOBAL: the dynamic loader then matches the dependency by its
+    SONAME. Returns the path loaded, or None (then the toolkit's NVRTC must be found the usual way)."""
+    global _nvrtc_preloaded
+    if _nvrtc_preloaded is not None:
+        return _nvrtc_preloaded or None
+    _nvrtc_preloaded = ""
+    import glob
+    import sys
+    for root in sys.path:
+        if not root or not os.path.isdir(os.path.join(root, "nvidia")):
+            continue
+        # nvidia/cuda_nvrtc/lib (CUDA 12 wheels), nvidia/cu13/lib (CUDA 13 wheels)
+        for cand in sorted(glob.glob(os.path.join(root, "nvidia", "*", "lib", "libnvrtc.so.*"))):
+            if "builtins" in os.path.basename(cand) or "alt" in os.path.basename(cand):
+                continue
+            try:
+                ctypes.CDLL(cand, mode=ctypes.RTLD_GLOBAL)
+            except OSError:
+                continue
+            _nvrtc_preloaded = cand
+            return cand
+    return None
+
+
 def _declare(lib):
     """Gives every entry point its C prototype (ctypes would otherwise truncate pointers to int)."""
     vp, c_int, c_size_t, c_char_p = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_char_p
@@ -197,15 +232,18 @@ def _open(path):
 
 
 def lib():
-    """The loaded library (loaded once, thread-safe). Order: $FLASHGEN_LIB exactly when set; else
-    ../../build/libflashgen.so relative to this package; else `libflashgen.so` through the dynamic
-    loader's search path (LD_LIBRARY_PATH, ldconfig). Raises LibraryNotFoundError."""
+    """The loaded library (loaded once, thread-safe). Order: $FLASHGEN_LIB exactly when set; else the
+    library the installed package carries (flashgen/lib/libflashgen.so); else ../../build/libflashgen.so
+    relative to this package (a source checkout); else `libflashgen.so` through the dynamic loader's search
+    path (LD_LIBRARY_PATH, ldconfig). NVRTC from the nvidia-cuda-nvrtc wheel is preloaded when installed.
+    Raises LibraryNotFoundError."""
     global _lib, _lib_path
     if _lib is not None:
         return _lib
     with _load_lock:
         if _lib is not None:
             return _lib
+        _preload_nvrtc()
         env = os.environ.get("FLASHGEN_LIB")
         if env:
             if not os.path.exists(env):
@@ -213,6 +251,10 @@ def lib():
                     "FLASHGEN_LIB is %s, which does not exist (build it with `sh configure && ninja`, "
                     "or unset FLASHGEN_LIB to use the checkout's build/libflashgen.so)" % env)
             _lib, _lib_path = _open(env), env
+            return _lib
+        pkg = _packaged()
+        if os.path.exists(pkg):
+            _lib, _lib_path = _open(pkg), pkg
             return _lib
         rel = _package_relative()
         if os.path.exists(rel):
@@ -222,9 +264,10 @@ def lib():
             loaded = ctypes.CDLL("libflashgen.so")
         except OSError as e:
             raise LibraryNotFoundError(
-                "libflashgen.so was not found: FLASHGEN_LIB is not set, %s does not exist, and the dynamic "
-                "loader could not find it (%s). Build it with `sh configure && ninja` in the repository root, "
-                "or set FLASHGEN_LIB to its path." % (rel, e)) from None
+                "libflashgen.so was not found: FLASHGEN_LIB is not set, neither %s nor %s exists, and the "
+                "dynamic loader could not find it (%s). Build it with `sh configure && ninja` in the repository "
+                "root (then `pip install ./python` packages it), or set FLASHGEN_LIB to its path."
+                % (pkg, rel, e)) from None
         try:
             _declare(loaded)
         except AttributeError as e:
