@@ -17,6 +17,32 @@
 
 /* ---- select.c: variant selection */
 
+/* What the choice of a variant reads of a device: its arch and families, shared memory, tile policy. A
+ * context's (select_target_of), or an arch's defaults with no device (select_target_for_arch: `flashgen
+ * explain --arch`). */
+typedef struct select_target {
+    int arch;                     /* compute capability x 10 */
+    int wgmma, wgmma_fp8, wgmma_bwd; /* the sm_90a families of the forward, FP8 forward, backward (fg_context's) */
+    int bwd_tma;                  /* the mma.sync backward's tma=1 variants may be taken */
+    int sm_count;                 /* multiprocessors (0: unknown) */
+    size_t smem_optin;            /* max dynamic shared memory per block */
+    const char *device_name;      /* NULL: no device (errors name the arch) */
+    const fg_tile_policy *policy; /* the default tiles */
+} select_target;
+/* The target of ctx's device (pointers into ctx). */
+void select_target_of(const fg_context *ctx, select_target *t);
+/* The target fg_context_create would make of a device of `arch` with no FLASHGEN_ knobs set and a driver
+ * that encodes tensor maps: on arch 90 with accel set (sm_90a) the sm_90a families; accel 0 (sm_90) keeps
+ * them off, as FLASHGEN_WGMMA=0 does; the mma.sync backward's TMA loads on 90 only (newer archs need
+ * FLASHGEN_BWD_TMA=1); the arch's shared-memory limit; no SM count. policy: the tiles (borrowed). */
+void select_target_for_arch(int arch, int accel, const fg_tile_policy *policy, select_target *t);
+/* select_fwd_spec's choice on target t without a context: the same family, tile policy and rules, no tuning
+ * database, no memory cache. `why` (may be NULL) receives the reason for the tiles. */
+fg_status select_fwd_spec_for(const select_target *t, const fg_fwd_args *a, fg_spec *s, char *why, size_t nwhy,
+                              fg_error *err);
+/* select_bwd_spec's choice on target t without a context (no tuning database, no strict mode). */
+fg_status select_bwd_spec_for(const select_target *t, const fg_bwd_args *a, fg_spec *s, fg_error *err);
+
 /* The problem class of a call of `kind` (its q and k, its mask), as the tuning database keys it (sizes
  * bucketed). */
 fg_tune_class select_problem_class(fg_kind kind, const fg_tensor *q, const fg_tensor *k, int causal);

@@ -36,6 +36,70 @@ Test(cli, run_without_a_gpu_says_so) {
     r = RUN("explain");
     EXPECT_STATUS(r, 1);
     cr_expect_not_null(strstr(r.err, "flashgen explain: no CUDA device: "), "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "pass --arch sm_90a"), "the hint to explain for an arch:\n%s", r.err);
+    run_free(&r);
+    r = RUN("explain", "--bwd", "--iters", "3", "--seed", "1");
+    EXPECT_STATUS(r, 1);
+    cr_expect_not_null(strstr(r.err, "pass --arch sm_90a"), "explain takes run's options:\n%s", r.err);
+    run_free(&r);
+}
+
+/* ---------------------------------------------------------------- explain --arch: no GPU needed */
+
+Test(cli, explain_arch_without_a_gpu) {
+    /* sm_90a, bf16, head_dim 128, causal: the wgmma family's forward variant (the arch's defaults). */
+    run_result r = RUN("explain", "--arch", "sm_90a", "--dtype", "bf16", "--head-dim", "128", "--causal");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "variant arch=sm_90a,"), "%s%s", r.out, r.err);
+    cr_expect_not_null(strstr(r.out, "causal=1"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "kind=fwd"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "head_dim=128"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "  assumed: "), "what it assumed is said:\n%s", r.out);
+    run_free(&r);
+    /* sm_80: the mma.sync family, named for sm_80. */
+    r = RUN("explain", "--arch", "sm_80", "--head-dim", "64", "--iters", "5", "--seed", "3");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "variant arch=sm_80,"), "%s%s", r.out, r.err);
+    cr_expect_not_null(strstr(r.out, "kind=fwd"), "%s", r.out);
+    run_free(&r);
+    /* FP8 on sm_80: the fp8_arch rule's sentence, exit 1. */
+    r = RUN("explain", "--arch", "sm_80", "--dtype", "e4m3");
+    EXPECT_STATUS(r, 1);
+    cr_expect_not_null(strstr(r.err, "flashgen explain: dtype e4m3 needs sm_89 or newer"), "%s", r.err);
+    cr_expect_eq(r.out[0], '\0', "nothing explained:\n%s", r.out);
+    run_free(&r);
+    /* An arch flashgen does not target: the arch_known rule's sentence. */
+    r = RUN("explain", "--arch", "sm_75");
+    EXPECT_STATUS(r, 1);
+    cr_expect_not_null(strstr(r.err, "arch sm_75 is not a target flashgen knows"), "%s", r.err);
+    run_free(&r);
+}
+
+Test(cli, explain_arch_bwd_without_a_gpu) {
+    /* sm_90 (no 'a'): the mma.sync backward with its TMA loads, as dispatch takes them on sm_90 by default. */
+    run_result r = RUN("explain", "--bwd", "--arch", "sm_90", "--head-dim", "128");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "variant arch=sm_90,"), "%s%s", r.out, r.err);
+    cr_expect_not_null(strstr(r.out, "kind=bwd"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "tma=1"), "%s", r.out);
+    run_free(&r);
+    /* sm_90a: the sm_90a backward at head_dim 128 (its 80-query block for 1024 queries). */
+    r = RUN("explain", "--bwd", "--arch", "sm_90a", "--head-dim", "128");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "variant arch=sm_90a,block_m=80,"), "%s%s", r.out, r.err);
+    cr_expect_not_null(strstr(r.out, "kind=bwd"), "%s", r.out);
+    run_free(&r);
+    /* sm_80: no TMA loads. */
+    r = RUN("explain", "--bwd", "--arch", "sm_80", "--head-dim", "64", "--causal");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "variant arch=sm_80,"), "%s%s", r.out, r.err);
+    cr_expect_not_null(strstr(r.out, "kind=bwd"), "%s", r.out);
+    cr_expect_null(strstr(r.out, "tma=1"), "%s", r.out);
+    run_free(&r);
+    /* --bwd is 16-bit. */
+    r = RUN("explain", "--bwd", "--arch", "sm_90a", "--dtype", "e4m3");
+    EXPECT_STATUS(r, 2);
+    cr_expect_not_null(strstr(r.err, "--bwd takes --dtype fp16 or bf16"), "%s", r.err);
     run_free(&r);
 }
 

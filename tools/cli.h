@@ -32,11 +32,12 @@ typedef struct problem {
     long long device;        /* CUDA ordinal */
     fg_dtype out_dtype;      /* FP8 only: O's type (bf16 unless --out says fp16); FP8's V is key-major */
     int bwd;                 /* run --bwd: the backward pass (fp16/bf16) */
+    const char *arch;        /* explain --arch: the target explained without a device (NULL: the device's) */
 } problem;
 
 /* getopt_long codes of the problem options of run and explain; `tune` reuses OPT_DEVICE and OPT_ITERS. */
 enum { OPT_DTYPE = 256, OPT_BATCH, OPT_SQ, OPT_SK, OPT_HEADS, OPT_HKV, OPT_D, OPT_CAUSAL, OPT_ITERS, OPT_SEED, OPT_DEVICE,
-       OPT_OUT, OPT_BWD };
+       OPT_OUT, OPT_BWD, OPT_ARCH };
 
 #define FWD_MAX_COPIES 8 /* most device copies of a problem's tensors a timing rotates over */
 

@@ -13,6 +13,10 @@
 #include "reference/reference.h" /* the CPU reference `run` and `tune` check against; build.ninja links reference.o */
 #include "runtime/runtime.h"   /* the context's driver entry points, for the backward's buffers */
 #include "generator/spec.h"
+#include "generator/tile_policy.h"
+#include "generator/validate.h"  /* arch_smem_limit, spec_validate */
+#include "runtime/call_args.h" /* explain --arch checks the problem as the library does */
+#include "runtime/dispatch.h"  /* explain --arch: the library's variant choice without a device */
 
 /* ------------------------------------------------------------------ usage texts */
 
@@ -49,36 +53,45 @@ static const char usage_run[] =
     "      --bwd           the backward pass (fg_attention_bwd) instead of the forward\n";
 
 static const char usage_explain[] =
-    "usage: flashgen explain [--dtype fp16|bf16|e4m3|e5m2] [--out fp16|bf16] [--batch B] [--seqlen-q N]\n"
-    "                        [--seqlen-k N] [--heads H] [--heads-kv H] [--head-dim D] [--causal] [--device N]\n"
+    "usage: flashgen explain [--arch sm_XY[a]] [--bwd] [--dtype fp16|bf16|e4m3|e5m2] [--out fp16|bf16]\n"
+    "                        [--batch B] [--seqlen-q N] [--seqlen-k N] [--heads H] [--heads-kv H]\n"
+    "                        [--head-dim D] [--causal] [--device N] [--iters N] [--seed S]\n"
     "\n"
-    "Says which kernel variant `run` (or fg_attention_fwd) would launch for the problem, where its code\n"
-    "would come from (memory, disk cache, bundle, or a JIT compile) and why those tiles. Needs a GPU,\n"
-    "because the choice depends on it; compiles and launches nothing. Options and defaults as for `run`.\n";
+    "Says which kernel variant `run` (or fg_attention_fwd; with --bwd, fg_attention_bwd) would launch for the\n"
+    "problem, where its code would come from (memory, disk cache, bundle, or a JIT compile) and why those\n"
+    "tiles, on GPU --device. Compiles and launches nothing. Takes every option `run` takes, with its\n"
+    "defaults (--iters and --seed change nothing here).\n"
+    "\n"
+    "      --arch T        explain for target T (sm_80, sm_86, sm_89, sm_90, sm_90a, sm_120, ...) instead of\n"
+    "                      the device, with no GPU needed: the variant dispatch would choose there from the\n"
+    "                      tile policy (no tuning database), with the arch's defaults assumed (sm_90a: the\n"
+    "                      wgmma family where the call fits it; sm_90: the mma.sync family only, as with\n"
+    "                      FLASHGEN_WGMMA=0; no FLASHGEN_ knobs; contiguous tensors; the arch's shared\n"
+    "                      memory). A variant the arch cannot run exits 1 with the rule it breaks\n"
+    "      --bwd           the backward pass (fp16/bf16) instead of the forward\n"
+    "      other options   as for `run` (flashgen run --help)\n";
 
 /* ------------------------------------------------------------------ run and explain */
 
 /* The problem struct and the OPT_ option codes are in cli.h (tune uses them too). */
 
-/* The options `run` and `explain` share; `run` adds --iters and --seed. */
+/* The options `run` and `explain` share; `explain` adds --arch. */
 #define PROBLEM_OPTIONS                                                                                        \
     {"help", no_argument, NULL, 'h'}, {"dtype", required_argument, NULL, OPT_DTYPE},                          \
         {"batch", required_argument, NULL, OPT_BATCH}, {"seqlen-q", required_argument, NULL, OPT_SQ},         \
         {"seqlen-k", required_argument, NULL, OPT_SK}, {"heads", required_argument, NULL, OPT_HEADS},         \
         {"heads-kv", required_argument, NULL, OPT_HKV}, {"head-dim", required_argument, NULL, OPT_D},         \
         {"causal", no_argument, NULL, OPT_CAUSAL}, {"device", required_argument, NULL, OPT_DEVICE},             \
-        {"out", required_argument, NULL, OPT_OUT}
+        {"out", required_argument, NULL, OPT_OUT}, {"iters", required_argument, NULL, OPT_ITERS},              \
+        {"seed", required_argument, NULL, OPT_SEED}, {"bwd", no_argument, NULL, OPT_BWD}
 
 /* Parses the problem options of `run` (timing != 0) or `explain` into *p. Returns -1 to go on, or the
  * exit status to return now (0 after --help, EXIT_USAGE after a printed usage error). */
 static int parse_problem(const char *cmd, int argc, char **argv, int timing, problem *p) {
-    static const struct option run_opts[] = {PROBLEM_OPTIONS,
-                                             {"iters", required_argument, NULL, OPT_ITERS},
-                                             {"seed", required_argument, NULL, OPT_SEED},
-                                             {"bwd", no_argument, NULL, OPT_BWD},
-                                             {NULL, 0, NULL, 0}};
-    static const struct option explain_opts[] = {PROBLEM_OPTIONS, {NULL, 0, NULL, 0}};
-    *p = (problem){FG_DTYPE_BF16, 2, 1024, -1, 8, -1, 128, 0, 20, 0, 0, FG_DTYPE_BF16, 0};
+    static const struct option run_opts[] = {PROBLEM_OPTIONS, {NULL, 0, NULL, 0}};
+    static const struct option explain_opts[] = {PROBLEM_OPTIONS, {"arch", required_argument, NULL, OPT_ARCH},
+                                                 {NULL, 0, NULL, 0}};
+    *p = (problem){FG_DTYPE_BF16, 2, 1024, -1, 8, -1, 128, 0, 20, 0, 0, FG_DTYPE_BF16, 0, NULL};
     int c, out_given = 0;
     while ((c = getopt_long(argc, argv, ":h", timing ? run_opts : explain_opts, NULL)) != -1) {
         int bad = 0;
@@ -109,6 +122,17 @@ static int parse_problem(const char *cmd, int argc, char **argv, int timing, pro
         case OPT_SEED: bad = parse_number(cmd, "--seed", optarg, 0, LLONG_MAX, &p->seed); break;
         case OPT_DEVICE: bad = parse_number(cmd, "--device", optarg, 0, 1023, &p->device); break;
         case OPT_BWD: p->bwd = 1; break;
+        case OPT_ARCH: {
+            fg_error aerr;
+            int arch, accel;
+            if (spec_arch_parse(optarg, &arch, &accel, &aerr) != FG_OK)
+                return usage_error(cmd, "--arch: %s", aerr.msg);
+            if (accel && arch != 90)
+                return usage_error(cmd, "--arch %s: the only arch-specific target flashgen builds is sm_90a; give "
+                                   "sm_%d", optarg, arch);
+            p->arch = optarg;
+            break;
+        }
         default: return bad_option(cmd, argv, c);
         }
         if (bad) return EXIT_USAGE;
@@ -161,18 +185,105 @@ fg_context *open_context(const char *cmd, int device, fg_log_level level, const 
     return ctx;
 }
 
-/* `flashgen explain [problem options]`. */
+/* `explain --arch`: the variant dispatch would choose for p on target `arch` with no device (select.c's
+ * choice on the arch's defaults: select_target_for_arch), its shared memory and threads, and what was
+ * assumed. Returns the exit status (1 with the broken rule's sentence when the arch cannot run the call). */
+static int explain_for_arch(const problem *p) {
+    fg_error err;
+    fg_error_clear(&err);
+    int arch, accel;
+    if (spec_arch_parse(p->arch, &arch, &accel, &err) != FG_OK) { /* parse_problem checked it */
+        say("explain", "%s", err.msg);
+        return EXIT_FAIL;
+    }
+    if (arch_smem_limit(arch) == 0) { /* before the tile policy, which has no rule for it either */
+        fg_spec known = {0};
+        known.kind = FG_KIND_FWD, known.arch = arch, known.dtype = known.out_dtype = FG_DTYPE_BF16;
+        spec_validate(&known, &err); /* the arch_known rule's sentence (the first rule) */
+        say("explain", "%s", err.msg);
+        return EXIT_FAIL;
+    }
+    fg_tile_policy policy;
+    if (tile_policy_init_default(&policy, &err) != FG_OK) {
+        say("explain", "%s", err.msg);
+        return EXIT_FAIL;
+    }
+    select_target t;
+    select_target_for_arch(arch, accel, &policy, &t);
+    fg_spec s;
+    char why[600] = "";
+    fg_status st;
+    if (p->bwd) {
+        fg_bwd_args b;
+        bwd_problem_args(p, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, &b);
+        st = rt_check_bwd_args(&b, 0, 0, &err);
+        if (st == FG_OK) st = select_bwd_spec_for(&t, &b, &s, &err);
+        if (st == FG_OK)
+            snprintf(why, sizeof why, "%s", spec_is_wgmma_bwd(&s) ? "the sm_90a backward's tile" : "the tile policy");
+    } else {
+        fg_fwd_args a;
+        problem_args(p, NULL, NULL, NULL, NULL, NULL, &a);
+        st = rt_check_fwd_args(&a, 0, &err);
+        if (st == FG_OK) st = select_fwd_spec_for(&t, &a, &s, why, sizeof why, &err);
+    }
+    tile_policy_free(&policy);
+    if (st != FG_OK) {
+        say("explain", "%s", err.msg);
+        return EXIT_FAIL;
+    }
+    char name[FG_SPEC_NAME_MAX];
+    spec_format(&s, name, sizeof name);
+    const char *path = p->bwd ? (spec_is_wgmma_bwd(&s) ? "sm_90a path (wgmma, two warpgroups of 64 keys)"
+                                 : s.tma             ? "mma.sync path (sm_80+), loads by TMA"
+                                                     : "mma.sync path (sm_80+)")
+                       : spec_is_wgmma(&s)       ? "FlashAttention-3 style sm_90a path (TMA, wgmma, consumer warpgroups: block_m / 64)"
+                       : dtype_is_fp8(s.dtype)   ? "FP8 mma.sync m16n8k32 path (sm_89+)"
+                                                 : "FlashAttention-2 mma.sync path (sm_80+)";
+    printf("variant %s\n  kernel: %s, %s, %d threads, %zu bytes shared memory\n  tiles: %s\n", name,
+           p->bwd ? "backward main kernel" : "forward", path, spec_threads(&s), spec_smem_bytes(&s), why);
+    printf("  assumed: target %s, no device read, with fg_context_create's defaults: no FLASHGEN_ knobs set "
+           "(FLASHGEN_WGMMA, _WGMMA_FP8, _WGMMA_BWD, _BWD_TMA), a driver that encodes tensor maps, %zu bytes of "
+           "shared memory a block; ",
+           p->arch, t.smem_optin);
+    if (arch == 90 && !accel)
+        printf("sm_90 keeps the sm_90a (wgmma) families off, as FLASHGEN_WGMMA=0 does (sm_90a takes them); ");
+    printf("contiguous, 16-byte aligned tensors%s; no tuning database (the tile policy chooses)\n",
+           p->bwd ? "" : dtype_is_fp8(p->dtype) ? " (FP8's V key-major)" : "");
+    printf("  code: not looked up (no device): `flashgen explain` on the GPU says memory, disk cache, bundle or JIT\n");
+    return EXIT_OK;
+}
+
+/* `flashgen explain [--arch T] [--bwd] [problem options]`. */
 int cmd_explain(int argc, char **argv) {
     problem p;
     int rc = parse_problem("explain", argc, argv, 0, &p);
     if (rc >= 0) return rc;
+    if (p.arch) return explain_for_arch(&p);
+    fg_error err;
+    fg_error_clear(&err);
+    if (!cuda_api_get(&err)) {
+        say("explain", "no CUDA device: %s; pass --arch sm_90a (or sm_80, sm_89, ...) to explain for a GPU you do "
+            "not have", err.msg);
+        return EXIT_FAIL;
+    }
     fg_context *ctx = open_context("explain", (int)p.device, FG_LOG_INFO, NULL);
-    if (!ctx) return EXIT_FAIL;
-    fg_fwd_args a;
-    problem_args(&p, NULL, NULL, NULL, NULL, NULL, &a);
+    if (!ctx) {
+        say("explain", "pass --arch sm_90a (or sm_80, sm_89, ...) to explain for a GPU you do not have");
+        return EXIT_FAIL;
+    }
     char buf[4096];
+    fg_status st;
+    if (p.bwd) {
+        fg_bwd_args b;
+        bwd_problem_args(&p, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, &b);
+        st = fg_explain_bwd(ctx, &b, buf, sizeof buf);
+    } else {
+        fg_fwd_args a;
+        problem_args(&p, NULL, NULL, NULL, NULL, NULL, &a);
+        st = fg_explain(ctx, &a, buf, sizeof buf);
+    }
     int status = EXIT_OK;
-    if (fg_explain(ctx, &a, buf, sizeof buf) != FG_OK) {
+    if (st != FG_OK) {
         say("explain", "%s", fg_last_error(ctx));
         status = EXIT_FAIL;
     } else {
