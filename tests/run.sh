@@ -1,6 +1,7 @@
 #!/bin/sh
 # tests/run.sh: runs every test program (build/tests/test_*, the Python tests, then the README's C example) from the
-# repository root and prints a summary. GPU suites skip with a reason where no GPU exists; the summary lists what was skipped.
+# repository root: one line per program (name, ok or FAILED, seconds, tests passed and skipped; a failed program's
+# whole log under it), then the skipped tests grouped by reason (GPU suites skip where no GPU exists), then a summary.
 # Exit status: 0 when every program passed. Extra arguments go to each Criterion program.
 # With a sanitizer build (`sh configure --asan && ninja`), run:
 #   LSAN_OPTIONS=suppressions=$PWD/tests/fuzz/lsan.supp UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 sh tests/run.sh
@@ -12,37 +13,44 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 failed=""
-total=0
+total=0; npassed=0; nskipped=0
 log=${TMPDIR:-/tmp}/flashgen-tests.$$
+skips=$log.skips
+: >"$skips"
+trap 'rm -f "$log" "$skips"' EXIT
+# report NAME STATUS SECONDS PASSED SKIPPED: the program's one line; a failed program's whole log follows it.
+report() {
+  printf '%-28s %-6s %4ss  %s passed, %s skipped\n' "$1" "$2" "$3" "$4" "$5"
+  case "$4" in *[!0-9]*|'') ;; *) npassed=$((npassed + $4)) ;; esac
+  nskipped=$((nskipped + $5))
+  if [ "$2" != ok ]; then failed="$failed $1"; sed 's/^/    | /' "$log"; fi
+}
 for t in build/tests/test_*; do
   [ -x "$t" ] || continue
   total=$((total + 1))
-  name=$(basename "$t")
-  printf '== %s\n' "$name"
   start=$(date +%s)
-  if "$t" --verbose=0 "$@" >"$log" 2>&1; then status=ok; else status=FAILED; failed="$failed $name"; fi
-  cat "$log"
-  skipped=$(grep -c '\[SKIP\]' "$log")
-  if [ "$skipped" -gt 0 ]; then
-    echo "   skipped $skipped test(s); reasons:"
-    grep '\[SKIP\]' "$log" | sed 's/^\[SKIP\] [^:]*: /     /' | sort | uniq -c | head -n 5
-  fi
-  printf -- '-- %s: %s (%ss)\n' "$name" "$status" "$(( $(date +%s) - start ))"
+  if "$t" --verbose=0 "$@" >"$log" 2>&1; then status=ok; else status=FAILED; fi
+  # Criterion's synthesis counts the tests that ran; skipped ones print "[SKIP] suite::name: reason".
+  passed=$(sed -n 's/.*Synthesis:.*Passing: \([0-9]*\).*/\1/p' "$log" | tail -n 1)
+  skipped=$(grep -c '^\[SKIP\]' "$log")
+  grep '^\[SKIP\]' "$log" | sed 's/^\[SKIP\] [^ ]*: //' >>"$skips"
+  report "$(basename "$t")" "$status" "$(( $(date +%s) - start ))" "${passed:-?}" "$skipped"
 done
 # The Python tests: the binding's (CPU parts here; its GPU parts skip with a reason without torch and a
-# GPU), bench/compare.py's GPU-free parts and bench/ab.py.
+# GPU), bench/compare.py's GPU-free parts and bench/ab.py. Counts come from unittest's -v output.
 if command -v python3 >/dev/null 2>&1; then
   for t in python/tests/test_*.py; do
     total=$((total + 1))
-    name=$(basename "$t")
-    printf '== %s\n' "$t"
-    if python3 "$t" >"$log" 2>&1; then status=ok; else status=FAILED; failed="$failed $name"; fi
-    tail -n 4 "$log"
-    grep -iE 'skip' "$log" | head -n 5 | sed 's/^/   /'
-    printf -- '-- %s: %s\n' "$name" "$status"
+    start=$(date +%s)
+    if python3 "$t" -v >"$log" 2>&1; then status=ok; else status=FAILED; fi
+    ran=$(sed -n 's/^Ran \([0-9]*\) tests\{0,1\} in .*/\1/p' "$log" | tail -n 1)
+    skipped=$(grep -c "\.\.\. skipped '" "$log")
+    bad=$(grep -cE '\.\.\. (FAIL|ERROR)$' "$log")
+    grep "\.\.\. skipped '" "$log" | sed "s/.*\.\.\. skipped '\(.*\)'\$/\1/" >>"$skips"
+    report "$(basename "$t")" "$status" "$(( $(date +%s) - start ))" "$(( ${ran:-0} - skipped - bad ))" "$skipped"
   done
 else
-  echo "== python/tests: skipped (no python3)"
+  echo "python/tests: skipped (no python3)"
 fi
 programs=$total
 # The library's exported symbols against the public header.
@@ -53,11 +61,16 @@ sed 's/^/   /' "$log"
 printf -- '-- %s: %s\n' "exports.sh" "$status"
 # The README's C example, compiled and run from the README's own text.
 total=$((total + 1))
-printf '== %s\n' "tests/readme_example.sh"
-if sh tests/readme_example.sh >"$log" 2>&1; then status=ok; else status=FAILED; failed="$failed readme_example.sh"; fi
-sed 's/^/   /' "$log"
-printf -- '-- %s: %s\n' "readme_example.sh" "$status"
-rm -f "$log"
-if [ "$programs" = 0 ]; then echo "no test programs in build/tests: run ninja first"; exit 1; fi
+start=$(date +%s)
+if sh tests/readme_example.sh >"$log" 2>&1; then status=ok; else status=FAILED; fi
+report readme_example.sh "$status" "$(( $(date +%s) - start ))" 1 0
+if [ "$programs" = 0 ]; then
+  echo "no test programs in build/tests: run ninja first (they need Criterion: sh configure --install-deps)"
+  exit 1
+fi
+if [ -s "$skips" ]; then
+  echo "skipped tests, by reason:"
+  sort "$skips" | uniq -c | sort -rn
+fi
 if [ -n "$failed" ]; then echo "FAILED:$failed"; exit 1; fi
-echo "all $total test programs passed"
+echo "all $total test programs passed ($npassed tests passed, $nskipped skipped)"
