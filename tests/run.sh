@@ -1,6 +1,6 @@
 #!/bin/sh
-# tests/run.sh: runs every test program (build/tests/test_*, the Python tests, then the README's C example) from the
-# repository root: one line per program (name, ok or FAILED, seconds, tests passed and skipped; a failed program's
+# tests/run.sh: runs every test program (build/tests/test_*, the Python tests, then the shell checks:
+# exported symbols, pip install, the README's C example) from the repository root: one line per program (name, ok or FAILED, seconds, tests passed and skipped; a failed program's
 # whole log under it), then the skipped tests grouped by reason (GPU suites skip where no GPU exists), then a summary.
 # Exit status: 0 when every program passed. Extra arguments go to each Criterion program.
 # With a sanitizer build (`sh configure --asan && ninja`), run:
@@ -53,17 +53,23 @@ else
   echo "python/tests: skipped (no python3)"
 fi
 programs=$total
-# The library's exported symbols against the public header.
-printf '== %s\n' "tests/exports.sh"
-total=$((total + 1))
-if sh tests/exports.sh >"$log" 2>&1; then status=ok; else status=FAILED; failed="$failed exports.sh"; fi
-sed 's/^/   /' "$log"
-printf -- '-- %s: %s\n' "exports.sh" "$status"
-# The README's C example, compiled and run from the README's own text.
-total=$((total + 1))
-start=$(date +%s)
-if sh tests/readme_example.sh >"$log" 2>&1; then status=ok; else status=FAILED; fi
-report readme_example.sh "$status" "$(( $(date +%s) - start ))" 1 0
+# The shell checks: the library's exported symbols against the public header, `pip install ./python`
+# into a fresh virtual environment, and the README's C example compiled and run from the README's own
+# text (and against a staged install). Exit 77 means skipped, with the reason as the last line.
+for t in tests/exports.sh tests/pip_install.sh tests/readme_example.sh; do
+  total=$((total + 1))
+  start=$(date +%s)
+  sh "$t" >"$log" 2>&1
+  rc=$?
+  if [ $rc = 77 ]; then
+    tail -n 1 "$log" | sed 's/^[^:]*: skipped: //' >>"$skips"
+    report "$(basename "$t")" ok "$(( $(date +%s) - start ))" 0 1
+  elif [ $rc = 0 ]; then
+    report "$(basename "$t")" ok "$(( $(date +%s) - start ))" 1 0
+  else
+    report "$(basename "$t")" FAILED "$(( $(date +%s) - start ))" 0 0
+  fi
+done
 if [ "$programs" = 0 ]; then
   echo "no test programs in build/tests: run ninja first (they need Criterion: sh configure --install-deps)"
   exit 1
