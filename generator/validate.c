@@ -1,6 +1,6 @@
 /* validate.c: which specs flashgen refuses, as one flat list of rules (the cuDNN frontend's habit).
  * Each rule is a predicate that is true when the spec must be refused, and a sentence saying why.
- * tests/test_spec.c breaks each rule once, by name. Add a rule here, never a check elsewhere. */
+ * tests/test_validate.c breaks each rule once, by name. Add a rule here, never a check elsewhere. */
 #include <stdio.h>
 #include "generator/validate.h"
 #include "generator/spec.h"
