@@ -41,6 +41,12 @@ static const fg_knob knobs[FG_KNOB_COUNT] = {
     [FG_KNOB_TUNE_SHARE_DEVICE] = {"FLASHGEN_TUNE_SHARE_DEVICE", "0",
                                    "1: `flashgen tune --devices` may list one device twice (a test hook for "
                                    "one-GPU machines)", 1},
+    [FG_KNOB_CHECK_INPUTS] = {"FLASHGEN_CHECK_INPUTS", "0",
+                              "1: fg_attention_fwd_varlen reads cu_seqlens, seqused_k and block_table back "
+                              "(synchronizing its stream) and refuses bad entries with a sentence naming the first", 0},
+    [FG_KNOB_NUM_SPLITS] = {"FLASHGEN_NUM_SPLITS", "auto",
+                            "auto or N (1-256): the key splits of serving calls whose num_splits is 0, in place of "
+                            "the tuning database and the rule", 1},
 };
 
 const fg_knob *knob_info(fg_knob_id id) { return (unsigned)id < FG_KNOB_COUNT ? &knobs[id] : NULL; }

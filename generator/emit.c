@@ -17,6 +17,8 @@
 
 /* The kernel file of each family: the prelude's one #include (each template #includes what it uses). */
 static const char *family_file(const fg_spec *spec) {
+    if (spec->kind == FG_KIND_MERGE) return "merge.cuh";
+    if (spec->kind == FG_KIND_SERVE) return "forward_serving.cuh";
     if (spec_is_wgmma_bwd(spec)) return "backward_wgmma.cuh";
     if (spec->kind == FG_KIND_BWD) return "backward_mma.cuh";
     return spec_is_wgmma(spec) ? "forward_wgmma.cuh" : "forward_mma.cuh";
@@ -121,6 +123,11 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
     sbuf b = {0};
     sb_printf(&b, "// flashgen %s: generated kernel, do not edit.\n// variant: %s\n", FG_VERSION_STRING, name);
     sb_printf(&b, "// regenerate with: flashgen gen '%s'\n\n", name);
+    if (spec->kind == FG_KIND_MERGE) { /* no tile, dtype or head dim: types.cuh's switches only */
+        sb_printf(&b, "#define FG_FP8 0\n#define FG_OUT_IS_BF16 0\n#define FG_ARCH %d\n", spec->arch);
+        sb_printf(&b, "\n#include \"%s\"\n", family_file(spec));
+        goto done;
+    }
     sb_printf(&b, "#define FG_HEAD_DIM %d\n", spec->head_dim);
     sb_printf(&b, "#define FG_HEAD_DIM_PADDED %d\n", spec_head_dim_padded(spec));
     sb_printf(&b, "#define FG_BLOCK_M %d\n", spec->block_m);
@@ -143,8 +150,9 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
         sb_printf(&b, "#define FG_BW_DQ_T %d\n", spec_bwd_sm90_dq_t(spec)); /* the dQ^T kernel (backward_wgmma.cuh) */
         if (wgmma_bwd) sb_printf(&b, "#define FG_SWIZZLE_BYTES 128\n#define FG_BW_DQ_N %d\n", spec_bwd_sm90_dq_n(spec));
     }
-    const int sub_n = !wgmma && !bwd ? spec_fwd_sub_n(spec) : 0;
-    if (!wgmma && !bwd) sb_printf(&b, "#define FG_SUB_N %d\n", sub_n);
+    const int mma_fwd = spec->kind == FG_KIND_FWD && !wgmma;
+    const int sub_n = mma_fwd ? spec_fwd_sub_n(spec) : 0;
+    if (mma_fwd) sb_printf(&b, "#define FG_SUB_N %d\n", sub_n);
     /* cp_async.cuh's loaders recompute their per-thread offsets where that removed spills (see there) and
      * nowhere else: the mma.sync forward's tiles with two m16 tiles a warp whose whole scores take the last
      * of the 176 accumulator registers (d 128 128 x 48 on 4 warps, 256 x 48 on 8), and the mma.sync
@@ -152,7 +160,7 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
      * less at d 256 on sm_90: 16 bytes -> 0, 1.008x on an H200; the tma=1 variants have no loaders). Elsewhere
      * the SASS stays as measured. */
     const int recompute = bwd ? !wgmma_bwd && spec->head_dim > 128 && spec->causal
-                              : !wgmma && sub_n == spec->block_n && spec->block_m == 32 * spec->warps &&
+                              : mma_fwd && sub_n == spec->block_n && spec->block_m == 32 * spec->warps &&
                                     2 * (spec_head_dim_padded(spec) / 2 + spec->block_n / 2) == FG_SPEC_ACC_REGS;
     sb_printf(&b, "#define FG_LOADER_RECOMPUTE %d\n", recompute);
     if (wgmma) { /* bytes per swizzled chunk row: 128 when head_dim fills them (64 16-bit or 128 FP8 elements) */
@@ -187,6 +195,7 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
         }
     }
     sb_printf(&b, "\n#include \"%s\"\n", family_file(spec));
+done:
     if (b.failed) {
         free(b.data);
         return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory emitting %s", name);

@@ -13,6 +13,9 @@
 #define FG_BWD_PRE_NAME "fg_bwd_pre_kernel"
 #define FG_BWD_MAIN_NAME "fg_bwd_main_kernel"
 #define FG_BWD_POST_NAME "fg_bwd_post_kernel"
+/* kind=merge modules hold the merge of attention states (templates/merge.cuh); kind=serve modules the serving
+ * forward under FG_KERNEL_NAME (templates/forward_serving.cuh). */
+#define FG_MERGE_NAME "fg_merge_kernel"
 
 /* The identity of this library's kernel code: the version, '+', and the leading hex digits of a SHA-256
  * over every template (name and text), as many as fit `n` bytes with the NUL (n >= 12; bundles use 16:

@@ -35,9 +35,24 @@ bad:
                    "arch '%s' is not a CUDA target name like sm_80, sm_89 or sm_90a", text);
 }
 
+/* The name of a kind in canonical texts. */
+static const char *kind_name(fg_kind k) {
+    switch (k) {
+    case FG_KIND_FWD: return "fwd";
+    case FG_KIND_BWD: return "bwd";
+    case FG_KIND_SERVE: return "serve";
+    case FG_KIND_MERGE: return "merge";
+    }
+    return "unknown";
+}
+
 int spec_format(const fg_spec *s, char *buf, size_t n) {
     char arch[16], out[16] = "";
     if (spec_arch_format(s->arch, s->arch_accel, arch, sizeof arch) < 0) return -1;
+    if (s->kind == FG_KIND_MERGE) {
+        int r = snprintf(buf, n, "arch=%s,kind=merge", arch);
+        return (r < 0 || (size_t)r >= n) ? -1 : r;
+    }
     /* Only FP8 variants name their output dtype: a 16-bit variant's O has its input dtype. */
     if (dtype_is_fp8(s->dtype)) snprintf(out, sizeof out, "out=%s,", dtype_name(s->out_dtype));
     char det[24] = "";
@@ -48,7 +63,7 @@ int spec_format(const fg_spec *s, char *buf, size_t n) {
     int r = snprintf(buf, n,
                      "arch=%s,block_m=%d,block_n=%d,causal=%d,%sdtype=%s,head_dim=%d,kind=%s,%sstages=%d,%swarps=%d",
                      arch, s->block_m, s->block_n, s->causal ? 1 : 0, det, dtype_name(s->dtype), s->head_dim,
-                     s->kind == FG_KIND_FWD ? "fwd" : (s->kind == FG_KIND_BWD ? "bwd" : "unknown"), out, s->stages,
+                     kind_name(s->kind), out, s->stages,
                      tma, s->warps);
     return (r < 0 || (size_t)r >= n) ? -1 : r;
 }
@@ -103,7 +118,9 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         case K_KIND:
             if (strcmp(val, "fwd") == 0) s.kind = FG_KIND_FWD;
             else if (strcmp(val, "bwd") == 0) s.kind = FG_KIND_BWD;
-            else return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: kind '%s' is not one of: fwd, bwd", val);
+            else if (strcmp(val, "serve") == 0) s.kind = FG_KIND_SERVE;
+            else if (strcmp(val, "merge") == 0) s.kind = FG_KIND_MERGE;
+            else return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: kind '%s' is not one of: fwd, bwd, serve, merge", val);
             break;
         case K_ARCH:
             if ((st = spec_arch_parse(val, &s.arch, &s.arch_accel, err)) != FG_OK) return st;
@@ -134,6 +151,14 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         }
         if (field && parse_int(val, field) != 0)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: %s must be a non-negative integer, got '%s'", key, val);
+    }
+    if (seen[K_KIND] && s.kind == FG_KIND_MERGE) { /* one kernel an arch: no other key */
+        for (int k = K_DTYPE; k < K_COUNT; k++)
+            if (seen[k])
+                return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: kind=merge takes only kind and arch, not '%s'", keys[k]);
+        if (!seen[K_ARCH]) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: required key 'arch' is missing");
+        *out = s;
+        return FG_OK;
     }
     for (int k = K_KIND; k <= K_HEAD_DIM; k++)
         if (!seen[k]) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: required key '%s' is missing", keys[k]);
@@ -166,7 +191,7 @@ int spec_equal(const fg_spec *a, const fg_spec *b) {
 
 int spec_head_dim_padded(const fg_spec *spec) { return (spec->head_dim + 15) / 16 * 16; }
 
-int spec_threads(const fg_spec *spec) { return spec->warps * 32; }
+int spec_threads(const fg_spec *spec) { return spec->kind == FG_KIND_MERGE ? 128 : spec->warps * 32; } /* merge.cuh: 4 warps */
 
 int spec_fwd_sub_n(const fg_spec *spec) {
     if (spec->warps <= 0 || spec->block_m % (16 * spec->warps) != 0) return 0;
@@ -281,7 +306,19 @@ int spec_wgmma_o_direct(const fg_spec *spec) {
  * holds the same number of bytes. The epilogue stages O (16-bit) in the same memory from the Q tile on, so
  * FP8 needs at least block_m 16-bit rows: more than the tiles only when 2 * stages * block_n < block_m
  * (256 x 32 with 2 stages, say). */
+/* forward_serving.cuh: the Q tile and the K/V stages, 16-bit; at the end, over the K/V stages, each key
+ * warp's O in fp32 (rows of head_dim + 8 floats) and its row statistics. */
+static size_t serve_smem_bytes(const fg_spec *s) {
+    const size_t dp = (size_t)spec_head_dim_padded(s), bm = (size_t)s->block_m;
+    const size_t warps_n = s->block_m >= 16 && s->warps * 16 >= s->block_m ? (size_t)(s->warps * 16 / s->block_m) : 1;
+    const size_t kv = 2u * 2u * (size_t)s->block_n * dp * (size_t)s->stages;
+    const size_t staged = warps_n * bm * ((dp + 8) * 4 + 8);
+    return dp * 2u * bm + (kv > staged ? kv : staged);
+}
+
 size_t spec_smem_bytes(const fg_spec *spec) {
+    if (spec->kind == FG_KIND_MERGE) return 0; /* static: 4 KiB of weights */
+    if (spec->kind == FG_KIND_SERVE) return serve_smem_bytes(spec);
     if (spec->kind == FG_KIND_BWD) return bwd_smem_bytes(spec);
     if (spec_is_wgmma(spec)) return wgmma_fwd_smem(spec, (size_t)spec_q_stages(spec));
     size_t dp = (size_t)spec_head_dim_padded(spec);

@@ -7,6 +7,8 @@
  *   arch=sm_90,block_m=32,block_n=64,causal=1,deterministic=0,dtype=bf16,head_dim=128,kind=bwd,stages=2,warps=4
  * FP8 variants (dtype e4m3 or e5m2) also name their output dtype, between kind and stages:
  *   arch=sm_90a,block_m=128,block_n=64,causal=0,dtype=e4m3,head_dim=128,kind=fwd,out=bf16,stages=3,warps=4
+ * Serving variants (kind=serve) have the forward's keys; the merge of attention states has only two:
+ *   arch=sm_90,kind=merge
  * spec_format(spec_parse(text)) == text for every canonical text. */
 #ifndef FG_SPEC_H
 #define FG_SPEC_H
@@ -17,7 +19,9 @@
 
 typedef enum fg_kind {
     FG_KIND_FWD = 0, /* forward pass */
-    FG_KIND_BWD = 1  /* backward pass (three kernels: pre, main, post; templates/backward_mma.cuh) */
+    FG_KIND_BWD = 1,  /* backward pass (three kernels: pre, main, post; templates/backward_mma.cuh) */
+    FG_KIND_SERVE = 2, /* serving forward: packed tokens, paged KV, decode, split keys (forward_serving.cuh) */
+    FG_KIND_MERGE = 3  /* the merge of attention states (templates/merge.cuh): only kind and arch name it */
 } fg_kind;
 
 typedef struct fg_spec {

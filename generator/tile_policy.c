@@ -85,6 +85,11 @@ static const fg_tile_rule default_rules[] = {
     {90, 90, 129, 192, -1, FG_DTYPE_E5M2, 64, 128, 8, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 193, 256, -1, FG_DTYPE_E4M3, 128, 64, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 193, 256, -1, FG_DTYPE_E5M2, 128, 64, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
+    /* The serving forward (forward_serving.cuh) for prefill: 64 rows on 4 warps, one m16 tile each, 64 keys a
+     * block (32 above head_dim 128, the register rule's limit beside O). Decode tiles (16 or 32 packed rows,
+     * the warps split over the keys) are the runtime's choice per call (runtime/serving.c serve_tiles). */
+    {80, 999, 8, 128, -1, -1, 64, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_SERVE},
+    {80, 999, 129, 256, -1, -1, 64, 32, 4, 2, FG_FAMILY_MMA, FG_KIND_SERVE},
     /* The mma.sync backward (backward_mma.cuh; validate.c's bwd rules): block_n = 16 x warps keys, block_m 32,
      * 64 or 128 query rows a step. The widest tiles that compile (fp32 dQ traffic per FLOP falls as block_n
      * grows, and shared-memory reads per MMA as block_m grows), though ptxas spills at d 96 (4-16 bytes)
@@ -183,6 +188,7 @@ const fg_tile_rule *tile_policy_lookup(const fg_tile_policy *p, const fg_spec *s
 }
 
 fg_status spec_fill_tiles(fg_spec *s, const fg_tile_policy *p, fg_error *err) {
+    if (s->kind == FG_KIND_MERGE) return FG_OK; /* no tiles */
     if (s->block_m && s->block_n && s->warps && s->stages) return FG_OK;
     const fg_tile_rule *r = tile_policy_lookup(p, s);
     if (!r) {

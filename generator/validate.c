@@ -70,6 +70,14 @@ static int bwd_registers(const fg_spec *s) {
     return dkv + (p1 > dq ? p1 : dq);
 }
 
+/* The serving forward (forward_serving.cuh): block_m / 16 warps over the rows, the rest over the keys of a
+ * block; a thread holds O (d/2) and its warp's scores (block_n / warps_n / 2). */
+static int is_serve(const fg_spec *s) { return s->kind == FG_KIND_SERVE; }
+static int serve_warps_n(const fg_spec *s) { return s->block_m >= 16 ? s->warps * 16 / s->block_m : 0; }
+static int serve_registers(const fg_spec *s) {
+    return spec_head_dim_padded(s) / 2 + (serve_warps_n(s) > 0 ? s->block_n / serve_warps_n(s) / 2 : 0);
+}
+
 typedef struct rule {
     const char *name;                          /* short id, used by tests */
     int (*refuse)(const fg_spec *s);           /* true: the spec breaks the rule */
@@ -81,8 +89,8 @@ typedef struct rule {
     static int refuse_##id(const fg_spec *s) { return (cond); }                          \
     static void say_##id(const fg_spec *s, fg_error *e) { fg_fail(e, status, __VA_ARGS__); }
 
-RULE(kind, s->kind != FG_KIND_FWD && s->kind != FG_KIND_BWD, FG_ERR_INVALID_ARGUMENT,
-     "kind %d is not a kernel family (fwd, bwd)", (int)s->kind)
+RULE(kind, s->kind != FG_KIND_FWD && s->kind != FG_KIND_BWD && s->kind != FG_KIND_SERVE && s->kind != FG_KIND_MERGE,
+     FG_ERR_INVALID_ARGUMENT, "kind %d is not a kernel family (fwd, bwd, serve, merge)", (int)s->kind)
 RULE(arch_known, arch_smem_limit(s->arch) == 0, FG_ERR_UNSUPPORTED,
      "arch sm_%d is not a target flashgen knows (sm_80, sm_86, sm_87, sm_89, sm_90, sm_100, sm_103, sm_110, sm_120, sm_121)", s->arch)
 RULE(arch_accel, s->arch_accel && !arch_has_accel(s->arch), FG_ERR_UNSUPPORTED,
@@ -168,9 +176,24 @@ RULE(bwd_registers, is_bwd(s) && !spec_is_wgmma_bwd(s) && bwd_registers(s) > 200
      "kind=bwd block_m %d, block_n %d, warps %d at head_dim %d need about %d accumulator registers per thread "
      "(dK, dV, S^T, dP^T, dQ; limit 200): use a smaller block_m or block_n", s->block_m, s->block_n, s->warps,
      s->head_dim, bwd_registers(s))
+RULE(serve_dtype, is_serve(s) && s->dtype != FG_DTYPE_F16 && s->dtype != FG_DTYPE_BF16, FG_ERR_UNSUPPORTED,
+     "dtype %s has no serving kernel (packed tokens, paged KV, decode): kind=serve takes fp16 or bf16",
+     dtype_name(s->dtype))
+RULE(serve_tiles, is_serve(s) && ((s->block_m != 16 && s->block_m != 32 && s->block_m != 64 && s->block_m != 128) ||
+                                  s->warps * 16 < s->block_m || (s->warps * 16) % s->block_m != 0 ||
+                                  s->block_n % (16 * serve_warps_n(s)) != 0 || s->stages < 2 || s->arch_accel),
+     FG_ERR_UNSUPPORTED,
+     "kind=serve tiles block_m %d, block_n %d, warps %d, stages %d are not supported: block_m 16, 32, 64 or 128 "
+     "with block_m / 16 warps over the rows dividing warps, block_n a multiple of 16 times the warps over the keys "
+     "(warps x 16 / block_m), 2 to 4 stages, and a plain arch (no 'a' target)", s->block_m, s->block_n, s->warps,
+     s->stages)
+RULE(serve_registers, is_serve(s) && serve_registers(s) > FG_SPEC_ACC_REGS, FG_ERR_UNSUPPORTED,
+     "kind=serve block_n %d over %d key warps at head_dim %d needs %d accumulator registers per thread (limit %d): "
+     "use a smaller block_n or more warps", s->block_n, serve_warps_n(s), s->head_dim, serve_registers(s),
+     FG_SPEC_ACC_REGS)
 RULE(warps, !spec_is_wgmma(s) && s->warps != 1 && s->warps != 2 && s->warps != 4 && s->warps != 8, FG_ERR_UNSUPPORTED,
      "warps %d is not supported: it must be 1, 2, 4 or 8", s->warps)
-RULE(block_m_mma, !spec_is_wgmma(s) && !is_bwd(s) && (s->block_m % (16 * s->warps) != 0 || (m_tiles(s) != 1 && m_tiles(s) != 2)), FG_ERR_UNSUPPORTED,
+RULE(block_m_mma, !spec_is_wgmma(s) && !is_bwd(s) && !is_serve(s) && (s->block_m % (16 * s->warps) != 0 || (m_tiles(s) != 1 && m_tiles(s) != 2)), FG_ERR_UNSUPPORTED,
      "block_m %d with %d warps is not supported: each warp owns 16 or 32 query rows (the MMA's m16), so block_m "
      "must be 16 or 32 times warps", s->block_m, s->warps)
 RULE(block_n_mma, s->block_n % 16 != 0 || s->block_n < 16 || s->block_n > 256, FG_ERR_UNSUPPORTED,
@@ -181,7 +204,7 @@ RULE(fp8_block_n, dtype_is_fp8(s->dtype) && s->block_n % 32 != 0, FG_ERR_UNSUPPO
 RULE(stages, s->stages < (spec_is_wgmma(s) ? 2 : 1) || s->stages > 4, FG_ERR_UNSUPPORTED,
      "stages %d is not supported: the K/V pipeline has 2 to 4 stages (the mma.sync forward also 1: one K and one "
      "V buffer, each loading while the other is used; the mma.sync backward's query blocks 1 or 2)", s->stages)
-RULE(registers, !spec_is_wgmma(s) && !is_bwd(s) && spec_fwd_sub_n(s) == 0, FG_ERR_UNSUPPORTED,
+RULE(registers, !spec_is_wgmma(s) && !is_bwd(s) && !is_serve(s) && spec_fwd_sub_n(s) == 0, FG_ERR_UNSUPPORTED,
      "block_m %d, block_n %d, warps %d at head_dim %d need %d accumulator registers per thread, and %d in the "
      "narrowest key steps (limit %d of 255 before spilling): use more warps", s->block_m, s->block_n, s->warps,
      s->head_dim, acc_registers(s), m_tiles(s) * (spec_head_dim_padded(s) / 2 + (dtype_is_fp8(s->dtype) ? 16 : 8)),
@@ -202,7 +225,8 @@ static const rule rules[] = {
     R(bwd_tma, FG_ERR_UNSUPPORTED),     R(bwd_dtype, FG_ERR_UNSUPPORTED),   R(bwd_head_dim, FG_ERR_UNSUPPORTED), R(wgmma_dtype, FG_ERR_UNSUPPORTED),
     R(wgmma_head_dim, FG_ERR_UNSUPPORTED), R(tiles_set, FG_ERR_INVALID_ARGUMENT), R(wgmma_block_m, FG_ERR_UNSUPPORTED),
     R(wgmma_warps, FG_ERR_UNSUPPORTED), R(wgmma_registers, FG_ERR_UNSUPPORTED), R(bwd_tiles, FG_ERR_UNSUPPORTED),
-    R(bwd_registers, FG_ERR_UNSUPPORTED), R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),
+    R(bwd_registers, FG_ERR_UNSUPPORTED), R(serve_dtype, FG_ERR_UNSUPPORTED), R(serve_tiles, FG_ERR_UNSUPPORTED),
+    R(serve_registers, FG_ERR_UNSUPPORTED), R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),
     R(fp8_block_n, FG_ERR_UNSUPPORTED), R(stages, FG_ERR_UNSUPPORTED),      R(registers, FG_ERR_UNSUPPORTED),
     R(smem, FG_ERR_UNSUPPORTED),
 };
@@ -212,7 +236,9 @@ int spec_rule_count(void) { return NRULES; }
 const char *spec_rule_name(int i) { return i >= 0 && i < NRULES ? rules[i].name : NULL; }
 
 fg_status spec_validate(const fg_spec *spec, fg_error *err) {
-    for (int i = 0; i < NRULES; i++)
+    /* the merge kernel has no tiles, dtype or head dim: the rules of the kind and the arch are its all */
+    const int rules_of_merge = 3;
+    for (int i = 0; i < (spec->kind == FG_KIND_MERGE ? rules_of_merge : NRULES); i++)
         if (rules[i].refuse(spec)) {
             fg_error tmp;
             rules[i].say(spec, &tmp);

@@ -210,6 +210,112 @@ FG_API fg_status fg_bundle_load(fg_context *ctx, const char *path);
 /* Same, from memory (for example the array written by `flashgen bundle --emit-c`). The bytes are copied. */
 FG_API fg_status fg_bundle_load_memory(fg_context *ctx, const void *data, size_t size);
 
+/* ---- Serving: packed variable-length batches, paged KV caches, decode (one kernel family, mma.sync) ----
+ *
+ * One call covers FlashAttention's flash_attn_varlen_func and flash_attn_with_kvcache. Queries:
+ *   - packed: q [total_q, heads_q, head_dim] with cu_seqlens_q (batch + 1 int32 offsets, device memory);
+ *     sequence b's queries are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1; or
+ *   - dense: q [batch, seqlen_q, heads_q, head_dim] (cu_seqlens_q NULL), every sequence seqlen_q tokens.
+ * Keys and values (k and v alike):
+ *   - packed: [total_k, heads_kv, head_dim] with cu_seqlens_k;
+ *   - dense (a cache per sequence): [batch, seqlen_k, heads_kv, head_dim];
+ *   - paged: [num_pages, page_size, heads_kv, head_dim] with block_table ([batch, max_pages] int32, device
+ *     memory, row b's first slots the pages of sequence b in order; any page size from 1, pages in any order)
+ *     and seqused_k (required: key j of sequence b is slot j % page_size of page block_table[b][j / page_size]).
+ * seqused_k (optional with packed or dense keys, [batch] int32 on the device) shortens each sequence's keys to
+ * its first seqused_k[b] (a cache filled below its capacity). o is shaped like q; lse (optional, fp32, natural
+ * log) is [heads_q, total_q] for packed queries, [batch, heads_q, seqlen_q] for dense ones. causal is bottom-
+ * right aligned per sequence (query i of sq sees keys j <= i + sk - sq). A query row that sees no key gets
+ * O = 0 and LSE = -inf. heads_kv divides heads_q (GQA/MQA); fp16 or bf16; head_dim a multiple of 8 up to 256.
+ * Layout rules as for fg_fwd_args: last dim contiguous, pointers and strides of dims longer than 1 multiples
+ * of 16 bytes, outputs overlapping nothing.
+ *
+ * Device-resident inputs (cu_seqlens_*, seqused_k, block_table) are not read by the host. Every length the
+ * kernel reads is clamped to what the host arguments describe (total_q, total_k, the table's capacity
+ * max_pages * page_size, max_seqlen_q), and a page index outside [0, num_pages) reads nothing (its keys
+ * count as zeros), so a bad entry never makes a kernel touch memory outside the tensors given; but the
+ * answer is then wrong. FG_OPTION_CHECK_INPUTS (fg_context_set_option, or FLASHGEN_CHECK_INPUTS=1) checks
+ * them first, at the price of a synchronization: the call returns FG_ERR_INVALID_ARGUMENT naming the first bad
+ * entry. max_seqlen_q must bound every sequence's queries (rows past it are not computed).
+ *
+ * Keys may be split over several CTAs per tile of rows (flash-decoding), which needs a workspace for the
+ * partial results: fg_attention_fwd_varlen_workspace_size gives its size for the call's shapes (and for any
+ * call with the same host arguments), so a caller can size it once for its largest shapes. The split count
+ * depends on host arguments only (batch, heads, max_seqlen_q, max_seqlen_k, the device, the tuning
+ * database): a call captured in a CUDA graph replays with the same grid whatever the device lengths. With
+ * split_size > 0 the splits' boundaries are multiples of split_size keys (rounded up to the kernel's key
+ * block) within each sequence, so a sequence's result does not depend on its batchmates. */
+typedef struct fg_varlen_args {
+    size_t struct_size;        /* sizeof(fg_varlen_args), set by fg_varlen_args_init: fields added later
+                                  are read only when a caller's struct has them */
+    fg_tensor q;               /* [total_q, heads_q, d] with cu_seqlens_q, or [batch, seqlen_q, heads_q, d] */
+    fg_tensor k;               /* [total_k, heads_kv, d], [batch, seqlen_k, heads_kv, d], or paged
+                                  [num_pages, page_size, heads_kv, d] */
+    fg_tensor v;               /* like k */
+    fg_tensor o;               /* like q; written */
+    fg_tensor lse;             /* optional (data NULL to skip): [heads_q, total_q] or [batch, heads_q, seqlen_q] */
+    const int32_t *cu_seqlens_q; /* device, [batch + 1], or NULL (dense q) */
+    const int32_t *cu_seqlens_k; /* device, [batch + 1], or NULL */
+    const int32_t *seqused_k;  /* device, [batch], or NULL; required with block_table */
+    const int32_t *block_table;/* device, [batch, max_pages], or NULL (keys not paged) */
+    int64_t block_table_stride;/* int32 elements between rows of block_table (0: max_pages) */
+    int max_pages;             /* columns of block_table */
+    int batch;                 /* sequences: required with cu_seqlens_q; else 0 or q.shape[0] */
+    int max_seqlen_q;          /* packed q: the longest sequence's queries (an upper bound; 0 is refused) */
+    int max_seqlen_k;          /* an upper bound of any sequence's keys, for the split count (0: the capacity
+                                  the tensors allow) */
+    float softmax_scale;       /* 0 means 1/sqrt(head_dim) */
+    int causal;                /* 1: bottom-right aligned per sequence */
+    int num_splits;            /* 0: chosen (tuning database, else the rule); 1: no split; 2..256: that many */
+    int split_size;            /* > 0: keys a split takes, fixed per sequence (batch-invariant); 0: off */
+    void *workspace;           /* device memory, 256-byte aligned, for split partials; NULL with
+                                  num_splits 0 runs unsplit */
+    size_t workspace_size;     /* its bytes */
+} fg_varlen_args;
+
+/* Zeroes *a and sets struct_size. */
+FG_API void fg_varlen_args_init(fg_varlen_args *a);
+
+/* Runs the serving forward on `stream`: one kernel, and when keys are split a merge kernel after it. No
+ * synchronization, no allocation (unless FG_OPTION_CHECK_INPUTS is on). */
+FG_API fg_status fg_attention_fwd_varlen(fg_context *ctx, const fg_varlen_args *args, void *stream);
+
+/* The workspace bytes the call needs (0 when its keys are not split). Data pointers may be NULL here. */
+FG_API fg_status fg_attention_fwd_varlen_workspace_size(fg_context *ctx, const fg_varlen_args *args, size_t *bytes);
+
+/* Which variant fg_attention_fwd_varlen would run for args and why: its name, the packing of query heads,
+ * the split count and its reason, the workspace, where its code comes from. Data pointers may be NULL. */
+FG_API fg_status fg_explain_varlen(fg_context *ctx, const fg_varlen_args *args, char *buf, size_t n);
+
+/* The exact merge of attention states computed over disjoint key sets (split-KV, shared-prefix or cascade
+ * attention, ring attention across GPUs): for each (token, head), with M = max_s LSE_s and w_s =
+ * exp(LSE_s - M), O = sum_s w_s O_s / sum_s w_s and LSE = M + ln(sum_s w_s), in fp32. A state with LSE =
+ * -inf holds no key and takes no part (its O is not read); when every state is empty O = 0 and LSE = -inf.
+ * A NaN LSE gives NaN. The merge of two states does not depend on their order (bitwise). */
+typedef struct fg_merge_args {
+    size_t struct_size;        /* sizeof(fg_merge_args), set by fg_merge_args_init */
+    fg_tensor o_states;        /* [states, tokens, heads, head_dim], fp32, fp16 or bf16; last dim contiguous */
+    fg_tensor lse_states;      /* [states, tokens, heads], fp32, natural log; any strides */
+    fg_tensor o;               /* [tokens, heads, head_dim], fp32, fp16 or bf16; last dim contiguous; written */
+    fg_tensor lse;             /* optional [tokens, heads] fp32; written */
+} fg_merge_args;
+
+/* Zeroes *a and sets struct_size. */
+FG_API void fg_merge_args_init(fg_merge_args *a);
+
+/* Merges up to 256 states on `stream` (one kernel; no synchronization, no allocation). */
+FG_API fg_status fg_merge_states(fg_context *ctx, const fg_merge_args *args, void *stream);
+
+/* Options of a context that can change after it is made. */
+typedef enum fg_option {
+    FG_OPTION_CHECK_INPUTS = 1 /* 1: fg_attention_fwd_varlen reads cu_seqlens, seqused_k and block_table back
+                                  (synchronizing the stream) and refuses bad entries; 0 (the default, unless
+                                  FLASHGEN_CHECK_INPUTS=1): they are trusted, clamped on the device */
+} fg_option;
+
+/* Sets an option of ctx (for calls that start after it returns). */
+FG_API fg_status fg_context_set_option(fg_context *ctx, fg_option option, int64_t value);
+
 /* The sentence describing the last failure of a call on ctx made by this thread (errors are kept per
  * thread, so threads sharing a context never see each other's). With ctx NULL: the last failure on this
  * thread of fg_context_create or of a call given a NULL context. Never NULL ("no error" when there was

@@ -200,6 +200,14 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
             rt_log(ctx, FG_LOG_WARN, "FLASHGEN_SM90_GRID=%s is not auto, tiles, persistent or dynamic: using auto", g);
         ctx->wgmma_bwd = ctx->wgmma && !knob_is_zero(FG_KNOB_WGMMA_BWD);
         ctx->det_rotate = !knob_is_zero(FG_KNOB_DET_ROTATE);
+        ctx->check_inputs = knob_is_one(FG_KNOB_CHECK_INPUTS);
+        const char *ns = knob_value(FG_KNOB_NUM_SPLITS);
+        if (ns && strcmp(ns, "auto") != 0) {
+            char *end;
+            const long n = strtol(ns, &end, 10);
+            if (*end == 0 && n >= 1 && n <= 256) ctx->num_splits = (int)n;
+            else rt_log(ctx, FG_LOG_WARN, "FLASHGEN_NUM_SPLITS=%s is not auto or 1-256: using auto", ns);
+        }
         ctx->pdl = !ctx->emulated && ctx->arch >= 90 && cu->cuLaunchKernelEx != NULL && !knob_is_zero(FG_KNOB_PDL);
         /* On by default on sm_90, where TMA loads take the address arithmetic out of the backward's loop;
          * newer archs take them only with FLASHGEN_BWD_TMA=1: their speed there is unverified. */

@@ -7,7 +7,10 @@
  *   launch.c     kernel launches on the caller's stream, the params struct by value;
  *   forward.c    the forward's parameters, grid and schedule; fg_attention_fwd, fg_prepare;
  *   backward.c   the backward's workspace, parameters and three launches; fg_attention_bwd;
- *   explain.c    fg_explain and fg_explain_bwd.
+ *   explain.c    fg_explain and fg_explain_bwd;
+ *   serving_args.c  the serving call's rules, and the check of its device-resident lengths;
+ *   serving.c    the serving forward: tiles, split count, workspace, launches; fg_attention_fwd_varlen;
+ *   merge.c      the merge of attention states: fg_merge_states and split-KV's combine.
  * Nothing on this path allocates device memory or synchronizes. */
 #ifndef FG_DISPATCH_H
 #define FG_DISPATCH_H
@@ -129,5 +132,59 @@ typedef struct backward_layout {
 void backward_workspace_layout(const fg_context *ctx, const fg_bwd_args *a, backward_layout *L);
 /* The backward main kernel's key blocks for sk keys (its grid x before causal grouping). */
 long long backward_key_blocks(const fg_spec *s, long long sk);
+
+/* ---- serving_args.c, serving.c, merge.c: the serving path */
+
+/* A checked serving call (fg_varlen_args), in the kernel's terms. */
+typedef struct serving_call {
+    int packed_q, packed_k, paged; /* q is [total_q, hq, d]; k/v [total_k, hkv, d]; k/v are pages */
+    int batch, hq, hkv, group, head_dim;
+    int64_t total_q, total_k;      /* packed rows of q and of k/v (0 when not packed) */
+    int seqlen_q;                  /* the grid's bound on a sequence's queries (dense: q's length) */
+    int seqlen_k;                  /* a sequence's key capacity (dense: k's length; paged: max_pages x
+                                      page_size; packed: total_k) */
+    int max_k;                     /* max_seqlen_k, or the capacity: what the split count plans for */
+    int page_size, num_pages;      /* paged keys */
+    int64_t part_tokens;           /* query tokens the split partials hold (total_q, or batch x seqlen_q) */
+} serving_call;
+
+/* Copies the caller's arguments into *out after checking struct_size (a struct from a newer header may be
+ * longer; one from an older or uninitialized caller is refused with a sentence). */
+fg_status serving_args_copy(const fg_varlen_args *a, fg_varlen_args *out, fg_error *err);
+/* Checks a serving call's host-visible arguments (need_data: a launch follows, so pointers must be set and
+ * aligned and outputs disjoint from inputs) and describes it in *c. */
+fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c, fg_error *err);
+/* FG_OPTION_CHECK_INPUTS: reads cu_seqlens_q/k, seqused_k and the block table back (synchronizing stream) and
+ * judges them with serving_validate_lengths. Refused on a stream being captured. */
+fg_status serving_check_device_inputs(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, void *stream,
+                                      fg_error *err);
+/* The rules of the device-resident inputs, on host copies (each may be NULL when the call has none): offsets
+ * from 0 up, never decreasing, the last one the total, no sequence longer than max_seqlen_q; seqused_k within
+ * each sequence's capacity; the table's pages that seqused_k reaches within [0, num_pages). The first broken
+ * entry is named. */
+fg_status serving_validate_lengths(const serving_call *c, const int32_t *cu_q, const int32_t *cu_k,
+                                   const int32_t *used_k, const int32_t *table, int64_t table_stride, int max_seqlen_q,
+                                   fg_error *err);
+
+/* 1 when the bytes two non-empty views span intersect (an output must not share memory with an input). */
+int serving_views_overlap(const fg_tensor *a, const fg_tensor *b);
+
+/* The plan of a serving call: its variant, grid, split count and workspace. */
+typedef struct serving_plan {
+    fg_spec spec;          /* kind=serve */
+    int m_blocks;          /* row blocks per (sequence, KV head): ceil(seqlen_q x group / block_m) */
+    int num_splits;        /* CTAs over one tile's keys */
+    int split_blocks;      /* fixed split size in key blocks (split_size), or 0 */
+    const char *split_why; /* the reason for num_splits, in words */
+    size_t part_o, part_lse; /* workspace offsets of the partials (when num_splits > 1) */
+    size_t workspace;      /* bytes needed (0 without splits) */
+} serving_plan;
+
+/* Plans a checked call on ctx (a: its arguments, c: serving_check's description). */
+fg_status serving_plan_for(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, serving_plan *plan,
+                           fg_error *err);
+
+/* Launches the merge kernel with parameters p on stream (merge.c): loads the arch's kind=merge variant. */
+fg_status merge_launch(fg_context *ctx, const fg_merge_params *p, void *stream, fg_error *err);
 
 #endif

@@ -45,11 +45,14 @@ static fg_status load_cubin(fg_context *ctx, const fg_spec *s, const char *name,
     CUcontext popped;
     CUresult rc = cu->cuModuleLoadData(&k.module, cubin);
     if (rc == CUDA_SUCCESS)
-        rc = cu->cuModuleGetFunction(&k.fn, k.module, s->kind == FG_KIND_BWD ? FG_BWD_MAIN_NAME : FG_KERNEL_NAME);
+        rc = cu->cuModuleGetFunction(&k.fn, k.module, s->kind == FG_KIND_BWD     ? FG_BWD_MAIN_NAME
+                                                      : s->kind == FG_KIND_MERGE ? FG_MERGE_NAME
+                                                                                 : FG_KERNEL_NAME);
     if (rc == CUDA_SUCCESS && s->kind == FG_KIND_BWD) rc = cu->cuModuleGetFunction(&k.fn_pre, k.module, FG_BWD_PRE_NAME);
     if (rc == CUDA_SUCCESS && s->kind == FG_KIND_BWD) rc = cu->cuModuleGetFunction(&k.fn_post, k.module, FG_BWD_POST_NAME);
     size_t smem = spec_smem_bytes(s);
-    if (rc == CUDA_SUCCESS) rc = cu->cuFuncSetAttribute(k.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
+    if (rc == CUDA_SUCCESS && smem > 0)
+        rc = cu->cuFuncSetAttribute(k.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
     /* The driver's default split of L1 and shared memory stays: preferring all of L1 as shared memory
      * (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT) does not speed up even the one-stage head_dim 256
      * tiles. How many CTAs fit an SM goes to the info log, a diagnostic: a failed query leaves 0 ("unknown")

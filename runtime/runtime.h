@@ -89,6 +89,10 @@ struct fg_context {
                                     stream's successor may reuse while the old one's kernel still runs) */
     } tile_ctr[FG_TILE_CTRS];
     int ntile_ctr;               /* pairs handed out; streams past FG_TILE_CTRS run one CTA per tile */
+    int check_inputs;            /* FG_OPTION_CHECK_INPUTS (FLASHGEN_CHECK_INPUTS): serving calls check their
+                                    device-resident lengths and tables on the host first (serving_args.c) */
+    int num_splits;              /* FLASHGEN_NUM_SPLITS: 0 auto, else the serving calls' split count when
+                                    they leave it to flashgen (for measuring the rule) */
     pthread_mutex_t lock;        /* guards kernels, bundles and the fast path */
 };
 
@@ -112,6 +116,12 @@ int rt_bwd_tma(const fg_context *ctx, const fg_spec *s);
 /* The backward with the variant given (the GPU tests' entry for tiles the policy does not choose): the call
  * is checked as fg_attention_bwd checks it, the variant against the call and this device. */
 fg_status rt_bwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_bwd_args *a, void *stream, fg_error *err);
+
+/* The serving forward (fg_attention_fwd_varlen) with the variant given (kind=serve: the GPU tests' entry for
+ * tiles the rule does not choose); the call is checked as fg_attention_fwd_varlen checks it, the variant
+ * against the call and this device. Errors go to err only. */
+fg_status rt_varlen_with_spec(fg_context *ctx, const fg_spec *spec, const fg_varlen_args *args, void *stream,
+                              fg_error *err);
 
 /* The forward's schedule for a checked call of variant s (forward.c; exposed for the CPU tests): the
  * causal tile order's group of (head, batch) pairs (1: head by head; see the rule there), and the launch

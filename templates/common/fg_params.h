@@ -70,6 +70,63 @@ typedef struct fg_bwd_params {
                                    where every key block of a head can be resident at once */
 } fg_bwd_params;
 
+/* The run-time parameters of the serving forward (forward_serving.cuh): variable-length batches, paged
+ * KV caches, decode with the query heads of one KV head packed as the rows of a tile, and keys split over
+ * CTAs. Sequence b's queries are rows q_start(b) .. of Q (q_start = cu_seqlens_q[b], or 0 with a batch
+ * stride), its keys rows k_start(b) .. of K and V, or the pages block_table[b][*]. Every length read from
+ * device memory is clamped to what the host described (total_q, total_k, the table's capacity), so a bad
+ * entry changes which rows are read, never whether they lie inside the tensors. */
+typedef struct fg_serve_params {
+    const void *q, *k, *v;      /* Q [.., hq, d]; K, V [.., hkv, d] rows (tokens or page slots) */
+    void *o;                    /* like Q */
+    float *lse;                 /* natural-log LSE, or 0 */
+    long long q_stride[3];      /* batch (0 for packed tokens), token, head */
+    long long k_stride[3];      /* batch (or page), token (or slot in a page), head */
+    long long v_stride[3];      /* the same for V */
+    long long o_stride[3];      /* like q_stride */
+    long long lse_stride[3];    /* batch (0 for packed tokens), head, token */
+    const int *cu_seqlens_q;    /* [batch + 1] or 0: Q is [batch, seqlen_q, hq, d] */
+    const int *cu_seqlens_k;    /* [batch + 1] or 0 */
+    const int *seqused_k;       /* [batch] keys in use per sequence, or 0 */
+    const int *block_table;     /* [batch, max_pages] page indices, or 0: K and V are not paged */
+    long long block_table_stride; /* elements between sequences' rows of the table */
+    int max_pages;              /* pages a sequence may use (the table's columns) */
+    int page_size;              /* slots a page */
+    int num_pages;              /* pages in K and V: an index outside [0, num_pages) reads nothing */
+    int batch, heads_q, heads_kv, group; /* group = heads_q / heads_kv, the rows one token packs */
+    int seqlen_q;               /* dense Q: its length; packed tokens: the longest sequence (the grid's bound) */
+    int seqlen_k;               /* dense K/V: their length (each sequence's capacity) */
+    int total_q, total_k;       /* packed tokens: the rows of Q and of K/V (bounds for cu_seqlens) */
+    int head_dim;
+    float scale_log2;           /* softmax_scale * log2(e) */
+    float softmax_scale;
+    int num_splits;             /* CTAs over the keys of one tile of rows (grid x = row blocks * num_splits) */
+    int split_blocks;           /* > 0: split s takes key blocks [s * split_blocks, (s + 1) * split_blocks), bounds
+                                   that depend on the sequence alone; 0: each tile's blocks in num_splits even parts */
+    float *o_part;              /* num_splits > 1: fp32 [num_splits, tokens, hq, d], normalized per split */
+    float *lse_part;            /* num_splits > 1: fp32 [num_splits, tokens, hq] */
+    long long part_tokens;      /* tokens of the partials (total_q, or batch * seqlen_q) */
+} fg_serve_params;
+
+/* The merge of attention states (merge.cuh): for each (token, head), O = sum_s w_s O_s / sum_s w_s and
+ * LSE = M + ln(sum_s w_s) with w_s = exp(LSE_s - M), M = max_s LSE_s; states with LSE = -inf take no part.
+ * Token t of sequence b is row in_row = (cu ? cu[b] : b * tokens) + t of the states and row (cu ? cu[b] +
+ * t : t) of batch b of the output. Element types are fg_dtype values: fp32, fp16 or bf16. */
+typedef struct fg_merge_params {
+    const void *o_in;           /* [states, rows, heads, dv] */
+    const float *lse_in;        /* [states, rows, heads] */
+    void *o_out;                /* [batch, tokens, heads, dv] (batch stride 0 with cu) */
+    float *lse_out;             /* [batch, heads, tokens], or 0 */
+    long long o_in_stride[3];   /* state, row, head */
+    long long lse_in_stride[3]; /* state, row, head */
+    long long o_out_stride[3];  /* batch, token, head */
+    long long lse_out_stride[3];/* batch, head, token */
+    const int *cu_seqlens;      /* [batch + 1] token offsets, or 0 */
+    int total;                  /* with cu: the rows cu indexes (its entries are clamped to it) */
+    int states, tokens, heads, head_dim, batch;
+    int in_dtype, out_dtype;    /* fg_dtype of o_in and o_out */
+} fg_merge_params;
+
 /* The TMA tensor maps of the sm_90a (wgmma) family: CUtensorMap objects (128 bytes, 64-byte aligned)
  * made on the host by cuTensorMapEncodeTiled, passed as a second __grid_constant__ argument. Each maps
  * its tensor as 4-d (head_dim, seqlen, heads, batch) with the box of one column chunk of a tile. */

@@ -1,0 +1,348 @@
+// forward_serving.cuh: the serving forward on the mma.sync path (sm_80 and newer): variable-length
+// batches, paged KV caches, decode with packed GQA, and keys split over CTAs (flash-decoding).
+//
+// Rows. The query heads of one KV head are packed as the rows of a tile: row r of sequence b and KV head
+// kvh is token r / group, query head kvh * group + r % group (group = heads_q / heads_kv). A decode step
+// with group 4 fills 4 rows per token instead of one row per CTA, and K and V are read once for the whole
+// group. The grid is (row blocks x splits, heads_kv, batch); a CTA whose rows start past its sequence's
+// returns at once, so the grid may be sized for the longest sequence.
+//
+// Warps. FG_BLOCK_M / 16 warps over the rows (one m16 tile each) times FG_WARPS_N over the keys: each
+// warp of a column takes FG_KW keys of every block. Prefill tiles have one warp a 16 rows (FG_WARPS_N 1,
+// FlashAttention-2's split); a decode tile of 16 rows has all its warps on one row tile, each on a slice
+// of the keys, so a CTA computes as it loads. The warps' states (running max, sum, O) meet in shared
+// memory at the end and are merged exactly.
+//
+// Keys. K and V go through FG_STAGES shared-memory buffers by cp.async; each row is found on its own:
+// packed or dense keys at k_start(b) + key, paged keys at page block_table[b][key / page_size], slot key %
+// page_size, so any page size and any page order work. Rows past the sequence's keys, and pages outside
+// [0, num_pages), are zero-filled without a read.
+//
+// Splits. With num_splits > 1 the CTA of split s covers a contiguous range of the tile's key blocks and
+// writes its normalized O and its LSE in fp32 to o_part / lse_part; merge.cuh combines them. An empty range
+// writes O = 0 and LSE = -inf, the identity of the merge.
+#ifndef FG_FORWARD_SERVING_CUH
+#define FG_FORWARD_SERVING_CUH
+
+#include "common/fg_params.h"
+#include "common/types.cuh"
+#include "common/mma.cuh"
+#include "common/cp_async.cuh"
+#include "common/softmax.cuh"
+
+constexpr int FG_THREADS = FG_WARPS * 32;
+constexpr int FG_WARPS_M = FG_BLOCK_M / 16;          // warps over the rows
+constexpr int FG_WARPS_N = FG_WARPS / FG_WARPS_M;    // warps over the keys of a block
+constexpr int FG_KW = FG_BLOCK_N / FG_WARPS_N;       // keys of a block per warp
+constexpr int FG_NT = FG_KW / 8;                     // n8 tiles of a warp's S
+constexpr int FG_DT = FG_HEAD_DIM_PADDED / 8;        // n8 tiles of O
+constexpr int FG_KK = FG_HEAD_DIM_PADDED / 16;       // k16 steps of Q K^T
+constexpr bool FG_Q_IN_REGS = FG_HEAD_DIM_PADDED <= 128; // Q's fragments kept across the key loop
+constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM_PADDED * 2;
+constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM_PADDED * 2;
+constexpr int FG_O_ROW = FG_HEAD_DIM_PADDED + 8;     // floats between staged O rows (bank spread)
+static_assert(FG_WARPS_M * FG_WARPS_N == FG_WARPS && FG_KW % 16 == 0, "warps must tile rows x keys");
+
+// The rows of sequence b: its first query token and length, its first key token (packed keys; 0 for
+// dense or paged ones) and the keys it uses, clamped to the tensors described.
+struct fg_seq {
+    int q0, sq, k0, sk;
+};
+
+__device__ __forceinline__ int fg_clampi(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : x); }
+
+__device__ __forceinline__ fg_seq fg_sequence(const fg_serve_params &p, int b) {
+    fg_seq s;
+    s.q0 = 0;
+    s.sq = p.seqlen_q;
+    if (p.cu_seqlens_q) {
+        s.q0 = fg_clampi(p.cu_seqlens_q[b], 0, p.total_q);
+        s.sq = min(fg_clampi(p.cu_seqlens_q[b + 1], s.q0, p.total_q) - s.q0, p.seqlen_q); // the grid's bound
+    }
+    s.k0 = 0;
+    int cap = p.seqlen_k;
+    if (p.block_table) {
+        cap = p.max_pages * p.page_size;
+    } else if (p.cu_seqlens_k) {
+        s.k0 = fg_clampi(p.cu_seqlens_k[b], 0, p.total_k);
+        cap = fg_clampi(p.cu_seqlens_k[b + 1], s.k0, p.total_k) - s.k0;
+    }
+    s.sk = p.seqused_k ? fg_clampi(p.seqused_k[b], 0, cap) : cap;
+    return s;
+}
+
+// One thread's share of loading the K and V tiles of a key block: a fixed chunk column, rows RPS apart.
+// Each row is located on its own (paged or not), once for K and V.
+struct fg_kv_loader {
+    static constexpr int RPS = fg_fixed_step<FG_CHUNKS, FG_THREADS>::RPS;
+    static constexpr int LOADERS = fg_fixed_step<FG_CHUNKS, FG_THREADS>::LOADERS;
+    static constexpr int ROWS_PER_THREAD = (FG_BLOCK_N + RPS - 1) / RPS;
+    const fg_in_t *k, *v; // this thread's column of the KV head (paged) or of the sequence's key 0
+    const int *table;     // the sequence's row of the block table, or 0
+    u32 dst;
+    int row;
+    bool active;          // a copying thread with its column inside head_dim
+
+    __device__ __forceinline__ void init(const fg_serve_params &p, int b, int kvh, const fg_seq &s, int tid) {
+        const int c = tid % FG_CHUNKS;
+        row = tid / FG_CHUNKS;
+        active = (LOADERS == FG_THREADS || tid < LOADERS) &&
+                 (FG_HEAD_DIM == FG_HEAD_DIM_PADDED || c * 8 < FG_HEAD_DIM);
+        dst = fg_tile_offset(row, c, FG_BLOCK_N);
+        table = p.block_table ? p.block_table + (i64)b * p.block_table_stride : 0;
+        k = (const fg_in_t *)p.k + (i64)kvh * p.k_stride[2] + c * 8;
+        v = (const fg_in_t *)p.v + (i64)kvh * p.v_stride[2] + c * 8;
+        if (!table) { // the sequence's key 0 (packed keys have batch stride 0)
+            k += (i64)b * p.k_stride[0] + (i64)s.k0 * p.k_stride[1];
+            v += (i64)b * p.v_stride[0] + (i64)s.k0 * p.v_stride[1];
+        }
+    }
+
+    // Loads keys key0 .. key0 + FG_BLOCK_N - 1 (those below sk) into the K and V tiles at sk_tile, sv_tile.
+    __device__ __forceinline__ void load(const fg_serve_params &p, u32 sk_tile, u32 sv_tile, int key0, int sk) {
+        if (!active) return;
+        if (table) {
+            const int first = key0 + row;
+            int slot = first / p.page_size, off = first - slot * p.page_size;
+#pragma unroll
+            for (int i = 0; i < ROWS_PER_THREAD; i++) {
+                const int r = row + i * RPS;
+                if (FG_BLOCK_N % RPS == 0 || r < FG_BLOCK_N) {
+                    bool ok = key0 + r < sk;
+                    const int page = ok ? __ldg(table + slot) : 0;
+                    ok = ok && (unsigned)page < (unsigned)p.num_pages;
+                    const u32 o = fg_fixed_step_offset<FG_CHUNKS, RPS>(dst, i);
+                    fg_cp_async16(sk_tile + o, k + (page * p.k_stride[0] + off * p.k_stride[1]), ok);
+                    fg_cp_async16(sv_tile + o, v + (page * p.v_stride[0] + off * p.v_stride[1]), ok);
+                }
+                off += RPS; // the next row of this thread, RPS keys on
+                while (off >= p.page_size) off -= p.page_size, slot++;
+            }
+        } else {
+            const fg_in_t *kp = k + (i64)(key0 + row) * p.k_stride[1];
+            const fg_in_t *vp = v + (i64)(key0 + row) * p.v_stride[1];
+#pragma unroll
+            for (int i = 0; i < ROWS_PER_THREAD; i++) {
+                const int r = row + i * RPS;
+                if (FG_BLOCK_N % RPS == 0 || r < FG_BLOCK_N) {
+                    const u32 o = fg_fixed_step_offset<FG_CHUNKS, RPS>(dst, i);
+                    fg_cp_async16(sk_tile + o, kp, key0 + r < sk);
+                    fg_cp_async16(sv_tile + o, vp, key0 + r < sk);
+                }
+                kp += RPS * p.k_stride[1];
+                vp += RPS * p.v_stride[1];
+            }
+        }
+    }
+};
+
+extern "C" __global__ void __launch_bounds__(FG_THREADS)
+fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
+    extern __shared__ __align__(128) unsigned char fg_smem[];
+    const int b = blockIdx.z, kvh = blockIdx.y;
+    const int split = blockIdx.x % p.num_splits, m_block = blockIdx.x / p.num_splits;
+    const fg_seq seq = fg_sequence(p, b);
+    const int grp = p.group;
+    const int rows = seq.sq * grp, m0 = m_block * FG_BLOCK_M;
+    if (m0 >= rows) return; // the grid is sized for the longest sequence
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int wm = warp % FG_WARPS_M, wn = warp / FG_WARPS_M;
+    const int sq = seq.sq, sk = seq.sk;
+
+    // The tile's key blocks: all, or up to its last row's diagonal (bottom-right aligned per sequence);
+    // this split's part of them; and the first block any row needs masked.
+    const int first_tok = m0 / grp, last_tok = (min(m0 + FG_BLOCK_M, rows) - 1) / grp;
+    const int n_end = FG_CAUSAL ? min(sk, last_tok + sk - sq + 1) : sk;
+    const int n_blocks = n_end > 0 ? (n_end + FG_BLOCK_N - 1) / FG_BLOCK_N : 0;
+    const int per = p.split_blocks > 0 ? p.split_blocks : (n_blocks + p.num_splits - 1) / p.num_splits;
+    const int j_begin = min(n_blocks, split * per), j_end = min(n_blocks, j_begin + per);
+    int n_unmasked = sk / FG_BLOCK_N;
+    if (FG_CAUSAL) n_unmasked = min(n_unmasked, max(0, first_tok + sk - sq + 1) / FG_BLOCK_N);
+
+    const u32 s_q = fg_smem_addr(fg_smem);
+    const u32 s_k = s_q + FG_Q_BYTES;
+    const u32 s_v = s_k + FG_STAGES * FG_KV_BYTES;
+
+    // Q: row r is token (m0 + r) / grp, head kvh * grp + (m0 + r) % grp. Its own cp.async group.
+    if (j_begin < j_end && tid < FG_THREADS / FG_CHUNKS * FG_CHUNKS) {
+        const int c = tid % FG_CHUNKS;
+        const bool col_ok = FG_HEAD_DIM == FG_HEAD_DIM_PADDED || c * 8 < FG_HEAD_DIM;
+        for (int r = tid / FG_CHUNKS; r < FG_BLOCK_M; r += FG_THREADS / FG_CHUNKS) {
+            const int idx = m0 + r, tok = idx / grp, h = kvh * grp + (idx - tok * grp);
+            const bool ok = idx < rows && col_ok;
+            const fg_in_t *src = (const fg_in_t *)p.q + (i64)b * p.q_stride[0] + (i64)(seq.q0 + (ok ? tok : 0)) * p.q_stride[1] +
+                                 (i64)(ok ? h : 0) * p.q_stride[2] + c * 8;
+            fg_cp_async16(s_q + fg_tile_offset(r, c, FG_BLOCK_M), src, ok);
+        }
+    }
+    fg_cp_async_commit();
+
+    fg_kv_loader kv;
+    kv.init(p, b, kvh, seq, tid);
+#pragma unroll
+    for (int st = 0; st < FG_STAGES - 1; st++) {
+        if (j_begin + st < j_end) kv.load(p, s_k + st * FG_KV_BYTES, s_v + st * FG_KV_BYTES, (j_begin + st) * FG_BLOCK_N, sk);
+        fg_cp_async_commit();
+    }
+
+    float acc[1][FG_DT][4];
+    float row_max[1][2], row_sum[1][2];
+#pragma unroll
+    for (int dt = 0; dt < FG_DT; dt++) acc[0][dt][0] = acc[0][dt][1] = acc[0][dt][2] = acc[0][dt][3] = 0.f;
+    row_max[0][0] = row_max[0][1] = FG_NEG_INF;
+    row_sum[0][0] = row_sum[0][1] = 0.f;
+    const int g = lane / 4, t = lane % 4;
+    const fg_frag_offsets qv_off = fg_frag_offsets_make(lane % 16, lane / 16);
+    const fg_frag_offsets k_off = fg_frag_offsets_make(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
+    const u32 s_q_warp = s_q + (u32)(wm * 16 * FG_SLAB_CHUNKS * 16);
+    const int key_w = wn * FG_KW; // this warp's first key in a block
+
+    u32 qf[FG_Q_IN_REGS ? FG_KK : 1][4];
+    if constexpr (FG_Q_IN_REGS) {
+        if (j_begin < j_end) {
+            fg_cp_async_wait<FG_STAGES - 1>(); // the Q group
+            __syncthreads();
+#pragma unroll
+            for (int kk = 0; kk < FG_KK; kk++) fg_ldmatrix_x4(qf[kk], fg_frag_addr<FG_BLOCK_M>(s_q_warp, qv_off, 0, kk));
+        }
+    }
+
+    int stage = 0;
+    auto block_step = [&](int j, auto masked) {
+        fg_cp_async_wait<FG_STAGES - 2>();
+        __syncthreads();
+        {
+            const int jn = j + FG_STAGES - 1;
+            const int pst = stage == 0 ? FG_STAGES - 1 : stage - 1;
+            if (jn < j_end) kv.load(p, s_k + pst * FG_KV_BYTES, s_v + pst * FG_KV_BYTES, jn * FG_BLOCK_N, sk);
+            fg_cp_async_commit();
+        }
+        const u32 sk_j = s_k + stage * FG_KV_BYTES, sv_j = s_v + stage * FG_KV_BYTES;
+        stage = stage == FG_STAGES - 1 ? 0 : stage + 1;
+
+        float s[1][FG_NT][4];
+#pragma unroll
+        for (int nt = 0; nt < FG_NT; nt++) s[0][nt][0] = s[0][nt][1] = s[0][nt][2] = s[0][nt][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < FG_KK; kk++) {
+            u32 af[4];
+            if constexpr (FG_Q_IN_REGS) af[0] = qf[kk][0], af[1] = qf[kk][1], af[2] = qf[kk][2], af[3] = qf[kk][3];
+            else fg_ldmatrix_x4(af, fg_frag_addr<FG_BLOCK_M>(s_q_warp, qv_off, 0, kk));
+#pragma unroll
+            for (int n2 = 0; n2 < FG_NT / 2; n2++) {
+                u32 kf[4];
+                fg_ldmatrix_x4(kf, fg_frag_addr<FG_BLOCK_N>(sk_j, k_off, key_w + n2 * 16, kk));
+                fg_mma_16816(s[0][2 * n2], af, kf[0], kf[1]);
+                fg_mma_16816(s[0][2 * n2 + 1], af, kf[2], kf[3]);
+            }
+        }
+        if constexpr (decltype(masked)::value) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int tok = (m0 + wm * 16 + g + h * 8) / grp;
+                const int limit = (FG_CAUSAL ? min(sk, tok + sk - sq + 1) : sk) - j * FG_BLOCK_N - key_w - 2 * t;
+#pragma unroll
+                for (int nt = 0; nt < FG_NT; nt++) {
+                    if (8 * nt >= limit) s[0][nt][2 * h] = FG_NEG_INF;
+                    if (8 * nt + 1 >= limit) s[0][nt][2 * h + 1] = FG_NEG_INF;
+                }
+            }
+        }
+        fg_online_softmax<1, FG_NT, FG_DT>(s, row_max, row_sum, acc, p.scale_log2, 0.f);
+        u32 pf[FG_KW / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < FG_KW / 16; kk++) fg_pack_a(s[0][2 * kk], s[0][2 * kk + 1], pf[kk]);
+#pragma unroll
+        for (int kk = 0; kk < FG_KW / 16; kk++) {
+#pragma unroll
+            for (int d2 = 0; d2 < FG_DT / 2; d2++) {
+                u32 vf[4];
+                fg_ldmatrix_x4_trans(vf, fg_frag_addr<FG_BLOCK_N>(sv_j, qv_off, key_w + kk * 16, d2));
+                fg_mma_16816(acc[0][2 * d2], pf[kk], vf[0], vf[1]);
+                fg_mma_16816(acc[0][2 * d2 + 1], pf[kk], vf[2], vf[3]);
+            }
+        }
+    };
+    int j = j_begin;
+    for (; j < min(j_end, n_unmasked); j++) block_step(j, fg_bool<false>{});
+    for (; j < j_end; j++) block_step(j, fg_bool<true>{});
+
+    // Epilogue: the warps of a row tile merge their states through shared memory (over the K/V buffers,
+    // free once every cp.async has landed): per row the warps' max and sum, then each warp's O scaled to
+    // the common max and divided by the common sum, then their sum, stored 4 columns a thread.
+    fg_cp_async_wait<0>();
+    __syncthreads();
+    float *stage_o = (float *)(fg_smem + FG_Q_BYTES);                      // [WARPS_N][BLOCK_M][O_ROW]
+    float *st_max = stage_o + FG_WARPS_N * FG_BLOCK_M * FG_O_ROW;          // [WARPS_N][BLOCK_M]
+    float *st_sum = st_max + FG_WARPS_N * FG_BLOCK_M;                      // [WARPS_N][BLOCK_M]
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float l = fg_quad_sum(row_sum[0][h]);
+        if (t == 0) {
+            const int r = wm * 16 + g + h * 8;
+            st_max[wn * FG_BLOCK_M + r] = row_max[0][h];
+            st_sum[wn * FG_BLOCK_M + r] = l;
+        }
+    }
+    __syncthreads();
+    // The row's common max M and sum L over the warps of its tile; a warp's factor exp2((m_w - M) c).
+    auto row_stats = [&](int r, float &M, float &L) {
+        M = FG_NEG_INF;
+#pragma unroll
+        for (int w = 0; w < FG_WARPS_N; w++) M = fmaxf(M, st_max[w * FG_BLOCK_M + r]);
+        L = 0.f;
+#pragma unroll
+        for (int w = 0; w < FG_WARPS_N; w++) {
+            const float mw = st_max[w * FG_BLOCK_M + r];
+            L += mw == FG_NEG_INF ? 0.f : st_sum[w * FG_BLOCK_M + r] * fg_exp2((mw - M) * p.scale_log2);
+        }
+    };
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = wm * 16 + g + h * 8;
+        float M, L;
+        row_stats(r, M, L);
+        const float mw = row_max[0][h];
+        const float f = (mw == FG_NEG_INF || !(L > 0.f)) ? 0.f : fg_exp2((mw - M) * p.scale_log2) / L;
+        float *dst = stage_o + (wn * FG_BLOCK_M + r) * FG_O_ROW + 2 * t;
+#pragma unroll
+        for (int dt = 0; dt < FG_DT; dt++)
+            *(float2 *)(dst + dt * 8) = make_float2(acc[0][dt][2 * h] * f, acc[0][dt][2 * h + 1] * f);
+    }
+    __syncthreads();
+    const bool partial = p.num_splits > 1;
+    constexpr int C4 = FG_HEAD_DIM_PADDED / 4;
+    for (int i = tid; i < FG_BLOCK_M * C4; i += FG_THREADS) {
+        const int r = i / C4, c = (i % C4) * 4;
+        const int idx = m0 + r;
+        if (idx >= rows) continue;
+        const int tok = idx / grp, h = kvh * grp + (idx - tok * grp);
+        if (c == 0 && (p.lse || partial)) {
+            float M, L;
+            row_stats(r, M, L);
+            const float lse = fg_row_lse(L, M, p.softmax_scale, 0.f);
+            if (partial)
+                p.lse_part[(i64)split * p.part_tokens * p.heads_q + ((i64)b * (p.cu_seqlens_q ? 0 : p.seqlen_q) + seq.q0 + tok) * p.heads_q + h] = lse;
+            else
+                p.lse[(i64)b * p.lse_stride[0] + (i64)h * p.lse_stride[1] + (i64)(seq.q0 + tok) * p.lse_stride[2]] = lse;
+        }
+        if (c >= FG_HEAD_DIM) continue;
+        float4 o = *(const float4 *)(stage_o + r * FG_O_ROW + c);
+#pragma unroll
+        for (int w = 1; w < FG_WARPS_N; w++) {
+            const float4 x = *(const float4 *)(stage_o + (w * FG_BLOCK_M + r) * FG_O_ROW + c);
+            o.x += x.x, o.y += x.y, o.z += x.z, o.w += x.w;
+        }
+        if (partial) {
+            float *dst = p.o_part + ((i64)split * p.part_tokens * p.heads_q +
+                                     ((i64)b * (p.cu_seqlens_q ? 0 : p.seqlen_q) + seq.q0 + tok) * p.heads_q + h) * p.head_dim + c;
+            *(float4 *)dst = o;
+        } else {
+            u16 *dst = (u16 *)p.o + (i64)b * p.o_stride[0] + (i64)(seq.q0 + tok) * p.o_stride[1] + (i64)h * p.o_stride[2] + c;
+            const u32 lo = fg_pack2(o.x, o.y), hi = fg_pack2(o.z, o.w);
+            asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(dst), "r"(lo), "r"(hi) : "memory");
+        }
+    }
+}
+
+#endif // FG_FORWARD_SERVING_CUH
