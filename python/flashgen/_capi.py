@@ -54,7 +54,7 @@ FG_LOG_INFO = 3
 FG_LOG_DEBUG = 4
 
 # FG_VERSION_STRING of the header this binding mirrors (the C library exports no version function).
-VERSION_STRING = "0.3.0"
+VERSION_STRING = "0.4.0"
 
 # ---------------------------------------------------------------- structures
 
@@ -101,6 +101,46 @@ class FgBwdArgs(ctypes.Structure):
         ("deterministic", ctypes.c_int),
         ("workspace", ctypes.c_void_p),
         ("workspace_size", ctypes.c_size_t),
+    ]
+
+
+class FgVarlenArgs(ctypes.Structure):
+    """fg_varlen_args: one serving call (packed tokens, dense or paged KV caches, decode)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),   # sizeof: set by fg_varlen_args_init
+        ("q", FgTensor),                    # [total_q, heads_q, d] with cu_seqlens_q, or [batch, seqlen_q, heads_q, d]
+        ("k", FgTensor),                    # [total_k, heads_kv, d], [batch, seqlen_k, heads_kv, d] or pages
+        ("v", FgTensor),
+        ("o", FgTensor),
+        ("lse", FgTensor),                  # [heads_q, total_q] or [batch, heads_q, seqlen_q]; data NULL: none
+        ("cu_seqlens_q", ctypes.c_void_p),  # int32 device pointers, or NULL
+        ("cu_seqlens_k", ctypes.c_void_p),
+        ("seqused_k", ctypes.c_void_p),
+        ("block_table", ctypes.c_void_p),
+        ("block_table_stride", ctypes.c_int64),
+        ("max_pages", ctypes.c_int),
+        ("batch", ctypes.c_int),
+        ("max_seqlen_q", ctypes.c_int),
+        ("max_seqlen_k", ctypes.c_int),
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int),
+        ("num_splits", ctypes.c_int),
+        ("split_size", ctypes.c_int),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_size", ctypes.c_size_t),
+    ]
+
+
+class FgMergeArgs(ctypes.Structure):
+    """fg_merge_args: the merge of attention states."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("o_states", FgTensor),    # [states, tokens, heads, head_dim]
+        ("lse_states", FgTensor),  # [states, tokens, heads] fp32
+        ("o", FgTensor),           # [tokens, heads, head_dim], written
+        ("lse", FgTensor),         # [tokens, heads] fp32, optional
     ]
 
 
@@ -211,6 +251,13 @@ def _declare(lib):
         "fg_bundle_load_memory": (c_int, [vp, vp, c_size_t]),
         "fg_last_error": (c_char_p, [vp]),
         "fg_status_string": (c_char_p, [c_int]),
+        "fg_varlen_args_init": (None, [ctypes.POINTER(FgVarlenArgs)]),
+        "fg_attention_fwd_varlen": (c_int, [vp, ctypes.POINTER(FgVarlenArgs), vp]),
+        "fg_attention_fwd_varlen_workspace_size": (c_int, [vp, ctypes.POINTER(FgVarlenArgs), ctypes.POINTER(c_size_t)]),
+        "fg_explain_varlen": (c_int, [vp, ctypes.POINTER(FgVarlenArgs), ctypes.c_char_p, c_size_t]),
+        "fg_merge_args_init": (None, [ctypes.POINTER(FgMergeArgs)]),
+        "fg_merge_states": (c_int, [vp, ctypes.POINTER(FgMergeArgs), vp]),
+        "fg_context_set_option": (c_int, [vp, c_int, ctypes.c_int64]),
     }
     for name, (restype, argtypes) in protos.items():
         fn = getattr(lib, name)  # AttributeError here means a library from another flashgen: reported by the caller

@@ -1,0 +1,174 @@
+"""The serving calls of the binding: packed variable-length batches, KV caches (dense or paged), decode, and
+the merge of attention states. Shapes follow FlashAttention's flash_attn_varlen_func and
+flash_attn_with_kvcache; the library checks every rule and its sentences come back as FlashgenError."""
+
+import ctypes
+import sys
+
+from . import _capi, _tensors
+
+FG_OPTION_CHECK_INPUTS = 1
+
+
+def _pkg():
+    """The flashgen package (its context, stream and error helpers), imported after this module."""
+    return sys.modules[__package__]
+
+
+def _int_ptr(x, name):
+    """The device address of an int32 CUDA tensor (None: NULL). The library reads it on the device."""
+    if x is None:
+        return None
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(x, torch.Tensor):
+        raise TypeError("%s must be an int32 torch tensor on the GPU" % name)
+    if x.dtype != torch.int32 or x.device.type != "cuda":
+        raise TypeError("%s must be an int32 CUDA tensor (got %s on %s)" % (name, x.dtype, x.device))
+    if x.dim() == 1 and x.numel() > 1 and x.stride(0) != 1:
+        raise TypeError("%s must be contiguous" % name)
+    return x.data_ptr()
+
+
+def _varlen_args(pkg, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
+                 max_seqlen_k, causal, softmax_scale, num_splits, split_size, dl_stream):
+    """The FgVarlenArgs of a call and the objects that must outlive it."""
+    a = _capi.FgVarlenArgs()
+    _capi.lib().fg_varlen_args_init(ctypes.byref(a))
+    views = [_tensors.view(x, n, dl_stream) for x, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"))]
+    a.q, a.k, a.v, a.o = (x.struct() for x in views)
+    if lse is not None:
+        a.lse = _tensors.view(lse, "lse", dl_stream).struct()
+    a.cu_seqlens_q = _int_ptr(cu_seqlens_q, "cu_seqlens_q")
+    a.cu_seqlens_k = _int_ptr(cu_seqlens_k, "cu_seqlens_k")
+    a.seqused_k = _int_ptr(seqused_k, "cache_seqlens")
+    if block_table is not None:
+        if block_table.dim() != 2 or (block_table.shape[1] > 1 and block_table.stride(1) != 1):
+            raise TypeError("block_table must be [batch, max_pages] with its last dim contiguous")
+        a.block_table = _int_ptr(block_table, "block_table")
+        a.block_table_stride = block_table.stride(0)
+        a.max_pages = block_table.shape[1]
+    a.batch = (cu_seqlens_q.shape[0] - 1) if cu_seqlens_q is not None else 0
+    a.max_seqlen_q = int(max_seqlen_q or 0)
+    a.max_seqlen_k = int(max_seqlen_k or 0)
+    a.softmax_scale = 0.0 if softmax_scale is None else float(softmax_scale)
+    a.causal = int(bool(causal))
+    a.num_splits = int(num_splits)
+    a.split_size = int(split_size)
+    return a, views
+
+
+def _run(pkg, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k, causal,
+         softmax_scale, return_lse, out, lse, stream, num_splits, split_size):
+    torch = pkg._torch()
+    handle = pkg._stream_handle(stream, q)
+    dl_stream = handle or None
+    if out is None:
+        out = torch.empty_like(q)
+    packed = q.dim() == 3
+    if return_lse and lse is None:
+        shape = (q.shape[1], q.shape[0]) if packed else (q.shape[0], q.shape[2], q.shape[1])
+        lse = torch.empty(shape, dtype=torch.float32, device=q.device)
+    a, views = _varlen_args(pkg, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
+                            max_seqlen_k, causal, softmax_scale, num_splits, split_size, dl_stream)
+    ctx = pkg._context(pkg._device_for([("q", views[0]), ("k", views[1]), ("v", views[2]), ("out", views[3])], True,
+                                       pkg._default_device()))
+    lib = _capi.lib()
+    size = ctypes.c_size_t(0)
+    pkg._call(ctx, lib.fg_attention_fwd_varlen_workspace_size, ctypes.byref(a), ctypes.byref(size))
+    ws = None
+    if size.value:
+        with pkg._on_launch_stream(handle, q.device):
+            ws = torch.empty(size.value + 256, dtype=torch.uint8, device=q.device)
+        addr = (ws.data_ptr() + 255) // 256 * 256
+        a.workspace, a.workspace_size = addr, size.value
+    pkg._call(ctx, lib.fg_attention_fwd_varlen, ctypes.byref(a), handle)
+    if ws is not None and torch.cuda.current_stream(q.device).cuda_stream != handle:
+        ws.record_stream(torch.cuda.ExternalStream(handle, device=q.device))
+    return (out, lse) if return_lse else out
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
+                     softmax_scale=None, return_lse=False, out=None, lse=None, stream=None, seqused_k=None,
+                     num_splits=0, split_size=0):
+    """Attention over a batch of sequences of different lengths, packed (FlashAttention's
+    flash_attn_varlen_func): q [total_q, heads_q, head_dim], k and v [total_k, heads_kv, head_dim], sequence b's
+    queries rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 (int32 CUDA tensors of batch + 1 offsets), its keys
+    likewise. max_seqlen_q bounds every sequence's queries; max_seqlen_k (an upper bound, or 0) plans the
+    split of keys. causal is bottom-right aligned per sequence; seqused_k (int32 [batch]) shortens each
+    sequence's keys. A row that sees no key gets O = 0, LSE = -inf. Returns out [total_q, heads_q, head_dim],
+    and with return_lse the fp32 LSE [heads_q, total_q]. num_splits (0: chosen) and split_size (keys a split
+    takes, fixed: batch-invariant results) control the split of keys over CTAs; the workspace it needs is
+    allocated on the launch stream."""
+    return _run(_pkg(), q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, None, max_seqlen_q, max_seqlen_k, causal,
+                softmax_scale, return_lse, out, lse, stream, num_splits, split_size)
+
+
+def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=None, causal=False,
+                           softmax_scale=None, return_lse=False, out=None, lse=None, stream=None, cu_seqlens_q=None,
+                           max_seqlen_q=None, max_seqlen_k=None, num_splits=0, split_size=0):
+    """Attention of new queries over a KV cache (FlashAttention's flash_attn_with_kvcache), for decode
+    and for prefill against a cache. q [batch, seqlen_q, heads_q, head_dim] (or packed [total_q, heads_q,
+    head_dim] with cu_seqlens_q and max_seqlen_q); k_cache, v_cache [batch, capacity, heads_kv, head_dim], or
+    paged [num_pages, page_size, heads_kv, head_dim] with block_table (int32 [batch, max_pages]: sequence b's
+    pages in order; any page size, pages in any order). cache_seqlens (int32 [batch], required when paged): the
+    keys in use. Query heads of one KV head are packed into one tile's rows, and keys are split over CTAs
+    when the batch does not fill the GPU (num_splits 0: chosen; split_size: fixed boundaries). Returns out
+    like q, and with return_lse the fp32 LSE ([batch, heads_q, seqlen_q], or [heads_q, total_q] packed)."""
+    pkg = _pkg()
+    if block_table is not None and cache_seqlens is None:
+        raise TypeError("a paged cache (block_table) needs cache_seqlens")
+    if q.dim() == 3 and max_seqlen_q is None:
+        raise TypeError("packed queries (3-d q with cu_seqlens_q) need max_seqlen_q")
+    return _run(pkg, q, k_cache, v_cache, cu_seqlens_q, None, cache_seqlens, block_table, max_seqlen_q, max_seqlen_k,
+                causal, softmax_scale, return_lse, out, lse, stream, num_splits, split_size)
+
+
+def explain_varlen(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, block_table=None,
+                   max_seqlen_q=None, max_seqlen_k=None, causal=False, num_splits=0, split_size=0):
+    """Which kernel attention_varlen / attention_with_kvcache would run for these arguments and why (variant,
+    packing, splits, workspace, where its code comes from), as text."""
+    pkg = _pkg()
+    torch = pkg._torch()
+    out = torch.empty_like(q)
+    a, views = _varlen_args(pkg, q, k, v, out, None, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
+                            max_seqlen_k, causal, None, num_splits, split_size, None)
+    a.workspace = 256  # explain the plan of a call that gives a workspace
+    ctx = pkg._context(pkg._device_for([("q", views[0])], False, pkg._default_device()))
+    buf = ctypes.create_string_buffer(4096)
+    pkg._call(ctx, _capi.lib().fg_explain_varlen, ctypes.byref(a), buf, len(buf))
+    return buf.value.decode()
+
+
+def merge_states(o_states, lse_states, out=None, lse=None, return_lse=True, stream=None):
+    """Merges attention states computed over disjoint key sets, exactly: o_states [states, tokens, heads,
+    head_dim] (fp32, fp16 or bf16), lse_states [states, tokens, heads] fp32 (natural log). O = sum_s w_s O_s /
+    sum_s w_s with w_s = exp(LSE_s - max LSE), LSE = max + ln(sum w_s); states with LSE = -inf take no part.
+    Returns out [tokens, heads, head_dim] (o_states' dtype unless out= is given) and the merged LSE
+    [tokens, heads]."""
+    pkg = _pkg()
+    torch = pkg._torch()
+    handle = pkg._stream_handle(stream, o_states)
+    dl_stream = handle or None
+    if out is None:
+        out = torch.empty(o_states.shape[1:], dtype=o_states.dtype, device=o_states.device)
+    if return_lse and lse is None:
+        lse = torch.empty(o_states.shape[1:3], dtype=torch.float32, device=o_states.device)
+    a = _capi.FgMergeArgs()
+    _capi.lib().fg_merge_args_init(ctypes.byref(a))
+    vs = _tensors.view(o_states, "o_states", dl_stream)
+    a.o_states = vs.struct()
+    a.lse_states = _tensors.view(lse_states, "lse_states", dl_stream).struct()
+    a.o = _tensors.view(out, "out", dl_stream).struct()
+    if lse is not None:
+        a.lse = _tensors.view(lse, "lse", dl_stream).struct()
+    ctx = pkg._context(pkg._device_for([("o_states", vs)], True, pkg._default_device()))
+    pkg._call(ctx, _capi.lib().fg_merge_states, ctypes.byref(a), handle)
+    return (out, lse) if return_lse else out
+
+
+def set_check_inputs(on, device=None):
+    """FG_OPTION_CHECK_INPUTS on the device's context: serving calls read their cu_seqlens, cache_seqlens and
+    block_table back (a synchronization) and raise FlashgenError naming the first bad entry."""
+    pkg = _pkg()
+    ctx = pkg._context(pkg._default_device() if device is None else device)
+    pkg._call(ctx, _capi.lib().fg_context_set_option, FG_OPTION_CHECK_INPUTS, int(bool(on)))

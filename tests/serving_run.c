@@ -1,0 +1,301 @@
+/* serving_run.c: one serving call set up, run and judged (serving_run.h). */
+#include <stdlib.h>
+#include <string.h>
+#include "reference/reference.h"
+#include "runtime/runtime.h"
+#include "tests/serving_run.h"
+
+CUdeviceptr upload_ints(gpu_env *env, const int32_t *v, size_t n) {
+    CUdeviceptr d = 0;
+    CK(env->cu->cuMemAlloc(&d, n * 4 > 256 ? n * 4 : 256));
+    if (n > 0) CK(env->cu->cuMemcpyHtoD(d, v, n * 4));
+    return d;
+}
+
+/* The 4-d view [1, rows, heads, d] of a packed 3-d tensor (a 4-d one as it is), for the reference's fills
+ * and checks, which take [batch, seqlen, heads, head_dim]. */
+static fg_tensor view4(const fg_tensor *t) {
+    if (t->ndim == 4) return *t;
+    fg_tensor v = *t;
+    v.ndim = 4;
+    for (int i = 2; i >= 0; i--) v.shape[i + 1] = t->shape[i], v.stride[i + 1] = t->stride[i];
+    v.shape[0] = 1;
+    v.stride[0] = t->shape[0] * t->stride[0];
+    return v;
+}
+
+/* Rows [row0, row0 + n) of batch b of a 4-d host view, as a view of one sequence. */
+static fg_tensor rows_of(const fg_tensor *t4, int64_t b, int64_t row0, int64_t n, size_t esize) {
+    fg_tensor v = *t4;
+    v.data = (char *)t4->data + (size_t)(b * t4->stride[0] + row0 * t4->stride[1]) * esize;
+    v.shape[0] = 1;
+    v.shape[1] = n;
+    return v;
+}
+
+static void nan_row(dbuf *b, int64_t i0, int64_t i1, int64_t heads, int64_t d) {
+    for (int64_t h = 0; h < heads; h++)
+        memset(b->img + (size_t)(i0 * b->view.stride[0] + i1 * b->view.stride[1] + h * b->view.stride[2]) * b->esize,
+               0xFF, (size_t)d * b->esize);
+}
+
+static void fill(dbuf *b, uint64_t seed) {
+    memset(b->img, 0xFF, (size_t)b->span * b->esize); /* padding NaN */
+    fg_tensor h = view4(&b->host);
+    fg_error e;
+    fg_error_clear(&e);
+    cr_assert_eq(ref_fill_normal(&h, seed, &e), FG_OK, "%s", e.msg);
+}
+
+static void upload(gpu_env *env, dbuf *b) {
+    if (b->span > 0) CK(env->cu->cuMemcpyHtoD(b->dptr, b->img, (size_t)b->span * b->esize));
+}
+
+void serve_setup(gpu_env *env, serve_run *r, const serve_case *c) {
+    memset(r, 0, sizeof *r);
+    r->c = *c;
+    cr_assert(c->batch >= 0 && c->batch <= 1024, "batch %d out of the harness's range", c->batch);
+    int maxq = 0, maxk = 0;
+    r->cu_q[0] = r->cu_k[0] = 0;
+    for (int b = 0; b < c->batch; b++) {
+        r->lq[b] = c->lq[b], r->lk[b] = c->lk[b];
+        r->cu_q[b + 1] = r->cu_q[b] + r->lq[b];
+        r->cu_k[b + 1] = r->cu_k[b] + r->lk[b];
+        maxq = r->lq[b] > maxq ? r->lq[b] : maxq;
+        maxk = r->lk[b] > maxk ? r->lk[b] : maxk;
+        if (c->q_dense) cr_assert_eq(r->lq[b], r->lq[0], "dense q needs equal query lengths");
+    }
+    r->total_q = r->cu_q[c->batch];
+    r->total_k = r->cu_k[c->batch];
+    r->seqlen_q = c->q_dense ? (c->batch ? r->lq[0] : 0) : maxq;
+    const uint64_t seed = c->seed ? c->seed : 0x5e7e;
+    int64_t st[4];
+    /* q and o */
+    int64_t qs4[4] = {c->batch, r->seqlen_q, c->hq, c->d}, qs3[3] = {r->total_q, c->hq, c->d};
+    const int qn = c->q_dense ? 4 : 3;
+    make_strides(qn, c->q_dense ? qs4 : qs3, c->strided, st);
+    dbuf_init(env, &r->q, c->dt, qn, c->q_dense ? qs4 : qs3, st, 0, 0);
+    dbuf_init(env, &r->o, c->dt, qn, c->q_dense ? qs4 : qs3, st, GUARD, 0);
+    fill(&r->q, seed + 1);
+    upload(env, &r->q);
+    /* k and v */
+    int64_t ks[4];
+    int kn = 4;
+    const int cap = c->cap_k ? c->cap_k : maxk;
+    if (c->k_mode == SERVE_K_PACKED) kn = 3, ks[0] = r->total_k, ks[1] = c->hkv, ks[2] = c->d;
+    else if (c->k_mode == SERVE_K_DENSE) ks[0] = c->batch, ks[1] = cap, ks[2] = c->hkv, ks[3] = c->d;
+    else {
+        cr_assert(c->page_size > 0, "paged case without a page size");
+        int used = 0;
+        for (int b = 0; b < c->batch; b++) {
+            const int pg = (r->lk[b] + c->page_size - 1) / c->page_size;
+            used += pg;
+            r->max_pages = pg > r->max_pages ? pg : r->max_pages;
+        }
+        r->max_pages += 1;        /* a column no sequence reaches: garbage indices */
+        r->num_pages = used + 3;  /* pages no sequence uses: NaN */
+        ks[0] = r->num_pages, ks[1] = c->page_size, ks[2] = c->hkv, ks[3] = c->d;
+    }
+    make_strides(kn, ks, c->strided, st);
+    dbuf_init(env, &r->k, c->dt, kn, ks, st, 0, 0);
+    dbuf_init(env, &r->v, c->dt, kn, ks, st, 0, 0);
+    fill(&r->k, seed + 2);
+    fill(&r->v, seed + 3);
+    if (c->k_mode == SERVE_K_DENSE) /* slots past each sequence's keys: NaN */
+        for (int b = 0; b < c->batch; b++)
+            for (int j = r->lk[b]; j < cap; j++) nan_row(&r->k, b, j, c->hkv, c->d), nan_row(&r->v, b, j, c->hkv, c->d);
+    if (c->k_mode == SERVE_K_PAGED) {
+        /* pages in a shuffled order; every slot NaN first, then each sequence's keys' slots filled again */
+        int *perm = malloc((size_t)r->num_pages * sizeof *perm);
+        r->table = malloc((size_t)(c->batch ? c->batch : 1) * (size_t)r->max_pages * sizeof *r->table);
+        cr_assert(perm && r->table);
+        for (int i = 0; i < r->num_pages; i++) perm[i] = i;
+        uint64_t x = seed * 2654435761u + 1;
+        for (int i = r->num_pages - 1; i > 0; i--) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            const int j = (int)((x >> 33) % (uint64_t)(i + 1)), t = perm[i];
+            perm[i] = perm[j], perm[j] = t;
+        }
+        unsigned char *ik = malloc((size_t)r->k.span * r->k.esize), *iv = malloc((size_t)r->v.span * r->v.esize);
+        cr_assert(ik && iv);
+        memcpy(ik, r->k.img, (size_t)r->k.span * r->k.esize);
+        memcpy(iv, r->v.img, (size_t)r->v.span * r->v.esize);
+        memset(r->k.img, 0xFF, (size_t)r->k.span * r->k.esize);
+        memset(r->v.img, 0xFF, (size_t)r->v.span * r->v.esize);
+        int next = 0;
+        for (int b = 0; b < c->batch; b++)
+            for (int s = 0; s < r->max_pages; s++) {
+                const int pages = (r->lk[b] + c->page_size - 1) / c->page_size;
+                int32_t *slot = &r->table[(size_t)b * r->max_pages + s];
+                if (s >= pages) {
+                    *slot = s % 2 ? -7 : 0x7ffffff0; /* never read */
+                    continue;
+                }
+                *slot = perm[next++];
+                for (int j = 0; j < c->page_size && s * c->page_size + j < r->lk[b]; j++)
+                    for (int h = 0; h < c->hkv; h++) {
+                        const size_t off = (size_t)(*slot * r->k.view.stride[0] + j * r->k.view.stride[1] +
+                                                    h * r->k.view.stride[2]) * r->k.esize;
+                        memcpy(r->k.img + off, ik + off, (size_t)c->d * r->k.esize);
+                        memcpy(r->v.img + off, iv + off, (size_t)c->d * r->v.esize);
+                    }
+            }
+        free(ik), free(iv), free(perm);
+        r->d_table = upload_ints(env, r->table, (size_t)c->batch * r->max_pages);
+    }
+    upload(env, &r->k);
+    upload(env, &r->v);
+    /* lse */
+    if (!c->no_lse) {
+        int64_t l3[3] = {c->batch, c->hq, r->seqlen_q}, l2[2] = {c->hq, r->total_q};
+        dbuf_init(env, &r->lse, FG_DTYPE_F32, c->q_dense ? 3 : 2, c->q_dense ? l3 : l2, NULL, GUARD, 0);
+    }
+    /* lengths */
+    if (!c->q_dense) r->d_cu_q = upload_ints(env, r->cu_q, (size_t)c->batch + 1);
+    if (c->k_mode == SERVE_K_PACKED) r->d_cu_k = upload_ints(env, r->cu_k, (size_t)c->batch + 1);
+    else r->d_used = upload_ints(env, r->lk, (size_t)c->batch);
+    /* arguments */
+    fg_varlen_args *a = &r->args;
+    fg_varlen_args_init(a);
+    a->q = r->q.view, a->k = r->k.view, a->v = r->v.view, a->o = r->o.view;
+    if (!c->no_lse) a->lse = r->lse.view;
+    a->cu_seqlens_q = (const int32_t *)(uintptr_t)r->d_cu_q;
+    a->cu_seqlens_k = (const int32_t *)(uintptr_t)r->d_cu_k;
+    a->seqused_k = (const int32_t *)(uintptr_t)r->d_used;
+    a->block_table = (const int32_t *)(uintptr_t)r->d_table;
+    a->max_pages = r->max_pages;
+    a->batch = c->q_dense ? 0 : c->batch;
+    a->max_seqlen_q = r->seqlen_q;
+    a->max_seqlen_k = maxk;
+    a->causal = c->causal;
+    a->num_splits = c->num_splits;
+    a->split_size = c->split_size;
+    size_t ws = 0;
+    cr_assert_eq(fg_attention_fwd_varlen_workspace_size(env->ctx, a, &ws), FG_OK, "%s", fg_last_error(env->ctx));
+    if (c->num_splits > 1 || c->split_size > 0) { /* a forced split must plan a workspace */
+        const int64_t nb_max = (maxk + 15) / 16;
+        cr_assert(ws > 0 || nb_max <= 1 || c->num_splits <= 1, "a %d-split call asks for no workspace", c->num_splits);
+    }
+    r->ws_size = ws;
+    CK(env->cu->cuMemAlloc(&r->ws, ws > 256 ? ws : 256));
+    CK(env->cu->cuMemsetD8(r->ws, 0xFF, ws > 256 ? ws : 256)); /* NaN: a partial never written shows */
+    a->workspace = (void *)(uintptr_t)r->ws;
+    a->workspace_size = ws;
+}
+
+void serve_launch(gpu_env *env, serve_run *r) {
+    dbuf_poison(env, &r->o);
+    if (!r->c.no_lse) dbuf_poison(env, &r->lse);
+    fg_status st;
+    if (r->c.tiles[0]) {
+        fg_spec s;
+        memset(&s, 0, sizeof s);
+        s.kind = FG_KIND_SERVE;
+        s.arch = gpu_cc(env);
+        s.dtype = s.out_dtype = r->c.dt;
+        s.head_dim = r->c.d;
+        s.causal = r->c.causal;
+        s.block_m = r->c.tiles[0], s.block_n = r->c.tiles[1], s.warps = r->c.tiles[2], s.stages = r->c.tiles[3];
+        fg_error e;
+        fg_error_clear(&e);
+        st = rt_varlen_with_spec(env->ctx, &s, &r->args, env->stream, &e);
+        cr_assert_eq(st, FG_OK, "rt_varlen_with_spec: %s", e.msg);
+    } else {
+        st = fg_attention_fwd_varlen(env->ctx, &r->args, env->stream);
+        cr_assert_eq(st, FG_OK, "fg_attention_fwd_varlen: %s", fg_last_error(env->ctx));
+    }
+    CK(env->cu->cuStreamSynchronize(env->stream));
+    dbuf_download(env, &r->o);
+    if (!r->c.no_lse) dbuf_download(env, &r->lse);
+}
+
+/* Sequence b's keys (or values) as a contiguous [1, lk, hkv, d] host tensor gathered from the pages. */
+static fg_tensor gather_pages(const serve_run *r, const dbuf *kv, int b) {
+    const serve_case *c = &r->c;
+    fg_tensor t = {0};
+    t.dtype = c->dt;
+    t.ndim = 4;
+    t.shape[0] = 1, t.shape[1] = r->lk[b], t.shape[2] = c->hkv, t.shape[3] = c->d;
+    make_strides(4, t.shape, 0, t.stride);
+    t.data = malloc((size_t)r->lk[b] * c->hkv * c->d * 2 + 2);
+    cr_assert(t.data);
+    for (int j = 0; j < r->lk[b]; j++) {
+        const int page = r->table[(size_t)b * r->max_pages + j / c->page_size];
+        for (int h = 0; h < c->hkv; h++)
+            memcpy((char *)t.data + (size_t)(j * t.stride[1] + h * t.stride[2]) * 2,
+                   kv->img + (size_t)(page * kv->view.stride[0] + (j % c->page_size) * kv->view.stride[1] +
+                                      h * kv->view.stride[2]) * kv->esize,
+                   (size_t)c->d * 2);
+    }
+    return t;
+}
+
+void serve_verify(serve_run *r) {
+    const serve_case *c = &r->c;
+    check_guard(&r->o, "o");
+    if (c->strided) check_outside_view(&r->o, "o");
+    if (!c->no_lse) check_guard(&r->lse, "lse");
+    const fg_tensor q4 = view4(&r->q.host), o4 = view4(&r->o.host);
+    const fg_tensor k4 = view4(&r->k.host), v4 = view4(&r->v.host);
+    for (int b = 0; b < c->batch; b++) {
+        if (r->lq[b] == 0) continue;
+        const int64_t qb = c->q_dense ? b : 0, q0 = c->q_dense ? 0 : r->cu_q[b];
+        ref_problem p;
+        memset(&p, 0, sizeof p);
+        p.q = rows_of(&q4, qb, q0, r->lq[b], 2);
+        const fg_tensor out = rows_of(&o4, qb, q0, r->lq[b], 2);
+        if (c->k_mode == SERVE_K_PAGED) {
+            p.k = gather_pages(r, &r->k, b);
+            p.v = gather_pages(r, &r->v, b);
+        } else {
+            const int64_t kb = c->k_mode == SERVE_K_DENSE ? b : 0, k0 = c->k_mode == SERVE_K_DENSE ? 0 : r->cu_k[b];
+            p.k = rows_of(&k4, kb, k0, r->lk[b], 2);
+            p.v = rows_of(&v4, kb, k0, r->lk[b], 2);
+        }
+        p.causal = c->causal;
+        fg_tensor lse = {0};
+        if (!c->no_lse) {
+            lse.dtype = FG_DTYPE_F32;
+            lse.ndim = 3;
+            lse.shape[0] = 1, lse.shape[1] = c->hq, lse.shape[2] = r->lq[b];
+            if (c->q_dense) {
+                memcpy(lse.stride, r->lse.host.stride, sizeof lse.stride);
+                lse.data = (float *)r->lse.img + b * r->lse.host.stride[0];
+            } else {
+                lse.stride[0] = 0, lse.stride[1] = r->lse.host.stride[0], lse.stride[2] = r->lse.host.stride[1];
+                lse.data = (float *)r->lse.img + r->cu_q[b] * r->lse.host.stride[1];
+            }
+        }
+        ref_report rep;
+        fg_error e;
+        fg_error_clear(&e);
+        const fg_status st = ref_check_fwd(&p, &out, c->no_lse ? NULL : &lse, &rep, &e);
+        if (c->k_mode == SERVE_K_PAGED) free(p.k.data), free(p.v.data);
+        cr_assert_eq(st, FG_OK, "reference: %s", e.msg);
+        char msg[1024];
+        cr_assert(rep.pass, "sequence %d (lq %d, lk %d): %s", b, r->lq[b], r->lk[b], ref_report_format(&rep, msg, sizeof msg));
+    }
+}
+
+void serve_free(gpu_env *env, serve_run *r) {
+    dbuf *bufs[5] = {&r->q, &r->k, &r->v, &r->o, &r->lse};
+    for (int i = 0; i < 5; i++) dbuf_free(env, bufs[i]);
+    CUdeviceptr d[5] = {r->d_cu_q, r->d_cu_k, r->d_used, r->d_table, r->ws};
+    for (int i = 0; i < 5; i++)
+        if (d[i]) env->cu->cuMemFree(d[i]);
+    free(r->table);
+    memset(r, 0, sizeof *r);
+}
+
+void serve_case_run(const serve_case *c) {
+    gpu_env env;
+    gpu_open(&env);
+    serve_run *r = calloc(1, sizeof *r);
+    cr_assert(r);
+    serve_setup(&env, r, c);
+    serve_launch(&env, r);
+    serve_verify(r);
+    serve_free(&env, r);
+    free(r);
+    gpu_close(&env);
+}

@@ -1,0 +1,61 @@
+/* serving_run.h: one serving call (fg_attention_fwd_varlen) set up, run and judged sequence by sequence
+ * against the CPU reference (serving_run.c), for test_gpu_serving.
+ *
+ * Inputs are filled with N(0, 1); everything a correct kernel must not read holds NaN: the padding of
+ * strided views, the slots of a dense cache past seqused_k, the pages no sequence uses and the slots past a
+ * sequence's keys in its last page, the table entries past a sequence's pages (garbage indices). Outputs
+ * are NaN-poisoned with guard bands, and the workspace starts full of NaN. Each sequence's rows of O and
+ * LSE are judged by ref_check_fwd on a host view of that sequence alone (the tolerance rule of
+ * reference/reference.h), so a row written for the wrong sequence, head or key range fails. */
+#ifndef FG_TESTS_SERVING_RUN_H
+#define FG_TESTS_SERVING_RUN_H
+
+#include "tests/gpu_harness.h"
+
+enum { SERVE_K_PACKED = 0, SERVE_K_DENSE = 1, SERVE_K_PAGED = 2 };
+
+typedef struct serve_case {
+    fg_dtype dt;       /* F16 or BF16 */
+    int batch;
+    const int *lq;     /* queries of each sequence (batch entries) */
+    const int *lk;     /* keys of each sequence */
+    int hq, hkv, d;
+    int causal;
+    int q_dense;       /* 1: q is [batch, lq[0], hq, d] (every lq equal) instead of packed */
+    int k_mode;        /* SERVE_K_PACKED, SERVE_K_DENSE (a cache of cap_k keys a sequence, seqused_k) or SERVE_K_PAGED */
+    int cap_k;         /* dense caches: keys a sequence holds (>= every lk); 0: the longest lk */
+    int page_size;     /* paged */
+    int num_splits;    /* the call's num_splits (0: chosen) */
+    int split_size;    /* the call's split_size */
+    int tiles[4];      /* block_m, block_n, warps, stages of an explicit kind=serve variant, or all 0 */
+    int strided;       /* q, k, v, o as padded slices of larger buffers */
+    int no_lse;        /* do not request the LSE */
+    uint64_t seed;
+} serve_case;
+
+typedef struct serve_run {
+    serve_case c;
+    int lq[1024], lk[1024];   /* the case's lengths (batch <= 1024) */
+    int32_t cu_q[1025], cu_k[1025];
+    int32_t *table;           /* host copy of the block table [batch, max_pages] */
+    int max_pages, num_pages, total_q, total_k, seqlen_q;
+    dbuf q, k, v, o, lse;
+    CUdeviceptr d_cu_q, d_cu_k, d_used, d_table, ws;
+    size_t ws_size;
+    fg_varlen_args args;
+} serve_run;
+
+/* Builds the case's tensors, lengths and table (uploaded), and the arguments with a workspace of the size
+ * fg_attention_fwd_varlen_workspace_size gives. */
+void serve_setup(gpu_env *env, serve_run *r, const serve_case *c);
+/* Poisons the outputs, runs the call (or the explicit variant of c->tiles), waits, downloads O and LSE. */
+void serve_launch(gpu_env *env, serve_run *r);
+/* Guard bands and padding, then each sequence's rows against the reference. */
+void serve_verify(serve_run *r);
+void serve_free(gpu_env *env, serve_run *r);
+/* Open, set up, launch, verify, free, close. */
+void serve_case_run(const serve_case *c);
+/* Device memory holding n int32 values (uploaded). */
+CUdeviceptr upload_ints(gpu_env *env, const int32_t *v, size_t n);
+
+#endif
