@@ -98,3 +98,22 @@ variants {
     causal = {false, true},
     tma = true,
 }
+
+-- The serving forward (kind "serve": packed variable-length batches, dense and paged KV caches, decode; one
+-- mma.sync kernel family on every target, sm_90 on Hopper), fp16/bf16 at head_dim 64, 128 and 256. block_m
+-- picks its tile: 16 and 32 are the decode tiles (calls of at most 16 or 32 rows of query tokens times query
+-- heads a KV head), 64 the prefill tile; the rest comes from the tile policy. The other head dims compile at
+-- first use. 2 x 2 x 3 x 2 x 3 = 72 variants.
+variants {
+    kind = "serve",
+    arch = {"sm_80", "sm_90"},
+    dtype = {"fp16", "bf16"},
+    head_dim = {64, 128, 256},
+    causal = {false, true},
+    block_m = {16, 32, 64},
+}
+-- The merge of attention states (kind "merge", only an arch): split-KV's combine and fg_merge_states.
+variants {
+    kind = "merge",
+    arch = {"sm_80", "sm_90"},
+}

@@ -120,7 +120,10 @@ static void cfg_read_scalar(lua_State *L, int idx, const char *fn, const char *f
         if (type == CFG_KIND) {
             if (strcmp(s, "fwd") == 0) *out = FG_KIND_FWD;
             else if (strcmp(s, "bwd") == 0) *out = FG_KIND_BWD;
-            else lua_sandbox_raise(L, fn, "field 'kind' must name a kernel family (\"fwd\", \"bwd\"), got \"%.60s\"%s", s, at);
+            else if (strcmp(s, "serve") == 0) *out = FG_KIND_SERVE;
+            else if (strcmp(s, "merge") == 0) *out = FG_KIND_MERGE;
+            else lua_sandbox_raise(L, fn, "field 'kind' must name a kernel family (\"fwd\", \"bwd\", \"serve\", "
+                                   "\"merge\"), got \"%.60s\"%s", s, at);
         } else if (type == CFG_ARCH) {
             int arch = 0, accel = 0;
             if (spec_arch_parse(s, &arch, &accel, &e) != FG_OK)
@@ -198,6 +201,23 @@ static int cfg_call_line(lua_State *L) {
  * mma.sync kernel's TMA loads, which dispatch takes on sm_90 at head_dim 64 to 256 in 64s) default to false. The
  * product varies the last field fastest, in the order kind, arch, dtype, head_dim, causal, block_m,
  * block_n, warps, stages, out, deterministic, tma. */
+/* Room in b for `total` more variants (at most CFG_MAX_VARIANTS in all), or a Lua error. */
+static void cfg_reserve(lua_State *L, const char *fn, cfg_build *b, long long total) {
+    if (total > CFG_MAX_VARIANTS - b->count)
+        lua_sandbox_raise(L, fn, "this call lists %lld variants after %d earlier ones; a config may list at most %d",
+                  total, b->count, CFG_MAX_VARIANTS);
+    if (b->count + total > b->cap) {
+        long long want = b->cap ? b->cap : 64;
+        while (want < b->count + total)
+            want *= 2;
+        cfg_item *items = realloc(b->items, (size_t)want * sizeof *items);
+        if (items == NULL)
+            lua_sandbox_raise(L, fn, "out of host memory for %lld variants", (long long)(b->count + total));
+        b->items = items;
+        b->cap = (int)want;
+    }
+}
+
 static int cfg_variants(lua_State *L) {
     static const char fn[] = "variants";
     cfg_build *b = lua_touserdata(L, lua_upvalueindex(1));
@@ -214,6 +234,28 @@ static int cfg_variants(lua_State *L) {
         f[1] = b->arch_override;
     else if (f[1].n == 0)
         lua_sandbox_raise(L, fn, "field 'arch' is required (for example arch = {\"sm_80\", \"sm_90a\"})");
+    int merges = 0;
+    for (int i = 0; i < f[0].n; i++) merges += f[0].v[i] == FG_KIND_MERGE;
+    if (merges > 0) { /* the merge kernel: one an arch, named by kind and arch alone */
+        if (merges < f[0].n)
+            lua_sandbox_raise(L, fn, "kind \"merge\" is listed in a variants call of its own (it takes only arch)");
+        for (int i = 2; i < NF; i++)
+            if (f[i].n > 0)
+                lua_sandbox_raise(L, fn, "field '%s' is not a field of kind \"merge\", which takes only arch",
+                                  cfg_variant_fields[i]);
+        cfg_reserve(L, fn, b, f[1].n);
+        const int line = cfg_call_line(L);
+        for (int a = 0; a < f[1].n; a++) {
+            cfg_item *it = &b->items[b->count++];
+            memset(it, 0, sizeof *it);
+            it->spec.kind = FG_KIND_MERGE;
+            it->spec.arch = f[1].v[a] / 2;
+            it->spec.arch_accel = f[1].v[a] % 2;
+            it->line = line;
+            it->index = b->count - 1;
+        }
+        return 0;
+    }
     if (f[2].n == 0)
         lua_sandbox_raise(L, fn, "field 'dtype' is required (for example dtype = {\"fp16\", \"bf16\"})");
     if (f[3].n == 0)
@@ -233,19 +275,7 @@ static int cfg_variants(lua_State *L) {
     for (int i = 0; i < NF; i++) /* up to 128^10 > 2^63: saturate (such a call is refused just below) */
         if (__builtin_mul_overflow(total, (long long)f[i].n, &total))
             total = LLONG_MAX;
-    if (total > CFG_MAX_VARIANTS - b->count)
-        lua_sandbox_raise(L, fn, "this call lists %lld variants after %d earlier ones; a config may list at most %d",
-                  total, b->count, CFG_MAX_VARIANTS);
-    if (b->count + total > b->cap) {
-        long long want = b->cap ? b->cap : 64;
-        while (want < b->count + total)
-            want *= 2;
-        cfg_item *items = realloc(b->items, (size_t)want * sizeof *items);
-        if (items == NULL)
-            lua_sandbox_raise(L, fn, "out of host memory for %lld variants", (long long)(b->count + total));
-        b->items = items;
-        b->cap = (int)want;
-    }
+    cfg_reserve(L, fn, b, total);
     int line = cfg_call_line(L);
     for (long long k = 0; k < total; k++) {
         int idx[NF];

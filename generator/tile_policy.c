@@ -16,6 +16,7 @@
 #include <string.h>
 #include "generator/tile_policy.h"
 #include "generator/spec.h"
+#include "generator/validate.h" /* arch_smem_limit */
 
 /* arch range, head_dim range, causal, dtype, block_m, block_n, warps, stages, family */
 static const fg_tile_rule default_rules[] = {
@@ -86,8 +87,8 @@ static const fg_tile_rule default_rules[] = {
     {90, 90, 193, 256, -1, FG_DTYPE_E4M3, 128, 64, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     {90, 90, 193, 256, -1, FG_DTYPE_E5M2, 128, 64, 12, 2, FG_FAMILY_WGMMA, FG_KIND_FWD},
     /* The serving forward (forward_serving.cuh) for prefill: 64 rows on 4 warps, one m16 tile each, 64 keys a
-     * block (32 above head_dim 128, the register rule's limit beside O). Decode tiles (16 or 32 packed rows,
-     * the warps split over the keys) are the runtime's choice per call (runtime/serving.c serve_tiles). */
+     * block (32 above head_dim 128, the register rule's limit beside O). Decode tiles (block_m 16 or 32: the
+     * runtime sets it when a call packs at most 32 rows) are serve_decode_tiles's. */
     {80, 999, 8, 128, -1, -1, 64, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_SERVE},
     {80, 999, 129, 256, -1, -1, 64, 32, 4, 2, FG_FAMILY_MMA, FG_KIND_SERVE},
     /* The mma.sync backward (backward_mma.cuh; validate.c's bwd rules): block_n = 16 x warps keys, block_m 32,
@@ -187,9 +188,24 @@ const fg_tile_rule *tile_policy_lookup(const fg_tile_policy *p, const fg_spec *s
     return NULL;
 }
 
+/* The serving forward's decode tiles (block_m 16 or 32 packed rows): 4 warps split over the keys of 64-key
+ * blocks, in as many stages as the arch's shared memory holds, up to 4 (the bytes in flight that keep HBM
+ * busy from one CTA an SM). */
+static void serve_decode_tiles(fg_spec *s) {
+    if (!s->warps) s->warps = 4;
+    if (!s->block_n) s->block_n = 64;
+    if (!s->stages)
+        for (s->stages = 4; s->stages > 2 && spec_smem_bytes(s) > arch_smem_limit(s->arch); s->stages--) {
+        }
+}
+
 fg_status spec_fill_tiles(fg_spec *s, const fg_tile_policy *p, fg_error *err) {
     if (s->kind == FG_KIND_MERGE) return FG_OK; /* no tiles */
     if (s->block_m && s->block_n && s->warps && s->stages) return FG_OK;
+    if (s->kind == FG_KIND_SERVE && (s->block_m == 16 || s->block_m == 32)) {
+        serve_decode_tiles(s);
+        return FG_OK;
+    }
     const fg_tile_rule *r = tile_policy_lookup(p, s);
     if (!r) {
         char arch[16];

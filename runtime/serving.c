@@ -7,11 +7,10 @@
 #include <string.h>
 #include "runtime/dispatch.h"
 
-/* The tiles of a serving call. Decode-sized calls (at most 32 packed rows: query tokens x query heads a KV
- * head) take a tile of 16 or 32 rows with the 4 warps split over the keys, so a CTA's warps all work on
- * the one row tile while its K/V stream in (as many stages as fit shared memory, up to 4: the bytes in
- * flight that keep HBM busy with one CTA an SM). Longer calls take the tile policy's prefill tile (64 rows,
- * one warp a 16). */
+/* The tiles of a serving call: decode-sized calls (at most 32 packed rows: query tokens x query heads a KV
+ * head) take a tile of 16 or 32 rows with the warps split over the keys, so that all of a CTA's warps work on
+ * the one row tile while its K/V stream in; longer calls the tile policy's prefill tile (spec_fill_tiles has
+ * both). */
 static fg_status serve_tiles(const fg_context *ctx, const serving_call *c, fg_dtype dt, int causal, fg_spec *s,
                              fg_error *err) {
     memset(s, 0, sizeof *s);
@@ -22,13 +21,8 @@ static fg_status serve_tiles(const fg_context *ctx, const serving_call *c, fg_dt
     s->head_dim = c->head_dim;
     s->causal = causal;
     const int64_t rows = (int64_t)c->seqlen_q * c->group;
-    if (rows > 32) return spec_fill_tiles(s, &ctx->policy, err);
-    s->block_m = rows <= 16 ? 16 : 32;
-    s->warps = 4;
-    s->block_n = 64;
-    for (s->stages = 4; s->stages > 2 && spec_smem_bytes(s) > ctx->smem_optin; s->stages--) {
-    }
-    return FG_OK;
+    if (rows <= 32) s->block_m = rows <= 16 ? 16 : 32;
+    return spec_fill_tiles(s, &ctx->policy, err);
 }
 
 /* CTAs of variant s an SM, from shared memory (the kernels run at most 2: 128 threads of up to 255 registers). */

@@ -37,7 +37,10 @@ constexpr int FG_KW = FG_BLOCK_N / FG_WARPS_N;       // keys of a block per warp
 constexpr int FG_NT = FG_KW / 8;                     // n8 tiles of a warp's S
 constexpr int FG_DT = FG_HEAD_DIM_PADDED / 8;        // n8 tiles of O
 constexpr int FG_KK = FG_HEAD_DIM_PADDED / 16;       // k16 steps of Q K^T
-constexpr bool FG_Q_IN_REGS = FG_HEAD_DIM_PADDED <= 128; // Q's fragments kept across the key loop
+// Q's fragments are kept in registers across the key loop on the decode tile (16 rows, the warps over the
+// keys: a warp's scores take 8 registers) up to head_dim 128; elsewhere they would spill, and come from
+// shared memory at each block.
+constexpr bool FG_Q_IN_REGS = FG_HEAD_DIM_PADDED <= 128 && FG_WARPS_N >= 4;
 constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM_PADDED * 2;
 constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM_PADDED * 2;
 constexpr int FG_O_ROW = FG_HEAD_DIM_PADDED + 8;     // floats between staged O rows (bank spread)

@@ -114,6 +114,25 @@ Test(spec, parse_accepts_any_order_spaces_and_partial_tiles) {
     cr_assert_eq(s.warps, 0);
 }
 
+/* The serving forward names itself kind=serve with the forward's keys; the merge only its arch. */
+Test(spec, serve_and_merge_texts_round_trip) {
+    static const char *const texts[] = {
+        "arch=sm_90,block_m=16,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=serve,stages=4,warps=4",
+        "arch=sm_80,block_m=64,block_n=32,causal=1,dtype=fp16,head_dim=256,kind=serve,stages=2,warps=4",
+        "arch=sm_90,kind=merge",
+        "arch=sm_120,kind=merge",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        fg_spec s;
+        fg_error e;
+        char buf[FG_SPEC_NAME_MAX];
+        cr_assert_eq(spec_parse(texts[i], &s, &e), FG_OK, "%s: %s", texts[i], e.msg);
+        cr_assert_gt(spec_format(&s, buf, sizeof buf), 0);
+        cr_assert_str_eq(buf, texts[i]);
+        cr_assert_eq(spec_validate(&s, &e), FG_OK, "%s: %s", texts[i], e.msg);
+    }
+}
+
 Test(spec, parse_errors_name_the_key) {
     struct { const char *text, *expect; } cases[] = {
         {"kind=fwd,arch=sm_90a,dtype=bf16", "head_dim"},                 /* missing required key */
@@ -132,6 +151,9 @@ Test(spec, parse_errors_name_the_key) {
         {"kind=fwd,arch=sm_90,dtype=e4m3,head_dim=128,out=fp32", "out"},       /* fp8 writes fp16 or bf16 */
         {"kind=fwd,arch=sm_90,dtype=e4m3,head_dim=128,out=e5m2", "out"},
         {"kind=fwd,arch=sm_90,dtype=e4m3,head_dim=128,out=bf16,out=bf16", "twice"},
+        {"kind=merge,arch=sm_90,dtype=bf16", "dtype"},                            /* merge: kind and arch only */
+        {"kind=merge,dtype=bf16", "dtype"},
+        {"kind=merge", "arch"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fg_spec s;

@@ -63,6 +63,18 @@ static void m_bwd_tiles_bn(fg_spec *s) { *s = bwd_base(); s->block_n = 48; }
 static void m_bwd_tiles_split(fg_spec *s) { *s = bwd_base(); s->block_m = 32; s->head_dim = 80; }
 static void m_bwd_tiles_stages(fg_spec *s) { *s = bwd_base(); s->stages = 3; }
 static void m_bwd_registers(fg_spec *s) { *s = bwd_base(); s->block_m = 128; s->block_n = 128; s->warps = 8; }
+/* The serving forward's rules, each broken from serve_base(). */
+static fg_spec serve_base(void) {
+    fg_spec s = base();
+    s.kind = FG_KIND_SERVE;
+    s.block_m = 16, s.block_n = 64, s.warps = 4, s.stages = 4;
+    return s;
+}
+static void m_serve_dtype(fg_spec *s) { *s = serve_base(); s->dtype = FG_DTYPE_E4M3; s->out_dtype = FG_DTYPE_BF16; s->arch = 89; }
+static void m_serve_tiles(fg_spec *s) { *s = serve_base(); s->block_m = 48; }
+static void m_serve_tiles_keys(fg_spec *s) { *s = serve_base(); s->block_n = 48; }
+static void m_serve_tiles_accel(fg_spec *s) { *s = serve_base(); s->arch_accel = 1; }
+static void m_serve_registers(fg_spec *s) { *s = serve_base(); s->block_m = 64; s->block_n = 256; s->head_dim = 256; s->stages = 2; }
 
 static const broken rules[] = {
     {"kind", m_kind, "kind"},
@@ -106,7 +118,35 @@ static const broken rules[] = {
     {"bwd_tiles", m_bwd_tiles_split, "the dQ product's split"},
     {"bwd_tiles", m_bwd_tiles_stages, "stages 3"},
     {"bwd_registers", m_bwd_registers, "limit 200"},
+    {"serve_dtype", m_serve_dtype, "no serving kernel"},
+    {"serve_tiles", m_serve_tiles, "block_m 48"},
+    {"serve_tiles", m_serve_tiles_keys, "multiple of 16 times the warps over the keys"},
+    {"serve_tiles", m_serve_tiles_accel, "no 'a' target"},
+    {"serve_registers", m_serve_registers, "kind=serve block_n 256"},
 };
+
+/* Serving and merge specs: the decode and prefill tiles are valid, and the merge kernel has no tile rules. */
+Test(validate, serve_and_merge_specs) {
+    fg_error e;
+    fg_spec s = serve_base();
+    cr_assert_eq(spec_validate(&s, &e), FG_OK, "%s", e.msg);
+    const int tiles[][4] = {{16, 64, 4, 4}, {32, 64, 4, 3}, {64, 64, 4, 2}, {128, 64, 8, 2}, {16, 128, 4, 2}};
+    for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++)
+        for (int d = 8; d <= 256; d += 8) {
+            s = serve_base();
+            s.block_m = tiles[i][0], s.block_n = tiles[i][1], s.warps = tiles[i][2], s.stages = tiles[i][3];
+            s.head_dim = d;
+            if (spec_smem_bytes(&s) > arch_smem_limit(90)) continue;
+            cr_assert_eq(spec_validate(&s, &e), FG_OK, "%d x %d head_dim %d: %s", s.block_m, s.block_n, d, e.msg);
+        }
+    fg_spec m;
+    memset(&m, 0, sizeof m);
+    m.kind = FG_KIND_MERGE;
+    m.arch = 80;
+    cr_assert_eq(spec_validate(&m, &e), FG_OK, "%s", e.msg);
+    m.arch = 75;
+    cr_assert_eq(spec_validate(&m, &e), FG_ERR_UNSUPPORTED);
+}
 
 Test(validate, every_rule_refuses_with_its_sentence) {
     fg_error e;
