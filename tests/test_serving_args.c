@@ -1,0 +1,228 @@
+/* test_serving_args.c: the rules of a serving call's host arguments (serving_check), each broken once with
+ * the sentence it must give, the checks of its device-resident lengths on host copies
+ * (serving_validate_lengths), and the plan's split count and workspace as functions of host arguments only.
+ * Needs no GPU. */
+#include <criterion/criterion.h>
+#include <string.h>
+#include "runtime/dispatch.h"
+
+#define ADDR(x) ((void *)(uintptr_t)(x))
+
+static fg_tensor t3(fg_dtype dt, int64_t a, int64_t b, int64_t c, uintptr_t addr) {
+    fg_tensor t = {ADDR(addr), dt, 3, {a, b, c, 0}, {b * c, c, 1, 0}};
+    return t;
+}
+
+static fg_tensor t4(fg_dtype dt, int64_t a, int64_t b, int64_t c, int64_t d, uintptr_t addr) {
+    fg_tensor t = {ADDR(addr), dt, 4, {a, b, c, d}, {b * c * d, c * d, d, 1}};
+    return t;
+}
+
+/* A valid packed call: 3 sequences, 100 query tokens, 300 key tokens, 8/2 heads, d 128. */
+static fg_varlen_args packed(void) {
+    fg_varlen_args a;
+    fg_varlen_args_init(&a);
+    a.q = t3(FG_DTYPE_BF16, 100, 8, 128, 0x100000);
+    a.o = t3(FG_DTYPE_BF16, 100, 8, 128, 0x200000);
+    a.k = t3(FG_DTYPE_BF16, 300, 2, 128, 0x300000);
+    a.v = t3(FG_DTYPE_BF16, 300, 2, 128, 0x400000);
+    a.cu_seqlens_q = ADDR(0x500000);
+    a.cu_seqlens_k = ADDR(0x500100);
+    a.batch = 3;
+    a.max_seqlen_q = 60;
+    return a;
+}
+
+/* A valid paged decode call: 4 sequences of 1 query, 64 pages of 16 slots, 10 pages a sequence at most. */
+static fg_varlen_args paged(void) {
+    fg_varlen_args a;
+    fg_varlen_args_init(&a);
+    a.q = t4(FG_DTYPE_F16, 4, 1, 32, 128, 0x100000);
+    a.o = t4(FG_DTYPE_F16, 4, 1, 32, 128, 0x200000);
+    a.k = t4(FG_DTYPE_F16, 64, 16, 8, 128, 0x300000);
+    a.v = t4(FG_DTYPE_F16, 64, 16, 8, 128, 0x800000);
+    a.seqused_k = ADDR(0x500000);
+    a.block_table = ADDR(0x600000);
+    a.max_pages = 10;
+    return a;
+}
+
+static void expect(const fg_varlen_args *a, fg_status want, const char *mention) {
+    serving_call c;
+    fg_error e;
+    fg_error_clear(&e);
+    fg_status st = serving_check(a, 1, &c, &e);
+    cr_assert_eq(st, want, "status %d, want %d: %s", st, want, e.msg);
+    if (mention) cr_assert(strstr(e.msg, mention), "'%s' does not mention '%s'", e.msg, mention);
+}
+
+Test(serving_args, valid_calls_are_described) {
+    fg_varlen_args a = packed();
+    serving_call c;
+    fg_error e;
+    cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
+    cr_assert(c.packed_q && c.packed_k && !c.paged);
+    cr_assert_eq(c.batch, 3);
+    cr_assert_eq(c.group, 4);
+    cr_assert_eq(c.seqlen_q, 60);
+    cr_assert_eq(c.max_k, 300);
+    a = paged();
+    cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
+    cr_assert(!c.packed_q && c.paged);
+    cr_assert_eq(c.batch, 4);
+    cr_assert_eq(c.seqlen_k, 160);
+    cr_assert_eq(c.page_size, 16);
+    cr_assert_eq(c.num_pages, 64);
+    cr_assert_eq(c.part_tokens, 4);
+}
+
+Test(serving_args, each_rule_gives_its_sentence) {
+    fg_varlen_args a = packed();
+    a.struct_size = 0;
+    fg_error e;
+    fg_varlen_args copy;
+    cr_assert_eq(serving_args_copy(&a, &copy, &e), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(e.msg, "fg_varlen_args_init"), "%s", e.msg);
+    cr_assert_eq(serving_args_copy(NULL, &copy, &e), FG_ERR_INVALID_ARGUMENT);
+    a = packed(), a.cu_seqlens_q = NULL;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "cu_seqlens_q is NULL");
+    a = packed(), a.q.dtype = a.k.dtype = a.v.dtype = a.o.dtype = FG_DTYPE_E4M3;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "fp16 or bf16");
+    a = packed(), a.o.dtype = FG_DTYPE_F16;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "share one dtype");
+    a = packed(), a.o.shape[0] = 99, a.o.stride[0] = 1024;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "o is shaped like q");
+    a = packed(), a.v.shape[0] = 299;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "v is shaped like k");
+    a = packed(), a.k.shape[1] = a.v.shape[1] = 3;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "divide heads_q");
+    a = packed(), a.q = t3(FG_DTYPE_BF16, 100, 8, 96, 0x100000), a.o = t3(FG_DTYPE_BF16, 100, 8, 96, 0x200000);
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "head_dim is 128 but q's is 96");
+    a = packed(), a.q.stride[2] = 2;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "contiguous");
+    a = packed(), a.q.data = ADDR(0x100008);
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "16-byte aligned");
+    a = packed(), a.k.stride[0] = 260, a.v.stride[0] = 260;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "multiple of 16");
+    a = packed(), a.batch = 0;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "batch + 1 entries");
+    a = packed(), a.max_seqlen_q = 0;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "max_seqlen_q");
+    a = packed(), a.lse = t3(FG_DTYPE_F32, 3, 8, 100, 0x900000);
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "[heads_q, total_q]");
+    a = packed(), a.lse = (fg_tensor){ADDR(0x900000), FG_DTYPE_F32, 2, {8, 99}, {99, 1}};
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "lse.shape[1] is 99");
+    a = packed(), a.causal = 2;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "causal");
+    a = packed(), a.softmax_scale = -1.f;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "softmax_scale");
+    a = packed(), a.num_splits = 257;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "num_splits");
+    a = packed(), a.num_splits = 4, a.split_size = 512;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "both set");
+    a = packed(), a.split_size = -1;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "split_size");
+    a = packed(), a.o.data = ADDR(0x100000 + 4096);
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "o overlaps q");
+    a = packed(), a.workspace = ADDR(0x1000010);
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "256-byte aligned");
+    a = paged(), a.seqused_k = NULL;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "seqused_k is NULL");
+    a = paged(), a.max_pages = 0;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "max_pages");
+    a = paged(), a.block_table_stride = 5;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "overlap");
+    a = paged(), a.cu_seqlens_k = ADDR(0x700000);
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "both set");
+    a = paged(), a.block_table = NULL; /* dense keys must then hold one cache per sequence */
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "one cache per sequence");
+    a = paged(), a.batch = 5;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "leave batch 0");
+    a = paged(), a.q = t4(FG_DTYPE_F16, 4, 1, 32, 264, 0x100000), a.o = t4(FG_DTYPE_F16, 4, 1, 32, 264, 0x200000);
+    a.k.shape[3] = a.v.shape[3] = 264;
+    expect(&a, FG_ERR_UNSUPPORTED, "head_dim 264");
+}
+
+Test(serving_args, device_lengths_name_the_first_bad_entry) {
+    fg_varlen_args a = packed();
+    serving_call c;
+    fg_error e;
+    cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
+    const int32_t cq[4] = {0, 30, 60, 100}, ck[4] = {0, 100, 200, 300};
+    cr_assert_eq(serving_validate_lengths(&c, cq, ck, NULL, NULL, 0, 60, &e), FG_OK, "%s", e.msg);
+    struct { int32_t q[4], k[4]; const char *mention; } bad[] = {
+        {{-1, 30, 60, 100}, {0, 100, 200, 300}, "cu_seqlens_q[0] is -1"},
+        {{0, 30, 20, 100}, {0, 100, 200, 300}, "cu_seqlens_q[2] is 20"},
+        {{0, 30, 60, 99}, {0, 100, 200, 300}, "cu_seqlens_q[3] (the last entry) is 99"},
+        {{0, 30, 39, 100}, {0, 100, 200, 300}, "sequence 2 has 61 queries"},
+        {{0, 30, 60, 100}, {0, 100, 200, 301}, "cu_seqlens_k[3]"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fg_error_clear(&e);
+        cr_assert_eq(serving_validate_lengths(&c, bad[i].q, bad[i].k, NULL, NULL, 0, 60, &e), FG_ERR_INVALID_ARGUMENT,
+                     "case %zu accepted", i);
+        cr_assert(strstr(e.msg, bad[i].mention), "'%s' does not mention '%s'", e.msg, bad[i].mention);
+    }
+    const int32_t used_bad[3] = {100, 101, 5};
+    cr_assert_eq(serving_validate_lengths(&c, cq, ck, used_bad, NULL, 0, 60, &e), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(e.msg, "seqused_k[1] is 101"), "%s", e.msg);
+    /* paged: pages past a sequence's keys are never judged (nor read) */
+    a = paged();
+    cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
+    int32_t table[4 * 10];
+    for (int i = 0; i < 40; i++) table[i] = i < 20 ? i : -99;
+    const int32_t used[4] = {16, 17, 0, 160};
+    table[30] = 5, table[31] = 6; /* sequence 3 needs all 10 of its pages */
+    for (int i = 32; i < 40; i++) table[i] = i;
+    cr_assert_eq(serving_validate_lengths(&c, NULL, NULL, used, table, 10, 1, &e), FG_OK, "%s", e.msg);
+    table[11] = 64;
+    cr_assert_eq(serving_validate_lengths(&c, NULL, NULL, used, table, 10, 1, &e), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(e.msg, "block_table[1][1] is 64"), "%s", e.msg);
+    table[11] = 3;
+    const int32_t too_long[4] = {16, 17, 0, 161};
+    cr_assert_eq(serving_validate_lengths(&c, NULL, NULL, too_long, table, 10, 1, &e), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(e.msg, "seqused_k[3] is 161") && strstr(e.msg, "max_pages x page_size"), "%s", e.msg);
+}
+
+/* The split count and workspace follow from host arguments alone (a graph replays them): decode on a
+ * 132-SM Hopper with the rule's choices, a given count, split_size, and no split without a workspace. */
+Test(serving_args, split_plan_depends_on_host_arguments_only) {
+    fg_context ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.arch = 90, ctx.sm_count = 132, ctx.smem_optin = 232448;
+    fg_error e;
+    cr_assert_eq(tile_policy_init_default(&ctx.policy, &e), FG_OK, "%s", e.msg);
+    struct { int batch, keys, want; } cells[] = {{32, 4096, 1}, {8, 32768, 2}, {1, 131072, 15}, {64, 2048, 1}, {1, 200, 1}};
+    for (size_t i = 0; i < sizeof cells / sizeof cells[0]; i++) {
+        fg_varlen_args a;
+        fg_varlen_args_init(&a);
+        a.q = t4(FG_DTYPE_BF16, cells[i].batch, 1, 32, 128, 0x100000);
+        a.o = t4(FG_DTYPE_BF16, cells[i].batch, 1, 32, 128, 0x200000);
+        a.k = t4(FG_DTYPE_BF16, cells[i].batch, cells[i].keys, 8, 128, 0x10000000);
+        a.v = t4(FG_DTYPE_BF16, cells[i].batch, cells[i].keys, 8, 128, 0x90000000);
+        a.workspace = ADDR(0x1000);
+        serving_call c;
+        serving_plan p;
+        cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
+        cr_assert_eq(serving_plan_for(&ctx, &a, &c, &p, &e), FG_OK, "%s", e.msg);
+        cr_assert_eq(p.spec.block_m, 16, "decode takes the 16-row tile");
+        cr_assert_eq(p.num_splits, cells[i].want, "%d x %d keys: %d splits (%s)", cells[i].batch, cells[i].keys,
+                     p.num_splits, p.split_why);
+        const size_t want_ws = p.num_splits > 1
+                                   ? ((size_t)p.num_splits * cells[i].batch * 32 * 128 * 4 + 255) / 256 * 256 +
+                                         ((size_t)p.num_splits * cells[i].batch * 32 * 4 + 255) / 256 * 256
+                                   : 0;
+        cr_assert_eq(p.workspace, want_ws);
+        a.num_splits = 7;
+        cr_assert_eq(serving_plan_for(&ctx, &a, &c, &p, &e), FG_OK);
+        cr_assert_eq(p.num_splits, 7);
+        a.num_splits = 0, a.split_size = 1000; /* 16 blocks of 64 keys a split */
+        cr_assert_eq(serving_plan_for(&ctx, &a, &c, &p, &e), FG_OK);
+        cr_assert_eq(p.split_blocks, 16);
+        cr_assert_eq(p.num_splits, (cells[i].keys + 1023) / 1024);
+        a.split_size = 0, a.workspace = NULL;
+        cr_assert_eq(serving_plan_for(&ctx, &a, &c, &p, &e), FG_OK);
+        cr_assert_eq(p.num_splits, 1);
+    }
+    tile_policy_free(&ctx.policy);
+}
