@@ -40,11 +40,13 @@ extern "C" {
  * must be rebuilt (its shorter struct would be read past its end). The version also keys the disk cache,
  * bundles and tuning databases: those of 0.1.0 are recompiled, refused or ignored, never trusted.
  * 0.3.0: arch sm_90a names the wgmma family (TMA, wgmma, warp specialization); the mma.sync family's
- * Hopper target is sm_90. The API is 0.2.0's; caches, bundles and tuning databases of 0.2.0 are not trusted. */
+ * Hopper target is sm_90. The API is 0.2.0's; caches, bundles and tuning databases of 0.2.0 are not trusted.
+ * 0.4.0: the serving calls (fg_attention_fwd_varlen, fg_merge_states, fg_context_set_option) are added; the
+ * structs of 0.3.0 are unchanged, so programs built against 0.3.0's header keep working. */
 #define FG_VERSION_MAJOR 0
-#define FG_VERSION_MINOR 3
+#define FG_VERSION_MINOR 4
 #define FG_VERSION_PATCH 0
-#define FG_VERSION_STRING "0.3.0"
+#define FG_VERSION_STRING "0.4.0"
 
 typedef enum fg_status {
     FG_OK = 0,
