@@ -250,7 +250,7 @@ static int cfg_variants(lua_State *L) {
             memset(it, 0, sizeof *it);
             it->spec.kind = FG_KIND_MERGE;
             it->spec.arch = f[1].v[a] / 2;
-            it->spec.arch_accel = f[1].v[a] % 2;
+            it->spec.arch_accel = b->arch_override.n > 0 ? 0 : f[1].v[a] % 2; /* as serve below */
             it->line = line;
             it->index = b->count - 1;
         }
@@ -289,6 +289,9 @@ static int cfg_variants(lua_State *L) {
         it->spec.kind = (fg_kind)f[0].v[idx[0]];
         it->spec.arch = f[1].v[idx[1]] / 2;
         it->spec.arch_accel = f[1].v[idx[1]] % 2;
+        /* Under an arch override the serving kernels, mma.sync on every target, take an 'a' target's plain
+         * one (sm_90a -> sm_90); listed for such an arch itself they are refused. */
+        if (b->arch_override.n > 0 && it->spec.kind == FG_KIND_SERVE) it->spec.arch_accel = 0;
         it->spec.dtype = (fg_dtype)f[2].v[idx[2]];
         it->spec.head_dim = f[3].v[idx[3]];
         it->spec.causal = f[4].v[idx[4]];

@@ -190,13 +190,19 @@ const fg_tile_rule *tile_policy_lookup(const fg_tile_policy *p, const fg_spec *s
 
 /* The serving forward's decode tiles (block_m 16 or 32 packed rows): 4 warps split over the keys of 64-key
  * blocks, in as many stages as the arch's shared memory holds, up to 4 (the bytes in flight that keep HBM
- * busy from one CTA an SM). */
+ * busy from one CTA an SM); where two stages of 64 keys do not fit (head_dim above 192 on 99 KiB parts),
+ * 32-key blocks over 2 key warps. */
 static void serve_decode_tiles(fg_spec *s) {
-    if (!s->warps) s->warps = 4;
-    if (!s->block_n) s->block_n = 64;
-    if (!s->stages)
-        for (s->stages = 4; s->stages > 2 && spec_smem_bytes(s) > arch_smem_limit(s->arch); s->stages--) {
-        }
+    const fg_spec given = *s;
+    for (int narrow = 0; narrow < 2; narrow++) {
+        *s = given;
+        if (!s->block_n) s->block_n = narrow ? 32 : 64;
+        if (!s->warps) s->warps = narrow ? s->block_m / 8 : 4;
+        if (!s->stages)
+            for (s->stages = 4; s->stages > 2 && spec_smem_bytes(s) > arch_smem_limit(s->arch); s->stages--) {
+            }
+        if (spec_smem_bytes(s) <= arch_smem_limit(s->arch)) return;
+    }
 }
 
 fg_status spec_fill_tiles(fg_spec *s, const fg_tile_policy *p, fg_error *err) {

@@ -396,7 +396,7 @@ Test(config, field_type_errors_name_field_and_type) {
     load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = 64, warps = true }", NULL,
                FG_ERR_CONFIG, "cfg.lua:1: variants: ", "field 'warps' must be an integer or a list of integers, got boolean");
     load_fails("variants { kind = 'back', arch = 'sm_80', dtype = 'fp16', head_dim = 64 }", NULL, FG_ERR_CONFIG,
-               "cfg.lua:1: variants: ", "field 'kind' must name a kernel family (\"fwd\", \"bwd\")");
+               "cfg.lua:1: variants: ", "field 'kind' must name a kernel family (\"fwd\", \"bwd\", \"serve\", \"merge\")");
     load_fails("variants { kind = 'fwd', arch = 'sm_80', dtype = 'fp16', head_dim = 64, deterministic = true }", NULL,
                FG_ERR_CONFIG, "cfg.lua:1: variants: ", "field 'deterministic' is for kind = \"bwd\" only");
     {
@@ -500,10 +500,10 @@ Test(config, default_config_loads_and_validates) {
     fg_error_clear(&err);
     cr_assert_eq(config_load_file("configs/default.lua", NULL, &cfg, &err), FG_OK, "%s", err.msg);
     cr_assert_geq(cfg.count, 20);
-    /* 60 16-bit forward variants (sm_80, sm_90 and sm_90a), 32 FP8 ones (sm_89, sm_90a and sm_90) and 12
-     * backward ones (sm_80, sm_90 and sm_90 with TMA loads, head_dim 64) */
-    cr_assert_leq(cfg.count, 112, "the default bundle should stay small enough for CI: %d variants", cfg.count);
-    int archs[6] = {0, 0, 0, 0, 0, 0}, bwd80 = 0, bwd90 = 0, bwd90_tma = 0;
+    /* 60 16-bit forward variants (sm_80, sm_90 and sm_90a), 32 FP8 ones (sm_89, sm_90a and sm_90), 12
+     * backward ones (sm_80, sm_90 and sm_90 with TMA loads, head_dim 64), 72 serving ones and 2 merges */
+    cr_assert_leq(cfg.count, 178, "the default bundle should stay small enough for CI: %d variants", cfg.count);
+    int archs[6] = {0, 0, 0, 0, 0, 0}, bwd80 = 0, bwd90 = 0, bwd90_tma = 0, serve80 = 0, serve90 = 0, merges = 0;
     for (int i = 0; i < cfg.count; i++) {
         const fg_spec *s = &cfg.variants[i];
         char name[FG_SPEC_NAME_MAX];
@@ -514,6 +514,13 @@ Test(config, default_config_loads_and_validates) {
             bwd80 += s->arch == 80;
             bwd90 += s->arch == 90 && !s->tma;
             bwd90_tma += s->arch == 90 && s->tma;
+            continue;
+        }
+        if (s->kind == FG_KIND_SERVE || s->kind == FG_KIND_MERGE) { /* serving: mma.sync, sm_80 and sm_90 alike */
+            cr_assert(!s->arch_accel && !dtype_is_fp8(s->dtype), "%s", name);
+            serve80 += s->kind == FG_KIND_SERVE && s->arch == 80;
+            serve90 += s->kind == FG_KIND_SERVE && s->arch == 90;
+            merges += s->kind == FG_KIND_MERGE;
             continue;
         }
         archs[0] += s->arch == 80;
@@ -527,7 +534,11 @@ Test(config, default_config_loads_and_validates) {
         for (int j = 0; j < i; j++)
             cr_assert(!spec_equal(&cfg.variants[i], &cfg.variants[j]), "%s listed twice", name);
     }
-    cr_assert_eq(archs[0] + archs[1] + archs[2] + archs[3] + archs[4] + archs[5] + bwd80 + bwd90 + bwd90_tma, cfg.count);
+    cr_assert_eq(archs[0] + archs[1] + archs[2] + archs[3] + archs[4] + archs[5] + bwd80 + bwd90 + bwd90_tma + serve80 +
+                     serve90 + merges,
+                 cfg.count);
+    cr_assert(serve80 > 0 && serve80 == serve90 && merges == 2, "serving variants: %d on sm_80, %d on sm_90, %d merges",
+              serve80, serve90, merges);
     cr_assert(bwd80 > 0 && bwd80 == bwd90 && bwd90 == bwd90_tma,
               "backward variants: %d on sm_80, %d on sm_90, %d on sm_90 with TMA loads", bwd80, bwd90, bwd90_tma);
     for (int a = 0; a < 6; a++)

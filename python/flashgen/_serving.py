@@ -7,7 +7,6 @@ import sys
 
 from . import _capi, _tensors
 
-FG_OPTION_CHECK_INPUTS = 1
 
 
 def _pkg():
@@ -171,4 +170,4 @@ def set_check_inputs(on, device=None):
     block_table back (a synchronization) and raise FlashgenError naming the first bad entry."""
     pkg = _pkg()
     ctx = pkg._context(pkg._default_device() if device is None else device)
-    pkg._call(ctx, _capi.lib().fg_context_set_option, FG_OPTION_CHECK_INPUTS, int(bool(on)))
+    pkg._call(ctx, _capi.lib().fg_context_set_option, _capi.FG_OPTION_CHECK_INPUTS, int(bool(on)))

@@ -76,7 +76,8 @@ class LayoutTest(unittest.TestCase):
     """The ctypes structures and constants against the C compiler's view of include/flashgen.h."""
 
     STRUCTS = ((_capi.FgTensor, "fg_tensor"), (_capi.FgFwdArgs, "fg_fwd_args"), (_capi.FgBwdArgs, "fg_bwd_args"),
-               (_capi.FgContextOptions, "fg_context_options"))
+               (_capi.FgContextOptions, "fg_context_options"), (_capi.FgVarlenArgs, "fg_varlen_args"),
+               (_capi.FgMergeArgs, "fg_merge_args"))
 
     @classmethod
     def setUpClass(cls):

@@ -1,0 +1,147 @@
+"""test_serving.py: the serving calls of the Python binding on the GPU (skipped with the reason without CUDA,
+PyTorch or the library): attention_varlen against a float64 per-sequence reference, attention_with_kvcache
+with a dense cache and with a shuffled paged cache against the same, merge_states against a float64 merge,
+explain_varlen's text, the input check raising FlashgenError, and the examples of docs/serving.md and the
+README run as printed.
+
+Run:  python3 python/tests/test_serving.py        (or: python3 -m pytest python/tests/test_serving.py)
+"""
+
+import os
+import re
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.normpath(os.path.join(HERE, "..")))
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+import flashgen  # noqa: E402
+
+
+def _reason():
+    if torch is None:
+        return "needs PyTorch"
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    try:
+        flashgen.library_path()
+    except flashgen.LibraryNotFoundError as e:
+        return "libflashgen not found: %s" % e
+    return None
+
+
+REASON = _reason()
+
+
+def reference(q, k, v, causal):
+    """O [sq, hq, d] and LSE [hq, sq] of one sequence in float64 (bottom-right causal; GQA by repetition)."""
+    sq, hq, d = q.shape
+    sk, hkv = k.shape[0], k.shape[1]
+    kk = k.double().repeat_interleave(hq // hkv, dim=1)
+    vv = v.double().repeat_interleave(hq // hkv, dim=1)
+    s = torch.einsum("qhd,khd->hqk", q.double(), kk) / d ** 0.5
+    if causal:
+        i = torch.arange(sq, device=q.device)[:, None]
+        j = torch.arange(sk, device=q.device)[None, :]
+        s = s.masked_fill(j > i + sk - sq, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+    return torch.einsum("hqk,khd->qhd", p, vv), lse
+
+
+def close(test, out, ref, what):
+    err = (out.double() - ref).abs().max().item() if out.numel() else 0.0
+    test.assertLess(err, 2e-2, "%s: max error %g" % (what, err))
+
+
+@unittest.skipIf(REASON is not None, REASON or "")
+class ServingTest(unittest.TestCase):
+    def test_varlen_against_reference(self):
+        lens_q, lens_k = [5, 0, 1, 130, 64], [5, 3, 1, 200, 64]
+        cq = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device="cuda")
+        ck = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device="cuda")
+        q = torch.randn(sum(lens_q), 8, 64, device="cuda", dtype=torch.float16)
+        k = torch.randn(sum(lens_k), 2, 64, device="cuda", dtype=torch.float16)
+        v = torch.randn_like(k)
+        for causal in (False, True):
+            o, lse = flashgen.attention_varlen(q, k, v, cq, ck, max(lens_q), max(lens_k), causal=causal,
+                                               return_lse=True)
+            self.assertEqual(tuple(lse.shape), (8, sum(lens_q)))
+            for b in range(len(lens_q)):
+                qs, ks = slice(cq[b].item(), cq[b + 1].item()), slice(ck[b].item(), ck[b + 1].item())
+                ro, rl = reference(q[qs], k[ks], v[ks], causal)
+                close(self, o[qs], ro, "sequence %d O" % b)
+                finite = torch.isfinite(rl)
+                self.assertTrue(torch.equal(torch.isfinite(lse[:, qs]), finite), "sequence %d: -inf rows" % b)
+                close(self, lse[:, qs][finite], rl[finite], "sequence %d LSE" % b)
+
+    def test_kvcache_dense_and_paged(self):
+        b, cap, ps = 3, 700, 16
+        lens = torch.tensor([700, 1, 333], dtype=torch.int32, device="cuda")
+        q = torch.randn(b, 2, 32, 128, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(b, cap, 8, 128, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        dense = flashgen.attention_with_kvcache(q, k, v, cache_seqlens=lens, causal=True)
+        pages = (cap + ps - 1) // ps
+        kp = torch.full((b * pages + 5, ps, 8, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
+        vp = kp.clone()
+        perm = torch.randperm(b * pages + 5, device="cuda")[: b * pages]
+        table = perm.to(torch.int32).reshape(b, pages)
+        padded = torch.nn.functional.pad(k, (0, 0, 0, 0, 0, pages * ps - cap))
+        kp[perm] = padded.reshape(b * pages, ps, 8, 128)
+        vp[perm] = torch.nn.functional.pad(v, (0, 0, 0, 0, 0, pages * ps - cap)).reshape(b * pages, ps, 8, 128)
+        for s in range(b):  # slots past each sequence's keys hold NaN: never read
+            n = lens[s].item()
+            if n % ps:
+                kp[table[s, n // ps].long(), n % ps:] = float("nan")
+                vp[table[s, n // ps].long(), n % ps:] = float("nan")
+        paged = flashgen.attention_with_kvcache(q, kp, vp, cache_seqlens=lens, block_table=table, causal=True,
+                                                num_splits=3)
+        for s in range(b):
+            n = lens[s].item()
+            ro, _ = reference(q[s], k[s, :n], v[s, :n], True)
+            close(self, dense[s], ro, "dense cache, sequence %d" % s)
+            close(self, paged[s], ro, "paged cache, sequence %d" % s)
+        text = flashgen.explain_varlen(q, kp, vp, seqused_k=lens, block_table=table, causal=True)
+        self.assertIn("kind=serve", text)
+        self.assertIn("packed", text)
+
+    def test_merge_states(self):
+        o = torch.randn(3, 10, 4, 64, device="cuda", dtype=torch.float32)
+        lse = torch.randn(3, 10, 4, device="cuda", dtype=torch.float32)
+        lse[1, 2] = float("-inf")
+        o[1, 2] = float("nan")  # an empty state's O is never read
+        out, l = flashgen.merge_states(o, lse)
+        w = torch.softmax(lse.double(), dim=0).nan_to_num(0.0)
+        ref = (w[..., None] * o.double().nan_to_num(0.0)).sum(0)
+        close(self, out, ref, "merged O")
+        close(self, l, torch.logsumexp(lse.double(), dim=0), "merged LSE")
+
+    def test_check_inputs(self):
+        cu = torch.tensor([0, 10, 5, 20], dtype=torch.int32, device="cuda")
+        q = torch.randn(20, 4, 64, device="cuda", dtype=torch.float16)
+        flashgen.set_check_inputs(True)
+        try:
+            with self.assertRaises(flashgen.FlashgenError) as cm:
+                flashgen.attention_varlen(q, q, q, cu, cu, 20, 20)
+            self.assertEqual(cm.exception.status, "FG_ERR_INVALID_ARGUMENT")
+            self.assertIn("cu_seqlens_q[2]", cm.exception.message)
+        finally:
+            flashgen.set_check_inputs(False)
+
+    def test_documented_examples_run(self):
+        root = os.path.normpath(os.path.join(HERE, "..", ".."))
+        for path, marker in (("docs/serving.md", "## Python"), ("README.md", "Serving (packed")):
+            text = open(os.path.join(root, path)).read()
+            block = re.search(re.escape(marker) + r".*?```python\n(.*?)```", text, re.S).group(1)
+            exec(compile(block, path, "exec"), {"torch": torch, "flashgen": flashgen})
+        torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    unittest.main()
