@@ -18,7 +18,7 @@ static const char *const lse_dims[3] = {"batch", "heads", "seqlen_q"};
 #define FG_MAX_SPAN_BYTES (1ll << 48)
 
 /* The largest element offset of t (sum of (shape - 1) * stride), or -1 on overflow. 0 for empty views. */
-static int64_t max_offset(const fg_tensor *t) {
+int64_t rt_view_last_offset(const fg_tensor *t) {
     int64_t total = 0;
     for (int i = 0; i < t->ndim; i++) {
         if (t->shape[i] == 0) return 0;
@@ -66,7 +66,7 @@ static fg_status check_tensor(const fg_tensor *t, const char *name, int ndim, in
                        "%s.stride[1] (seqlen) is %lld; with %s inputs %s must be key-major (V^T layout): stride[1] 1, "
                        "keys contiguous, stride[3] stepping over rows of keys", name, (long long)t->stride[1],
                        dtype_name(t->dtype), name);
-    int64_t last = max_offset(t), bytes;
+    int64_t last = rt_view_last_offset(t), bytes;
     if (last < 0 || __builtin_mul_overflow(last + 1, (int64_t)dtype_size(t->dtype), &bytes) ||
         bytes > FG_MAX_SPAN_BYTES)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
@@ -122,17 +122,19 @@ static int is_empty(const fg_tensor *t) {
 /* The bytes [lo, hi) a non-empty view touches (its real strides: FP8 V's head-dim stride included). */
 static void byte_range(const fg_tensor *t, uintptr_t *lo, uintptr_t *hi) {
     *lo = (uintptr_t)t->data;
-    *hi = *lo + (uintptr_t)(max_offset(t) + 1) * (uintptr_t)dtype_size(t->dtype);
+    *hi = *lo + (uintptr_t)(rt_view_last_offset(t) + 1) * (uintptr_t)dtype_size(t->dtype);
 }
 
 /* Empty views touch nothing, so they are disjoint from everything. */
 static int disjoint(const fg_tensor *a, const fg_tensor *b) {
-    if (is_empty(a) || is_empty(b)) return 1;
+    if (is_empty(a) || is_empty(b) || !a->data || !b->data) return 1;
     uintptr_t alo, ahi, blo, bhi;
     byte_range(a, &alo, &ahi);
     byte_range(b, &blo, &bhi);
     return ahi <= blo || bhi <= alo;
 }
+
+int rt_views_overlap(const fg_tensor *a, const fg_tensor *b) { return !disjoint(a, b); }
 
 static int same_view(const fg_tensor *a, const fg_tensor *b) {
     if (a->data != b->data || a->dtype != b->dtype || a->ndim != b->ndim) return 0;
@@ -209,7 +211,7 @@ static fg_status check_descale(const fg_tensor *t, const char *name, const fg_fw
         if (t->shape[i] > 1 && t->stride[i] < 0)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.stride[%d] is %lld; strides must be >= 0", name, i,
                            (long long)t->stride[i]);
-    int64_t last = t->ndim == 2 ? max_offset(t) : 0, bytes;
+    int64_t last = t->ndim == 2 ? rt_view_last_offset(t) : 0, bytes;
     if (last < 0 || __builtin_mul_overflow(last + 1, (int64_t)4, &bytes) || bytes > FG_MAX_SPAN_BYTES)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                        "%s's strides [%lld, %lld] with its shape span more than 2^48 bytes; no device has that much "
@@ -341,7 +343,7 @@ static fg_status check_like(const fg_tensor *t, const char *name, const fg_tenso
 /* The byte range [lo, hi) a view spans (hi = lo for an empty one). */
 static void span(const fg_tensor *t, uintptr_t *lo, uintptr_t *hi) {
     *lo = (uintptr_t)t->data;
-    *hi = is_empty(t) ? *lo : *lo + (uintptr_t)((max_offset(t) + 1) * dtype_size(t->dtype));
+    *hi = is_empty(t) ? *lo : *lo + (uintptr_t)((rt_view_last_offset(t) + 1) * dtype_size(t->dtype));
 }
 
 fg_status rt_check_bwd_args(const fg_bwd_args *a, int need_data, size_t need, fg_error *err) {

@@ -3,6 +3,7 @@
 #ifndef FG_CALL_ARGS_H
 #define FG_CALL_ARGS_H
 
+#include <stdint.h>
 #include "core/error.h"
 
 /* Checks a's tensors, sizes, strides, dtypes, scale and mask. need_data: a launch will follow, so
@@ -16,6 +17,11 @@ fg_status rt_check_fwd_args(const fg_fwd_args *a, int need_data, fg_error *err);
  * overlapping neither the inputs nor each other, a workspace of at least `need` bytes (checked when
  * need_data), deterministic 0 or 1. */
 fg_status rt_check_bwd_args(const fg_bwd_args *a, int need_data, size_t need, fg_error *err);
+
+/* The largest element offset of view t (the sum of (shape - 1) * stride), -1 on overflow, 0 when empty. */
+int64_t rt_view_last_offset(const fg_tensor *t);
+/* 1 when the bytes two views span intersect (empty views and NULL data touch nothing). */
+int rt_views_overlap(const fg_tensor *a, const fg_tensor *b);
 
 /* 1 when the call has nothing to compute (batch, seqlen_q or query heads is 0). */
 int rt_fwd_is_empty(const fg_fwd_args *a);

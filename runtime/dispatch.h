@@ -166,9 +166,6 @@ fg_status serving_validate_lengths(const serving_call *c, const int32_t *cu_q, c
                                    const int32_t *used_k, const int32_t *table, int64_t table_stride, int max_seqlen_q,
                                    fg_error *err);
 
-/* 1 when the bytes two non-empty views span intersect (an output must not share memory with an input). */
-int serving_views_overlap(const fg_tensor *a, const fg_tensor *b);
-
 /* The plan of a serving call: its variant, grid, split count and workspace. */
 typedef struct serving_plan {
     fg_spec spec;          /* kind=serve */

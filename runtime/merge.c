@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "generator/emit.h"
+#include "runtime/call_args.h"
 #include "runtime/dispatch.h"
 
 #define MERGE_MAX_STATES 256 /* merge.cuh FG_MERGE_MAX_STATES */
@@ -77,10 +78,10 @@ static fg_status merge_check(const fg_merge_args *a, fg_error *err) {
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "o_states holds %lld states; the merge takes 1 to %d",
                        (long long)S, MERGE_MAX_STATES);
     for (int i = 0; i < 2; i++)
-        if (serving_views_overlap(&a->o, t[i]) || (a->lse.data && serving_views_overlap(&a->lse, t[i])))
+        if (rt_views_overlap(&a->o, t[i]) || (a->lse.data && rt_views_overlap(&a->lse, t[i])))
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s overlaps %s in memory; outputs must not share memory with "
-                           "the states", serving_views_overlap(&a->o, t[i]) ? "o" : "lse", names[i]);
-    if (a->lse.data && serving_views_overlap(&a->lse, &a->o))
+                           "the states", rt_views_overlap(&a->o, t[i]) ? "o" : "lse", names[i]);
+    if (a->lse.data && rt_views_overlap(&a->lse, &a->o))
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "lse overlaps o in memory");
     if (T * H > 0 && D > 0 && (!a->o_states.data || !a->lse_states.data || !a->o.data))
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "o_states, lse_states and o need data pointers");

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "runtime/call_args.h"
 #include "runtime/dispatch.h"
 
 static const char *const packed_dims[3] = {"tokens", "heads", "head_dim"};
@@ -14,17 +15,6 @@ static const char *const paged_dims[4] = {"num_pages", "page_size", "heads", "he
 
 /* Past this many bytes a view cannot be real memory. */
 #define SPAN_LIMIT (1ll << 48)
-
-static int64_t last_offset(const fg_tensor *t) {
-    int64_t total = 0;
-    for (int i = 0; i < t->ndim; i++) {
-        if (t->shape[i] == 0) return 0;
-        int64_t term;
-        if (__builtin_mul_overflow(t->shape[i] - 1, t->stride[i], &term) || __builtin_add_overflow(total, term, &total))
-            return -1;
-    }
-    return total;
-}
 
 static int empty_view(const fg_tensor *t) {
     for (int i = 0; i < t->ndim; i++)
@@ -48,7 +38,7 @@ static fg_status check_view(const fg_tensor *t, const char *name, int ndim, cons
     }
     if (t->dtype != FG_DTYPE_F16 && t->dtype != FG_DTYPE_BF16 && t->dtype != FG_DTYPE_F32)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.dtype is %s; it must be fp16 or bf16", name, dtype_name(t->dtype));
-    const int64_t last = last_offset(t);
+    const int64_t last = rt_view_last_offset(t);
     if (last < 0 || (last + 1) * dtype_size(t->dtype) > SPAN_LIMIT)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s's strides with its shape span more than 2^48 bytes", name);
     if (ndim >= 2 && t->shape[ndim - 1] > 1 && t->stride[ndim - 1] != 1)
@@ -64,14 +54,6 @@ static fg_status check_view(const fg_tensor *t, const char *name, int ndim, cons
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.stride[%d] (%s) is %lld elements, not a multiple of 16 "
                            "bytes", name, i, dims[i], (long long)t->stride[i]);
     return FG_OK;
-}
-
-int serving_views_overlap(const fg_tensor *a, const fg_tensor *b) {
-    if (empty_view(a) || empty_view(b) || !a->data || !b->data) return 0;
-    const uintptr_t alo = (uintptr_t)a->data, blo = (uintptr_t)b->data;
-    const uintptr_t ahi = alo + (uintptr_t)(last_offset(a) + 1) * (uintptr_t)dtype_size(a->dtype);
-    const uintptr_t bhi = blo + (uintptr_t)(last_offset(b) + 1) * (uintptr_t)dtype_size(b->dtype);
-    return alo < bhi && blo < ahi;
 }
 
 fg_status serving_args_copy(const fg_varlen_args *a, fg_varlen_args *out, fg_error *err) {
@@ -221,14 +203,14 @@ fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c,
         const fg_tensor *in[3] = {&a->q, &a->k, &a->v};
         static const char *const names[3] = {"q", "k", "v"};
         for (int i = 0; i < 3; i++)
-            if (serving_views_overlap(&a->o, in[i]))
+            if (rt_views_overlap(&a->o, in[i]))
                 return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "o overlaps %s in memory; the output must not share "
                                "memory with an input", names[i]);
         if (a->lse.data)
             for (int i = 0; i < 3; i++)
-                if (serving_views_overlap(&a->lse, in[i]) || serving_views_overlap(&a->lse, &a->o))
+                if (rt_views_overlap(&a->lse, in[i]) || rt_views_overlap(&a->lse, &a->o))
                     return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "lse overlaps %s in memory; outputs must not share "
-                                   "memory with other tensors", serving_views_overlap(&a->lse, &a->o) ? "o" : names[i]);
+                                   "memory with other tensors", rt_views_overlap(&a->lse, &a->o) ? "o" : names[i]);
         if ((uintptr_t)a->workspace % 256 != 0)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "workspace (%p) is not 256-byte aligned", a->workspace);
     }

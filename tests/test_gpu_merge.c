@@ -105,6 +105,15 @@ static void merge_free(gpu_env *env, merge_bufs *m) {
     dbuf_free(env, &m->os), dbuf_free(env, &m->ls), dbuf_free(env, &m->o), dbuf_free(env, &m->l);
 }
 
+/* One merge set up, run, judged and freed. */
+static void merge_case(gpu_env *env, int S, int T, int H, int D, fg_dtype in, fg_dtype out, int strided) {
+    merge_bufs m;
+    merge_setup(env, &m, S, T, H, D, in, out, strided);
+    merge_run(env, &m);
+    merge_verify(&m);
+    merge_free(env, &m);
+}
+
 Test(merge, exact_for_every_dtype_pair) {
     gpu_env env;
     gpu_open(&env);
@@ -112,24 +121,9 @@ Test(merge, exact_for_every_dtype_pair) {
     static const int states[] = {1, 2, 3, 17};
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 3; j++)
-            for (size_t k = 0; k < NELEM(states); k++) {
-                merge_bufs m;
-                merge_setup(&env, &m, states[k], 11, 3, k % 2 ? 72 : 128, dts[i], dts[j], (int)(k % 2));
-                merge_run(&env, &m);
-                merge_verify(&m);
-                merge_free(&env, &m);
-            }
-    gpu_close(&env);
-}
-
-Test(merge, many_states_and_wide_heads) {
-    gpu_env env;
-    gpu_open(&env);
-    merge_bufs m;
-    merge_setup(&env, &m, 256, 5, 2, 512, FG_DTYPE_F32, FG_DTYPE_BF16, 1);
-    merge_run(&env, &m);
-    merge_verify(&m);
-    merge_free(&env, &m);
+            for (size_t k = 0; k < NELEM(states); k++)
+                merge_case(&env, states[k], 11, 3, k % 2 ? 72 : 128, dts[i], dts[j], (int)(k % 2));
+    merge_case(&env, 256, 5, 2, 512, FG_DTYPE_F32, FG_DTYPE_BF16, 1); /* the most states, wide heads */
     gpu_close(&env);
 }
 
