@@ -47,11 +47,11 @@ typedef struct sp_build {
 
 /* The fields of space{}, in the order of sp_space's reading (class fields, then candidate fields). */
 enum { F_KIND, F_DTYPE, F_HEAD_DIM, F_CAUSAL, F_GQA, F_SEQLEN_Q, F_SEQLEN_K, F_BATCH_HEADS,
-       F_BLOCK_M, F_BLOCK_N, F_WARPS, F_STAGES, F_FAMILY, F_COUNT };
+       F_BLOCK_M, F_BLOCK_N, F_WARPS, F_STAGES, F_SPLITS, F_FAMILY, F_COUNT };
 static const char *const sp_fields[F_COUNT + 1] = {"kind",     "dtype",    "head_dim",    "causal",  "gqa",
                                                    "seqlen_q", "seqlen_k", "batch_heads", "block_m", "block_n",
-                                                   "warps",    "stages",   "family",      NULL};
-static const sp_type sp_types[F_COUNT] = {SP_KIND, SP_DTYPE, SP_INT, SP_BOOL, SP_INT, SP_INT,
+                                                   "warps",    "stages",   "splits",      "family",  NULL};
+static const sp_type sp_types[F_COUNT] = {SP_KIND, SP_DTYPE, SP_INT, SP_BOOL, SP_INT, SP_INT, SP_INT,
                                           SP_INT,  SP_INT,   SP_INT, SP_INT,  SP_INT, SP_INT, SP_FAMILY};
 
 /* Reads the scalar at idx as a value of `type`; `pos` is the list position (0 for a scalar). */
@@ -67,7 +67,8 @@ static long long sp_scalar(lua_State *L, int idx, const char *fn, const char *fi
         const char *s = tunedb_lua_string(L, idx, fn, field, pos, 64);
         if (strcmp(s, "fwd") == 0) return FG_KIND_FWD;
         if (strcmp(s, "bwd") == 0) return FG_KIND_BWD;
-        lua_sandbox_raise(L, fn, "field 'kind' must name a kernel family (\"fwd\" or \"bwd\"), got \"%s\"", s);
+        if (strcmp(s, "serve") == 0) return FG_KIND_SERVE;
+        lua_sandbox_raise(L, fn, "field 'kind' must name a kernel family (\"fwd\", \"bwd\" or \"serve\"), got \"%s\"", s);
         return 0;
     }
     case SP_FAMILY: {
@@ -131,20 +132,23 @@ static int sp_call_line(lua_State *L) {
     return 0;
 }
 
-/* Fills p's candidates: the product of the tile lists, each validated for the builder's arch. */
+/* Fills p's candidates: the product of the tile lists (and for kind "serve" the split counts), each validated
+ * for the builder's arch. */
 static void sp_fill_candidates(sp_build *b, fg_tune_problem *p, const sp_list *f) {
     for (int i = 0; i < f[F_BLOCK_M].n; i++)
         for (int j = 0; j < f[F_BLOCK_N].n; j++)
             for (int k = 0; k < f[F_WARPS].n; k++)
-                for (int s = 0; s < f[F_STAGES].n; s++) {
+                for (int s = 0; s < f[F_STAGES].n; s++)
+                for (int x = 0; x < f[F_SPLITS].n; x++) {
                     fg_tune_candidate *c = &p->cands[p->ncands++];
                     memset(c, 0, sizeof *c);
                     c->spec.kind = p->cls.kind;
                     c->spec.arch = b->arch;
                     /* The wgmma family is the sm_90a target's; the mma.sync family on Hopper is sm_90. */
                     c->spec.arch_accel = f[F_FAMILY].v[0] == FG_FAMILY_WGMMA ? 1 : (b->arch == 90 ? 0 : b->accel);
-                    /* The backward is the mma.sync family on every arch ('a' targets included: bwd_arch). */
-                    if (p->cls.kind == FG_KIND_BWD) c->spec.arch_accel = 0;
+                    /* The backward and the serving kernels are the mma.sync family on every arch ('a' targets
+                     * included: bwd_arch, serve_tiles). */
+                    if (p->cls.kind == FG_KIND_BWD || p->cls.kind == FG_KIND_SERVE) c->spec.arch_accel = 0;
                     c->spec.dtype = p->cls.dtype;
                     /* FP8 classes are timed with bf16 output, the spec's default (a call with fp16 O takes
                      * the same tiles: the output type changes only the epilogue's conversion). */
@@ -155,6 +159,7 @@ static void sp_fill_candidates(sp_build *b, fg_tune_problem *p, const sp_list *f
                     c->spec.block_n = (int)f[F_BLOCK_N].v[j];
                     c->spec.warps = (int)f[F_WARPS].v[k];
                     c->spec.stages = (int)f[F_STAGES].v[s];
+                    c->spec.splits = (int)f[F_SPLITS].v[x];
                     fg_error e;
                     fg_error_clear(&e);
                     c->status = spec_validate(&c->spec, &e);
@@ -198,6 +203,19 @@ static int sp_space(lua_State *L) {
                 lua_sandbox_raise(L, fn, "kind \"bwd\" takes dtype \"fp16\" or \"bf16\" (the backward is 16-bit), got "
                                         "\"%s\"", dtype_name((fg_dtype)f[F_DTYPE].v[j]));
     }
+    for (int i = 0; i < f[F_KIND].n; i++) {
+        if (f[F_KIND].v[i] != FG_KIND_SERVE) continue;
+        if (f[F_FAMILY].v[0] == FG_FAMILY_WGMMA)
+            lua_sandbox_raise(L, fn, "kind \"serve\" takes family \"mma\" only: the serving kernels are the mma.sync family");
+        if (f[F_SPLITS].n == 0)
+            lua_sandbox_raise(L, fn, "kind \"serve\" needs field 'splits' (the key splits to time, for example {1, 2, 4, 8})");
+    }
+    if (f[F_SPLITS].n > 0)
+        for (int i = 0; i < f[F_KIND].n; i++)
+            if (f[F_KIND].v[i] != FG_KIND_SERVE)
+                lua_sandbox_raise(L, fn, "field 'splits' is for kind \"serve\" only");
+    if (f[F_SPLITS].n == 0)
+        f[F_SPLITS].v[f[F_SPLITS].n++] = 0;
     if (f[F_CAUSAL].n == 0)
         f[F_CAUSAL].v[f[F_CAUSAL].n++] = 0;
     if (f[F_GQA].n == 0)
@@ -208,7 +226,7 @@ static int sp_space(lua_State *L) {
     for (int i = F_KIND; i <= F_BATCH_HEADS; i++)
         if (i != F_SEQLEN_Q && i != F_SEQLEN_K)
             nprob *= f[i].n;
-    for (int i = F_BLOCK_M; i <= F_STAGES; i++)
+    for (int i = F_BLOCK_M; i <= F_SPLITS; i++)
         ncand *= f[i].n;
     if (nprob > FG_SPACE_MAX_PROBLEMS - b->count)
         lua_sandbox_raise(L, fn, "this call lists %lld problems after %d earlier ones; a space may list at most %d",
@@ -261,7 +279,7 @@ static int sp_space(lua_State *L) {
                 lua_sandbox_raise(L, fn, "the problem %s%s head_dim %d%s gqa %d sq %d sk %d bh %d falls in the same "
                                         "class (buckets sq %lld sk %lld bh %lld) as one listed at line %d: list "
                                         "each bucket once",
-                                 p.cls.kind == FG_KIND_BWD ? "bwd " : "", dtype_name(p.cls.dtype), p.cls.head_dim, p.cls.causal ? " causal" : "", p.cls.gqa,
+                                 p.cls.kind == FG_KIND_BWD ? "bwd " : p.cls.kind == FG_KIND_SERVE ? "serve " : "", dtype_name(p.cls.dtype), p.cls.head_dim, p.cls.causal ? " causal" : "", p.cls.gqa,
                                  p.seqlen_q, p.seqlen_k, p.batch_heads, (long long)p.cls.seqlen_q,
                                  (long long)p.cls.seqlen_k, (long long)p.cls.batch_heads, b->problems[i].line);
         }

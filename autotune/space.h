@@ -12,6 +12,9 @@
  *           seqlen_k = 8192,                    -- optional: absent pairs each seqlen_q with itself
  *           batch_heads = 128,                  -- batch * heads_q, a multiple of gqa
  *           block_m = {64, 128}, block_n = {32, 64, 128}, warps = {4, 8}, stages = {2, 3} }
+ * kind = "serve" times the serving forward (fg_attention_fwd_varlen) on a dense cache of seqlen_k keys with
+ * seqlen_q queries a sequence, and takes one more candidate field, required there and only there:
+ *           splits = {1, 2, 4, 8, 16}       -- the key splits (the spec's splits: a launch choice)
  * Every field is a scalar or a list. The class fields (dtype, head_dim, causal, gqa, seqlen_q/seqlen_k,
  * batch_heads) give the cartesian product of problems; the candidate fields (block_m, block_n, warps,
  * stages; all four required) give the cartesian product of candidates tried on each problem. Each

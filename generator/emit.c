@@ -117,7 +117,9 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
     fg_status st = spec_validate(spec, err);
     if (st != FG_OK) return st;
     char name[FG_SPEC_NAME_MAX];
-    if (spec_format(spec, name, sizeof name) < 0)
+    fg_spec code = *spec;
+    code.splits = 0; /* a launch choice: every split count shares the one kernel, and so its source */
+    if (spec_format(&code, name, sizeof name) < 0)
         return fg_fail(err, FG_ERR_INTERNAL, "spec name does not fit %d bytes", FG_SPEC_NAME_MAX);
 
     sbuf b = {0};

@@ -58,13 +58,14 @@ int spec_format(const fg_spec *s, char *buf, size_t n) {
     char det[24] = "";
     if (s->kind == FG_KIND_BWD) snprintf(det, sizeof det, "deterministic=%d,", s->deterministic ? 1 : 0);
     const char *tma = s->kind == FG_KIND_BWD && s->tma ? "tma=1," : "";
-    /* keys in byte order: arch block_m block_n causal [deterministic] dtype head_dim kind [out] stages [tma]
-     * warps */
+    char splits[24] = "";
+    if (s->kind == FG_KIND_SERVE && s->splits) snprintf(splits, sizeof splits, "splits=%d,", s->splits);
+    /* keys in byte order: arch block_m block_n causal [deterministic] dtype head_dim kind [out] [splits]
+     * stages [tma] warps */
     int r = snprintf(buf, n,
-                     "arch=%s,block_m=%d,block_n=%d,causal=%d,%sdtype=%s,head_dim=%d,kind=%s,%sstages=%d,%swarps=%d",
+                     "arch=%s,block_m=%d,block_n=%d,causal=%d,%sdtype=%s,head_dim=%d,kind=%s,%s%sstages=%d,%swarps=%d",
                      arch, s->block_m, s->block_n, s->causal ? 1 : 0, det, dtype_name(s->dtype), s->head_dim,
-                     kind_name(s->kind), out, s->stages,
-                     tma, s->warps);
+                     kind_name(s->kind), out, splits, s->stages, tma, s->warps);
     return (r < 0 || (size_t)r >= n) ? -1 : r;
 }
 
@@ -81,9 +82,10 @@ static int parse_int(const char *v, int *out) {
 
 fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
     enum { K_KIND, K_ARCH, K_DTYPE, K_HEAD_DIM, K_BLOCK_M, K_BLOCK_N, K_WARPS, K_STAGES, K_CAUSAL, K_OUT, K_DET,
-           K_TMA, K_COUNT };
+           K_TMA, K_SPLITS, K_COUNT };
     static const char *const keys[K_COUNT] = {"kind",   "arch",   "dtype",  "head_dim", "block_m",       "block_n",
-                                              "warps",  "stages", "causal", "out",      "deterministic", "tma"};
+                                              "warps",  "stages", "causal", "out",      "deterministic", "tma",
+                                              "splits"};
     int seen[K_COUNT] = {0};
     fg_spec s;
     memset(&s, 0, sizeof s);
@@ -109,7 +111,7 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         if (k == K_COUNT)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                            "spec: unknown key '%s' (keys: kind, arch, dtype, head_dim, block_m, block_n, warps, "
-                           "stages, causal, out, deterministic, tma)", key);
+                           "stages, causal, out, deterministic, tma, splits)", key);
         if (seen[k]) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: key '%s' appears twice", key);
         seen[k] = 1;
         fg_status st;
@@ -148,6 +150,7 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         case K_BLOCK_N: field = &s.block_n; break;
         case K_WARPS: field = &s.warps; break;
         case K_STAGES: field = &s.stages; break;
+        case K_SPLITS: field = &s.splits; break;
         }
         if (field && parse_int(val, field) != 0)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: %s must be a non-negative integer, got '%s'", key, val);
@@ -166,6 +169,8 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: deterministic is a key of kind=bwd variants only");
     if (seen[K_TMA] && s.kind != FG_KIND_BWD)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: tma is a key of kind=bwd variants only");
+    if (seen[K_SPLITS] && s.kind != FG_KIND_SERVE)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: splits is a key of kind=serve variants only");
     if (dtype_is_fp8(s.dtype)) {
         if (!seen[K_OUT]) s.out_dtype = FG_DTYPE_BF16;
     } else {
@@ -183,6 +188,7 @@ int spec_equal(const fg_spec *a, const fg_spec *b) {
     return a->kind == b->kind &&
            (a->kind != FG_KIND_BWD ||
             ((a->deterministic != 0) == (b->deterministic != 0) && (a->tma != 0) == (b->tma != 0))) &&
+           (a->kind != FG_KIND_SERVE || a->splits == b->splits) &&
            a->arch == b->arch && a->arch_accel == b->arch_accel && a->dtype == b->dtype &&
            a->head_dim == b->head_dim && a->block_m == b->block_m && a->block_n == b->block_n &&
            a->warps == b->warps && a->stages == b->stages && (a->causal != 0) == (b->causal != 0) &&

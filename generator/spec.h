@@ -7,7 +7,8 @@
  *   arch=sm_90,block_m=32,block_n=64,causal=1,deterministic=0,dtype=bf16,head_dim=128,kind=bwd,stages=2,warps=4
  * FP8 variants (dtype e4m3 or e5m2) also name their output dtype, between kind and stages:
  *   arch=sm_90a,block_m=128,block_n=64,causal=0,dtype=e4m3,head_dim=128,kind=fwd,out=bf16,stages=3,warps=4
- * Serving variants (kind=serve) have the forward's keys; the merge of attention states has only two:
+ * Serving variants (kind=serve) have the forward's keys, and splits=N (between kind and stages) where the
+ * split count is fixed (the tuning database's entries); the merge of attention states has only two:
  *   arch=sm_90,kind=merge
  * spec_format(spec_parse(text)) == text for every canonical text. */
 #ifndef FG_SPEC_H
@@ -44,6 +45,10 @@ typedef struct fg_spec {
     int tma;            /* kind=bwd, mma.sync family on sm_90+: K, V, Q, dO loaded by TMA (tensor maps) and the
                            LSE/D rows by bulk copies, from one thread, instead of cp.async from all; named only
                            when 1 ("tma=1"), so a name without TMA loads has no tma key */
+    int splits;         /* kind=serve: the key splits a call runs with (1-256; 0: the call's own choice). A launch
+                           choice, not a compile one (the kernel's code is the same for every value), kept in
+                           the spec so that the tuning database can record it with the tiles; named only when
+                           set ("splits=N") */
 } fg_spec;
 
 /* Longest canonical text plus NUL, with room to spare. */

@@ -187,6 +187,9 @@ RULE(serve_tiles, is_serve(s) && ((s->block_m != 16 && s->block_m != 32 && s->bl
      "with block_m / 16 warps over the rows dividing warps, block_n a multiple of 16 times the warps over the keys "
      "(warps x 16 / block_m), 2 to 4 stages, and a plain arch (no 'a' target)", s->block_m, s->block_n, s->warps,
      s->stages)
+RULE(serve_splits, s->splits < 0 || s->splits > 256 || (s->splits != 0 && !is_serve(s)), FG_ERR_UNSUPPORTED,
+     "splits %d is not supported: a kind=serve variant runs 1 to 256 key splits (0: the call's choice), and other "
+     "kinds have none", s->splits)
 RULE(serve_registers, is_serve(s) && serve_registers(s) > FG_SPEC_ACC_REGS, FG_ERR_UNSUPPORTED,
      "kind=serve block_n %d over %d key warps at head_dim %d needs %d accumulator registers per thread (limit %d): "
      "use a smaller block_n or more warps", s->block_n, serve_warps_n(s), s->head_dim, serve_registers(s),
@@ -226,7 +229,7 @@ static const rule rules[] = {
     R(wgmma_head_dim, FG_ERR_UNSUPPORTED), R(tiles_set, FG_ERR_INVALID_ARGUMENT), R(wgmma_block_m, FG_ERR_UNSUPPORTED),
     R(wgmma_warps, FG_ERR_UNSUPPORTED), R(wgmma_registers, FG_ERR_UNSUPPORTED), R(bwd_tiles, FG_ERR_UNSUPPORTED),
     R(bwd_registers, FG_ERR_UNSUPPORTED), R(serve_dtype, FG_ERR_UNSUPPORTED), R(serve_tiles, FG_ERR_UNSUPPORTED),
-    R(serve_registers, FG_ERR_UNSUPPORTED), R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),
+    R(serve_splits, FG_ERR_UNSUPPORTED), R(serve_registers, FG_ERR_UNSUPPORTED), R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),
     R(fp8_block_n, FG_ERR_UNSUPPORTED), R(stages, FG_ERR_UNSUPPORTED),      R(registers, FG_ERR_UNSUPPORTED),
     R(smem, FG_ERR_UNSUPPORTED),
 };

@@ -173,6 +173,7 @@ typedef struct serving_plan {
     int num_splits;        /* CTAs over one tile's keys */
     int split_blocks;      /* fixed split size in key blocks (split_size), or 0 */
     const char *split_why; /* the reason for num_splits, in words */
+    char tuned_why[192];   /* the tuning database's account, when its choice is taken */
     size_t part_o, part_lse; /* workspace offsets of the partials (when num_splits > 1) */
     size_t workspace;      /* bytes needed (0 without splits) */
 } serving_plan;

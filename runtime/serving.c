@@ -62,6 +62,36 @@ static int split_rule(const fg_context *ctx, const serving_call *c, const fg_spe
     return 1;
 }
 
+/* The workspace of plan's split count: fp32 O and LSE partials of every split, each region 256-byte aligned. */
+static void plan_workspace(const serving_call *c, serving_plan *plan) {
+    plan->part_o = plan->part_lse = plan->workspace = 0;
+    if (plan->num_splits <= 1) return;
+    const size_t rows = (size_t)plan->num_splits * (size_t)c->part_tokens * (size_t)c->hq;
+    plan->part_lse = (rows * (size_t)c->head_dim * 4 + 255) / 256 * 256;
+    plan->workspace = plan->part_lse + (rows * 4 + 255) / 256 * 256;
+}
+
+/* The tuning database's choice for the call's bucket (`flashgen tune` with a kind "serve" space): tiles and split
+ * count of the fastest candidate measured at the same query-length bucket (keys and batch x heads: the nearest
+ * bucket measured). 1 when it applies (plan's spec, m_blocks and num_splits set), else 0. */
+static int serving_tuned(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, serving_plan *plan) {
+    if (!ctx->tuned) return 0;
+    fg_tune_class q;
+    memset(&q, 0, sizeof q);
+    q.kind = FG_KIND_SERVE, q.dtype = a->q.dtype, q.head_dim = c->head_dim, q.causal = a->causal, q.gqa = c->group;
+    q.seqlen_q = c->seqlen_q, q.seqlen_k = c->max_k, q.batch_heads = (int64_t)c->batch * c->hq;
+    fg_spec t;
+    fg_tune_record rec;
+    if (tunedb_best_for(&ctx->tunedb, &q, 0, &t, &rec, plan->tuned_why, sizeof plan->tuned_why) != FG_OK ||
+        rec.cls.seqlen_q != tunedb_bucket(c->seqlen_q) || t.splits < 1 || t.arch != ctx->arch)
+        return 0;
+    plan->spec = t;
+    plan->m_blocks = (int)(((int64_t)c->seqlen_q * c->group + t.block_m - 1) / t.block_m);
+    plan->num_splits = t.splits;
+    plan->split_why = plan->tuned_why;
+    return 1;
+}
+
 fg_status serving_plan_for(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, serving_plan *plan,
                            fg_error *err) {
     memset(plan, 0, sizeof *plan);
@@ -82,7 +112,7 @@ fg_status serving_plan_for(fg_context *ctx, const fg_varlen_args *a, const servi
         plan->num_splits = ctx->num_splits;
         plan->split_why = "FLASHGEN_NUM_SPLITS";
     } else {
-        plan->num_splits = split_rule(ctx, c, s, plan->m_blocks, &plan->split_why);
+        if (!serving_tuned(ctx, a, c, plan)) plan->num_splits = split_rule(ctx, c, s, plan->m_blocks, &plan->split_why);
         if (plan->num_splits > 1 && !a->workspace) {
             plan->num_splits = 1;
             plan->split_why = "no split: the call gave no workspace (fg_attention_fwd_varlen_workspace_size)";
@@ -91,12 +121,7 @@ fg_status serving_plan_for(fg_context *ctx, const fg_varlen_args *a, const servi
     if ((int64_t)plan->m_blocks * plan->num_splits > INT32_MAX)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "max_seqlen_q x heads_q / heads_kv (%lld rows) with %d splits "
                        "exceeds the grid", (long long)c->seqlen_q * c->group, plan->num_splits);
-    if (plan->num_splits > 1) {
-        const size_t rows = (size_t)plan->num_splits * (size_t)c->part_tokens * (size_t)c->hq;
-        plan->part_o = 0;
-        plan->part_lse = (rows * (size_t)c->head_dim * 4 + 255) / 256 * 256;
-        plan->workspace = plan->part_lse + (rows * 4 + 255) / 256 * 256;
-    }
+    plan_workspace(c, plan);
     return FG_OK;
 }
 
@@ -173,13 +198,15 @@ static fg_status serve_run(fg_context *ctx, const fg_varlen_args *a, const servi
     if (c->batch > 65535 || c->hkv > 65535)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "batch (%d) and heads_kv (%d) must be at most 65535 (the grid's "
                        "y and z)", c->batch, c->hkv);
-    fg_status st = select_check_runnable(ctx, &plan->spec, err);
+    fg_spec code = plan->spec; /* the kernel; the split count is the launch's */
+    code.splits = 0;
+    fg_status st = select_check_runnable(ctx, &code, err);
     if (st != FG_OK) return st;
     if (ctx->check_inputs && (st = serving_check_device_inputs(ctx, a, c, stream, err)) != FG_OK) return st;
     pthread_mutex_lock(&ctx->lock);
     fg_kernel *k = NULL;
     kernels_origin from;
-    st = kernels_get(ctx, &plan->spec, 0, &from, &k, err);
+    st = kernels_get(ctx, &code, 0, &from, &k, err);
     CUfunction fn = st == FG_OK ? k->fn : NULL;
     pthread_mutex_unlock(&ctx->lock);
     if (st != FG_OK) return st;
@@ -226,6 +253,10 @@ fg_status rt_varlen_with_spec(fg_context *ctx, const fg_spec *spec, const fg_var
                        "mask) or this device's arch sm_%d", ctx->arch);
     plan.spec = *spec;
     plan.spec.out_dtype = spec->dtype;
+    if (spec->splits > 0 && a.split_size == 0) { /* the variant's own split count (the tuner's candidates) */
+        plan.num_splits = spec->splits;
+        plan_workspace(&c, &plan);
+    }
     /* the explicit tiles change the row blocks, and the key blocks a split size covers */
     plan.m_blocks = (int)(((int64_t)c.seqlen_q * c.group + spec->block_m - 1) / spec->block_m);
     if (a.split_size > 0) plan.split_blocks = (a.split_size + spec->block_n - 1) / spec->block_n;
@@ -269,9 +300,11 @@ fg_status fg_explain_varlen(fg_context *ctx, const fg_varlen_args *args, char *b
         serving_plan_for(ctx, &a, &c, &plan, &err) != FG_OK)
         return rt_set_error(ctx, &err);
     char name[FG_SPEC_NAME_MAX];
-    spec_format(&plan.spec, name, sizeof name);
+    fg_spec code = plan.spec;
+    code.splits = 0;
+    spec_format(&code, name, sizeof name);
     static const char *const origin[] = {"memory", "disk cache", "bundle", "JIT compile"};
-    const kernels_origin from = kernels_origin_of(ctx, &plan.spec, 1);
+    const kernels_origin from = kernels_origin_of(ctx, &code, 1);
     snprintf(buf, n,
              "variant %s\n"
              "queries: %s, %d sequences, up to %d tokens each; keys: %s, up to %d each\n"

@@ -141,9 +141,9 @@ static int tdb_same_bucket(const fg_tune_class *a, const fg_tune_class *b) {
     return a->seqlen_q == b->seqlen_q && a->seqlen_k == b->seqlen_k && a->batch_heads == b->batch_heads;
 }
 
-/* The name a class's kind has in the file and the tables: "fwd" or "bwd". */
+/* The name a class's kind has in the file and the tables: "fwd", "bwd" or "serve". */
 const char *tunedb_kind_name(fg_kind k) {
-    return k == FG_KIND_FWD ? "fwd" : k == FG_KIND_BWD ? "bwd" : "unknown-kind";
+    return k == FG_KIND_FWD ? "fwd" : k == FG_KIND_BWD ? "bwd" : k == FG_KIND_SERVE ? "serve" : "unknown-kind";
 }
 
 /* "fwd bf16 head_dim 128 causal gqa 1" (family only) or with " sq 2048 sk 2048 bh 128" (buckets too). */
@@ -178,8 +178,9 @@ static fg_status tdb_check(const fg_tunedb *db, const fg_tune_record *r, fg_erro
     char cls[200];
     tunedb_class_text(&r->cls, 0, cls, sizeof cls);
     const fg_spec *s = &r->spec;
-    if (r->cls.kind != FG_KIND_FWD && r->cls.kind != FG_KIND_BWD)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "class kind %d is not a kernel family (fwd, bwd)", (int)r->cls.kind);
+    if (r->cls.kind != FG_KIND_FWD && r->cls.kind != FG_KIND_BWD && r->cls.kind != FG_KIND_SERVE)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "class kind %d is not a kernel family (fwd, bwd, serve)",
+                       (int)r->cls.kind);
     if ((int)r->cls.dtype < (int)FG_DTYPE_F16 || (int)r->cls.dtype > (int)FG_DTYPE_E5M2 || r->cls.dtype == FG_DTYPE_F32)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "class dtype %d is not a Q/K/V element type", (int)r->cls.dtype);
     if (r->cls.head_dim < 1 || r->cls.gqa < 1)

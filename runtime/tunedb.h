@@ -192,7 +192,7 @@ const char *tunedb_lua_string(struct lua_State *L, int idx, const char *fn, cons
 
 /* Total order over (bucketed) classes; the field order is the file's sort order. */
 int tunedb_class_cmp(const fg_tune_class *a, const fg_tune_class *b);
-/* The name a class's kind has in the file and the tables: "fwd" or "bwd". */
+/* The name a class's kind has in the file and the tables: "fwd", "bwd" or "serve". */
 const char *tunedb_kind_name(fg_kind k);
 /* "fwd bf16 head_dim 128 causal gqa 1" (family only) or with " sq 2048 sk 2048 bh 128" (buckets too). */
 void tunedb_class_text(const fg_tune_class *c, int buckets, char *buf, size_t n);

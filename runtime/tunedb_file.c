@@ -363,9 +363,10 @@ static int tdb_result(lua_State *L) {
     fg_error e;
     fg_error_clear(&e);
     const char *kind = tunedb_lua_string(L, tdb_required(L, 1, fn, "kind"), fn, "kind", 0, 32);
-    if (strcmp(kind, "fwd") != 0 && strcmp(kind, "bwd") != 0)
-        lua_sandbox_raise(L, fn, "field 'kind' must name a kernel family (\"fwd\" or \"bwd\"), got \"%s\"", kind);
-    r.cls.kind = strcmp(kind, "bwd") == 0 ? FG_KIND_BWD : FG_KIND_FWD;
+    if (strcmp(kind, "fwd") != 0 && strcmp(kind, "bwd") != 0 && strcmp(kind, "serve") != 0)
+        lua_sandbox_raise(L, fn, "field 'kind' must name a kernel family (\"fwd\", \"bwd\" or \"serve\"), got \"%s\"",
+                          kind);
+    r.cls.kind = strcmp(kind, "bwd") == 0 ? FG_KIND_BWD : strcmp(kind, "serve") == 0 ? FG_KIND_SERVE : FG_KIND_FWD;
     const char *dtype = tunedb_lua_string(L, tdb_required(L, 1, fn, "dtype"), fn, "dtype", 0, 32);
     if (dtype_parse(dtype, &r.cls.dtype, &e) != FG_OK)
         lua_sandbox_raise(L, fn, "field 'dtype': %s", e.msg);

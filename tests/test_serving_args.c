@@ -226,3 +226,54 @@ Test(serving_args, split_plan_depends_on_host_arguments_only) {
     }
     tile_policy_free(&ctx.policy);
 }
+
+/* With a tuning database that measured the call's query-length bucket, its fastest serve candidate gives the
+ * tiles and the split count; another query-length bucket, or a call that sets num_splits, keeps the rule. */
+Test(serving_args, tuned_split_count_overrides_the_rule) {
+    fg_context ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.arch = 90, ctx.sm_count = 132, ctx.smem_optin = 232448, ctx.tuned = 1;
+    fg_error e;
+    cr_assert_eq(tile_policy_init_default(&ctx.policy, &e), FG_OK, "%s", e.msg);
+    fg_tune_identity id;
+    tunedb_identity_init(&id, "NVIDIA H100", 90, 132, 13000, "13.0");
+    tunedb_init(&ctx.tunedb, &id);
+    const int splits[3] = {4, 6, 9}; /* 6 is the fastest */
+    const double ms[3] = {0.30, 0.20, 0.25};
+    for (int i = 0; i < 3; i++) {
+        fg_tune_record r;
+        memset(&r, 0, sizeof r);
+        r.cls = (fg_tune_class){FG_KIND_SERVE, FG_DTYPE_BF16, 128, 0, 4, 1, 131072, 32};
+        r.spec = (fg_spec){.kind = FG_KIND_SERVE, .arch = 90, .dtype = FG_DTYPE_BF16, .out_dtype = FG_DTYPE_BF16,
+                           .head_dim = 128, .block_m = 16, .block_n = 64, .warps = 4, .stages = 3, .splits = splits[i]};
+        r.status = FG_TUNE_OK;
+        r.ms = ms[i];
+        cr_assert_eq(tunedb_add(&ctx.tunedb, &r, &e), FG_OK, "%s", e.msg);
+    }
+    fg_varlen_args a;
+    fg_varlen_args_init(&a);
+    a.q = t4(FG_DTYPE_BF16, 1, 1, 32, 128, 0x100000);
+    a.o = t4(FG_DTYPE_BF16, 1, 1, 32, 128, 0x200000);
+    a.k = t4(FG_DTYPE_BF16, 1, 131072, 8, 128, 0x10000000);
+    a.v = t4(FG_DTYPE_BF16, 1, 131072, 8, 128, 0x90000000);
+    a.workspace = ADDR(0x1000);
+    serving_call c;
+    serving_plan p;
+    cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(serving_plan_for(&ctx, &a, &c, &p, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(p.num_splits, 6, "the tuned winner's splits: %d (%s)", p.num_splits, p.split_why);
+    cr_assert_eq(p.spec.stages, 3);
+    cr_assert(strstr(p.split_why, "tuned"), "%s", p.split_why);
+    cr_assert_eq(p.workspace, (size_t)6 * 32 * 128 * 4 + 6 * 32 * 4);
+    a.num_splits = 2; /* the call's own count wins */
+    cr_assert_eq(serving_plan_for(&ctx, &a, &c, &p, &e), FG_OK);
+    cr_assert_eq(p.num_splits, 2);
+    a.num_splits = 0; /* another query-length bucket (4 tokens): the rule */
+    a.q.shape[1] = a.o.shape[1] = 4;
+    a.q.stride[0] = a.o.stride[0] = 4 * 32 * 128;
+    cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(serving_plan_for(&ctx, &a, &c, &p, &e), FG_OK);
+    cr_assert_eq(p.num_splits, 15, "%s", p.split_why);
+    tunedb_free(&ctx.tunedb);
+    tile_policy_free(&ctx.policy);
+}

@@ -219,6 +219,32 @@ Test(space, shipped_tune_fwd_sm90a_fp8_loads) { /* 3 head dims x seqlen 2k, 8k x
     check_shipped_sm90a_space("configs/tune_fwd_sm90a_fp8.lua", FG_DTYPE_E4M3, 12);
 }
 
+/* A serving space: kind "serve" with split counts as a candidate field, on the mma.sync family (sm_90 even on
+ * an sm_90a GPU); the shipped decode space loads. */
+Test(space, serve_space_gives_split_candidates) {
+    const char *text = "space { kind = \"serve\", dtype = \"bf16\", head_dim = 128, gqa = 4, seqlen_q = 1, "
+                       "seqlen_k = {4096, 65536}, batch_heads = 32, block_m = 16, block_n = 64, warps = 4, "
+                       "stages = {3, 4}, splits = {1, 8, 300} }";
+    fg_tune_space sp;
+    fg_error err;
+    cr_assert_eq(space_load_string("s.lua", text, strlen(text), 90, 1, &sp, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(sp.count, 2);
+    cr_assert_eq(sp.total, 12);
+    cr_assert_eq(sp.refused, 4, "splits 300 is refused by serve_splits");
+    for (int i = 0; i < sp.count; i++)
+        for (int c = 0; c < sp.problems[i].ncands; c++) {
+            const fg_spec *s = &sp.problems[i].cands[c].spec;
+            cr_assert_eq(s->kind, FG_KIND_SERVE);
+            cr_assert_eq(s->arch_accel, 0);
+            cr_assert(s->splits == 1 || s->splits == 8 || s->splits == 300);
+        }
+    space_free(&sp);
+    cr_assert_eq(space_load("configs/tune_serve.lua", 90, 0, &sp, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(sp.count, 40);
+    cr_assert_eq(sp.refused, 0);
+    space_free(&sp);
+}
+
 /* Loads text as space "s.lua" for sm_90, which must fail with status and a message containing parts. */
 static void expect_space_refused(const char *text, fg_status status, const char *where, const char *what) {
     fg_tune_space sp;
@@ -234,6 +260,15 @@ static void expect_space_refused(const char *text, fg_status status, const char 
 }
 
 #define TILES "block_m = 128, block_n = 64, warps = 8, stages = 2"
+
+Test(space, serve_fields_are_checked) {
+    expect_space_refused("space { kind = \"serve\", dtype = \"bf16\", head_dim = 128, seqlen_q = 1, batch_heads = 32, "
+                         TILES " }", FG_ERR_CONFIG, "s.lua:1:", "needs field 'splits'");
+    expect_space_refused("space { dtype = \"bf16\", head_dim = 128, seqlen_q = 1, batch_heads = 32, splits = 2, " TILES
+                         " }", FG_ERR_CONFIG, "s.lua:1:", "'splits' is for kind \"serve\" only");
+    expect_space_refused("space { kind = \"serve\", family = \"wgmma\", dtype = \"bf16\", head_dim = 128, seqlen_q = 1, "
+                         "batch_heads = 32, splits = 2, " TILES " }", FG_ERR_CONFIG, "s.lua:1:", "family \"mma\" only");
+}
 
 Test(space, errors_name_file_line_and_field) {
     expect_space_refused("\nspace { dtype = \"bf16\", head_dim = \"128\", seqlen_q = 1024, batch_heads = 64, " TILES " }",
@@ -347,7 +382,7 @@ Test(space, bwd_space_gives_mma_backward_candidates) {
     expect_space_refused("space { kind = \"bwd\", dtype = \"e4m3\", head_dim = 128, seqlen_q = 1024, batch_heads = 64, "
                          TILES " }", FG_ERR_CONFIG, "s.lua:1:", "takes dtype \"fp16\" or \"bf16\"");
     expect_space_refused("space { kind = \"sideways\", dtype = \"bf16\", head_dim = 128, seqlen_q = 1024, batch_heads = 64, "
-                         TILES " }", FG_ERR_CONFIG, "s.lua:1:", "(\"fwd\" or \"bwd\")");
+                         TILES " }", FG_ERR_CONFIG, "s.lua:1:", "(\"fwd\", \"bwd\" or \"serve\")");
     static const int archs[] = {90, 80, 86};
     for (size_t t = 0; t < sizeof archs / sizeof archs[0]; t++) {
         cr_assert_eq(space_load("configs/tune_bwd.lua", archs[t], 0, &sp, &err), FG_OK, "%s", err.msg);

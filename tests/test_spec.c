@@ -119,6 +119,7 @@ Test(spec, serve_and_merge_texts_round_trip) {
     static const char *const texts[] = {
         "arch=sm_90,block_m=16,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=serve,stages=4,warps=4",
         "arch=sm_80,block_m=64,block_n=32,causal=1,dtype=fp16,head_dim=256,kind=serve,stages=2,warps=4",
+        "arch=sm_90,block_m=16,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=serve,splits=12,stages=4,warps=4",
         "arch=sm_90,kind=merge",
         "arch=sm_120,kind=merge",
     };
@@ -154,6 +155,7 @@ Test(spec, parse_errors_name_the_key) {
         {"kind=merge,arch=sm_90,dtype=bf16", "dtype"},                            /* merge: kind and arch only */
         {"kind=merge,dtype=bf16", "dtype"},
         {"kind=merge", "arch"},
+        {"kind=fwd,arch=sm_90,dtype=bf16,head_dim=128,splits=2", "splits"},         /* serve only */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fg_spec s;

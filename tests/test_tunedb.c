@@ -789,3 +789,38 @@ Test(tunedb, backward_records_round_trip_and_stay_apart) {
     tunedb_free(&db);
     tunedb_free(&back);
 }
+
+/* kind "serve" records keep their split count (the spec's splits key) through save and load, and the fastest
+ * split count of a bucket is the one tunedb_best returns. */
+Test(tunedb, serve_records_keep_their_split_count) {
+    fg_tunedb db, back;
+    fg_tune_identity id = h200();
+    tunedb_init(&db, &id);
+    fg_tune_class c = klass(FG_DTYPE_BF16, 128, 0, 4, 1, 131072, 32);
+    c.kind = FG_KIND_SERVE;
+    const int splits[3] = {4, 12, 16};
+    const double ms[3] = {0.31, 0.19, 0.22};
+    for (int i = 0; i < 3; i++) {
+        fg_tune_record r = rec(c, 16, 64, 4, 3, FG_TUNE_OK, ms[i], 0.1, "");
+        r.spec.out_dtype = FG_DTYPE_BF16;
+        r.spec.splits = splits[i];
+        add(&db, r);
+    }
+    cr_assert_eq(db.count, 3, "records differing only in splits are distinct");
+    char path[256];
+    scratch_path(path, sizeof path, "serve.lua");
+    save(path, &db);
+    fg_error err;
+    cr_assert_eq(tunedb_load(path, &id, &back, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(back.count, 3);
+    fg_spec best;
+    cr_assert_eq(tunedb_best(&back, &c, &best, NULL, NULL, 0), FG_OK);
+    cr_assert_eq(best.kind, FG_KIND_SERVE);
+    cr_assert_eq(best.splits, 12);
+    size_t len;
+    char *text = read_text(path, &len);
+    cr_assert(strstr(text, "kind = \"serve\"") && strstr(text, "kind=serve,splits=12,stages=3"), "%s", text);
+    free(text);
+    tunedb_free(&db);
+    tunedb_free(&back);
+}

@@ -74,6 +74,8 @@ static void m_serve_dtype(fg_spec *s) { *s = serve_base(); s->dtype = FG_DTYPE_E
 static void m_serve_tiles(fg_spec *s) { *s = serve_base(); s->block_m = 48; }
 static void m_serve_tiles_keys(fg_spec *s) { *s = serve_base(); s->block_n = 48; }
 static void m_serve_tiles_accel(fg_spec *s) { *s = serve_base(); s->arch_accel = 1; }
+static void m_serve_splits(fg_spec *s) { *s = serve_base(); s->splits = 257; }
+static void m_serve_splits_kind(fg_spec *s) { s->splits = 4; }
 static void m_serve_registers(fg_spec *s) { *s = serve_base(); s->block_m = 64; s->block_n = 256; s->head_dim = 256; s->stages = 2; }
 
 static const broken rules[] = {
@@ -123,6 +125,8 @@ static const broken rules[] = {
     {"serve_tiles", m_serve_tiles_keys, "multiple of 16 times the warps over the keys"},
     {"serve_tiles", m_serve_tiles_accel, "no 'a' target"},
     {"serve_registers", m_serve_registers, "kind=serve block_n 256"},
+    {"serve_splits", m_serve_splits, "splits 257"},
+    {"serve_splits", m_serve_splits_kind, "other kinds have none"},
 };
 
 /* Serving and merge specs: the decode and prefill tiles are valid, and the merge kernel has no tile rules. */

@@ -93,7 +93,24 @@ typedef struct tune_gpu {
     int64_t check_heads;      /* query heads of batch 0 the check covers */
     int64_t check_row0;       /* first query row it covers (it covers check_row0 .. seqlen_q - 1) */
     char l2note[128];         /* how the inputs stand to L2, for the notes; "" when they are far larger */
+    int serve;                /* the problem's kind is "serve": candidates run fg_attention_fwd_varlen's kernel */
+    CUdeviceptr ws;           /* kind "serve": the split partials of the problem's largest split count */
+    size_t ws_size;
 } tune_gpu;
+
+/* kind "serve": the serving call on copy i of the problem's dense tensors (a dense cache of seqlen_k keys, each
+ * sequence's seqlen_q queries), with the candidate's split count and the workspace. */
+static fg_status tune_serve(const tune_gpu *G, sweep_run *R, const fg_spec *spec, int i, fg_error *err) {
+    const fg_fwd_args *f = &G->B.dev[i % G->B.ncopies];
+    fg_varlen_args a;
+    fg_varlen_args_init(&a);
+    a.q = f->q, a.k = f->k, a.v = f->v, a.o = f->o, a.lse = f->lse;
+    a.causal = f->causal;
+    a.softmax_scale = f->softmax_scale;
+    a.workspace = (void *)(uintptr_t)G->ws;
+    a.workspace_size = G->ws_size;
+    return rt_varlen_with_spec(R->ctx, spec, &a, R->stream, err);
+}
 
 /* The shape pb is timed at: heads_q = 2048 / head_dim (a model width of 2048), capped to batch_heads
  * and lowered to a multiple of the GQA ratio that divides batch_heads; batch = batch_heads / heads_q.
@@ -246,6 +263,19 @@ static int tune_gpu_prepare(void *user, sweep_run *R, int pi, double *flops, cha
     G->check_row0 = G->p.seqlen_q - rows;
     *flops = G->bwd ? 2.5 * fwd_flops(&G->p) : fwd_flops(&G->p); /* the backward: the protocol's 2.5x */
     int rc = G->bwd ? tune_gpu_prepare_bwd(R, G, pi) : tune_gpu_prepare_fwd(R, G, pi);
+    G->serve = pb->cls.kind == FG_KIND_SERVE;
+    if (rc == 0 && G->serve) { /* the partials of the largest split count (fp32 O and LSE, 256-byte regions) */
+        int most = 1;
+        for (int c = 0; c < pb->ncands; c++) most = pb->cands[c].spec.splits > most ? pb->cands[c].spec.splits : most;
+        const size_t rows = (size_t)most * (size_t)(G->p.batch * G->p.seqlen_q * G->p.heads);
+        G->ws_size = (rows * (size_t)G->p.head_dim * 4 + 255) / 256 * 256 + (rows * 4 + 255) / 256 * 256;
+        if (R->cu->cuMemAlloc(&G->ws, G->ws_size) != CUDA_SUCCESS) {
+            sweep_print(R, SWEEP_ERR, "%s:%d: cannot allocate the %.1f MiB workspace of %d key splits", R->space_path,
+                        pb->line, G->ws_size / 1048576.0, most);
+            G->ws = 0;
+            rc = -1;
+        }
+    }
     snprintf(l2note, nnote, "%s", G->l2note);
     return rc;
 }
@@ -287,7 +317,8 @@ static fg_status tune_check(void *user, sweep_run *R, const fg_spec *spec, int *
     const fg_cuda_api *cu = R->cu;
     fg_status s;
     if ((s = fwd_poison(cu, &G->B, 0, err)) != FG_OK) return s;
-    if ((s = rt_fwd_with_spec(R->ctx, spec, &G->B.dev[0], R->stream, err)) != FG_OK) return s;
+    if ((s = G->serve ? tune_serve(G, R, spec, 0, err) : rt_fwd_with_spec(R->ctx, spec, &G->B.dev[0], R->stream, err)) != FG_OK)
+        return s;
     FG_CU(err, cu->cuStreamSynchronize(R->stream));
     ref_report rep;
     if ((s = fwd_check(cu, &G->B, &G->p, spec, 0, 1, G->check_heads, G->check_row0, &rep, err)) != FG_OK) return s;
@@ -308,6 +339,7 @@ static fg_status tune_check(void *user, sweep_run *R, const fg_spec *spec, int *
 static fg_status tune_launch(void *user, sweep_run *R, const fg_spec *spec, int i, fg_error *err) {
     const tune_gpu *G = user;
     if (G->bwd) return rt_bwd_with_spec(R->ctx, spec, &G->BB.dev, R->stream, err);
+    if (G->serve) return tune_serve(G, R, spec, i, err);
     return rt_fwd_with_spec(R->ctx, spec, &G->B.dev[i % G->B.ncopies], R->stream, err);
 }
 
@@ -316,6 +348,8 @@ static void tune_release(void *user, sweep_run *R) {
     tune_gpu *G = user;
     R->cu->cuCtxSynchronize(); /* nothing may still use the buffers freed below */
     fwd_buffers_free(R->cu, &G->B);
+    if (G->ws) R->cu->cuMemFree(G->ws);
+    G->ws = 0;
     bwd_buffers_free(R->cu, &G->BB);
     bwd_buffers_free(R->cu, &G->BC);
 }
