@@ -80,6 +80,9 @@ typedef enum { KERNELS_FROM_MEMORY, KERNELS_FROM_DISK, KERNELS_FROM_BUNDLE, KERN
  * memory cache, which may grow (and move) once the lock is released. Caller holds ctx->lock. */
 fg_status kernels_get(fg_context *ctx, const fg_spec *s, int dry, kernels_origin *from, fg_kernel **out,
                       fg_error *err);
+/* The loaded kernel of variant s (its main entry point) for a launch: checked runnable on ctx
+ * (select_check_runnable), then found or built as kernels_get does. Takes ctx->lock. */
+fg_status kernels_function(fg_context *ctx, const fg_spec *s, CUfunction *fn, fg_error *err);
 /* Where variant s's code would come from, without compiling or loading anything: KERNELS_FROM_MEMORY costs
  * a name lookup; with deep set, the bundles and the disk cache are looked up too (the disk cache after
  * emitting the source that keys it), else anything not loaded is KERNELS_FROM_JIT. Takes ctx->lock. */

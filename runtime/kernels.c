@@ -194,3 +194,16 @@ kernels_origin kernels_origin_of(fg_context *ctx, const fg_spec *s, int deep) {
     pthread_mutex_unlock(&ctx->lock);
     return from;
 }
+
+fg_status kernels_function(fg_context *ctx, const fg_spec *s, CUfunction *fn, fg_error *err) {
+    *fn = NULL;
+    fg_status st = select_check_runnable(ctx, s, err);
+    if (st != FG_OK) return st;
+    pthread_mutex_lock(&ctx->lock);
+    fg_kernel *k = NULL;
+    kernels_origin from;
+    st = kernels_get(ctx, s, 0, &from, &k, err);
+    if (st == FG_OK) *fn = k->fn;
+    pthread_mutex_unlock(&ctx->lock);
+    return st;
+}

@@ -15,14 +15,8 @@ fg_status merge_launch(fg_context *ctx, const fg_merge_params *p, void *stream, 
     memset(&s, 0, sizeof s);
     s.kind = FG_KIND_MERGE;
     s.arch = ctx->arch;
-    fg_status st = select_check_runnable(ctx, &s, err);
-    if (st != FG_OK) return st;
-    pthread_mutex_lock(&ctx->lock);
-    fg_kernel *k = NULL;
-    kernels_origin from;
-    st = kernels_get(ctx, &s, 0, &from, &k, err);
-    CUfunction fn = st == FG_OK ? k->fn : NULL;
-    pthread_mutex_unlock(&ctx->lock);
+    CUfunction fn;
+    fg_status st = kernels_function(ctx, &s, &fn, err);
     if (st != FG_OK) return st;
     const int64_t pairs = (int64_t)p->tokens * p->heads, blocks = (pairs + MERGE_WARPS - 1) / MERGE_WARPS;
     if (blocks > INT32_MAX || p->batch > 65535)

@@ -200,16 +200,10 @@ static fg_status serve_run(fg_context *ctx, const fg_varlen_args *a, const servi
                        "y and z)", c->batch, c->hkv);
     fg_spec code = plan->spec; /* the kernel; the split count is the launch's */
     code.splits = 0;
-    fg_status st = select_check_runnable(ctx, &code, err);
-    if (st != FG_OK) return st;
+    fg_status st;
     if (ctx->check_inputs && (st = serving_check_device_inputs(ctx, a, c, stream, err)) != FG_OK) return st;
-    pthread_mutex_lock(&ctx->lock);
-    fg_kernel *k = NULL;
-    kernels_origin from;
-    st = kernels_get(ctx, &code, 0, &from, &k, err);
-    CUfunction fn = st == FG_OK ? k->fn : NULL;
-    pthread_mutex_unlock(&ctx->lock);
-    if (st != FG_OK) return st;
+    CUfunction fn;
+    if ((st = kernels_function(ctx, &code, &fn, err)) != FG_OK) return st;
     fg_serve_params p;
     serve_params(a, c, plan, &p);
     void *params[] = {&p};
