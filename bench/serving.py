@@ -34,8 +34,10 @@ except Exception as e:  # FA4 is staged for the GPU host only (../shared/tools/f
 CELLS = [(32, 4096), (8, 32768), (1, 131072), (64, 2048)]
 
 
-def timed(fn, iters):
-    """Median microseconds of fn() over iters runs, each between two CUDA events, after 3 warm-ups."""
+def timed(fn, iters, reps=5):
+    """Median microseconds of one fn() over iters runs of `reps` calls back to back between two CUDA events,
+    after 3 warm-ups: the calls queue ahead of the GPU, so the Python cost of each call (tens of
+    microseconds, beside decode kernels of 50-300) is not timed as idle GPU time, for any implementation."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -43,10 +45,11 @@ def timed(fn, iters):
     for _ in range(iters):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        fn()
+        for _ in range(reps):
+            fn()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b) * 1000.0)
+        times.append(a.elapsed_time(b) * 1000.0 / reps)
     return statistics.median(times)
 
 
