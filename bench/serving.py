@@ -1,5 +1,5 @@
 """bench/serving.py: the serving path against its peers, in one process (the protocol of docs/performance.md:
-CUDA events around each launch, warm-up first, the median of the runs).
+CUDA events around runs of 5 back-to-back calls, warm-up first, the median of the runs).
 
   decode   query length 1 (and --sq 4), bf16, head_dim 128, GQA 32/8, cells (batch, keys): flashgen's
            attention_with_kvcache (dense cache) against cuDNN and FlashAttention-2 (PyTorch SDPA, enable_gqa),
