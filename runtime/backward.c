@@ -8,7 +8,6 @@
 #include "runtime/call_args.h"
 #include "runtime/dispatch.h"
 
-static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
 /* The workspace's rows a (batch, head) (backward_mma.cuh's fg_bwd_rows_padded, the same rule): a multiple of 128, every
  * block_m but 80 dividing it; on an sm_90 device at head_dim 128 without a causal mask, where the sm_90a kernel's
@@ -27,17 +26,35 @@ static size_t bwd_rows_read(const fg_spec *s, int64_t sq) {
     return ((size_t)sq + bm - 1) / bm * bm;
 }
 
-void backward_workspace_layout(const fg_context *ctx, const fg_bwd_args *a, backward_layout *L) {
+/* x * y * z * w into *out; 0 on overflow of size_t. */
+static int mul4(size_t x, size_t y, size_t z, size_t w, size_t *out) {
+    return !__builtin_mul_overflow(x, y, out) && !__builtin_mul_overflow(*out, z, out) &&
+           !__builtin_mul_overflow(*out, w, out);
+}
+
+/* *off + bytes, aligned to 256, into *off; 0 on overflow. */
+static int advance(size_t *off, size_t bytes) {
+    return !__builtin_add_overflow(*off, bytes, off) && !__builtin_add_overflow(*off, 255, off) && ((*off &= ~(size_t)255), 1);
+}
+
+fg_status backward_workspace_layout(const fg_context *ctx, const fg_bwd_args *a, backward_layout *L, fg_error *err) {
     const size_t b = (size_t)a->q.shape[0], hq = (size_t)a->q.shape[2], hkv = (size_t)a->k.shape[2];
     const size_t sq_pad = bwd_rows_padded(ctx, a), sk = (size_t)a->k.shape[1];
     const size_t d = (size_t)a->q.shape[3];
-    size_t off = 0;
-    L->dq_accum = off, off = align256(off + b * hq * sq_pad * d * 4);
-    L->lse2 = off, off = align256(off + b * hq * sq_pad * 4);
-    L->dsum = off, off = align256(off + b * hq * sq_pad * 4);
-    L->sem = off, off = align256(off + (a->deterministic ? b * hq * (sq_pad / 16) * 4 : 0));
-    L->dkv = off, off = align256(off + (hq != hkv ? 2 * b * hq * sk * d * 4 : 0));
+    size_t off = 0, dq, rows, sem, dkv;
+    memset(L, 0, sizeof *L);
+    const int ok = mul4(b, hq, sq_pad, d * 4, &dq) && mul4(b, hq, sq_pad, 4, &rows) &&
+                   mul4(b, hq, sq_pad / 16, a->deterministic ? 4 : 0, &sem) &&
+                   mul4(2 * b, hq, sk, hq != hkv ? d * 4 : 0, &dkv) &&
+                   (L->dq_accum = off, advance(&off, dq)) && (L->lse2 = off, advance(&off, rows)) &&
+                   (L->dsum = off, advance(&off, rows)) && (L->sem = off, advance(&off, sem)) &&
+                   (L->dkv = off, advance(&off, dkv));
+    if (!ok)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the backward's workspace for batch %lld x heads_q %lld x seqlen "
+                       "%lld (keys %lld) x head_dim %lld does not fit in size_t: the call is too large",
+                       (long long)b, (long long)hq, (long long)a->q.shape[1], (long long)sk, (long long)d);
     L->total = off;
+    return FG_OK;
 }
 
 fg_status fg_attention_bwd_workspace_size(fg_context *ctx, const fg_bwd_args *a, size_t *bytes) {
@@ -48,9 +65,9 @@ fg_status fg_attention_bwd_workspace_size(fg_context *ctx, const fg_bwd_args *a,
         fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_attention_bwd_workspace_size: %s is NULL", !a ? "args" : "bytes");
         return rt_set_error(ctx, &err);
     }
-    if (rt_check_bwd_args(a, 0, 0, &err) != FG_OK) return rt_set_error(ctx, &err);
     backward_layout L;
-    backward_workspace_layout(ctx, a, &L);
+    if (rt_check_bwd_args(a, 0, 0, &err) != FG_OK || backward_workspace_layout(ctx, a, &L, &err) != FG_OK)
+        return rt_set_error(ctx, &err);
     *bytes = L.total;
     return FG_OK;
 }
@@ -83,7 +100,7 @@ int rt_bwd_causal_group(const fg_context *ctx, const fg_spec *s, const fg_bwd_ar
 static fg_status bwd_check_call(const fg_context *ctx, const fg_bwd_args *a, backward_layout *L, int *empty, fg_error *err) {
     fg_status st = rt_check_bwd_args(a, 0, 0, err);
     if (st != FG_OK) return st;
-    backward_workspace_layout(ctx, a, L);
+    if ((st = backward_workspace_layout(ctx, a, L, err)) != FG_OK) return st;
     if ((st = rt_check_bwd_args(a, 1, L->total, err)) != FG_OK) return st;
     *empty = a->q.shape[0] == 0 || a->q.shape[2] == 0 || (a->q.shape[1] == 0 && a->k.shape[1] == 0);
     return FG_OK;

@@ -374,6 +374,15 @@ fg_status rt_check_bwd_args(const fg_bwd_args *a, int need_data, size_t need, fg
                        "of 32 up to 256", (long long)a->q.shape[3]);
     if (a->deterministic != 0 && a->deterministic != 1)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "deterministic is %d; it must be 0 or 1", a->deterministic);
+    /* A gradient whose distinct elements share memory (a zero or too small stride on a dimension longer than 1)
+     * would race and make the deterministic mode nondeterministic. */
+    const fg_tensor *grads[3] = {&a->dq, &a->dk, &a->dv};
+    static const char *const grad_names[3] = {"dq", "dk", "dv"};
+    for (int i = 0; i < 3; i++)
+        if (self_overlaps(grads[i]))
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s's strides [%lld, %lld, %lld, 1] make distinct elements "
+                           "share memory; an output must not overlap itself", grad_names[i],
+                           (long long)grads[i]->stride[0], (long long)grads[i]->stride[1], (long long)grads[i]->stride[2]);
     if (need_data) {
         /* The outputs are written while the inputs are read, in any order: no byte may be shared. */
         const fg_tensor *outs[3] = {&a->dq, &a->dk, &a->dv};

@@ -131,8 +131,9 @@ typedef struct backward_layout {
 } backward_layout;
 
 /* The workspace layout of a checked backward call on ctx: a function of the call and the device only, so
- * fg_attention_bwd_workspace_size holds for every variant of the call. */
-void backward_workspace_layout(const fg_context *ctx, const fg_bwd_args *a, backward_layout *L);
+ * fg_attention_bwd_workspace_size holds for every variant of the call. FG_ERR_INVALID_ARGUMENT when its size
+ * does not fit size_t (computed with checked arithmetic). */
+fg_status backward_workspace_layout(const fg_context *ctx, const fg_bwd_args *a, backward_layout *L, fg_error *err);
 /* The backward main kernel's key blocks for sk keys (its grid x before causal grouping). */
 long long backward_key_blocks(const fg_spec *s, long long sk);
 

@@ -115,7 +115,7 @@ fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *a, char *buf, size_
     const char *where;
     if (explain_lookup(ctx, &s, name, &where, &err) != FG_OK) return rt_set_error(ctx, &err);
     backward_layout L;
-    backward_workspace_layout(ctx, a, &L);
+    if (backward_workspace_layout(ctx, a, &L, &err) != FG_OK) return rt_set_error(ctx, &err);
     const int group = rt_bwd_causal_group(ctx, &s, a);
     const char *path = spec_is_wgmma_bwd(&s) ? "sm_90a path (wgmma, two warpgroups of 64 keys)"
                        : s.tma             ? "mma.sync path (sm_80+), loads by TMA"

@@ -7,7 +7,7 @@
 #include <string.h>
 #include "runtime/call_args.h"
 #include "templates/common/bwd_order.h"
-#include "runtime/runtime.h"
+#include "runtime/dispatch.h"
 
 /* Fake device addresses, far apart and 256-byte aligned; only their values matter here. */
 #define BASE_Q ((uintptr_t)0x10000000)
@@ -553,6 +553,56 @@ static size_t bwd_ws(fg_context *ctx, int64_t sq, int64_t d, int causal) {
 static size_t ws_for_rows(int64_t rows, int64_t d) {
     const size_t acc = (size_t)(2 * rows * d * 4 + 255) / 256 * 256, row = (size_t)(2 * rows * 4 + 255) / 256 * 256;
     return acc + 2 * row;
+}
+
+/* Issue 37 item 7: a gradient whose elements share memory is refused like O and LSE are (a zero stride on a
+ * dimension longer than 1 raced the gradients and broke the deterministic mode), with data or without. */
+Test(args, backward_gradients_overlapping_themselves_are_refused) {
+    fg_bwd_args a = valid_bwd();
+    a.dq.stride[1] = 0;
+    expect_bwd(&a, FG_ERR_INVALID_ARGUMENT, "dq's strides [51200, 0, 64, 1] make distinct elements share memory");
+    a = valid_bwd(), a.dk.stride[2] = 32;
+    expect_bwd(&a, FG_ERR_INVALID_ARGUMENT, "dk's strides");
+    a = valid_bwd(), a.dv.stride[0] = 0;
+    fg_error e;
+    cr_assert_eq(rt_check_bwd_args(&a, 0, 0, &e), FG_ERR_INVALID_ARGUMENT, "the workspace query refuses it too");
+    cr_assert(strstr(e.msg, "dv's strides"), "%s", e.msg);
+}
+
+/* Issue 37 item 7: the workspace size is computed with checked arithmetic; a GQA shape whose per-query-head
+ * dK/dV accumulator exceeds size_t is refused with a sentence instead of wrapping to a small size. */
+Test(args, backward_workspace_size_overflow_is_refused) {
+    fg_context ctx = h200_like();
+    ctx.arch = 90;
+    fg_bwd_args a;
+    memset(&a, 0, sizeof a);
+    const int64_t hq = 65535, sk = (int64_t)1 << 30;
+    a.q = view(0, FG_DTYPE_BF16, 1, 1, hq, 64);
+    a.o = a.dout = a.dq = a.q;
+    a.k = view(0, FG_DTYPE_BF16, 1, sk, 1, 64);
+    a.v = a.dk = a.dv = a.k;
+    fg_tensor l = {NULL, FG_DTYPE_F32, 3, {1, hq, 1}, {hq, 1, 1}};
+    a.lse = l;
+    fg_error e;
+    fg_error_clear(&e);
+    cr_assert_eq(rt_check_bwd_args(&a, 0, 0, &e), FG_OK, "the shape itself is valid: %s", e.msg);
+    backward_layout L;
+    cr_assert_eq(backward_workspace_layout(&ctx, &a, &L, &e), FG_OK, "about 2^57 bytes fit 64 bits: %s", e.msg);
+    cr_assert_eq(L.total % 256, 0);
+    cr_assert_geq(L.total, (size_t)2 * hq * sk * 64 * 4);
+    /* batch 1024 x 2^31 - 1024 keys: K spans just under 2^48 bytes, and the accumulator 2 x 1024 x 65535 x 2^31 x 256
+     * bytes, about 2^66 */
+    a.q = view(0, FG_DTYPE_BF16, 1024, 1, hq, 64);
+    a.o = a.dout = a.dq = a.q;
+    a.k = view(0, FG_DTYPE_BF16, 1024, ((int64_t)1 << 31) - 1024, 1, 64);
+    a.v = a.dk = a.dv = a.k;
+    fg_tensor l2 = {NULL, FG_DTYPE_F32, 3, {1024, hq, 1}, {hq, 1, 1}};
+    a.lse = l2;
+    cr_assert_eq(rt_check_bwd_args(&a, 0, 0, &e), FG_OK, "the shape itself is valid: %s", e.msg);
+    cr_assert_eq(backward_workspace_layout(&ctx, &a, &L, &e), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(e.msg, "does not fit in size_t"), "%s", e.msg);
+    size_t bytes = 1;
+    cr_assert_eq(fg_attention_bwd_workspace_size(&ctx, &a, &bytes), FG_ERR_INVALID_ARGUMENT);
 }
 
 Test(args, bwd_workspace_rows) {
