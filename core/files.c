@@ -61,9 +61,48 @@ fg_status fg_write_file_atomic(const char *path, const void *data, size_t len, f
     return fg_write_file_atomic_mode(path, data, len, 0600, err);
 }
 
-/* fg_write_file_atomic with the file's final permission bits `mode` (exactly, not filtered by the umask),
- * set on the temporary file before any byte is written. The temporary file is created 0600 whatever the
- * mode, so no reader sees it before it is complete. */
+/* The process's umask, read without changing it (umask(2) can only be read by setting it, which races other
+ * threads' file creations): the Umask line of /proc/self/status, else the common default 022. */
+static mode_t current_umask(void) {
+    FILE *f = fopen("/proc/self/status", "re");
+    unsigned m = 022;
+    if (f) {
+        char line[128];
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "Umask: %o", &m) == 1) break;
+        fclose(f);
+    }
+    return (mode_t)(m & 0777);
+}
+
+/* What an atomic write may replace: nothing, or a regular file (whose permission bits the new file keeps,
+ * in *keep; -1 when there is none). Anything else is refused: renaming over a symbolic link, a device, a
+ * FIFO or a socket would replace that node with a regular file (`-o /dev/null` as root destroyed the
+ * device; `-o /dev/stdout` replaced the link and the pipe got nothing). */
+static fg_status check_replaceable(const char *path, int *keep, fg_error *err) {
+    struct stat st;
+    *keep = -1;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? FG_OK
+                               : fg_fail(err, FG_ERR_IO, "cannot write '%s': cannot stat it: %s.", path, strerror(errno));
+    if (S_ISREG(st.st_mode)) {
+        *keep = (int)(st.st_mode & 07777);
+        return FG_OK;
+    }
+    const char *what = S_ISLNK(st.st_mode)    ? "a symbolic link"
+                       : S_ISDIR(st.st_mode)  ? "a directory"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a regular file";
+    return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "cannot write '%s': it is %s; flashgen writes regular files only "
+                   "(a complete file renamed over the path), so it must name a regular file or nothing.", path, what);
+}
+
+/* fg_write_file_atomic with the permission bits of a new file: `mode` less the process's umask. A file the
+ * write replaces keeps its own bits. They are set on the temporary file (created 0600) before any byte is
+ * written, so no reader sees it before it is complete. */
 fg_status fg_write_file_atomic_mode(const char *path, const void *data, size_t len, unsigned mode, fg_error *err) {
     if (!path || !path[0])
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "fg_write_file_atomic: the path is empty.");
@@ -74,6 +113,10 @@ fg_status fg_write_file_atomic_mode(const char *path, const void *data, size_t l
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "cannot write '%s': the path names a directory.", path);
     if (plen >= PATH_MAX)
         return fg_fail(err, FG_ERR_IO, "cannot write '%s': the path is longer than %d bytes.", path, PATH_MAX - 1);
+    int keep;
+    fg_status cs = check_replaceable(path, &keep, err);
+    if (cs != FG_OK) return cs;
+    const mode_t final_mode = keep >= 0 ? (mode_t)keep : (mode_t)(mode & 07777) & ~current_umask();
 
     /* Split into directory and base name; the temporary file must share the directory so that rename()
      * stays within one file system and is atomic. */
@@ -105,7 +148,7 @@ fg_status fg_write_file_atomic_mode(const char *path, const void *data, size_t l
         return fg_fail(err, FG_ERR_IO, "cannot create temporary file '%s' to write '%s': %s.", tmp, path,
                        strerror(errno));
     const char *step = NULL;
-    if (fchmod(fd, (mode_t)(mode & 07777)) != 0)
+    if (fchmod(fd, final_mode) != 0)
         step = "fchmod";
     else if (write_all(fd, data, len) != 0)
         step = "write";

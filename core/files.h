@@ -10,11 +10,14 @@
  * ones: `.tmp-<pid>-<tid>-<n>-<base name>`. */
 #define FG_TMP_PREFIX ".tmp-"
 
-/* Writes `len` bytes to `path` atomically with mode 0600 (temp + fsync + rename). Shared by the cache,
- * bundles, `flashgen compile -o` and the tuning database. */
+/* Writes `len` bytes to `path` atomically (temp + fsync + rename), a new file with mode 0600. Shared by the
+ * cache, bundles, `flashgen compile -o` and the tuning database. The path must name a regular file or
+ * nothing: a symbolic link, device, FIFO, socket or directory is refused (FG_ERR_INVALID_ARGUMENT) rather
+ * than replaced. A file that is replaced keeps its permission bits. */
 fg_status fg_write_file_atomic(const char *path, const void *data, size_t len, fg_error *err);
-/* The same with the file's permission bits given: bundles are written 0644 because they are meant to be
- * shipped and read by other users; the disk cache, cubins and tuning databases keep 0600. */
+/* The same with a new file's permission bits `mode`, less the process's umask: bundles and C sources are
+ * written 0644 because they are meant to be shipped and read by other users; the disk cache, cubins and
+ * tuning databases 0600. */
 fg_status fg_write_file_atomic_mode(const char *path, const void *data, size_t len, unsigned mode, fg_error *err);
 
 /* Reads a whole file (malloc'd, caller frees; a NUL byte follows the contents, not counted in *len, so

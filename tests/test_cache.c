@@ -781,11 +781,57 @@ Test(cache, atomic_write_and_read_file) {
     cr_assert_eq(fg_read_file(missing, &data, &len, &err), FG_ERR_IO);
     cr_assert_null(data);
     cr_assert_not_null(strstr(err.msg, missing), "%s", err.msg);
-    /* Renaming over a directory fails; the temporary file must be gone afterwards. */
+    /* A directory is refused before anything is written; no temporary file is left. */
     char sub[300];
     snprintf(sub, sizeof sub, "%s/adir", g_root);
     cr_assert_eq(mkdir(sub, 0700), 0);
     fg_error_clear(&err);
-    cr_assert_eq(fg_write_file_atomic(sub, "x", 1, &err), FG_ERR_IO);
+    cr_assert_eq(fg_write_file_atomic(sub, "x", 1, &err), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "it is a directory"), "%s", err.msg);
     cr_assert_eq(count_files(g_root, ".tmp-"), 0, "a failed write left its temporary file");
+}
+
+/* Issue 37 item 2: an output path naming a symbolic link or a FIFO (a stand-in for /dev/null and /dev/stdout,
+ * made in the test's own directory) is refused and left as it was; a replaced regular file keeps its mode; a
+ * new file's mode is the one asked less the umask. */
+Test(cache, output_paths_refuse_links_and_devices_and_keep_modes) {
+    char target[300], link[300], fifo[300], kept[300], fresh[300];
+    snprintf(target, sizeof target, "%s/target", g_root);
+    snprintf(link, sizeof link, "%s/link", g_root);
+    snprintf(fifo, sizeof fifo, "%s/fifo", g_root);
+    snprintf(kept, sizeof kept, "%s/kept", g_root);
+    snprintf(fresh, sizeof fresh, "%s/fresh", g_root);
+    fg_error err;
+    cr_assert_eq(fg_write_file_atomic(target, "target", 6, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(symlink(target, link), 0);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    fg_error_clear(&err);
+    cr_assert_eq(fg_write_file_atomic_mode(link, "x", 1, 0644, &err), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "it is a symbolic link") && strstr(err.msg, link), "%s", err.msg);
+    fg_error_clear(&err);
+    cr_assert_eq(fg_write_file_atomic(fifo, "x", 1, &err), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "FIFO"), "%s", err.msg);
+    struct stat st;
+    cr_assert_eq(lstat(link, &st), 0);
+    cr_assert(S_ISLNK(st.st_mode), "the link was replaced");
+    cr_assert_eq(lstat(fifo, &st), 0);
+    cr_assert(S_ISFIFO(st.st_mode), "the FIFO was replaced");
+    uint8_t *data;
+    size_t len;
+    read_whole(target, &data, &len);
+    cr_assert(len == 6 && memcmp(data, "target", 6) == 0, "the link's target changed");
+    free(data);
+    /* an existing 0640 file keeps 0640 whatever the mode asked */
+    cr_assert_eq(fg_write_file_atomic(kept, "a", 1, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(chmod(kept, 0640), 0);
+    cr_assert_eq(fg_write_file_atomic_mode(kept, "b", 1, 0644, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(stat(kept, &st), 0);
+    cr_assert_eq(st.st_mode & 07777, 0640, "mode %o", st.st_mode & 07777);
+    /* a new file: 0644 less the umask */
+    const mode_t old = umask(027);
+    cr_assert_eq(fg_write_file_atomic_mode(fresh, "c", 1, 0644, &err), FG_OK, "%s", err.msg);
+    umask(old);
+    cr_assert_eq(stat(fresh, &st), 0);
+    cr_assert_eq(st.st_mode & 07777, 0640, "mode %o", st.st_mode & 07777);
+    cr_assert_eq(count_files(g_root, ".tmp-"), 0, "a refused write left a temporary file");
 }
