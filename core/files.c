@@ -187,15 +187,18 @@ fg_status fg_write_file_atomic_mode(const char *path, const void *data, size_t l
     return FG_OK;
 }
 
-/* Reads a whole file into a malloc'd buffer (caller frees) that has one extra NUL byte after the
- * contents, not counted in *len, so text files can be used as C strings. FG_ERR_IO naming the path, or
- * FG_ERR_NO_MEMORY. *data is NULL on failure. */
-fg_status fg_read_file(const char *path, uint8_t **data, size_t *len, fg_error *err) {
+/* Reads a whole regular file of at most `max` bytes into a malloc'd buffer (caller frees) that has one extra NUL
+ * byte after the contents, not counted in *len, so text files can be used as C strings. The file is opened
+ * without blocking and must be a regular file: a FIFO would block the reader until a writer came (forever,
+ * for a library call), and a device like /dev/urandom has no end. Its size is checked before a byte is read
+ * (a 3 GiB file named as a bundle was read whole before its magic). FG_ERR_IO naming the path (too large:
+ * saying the bound), or FG_ERR_NO_MEMORY. *data is NULL on failure. */
+fg_status fg_read_file_max(const char *path, size_t max, uint8_t **data, size_t *len, fg_error *err) {
     *data = NULL;
     *len = 0;
     if (!path || !path[0])
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "fg_read_file: the path is empty.");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return fg_fail(err, FG_ERR_IO, "cannot open '%s' for reading: %s.", path, strerror(errno));
     struct stat st;
@@ -204,14 +207,19 @@ fg_status fg_read_file(const char *path, uint8_t **data, size_t *len, fg_error *
         close(fd);
         return fg_fail(err, FG_ERR_IO, "cannot stat '%s': %s.", path, strerror(e));
     }
-    if (S_ISDIR(st.st_mode)) {
+    if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return fg_fail(err, FG_ERR_IO, "cannot read '%s': it is a directory.", path);
+        return fg_fail(err, FG_ERR_IO, "cannot read '%s': it is %s, not a regular file.", path,
+                       S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
+                       : S_ISCHR(st.st_mode) ? "a character device" : "a special file");
     }
-    /* The size is only a hint (pipes and /proc files report 0; a file may grow): read to end of file. */
-    size_t cap = S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size < SIZE_MAX / 2
-                     ? (size_t)st.st_size + 1
-                     : 4096;
+    if ((uint64_t)st.st_size > (uint64_t)max) {
+        close(fd);
+        return fg_fail(err, FG_ERR_IO, "cannot read '%s': it is %lld bytes, more than the %zu this file may have.",
+                       path, (long long)st.st_size, max);
+    }
+    /* The size is a hint (a file may grow while it is read): read to end of file, up to max. */
+    size_t cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096;
     size_t used = 0;
     uint8_t *buf = malloc(cap);
     if (!buf) {
@@ -220,10 +228,11 @@ fg_status fg_read_file(const char *path, uint8_t **data, size_t *len, fg_error *
     }
     for (;;) {
         if (used + 1 >= cap) {
-            if (cap > SIZE_MAX / 2) {
+            if (used > max || cap > SIZE_MAX / 2) {
                 free(buf);
                 close(fd);
-                return fg_fail(err, FG_ERR_IO, "cannot read '%s': it is too large.", path);
+                return fg_fail(err, FG_ERR_IO, "cannot read '%s': it grew past the %zu bytes this file may have.",
+                               path, max);
             }
             uint8_t *grown = realloc(buf, cap * 2);
             if (!grown) {
@@ -256,4 +265,8 @@ fg_status fg_read_file(const char *path, uint8_t **data, size_t *len, fg_error *
     *data = buf;
     *len = used;
     return FG_OK;
+}
+
+fg_status fg_read_file(const char *path, uint8_t **data, size_t *len, fg_error *err) {
+    return fg_read_file_max(path, SIZE_MAX / 4, data, len, err);
 }

@@ -20,8 +20,11 @@ fg_status fg_write_file_atomic(const char *path, const void *data, size_t len, f
  * tuning databases 0600. */
 fg_status fg_write_file_atomic_mode(const char *path, const void *data, size_t len, unsigned mode, fg_error *err);
 
-/* Reads a whole file (malloc'd, caller frees; a NUL byte follows the contents, not counted in *len, so
- * text can be used as a C string). FG_ERR_IO naming the path on failure. */
+/* Reads a whole regular file of at most `max` bytes (malloc'd, caller frees; a NUL byte follows the contents, not
+ * counted in *len, so text can be used as a C string), opened without blocking: a FIFO, device, directory
+ * or a file over `max` is refused before any byte is read. FG_ERR_IO naming the path on failure. */
+fg_status fg_read_file_max(const char *path, size_t max, uint8_t **data, size_t *len, fg_error *err);
+/* The same without a size bound of the caller's. */
 fg_status fg_read_file(const char *path, uint8_t **data, size_t *len, fg_error *err);
 
 /* Reads exactly n bytes from fd, retrying short reads and EINTR. Returns 0, or -1 with errno set (EIO for

@@ -25,6 +25,9 @@
  *     of stack reallocations. A line hook would be exact but makes the interpreter about 3x slower.)
  * The state is always closed, so a failed run frees everything it allocated. */
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -558,9 +561,21 @@ fg_status lua_sandbox_run_file(const char *path, fg_lua_setup_fn setup, fg_lua_s
                                fg_error *err) {
     if (path == NULL)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "lua_sandbox_run_file: path must not be NULL");
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
+    /* Opened without blocking, and only a regular file is read: a FIFO would block the caller until a writer
+     * came, a device like /dev/urandom would never end. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
         return fg_fail(err, FG_ERR_IO, "cannot open config '%s': %s", path, strerror(errno));
+    struct stat fst;
+    if (fstat(fd, &fst) != 0 || !S_ISREG(fst.st_mode)) {
+        close(fd);
+        return fg_fail(err, FG_ERR_IO, "cannot read config '%s': it is not a regular file", path);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (f == NULL) {
+        close(fd);
+        return fg_fail(err, FG_ERR_IO, "cannot open config '%s': %s", path, strerror(errno));
+    }
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
     if (buf == NULL) {

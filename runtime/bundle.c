@@ -530,7 +530,7 @@ fg_status bundle_read(const char *path, fg_bundle *out, fg_error *err) {
     out->count = 0;
     uint8_t *data;
     size_t len;
-    fg_status st = fg_read_file(path, &data, &len, err);
+    fg_status st = fg_read_file_max(path, FG_BUNDLE_MAX_BYTES, &data, &len, err);
     if (st != FG_OK)
         return st;
     fg_error local;

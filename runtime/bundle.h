@@ -18,6 +18,9 @@
 #include "core/error.h"
 
 #define FG_BUNDLE_FORMAT_VERSION 1u
+/* The largest bundle file read (the default bundle is tens of MiB): a larger file is refused before a byte
+ * of it is read. */
+#define FG_BUNDLE_MAX_BYTES ((size_t)1 << 30)
 
 typedef struct fg_bundle_entry {
     char *name;       /* spec canonical text (owned) */

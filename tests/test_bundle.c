@@ -6,6 +6,7 @@
  * not catch those). bundle_write_c's output is compiled with the system C compiler and its bytes are read
  * back through a small program. Scratch files live in a mkdtemp directory under /tmp. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,6 +182,27 @@ Test(bundle, file_round_trip) {
     cr_assert_eq(bundle_read(missing, &back, &err), FG_ERR_IO);
     cr_assert_not_null(strstr(err.msg, missing), "%s", err.msg);
     bundle_free(&b);
+}
+
+/* Issue 37 item 6: a FIFO named as a bundle is refused at once (it blocked fg_bundle_load forever), and a file
+ * larger than FG_BUNDLE_MAX_BYTES is refused before a byte of it is read (a sparse file: no disk used). */
+Test(bundle, reader_refuses_fifos_and_oversized_files) {
+    char fifo[128], big[128];
+    snprintf(fifo, sizeof fifo, "%s/pipe.fgb", g_root);
+    snprintf(big, sizeof big, "%s/big.fgb", g_root);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    fg_bundle back;
+    fg_error err;
+    fg_error_clear(&err);
+    cr_assert_eq(bundle_read(fifo, &back, &err), FG_ERR_IO);
+    cr_assert(strstr(err.msg, "FIFO") && strstr(err.msg, fifo), "%s", err.msg);
+    int fd = open(big, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(ftruncate(fd, (off_t)FG_BUNDLE_MAX_BYTES + 1), 0);
+    close(fd);
+    fg_error_clear(&err);
+    cr_assert_eq(bundle_read(big, &back, &err), FG_ERR_IO);
+    cr_assert(strstr(err.msg, "more than the 1073741824"), "%s", err.msg);
 }
 
 /* ---------------------------------------------------------------- bad input through the API */

@@ -2,6 +2,8 @@
  * (test_lua_sandbox.c's). Covers the product, field type errors, tile overrides, duplicates, the arch
  * override and validation. Run from the repository root (configs/default.lua). */
 #include <criterion/criterion.h>
+#include <unistd.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -567,4 +569,20 @@ Test(config, missing_file_is_io_error) {
     cr_assert(strstr(err.msg, "configs/does_not_exist.lua") != NULL, "%s", err.msg);
     cr_assert_eq(cfg.count, 0);
     config_free(&cfg); /* freeing an empty config is harmless */
+}
+
+/* Issue 37 item 6: a FIFO named as a config is refused at once instead of blocking the reader. */
+Test(config, fifo_config_is_refused_without_blocking) {
+    char dir[] = "/tmp/fg-test-config-fifo-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char fifo[96];
+    snprintf(fifo, sizeof fifo, "%s/cfg.lua", dir);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    fg_config cfg;
+    fg_error err;
+    fg_error_clear(&err);
+    cr_assert_eq(config_load_file(fifo, NULL, &cfg, &err), FG_ERR_IO);
+    cr_assert(strstr(err.msg, "not a regular file"), "%s", err.msg);
+    unlink(fifo);
+    rmdir(dir);
 }

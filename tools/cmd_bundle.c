@@ -176,7 +176,7 @@ static int cmd_bundle_read(int argc, char **argv, int verify) {
     fg_error err;
     fg_error_clear(&err);
     bundle_index ix;
-    if (fg_read_file(path, &data, &len, &err) != FG_OK) {
+    if (fg_read_file_max(path, FG_BUNDLE_MAX_BYTES, &data, &len, &err) != FG_OK) {
         say(cmd, "%s", err.msg);
         return EXIT_FAIL;
     }
