@@ -132,6 +132,9 @@ static const fg_tile_rule default_rules[] = {
 };
 
 fg_status tile_policy_add(fg_tile_policy *p, const fg_tile_rule *r, fg_error *err) {
+    if (p->count >= FG_TILE_POLICY_MAX_RULES)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the tile policy already holds %d rules, the most it takes (each "
+                       "variant is matched against every rule)", FG_TILE_POLICY_MAX_RULES);
     if (p->count == p->cap) {
         int cap = p->cap ? p->cap * 2 : 16;
         fg_tile_rule *n = realloc(p->rules, (size_t)cap * sizeof *n);

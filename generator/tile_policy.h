@@ -28,9 +28,14 @@ typedef struct fg_tile_policy {
     int cap;             /* allocated */
 } fg_tile_policy;
 
+/* The most rules a policy holds, the built-in ones included: a config's tile_policy{} calls past it are an error
+ * (a million rules matched against 32,768 variants ran for minutes, outside the config's memory bound). */
+#define FG_TILE_POLICY_MAX_RULES 4096
+
 /* Fills policy with flashgen's built-in rules (caller frees with tile_policy_free). */
 fg_status tile_policy_init_default(fg_tile_policy *policy, fg_error *err);
-/* Appends a rule that overrides earlier ones where they overlap. */
+/* Appends a rule that overrides earlier ones where they overlap; FG_ERR_INVALID_ARGUMENT past
+ * FG_TILE_POLICY_MAX_RULES. */
 fg_status tile_policy_add(fg_tile_policy *policy, const fg_tile_rule *rule, fg_error *err);
 /* Makes dst an independent copy of src (caller frees dst with tile_policy_free). */
 fg_status tile_policy_copy(fg_tile_policy *dst, const fg_tile_policy *src, fg_error *err);

@@ -586,3 +586,14 @@ Test(config, fifo_config_is_refused_without_blocking) {
     unlink(fifo);
     rmdir(dir);
 }
+
+/* Issue 37 item 3: tile_policy{} rules are bounded (FG_TILE_POLICY_MAX_RULES with the built-in ones): a config
+ * adding rules in a loop fails at the call past the bound, naming it, instead of holding millions of rules
+ * outside the Lua memory bound and matching every variant against all of them. */
+Test(config, tile_policy_rules_are_bounded) {
+    load_fails("for i = 1, 5000 do\n"
+               "  tile_policy { arch = \"sm_80\", head_dim = 64, block_m = 64, block_n = 64, warps = 4, stages = 2 }\n"
+               "end\n"
+               "variants { kind = \"fwd\", arch = \"sm_80\", dtype = \"fp16\", head_dim = 64 }\n",
+               NULL, FG_ERR_CONFIG, "cfg.lua:2:", "4096 rules");
+}
