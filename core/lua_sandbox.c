@@ -241,15 +241,19 @@ static const sb_guard_entry sb_guards[] = {
     {LUA_GNAME, "xpcall", SB_GUARD_XPCALL},        {NULL, NULL, SB_GUARD_REP}};
 
 /* An upper bound on the matching steps of pattern p over an n-byte subject. Every repetition item
- * (*, +, -, ?) and back-reference (%1..%9) can try up to n+1 lengths at each of the others', and an
- * unanchored search repeats that at n+1 starting points: (n+1)^(q+1). Characters inside sets and after
- * '%' are skipped; what remains is over-counted, never under-counted, so the bound stays a bound. */
+ * (*, +, -, ?), back-reference (%1..%9) and balance item (%bxy, which scans to the subject's end) can try up
+ * to n+1 lengths at each of the others', and an unanchored search repeats that at n+1 starting points:
+ * (n+1)^(q+1), times the pattern's items (each start compares the single-character items one by one: a
+ * literal run of m characters costs n*m over the subject). Characters inside sets and after '%' are
+ * skipped as items; what remains is over-counted, never under-counted, so the bound stays a bound. */
 static double sb_pattern_cost(const char *p, size_t pl, size_t n) {
     int q = 0;
-    for (size_t i = 0; i < pl; i++) {
+    double items = 1.0;
+    for (size_t i = 0; i < pl; i++, items += 1.0) {
         if (p[i] == '%') {
-            if (i + 1 < pl && p[i + 1] >= '1' && p[i + 1] <= '9')
+            if (i + 1 < pl && ((p[i + 1] >= '1' && p[i + 1] <= '9') || p[i + 1] == 'b'))
                 q++;
+            if (i + 1 < pl && p[i + 1] == 'b') i += 2; /* %bxy: the two delimiters */
             i++;
         } else if (p[i] == '[') {
             size_t j = i + 1;
@@ -264,11 +268,14 @@ static double sb_pattern_cost(const char *p, size_t pl, size_t n) {
             q++;
         }
     }
-    double cost = 1.0;
+    double cost = items;
     for (int k = 0; k <= q && cost <= SB_PATTERN_STEPS; k++)
         cost *= (double)n + 1.0;
     return cost;
 }
+
+/* A plain find (no pattern) compares the needle at each start: at most (n+1) x (its length + 1) steps. */
+static double sb_plain_cost(size_t needle, size_t n) { return ((double)n + 1.0) * ((double)needle + 1.0); }
 
 /* Raises an argument error unless argument arg is a table without a metatable (lua_geti on such a
  * table is one lookup, and its length is its real border, so the library loops stay bounded). */
@@ -316,10 +323,17 @@ static int sb_guard(lua_State *L) {
         luaL_checklstring(L, 1, &n);
         const char *pat = luaL_checklstring(L, 2, &pl);
         int plain = kind == SB_GUARD_FIND && lua_toboolean(L, 4);
-        if (!plain && sb_pattern_cost(pat, pl, n) > SB_PATTERN_STEPS)
+        if (plain && sb_plain_cost(pl, n) > SB_PATTERN_STEPS)
+            return luaL_error(L, "a plain find of a %d-byte string in a %d-byte subject could take too long for the "
+                                 "config sandbox (use a shorter subject or needle)",
+                              (int)(pl > 0x7fffffff ? 0x7fffffff : pl), (int)(n > 0x7fffffff ? 0x7fffffff : n));
+        if (!plain && sb_pattern_cost(pat, pl, n) > SB_PATTERN_STEPS) {
+            char shown[84]; /* the pattern as the message shows it: at most 80 bytes */
+            snprintf(shown, sizeof shown, "%.80s", pat);
             return luaL_error(L, "pattern '%s' could backtrack too long over a %d-byte subject for the config "
-                                 "sandbox (use fewer repetition items, a shorter subject or a plain find)",
-                              pat, (int)(n > 0x7fffffff ? 0x7fffffff : n));
+                                 "sandbox (use fewer repetition or %%b items, a shorter subject or a plain find)",
+                              shown, (int)(n > 0x7fffffff ? 0x7fffffff : n));
+        }
         break;
     }
     case SB_GUARD_TABLE:

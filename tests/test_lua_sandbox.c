@@ -146,6 +146,25 @@ Test(sandbox, c_loops_are_bounded) {
     stopwatch_check(&w, "string.rep('', 2^50)");
 }
 
+/* Issue 37 item 1: the pattern functions' own C loops are charged too: a balance item (%b, quadratic over the
+ * subject: 12.9 s over 200,000 characters), a plain find of a long needle (n x m: 25 s) and a long literal run
+ * are refused at once, before the C loop starts; a tuning database holding such text is refused as fast. */
+Test(sandbox, pattern_c_loops_are_bounded) {
+    stopwatch w;
+    stopwatch_start(&w);
+    expect_refused("local s = string.rep('(', 200000)\nreturn s:find('%b()')", "cfg.lua:2:", "could backtrack too long");
+    expect_refused("local s = string.rep('a', 2e6)\nreturn s:find(string.rep('a', 1e6) .. 'b', 1, true)", "cfg.lua:2:",
+                   "plain find");
+    expect_refused("local s = string.rep('a', 2e6)\nreturn s:match(string.rep('a', 1000) .. 'b')", "cfg.lua:2:",
+                   "could backtrack too long");
+    stopwatch_check(&w, "the refused pattern calls");
+    /* what configs do stays allowed */
+    fg_error err;
+    cr_assert_eq(run_chunk("cfg.lua", "assert(('sm_90a'):find('%d+a$'))\nassert(('(a(b)c)'):find('%b()') == 1)\n"
+                                      "assert(string.rep('x', 1000):find('xy', 1, true) == nil)", &err),
+                 FG_OK, "%s", err.msg);
+}
+
 Test(sandbox, code_that_runs_unhooked_is_refused_or_cut_short) {
     /* Lua runs finalizers, and message handlers for errors raised by a hook, with hooks disabled. */
     expect_refused("local a = 1\nsetmetatable({}, {__gc = function() while true do end end})", "cfg.lua:2:",
