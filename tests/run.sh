@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/run.sh: runs every test program (build/tests/test_*, the Python tests, then the shell checks:
-# exported symbols, pip install, the README's C example) from the repository root: one line per program (name, ok or FAILED, seconds, tests passed and skipped; a failed program's
+# exported symbols, pip install, the README's C example, the fuzzers) from the repository root: one line per program (name, ok or FAILED, seconds, tests passed and skipped; a failed program's
 # whole log under it), then the skipped tests grouped by reason (GPU suites skip where no GPU exists), then a summary.
 # Exit status: 0 when every program passed. Extra arguments go to each Criterion program.
 # With a sanitizer build (`sh configure --asan && ninja`), run:
@@ -61,12 +61,17 @@ else
 fi
 programs=$total
 # The shell checks: the library's exported symbols against the public header, `pip install ./python`
-# into a fresh virtual environment, and the README's C example compiled and run from the README's own
-# text (and against a staged install). Exit 77 means skipped, with the reason as the last line.
-for t in tests/exports.sh tests/pip_install.sh tests/readme_example.sh; do
+# into a fresh virtual environment, the README's C example compiled and run from the README's own text
+# (and against a staged install), and the fuzzers (tests/fuzz/run.sh, each target for
+# $FLASHGEN_FUZZ_SECONDS, default 20, with their own sanitizer build). Exit 77 means skipped, with the
+# reason as the last line.
+for t in tests/exports.sh tests/pip_install.sh tests/readme_example.sh tests/fuzz/run.sh; do
   total=$((total + 1))
   start=$(date +%s)
-  env $asan_preload sh "$t" >"$log" 2>&1
+  case "$t" in
+    tests/fuzz/run.sh) sh "$t" "${FLASHGEN_FUZZ_SECONDS:-20}" >"$log" 2>&1 ;;
+    *) env $asan_preload sh "$t" >"$log" 2>&1 ;;
+  esac
   rc=$?
   if [ $rc = 77 ]; then
     tail -n 1 "$log" | sed 's/^[^:]*: skipped: //' >>"$skips"
