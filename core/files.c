@@ -9,10 +9,56 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <dirent.h>
+#include <signal.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <sys/types.h>
 #include <unistd.h>
 #include "core/files.h"
+
+int fg_tmp_is_stale(const char *name, const struct stat *st) {
+    if (strncmp(name, FG_TMP_PREFIX, sizeof FG_TMP_PREFIX - 1) != 0) return 0;
+    const char *p = name + sizeof FG_TMP_PREFIX - 1;
+    char *end;
+    errno = 0;
+    long pid = strtol(p, &end, 10);
+    if (end == p || *end != '-' || errno != 0 || pid <= 0 || pid > INT_MAX) return 0;
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 1;
+    return time(NULL) - st->st_mtime > FG_TMP_STALE_SECONDS;
+}
+
+/* The base name a temporary file was written for: the part after FG_TMP_PREFIX<pid>-<tid>-<n>-, or NULL. */
+static const char *tmp_base(const char *name) {
+    const char *p = name + sizeof FG_TMP_PREFIX - 1;
+    for (int dashes = 0; *p && dashes < 3; p++)
+        if (*p == '-') dashes++;
+    return *p ? p : NULL;
+}
+
+int fg_reap_tmp_files(const char *dir, const char *base, unsigned long long *bytes) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int dfd = dirfd(d), removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, FG_TMP_PREFIX, sizeof FG_TMP_PREFIX - 1) != 0) continue;
+        if (base) {
+            const char *b = tmp_base(e->d_name);
+            if (!b || strncmp(b, base, 128) != 0) continue; /* temporary names keep 128 bytes of the base */
+        }
+        struct stat st;
+        if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+            !fg_tmp_is_stale(e->d_name, &st))
+            continue;
+        if (unlinkat(dfd, e->d_name, 0) == 0) {
+            removed++;
+            if (bytes) *bytes += (unsigned long long)st.st_size;
+        }
+    }
+    closedir(d);
+    return removed;
+}
 
 /* Numbers the temporary files of this process, so two threads never pick the same name. */
 static atomic_ulong tmp_counter;
@@ -134,6 +180,9 @@ fg_status fg_write_file_atomic_mode(const char *path, const void *data, size_t l
         dir[slash - path] = '\0';
         base = slash + 1;
     }
+
+    /* Temporary files that killed writes of this same path left are removed first (their writers are gone). */
+    fg_reap_tmp_files(dir, base, NULL);
 
     /* The base name is cut to 128 bytes so the temporary name stays under NAME_MAX (255). */
     char tmp[PATH_MAX + 256];

@@ -27,6 +27,16 @@ fg_status fg_read_file_max(const char *path, size_t max, uint8_t **data, size_t 
 /* The same without a size bound of the caller's. */
 fg_status fg_read_file(const char *path, uint8_t **data, size_t *len, fg_error *err);
 
+/* Whether a temporary file `name` (FG_TMP_PREFIX<pid>-...) with status st is abandoned: its writing process no
+ * longer exists on this machine, or it is older than FG_TMP_STALE_SECONDS. A name without a pid is not ours. */
+#define FG_TMP_STALE_SECONDS 3600
+struct stat;
+int fg_tmp_is_stale(const char *name, const struct stat *st);
+/* Removes the abandoned temporary files (fg_tmp_is_stale) in directory dir; with `base` non-NULL only those
+ * of writes to `dir/base`. Best effort: returns how many were removed and adds their bytes to *bytes (may be
+ * NULL). Killed writers leave them (12 of 50 killed cache writes left 45 MB). */
+int fg_reap_tmp_files(const char *dir, const char *base, unsigned long long *bytes);
+
 /* Reads exactly n bytes from fd, retrying short reads and EINTR. Returns 0, or -1 with errno set (EIO for
  * an early end of file, which means the file shrank under the reader). */
 int file_read_exact(int fd, uint8_t *p, size_t n);

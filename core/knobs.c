@@ -7,6 +7,9 @@ static const fg_knob knobs[FG_KNOB_COUNT] = {
     [FG_KNOB_CACHE_DIR] = {"FLASHGEN_CACHE_DIR", "$XDG_CACHE_HOME/flashgen, else ~/.cache/flashgen",
                            "the disk cache of compiled kernels; it must be owned by you and not writable by "
                            "group or others", 0},
+    [FG_KNOB_CACHE_MAX_MB] = {"FLASHGEN_CACHE_MAX_MB", "4096",
+                              "the disk cache's bound in MiB (0: none); a compile past it evicts the least recently "
+                              "used entries; `flashgen cache prune` applies it at once", 0},
     [FG_KNOB_DUMP] = {"FLASHGEN_DUMP", "unset",
                       "a directory: every JIT compile writes its source, PTX and NVRTC log there", 0},
     [FG_KNOB_LINEINFO] = {"FLASHGEN_LINEINFO", "0",

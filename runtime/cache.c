@@ -41,7 +41,6 @@ enum {
 /* Cubins are kilobytes to a few megabytes; a larger entry is refused rather than buffered. */
 #define CACHE_PAYLOAD_MAX ((uint64_t)1 << 30)
 /* A temporary file this old belongs to a writer that is long gone even if its pid was reused. */
-#define CACHE_TMP_STALE_SECONDS 3600
 
 static const uint8_t entry_magic[8] = {'F', 'G', 'C', 'A', 'C', 'H', 'E', '\0'};
 
@@ -181,9 +180,23 @@ fg_status cache_open(fg_disk_cache *cache, const char *dir, fg_error *err) {
         st = make_dirs(cache->dir, err);
     if (st == FG_OK)
         st = check_dir(cache->dir, err);
-    if (st != FG_OK)
+    if (st != FG_OK) {
         cache->dir[0] = '\0';
-    return st;
+        return st;
+    }
+    cache->max_bytes = (unsigned long long)FG_CACHE_DEFAULT_MAX_MB << 20;
+    const char *mb = knob_value(FG_KNOB_CACHE_MAX_MB);
+    if (mb) {
+        char *end;
+        errno = 0;
+        const unsigned long long v = strtoull(mb, &end, 10);
+        if (errno || *end || mb[0] == '-' || v > (1ull << 40))
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "FLASHGEN_CACHE_MAX_MB is '%s'; it must be a number of MiB "
+                           "from 0 (no bound) to 2^40", mb);
+        cache->max_bytes = v << 20;
+    }
+    fg_reap_tmp_files(cache->dir, NULL, NULL);
+    return FG_OK;
 }
 
 /* True for the file names cache_put writes: 64 lower-case hex digits and ".cubin". */
@@ -358,6 +371,12 @@ fg_status cache_get(const fg_disk_cache *cache, const uint8_t key[32], uint8_t *
     if (n)
         memcpy(out, image + v.payload_off, n);
     free(image);
+    /* A hit marks the entry used, for the bound's least-recently-used eviction; at most once an hour, so a
+     * hot entry costs no write. Best effort: a read-only cache still serves. */
+    char path[4096 + 80];
+    struct stat est;
+    snprintf(path, sizeof path, "%s/%s", cache->dir, file);
+    if (stat(path, &est) == 0 && time(NULL) - est.st_mtime > 3600) utimensat(AT_FDCWD, path, NULL, 0);
     *payload = out;
     *len = n;
     return FG_OK;
@@ -406,6 +425,12 @@ fg_status cache_put(const fg_disk_cache *cache, const uint8_t key[32], const cha
     snprintf(path, sizeof path, "%s/%s.cubin", cache->dir, hex);
     fg_status st = fg_write_file_atomic(path, buf, size, err);
     free(buf);
+    if (st == FG_OK && cache->max_bytes > 0) { /* the bound: best effort, the entry itself is written */
+        fg_cache_usage u;
+        fg_error ignored;
+        if (cache_usage(cache, &u, &ignored) == FG_OK && u.entry_bytes > cache->max_bytes)
+            cache_prune(cache, cache->max_bytes, NULL, NULL, &ignored);
+    }
     return st;
 }
 
@@ -522,19 +547,6 @@ static int is_clearable_name(const char *name) {
     return is_entry_name(name) || strncmp(name, FG_TMP_PREFIX, sizeof FG_TMP_PREFIX - 1) == 0;
 }
 
-/* Decides whether a ".tmp-<pid>-..." file is abandoned: its writing process no longer exists on this
- * machine, or it is older than any write could take. A name that does not carry a pid is not ours. */
-static int tmp_is_stale(const char *name, const struct stat *st) {
-    const char *p = name + sizeof FG_TMP_PREFIX - 1;
-    char *end;
-    errno = 0;
-    long pid = strtol(p, &end, 10);
-    if (end == p || *end != '-' || errno != 0 || pid <= 0 || pid > INT_MAX)
-        return 0;
-    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
-        return 1;
-    return time(NULL) - st->st_mtime > CACHE_TMP_STALE_SECONDS;
-}
 
 /* Removes every entry file and every stale temporary file (see tmp_is_stale) from the cache directory;
  * other files, directories and temporary files of live writers stay. Returns the number removed, or -1
@@ -562,7 +574,7 @@ int cache_clear(const fg_disk_cache *cache, fg_error *err) {
         }
         if (S_ISDIR(st.st_mode))
             continue;
-        if (!is_entry_name(names[i]) && !tmp_is_stale(names[i], &st))
+        if (!is_entry_name(names[i]) && !fg_tmp_is_stale(names[i], &st))
             continue;
         if (unlink(path) != 0) {
             if (errno == ENOENT)
@@ -576,4 +588,90 @@ int cache_clear(const fg_disk_cache *cache, fg_error *err) {
     }
     free_names(names, count);
     return removed;
+}
+
+fg_status cache_usage(const fg_disk_cache *cache, fg_cache_usage *u, fg_error *err) {
+    memset(u, 0, sizeof *u);
+    if (!cache || !cache->dir[0]) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "cache_usage: the cache is not open.");
+    DIR *d = opendir(cache->dir);
+    if (!d) return fg_fail(err, FG_ERR_IO, "cannot read the cache directory '%s': %s.", cache->dir, strerror(errno));
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        struct stat st;
+        const int entry = is_entry_name(e->d_name), tmp = strncmp(e->d_name, FG_TMP_PREFIX, sizeof FG_TMP_PREFIX - 1) == 0;
+        if ((!entry && !tmp) || fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        if (entry) u->entries++, u->entry_bytes += (unsigned long long)st.st_size;
+        else u->tmp_files++, u->tmp_bytes += (unsigned long long)st.st_size;
+    }
+    closedir(d);
+    return FG_OK;
+}
+
+/* One entry file for eviction: its name, bytes and last use. */
+typedef struct lru_entry {
+    char name[80];
+    unsigned long long bytes;
+    struct timespec used;
+} lru_entry;
+
+static int lru_older(const void *a, const void *b) {
+    const lru_entry *x = a, *y = b;
+    if (x->used.tv_sec != y->used.tv_sec) return x->used.tv_sec < y->used.tv_sec ? -1 : 1;
+    if (x->used.tv_nsec != y->used.tv_nsec) return x->used.tv_nsec < y->used.tv_nsec ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+fg_status cache_prune(const fg_disk_cache *cache, unsigned long long max_bytes, int *removed,
+                      unsigned long long *freed, fg_error *err) {
+    if (removed) *removed = 0;
+    if (freed) *freed = 0;
+    if (!cache || !cache->dir[0]) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "cache_prune: the cache is not open.");
+    unsigned long long tmp_bytes = 0;
+    int n_tmp = fg_reap_tmp_files(cache->dir, NULL, &tmp_bytes);
+    DIR *d = opendir(cache->dir);
+    if (!d) return fg_fail(err, FG_ERR_IO, "cannot read the cache directory '%s': %s.", cache->dir, strerror(errno));
+    lru_entry *v = NULL;
+    size_t n = 0, cap = 0;
+    unsigned long long total = 0;
+    struct dirent *e;
+    fg_status st = FG_OK;
+    while ((e = readdir(d)) != NULL) {
+        struct stat fst;
+        if (!is_entry_name(e->d_name) || fstatat(dirfd(d), e->d_name, &fst, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISREG(fst.st_mode))
+            continue;
+        if (n == cap) {
+            lru_entry *g = realloc(v, (cap = cap ? 2 * cap : 256) * sizeof *v);
+            if (!g) {
+                st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory listing the cache to prune it.");
+                break;
+            }
+            v = g;
+        }
+        memcpy(v[n].name, e->d_name, strlen(e->d_name) + 1); /* an entry name: 70 bytes (is_entry_name) */
+        v[n].bytes = (unsigned long long)fst.st_size;
+        v[n].used = fst.st_mtim;
+        total += v[n].bytes;
+        n++;
+    }
+    closedir(d);
+    int gone = n_tmp;
+    unsigned long long out = tmp_bytes;
+    if (st == FG_OK && total > max_bytes) {
+        if (n > 1) qsort(v, n, sizeof *v, lru_older);
+        for (size_t i = 0; i < n && total > max_bytes; i++) {
+            char path[4096 + 96];
+            snprintf(path, sizeof path, "%s/%s", cache->dir, v[i].name);
+            if (unlink(path) != 0 && errno != ENOENT) {
+                st = fg_fail(err, FG_ERR_IO, "cannot remove '%s' while pruning the cache: %s.", path, strerror(errno));
+                break;
+            }
+            total -= v[i].bytes, out += v[i].bytes, gone++;
+        }
+    }
+    free(v);
+    if (removed) *removed = gone;
+    if (freed) *freed = out;
+    return st;
 }

@@ -26,8 +26,13 @@
 #define FG_CACHE_FORMAT_VERSION 1u
 
 typedef struct fg_disk_cache {
-    char dir[4096]; /* absolute path of the cache directory */
+    char dir[4096];               /* absolute path of the cache directory */
+    unsigned long long max_bytes; /* the entries' bound (FLASHGEN_CACHE_MAX_MB; 0: none): a put past it evicts
+                                     the least recently used entries */
 } fg_disk_cache;
+
+/* The default bound of a cache's entries, in MiB (FLASHGEN_CACHE_MAX_MB): about 20,000 kernels. */
+#define FG_CACHE_DEFAULT_MAX_MB 4096
 
 /* The inputs of a key. Strings are NUL-terminated; options is an array of nopts strings. */
 typedef struct fg_cache_key_inputs {
@@ -44,7 +49,8 @@ typedef struct fg_cache_key_inputs {
 void cache_key(const fg_cache_key_inputs *in, uint8_t key[32]);
 
 /* Resolves the location (dir may be NULL), creates it if missing (0700, parents as needed) and checks it
- * is safe. FG_ERR_IO with a sentence naming the directory and the rule when it is not. */
+ * is safe; reads the bound (FLASHGEN_CACHE_MAX_MB) and removes the temporary files killed writers left.
+ * FG_ERR_IO with a sentence naming the directory and the rule when it is not safe. */
 fg_status cache_open(fg_disk_cache *cache, const char *dir, fg_error *err);
 
 /* Looks a key up. FG_OK and a malloc'd payload (caller frees) on a verified hit; FG_ERR_NOT_FOUND on a
@@ -54,7 +60,9 @@ fg_status cache_get(const fg_disk_cache *cache, const uint8_t key[32], uint8_t *
                     fg_error *err);
 
 /* Stores an entry atomically (temp file, write, fsync, rename, fsync of the directory). `name` is the
- * spec's canonical text, kept for `flashgen cache ls`. */
+ * spec's canonical text, kept for `flashgen cache ls`. When the entries then exceed cache->max_bytes, the
+ * least recently used are removed (cache_prune). A hit (cache_get) marks an entry used (its mtime, at most
+ * once an hour), so entries of old NVRTC or flashgen versions, never hit again, go first. */
 fg_status cache_put(const fg_disk_cache *cache, const uint8_t key[32], const char *name,
                     const uint8_t *payload, size_t len, fg_error *err);
 
@@ -69,5 +77,18 @@ int cache_visit(const fg_disk_cache *cache, fg_cache_visit_fn cb, void *user, fg
 /* Removes every entry (and stale temporary file: `.tmp-<pid>-...` whose process is gone or older than an
  * hour) flashgen wrote in the directory; keeps other files. Returns the number removed, or -1 with err set. */
 int cache_clear(const fg_disk_cache *cache, fg_error *err);
+
+/* What the cache directory holds: entries and their bytes, temporary files (of writers alive or killed) and
+ * their bytes. FG_OK, or FG_ERR_IO when the directory cannot be read. */
+typedef struct fg_cache_usage {
+    unsigned long long entries, entry_bytes, tmp_files, tmp_bytes;
+} fg_cache_usage;
+fg_status cache_usage(const fg_disk_cache *cache, fg_cache_usage *u, fg_error *err);
+
+/* Removes the least recently used entries (oldest mtime first) until the entries' bytes are at most
+ * max_bytes, and the abandoned temporary files. *removed and *freed (may be NULL) say what went. FG_OK, or
+ * FG_ERR_IO naming the file that could not be removed. */
+fg_status cache_prune(const fg_disk_cache *cache, unsigned long long max_bytes, int *removed,
+                      unsigned long long *freed, fg_error *err);
 
 #endif

@@ -835,3 +835,93 @@ Test(cache, output_paths_refuse_links_and_devices_and_keep_modes) {
     cr_assert_eq(st.st_mode & 07777, 0640, "mode %o", st.st_mode & 07777);
     cr_assert_eq(count_files(g_root, ".tmp-"), 0, "a refused write left a temporary file");
 }
+
+/* A pid that no process has: a child that has exited and been reaped. */
+static pid_t dead_pid(void) {
+    pid_t p = fork();
+    cr_assert_geq(p, 0);
+    if (p == 0) _exit(0);
+    int status;
+    cr_assert_eq(waitpid(p, &status, 0), p);
+    return p;
+}
+
+/* Issue 37 item 5: the temporary files killed writers leave are counted (cache_usage: `flashgen cache ls`,
+ * `verify`, `info`) and removed when a context opens the cache and when the same output is written again;
+ * a live writer's temporary file stays. */
+Test(cache, killed_writers_temporary_files_are_counted_and_reaped) {
+    fg_disk_cache c = open_cache();
+    char dead[4200], live[4200], out[300], dead_out[512];
+    const pid_t gone = dead_pid();
+    snprintf(dead, sizeof dead, "%s/.tmp-%d-1-0-0123.cubin", c.dir, (int)gone);
+    snprintf(live, sizeof live, "%s/.tmp-%d-1-0-4567.cubin", c.dir, (int)getpid());
+    write_raw(dead, (const uint8_t *)"half an entry", 13);
+    write_raw(live, (const uint8_t *)"being written", 13);
+    fg_cache_usage u;
+    fg_error err;
+    cr_assert_eq(cache_usage(&c, &u, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(u.tmp_files, 2);
+    cr_assert_eq(u.tmp_bytes, 26);
+    c = open_cache(); /* a context opening the cache */
+    cr_assert_eq(access(dead, F_OK), -1, "the dead writer's temporary file is still there");
+    cr_assert_eq(access(live, F_OK), 0, "a live writer's temporary file was removed");
+    cr_assert_eq(cache_usage(&c, &u, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(u.tmp_files, 1);
+    unlink(live);
+    /* beside any output: a killed `flashgen bundle -o out.fgb` left one; the next write of out.fgb removes it */
+    snprintf(out, sizeof out, "%s/out.fgb", g_root);
+    snprintf(dead_out, sizeof dead_out, "%s/.tmp-%d-7-3-out.fgb", g_root, (int)gone);
+    write_raw(dead_out, (const uint8_t *)"partial bundle", 14);
+    cr_assert_eq(fg_write_file_atomic(out, "bundle", 6, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(access(dead_out, F_OK), -1, "the killed bundle write's temporary file is still there");
+}
+
+/* Issue 37 item 5: the cache's entries are bounded; past the bound a put evicts the least recently used, and a
+ * hit makes an entry recent. `cache_prune` applies any bound at once. */
+Test(cache, bound_evicts_least_recently_used_entries) {
+    fg_disk_cache c = open_cache();
+    uint8_t payload[1000];
+    memset(payload, 7, sizeof payload);
+    uint8_t keys[6][32];
+    char path[6][4200];
+    fg_error err;
+    const time_t now = time(NULL);
+    for (int i = 0; i < 5; i++) { /* entries used 10, 9, ..., 6 hours ago: entry 0 the least recently */
+        char text[16];
+        snprintf(text, sizeof text, "entry %d", i);
+        key_of(text, keys[i]);
+        cr_assert_eq(cache_put(&c, keys[i], "k", payload, sizeof payload, &err), FG_OK, "%s", err.msg);
+        entry_path(&c, keys[i], path[i], sizeof path[i]);
+        struct timespec t[2] = {{now - (10 - i) * 3600, 0}, {now - (10 - i) * 3600, 0}};
+        cr_assert_eq(utimensat(AT_FDCWD, path[i], t, 0), 0);
+    }
+    uint8_t *got;
+    size_t len;
+    cr_assert_eq(cache_get(&c, keys[0], &got, &len, &err), FG_OK, "%s", err.msg); /* entry 0 becomes recent */
+    free(got);
+    struct stat st;
+    cr_assert_eq(stat(path[0], &st), 0);
+    cr_assert_geq(st.st_mtime, now - 60, "a hit did not mark the entry used");
+    struct timespec two_hours[2] = {{now - 7200, 0}, {now - 7200, 0}}; /* still more recent than entries 1-4 */
+    cr_assert_eq(utimensat(AT_FDCWD, path[0], two_hours, 0), 0);
+    fg_cache_usage u;
+    cr_assert_eq(cache_usage(&c, &u, &err), FG_OK, "%s", err.msg);
+    const unsigned long long one = u.entry_bytes / 5;
+    c.max_bytes = 4 * one; /* room for four entries */
+    key_of("entry 5", keys[5]);
+    entry_path(&c, keys[5], path[5], sizeof path[5]);
+    cr_assert_eq(cache_put(&c, keys[5], "k", payload, sizeof payload, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(access(path[1], F_OK), -1, "entry 1, the least recently used, was kept");
+    cr_assert_eq(access(path[2], F_OK), -1, "entry 2 was kept past the bound");
+    cr_assert_eq(access(path[0], F_OK), 0, "entry 0, used by the hit, was evicted");
+    cr_assert_eq(cache_usage(&c, &u, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(u.entries, 4);
+    int removed;
+    unsigned long long freed;
+    cr_assert_eq(cache_prune(&c, one, &removed, &freed, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(removed, 3);
+    cr_assert_eq(freed, 3 * one);
+    cr_assert_eq(cache_usage(&c, &u, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(u.entries, 1);
+    cr_assert_eq(access(path[5], F_OK), 0, "the newest entry was evicted");
+}

@@ -142,7 +142,7 @@ Test(cli, bad_options_exit_2_naming_the_option) {
         {{"tune", "--show", "x.lua", "-j", "2", NULL}, "flashgen tune: ", "--show"},
         {{"tune", "--show", "x.lua", "y.lua", NULL}, "flashgen tune: ", "'y.lua'"},
         {{"tune", "--show", "x.lua", "--db", "y.lua", NULL}, "flashgen tune: ", "--db"},
-        {{"cache", NULL}, "flashgen cache: ", "ls, verify or clear"},
+        {{"cache", NULL}, "flashgen cache: ", "ls, verify, clear or prune"},
         {{"cache", "shred", NULL}, "flashgen cache: ", "'shred'"},
         {{"cache", "ls", "--dir", NULL}, "flashgen cache: ", "'--dir' needs a value"},
     };

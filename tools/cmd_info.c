@@ -26,14 +26,19 @@ static const char usage_info[] =
     "and what it does; those marked `measuring` exist to measure or test flashgen, not for users.\n";
 
 static const char usage_cache[] =
-    "usage: flashgen cache ls|verify|clear [--dir DIR]\n"
+    "usage: flashgen cache ls|verify|clear|prune [--dir DIR] [--max-mb N]\n"
     "\n"
     "  ls       one line per entry: file, variant name, cubin bytes (bad entries say why)\n"
     "  verify   checks every entry's header and checksum; exits 1 naming each bad one\n"
     "  clear    removes every entry (and stale temporary files); other files are kept\n"
+    "  prune    removes the least recently used entries until the entries fit the bound, and the\n"
+    "           temporary files killed writers left\n"
+    "ls and verify also count the temporary files in the directory (writes in progress, or left by\n"
+    "killed writers: those are removed whenever a context opens the cache).\n"
     "\n"
     "      --dir DIR       the cache directory (default: $FLASHGEN_CACHE_DIR, else\n"
-    "                      $XDG_CACHE_HOME/flashgen, else ~/.cache/flashgen)\n";
+    "                      $XDG_CACHE_HOME/flashgen, else ~/.cache/flashgen)\n"
+    "      --max-mb N      prune: the bound in MiB (default: $FLASHGEN_CACHE_MAX_MB, else 4096)\n";
 
 /* ------------------------------------------------------------------ info */
 
@@ -132,8 +137,13 @@ int cmd_info(int argc, char **argv) {
         int n = cache_visit(&cache, tally_entry, &t, &err);
         if (n < 0) printf("disk cache:     %s (unreadable: %s)\n", cache.dir, err.msg);
         else
-            printf("disk cache:     %s, %lld entries, %llu bytes%s\n", cache.dir, t.entries, t.bytes,
+        {
+            fg_cache_usage u;
+            if (cache_usage(&cache, &u, &err) != FG_OK) u.tmp_files = u.tmp_bytes = 0;
+            printf("disk cache:     %s, %lld entries, %llu bytes (bound %llu MiB), %llu temporary files (%llu "
+                   "bytes)%s\n", cache.dir, t.entries, t.bytes, cache.max_bytes >> 20, u.tmp_files, u.tmp_bytes,
                    t.bad ? " (some entries are bad: run 'flashgen cache verify')" : "");
+        }
     }
     int status = EXIT_OK;
     const fg_cuda_api *cu = cuda_api_get(&err);
@@ -208,20 +218,32 @@ static int cmp_row(const void *a, const void *b) {
 int cmd_cache(int argc, char **argv) {
     static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
                                          {"dir", required_argument, NULL, 'd'},
+                                         {"max-mb", required_argument, NULL, 'm'},
                                          {NULL, 0, NULL, 0}};
-    const char *dir = NULL;
+    const char *dir = NULL, *max_mb = NULL;
     int c;
     while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
         switch (c) {
         case 'h': fputs(usage_cache, stdout); return EXIT_OK;
         case 'd': dir = optarg; break;
+        case 'm': max_mb = optarg; break;
         default: return bad_option("cache", argv, c);
         }
     }
-    if (optind >= argc) return usage_error("cache", "an action is required: ls, verify or clear");
+    if (optind >= argc) return usage_error("cache", "an action is required: ls, verify, clear or prune");
     const char *action = argv[optind];
-    if (strcmp(action, "ls") != 0 && strcmp(action, "verify") != 0 && strcmp(action, "clear") != 0)
-        return usage_error("cache", "unknown action '%s' (ls, verify or clear)", action);
+    if (strcmp(action, "ls") != 0 && strcmp(action, "verify") != 0 && strcmp(action, "clear") != 0 &&
+        strcmp(action, "prune") != 0)
+        return usage_error("cache", "unknown action '%s' (ls, verify, clear or prune)", action);
+    unsigned long long bound = 0;
+    if (max_mb) {
+        char *end;
+        errno = 0;
+        bound = strtoull(max_mb, &end, 10);
+        if (errno || *end || !max_mb[0] || max_mb[0] == '-' || bound > (1ull << 40))
+            return usage_error("cache", "--max-mb must be a number of MiB from 0 to 2^40, got '%s'", max_mb);
+        if (strcmp(action, "prune") != 0) return usage_error("cache", "--max-mb is an option of prune only");
+    }
     if (optind + 1 < argc) return usage_error("cache", "unexpected argument '%s'", argv[optind + 1]);
 
     fg_error err;
@@ -230,6 +252,23 @@ int cmd_cache(int argc, char **argv) {
     if (cache_open(&cache, dir, &err) != FG_OK) {
         say("cache", "%s", err.msg);
         return EXIT_FAIL;
+    }
+    if (strcmp(action, "prune") == 0) {
+        int removed;
+        unsigned long long freed;
+        const unsigned long long limit = max_mb ? bound << 20 : cache.max_bytes;
+        if (cache_prune(&cache, limit, &removed, &freed, &err) != FG_OK) {
+            say("cache", "%s", err.msg);
+            return EXIT_FAIL;
+        }
+        fg_cache_usage u;
+        if (cache_usage(&cache, &u, &err) != FG_OK) {
+            say("cache", "%s", err.msg);
+            return EXIT_FAIL;
+        }
+        printf("removed %d file%s (%llu bytes) from %s; %llu entries (%llu bytes) remain, bound %llu MiB\n", removed,
+               removed == 1 ? "" : "s", freed, cache.dir, u.entries, u.entry_bytes, limit >> 20);
+        return EXIT_OK;
     }
     if (strcmp(action, "clear") == 0) {
         int n = cache_clear(&cache, &err);
@@ -266,6 +305,10 @@ int cmd_cache(int argc, char **argv) {
             say("cache", "%s/%s: %s", cache.dir, row->file, row->why ? row->why : "does not verify");
         }
     }
+    fg_cache_usage u;
+    if (cache_usage(&cache, &u, &err) == FG_OK && u.tmp_files > 0)
+        printf("%llu temporary file%s (%llu bytes): writes in progress, or left by killed writers\n", u.tmp_files,
+               u.tmp_files == 1 ? "" : "s", u.tmp_bytes);
     if (strcmp(action, "verify") == 0) {
         printf("%zu entr%s in %s: %zu good (%llu bytes), %zu bad\n", r.count, r.count == 1 ? "y" : "ies", cache.dir,
                r.count - bad, bytes, bad);
