@@ -37,8 +37,21 @@ static const char *tmp_base(const char *name) {
 }
 
 int fg_reap_tmp_files(const char *dir, const char *base, unsigned long long *bytes) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    const int removed = fg_reap_tmp_files_at(fd, base, bytes);
+    close(fd);
+    return removed;
+}
+
+int fg_reap_tmp_files_at(int dirfd_in, const char *base, unsigned long long *bytes) {
+    /* a descriptor of its own (a dup would share the caller's directory position) */
+    int fd = openat(dirfd_in, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0) close(fd);
+        return 0;
+    }
     int dfd = dirfd(d), removed = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
@@ -124,13 +137,13 @@ static mode_t current_umask(void) {
 /* What an atomic write may replace: nothing, or a regular file (whose permission bits the new file keeps,
  * in *keep; -1 when there is none). Anything else is refused: renaming over a symbolic link, a device, a
  * FIFO or a socket would replace that node with a regular file (`-o /dev/null` as root destroyed the
- * device; `-o /dev/stdout` replaced the link and the pipe got nothing). */
-static fg_status check_replaceable(const char *path, int *keep, fg_error *err) {
+ * device; `-o /dev/stdout` replaced the link and the pipe got nothing). `shown` names the path in messages. */
+static fg_status check_replaceable(int dfd, const char *base, const char *shown, int *keep, fg_error *err) {
     struct stat st;
     *keep = -1;
-    if (lstat(path, &st) != 0)
+    if (fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) != 0)
         return errno == ENOENT ? FG_OK
-                               : fg_fail(err, FG_ERR_IO, "cannot write '%s': cannot stat it: %s.", path, strerror(errno));
+                               : fg_fail(err, FG_ERR_IO, "cannot write '%s': cannot stat it: %s.", shown, strerror(errno));
     if (S_ISREG(st.st_mode)) {
         *keep = (int)(st.st_mode & 07777);
         return FG_OK;
@@ -143,29 +156,72 @@ static fg_status check_replaceable(const char *path, int *keep, fg_error *err) {
                        : S_ISSOCK(st.st_mode) ? "a socket"
                                               : "not a regular file";
     return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "cannot write '%s': it is %s; flashgen writes regular files only "
-                   "(a complete file renamed over the path), so it must name a regular file or nothing.", path, what);
+                   "(a complete file renamed over the path), so it must name a regular file or nothing.", shown, what);
+}
+
+fg_status fg_write_file_atomic_at(int dfd, const char *dir_shown, const char *base, const void *data, size_t len,
+                                  unsigned mode, fg_error *err) {
+    char shown[PATH_MAX + 256];
+    snprintf(shown, sizeof shown, "%s%s%s", dir_shown, strcmp(dir_shown, "/") == 0 ? "" : "/", base);
+    if (!base[0] || strchr(base, '/'))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "cannot write '%s': the file name is empty or has a '/'.", shown);
+    if (!data && len > 0)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "fg_write_file_atomic: data is NULL but len is %zu.", len);
+    int keep;
+    fg_status cs = check_replaceable(dfd, base, shown, &keep, err);
+    if (cs != FG_OK) return cs;
+    const mode_t final_mode = keep >= 0 ? (mode_t)keep : (mode_t)(mode & 07777) & ~current_umask();
+    /* Temporary files that killed writes of this same file left are removed first (their writers are gone). */
+    fg_reap_tmp_files_at(dfd, base, NULL);
+    /* The base name is cut to 128 bytes so the temporary name stays under NAME_MAX (255). */
+    char tmp[256];
+    unsigned long n = atomic_fetch_add(&tmp_counter, 1);
+    snprintf(tmp, sizeof tmp, "%s%ld-%ld-%lu-%.128s", FG_TMP_PREFIX, (long)getpid(), (long)syscall(SYS_gettid), n, base);
+    int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return fg_fail(err, FG_ERR_IO, "cannot create temporary file '%s/%s' to write '%s': %s.", dir_shown, tmp, shown,
+                       strerror(errno));
+    const char *step = NULL;
+    if (fchmod(fd, final_mode) != 0)
+        step = "fchmod";
+    else if (write_all(fd, data, len) != 0)
+        step = "write";
+    else if (fsync(fd) != 0)
+        step = "fsync";
+    int saved = errno;
+    if (close(fd) != 0 && !step) {
+        step = "close";
+        saved = errno;
+    }
+    if (!step && renameat(dfd, tmp, dfd, base) != 0) {
+        step = "rename";
+        saved = errno;
+    }
+    if (step) {
+        unlinkat(dfd, tmp, 0); /* best effort: the failure being reported matters more than this one */
+        return fg_fail(err, FG_ERR_IO, "cannot write '%s' (%s of temporary file '%s' failed: %s).", shown, step, tmp,
+                       strerror(saved));
+    }
+    /* The rename is durable only once the directory is flushed. File systems that cannot fsync a
+     * directory say EINVAL; that is not a failure of this write. */
+    if (fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP && errno != EBADF)
+        return fg_fail(err, FG_ERR_IO, "wrote '%s' but fsync of its directory '%s' failed: %s.", shown, dir_shown,
+                       strerror(errno));
+    return FG_OK;
 }
 
 /* fg_write_file_atomic with the permission bits of a new file: `mode` less the process's umask. A file the
  * write replaces keeps its own bits. They are set on the temporary file (created 0600) before any byte is
- * written, so no reader sees it before it is complete. */
+ * written, so no reader sees it before it is complete. The directory is opened once and everything
+ * happens relative to it (fg_write_file_atomic_at). */
 fg_status fg_write_file_atomic_mode(const char *path, const void *data, size_t len, unsigned mode, fg_error *err) {
     if (!path || !path[0])
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "fg_write_file_atomic: the path is empty.");
-    if (!data && len > 0)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "fg_write_file_atomic: data is NULL but len is %zu.", len);
     size_t plen = strlen(path);
     if (path[plen - 1] == '/')
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "cannot write '%s': the path names a directory.", path);
     if (plen >= PATH_MAX)
         return fg_fail(err, FG_ERR_IO, "cannot write '%s': the path is longer than %d bytes.", path, PATH_MAX - 1);
-    int keep;
-    fg_status cs = check_replaceable(path, &keep, err);
-    if (cs != FG_OK) return cs;
-    const mode_t final_mode = keep >= 0 ? (mode_t)keep : (mode_t)(mode & 07777) & ~current_umask();
-
-    /* Split into directory and base name; the temporary file must share the directory so that rename()
-     * stays within one file system and is atomic. */
     char dir[PATH_MAX];
     const char *slash = strrchr(path, '/');
     const char *base;
@@ -180,60 +236,16 @@ fg_status fg_write_file_atomic_mode(const char *path, const void *data, size_t l
         dir[slash - path] = '\0';
         base = slash + 1;
     }
-
-    /* Temporary files that killed writes of this same path left are removed first (their writers are gone). */
-    fg_reap_tmp_files(dir, base, NULL);
-
-    /* The base name is cut to 128 bytes so the temporary name stays under NAME_MAX (255). */
-    char tmp[PATH_MAX + 256];
-    unsigned long n = atomic_fetch_add(&tmp_counter, 1);
-    int w = snprintf(tmp, sizeof tmp, "%s%s%s%ld-%ld-%lu-%.128s", slash ? dir : "", slash && slash != path ? "/" : "",
-                     FG_TMP_PREFIX, (long)getpid(), (long)syscall(SYS_gettid), n, base);
-    if (w < 0 || (size_t)w >= sizeof tmp)
-        return fg_fail(err, FG_ERR_IO, "cannot write '%s': its temporary file name is too long.", path);
-
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0)
-        return fg_fail(err, FG_ERR_IO, "cannot create temporary file '%s' to write '%s': %s.", tmp, path,
-                       strerror(errno));
-    const char *step = NULL;
-    if (fchmod(fd, final_mode) != 0)
-        step = "fchmod";
-    else if (write_all(fd, data, len) != 0)
-        step = "write";
-    else if (fsync(fd) != 0)
-        step = "fsync";
-    int saved = errno;
-    if (close(fd) != 0 && !step) {
-        step = "close";
-        saved = errno;
-    }
-    if (!step && rename(tmp, path) != 0) {
-        step = "rename";
-        saved = errno;
-    }
-    if (step) {
-        unlink(tmp); /* best effort: the failure being reported matters more than this one */
-        return fg_fail(err, FG_ERR_IO, "cannot write '%s' (%s of temporary file '%s' failed: %s).", path, step, tmp,
-                       strerror(saved));
-    }
-
-    /* The rename is durable only once the directory is flushed. File systems that cannot fsync a
-     * directory say EINVAL; that is not a failure of this write. */
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
-        return fg_fail(err, FG_ERR_IO, "wrote '%s' but cannot open its directory '%s' to fsync it: %s.", path, dir,
+        return fg_fail(err, FG_ERR_IO, "cannot write '%s': cannot open its directory '%s': %s.", path, dir,
                        strerror(errno));
-    if (fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP) {
-        saved = errno;
-        close(dfd);
-        return fg_fail(err, FG_ERR_IO, "wrote '%s' but fsync of its directory '%s' failed: %s.", path, dir,
-                       strerror(saved));
-    }
-    if (close(dfd) != 0)
+    fg_status st = fg_write_file_atomic_at(dfd, dir, base, data, len, mode, err);
+    if (st == FG_OK && close(dfd) != 0)
         return fg_fail(err, FG_ERR_IO, "wrote '%s' but closing its directory '%s' failed: %s.", path, dir,
                        strerror(errno));
-    return FG_OK;
+    if (st != FG_OK) close(dfd);
+    return st;
 }
 
 /* Reads a whole regular file of at most `max` bytes into a malloc'd buffer (caller frees) that has one extra NUL

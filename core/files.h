@@ -20,6 +20,12 @@ fg_status fg_write_file_atomic(const char *path, const void *data, size_t len, f
  * tuning databases 0600. */
 fg_status fg_write_file_atomic_mode(const char *path, const void *data, size_t len, unsigned mode, fg_error *err);
 
+/* fg_write_file_atomic_mode of file `base` in the directory open as dfd (left open), every step relative to it
+ * (openat, renameat), so a directory swapped under its path after dfd was opened is never written; dir_shown
+ * names the directory in messages. */
+fg_status fg_write_file_atomic_at(int dfd, const char *dir_shown, const char *base, const void *data, size_t len,
+                                  unsigned mode, fg_error *err);
+
 /* Reads a whole regular file of at most `max` bytes (malloc'd, caller frees; a NUL byte follows the contents, not
  * counted in *len, so text can be used as a C string), opened without blocking: a FIFO, device, directory
  * or a file over `max` is refused before any byte is read. FG_ERR_IO naming the path on failure. */
@@ -36,6 +42,8 @@ int fg_tmp_is_stale(const char *name, const struct stat *st);
  * of writes to `dir/base`. Best effort: returns how many were removed and adds their bytes to *bytes (may be
  * NULL). Killed writers leave them (12 of 50 killed cache writes left 45 MB). */
 int fg_reap_tmp_files(const char *dir, const char *base, unsigned long long *bytes);
+/* The same in the directory open as dirfd (left open). */
+int fg_reap_tmp_files_at(int dirfd, const char *base, unsigned long long *bytes);
 
 /* Reads exactly n bytes from fd, retrying short reads and EINTR. Returns 0, or -1 with errno set (EIO for
  * an early end of file, which means the file shrank under the reader). */

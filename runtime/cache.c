@@ -157,6 +157,57 @@ static fg_status check_dir(const char *dir, fg_error *err) {
     return FG_OK;
 }
 
+/* Refuses a cache directory whose real path passes through a directory another user could change (the entry
+ * names are public, so whoever can swap a component can plant checksummed code): every ancestor of the
+ * resolved path must be owned by root or this user and not be writable by group or others unless it has the
+ * sticky bit (as /tmp does, where others can add but not rename or remove what this user owns). */
+static fg_status check_parents(const char *dir, fg_error *err) {
+    char real[PATH_MAX];
+    if (!realpath(dir, real))
+        return fg_fail(err, FG_ERR_IO, "cannot resolve the cache directory '%s': %s.", dir, strerror(errno));
+    char part[PATH_MAX];
+    const size_t n = strlen(real);
+    for (size_t i = 1; i <= n; i++) {
+        if (real[i] != '/' && real[i] != '\0') continue;
+        if (i == n) break; /* the directory itself: check_dir's */
+        memcpy(part, real, i);
+        part[i] = '\0';
+        struct stat st;
+        if (stat(i == 0 ? "/" : part, &st) != 0)
+            return fg_fail(err, FG_ERR_IO, "cannot stat '%s', a parent of the cache directory: %s.", part, strerror(errno));
+        if (st.st_uid != 0 && st.st_uid != geteuid())
+            return fg_fail(err, FG_ERR_IO, "refusing the cache directory '%s': its parent '%s' is owned by uid %ld, who "
+                           "could replace the cache directory with one of their own.", dir, part, (long)st.st_uid);
+        if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
+            return fg_fail(err, FG_ERR_IO, "refusing the cache directory '%s': its parent '%s' (mode %04o) is "
+                           "writable by group or others without the sticky bit, so another user could replace "
+                           "the cache directory.", dir, part, (unsigned)(st.st_mode & 07777));
+    }
+    struct stat root;
+    if (stat("/", &root) == 0 && (root.st_mode & (S_IWGRP | S_IWOTH)) && !(root.st_mode & S_ISVTX))
+        return fg_fail(err, FG_ERR_IO, "refusing the cache directory '%s': '/' is writable by group or others.", dir);
+    return FG_OK;
+}
+
+/* The cache directory, opened again for one access: a descriptor if it is still the directory cache_open
+ * checked (same device and inode, this user's, private), else -1 with the reason in why. */
+static int cache_dir_fd(const fg_disk_cache *c, char *why, size_t whylen) {
+    int fd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        snprintf(why, whylen, "the cache directory cannot be opened: %s", strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (unsigned long long)st.st_dev != c->dev || (unsigned long long)st.st_ino != c->ino ||
+        st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+        close(fd);
+        snprintf(why, whylen, "the cache directory is no longer the one checked when the cache was opened "
+                 "(replaced, or its owner or mode changed)");
+        return -1;
+    }
+    return fd;
+}
+
 /* Resolves, creates and checks the cache directory (rules in cache.h); an empty string counts as unset,
  * and relative $XDG_CACHE_HOME or $HOME values are ignored (the XDG specification says so, and a relative
  * home would scatter caches by working directory). On failure cache->dir is empty. */
@@ -180,10 +231,17 @@ fg_status cache_open(fg_disk_cache *cache, const char *dir, fg_error *err) {
         st = make_dirs(cache->dir, err);
     if (st == FG_OK)
         st = check_dir(cache->dir, err);
+    if (st == FG_OK)
+        st = check_parents(cache->dir, err);
+    struct stat pin;
+    if (st == FG_OK && lstat(cache->dir, &pin) != 0)
+        st = fg_fail(err, FG_ERR_IO, "cannot stat the cache directory '%s': %s.", cache->dir, strerror(errno));
     if (st != FG_OK) {
         cache->dir[0] = '\0';
         return st;
     }
+    cache->dev = (unsigned long long)pin.st_dev;
+    cache->ino = (unsigned long long)pin.st_ino;
     cache->max_bytes = (unsigned long long)FG_CACHE_DEFAULT_MAX_MB << 20;
     const char *mb = knob_value(FG_KNOB_CACHE_MAX_MB);
     if (mb) {
@@ -195,7 +253,12 @@ fg_status cache_open(fg_disk_cache *cache, const char *dir, fg_error *err) {
                            "from 0 (no bound) to 2^40", mb);
         cache->max_bytes = v << 20;
     }
-    fg_reap_tmp_files(cache->dir, NULL, NULL);
+    char why[512];
+    const int dfd = cache_dir_fd(cache, why, sizeof why);
+    if (dfd >= 0) {
+        fg_reap_tmp_files_at(dfd, NULL, NULL);
+        close(dfd);
+    }
     return FG_OK;
 }
 
@@ -292,13 +355,14 @@ static int entry_check(const uint8_t *buf, size_t size, const uint8_t key[32], e
 /* Loads the entry file `file` of the cache without following symlinks (O_NOFOLLOW; O_NONBLOCK so a FIFO
  * planted under an entry name cannot block us) and only if it is a regular file of plausible size.
  * FG_OK with a malloc'd image; FG_ERR_NOT_FOUND with the reason in why; FG_ERR_NO_MEMORY. */
-static fg_status entry_load(const char *dir, const char *file, uint8_t **image, size_t *size, char *why,
+static fg_status entry_load(const fg_disk_cache *cache, const char *file, uint8_t **image, size_t *size, char *why,
                             size_t whylen) {
-    char path[4096 + 80];
     *image = NULL;
     *size = 0;
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    const int dfd = cache_dir_fd(cache, why, whylen);
+    if (dfd < 0) return FG_ERR_NOT_FOUND;
+    int fd = openat(dfd, file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    close(dfd);
     if (fd < 0) {
         if (errno == ENOENT)
             snprintf(why, whylen, "there is no such file");
@@ -353,7 +417,7 @@ fg_status cache_get(const fg_disk_cache *cache, const uint8_t key[32], uint8_t *
     snprintf(file, sizeof file, "%s.cubin", hex);
     uint8_t *image;
     size_t size;
-    fg_status st = entry_load(cache->dir, file, &image, &size, why, sizeof why);
+    fg_status st = entry_load(cache, file, &image, &size, why, sizeof why);
     if (st != FG_OK)
         return fg_fail(err, st, "cache entry '%s/%s' is a miss: %s.", cache->dir, file, why);
     entry_view v;
@@ -373,10 +437,13 @@ fg_status cache_get(const fg_disk_cache *cache, const uint8_t key[32], uint8_t *
     free(image);
     /* A hit marks the entry used, for the bound's least-recently-used eviction; at most once an hour, so a
      * hot entry costs no write. Best effort: a read-only cache still serves. */
-    char path[4096 + 80];
     struct stat est;
-    snprintf(path, sizeof path, "%s/%s", cache->dir, file);
-    if (stat(path, &est) == 0 && time(NULL) - est.st_mtime > 3600) utimensat(AT_FDCWD, path, NULL, 0);
+    const int dfd = cache_dir_fd(cache, why, sizeof why);
+    if (dfd >= 0) {
+        if (fstatat(dfd, file, &est, AT_SYMLINK_NOFOLLOW) == 0 && time(NULL) - est.st_mtime > 3600)
+            utimensat(dfd, file, NULL, AT_SYMLINK_NOFOLLOW);
+        close(dfd);
+    }
     *payload = out;
     *len = n;
     return FG_OK;
@@ -420,10 +487,13 @@ fg_status cache_put(const fg_disk_cache *cache, const uint8_t key[32], const cha
     sha256_update(&s, buf + sum_off + 32, len);
     sha256_final(&s, buf + sum_off);
 
-    char path[4096 + 80], hex[65];
+    char file[80], hex[65], why[512];
     sha256_hex(key, hex);
-    snprintf(path, sizeof path, "%s/%s.cubin", cache->dir, hex);
-    fg_status st = fg_write_file_atomic(path, buf, size, err);
+    snprintf(file, sizeof file, "%s.cubin", hex);
+    const int dfd = cache_dir_fd(cache, why, sizeof why);
+    fg_status st = dfd < 0 ? fg_fail(err, FG_ERR_IO, "cannot store cache entry '%s': %s.", file, why)
+                           : fg_write_file_atomic_at(dfd, cache->dir, file, buf, size, 0600, err);
+    if (dfd >= 0) close(dfd);
     free(buf);
     if (st == FG_OK && cache->max_bytes > 0) { /* the bound: best effort, the entry itself is written */
         fg_cache_usage u;
@@ -448,13 +518,30 @@ static int cmp_names(const void *a, const void *b) {
 /* Lists the names in dir accepted by keep(), sorted, into a malloc'd array of malloc'd strings (the
  * listing is taken whole before anything is removed, since readdir during unlink is unspecified).
  * FG_OK, FG_ERR_IO naming the directory, or FG_ERR_NO_MEMORY. */
-static fg_status list_dir(const char *dir, int (*keep)(const char *), char ***names, size_t *count,
+/* The pinned cache directory as a DIR stream (cache_dir_fd), or NULL with err set. */
+static DIR *cache_opendir(const fg_disk_cache *cache, fg_error *err) {
+    char why[512];
+    const int fd = cache_dir_fd(cache, why, sizeof why);
+    if (fd < 0) {
+        fg_fail(err, FG_ERR_IO, "cannot read the cache directory '%s': %s.", cache->dir, why);
+        return NULL;
+    }
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        fg_fail(err, FG_ERR_IO, "cannot read the cache directory '%s': %s.", cache->dir, strerror(errno));
+        close(fd);
+    }
+    return d;
+}
+
+static fg_status list_dir(const fg_disk_cache *cache, int (*keep)(const char *), char ***names, size_t *count,
                           fg_error *err) {
+    const char *dir = cache->dir;
     *names = NULL;
     *count = 0;
-    DIR *d = opendir(dir);
+    DIR *d = cache_opendir(cache, err);
     if (!d)
-        return fg_fail(err, FG_ERR_IO, "cannot list the cache directory '%s': %s.", dir, strerror(errno));
+        return err->status;
     char **list = NULL;
     size_t n = 0, cap = 0;
     fg_status st = FG_OK;
@@ -506,7 +593,7 @@ int cache_visit(const fg_disk_cache *cache, fg_cache_visit_fn cb, void *user, fg
     }
     char **names;
     size_t count;
-    if (list_dir(cache->dir, is_entry_name, &names, &count, err) != FG_OK)
+    if (list_dir(cache, is_entry_name, &names, &count, err) != FG_OK)
         return -1;
     for (size_t i = 0; i < count; i++) {
         uint8_t key[32], *image;
@@ -514,7 +601,7 @@ int cache_visit(const fg_disk_cache *cache, fg_cache_visit_fn cb, void *user, fg
         char why[512];
         char name[CACHE_NAME_MAX + 1];
         key_from_name(names[i], key);
-        fg_status st = entry_load(cache->dir, names[i], &image, &size, why, sizeof why);
+        fg_status st = entry_load(cache, names[i], &image, &size, why, sizeof why);
         if (st != FG_OK) {
             if (cb)
                 cb(user, names[i], NULL, 0, 0, why, 0);
@@ -558,14 +645,21 @@ int cache_clear(const fg_disk_cache *cache, fg_error *err) {
     }
     char **names;
     size_t count;
-    if (list_dir(cache->dir, is_clearable_name, &names, &count, err) != FG_OK)
+    if (list_dir(cache, is_clearable_name, &names, &count, err) != FG_OK)
         return -1;
     int removed = 0;
+    char why[512];
+    const int dfd = cache_dir_fd(cache, why, sizeof why);
+    if (dfd < 0) {
+        free_names(names, count);
+        fg_fail(err, FG_ERR_IO, "cannot clear the cache directory '%s': %s.", cache->dir, why);
+        return -1;
+    }
     for (size_t i = 0; i < count; i++) {
         char path[4096 + 300];
         struct stat st;
         snprintf(path, sizeof path, "%s/%s", cache->dir, names[i]);
-        if (lstat(path, &st) != 0) {
+        if (fstatat(dfd, names[i], &st, AT_SYMLINK_NOFOLLOW) != 0) {
             if (errno == ENOENT)
                 continue; /* a concurrent clear or rename got there first */
             fg_fail(err, FG_ERR_IO, "cannot stat '%s' while clearing the cache: %s.", path, strerror(errno));
@@ -576,7 +670,7 @@ int cache_clear(const fg_disk_cache *cache, fg_error *err) {
             continue;
         if (!is_entry_name(names[i]) && !fg_tmp_is_stale(names[i], &st))
             continue;
-        if (unlink(path) != 0) {
+        if (unlinkat(dfd, names[i], 0) != 0) {
             if (errno == ENOENT)
                 continue;
             fg_fail(err, FG_ERR_IO, "cannot remove '%s' while clearing the cache: %s.", path, strerror(errno));
@@ -586,6 +680,7 @@ int cache_clear(const fg_disk_cache *cache, fg_error *err) {
         if (removed < INT_MAX)
             removed++;
     }
+    close(dfd);
     free_names(names, count);
     return removed;
 }
@@ -593,8 +688,8 @@ int cache_clear(const fg_disk_cache *cache, fg_error *err) {
 fg_status cache_usage(const fg_disk_cache *cache, fg_cache_usage *u, fg_error *err) {
     memset(u, 0, sizeof *u);
     if (!cache || !cache->dir[0]) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "cache_usage: the cache is not open.");
-    DIR *d = opendir(cache->dir);
-    if (!d) return fg_fail(err, FG_ERR_IO, "cannot read the cache directory '%s': %s.", cache->dir, strerror(errno));
+    DIR *d = cache_opendir(cache, err);
+    if (!d) return err->status;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         struct stat st;
@@ -627,10 +722,10 @@ fg_status cache_prune(const fg_disk_cache *cache, unsigned long long max_bytes, 
     if (removed) *removed = 0;
     if (freed) *freed = 0;
     if (!cache || !cache->dir[0]) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "cache_prune: the cache is not open.");
+    DIR *d = cache_opendir(cache, err);
+    if (!d) return err->status;
     unsigned long long tmp_bytes = 0;
-    int n_tmp = fg_reap_tmp_files(cache->dir, NULL, &tmp_bytes);
-    DIR *d = opendir(cache->dir);
-    if (!d) return fg_fail(err, FG_ERR_IO, "cannot read the cache directory '%s': %s.", cache->dir, strerror(errno));
+    int n_tmp = fg_reap_tmp_files_at(dirfd(d), NULL, &tmp_bytes);
     lru_entry *v = NULL;
     size_t n = 0, cap = 0;
     unsigned long long total = 0;
@@ -655,7 +750,6 @@ fg_status cache_prune(const fg_disk_cache *cache, unsigned long long max_bytes, 
         total += v[n].bytes;
         n++;
     }
-    closedir(d);
     int gone = n_tmp;
     unsigned long long out = tmp_bytes;
     if (st == FG_OK && total > max_bytes) {
@@ -663,13 +757,14 @@ fg_status cache_prune(const fg_disk_cache *cache, unsigned long long max_bytes, 
         for (size_t i = 0; i < n && total > max_bytes; i++) {
             char path[4096 + 96];
             snprintf(path, sizeof path, "%s/%s", cache->dir, v[i].name);
-            if (unlink(path) != 0 && errno != ENOENT) {
+            if (unlinkat(dirfd(d), v[i].name, 0) != 0 && errno != ENOENT) {
                 st = fg_fail(err, FG_ERR_IO, "cannot remove '%s' while pruning the cache: %s.", path, strerror(errno));
                 break;
             }
             total -= v[i].bytes, out += v[i].bytes, gone++;
         }
     }
+    closedir(d);
     free(v);
     if (removed) *removed = gone;
     if (freed) *freed = out;

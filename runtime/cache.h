@@ -2,7 +2,12 @@
  *
  * Location: explicit directory, else $FLASHGEN_CACHE_DIR, else $XDG_CACHE_HOME/flashgen, else
  * $HOME/.cache/flashgen (never a shared /tmp path). The directory is created 0700; a directory owned by
- * another user, writable by group or others, or a symbolic link, is refused with a sentence.
+ * another user, writable by group or others, or a symbolic link, is refused with a sentence, and so is one
+ * whose path (symbolic links resolved) passes through a directory another user could change: owned by
+ * someone other than root and this user, or writable by group or others without the sticky bit. The
+ * directory checked is remembered (device and inode): each access opens it again and works relative to
+ * that descriptor (openat, renameat, unlinkat) only if it is the same directory, so a directory swapped
+ * in under its path later is never read or written.
  *
  * Key: SHA-256 over everything that determines the cubin: the emitted main source (which encodes the spec),
  * the digest of the headers it is compiled with (the templates),
@@ -27,6 +32,8 @@
 
 typedef struct fg_disk_cache {
     char dir[4096];               /* absolute path of the cache directory */
+    unsigned long long dev, ino;  /* the directory cache_open checked: every later access opens the path and
+                                     uses it only if it is still that directory (never one swapped in) */
     unsigned long long max_bytes; /* the entries' bound (FLASHGEN_CACHE_MAX_MB; 0: none): a put past it evicts
                                      the least recently used entries */
 } fg_disk_cache;

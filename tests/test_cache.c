@@ -925,3 +925,49 @@ Test(cache, bound_evicts_least_recently_used_entries) {
     cr_assert_eq(u.entries, 1);
     cr_assert_eq(access(path[5], F_OK), 0, "the newest entry was evicted");
 }
+
+/* Issue 37 item 4: after cache_open, a directory swapped in under the cache's path (by someone who can write
+ * its parent) holding a correctly checksummed entry is never loaded nor written: every access checks it is
+ * still the directory that was opened and checked. */
+Test(cache, directory_swapped_after_open_is_not_trusted) {
+    fg_disk_cache c = open_cache();
+    uint8_t key[32];
+    key_of("swap", key);
+    fg_error err;
+    cr_assert_eq(cache_put(&c, key, "genuine", (const uint8_t *)"genuine code", 12, &err), FG_OK, "%s", err.msg);
+    char moved[300];
+    snprintf(moved, sizeof moved, "%s.moved", g_dir);
+    cr_assert_eq(rename(g_dir, moved), 0);
+    cr_assert_eq(mkdir(g_dir, 0700), 0);
+    fg_disk_cache planted = open_cache(); /* the attacker's directory, entries checksummed as the victim's */
+    cr_assert_eq(cache_put(&planted, key, "genuine", (const uint8_t *)"planted code", 12, &err), FG_OK, "%s", err.msg);
+    uint8_t *got = NULL;
+    size_t len;
+    fg_error_clear(&err);
+    cr_assert_eq(cache_get(&c, key, &got, &len, &err), FG_ERR_NOT_FOUND, "the swapped-in directory's entry loaded");
+    cr_assert(strstr(err.msg, "no longer the one checked"), "%s", err.msg);
+    fg_error_clear(&err);
+    cr_assert_eq(cache_put(&c, key, "x", (const uint8_t *)"x", 1, &err), FG_ERR_IO, "a write went to the swapped-in "
+                 "directory");
+    cr_assert_eq(cache_get(&planted, key, &got, &len, &err), FG_OK, "%s", err.msg);
+    cr_assert(len == 12 && memcmp(got, "planted code", 12) == 0, "the planted entry was changed");
+    free(got);
+}
+
+/* Issue 37 item 4: a cache directory under a parent that others can write without the sticky bit is refused
+ * (they could swap it); with the sticky bit (as /tmp) it is accepted. */
+Test(cache, parent_writable_by_others_without_sticky_bit_is_refused) {
+    char parent[300], dir[400];
+    snprintf(parent, sizeof parent, "%s/open", g_root);
+    snprintf(dir, sizeof dir, "%s/cache", parent);
+    cr_assert_eq(mkdir(parent, 0700), 0);
+    cr_assert_eq(chmod(parent, 0777), 0);
+    fg_disk_cache c;
+    fg_error err;
+    fg_error_clear(&err);
+    cr_assert_eq(cache_open(&c, dir, &err), FG_ERR_IO);
+    cr_assert(strstr(err.msg, "without the sticky bit") && strstr(err.msg, parent), "%s", err.msg);
+    cr_assert_eq(chmod(parent, 01777), 0);
+    cr_assert_eq(cache_open(&c, dir, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(chmod(parent, 0700), 0);
+}
