@@ -1,5 +1,6 @@
 /* knobs.c: the table of FLASHGEN_* environment variables (see knobs.h). */
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include "core/knobs.h"
 
@@ -68,4 +69,18 @@ int knob_is_zero(fg_knob_id id) {
 int knob_is_one(fg_knob_id id) {
     const char *v = knob_value(id);
     return v && strcmp(v, "1") == 0;
+}
+
+int knob_bad_switch(char *buf, unsigned long n) {
+    static const fg_knob_id switches[] = {FG_KNOB_LINEINFO,  FG_KNOB_WGMMA,       FG_KNOB_WGMMA_FP8,
+                                          FG_KNOB_WGMMA_BWD, FG_KNOB_BWD_TMA,     FG_KNOB_PDL,
+                                          FG_KNOB_DET_ROTATE, FG_KNOB_CHECK_INPUTS, FG_KNOB_TUNE_SHARE_DEVICE};
+    for (unsigned i = 0; i < sizeof switches / sizeof switches[0]; i++) {
+        const char *v = knob_value(switches[i]);
+        if (!v || strcmp(v, "0") == 0 || strcmp(v, "1") == 0) continue;
+        snprintf(buf, n, "%s=%s is not 0 or 1: it is ignored, and its default (%s) holds", knobs[switches[i]].name, v,
+                 knobs[switches[i]].default_value);
+        return 1;
+    }
+    return 0;
 }

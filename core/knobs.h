@@ -45,4 +45,10 @@ int knob_is_zero(fg_knob_id id);
 /* 1 when the knob is set to exactly "1". */
 int knob_is_one(fg_knob_id id);
 
+/* The switches (knobs read as 0 or 1) set to anything else: writes one sentence naming the first such knob,
+ * its value and the default that then holds into buf (n bytes) and returns 1; 0 when every switch is unset,
+ * 0 or 1. A context logs it as a warning (a value like "yes" or "false" would otherwise be silently read as
+ * the default). */
+int knob_bad_switch(char *buf, unsigned long n);
+
 #endif

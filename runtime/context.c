@@ -200,6 +200,8 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
             rt_log(ctx, FG_LOG_WARN, "FLASHGEN_SM90_GRID=%s is not auto, tiles, persistent or dynamic: using auto", g);
         ctx->wgmma_bwd = ctx->wgmma && !knob_is_zero(FG_KNOB_WGMMA_BWD);
         ctx->det_rotate = !knob_is_zero(FG_KNOB_DET_ROTATE);
+        char bad[256];
+        if (knob_bad_switch(bad, sizeof bad)) rt_log(ctx, FG_LOG_WARN, "%s", bad);
         ctx->check_inputs = knob_is_one(FG_KNOB_CHECK_INPUTS);
         const char *ns = knob_value(FG_KNOB_NUM_SPLITS);
         if (ns && strcmp(ns, "auto") != 0) {

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "runtime/cache.h"
+#include "core/knobs.h"
 #include "core/sha256.h"
 #include "tests/test_util.h"
 
@@ -970,4 +971,27 @@ Test(cache, parent_writable_by_others_without_sticky_bit_is_refused) {
     cr_assert_eq(chmod(parent, 01777), 0);
     cr_assert_eq(cache_open(&c, dir, &err), FG_OK, "%s", err.msg);
     cr_assert_eq(chmod(parent, 0700), 0);
+}
+
+/* Issue 37's knobs: a bad FLASHGEN_CACHE_MAX_MB is refused with a sentence naming it; a switch set to something
+ * other than 0 or 1 is named (a context logs it as a warning) instead of silently reading as its default. */
+Test(cache, bad_knob_values_are_named) {
+    fg_disk_cache c;
+    fg_error err;
+    setenv("FLASHGEN_CACHE_MAX_MB", "lots", 1);
+    fg_error_clear(&err);
+    cr_assert_eq(cache_open(&c, g_dir, &err), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "FLASHGEN_CACHE_MAX_MB is 'lots'"), "%s", err.msg);
+    setenv("FLASHGEN_CACHE_MAX_MB", "16", 1);
+    cr_assert_eq(cache_open(&c, g_dir, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(c.max_bytes, 16ull << 20);
+    unsetenv("FLASHGEN_CACHE_MAX_MB");
+    char msg[256];
+    cr_assert_eq(knob_bad_switch(msg, sizeof msg), 0, "no switch is set here: %s", msg);
+    setenv("FLASHGEN_WGMMA", "false", 1);
+    cr_assert_eq(knob_bad_switch(msg, sizeof msg), 1);
+    cr_assert(strstr(msg, "FLASHGEN_WGMMA=false is not 0 or 1") && strstr(msg, "default (1)"), "%s", msg);
+    setenv("FLASHGEN_WGMMA", "0", 1);
+    cr_assert_eq(knob_bad_switch(msg, sizeof msg), 0);
+    unsetenv("FLASHGEN_WGMMA");
 }
