@@ -11,6 +11,7 @@
 #include "generator/spec.h"
 #include "runtime/cache.h"
 #include "runtime/compile.h"
+#include "core/alloc.h"
 
 /* Compiles spec with NVRTC and reads its ptxas report. A cubin that does not spill (or any, with
  * allow_spills) is stored in `disk` (when not NULL) under the key the runtime computes for the same spec, so
@@ -106,8 +107,8 @@ static int plan_cmp_name(const void *a, const void *b) {
  * variant is compiled once however many problems try it. Returns 0, or -1 when memory runs out (the
  * items are then unchanged). */
 static int plan_share_compiles(const fg_tune_space *sp, sweep_item *items, int n) {
-    char *names = malloc((size_t)(n > 0 ? n : 1) * FG_SPEC_NAME_MAX);
-    int *order = malloc((size_t)(n > 0 ? n : 1) * sizeof *order);
+    char *names = fg_malloc((size_t)(n > 0 ? n : 1) * FG_SPEC_NAME_MAX);
+    int *order = fg_malloc((size_t)(n > 0 ? n : 1) * sizeof *order);
     if (!names || !order) {
         free(names);
         free(order);

@@ -19,6 +19,7 @@
 #include "autotune/sweep.h"
 #include "runtime/cache.h"
 #include "runtime/compile.h"
+#include "core/alloc.h"
 
 /* shard_identity: see shard.h. */
 fg_status shard_identity(const fg_context *ctx, fg_tune_identity *id, fg_error *err) {
@@ -128,7 +129,7 @@ static int shard_list_parts(const char *path, char ***names, int *n) {
             continue;
         if (*n == cap) {
             cap = cap ? 2 * cap : 8;
-            char **grown = realloc(*names, (size_t)cap * sizeof *grown);
+            char **grown = fg_realloc(*names, (size_t)cap * sizeof *grown);
             if (!grown) {
                 rc = -1;
                 break;
@@ -136,7 +137,7 @@ static int shard_list_parts(const char *path, char ***names, int *n) {
             *names = grown;
         }
         size_t need = strlen(dir) + 1 + len + 1;
-        char *full = malloc(need);
+        char *full = fg_malloc(need);
         if (!full) {
             rc = -1;
             break;
@@ -156,7 +157,7 @@ int shard_merge_parts(const char *path, const fg_tune_identity *id, int *added) 
     int n = 0;
     if (shard_list_parts(path, &names, &n) != 0) return -1;
     if (n == 0) return 0;
-    int *merged = calloc((size_t)n, sizeof *merged);
+    int *merged = fg_calloc((size_t)n, sizeof *merged);
     fg_tunedb db;
     memset(&db, 0, sizeof db);
     int rc = merged && shard_open_db(path, id, &db) == 0 ? 0 : -1;
@@ -302,8 +303,8 @@ int shard_sweep(const char *space_path, const sweep_opts *o, const int *list, in
     int status = SWEEP_EXIT_FAIL, ndev = 0, ngroups = 0, nchildren = 0, handlers = 0;
     int devs[SHARD_MAX_DEVICES], locks[SHARD_MAX_DEVICES];
     for (int g = 0; g < SHARD_MAX_DEVICES; g++) locks[g] = -1;
-    shard_group *groups = calloc(SHARD_MAX_DEVICES, sizeof *groups);
-    shard_child *kids = calloc(SHARD_MAX_DEVICES, sizeof *kids);
+    shard_group *groups = fg_calloc(SHARD_MAX_DEVICES, sizeof *groups);
+    shard_child *kids = fg_calloc(SHARD_MAX_DEVICES, sizeof *kids);
     struct sigaction old_int, old_term;
     if (!groups || !kids) {
         sweep_print(NULL, SWEEP_ERR, "out of memory");

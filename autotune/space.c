@@ -16,6 +16,7 @@
 
 #include "core/lua_sandbox.h"
 #include "autotune/space.h"
+#include "core/alloc.h"
 
 #define SP_LIST_MAX 128 /* most values one field may list */
 
@@ -238,7 +239,7 @@ static int sp_space(lua_State *L) {
         long long want = b->cap ? b->cap : 16;
         while (want < b->count + nprob)
             want *= 2;
-        fg_tune_problem *grown = realloc(b->problems, (size_t)want * sizeof *grown);
+        fg_tune_problem *grown = fg_realloc(b->problems, (size_t)want * sizeof *grown);
         if (grown == NULL)
             lua_sandbox_raise(L, fn, "out of host memory for %lld problems", b->count + nprob);
         b->problems = grown;
@@ -283,7 +284,7 @@ static int sp_space(lua_State *L) {
                                  p.seqlen_q, p.seqlen_k, p.batch_heads, (long long)p.cls.seqlen_q,
                                  (long long)p.cls.seqlen_k, (long long)p.cls.batch_heads, b->problems[i].line);
         }
-        p.cands = calloc((size_t)ncand, sizeof *p.cands);
+        p.cands = fg_calloc((size_t)ncand, sizeof *p.cands);
         if (p.cands == NULL)
             lua_sandbox_raise(L, fn, "out of host memory for %lld candidates", ncand);
         b->problems[b->count++] = p; /* owned by the builder from here: nothing below raises */

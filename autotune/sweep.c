@@ -20,6 +20,7 @@
 #include "generator/spec.h"
 #include "runtime/cache.h"
 #include "runtime/compile.h"
+#include "core/alloc.h"
 
 /* How a problem (or the whole sweep) ended. */
 enum { SWEEP_GO_ON = 0, SWEEP_STOPPED = 1, SWEEP_FATAL = 2 };
@@ -437,8 +438,8 @@ int sweep_space(const char *space_path, const sweep_opts *o, const sweep_bench *
     /* The plan: every (problem, candidate) in order, with what to do with it. */
     int nitems = 0;
     for (int i = 0; i < space.count; i++) nitems += space.problems[i].ncands;
-    sweep_item *items = calloc(nitems > 0 ? (size_t)nitems : 1, sizeof *items);
-    pool.queue = malloc((nitems > 0 ? (size_t)nitems : 1) * sizeof *pool.queue);
+    sweep_item *items = fg_calloc(nitems > 0 ? (size_t)nitems : 1, sizeof *items);
+    pool.queue = fg_malloc((nitems > 0 ? (size_t)nitems : 1) * sizeof *pool.queue);
     pool.items = items;
     if (!items || !pool.queue) {
         sweep_print(NULL, SWEEP_ERR, "out of memory planning %d candidates", nitems);
@@ -542,7 +543,7 @@ int sweep_space(const char *space_path, const sweep_opts *o, const sweep_bench *
     }
     pool_init = 1;
     if (pool.nqueue > 0) {
-        threads = calloc((size_t)jobs, sizeof *threads);
+        threads = fg_calloc((size_t)jobs, sizeof *threads);
         int why = 0;
         if (threads) nthreads = pool_start(plan_worker, &pool, jobs, threads, &why);
         if (nthreads == 0) {

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <time.h>
 #include "autotune/timing.h"
+#include "core/alloc.h"
 
 double now_seconds(void) {
     struct timespec t;
@@ -19,8 +20,8 @@ static int cmp_float(const void *a, const void *b) {
 fg_status time_launches(const fg_cuda_api *cu, CUstream stream, int warmup, int iters, launch_fn launch,
                         void *user, launch_times *t, fg_error *err) {
     t->median = t->min = t->max = 0;
-    CUevent *ev = calloc((size_t)iters + 1, sizeof *ev);
-    float *ms = malloc((size_t)iters * sizeof *ms);
+    CUevent *ev = fg_calloc((size_t)iters + 1, sizeof *ev);
+    float *ms = fg_malloc((size_t)iters * sizeof *ms);
     int nev = 0;
     fg_status st = FG_OK;
     CUresult rc = CUDA_SUCCESS;

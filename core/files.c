@@ -16,6 +16,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 #include "core/files.h"
+#include "core/alloc.h"
 
 int fg_tmp_is_stale(const char *name, const struct stat *st) {
     if (strncmp(name, FG_TMP_PREFIX, sizeof FG_TMP_PREFIX - 1) != 0) return 0;
@@ -282,7 +283,7 @@ fg_status fg_read_file_max(const char *path, size_t max, uint8_t **data, size_t 
     /* The size is a hint (a file may grow while it is read): read to end of file, up to max. */
     size_t cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096;
     size_t used = 0;
-    uint8_t *buf = malloc(cap);
+    uint8_t *buf = fg_malloc(cap);
     if (!buf) {
         close(fd);
         return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory reading '%s' (%zu bytes).", path, cap);
@@ -295,7 +296,7 @@ fg_status fg_read_file_max(const char *path, size_t max, uint8_t **data, size_t 
                 return fg_fail(err, FG_ERR_IO, "cannot read '%s': it grew past the %zu bytes this file may have.",
                                path, max);
             }
-            uint8_t *grown = realloc(buf, cap * 2);
+            uint8_t *grown = fg_realloc(buf, cap * 2);
             if (!grown) {
                 free(buf);
                 close(fd);

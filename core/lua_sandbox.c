@@ -38,6 +38,7 @@
 #include <lualib.h>
 
 #include "core/lua_sandbox.h"
+#include "core/alloc.h"
 
 #define SB_HOOK_STEP 100             /* instructions between count-hook calls: bounds how stale the line is */
 #define SB_TIME_LIMIT_MS 2000        /* wall-clock backstop; the instruction budget normally ends first */
@@ -109,7 +110,7 @@ static void *sb_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
         sb_set_stop(run, SB_MEMORY);
         return NULL;
     }
-    void *p = realloc(ptr, nsize);
+    void *p = fg_realloc(ptr, nsize);
     if (p == NULL) {
         /* The host itself is out of memory: Lua reports it as a memory error, like the cap. */
         sb_set_stop(run, SB_MEMORY);
@@ -591,7 +592,7 @@ fg_status lua_sandbox_run_file(const char *path, fg_lua_setup_fn setup, fg_lua_s
         return fg_fail(err, FG_ERR_IO, "cannot open config '%s': %s", path, strerror(errno));
     }
     size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
+    char *buf = fg_malloc(cap);
     if (buf == NULL) {
         fclose(f);
         return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory reading config '%s'", path);
@@ -606,7 +607,7 @@ fg_status lua_sandbox_run_file(const char *path, fg_lua_setup_fn setup, fg_lua_s
                                SB_FILE_MAX >> 20);
             }
             size_t ncap = cap * 2 > SB_FILE_MAX ? (size_t)SB_FILE_MAX + 1 : cap * 2;
-            char *nb = realloc(buf, ncap);
+            char *nb = fg_realloc(buf, ncap);
             if (nb == NULL) {
                 free(buf);
                 fclose(f);

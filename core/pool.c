@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include "core/pool.h"
+#include "core/alloc.h"
 
 int pool_start(void *(*fn)(void *), void *arg, int n, pthread_t *threads, int *why_errno) {
     sigset_t hold, old;
@@ -29,7 +30,7 @@ int pool_start(void *(*fn)(void *), void *arg, int n, pthread_t *threads, int *w
 }
 
 int pool_run(void *(*fn)(void *), void *arg, int n, int *why_errno) {
-    pthread_t *threads = calloc((size_t)(n > 0 ? n : 1), sizeof *threads);
+    pthread_t *threads = fg_calloc((size_t)(n > 0 ? n : 1), sizeof *threads);
     if (!threads) {
         *why_errno = ENOMEM;
         return 0;

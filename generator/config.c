@@ -18,6 +18,7 @@
 #include "generator/config.h"
 #include "generator/validate.h"
 #include "core/lua_sandbox.h"
+#include "core/alloc.h"
 
 #define CFG_LIST_MAX 128         /* most values one field may list: far beyond any real bundle */
 #define CFG_MAX_VARIANTS 65536   /* most variants a config may list (before duplicates are dropped) */
@@ -210,7 +211,7 @@ static void cfg_reserve(lua_State *L, const char *fn, cfg_build *b, long long to
         long long want = b->cap ? b->cap : 64;
         while (want < b->count + total)
             want *= 2;
-        cfg_item *items = realloc(b->items, (size_t)want * sizeof *items);
+        cfg_item *items = fg_realloc(b->items, (size_t)want * sizeof *items);
         if (items == NULL)
             lua_sandbox_raise(L, fn, "out of host memory for %lld variants", (long long)(b->count + total));
         b->items = items;
@@ -471,9 +472,9 @@ static fg_status cfg_check_items(const char *chunkname, cfg_build *b, fg_error *
 
 /* Moves the unique validated variants of b, in first-listed order, into out (which takes b's policy). */
 static fg_status cfg_collect(const char *chunkname, cfg_build *b, fg_config *out, fg_error *err) {
-    cfg_item *sorted = malloc((size_t)b->count * sizeof *sorted);
-    unsigned char *dup = calloc((size_t)b->count, 1);
-    fg_spec *specs = malloc((size_t)b->count * sizeof *specs);
+    cfg_item *sorted = fg_malloc((size_t)b->count * sizeof *sorted);
+    unsigned char *dup = fg_calloc((size_t)b->count, 1);
+    fg_spec *specs = fg_malloc((size_t)b->count * sizeof *specs);
     if (sorted == NULL || dup == NULL || specs == NULL) {
         free(sorted);
         free(dup);
@@ -507,7 +508,7 @@ static fg_status cfg_load(const char *path, const char *chunkname, const char *t
     memset(out, 0, sizeof *out);
     if (path == NULL && (chunkname == NULL || (text == NULL && len > 0)))
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "config: chunkname and text must not be NULL");
-    cfg_build *b = calloc(1, sizeof *b); /* on the heap: the override list is large for a stack frame */
+    cfg_build *b = fg_calloc(1, sizeof *b); /* on the heap: the override list is large for a stack frame */
     if (b == NULL)
         return fg_fail(err, FG_ERR_NO_MEMORY, "config: out of memory");
     b->skip = skip;

@@ -14,6 +14,7 @@
 #include "generator/emit.h"
 #include "generator/emit_templates.h"
 #include "core/sha256.h"
+#include "core/alloc.h"
 
 /* The kernel file of each family: the prelude's one #include (each template #includes what it uses). */
 static const char *family_file(const fg_spec *spec) {
@@ -47,7 +48,7 @@ static void sb_append(sbuf *b, const char *s, size_t n) {
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 16384;
         while (cap < b->len + n + 1) cap *= 2;
-        char *d = realloc(b->data, cap);
+        char *d = fg_realloc(b->data, cap);
         if (!d) { b->failed = 1; return; }
         b->data = d;
         b->cap = cap;
@@ -252,7 +253,7 @@ static void flatten_into(sbuf *b, const char *text, unsigned char *done, int dep
 fg_status emit_flatten(const char *src, char **flat, size_t *len, fg_error *err) {
     *flat = NULL;
     if (len) *len = 0;
-    unsigned char *done = calloc((size_t)fg_template_count + 1, 1);
+    unsigned char *done = fg_calloc((size_t)fg_template_count + 1, 1);
     if (!done) return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory flattening a source");
     sbuf b = {0};
     flatten_into(&b, src, done, 0);

@@ -17,6 +17,7 @@
 #include "generator/tile_policy.h"
 #include "generator/spec.h"
 #include "generator/validate.h" /* arch_smem_limit */
+#include "core/alloc.h"
 
 /* arch range, head_dim range, causal, dtype, block_m, block_n, warps, stages, family */
 static const fg_tile_rule default_rules[] = {
@@ -137,7 +138,7 @@ fg_status tile_policy_add(fg_tile_policy *p, const fg_tile_rule *r, fg_error *er
                        "variant is matched against every rule)", FG_TILE_POLICY_MAX_RULES);
     if (p->count == p->cap) {
         int cap = p->cap ? p->cap * 2 : 16;
-        fg_tile_rule *n = realloc(p->rules, (size_t)cap * sizeof *n);
+        fg_tile_rule *n = fg_realloc(p->rules, (size_t)cap * sizeof *n);
         if (!n) return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory growing the tile policy");
         p->rules = n;
         p->cap = cap;

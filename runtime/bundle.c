@@ -15,6 +15,7 @@
 #include "runtime/cache.h"
 #include "generator/emit.h"
 #include "core/sha256.h"
+#include "core/alloc.h"
 
 enum {
     BUNDLE_HEADER = 32,     /* magic, version, count, generator version */
@@ -82,7 +83,7 @@ fg_status bundle_serialize(const fg_bundle *bundle, uint8_t **out, size_t *len, 
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "bundle_serialize: %zu entries; a bundle holds at most %u.",
                        bundle->count, UINT32_MAX);
     size_t count = bundle->count;
-    const fg_bundle_entry **sorted = malloc((count ? count : 1) * sizeof *sorted);
+    const fg_bundle_entry **sorted = fg_malloc((count ? count : 1) * sizeof *sorted);
     if (!sorted)
         return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory serializing a bundle of %zu entries.", count);
     fg_status st = FG_OK;
@@ -115,7 +116,7 @@ fg_status bundle_serialize(const fg_bundle *bundle, uint8_t **out, size_t *len, 
             return st;
         }
 
-    uint8_t *buf = malloc(total);
+    uint8_t *buf = fg_malloc(total);
     if (!buf) {
         free(sorted);
         return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory serializing a %zu-byte bundle.", total);
@@ -189,7 +190,7 @@ static void text_add(text_buf *t, const char *s, size_t n) {
             }
             cap *= 2;
         }
-        char *grown = realloc(t->p, cap);
+        char *grown = fg_realloc(t->p, cap);
         if (!grown) {
             t->failed = 1;
             return;
@@ -250,7 +251,7 @@ fg_status bundle_write_c(const char *path, const char *symbol, const fg_bundle *
         return st;
 
     /* The serializer sorted a private copy; list the names in that same order. */
-    const fg_bundle_entry **order = malloc((bundle->count ? bundle->count : 1) * sizeof *order);
+    const fg_bundle_entry **order = fg_malloc((bundle->count ? bundle->count : 1) * sizeof *order);
     if (!order) {
         free(data);
         return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory writing the bundle source '%s'.", path);
@@ -345,10 +346,10 @@ fg_status bundle_inspect(const uint8_t *data, size_t len, bundle_index *out, fg_
         return fg_fail(err, FG_ERR_FORMAT, "the bundle claims %u entries, more than its %zu bytes can index.", count,
                        len);
 
-    bundle_item *idx = calloc(count ? count : 1, sizeof *idx);
+    bundle_item *idx = fg_calloc(count ? count : 1, sizeof *idx);
     if (!idx)
         return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory reading a bundle index of %u entries.", count);
-    const uint8_t **sums = malloc((count ? count : 1) * sizeof *sums);
+    const uint8_t **sums = fg_malloc((count ? count : 1) * sizeof *sums);
     if (!sums) {
         free(idx);
         return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory reading a bundle index of %u entries.", count);
@@ -357,8 +358,8 @@ fg_status bundle_inspect(const uint8_t *data, size_t len, bundle_index *out, fg_
     size_t pos = BUNDLE_HEADER;
     size_t limit = len - 32; /* the index checksum must still fit after the index */
     uint64_t *offsets = NULL, *sizes = NULL;
-    offsets = malloc((count ? count : 1) * sizeof *offsets);
-    sizes = malloc((count ? count : 1) * sizeof *sizes);
+    offsets = fg_malloc((count ? count : 1) * sizeof *offsets);
+    sizes = fg_malloc((count ? count : 1) * sizeof *sizes);
     if (!offsets || !sizes)
         st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory reading a bundle index of %u entries.", count);
     for (uint32_t i = 0; i < count && st == FG_OK; i++) {
@@ -495,15 +496,15 @@ fg_status bundle_parse(const uint8_t *data, size_t len, fg_bundle *out, fg_error
         return st;
     }
     size_t count = ix.count;
-    fg_bundle_entry *entries = calloc(count ? count : 1, sizeof *entries);
+    fg_bundle_entry *entries = fg_calloc(count ? count : 1, sizeof *entries);
     if (!entries) {
         bundle_index_free(&ix);
         return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory copying a bundle of %zu entries.", count);
     }
     for (size_t i = 0; i < count; i++) {
         const bundle_item *it = &ix.items[i];
-        entries[i].name = malloc(it->name_len + 1);
-        entries[i].data = malloc(it->size ? it->size : 1);
+        entries[i].name = fg_malloc(it->name_len + 1);
+        entries[i].data = fg_malloc(it->size ? it->size : 1);
         if (!entries[i].name || !entries[i].data) {
             fg_bundle partial = {entries, i + 1};
             bundle_free(&partial);
@@ -587,11 +588,11 @@ fg_status bundle_add(fg_bundle *bundle, const char *name, const uint8_t *data, s
         else
             hi = mid;
     }
-    char *name_copy = strdup(name);
-    uint8_t *data_copy = malloc(size ? size : 1);
+    char *name_copy = fg_strdup(name);
+    uint8_t *data_copy = fg_malloc(size ? size : 1);
     fg_bundle_entry *grown = NULL;
     if (name_copy && data_copy)
-        grown = realloc(bundle->entries, (bundle->count + 1) * sizeof *grown);
+        grown = fg_realloc(bundle->entries, (bundle->count + 1) * sizeof *grown);
     if (!grown) {
         free(name_copy);
         free(data_copy);

@@ -25,6 +25,7 @@
 #include "core/files.h"
 #include "core/knobs.h"
 #include "core/sha256.h"
+#include "core/alloc.h"
 
 /* Entry layout offsets; NAME is where the variable-length spec name starts. */
 enum {
@@ -384,7 +385,7 @@ static fg_status entry_load(const fg_disk_cache *cache, const char *file, uint8_
                  ENTRY_FIXED);
     else if ((uint64_t)st.st_size > ENTRY_FIXED + CACHE_NAME_MAX + CACHE_PAYLOAD_MAX)
         snprintf(why, whylen, "it is %lld bytes, larger than any entry flashgen writes", (long long)st.st_size);
-    else if (!(buf = malloc((size_t)st.st_size))) {
+    else if (!(buf = fg_malloc((size_t)st.st_size))) {
         snprintf(why, whylen, "out of memory buffering its %lld bytes", (long long)st.st_size);
         status = FG_ERR_NO_MEMORY;
     } else if (file_read_exact(fd, buf, (size_t)st.st_size) != 0)
@@ -426,7 +427,7 @@ fg_status cache_get(const fg_disk_cache *cache, const uint8_t key[32], uint8_t *
         return fg_fail(err, FG_ERR_NOT_FOUND, "cache entry '%s/%s' is a miss: %s.", cache->dir, file, why);
     }
     size_t n = (size_t)v.payload_len;
-    uint8_t *out = malloc(n ? n : 1);
+    uint8_t *out = fg_malloc(n ? n : 1);
     if (!out) {
         free(image);
         return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory copying the %zu-byte payload of cache entry '%s'.", n,
@@ -468,7 +469,7 @@ fg_status cache_put(const fg_disk_cache *cache, const uint8_t key[32], const cha
                        "cache_put: the payload of '%s' is %zu bytes; the cache holds entries up to %llu bytes.",
                        name ? name : "", len, (unsigned long long)CACHE_PAYLOAD_MAX);
     size_t size = ENTRY_FIXED + name_len + len;
-    uint8_t *buf = malloc(size);
+    uint8_t *buf = fg_malloc(size);
     if (!buf)
         return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory building a %zu-byte cache entry.", size);
     memcpy(buf + ENTRY_MAGIC, entry_magic, sizeof entry_magic);
@@ -557,7 +558,7 @@ static fg_status list_dir(const fg_disk_cache *cache, int (*keep)(const char *),
             continue;
         if (n == cap) {
             size_t ncap = cap ? cap * 2 : 16;
-            char **grown = realloc(list, ncap * sizeof *list);
+            char **grown = fg_realloc(list, ncap * sizeof *list);
             if (!grown) {
                 st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory listing the cache directory '%s'.", dir);
                 break;
@@ -565,7 +566,7 @@ static fg_status list_dir(const fg_disk_cache *cache, int (*keep)(const char *),
             list = grown;
             cap = ncap;
         }
-        if (!(list[n] = strdup(e->d_name))) {
+        if (!(list[n] = fg_strdup(e->d_name))) {
             st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory listing the cache directory '%s'.", dir);
             break;
         }
@@ -737,7 +738,7 @@ fg_status cache_prune(const fg_disk_cache *cache, unsigned long long max_bytes, 
             !S_ISREG(fst.st_mode))
             continue;
         if (n == cap) {
-            lru_entry *g = realloc(v, (cap = cap ? 2 * cap : 256) * sizeof *v);
+            lru_entry *g = fg_realloc(v, (cap = cap ? 2 * cap : 256) * sizeof *v);
             if (!g) {
                 st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory listing the cache to prune it.");
                 break;

@@ -12,6 +12,7 @@
 #include "runtime/cache.h"
 #include "core/knobs.h"
 #include "runtime/compile.h"
+#include "core/alloc.h"
 
 /* FLASHGEN_LINEINFO=1 adds -lineinfo (source lines in compute-sanitizer and Nsight reports). It is off by
  * default: it changes no instruction but makes a cubin about 4x larger (head_dim 128: 209 KB against
@@ -126,7 +127,7 @@ fg_status compile_source(const fg_spec *spec, const char *src, size_t len, int f
     nvrtcResult crc = nvrtcCompileProgram(prog, nopts, opts);
     size_t log_size = 0;
     NV(nvrtcGetProgramLogSize(prog, &log_size));
-    out->log = malloc(log_size + 1);
+    out->log = fg_malloc(log_size + 1);
     if (!out->log) { st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory reading the NVRTC log"); goto done; }
     NV(nvrtcGetProgramLog(prog, out->log));
     out->log[log_size] = '\0';
@@ -141,7 +142,7 @@ fg_status compile_source(const fg_spec *spec, const char *src, size_t len, int f
     nvrtcResult (*const code_size)(nvrtcProgram, size_t *) = as_ptx ? nvrtcGetPTXSize : nvrtcGetCUBINSize;
     nvrtcResult (*const code)(nvrtcProgram, char *) = as_ptx ? nvrtcGetPTX : nvrtcGetCUBIN;
     NV(code_size(prog, &out->cubin_size));
-    out->cubin = malloc(out->cubin_size ? out->cubin_size : 1);
+    out->cubin = fg_malloc(out->cubin_size ? out->cubin_size : 1);
     if (!out->cubin) {
         st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory for %zu bytes of %s", out->cubin_size, as_ptx ? "PTX" : "cubin");
         goto done;
@@ -150,7 +151,7 @@ fg_status compile_source(const fg_spec *spec, const char *src, size_t len, int f
     if (flags & FG_COMPILE_KEEP_PTX) {
         size_t ptx_size = 0;
         NV(nvrtcGetPTXSize(prog, &ptx_size));
-        out->ptx = malloc(ptx_size + 1);
+        out->ptx = fg_malloc(ptx_size + 1);
         if (!out->ptx) { st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory for PTX"); goto done; }
         NV(nvrtcGetPTX(prog, out->ptx));
         out->ptx[ptx_size] = '\0';

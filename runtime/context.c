@@ -8,6 +8,7 @@
 #include "runtime/compile.h"
 #include "core/knobs.h"
 #include "runtime/runtime.h"
+#include "core/alloc.h"
 
 /* fg_context_create's failure, and that of a call given no context, has no context to hold it: it
  * lives here, per thread. */
@@ -136,7 +137,7 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "options.device is %d but only %d CUDA device%s visible",
                        opt.device, count, count == 1 ? " is" : "s are");
 
-    fg_context *ctx = calloc(1, sizeof *ctx);
+    fg_context *ctx = fg_calloc(1, sizeof *ctx);
     if (!ctx) return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory allocating a context");
     ctx->cu = cu;
     ctx->opt = opt;
@@ -312,7 +313,7 @@ void fg_context_destroy(fg_context *ctx) {
 /* Takes ownership of a parsed bundle and appends it to the context's list. */
 static fg_status add_bundle(fg_context *ctx, fg_bundle *b, const char *what, fg_error *err) {
     pthread_mutex_lock(&ctx->lock);
-    fg_bundle *n = realloc(ctx->bundles, (size_t)(ctx->nbundles + 1) * sizeof *n);
+    fg_bundle *n = fg_realloc(ctx->bundles, (size_t)(ctx->nbundles + 1) * sizeof *n);
     if (!n) {
         pthread_mutex_unlock(&ctx->lock);
         bundle_free(b);

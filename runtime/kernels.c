@@ -11,6 +11,7 @@
 #include "generator/emit.h"
 #include "runtime/compile.h"
 #include "runtime/dispatch.h"
+#include "core/alloc.h"
 
 static fg_kernel *find_loaded(fg_context *ctx, const char *name) {
     for (int i = 0; i < ctx->nkernels; i++)
@@ -31,7 +32,7 @@ static fg_status load_cubin(fg_context *ctx, const fg_spec *s, const char *name,
     const fg_cuda_api *cu = ctx->cu;
     if (ctx->nkernels == ctx->capkernels) {
         int cap = ctx->capkernels ? ctx->capkernels * 2 : 16;
-        fg_kernel *n = realloc(ctx->kernels, (size_t)cap * sizeof *n);
+        fg_kernel *n = fg_realloc(ctx->kernels, (size_t)cap * sizeof *n);
         if (!n) return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory growing the kernel cache");
         ctx->kernels = n;
         ctx->capkernels = cap;

@@ -8,6 +8,7 @@
 #include <string.h>
 #include "runtime/call_args.h"
 #include "runtime/dispatch.h"
+#include "core/alloc.h"
 
 static const char *const packed_dims[3] = {"tokens", "heads", "head_dim"};
 static const char *const dense_dims[4] = {"batch", "seqlen", "heads", "head_dim"};
@@ -267,7 +268,7 @@ fg_status serving_validate_lengths(const serving_call *c, const int32_t *cu_q, c
 static fg_status read_back(fg_context *ctx, const int32_t *src, size_t n, void *stream, int32_t **out, fg_error *err) {
     *out = NULL;
     if (!src) return FG_OK;
-    int32_t *h = malloc(n * sizeof *h + 1);
+    int32_t *h = fg_malloc(n * sizeof *h + 1);
     if (!h) return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory reading back %zu lengths", n);
     /* the stream's work first (it may be what wrote them), then a plain copy */
     CUresult rc = ctx->cu->cuStreamSynchronize((CUstream)stream);

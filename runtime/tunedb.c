@@ -18,6 +18,7 @@
 #include "core/files.h"
 #include "core/lua_sandbox.h"
 #include "runtime/tunedb.h"
+#include "core/alloc.h"
 
 #define TDB_BUCKET_MAX ((int64_t)1 << 62) /* the largest bucket: the next power of two would overflow */
 #define TDB_DEVICE_SLUG_MAX 64            /* bytes of the device name in a file name */
@@ -239,7 +240,7 @@ fg_status tunedb_add(fg_tunedb *db, const fg_tune_record *rec, fg_error *err) {
         if (db->cap > INT_MAX / 2)
             return fg_fail(err, FG_ERR_NO_MEMORY, "the tuning database cannot hold more than %d records", db->cap);
         int cap = db->cap ? db->cap * 2 : 64;
-        fg_tune_record *grown = realloc(db->records, (size_t)cap * sizeof *grown);
+        fg_tune_record *grown = fg_realloc(db->records, (size_t)cap * sizeof *grown);
         if (grown == NULL)
             return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory growing the tuning database to %d records", cap);
         db->records = grown;

@@ -18,6 +18,7 @@
 #include "core/files.h"
 #include "core/lua_sandbox.h"
 #include "runtime/tunedb.h"
+#include "core/alloc.h"
 
 #define TDB_BUCKET_MAX ((int64_t)1 << 62) /* the largest bucket: the next power of two would overflow */
 #define TDB_DEVICE_SLUG_MAX 64            /* bytes of the device name in a file name */
@@ -47,7 +48,7 @@ static int tx_reserve(tdb_text *t, size_t more) {
         }
         cap *= 2;
     }
-    char *p = realloc(t->p, cap);
+    char *p = fg_realloc(t->p, cap);
     if (p == NULL) {
         t->oom = 1;
         return -1;
@@ -416,7 +417,7 @@ fg_status tunedb_load(const char *path, const fg_tune_identity *expected, fg_tun
     struct stat sb;
     if (stat(path, &sb) != 0 && errno == ENOENT)
         return fg_fail(err, FG_ERR_NOT_FOUND, "no tuning database at '%s'", path);
-    tdb_loader *ld = calloc(1, sizeof *ld);
+    tdb_loader *ld = fg_calloc(1, sizeof *ld);
     if (ld == NULL)
         return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory loading the tuning database '%s'", path);
     ld->expected = expected;

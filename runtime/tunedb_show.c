@@ -15,6 +15,7 @@
 #include "core/lua_sandbox.h"
 #include "core/csv.h"
 #include "runtime/tunedb.h"
+#include "core/alloc.h"
 
 #define TDB_BUCKET_MAX ((int64_t)1 << 62) /* the largest bucket: the next power of two would overflow */
 #define TDB_DEVICE_SLUG_MAX 64            /* bytes of the device name in a file name */
@@ -57,7 +58,7 @@ static int tdb_is_default(const fg_tune_record *r, const fg_tile_policy *policy)
 /* Sorts db's records for display into row (db->count entries): class by class, each class ok records
  * fastest first, then the others. Returns the array (caller frees), or NULL with err filled. */
 static const fg_tune_record **tdb_sorted_rows(const fg_tunedb *db, fg_error *err) {
-    const fg_tune_record **row = malloc((size_t)(db->count ? db->count : 1) * sizeof *row);
+    const fg_tune_record **row = fg_malloc((size_t)(db->count ? db->count : 1) * sizeof *row);
     if (row == NULL) {
         fg_fail(err, FG_ERR_NO_MEMORY, "out of memory sorting %d tuning records for display", db->count);
         return NULL;

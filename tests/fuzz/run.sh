@@ -80,11 +80,11 @@ san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-poin
 cflags="-std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Wno-unused-parameter -I. -Iinclude"
 lua_cflags=$(pkg-config --cflags lua5.4)
 lua_libs=$(pkg-config --libs lua5.4)
-spec_src="generator/spec.c generator/validate.c generator/tile_policy.c core/error.c core/dtype.c"
+spec_src="generator/spec.c generator/validate.c generator/tile_policy.c core/error.c core/dtype.c core/alloc.c"
 # The bundle reader checks a bundle's template digest (emit_templates_id), so it links the emitter and
 # the embedded templates, which ninja writes (build/templates.c).
 [ -f build/templates.c ] || ninja build/templates.c >/dev/null || { echo "run.sh: ninja build/templates.c failed" >&2; exit 2; }
-bundle_src="runtime/bundle.c runtime/cache.c core/files.c core/sha256.c core/error.c core/knobs.c core/dtype.c
+bundle_src="runtime/bundle.c runtime/cache.c core/files.c core/sha256.c core/error.c core/knobs.c core/dtype.c core/alloc.c
             generator/emit.c generator/spec.c generator/validate.c generator/tile_policy.c build/templates.c"
 build() { # build NAME SOURCES... [LIBS]: one clang command per binary, every file instrumented
   name=$1; shift

