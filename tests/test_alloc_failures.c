@@ -4,7 +4,7 @@
  * operation without injection must still succeed, so nothing was left half-changed. Leaks are judged by the
  * sanitizer build (`sh configure --asan`, tests/run.sh's header). Operations: loading the default config
  * (the Lua sandbox's allocations included), loading a tuning database, parsing a bundle, emitting and
- * flattening a kernel's source, checking and planning a serving call's arguments. Needs no GPU. */
+ * flattening a kernel's source, a JIT compile with NVRTC (the merge kernel: the smallest). Needs no GPU. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +15,7 @@
 #include "generator/config.h"
 #include "generator/emit.h"
 #include "runtime/bundle.h"
+#include "runtime/compile.h"
 #include "runtime/tunedb.h"
 
 TestSuite(alloc, .timeout = 120);
@@ -132,4 +133,19 @@ Test(alloc, tunedb_load) {
     walk("loading a tuning database", load_tunedb, path);
     unlink(path);
     rmdir(dir);
+}
+
+static fg_status jit_compile(void *user, fg_error *err) {
+    fg_compile_result r;
+    memset(&r, 0, sizeof r);
+    fg_status st = compile_spec((const fg_spec *)user, 0, &r, err);
+    if (st == FG_OK) compile_result_free(&r);
+    return st;
+}
+
+Test(alloc, jit_compile) {
+    fg_spec s;
+    fg_error err;
+    cr_assert_eq(spec_parse("arch=sm_90,kind=merge", &s, &err), FG_OK, "%s", err.msg);
+    walk("a JIT compile of the merge kernel", jit_compile, &s);
 }
