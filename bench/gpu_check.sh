@@ -50,6 +50,8 @@ py_rc=0
 if python3 -c "import torch" 2>/dev/null; then
   python3 python/tests/test_binding.py >"$out/binding.log" 2>&1 || py_rc=1
   echo "python/tests/test_binding.py: rc=$py_rc ($(grep -E '^Ran ' "$out/binding.log"))"
+  python3 python/tests/test_serving.py >>"$out/binding.log" 2>&1 || py_rc=1
+  echo "python/tests/test_serving.py: rc=$py_rc"
 else
   echo "python/tests/test_binding.py: skipped (no torch)"
 fi
@@ -68,6 +70,15 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
         --seqlen-k 257 --heads 4 --heads-kv 2 --head-dim $d --causal --iters 1 >>"$out/sanitizer.log" 2>&1 || san_rc=1
       echo "compute-sanitizer $tool (head_dim $d): $(tail -1 "$out/sanitizer.log")"
     done
+  done
+  # the serving kernel and the merge (paged, packed GQA of 7, three key splits, the combine) and the merge's
+  # own tests, every Criterion worker followed
+  for tool in memcheck racecheck initcheck; do
+    compute-sanitizer --tool $tool --target-processes all --error-exitcode 9 build/tests/test_gpu_serving -j1 \
+      --filter 'decode/gqa_group_of_7' >>"$out/sanitizer.log" 2>&1 || san_rc=1
+    compute-sanitizer --tool $tool --target-processes all --error-exitcode 9 build/tests/test_gpu_merge -j1 \
+      --filter 'merge/two_states_in_either_order' >>"$out/sanitizer.log" 2>&1 || san_rc=1
+    echo "compute-sanitizer $tool (serving, merge): $(tail -1 "$out/sanitizer.log")"
   done
   # the backward's GPU tests (every Criterion worker process followed): the mma.sync kernels (bwd/shapes, head
   # dims to 256) and the sm_90a one (bwd/shapes_sm90a, skipped off Hopper)
