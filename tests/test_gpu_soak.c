@@ -1,0 +1,205 @@
+/* test_gpu_soak.c: concurrency soak on the GPU. Several host threads share one flashgen context, each on its
+ * own stream, for a bounded time (FLASHGEN_SOAK_SECONDS, default 20): forwards of seven head dims (40 to
+ * 256), both masks and both 16-bit dtypes, so that some variants compile while other threads launch, every
+ * output and LSE checked against the CPU reference. Then several `flashgen run` processes share one fresh
+ * disk cache, compiling the same new variants at once. Calls made and failures (which must be 0) are
+ * logged. Skipped, saying why, without a GPU. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "reference/reference.h"
+#include "tests/gpu_harness.h"
+
+TestSuite(soak, .timeout = 600);
+
+/* One thread's share: its stream, its tallies and the first failure it saw. */
+typedef struct soak_worker {
+    const fg_cuda_api *cu;
+    CUcontext pctx;
+    fg_context *ctx;
+    int index;
+    double seconds;
+    long calls, failures;
+    char first_failure[512];
+} soak_worker;
+
+static double now_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Device and host copies of one contiguous [b, s, h, d] tensor. */
+typedef struct soak_buf {
+    fg_tensor dev, host;
+    CUdeviceptr ptr;
+    size_t bytes;
+} soak_buf;
+
+static int buf_make(const fg_cuda_api *cu, soak_buf *b, fg_dtype dt, int ndim, const int64_t *shape) {
+    memset(b, 0, sizeof *b);
+    b->dev.dtype = dt;
+    b->dev.ndim = ndim;
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++) b->dev.shape[i] = shape[i], n *= (size_t)shape[i];
+    make_strides(ndim, shape, 0, b->dev.stride);
+    b->bytes = n * (dt == FG_DTYPE_F32 ? 4 : 2);
+    if (cu->cuMemAlloc(&b->ptr, b->bytes ? b->bytes : 256) != CUDA_SUCCESS) return -1;
+    b->host = b->dev;
+    b->host.data = malloc(b->bytes ? b->bytes : 1);
+    b->dev.data = (void *)(uintptr_t)b->ptr;
+    return b->host.data ? 0 : -1;
+}
+
+static void buf_free(const fg_cuda_api *cu, soak_buf *b) {
+    if (b->ptr) cu->cuMemFree(b->ptr);
+    free(b->host.data);
+    memset(b, 0, sizeof *b);
+}
+
+/* One checked forward on the worker's stream: the case is chosen from the call count. 0 when it passed. */
+static int soak_forward(soak_worker *w, CUstream stream, long k, char *why, size_t n) {
+    static const int dims[] = {64, 128, 40, 96, 56, 256, 88};
+    const int d = dims[(k + w->index) % (int)(sizeof dims / sizeof dims[0])], causal = (int)(k % 2);
+    const fg_dtype dt = (k / 2) % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16;
+    const int64_t sq = 100 + 37 * (k % 5), sk = 150 + 53 * (k % 3);
+    const int64_t qs[4] = {1, sq, 4, d}, ks[4] = {1, sk, 2, d}, ls[3] = {1, 4, sq};
+    soak_buf q, kk, v, o, lse;
+    int rc = -1;
+    if (buf_make(w->cu, &q, dt, 4, qs) || buf_make(w->cu, &kk, dt, 4, ks) || buf_make(w->cu, &v, dt, 4, ks) ||
+        buf_make(w->cu, &o, dt, 4, qs) || buf_make(w->cu, &lse, FG_DTYPE_F32, 3, ls)) {
+        snprintf(why, n, "out of memory for head_dim %d", d);
+        goto done;
+    }
+    fg_error e;
+    if (ref_fill_normal(&q.host, 11 + (uint64_t)k, &e) != FG_OK || ref_fill_normal(&kk.host, 12 + (uint64_t)k, &e) != FG_OK ||
+        ref_fill_normal(&v.host, 13 + (uint64_t)k, &e) != FG_OK) {
+        snprintf(why, n, "fill: %.400s", e.msg);
+        goto done;
+    }
+    soak_buf *in[3] = {&q, &kk, &v};
+    for (int i = 0; i < 3; i++)
+        if (w->cu->cuMemcpyHtoD(in[i]->ptr, in[i]->host.data, in[i]->bytes) != CUDA_SUCCESS) goto done;
+    fg_fwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q = q.dev, a.k = kk.dev, a.v = v.dev, a.o = o.dev, a.lse = lse.dev, a.causal = causal;
+    if (fg_attention_fwd(w->ctx, &a, stream) != FG_OK) {
+        snprintf(why, n, "head_dim %d: %s", d, fg_last_error(w->ctx));
+        goto done;
+    }
+    if (w->cu->cuStreamSynchronize(stream) != CUDA_SUCCESS ||
+        w->cu->cuMemcpyDtoH(o.host.data, o.ptr, o.bytes) != CUDA_SUCCESS ||
+        w->cu->cuMemcpyDtoH(lse.host.data, lse.ptr, lse.bytes) != CUDA_SUCCESS) {
+        snprintf(why, n, "head_dim %d: a driver call failed after the launch", d);
+        goto done;
+    }
+    ref_problem p;
+    memset(&p, 0, sizeof p);
+    p.q = q.host, p.k = kk.host, p.v = v.host, p.causal = causal;
+    ref_report r;
+    if (ref_check_fwd(&p, &o.host, &lse.host, &r, &e) != FG_OK) {
+        snprintf(why, n, "reference: %.400s", e.msg);
+        goto done;
+    }
+    if (!r.pass) {
+        char line[400];
+        snprintf(why, n, "head_dim %d causal %d sq %lld sk %lld: %s", d, causal, (long long)sq, (long long)sk,
+                 ref_report_format(&r, line, sizeof line));
+        goto done;
+    }
+    rc = 0;
+done:
+    buf_free(w->cu, &q), buf_free(w->cu, &kk), buf_free(w->cu, &v), buf_free(w->cu, &o), buf_free(w->cu, &lse);
+    return rc;
+}
+
+static void *soak_thread(void *arg) {
+    soak_worker *w = arg;
+    CUstream stream = NULL;
+    if (w->cu->cuCtxPushCurrent(w->pctx) != CUDA_SUCCESS || w->cu->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+        w->failures++;
+        snprintf(w->first_failure, sizeof w->first_failure, "thread %d: no stream", w->index);
+        return NULL;
+    }
+    const double end = now_seconds() + w->seconds;
+    for (long k = 0; now_seconds() < end; k++) {
+        char why[512] = "";
+        w->calls++;
+        if (soak_forward(w, stream, k, why, sizeof why) != 0 && w->failures++ == 0)
+            snprintf(w->first_failure, sizeof w->first_failure, "thread %d call %ld: %s", w->index, k, why);
+    }
+    w->cu->cuStreamDestroy(stream);
+    CUcontext popped;
+    w->cu->cuCtxPopCurrent(&popped);
+    return NULL;
+}
+
+static double soak_seconds(void) {
+    const char *s = getenv("FLASHGEN_SOAK_SECONDS");
+    const double v = s ? atof(s) : 20.0;
+    return v > 0 ? v : 20.0;
+}
+
+Test(soak, threads_share_one_context) {
+    gpu_env env;
+    gpu_open(&env);
+    enum { THREADS = 4 };
+    soak_worker w[THREADS];
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].cu = env.cu, w[i].pctx = env.pctx, w[i].ctx = env.ctx, w[i].index = i, w[i].seconds = soak_seconds();
+        cr_assert_eq(pthread_create(&t[i], NULL, soak_thread, &w[i]), 0);
+    }
+    long calls = 0, failures = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(t[i], NULL);
+        calls += w[i].calls, failures += w[i].failures;
+    }
+    cr_log_info("soak: %d threads, one context, %.0f s: %ld calls checked, %ld failures", THREADS, soak_seconds(), calls,
+                failures);
+    for (int i = 0; i < THREADS; i++) cr_assert_eq(w[i].failures, 0, "%s", w[i].first_failure);
+    cr_assert_gt(calls, THREADS, "the soak made almost no calls");
+    gpu_close(&env);
+}
+
+/* Several processes on one fresh disk cache compile and run the same new variants at once (`flashgen run`, which
+ * checks every element against the CPU reference; separate programs, since a process that has initialized CUDA
+ * cannot fork children that use it): every run is right, and every entry left in the cache verifies. */
+Test(soak, processes_share_one_disk_cache) {
+    gpu_env env;
+    gpu_open(&env); /* skips without a GPU */
+    char dir[64];
+    cr_assert_eq(make_temp_dir(dir, sizeof dir), 0);
+    enum { PROCS = 6 };
+    static const char *const dims[3] = {"72", "104", "40"};
+    pid_t kids[PROCS];
+    for (int i = 0; i < PROCS; i++) {
+        kids[i] = fork();
+        cr_assert_geq(kids[i], 0);
+        if (kids[i] == 0) {
+            setenv("FLASHGEN_CACHE_DIR", dir, 1);
+            execl("build/flashgen", "flashgen", "run", "--batch", "1", "--seqlen-q", "300", "--seqlen-k", "257", "--heads",
+                  "4", "--heads-kv", "2", "--head-dim", dims[i % 3], "--causal", "--iters", "1", (char *)NULL);
+            _exit(127);
+        }
+    }
+    int bad = 0;
+    for (int i = 0; i < PROCS; i++) {
+        int status = 0;
+        waitpid(kids[i], &status, 0);
+        bad += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "build/flashgen cache verify --dir %s >/dev/null", dir);
+    const int verify = system(cmd);
+    cr_log_info("soak: %d processes compiling 3 new variants into one disk cache at once: %d failed; cache verify %s",
+                PROCS, bad, verify == 0 ? "clean" : "FAILED");
+    cr_assert_eq(bad, 0, "%d of %d `flashgen run` processes failed", bad, PROCS);
+    cr_assert_eq(verify, 0, "the shared cache has entries that do not verify");
+    remove_tree(dir);
+    gpu_close(&env);
+}
