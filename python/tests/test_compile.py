@@ -25,20 +25,13 @@ except ImportError:
     HAVE_TORCH = False
 
 import flashgen  # noqa: E402
+from gpu_reason import gpu_reason  # noqa: E402
 
 NO_TORCH = "needs PyTorch >= 2.4 (torch.library.custom_op)"
 
 
 def _gpu_reason():
-    if not HAVE_TORCH:
-        return NO_TORCH
-    if not torch.cuda.is_available():
-        return "no CUDA device"
-    try:
-        flashgen.library_path()
-    except flashgen.LibraryNotFoundError as e:
-        return "libflashgen not found: %s" % e
-    return None
+    return gpu_reason(torch, HAVE_TORCH, NO_TORCH)
 
 
 def _qkv(device, dtype, b=2, sq=128, sk=128, h=4, hkv=2, d=64, requires_grad=False):

@@ -21,21 +21,10 @@ except ImportError:
     torch = None
 
 import flashgen  # noqa: E402
+from gpu_reason import gpu_reason  # noqa: E402
 
 
-def _reason():
-    if torch is None:
-        return "needs PyTorch"
-    if not torch.cuda.is_available():
-        return "no CUDA device"
-    try:
-        flashgen.library_path()
-    except flashgen.LibraryNotFoundError as e:
-        return "libflashgen not found: %s" % e
-    return None
-
-
-REASON = _reason()
+REASON = gpu_reason(torch)
 
 
 def reference(q, k, v, causal):
