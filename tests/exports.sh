@@ -12,7 +12,7 @@ fail=0
 bad() { echo "exports: $*" >&2; fail=1; }
 so=build/libflashgen.so ar=build/install/libflashgen.a
 for f in $so $ar; do [ -f "$f" ] || { echo "exports: $f is missing: run ninja first" >&2; exit 1; }; done
-dir=$(mktemp -d "${TMPDIR:-/tmp}/fg-exports.XXXXXX") || exit 1
+dir=$(mktemp -d) || exit 1 # under $TMPDIR, else /tmp
 trap 'rm -rf "$dir"' EXIT INT TERM
 
 sed -n 's/^FG_API [^(]*[ *]\(fg_[A-Za-z0-9_]*\)(.*/\1/p' include/flashgen.h | sort -u >"$dir/public"

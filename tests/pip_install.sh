@@ -6,7 +6,7 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 [ -f build/libflashgen.so ] || { echo "pip_install: build/libflashgen.so is missing: run ninja first" >&2; exit 1; }
-dir=$(mktemp -d "${TMPDIR:-/tmp}/fg-pip.XXXXXX") || exit 1
+dir=$(mktemp -d) || exit 1 # under $TMPDIR, else /tmp
 trap 'rm -rf "$dir"' EXIT INT TERM
 python3 -m venv "$dir/venv" >"$dir/venv.log" 2>&1 ||
   { echo "pip_install: skipped: python3 -m venv is not available ($(tail -n 1 "$dir/venv.log"))"; exit 77; }

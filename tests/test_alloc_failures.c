@@ -17,6 +17,7 @@
 #include "runtime/bundle.h"
 #include "runtime/compile.h"
 #include "runtime/tunedb.h"
+#include "tests/test_util.h"
 
 TestSuite(alloc, .timeout = 120);
 
@@ -109,8 +110,8 @@ static fg_status load_tunedb(void *user, fg_error *err) {
 }
 
 Test(alloc, tunedb_load) {
-    char dir[] = "/tmp/fg-test-alloc-XXXXXX", path[96];
-    cr_assert_not_null(mkdtemp(dir));
+    char dir[64], path[96];
+    test_scratch_make(dir, sizeof dir, "fg-test-alloc");
     snprintf(path, sizeof path, "%s/db.lua", dir);
     fg_tune_identity id;
     tunedb_identity_init(&id, "NVIDIA H100", 90, 132, 13000, "13.0");
@@ -131,8 +132,7 @@ Test(alloc, tunedb_load) {
     cr_assert_eq(tunedb_save(path, &db, &err), FG_OK, "%s", err.msg);
     tunedb_free(&db);
     walk("loading a tuning database", load_tunedb, path);
-    unlink(path);
-    rmdir(dir);
+    test_scratch_remove(dir, "fg-test-alloc");
 }
 
 static fg_status jit_compile(void *user, fg_error *err) {

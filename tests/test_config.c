@@ -2,6 +2,7 @@
  * (test_lua_sandbox.c's). Covers the product, field type errors, tile overrides, duplicates, the arch
  * override and validation. Run from the repository root (configs/default.lua). */
 #include <criterion/criterion.h>
+#include "tests/test_util.h"
 #include <unistd.h>
 #include <sys/stat.h>
 #include <stdio.h>
@@ -573,9 +574,8 @@ Test(config, missing_file_is_io_error) {
 
 /* Issue 37 item 6: a FIFO named as a config is refused at once instead of blocking the reader. */
 Test(config, fifo_config_is_refused_without_blocking) {
-    char dir[] = "/tmp/fg-test-config-fifo-XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
-    char fifo[96];
+    char dir[64], fifo[96];
+    test_scratch_make(dir, sizeof dir, "fg-test-config-fifo");
     snprintf(fifo, sizeof fifo, "%s/cfg.lua", dir);
     cr_assert_eq(mkfifo(fifo, 0600), 0);
     fg_config cfg;
@@ -583,8 +583,7 @@ Test(config, fifo_config_is_refused_without_blocking) {
     fg_error_clear(&err);
     cr_assert_eq(config_load_file(fifo, NULL, &cfg, &err), FG_ERR_IO);
     cr_assert(strstr(err.msg, "not a regular file"), "%s", err.msg);
-    unlink(fifo);
-    rmdir(dir);
+    test_scratch_remove(dir, "fg-test-config-fifo");
 }
 
 /* Issue 37 item 3: tile_policy{} rules are bounded (FG_TILE_POLICY_MAX_RULES with the built-in ones): a config
