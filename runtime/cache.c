@@ -353,17 +353,15 @@ static int entry_check(const uint8_t *buf, size_t size, const uint8_t key[32], e
     return 1;
 }
 
-/* Loads the entry file `file` of the cache without following symlinks (O_NOFOLLOW; O_NONBLOCK so a FIFO
- * planted under an entry name cannot block us) and only if it is a regular file of plausible size.
- * FG_OK with a malloc'd image; FG_ERR_NOT_FOUND with the reason in why; FG_ERR_NO_MEMORY. */
-static fg_status entry_load(const fg_disk_cache *cache, const char *file, uint8_t **image, size_t *size, char *why,
+/* Loads the entry file `file` of the cache directory open as dfd (cache_dir_fd) without following symlinks
+ * (O_NOFOLLOW; O_NONBLOCK so a FIFO planted under an entry name cannot block us) and only if it is a regular
+ * file of plausible size; *mtime (may be NULL) gets its last use. FG_OK with a malloc'd image;
+ * FG_ERR_NOT_FOUND with the reason in why; FG_ERR_NO_MEMORY. */
+static fg_status entry_load(int dfd, const char *file, uint8_t **image, size_t *size, time_t *mtime, char *why,
                             size_t whylen) {
     *image = NULL;
     *size = 0;
-    const int dfd = cache_dir_fd(cache, why, whylen);
-    if (dfd < 0) return FG_ERR_NOT_FOUND;
     int fd = openat(dfd, file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    close(dfd);
     if (fd < 0) {
         if (errno == ENOENT)
             snprintf(why, whylen, "there is no such file");
@@ -392,6 +390,7 @@ static fg_status entry_load(const fg_disk_cache *cache, const char *file, uint8_
         snprintf(why, whylen, "reading it failed: %s", strerror(errno));
     else
         status = FG_OK;
+    if (mtime) *mtime = st.st_mtime;
     close(fd); /* read-only descriptor: a close error cannot lose data */
     if (status != FG_OK) {
         free(buf);
@@ -418,18 +417,25 @@ fg_status cache_get(const fg_disk_cache *cache, const uint8_t key[32], uint8_t *
     snprintf(file, sizeof file, "%s.cubin", hex);
     uint8_t *image;
     size_t size;
-    fg_status st = entry_load(cache, file, &image, &size, why, sizeof why);
-    if (st != FG_OK)
+    time_t used = 0;
+    const int dfd = cache_dir_fd(cache, why, sizeof why);
+    if (dfd < 0) return fg_fail(err, FG_ERR_NOT_FOUND, "cache entry '%s/%s' is a miss: %s.", cache->dir, file, why);
+    fg_status st = entry_load(dfd, file, &image, &size, &used, why, sizeof why);
+    if (st != FG_OK) {
+        close(dfd);
         return fg_fail(err, st, "cache entry '%s/%s' is a miss: %s.", cache->dir, file, why);
+    }
     entry_view v;
     if (!entry_check(image, size, key, &v, why, sizeof why)) {
         free(image);
+        close(dfd);
         return fg_fail(err, FG_ERR_NOT_FOUND, "cache entry '%s/%s' is a miss: %s.", cache->dir, file, why);
     }
     size_t n = (size_t)v.payload_len;
     uint8_t *out = fg_malloc(n ? n : 1);
     if (!out) {
         free(image);
+        close(dfd);
         return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory copying the %zu-byte payload of cache entry '%s'.", n,
                        file);
     }
@@ -438,13 +444,8 @@ fg_status cache_get(const fg_disk_cache *cache, const uint8_t key[32], uint8_t *
     free(image);
     /* A hit marks the entry used, for the bound's least-recently-used eviction; at most once an hour, so a
      * hot entry costs no write. Best effort: a read-only cache still serves. */
-    struct stat est;
-    const int dfd = cache_dir_fd(cache, why, sizeof why);
-    if (dfd >= 0) {
-        if (fstatat(dfd, file, &est, AT_SYMLINK_NOFOLLOW) == 0 && time(NULL) - est.st_mtime > 3600)
-            utimensat(dfd, file, NULL, AT_SYMLINK_NOFOLLOW);
-        close(dfd);
-    }
+    if (time(NULL) - used > 3600) utimensat(dfd, file, NULL, AT_SYMLINK_NOFOLLOW);
+    close(dfd);
     *payload = out;
     *len = n;
     return FG_OK;
@@ -496,11 +497,9 @@ fg_status cache_put(const fg_disk_cache *cache, const uint8_t key[32], const cha
                            : fg_write_file_atomic_at(dfd, cache->dir, file, buf, size, 0600, err);
     if (dfd >= 0) close(dfd);
     free(buf);
-    if (st == FG_OK && cache->max_bytes > 0) { /* the bound: best effort, the entry itself is written */
-        fg_cache_usage u;
+    if (st == FG_OK && cache->max_bytes > 0) { /* the bound (one listing; removes only past it): best effort */
         fg_error ignored;
-        if (cache_usage(cache, &u, &ignored) == FG_OK && u.entry_bytes > cache->max_bytes)
-            cache_prune(cache, cache->max_bytes, NULL, NULL, &ignored);
+        cache_prune(cache, cache->max_bytes, NULL, NULL, &ignored);
     }
     return st;
 }
@@ -596,13 +595,19 @@ int cache_visit(const fg_disk_cache *cache, fg_cache_visit_fn cb, void *user, fg
     size_t count;
     if (list_dir(cache, is_entry_name, &names, &count, err) != FG_OK)
         return -1;
+    char why[512];
+    const int dfd = cache_dir_fd(cache, why, sizeof why);
+    if (dfd < 0) {
+        free_names(names, count);
+        fg_fail(err, FG_ERR_IO, "cannot read the cache directory '%s': %s.", cache->dir, why);
+        return -1;
+    }
     for (size_t i = 0; i < count; i++) {
         uint8_t key[32], *image;
         size_t size;
-        char why[512];
         char name[CACHE_NAME_MAX + 1];
         key_from_name(names[i], key);
-        fg_status st = entry_load(cache, names[i], &image, &size, why, sizeof why);
+        fg_status st = entry_load(dfd, names[i], &image, &size, NULL, why, sizeof why);
         if (st != FG_OK) {
             if (cb)
                 cb(user, names[i], NULL, 0, 0, why, 0);
@@ -626,6 +631,7 @@ int cache_visit(const fg_disk_cache *cache, fg_cache_visit_fn cb, void *user, fg
             cb(user, names[i], v.have_name ? name : NULL, v.have_len ? v.payload_len : 0, ok, ok ? NULL : why, ptx);
         free(image);
     }
+    close(dfd);
     free_names(names, count);
     return count > INT_MAX ? INT_MAX : (int)count;
 }
@@ -636,7 +642,7 @@ static int is_clearable_name(const char *name) {
 }
 
 
-/* Removes every entry file and every stale temporary file (see tmp_is_stale) from the cache directory;
+/* Removes every entry file and every stale temporary file (fg_tmp_is_stale) from the cache directory;
  * other files, directories and temporary files of live writers stay. Returns the number removed, or -1
  * with err set on the first removal that fails. */
 int cache_clear(const fg_disk_cache *cache, fg_error *err) {
