@@ -39,6 +39,7 @@
 
 #include "core/lua_sandbox.h"
 #include "core/alloc.h"
+#include "core/files.h"
 
 #define SB_HOOK_STEP 100             /* instructions between count-hook calls: bounds how stale the line is */
 #define SB_TIME_LIMIT_MS 2000        /* wall-clock backstop; the instruction budget normally ends first */
@@ -576,60 +577,18 @@ fg_status lua_sandbox_run_file(const char *path, fg_lua_setup_fn setup, fg_lua_s
                                fg_error *err) {
     if (path == NULL)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "lua_sandbox_run_file: path must not be NULL");
-    /* Opened without blocking, and only a regular file is read: a FIFO would block the caller until a writer
-     * came, a device like /dev/urandom would never end. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return fg_fail(err, FG_ERR_IO, "cannot open config '%s': %s", path, strerror(errno));
-    struct stat fst;
-    if (fstat(fd, &fst) != 0 || !S_ISREG(fst.st_mode)) {
-        close(fd);
-        return fg_fail(err, FG_ERR_IO, "cannot read config '%s': it is not a regular file", path);
+    /* fg_read_file_max opens without blocking and reads regular files only: a FIFO would block the caller
+     * until a writer came, a device like /dev/urandom would never end. */
+    uint8_t *buf;
+    size_t len;
+    fg_status st = fg_read_file_max(path, SB_FILE_MAX, &buf, &len, err);
+    if (st != FG_OK) {
+        struct stat fst;
+        if (stat(path, &fst) == 0 && S_ISREG(fst.st_mode) && (uint64_t)fst.st_size > SB_FILE_MAX)
+            return fg_fail(err, FG_ERR_CONFIG, "%s: config file is larger than %u MiB", path, SB_FILE_MAX >> 20);
+        return st;
     }
-    FILE *f = fdopen(fd, "rb");
-    if (f == NULL) {
-        close(fd);
-        return fg_fail(err, FG_ERR_IO, "cannot open config '%s': %s", path, strerror(errno));
-    }
-    size_t cap = 4096, len = 0;
-    char *buf = fg_malloc(cap);
-    if (buf == NULL) {
-        fclose(f);
-        return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory reading config '%s'", path);
-    }
-    for (;;) {
-        if (len == cap) {
-            /* cap stops at SB_FILE_MAX + 1, so a file one byte over the limit fills it and is refused. */
-            if (cap > SB_FILE_MAX) {
-                free(buf);
-                fclose(f);
-                return fg_fail(err, FG_ERR_CONFIG, "%s: config file is larger than %u MiB", path,
-                               SB_FILE_MAX >> 20);
-            }
-            size_t ncap = cap * 2 > SB_FILE_MAX ? (size_t)SB_FILE_MAX + 1 : cap * 2;
-            char *nb = fg_realloc(buf, ncap);
-            if (nb == NULL) {
-                free(buf);
-                fclose(f);
-                return fg_fail(err, FG_ERR_NO_MEMORY, "out of memory reading config '%s'", path);
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f)) {
-                int e = errno;
-                free(buf);
-                fclose(f);
-                return fg_fail(err, FG_ERR_IO, "cannot read config '%s': %s", path, strerror(e));
-            }
-            break;
-        }
-    }
-    fclose(f); /* read-only stream: a close error cannot lose data */
-    fg_status st = lua_sandbox_run(path, buf, len, setup, finish, user, err);
+    st = lua_sandbox_run(path, (const char *)buf, len, setup, finish, user, err);
     free(buf);
     return st;
 }

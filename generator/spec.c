@@ -35,8 +35,7 @@ bad:
                    "arch '%s' is not a CUDA target name like sm_80, sm_89 or sm_90a", text);
 }
 
-/* The name of a kind in canonical texts. */
-static const char *kind_name(fg_kind k) {
+const char *spec_kind_name(fg_kind k) {
     switch (k) {
     case FG_KIND_FWD: return "fwd";
     case FG_KIND_BWD: return "bwd";
@@ -65,7 +64,7 @@ int spec_format(const fg_spec *s, char *buf, size_t n) {
     int r = snprintf(buf, n,
                      "arch=%s,block_m=%d,block_n=%d,causal=%d,%sdtype=%s,head_dim=%d,kind=%s,%s%sstages=%d,%swarps=%d",
                      arch, s->block_m, s->block_n, s->causal ? 1 : 0, det, dtype_name(s->dtype), s->head_dim,
-                     kind_name(s->kind), out, splits, s->stages, tma, s->warps);
+                     spec_kind_name(s->kind), out, splits, s->stages, tma, s->warps);
     return (r < 0 || (size_t)r >= n) ? -1 : r;
 }
 

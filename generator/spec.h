@@ -51,6 +51,10 @@ typedef struct fg_spec {
                            set ("splits=N") */
 } fg_spec;
 
+/* A kind's name in canonical texts, configs and tuning databases: "fwd", "bwd", "serve", "merge" ("unknown"
+ * for other values). */
+const char *spec_kind_name(fg_kind k);
+
 /* Longest canonical text plus NUL, with room to spare. */
 #define FG_SPEC_NAME_MAX 160
 

@@ -144,7 +144,7 @@ static int tdb_same_bucket(const fg_tune_class *a, const fg_tune_class *b) {
 
 /* The name a class's kind has in the file and the tables: "fwd", "bwd" or "serve". */
 const char *tunedb_kind_name(fg_kind k) {
-    return k == FG_KIND_FWD ? "fwd" : k == FG_KIND_BWD ? "bwd" : k == FG_KIND_SERVE ? "serve" : "unknown-kind";
+    return (unsigned)k >= FG_KIND_MERGE ? "unknown-kind" : spec_kind_name(k); /* merge kernels are never tuned */
 }
 
 /* "fwd bf16 head_dim 128 causal gqa 1" (family only) or with " sq 2048 sk 2048 bh 128" (buckets too). */

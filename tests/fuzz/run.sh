@@ -96,7 +96,7 @@ for t in $targets; do
   case "$t" in
     fuzz_spec) build fuzz_spec -fsanitize=fuzzer tests/fuzz/fuzz_spec.c $spec_src ;;
     fuzz_config) build fuzz_config -fsanitize=fuzzer $lua_cflags tests/fuzz/fuzz_config.c generator/config.c \
-                   core/lua_sandbox.c core/lua_sandbox_host.c $spec_src $lua_libs -lm ;;
+                   core/lua_sandbox.c core/lua_sandbox_host.c core/files.c $spec_src $lua_libs -lm ;;
     fuzz_bundle) build fuzz_bundle -fsanitize=fuzzer tests/fuzz/fuzz_bundle.c $bundle_src
                  build fuzz_bundle_seeds -DFG_FUZZ_SEED_MAIN tests/fuzz/fuzz_bundle.c $bundle_src ;;
   esac
