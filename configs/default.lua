@@ -16,6 +16,8 @@
 --       block_m, block_n, warps, stages          tile sizes (optional: the tile policy chooses)
 --       out       "bf16", "fp16"                 O's dtype for fp8 variants (default "bf16"; ignored by
 --                                                fp16/bf16 variants, which write O in their dtype)
+--       varlen    false, true                    kind "fwd" on sm_90a, fp16/bf16: sequences of their own
+--                                                lengths (the serving forward's prefill; default false)
 --
 --   tile_policy { arch = ..., head_dim = ..., causal = ..., dtype = ...,
 --                 block_m = ..., block_n = ..., warps = ..., stages = ... }
@@ -111,6 +113,16 @@ variants {
     head_dim = {64, 128, 256},
     causal = {false, true},
     block_m = {16, 32, 64},
+}
+-- The serving forward's prefill on Hopper (fg_attention_fwd_varlen with sequences of 64 queries or more): the
+-- sm_90a forward's variable-length variants (varlen = true), at the serving head dims. 2 x 3 x 2 = 12 variants.
+variants {
+    kind = "fwd",
+    arch = "sm_90a",
+    dtype = {"fp16", "bf16"},
+    head_dim = {64, 128, 256},
+    causal = {false, true},
+    varlen = true,
 }
 -- The merge of attention states (kind "merge", only an arch): split-KV's combine and fg_merge_states.
 variants {

@@ -59,7 +59,7 @@ typedef enum cfg_type {
 
 static const char *const cfg_variant_fields[] = {"kind",    "arch",    "dtype", "head_dim", "causal",
                                                  "block_m", "block_n", "warps", "stages",   "out",
-                                                 "deterministic", "tma", NULL};
+                                                 "deterministic", "tma", "varlen", NULL};
 static const char *const cfg_policy_fields[] = {"arch",    "head_dim", "causal", "dtype", "block_m",
                                                 "block_n", "warps",    "stages", NULL};
 
@@ -201,7 +201,8 @@ static int cfg_call_line(lua_State *L) {
  * by 16-bit variants, which write O in their own dtype; deterministic and tma (kind "bwd" only: the
  * mma.sync kernel's TMA loads, which dispatch takes on sm_90 at head_dim 64 to 256 in 64s) default to false. The
  * product varies the last field fastest, in the order kind, arch, dtype, head_dim, causal, block_m,
- * block_n, warps, stages, out, deterministic, tma. */
+ * block_n, warps, stages, out, deterministic, tma, varlen (kind "fwd" on sm_90a, fp16/bf16: the sm_90a forward's
+ * variable-length variants, default false). */
 /* Room in b for `total` more variants (at most CFG_MAX_VARIANTS in all), or a Lua error. */
 static void cfg_reserve(lua_State *L, const char *fn, cfg_build *b, long long total) {
     if (total > CFG_MAX_VARIANTS - b->count)
@@ -222,10 +223,10 @@ static void cfg_reserve(lua_State *L, const char *fn, cfg_build *b, long long to
 static int cfg_variants(lua_State *L) {
     static const char fn[] = "variants";
     cfg_build *b = lua_touserdata(L, lua_upvalueindex(1));
-    enum { NF = 12 };
+    enum { NF = 13 };
     cfg_list f[NF]; /* in the order of cfg_variant_fields */
     static const cfg_type types[NF] = {CFG_KIND, CFG_ARCH, CFG_DTYPE, CFG_INT,   CFG_BOOL, CFG_INT,
-                                       CFG_INT,  CFG_INT,  CFG_INT,   CFG_DTYPE, CFG_BOOL, CFG_BOOL};
+                                       CFG_INT,  CFG_INT,  CFG_INT,   CFG_DTYPE, CFG_BOOL, CFG_BOOL, CFG_BOOL};
     int tab = cfg_check_args(L, fn, cfg_variant_fields);
     for (int i = 0; i < NF; i++)
         cfg_read_field(L, tab, fn, cfg_variant_fields[i], types[i], 1, 0, CFG_LIST_MAX, &f[i]);
@@ -266,6 +267,9 @@ static int cfg_variants(lua_State *L) {
             for (int i = 0; i < f[0].n; i++)
                 if (f[0].v[i] != FG_KIND_BWD)
                     lua_sandbox_raise(L, fn, "field '%s' is for kind = \"bwd\" only", cfg_variant_fields[j]);
+    if (f[12].n > 0)
+        for (int i = 0; i < f[0].n; i++)
+            if (f[0].v[i] != FG_KIND_FWD) lua_sandbox_raise(L, fn, "field 'varlen' is for kind = \"fwd\" only");
     for (int i = 4; i < NF; i++)
         if (f[i].n == 0) { /* causal false; tiles unset (0), filled from the policy after the chunk; out: -1;
                               deterministic, tma false */
@@ -307,6 +311,10 @@ static int cfg_variants(lua_State *L) {
         it->spec.tma = it->spec.kind == FG_KIND_BWD &&
                                !(b->arch_override.n > 0 && (it->spec.arch < 90 || it->spec.arch_accel))
                            ? f[11].v[idx[11]] : 0;
+        /* varlen variants are the wgmma family's: under an arch override to a plain target they are dropped
+         * to the dense one (listed for such an arch itself they are refused) */
+        it->spec.varlen = it->spec.kind == FG_KIND_FWD && !(b->arch_override.n > 0 && !it->spec.arch_accel)
+                              ? f[12].v[idx[12]] : 0;
         if (!dtype_is_fp8(it->spec.dtype)) /* 16-bit variants write O in their dtype */
             it->spec.out_dtype = it->spec.dtype;
         else
@@ -419,11 +427,13 @@ static fg_status cfg_parse_override(const char *text, cfg_list *out, fg_error *e
 static int cfg_cmp(const void *pa, const void *pb) {
     const cfg_item *x = pa, *y = pb;
     const fg_spec *a = &x->spec, *b = &y->spec;
-    int ka[13] = {(int)a->kind, a->arch, a->arch_accel, (int)a->dtype, a->head_dim, a->block_m, a->block_n,
-                  a->warps, a->stages, a->causal != 0, (int)spec_out_dtype(a), a->deterministic != 0, a->tma != 0};
-    int kb[13] = {(int)b->kind, b->arch, b->arch_accel, (int)b->dtype, b->head_dim, b->block_m, b->block_n,
-                  b->warps, b->stages, b->causal != 0, (int)spec_out_dtype(b), b->deterministic != 0, b->tma != 0};
-    for (int i = 0; i < 13; i++)
+    int ka[14] = {(int)a->kind, a->arch, a->arch_accel, (int)a->dtype, a->head_dim, a->block_m, a->block_n,
+                  a->warps, a->stages, a->causal != 0, (int)spec_out_dtype(a), a->deterministic != 0, a->tma != 0,
+                  a->varlen != 0};
+    int kb[14] = {(int)b->kind, b->arch, b->arch_accel, (int)b->dtype, b->head_dim, b->block_m, b->block_n,
+                  b->warps, b->stages, b->causal != 0, (int)spec_out_dtype(b), b->deterministic != 0, b->tma != 0,
+                  b->varlen != 0};
+    for (int i = 0; i < 14; i++)
         if (ka[i] != kb[i])
             return ka[i] < kb[i] ? -1 : 1;
     return (x->index > y->index) - (x->index < y->index);

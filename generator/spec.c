@@ -59,12 +59,13 @@ int spec_format(const fg_spec *s, char *buf, size_t n) {
     const char *tma = s->kind == FG_KIND_BWD && s->tma ? "tma=1," : "";
     char splits[24] = "";
     if (s->kind == FG_KIND_SERVE && s->splits) snprintf(splits, sizeof splits, "splits=%d,", s->splits);
+    const char *varlen = s->kind == FG_KIND_FWD && s->varlen ? "varlen=1," : "";
     /* keys in byte order: arch block_m block_n causal [deterministic] dtype head_dim kind [out] [splits]
-     * stages [tma] warps */
+     * stages [tma] [varlen] warps */
     int r = snprintf(buf, n,
-                     "arch=%s,block_m=%d,block_n=%d,causal=%d,%sdtype=%s,head_dim=%d,kind=%s,%s%sstages=%d,%swarps=%d",
+                     "arch=%s,block_m=%d,block_n=%d,causal=%d,%sdtype=%s,head_dim=%d,kind=%s,%s%sstages=%d,%s%swarps=%d",
                      arch, s->block_m, s->block_n, s->causal ? 1 : 0, det, dtype_name(s->dtype), s->head_dim,
-                     spec_kind_name(s->kind), out, splits, s->stages, tma, s->warps);
+                     spec_kind_name(s->kind), out, splits, s->stages, tma, varlen, s->warps);
     return (r < 0 || (size_t)r >= n) ? -1 : r;
 }
 
@@ -81,10 +82,10 @@ static int parse_int(const char *v, int *out) {
 
 fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
     enum { K_KIND, K_ARCH, K_DTYPE, K_HEAD_DIM, K_BLOCK_M, K_BLOCK_N, K_WARPS, K_STAGES, K_CAUSAL, K_OUT, K_DET,
-           K_TMA, K_SPLITS, K_COUNT };
+           K_TMA, K_SPLITS, K_VARLEN, K_COUNT };
     static const char *const keys[K_COUNT] = {"kind",   "arch",   "dtype",  "head_dim", "block_m",       "block_n",
                                               "warps",  "stages", "causal", "out",      "deterministic", "tma",
-                                              "splits"};
+                                              "splits", "varlen"};
     int seen[K_COUNT] = {0};
     fg_spec s;
     memset(&s, 0, sizeof s);
@@ -110,7 +111,7 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         if (k == K_COUNT)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                            "spec: unknown key '%s' (keys: kind, arch, dtype, head_dim, block_m, block_n, warps, "
-                           "stages, causal, out, deterministic, tma, splits)", key);
+                           "stages, causal, out, deterministic, tma, splits, varlen)", key);
         if (seen[k]) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: key '%s' appears twice", key);
         seen[k] = 1;
         fg_status st;
@@ -131,8 +132,9 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
             break;
         case K_CAUSAL:
         case K_DET:
-        case K_TMA: {
-            int *flag = k == K_CAUSAL ? &s.causal : k == K_DET ? &s.deterministic : &s.tma;
+        case K_TMA:
+        case K_VARLEN: {
+            int *flag = k == K_CAUSAL ? &s.causal : k == K_DET ? &s.deterministic : k == K_TMA ? &s.tma : &s.varlen;
             if (strcmp(val, "0") == 0 || strcmp(val, "false") == 0) *flag = 0;
             else if (strcmp(val, "1") == 0 || strcmp(val, "true") == 0) *flag = 1;
             else return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: %s must be 0 or 1, got '%s'", key, val);
@@ -168,6 +170,8 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: deterministic is a key of kind=bwd variants only");
     if (seen[K_TMA] && s.kind != FG_KIND_BWD)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: tma is a key of kind=bwd variants only");
+    if (seen[K_VARLEN] && s.kind != FG_KIND_FWD)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: varlen is a key of kind=fwd variants only");
     if (seen[K_SPLITS] && s.kind != FG_KIND_SERVE)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: splits is a key of kind=serve variants only");
     if (dtype_is_fp8(s.dtype)) {
@@ -188,6 +192,7 @@ int spec_equal(const fg_spec *a, const fg_spec *b) {
            (a->kind != FG_KIND_BWD ||
             ((a->deterministic != 0) == (b->deterministic != 0) && (a->tma != 0) == (b->tma != 0))) &&
            (a->kind != FG_KIND_SERVE || a->splits == b->splits) &&
+           (a->kind != FG_KIND_FWD || (a->varlen != 0) == (b->varlen != 0)) &&
            a->arch == b->arch && a->arch_accel == b->arch_accel && a->dtype == b->dtype &&
            a->head_dim == b->head_dim && a->block_m == b->block_m && a->block_n == b->block_n &&
            a->warps == b->warps && a->stages == b->stages && (a->causal != 0) == (b->causal != 0) &&
@@ -302,7 +307,7 @@ int spec_q_stages(const fg_spec *spec) {
 
 int spec_wgmma_o_direct(const fg_spec *spec) {
     return spec_is_wgmma(spec) && spec->kind == FG_KIND_FWD &&
-           (dtype_is_fp8(spec->dtype) || spec_q_stages(spec) == 1);
+           (dtype_is_fp8(spec->dtype) || spec_q_stages(spec) == 1 || spec->varlen);
 }
 
 /* The wgmma family (sm_90a): see wgmma_fwd_smem. The mma.sync family: its Q tile plus `stages` K and V

@@ -8,7 +8,10 @@
  * FP8 variants (dtype e4m3 or e5m2) also name their output dtype, between kind and stages:
  *   arch=sm_90a,block_m=128,block_n=64,causal=0,dtype=e4m3,head_dim=128,kind=fwd,out=bf16,stages=3,warps=4
  * Serving variants (kind=serve) have the forward's keys, and splits=N (between kind and stages) where the
- * split count is fixed (the tuning database's entries); the merge of attention states has only two:
+ * split count is fixed (the tuning database's entries). The sm_90a forward's variable-length variants name
+ * varlen=1, between tma's place and warps:
+ *   arch=sm_90a,block_m=128,block_n=128,causal=1,dtype=bf16,head_dim=128,kind=fwd,stages=2,varlen=1,warps=12
+ * The merge of attention states has only two:
  *   arch=sm_90,kind=merge
  * spec_format(spec_parse(text)) == text for every canonical text. */
 #ifndef FG_SPEC_H
@@ -49,6 +52,9 @@ typedef struct fg_spec {
                            choice, not a compile one (the kernel's code is the same for every value), kept in
                            the spec so that the tuning database can record it with the tiles; named only when
                            set ("splits=N") */
+    int varlen;         /* kind=fwd, sm_90a (wgmma) family, fp16/bf16: sequences of their own lengths in packed
+                           or dense tensors (cu_seqlens, seqused_k; fg_fwd_params' varlen fields), what the
+                           serving call runs for prefill on Hopper; named only when 1 ("varlen=1") */
 } fg_spec;
 
 /* A kind's name in canonical texts, configs and tuning databases: "fwd", "bwd", "serve", "merge" ("unknown"

@@ -10,6 +10,7 @@
  *   explain.c    fg_explain and fg_explain_bwd;
  *   serving_args.c  the serving call's rules, and the check of its device-resident lengths;
  *   serving.c    the serving forward: tiles, split count, workspace, launches; fg_attention_fwd_varlen;
+ *   serving_prefill.c  its prefill on the sm_90a forward (varlen=1 variants) where that family applies;
  *   merge.c      the merge of attention states: fg_merge_states and split-KV's combine.
  * Nothing on this path allocates device memory or synchronizes. */
 #ifndef FG_DISPATCH_H
@@ -101,6 +102,22 @@ fg_status tma_encode_maps(fg_context *ctx, fg_tma_params *tm, const fg_tensor *q
                           const fg_tensor *k, const fg_tensor *v, int q_rows, int block_n, int rb, int vt,
                           fg_error *err);
 
+/* ---- forward.c: the sm_90a forward's variable-length launch */
+
+/* A varlen=1 launch (serving_prefill.c): the tensors TMA maps ([1, total, heads, d] views of packed tensors,
+ * or the dense ones), the kernel's strides (batch stride 0 for packed tensors; lse_stride batch, head, token)
+ * and the sequences' device offsets (fg_fwd_params' varlen fields). */
+typedef struct fwd_varlen {
+    fg_tensor q_map, k_map, v_map;
+    long long q_stride[3], k_stride[3], v_stride[3], o_stride[3], lse_stride[3];
+    const int *cu_q, *cu_k, *used_k;
+    int total_q, total_k;
+} fwd_varlen;
+/* Launches variant spec (varlen=1) on stream: a describes the grid as a dense call of batch sequences of the
+ * longest length (q [batch, max_seqlen_q, hq, d], k [batch, keys, hkv, d]), with the data pointers. */
+fg_status rt_fwd_launch_varlen(fg_context *ctx, const fg_spec *spec, const fg_fwd_args *a, const fwd_varlen *vl,
+                               void *stream, fg_error *err);
+
 /* ---- launch.c: launches */
 
 /* One kernel launch: the function, its grid and block, dynamic shared memory, its name for errors, and
@@ -185,6 +202,14 @@ typedef struct serving_plan {
 /* Plans a checked call on ctx (a: its arguments, c: serving_check's description). */
 fg_status serving_plan_for(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, serving_plan *plan,
                            fg_error *err);
+
+/* serving_prefill.c: a checked, non-empty call that the sm_90a forward takes (varlen=1 variants: Hopper, keys not
+ * paged, no split asked for, the longest sequence at least 64 queries, tensors TMA can read) runs there:
+ * serving_prefill_run returns 1 with the launch's status in *st, or 0 when the call is not one of those. */
+int serving_prefill_run(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, void *stream, fg_status *st,
+                        fg_error *err);
+/* fg_explain_varlen's account of such a call into buf (1), or 0 when the call is not one of those. */
+int serving_prefill_explain(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, char *buf, size_t n);
 
 /* Launches the merge kernel with parameters p on stream (merge.c): loads the arch's kind=merge variant. */
 fg_status merge_launch(fg_context *ctx, const fg_merge_params *p, void *stream, fg_error *err);

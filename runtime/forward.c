@@ -1,6 +1,7 @@
 /* forward.c: the forward launch. From a checked call and its variant to one launch: the parameters, the
  * causal tile order, the grid and the sm_90a family's per-stream tile counters; the forward entry points
- * fg_attention_fwd (with its repeat-class fast path), fg_prepare, rt_fwd_with_spec and rt_fwd_spec. */
+ * fg_attention_fwd (with its repeat-class fast path), fg_prepare, rt_fwd_with_spec, rt_fwd_spec and the
+ * sm_90a family's variable-length launch (rt_fwd_launch_varlen, for serving.c). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -114,9 +115,11 @@ static int *tile_counter_for(fg_context *ctx, void *stream) {
     return out;
 }
 
-/* Fills the kernel's parameters from a checked call and launches fn (the variant s) on stream. */
-static fg_status launch_fwd(fg_context *ctx, const fg_spec *sp, CUfunction fn, const fg_fwd_args *a, void *stream,
-                            fg_error *err) {
+/* Fills the kernel's parameters from a checked call and launches fn (the variant s) on stream. With vl (a
+ * varlen=1 variant) a describes the grid (batch, the longest sequence's queries, heads) and vl the kernel's
+ * strides, sequence offsets and the tensors TMA maps. */
+static fg_status launch_fwd(fg_context *ctx, const fg_spec *sp, CUfunction fn, const fg_fwd_args *a,
+                            const fwd_varlen *vl, void *stream, fg_error *err) {
     const fg_spec s = *sp;
     fg_fwd_params p;
     memset(&p, 0, sizeof p);
@@ -157,9 +160,23 @@ static fg_status launch_fwd(fg_context *ctx, const fg_spec *sp, CUfunction fn, c
         }
     }
 
+    if (vl) {
+        memcpy(p.q_stride, vl->q_stride, sizeof p.q_stride);
+        memcpy(p.k_stride, vl->k_stride, sizeof p.k_stride);
+        memcpy(p.v_stride, vl->v_stride, sizeof p.v_stride);
+        memcpy(p.o_stride, vl->o_stride, sizeof p.o_stride);
+        memcpy(p.lse_stride, vl->lse_stride, sizeof p.lse_stride);
+        p.cu_seqlens_q = vl->cu_q, p.cu_seqlens_k = vl->cu_k, p.seqused_k = vl->used_k;
+        p.total_q = vl->total_q, p.total_k = vl->total_k;
+    }
+
     fg_tma_params tm;
     void *params[] = {&p, &tm};
-    if (spec_is_wgmma(&s)) {
+    if (vl) { /* varlen variants write O from the registers (spec_wgmma_o_direct) */
+        const int rb = (s.head_dim * dtype_size(s.dtype)) % 128 == 0 ? 128 : 64;
+        const fg_status st = tma_encode_maps(ctx, &tm, &vl->q_map, NULL, &vl->k_map, &vl->v_map, 64, s.block_n, rb, 0, err);
+        if (st != FG_OK) return st;
+    } else if (spec_is_wgmma(&s)) {
         const int fp8 = dtype_is_fp8(s.dtype);
         /* bytes per swizzled chunk row, as the emitter chose (emit.c): 128 when head_dim fills them (the
          * 16-bit O's rows are Q's) */
@@ -231,7 +248,7 @@ fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) 
         if (st != FG_OK) return rt_set_error(ctx, &err);
     }
 
-    return launch_fwd(ctx, &s, fn, a, stream, &err) == FG_OK ? FG_OK : rt_set_error(ctx, &err);
+    return launch_fwd(ctx, &s, fn, a, NULL, stream, &err) == FG_OK ? FG_OK : rt_set_error(ctx, &err);
 }
 
 fg_status rt_fwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_fwd_args *a, void *stream, fg_error *err) {
@@ -256,7 +273,18 @@ fg_status rt_fwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_fwd_ar
     st = kernels_get(ctx, spec, 0, &from, &k, err);
     CUfunction fn = st == FG_OK ? k->fn : NULL;
     pthread_mutex_unlock(&ctx->lock);
-    return st == FG_OK ? launch_fwd(ctx, spec, fn, a, stream, err) : st;
+    return st == FG_OK ? launch_fwd(ctx, spec, fn, a, NULL, stream, err) : st;
+}
+
+fg_status rt_fwd_launch_varlen(fg_context *ctx, const fg_spec *spec, const fg_fwd_args *a, const fwd_varlen *vl,
+                               void *stream, fg_error *err) {
+    pthread_mutex_lock(&ctx->lock);
+    fg_kernel *k = NULL;
+    kernels_origin from;
+    fg_status st = kernels_get(ctx, spec, 0, &from, &k, err);
+    CUfunction fn = st == FG_OK ? k->fn : NULL;
+    pthread_mutex_unlock(&ctx->lock);
+    return st == FG_OK ? launch_fwd(ctx, spec, fn, a, vl, stream, err) : st;
 }
 
 fg_status rt_fwd_spec(fg_context *ctx, const fg_fwd_args *a, fg_spec *s, fg_error *err) {

@@ -227,6 +227,8 @@ fg_status fg_attention_fwd_varlen(fg_context *ctx, const fg_varlen_args *args, v
     if (serving_args_copy(args, &a, &err) != FG_OK || serving_check(&a, 1, &c, &err) != FG_OK)
         return rt_set_error(ctx, &err);
     if (serving_empty(&c)) return FG_OK;
+    fg_status st;
+    if (serving_prefill_run(ctx, &a, &c, stream, &st, &err)) return st == FG_OK ? FG_OK : rt_set_error(ctx, &err);
     if (serving_plan_for(ctx, &a, &c, &plan, &err) != FG_OK || serve_run(ctx, &a, &c, &plan, stream, &err) != FG_OK)
         return rt_set_error(ctx, &err);
     return FG_OK;
@@ -290,9 +292,10 @@ fg_status fg_explain_varlen(fg_context *ctx, const fg_varlen_args *args, char *b
     fg_varlen_args a;
     serving_call c;
     serving_plan plan;
-    if (serving_args_copy(args, &a, &err) != FG_OK || serving_check(&a, 0, &c, &err) != FG_OK ||
-        serving_plan_for(ctx, &a, &c, &plan, &err) != FG_OK)
+    if (serving_args_copy(args, &a, &err) != FG_OK || serving_check(&a, 0, &c, &err) != FG_OK)
         return rt_set_error(ctx, &err);
+    if (!serving_empty(&c) && serving_prefill_explain(ctx, &a, &c, buf, n)) return FG_OK;
+    if (serving_plan_for(ctx, &a, &c, &plan, &err) != FG_OK) return rt_set_error(ctx, &err);
     char name[FG_SPEC_NAME_MAX];
     fg_spec code = plan.spec;
     code.splits = 0;

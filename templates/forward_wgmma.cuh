@@ -27,6 +27,10 @@
 //   registers every FG_O_FLUSH steps, since FP8 wgmma accumulates with about 14 bits; O goes out from
 //   registers.)
 // TMA zero-fills rows past the end of Q, K and V, so padded keys give S = 0 (then masked) and P.V adds 0.
+// Variable-length sequences (FG_VARLEN, 16-bit): a tile is a query block of one sequence (fg_tile_at reads
+// its rows from cu_seqlens_q/k and seqused_k); packed tensors are mapped as one batch of all their rows, so a
+// tile's loads run on past its sequence into the next one's rows: those queries' O is never stored (O goes
+// from the registers, row by row), those keys are masked, and the V rows under them are zeroed before P V.
 #ifndef FG_FORWARD_WGMMA_CUH
 #define FG_FORWARD_WGMMA_CUH
 
@@ -55,11 +59,20 @@
 //   epilogue.cuh   its epilogue: O and the LSE of the tile to global memory (fg_epilogue)
 // The consumers' tile loop stays here: it takes the next tile (from the producer, dynamic schedule), folds
 // FP8's descales into the scales, and clears O and the row statistics before the main loop.
+// A tile's sequence lengths in the consumers' loop: its own with FG_VARLEN, else the call's (the same tokens as
+// before varlen existed, so that those kernels compile to the same code).
+#if FG_VARLEN
+#define FG_TILE_SQ tl.sq
+#define FG_TILE_SK tl.sk
+#else
+#define FG_TILE_SQ sq
+#define FG_TILE_SK sk
+#endif
 extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)
 fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_constant__ fg_tma_params tm) {
     extern __shared__ __align__(1024) unsigned char fg_smem[];
     const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32;
-    const int sq = p.seqlen_q, sk = p.seqlen_k;
+    const int sq = p.seqlen_q, sk = p.seqlen_k; // FG_VARLEN: the grid's bound; a tile's own are tl.sq, tl.sk
     const int m_blocks = (sq + FG_BLOCK_M - 1) / FG_BLOCK_M;
     auto n_tiles = [&]() { return fg_tile_count(p, m_blocks); };
     const fg_fwd_smem sm = fg_fwd_smem_at((fg_smem_addr(fg_smem) + 1023u) & ~1023u);
@@ -194,9 +207,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         }
         // FG_O_FLUSH_SMEM: the rescale the shared-memory level owes since its last flush (a row's corr factors)
         float osc[2] = {1.f, 1.f};
-        fg_consumer_mainloop<FP32_SUM>(sm, tl, sq, sk, cw, lane, t4, row0, sc_log2, oacc_at, kv, qn, s_q_wg, acc, oacc,
+        fg_consumer_mainloop<FP32_SUM>(sm, tl, FG_TILE_SQ, FG_TILE_SK, cw, lane, t4, row0, sc_log2, oacc_at, kv, qn, s_q_wg, acc, oacc,
                                        row_max, row_sum, osc);
-        fg_epilogue<FP32_SUM>(p, tm, sm, tl, sq, tid, cw, warp, g, t4, row0, sc_ln, o_factor, qn, s_q_wg, oacc_at, acc,
+        fg_epilogue<FP32_SUM>(p, tm, sm, tl, FG_TILE_SQ, tid, cw, warp, g, t4, row0, sc_ln, o_factor, qn, s_q_wg, oacc_at, acc,
                               oacc, row_max, row_sum, osc);
     }
 #if FG_PV_SUM

@@ -504,9 +504,11 @@ Test(config, default_config_loads_and_validates) {
     cr_assert_eq(config_load_file("configs/default.lua", NULL, &cfg, &err), FG_OK, "%s", err.msg);
     cr_assert_geq(cfg.count, 20);
     /* 60 16-bit forward variants (sm_80, sm_90 and sm_90a), 32 FP8 ones (sm_89, sm_90a and sm_90), 12
-     * backward ones (sm_80, sm_90 and sm_90 with TMA loads, head_dim 64), 72 serving ones and 2 merges */
-    cr_assert_leq(cfg.count, 178, "the default bundle should stay small enough for CI: %d variants", cfg.count);
-    int archs[6] = {0, 0, 0, 0, 0, 0}, bwd80 = 0, bwd90 = 0, bwd90_tma = 0, serve80 = 0, serve90 = 0, merges = 0;
+     * backward ones (sm_80, sm_90 and sm_90 with TMA loads, head_dim 64), 72 serving ones, 12 of the sm_90a
+     * forward's varlen ones and 2 merges */
+    cr_assert_leq(cfg.count, 190, "the default bundle should stay small enough for CI: %d variants", cfg.count);
+    int archs[6] = {0, 0, 0, 0, 0, 0}, bwd80 = 0, bwd90 = 0, bwd90_tma = 0, serve80 = 0, serve90 = 0, merges = 0,
+        varlen = 0;
     for (int i = 0; i < cfg.count; i++) {
         const fg_spec *s = &cfg.variants[i];
         char name[FG_SPEC_NAME_MAX];
@@ -526,6 +528,11 @@ Test(config, default_config_loads_and_validates) {
             merges += s->kind == FG_KIND_MERGE;
             continue;
         }
+        if (s->varlen) { /* the sm_90a forward's variable-length variants */
+            cr_assert(spec_is_wgmma(s) && !dtype_is_fp8(s->dtype), "%s", name);
+            varlen++;
+            continue;
+        }
         archs[0] += s->arch == 80;
         archs[1] += s->arch == 90 && s->arch_accel && !dtype_is_fp8(s->dtype); /* the wgmma family */
         archs[2] += s->arch == 90 && !s->arch_accel && !dtype_is_fp8(s->dtype); /* mma.sync on Hopper */
@@ -538,8 +545,9 @@ Test(config, default_config_loads_and_validates) {
             cr_assert(!spec_equal(&cfg.variants[i], &cfg.variants[j]), "%s listed twice", name);
     }
     cr_assert_eq(archs[0] + archs[1] + archs[2] + archs[3] + archs[4] + archs[5] + bwd80 + bwd90 + bwd90_tma + serve80 +
-                     serve90 + merges,
+                     serve90 + merges + varlen,
                  cfg.count);
+    cr_assert_eq(varlen, 12, "the sm_90a forward's varlen variants: %d", varlen);
     cr_assert(serve80 > 0 && serve80 == serve90 && merges == 2, "serving variants: %d on sm_80, %d on sm_90, %d merges",
               serve80, serve90, merges);
     cr_assert(bwd80 > 0 && bwd80 == bwd90 && bwd90 == bwd90_tma,

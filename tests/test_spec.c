@@ -114,7 +114,8 @@ Test(spec, parse_accepts_any_order_spaces_and_partial_tiles) {
     cr_assert_eq(s.warps, 0);
 }
 
-/* The serving forward names itself kind=serve with the forward's keys; the merge only its arch. */
+/* The serving forward names itself kind=serve with the forward's keys; the merge only its arch; the sm_90a
+ * forward's variable-length variants varlen=1. */
 Test(spec, serve_and_merge_texts_round_trip) {
     static const char *const texts[] = {
         "arch=sm_90,block_m=16,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=serve,stages=4,warps=4",
@@ -122,6 +123,7 @@ Test(spec, serve_and_merge_texts_round_trip) {
         "arch=sm_90,block_m=16,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=serve,splits=12,stages=4,warps=4",
         "arch=sm_90,kind=merge",
         "arch=sm_120,kind=merge",
+        "arch=sm_90a,block_m=128,block_n=128,causal=1,dtype=bf16,head_dim=128,kind=fwd,stages=2,varlen=1,warps=12",
     };
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
         fg_spec s;
@@ -156,6 +158,8 @@ Test(spec, parse_errors_name_the_key) {
         {"kind=merge,dtype=bf16", "dtype"},
         {"kind=merge", "arch"},
         {"kind=fwd,arch=sm_90,dtype=bf16,head_dim=128,splits=2", "splits"},         /* serve only */
+        {"kind=serve,arch=sm_90,dtype=bf16,head_dim=128,varlen=1", "varlen"},       /* fwd only */
+        {"kind=fwd,arch=sm_90a,dtype=bf16,head_dim=128,varlen=2", "varlen"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fg_spec s;

@@ -42,6 +42,17 @@ typedef struct fg_fwd_params {
      * tiles), zero before the launch and put back to zero by its last CTA (so one per stream: the host's
      * tile_counter_for); 0: tiles in a stride of gridDim.x */
     int *tile_counter;
+    /* sm_90a variants with varlen=1 (forward_wgmma.cuh FG_VARLEN; ignored otherwise): sequence b's queries
+     * are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of a packed Q and O ([total_q, hq, d], batch
+     * stride 0; the LSE [hq, total_q]), or with cu_seqlens_q 0 the batch's seqlen_q rows; its keys likewise
+     * with cu_seqlens_k (K and V [total_k, hkv, d]), the first seqused_k[b] of them when seqused_k is set.
+     * seqlen_q is then the longest sequence's queries (the grid's bound) and seqlen_k the keys a sequence
+     * may hold (the dense capacity, or total_k). Offsets read from device memory are clamped to total_q
+     * and total_k, so a bad entry moves the rows read, never outside the tensors. */
+    const int *cu_seqlens_q;
+    const int *cu_seqlens_k;
+    const int *seqused_k;
+    int total_q, total_k;
 } fg_fwd_params;
 
 /* The run-time parameters of the backward kernels (backward_mma.cuh). Q, K, V, O, dO and the gradients use

@@ -186,6 +186,25 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_smem &sm, cons
         float corr[2];
         fg_softmax_stats<FP32_SUM>(sacc, row_max, row_sum, corr, sc_log2);
         pack_p(sacc, pf);
+#if FG_VARLEN
+        // The end block's key rows past the sequence hold whatever follows it (the next sequence, a cache's
+        // unused slots): S is masked there, but P = 0 times a NaN or infinity in V is NaN, so the consumers
+        // zero those rows of the V stage before any P V reads it, each thread a share, then all consumer
+        // warps meet (the condition is the tile's, the same in every warpgroup). Whole rows: the swizzle
+        // moves 16-byte units only within a row.
+        const int valid = sk - (n_blocks - 1) * FG_BLOCK_N;
+        if (valid < FG_BLOCK_N) {
+            const u32 sv = sm.s_v + stage_of(kv) * FG_V_STAGE_BYTES;
+            fg_mbar_wait(sm.bar_v(stage_of(kv)), parity_of(kv));
+            const int units = (FG_BLOCK_N - valid) * (FG_CHUNK_ROW_BYTES / 16); // per column chunk
+            for (int u = (int)threadIdx.x - 128; u < FG_COL_CHUNKS * units; u += FG_CONSUMER_WGS * 128)
+                asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(sv + (u / units) * FG_KV_CHUNK +
+                                                                              valid * FG_CHUNK_ROW_BYTES + (u % units) * 16),
+                             "r"(0u) : "memory");
+            fg_fence_proxy_async();
+            fg_named_sync(FG_BAR_VZERO, FG_CONSUMER_WGS * 128);
+        }
+#endif
     }
     for (int it = 1; it < n_blocks; it++) {
         float sacc[1][FG_NT][4];

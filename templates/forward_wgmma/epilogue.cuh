@@ -30,6 +30,21 @@ __device__ __forceinline__ void fg_quad_transpose(u32 (&u)[4], int t4) {
         }
 }
 
+// Row `row`'s place in the LSE (and, FG_O_ROWS, row 0 of the tile's sequence in O, head tl.head): the batch's rows, or with FG_VARLEN and
+// packed queries rows q_start on (batch strides 0).
+#if FG_VARLEN
+#define FG_O_ROWS (u16 *)p.o + tl.batch * p.o_stride[0] + tl.head * p.o_stride[2] + (i64)tl.q_start * p.o_stride[1]
+#else
+#define FG_O_ROWS (u16 *)p.o + tl.batch * p.o_stride[0] + tl.head * p.o_stride[2]
+#endif
+__device__ __forceinline__ i64 fg_lse_at(const fg_fwd_params &p, const fg_tile &tl, int row) {
+#if FG_VARLEN
+    return tl.batch * p.lse_stride[0] + tl.head * p.lse_stride[1] + (i64)(tl.q_start + row) * p.lse_stride[2];
+#else
+    return tl.batch * p.lse_stride[0] + tl.head * p.lse_stride[1] + (i64)row * p.lse_stride[2];
+#endif
+}
+
 // The epilogue of one tile, after fg_consumer_mainloop: this warpgroup's 64 rows of O, divided by l, and
 // their LSE go to global memory (rows past sq are dropped). Takes what the main loop left: O unnormalized
 // in acc (plus oacc with FG_O_FLUSH, plus the level at oacc_at times osc with FG_O_FLUSH_SMEM), the row
@@ -48,7 +63,7 @@ __device__ __forceinline__ void fg_epilogue(const fg_fwd_params &p, const fg_tma
     // A tile without keys (causal, sq > sk) has no Q in shared memory, which may already hold
     // the next tile's: its O is zeros and its LSE -inf, straight to global memory.
     if (tl.n_blocks == 0) {
-        u16 *o = (u16 *)p.o + tl.batch * p.o_stride[0] + tl.head * p.o_stride[2];
+        u16 *o = FG_O_ROWS;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int row = row0 + 8 * h;
@@ -57,9 +72,7 @@ __device__ __forceinline__ void fg_epilogue(const fg_fwd_params &p, const fg_tma
             for (int dt = 0; dt < FG_DT; dt++)
                 asm volatile("st.global.b32 [%0], %1;" ::"l"(o + (i64)row * p.o_stride[1] + 8 * dt + 2 * t4),
                              "r"(0u) : "memory");
-            if (p.lse != 0 && t4 == 0)
-                p.lse[tl.batch * p.lse_stride[0] + tl.head * p.lse_stride[1] + (i64)row * p.lse_stride[2]] =
-                    FG_NEG_INF;
+            if (p.lse != 0 && t4 == 0) p.lse[fg_lse_at(p, tl, row)] = FG_NEG_INF;
         }
         return;
     }
@@ -82,7 +95,7 @@ __device__ __forceinline__ void fg_epilogue(const fg_fwd_params &p, const fg_tma
     }
 #endif
     {
-        u16 *o = (u16 *)p.o + tl.batch * p.o_stride[0] + tl.head * p.o_stride[2];
+        u16 *o = FG_O_ROWS;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
 #pragma unroll
@@ -110,8 +123,7 @@ __device__ __forceinline__ void fg_epilogue(const fg_fwd_params &p, const fg_tma
             }
             if (row >= sq) continue;
             if (p.lse != 0 && t4 == 0)
-                p.lse[tl.batch * p.lse_stride[0] + tl.head * p.lse_stride[1] + (i64)row * p.lse_stride[2]] =
-                    fg_row_lse(l_lse, row_max[0][h], sc_ln, FG_P_SHIFT);
+                p.lse[fg_lse_at(p, tl, row)] = fg_row_lse(l_lse, row_max[0][h], sc_ln, FG_P_SHIFT);
         }
     }
 #else

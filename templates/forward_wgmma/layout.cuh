@@ -34,14 +34,24 @@ constexpr u32 FG_Q_CHUNK = FG_BLOCK_M * FG_CHUNK_ROW_BYTES;   // bytes of one co
 // +5-7% over staging O in Q's buffer.)
 constexpr u32 FG_KV_CHUNK = FG_BLOCK_N * FG_CHUNK_ROW_BYTES;  // ... of a K or V tile
 #define FG_Q_EARLY (FG_Q_STAGES == 1)
-static_assert(FG_O_DIRECT == (FG_FP8 || FG_Q_EARLY), "FG_O_DIRECT (emit.c, spec_wgmma_o_direct) as the kernel needs");
+// Variable-length sequences (FG_VARLEN, from the emitter: 16-bit only): a tile's rows past its sequence's end
+// belong to the next sequence, so O goes from the registers with each row tested (FG_O_DIRECT) rather than
+// by a TMA store, which would clip only at the tensor's end.
+#ifndef FG_VARLEN
+#define FG_VARLEN 0
+#endif
+static_assert(!(FG_VARLEN && FG_FP8), "variable-length sequences on the sm_90a forward are 16-bit only");
+static_assert(FG_O_DIRECT == (FG_FP8 || FG_Q_EARLY || FG_VARLEN), "FG_O_DIRECT (emit.c, spec_wgmma_o_direct) as the kernel needs");
 // Registers per thread after rebalancing: the producer keeps 24, the consumers share the rest
 // (65536 per SM at one CTA per SM, in multiples of 8, at most 240). With one consumer warpgroup nobody needs
 // what the producer would give up, and FP8's V^T reordering warps spilled in 24 (d 64 64 x 64, 4 stages,
 // causal: 4 bytes), so they keep 40 there.
-constexpr int FG_PRODUCER_REGS = FG_FP8 && FG_BLOCK_M == 64 ? 40 : 24;
+// FG_VARLEN's producer holds its tile's sequence rows as well and spilled in 24 (d 128 causal: 4 bytes): it keeps
+// 32, which the consumers' 240 (160 with three warpgroups) still leave.
+constexpr int FG_PRODUCER_REGS = FG_FP8 && FG_BLOCK_M == 64 ? 40 : FG_VARLEN ? 32 : 24;
 // Named barriers (0 is __syncthreads): per consumer warpgroup, its epilogue's and its pingpong turn's.
-constexpr int FG_BAR_EPILOGUE = 1, FG_BAR_SCHED = 4;
+// FG_VARLEN: all consumer warps, once the end block's key rows past the sequence are zeroed (consumer.cuh).
+constexpr int FG_BAR_EPILOGUE = 1, FG_BAR_SCHED = 4, FG_BAR_VZERO = 7;
 constexpr int FG_CONSUMER_REGS = FG_CONSUMER_WGS == 1 ? 240 : (FG_CONSUMER_WGS == 2 ? 240 : 160);
 
 // The shared-memory map, from the 1024-byte aligned base of the dynamic shared memory: FG_Q_STAGES Q

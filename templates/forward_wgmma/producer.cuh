@@ -59,7 +59,8 @@ __device__ __forceinline__ void fg_producer_run(const fg_fwd_params &p, const fg
         fg_mbar_expect_tx(full, FG_KV_BYTES);
 #pragma unroll
         for (int c = 0; c < FG_COL_CHUNKS; c++)
-            fg_tma_load(dst + c * FG_KV_CHUNK, map, c * FG_CHUNK_COLS, j * FG_BLOCK_N, t.kv_head, t.batch, full);
+            fg_tma_load(dst + c * FG_KV_CHUNK, map, c * FG_CHUNK_COLS, fg_k_row0(t) + j * FG_BLOCK_N, t.kv_head,
+                        fg_k_batch(p, t), full);
     };
     // Step `it` of tile t, the producer's K/V step `step` overall: K (if k), then V (if v).
     auto load_kv_parts = [&](const fg_tile &t, int it, int step, bool k, bool v) {
@@ -128,7 +129,7 @@ __device__ __forceinline__ void fg_producer_run(const fg_fwd_params &p, const fg
 #pragma unroll
             for (int c = 0; c < FG_COL_CHUNKS; c++)
                 fg_tma_load(sm.s_q + qb * FG_Q_BYTES + c * FG_Q_CHUNK + w * 64 * FG_CHUNK_ROW_BYTES, &tm.q, c * FG_CHUNK_COLS,
-                            t.m0 + 64 * w, t.head, t.batch, sm.bar_q(qb));
+                            fg_q_row0(t) + 64 * w, t.head, fg_q_batch(p, t), sm.bar_q(qb));
         load_kv_parts(t, 0, kv, false, true);
         for (int it = 1; it < t.n_blocks; it++) load_kv(t, it, kv + it);
         kv += t.n_blocks;

@@ -10,9 +10,59 @@
 // One tile: query block m_block of (head, batch), with the key blocks it needs (n_blocks, visited last to
 // first) of which the first n_blocks - n_unmasked need the mask. Producer and consumers derive the same
 // tiles, in the same order, from the tile index alone.
+// FG_VARLEN: also the sequence's queries (sq) and keys (sk), and where its first query and key lie in the
+// tensors' row dimension (q_start, k_start: the packed offsets, or 0 in a batch's own rows).
 struct fg_tile {
     int m0, head, batch, kv_head, n_blocks, n_masked;
+#if FG_VARLEN
+    int sq, sk, q_start, k_start;
+#endif
 };
+
+#if FG_VARLEN
+// Sequence b's rows (fg_fwd_params' varlen fields): offsets clamped into [0, total] and never decreasing,
+// seqused_k clamped to the keys the sequence has.
+__device__ __forceinline__ void fg_seq_rows(const int *cu, int b, int total, int &start, int &len) {
+    const int s = min(max(__ldg(cu + b), 0), total), e = min(max(__ldg(cu + b + 1), s), total);
+    start = s;
+    len = e - s;
+}
+__device__ __forceinline__ void fg_varlen_bounds(const fg_fwd_params &p, fg_tile &t) {
+    t.q_start = 0, t.sq = p.seqlen_q, t.k_start = 0, t.sk = p.seqlen_k;
+    if (p.cu_seqlens_q) fg_seq_rows(p.cu_seqlens_q, t.batch, p.total_q, t.q_start, t.sq);
+    if (p.cu_seqlens_k) fg_seq_rows(p.cu_seqlens_k, t.batch, p.total_k, t.k_start, t.sk);
+    if (p.seqused_k) t.sk = min(max(__ldg(p.seqused_k + t.batch), 0), t.sk);
+}
+#endif
+
+// The TMA coordinates of a tile's rows: the row of its first query and key in the tensor map, and the map's
+// batch coordinate (packed tensors are mapped as one batch of total rows).
+__device__ __forceinline__ int fg_q_row0(const fg_tile &t) {
+#if FG_VARLEN
+    return t.q_start + t.m0;
+#else
+    return t.m0;
+#endif
+}
+__device__ __forceinline__ int fg_k_row0(const fg_tile &t) {
+#if FG_VARLEN
+    return t.k_start;
+#else
+    return 0;
+#endif
+}
+__device__ __forceinline__ int fg_q_batch(const fg_fwd_params &p, const fg_tile &t) {
+#if FG_VARLEN
+    if (p.cu_seqlens_q) return 0;
+#endif
+    return t.batch;
+}
+__device__ __forceinline__ int fg_k_batch(const fg_fwd_params &p, const fg_tile &t) {
+#if FG_VARLEN
+    if (p.cu_seqlens_k) return 0;
+#endif
+    return t.batch;
+}
 __device__ __forceinline__ fg_tile fg_tile_at(const fg_fwd_params &p, int index, int m_blocks) {
     fg_tile t;
     // The heaviest causal blocks first (fg_tile_order); non-causal tiles head by head, sharing K/V in L2.
@@ -23,7 +73,14 @@ __device__ __forceinline__ fg_tile fg_tile_at(const fg_fwd_params &p, int index,
     t.kv_head = t.head / (p.heads_q / p.heads_kv);
     t.m0 = m_block * FG_BLOCK_M;
     int n_unmasked;
+#if FG_VARLEN
+    // query blocks past the sequence's end (the grid covers the longest) have nothing to do
+    fg_varlen_bounds(p, t);
+    fg_key_blocks(t.m0, t.sq, t.sk, t.n_blocks, n_unmasked);
+    if (t.m0 >= t.sq) t.n_blocks = n_unmasked = 0;
+#else
     fg_key_blocks(t.m0, p.seqlen_q, p.seqlen_k, t.n_blocks, n_unmasked);
+#endif
     t.n_masked = t.n_blocks - n_unmasked;
     return t;
 }

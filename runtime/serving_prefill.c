@@ -1,0 +1,111 @@
+/* serving_prefill.c: the serving forward's prefill on Hopper. A call whose sequences fill query tiles runs
+ * the sm_90a forward's varlen=1 variant (TMA, wgmma, warp specialization; forward_wgmma.cuh FG_VARLEN), the
+ * dense forward's speed on packed sequences, rather than the serving kernel's mma.sync tiles. Decode-sized
+ * calls, paged caches and calls that ask for key splits stay on the serving kernel (serving.c). */
+#include <string.h>
+#include "runtime/dispatch.h"
+
+/* The longest sequence's queries from which the sm_90a forward takes a call: below, most of its 64-row query
+ * blocks would be empty, and the serving kernel packs a KV head's query heads into its rows instead. */
+#define PREFILL_MIN_Q 64
+
+/* The grid of the call as a dense one (batch sequences of the longest length; strides TMA-legal, unused by
+ * the kernel), the kernel's view of its tensors (vl), and O as TMA would see it (for the rules only: the
+ * kernel writes O from its registers). */
+static void prefill_views(const fg_varlen_args *a, const serving_call *c, fg_fwd_args *g, fwd_varlen *vl,
+                          fg_tensor *o_map) {
+    memset(g, 0, sizeof *g);
+    memset(vl, 0, sizeof *vl);
+    const fg_tensor *src[4] = {&a->q, &a->k, &a->v, &a->o};
+    fg_tensor *dense[4] = {&g->q, &g->k, &g->v, &g->o};
+    fg_tensor *map[4] = {&vl->q_map, &vl->k_map, &vl->v_map, o_map};
+    long long *stride[4] = {vl->q_stride, vl->k_stride, vl->v_stride, vl->o_stride};
+    for (int i = 0; i < 4; i++) {
+        const fg_tensor *t = src[i];
+        const int is_q = i == 0 || i == 3, packed = is_q ? c->packed_q : c->packed_k;
+        const int64_t rows = is_q ? c->seqlen_q : c->packed_k ? c->max_k : c->seqlen_k;
+        fg_tensor *d = dense[i];
+        d->data = t->data, d->dtype = t->dtype, d->ndim = 4;
+        if (packed) {
+            d->shape[0] = c->batch, d->shape[1] = rows, d->shape[2] = t->shape[1], d->shape[3] = t->shape[2];
+            d->stride[0] = t->stride[0] * rows, d->stride[1] = t->stride[0], d->stride[2] = t->stride[1], d->stride[3] = 1;
+            stride[i][0] = 0, stride[i][1] = t->stride[0], stride[i][2] = t->stride[1];
+            if (map[i]) {
+                *map[i] = *d;
+                map[i]->shape[0] = 1, map[i]->shape[1] = t->shape[0], map[i]->stride[0] = 0;
+            }
+        } else {
+            *d = *t;
+            d->shape[1] = rows; /* dense q: its length; dense k/v: the capacity */
+            stride[i][0] = t->stride[0], stride[i][1] = t->stride[1], stride[i][2] = t->stride[2];
+            if (map[i]) *map[i] = *t;
+        }
+    }
+    if (a->lse.data) {
+        g->lse.data = a->lse.data, g->lse.dtype = FG_DTYPE_F32, g->lse.ndim = 3;
+        g->lse.shape[0] = c->batch, g->lse.shape[1] = c->hq, g->lse.shape[2] = c->seqlen_q;
+        if (c->packed_q)
+            vl->lse_stride[0] = 0, vl->lse_stride[1] = a->lse.stride[0], vl->lse_stride[2] = a->lse.stride[1];
+        else
+            vl->lse_stride[0] = a->lse.stride[0], vl->lse_stride[1] = a->lse.stride[1], vl->lse_stride[2] = a->lse.stride[2];
+        for (int i = 0; i < 3; i++) g->lse.stride[i] = vl->lse_stride[i];
+    }
+    g->softmax_scale = a->softmax_scale;
+    g->causal = a->causal;
+    vl->cu_q = c->packed_q ? a->cu_seqlens_q : NULL;
+    vl->cu_k = c->packed_k ? a->cu_seqlens_k : NULL;
+    vl->used_k = a->seqused_k;
+    vl->total_q = (int)c->total_q, vl->total_k = (int)c->total_k;
+}
+
+/* Whether the call runs here, and if so its variant in *spec: on a context with the sm_90a forward, keys
+ * packed or dense (not paged), no split asked for, the longest sequence at least PREFILL_MIN_Q queries, and
+ * tensors TMA can read (select_call_wgmma on the views TMA maps). */
+static int prefill_spec(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, fg_spec *spec,
+                        fg_fwd_args *g, fwd_varlen *vl, char *why, size_t nwhy) {
+    if (!ctx->wgmma || c->paged || a->num_splits > 1 || a->split_size > 0 || c->seqlen_q < PREFILL_MIN_Q) return 0;
+    fg_fwd_args maps;
+    memset(&maps, 0, sizeof maps);
+    prefill_views(a, c, g, vl, &maps.o);
+    maps.q = vl->q_map, maps.k = vl->k_map, maps.v = vl->v_map;
+    if (!select_call_wgmma(ctx, g) || !select_call_wgmma(ctx, &maps)) return 0;
+    fg_error err;
+    if (select_fwd_spec(ctx, g, spec, why, nwhy, &err) != FG_OK || !spec_is_wgmma(spec)) return 0;
+    spec->varlen = 1;
+    return spec_validate(spec, &err) == FG_OK;
+}
+
+int serving_prefill_run(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, void *stream, fg_status *st,
+                        fg_error *err) {
+    fg_spec spec;
+    fg_fwd_args g;
+    fwd_varlen vl;
+    if (!prefill_spec(ctx, a, c, &spec, &g, &vl, NULL, 0)) return 0;
+    *st = FG_OK;
+    if (ctx->check_inputs && (*st = serving_check_device_inputs(ctx, a, c, stream, err)) != FG_OK) return 1;
+    *st = rt_fwd_launch_varlen(ctx, &spec, &g, &vl, stream, err);
+    return 1;
+}
+
+int serving_prefill_explain(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, char *buf, size_t n) {
+    fg_spec spec;
+    fg_fwd_args g;
+    fwd_varlen vl;
+    char why[256] = "";
+    if (!prefill_spec(ctx, a, c, &spec, &g, &vl, why, sizeof why)) return 0;
+    char name[FG_SPEC_NAME_MAX];
+    spec_format(&spec, name, sizeof name);
+    static const char *const origin[] = {"memory", "disk cache", "bundle", "JIT compile"};
+    snprintf(buf, n,
+             "variant %s\n"
+             "queries: %s, %d sequences, up to %d tokens each; keys: %s, up to %d each\n"
+             "prefill on the sm_90a forward (TMA, wgmma): tiles of %d queries of one sequence and head, %lld "
+             "in the grid's bound; no key split\n"
+             "tiles: %s\n"
+             "workspace: none\n"
+             "code: %s\n",
+             name, c->packed_q ? "packed" : "dense", c->batch, c->seqlen_q, c->packed_k ? "packed" : "dense", c->max_k,
+             spec.block_m, (long long)((c->seqlen_q + spec.block_m - 1) / spec.block_m) * c->hq * c->batch,
+             why[0] ? why : "the tile policy", origin[kernels_origin_of(ctx, &spec, 1)]);
+    return 1;
+}

@@ -1,0 +1,103 @@
+/* test_gpu_prefill.c: the serving forward's prefill (fg_attention_fwd_varlen with the longest sequence at least
+ * 64 queries), which on Hopper runs the sm_90a forward's varlen=1 variants and elsewhere the serving kernel:
+ * packed sequences of mixed lengths (0, 1, and either side of the 64-row query block), queries longer than
+ * keys, head dims 64 to 256, strided views, dense caches below capacity whose unused slots hold NaN, long
+ * sequences. Every element of every sequence is judged against the CPU reference (serving_run.c). */
+#include <stdlib.h>
+#include <string.h>
+#include "runtime/runtime.h"
+#include "tests/serving_run.h"
+
+static serve_case pc(fg_dtype dt, int batch, const int *lq, const int *lk, int hq, int hkv, int d, int causal) {
+    serve_case c;
+    memset(&c, 0, sizeof c);
+    c.dt = dt, c.batch = batch, c.lq = lq, c.lk = lk, c.hq = hq, c.hkv = hkv, c.d = d, c.causal = causal;
+    return c;
+}
+
+/* Runs case c after checking which family fg_explain_varlen names for it: the sm_90a forward on a context
+ * that has it (head_dim a multiple of 32), the serving kernel elsewhere. */
+static void run_prefill(const serve_case *c) {
+    gpu_env env;
+    gpu_open(&env);
+    serve_run *r = calloc(1, sizeof *r);
+    cr_assert(r);
+    serve_setup(&env, r, c);
+    char text[2048];
+    cr_assert_eq(fg_explain_varlen(env.ctx, &r->args, text, sizeof text), FG_OK, "%s", fg_last_error(env.ctx));
+    const int sm90a = env.ctx->wgmma && c->d % 32 == 0 && c->k_mode != SERVE_K_PAGED;
+    if (sm90a)
+        cr_assert(strstr(text, "prefill on the sm_90a forward") && strstr(text, "varlen=1"), "%s", text);
+    else
+        cr_assert(strstr(text, "kind=serve"), "%s", text);
+    serve_launch(&env, r);
+    serve_verify(r);
+    serve_free(&env, r);
+    free(r);
+    gpu_close(&env);
+}
+
+static const int mixed[] = {0, 1, 63, 64, 65, 129, 300, 700, 1};
+
+Test(prefill, mixed_lengths_around_the_query_block) {
+    for (int causal = 0; causal < 2; causal++) {
+        serve_case c = pc(FG_DTYPE_BF16, 9, mixed, mixed, 8, 2, 128, causal);
+        run_prefill(&c);
+    }
+}
+
+Test(prefill, queries_and_keys_of_other_lengths) {
+    /* causal with sq > sk: rows that see no key (O = 0, LSE = -inf); a sequence with keys and no queries,
+     * one with queries and no keys */
+    static const int lq[] = {100, 7, 0, 64, 250, 1, 90};
+    static const int lk[] = {300, 7, 5, 0, 250, 1000, 33};
+    for (int causal = 0; causal < 2; causal++) {
+        serve_case c = pc(FG_DTYPE_F16, 7, lq, lk, 4, 4, 64, causal);
+        run_prefill(&c);
+    }
+}
+
+Test(prefill, head_dims) {
+    static const int lq[] = {70, 1, 130, 0, 200};
+    static const int lk[] = {70, 9, 400, 3, 129};
+    static const int dims[] = {64, 96, 128, 192, 256, 72};
+    for (size_t i = 0; i < NELEM(dims); i++) {
+        serve_case c = pc(i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, 5, lq, lk, 6, 2, dims[i], (int)(i % 2));
+        c.seed = 5 + i;
+        run_prefill(&c);
+    }
+}
+
+Test(prefill, gqa_strided_views_and_no_lse) {
+    static const int lq[] = {128, 65, 1, 300};
+    serve_case c = pc(FG_DTYPE_BF16, 4, lq, lq, 32, 8, 128, 1);
+    c.strided = 1;
+    run_prefill(&c);
+    c.strided = 0, c.no_lse = 1, c.hkv = 1;
+    run_prefill(&c);
+}
+
+Test(prefill, dense_cache_with_nan_in_unused_slots) {
+    /* slots past seqused_k hold NaN (serving_run.c): keys there are masked, and the V rows under them must
+     * not reach O (0 * NaN) */
+    static const int lq[] = {100, 64, 90, 1};
+    static const int lk[] = {1000, 65, 0, 130};
+    for (int causal = 0; causal < 2; causal++) {
+        serve_case c = pc(FG_DTYPE_BF16, 4, lq, lk, 8, 2, 128, causal);
+        c.k_mode = SERVE_K_DENSE, c.cap_k = 1100;
+        run_prefill(&c);
+        c.q_dense = 1;
+        static const int lq_dense[] = {96, 96, 96, 96};
+        c.lq = lq_dense;
+        run_prefill(&c);
+    }
+}
+
+Test(prefill, long_sequences) {
+    static const int lq[] = {2500, 1, 1200, 777};
+    for (int causal = 0; causal < 2; causal++) {
+        serve_case c = pc(FG_DTYPE_BF16, 4, lq, lq, 4, 2, 128, causal);
+        c.seed = 40 + causal;
+        run_prefill(&c);
+    }
+}
