@@ -269,7 +269,8 @@ static int cfg_variants(lua_State *L) {
                     lua_sandbox_raise(L, fn, "field '%s' is for kind = \"bwd\" only", cfg_variant_fields[j]);
     if (f[12].n > 0)
         for (int i = 0; i < f[0].n; i++)
-            if (f[0].v[i] != FG_KIND_FWD) lua_sandbox_raise(L, fn, "field 'varlen' is for kind = \"fwd\" only");
+            if (f[0].v[i] != FG_KIND_FWD && f[0].v[i] != FG_KIND_BWD)
+                lua_sandbox_raise(L, fn, "field 'varlen' is for kind = \"fwd\" and \"bwd\" only");
     for (int i = 4; i < NF; i++)
         if (f[i].n == 0) { /* causal false; tiles unset (0), filled from the policy after the chunk; out: -1;
                               deterministic, tma false */
@@ -311,9 +312,10 @@ static int cfg_variants(lua_State *L) {
         it->spec.tma = it->spec.kind == FG_KIND_BWD &&
                                !(b->arch_override.n > 0 && (it->spec.arch < 90 || it->spec.arch_accel))
                            ? f[11].v[idx[11]] : 0;
-        /* varlen variants are the wgmma family's: under an arch override to a plain target they are dropped
-         * to the dense one (listed for such an arch itself they are refused) */
-        it->spec.varlen = it->spec.kind == FG_KIND_FWD && !(b->arch_override.n > 0 && !it->spec.arch_accel)
+        /* the forward's varlen variants are the wgmma family's: under an arch override to a plain target they
+         * are dropped to the dense one (listed for such an arch itself they are refused) */
+        it->spec.varlen = (it->spec.kind == FG_KIND_BWD ||
+                           (it->spec.kind == FG_KIND_FWD && !(b->arch_override.n > 0 && !it->spec.arch_accel)))
                               ? f[12].v[idx[12]] : 0;
         if (!dtype_is_fp8(it->spec.dtype)) /* 16-bit variants write O in their dtype */
             it->spec.out_dtype = it->spec.dtype;

@@ -151,6 +151,7 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
         sb_printf(&b, "#define FG_BWD_TMA %d\n", spec->tma ? 1 : 0);     /* the mma.sync kernel's TMA loads */
         sb_printf(&b, "#define FG_WGMMA_BWD %d\n", wgmma_bwd);
         sb_printf(&b, "#define FG_BW_DQ_T %d\n", spec_bwd_sm90_dq_t(spec)); /* the dQ^T kernel (backward_wgmma.cuh) */
+        sb_printf(&b, "#define FG_VARLEN %d\n", spec->varlen ? 1 : 0);      /* packed sequences (backward_common.cuh) */
         if (wgmma_bwd) sb_printf(&b, "#define FG_SWIZZLE_BYTES 128\n#define FG_BW_DQ_N %d\n", spec_bwd_sm90_dq_n(spec));
     }
     const int mma_fwd = spec->kind == FG_KIND_FWD && !wgmma;

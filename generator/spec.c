@@ -59,7 +59,7 @@ int spec_format(const fg_spec *s, char *buf, size_t n) {
     const char *tma = s->kind == FG_KIND_BWD && s->tma ? "tma=1," : "";
     char splits[24] = "";
     if (s->kind == FG_KIND_SERVE && s->splits) snprintf(splits, sizeof splits, "splits=%d,", s->splits);
-    const char *varlen = s->kind == FG_KIND_FWD && s->varlen ? "varlen=1," : "";
+    const char *varlen = (s->kind == FG_KIND_FWD || s->kind == FG_KIND_BWD) && s->varlen ? "varlen=1," : "";
     /* keys in byte order: arch block_m block_n causal [deterministic] dtype head_dim kind [out] [splits]
      * stages [tma] [varlen] warps */
     int r = snprintf(buf, n,
@@ -170,8 +170,8 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: deterministic is a key of kind=bwd variants only");
     if (seen[K_TMA] && s.kind != FG_KIND_BWD)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: tma is a key of kind=bwd variants only");
-    if (seen[K_VARLEN] && s.kind != FG_KIND_FWD)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: varlen is a key of kind=fwd variants only");
+    if (seen[K_VARLEN] && s.kind != FG_KIND_FWD && s.kind != FG_KIND_BWD)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: varlen is a key of kind=fwd and kind=bwd variants only");
     if (seen[K_SPLITS] && s.kind != FG_KIND_SERVE)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: splits is a key of kind=serve variants only");
     if (dtype_is_fp8(s.dtype)) {
@@ -192,7 +192,7 @@ int spec_equal(const fg_spec *a, const fg_spec *b) {
            (a->kind != FG_KIND_BWD ||
             ((a->deterministic != 0) == (b->deterministic != 0) && (a->tma != 0) == (b->tma != 0))) &&
            (a->kind != FG_KIND_SERVE || a->splits == b->splits) &&
-           (a->kind != FG_KIND_FWD || (a->varlen != 0) == (b->varlen != 0)) &&
+           ((a->kind != FG_KIND_FWD && a->kind != FG_KIND_BWD) || (a->varlen != 0) == (b->varlen != 0)) &&
            a->arch == b->arch && a->arch_accel == b->arch_accel && a->dtype == b->dtype &&
            a->head_dim == b->head_dim && a->block_m == b->block_m && a->block_n == b->block_n &&
            a->warps == b->warps && a->stages == b->stages && (a->causal != 0) == (b->causal != 0) &&

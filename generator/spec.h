@@ -52,9 +52,11 @@ typedef struct fg_spec {
                            choice, not a compile one (the kernel's code is the same for every value), kept in
                            the spec so that the tuning database can record it with the tiles; named only when
                            set ("splits=N") */
-    int varlen;         /* kind=fwd, sm_90a (wgmma) family, fp16/bf16: sequences of their own lengths in packed
+    int varlen;         /* sequences of their own lengths: kind=fwd, sm_90a (wgmma) family, fp16/bf16, in packed
                            or dense tensors (cu_seqlens, seqused_k; fg_fwd_params' varlen fields), what the
-                           serving call runs for prefill on Hopper; named only when 1 ("varlen=1") */
+                           serving call runs for prefill on Hopper; kind=bwd, either family, in packed tensors
+                           (fg_bwd_params' varlen fields: fg_attention_bwd_varlen); named only when 1
+                           ("varlen=1") */
 } fg_spec;
 
 /* A kind's name in canonical texts, configs and tuning databases: "fwd", "bwd", "serve", "merge" ("unknown"

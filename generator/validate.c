@@ -194,9 +194,10 @@ RULE(serve_registers, is_serve(s) && serve_registers(s) > FG_SPEC_ACC_REGS, FG_E
      "kind=serve block_n %d over %d key warps at head_dim %d needs %d accumulator registers per thread (limit %d): "
      "use a smaller block_n or more warps", s->block_n, serve_warps_n(s), s->head_dim, serve_registers(s),
      FG_SPEC_ACC_REGS)
-RULE(fwd_varlen, s->varlen && (s->kind != FG_KIND_FWD || !spec_is_wgmma(s) || dtype_is_fp8(s->dtype)), FG_ERR_UNSUPPORTED,
+RULE(fwd_varlen, s->varlen && !is_bwd(s) && (s->kind != FG_KIND_FWD || !spec_is_wgmma(s) || dtype_is_fp8(s->dtype)),
+     FG_ERR_UNSUPPORTED,
      "varlen=1 (sequences of their own lengths) is a variant of the sm_90a forward (kind=fwd, arch sm_90a) in fp16 "
-     "or bf16; other targets run such calls on the serving kernel (kind=serve)")
+     "or bf16, or of the backward (kind=bwd); other targets run such forward calls on the serving kernel (kind=serve)")
 RULE(warps, !spec_is_wgmma(s) && s->warps != 1 && s->warps != 2 && s->warps != 4 && s->warps != 8, FG_ERR_UNSUPPORTED,
      "warps %d is not supported: it must be 1, 2, 4 or 8", s->warps)
 RULE(block_m_mma, !spec_is_wgmma(s) && !is_bwd(s) && !is_serve(s) && (s->block_m % (16 * s->warps) != 0 || (m_tiles(s) != 1 && m_tiles(s) != 2)), FG_ERR_UNSUPPORTED,

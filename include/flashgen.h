@@ -41,8 +41,8 @@ extern "C" {
  * bundles and tuning databases: those of 0.1.0 are recompiled, refused or ignored, never trusted.
  * 0.3.0: arch sm_90a names the wgmma family (TMA, wgmma, warp specialization); the mma.sync family's
  * Hopper target is sm_90. The API is 0.2.0's; caches, bundles and tuning databases of 0.2.0 are not trusted.
- * 0.4.0: the serving calls (fg_attention_fwd_varlen, fg_merge_states, fg_context_set_option) are added; the
- * structs of 0.3.0 are unchanged, so programs built against 0.3.0's header keep working. */
+ * 0.4.0: the serving calls (fg_attention_fwd_varlen, fg_merge_states, fg_context_set_option) and the backward
+ * of packed sequences (fg_attention_bwd_varlen) are added; the structs of 0.3.0 are unchanged, so programs built against 0.3.0's header keep working. */
 #define FG_VERSION_MAJOR 0
 #define FG_VERSION_MINOR 4
 #define FG_VERSION_PATCH 0
@@ -288,6 +288,41 @@ FG_API fg_status fg_attention_fwd_varlen_workspace_size(fg_context *ctx, const f
 /* Which variant fg_attention_fwd_varlen would run for args and why: its name, the packing of query heads,
  * the split count and its reason, the workspace, where its code comes from. Data pointers may be NULL. */
 FG_API fg_status fg_explain_varlen(fg_context *ctx, const fg_varlen_args *args, char *buf, size_t n);
+
+/* The backward of variable-length batches: the gradients of fg_attention_fwd_varlen's packed form (queries and
+ * keys packed with cu_seqlens_q and cu_seqlens_k, no cache, no pages), what training on packed sequences
+ * needs. Tensors as the forward's: q, o, dout, dq [total_q, heads_q, d]; k, v, dk, dv [total_k, heads_kv, d];
+ * lse [heads_q, total_q] fp32 (the forward's, natural log). causal is bottom-right aligned per sequence, as
+ * in the forward. The rules of fg_attention_bwd apply to each tensor (dtypes, head dims, alignment, outputs
+ * overlapping nothing). cu_seqlens_q/k are read on the device only: offsets are clamped to total_q and
+ * total_k, so a bad entry gives wrong gradients but no access outside the tensors; max_seqlen_q/k must bound
+ * every sequence (rows past them are not computed). A workspace of fg_attention_bwd_varlen_workspace_size
+ * bytes (256-byte aligned) holds each sequence's fp32 dQ accumulator: about heads_q x (total_q + 384 x batch)
+ * x (head_dim + 2) x 4 bytes. No synchronization, no allocation. */
+typedef struct fg_varlen_bwd_args {
+    size_t struct_size;        /* sizeof(fg_varlen_bwd_args), set by fg_varlen_bwd_args_init */
+    fg_tensor q, k, v, o;      /* the forward's inputs and output, packed */
+    fg_tensor dout;            /* dL/dO, like o */
+    fg_tensor lse;             /* [heads_q, total_q] fp32, from the forward */
+    fg_tensor dq, dk, dv;      /* written: like q, k, v */
+    const int32_t *cu_seqlens_q; /* device, [batch + 1] */
+    const int32_t *cu_seqlens_k; /* device, [batch + 1] */
+    int batch;                 /* sequences */
+    int max_seqlen_q;          /* the longest sequence's queries (an upper bound) */
+    int max_seqlen_k;          /* the longest sequence's keys (an upper bound) */
+    float softmax_scale;       /* the forward's (0 means 1/sqrt(head_dim)) */
+    int causal;                /* the forward's mask */
+    int deterministic;         /* 1: bitwise-reproducible gradients */
+    void *workspace;           /* device memory, 256-byte aligned */
+    size_t workspace_size;     /* its bytes */
+} fg_varlen_bwd_args;
+
+/* Zeroes *a and sets struct_size. */
+FG_API void fg_varlen_bwd_args_init(fg_varlen_bwd_args *a);
+/* Runs the backward of packed sequences on `stream`: three kernels, as fg_attention_bwd. */
+FG_API fg_status fg_attention_bwd_varlen(fg_context *ctx, const fg_varlen_bwd_args *args, void *stream);
+/* The workspace bytes the call needs (data pointers may be NULL). */
+FG_API fg_status fg_attention_bwd_varlen_workspace_size(fg_context *ctx, const fg_varlen_bwd_args *args, size_t *bytes);
 
 /* The exact merge of attention states computed over disjoint key sets (split-KV, shared-prefix or cascade
  * attention, ring attention across GPUs): for each (token, head), with M = max_s LSE_s and w_s =

@@ -37,23 +37,30 @@ static int advance(size_t *off, size_t bytes) {
     return !__builtin_add_overflow(*off, bytes, off) && !__builtin_add_overflow(*off, 255, off) && ((*off &= ~(size_t)255), 1);
 }
 
+int backward_regions(size_t heads_rows, size_t rows, size_t d, int deterministic, size_t dkv_rows,
+                     backward_layout *L) {
+    size_t off = 0, dq, lse, sem, dkv;
+    memset(L, 0, sizeof *L);
+    const int ok = mul4(heads_rows, rows, d, 4, &dq) && mul4(heads_rows, rows, 1, 4, &lse) &&
+                   mul4(heads_rows, rows / 16, 1, deterministic ? 4 : 0, &sem) && mul4(dkv_rows, d, 1, 4, &dkv) &&
+                   (L->dq_accum = off, advance(&off, dq)) && (L->lse2 = off, advance(&off, lse)) &&
+                   (L->dsum = off, advance(&off, lse)) && (L->sem = off, advance(&off, sem)) &&
+                   (L->dkv = off, advance(&off, dkv));
+    L->total = off;
+    return ok;
+}
+
 fg_status backward_workspace_layout(const fg_context *ctx, const fg_bwd_args *a, backward_layout *L, fg_error *err) {
     const size_t b = (size_t)a->q.shape[0], hq = (size_t)a->q.shape[2], hkv = (size_t)a->k.shape[2];
     const size_t sq_pad = bwd_rows_padded(ctx, a), sk = (size_t)a->k.shape[1];
     const size_t d = (size_t)a->q.shape[3];
-    size_t off = 0, dq, rows, sem, dkv;
-    memset(L, 0, sizeof *L);
-    const int ok = mul4(b, hq, sq_pad, d * 4, &dq) && mul4(b, hq, sq_pad, 4, &rows) &&
-                   mul4(b, hq, sq_pad / 16, a->deterministic ? 4 : 0, &sem) &&
-                   mul4(2 * b, hq, sk, hq != hkv ? d * 4 : 0, &dkv) &&
-                   (L->dq_accum = off, advance(&off, dq)) && (L->lse2 = off, advance(&off, rows)) &&
-                   (L->dsum = off, advance(&off, rows)) && (L->sem = off, advance(&off, sem)) &&
-                   (L->dkv = off, advance(&off, dkv));
+    size_t bhq, dkv_rows;
+    const int ok = mul4(b, hq, 1, 1, &bhq) && mul4(2 * b, hq, sk, hq != hkv, &dkv_rows) &&
+                   backward_regions(bhq, sq_pad, d, a->deterministic, dkv_rows, L);
     if (!ok)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the backward's workspace for batch %lld x heads_q %lld x seqlen "
                        "%lld (keys %lld) x head_dim %lld does not fit in size_t: the call is too large",
                        (long long)b, (long long)hq, (long long)a->q.shape[1], (long long)sk, (long long)d);
-    L->total = off;
     return FG_OK;
 }
 
@@ -106,9 +113,11 @@ static fg_status bwd_check_call(const fg_context *ctx, const fg_bwd_args *a, bac
     return FG_OK;
 }
 
-/* The backward of a checked, non-empty call with variant s: its three kernels on the stream. */
+/* The backward of a checked, non-empty call with variant s: its three kernels on the stream. With vl (a varlen=1
+ * variant) a describes the grids (batch sequences of the longest lengths) with the kernel's strides (batch 0),
+ * and vl the sequences' offsets and the packed tensors TMA maps. */
 static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args *a, const backward_layout *L,
-                            void *stream, fg_error *err) {
+                            const bwd_varlen *vl, void *stream, fg_error *err) {
     const int64_t b = a->q.shape[0], sq = a->q.shape[1], hq = a->q.shape[2], sk = a->k.shape[1];
     pthread_mutex_lock(&ctx->lock);
     fg_kernel *k = NULL;
@@ -148,6 +157,7 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args
      * SM free for the CTAs they wait on. More key blocks, or FLASHGEN_DET_ROTATE=0: ascending, which waits
      * only on CTAs dispatched before. (backward_mma.cuh, fg_bwd_turn_rank.) */
     p.dq_rotate = a->deterministic && !a->causal && ctx->det_rotate && 2 * backward_key_blocks(s, sk) <= ctx->sm_count;
+    if (vl) p.cu_seqlens_q = vl->cu_q, p.cu_seqlens_k = vl->cu_k, p.total_q = vl->total_q, p.total_k = vl->total_k;
 
     /* The second argument of the sm_90a main kernel and of the mma.sync one's tma=1 variants: the tensor
      * maps of Q, K, V and dO (as the forward's O), boxes of 64 columns by 64 query rows (80 for the sm_90a
@@ -156,9 +166,10 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args
     fg_tma_params tm;
     memset(&tm, 0, sizeof tm);
     void *params[] = {&p, &tm};
+    const fg_tensor *mq = vl ? &vl->q_map : &a->q, *mdo = vl ? &vl->do_map : &a->dout, *mk = vl ? &vl->k_map : &a->k,
+                    *mv = vl ? &vl->v_map : &a->v;
     if ((spec_is_wgmma_bwd(s) || s->tma) && sk > 0 &&
-        (st = tma_encode_maps(ctx, &tm, &a->q, &a->dout, &a->k, &a->v, spec_bwd_rows_block(s), s->block_n, 128, 0, err)) !=
-            FG_OK)
+        (st = tma_encode_maps(ctx, &tm, mq, mdo, mk, mv, spec_bwd_rows_block(s), s->block_n, 128, 0, err)) != FG_OK)
         return st;
     const unsigned h = (unsigned)hq, bb = (unsigned)b, post_rows = (unsigned)spec_bwd_rows_block(s);
     /* pre (D, lse2, zeroed accumulator), main (none without keys: dK, dV are empty), post. Main and post
@@ -191,7 +202,8 @@ fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *a, void *stream) 
     int empty;
     fg_spec s;
     if (bwd_check_call(ctx, a, &L, &empty, &err) != FG_OK ||
-        (!empty && (select_bwd_spec(ctx, a, &s, NULL, &err) != FG_OK || launch_bwd(ctx, &s, a, &L, stream, &err) != FG_OK)))
+        (!empty &&
+         (select_bwd_spec(ctx, a, &s, NULL, &err) != FG_OK || launch_bwd(ctx, &s, a, &L, NULL, stream, &err) != FG_OK)))
         return rt_set_error(ctx, &err);
     return FG_OK;
 }
@@ -215,5 +227,10 @@ fg_status rt_bwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_bwd_ar
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "an sm_90a or tma=1 backward variant needs Q, K, V and dO "
                        "that TMA can read (16-byte aligned pointers, strides multiples of 16 bytes)");
     if ((st = select_check_runnable(ctx, spec, err)) != FG_OK) return st;
-    return launch_bwd(ctx, spec, a, &L, stream, err);
+    return launch_bwd(ctx, spec, a, &L, NULL, stream, err);
+}
+
+fg_status rt_bwd_launch_varlen(fg_context *ctx, const fg_spec *s, const fg_bwd_args *a, const backward_layout *L,
+                               const bwd_varlen *vl, void *stream, fg_error *err) {
+    return launch_bwd(ctx, s, a, L, vl, stream, err);
 }

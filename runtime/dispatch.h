@@ -7,6 +7,7 @@
  *   launch.c     kernel launches on the caller's stream, the params struct by value;
  *   forward.c    the forward's parameters, grid and schedule; fg_attention_fwd, fg_prepare;
  *   backward.c   the backward's workspace, parameters and three launches; fg_attention_bwd;
+ *   backward_varlen.c  the backward of packed sequences; fg_attention_bwd_varlen;
  *   explain.c    fg_explain and fg_explain_bwd;
  *   serving_args.c  the serving call's rules, and the check of its device-resident lengths;
  *   serving.c    the serving forward: tiles, split count, workspace, launches; fg_attention_fwd_varlen;
@@ -151,6 +152,22 @@ typedef struct backward_layout {
  * fg_attention_bwd_workspace_size holds for every variant of the call. FG_ERR_INVALID_ARGUMENT when its size
  * does not fit size_t (computed with checked arithmetic). */
 fg_status backward_workspace_layout(const fg_context *ctx, const fg_bwd_args *a, backward_layout *L, fg_error *err);
+/* Lays out the regions for heads_rows x rows accumulator rows of head_dim d (the dQ accumulator, lse2, D; the
+ * deterministic mode's semaphores, one per 16 rows) and dkv_rows rows of GQA's fp32 dK/dV: 0 when the size
+ * overflows size_t. */
+int backward_regions(size_t heads_rows, size_t rows, size_t d, int deterministic, size_t dkv_rows,
+                     backward_layout *L);
+/* The backward of variable-length batches (backward_varlen.c): the sequences' offsets and the packed tensors as
+ * TMA maps them ([1, total, heads, d] views). */
+typedef struct bwd_varlen {
+    fg_tensor q_map, k_map, v_map, do_map;
+    const int *cu_q, *cu_k;
+    int total_q, total_k;
+} bwd_varlen;
+/* Launches variant s (varlen=1) of a checked call: a holds the grids' shapes (batch, the longest lengths) and
+ * the kernel's strides (batch strides 0), L the workspace (backward_varlen.c's layout). */
+fg_status rt_bwd_launch_varlen(fg_context *ctx, const fg_spec *s, const fg_bwd_args *a, const backward_layout *L,
+                               const bwd_varlen *vl, void *stream, fg_error *err);
 /* The backward main kernel's key blocks for sk keys (its grid x before causal grouping). */
 long long backward_key_blocks(const fg_spec *s, long long sk);
 
@@ -169,6 +186,13 @@ typedef struct serving_call {
     int64_t part_tokens;           /* query tokens the split partials hold (total_q, or batch x seqlen_q) */
 } serving_call;
 
+/* The structure of a packed or dense Q/K/V/O view (ndim, sizes, strides, dtype fp16/bf16, the last dim
+ * contiguous, with need_data a 16-byte aligned pointer and strides), each failure a sentence naming `name`,
+ * the dim (from dims) and the rule; form: the layout expected, in words. serving_packed_dims: "tokens",
+ * "heads", "head_dim". */
+extern const char *const serving_packed_dims[3];
+fg_status serving_check_view(const fg_tensor *t, const char *name, int ndim, const char *const *dims, const char *form,
+                             int need_data, fg_error *err);
 /* Copies the caller's arguments into *out after checking struct_size (a struct from a newer header may be
  * longer; one from an older or uninitialized caller is refused with a sentence). */
 fg_status serving_args_copy(const fg_varlen_args *a, fg_varlen_args *out, fg_error *err);

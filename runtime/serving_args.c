@@ -10,7 +10,7 @@
 #include "runtime/dispatch.h"
 #include "core/alloc.h"
 
-static const char *const packed_dims[3] = {"tokens", "heads", "head_dim"};
+const char *const serving_packed_dims[3] = {"tokens", "heads", "head_dim"};
 static const char *const dense_dims[4] = {"batch", "seqlen", "heads", "head_dim"};
 static const char *const paged_dims[4] = {"num_pages", "page_size", "heads", "head_dim"};
 
@@ -25,7 +25,7 @@ static int empty_view(const fg_tensor *t) {
 
 /* Structure of a Q/K/V/O view: ndim, sizes and strides in range, a pointer when needed, the last dim
  * contiguous, 16-byte aligned pointer and strides (dims of size 1 excepted), an extent within memory. */
-static fg_status check_view(const fg_tensor *t, const char *name, int ndim, const char *const *dims, const char *form,
+fg_status serving_check_view(const fg_tensor *t, const char *name, int ndim, const char *const *dims, const char *form,
                             int need_data, fg_error *err) {
     if (t->ndim != ndim)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.ndim is %d; here it must be %d (%s)", name, t->ndim, ndim, form);
@@ -75,21 +75,21 @@ fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c,
     if (a->q.ndim == 3 && !packed_q)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "q is 3-d (packed tokens) but cu_seqlens_q is NULL; packed "
                        "queries need their sequences' offsets");
-    if ((st = check_view(&a->q, "q", packed_q ? 3 : 4, packed_q ? packed_dims : dense_dims,
+    if ((st = serving_check_view(&a->q, "q", packed_q ? 3 : 4, packed_q ? serving_packed_dims : dense_dims,
                          packed_q ? "[total_q, heads_q, head_dim] with cu_seqlens_q" : "[batch, seqlen_q, heads_q, head_dim]",
                          need_data, err)) != FG_OK)
         return st;
-    if ((st = check_view(&a->o, "o", a->q.ndim, packed_q ? packed_dims : dense_dims, "like q", need_data, err)) != FG_OK)
+    if ((st = serving_check_view(&a->o, "o", a->q.ndim, packed_q ? serving_packed_dims : dense_dims, "like q", need_data, err)) != FG_OK)
         return st;
     const char *kform = paged ? "[num_pages, page_size, heads_kv, head_dim] with block_table"
                               : packed_k ? "[total_k, heads_kv, head_dim] with cu_seqlens_k"
                                          : "[batch, seqlen_k, heads_kv, head_dim]";
-    const char *const *kdims = paged ? paged_dims : packed_k ? packed_dims : dense_dims;
+    const char *const *kdims = paged ? paged_dims : packed_k ? serving_packed_dims : dense_dims;
     if (paged && a->cu_seqlens_k)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "cu_seqlens_k and block_table are both set; paged keys take "
                        "their lengths from seqused_k");
-    if ((st = check_view(&a->k, "k", packed_k ? 3 : 4, kdims, kform, need_data, err)) != FG_OK) return st;
-    if ((st = check_view(&a->v, "v", packed_k ? 3 : 4, kdims, kform, need_data, err)) != FG_OK) return st;
+    if ((st = serving_check_view(&a->k, "k", packed_k ? 3 : 4, kdims, kform, need_data, err)) != FG_OK) return st;
+    if ((st = serving_check_view(&a->v, "v", packed_k ? 3 : 4, kdims, kform, need_data, err)) != FG_OK) return st;
     const int qn = a->q.ndim, kn = a->k.ndim;
     if (a->q.dtype != FG_DTYPE_F16 && a->q.dtype != FG_DTYPE_BF16)
         return fg_fail(err, FG_ERR_UNSUPPORTED, "q.dtype is %s; serving calls take fp16 or bf16",

@@ -102,6 +102,61 @@ __device__ __forceinline__ i64 fg_bwd_rows_padded(int sq) {
     return ((i64)sq + 127) / 128 * 128;
 }
 
+#ifndef FG_VARLEN
+#define FG_VARLEN 0
+#endif
+#if FG_VARLEN
+// Variable-length sequences: the parameters of sequence b as a batch of one (p.batch 1, its lengths, its
+// tensors' rows from its first; the kernels then run with batch 0), for every kernel of the backward. The
+// workspace holds each sequence's rows at its own offset: the region of sequence b (heads_q x its padded
+// rows, fg_bwd_rows_padded, for the dQ accumulator, lse2, D and the semaphores) starts at heads_q x W(b)
+// rows, W(b) = (q_start + 384 b) rounded down to a multiple of 128, which the next sequence's W never
+// undercuts (a sequence of n queries pads to fewer than n + 207 rows), and its GQA dK/dV accumulators at
+// 2 x heads_q x k_start rows. The host sizes the workspace for heads_q x (total_q + 384 batch) rows
+// (runtime/backward_varlen.c), which every clamped offset stays within.
+__device__ __forceinline__ void fg_seq_span(const int *cu, int b, int total, int &start, int &len) {
+    const int s = min(max(__ldg(cu + b), 0), total), e = min(max(__ldg(cu + b + 1), s), total);
+    start = s;
+    len = e - s;
+}
+__device__ __forceinline__ fg_bwd_params fg_bwd_seq_params(const fg_bwd_params &p, int b) {
+    fg_bwd_params s = p;
+    int qs, ks;
+    fg_seq_span(p.cu_seqlens_q, b, p.total_q, qs, s.seqlen_q);
+    fg_seq_span(p.cu_seqlens_k, b, p.total_k, ks, s.seqlen_k);
+    s.batch = 1;
+    s.q_row0 = qs, s.k_row0 = ks;
+    s.q = (const u16 *)p.q + (i64)qs * p.q_stride[1];
+    s.o = (const u16 *)p.o + (i64)qs * p.o_stride[1];
+    s.dout = (const u16 *)p.dout + (i64)qs * p.do_stride[1];
+    s.dq = (u16 *)p.dq + (i64)qs * p.dq_stride[1];
+    s.lse = p.lse + (i64)qs * p.lse_stride[2];
+    s.k = (const u16 *)p.k + (i64)ks * p.k_stride[1];
+    s.v = (const u16 *)p.v + (i64)ks * p.v_stride[1];
+    s.dk = (u16 *)p.dk + (i64)ks * p.dk_stride[1];
+    s.dv = (u16 *)p.dv + (i64)ks * p.dv_stride[1];
+    const i64 rows = (i64)p.heads_q * (((i64)qs + 384 * (i64)b) / 128 * 128);
+    s.dq_accum = p.dq_accum + rows * FG_HEAD_DIM;
+    s.lse2 = p.lse2 + rows;
+    s.dsum = p.dsum + rows;
+    if (p.dq_sem) s.dq_sem = p.dq_sem + rows / 16;
+    if (p.dkv_accum) s.dkv_accum = p.dkv_accum + 2 * (i64)p.heads_q * ks * FG_HEAD_DIM;
+    return s;
+}
+// A kernel's parameters: its sequence's (fg_bwd_seq_params) with FG_VARLEN, else the launch's own.
+#define FG_BWD_PARAMS(launch) const fg_bwd_params p = fg_bwd_seq_params(launch, (int)blockIdx.z)
+#define FG_BWD_BATCH 0
+#else
+#define FG_BWD_PARAMS(launch) const fg_bwd_params &p = launch
+#define FG_BWD_BATCH ((int)blockIdx.z)
+#endif
+// The rows of the dQ accumulator the main kernel adds into and the pre kernel prepares (runtime/backward.c
+// bwd_rows_read): whole 80-query blocks with dQ^T, else whole 128-row groups.
+__device__ __forceinline__ int fg_bwd_rows_read(int sq) {
+    const int bm = FG_BW_DQ_T ? FG_BLOCK_M : 128;
+    return (sq + bm - 1) / bm * bm;
+}
+
 #if FG_DQ_STAGED
 // dst[0 .. BYTES / 4) += the fp32 values at shared address src, by the TMA unit (one bulk reduce-add,
 // committed as its own bulk group); BYTES a multiple of 16, both addresses 16-byte aligned.
@@ -129,12 +184,15 @@ __device__ __forceinline__ void fg_bulk_add_f32(const float *dst, u32 src) {
 //    non-deterministic kernel, no worse than the rotated order there).
 // (H200, the ascending order with the hand-on right after the adds: 0.38-0.55x the non-deterministic
 // kernel causal, 0.67-0.72x not.)
+// (FG_VARLEN: the grid has the longest sequence's key blocks, so a sequence's last block comes after blocks
+// that are past its keys and exit at once.)
 __device__ __forceinline__ int fg_bwd_key_block() {
     return FG_DETERMINISTIC && FG_CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
 }
 // Key block j's rank at query block m (bwd_order.h); n_m: the query blocks of the rotated stream (M above).
 __device__ __forceinline__ int fg_bwd_turn_rank(const fg_bwd_params &p, int j, int m, int n_m, int sq, int sk) {
-    const int nb = (int)gridDim.x;
+    // the key blocks of the (batch, head): the grid's, or with FG_VARLEN the sequence's (the grid has the longest's)
+    const int nb = FG_VARLEN ? (sk + FG_BLOCK_N - 1) / FG_BLOCK_N : (int)gridDim.x;
     if (FG_CAUSAL) return fg_bwd_rank_causal(j, m, nb, FG_BLOCK_M, FG_BLOCK_N, sq, sk);
     if (!p.dq_rotate) return j;
     return fg_bwd_rank_rotated(j, m, nb, n_m);
@@ -272,7 +330,7 @@ struct fg_bwd_qstream {
 // The TMA loads of the backward main kernels (backward_wgmma.cuh; the tma=1 variants here), issued by one thread
 // into the same swizzled tiles the cp.async loaders fill (slabs of 64 columns, FG_BLOCK_N * 128 or
 // FG_BLOCK_M * 128 bytes apart; rows past the tensor read as zeros), each arming `bar` with its bytes.
-// K and V of the key block at n0:
+// K and V of the key block at n0 (FG_VARLEN: rows of the packed tensors, p.k_row0 added by the caller):
 __device__ __forceinline__ void fg_bwd_tma_kv(const fg_tma_params &tm, u32 s_k, u32 s_v, int n0, int kv_head, int batch,
                                               u32 bar) {
     fg_mbar_expect_tx(bar, 2 * FG_KV_BYTES);
@@ -284,7 +342,9 @@ __device__ __forceinline__ void fg_bwd_tma_kv(const fg_tma_params &tm, u32 s_k, 
 }
 // Query block m into stage st: Q and dO (boxes of 64 columns x FG_BW_ROWS rows: 64, or the whole 80-query
 // block with dQ^T, as launch_bwd encodes the maps), and the LSE and D rows (1-d bulk
-// copies; the workspace pads them to whole blocks). row0: the (batch, head)'s first workspace row.
+// copies; the workspace pads them to whole blocks). row0: the (batch, head)'s first workspace row. FG_VARLEN: the
+// sequence's rows of the packed Q and dO, from p.q_row0; rows past the sequence are the next one's, whose lse2
+// (+inf in this sequence's padding) makes their P 0.
 static_assert(!(FG_BWD_TMA || FG_WGMMA_BWD) || FG_BLOCK_M % FG_BW_ROWS == 0, "whole boxes");
 __device__ __forceinline__ void fg_bwd_tma_block(const fg_tma_params &tm, const fg_bwd_params &p, u32 s_q, u32 s_do,
                                                  u32 s_lse, u32 s_d, int m, int st, int head, int batch, i64 row0,
@@ -295,8 +355,8 @@ __device__ __forceinline__ void fg_bwd_tma_block(const fg_tma_params &tm, const 
 #pragma unroll
         for (int c = 0; c < FG_HEAD_DIM / 64; c++) {
             const u32 off = st * FG_Q_BLOCK_BYTES + c * FG_BLOCK_M * 128 + r * 128;
-            fg_tma_load(s_q + off, tm.q, c * 64, m * FG_BLOCK_M + r, head, batch, bar);
-            fg_tma_load(s_do + off, tm.o, c * 64, m * FG_BLOCK_M + r, head, batch, bar);
+            fg_tma_load(s_q + off, tm.q, c * 64, m * FG_BLOCK_M + r + (FG_VARLEN ? p.q_row0 : 0), head, batch, bar);
+            fg_tma_load(s_do + off, tm.o, c * 64, m * FG_BLOCK_M + r + (FG_VARLEN ? p.q_row0 : 0), head, batch, bar);
         }
     const i64 row = row0 + (i64)m * FG_BLOCK_M;
     fg_bulk_load(s_lse + st * FG_ROW_BYTES, p.lse2 + row, FG_ROW_BYTES, bar);

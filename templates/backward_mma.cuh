@@ -109,19 +109,21 @@ static_assert(!FG_BWD_TMA || (FG_DQ_FRAG && FG_HEAD_DIM % 64 == 0 && FG_BLOCK_M 
 static_assert(FG_STAGES == 1 || FG_STAGES == 2, "one or two stages of query blocks");
 extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)
 #if FG_BWD_TMA
-fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constant__ fg_tma_params tm) {
+fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch, const __grid_constant__ fg_tma_params tm) {
 #else
-fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
+fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
 #endif
+    FG_BWD_PARAMS(launch);
     extern __shared__ __align__(128) unsigned char fg_smem[];
     fg_pdl_launch_dependents(); // the post kernel may launch once this grid's last CTAs run; it waits for them
     // (Key blocks in grid order, head by head: fg_bwd_cta_tile's grouped order spilled 4-8 bytes at d 64
     // causal here, so the host keeps it to the sm_90a kernel.)
-    const int n_block = fg_bwd_key_block(), head = blockIdx.y, batch = blockIdx.z;
+    const int n_block = fg_bwd_key_block(), head = blockIdx.y, batch = FG_BWD_BATCH;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int kv_head = head / (p.heads_q / p.heads_kv);
     const int sq = p.seqlen_q, sk = p.seqlen_k;
     const int n0 = n_block * FG_BLOCK_N;
+    if (FG_VARLEN && n0 >= sk) return; // past the sequence's keys (the grid has the longest sequence's)
     const i64 sq_pad = fg_bwd_rows_padded(sq);
     const i64 bh = (i64)batch * p.heads_q + head;
     const int m_blocks = (int)(sq_pad / FG_BLOCK_M);
@@ -170,7 +172,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p) {
     auto load_block = [&](int m, int st) {
         fg_bwd_tma_block(tm, p, s_q, s_do, s_lse, s_d, m, st, head, batch, bh * sq_pad, bar_full(st));
     };
-    if (tid == 0) fg_bwd_tma_kv(tm, s_k, s_v, n0, kv_head, batch, bar_kv);
+    if (tid == 0) fg_bwd_tma_kv(tm, s_k, s_v, FG_VARLEN ? n0 + p.k_row0 : n0, kv_head, batch, bar_kv);
     fg_pdl_wait(); // the pre kernel's LSE, D, zeroed dQ accumulator (and semaphores) are in
     if (tid == 0 && m_first < m_last) load_block(m_at(0), 0);
     fg_mbar_wait(bar_kv, 0);

@@ -12,9 +12,12 @@
 
 // ---- pre: D, lse2, zeroed accumulators ----
 extern "C" __global__ void __launch_bounds__(256)
-fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params p) {
+fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params launch) {
     fg_pdl_launch_dependents(); // the main kernel may launch (its K/V loads overlap this grid's end)
-    const int head = blockIdx.y, batch = blockIdx.z, tid = threadIdx.x;
+    FG_BWD_PARAMS(launch);
+    // FG_VARLEN: the grid covers the longest sequence's rows; this one's are fewer
+    if (FG_VARLEN && (int)blockIdx.x * 64 >= fg_bwd_rows_read(p.seqlen_q)) return;
+    const int head = blockIdx.y, batch = FG_BWD_BATCH, tid = threadIdx.x;
     const i64 sq_pad = fg_bwd_rows_padded(p.seqlen_q);
     const i64 bh = (i64)batch * p.heads_q + head;
     // 4 threads per row, 64 rows per block.
@@ -96,10 +99,11 @@ __device__ __forceinline__ void fg_dq_unit(u32 u, u32 &row, u32 &col) {
 // bf16, H200 profile.)
 constexpr int FG_POST_PITCH = FG_HEAD_DIM * 2 + 16;
 extern "C" __global__ void __launch_bounds__(256)
-fg_bwd_post_kernel(const __grid_constant__ fg_bwd_params p) {
+fg_bwd_post_kernel(const __grid_constant__ fg_bwd_params launch) {
     __shared__ __align__(16) unsigned char tile[FG_BW_ROWS * FG_POST_PITCH];
     fg_pdl_wait(); // the main kernel's dQ (and with GQA dK, dV) is complete
-    const int head = blockIdx.y, batch = blockIdx.z, tid = threadIdx.x, r0 = blockIdx.x * FG_BW_ROWS;
+    FG_BWD_PARAMS(launch);
+    const int head = blockIdx.y, batch = FG_BWD_BATCH, tid = threadIdx.x, r0 = blockIdx.x * FG_BW_ROWS;
     constexpr int CH = FG_HEAD_DIM / 8; // 8 elements (16 output bytes) per thread step
     if (r0 < p.seqlen_q) { // the same for the whole CTA
         const float4 *a = (const float4 *)(p.dq_accum + (((i64)batch * p.heads_q + head) * fg_bwd_rows_padded(p.seqlen_q) + r0) * FG_HEAD_DIM);

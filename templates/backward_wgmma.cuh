@@ -94,17 +94,19 @@ __device__ __forceinline__ void fg_bw_stmatrix(u32 addr, const float (&a)[4], co
 }
 
 extern "C" __global__ void __launch_bounds__(256, 1)
-fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constant__ fg_tma_params tm) {
+fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch, const __grid_constant__ fg_tma_params tm) {
+    FG_BWD_PARAMS(launch);
     extern __shared__ __align__(1024) unsigned char fg_smem[];
     fg_pdl_launch_dependents(); // the post kernel may launch once this grid's last CTAs run; it waits for them
     int n_block, head;
     fg_bwd_cta_tile(p.causal_group_log2, n_block, head);
-    const int batch = blockIdx.z;
+    const int batch = FG_BWD_BATCH;
     const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128, wq = wtid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4;
     const int kv_head = head / (p.heads_q / p.heads_kv);
     const int sq = p.seqlen_q, sk = p.seqlen_k;
     const int n0 = n_block * FG_BLOCK_N;
+    if (FG_VARLEN && n0 >= sk) return; // past the sequence's keys (the grid has the longest sequence's)
     const i64 sq_pad = fg_bwd_rows_padded(sq);
     const i64 bh = (i64)batch * p.heads_q + head;
 
@@ -149,7 +151,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params p, const __grid_constan
         fg_fence_mbar_init();
     }
     __syncthreads();
-    if (tid == 0) fg_bwd_tma_kv(tm, s_k, s_v, n0, kv_head, batch, bar_kv);
+    if (tid == 0) fg_bwd_tma_kv(tm, s_k, s_v, FG_VARLEN ? n0 + p.k_row0 : n0, kv_head, batch, bar_kv);
     fg_pdl_wait(); // the pre kernel's LSE, D and zeroed dQ accumulator are in (backward_mma.cuh)
     auto load_block = [&](int m, int st) {
         fg_bwd_tma_block(tm, p, s_q, s_do, s_lse, s_d, m, st, head, batch, bh * sq_pad, bar_full(st));

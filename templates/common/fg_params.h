@@ -79,6 +79,16 @@ typedef struct fg_bwd_params {
     int dq_rotate;              /* deterministic, not causal: key block j streams the query blocks from
                                    j mod their count on, wrapping (fg_bwd_turn_rank); the host sets it only
                                    where every key block of a head can be resident at once */
+    /* varlen=1 variants (backward_common.cuh FG_VARLEN; ignored otherwise): sequence b's queries are rows
+     * cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of packed Q, O, dO, dQ ([total_q, hq, d], batch stride 0;
+     * the LSE [hq, total_q]), its keys likewise of K, V, dK, dV with cu_seqlens_k; offsets are clamped to
+     * total_q and total_k. seqlen_q and seqlen_k are then the longest sequence's (the grids' bounds), and
+     * the workspace is laid out per sequence (fg_bwd_seq_params). Each CTA works on a copy of these
+     * parameters for its sequence alone, a batch of one whose first rows are q_row0 and k_row0 of the packed
+     * tensors (the rows its TMA loads start from); the host leaves those two 0. */
+    const int *cu_seqlens_q, *cu_seqlens_k;
+    int total_q, total_k;
+    int q_row0, k_row0;
 } fg_bwd_params;
 
 /* The run-time parameters of the serving forward (forward_serving.cuh): variable-length batches, paged

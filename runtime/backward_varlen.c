@@ -1,0 +1,175 @@
+/* backward_varlen.c: the backward of packed variable-length sequences (fg_attention_bwd_varlen). The kernels
+ * are the backward's own, compiled with varlen=1 (backward_common.cuh FG_VARLEN): every CTA takes its
+ * sequence's rows from cu_seqlens_q/k and works as on a batch of one. Here: the rules of the call, the
+ * workspace laid out per sequence, and the launch as a dense call of the longest lengths. */
+#include <stdint.h>
+#include <string.h>
+#include "runtime/call_args.h"
+#include "runtime/dispatch.h"
+
+/* Rows the workspace holds per query head: each sequence's padded rows at its own offset (fg_bwd_seq_params). */
+#define SEQ_PAD 384
+
+typedef struct bwd_varlen_call {
+    int batch, hq, hkv, d, max_q, max_k;
+    int64_t total_q, total_k;
+    fg_bwd_args view; /* the packed tensors as one batch of total rows (for fg_attention_bwd's rules) */
+} bwd_varlen_call;
+
+static fg_status copy_args(const fg_varlen_bwd_args *a, fg_varlen_bwd_args *out, fg_error *err) {
+    if (!a) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "args is NULL");
+    if (a->struct_size < sizeof *out)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "args->struct_size is %zu; it must be sizeof(fg_varlen_bwd_args) "
+                       "(%zu): initialize the arguments with fg_varlen_bwd_args_init", a->struct_size, sizeof *out);
+    memcpy(out, a, sizeof *out);
+    return FG_OK;
+}
+
+/* A packed [tokens, heads, d] view as [1, tokens, heads, d]. */
+static fg_tensor batch_of_one(const fg_tensor *t) {
+    fg_tensor v = *t;
+    v.ndim = 4;
+    v.shape[0] = 1, v.shape[1] = t->shape[0], v.shape[2] = t->shape[1], v.shape[3] = t->shape[2];
+    v.stride[0] = 0, v.stride[1] = t->stride[0], v.stride[2] = t->stride[1], v.stride[3] = 1;
+    return v;
+}
+
+/* The workspace of a checked call: per query head, SEQ_PAD rows a sequence beyond its tokens, rounded up to 128. */
+static fg_status layout(const fg_varlen_bwd_args *a, const bwd_varlen_call *c, backward_layout *L, fg_error *err) {
+    size_t rows, dkv;
+    const int ok = !__builtin_mul_overflow((size_t)c->batch, (size_t)SEQ_PAD, &rows) &&
+                   !__builtin_add_overflow(rows, (size_t)c->total_q + 127, &rows) && ((rows = rows / 128 * 128), 1) &&
+                   !__builtin_mul_overflow(2 * (size_t)c->hq, c->hq != c->hkv ? (size_t)c->total_k : 0, &dkv) &&
+                   backward_regions((size_t)c->hq, rows, (size_t)c->d, a->deterministic, dkv, L);
+    if (!ok)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the backward's workspace for %lld query tokens in %d sequences x "
+                       "heads_q %d x head_dim %d does not fit in size_t: the call is too large",
+                       (long long)c->total_q, c->batch, c->hq, c->d);
+    return FG_OK;
+}
+
+/* The rules of a call (need_data: a launch follows), then the workspace's layout into *L. */
+static fg_status check_call(const fg_varlen_bwd_args *a, int need_data, bwd_varlen_call *c, backward_layout *L,
+                            fg_error *err) {
+    memset(c, 0, sizeof *c);
+    static const char form_q[] = "[total_q, heads_q, head_dim] with cu_seqlens_q";
+    static const char form_k[] = "[total_k, heads_kv, head_dim] with cu_seqlens_k";
+    const fg_tensor *qs[4] = {&a->q, &a->o, &a->dout, &a->dq}, *ks[4] = {&a->k, &a->v, &a->dk, &a->dv};
+    static const char *const qn[4] = {"q", "o", "dout", "dq"}, *const kn[4] = {"k", "v", "dk", "dv"};
+    fg_status st;
+    for (int i = 0; i < 4; i++) {
+        if ((st = serving_check_view(qs[i], qn[i], 3, serving_packed_dims, form_q, need_data, err)) != FG_OK ||
+            (st = serving_check_view(ks[i], kn[i], 3, serving_packed_dims, form_k, need_data, err)) != FG_OK)
+            return st;
+        for (int j = 0; j < 3; j++) {
+            if (qs[i]->shape[j] != a->q.shape[j])
+                return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.shape[%d] (%s) is %lld; it must be q's, %lld", qn[i], j,
+                               serving_packed_dims[j], (long long)qs[i]->shape[j], (long long)a->q.shape[j]);
+            if (ks[i]->shape[j] != a->k.shape[j])
+                return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.shape[%d] (%s) is %lld; it must be k's, %lld", kn[i], j,
+                               serving_packed_dims[j], (long long)ks[i]->shape[j], (long long)a->k.shape[j]);
+        }
+    }
+    if (a->lse.ndim != 2 || a->lse.dtype != FG_DTYPE_F32 || a->lse.shape[0] != a->q.shape[1] ||
+        a->lse.shape[1] != a->q.shape[0])
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "lse must be fp32 [heads_q, total_q] = [%lld, %lld] (the forward's "
+                       "packed LSE); it is %s with ndim %d", (long long)a->q.shape[1], (long long)a->q.shape[0],
+                       dtype_name(a->lse.dtype), a->lse.ndim);
+    c->total_q = a->q.shape[0], c->total_k = a->k.shape[0];
+    c->hq = (int)a->q.shape[1], c->hkv = (int)a->k.shape[1], c->d = (int)a->q.shape[2];
+    if (a->batch < 0 || a->batch > 65535)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "batch is %d; it must be in [0, 65535] (the grid's z)", a->batch);
+    c->batch = a->batch;
+    if (a->max_seqlen_q < 0 || a->max_seqlen_q > c->total_q || a->max_seqlen_k < 0 || a->max_seqlen_k > c->total_k)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "max_seqlen_q (%d) and max_seqlen_k (%d) must be in [0, total_q] "
+                       "and [0, total_k] (%lld, %lld)", a->max_seqlen_q, a->max_seqlen_k, (long long)c->total_q,
+                       (long long)c->total_k);
+    if (c->batch > 0 && ((c->total_q > 0 && a->max_seqlen_q == 0) || (c->total_k > 0 && a->max_seqlen_k == 0)))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "max_seqlen_%s is 0 with %lld packed tokens; it must bound the "
+                       "longest sequence", c->total_q > 0 && a->max_seqlen_q == 0 ? "q" : "k",
+                       (long long)(c->total_q > 0 && a->max_seqlen_q == 0 ? c->total_q : c->total_k));
+    c->max_q = a->max_seqlen_q, c->max_k = a->max_seqlen_k;
+    if (need_data && c->batch > 0) {
+        const int32_t *cu[2] = {a->cu_seqlens_q, a->cu_seqlens_k};
+        for (int i = 0; i < 2; i++)
+            if (!cu[i] || (uintptr_t)cu[i] % 4 != 0)
+                return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "cu_seqlens_%s (%p) must be device memory holding batch + 1 "
+                               "int32 offsets, 4-byte aligned", i ? "k" : "q", (const void *)cu[i]);
+    }
+    /* fg_attention_bwd's rules on the packed tensors as one batch (dtypes, head dims, alignment, overlaps) */
+    fg_bwd_args *v = &c->view;
+    v->q = batch_of_one(&a->q), v->o = batch_of_one(&a->o), v->dout = batch_of_one(&a->dout), v->dq = batch_of_one(&a->dq);
+    v->k = batch_of_one(&a->k), v->v = batch_of_one(&a->v), v->dk = batch_of_one(&a->dk), v->dv = batch_of_one(&a->dv);
+    v->lse = a->lse;
+    v->lse.ndim = 3, v->lse.shape[0] = 1, v->lse.shape[1] = a->lse.shape[0], v->lse.shape[2] = a->lse.shape[1];
+    v->lse.stride[0] = 0, v->lse.stride[1] = a->lse.stride[0], v->lse.stride[2] = a->lse.stride[1];
+    v->softmax_scale = a->softmax_scale, v->causal = a->causal, v->deterministic = a->deterministic;
+    v->workspace = a->workspace, v->workspace_size = a->workspace_size;
+    if ((st = rt_check_bwd_args(v, 0, 0, err)) != FG_OK || (st = layout(a, c, L, err)) != FG_OK) return st;
+    return rt_check_bwd_args(v, need_data, L->total, err);
+}
+
+static int call_empty(const bwd_varlen_call *c) {
+    return c->batch == 0 || c->hq == 0 || (c->total_q == 0 && c->total_k == 0);
+}
+
+/* The call as a dense one of the longest lengths: `sel` with strides TMA can read when the packed tensors can
+ * (for the choice of variant), `kern` with the kernel's strides (batch 0; the LSE's batch, head, token). */
+static void dense_forms(const bwd_varlen_call *c, fg_bwd_args *sel, fg_bwd_args *kern) {
+    *kern = c->view;
+    fg_tensor *qt[4] = {&kern->q, &kern->o, &kern->dout, &kern->dq}, *kt[4] = {&kern->k, &kern->v, &kern->dk, &kern->dv};
+    for (int i = 0; i < 4; i++) {
+        qt[i]->shape[0] = c->batch, qt[i]->shape[1] = c->max_q;
+        kt[i]->shape[0] = c->batch, kt[i]->shape[1] = c->max_k;
+    }
+    kern->lse.shape[0] = c->batch, kern->lse.shape[2] = c->max_q;
+    *sel = *kern;
+    fg_tensor *st[9] = {&sel->q, &sel->o, &sel->dout, &sel->dq, &sel->k, &sel->v, &sel->dk, &sel->dv, &sel->lse};
+    for (int i = 0; i < 9; i++) st[i]->stride[0] = st[i]->stride[1] * (st[i]->shape[1] > 0 ? st[i]->shape[1] : 1);
+}
+
+fg_status fg_attention_bwd_varlen(fg_context *ctx, const fg_varlen_bwd_args *args, void *stream) {
+    if (!ctx) return rt_no_context("fg_attention_bwd_varlen");
+    fg_error err;
+    fg_error_clear(&err);
+    fg_varlen_bwd_args a;
+    bwd_varlen_call c;
+    backward_layout L;
+    if (copy_args(args, &a, &err) != FG_OK || check_call(&a, 1, &c, &L, &err) != FG_OK) return rt_set_error(ctx, &err);
+    if (call_empty(&c)) return FG_OK;
+    fg_bwd_args sel, kern;
+    dense_forms(&c, &sel, &kern);
+    fg_spec s;
+    if (select_bwd_spec(ctx, &sel, &s, NULL, &err) != FG_OK) return rt_set_error(ctx, &err);
+    s.varlen = 1;
+    bwd_varlen vl;
+    memset(&vl, 0, sizeof vl);
+    vl.q_map = c.view.q, vl.k_map = c.view.k, vl.v_map = c.view.v, vl.do_map = c.view.dout;
+    vl.cu_q = a.cu_seqlens_q, vl.cu_k = a.cu_seqlens_k;
+    vl.total_q = (int)c.total_q, vl.total_k = (int)c.total_k;
+    if (rt_bwd_launch_varlen(ctx, &s, &kern, &L, &vl, stream, &err) != FG_OK) return rt_set_error(ctx, &err);
+    return FG_OK;
+}
+
+fg_status fg_attention_bwd_varlen_workspace_size(fg_context *ctx, const fg_varlen_bwd_args *args, size_t *bytes) {
+    if (!ctx) return rt_no_context("fg_attention_bwd_varlen_workspace_size");
+    fg_error err;
+    fg_error_clear(&err);
+    if (!bytes) {
+        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "bytes is NULL");
+        return rt_set_error(ctx, &err);
+    }
+    *bytes = 0;
+    fg_varlen_bwd_args a;
+    bwd_varlen_call c;
+    backward_layout L;
+    if (copy_args(args, &a, &err) != FG_OK || check_call(&a, 0, &c, &L, &err) != FG_OK) return rt_set_error(ctx, &err);
+    *bytes = L.total;
+    return FG_OK;
+}
+
+void fg_varlen_bwd_args_init(fg_varlen_bwd_args *a) {
+    if (!a) return;
+    memset(a, 0, sizeof *a);
+    a->struct_size = sizeof *a;
+}
