@@ -16,8 +16,9 @@
 --       block_m, block_n, warps, stages          tile sizes (optional: the tile policy chooses)
 --       out       "bf16", "fp16"                 O's dtype for fp8 variants (default "bf16"; ignored by
 --                                                fp16/bf16 variants, which write O in their dtype)
---       varlen    false, true                    kind "fwd" on sm_90a, fp16/bf16: sequences of their own
---                                                lengths (the serving forward's prefill; default false)
+--       varlen    false, true                    sequences of their own lengths (default false): kind "fwd"
+--                                                on sm_90a, fp16/bf16 (the serving forward's prefill), and
+--                                                kind "bwd" (the backward of packed sequences)
 --
 --   tile_policy { arch = ..., head_dim = ..., causal = ..., dtype = ...,
 --                 block_m = ..., block_n = ..., warps = ..., stages = ... }
@@ -84,13 +85,15 @@ variants {
 -- backward at head_dim 64 runs the wgmma family's kernel (sm_90a; not listed here: it compiles at first use); the
 -- mma.sync kernel runs there for the deterministic mode, with FLASHGEN_WGMMA_BWD=0 and for views TMA
 -- cannot read; it takes its TMA-load variants (tma = true) where the tensors allow them, else the
--- cp.async ones. 3 x 2 x 2 = 12 variants.
+-- cp.async ones. Each also as the backward of packed sequences (varlen = true: fg_attention_bwd_varlen).
+-- 3 x 2 x 2 x 2 = 24 variants.
 variants {
     kind = "bwd",
     arch = {"sm_80", "sm_90"},
     dtype = {"fp16", "bf16"},
     head_dim = 64,
     causal = {false, true},
+    varlen = {false, true},
 }
 variants {
     kind = "bwd",
@@ -99,6 +102,7 @@ variants {
     head_dim = 64,
     causal = {false, true},
     tma = true,
+    varlen = {false, true},
 }
 
 -- The serving forward (kind "serve": packed variable-length batches, dense and paged KV caches, decode; one

@@ -12,9 +12,7 @@ CUdeviceptr upload_ints(gpu_env *env, const int32_t *v, size_t n) {
     return d;
 }
 
-/* The 4-d view [1, rows, heads, d] of a packed 3-d tensor (a 4-d one as it is), for the reference's fills
- * and checks, which take [batch, seqlen, heads, head_dim]. */
-static fg_tensor view4(const fg_tensor *t) {
+fg_tensor serve_view4(const fg_tensor *t) {
     if (t->ndim == 4) return *t;
     fg_tensor v = *t;
     v.ndim = 4;
@@ -24,8 +22,7 @@ static fg_tensor view4(const fg_tensor *t) {
     return v;
 }
 
-/* Rows [row0, row0 + n) of batch b of a 4-d host view, as a view of one sequence. */
-static fg_tensor rows_of(const fg_tensor *t4, int64_t b, int64_t row0, int64_t n, size_t esize) {
+fg_tensor serve_rows_of(const fg_tensor *t4, int64_t b, int64_t row0, int64_t n, size_t esize) {
     fg_tensor v = *t4;
     v.data = (char *)t4->data + (size_t)(b * t4->stride[0] + row0 * t4->stride[1]) * esize;
     v.shape[0] = 1;
@@ -41,7 +38,7 @@ static void nan_row(dbuf *b, int64_t i0, int64_t i1, int64_t heads, int64_t d) {
 
 static void fill(dbuf *b, uint64_t seed) {
     memset(b->img, 0xFF, (size_t)b->span * b->esize); /* padding NaN */
-    fg_tensor h = view4(&b->host);
+    fg_tensor h = serve_view4(&b->host);
     fg_error e;
     fg_error_clear(&e);
     cr_assert_eq(ref_fill_normal(&h, seed, &e), FG_OK, "%s", e.msg);
@@ -235,22 +232,22 @@ void serve_verify(serve_run *r) {
     check_guard(&r->o, "o");
     if (c->strided) check_outside_view(&r->o, "o");
     if (!c->no_lse) check_guard(&r->lse, "lse");
-    const fg_tensor q4 = view4(&r->q.host), o4 = view4(&r->o.host);
-    const fg_tensor k4 = view4(&r->k.host), v4 = view4(&r->v.host);
+    const fg_tensor q4 = serve_view4(&r->q.host), o4 = serve_view4(&r->o.host);
+    const fg_tensor k4 = serve_view4(&r->k.host), v4 = serve_view4(&r->v.host);
     for (int b = 0; b < c->batch; b++) {
         if (r->lq[b] == 0) continue;
         const int64_t qb = c->q_dense ? b : 0, q0 = c->q_dense ? 0 : r->cu_q[b];
         ref_problem p;
         memset(&p, 0, sizeof p);
-        p.q = rows_of(&q4, qb, q0, r->lq[b], 2);
-        const fg_tensor out = rows_of(&o4, qb, q0, r->lq[b], 2);
+        p.q = serve_rows_of(&q4, qb, q0, r->lq[b], 2);
+        const fg_tensor out = serve_rows_of(&o4, qb, q0, r->lq[b], 2);
         if (c->k_mode == SERVE_K_PAGED) {
             p.k = gather_pages(r, &r->k, b);
             p.v = gather_pages(r, &r->v, b);
         } else {
             const int64_t kb = c->k_mode == SERVE_K_DENSE ? b : 0, k0 = c->k_mode == SERVE_K_DENSE ? 0 : r->cu_k[b];
-            p.k = rows_of(&k4, kb, k0, r->lk[b], 2);
-            p.v = rows_of(&v4, kb, k0, r->lk[b], 2);
+            p.k = serve_rows_of(&k4, kb, k0, r->lk[b], 2);
+            p.v = serve_rows_of(&v4, kb, k0, r->lk[b], 2);
         }
         p.causal = c->causal;
         fg_tensor lse = {0};

@@ -55,6 +55,11 @@ void serve_verify(serve_run *r);
 void serve_free(gpu_env *env, serve_run *r);
 /* Open, set up, launch, verify, free, close. */
 void serve_case_run(const serve_case *c);
+/* The 4-d view [1, rows, heads, d] of a packed 3-d tensor (a 4-d one as it is), for the reference's fills
+ * and checks, which take [batch, seqlen, heads, head_dim]. */
+fg_tensor serve_view4(const fg_tensor *t);
+/* Rows [row0, row0 + n) of batch b of a 4-d host view, as a view of one sequence. */
+fg_tensor serve_rows_of(const fg_tensor *t4, int64_t b, int64_t row0, int64_t n, size_t esize);
 /* Device memory holding n int32 values (uploaded). */
 CUdeviceptr upload_ints(gpu_env *env, const int32_t *v, size_t n);
 

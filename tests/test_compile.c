@@ -275,6 +275,15 @@ Test(compile, wgmma_backward, .timeout = 900) {
     compile_all(specs, n, "sm_90a backward, head_dim 64 and 128");
 }
 
+/* The backward of packed sequences (varlen=1) on the sm_90a kernel at head_dim 64 and 128: it compiles and
+ * spills nothing. */
+Test(compile, wgmma_backward_varlen, .timeout = 900) {
+    fg_spec specs[8];
+    const int n = hopper_bwd_specs(specs, 1, 0, 64);
+    for (int i = 0; i < n; i++) specs[i].varlen = 1;
+    compile_all(specs, n, "sm_90a backward varlen=1, head_dim 64 and 128");
+}
+
 /* The sm_90a family's FP8 kernels (QGMMA, P exchanged in the quad, V^T by TMA) at every head dim they
  * take, e4m3 and e5m2, both masks, with the policy's tiles: they compile and spill nothing. */
 Test(compile, wgmma_fp8_every_head_dim, .timeout = 900) {

@@ -1,0 +1,176 @@
+/* test_gpu_backward_varlen.c: the backward of packed sequences (fg_attention_bwd_varlen) on the GPU. The
+ * forward of each case runs first (fg_attention_fwd_varlen, judged as in test_gpu_serving), then the backward
+ * on a random dO, with NaN-poisoned gradients and guard bands and a NaN-filled workspace; each sequence's
+ * dQ, dK and dV are judged against the CPU reference of that sequence alone (ref_check_bwd: the tolerance
+ * rule), so a gradient written for the wrong sequence, or leaking across one, fails. Mixed lengths (0, 1, and
+ * either side of the kernels' blocks), GQA and MQA, causal and not, cross lengths, head dims of both
+ * families, strided views, and the deterministic mode (bitwise repeatable). */
+#include <stdlib.h>
+#include <string.h>
+#include "reference/reference.h"
+#include "runtime/runtime.h"
+#include "tests/serving_run.h"
+
+typedef struct vbwd_run {
+    dbuf dout, dq, dk, dv;
+    CUdeviceptr ws;
+    fg_varlen_bwd_args a;
+} vbwd_run;
+
+static serve_case bc(fg_dtype dt, int batch, const int *lq, const int *lk, int hq, int hkv, int d, int causal) {
+    serve_case c;
+    memset(&c, 0, sizeof c);
+    c.dt = dt, c.batch = batch, c.lq = lq, c.lk = lk, c.hq = hq, c.hkv = hkv, c.d = d, c.causal = causal;
+    c.k_mode = SERVE_K_PACKED;
+    return c;
+}
+
+/* The backward's buffers and arguments for the forward run r (its q, k, v, o, lse, lengths). */
+static void vbwd_setup(gpu_env *env, serve_run *r, vbwd_run *b, int deterministic) {
+    const serve_case *c = &r->c;
+    memset(b, 0, sizeof *b);
+    dbuf_init(env, &b->dout, c->dt, 3, r->o.view.shape, r->o.view.stride, 0, 0);
+    dbuf_upload_random(env, &b->dout, (c->seed ? c->seed : 7) + 100);
+    dbuf_init(env, &b->dq, c->dt, 3, r->q.view.shape, r->q.view.stride, 64, 0);
+    dbuf_init(env, &b->dk, c->dt, 3, r->k.view.shape, r->k.view.stride, 64, 0);
+    dbuf_init(env, &b->dv, c->dt, 3, r->v.view.shape, r->v.view.stride, 64, 0);
+    fg_varlen_bwd_args *a = &b->a;
+    fg_varlen_bwd_args_init(a);
+    a->q = r->q.view, a->k = r->k.view, a->v = r->v.view, a->o = r->o.view, a->lse = r->lse.view;
+    a->dout = b->dout.view, a->dq = b->dq.view, a->dk = b->dk.view, a->dv = b->dv.view;
+    a->cu_seqlens_q = (const int32_t *)(uintptr_t)r->d_cu_q, a->cu_seqlens_k = (const int32_t *)(uintptr_t)r->d_cu_k;
+    a->batch = c->batch, a->max_seqlen_q = r->args.max_seqlen_q;
+    for (int i = 0; i < c->batch; i++) a->max_seqlen_k = r->lk[i] > a->max_seqlen_k ? r->lk[i] : a->max_seqlen_k;
+    a->causal = c->causal, a->deterministic = deterministic;
+    size_t need = 0;
+    cr_assert_eq(fg_attention_bwd_varlen_workspace_size(env->ctx, a, &need), FG_OK, "%s", fg_last_error(env->ctx));
+    CK(env->cu->cuMemAlloc(&b->ws, need > 256 ? need : 256));
+    CK(env->cu->cuMemsetD8(b->ws, 0xFF, need > 256 ? need : 256)); /* NaN: nothing may be read unwritten */
+    a->workspace = (void *)(uintptr_t)b->ws, a->workspace_size = need;
+}
+
+static void vbwd_launch(gpu_env *env, vbwd_run *b) {
+    dbuf_poison(env, &b->dq), dbuf_poison(env, &b->dk), dbuf_poison(env, &b->dv);
+    cr_assert_eq(fg_attention_bwd_varlen(env->ctx, &b->a, env->stream), FG_OK, "fg_attention_bwd_varlen: %s",
+                 fg_last_error(env->ctx));
+    CK(env->cu->cuStreamSynchronize(env->stream));
+    dbuf_download(env, &b->dq), dbuf_download(env, &b->dk), dbuf_download(env, &b->dv);
+}
+
+/* Each sequence's gradients against the reference of that sequence alone. */
+static void vbwd_verify(const serve_run *r, const vbwd_run *b) {
+    const serve_case *c = &r->c;
+    check_guard(&b->dq, "dq"), check_guard(&b->dk, "dk"), check_guard(&b->dv, "dv");
+    if (c->strided) check_outside_view(&b->dq, "dq"), check_outside_view(&b->dk, "dk"), check_outside_view(&b->dv, "dv");
+    const fg_tensor q4 = serve_view4(&r->q.host), k4 = serve_view4(&r->k.host), v4 = serve_view4(&r->v.host);
+    const fg_tensor o4 = serve_view4(&r->o.host), do4 = serve_view4(&b->dout.host);
+    const fg_tensor dq4 = serve_view4(&b->dq.host), dk4 = serve_view4(&b->dk.host), dv4 = serve_view4(&b->dv.host);
+    for (int s = 0; s < c->batch; s++) {
+        const int64_t q0 = r->cu_q[s], k0 = r->cu_k[s], lq = r->lq[s], lk = r->lk[s];
+        if (lq == 0 && lk == 0) continue;
+        ref_bwd_problem p;
+        memset(&p, 0, sizeof p);
+        p.fwd.q = serve_rows_of(&q4, 0, q0, lq, 2);
+        p.fwd.k = serve_rows_of(&k4, 0, k0, lk, 2);
+        p.fwd.v = serve_rows_of(&v4, 0, k0, lk, 2);
+        p.fwd.causal = c->causal;
+        p.o = serve_rows_of(&o4, 0, q0, lq, 2);
+        p.d_o = serve_rows_of(&do4, 0, q0, lq, 2);
+        p.lse.dtype = FG_DTYPE_F32, p.lse.ndim = 3;
+        p.lse.shape[0] = 1, p.lse.shape[1] = c->hq, p.lse.shape[2] = lq;
+        p.lse.stride[0] = 0, p.lse.stride[1] = r->lse.host.stride[0], p.lse.stride[2] = r->lse.host.stride[1];
+        p.lse.data = (float *)r->lse.img + q0 * r->lse.host.stride[1];
+        const fg_tensor dq = serve_rows_of(&dq4, 0, q0, lq, 2), dk = serve_rows_of(&dk4, 0, k0, lk, 2),
+                        dv = serve_rows_of(&dv4, 0, k0, lk, 2);
+        ref_bwd_report rep;
+        fg_error e;
+        fg_error_clear(&e);
+        cr_assert_eq(ref_check_bwd(&p, &dq, &dk, &dv, &rep, &e), FG_OK, "sequence %d: %s", s, e.msg);
+        char text[512];
+        cr_assert(rep.pass, "sequence %d (%lld queries, %lld keys, %s, d %d, hq %d / hkv %d): %s", s, (long long)lq,
+                  (long long)lk, c->causal ? "causal" : "not causal", c->d, c->hq, c->hkv,
+                  ref_bwd_report_format(&rep, text, sizeof text));
+    }
+}
+
+static void vbwd_free(gpu_env *env, vbwd_run *b) {
+    dbuf_free(env, &b->dout), dbuf_free(env, &b->dq), dbuf_free(env, &b->dk), dbuf_free(env, &b->dv);
+    if (b->ws) env->cu->cuMemFree(b->ws);
+}
+
+/* Forward, then backward, judged; with `repeat` the backward runs again and must give the same bits. */
+static void bwd_case_run(const serve_case *c, int deterministic, int repeat) {
+    gpu_env env;
+    gpu_open(&env);
+    serve_run *r = calloc(1, sizeof *r);
+    vbwd_run *b = calloc(1, sizeof *b);
+    cr_assert(r && b);
+    serve_setup(&env, r, c);
+    serve_launch(&env, r);
+    serve_verify(r);
+    vbwd_setup(&env, r, b, deterministic);
+    vbwd_launch(&env, b);
+    vbwd_verify(r, b);
+    if (repeat) {
+        const dbuf *g[3] = {&b->dq, &b->dk, &b->dv};
+        unsigned char *first[3];
+        for (int i = 0; i < 3; i++) {
+            first[i] = malloc((size_t)g[i]->span * g[i]->esize + 1);
+            cr_assert(first[i]);
+            memcpy(first[i], g[i]->img, (size_t)g[i]->span * g[i]->esize);
+        }
+        vbwd_launch(&env, b);
+        for (int i = 0; i < 3; i++) {
+            cr_assert(memcmp(first[i], g[i]->img, (size_t)g[i]->span * g[i]->esize) == 0,
+                      "the deterministic mode's %s differs between two runs", i == 0 ? "dq" : i == 1 ? "dk" : "dv");
+            free(first[i]);
+        }
+    }
+    vbwd_free(&env, b);
+    serve_free(&env, r);
+    free(b);
+    free(r);
+    gpu_close(&env);
+}
+
+static const int mixed[] = {1, 63, 64, 65, 129, 0, 300, 1, 200};
+
+Test(bwd_varlen, mixed_lengths_gqa) {
+    for (int causal = 0; causal < 2; causal++) {
+        serve_case c = bc(FG_DTYPE_BF16, 9, mixed, mixed, 8, 2, 128, causal);
+        bwd_case_run(&c, 0, 0);
+    }
+}
+
+Test(bwd_varlen, head_dims_of_both_families) {
+    static const int lq[] = {70, 1, 200, 129};
+    static const int dims[] = {64, 96, 192, 256};
+    for (size_t i = 0; i < NELEM(dims); i++) {
+        serve_case c = bc(i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, 4, lq, lq, 4, 4, dims[i], (int)(i % 2 == 0));
+        c.seed = 3 + i;
+        bwd_case_run(&c, 0, 0);
+    }
+}
+
+Test(bwd_varlen, queries_and_keys_of_other_lengths) {
+    /* causal with sq > sk: rows without keys (dQ 0); a sequence with keys and no queries (dK, dV 0) */
+    static const int lq[] = {100, 7, 0, 64, 250, 40};
+    static const int lk[] = {300, 7, 50, 1, 130, 0};
+    for (int causal = 0; causal < 2; causal++) {
+        serve_case c = bc(FG_DTYPE_F16, 6, lq, lk, 6, 2, 64, causal);
+        bwd_case_run(&c, 0, 0);
+    }
+}
+
+Test(bwd_varlen, mqa_and_strided_views) {
+    serve_case c = bc(FG_DTYPE_BF16, 9, mixed, mixed, 4, 1, 128, 1);
+    c.strided = 1;
+    bwd_case_run(&c, 0, 0);
+}
+
+Test(bwd_varlen, deterministic_is_bitwise_repeatable) {
+    for (int causal = 0; causal < 2; causal++) {
+        serve_case c = bc(FG_DTYPE_BF16, 9, mixed, mixed, 8, 2, 128, causal);
+        bwd_case_run(&c, 1, 1);
+    }
+}
