@@ -134,6 +134,33 @@ class FgVarlenArgs(ctypes.Structure):
     ]
 
 
+class FgVarlenBwdArgs(ctypes.Structure):
+    """fg_varlen_bwd_args: the backward of packed sequences."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),   # sizeof: set by fg_varlen_bwd_args_init
+        ("q", FgTensor),                    # [total_q, heads_q, d]
+        ("k", FgTensor),                    # [total_k, heads_kv, d]
+        ("v", FgTensor),
+        ("o", FgTensor),
+        ("dout", FgTensor),
+        ("lse", FgTensor),                  # [heads_q, total_q] fp32
+        ("dq", FgTensor),
+        ("dk", FgTensor),
+        ("dv", FgTensor),
+        ("cu_seqlens_q", ctypes.c_void_p),  # int32 device pointers
+        ("cu_seqlens_k", ctypes.c_void_p),
+        ("batch", ctypes.c_int),
+        ("max_seqlen_q", ctypes.c_int),
+        ("max_seqlen_k", ctypes.c_int),
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int),
+        ("deterministic", ctypes.c_int),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_size", ctypes.c_size_t),
+    ]
+
+
 class FgMergeArgs(ctypes.Structure):
     """fg_merge_args: the merge of attention states."""
 
@@ -257,6 +284,10 @@ def _declare(lib):
         "fg_attention_fwd_varlen": (c_int, [vp, ctypes.POINTER(FgVarlenArgs), vp]),
         "fg_attention_fwd_varlen_workspace_size": (c_int, [vp, ctypes.POINTER(FgVarlenArgs), ctypes.POINTER(c_size_t)]),
         "fg_explain_varlen": (c_int, [vp, ctypes.POINTER(FgVarlenArgs), ctypes.c_char_p, c_size_t]),
+        "fg_varlen_bwd_args_init": (None, [ctypes.POINTER(FgVarlenBwdArgs)]),
+        "fg_attention_bwd_varlen": (c_int, [vp, ctypes.POINTER(FgVarlenBwdArgs), vp]),
+        "fg_attention_bwd_varlen_workspace_size": (c_int, [vp, ctypes.POINTER(FgVarlenBwdArgs),
+                                                           ctypes.POINTER(c_size_t)]),
         "fg_merge_args_init": (None, [ctypes.POINTER(FgMergeArgs)]),
         "fg_merge_states": (c_int, [vp, ctypes.POINTER(FgMergeArgs), vp]),
         "fg_context_set_option": (c_int, [vp, c_int, ctypes.c_int64]),

@@ -74,21 +74,32 @@ def _run(pkg, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_s
     lib = _capi.lib()
     size = ctypes.c_size_t(0)
     pkg._call(ctx, lib.fg_attention_fwd_varlen_workspace_size, ctypes.byref(a), ctypes.byref(size))
-    ws = None
-    if size.value:
-        with pkg._on_launch_stream(handle, q.device):
-            ws = torch.empty(size.value + 256, dtype=torch.uint8, device=q.device)
-        addr = (ws.data_ptr() + 255) // 256 * 256
+    ws, addr = _workspace(pkg, torch, size.value, q, handle)
+    if ws is not None:
         a.workspace, a.workspace_size = addr, size.value
     pkg._call(ctx, lib.fg_attention_fwd_varlen, ctypes.byref(a), handle)
+    _keep_workspace(torch, ws, q, handle)
+    return (out, lse) if return_lse else out
+
+
+def _workspace(pkg, torch, size, q, handle):
+    """A 256-byte aligned workspace of `size` bytes allocated on the launch stream: (tensor, address)."""
+    if not size:
+        return None, None
+    with pkg._on_launch_stream(handle, q.device):
+        ws = torch.empty(size + 256, dtype=torch.uint8, device=q.device)
+    return ws, (ws.data_ptr() + 255) // 256 * 256
+
+
+def _keep_workspace(torch, ws, q, handle):
+    """Keeps ws from reuse until the launch on `handle` (another stream than the current one) has run."""
     if ws is not None and torch.cuda.current_stream(q.device).cuda_stream != handle:
         ws.record_stream(torch.cuda.ExternalStream(handle, device=q.device))
-    return (out, lse) if return_lse else out
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
                      softmax_scale=None, return_lse=False, out=None, lse=None, stream=None, seqused_k=None,
-                     num_splits=0, split_size=0):
+                     num_splits=0, split_size=0, deterministic=False):
     """Attention over a batch of sequences of different lengths, packed (FlashAttention's
     flash_attn_varlen_func): q [total_q, heads_q, head_dim], k and v [total_k, heads_kv, head_dim], sequence b's
     queries rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 (int32 CUDA tensors of batch + 1 offsets), its keys
@@ -97,9 +108,89 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     sequence's keys. A row that sees no key gets O = 0, LSE = -inf. Returns out [total_q, heads_q, head_dim],
     and with return_lse the fp32 LSE [heads_q, total_q]. num_splits (0: chosen) and split_size (keys a split
     takes, fixed: batch-invariant results) control the split of keys over CTAs; the workspace it needs is
-    allocated on the launch stream."""
+    allocated on the launch stream. Training: when autograd is on and q, k or v requires grad, the call
+    records for autograd and its backward runs attention_varlen_backward (deterministic: its mode); out=,
+    lse=, seqused_k and the split arguments are not taken then."""
+    pkg = _pkg()
+    if pkg._needs_grad(q, k, v):
+        if out is not None or lse is not None or seqused_k is not None or num_splits or split_size:
+            raise TypeError("attention_varlen() with autograd takes no out=, lse=, seqused_k, num_splits or "
+                            "split_size")
+        o, l = _varlen_function().apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                        bool(causal), softmax_scale, bool(deterministic), stream)
+        return (o, l) if return_lse else o
     return _run(_pkg(), q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, None, max_seqlen_q, max_seqlen_k, causal,
                 softmax_scale, return_lse, out, lse, stream, num_splits, split_size)
+
+
+def attention_varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                              causal=False, softmax_scale=None, deterministic=False, dq=None, dk=None, dv=None,
+                              stream=None):
+    """The gradients (dq, dk, dv) of out = attention_varlen(q, k, v, ...) for dL/dout = dout, recomputed from the
+    forward's out and lse ([heads_q, total_q], return_lse=True): the packed layouts of attention_varlen, causal
+    bottom-right per sequence. dq, dk, dv are allocated like q, k, v unless given; deterministic: bitwise-
+    identical gradients from run to run. The fp32 workspace is allocated on the launch stream."""
+    pkg = _pkg()
+    torch = pkg._torch()
+    handle = pkg._stream_handle(stream, q)
+    dl_stream = handle or None
+    dq = torch.empty_like(q) if dq is None else dq
+    dk = torch.empty_like(k) if dk is None else dk
+    dv = torch.empty_like(v) if dv is None else dv
+    a = _capi.FgVarlenBwdArgs()
+    lib = _capi.lib()
+    lib.fg_varlen_bwd_args_init(ctypes.byref(a))
+    names = ("q", "k", "v", "o", "dout", "lse", "dq", "dk", "dv")
+    views = [_tensors.view(x, n, dl_stream) for x, n in zip((q, k, v, out, dout, lse, dq, dk, dv), names)]
+    for n, x in zip(names, views):
+        setattr(a, n, x.struct())
+    a.cu_seqlens_q = _int_ptr(cu_seqlens_q, "cu_seqlens_q")
+    a.cu_seqlens_k = _int_ptr(cu_seqlens_k, "cu_seqlens_k")
+    a.batch = cu_seqlens_q.shape[0] - 1
+    a.max_seqlen_q, a.max_seqlen_k = int(max_seqlen_q), int(max_seqlen_k)
+    a.softmax_scale = 0.0 if softmax_scale is None else float(softmax_scale)
+    a.causal, a.deterministic = int(bool(causal)), int(bool(deterministic))
+    ctx = pkg._context(pkg._device_for([(n, x) for n, x in zip(names, views)], True, pkg._default_device()))
+    size = ctypes.c_size_t(0)
+    pkg._call(ctx, lib.fg_attention_bwd_varlen_workspace_size, ctypes.byref(a), ctypes.byref(size))
+    ws, addr = _workspace(pkg, torch, size.value, q, handle)
+    if ws is not None:
+        a.workspace, a.workspace_size = addr, size.value
+    pkg._call(ctx, lib.fg_attention_bwd_varlen, ctypes.byref(a), handle)
+    _keep_workspace(torch, ws, q, handle)
+    return dq, dk, dv
+
+
+_VARLEN_FN = None
+
+
+def _varlen_function():
+    """attention_varlen's autograd.Function (made once torch is loaded): the forward keeps its LSE, the
+    backward runs attention_varlen_backward."""
+    global _VARLEN_FN
+    if _VARLEN_FN is None:
+        torch = _pkg()._torch()
+
+        class VarlenAttention(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, deterministic, stream):
+                o, l = _run(_pkg(), q, k, v, cu_q, cu_k, None, None, max_q, max_k, causal, scale, True, None, None,
+                            stream, 0, 0)
+                ctx.save_for_backward(q, k, v, o, l, cu_q, cu_k)
+                ctx.args = (max_q, max_k, causal, scale, deterministic, stream)
+                ctx.mark_non_differentiable(l)
+                return o, l
+
+            @staticmethod
+            def backward(ctx, do, dlse):
+                q, k, v, o, l, cu_q, cu_k = ctx.saved_tensors
+                max_q, max_k, causal, scale, deterministic, stream = ctx.args
+                dq, dk, dv = attention_varlen_backward(q, k, v, o, l, do.contiguous(), cu_q, cu_k, max_q, max_k,
+                                                       causal, scale, deterministic, stream=stream)
+                return dq, dk, dv, None, None, None, None, None, None, None, None
+
+        _VARLEN_FN = VarlenAttention
+    return _VARLEN_FN
 
 
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=None, causal=False,

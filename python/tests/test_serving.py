@@ -1,5 +1,6 @@
 """test_serving.py: the serving calls of the Python binding on the GPU (skipped with the reason without CUDA,
-PyTorch or the library): attention_varlen against a float64 per-sequence reference, attention_with_kvcache
+PyTorch or the library): attention_varlen against a float64 per-sequence reference, its gradients through
+autograd (attention_varlen_backward) against the reference's, attention_with_kvcache
 with a dense cache and with a shuffled paged cache against the same, merge_states against a float64 merge,
 explain_varlen's text, the input check raising FlashgenError, and the examples of docs/serving.md and the
 README run as printed.
@@ -68,6 +69,29 @@ class ServingTest(unittest.TestCase):
                 finite = torch.isfinite(rl)
                 self.assertTrue(torch.equal(torch.isfinite(lse[:, qs]), finite), "sequence %d: -inf rows" % b)
                 close(self, lse[:, qs][finite], rl[finite], "sequence %d LSE" % b)
+
+    def test_varlen_gradients_by_autograd(self):
+        lens_q, lens_k = [70, 1, 0, 130], [70, 5, 9, 100]
+        cq = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device="cuda")
+        ck = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device="cuda")
+        for causal, det in ((False, False), (True, True)):
+            q = torch.randn(sum(lens_q), 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            k = torch.randn(sum(lens_k), 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            v = torch.randn(sum(lens_k), 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            do = torch.randn(sum(lens_q), 4, 64, device="cuda", dtype=torch.bfloat16)
+            o = flashgen.attention_varlen(q, k, v, cq, ck, max(lens_q), max(lens_k), causal=causal,
+                                          deterministic=det)
+            o.backward(do)
+            for b in range(len(lens_q)):
+                qs, ks = slice(cq[b].item(), cq[b + 1].item()), slice(ck[b].item(), ck[b + 1].item())
+                rq, rk, rv = (x.detach()[s].double().requires_grad_() for x, s in ((q, qs), (k, ks), (v, ks)))
+                ro, _ = reference(rq, rk, rv, causal)
+                ro.backward(do[qs].double())
+                for name, got, ref in (("dq", q.grad[qs], rq.grad), ("dk", k.grad[ks], rk.grad),
+                                       ("dv", v.grad[ks], rv.grad)):
+                    ref = torch.zeros(got.shape, dtype=torch.float64, device=got.device) if ref is None else ref
+                    err = (got.double() - ref).abs().max().item() if got.numel() else 0.0
+                    self.assertLess(err, 5e-2, "sequence %d %s (causal %s): max error %g" % (b, name, causal, err))
 
     def test_kvcache_dense_and_paged(self):
         b, cap, ps = 3, 700, 16
