@@ -187,7 +187,21 @@ def varlen(a):
         print("FA4: not importable (%s)" % FA4_WHY)
     qd = torch.randn(8, 8192, 16, 128, device="cuda", dtype=torch.bfloat16)
     td = timed(lambda: flashgen.attention(qd, qd, qd, causal=True), a.iters)
-    print("| flashgen dense 8 x 8k | %.0f us | %.0f TFLOP/s |" % (td, 8 * 2 * 8192 * 8192 * 128 * 16 / td / 1e6))
+    dflops = 8 * 2 * 8192 * 8192 * 128 * 16
+    print("| flashgen dense 8 x 8k | %.0f us | %.0f TFLOP/s |" % (td, dflops / td / 1e6))
+    # the backward (2.5x the forward's FLOPs): packed sequences against flashgen's dense backward per FLOP
+    o, lse = flashgen.attention_varlen(q, k, v, cu, cu, mx, mx, causal=True, return_lse=True)
+    do = torch.randn_like(o)
+    tb = timed(lambda: flashgen.attention_varlen_backward(q, k, v, o, lse, do, cu, cu, mx, mx, causal=True), a.iters)
+    od, ld = flashgen.attention(qd, qd, qd, causal=True, return_lse=True)
+    dod = torch.randn_like(od)
+    tbd = timed(lambda: flashgen.attention_backward(qd, qd, qd, od, ld, dod, causal=True), a.iters)
+    rv, rd = 2.5 * flops / tb / 1e6, 2.5 * dflops / tbd / 1e6
+    print("## varlen backward, the same sequences")
+    print("| impl | time | rate |\n|---|---|---|")
+    print("| flashgen varlen backward | %.0f us | %.0f TFLOP/s |" % (tb, rv))
+    print("| flashgen dense backward 8 x 8k | %.0f us | %.0f TFLOP/s |" % (tbd, rd))
+    print("varlen / dense backward per FLOP: %.2f" % (rv / rd))
 
 
 def main():
