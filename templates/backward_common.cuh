@@ -114,11 +114,6 @@ __device__ __forceinline__ i64 fg_bwd_rows_padded(int sq) {
 // undercuts (a sequence of n queries pads to fewer than n + 207 rows), and its GQA dK/dV accumulators at
 // 2 x heads_q x k_start rows. The host sizes the workspace for heads_q x (total_q + 384 batch) rows
 // (runtime/backward_varlen.c), which every clamped offset stays within.
-__device__ __forceinline__ void fg_seq_span(const int *cu, int b, int total, int &start, int &len) {
-    const int s = min(max(__ldg(cu + b), 0), total), e = min(max(__ldg(cu + b + 1), s), total);
-    start = s;
-    len = e - s;
-}
 __device__ __forceinline__ fg_bwd_params fg_bwd_seq_params(const fg_bwd_params &p, int b) {
     fg_bwd_params s = p;
     int qs, ks;

@@ -72,27 +72,22 @@ def _run(pkg, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_s
     ctx = pkg._context(pkg._device_for([("q", views[0]), ("k", views[1]), ("v", views[2]), ("out", views[3])], True,
                                        pkg._default_device()))
     lib = _capi.lib()
-    size = ctypes.c_size_t(0)
-    pkg._call(ctx, lib.fg_attention_fwd_varlen_workspace_size, ctypes.byref(a), ctypes.byref(size))
-    ws, addr = _workspace(pkg, torch, size.value, q, handle)
-    if ws is not None:
-        a.workspace, a.workspace_size = addr, size.value
-    pkg._call(ctx, lib.fg_attention_fwd_varlen, ctypes.byref(a), handle)
-    _keep_workspace(torch, ws, q, handle)
+    _launch_with_workspace(pkg, torch, ctx, lib.fg_attention_fwd_varlen_workspace_size, lib.fg_attention_fwd_varlen,
+                           a, q, handle)
     return (out, lse) if return_lse else out
 
 
-def _workspace(pkg, torch, size, q, handle):
-    """A 256-byte aligned workspace of `size` bytes allocated on the launch stream: (tensor, address)."""
-    if not size:
-        return None, None
-    with pkg._on_launch_stream(handle, q.device):
-        ws = torch.empty(size + 256, dtype=torch.uint8, device=q.device)
-    return ws, (ws.data_ptr() + 255) // 256 * 256
-
-
-def _keep_workspace(torch, ws, q, handle):
-    """Keeps ws from reuse until the launch on `handle` (another stream than the current one) has run."""
+def _launch_with_workspace(pkg, torch, ctx, size_fn, launch_fn, a, q, handle):
+    """Asks size_fn for the call's workspace, allocates it 256-byte aligned on the launch stream (kept from
+    reuse until the launch on `handle` has run when that is another stream), and launches."""
+    size = ctypes.c_size_t(0)
+    pkg._call(ctx, size_fn, ctypes.byref(a), ctypes.byref(size))
+    ws = None
+    if size.value:
+        with pkg._on_launch_stream(handle, q.device):
+            ws = torch.empty(size.value + 256, dtype=torch.uint8, device=q.device)
+        a.workspace, a.workspace_size = (ws.data_ptr() + 255) // 256 * 256, size.value
+    pkg._call(ctx, launch_fn, ctypes.byref(a), handle)
     if ws is not None and torch.cuda.current_stream(q.device).cuda_stream != handle:
         ws.record_stream(torch.cuda.ExternalStream(handle, device=q.device))
 
@@ -151,13 +146,8 @@ def attention_varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_
     a.softmax_scale = 0.0 if softmax_scale is None else float(softmax_scale)
     a.causal, a.deterministic = int(bool(causal)), int(bool(deterministic))
     ctx = pkg._context(pkg._device_for([(n, x) for n, x in zip(names, views)], True, pkg._default_device()))
-    size = ctypes.c_size_t(0)
-    pkg._call(ctx, lib.fg_attention_bwd_varlen_workspace_size, ctypes.byref(a), ctypes.byref(size))
-    ws, addr = _workspace(pkg, torch, size.value, q, handle)
-    if ws is not None:
-        a.workspace, a.workspace_size = addr, size.value
-    pkg._call(ctx, lib.fg_attention_bwd_varlen, ctypes.byref(a), handle)
-    _keep_workspace(torch, ws, q, handle)
+    _launch_with_workspace(pkg, torch, ctx, lib.fg_attention_bwd_varlen_workspace_size, lib.fg_attention_bwd_varlen,
+                           a, q, handle)
     return dq, dk, dv
 
 

@@ -93,6 +93,15 @@ __device__ __forceinline__ float fg_log2(float x) {
 #define FG_NEG_INF (-__int_as_float(0x7f800000))
 
 // Generic address of dynamic shared memory -> the 32-bit shared-window address ldmatrix/cp.async take.
+// Sequence b's rows in a packed tensor of `total` rows from its offsets cu[b], cu[b + 1] (device memory, read
+// through the read-only cache): clamped into [0, total] and never decreasing, so a bad entry moves the rows,
+// never outside the tensor.
+__device__ __forceinline__ void fg_seq_span(const int *cu, int b, int total, int &start, int &len) {
+    const int s = min(max(__ldg(cu + b), 0), total), e = min(max(__ldg(cu + b + 1), s), total);
+    start = s;
+    len = e - s;
+}
+
 __device__ __forceinline__ u32 fg_smem_addr(const void *p) {
     return (u32)__cvta_generic_to_shared(p);
 }

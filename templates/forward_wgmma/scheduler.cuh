@@ -20,17 +20,11 @@ struct fg_tile {
 };
 
 #if FG_VARLEN
-// Sequence b's rows (fg_fwd_params' varlen fields): offsets clamped into [0, total] and never decreasing,
-// seqused_k clamped to the keys the sequence has.
-__device__ __forceinline__ void fg_seq_rows(const int *cu, int b, int total, int &start, int &len) {
-    const int s = min(max(__ldg(cu + b), 0), total), e = min(max(__ldg(cu + b + 1), s), total);
-    start = s;
-    len = e - s;
-}
+// Sequence b's rows (fg_fwd_params' varlen fields, fg_seq_span), seqused_k clamped to the keys it has.
 __device__ __forceinline__ void fg_varlen_bounds(const fg_fwd_params &p, fg_tile &t) {
     t.q_start = 0, t.sq = p.seqlen_q, t.k_start = 0, t.sk = p.seqlen_k;
-    if (p.cu_seqlens_q) fg_seq_rows(p.cu_seqlens_q, t.batch, p.total_q, t.q_start, t.sq);
-    if (p.cu_seqlens_k) fg_seq_rows(p.cu_seqlens_k, t.batch, p.total_k, t.k_start, t.sk);
+    if (p.cu_seqlens_q) fg_seq_span(p.cu_seqlens_q, t.batch, p.total_q, t.q_start, t.sq);
+    if (p.cu_seqlens_k) fg_seq_span(p.cu_seqlens_k, t.batch, p.total_k, t.k_start, t.sk);
     if (p.seqused_k) t.sk = min(max(__ldg(p.seqused_k + t.batch), 0), t.sk);
 }
 #endif
