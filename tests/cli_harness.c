@@ -86,6 +86,10 @@ pid_t start_run(const char *cache_dir, const char *const *args) {
         int fe = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         if (fo < 0 || fe < 0 || dup2(fo, 1) < 0 || dup2(fe, 2) < 0) _exit(126);
         setenv("FLASHGEN_CACHE_DIR", cache_dir ? cache_dir : g_cache, 1);
+        /* the signals the tests send act as they would from a terminal, even when the test command runs in
+         * the background of a non-interactive shell (which starts it with SIGINT and SIGQUIT ignored) */
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
         execv(bin, (char *const *)argv);
         _exit(127);
     }
