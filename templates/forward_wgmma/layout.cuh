@@ -47,12 +47,16 @@ static_assert(FG_O_DIRECT == (FG_FP8 || FG_Q_EARLY || FG_VARLEN), "FG_O_DIRECT (
 // what the producer would give up, and FP8's V^T reordering warps spilled in 24 (d 64 64 x 64, 4 stages,
 // causal: 4 bytes), so they keep 40 there.
 // FG_VARLEN's producer holds its tile's sequence rows as well and spilled in 24 (d 128 causal: 4 bytes): it keeps
-// 32, which the consumers' 240 (160 with three warpgroups) still leave.
+// 32, and with two consumer warpgroups they take 232 instead of 240. The sum must stay within what the launch
+// gave the CTA (65536 / threads, rounded down to 8, a thread): setmaxnreg.inc waits for registers the CTA
+// does not have forever (two warpgroups at 240 and a producer at 32 hung).
 constexpr int FG_PRODUCER_REGS = FG_FP8 && FG_BLOCK_M == 64 ? 40 : FG_VARLEN ? 32 : 24;
 // Named barriers (0 is __syncthreads): per consumer warpgroup, its epilogue's and its pingpong turn's.
 // FG_VARLEN: all consumer warps, once the end block's key rows past the sequence are zeroed (consumer.cuh).
 constexpr int FG_BAR_EPILOGUE = 1, FG_BAR_SCHED = 4, FG_BAR_VZERO = 7;
-constexpr int FG_CONSUMER_REGS = FG_CONSUMER_WGS == 1 ? 240 : (FG_CONSUMER_WGS == 2 ? 240 : 160);
+constexpr int FG_CONSUMER_REGS = FG_CONSUMER_WGS == 1 ? 240 : (FG_CONSUMER_WGS == 2 ? (FG_VARLEN ? 232 : 240) : 160);
+static_assert(128 * FG_PRODUCER_REGS + FG_CONSUMER_WGS * 128 * FG_CONSUMER_REGS <= 65536 / FG_THREADS / 8 * 8 * FG_THREADS,
+              "the warpgroups' registers after setmaxnreg fit what the launch gave the CTA");
 
 // The shared-memory map, from the 1024-byte aligned base of the dynamic shared memory: FG_Q_STAGES Q
 // buffers, FG_STAGES K and V stages, O's fp32 level (FG_O_FLUSH_SMEM), then the mbarriers and the tile ring.
