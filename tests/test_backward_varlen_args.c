@@ -1,0 +1,122 @@
+/* test_backward_varlen_args.c: the host side of fg_attention_bwd_varlen without a GPU: each rule of its
+ * arguments broken once, with the status and the sentence it must give (the call stops before touching the
+ * device), and its workspace size as the layout of backward_common.cuh's fg_bwd_seq_params needs it. */
+#include <criterion/criterion.h>
+#include <string.h>
+#include "runtime/dispatch.h"
+
+#define ADDR(x) ((void *)(uintptr_t)(x))
+
+static fg_tensor t3(fg_dtype dt, int64_t a, int64_t b, int64_t c, uintptr_t addr) {
+    fg_tensor t = {ADDR(addr), dt, 3, {a, b, c, 0}, {b * c, c, 1, 0}};
+    return t;
+}
+
+/* A valid call: 3 sequences, 100 query and 300 key tokens, 8 / 2 heads, head_dim 128. */
+static fg_varlen_bwd_args call(void) {
+    fg_varlen_bwd_args a;
+    fg_varlen_bwd_args_init(&a);
+    a.q = t3(FG_DTYPE_BF16, 100, 8, 128, 0x1000000);
+    a.o = t3(FG_DTYPE_BF16, 100, 8, 128, 0x2000000);
+    a.dout = t3(FG_DTYPE_BF16, 100, 8, 128, 0x3000000);
+    a.dq = t3(FG_DTYPE_BF16, 100, 8, 128, 0x4000000);
+    a.k = t3(FG_DTYPE_BF16, 300, 2, 128, 0x5000000);
+    a.v = t3(FG_DTYPE_BF16, 300, 2, 128, 0x6000000);
+    a.dk = t3(FG_DTYPE_BF16, 300, 2, 128, 0x7000000);
+    a.dv = t3(FG_DTYPE_BF16, 300, 2, 128, 0x8000000);
+    a.lse = (fg_tensor){ADDR(0x9000000), FG_DTYPE_F32, 2, {8, 100, 0, 0}, {100, 1, 0, 0}};
+    a.cu_seqlens_q = ADDR(0xa000000);
+    a.cu_seqlens_k = ADDR(0xa000100);
+    a.batch = 3;
+    a.max_seqlen_q = 60;
+    a.max_seqlen_k = 200;
+    a.workspace = ADDR(0x10000000);
+    a.workspace_size = (size_t)1 << 30;
+    return a;
+}
+
+static fg_context *fake_context(void) {
+    static fg_context ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.arch = 90, ctx.sm_count = 132, ctx.smem_optin = 232448;
+    return &ctx;
+}
+
+static void expect(const fg_varlen_bwd_args *a, fg_status want, const char *mention) {
+    fg_context *ctx = fake_context();
+    const fg_status st = fg_attention_bwd_varlen(ctx, a, NULL);
+    cr_assert_eq(st, want, "status %d, want %d: %s", st, want, fg_last_error(ctx));
+    cr_assert(strstr(fg_last_error(ctx), mention), "'%s' does not mention '%s'", fg_last_error(ctx), mention);
+}
+
+Test(backward_varlen_args, each_rule_names_its_argument) {
+    fg_varlen_bwd_args a = call();
+    a.struct_size = 8;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "fg_varlen_bwd_args_init");
+    a = call(), a.dq.shape[0] = 99;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "dq.shape[0] (tokens)");
+    a = call(), a.dv.shape[1] = 4;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "dv.shape[1] (heads)");
+    a = call(), a.k.ndim = 4;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "k.ndim");
+    a = call(), a.lse.shape[1] = 99;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "[heads_q, total_q] = [8, 100]");
+    a = call(), a.max_seqlen_q = 101;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "max_seqlen_q (101)");
+    a = call(), a.max_seqlen_k = 0;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "max_seqlen_k is 0");
+    a = call(), a.batch = 70000;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "batch is 70000");
+    a = call(), a.cu_seqlens_k = NULL;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "cu_seqlens_k");
+    a = call(), a.cu_seqlens_q = ADDR(0xa000002);
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "cu_seqlens_q");
+    a = call(), a.dq.data = a.q.data;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "dq overlaps q");
+    a = call(), a.workspace_size = 1000;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "workspace_size is 1000 bytes");
+    a = call(), a.deterministic = 2;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "deterministic is 2");
+    a = call();
+    a.q.shape[2] = a.o.shape[2] = a.dout.shape[2] = a.dq.shape[2] = 24;
+    a.k.shape[2] = a.v.shape[2] = a.dk.shape[2] = a.dv.shape[2] = 24;
+    a.q.stride[1] = a.o.stride[1] = a.dout.stride[1] = a.dq.stride[1] = 32; /* rows stay 16-byte aligned */
+    a.q.stride[0] = a.o.stride[0] = a.dout.stride[0] = a.dq.stride[0] = 8 * 32;
+    a.k.stride[1] = a.v.stride[1] = a.dk.stride[1] = a.dv.stride[1] = 32;
+    a.k.stride[0] = a.v.stride[0] = a.dk.stride[0] = a.dv.stride[0] = 2 * 32;
+    expect(&a, FG_ERR_UNSUPPORTED, "head_dim 24");
+    a = call();
+    a.q.dtype = a.o.dtype = a.dout.dtype = a.dq.dtype = FG_DTYPE_E4M3;
+    a.k.dtype = a.v.dtype = a.dk.dtype = a.dv.dtype = FG_DTYPE_E4M3;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "fp16 or bf16");
+}
+
+/* heads_q x (total_q + 384 x batch, rounded up to 128) rows of fp32 dQ (head_dim wide), lse2 and D; the
+ * deterministic mode's semaphores (one per 16 rows); GQA's fp32 dK and dV per query head. Regions 256-byte
+ * aligned. */
+Test(backward_varlen_args, workspace_holds_each_sequence_at_its_offset) {
+    fg_context *ctx = fake_context();
+    const size_t rows = (100 + 384 * 3 + 127) / 128 * 128;
+    const size_t dq = 8 * rows * 128 * 4, stat = (8 * rows * 4 + 255) / 256 * 256, dkv = 2 * 8 * 300 * 128 * 4;
+    struct { int det, gqa; size_t want; } cells[] = {
+        {0, 1, dq + 2 * stat + dkv},
+        {1, 1, dq + 2 * stat + (8 * (rows / 16) * 4 + 255) / 256 * 256 + dkv},
+        {0, 0, dq + 2 * stat},
+    };
+    for (size_t i = 0; i < sizeof cells / sizeof cells[0]; i++) {
+        fg_varlen_bwd_args a = call();
+        a.deterministic = cells[i].det;
+        if (!cells[i].gqa) a.k.shape[1] = a.v.shape[1] = a.dk.shape[1] = a.dv.shape[1] = 8,
+                           a.k.stride[0] = a.v.stride[0] = a.dk.stride[0] = a.dv.stride[0] = 8 * 128;
+        a.workspace = NULL, a.workspace_size = 0;
+        size_t bytes = 0;
+        cr_assert_eq(fg_attention_bwd_varlen_workspace_size(ctx, &a, &bytes), FG_OK, "%s", fg_last_error(ctx));
+        cr_assert_eq(bytes, cells[i].want, "case %zu: %zu bytes, want %zu", i, bytes, cells[i].want);
+    }
+    /* no sequences: nothing to do, no workspace asked for beyond the layout of zero rows */
+    fg_varlen_bwd_args a = call();
+    a.batch = 0;
+    size_t bytes = 1;
+    cr_assert_eq(fg_attention_bwd_varlen_workspace_size(ctx, &a, &bytes), FG_OK, "%s", fg_last_error(ctx));
+    cr_assert_eq(fg_attention_bwd_varlen(ctx, &a, NULL), FG_OK, "%s", fg_last_error(ctx));
+}
