@@ -48,12 +48,12 @@ typedef struct sp_build {
 
 /* The fields of space{}, in the order of sp_space's reading (class fields, then candidate fields). */
 enum { F_KIND, F_DTYPE, F_HEAD_DIM, F_CAUSAL, F_GQA, F_SEQLEN_Q, F_SEQLEN_K, F_BATCH_HEADS,
-       F_BLOCK_M, F_BLOCK_N, F_WARPS, F_STAGES, F_SPLITS, F_FAMILY, F_COUNT };
+       F_BLOCK_M, F_BLOCK_N, F_WARPS, F_STAGES, F_SPLITS, F_TMA, F_FAMILY, F_COUNT };
 static const char *const sp_fields[F_COUNT + 1] = {"kind",     "dtype",    "head_dim",    "causal",  "gqa",
                                                    "seqlen_q", "seqlen_k", "batch_heads", "block_m", "block_n",
-                                                   "warps",    "stages",   "splits",      "family",  NULL};
-static const sp_type sp_types[F_COUNT] = {SP_KIND, SP_DTYPE, SP_INT, SP_BOOL, SP_INT, SP_INT, SP_INT,
-                                          SP_INT,  SP_INT,   SP_INT, SP_INT,  SP_INT, SP_INT, SP_FAMILY};
+                                                   "warps",    "stages",   "splits",      "tma",     "family", NULL};
+static const sp_type sp_types[F_COUNT] = {SP_KIND, SP_DTYPE, SP_INT, SP_BOOL, SP_INT, SP_INT, SP_INT, SP_INT,
+                                          SP_INT,  SP_INT,   SP_INT, SP_INT,  SP_INT, SP_BOOL, SP_FAMILY};
 
 /* Reads the scalar at idx as a value of `type`; `pos` is the list position (0 for a scalar). */
 static long long sp_scalar(lua_State *L, int idx, const char *fn, const char *field, sp_type type, int pos) {
@@ -140,7 +140,8 @@ static void sp_fill_candidates(sp_build *b, fg_tune_problem *p, const sp_list *f
         for (int j = 0; j < f[F_BLOCK_N].n; j++)
             for (int k = 0; k < f[F_WARPS].n; k++)
                 for (int s = 0; s < f[F_STAGES].n; s++)
-                for (int x = 0; x < f[F_SPLITS].n; x++) {
+                for (int x = 0; x < f[F_SPLITS].n; x++)
+                for (int y = 0; y < f[F_TMA].n; y++) {
                     fg_tune_candidate *c = &p->cands[p->ncands++];
                     memset(c, 0, sizeof *c);
                     c->spec.kind = p->cls.kind;
@@ -161,6 +162,7 @@ static void sp_fill_candidates(sp_build *b, fg_tune_problem *p, const sp_list *f
                     c->spec.warps = (int)f[F_WARPS].v[k];
                     c->spec.stages = (int)f[F_STAGES].v[s];
                     c->spec.splits = (int)f[F_SPLITS].v[x];
+                    c->spec.tma = (int)f[F_TMA].v[y];
                     fg_error e;
                     fg_error_clear(&e);
                     c->status = spec_validate(&c->spec, &e);
@@ -217,6 +219,13 @@ static int sp_space(lua_State *L) {
                 lua_sandbox_raise(L, fn, "field 'splits' is for kind \"serve\" only");
     if (f[F_SPLITS].n == 0)
         f[F_SPLITS].v[f[F_SPLITS].n++] = 0;
+    if (f[F_TMA].n > 0)
+        for (int i = 0; i < f[F_KIND].n; i++)
+            if (f[F_KIND].v[i] != FG_KIND_SERVE)
+                lua_sandbox_raise(L, fn, "field 'tma' is for kind \"serve\" only (the backward's TMA loads are the "
+                                        "runtime's choice)");
+    if (f[F_TMA].n == 0)
+        f[F_TMA].v[f[F_TMA].n++] = 0;
     if (f[F_CAUSAL].n == 0)
         f[F_CAUSAL].v[f[F_CAUSAL].n++] = 0;
     if (f[F_GQA].n == 0)
@@ -227,7 +236,7 @@ static int sp_space(lua_State *L) {
     for (int i = F_KIND; i <= F_BATCH_HEADS; i++)
         if (i != F_SEQLEN_Q && i != F_SEQLEN_K)
             nprob *= f[i].n;
-    for (int i = F_BLOCK_M; i <= F_SPLITS; i++)
+    for (int i = F_BLOCK_M; i <= F_TMA; i++)
         ncand *= f[i].n;
     if (nprob > FG_SPACE_MAX_PROBLEMS - b->count)
         lua_sandbox_raise(L, fn, "this call lists %lld problems after %d earlier ones; a space may list at most %d",

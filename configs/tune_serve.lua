@@ -1,5 +1,5 @@
 -- configs/tune_serve.lua: a tuning space for the serving forward's decode (`flashgen tune configs/tune_serve.lua`):
--- the split count over keys and the decode tile's stages, per (batch x heads, keys) bucket, for one query
+-- the split count over keys, the decode tile's stages and whether K and V load by TMA, per (batch x heads, keys) bucket, for one query
 -- token (and four: speculative decoding), GQA 32/8 at head_dim 128, bf16. The runtime takes the measured
 -- winner of a call's bucket (query length, key length and batch x heads as buckets, the same query length)
 -- in place of its split rule; calls that give num_splits or split_size keep them.
@@ -14,4 +14,5 @@ space {
     block_m = 16, block_n = 64, warps = 4,
     stages = {3, 4},
     splits = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32},
+    tma = {false, true},                        -- K and V by cp.async, or by TMA (sm_90 and newer)
 }

@@ -51,6 +51,9 @@ static const fg_knob knobs[FG_KNOB_COUNT] = {
     [FG_KNOB_NUM_SPLITS] = {"FLASHGEN_NUM_SPLITS", "auto",
                             "auto or N (1-256): the key splits of serving calls whose num_splits is 0, in place of "
                             "the tuning database and the rule", 1},
+    [FG_KNOB_SERVE_TMA] = {"FLASHGEN_SERVE_TMA", "0",
+                           "1: serving calls whose keys are packed or in a dense cache load K and V by TMA (sm_90 "
+                           "and newer, head_dim 64, 128, 192, 256); off by default until measured", 1},
 };
 
 const fg_knob *knob_info(fg_knob_id id) { return (unsigned)id < FG_KNOB_COUNT ? &knobs[id] : NULL; }
@@ -74,7 +77,8 @@ int knob_is_one(fg_knob_id id) {
 int knob_bad_switch(char *buf, unsigned long n) {
     static const fg_knob_id switches[] = {FG_KNOB_LINEINFO,  FG_KNOB_WGMMA,       FG_KNOB_WGMMA_FP8,
                                           FG_KNOB_WGMMA_BWD, FG_KNOB_BWD_TMA,     FG_KNOB_PDL,
-                                          FG_KNOB_DET_ROTATE, FG_KNOB_CHECK_INPUTS, FG_KNOB_TUNE_SHARE_DEVICE};
+                                          FG_KNOB_DET_ROTATE, FG_KNOB_CHECK_INPUTS, FG_KNOB_TUNE_SHARE_DEVICE,
+                                          FG_KNOB_SERVE_TMA};
     for (unsigned i = 0; i < sizeof switches / sizeof switches[0]; i++) {
         const char *v = knob_value(switches[i]);
         if (!v || strcmp(v, "0") == 0 || strcmp(v, "1") == 0) continue;

@@ -56,7 +56,7 @@ int spec_format(const fg_spec *s, char *buf, size_t n) {
     if (dtype_is_fp8(s->dtype)) snprintf(out, sizeof out, "out=%s,", dtype_name(s->out_dtype));
     char det[24] = "";
     if (s->kind == FG_KIND_BWD) snprintf(det, sizeof det, "deterministic=%d,", s->deterministic ? 1 : 0);
-    const char *tma = s->kind == FG_KIND_BWD && s->tma ? "tma=1," : "";
+    const char *tma = (s->kind == FG_KIND_BWD || s->kind == FG_KIND_SERVE) && s->tma ? "tma=1," : "";
     char splits[24] = "";
     if (s->kind == FG_KIND_SERVE && s->splits) snprintf(splits, sizeof splits, "splits=%d,", s->splits);
     const char *varlen = (s->kind == FG_KIND_FWD || s->kind == FG_KIND_BWD) && s->varlen ? "varlen=1," : "";
@@ -168,8 +168,8 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         if (!seen[k]) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: required key '%s' is missing", keys[k]);
     if (seen[K_DET] && s.kind != FG_KIND_BWD)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: deterministic is a key of kind=bwd variants only");
-    if (seen[K_TMA] && s.kind != FG_KIND_BWD)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: tma is a key of kind=bwd variants only");
+    if (seen[K_TMA] && s.kind != FG_KIND_BWD && s.kind != FG_KIND_SERVE)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: tma is a key of kind=bwd and kind=serve variants only");
     if (seen[K_VARLEN] && s.kind != FG_KIND_FWD && s.kind != FG_KIND_BWD)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: varlen is a key of kind=fwd and kind=bwd variants only");
     if (seen[K_SPLITS] && s.kind != FG_KIND_SERVE)
@@ -189,8 +189,8 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
 
 int spec_equal(const fg_spec *a, const fg_spec *b) {
     return a->kind == b->kind &&
-           (a->kind != FG_KIND_BWD ||
-            ((a->deterministic != 0) == (b->deterministic != 0) && (a->tma != 0) == (b->tma != 0))) &&
+           (a->kind != FG_KIND_BWD || (a->deterministic != 0) == (b->deterministic != 0)) &&
+           ((a->kind != FG_KIND_BWD && a->kind != FG_KIND_SERVE) || (a->tma != 0) == (b->tma != 0)) &&
            (a->kind != FG_KIND_SERVE || a->splits == b->splits) &&
            ((a->kind != FG_KIND_FWD && a->kind != FG_KIND_BWD) || (a->varlen != 0) == (b->varlen != 0)) &&
            a->arch == b->arch && a->arch_accel == b->arch_accel && a->dtype == b->dtype &&
@@ -323,7 +323,9 @@ static size_t serve_smem_bytes(const fg_spec *s) {
     const size_t warps_n = s->block_m >= 16 && s->warps * 16 >= s->block_m ? (size_t)(s->warps * 16 / s->block_m) : 1;
     const size_t kv = 2u * 2u * (size_t)s->block_n * dp * (size_t)s->stages;
     const size_t staged = warps_n * bm * ((dp + 8) * 4 + 8);
-    return dp * 2u * bm + (kv > staged ? kv : staged);
+    /* tma=1: 1 KiB of slack for the tiles' 1024-byte alignment (TMA's swizzle) and a full mbarrier a stage */
+    const size_t tma = s->tma ? 1024u + 8u * (size_t)s->stages : 0u;
+    return dp * 2u * bm + (kv > staged ? kv : staged) + tma;
 }
 
 size_t spec_smem_bytes(const fg_spec *spec) {

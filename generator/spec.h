@@ -46,7 +46,8 @@ typedef struct fg_spec {
     int deterministic;  /* kind=bwd: 1 = gradients bitwise identical across runs (dQ added in a fixed order);
                            named only in bwd specs ("deterministic=0|1") */
     int tma;            /* kind=bwd, mma.sync family on sm_90+: K, V, Q, dO loaded by TMA (tensor maps) and the
-                           LSE/D rows by bulk copies, from one thread, instead of cp.async from all; named only
+                           LSE/D rows by bulk copies, from one thread, instead of cp.async from all; kind=serve on
+                           sm_90+: K and V by TMA (keys packed or in a dense cache, not paged); named only
                            when 1 ("tma=1"), so a name without TMA loads has no tma key */
     int splits;         /* kind=serve: the key splits a call runs with (1-256; 0: the call's own choice). A launch
                            choice, not a compile one (the kernel's code is the same for every value), kept in

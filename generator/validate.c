@@ -123,8 +123,8 @@ RULE(bwd_wgmma, spec_is_wgmma_bwd(s) && ((s->head_dim != 64 && s->head_dim != 12
      "deterministic=0 (got head_dim %d, %d x %d, warps %d, stages %d, causal=%d, deterministic=%d); arch sm_90 "
      "(mma.sync) takes the others", s->head_dim, s->block_m, s->block_n, s->warps, s->stages, s->causal != 0,
      s->deterministic)
-RULE(bwd_tma, s->tma && (!is_bwd(s) || spec_is_wgmma_bwd(s) || s->arch < 90 || s->head_dim % 64 != 0 ||
-                         s->block_m % 64 != 0 || s->stages != 2),
+RULE(bwd_tma, s->tma && !is_serve(s) && (!is_bwd(s) || spec_is_wgmma_bwd(s) || s->arch < 90 || s->head_dim % 64 != 0 ||
+                                         s->block_m % 64 != 0 || s->stages != 2),
      FG_ERR_UNSUPPORTED,
      "tma=1 (the mma.sync backward's loads by TMA) takes kind=bwd on arch sm_90 or newer (not sm_90a) at head_dim "
      "64, 128, 192 or 256 with block_m a multiple of 64 and stages 2 (got kind=%s, arch sm_%d%s, head_dim %d, block_m %d, "
@@ -187,6 +187,10 @@ RULE(serve_tiles, is_serve(s) && ((s->block_m != 16 && s->block_m != 32 && s->bl
      "with block_m / 16 warps over the rows dividing warps, block_n a multiple of 16 times the warps over the keys "
      "(warps x 16 / block_m), 2 to 4 stages, and a plain arch (no 'a' target)", s->block_m, s->block_n, s->warps,
      s->stages)
+RULE(serve_tma, is_serve(s) && s->tma && (s->arch < 90 || s->head_dim % 64 != 0 || s->block_n % 8 != 0),
+     FG_ERR_UNSUPPORTED,
+     "kind=serve tma=1 (K and V loaded by TMA) takes arch sm_90 or newer and head_dim 64, 128, 192 or 256 (got sm_%d, "
+     "head_dim %d)", s->arch, s->head_dim)
 RULE(serve_splits, s->splits < 0 || s->splits > 256 || (s->splits != 0 && !is_serve(s)), FG_ERR_UNSUPPORTED,
      "splits %d is not supported: a kind=serve variant runs 1 to 256 key splits (0: the call's choice), and other "
      "kinds have none", s->splits)
@@ -233,7 +237,7 @@ static const rule rules[] = {
     R(wgmma_head_dim, FG_ERR_UNSUPPORTED), R(tiles_set, FG_ERR_INVALID_ARGUMENT), R(wgmma_block_m, FG_ERR_UNSUPPORTED),
     R(wgmma_warps, FG_ERR_UNSUPPORTED), R(wgmma_registers, FG_ERR_UNSUPPORTED), R(bwd_tiles, FG_ERR_UNSUPPORTED),
     R(bwd_registers, FG_ERR_UNSUPPORTED), R(serve_dtype, FG_ERR_UNSUPPORTED), R(serve_tiles, FG_ERR_UNSUPPORTED),
-    R(serve_splits, FG_ERR_UNSUPPORTED), R(serve_registers, FG_ERR_UNSUPPORTED), R(fwd_varlen, FG_ERR_UNSUPPORTED), R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),
+    R(serve_splits, FG_ERR_UNSUPPORTED), R(serve_tma, FG_ERR_UNSUPPORTED), R(serve_registers, FG_ERR_UNSUPPORTED), R(fwd_varlen, FG_ERR_UNSUPPORTED), R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),
     R(fp8_block_n, FG_ERR_UNSUPPORTED), R(stages, FG_ERR_UNSUPPORTED),      R(registers, FG_ERR_UNSUPPORTED),
     R(smem, FG_ERR_UNSUPPORTED),
 };

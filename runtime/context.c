@@ -212,6 +212,8 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
             else rt_log(ctx, FG_LOG_WARN, "FLASHGEN_NUM_SPLITS=%s is not auto or 1-256: using auto", ns);
         }
         ctx->pdl = !ctx->emulated && ctx->arch >= 90 && cu->cuLaunchKernelEx != NULL && !knob_is_zero(FG_KNOB_PDL);
+        ctx->serve_tma = !ctx->emulated && ctx->arch >= 90 && cu->cuTensorMapEncodeTiled != NULL &&
+                         knob_is_one(FG_KNOB_SERVE_TMA);
         /* On by default on sm_90, where TMA loads take the address arithmetic out of the backward's loop;
          * newer archs take them only with FLASHGEN_BWD_TMA=1: their speed there is unverified. */
         ctx->bwd_tma = !ctx->emulated && ctx->arch >= 90 && cu->cuTensorMapEncodeTiled != NULL &&

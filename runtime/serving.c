@@ -7,6 +7,13 @@
 #include <string.h>
 #include "runtime/dispatch.h"
 
+/* Whether a call's K and V can load by TMA (the tma=1 variants): the context takes them (FLASHGEN_SERVE_TMA), the
+ * keys are packed or in a dense cache (a tensor map has no page table), head_dim is a multiple of 64 (128-byte
+ * swizzled boxes) and the key tensors' pointers and strides are multiples of 16 bytes (serving_check's rules). */
+static int serve_tma_applies(const fg_context *ctx, const serving_call *c) {
+    return ctx->serve_tma && !c->paged && c->head_dim % 64 == 0;
+}
+
 /* The tiles of a serving call: decode-sized calls (at most 32 packed rows: query tokens x query heads a KV
  * head) take a tile of 16 or 32 rows with the warps split over the keys, so that all of a CTA's warps work on
  * the one row tile while its K/V stream in; longer calls the tile policy's prefill tile (spec_fill_tiles has
@@ -22,6 +29,7 @@ static fg_status serve_tiles(const fg_context *ctx, const serving_call *c, fg_dt
     s->causal = causal;
     const int64_t rows = (int64_t)c->seqlen_q * c->group;
     if (rows <= 32) s->block_m = rows <= 16 ? 16 : 32;
+    s->tma = serve_tma_applies(ctx, c);
     return spec_fill_tiles(s, &ctx->policy, err);
 }
 
@@ -86,6 +94,8 @@ static int serving_tuned(fg_context *ctx, const fg_varlen_args *a, const serving
         rec.cls.seqlen_q != tunedb_bucket(c->seqlen_q) || t.splits < 1 || t.arch != ctx->arch)
         return 0;
     plan->spec = t;
+    /* a bucket's winner may have loaded by TMA; a paged call, or a context without tensor maps, cannot */
+    if (t.tma && (c->paged || ctx->emulated || !ctx->cu || !ctx->cu->cuTensorMapEncodeTiled)) plan->spec.tma = 0;
     plan->m_blocks = (int)(((int64_t)c->seqlen_q * c->group + t.block_m - 1) / t.block_m);
     plan->num_splits = t.splits;
     plan->split_why = plan->tuned_why;
@@ -206,7 +216,28 @@ static fg_status serve_run(fg_context *ctx, const fg_varlen_args *a, const servi
     if ((st = kernels_function(ctx, &code, &fn, err)) != FG_OK) return st;
     fg_serve_params p;
     serve_params(a, c, plan, &p);
-    void *params[] = {&p};
+    fg_tma_params tm;
+    void *params[] = {&p, &tm};
+    if (code.tma) { /* K and V as TMA maps them: [1, total_k, hkv, d] for packed keys, else the dense cache */
+        if (c->paged)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "a tma=1 serving variant cannot read a paged cache");
+        fg_tensor k4 = a->k, v4 = a->v, none;
+        if (a->k.ndim == 3) {
+            const fg_tensor *src[2] = {&a->k, &a->v};
+            fg_tensor *dst[2] = {&k4, &v4};
+            for (int i = 0; i < 2; i++) {
+                *dst[i] = *src[i];
+                dst[i]->ndim = 4;
+                dst[i]->shape[0] = 1, dst[i]->shape[1] = src[i]->shape[0], dst[i]->shape[2] = src[i]->shape[1];
+                dst[i]->shape[3] = src[i]->shape[2];
+                dst[i]->stride[0] = 0, dst[i]->stride[1] = src[i]->stride[0], dst[i]->stride[2] = src[i]->stride[1];
+                dst[i]->stride[3] = 1;
+            }
+        }
+        memset(&none, 0, sizeof none); /* no Q map: the serving kernel loads Q by cp.async */
+        none.ndim = 4;
+        if ((st = tma_encode_maps(ctx, &tm, &none, NULL, &k4, &v4, 64, code.block_n, 128, 0, err)) != FG_OK) return st;
+    }
     const launch_item item = {fn,
                               {(unsigned)(plan->m_blocks * plan->num_splits), (unsigned)c->hkv, (unsigned)c->batch},
                               (unsigned)spec_threads(&plan->spec), (unsigned)spec_smem_bytes(&plan->spec),

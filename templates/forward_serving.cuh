@@ -18,6 +18,13 @@
 // page_size, so any page size and any page order work. Rows past the sequence's keys, and pages outside
 // [0, num_pages), are zero-filled without a read.
 //
+// TMA (FG_SERVE_TMA, tma=1 variants, sm_90+, head_dim a multiple of 64, keys not paged): one thread loads each
+// key block's K and V by tensor maps into the same swizzled tiles (128-byte rows, the 16-byte units XOR-ed
+// by row % 8: TMA's 128-byte swizzle, the tiles 1024-byte aligned), completing a full mbarrier a stage,
+// instead of every thread issuing cp.async and locating its rows. Rows past the sequence's keys then hold the
+// next sequence's keys or a cache's unused slots: S is masked there, and the V rows are zeroed before P V (a
+// NaN there would make 0 x NaN).
+//
 // Splits. With num_splits > 1 the CTA of split s covers a contiguous range of the tile's key blocks and
 // writes its normalized O and its LSE in fp32 to o_part / lse_part; merge.cuh combines them. An empty range
 // writes O = 0 and LSE = -inf, the identity of the merge.
@@ -29,6 +36,12 @@
 #include "common/mma.cuh"
 #include "common/cp_async.cuh"
 #include "common/softmax.cuh"
+#include "common/tma.cuh"
+
+#ifndef FG_SERVE_TMA
+#define FG_SERVE_TMA 0
+#endif
+static_assert(!FG_SERVE_TMA || FG_HEAD_DIM % 64 == 0, "TMA boxes of 64 columns, 128-byte swizzle");
 
 constexpr int FG_THREADS = FG_WARPS * 32;
 constexpr int FG_WARPS_M = FG_BLOCK_M / 16;          // warps over the rows
@@ -140,7 +153,11 @@ struct fg_kv_loader {
 };
 
 extern "C" __global__ void __launch_bounds__(FG_THREADS)
+#if FG_SERVE_TMA
+fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p, const __grid_constant__ fg_tma_params tm) {
+#else
 fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
+#endif
     extern __shared__ __align__(128) unsigned char fg_smem[];
     const int b = blockIdx.z, kvh = blockIdx.y;
     const int split = blockIdx.x % p.num_splits, m_block = blockIdx.x / p.num_splits;
@@ -162,9 +179,12 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     int n_unmasked = sk / FG_BLOCK_N;
     if (FG_CAUSAL) n_unmasked = min(n_unmasked, max(0, first_tok + sk - sq + 1) / FG_BLOCK_N);
 
-    const u32 s_q = fg_smem_addr(fg_smem);
+    // (TMA: the tiles 1024-byte aligned for its swizzle; the host gives 1 KiB of slack)
+    const u32 s_q = FG_SERVE_TMA ? (fg_smem_addr(fg_smem) + 1023u) & ~1023u : fg_smem_addr(fg_smem);
+    unsigned char *const smem = fg_smem + (s_q - fg_smem_addr(fg_smem)); // s_q, generic
     const u32 s_k = s_q + FG_Q_BYTES;
     const u32 s_v = s_k + FG_STAGES * FG_KV_BYTES;
+    const u32 s_bar = s_v + FG_STAGES * FG_KV_BYTES; // TMA: a full mbarrier a stage
 
     // Q: row r is token (m0 + r) / grp, head kvh * grp + (m0 + r) % grp. Its own cp.async group.
     if (j_begin < j_end && tid < FG_THREADS / FG_CHUNKS * FG_CHUNKS) {
@@ -181,12 +201,38 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     fg_cp_async_commit();
 
     fg_kv_loader kv;
+#if FG_SERVE_TMA
+    // K and V of key block jb into stage st, by thread 0: boxes of 64 columns x FG_BLOCK_N keys, from the
+    // sequence's first key (packed keys: row k0 of a map with one batch) or batch b's (a dense cache).
+    const int k_row0 = p.cu_seqlens_k ? seq.k0 : 0, k_batch = p.cu_seqlens_k ? 0 : b;
+    auto tma_kv = [&](int st, int jb) {
+        const u32 bar = s_bar + 8u * (u32)st;
+        fg_mbar_expect_tx(bar, 2 * FG_KV_BYTES);
+#pragma unroll
+        for (int c = 0; c < FG_HEAD_DIM / 64; c++) {
+            fg_tma_load(s_k + st * FG_KV_BYTES + c * FG_BLOCK_N * 128, tm.k, c * 64, k_row0 + jb * FG_BLOCK_N, kvh, k_batch, bar);
+            fg_tma_load(s_v + st * FG_KV_BYTES + c * FG_BLOCK_N * 128, tm.v, c * 64, k_row0 + jb * FG_BLOCK_N, kvh, k_batch, bar);
+        }
+    };
+    if (tid == 0) {
+#pragma unroll
+        for (int st = 0; st < FG_STAGES; st++) fg_mbar_init(s_bar + 8u * (u32)st, 1);
+        fg_fence_mbar_init();
+    }
+    __syncthreads();
+    if (tid == 0) {
+#pragma unroll
+        for (int st = 0; st < FG_STAGES - 1; st++)
+            if (j_begin + st < j_end) tma_kv(st, j_begin + st);
+    }
+#else
     kv.init(p, b, kvh, seq, tid);
 #pragma unroll
     for (int st = 0; st < FG_STAGES - 1; st++) {
         if (j_begin + st < j_end) kv.load(p, s_k + st * FG_KV_BYTES, s_v + st * FG_KV_BYTES, (j_begin + st) * FG_BLOCK_N, sk);
         fg_cp_async_commit();
     }
+#endif
 
     float acc[1][FG_DT][4];
     float row_max[1][2], row_sum[1][2];
@@ -201,9 +247,13 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     const int key_w = wn * FG_KW; // this warp's first key in a block
 
     u32 qf[FG_Q_IN_REGS ? FG_KK : 1][4];
+    if constexpr (FG_SERVE_TMA && !FG_Q_IN_REGS) { // Q (the only cp.async group) in before the first block
+        fg_cp_async_wait<0>();
+        __syncthreads();
+    }
     if constexpr (FG_Q_IN_REGS) {
         if (j_begin < j_end) {
-            fg_cp_async_wait<FG_STAGES - 1>(); // the Q group
+            fg_cp_async_wait<FG_SERVE_TMA ? 0 : FG_STAGES - 1>(); // the Q group
             __syncthreads();
 #pragma unroll
             for (int kk = 0; kk < FG_KK; kk++) fg_ldmatrix_x4(qf[kk], fg_frag_addr<FG_BLOCK_M>(s_q_warp, qv_off, 0, kk));
@@ -212,14 +262,29 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
 
     int stage = 0;
     auto block_step = [&](int j, auto masked) {
+        const int jn = j + FG_STAGES - 1;
+        const int pst = stage == 0 ? FG_STAGES - 1 : stage - 1;
+#if FG_SERVE_TMA
+        fg_mbar_wait(s_bar + 8u * (u32)stage, (u32)(((j - j_begin) / FG_STAGES) & 1));
+        if (decltype(masked)::value && (j + 1) * FG_BLOCK_N > sk) {
+            // the key rows past the sequence: zero V's (whole 128-byte rows: the swizzle stays within a row)
+            const int valid = sk - j * FG_BLOCK_N, units = (FG_BLOCK_N - valid) * 8;
+            for (int u = tid; u < FG_HEAD_DIM / 64 * units; u += FG_THREADS)
+                asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(s_v + stage * FG_KV_BYTES + (u / units) * FG_BLOCK_N * 128 +
+                                                                           valid * 128 + (u % units) * 16),
+                             "r"(0u) : "memory");
+        }
+        __syncthreads(); // every warp is past the block before: its stage (pst) may be reloaded
+        if (tid == 0 && jn < j_end) {
+            fg_fence_proxy_async(); // the warps' reads and zeroing of that stage, before TMA writes it
+            tma_kv(pst, jn);
+        }
+#else
         fg_cp_async_wait<FG_STAGES - 2>();
         __syncthreads();
-        {
-            const int jn = j + FG_STAGES - 1;
-            const int pst = stage == 0 ? FG_STAGES - 1 : stage - 1;
-            if (jn < j_end) kv.load(p, s_k + pst * FG_KV_BYTES, s_v + pst * FG_KV_BYTES, jn * FG_BLOCK_N, sk);
-            fg_cp_async_commit();
-        }
+        if (jn < j_end) kv.load(p, s_k + pst * FG_KV_BYTES, s_v + pst * FG_KV_BYTES, jn * FG_BLOCK_N, sk);
+        fg_cp_async_commit();
+#endif
         const u32 sk_j = s_k + stage * FG_KV_BYTES, sv_j = s_v + stage * FG_KV_BYTES;
         stage = stage == FG_STAGES - 1 ? 0 : stage + 1;
 
@@ -275,7 +340,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     // the common max and divided by the common sum, then their sum, stored 4 columns a thread.
     fg_cp_async_wait<0>();
     __syncthreads();
-    float *stage_o = (float *)(fg_smem + FG_Q_BYTES);                      // [WARPS_N][BLOCK_M][O_ROW]
+    float *stage_o = (float *)(smem + FG_Q_BYTES);                         // [WARPS_N][BLOCK_M][O_ROW]
     float *st_max = stage_o + FG_WARPS_N * FG_BLOCK_M * FG_O_ROW;          // [WARPS_N][BLOCK_M]
     float *st_sum = st_max + FG_WARPS_N * FG_BLOCK_M;                      // [WARPS_N][BLOCK_M]
 #pragma unroll

@@ -193,6 +193,7 @@ void serve_launch(gpu_env *env, serve_run *r) {
         s.head_dim = r->c.d;
         s.causal = r->c.causal;
         s.block_m = r->c.tiles[0], s.block_n = r->c.tiles[1], s.warps = r->c.tiles[2], s.stages = r->c.tiles[3];
+        s.tma = r->c.tma;
         fg_error e;
         fg_error_clear(&e);
         st = rt_varlen_with_spec(env->ctx, &s, &r->args, env->stream, &e);

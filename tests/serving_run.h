@@ -28,6 +28,7 @@ typedef struct serve_case {
     int num_splits;    /* the call's num_splits (0: chosen) */
     int split_size;    /* the call's split_size */
     int tiles[4];      /* block_m, block_n, warps, stages of an explicit kind=serve variant, or all 0 */
+    int tma;           /* with tiles: the variant's tma=1 (K and V loaded by TMA; sm_90 and newer) */
     int strided;       /* q, k, v, o as padded slices of larger buffers */
     int no_lse;        /* do not request the LSE */
     uint64_t seed;

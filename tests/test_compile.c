@@ -284,6 +284,28 @@ Test(compile, wgmma_backward_varlen, .timeout = 900) {
     compile_all(specs, n, "sm_90a backward varlen=1, head_dim 64 and 128");
 }
 
+/* The serving kernel's tma=1 variants (K and V by TMA) for sm_90: decode and prefill tiles at head_dim 64, 128
+ * and 256 compile and spill nothing. */
+Test(compile, serving_tma, .timeout = 900) {
+    fg_tile_policy p;
+    fg_error e;
+    cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
+    fg_spec specs[9];
+    int n = 0;
+    static const int dims[] = {64, 128, 256}, rows[] = {16, 32, 64};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) {
+            fg_spec s = {.kind = FG_KIND_SERVE, .arch = 90, .dtype = FG_DTYPE_BF16, .head_dim = dims[i],
+                         .block_m = rows[j], .causal = j == 2, .tma = 1};
+            s.out_dtype = s.dtype;
+            cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK, "%s", e.msg);
+            cr_assert_eq(spec_validate(&s, &e), FG_OK, "%s", e.msg);
+            specs[n++] = s;
+        }
+    tile_policy_free(&p);
+    compile_all(specs, n, "serving tma=1, head_dim 64, 128 and 256");
+}
+
 /* The sm_90a family's FP8 kernels (QGMMA, P exchanged in the quad, V^T by TMA) at every head dim they
  * take, e4m3 and e5m2, both masks, with the policy's tiles: they compile and spill nothing. */
 Test(compile, wgmma_fp8_every_head_dim, .timeout = 900) {

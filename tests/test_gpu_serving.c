@@ -22,6 +22,8 @@ static const int mixed_q[] = {5, 0, 1, 130, 64, 17, 1, 200};
 static const int mixed_k[] = {5, 0, 1, 130, 64, 17, 1, 200};
 static const int uneven_q[] = {1, 7, 0, 33, 90, 3};
 static const int uneven_k[] = {40, 7, 5, 0, 300, 1};
+static const int decode_q[] = {1, 1, 1, 1, 1};
+static const int cache_k[] = {1000, 1, 0, 257, 64};
 
 Test(varlen, mixed_lengths_with_0_and_1) {
     for (int causal = 0; causal < 2; causal++) {
@@ -55,6 +57,34 @@ Test(varlen, strided_views_and_no_lse) {
     serve_case_run(&c);
 }
 
+/* The tma=1 variants (K and V by TMA; Hopper and newer): packed keys whose loads run on into the next
+ * sequence, dense caches whose unused slots hold NaN, decode and prefill tiles, head dims 64 to 256, splits. */
+Test(varlen, tma_loads_of_keys) {
+    gpu_env env;
+    gpu_open(&env);
+    const int cc = gpu_cc(&env);
+    gpu_close(&env);
+    if (cc < 90) cr_skip_test("tma=1 serving variants need sm_90 or newer (this GPU is sm_%d)", cc);
+    static const int tiles[][4] = {{16, 64, 4, 4}, {32, 64, 4, 3}, {64, 64, 4, 2}};
+    static const int dims[] = {64, 128, 256};
+    for (size_t i = 0; i < NELEM(tiles); i++)
+        for (size_t j = 0; j < NELEM(dims); j++) {
+            serve_case c = sc(j == 1 ? FG_DTYPE_BF16 : FG_DTYPE_F16, 6, uneven_q, uneven_k, 8, 2, dims[j], (int)(i % 2));
+            memcpy(c.tiles, tiles[i], sizeof c.tiles);
+            if (dims[j] == 256) { /* what shared memory holds there: 3 stages, 32 keys on the 64-row tile */
+                c.tiles[3] = c.tiles[3] > 3 ? 3 : c.tiles[3];
+                if (c.tiles[0] == 64) c.tiles[1] = 32;
+            }
+            c.tma = 1;
+            serve_case_run(&c);
+            serve_case d = sc(FG_DTYPE_BF16, 5, decode_q, cache_k, 32, 8, dims[j], 0);
+            d.q_dense = 1, d.k_mode = SERVE_K_DENSE, d.cap_k = 1100, d.num_splits = 3, d.tma = 1;
+            memcpy(d.tiles, tiles[0], sizeof d.tiles);
+            if (dims[j] == 256) d.tiles[3] = 3;
+            serve_case_run(&d);
+        }
+}
+
 Test(varlen, explicit_tiles) {
     static const int tiles[][4] = {{16, 64, 4, 2}, {32, 64, 4, 3}, {64, 64, 4, 2}, {128, 32, 8, 2}, {64, 128, 8, 2}};
     for (size_t i = 0; i < NELEM(tiles); i++) {
@@ -66,8 +96,6 @@ Test(varlen, explicit_tiles) {
 
 /* ---- dense caches and paged caches ---- */
 
-static const int decode_q[] = {1, 1, 1, 1, 1};
-static const int cache_k[] = {1000, 1, 0, 257, 64};
 
 Test(cache, dense_cache_below_capacity) {
     serve_case c = sc(FG_DTYPE_BF16, 5, decode_q, cache_k, 32, 8, 128, 0);
