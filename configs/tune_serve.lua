@@ -1,6 +1,6 @@
 -- configs/tune_serve.lua: a tuning space for the serving forward's decode (`flashgen tune configs/tune_serve.lua`):
--- the split count over keys, the decode tile's stages and whether K and V load by TMA, per (batch x heads, keys) bucket, for one query
--- token (and four: speculative decoding), GQA 32/8 at head_dim 128, bf16. The runtime takes the measured
+-- the split count over keys, the decode tile's stages and whether K and V load by TMA, per (batch x heads,
+-- keys) bucket, for one query token (and four: speculative decoding), GQA 32/8 at head_dim 128, bf16. The runtime takes the measured
 -- winner of a call's bucket (query length, key length and batch x heads as buckets, the same query length)
 -- in place of its split rule; calls that give num_splits or split_size keep them.
 space {
