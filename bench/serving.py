@@ -166,6 +166,8 @@ def varlen(a):
     k, v = torch.randn_like(q), torch.randn_like(q)
     mx = max(lens)
     fg = lambda: flashgen.attention_varlen(q, k, v, cu, cu, mx, mx, causal=True)
+    print("<!-- %s -->" % flashgen.explain_varlen(q, k, v, cu, cu, max_seqlen_q=mx, max_seqlen_k=mx,
+                                                  causal=True).splitlines()[0])
     out = fg()
     t = timed(fg, a.iters)
     row = "| flashgen | %.0f us | %.0f TFLOP/s |" % (t, flops / t / 1e6)

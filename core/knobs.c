@@ -54,6 +54,10 @@ static const fg_knob knobs[FG_KNOB_COUNT] = {
     [FG_KNOB_SERVE_TMA] = {"FLASHGEN_SERVE_TMA", "0",
                            "1: serving calls whose keys are packed or in a dense cache load K and V by TMA (sm_90 "
                            "and newer, head_dim 64, 128, 192, 256); off by default until measured", 1},
+    [FG_KNOB_PREFILL_SM90A] = {"FLASHGEN_PREFILL_SM90A", "0",
+                               "1: serving calls on an H100/H200 whose longest sequence has 64 queries or more (keys "
+                               "not paged) run the sm_90a forward's varlen variants; off by default until their GPU "
+                               "tests have passed", 1},
 };
 
 const fg_knob *knob_info(fg_knob_id id) { return (unsigned)id < FG_KNOB_COUNT ? &knobs[id] : NULL; }
@@ -78,7 +82,7 @@ int knob_bad_switch(char *buf, unsigned long n) {
     static const fg_knob_id switches[] = {FG_KNOB_LINEINFO,  FG_KNOB_WGMMA,       FG_KNOB_WGMMA_FP8,
                                           FG_KNOB_WGMMA_BWD, FG_KNOB_BWD_TMA,     FG_KNOB_PDL,
                                           FG_KNOB_DET_ROTATE, FG_KNOB_CHECK_INPUTS, FG_KNOB_TUNE_SHARE_DEVICE,
-                                          FG_KNOB_SERVE_TMA};
+                                          FG_KNOB_SERVE_TMA, FG_KNOB_PREFILL_SM90A};
     for (unsigned i = 0; i < sizeof switches / sizeof switches[0]; i++) {
         const char *v = knob_value(switches[i]);
         if (!v || strcmp(v, "0") == 0 || strcmp(v, "1") == 0) continue;

@@ -24,6 +24,7 @@ typedef enum fg_knob_id {
     FG_KNOB_CHECK_INPUTS,     /* 1: serving calls check their device-resident lengths and tables first */
     FG_KNOB_NUM_SPLITS,       /* serving calls' split count when the call leaves it to flashgen */
     FG_KNOB_SERVE_TMA,        /* 1: the serving kernel loads K and V by TMA where it can */
+    FG_KNOB_PREFILL_SM90A,    /* 1: serving prefill calls on Hopper run the sm_90a forward's varlen variants */
     FG_KNOB_COUNT
 } fg_knob_id;
 

@@ -91,6 +91,8 @@ struct fg_context {
     int ntile_ctr;               /* pairs handed out; streams past FG_TILE_CTRS run one CTA per tile */
     int check_inputs;            /* FG_OPTION_CHECK_INPUTS (FLASHGEN_CHECK_INPUTS): serving calls check their
                                     device-resident lengths and tables on the host first (serving_args.c) */
+    int prefill_sm90a;           /* FLASHGEN_PREFILL_SM90A=1 with the wgmma forward: serving prefill calls run its
+                                    varlen variants (serving_prefill.c) */
     int serve_tma;               /* FLASHGEN_SERVE_TMA=1 on sm_90+: the serving kernel's tma=1 variants for calls
                                     whose keys are not paged (serving.c serve_tiles) */
     int num_splits;              /* FLASHGEN_NUM_SPLITS: 0 auto, else the serving calls' split count when

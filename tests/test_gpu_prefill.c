@@ -1,5 +1,6 @@
 /* test_gpu_prefill.c: the serving forward's prefill (fg_attention_fwd_varlen with the longest sequence at least
- * 64 queries), which on Hopper runs the sm_90a forward's varlen=1 variants and elsewhere the serving kernel:
+ * 64 queries), which on Hopper with FLASHGEN_PREFILL_SM90A=1 runs the sm_90a forward's varlen=1 variants and
+ * elsewhere the serving kernel (each case runs both ways):
  * packed sequences of mixed lengths (0, 1, and either side of the 64-row query block), queries longer than
  * keys, head dims 64 to 256, strided views, dense caches below capacity whose unused slots hold NaN, long
  * sequences. Every element of every sequence is judged against the CPU reference (serving_run.c). */
@@ -15,9 +16,11 @@ static serve_case pc(fg_dtype dt, int batch, const int *lq, const int *lk, int h
     return c;
 }
 
-/* Runs case c after checking which family fg_explain_varlen names for it: the sm_90a forward on a context
- * that has it (head_dim a multiple of 32), the serving kernel elsewhere. */
-static void run_prefill(const serve_case *c) {
+/* Runs case c on one context (FLASHGEN_PREFILL_SM90A as sm90a says) after checking which family
+ * fg_explain_varlen names for it: the sm_90a forward where that context takes it (head_dim a multiple of 32),
+ * the serving kernel elsewhere. */
+static void run_prefill_with(const serve_case *c, int sm90a_on) {
+    setenv("FLASHGEN_PREFILL_SM90A", sm90a_on ? "1" : "0", 1); /* read when gpu_open makes the context */
     gpu_env env;
     gpu_open(&env);
     serve_run *r = calloc(1, sizeof *r);
@@ -25,7 +28,8 @@ static void run_prefill(const serve_case *c) {
     serve_setup(&env, r, c);
     char text[2048];
     cr_assert_eq(fg_explain_varlen(env.ctx, &r->args, text, sizeof text), FG_OK, "%s", fg_last_error(env.ctx));
-    const int sm90a = env.ctx->wgmma && c->d % 32 == 0 && c->k_mode != SERVE_K_PAGED;
+    const int sm90a = env.ctx->prefill_sm90a && c->d % 32 == 0 && c->k_mode != SERVE_K_PAGED;
+    cr_assert_eq(env.ctx->prefill_sm90a, sm90a_on && env.ctx->wgmma, "FLASHGEN_PREFILL_SM90A was not taken");
     if (sm90a)
         cr_assert(strstr(text, "prefill on the sm_90a forward") && strstr(text, "varlen=1"), "%s", text);
     else
@@ -35,6 +39,12 @@ static void run_prefill(const serve_case *c) {
     serve_free(&env, r);
     free(r);
     gpu_close(&env);
+}
+
+/* Each case on both families where the GPU has both (Hopper), else on the serving kernel. */
+static void run_prefill(const serve_case *c) {
+    run_prefill_with(c, 1);
+    run_prefill_with(c, 0);
 }
 
 static const int mixed[] = {0, 1, 63, 64, 65, 129, 300, 700, 1};
