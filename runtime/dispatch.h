@@ -232,6 +232,8 @@ fg_status serving_plan_for(fg_context *ctx, const fg_varlen_args *a, const servi
  * serving_prefill_run returns 1 with the launch's status in *st, or 0 when the call is not one of those. */
 int serving_prefill_run(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, void *stream, fg_status *st,
                         fg_error *err);
+/* 1 with the sm_90a forward's variant for such a call in *spec, 0 when the call is not one of those. */
+int serving_prefill_variant(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, fg_spec *spec);
 /* fg_explain_varlen's account of such a call into buf (1), or 0 when the call is not one of those. */
 int serving_prefill_explain(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, char *buf, size_t n);
 

@@ -77,6 +77,12 @@ static int prefill_spec(fg_context *ctx, const fg_varlen_args *a, const serving_
     return spec_validate(spec, &err) == FG_OK;
 }
 
+int serving_prefill_variant(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, fg_spec *spec) {
+    fg_fwd_args g;
+    fwd_varlen vl;
+    return prefill_spec(ctx, a, c, spec, &g, &vl, NULL, 0);
+}
+
 int serving_prefill_run(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, void *stream, fg_status *st,
                         fg_error *err) {
     fg_spec spec;
