@@ -64,6 +64,22 @@ fg_status ref_check_problem(const ref_problem *p, fg_error *err) {
                            "reference: %s must be F32 of shape [1] or [batch, heads_kv] = [%lld, %lld]", dnames[i],
                            (long long)p->q.shape[0], (long long)p->k.shape[2]);
     }
+    const int variants = p->window || p->causal_top_left || p->softcap != 0.0f || p->alibi_slopes.data || p->sinks.data;
+    if (variants && ref_is_fp8(p->q.dtype))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: the model variants (window, causal_top_left, softcap, "
+                       "alibi_slopes, sinks) take 16-bit inputs only");
+    if (p->causal_top_left && !p->causal)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: causal_top_left is set without causal");
+    if (!(p->softcap >= 0.0f) || isinf(p->softcap))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: softcap must be finite and >= 0 (0: none)");
+    const fg_tensor *per_head[2] = {&p->alibi_slopes, &p->sinks};
+    static const char *const hnames[2] = {"alibi_slopes", "sinks"};
+    for (int i = 0; i < 2; i++) {
+        const fg_tensor *t = per_head[i];
+        if (t->data && (t->dtype != FG_DTYPE_F32 || t->ndim != 1 || t->shape[0] != p->q.shape[2] || t->stride[0] < 0))
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: %s must be F32 of shape [heads_q] = [%lld]",
+                           hnames[i], (long long)p->q.shape[2]);
+    }
     for (int i = 0; i < 4; i++)
         if (p->k.shape[i] != p->v.shape[i])
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: k.shape[%d] (%lld) != v.shape[%d] (%lld)",
@@ -107,6 +123,9 @@ fg_status ref_check_bwd_problem(const ref_bwd_problem *p, fg_error *err) {
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                        "reference: fwd.q.dtype is FP8; the backward reference takes F16 or BF16 inputs only "
                        "(FP8 backward is not supported)");
+    if (p->fwd.window || p->fwd.causal_top_left || p->fwd.softcap != 0.0f || p->fwd.alibi_slopes.data || p->fwd.sinks.data)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: the backward reference takes no model variants "
+                       "(window, causal_top_left, softcap, alibi_slopes, sinks) yet");
     if ((st = ref_check_like(&p->o, "o", &p->fwd.q, "q", err)) || (st = ref_check_like(&p->d_o, "d_o", &p->fwd.q, "q", err)))
         return st;
     if (p->o.dtype != p->fwd.q.dtype || p->d_o.dtype != p->fwd.q.dtype)

@@ -76,18 +76,40 @@ static void load_kv(const fwd_job *j, scratch *s, int64_t bi, int64_t kh) {
  * LSE is returned (-inf, with O = 0, when the row sees no key). The KV head must already be loaded. FP8
  * rows work on the raw fp8 values and apply the descale factors as the kernel does: c = scale * qd * kd
  * on the scores, vd on P.V (reference.h). */
+/* The model variants of a row (reference.h): the keys [lo, lo + n) it sees, from the mask and the window. */
+static int64_t visible_keys(const fwd_job *j, int64_t i, int64_t *lo) {
+    const ref_problem *p = j->p;
+    const int64_t diag = i + j->sk - j->sq; /* the bottom-right diagonal */
+    int64_t a = 0, e = j->sk;               /* keys [a, e) */
+    if (p->causal) {
+        const int64_t last = p->causal_top_left ? i : diag;
+        if (last + 1 < e) e = last + 1;
+    }
+    if (p->window) {
+        if (p->window_left >= 0 && diag - p->window_left > a) a = diag - p->window_left;
+        if (p->window_right >= 0 && diag + p->window_right + 1 < e) e = diag + p->window_right + 1;
+    }
+    *lo = a;
+    return e > a ? e - a : 0;
+}
+
+/* Element h of a per-head F32 host array (alibi_slopes, sinks). */
+static double per_head(const fg_tensor *t, int64_t h) { return ((const float *)t->data)[h * t->stride[0]]; }
+
 static double forward_row(const fwd_job *j, scratch *s, int64_t bi, int64_t i, int64_t h) {
     const int64_t d = j->d;
-    int64_t n = j->sk;
-    if (j->p->causal) {
-        int64_t last = i + j->sk - j->sq; /* the last visible key, bottom-right aligned */
-        n = last + 1 < 0 ? 0 : (last + 1 > j->sk ? j->sk : last + 1);
-    }
+    int64_t lo;
+    const int64_t n = visible_keys(j, i, &lo);
+    const int sink = j->p->sinks.data != NULL;
+    const double sink_logit = sink ? per_head(&j->p->sinks, h) : -INFINITY;
     if (n == 0) {
         for (int64_t x = 0; x < d; x++)
             s->o32[x] = s->olow[x] = 0.0;
-        return -INFINITY;
+        return sink_logit; /* -inf without a sink */
     }
+    const double cap = j->p->softcap;
+    const double slope = j->p->alibi_slopes.data ? per_head(&j->p->alibi_slopes, h) : 0.0;
+    const int64_t diag = i + j->sk - j->sq;
     double *restrict q = s->q, *restrict sc = s->s, *restrict pl = s->pl;
     for (int64_t x = 0; x < d; x++)
         q[x] = elem_float(j->dt, &j->p->q, bi, i, h, x);
@@ -99,7 +121,7 @@ static double forward_row(const fwd_job *j, scratch *s, int64_t bi, int64_t i, i
      * sums' rounding (~1e-16 relative) is far below anything the checks resolve. */
     double m = -INFINITY, mag = 0;
     for (int64_t t = 0; t < n; t++) {
-        const float *restrict kr = s->kf + t * d;
+        const float *restrict kr = s->kf + (lo + t) * d;
         double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
         int64_t x = 0;
         for (; x + 4 <= d; x += 4) {
@@ -111,6 +133,10 @@ static double forward_row(const fwd_job *j, scratch *s, int64_t bi, int64_t i, i
         for (; x < d; x++)
             a0 += q[x] * kr[x];
         sc[t] = ((a0 + a1) + (a2 + a3)) * c;
+        if (cap > 0)
+            sc[t] = cap * tanh(sc[t] / cap);
+        if (slope != 0)
+            sc[t] -= slope * fabs((double)(diag - (lo + t)));
         if (sc[t] > m)
             m = sc[t];
         if (j->fp8) {
@@ -140,11 +166,21 @@ static double forward_row(const fwd_job *j, scratch *s, int64_t bi, int64_t i, i
         l += sc[t];
         l_rounded += pl[t];
     }
+    /* The sink's share of the denominator (a key without a value), relative to the keys' maximum m; a sink
+     * far above every key makes it infinite and O 0, its limit. The LSE takes the larger of the two as its
+     * base so that it stays finite. */
+    double lse = m + log(l);
+    if (sink) {
+        const double big = sink_logit > m ? sink_logit : m;
+        lse = big + log(l * exp(m - big) + exp(sink_logit - big));
+        l += exp(sink_logit - m);
+        l_rounded += exp(sink_logit - m);
+    }
     const double l_low = j->fp8_sum_rounded ? l_rounded : j->fp8 ? ldexp(l, 8) : l;
 
     /* O = P.V / l for both references, one output column at a time over the transposed V. */
     for (int64_t x = 0; x < d; x++) {
-        const float *restrict vc = s->vf + x * j->sk;
+        const float *restrict vc = s->vf + x * j->sk + lo;
         double e0 = 0, e1 = 0, r0 = 0, r1 = 0;
         int64_t t = 0;
         for (; t + 2 <= n; t += 2) {
@@ -160,7 +196,7 @@ static double forward_row(const fwd_job *j, scratch *s, int64_t bi, int64_t i, i
         s->o32[x] = (e0 + e1) / l * vd;
         s->olow[x] = round_to(j->odt, (r0 + r1) * vd / l_low);
     }
-    return m + log(l);
+    return lse;
 }
 
 /* Maps a unit to (batch, head, first row, end row). Units run batch-major, then head, then row block, so

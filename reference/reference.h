@@ -83,6 +83,23 @@ typedef struct ref_problem {
     int fp8_sum_rounded; /* FP8 only: REF_LOWP divides O by the sum of the e4m3-rounded P, as the sm_90a kernel
                             does at head_dim 64/128 (its row sums come from the P.V product: forward_wgmma.cuh
                             FG_PV_SUM); 0: by the sum of the unrounded P, as the other FP8 kernels */
+    /* Model variants, each off when zero or NULL; 16-bit problems only. With d = i + sk - sq (query i's
+     * bottom-right diagonal) and logit_ij = scale * s_ij:
+     *   window           1: query i sees only keys j with d - window_left <= j <= d + window_right (a negative
+     *                    side is unbounded), besides the causal limit when causal is set;
+     *   causal_top_left  with causal: query i sees keys j <= i (top-left aligned) instead of j <= d;
+     *   softcap          > 0: logit_ij = softcap * tanh(scale * s_ij / softcap);
+     *   alibi_slopes     F32 [heads_q] (data NULL: none): logit_ij -= slope_h * |d - j|, after the softcap;
+     *   sinks            F32 [heads_q] (data NULL: none): exp(sink_h) joins every row's softmax denominator as a
+     *                    key without a value: O_i = sum_j exp(logit_ij) v_j / (exp(sink_h) + sum_j exp(logit_ij))
+     *                    and the LSE includes it; a row that sees no key gets O = 0 and LSE = sink_h.
+     * The backward reference takes none of them yet (ref_check_bwd refuses them). */
+    int window;
+    int64_t window_left, window_right;
+    int causal_top_left;
+    float softcap;
+    fg_tensor alibi_slopes;
+    fg_tensor sinks;
 } ref_problem;
 
 typedef enum ref_mode {
