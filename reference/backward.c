@@ -30,6 +30,7 @@ typedef struct bwd_scratch {
     double *dp;            /* pass 1: their dP [4][sk] */
     double *ds;            /* pass 1: their dS, ref32 [4][sk] */
     double *dsl;           /* pass 1: their dS, ref_lowp [4][sk] */
+    double *fac;           /* pass 1: the softcap's derivative factor of each pair, 1 without one [4][sk] */
     double *row;           /* pass 1: four q rows, four dO rows, [2][4][d] */
     double *dq32;          /* pass 1: dQ of those rows, ref32 [4][d] */
     double *dqlow;         /* pass 1: dQ of those rows, ref_lowp [4][d] */
@@ -179,18 +180,46 @@ static void bwd_load_kv(const bwd_job *j, bwd_scratch *s, int64_t bi, int64_t kh
     s->kv_h = kh;
 }
 
-/* The number of keys query row i sees: keys 0 .. n-1 (bottom-right aligned when causal). */
+/* One past the last key query row i may see (the mask's and the window's right edge): keys past it never
+ * count. The keys below it that the row does not see (a window's left edge) are bwd_logit's to drop. */
 static int64_t visible_keys(const bwd_job *j, int64_t i) {
-    if (!j->p->fwd.causal)
-        return j->sk;
-    int64_t last = i + j->sk - j->sq;
-    return last + 1 < 0 ? 0 : (last + 1 > j->sk ? j->sk : last + 1);
+    const ref_problem *f = &j->p->fwd;
+    const int64_t diag = i + j->sk - j->sq;
+    int64_t e = j->sk;
+    if (f->causal && (f->causal_top_left ? i : diag) + 1 < e) e = (f->causal_top_left ? i : diag) + 1;
+    if (f->window && f->window_right >= 0 && diag + f->window_right + 1 < e) e = diag + f->window_right + 1;
+    return e < 0 ? 0 : e;
 }
 
-/* The first query row that sees key `key` (sq when none does). */
+/* The first query row that may see key `key` (rows before it never do; later ones that do not are
+ * bwd_logit's to drop). */
 static int64_t first_row(const bwd_job *j, int64_t key) {
-    int64_t i0 = j->p->fwd.causal ? key - (j->sk - j->sq) : 0;
+    const ref_problem *f = &j->p->fwd;
+    int64_t i0 = 0;
+    if (f->causal) i0 = f->causal_top_left ? key : key - (j->sk - j->sq);
+    if (f->window && f->window_right >= 0 && key - (j->sk - j->sq) - f->window_right > i0)
+        i0 = key - (j->sk - j->sq) - f->window_right;
     return i0 < 0 ? 0 : i0;
+}
+
+/* Row i's logit for key t of head h from its raw score s = q.k (reference.h: scale, softcap, ALiBi), and in
+ * *dfac the softcap's derivative factor (d logit / d (scale s)); 0 when the row does not see the key (the
+ * window's left edge; visible_keys and first_row bound the rest). */
+static int bwd_logit(const bwd_job *j, int64_t i, int64_t t, int64_t h, double s, double *logit, double *dfac) {
+    const ref_problem *f = &j->p->fwd;
+    const int64_t diag = i + j->sk - j->sq;
+    if (f->window && f->window_left >= 0 && t < diag - f->window_left) return 0;
+    double x = s * j->scale, g = 1.0;
+    if (f->softcap > 0) {
+        const double th = tanh(x / f->softcap);
+        x = f->softcap * th;
+        g = 1.0 - th * th;
+    }
+    if (f->alibi_slopes.data)
+        x -= ((const float *)f->alibi_slopes.data)[h * f->alibi_slopes.stride[0]] * fabs((double)(diag - t));
+    *logit = x;
+    *dfac = g;
+    return 1;
 }
 
 /* y_r += sum_t c[r cs + t] a_t for the four rows y_r = y + r d and the four consecutive rows a_t = a + t d:
@@ -243,8 +272,11 @@ static void bwd_query_rows(const bwd_job *j, bwd_scratch *s, int64_t bi, int64_t
             for (int r = 0; r < nr; r++)
                 dot1x2(q + r * d, g + r * d, s->kd + t * d, s->vd + t * d, d, sc + r, gv + r);
         for (int r = 0; r < nr; r++) {
-            pr[r * sk + t] = t < n[r] ? exp(sc[r] * j->scale - lse[r]) : 0.0;
+            double logit, g = 1.0;
+            const int seen = t < n[r] && bwd_logit(j, i + r, t, h, sc[r], &logit, &g);
+            pr[r * sk + t] = seen ? exp(logit - lse[r]) : 0.0;
             dp[r * sk + t] = gv[r];
+            s->fac[r * sk + t] = g;
         }
     }
 
@@ -263,8 +295,8 @@ static void bwd_query_rows(const bwd_job *j, bwd_scratch *s, int64_t bi, int64_t
                 if (n[r] > 0)
                     j->d32[row0 + r] = dr;
             }
-            for (int64_t t = 0; t < n[r]; t++) {
-                double v = pr[r * sk + t] * (dp[r * sk + t] - dr);
+            for (int64_t t = 0; t < n[r]; t++) { /* (the softcap's factor: 1 without one) */
+                double v = pr[r * sk + t] * (dp[r * sk + t] - dr) * s->fac[r * sk + t];
                 ds[r * sk + t] = ref ? round_to(j->dt, v) : v;
             }
         }
@@ -315,7 +347,7 @@ static void bwd_q_unit(void *arg, int tid, int64_t unit) {
  * key t of the unit's block: P, dP, dS of those rows, added into the key's dK and dV accumulators of
  * each wanted reference. Rows whose LSE is -inf have zeroed Q/dO in the chunk and get P = dS = 0. */
 static void bwd_key_rows(const bwd_job *j, bwd_scratch *s, int64_t h, int64_t bi, int64_t c0, int64_t i, int nr,
-                         int64_t t) {
+                         int64_t j0, int64_t t) {
     const int64_t d = j->d, r = i - c0, base = (bi * j->hq + h) * j->sq;
     const double *kt = s->blk + t * d, *vt = s->blk + (BWD_ROWS + t) * d;
     const double *qr = s->chunk + r * d, *gr = s->chunk + (BWD_ROWS + r) * d;
@@ -326,12 +358,14 @@ static void bwd_key_rows(const bwd_job *j, bwd_scratch *s, int64_t h, int64_t bi
         dot1x2(qr, gr, kt, vt, d, sc, dp);
     for (int u = 0; u < nr; u++) {
         const double lse = lse_at(&j->p->lse, bi, h, i + u);
-        pr[u] = lse == -INFINITY ? 0.0 : exp(sc[u] * j->scale - lse);
+        double logit, g = 1.0;
+        const int seen = lse != -INFINITY && j0 + t < visible_keys(j, i + u) && bwd_logit(j, i + u, j0 + t, h, sc[u], &logit, &g);
+        pr[u] = seen ? exp(logit - lse) : 0.0;
         if (j->want32)
-            ds[u] = pr[u] * (dp[u] - j->d32[base + i + u]);
+            ds[u] = pr[u] * (dp[u] - j->d32[base + i + u]) * g;
         if (j->wantlow) {
             pl[u] = round_to(j->dt, pr[u]);
-            dsl[u] = round_to(j->dt, pr[u] * (dp[u] - j->dlow[base + i + u]));
+            dsl[u] = round_to(j->dt, pr[u] * (dp[u] - j->dlow[base + i + u]) * g);
         }
     }
     double *dk32 = s->acc + t * d, *dv32 = s->acc + (BWD_ROWS + t) * d;
@@ -388,9 +422,9 @@ static void bwd_k_unit(void *arg, int tid, int64_t unit) {
             for (int64_t t = 0; t < nk; t++) { /* key by key, over the chunk's rows that see the key */
                 int64_t i = first_row(j, j0 + t) > c0 ? first_row(j, j0 + t) : c0;
                 for (; i + 4 <= c1; i += 4)
-                    bwd_key_rows(j, s, h, bi, c0, i, 4, t);
+                    bwd_key_rows(j, s, h, bi, c0, i, 4, j0, t);
                 for (; i < c1; i++)
-                    bwd_key_rows(j, s, h, bi, c0, i, 1, t);
+                    bwd_key_rows(j, s, h, bi, c0, i, 1, j0, t);
             }
         }
 
@@ -445,7 +479,7 @@ static fg_status bwd_init(bwd_job *j, const ref_bwd_problem *p, int *nthreads, f
         bwd_scratch *s = &j->scr[i];
         s->kd = malloc(sk * d * sizeof *s->kd);
         s->vd = malloc(sk * d * sizeof *s->vd);
-        s->p = malloc(16 * sk * sizeof *s->p);
+        s->p = malloc(20 * sk * sizeof *s->p);
         s->row = malloc(16 * d * sizeof *s->row);
         s->blk = malloc(2 * BWD_ROWS * d * sizeof *s->blk);
         s->chunk = malloc(2 * BWD_ROWS * d * sizeof *s->chunk);
@@ -458,6 +492,7 @@ static fg_status bwd_init(bwd_job *j, const ref_bwd_problem *p, int *nthreads, f
         s->dp = s->p + 4 * sk;
         s->ds = s->p + 8 * sk;
         s->dsl = s->p + 12 * sk;
+        s->fac = s->p + 16 * sk;
         s->dq32 = s->row + 8 * d;
         s->dqlow = s->row + 12 * d;
         s->kv_b = s->kv_h = -1;
@@ -579,3 +614,29 @@ fg_status ref_check_bwd(const ref_bwd_problem *p, const fg_tensor *dq, const fg_
     return st;
 }
 
+
+/* Contract in reference.h. A few multiplications a row: one thread. */
+fg_status ref_sink_grad(const ref_bwd_problem *p, double *dsink, fg_error *err) {
+    fg_status st = ref_check_bwd_problem(p, err);
+    if (st)
+        return st;
+    if (!p->fwd.sinks.data || !dsink)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: ref_sink_grad needs a problem with sinks and an output");
+    if (ref_tables_fill() != 0)
+        return fg_fail(err, FG_ERR_INTERNAL, "reference: pthread_once failed");
+    const fg_dtype dt = p->fwd.q.dtype;
+    const int64_t b = p->fwd.q.shape[0], sq = p->fwd.q.shape[1], hq = p->fwd.q.shape[2], d = p->fwd.q.shape[3];
+    for (int64_t h = 0; h < hq; h++) {
+        const double sink = ((const float *)p->fwd.sinks.data)[h * p->fwd.sinks.stride[0]];
+        double g = 0;
+        for (int64_t bi = 0; bi < b; bi++)
+            for (int64_t i = 0; i < sq; i++) {
+                double dsum = 0;
+                for (int64_t x = 0; x < d; x++)
+                    dsum += elem_float(dt, &p->d_o, bi, i, h, x) * elem_float(dt, &p->o, bi, i, h, x);
+                g -= exp(sink - lse_at(&p->lse, bi, h, i)) * dsum;
+            }
+        dsink[h] = g;
+    }
+    return FG_OK;
+}

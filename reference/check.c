@@ -123,9 +123,6 @@ fg_status ref_check_bwd_problem(const ref_bwd_problem *p, fg_error *err) {
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                        "reference: fwd.q.dtype is FP8; the backward reference takes F16 or BF16 inputs only "
                        "(FP8 backward is not supported)");
-    if (p->fwd.window || p->fwd.causal_top_left || p->fwd.softcap != 0.0f || p->fwd.alibi_slopes.data || p->fwd.sinks.data)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: the backward reference takes no model variants "
-                       "(window, causal_top_left, softcap, alibi_slopes, sinks) yet");
     if ((st = ref_check_like(&p->o, "o", &p->fwd.q, "q", err)) || (st = ref_check_like(&p->d_o, "d_o", &p->fwd.q, "q", err)))
         return st;
     if (p->o.dtype != p->fwd.q.dtype || p->d_o.dtype != p->fwd.q.dtype)

@@ -93,7 +93,8 @@ typedef struct ref_problem {
      *   sinks            F32 [heads_q] (data NULL: none): exp(sink_h) joins every row's softmax denominator as a
      *                    key without a value: O_i = sum_j exp(logit_ij) v_j / (exp(sink_h) + sum_j exp(logit_ij))
      *                    and the LSE includes it; a row that sees no key gets O = 0 and LSE = sink_h.
-     * The backward reference takes none of them yet (ref_check_bwd refuses them). */
+     * The backward reference takes them all: the softcap's derivative in dS, and the sinks' gradient from
+     * ref_sink_grad. */
     int window;
     int64_t window_left, window_right;
     int causal_top_left;
@@ -207,6 +208,12 @@ typedef struct ref_bwd_problem {
  * inconsistent problem (FP8 inputs included), FG_ERR_NO_MEMORY. */
 fg_status ref_attention_bwd(const ref_bwd_problem *p, ref_mode mode, double *dq, double *dk, double *dv,
                             double *delta, fg_error *err);
+
+/* The gradient of the loss with respect to each query head's sink logit (problems with sinks): dsink_h =
+ * -sum over batch and rows of exp(sink_h - LSE_i) D_i, with D_i = dO_i . O_i of the given O and dO (the
+ * sink's probability times the row's D: the sink takes part in the normalization only). dsink: [heads_q]
+ * doubles. FG_ERR_INVALID_ARGUMENT without sinks or for an inconsistent problem. */
+fg_status ref_sink_grad(const ref_bwd_problem *p, double *dsink, fg_error *err);
 
 /* What ref_check_bwd found for one gradient tensor. Indices are logical ([b, s, h, d]). */
 typedef struct ref_grad_report {

@@ -1,7 +1,7 @@
 /* test_reference_variants.c: the CPU reference's model variants (reference.h: sliding window, top-left causal,
- * softcap, ALiBi, attention sinks) against naive loops written from their definitions, alone and combined,
- * with windows of 0, 1 and wider than the sequence, sq != sk both ways, rows that see no key, and the rules
- * the reference refuses. Needs no GPU; runs in CI. */
+ * softcap, ALiBi, attention sinks), forward and backward (with the sinks' gradient), against naive loops
+ * written from their definitions, alone and combined, with windows of 0, 1 and wider than the sequence,
+ * sq != sk both ways, rows that see no key, and the rules the reference refuses. Needs no GPU; runs in CI. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -168,15 +168,134 @@ Test(reference_variants, inconsistent_variants_are_refused) {
     p.alibi_slopes = per_head(three, 3);
     cr_assert_eq(ref_attention_fwd(&p, REF_32, o, lse, &e), FG_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(e.msg, "alibi_slopes must be F32 of shape [heads_q] = [2]"), "%s", e.msg);
-    /* the backward reference takes no variant yet */
+    qkv_free(&q, &k, &v);
+}
+
+/* The gradients from the definitions, over the keys each row sees: P = exp(logit - LSE) (the given LSE, which
+ * holds the sink), dP = dO . v, D = sum_j P dP, dS = P (dP - D) x the softcap's derivative, dQ = scale
+ * sum_j dS k, dK = scale sum_i dS q and dV = sum_i P dO over a KV head's query heads; dsink_h = -sum_i
+ * exp(sink_h - LSE_i) (dO_i . O_i). Outputs contiguous, zeroed here. */
+static void naive_variant_bwd(const ref_bwd_problem *bp, double *dq, double *dk, double *dv, double *dsink) {
+    const ref_problem *p = &bp->fwd;
+    const int64_t B = p->q.shape[0], SQ = p->q.shape[1], HQ = p->q.shape[2], D = p->q.shape[3];
+    const int64_t SK = p->k.shape[1], HKV = p->k.shape[2];
+    const double scale = p->softmax_scale != 0 ? p->softmax_scale : 1.0 / sqrt((double)D);
+    const fg_dtype dt = p->q.dtype;
+    memset(dq, 0, (size_t)(B * SQ * HQ * D) * sizeof *dq);
+    memset(dk, 0, (size_t)(B * SK * HKV * D + 1) * sizeof *dk);
+    memset(dv, 0, (size_t)(B * SK * HKV * D + 1) * sizeof *dv);
+    for (int64_t h = 0; h < HQ; h++) dsink[h] = 0;
+    double *P = malloc((size_t)(SK + 1) * sizeof *P), *G = malloc((size_t)(SK + 1) * sizeof *G),
+           *DP = malloc((size_t)(SK + 1) * sizeof *DP);
+    cr_assert(P && G && DP);
+#define F(t, b, s, hh, x) ((double)ref_to_float(dt, *at(t, b, s, hh, x)))
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < HQ; h++)
+            for (int64_t i = 0; i < SQ; i++) {
+                const int64_t kh = h / (HQ / HKV), diag = i + SK - SQ;
+                const double lse = ((const float *)bp->lse.data)[b * bp->lse.stride[0] + h * bp->lse.stride[1] + i * bp->lse.stride[2]];
+                double Dsum = 0, dout_o = 0;
+                for (int64_t x = 0; x < D; x++) dout_o += F(&bp->d_o, b, i, h, x) * F(&bp->o, b, i, h, x);
+                if (p->sinks.data) dsink[h] -= exp(((const float *)p->sinks.data)[h] - lse) * dout_o;
+                for (int64_t j = 0; j < SK; j++) {
+                    int seen = lse != -INFINITY;
+                    if (p->causal) seen = seen && j <= (p->causal_top_left ? i : diag);
+                    if (p->window && p->window_left >= 0) seen = seen && j >= diag - p->window_left;
+                    if (p->window && p->window_right >= 0) seen = seen && j <= diag + p->window_right;
+                    P[j] = DP[j] = 0, G[j] = 1;
+                    if (!seen) continue;
+                    double dot = 0, dpv = 0;
+                    for (int64_t x = 0; x < D; x++) {
+                        dot += F(&p->q, b, i, h, x) * F(&p->k, b, j, kh, x);
+                        dpv += F(&bp->d_o, b, i, h, x) * F(&p->v, b, j, kh, x);
+                    }
+                    double logit = scale * dot;
+                    if (p->softcap > 0) {
+                        const double th = tanh(logit / p->softcap);
+                        logit = p->softcap * th;
+                        G[j] = 1 - th * th;
+                    }
+                    if (p->alibi_slopes.data) logit -= ((const float *)p->alibi_slopes.data)[h] * fabs((double)(diag - j));
+                    P[j] = exp(logit - lse);
+                    DP[j] = dpv;
+                    Dsum += P[j] * dpv;
+                }
+                for (int64_t j = 0; j < SK; j++) {
+                    if (P[j] == 0) continue;
+                    const double ds = P[j] * (DP[j] - Dsum) * G[j];
+                    for (int64_t x = 0; x < D; x++) {
+                        dq[((b * SQ + i) * HQ + h) * D + x] += scale * ds * F(&p->k, b, j, kh, x);
+                        dk[((b * SK + j) * HKV + kh) * D + x] += scale * ds * F(&p->q, b, i, h, x);
+                        dv[((b * SK + j) * HKV + kh) * D + x] += P[j] * F(&bp->d_o, b, i, h, x);
+                    }
+                }
+            }
+#undef F
+    free(P), free(G), free(DP);
+}
+
+static void check_bwd_case(fg_dtype dt, int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hkv, int64_t d,
+                           const variant *v, uint64_t seed) {
+    fg_tensor q, k, vv;
+    qkv_random(&q, &k, &vv, dt, b, sq, sk, hq, hkv, d, seed, seed + 1, seed + 2);
     ref_bwd_problem bp;
     memset(&bp, 0, sizeof bp);
-    bp.fwd = problem(q, k, v, 0, 0);
-    bp.fwd.window = 1, bp.fwd.window_left = 2, bp.fwd.window_right = 2;
-    bp.o = q, bp.d_o = q;
-    bp.lse = (fg_tensor){lse, FG_DTYPE_F32, 3, {1, 2, 8, 0}, {16, 8, 1, 0}};
-    double g[256];
-    cr_assert_eq(ref_attention_bwd(&bp, REF_32, g, g, g, NULL, &e), FG_ERR_INVALID_ARGUMENT);
-    cr_assert(strstr(e.msg, "no model variants"), "%s", e.msg);
-    qkv_free(&q, &k, &v);
+    ref_problem *p = &bp.fwd;
+    *p = problem(q, k, vv, 0, v->causal);
+    p->causal_top_left = v->top_left;
+    p->window = v->window, p->window_left = v->left, p->window_right = v->right;
+    p->softcap = v->softcap;
+    float slopes[16], sinks[16];
+    for (int64_t h = 0; h < hq; h++) slopes[h] = 0.5f / (float)(h + 1), sinks[h] = (float)h * 0.75f - 1.0f;
+    if (v->alibi) p->alibi_slopes = per_head(slopes, hq);
+    if (v->sinks) p->sinks = per_head(sinks, hq);
+    /* O and the LSE as a kernel's forward leaves them: the 16-bit ref_lowp O, the ref32 LSE as float */
+    double *lse, *olow = run_ref(p, REF_LOWP, NULL), *o32 = run_ref(p, REF_32, &lse);
+    const int64_t shape[4] = {b, sq, hq, d};
+    bp.o = tensor_of(olow, dt, shape, 0, 0);
+    bp.d_o = host_tensor(dt, b, sq, hq, d, 0, 0);
+    fill(&bp.d_o, seed + 3);
+    bp.lse = lse_view(lse, b, hq, sq, 0, 0);
+    const int64_t nq = b * sq * hq * d, nk = b * sk * hkv * d;
+    double *dq = malloc((size_t)(nq + 1) * sizeof *dq), *dk = malloc((size_t)(nk + 1) * sizeof *dk),
+           *dv = malloc((size_t)(nk + 1) * sizeof *dv), *nq_ = malloc((size_t)(nq + 1) * sizeof *nq_),
+           *nk_ = malloc((size_t)(nk + 1) * sizeof *nk_), *nv_ = malloc((size_t)(nk + 1) * sizeof *nv_);
+    double dsink[16], nsink[16];
+    cr_assert(dq && dk && dv && nq_ && nk_ && nv_);
+    fg_error e;
+    cr_assert_eq(ref_attention_bwd(&bp, REF_32, dq, dk, dv, NULL, &e), FG_OK, "%s", e.msg);
+    naive_variant_bwd(&bp, nq_, nk_, nv_, nsink);
+    const double eq = max_abs_diff(dq, nq_, nq), ek = max_abs_diff(dk, nk_, nk), ev = max_abs_diff(dv, nv_, nk);
+    cr_assert(eq < 1e-10 && ek < 1e-10 && ev < 1e-10, "seed %llu: dq %g, dk %g, dv %g from the definitions",
+              (unsigned long long)seed, eq, ek, ev);
+    if (v->sinks) {
+        cr_assert_eq(ref_sink_grad(&bp, dsink, &e), FG_OK, "%s", e.msg);
+        for (int64_t h = 0; h < hq; h++)
+            cr_assert(fabs(dsink[h] - nsink[h]) < 1e-9 * (1 + fabs(nsink[h])), "seed %llu: dsink[%lld] %.17g vs %.17g",
+                      (unsigned long long)seed, (long long)h, dsink[h], nsink[h]);
+    } else {
+        cr_assert_eq(ref_sink_grad(&bp, dsink, &e), FG_ERR_INVALID_ARGUMENT, "a problem without sinks has no dsink");
+    }
+    free(dq), free(dk), free(dv), free(nq_), free(nk_), free(nv_), free(olow), free(o32), free(lse);
+    free(bp.o.data), free(bp.d_o.data), free(bp.lse.data);
+    qkv_free(&q, &k, &vv);
+}
+
+Test(reference_variants, gradients_from_the_definitions) {
+    const variant cases[] = {
+        {.window = 1, .left = 3, .right = 2},
+        {.causal = 1, .window = 1, .left = 4, .right = -1},
+        {.causal = 1, .top_left = 1},
+        {.softcap = 2.0f},
+        {.softcap = 30.0f, .causal = 1, .window = 1, .left = 6, .right = -1},
+        {.alibi = 1, .causal = 1},
+        {.alibi = 1, .window = 1, .left = 3, .right = 2},
+        {.sinks = 1},
+        {.sinks = 1, .causal = 1, .window = 1, .left = 3, .right = -1},
+        {.alibi = 1, .sinks = 1, .softcap = 1.5f},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        check_bwd_case(FG_DTYPE_BF16, 2, 29, 37, 4, 2, 16, &cases[c], 300 + 10 * c); /* GQA, sq < sk */
+        check_bwd_case(FG_DTYPE_F16, 1, 41, 19, 2, 2, 24, &cases[c], 500 + 10 * c);  /* sq > sk */
+    }
 }
