@@ -45,7 +45,10 @@ typedef struct bwd_job {
     const ref_bwd_problem *p; /* inputs */
     fg_dtype dt;              /* input dtype (F16 or BF16) */
     int64_t b, sq, sk;        /* batch, query and key lengths */
-    int64_t hq, hkv, d;       /* heads and head dim */
+    int64_t hq, hkv, d;       /* heads and Q/K's head dim */
+    int64_t vdim;             /* V's, O's and dO's head dim */
+    int64_t w;                /* the scratch rows' width, max(d, vdim): Q/K rows hold d values, V/dO rows dv,
+                                 zeros after them, so one dot product over w is exact for both */
     int64_t group;            /* hq / hkv */
     double scale;             /* softmax scale actually used */
     int want32;               /* compute ref32 */
@@ -59,7 +62,7 @@ typedef struct bwd_job {
     /* ref_attention_bwd: the one reference computed, contiguous (NULL when store is 0, or when empty) */
     double *dq;               /* [b, sq, hq, d] */
     double *dk;               /* [b, sk, hkv, d] */
-    double *dv;               /* [b, sk, hkv, d] */
+    double *dv;               /* [b, sk, hkv, dv] */
     /* ref_check_bwd: the kernel's gradients (host) */
     const fg_tensor *gq;      /* dQ */
     const fg_tensor *gk;      /* dK */
@@ -172,9 +175,9 @@ static void bwd_load_kv(const bwd_job *j, bwd_scratch *s, int64_t bi, int64_t kh
     if (s->kv_b == bi && s->kv_h == kh)
         return;
     for (int64_t t = 0; t < j->sk; t++)
-        for (int64_t x = 0; x < j->d; x++) {
-            s->kd[t * j->d + x] = elem_float(j->dt, &j->p->fwd.k, bi, t, kh, x);
-            s->vd[t * j->d + x] = elem_float(j->dt, &j->p->fwd.v, bi, t, kh, x);
+        for (int64_t x = 0; x < j->w; x++) {
+            s->kd[t * j->w + x] = x < j->d ? elem_float(j->dt, &j->p->fwd.k, bi, t, kh, x) : 0.0;
+            s->vd[t * j->w + x] = x < j->vdim ? elem_float(j->dt, &j->p->fwd.v, bi, t, kh, x) : 0.0;
         }
     s->kv_b = bi;
     s->kv_h = kh;
@@ -235,20 +238,20 @@ static inline void axpy4x4(double *restrict y, const double *restrict a, const d
  * P = 0 everywhere and gets dQ = 0 (exp(s - (-inf)) is never formed); masked pairs are never multiplied
  * in, so a NaN in a key reaches only the rows that see it. */
 static void bwd_query_rows(const bwd_job *j, bwd_scratch *s, int64_t bi, int64_t h, int64_t i, int nr) {
-    const int64_t d = j->d, sk = j->sk;
+    const int64_t d = j->w, sk = j->sk; /* rows of width w (bwd_job) */
     const ref_bwd_problem *p = j->p;
     const int64_t row0 = (bi * j->hq + h) * j->sq + i;
     double *q = s->row, *g = s->row + 4 * d, lse[4], dlow[4] = {0, 0, 0, 0};
     int64_t n[4] = {0, 0, 0, 0}, nmin = sk, nmax = 0;
     for (int r = 0; r < 4; r++)
         for (int64_t x = 0; x < d; x++) {
-            q[r * d + x] = r < nr ? elem_float(j->dt, &p->fwd.q, bi, i + r, h, x) : 0.0;
-            g[r * d + x] = r < nr ? elem_float(j->dt, &p->d_o, bi, i + r, h, x) : 0.0;
+            q[r * d + x] = r < nr && x < j->d ? elem_float(j->dt, &p->fwd.q, bi, i + r, h, x) : 0.0;
+            g[r * d + x] = r < nr && x < j->vdim ? elem_float(j->dt, &p->d_o, bi, i + r, h, x) : 0.0;
             s->dq32[r * d + x] = s->dqlow[r * d + x] = 0.0;
         }
     for (int r = 0; r < nr; r++) {
         if (j->wantlow) { /* the kernel's preprocessing: rowsum(dO * O) of the 16-bit tensors, every row */
-            for (int64_t x = 0; x < d; x++)
+            for (int64_t x = 0; x < j->vdim; x++)
                 dlow[r] += g[r * d + x] * elem_float(j->dt, &p->o, bi, i + r, h, x);
             j->dlow[row0 + r] = dlow[r];
         }
@@ -322,7 +325,7 @@ static void bwd_query_rows(const bwd_job *j, bwd_scratch *s, int64_t bi, int64_t
 static void bwd_q_unit(void *arg, int tid, int64_t unit) {
     const bwd_job *j = arg;
     bwd_scratch *s = &j->scr[tid];
-    const int64_t d = j->d;
+    const int64_t d = j->d, w = j->w;
     const int64_t blk = unit % j->q_units, bh = unit / j->q_units;
     const int64_t h = bh % j->hq, bi = bh / j->hq;
     const int64_t r0 = blk * BWD_ROWS, r1 = r0 + BWD_ROWS < j->sq ? r0 + BWD_ROWS : j->sq;
@@ -332,7 +335,7 @@ static void bwd_q_unit(void *arg, int tid, int64_t unit) {
         bwd_query_rows(j, s, bi, h, i, nr);
         for (int r = 0; r < nr; r++) {
             const int64_t lin0 = ((bi * j->sq + i + r) * j->hq + h) * d;
-            const double *a32 = s->dq32 + r * d, *alow = s->dqlow + r * d;
+            const double *a32 = s->dq32 + r * w, *alow = s->dqlow + r * w;
             if (j->store) {
                 memcpy(j->dq + lin0, j->want32 ? a32 : alow, (size_t)d * sizeof *j->dq);
                 continue;
@@ -348,7 +351,7 @@ static void bwd_q_unit(void *arg, int tid, int64_t unit) {
  * each wanted reference. Rows whose LSE is -inf have zeroed Q/dO in the chunk and get P = dS = 0. */
 static void bwd_key_rows(const bwd_job *j, bwd_scratch *s, int64_t h, int64_t bi, int64_t c0, int64_t i, int nr,
                          int64_t j0, int64_t t) {
-    const int64_t d = j->d, r = i - c0, base = (bi * j->hq + h) * j->sq;
+    const int64_t d = j->w, r = i - c0, base = (bi * j->hq + h) * j->sq; /* rows of width w */
     const double *kt = s->blk + t * d, *vt = s->blk + (BWD_ROWS + t) * d;
     const double *qr = s->chunk + r * d, *gr = s->chunk + (BWD_ROWS + r) * d;
     double sc[4], dp[4], pr[4], ds[4], pl[4], dsl[4];
@@ -397,14 +400,14 @@ static void bwd_key_rows(const bwd_job *j, bwd_scratch *s, int64_t h, int64_t bi
 static void bwd_k_unit(void *arg, int tid, int64_t unit) {
     const bwd_job *j = arg;
     bwd_scratch *s = &j->scr[tid];
-    const int64_t d = j->d;
+    const int64_t d = j->w; /* rows of width w; dK has j->d columns, dV j->vdim */
     const int64_t blk = unit % j->k_units, bk = unit / j->k_units;
     const int64_t kh = bk % j->hkv, bi = bk / j->hkv;
     const int64_t j0 = blk * BWD_ROWS, nk = j0 + BWD_ROWS < j->sk ? BWD_ROWS : j->sk - j0;
     for (int64_t t = 0; t < nk; t++)
         for (int64_t x = 0; x < d; x++) {
-            s->blk[t * d + x] = elem_float(j->dt, &j->p->fwd.k, bi, j0 + t, kh, x);
-            s->blk[(BWD_ROWS + t) * d + x] = elem_float(j->dt, &j->p->fwd.v, bi, j0 + t, kh, x);
+            s->blk[t * d + x] = x < j->d ? elem_float(j->dt, &j->p->fwd.k, bi, j0 + t, kh, x) : 0.0;
+            s->blk[(BWD_ROWS + t) * d + x] = x < j->vdim ? elem_float(j->dt, &j->p->fwd.v, bi, j0 + t, kh, x) : 0.0;
         }
     memset(s->acc, 0, (size_t)(4 * BWD_ROWS * d) * sizeof *s->acc);
 
@@ -415,8 +418,8 @@ static void bwd_k_unit(void *arg, int tid, int64_t unit) {
                 const int keep = lse_at(&j->p->lse, bi, h, i) != -INFINITY;
                 double *qr = s->chunk + (i - c0) * d, *gr = s->chunk + (BWD_ROWS + i - c0) * d;
                 for (int64_t x = 0; x < d; x++) {
-                    qr[x] = keep ? elem_float(j->dt, &j->p->fwd.q, bi, i, h, x) : 0.0;
-                    gr[x] = keep ? elem_float(j->dt, &j->p->d_o, bi, i, h, x) : 0.0;
+                    qr[x] = keep && x < j->d ? elem_float(j->dt, &j->p->fwd.q, bi, i, h, x) : 0.0;
+                    gr[x] = keep && x < j->vdim ? elem_float(j->dt, &j->p->d_o, bi, i, h, x) : 0.0;
                 }
             }
             for (int64_t t = 0; t < nk; t++) { /* key by key, over the chunk's rows that see the key */
@@ -429,18 +432,22 @@ static void bwd_k_unit(void *arg, int tid, int64_t unit) {
         }
 
     for (int64_t t = 0; t < nk; t++) {
-        const int64_t lin0 = ((bi * j->sk + j0 + t) * j->hkv + kh) * d;
-        for (int64_t x = 0; x < d; x++) {
-            const double k32 = j->scale * s->acc[t * d + x], v32 = s->acc[(BWD_ROWS + t) * d + x];
+        const int64_t lk = ((bi * j->sk + j0 + t) * j->hkv + kh) * j->d, lv = ((bi * j->sk + j0 + t) * j->hkv + kh) * j->vdim;
+        for (int64_t x = 0; x < j->d; x++) {
+            const double k32 = j->scale * s->acc[t * d + x];
             const double klow = round_to(j->dt, j->scale * s->acc[(2 * BWD_ROWS + t) * d + x]);
+            if (j->store)
+                j->dk[lk + x] = j->want32 ? k32 : klow;
+            else
+                ref_findings_fold(&s->f[1], grad_at(j->gk, bi, j0 + t, kh, x), k32, klow, lk + x);
+        }
+        for (int64_t x = 0; x < j->vdim; x++) {
+            const double v32 = s->acc[(BWD_ROWS + t) * d + x];
             const double vlow = round_to(j->dt, s->acc[(3 * BWD_ROWS + t) * d + x]);
-            if (j->store) {
-                j->dk[lin0 + x] = j->want32 ? k32 : klow;
-                j->dv[lin0 + x] = j->want32 ? v32 : vlow;
-            } else {
-                ref_findings_fold(&s->f[1], grad_at(j->gk, bi, j0 + t, kh, x), k32, klow, lin0 + x);
-                ref_findings_fold(&s->f[2], grad_at(j->gv, bi, j0 + t, kh, x), v32, vlow, lin0 + x);
-            }
+            if (j->store)
+                j->dv[lv + x] = j->want32 ? v32 : vlow;
+            else
+                ref_findings_fold(&s->f[2], grad_at(j->gv, bi, j0 + t, kh, x), v32, vlow, lv + x);
         }
     }
 }
@@ -457,6 +464,8 @@ static fg_status bwd_init(bwd_job *j, const ref_bwd_problem *p, int *nthreads, f
     j->sq = p->fwd.q.shape[1];
     j->hq = p->fwd.q.shape[2];
     j->d = p->fwd.q.shape[3];
+    j->vdim = p->fwd.v.shape[3];
+    j->w = j->d > j->vdim ? j->d : j->vdim;
     j->sk = p->fwd.k.shape[1];
     j->hkv = p->fwd.k.shape[2];
     j->group = j->hq / j->hkv;
@@ -474,7 +483,7 @@ static fg_status bwd_init(bwd_job *j, const ref_bwd_problem *p, int *nthreads, f
     j->scr = calloc((size_t)n, sizeof *j->scr);
     if (!j->scr)
         return fg_fail(err, FG_ERR_NO_MEMORY, "reference: out of memory for %d thread states", n);
-    const size_t d = (size_t)j->d, sk = (size_t)(j->sk > 0 ? j->sk : 1);
+    const size_t d = (size_t)j->w, sk = (size_t)(j->sk > 0 ? j->sk : 1); /* rows of width w */
     for (int i = 0; i < n; i++) {
         bwd_scratch *s = &j->scr[i];
         s->kd = malloc(sk * d * sizeof *s->kd);
@@ -589,8 +598,8 @@ fg_status ref_check_bwd(const ref_bwd_problem *p, const fg_tensor *dq, const fg_
     const fg_tensor *g[3] = {dq, dk, dv};
     static const char *const names[3] = {"dq", "dk", "dv"};
     for (int i = 0; i < 3; i++) {
-        const fg_tensor *like = i == 0 ? &p->fwd.q : &p->fwd.k;
-        if ((st = ref_check_like(g[i], names[i], like, i == 0 ? "q" : "k", err)))
+        const fg_tensor *like = i == 0 ? &p->fwd.q : i == 1 ? &p->fwd.k : &p->fwd.v;
+        if ((st = ref_check_like(g[i], names[i], like, i == 0 ? "q" : i == 1 ? "k" : "v", err)))
             return st;
         if (g[i]->dtype != FG_DTYPE_F16 && g[i]->dtype != FG_DTYPE_BF16 && g[i]->dtype != FG_DTYPE_F32)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: %s.dtype must be F16, BF16 or F32", names[i]);
@@ -607,7 +616,7 @@ fg_status ref_check_bwd(const ref_bwd_problem *p, const fg_tensor *dq, const fg_
         bwd_run(&j, n);
         grad_merge(&j, n, 0, p->fwd.q.shape, &r->dq);
         grad_merge(&j, n, 1, p->fwd.k.shape, &r->dk);
-        grad_merge(&j, n, 2, p->fwd.k.shape, &r->dv);
+        grad_merge(&j, n, 2, p->fwd.v.shape, &r->dv);
         r->pass = r->dq.pass && r->dk.pass && r->dv.pass;
     }
     bwd_free(&j, n, 1, 1);

@@ -80,10 +80,13 @@ fg_status ref_check_problem(const ref_problem *p, fg_error *err) {
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: %s must be F32 of shape [heads_q] = [%lld]",
                            hnames[i], (long long)p->q.shape[2]);
     }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 3; i++) /* V's head dim may differ from Q/K's (O has V's) */
         if (p->k.shape[i] != p->v.shape[i])
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: k.shape[%d] (%lld) != v.shape[%d] (%lld)",
                            i, (long long)p->k.shape[i], i, (long long)p->v.shape[i]);
+    if (p->v.shape[3] < 1 || (p->v.shape[3] != p->q.shape[3] && ref_is_fp8(p->q.dtype)))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: v's head_dim (%lld) must be >= 1, and q's (%lld) for "
+                       "fp8 inputs", (long long)p->v.shape[3], (long long)p->q.shape[3]);
     if (p->k.shape[0] != p->q.shape[0])
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: k's batch (%lld) != q's batch (%lld)",
                        (long long)p->k.shape[0], (long long)p->q.shape[0]);
@@ -123,7 +126,10 @@ fg_status ref_check_bwd_problem(const ref_bwd_problem *p, fg_error *err) {
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                        "reference: fwd.q.dtype is FP8; the backward reference takes F16 or BF16 inputs only "
                        "(FP8 backward is not supported)");
-    if ((st = ref_check_like(&p->o, "o", &p->fwd.q, "q", err)) || (st = ref_check_like(&p->d_o, "d_o", &p->fwd.q, "q", err)))
+    /* O and dO: [batch, seqlen_q, heads_q, v's head_dim] */
+    fg_tensor o_like = p->fwd.q;
+    o_like.shape[3] = p->fwd.v.shape[3];
+    if ((st = ref_check_like(&p->o, "o", &o_like, "O's", err)) || (st = ref_check_like(&p->d_o, "d_o", &o_like, "O's", err)))
         return st;
     if (p->o.dtype != p->fwd.q.dtype || p->d_o.dtype != p->fwd.q.dtype)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: o and d_o must have q's dtype");

@@ -42,7 +42,8 @@ typedef struct fwd_job {
     int fp8;                 /* the inputs are E4M3 or E5M2 */
     int fp8_sum_rounded;     /* p->fp8_sum_rounded, for FP8 problems */
     int64_t b, sq, sk;       /* batch, query and key lengths */
-    int64_t hq, hkv, d;      /* heads and head dim */
+    int64_t hq, hkv, d;      /* heads and Q/K's head dim */
+    int64_t dv;              /* V's and O's head dim (d unless the problem's V is narrower or wider) */
     int64_t group;           /* hq / hkv */
     double scale;            /* softmax scale actually used */
     int64_t rows_per_unit;   /* query rows per work unit */
@@ -63,11 +64,12 @@ typedef struct fwd_job {
 static void load_kv(const fwd_job *j, scratch *s, int64_t bi, int64_t kh) {
     if (s->kv_b == bi && s->kv_h == kh)
         return;
-    for (int64_t t = 0; t < j->sk; t++)
-        for (int64_t x = 0; x < j->d; x++) {
+    for (int64_t t = 0; t < j->sk; t++) {
+        for (int64_t x = 0; x < j->d; x++)
             s->kf[t * j->d + x] = elem_float(j->dt, &j->p->k, bi, t, kh, x);
+        for (int64_t x = 0; x < j->dv; x++)
             s->vf[x * j->sk + t] = elem_float(j->dt, &j->p->v, bi, t, kh, x);
-        }
+    }
     s->kv_b = bi;
     s->kv_h = kh;
 }
@@ -103,7 +105,7 @@ static double forward_row(const fwd_job *j, scratch *s, int64_t bi, int64_t i, i
     const int sink = j->p->sinks.data != NULL;
     const double sink_logit = sink ? per_head(&j->p->sinks, h) : -INFINITY;
     if (n == 0) {
-        for (int64_t x = 0; x < d; x++)
+        for (int64_t x = 0; x < j->dv; x++)
             s->o32[x] = s->olow[x] = 0.0;
         return sink_logit; /* -inf without a sink */
     }
@@ -179,7 +181,7 @@ static double forward_row(const fwd_job *j, scratch *s, int64_t bi, int64_t i, i
     const double l_low = j->fp8_sum_rounded ? l_rounded : j->fp8 ? ldexp(l, 8) : l;
 
     /* O = P.V / l for both references, one output column at a time over the transposed V. */
-    for (int64_t x = 0; x < d; x++) {
+    for (int64_t x = 0; x < j->dv; x++) {
         const float *restrict vc = s->vf + x * j->sk + lo;
         double e0 = 0, e1 = 0, r0 = 0, r1 = 0;
         int64_t t = 0;
@@ -219,8 +221,8 @@ static void fwd_unit(void *arg, int tid, int64_t unit) {
     load_kv(j, s, bi, h / j->group);
     for (int64_t i = r0; i < r1; i++) {
         double lse = forward_row(j, s, bi, i, h);
-        double *dst = j->o + ((bi * j->sq + i) * j->hq + h) * j->d;
-        memcpy(dst, j->mode == REF_LOWP ? s->olow : s->o32, (size_t)j->d * sizeof *dst);
+        double *dst = j->o + ((bi * j->sq + i) * j->hq + h) * j->dv;
+        memcpy(dst, j->mode == REF_LOWP ? s->olow : s->o32, (size_t)j->dv * sizeof *dst);
         if (j->lse)
             j->lse[(bi * j->hq + h) * j->sq + i] = lse;
     }
@@ -236,8 +238,8 @@ static void check_unit(void *arg, int tid, int64_t unit) {
     load_kv(j, s, bi, h / j->group);
     for (int64_t i = r0; i < r1; i++) {
         double ref_lse = forward_row(j, s, bi, i, h);
-        int64_t lin0 = ((bi * j->sq + i) * j->hq + h) * j->d;
-        for (int64_t x = 0; x < j->d; x++)
+        int64_t lin0 = ((bi * j->sq + i) * j->hq + h) * j->dv;
+        for (int64_t x = 0; x < j->dv; x++)
             ref_findings_fold(&s->f, elem_float(j->odt, j->out, bi, i, h, x), s->o32[x], s->olow[x], lin0 + x);
         if (!j->lse_out)
             continue;
@@ -280,6 +282,7 @@ static fg_status job_init(fwd_job *j, const ref_problem *p, int *nthreads, fg_er
     j->sq = p->q.shape[1];
     j->hq = p->q.shape[2];
     j->d = p->q.shape[3];
+    j->dv = p->v.shape[3];
     j->sk = p->k.shape[1];
     j->hkv = p->k.shape[2];
     j->group = j->hq / j->hkv;
@@ -293,7 +296,8 @@ static fg_status job_init(fwd_job *j, const ref_problem *p, int *nthreads, fg_er
     j->scr = calloc((size_t)n, sizeof *j->scr);
     if (!j->scr)
         return fg_fail(err, FG_ERR_NO_MEMORY, "reference: out of memory for %d thread states", n);
-    size_t kv = (size_t)(j->sk * j->d > 0 ? j->sk * j->d : 1);
+    const int64_t dmax = j->d > j->dv ? j->d : j->dv;
+    size_t kv = (size_t)(j->sk * dmax > 0 ? j->sk * dmax : 1);
     size_t sk = (size_t)(j->sk > 0 ? j->sk : 1);
     for (int i = 0; i < n; i++) {
         scratch *s = &j->scr[i];
@@ -301,7 +305,7 @@ static fg_status job_init(fwd_job *j, const ref_problem *p, int *nthreads, fg_er
         s->vf = malloc(kv * sizeof *s->vf);
         s->s = malloc(sk * sizeof *s->s);
         s->pl = malloc(sk * sizeof *s->pl);
-        s->q = malloc((size_t)j->d * 3 * sizeof *s->q);
+        s->q = malloc((size_t)(j->d + 2 * j->dv) * sizeof *s->q);
         if (!s->kf || !s->vf || !s->s || !s->pl || !s->q) {
             *nthreads = i + 1;
             return fg_fail(err, FG_ERR_NO_MEMORY,
@@ -309,7 +313,7 @@ static fg_status job_init(fwd_job *j, const ref_problem *p, int *nthreads, fg_er
                            (long long)j->sk, (long long)j->d);
         }
         s->o32 = s->q + j->d;
-        s->olow = s->q + 2 * j->d;
+        s->olow = s->q + j->d + j->dv;
         s->kv_b = -1;
         s->kv_h = -1;
         s->f.worst_lin = s->f.first_nf_lin = s->lse_worst_lin = s->lse_bad_lin = -1;
@@ -366,10 +370,11 @@ fg_status ref_check_fwd(const ref_problem *p, const fg_tensor *out, const fg_ten
     if (out->dtype != (ref_is_fp8(p->q.dtype) ? p->out_dtype : p->q.dtype))
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: out.dtype differs from O's dtype (%s)",
                        ref_is_fp8(p->q.dtype) ? "p->out_dtype for fp8 inputs" : "q.dtype");
+    const int64_t oshape[4] = {p->q.shape[0], p->q.shape[1], p->q.shape[2], p->v.shape[3]};
     for (int i = 0; i < 4; i++)
-        if (out->shape[i] != p->q.shape[i])
-            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: out.shape[%d] (%lld) != q.shape[%d] (%lld)",
-                           i, (long long)out->shape[i], i, (long long)p->q.shape[i]);
+        if (out->shape[i] != oshape[i])
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: out.shape[%d] (%lld) != O's (%lld: [batch, "
+                           "seqlen_q, heads_q, v's head_dim])", i, (long long)out->shape[i], (long long)oshape[i]);
     if (lse) {
         if ((st = ref_check_view(lse, "lse", 3, err)))
             return st;
@@ -414,8 +419,8 @@ fg_status ref_check_fwd(const ref_problem *p, const fg_tensor *out, const fg_ten
         }
     }
     const int64_t lse_shape[3] = {p->q.shape[0], p->q.shape[2], p->q.shape[1]};
-    ref_unflatten(worst, p->q.shape, 4, r->worst);
-    ref_unflatten(first_nf, p->q.shape, 4, r->first_nonfinite);
+    ref_unflatten(worst, oshape, 4, r->worst);
+    ref_unflatten(first_nf, oshape, 4, r->first_nonfinite);
     ref_unflatten(lse_worst, lse_shape, 3, r->lse_worst);
     ref_unflatten(lse_bad, lse_shape, 3, r->lse_first_bad);
     r->bound = ref_fwd_bound(r->max_lowp_err);
@@ -436,7 +441,7 @@ static void rmse_unit(void *arg, int tid, int64_t unit) {
     double sse = 0;
     for (int64_t i = r0; i < r1; i++) {
         forward_row(j, s, bi, i, h);
-        for (int64_t x = 0; x < j->d; x++) {
+        for (int64_t x = 0; x < j->dv; x++) {
             double out = elem_float(j->odt, j->out, bi, i, h, x);
             double e = isfinite(out) ? out - s->o32[x] : NAN;
             sse += e * e;
@@ -462,9 +467,9 @@ double ref_rmse_fwd(const ref_problem *p, const fg_tensor *out, fg_error *err) {
         return -1.0;
     }
     for (int i = 0; i < 4; i++)
-        if (out->shape[i] != p->q.shape[i]) {
-            fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: out.shape[%d] (%lld) != q.shape[%d] (%lld)", i,
-                    (long long)out->shape[i], i, (long long)p->q.shape[i]);
+        if (out->shape[i] != (i < 3 ? p->q.shape[i] : p->v.shape[3])) {
+            fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: out.shape[%d] (%lld) != O's (%lld: [batch, seqlen_q, "
+                    "heads_q, v's head_dim])", i, (long long)out->shape[i], (long long)(i < 3 ? p->q.shape[i] : p->v.shape[3]));
             return -1.0;
         }
     int64_t count = ref_elements(out);

@@ -70,7 +70,7 @@ fg_status ref_fill_normal_mean(const fg_tensor *t, uint64_t seed, float mean, fg
 typedef struct ref_problem {
     fg_tensor q;         /* [b, sq, hq, d] */
     fg_tensor k;         /* [b, sk, hkv, d], hkv divides hq; sk may be 0 */
-    fg_tensor v;         /* [b, sk, hkv, d] */
+    fg_tensor v;         /* [b, sk, hkv, dv]: dv may differ from q's and k's d (16-bit); O is [b, sq, hq, dv] */
     float softmax_scale; /* 0 means 1/sqrt(d) */
     int causal;          /* 1: bottom-right aligned causal mask */
     /* FP8 only (absent, data NULL, for 16-bit problems): descale factors as host views with the public
@@ -108,8 +108,8 @@ typedef enum ref_mode {
     REF_LOWP = 1 /* P and O rounded as the kernel does (see the top of this file) */
 } ref_mode;
 
-/* Computes the forward pass of p in `mode`. o (caller-owned, b*sq*hq*d doubles) receives O contiguous
- * [b, sq, hq, d]; lse (b*hq*sq doubles, or NULL) receives the LSE contiguous [b, hq, sq] (the same in
+/* Computes the forward pass of p in `mode`. o (caller-owned, b*sq*hq*dv doubles) receives O contiguous
+ * [b, sq, hq, dv]; lse (b*hq*sq doubles, or NULL) receives the LSE contiguous [b, hq, sq] (the same in
  * both modes). Returns FG_ERR_INVALID_ARGUMENT for an inconsistent problem, FG_ERR_NO_MEMORY. */
 fg_status ref_attention_fwd(const ref_problem *p, ref_mode mode, double *o, double *lse, fg_error *err);
 
@@ -194,14 +194,14 @@ char *ref_report_format(const ref_report *r, char *buf, size_t n);
  * fwd's descale fields stay absent. Any strides. */
 typedef struct ref_bwd_problem {
     ref_problem fwd;  /* q, k, v, softmax_scale, causal of the forward pass */
-    fg_tensor o;      /* [b, sq, hq, d], q's dtype: the forward's output (used by ref_lowp's D only) */
-    fg_tensor d_o;    /* [b, sq, hq, d], q's dtype: the gradient of the loss with respect to O */
+    fg_tensor o;      /* [b, sq, hq, dv], q's dtype: the forward's output (used by ref_lowp's D only) */
+    fg_tensor d_o;    /* [b, sq, hq, dv], q's dtype: the gradient of the loss with respect to O */
     fg_tensor lse;    /* [b, hq, sq], F32: the forward's LSE (natural log; -inf for a row that sees no key) */
 } ref_bwd_problem;
 
 /* Computes the gradients of p in `mode` (see above) on every core; the result does not depend on the
- * thread count. Caller-owned outputs, contiguous: dq [b, sq, hq, d] (b*sq*hq*d doubles), dk and dv
- * [b, sk, hkv, d] (b*sk*hkv*d doubles each; NULL allowed when sk = 0), delta (b*hq*sq doubles, or NULL)
+ * thread count. Caller-owned outputs, contiguous: dq [b, sq, hq, d] (b*sq*hq*d doubles), dk [b, sk, hkv, d]
+ * and dv [b, sk, hkv, dv] (NULL allowed when sk = 0), delta (b*hq*sq doubles, or NULL)
  * [b, hq, sq] receives the D_i of the mode (ref32: sum_j P_ij dP_ij, 0 for a row without keys; ref_lowp:
  * rowsum(dO_i * O_i) of the given tensors, not rounded). Each thread holds one K/V head in double (2*sk*d
  * doubles). About 3 s for b=2, s=1024, h=8, d=128 on two cores. Returns FG_ERR_INVALID_ARGUMENT for an
@@ -236,7 +236,8 @@ typedef struct ref_bwd_report {
 
 /* Judges a kernel's gradients against both references, on every core, without storing the references
  * (only their D, two doubles per query row).
- * dq: host copy of dQ, shape [b, sq, hq, d]; dk, dv: host copies of dK and dV, shape [b, sk, hkv, d]; each
+ * dq: host copy of dQ, shape [b, sq, hq, d]; dk, dv: host copies of dK and dV, shapes [b, sk, hkv, d] and
+ * [b, sk, hkv, dv]; each
  * F16, BF16 or F32 (independently), any strides. Fills *r (r->pass tells the verdict); returns FG_OK unless
  * the arguments are inconsistent (FG_ERR_INVALID_ARGUMENT) or memory runs out (FG_ERR_NO_MEMORY). */
 fg_status ref_check_bwd(const ref_bwd_problem *p, const fg_tensor *dq, const fg_tensor *dk, const fg_tensor *dv,

@@ -85,7 +85,7 @@ ref_problem problem(fg_tensor q, fg_tensor k, fg_tensor v, float scale, int caus
 
 /* Runs the reference; returns malloc'd O (and *lse_out, malloc'd) contiguous. */
 double *run_ref(const ref_problem *p, ref_mode mode, double **lse_out) {
-    int64_t no = p->q.shape[0] * p->q.shape[1] * p->q.shape[2] * p->q.shape[3];
+    int64_t no = p->q.shape[0] * p->q.shape[1] * p->q.shape[2] * p->v.shape[3]; /* O has v's head dim */
     int64_t nl = p->q.shape[0] * p->q.shape[2] * p->q.shape[1];
     double *o = malloc((size_t)(no > 0 ? no : 1) * sizeof *o);
     double *lse = malloc((size_t)(nl > 0 ? nl : 1) * sizeof *lse);

@@ -19,7 +19,7 @@ typedef struct variant {
 /* O (ref32) and LSE of p from the definitions, one (batch, head, row) at a time. */
 static void naive_variant(const ref_problem *p, double *o, double *lse) {
     const int64_t B = p->q.shape[0], SQ = p->q.shape[1], HQ = p->q.shape[2], D = p->q.shape[3];
-    const int64_t SK = p->k.shape[1], HKV = p->k.shape[2];
+    const int64_t SK = p->k.shape[1], HKV = p->k.shape[2], DV = p->v.shape[3];
     const double scale = p->softmax_scale != 0 ? p->softmax_scale : 1.0 / sqrt((double)D);
     double *w = malloc((size_t)(SK + 1) * sizeof *w);
     cr_assert(w);
@@ -27,8 +27,8 @@ static void naive_variant(const ref_problem *p, double *o, double *lse) {
         for (int64_t h = 0; h < HQ; h++)
             for (int64_t i = 0; i < SQ; i++) {
                 const int64_t kh = h / (HQ / HKV), diag = i + SK - SQ;
-                double den = 0, *orow = o + ((b * SQ + i) * HQ + h) * D;
-                for (int64_t x = 0; x < D; x++) orow[x] = 0;
+                double den = 0, *orow = o + ((b * SQ + i) * HQ + h) * DV;
+                for (int64_t x = 0; x < DV; x++) orow[x] = 0;
                 for (int64_t j = 0; j < SK; j++) {
                     int seen = 1;
                     if (p->causal) seen = seen && j <= (p->causal_top_left ? i : diag);
@@ -54,7 +54,7 @@ static void naive_variant(const ref_problem *p, double *o, double *lse) {
                 if (den == 0) continue; /* no key: O = 0 */
                 for (int64_t j = 0; j < SK; j++)
                     if (w[j] != 0)
-                        for (int64_t x = 0; x < D; x++)
+                        for (int64_t x = 0; x < DV; x++)
                             orow[x] += w[j] / total * (double)ref_to_float(p->v.dtype, *at(&p->v, b, j, kh, x));
             }
     free(w);
@@ -65,10 +65,20 @@ static fg_tensor per_head(float *vals, int64_t n) {
     return t;
 }
 
-static void check_case(fg_dtype dt, int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hkv, int64_t d,
-                       const variant *v, uint64_t seed) {
+/* q, k, v as qkv_random makes them, with v's head dim dv (d: the same). */
+static void qkv_dv(fg_tensor *q, fg_tensor *k, fg_tensor *v, fg_dtype dt, int64_t b, int64_t sq, int64_t sk, int64_t hq,
+                   int64_t hkv, int64_t d, int64_t dv, uint64_t seed) {
+    qkv_random(q, k, v, dt, b, sq, sk, hq, hkv, d, seed, seed + 1, seed + 2);
+    if (dv == d) return;
+    free(v->data);
+    *v = host_tensor(dt, b, sk, hkv, dv, 0, 0);
+    fill(v, seed + 2);
+}
+
+static void check_case_dv(fg_dtype dt, int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hkv, int64_t d,
+                          int64_t dv, const variant *v, uint64_t seed) {
     fg_tensor q, k, vv;
-    qkv_random(&q, &k, &vv, dt, b, sq, sk, hq, hkv, d, seed, seed + 1, seed + 2);
+    qkv_dv(&q, &k, &vv, dt, b, sq, sk, hq, hkv, d, dv, seed);
     ref_problem p = problem(q, k, vv, 0, v->causal);
     p.causal_top_left = v->top_left;
     p.window = v->window, p.window_left = v->left, p.window_right = v->right;
@@ -77,7 +87,7 @@ static void check_case(fg_dtype dt, int64_t b, int64_t sq, int64_t sk, int64_t h
     for (int64_t h = 0; h < hq; h++) slopes[h] = 0.5f / (float)(h + 1), sinks[h] = (float)h * 0.75f - 1.0f;
     if (v->alibi) p.alibi_slopes = per_head(slopes, hq);
     if (v->sinks) p.sinks = per_head(sinks, hq);
-    const int64_t no = b * sq * hq * d, nl = b * hq * sq;
+    const int64_t no = b * sq * hq * dv, nl = b * hq * sq;
     double *on = malloc((size_t)(no + 1) * sizeof *on), *ln = malloc((size_t)(nl + 1) * sizeof *ln);
     cr_assert(on && ln);
     naive_variant(&p, on, ln);
@@ -89,6 +99,11 @@ static void check_case(fg_dtype dt, int64_t b, int64_t sq, int64_t sk, int64_t h
                   "seed %llu: LSE[%lld] %.17g, the definition's %.17g", (unsigned long long)seed, (long long)i, lr[i], ln[i]);
     free(orf), free(lr), free(on), free(ln);
     qkv_free(&q, &k, &vv);
+}
+
+static void check_case(fg_dtype dt, int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hkv, int64_t d,
+                       const variant *v, uint64_t seed) {
+    check_case_dv(dt, b, sq, sk, hq, hkv, d, d, v, seed);
 }
 
 Test(reference_variants, sliding_windows) {
@@ -178,12 +193,12 @@ Test(reference_variants, inconsistent_variants_are_refused) {
 static void naive_variant_bwd(const ref_bwd_problem *bp, double *dq, double *dk, double *dv, double *dsink) {
     const ref_problem *p = &bp->fwd;
     const int64_t B = p->q.shape[0], SQ = p->q.shape[1], HQ = p->q.shape[2], D = p->q.shape[3];
-    const int64_t SK = p->k.shape[1], HKV = p->k.shape[2];
+    const int64_t SK = p->k.shape[1], HKV = p->k.shape[2], DV = p->v.shape[3];
     const double scale = p->softmax_scale != 0 ? p->softmax_scale : 1.0 / sqrt((double)D);
     const fg_dtype dt = p->q.dtype;
     memset(dq, 0, (size_t)(B * SQ * HQ * D) * sizeof *dq);
     memset(dk, 0, (size_t)(B * SK * HKV * D + 1) * sizeof *dk);
-    memset(dv, 0, (size_t)(B * SK * HKV * D + 1) * sizeof *dv);
+    memset(dv, 0, (size_t)(B * SK * HKV * DV + 1) * sizeof *dv);
     for (int64_t h = 0; h < HQ; h++) dsink[h] = 0;
     double *P = malloc((size_t)(SK + 1) * sizeof *P), *G = malloc((size_t)(SK + 1) * sizeof *G),
            *DP = malloc((size_t)(SK + 1) * sizeof *DP);
@@ -195,7 +210,7 @@ static void naive_variant_bwd(const ref_bwd_problem *bp, double *dq, double *dk,
                 const int64_t kh = h / (HQ / HKV), diag = i + SK - SQ;
                 const double lse = ((const float *)bp->lse.data)[b * bp->lse.stride[0] + h * bp->lse.stride[1] + i * bp->lse.stride[2]];
                 double Dsum = 0, dout_o = 0;
-                for (int64_t x = 0; x < D; x++) dout_o += F(&bp->d_o, b, i, h, x) * F(&bp->o, b, i, h, x);
+                for (int64_t x = 0; x < DV; x++) dout_o += F(&bp->d_o, b, i, h, x) * F(&bp->o, b, i, h, x);
                 if (p->sinks.data) dsink[h] -= exp(((const float *)p->sinks.data)[h] - lse) * dout_o;
                 for (int64_t j = 0; j < SK; j++) {
                     int seen = lse != -INFINITY;
@@ -205,10 +220,8 @@ static void naive_variant_bwd(const ref_bwd_problem *bp, double *dq, double *dk,
                     P[j] = DP[j] = 0, G[j] = 1;
                     if (!seen) continue;
                     double dot = 0, dpv = 0;
-                    for (int64_t x = 0; x < D; x++) {
-                        dot += F(&p->q, b, i, h, x) * F(&p->k, b, j, kh, x);
-                        dpv += F(&bp->d_o, b, i, h, x) * F(&p->v, b, j, kh, x);
-                    }
+                    for (int64_t x = 0; x < D; x++) dot += F(&p->q, b, i, h, x) * F(&p->k, b, j, kh, x);
+                    for (int64_t x = 0; x < DV; x++) dpv += F(&bp->d_o, b, i, h, x) * F(&p->v, b, j, kh, x);
                     double logit = scale * dot;
                     if (p->softcap > 0) {
                         const double th = tanh(logit / p->softcap);
@@ -226,18 +239,18 @@ static void naive_variant_bwd(const ref_bwd_problem *bp, double *dq, double *dk,
                     for (int64_t x = 0; x < D; x++) {
                         dq[((b * SQ + i) * HQ + h) * D + x] += scale * ds * F(&p->k, b, j, kh, x);
                         dk[((b * SK + j) * HKV + kh) * D + x] += scale * ds * F(&p->q, b, i, h, x);
-                        dv[((b * SK + j) * HKV + kh) * D + x] += P[j] * F(&bp->d_o, b, i, h, x);
                     }
+                    for (int64_t x = 0; x < DV; x++) dv[((b * SK + j) * HKV + kh) * DV + x] += P[j] * F(&bp->d_o, b, i, h, x);
                 }
             }
 #undef F
     free(P), free(G), free(DP);
 }
 
-static void check_bwd_case(fg_dtype dt, int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hkv, int64_t d,
-                           const variant *v, uint64_t seed) {
+static void check_bwd_case_dv(fg_dtype dt, int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hkv, int64_t d,
+                              int64_t dvd, const variant *v, uint64_t seed) {
     fg_tensor q, k, vv;
-    qkv_random(&q, &k, &vv, dt, b, sq, sk, hq, hkv, d, seed, seed + 1, seed + 2);
+    qkv_dv(&q, &k, &vv, dt, b, sq, sk, hq, hkv, d, dvd, seed);
     ref_bwd_problem bp;
     memset(&bp, 0, sizeof bp);
     ref_problem *p = &bp.fwd;
@@ -251,21 +264,21 @@ static void check_bwd_case(fg_dtype dt, int64_t b, int64_t sq, int64_t sk, int64
     if (v->sinks) p->sinks = per_head(sinks, hq);
     /* O and the LSE as a kernel's forward leaves them: the 16-bit ref_lowp O, the ref32 LSE as float */
     double *lse, *olow = run_ref(p, REF_LOWP, NULL), *o32 = run_ref(p, REF_32, &lse);
-    const int64_t shape[4] = {b, sq, hq, d};
+    const int64_t shape[4] = {b, sq, hq, dvd};
     bp.o = tensor_of(olow, dt, shape, 0, 0);
-    bp.d_o = host_tensor(dt, b, sq, hq, d, 0, 0);
+    bp.d_o = host_tensor(dt, b, sq, hq, dvd, 0, 0);
     fill(&bp.d_o, seed + 3);
     bp.lse = lse_view(lse, b, hq, sq, 0, 0);
-    const int64_t nq = b * sq * hq * d, nk = b * sk * hkv * d;
+    const int64_t nq = b * sq * hq * d, nk = b * sk * hkv * d, nv = b * sk * hkv * dvd;
     double *dq = malloc((size_t)(nq + 1) * sizeof *dq), *dk = malloc((size_t)(nk + 1) * sizeof *dk),
-           *dv = malloc((size_t)(nk + 1) * sizeof *dv), *nq_ = malloc((size_t)(nq + 1) * sizeof *nq_),
-           *nk_ = malloc((size_t)(nk + 1) * sizeof *nk_), *nv_ = malloc((size_t)(nk + 1) * sizeof *nv_);
+           *dv = malloc((size_t)(nv + 1) * sizeof *dv), *nq_ = malloc((size_t)(nq + 1) * sizeof *nq_),
+           *nk_ = malloc((size_t)(nk + 1) * sizeof *nk_), *nv_ = malloc((size_t)(nv + 1) * sizeof *nv_);
     double dsink[16], nsink[16];
     cr_assert(dq && dk && dv && nq_ && nk_ && nv_);
     fg_error e;
     cr_assert_eq(ref_attention_bwd(&bp, REF_32, dq, dk, dv, NULL, &e), FG_OK, "%s", e.msg);
     naive_variant_bwd(&bp, nq_, nk_, nv_, nsink);
-    const double eq = max_abs_diff(dq, nq_, nq), ek = max_abs_diff(dk, nk_, nk), ev = max_abs_diff(dv, nv_, nk);
+    const double eq = max_abs_diff(dq, nq_, nq), ek = max_abs_diff(dk, nk_, nk), ev = max_abs_diff(dv, nv_, nv);
     cr_assert(eq < 1e-10 && ek < 1e-10 && ev < 1e-10, "seed %llu: dq %g, dk %g, dv %g from the definitions",
               (unsigned long long)seed, eq, ek, ev);
     if (v->sinks) {
@@ -279,6 +292,24 @@ static void check_bwd_case(fg_dtype dt, int64_t b, int64_t sq, int64_t sk, int64
     free(dq), free(dk), free(dv), free(nq_), free(nk_), free(nv_), free(olow), free(o32), free(lse);
     free(bp.o.data), free(bp.d_o.data), free(bp.lse.data);
     qkv_free(&q, &k, &vv);
+}
+
+static void check_bwd_case(fg_dtype dt, int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hkv, int64_t d,
+                           const variant *v, uint64_t seed) {
+    check_bwd_case_dv(dt, b, sq, sk, hq, hkv, d, d, v, seed);
+}
+
+/* V's head dim other than Q/K's (DeepSeek's 192 / 128, MLA's 576 / 512 scaled down): O and dO take V's,
+ * forward and backward, with GQA, causal and a window. */
+Test(reference_variants, unequal_head_dims) {
+    const variant plain = {0}, causal = {.causal = 1}, local = {.causal = 1, .window = 1, .left = 5, .right = -1};
+    const variant *vs[3] = {&plain, &causal, &local};
+    for (int c = 0; c < 3; c++) {
+        check_case_dv(FG_DTYPE_BF16, 2, 23, 31, 4, 2, 24, 16, vs[c], 700 + c);  /* dv < d */
+        check_case_dv(FG_DTYPE_F16, 1, 31, 23, 2, 1, 16, 40, vs[c], 710 + c);   /* dv > d */
+        check_bwd_case_dv(FG_DTYPE_BF16, 2, 23, 31, 4, 2, 24, 16, vs[c], 720 + c);
+        check_bwd_case_dv(FG_DTYPE_F16, 1, 31, 23, 2, 1, 16, 40, vs[c], 730 + c);
+    }
 }
 
 Test(reference_variants, gradients_from_the_definitions) {
