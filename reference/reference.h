@@ -237,8 +237,7 @@ typedef struct ref_bwd_report {
 /* Judges a kernel's gradients against both references, on every core, without storing the references
  * (only their D, two doubles per query row).
  * dq: host copy of dQ, shape [b, sq, hq, d]; dk, dv: host copies of dK and dV, shapes [b, sk, hkv, d] and
- * [b, sk, hkv, dv]; each
- * F16, BF16 or F32 (independently), any strides. Fills *r (r->pass tells the verdict); returns FG_OK unless
+ * [b, sk, hkv, dv]; each F16, BF16 or F32 (independently), any strides. Fills *r (r->pass tells the verdict); returns FG_OK unless
  * the arguments are inconsistent (FG_ERR_INVALID_ARGUMENT) or memory runs out (FG_ERR_NO_MEMORY). */
 fg_status ref_check_bwd(const ref_bwd_problem *p, const fg_tensor *dq, const fg_tensor *dk, const fg_tensor *dv,
                         ref_bwd_report *r, fg_error *err);
