@@ -4,13 +4,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 #include "runtime/dispatch.h"
-
-#define ADDR(x) ((void *)(uintptr_t)(x))
-
-static fg_tensor t3(fg_dtype dt, int64_t a, int64_t b, int64_t c, uintptr_t addr) {
-    fg_tensor t = {ADDR(addr), dt, 3, {a, b, c, 0}, {b * c, c, 1, 0}};
-    return t;
-}
+#include "tests/host_views.h"
 
 /* A valid call: 3 sequences, 100 query and 300 key tokens, 8 / 2 heads, head_dim 128. */
 static fg_varlen_bwd_args call(void) {

@@ -220,23 +220,27 @@ Test(compile, tight_forward_tiles_spill_free, .timeout = 900) {
     compile_all(specs, n, "d 128 forward, 128 x 48 / 256 x 48");
 }
 
-/* The Hopper backward variants at head_dim d0 and d0 + 64, both dtypes and masks, with the policy's tiles:
- * the sm_90a kernel (arch_accel) or the mma.sync kernel's tma=1 variants (tma). */
-static int hopper_bwd_specs(fg_spec specs[8], int arch_accel, int tma, int d0) {
+/* s (a 16-bit spec: its output dtype set) with the default tile policy's tiles, checked valid. */
+static fg_spec policy_tiles(fg_spec s) {
     fg_tile_policy p;
     fg_error e;
     cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
+    s.out_dtype = s.dtype;
+    cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(spec_validate(&s, &e), FG_OK, "d %d: %s", s.head_dim, e.msg);
+    tile_policy_free(&p);
+    return s;
+}
+
+/* The Hopper backward variants at head_dim d0 and d0 + 64, both dtypes and masks, with the policy's tiles:
+ * the sm_90a kernel (arch_accel) or the mma.sync kernel's tma=1 variants (tma). */
+static int hopper_bwd_specs(fg_spec specs[8], int arch_accel, int tma, int d0) {
     int n = 0;
     for (int d = d0; d <= d0 + 64; d += 64)
-        for (int i = 0; i < 4; i++) {
-            fg_spec s = {.kind = FG_KIND_BWD, .arch = 90, .arch_accel = arch_accel,
-                         .dtype = i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, .head_dim = d, .causal = i / 2, .tma = tma};
-            s.out_dtype = s.dtype;
-            cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK, "%s", e.msg);
-            cr_assert_eq(spec_validate(&s, &e), FG_OK, "d %d: %s", d, e.msg);
-            specs[n++] = s;
-        }
-    tile_policy_free(&p);
+        for (int i = 0; i < 4; i++)
+            specs[n++] = policy_tiles((fg_spec){.kind = FG_KIND_BWD, .arch = 90, .arch_accel = arch_accel,
+                                                .dtype = i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, .head_dim = d,
+                                                .causal = i / 2, .tma = tma});
     return n;
 }
 
@@ -287,22 +291,13 @@ Test(compile, wgmma_backward_varlen, .timeout = 900) {
 /* The serving kernel's tma=1 variants (K and V by TMA) for sm_90: decode and prefill tiles at head_dim 64, 128
  * and 256 compile and spill nothing. */
 Test(compile, serving_tma, .timeout = 900) {
-    fg_tile_policy p;
-    fg_error e;
-    cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
     fg_spec specs[9];
     int n = 0;
     static const int dims[] = {64, 128, 256}, rows[] = {16, 32, 64};
     for (int i = 0; i < 3; i++)
-        for (int j = 0; j < 3; j++) {
-            fg_spec s = {.kind = FG_KIND_SERVE, .arch = 90, .dtype = FG_DTYPE_BF16, .head_dim = dims[i],
-                         .block_m = rows[j], .causal = j == 2, .tma = 1};
-            s.out_dtype = s.dtype;
-            cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK, "%s", e.msg);
-            cr_assert_eq(spec_validate(&s, &e), FG_OK, "%s", e.msg);
-            specs[n++] = s;
-        }
-    tile_policy_free(&p);
+        for (int j = 0; j < 3; j++)
+            specs[n++] = policy_tiles((fg_spec){.kind = FG_KIND_SERVE, .arch = 90, .dtype = FG_DTYPE_BF16,
+                                                .head_dim = dims[i], .block_m = rows[j], .causal = j == 2, .tma = 1});
     compile_all(specs, n, "serving tma=1, head_dim 64, 128 and 256");
 }
 
