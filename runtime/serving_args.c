@@ -40,7 +40,7 @@ fg_status serving_check_view(const fg_tensor *t, const char *name, int ndim, con
     if (t->dtype != FG_DTYPE_F16 && t->dtype != FG_DTYPE_BF16 && t->dtype != FG_DTYPE_F32)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.dtype is %s; it must be fp16 or bf16", name, dtype_name(t->dtype));
     const int64_t last = rt_view_last_offset(t);
-    if (last < 0 || (last + 1) * dtype_size(t->dtype) > SPAN_LIMIT)
+    if (last < 0 || last >= SPAN_LIMIT / dtype_size(t->dtype)) /* (divided: the product may overflow) */
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s's strides with its shape span more than 2^48 bytes", name);
     if (ndim >= 2 && t->shape[ndim - 1] > 1 && t->stride[ndim - 1] != 1)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.stride[%d] (head_dim) is %lld; the last dimension must be "

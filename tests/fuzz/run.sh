@@ -3,6 +3,7 @@
 #   fuzz_spec    spec_parse -> spec_format round trips                  (generator/spec.c)
 #   fuzz_config  config_load_string on any text, through the Lua sandbox (generator/config.c, core/lua_sandbox*.c)
 #   fuzz_bundle  bundle_parse on any bytes, serialize round trips       (runtime/bundle.c, sha256.c)
+#   fuzz_serving a serving call's rules and its device lengths' checks   (runtime/serving_args.c, call_args.c)
 # usage: sh tests/fuzz/run.sh [SECONDS] [TARGET...]    (default: 60 seconds each, every target)
 #
 # Each target is built with clang -fsanitize=fuzzer,address,undefined (UBSan made fatal, so it counts
@@ -39,9 +40,9 @@ case "${1:-}" in
   ''|*[!0-9]*) ;;
   *) seconds=$1; shift ;;
 esac
-targets=${*:-"fuzz_spec fuzz_config fuzz_bundle"}
+targets=${*:-"fuzz_spec fuzz_config fuzz_bundle fuzz_serving"}
 for t in $targets; do
-  case "$t" in fuzz_spec|fuzz_config|fuzz_bundle) ;; *) echo "run.sh: unknown target '$t'" >&2; exit 2 ;; esac
+  case "$t" in fuzz_spec|fuzz_config|fuzz_bundle|fuzz_serving) ;; *) echo "run.sh: unknown target '$t'" >&2; exit 2 ;; esac
 done
 
 out=build/fuzz
@@ -84,6 +85,8 @@ spec_src="generator/spec.c generator/validate.c generator/tile_policy.c core/err
 # The bundle reader checks a bundle's template digest (emit_templates_id), so it links the emitter and
 # the embedded templates, which ninja writes (build/templates.c).
 [ -f build/templates.c ] || ninja build/templates.c >/dev/null || { echo "run.sh: ninja build/templates.c failed" >&2; exit 2; }
+# the serving target reads CUDA's types (cuda.h) for the driver table it links; the driver is never loaded
+cuda_cflags="-I${CUDA_HOME:-/usr/local/cuda}/include"
 bundle_src="runtime/bundle.c runtime/cache.c core/files.c core/sha256.c core/error.c core/knobs.c core/dtype.c core/alloc.c
             generator/emit.c generator/spec.c generator/validate.c generator/tile_policy.c build/templates.c"
 build() { # build NAME SOURCES... [LIBS]: one clang command per binary, every file instrumented
@@ -97,6 +100,8 @@ for t in $targets; do
     fuzz_spec) build fuzz_spec -fsanitize=fuzzer tests/fuzz/fuzz_spec.c $spec_src ;;
     fuzz_config) build fuzz_config -fsanitize=fuzzer $lua_cflags tests/fuzz/fuzz_config.c generator/config.c \
                    core/lua_sandbox.c core/lua_sandbox_host.c core/files.c $spec_src $lua_libs -lm ;;
+    fuzz_serving) build fuzz_serving -fsanitize=fuzzer $cuda_cflags tests/fuzz/fuzz_serving.c runtime/serving_args.c \
+                    runtime/call_args.c runtime/cuda_api.c core/error.c core/dtype.c core/alloc.c -ldl ;;
     fuzz_bundle) build fuzz_bundle -fsanitize=fuzzer tests/fuzz/fuzz_bundle.c $bundle_src
                  build fuzz_bundle_seeds -DFG_FUZZ_SEED_MAIN tests/fuzz/fuzz_bundle.c $bundle_src ;;
   esac
@@ -142,6 +147,11 @@ seed_bundle() {
   "$out/fuzz_bundle_seeds" "$d" || { echo "run.sh: the bundle seed generator failed" >&2; exit 2; }
   printf '"FGBUNDL\\x00"\n"\\x01\\x00\\x00\\x00"\n"0.1.0\\x00"\n"arch=sm_80,"\n' >"$out/bundle.dict"
 }
+seed_serving() {
+  d=tests/fuzz/corpus-fuzz_serving; mkdir -p "$d"
+  printf '\003\001\002\010\002\002\000\002\001\002\200\001' >"$d/seed-small"
+  printf '"\\x00\\x00\\x00\\x00"\n"\\xff\\xff\\xff\\x7f"\n"\\x80\\x00\\x00\\x00"\n' >"$out/serving.dict"
+}
 
 # ---- run ----
 failed=""
@@ -150,6 +160,7 @@ for t in $targets; do
     fuzz_spec) seed_spec; dict=spec.dict; extra="" ;;
     fuzz_config) seed_config; dict=config.dict; extra="-close_fd_mask=2" ;;
     fuzz_bundle) seed_bundle; dict=bundle.dict; extra="" ;;
+    fuzz_serving) seed_serving; dict=serving.dict; extra="" ;;
   esac
   log=$out/$t.log
   rm -f "$out/artifacts/$t-"*
