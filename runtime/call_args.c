@@ -355,7 +355,7 @@ fg_status rt_check_bwd_args(const fg_bwd_args *a, int need_data, size_t need, fg
     if (!is_half(a->q.dtype))
         return fg_fail(err, FG_ERR_UNSUPPORTED, "q.dtype is %s; the backward takes fp16 or bf16",
                        dtype_name(a->q.dtype));
-    if (!a->lse.data && need_data && a->q.shape[0] * a->q.shape[1] * a->q.shape[2] != 0)
+    if (!a->lse.data && need_data && a->q.shape[0] != 0 && a->q.shape[1] != 0 && a->q.shape[2] != 0)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                        "lse.data is NULL; the backward recomputes P from the forward's LSE: pass the forward's lse");
     fg_status st = rt_check_fwd_args(&f, need_data, err);

@@ -1,16 +1,20 @@
-/* fuzz_serving.c: libFuzzer target for the rules of a serving call (runtime/serving_args.c), built by
- * tests/fuzz/run.sh.
+/* fuzz_serving.c: libFuzzer target for the rules of a call's arguments: a serving call's
+ * (runtime/serving_args.c) and, on the same tensors, the dense forward's and backward's (runtime/call_args.c),
+ * built by tests/fuzz/run.sh.
  *
  * The input's bytes become an fg_varlen_args (every tensor's ndim, dtype, shape, strides and pointer, the
  * lengths' pointers, the table's columns and stride, batch, the longest lengths, splits), then host copies of
  * the device-resident lengths and block table sized as FG_OPTION_CHECK_INPUTS reads them back. Whatever the
  * values, serving_check (with and without data) and serving_validate_lengths must return without crashing or
  * undefined behaviour (UBSan is fatal here), a refusal must carry a sentence, and a call accepted with data
- * must describe itself consistently (heads dividing, lengths in range). A broken invariant aborts. */
+ * must describe itself consistently (heads dividing, lengths in range). The same tensors, with three more for
+ * the gradients, go through rt_check_fwd_args and rt_check_bwd_args under the same rules. A broken invariant
+ * aborts. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "runtime/call_args.h"
 #include "runtime/dispatch.h"
 
 typedef struct reader {
@@ -88,8 +92,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     a.workspace = flags & 32 ? (void *)(uintptr_t)0x60000000 : NULL;
     a.workspace_size = (size_t)take(&r, 3);
 
-    serving_call c;
+    /* the dense calls' rules on the same tensors */
+    fg_bwd_args bw;
+    memset(&bw, 0, sizeof bw);
+    bw.q = a.q, bw.k = a.k, bw.v = a.v, bw.o = a.o, bw.lse = a.lse;
+    take_tensor(&r, &bw.dout), take_tensor(&r, &bw.dq), take_tensor(&r, &bw.dk), take_tensor(&r, &bw.dv);
+    bw.causal = a.causal, bw.deterministic = (int)(take(&r, 1) % 3);
+    bw.workspace = a.workspace, bw.workspace_size = a.workspace_size;
+    fg_fwd_args fw;
+    memset(&fw, 0, sizeof fw);
+    fw.q = a.q, fw.k = a.k, fw.v = a.v, fw.o = a.o, fw.lse = a.lse, fw.causal = a.causal;
     fg_error err;
+    for (int need = 0; need < 2; need++) {
+        fg_error_clear(&err);
+        if (rt_check_fwd_args(&fw, need, &err) != FG_OK && !err.msg[0]) fuzz_fail("rt_check_fwd_args without a sentence", "");
+        fg_error_clear(&err);
+        if (rt_check_bwd_args(&bw, need, (size_t)take(&r, 3), &err) != FG_OK && !err.msg[0])
+            fuzz_fail("rt_check_bwd_args without a sentence", "");
+    }
+
+    serving_call c;
     for (int need = 0; need < 2; need++) {
         fg_error_clear(&err);
         if (serving_check(&a, need, &c, &err) != FG_OK) {
