@@ -3,7 +3,8 @@
 #   fuzz_spec    spec_parse -> spec_format round trips                  (generator/spec.c)
 #   fuzz_config  config_load_string on any text, through the Lua sandbox (generator/config.c, core/lua_sandbox*.c)
 #   fuzz_bundle  bundle_parse on any bytes, serialize round trips       (runtime/bundle.c, sha256.c)
-#   fuzz_serving a serving call's rules and its device lengths' checks   (runtime/serving_args.c, call_args.c)
+#   fuzz_serving a call's rules (serving and dense), the device lengths' checks (runtime/serving_args.c, call_args.c)
+#   fuzz_tunedb  tunedb_load on any text, lookups, save and reload       (runtime/tunedb*.c, the Lua sandbox)
 # usage: sh tests/fuzz/run.sh [SECONDS] [TARGET...]    (default: 60 seconds each, every target)
 #
 # Each target is built with clang -fsanitize=fuzzer,address,undefined (UBSan made fatal, so it counts
@@ -40,9 +41,9 @@ case "${1:-}" in
   ''|*[!0-9]*) ;;
   *) seconds=$1; shift ;;
 esac
-targets=${*:-"fuzz_spec fuzz_config fuzz_bundle fuzz_serving"}
+targets=${*:-"fuzz_spec fuzz_config fuzz_bundle fuzz_serving fuzz_tunedb"}
 for t in $targets; do
-  case "$t" in fuzz_spec|fuzz_config|fuzz_bundle|fuzz_serving) ;; *) echo "run.sh: unknown target '$t'" >&2; exit 2 ;; esac
+  case "$t" in fuzz_spec|fuzz_config|fuzz_bundle|fuzz_serving|fuzz_tunedb) ;; *) echo "run.sh: unknown target '$t'" >&2; exit 2 ;; esac
 done
 
 out=build/fuzz
@@ -102,6 +103,9 @@ for t in $targets; do
                    core/lua_sandbox.c core/lua_sandbox_host.c core/files.c $spec_src $lua_libs -lm ;;
     fuzz_serving) build fuzz_serving -fsanitize=fuzzer $cuda_cflags tests/fuzz/fuzz_serving.c runtime/serving_args.c \
                     runtime/call_args.c runtime/cuda_api.c core/error.c core/dtype.c core/alloc.c -ldl ;;
+    fuzz_tunedb) build fuzz_tunedb -fsanitize=fuzzer $lua_cflags $cuda_cflags tests/fuzz/fuzz_tunedb.c runtime/tunedb.c \
+                   runtime/tunedb_file.c runtime/tunedb_show.c core/lua_sandbox.c core/lua_sandbox_host.c core/files.c \
+                   core/csv.c $spec_src $lua_libs -lm ;;
     fuzz_bundle) build fuzz_bundle -fsanitize=fuzzer tests/fuzz/fuzz_bundle.c $bundle_src
                  build fuzz_bundle_seeds -DFG_FUZZ_SEED_MAIN tests/fuzz/fuzz_bundle.c $bundle_src ;;
   esac
@@ -153,6 +157,24 @@ seed_serving() {
   printf '"\\x00\\x00\\x00\\x00"\n"\\xff\\xff\\xff\\x7f"\n"\\x80\\x00\\x00\\x00"\n' >"$out/serving.dict"
 }
 
+seed_tunedb() {
+  d=tests/fuzz/corpus-fuzz_tunedb; mkdir -p "$d"
+  cat >"$d/seed-small.lua" <<'SEED'
+tuning {
+    format = 1, results = 2,
+    gpu = { name = "NVIDIA H200", arch = 90, sms = 132, driver = 13000, nvrtc = "13.0", flashgen = "0.4.0" },
+}
+result { kind = "fwd", dtype = "bf16", head_dim = 128, causal = false, gqa = 4, seqlen_q = 4096, seqlen_k = 4096, batch_heads = 256, spec = "arch=sm_90a,block_m=128,block_n=128,causal=0,dtype=bf16,head_dim=128,kind=fwd,stages=2,warps=12", status = "ok", ms = 0.5, tflops = 600, note = "max err 0.0001" }
+result { kind = "serve", dtype = "bf16", head_dim = 128, causal = false, gqa = 4, seqlen_q = 1, seqlen_k = 131072, batch_heads = 32, spec = "arch=sm_90,block_m=16,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=serve,splits=16,stages=2,tma=1,warps=4", status = "ok", ms = 0.2, tflops = 5, note = "" }
+SEED
+  : >"$out/tunedb.dict"
+  for w in tuning result format results gpu name arch sms driver nvrtc flashgen kind dtype head_dim causal gqa \
+           seqlen_q seqlen_k batch_heads spec status ms tflops note '"ok"' '"wrong"' '"spilled"' '"refused"' '"fwd"' \
+           '"bwd"' '"serve"' '{' '}' '=' ','; do
+    printf '"%s"\n' "$(printf '%s' "$w" | sed 's/\\/\\\\/g; s/"/\\"/g')" >>"$out/tunedb.dict"
+  done
+}
+
 # ---- run ----
 failed=""
 for t in $targets; do
@@ -161,6 +183,7 @@ for t in $targets; do
     fuzz_config) seed_config; dict=config.dict; extra="-close_fd_mask=2" ;;
     fuzz_bundle) seed_bundle; dict=bundle.dict; extra="" ;;
     fuzz_serving) seed_serving; dict=serving.dict; extra="" ;;
+    fuzz_tunedb) seed_tunedb; dict=tunedb.dict; extra="-close_fd_mask=2" ;;
   esac
   log=$out/$t.log
   rm -f "$out/artifacts/$t-"*
