@@ -80,6 +80,17 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
       --filter 'merge/two_states_in_either_order' >>"$out/sanitizer.log" 2>&1 || san_rc=1
     echo "compute-sanitizer $tool (serving, merge): $(tail -1 "$out/sanitizer.log")"
   done
+  # the sm_90a forward's varlen variants (the prefill, FLASHGEN_PREFILL_SM90A=1; one CTA per tile for racecheck,
+  # as above), the serving kernel's TMA loads, and the backward of packed sequences
+  for tool in memcheck racecheck initcheck; do
+    FLASHGEN_SM90_GRID=tiles compute-sanitizer --tool $tool --target-processes all --error-exitcode 9 \
+      build/tests/test_gpu_prefill -j1 --filter 'prefill/dense_cache_with_nan_in_unused_slots' >>"$out/sanitizer.log" 2>&1 || san_rc=1
+    compute-sanitizer --tool $tool --target-processes all --error-exitcode 9 build/tests/test_gpu_serving -j1 \
+      --filter 'varlen/tma_loads_of_keys' >>"$out/sanitizer.log" 2>&1 || san_rc=1
+    compute-sanitizer --tool $tool --target-processes all --error-exitcode 9 build/tests/test_gpu_backward_varlen -j1 \
+      --filter 'bwd_varlen/queries_and_keys_of_other_lengths' >>"$out/sanitizer.log" 2>&1 || san_rc=1
+    echo "compute-sanitizer $tool (prefill, serving TMA, varlen backward): $(tail -1 "$out/sanitizer.log")"
+  done
   # the backward's GPU tests (every Criterion worker process followed): the mma.sync kernels (bwd/shapes, head
   # dims to 256) and the sm_90a one (bwd/shapes_sm90a, skipped off Hopper)
   for tool in memcheck racecheck; do
