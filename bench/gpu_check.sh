@@ -71,31 +71,26 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
       echo "compute-sanitizer $tool (head_dim $d): $(tail -1 "$out/sanitizer.log")"
     done
   done
+  # san TOOL PROGRAM FILTER: one GPU test program under the tool, every Criterion worker followed
+  san() {
+    compute-sanitizer --tool "$1" --target-processes all --error-exitcode 9 "$2" -j1 --filter "$3" \
+      >>"$out/sanitizer.log" 2>&1 || san_rc=1
+  }
   # the serving kernel and the merge (paged, packed GQA of 7, three key splits, the combine) and the merge's
-  # own tests, every Criterion worker followed
+  # own tests; the sm_90a forward's varlen variants (the prefill, FLASHGEN_PREFILL_SM90A=1; one CTA per tile
+  # for racecheck, as above), the serving kernel's TMA loads, and the backward of packed sequences
   for tool in memcheck racecheck initcheck; do
-    compute-sanitizer --tool $tool --target-processes all --error-exitcode 9 build/tests/test_gpu_serving -j1 \
-      --filter 'decode/gqa_group_of_7' >>"$out/sanitizer.log" 2>&1 || san_rc=1
-    compute-sanitizer --tool $tool --target-processes all --error-exitcode 9 build/tests/test_gpu_merge -j1 \
-      --filter 'merge/two_states_in_either_order' >>"$out/sanitizer.log" 2>&1 || san_rc=1
-    echo "compute-sanitizer $tool (serving, merge): $(tail -1 "$out/sanitizer.log")"
-  done
-  # the sm_90a forward's varlen variants (the prefill, FLASHGEN_PREFILL_SM90A=1; one CTA per tile for racecheck,
-  # as above), the serving kernel's TMA loads, and the backward of packed sequences
-  for tool in memcheck racecheck initcheck; do
-    FLASHGEN_SM90_GRID=tiles compute-sanitizer --tool $tool --target-processes all --error-exitcode 9 \
-      build/tests/test_gpu_prefill -j1 --filter 'prefill/dense_cache_with_nan_in_unused_slots' >>"$out/sanitizer.log" 2>&1 || san_rc=1
-    compute-sanitizer --tool $tool --target-processes all --error-exitcode 9 build/tests/test_gpu_serving -j1 \
-      --filter 'varlen/tma_loads_of_keys' >>"$out/sanitizer.log" 2>&1 || san_rc=1
-    compute-sanitizer --tool $tool --target-processes all --error-exitcode 9 build/tests/test_gpu_backward_varlen -j1 \
-      --filter 'bwd_varlen/queries_and_keys_of_other_lengths' >>"$out/sanitizer.log" 2>&1 || san_rc=1
-    echo "compute-sanitizer $tool (prefill, serving TMA, varlen backward): $(tail -1 "$out/sanitizer.log")"
+    san $tool build/tests/test_gpu_serving 'decode/gqa_group_of_7'
+    san $tool build/tests/test_gpu_merge 'merge/two_states_in_either_order'
+    FLASHGEN_SM90_GRID=tiles san $tool build/tests/test_gpu_prefill 'prefill/dense_cache_with_nan_in_unused_slots'
+    san $tool build/tests/test_gpu_serving 'varlen/tma_loads_of_keys'
+    san $tool build/tests/test_gpu_backward_varlen 'bwd_varlen/queries_and_keys_of_other_lengths'
+    echo "compute-sanitizer $tool (serving, merge, prefill, serving TMA, varlen backward): $(tail -1 "$out/sanitizer.log")"
   done
   # the backward's GPU tests (every Criterion worker process followed): the mma.sync kernels (bwd/shapes, head
   # dims to 256) and the sm_90a one (bwd/shapes_sm90a, skipped off Hopper)
   for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --target-processes all --error-exitcode 9 build/tests/test_gpu_backward -j1 \
-      --filter 'bwd/shapes*' >>"$out/sanitizer.log" 2>&1 || san_rc=1
+    san $tool build/tests/test_gpu_backward 'bwd/shapes*'
     echo "compute-sanitizer $tool (backward tests): $(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitizer.log") clean summaries so far"
   done
 else
