@@ -71,9 +71,9 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
       echo "compute-sanitizer $tool (head_dim $d): $(tail -1 "$out/sanitizer.log")"
     done
   done
-  # san TOOL PROGRAM FILTER: one GPU test program under the tool, every Criterion worker followed
+  # san TOOL PROGRAM FILTER [VAR=VALUE]: one GPU test program under the tool, every Criterion worker followed
   san() {
-    compute-sanitizer --tool "$1" --target-processes all --error-exitcode 9 "$2" -j1 --filter "$3" \
+    env ${4:-FG_NONE=} compute-sanitizer --tool "$1" --target-processes all --error-exitcode 9 "$2" -j1 --filter "$3" \
       >>"$out/sanitizer.log" 2>&1 || san_rc=1
   }
   # the serving kernel and the merge (paged, packed GQA of 7, three key splits, the combine) and the merge's
@@ -82,7 +82,7 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
   for tool in memcheck racecheck initcheck; do
     san $tool build/tests/test_gpu_serving 'decode/gqa_group_of_7'
     san $tool build/tests/test_gpu_merge 'merge/two_states_in_either_order'
-    FLASHGEN_SM90_GRID=tiles san $tool build/tests/test_gpu_prefill 'prefill/dense_cache_with_nan_in_unused_slots'
+    san $tool build/tests/test_gpu_prefill 'prefill/dense_cache_with_nan_in_unused_slots' FLASHGEN_SM90_GRID=tiles
     san $tool build/tests/test_gpu_serving 'varlen/tma_loads_of_keys'
     san $tool build/tests/test_gpu_backward_varlen 'bwd_varlen/queries_and_keys_of_other_lengths'
     echo "compute-sanitizer $tool (serving, merge, prefill, serving TMA, varlen backward): $(tail -1 "$out/sanitizer.log")"
