@@ -300,7 +300,8 @@ FG_API fg_status fg_explain_varlen(fg_context *ctx, const fg_varlen_args *args, 
  * bytes (256-byte aligned) holds each sequence's fp32 dQ accumulator: about heads_q x (total_q + 384 x batch)
  * x (head_dim + 2) x 4 bytes. No synchronization, no allocation. */
 typedef struct fg_varlen_bwd_args {
-    size_t struct_size;        /* sizeof(fg_varlen_bwd_args), set by fg_varlen_bwd_args_init */
+    size_t struct_size;        /* sizeof(fg_varlen_bwd_args), set by fg_varlen_bwd_args_init: fields added
+                                  later are read only when a caller's struct has them */
     fg_tensor q, k, v, o;      /* the forward's inputs and output, packed */
     fg_tensor dout;            /* dL/dO, like o */
     fg_tensor lse;             /* [heads_q, total_q] fp32, from the forward */
@@ -330,7 +331,8 @@ FG_API fg_status fg_attention_bwd_varlen_workspace_size(fg_context *ctx, const f
  * -inf holds no key and takes no part (its O is not read); when every state is empty O = 0 and LSE = -inf.
  * A NaN LSE gives NaN. The merge of two states does not depend on their order (bitwise). */
 typedef struct fg_merge_args {
-    size_t struct_size;        /* sizeof(fg_merge_args), set by fg_merge_args_init */
+    size_t struct_size;        /* sizeof(fg_merge_args), set by fg_merge_args_init: fields added later are
+                                  read only when a caller's struct has them */
     fg_tensor o_states;        /* [states, tokens, heads, head_dim], fp32, fp16 or bf16; last dim contiguous */
     fg_tensor lse_states;      /* [states, tokens, heads], fp32, natural log; any strides */
     fg_tensor o;               /* [tokens, heads, head_dim], fp32, fp16 or bf16; last dim contiguous; written */

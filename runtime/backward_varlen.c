@@ -2,6 +2,7 @@
  * are the backward's own, compiled with varlen=1 (backward_common.cuh FG_VARLEN): every CTA takes its
  * sequence's rows from cu_seqlens_q/k and works as on a batch of one. Here: the rules of the call, the
  * workspace laid out per sequence, and the launch as a dense call of the longest lengths. */
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include "runtime/call_args.h"
@@ -16,13 +17,11 @@ typedef struct bwd_varlen_call {
     fg_bwd_args view; /* the packed tensors as one batch of total rows (for fg_attention_bwd's rules) */
 } bwd_varlen_call;
 
+/* fg_varlen_bwd_args as 0.4.0 introduced it: the size older callers may pass (rt_args_copy). */
+#define BWD_ARGS_FIRST_SIZE (offsetof(fg_varlen_bwd_args, workspace_size) + sizeof(size_t))
+
 static fg_status copy_args(const fg_varlen_bwd_args *a, fg_varlen_bwd_args *out, fg_error *err) {
-    if (!a) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "args is NULL");
-    if (a->struct_size < sizeof *out)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "args->struct_size is %zu; it must be sizeof(fg_varlen_bwd_args) "
-                       "(%zu): initialize the arguments with fg_varlen_bwd_args_init", a->struct_size, sizeof *out);
-    memcpy(out, a, sizeof *out);
-    return FG_OK;
+    return rt_args_copy(a, out, sizeof *out, BWD_ARGS_FIRST_SIZE, "fg_varlen_bwd_args", err);
 }
 
 /* A packed [tokens, heads, d] view as [1, tokens, heads, d]. */

@@ -346,6 +346,21 @@ static void span(const fg_tensor *t, uintptr_t *lo, uintptr_t *hi) {
     *hi = is_empty(t) ? *lo : *lo + (uintptr_t)((rt_view_last_offset(t) + 1) * dtype_size(t->dtype));
 }
 
+fg_status rt_args_copy(const void *src, void *dst, size_t dst_size, size_t first_size, const char *type,
+                       fg_error *err) {
+    if (!src) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "args is NULL");
+    size_t have;
+    memcpy(&have, src, sizeof have);
+    if (have < first_size)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "args->struct_size is %zu; it must be sizeof(%s) (%zu in this "
+                       "build): initialize the arguments with %s_init", have, type, dst_size, type);
+    const size_t n = have < dst_size ? have : dst_size;
+    memcpy(dst, src, n);
+    memset((char *)dst + n, 0, dst_size - n);
+    ((size_t *)dst)[0] = dst_size;
+    return FG_OK;
+}
+
 fg_status rt_check_bwd_args(const fg_bwd_args *a, int need_data, size_t need, fg_error *err) {
     fg_fwd_args f;
     memset(&f, 0, sizeof f);

@@ -18,6 +18,14 @@ fg_status rt_check_fwd_args(const fg_fwd_args *a, int need_data, fg_error *err);
  * need_data), deterministic 0 or 1. */
 fg_status rt_check_bwd_args(const fg_bwd_args *a, int need_data, size_t need, fg_error *err);
 
+/* Copies a caller's argument struct that starts with its size (size_t struct_size, set by the struct's
+ * _init function) into dst (dst_size bytes, this build's struct): min(struct_size, dst_size) bytes, the rest
+ * zeroed, so a caller built against an older, shorter header keeps working and a newer, longer one is read
+ * as far as this build knows. A struct_size below first_size (the struct's size when it was introduced) is
+ * refused with a sentence naming `type` and its init function (an uninitialized struct). */
+fg_status rt_args_copy(const void *src, void *dst, size_t dst_size, size_t first_size, const char *type,
+                       fg_error *err);
+
 /* The largest element offset of view t (the sum of (shape - 1) * stride), -1 on overflow, 0 when empty. */
 int64_t rt_view_last_offset(const fg_tensor *t);
 /* 1 when the bytes two views span intersect (empty views and NULL data touch nothing). */

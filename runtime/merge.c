@@ -86,17 +86,8 @@ fg_status fg_merge_states(fg_context *ctx, const fg_merge_args *args, void *stre
     if (!ctx) return rt_no_context("fg_merge_states");
     fg_error err;
     fg_error_clear(&err);
-    fg_merge_args a;
-    if (!args) {
-        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "args is NULL");
-        return rt_set_error(ctx, &err);
-    }
-    if (args->struct_size < sizeof a) {
-        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "args->struct_size is %zu; it must be sizeof(fg_merge_args) (%zu): "
-                "initialize the arguments with fg_merge_args_init", args->struct_size, sizeof a);
-        return rt_set_error(ctx, &err);
-    }
-    memcpy(&a, args, sizeof a);
+    fg_merge_args a; /* as 0.4.0 introduced it: every field up to the last one of that version */
+    if (rt_args_copy(args, &a, sizeof a, sizeof a, "fg_merge_args", &err) != FG_OK) return rt_set_error(ctx, &err);
     if (merge_check(&a, &err) != FG_OK) return rt_set_error(ctx, &err);
     if (a.o_states.shape[1] == 0 || a.o_states.shape[2] == 0) return FG_OK;
     fg_merge_params p;

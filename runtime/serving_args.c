@@ -3,6 +3,7 @@
  * and the block table read back to the host and judged there, entry by entry. Reading them back costs a
  * synchronization whichever side judges them; judged on the host, the rules are plain C that CI tests
  * without a GPU (serving_validate_lengths), and the sentence can quote the entry. */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,13 +58,11 @@ fg_status serving_check_view(const fg_tensor *t, const char *name, int ndim, con
     return FG_OK;
 }
 
+/* fg_varlen_args as 0.4.0 introduced it: the size older callers may pass (rt_args_copy). */
+#define VARLEN_ARGS_FIRST_SIZE (offsetof(fg_varlen_args, workspace_size) + sizeof(size_t))
+
 fg_status serving_args_copy(const fg_varlen_args *a, fg_varlen_args *out, fg_error *err) {
-    if (!a) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "args is NULL");
-    if (a->struct_size < sizeof *out)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "args->struct_size is %zu; it must be sizeof(fg_varlen_args) "
-                       "(%zu): initialize the arguments with fg_varlen_args_init", a->struct_size, sizeof *out);
-    memcpy(out, a, sizeof *out);
-    return FG_OK;
+    return rt_args_copy(a, out, sizeof *out, VARLEN_ARGS_FIRST_SIZE, "fg_varlen_args", err);
 }
 
 fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c, fg_error *err) {

@@ -114,3 +114,24 @@ Test(backward_varlen_args, workspace_holds_each_sequence_at_its_offset) {
     cr_assert_eq(fg_attention_bwd_varlen_workspace_size(ctx, &a, &bytes), FG_OK, "%s", fg_last_error(ctx));
     cr_assert_eq(fg_attention_bwd_varlen(ctx, &a, NULL), FG_OK, "%s", fg_last_error(ctx));
 }
+
+/* The arguments' size: a caller's struct from a newer header (longer) is read as far as this build knows; an
+ * uninitialized one (struct_size 0 or short) is refused naming the init function. */
+Test(backward_varlen_args, struct_size_grows_compatibly) {
+    fg_context *ctx = fake_context();
+    struct {
+        fg_varlen_bwd_args a;
+        unsigned char later_fields[64];
+    } newer;
+    memset(&newer, 0xAB, sizeof newer);
+    newer.a = call();
+    newer.a.workspace = NULL, newer.a.workspace_size = 0;
+    newer.a.struct_size = sizeof newer;
+    size_t bytes = 0;
+    cr_assert_eq(fg_attention_bwd_varlen_workspace_size(ctx, &newer.a, &bytes), FG_OK, "%s", fg_last_error(ctx));
+    cr_assert_gt(bytes, 0);
+    fg_varlen_bwd_args a = call();
+    a.struct_size = 0;
+    cr_assert_eq(fg_attention_bwd_varlen_workspace_size(ctx, &a, &bytes), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(fg_last_error(ctx), "fg_varlen_bwd_args_init"), "%s", fg_last_error(ctx));
+}
