@@ -154,7 +154,10 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
         sb_printf(&b, "#define FG_VARLEN %d\n", spec->varlen ? 1 : 0);      /* packed sequences (backward_common.cuh) */
         if (wgmma_bwd) sb_printf(&b, "#define FG_SWIZZLE_BYTES 128\n#define FG_BW_DQ_N %d\n", spec_bwd_sm90_dq_n(spec));
     }
-    if (spec->kind == FG_KIND_SERVE) sb_printf(&b, "#define FG_SERVE_TMA %d\n", spec->tma ? 1 : 0); /* K/V by TMA */
+    if (spec->kind == FG_KIND_SERVE) {
+        sb_printf(&b, "#define FG_SERVE_TMA %d\n", spec->tma ? 1 : 0); /* K/V by TMA */
+        sb_printf(&b, "#define FG_SINKS %d\n", spec->sinks ? 1 : 0);    /* attention sinks */
+    }
     const int mma_fwd = spec->kind == FG_KIND_FWD && !wgmma;
     const int sub_n = mma_fwd ? spec_fwd_sub_n(spec) : 0;
     if (mma_fwd) sb_printf(&b, "#define FG_SUB_N %d\n", sub_n);

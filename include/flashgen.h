@@ -273,6 +273,10 @@ typedef struct fg_varlen_args {
     void *workspace;           /* device memory, 256-byte aligned, for split partials; NULL with
                                   num_splits 0 runs unsplit */
     size_t workspace_size;     /* its bytes */
+    const float *sinks;        /* device, fp32 [heads_q], or NULL: attention sinks (gpt-oss): per query head a
+                                  logit that joins every row's softmax denominator and attends to no value,
+                                  O_i = sum_j e^(l_ij) v_j / (e^(sink_h) + sum_j e^(l_ij)), the LSE including it;
+                                  a row that sees no key gets O = 0 and LSE = sink_h */
 } fg_varlen_args;
 
 /* Zeroes *a and sets struct_size. */

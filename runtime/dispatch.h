@@ -183,6 +183,7 @@ typedef struct serving_call {
                                       page_size; packed: total_k) */
     int max_k;                     /* max_seqlen_k, or the capacity: what the split count plans for */
     int page_size, num_pages;      /* paged keys */
+    int sinks;                     /* the call gives attention sinks */
     int64_t part_tokens;           /* query tokens the split partials hold (total_q, or batch x seqlen_q) */
 } serving_call;
 

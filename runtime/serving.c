@@ -30,6 +30,7 @@ static fg_status serve_tiles(const fg_context *ctx, const serving_call *c, fg_dt
     const int64_t rows = (int64_t)c->seqlen_q * c->group;
     if (rows <= 32) s->block_m = rows <= 16 ? 16 : 32;
     s->tma = serve_tma_applies(ctx, c);
+    s->sinks = c->sinks;
     return spec_fill_tiles(s, &ctx->policy, err);
 }
 
@@ -96,6 +97,7 @@ static int serving_tuned(fg_context *ctx, const fg_varlen_args *a, const serving
     plan->spec = t;
     /* a bucket's winner may have loaded by TMA; a paged call, or a context without tensor maps, cannot */
     if (t.tma && (c->paged || ctx->emulated || !ctx->cu || !ctx->cu->cuTensorMapEncodeTiled)) plan->spec.tma = 0;
+    plan->spec.sinks = c->sinks; /* the bucket's tiles and splits serve a call with sinks as well */
     plan->m_blocks = (int)(((int64_t)c->seqlen_q * c->group + t.block_m - 1) / t.block_m);
     plan->num_splits = t.splits;
     plan->split_why = plan->tuned_why;
@@ -174,6 +176,7 @@ static void serve_params(const fg_varlen_args *a, const serving_call *c, const s
         p->lse_part = (float *)((char *)a->workspace + plan->part_lse);
     }
     p->part_tokens = c->part_tokens;
+    p->sinks = a->sinks;
 }
 
 /* The merge of a split call's partials into O and LSE (merge.cuh), sequence by sequence. */
@@ -280,6 +283,7 @@ fg_status rt_varlen_with_spec(fg_context *ctx, const fg_spec *spec, const fg_var
                        "mask) or this device's arch sm_%d", ctx->arch);
     plan.spec = *spec;
     plan.spec.out_dtype = spec->dtype;
+    plan.spec.sinks = c.sinks; /* the call's sinks decide the variant's */
     if (spec->splits > 0 && a.split_size == 0) { /* the variant's own split count (the tuner's candidates) */
         plan.num_splits = spec->splits;
         plan_workspace(&c, &plan);

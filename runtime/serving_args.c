@@ -199,6 +199,10 @@ fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c,
     if (a->split_size > 0 && a->num_splits > 1)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "num_splits %d and split_size %d are both set; give one (split_size "
                        "fixes the splits' boundaries, num_splits their count)", a->num_splits, a->split_size);
+    c->sinks = a->sinks != NULL;
+    if (need_data && (uintptr_t)a->sinks % 4 != 0)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "sinks (%p) is not 4-byte aligned; it must be fp32 [heads_q] in "
+                       "device memory", (const void *)a->sinks);
     if (need_data) {
         const fg_tensor *in[3] = {&a->q, &a->k, &a->v};
         static const char *const names[3] = {"q", "k", "v"};

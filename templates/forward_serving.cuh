@@ -41,6 +41,9 @@
 #ifndef FG_SERVE_TMA
 #define FG_SERVE_TMA 0
 #endif
+#ifndef FG_SINKS
+#define FG_SINKS 0
+#endif
 static_assert(!FG_SERVE_TMA || FG_HEAD_DIM % 64 == 0, "TMA boxes of 64 columns, 128-byte swizzle");
 
 constexpr int FG_THREADS = FG_WARPS * 32;
@@ -152,7 +155,14 @@ struct fg_kv_loader {
     }
 };
 
-extern "C" __global__ void __launch_bounds__(FG_THREADS)
+// (sinks=1: one CTA an SM is enough for ptxas's register budget: left to its own it kept d 64's decode tile at
+// 96 registers and spilled 4 bytes on sm_80 and sm_86)
+#if FG_SINKS
+#define FG_SERVE_BOUNDS __launch_bounds__(FG_THREADS, 1)
+#else
+#define FG_SERVE_BOUNDS __launch_bounds__(FG_THREADS)
+#endif
+extern "C" __global__ void FG_SERVE_BOUNDS
 #if FG_SERVE_TMA
 fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p, const __grid_constant__ fg_tma_params tm) {
 #else
@@ -341,8 +351,12 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     fg_cp_async_wait<0>();
     __syncthreads();
     float *stage_o = (float *)(smem + FG_Q_BYTES);                         // [WARPS_N][BLOCK_M][O_ROW]
-    float *st_max = stage_o + FG_WARPS_N * FG_BLOCK_M * FG_O_ROW;          // [WARPS_N][BLOCK_M]
-    float *st_sum = st_max + FG_WARPS_N * FG_BLOCK_M;                      // [WARPS_N][BLOCK_M]
+    // FG_SINKS: one more state a row after the warps', the sink's (split 0 only, so that the merge counts it
+    // once): a key without a value whose score is sink / softmax_scale and whose weight is 1, so that the
+    // merge below takes it into the row's max and sum like any warp's, and no O.
+    constexpr int ST = FG_WARPS_N + FG_SINKS;                              // states a row
+    float *st_max = stage_o + FG_WARPS_N * FG_BLOCK_M * FG_O_ROW;          // [ST][BLOCK_M]
+    float *st_sum = st_max + ST * FG_BLOCK_M;                              // [ST][BLOCK_M]
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const float l = fg_quad_sum(row_sum[0][h]);
@@ -352,15 +366,22 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
             st_sum[wn * FG_BLOCK_M + r] = l;
         }
     }
+    if (FG_SINKS && tid < FG_BLOCK_M) {
+        const int idx = m0 + tid, hq = kvh * grp + idx % grp;
+        const bool sink = split == 0 && idx < rows;
+        st_max[FG_WARPS_N * FG_BLOCK_M + tid] = sink ? __ldg(p.sinks + hq) / p.softmax_scale : FG_NEG_INF;
+        st_sum[FG_WARPS_N * FG_BLOCK_M + tid] = sink ? 1.f : 0.f;
+    }
     __syncthreads();
-    // The row's common max M and sum L over the warps of its tile; a warp's factor exp2((m_w - M) c).
+    // The row's common max M and sum L over the warps of its tile (and its sink); a warp's factor
+    // exp2((m_w - M) c).
     auto row_stats = [&](int r, float &M, float &L) {
         M = FG_NEG_INF;
 #pragma unroll
-        for (int w = 0; w < FG_WARPS_N; w++) M = fmaxf(M, st_max[w * FG_BLOCK_M + r]);
+        for (int w = 0; w < ST; w++) M = fmaxf(M, st_max[w * FG_BLOCK_M + r]);
         L = 0.f;
 #pragma unroll
-        for (int w = 0; w < FG_WARPS_N; w++) {
+        for (int w = 0; w < ST; w++) {
             const float mw = st_max[w * FG_BLOCK_M + r];
             L += mw == FG_NEG_INF ? 0.f : st_sum[w * FG_BLOCK_M + r] * fg_exp2((mw - M) * p.scale_log2);
         }

@@ -5,6 +5,8 @@
 #include "runtime/runtime.h"
 #include "tests/serving_run.h"
 
+float serve_sink(int h) { return -2.0f + 0.7f * (float)(h % 7); }
+
 CUdeviceptr upload_ints(gpu_env *env, const int32_t *v, size_t n) {
     CUdeviceptr d = 0;
     CK(env->cu->cuMemAlloc(&d, n * 4 > 256 ? n * 4 : 256));
@@ -151,6 +153,12 @@ void serve_setup(gpu_env *env, serve_run *r, const serve_case *c) {
     if (!c->q_dense) r->d_cu_q = upload_ints(env, r->cu_q, (size_t)c->batch + 1);
     if (c->k_mode == SERVE_K_PACKED) r->d_cu_k = upload_ints(env, r->cu_k, (size_t)c->batch + 1);
     else r->d_used = upload_ints(env, r->lk, (size_t)c->batch);
+    if (c->sinks) {
+        cr_assert(c->hq <= 256, "sinks for at most 256 heads here");
+        for (int h = 0; h < c->hq; h++) r->sinks[h] = serve_sink(h);
+        CK(env->cu->cuMemAlloc(&r->d_sinks, 256 * sizeof(float)));
+        CK(env->cu->cuMemcpyHtoD(r->d_sinks, r->sinks, (size_t)c->hq * sizeof(float)));
+    }
     /* arguments */
     fg_varlen_args *a = &r->args;
     fg_varlen_args_init(a);
@@ -167,6 +175,7 @@ void serve_setup(gpu_env *env, serve_run *r, const serve_case *c) {
     a->causal = c->causal;
     a->num_splits = c->num_splits;
     a->split_size = c->split_size;
+    a->sinks = (const float *)(uintptr_t)r->d_sinks;
     size_t ws = 0;
     cr_assert_eq(fg_attention_fwd_varlen_workspace_size(env->ctx, a, &ws), FG_OK, "%s", fg_last_error(env->ctx));
     if (c->num_splits > 1 || c->split_size > 0) { /* a forced split must plan a workspace */
@@ -251,6 +260,7 @@ void serve_verify(serve_run *r) {
             p.v = serve_rows_of(&v4, kb, k0, r->lk[b], 2);
         }
         p.causal = c->causal;
+        if (c->sinks) p.sinks = (fg_tensor){(void *)r->sinks, FG_DTYPE_F32, 1, {c->hq, 0, 0, 0}, {1, 0, 0, 0}};
         fg_tensor lse = {0};
         if (!c->no_lse) {
             lse.dtype = FG_DTYPE_F32;
@@ -278,8 +288,8 @@ void serve_verify(serve_run *r) {
 void serve_free(gpu_env *env, serve_run *r) {
     dbuf *bufs[5] = {&r->q, &r->k, &r->v, &r->o, &r->lse};
     for (int i = 0; i < 5; i++) dbuf_free(env, bufs[i]);
-    CUdeviceptr d[5] = {r->d_cu_q, r->d_cu_k, r->d_used, r->d_table, r->ws};
-    for (int i = 0; i < 5; i++)
+    CUdeviceptr d[6] = {r->d_cu_q, r->d_cu_k, r->d_used, r->d_table, r->ws, r->d_sinks};
+    for (int i = 0; i < 6; i++)
         if (d[i]) env->cu->cuMemFree(d[i]);
     free(r->table);
     memset(r, 0, sizeof *r);

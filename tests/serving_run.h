@@ -29,6 +29,7 @@ typedef struct serve_case {
     int split_size;    /* the call's split_size */
     int tiles[4];      /* block_m, block_n, warps, stages of an explicit kind=serve variant, or all 0 */
     int tma;           /* with tiles: the variant's tma=1 (K and V loaded by TMA; sm_90 and newer) */
+    int sinks;         /* attention sinks: query head h's logit serve_sink(h) */
     int strided;       /* q, k, v, o as padded slices of larger buffers */
     int no_lse;        /* do not request the LSE */
     uint64_t seed;
@@ -41,11 +42,15 @@ typedef struct serve_run {
     int32_t *table;           /* host copy of the block table [batch, max_pages] */
     int max_pages, num_pages, total_q, total_k, seqlen_q;
     dbuf q, k, v, o, lse;
-    CUdeviceptr d_cu_q, d_cu_k, d_used, d_table, ws;
+    CUdeviceptr d_cu_q, d_cu_k, d_used, d_table, ws, d_sinks;
+    float sinks[256];         /* the sinks' values (c.sinks), [hq] */
     size_t ws_size;
     fg_varlen_args args;
 } serve_run;
 
+/* Query head h's sink logit in the cases with sinks: spread over [-2, 2.2] so that some rows are dominated by
+ * their sink and others by their keys. */
+float serve_sink(int h);
 /* Builds the case's tensors, lengths and table (uploaded), and the arguments with a workspace of the size
  * fg_attention_fwd_varlen_workspace_size gives. */
 void serve_setup(gpu_env *env, serve_run *r, const serve_case *c);

@@ -1,8 +1,8 @@
 /* test_gpu_serving.c: the serving forward (fg_attention_fwd_varlen) on the GPU: packed variable-length
  * batches, dense caches with seqused_k, paged caches of several page sizes with shuffled tables, decode with
- * packed GQA and every split count, fixed split sizes (batch invariance), CUDA-graph replay, and the
- * checking mode of device-resident inputs. Every element of every sequence is judged against the CPU
- * reference (serving_run.c); GPU tests skip with the reason where there is no device. */
+ * packed GQA and every split count, fixed split sizes (batch invariance), CUDA-graph replay, attention sinks,
+ * K and V by TMA, and the checking mode of device-resident inputs. Every element of every sequence is judged
+ * against the CPU reference (serving_run.c); GPU tests skip with the reason where there is no device. */
 #include <stdlib.h>
 #include <string.h>
 #include "reference/reference.h"
@@ -83,6 +83,27 @@ Test(varlen, tma_loads_of_keys) {
             if (dims[j] == 256) d.tiles[3] = 3;
             serve_case_run(&d);
         }
+}
+
+/* Attention sinks (gpt-oss): a per-head logit in every row's denominator; split 0's state holds it, so the
+ * merge counts it once for every split count; rows that see no key get O = 0 and LSE = the sink. */
+Test(sinks, decode_every_split_count_packed_and_paged) {
+    for (int splits = 1; splits <= 5; splits++) {
+        serve_case c = sc(FG_DTYPE_BF16, 5, decode_q, cache_k, 32, 8, 128, 0);
+        c.q_dense = 1, c.k_mode = SERVE_K_DENSE, c.cap_k = 1100, c.num_splits = splits, c.sinks = 1;
+        serve_case_run(&c);
+    }
+    serve_case c = sc(FG_DTYPE_F16, 5, decode_q, cache_k, 32, 8, 64, 0);
+    c.q_dense = 1, c.k_mode = SERVE_K_PAGED, c.page_size = 16, c.sinks = 1, c.seed = 77;
+    serve_case_run(&c);
+}
+
+Test(sinks, varlen_with_rows_that_see_no_key) {
+    for (int causal = 0; causal < 2; causal++) {
+        serve_case c = sc(FG_DTYPE_BF16, 6, uneven_q, uneven_k, 8, 2, 128, causal);
+        c.sinks = 1;
+        serve_case_run(&c);
+    }
 }
 
 Test(varlen, explicit_tiles) {

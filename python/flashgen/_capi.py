@@ -131,6 +131,7 @@ class FgVarlenArgs(ctypes.Structure):
         ("split_size", ctypes.c_int),
         ("workspace", ctypes.c_void_p),
         ("workspace_size", ctypes.c_size_t),
+        ("sinks", ctypes.c_void_p),         # fp32 [heads_q] device pointer, or NULL
     ]
 
 

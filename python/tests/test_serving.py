@@ -93,6 +93,27 @@ class ServingTest(unittest.TestCase):
                     err = (got.double() - ref).abs().max().item() if got.numel() else 0.0
                     self.assertLess(err, 5e-2, "sequence %d %s (causal %s): max error %g" % (b, name, causal, err))
 
+    def test_sinks_join_the_denominator(self):
+        lens_q, lens_k = [3, 1, 40], [50, 0, 40]
+        cq = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device="cuda")
+        ck = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device="cuda")
+        q = torch.randn(sum(lens_q), 4, 64, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(sum(lens_k), 2, 64, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        sinks = torch.tensor([-1.0, 0.0, 1.5, 3.0], device="cuda")
+        o, lse = flashgen.attention_varlen(q, k, v, cq, ck, max(lens_q), max(lens_k), causal=True,
+                                           return_lse=True, sinks=sinks)
+        for b in range(len(lens_q)):
+            qs, ks = slice(cq[b].item(), cq[b + 1].item()), slice(ck[b].item(), ck[b + 1].item())
+            ro, rl = reference(q[qs], k[ks], v[ks], True)
+            # the sink joins the denominator: O scales by l / (l + e^sink), the LSE takes log(e^lse + e^sink)
+            total = torch.logaddexp(rl, sinks.double()[:, None].expand_as(rl))
+            ro = ro * torch.exp(rl - total).nan_to_num(0.0).t()[:, :, None]
+            close(self, o[qs], ro, "sequence %d O with sinks" % b)
+            close(self, lse[:, qs], total, "sequence %d LSE with sinks" % b)
+        with self.assertRaises(TypeError):
+            flashgen.attention_varlen(q, k, v, cq, ck, 40, 50, sinks=sinks[:3])
+
     def test_kvcache_dense_and_paged(self):
         b, cap, ps = 3, 700, 16
         lens = torch.tensor([700, 1, 333], dtype=torch.int32, device="cuda")
