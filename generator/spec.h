@@ -58,6 +58,8 @@ typedef struct fg_spec {
                            serving call runs for prefill on Hopper; kind=bwd, either family, in packed tensors
                            (fg_bwd_params' varlen fields: fg_attention_bwd_varlen); named only when 1
                            ("varlen=1") */
+    int window;         /* kind=serve: a sliding window around each query's diagonal (fg_varlen_args.window);
+                           named only when 1 ("window=1") */
     int sinks;          /* kind=serve: attention sinks (a per-head logit in every row's denominator,
                            fg_varlen_args.sinks); named only when 1 ("sinks=1") */
 } fg_spec;

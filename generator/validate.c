@@ -191,8 +191,9 @@ RULE(serve_tma, is_serve(s) && s->tma && (s->arch < 90 || s->head_dim % 64 != 0 
      FG_ERR_UNSUPPORTED,
      "kind=serve tma=1 (K and V loaded by TMA) takes arch sm_90 or newer and head_dim 64, 128, 192 or 256 (got sm_%d, "
      "head_dim %d)", s->arch, s->head_dim)
-RULE(serve_sinks, s->sinks && !is_serve(s), FG_ERR_UNSUPPORTED,
-     "sinks=1 (attention sinks) is a variant of the serving kernel (kind=serve) only")
+RULE(serve_sinks, (s->sinks || s->window) && !is_serve(s), FG_ERR_UNSUPPORTED,
+     "sinks=1 (attention sinks) and window=1 (a sliding window) are variants of the serving kernel (kind=serve) "
+     "only")
 RULE(serve_splits, s->splits < 0 || s->splits > 256 || (s->splits != 0 && !is_serve(s)), FG_ERR_UNSUPPORTED,
      "splits %d is not supported: a kind=serve variant runs 1 to 256 key splits (0: the call's choice), and other "
      "kinds have none", s->splits)

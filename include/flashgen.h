@@ -277,6 +277,10 @@ typedef struct fg_varlen_args {
                                   logit that joins every row's softmax denominator and attends to no value,
                                   O_i = sum_j e^(l_ij) v_j / (e^(sink_h) + sum_j e^(l_ij)), the LSE including it;
                                   a row that sees no key gets O = 0 and LSE = sink_h */
+    int window;                /* 1: a sliding window: query i of a sequence (diagonal d = i + sk - sq) sees only
+                                  keys j with d - window_left <= j <= d + window_right, besides the causal
+                                  limit; a side of -1 is unbounded. 0: no window (the two below unread) */
+    int window_left, window_right;
 } fg_varlen_args;
 
 /* Zeroes *a and sets struct_size. */

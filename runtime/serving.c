@@ -31,6 +31,7 @@ static fg_status serve_tiles(const fg_context *ctx, const serving_call *c, fg_dt
     if (rows <= 32) s->block_m = rows <= 16 ? 16 : 32;
     s->tma = serve_tma_applies(ctx, c);
     s->sinks = c->sinks;
+    s->window = c->window;
     return spec_fill_tiles(s, &ctx->policy, err);
 }
 
@@ -48,7 +49,13 @@ static int ctas_per_sm(const fg_context *ctx, const fg_spec *s) {
 static int split_rule(const fg_context *ctx, const serving_call *c, const fg_spec *s, int m_blocks, const char **why) {
     const int64_t tiles = (int64_t)m_blocks * c->hkv * c->batch;
     const int64_t slots = (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 1) * ctas_per_sm(ctx, s);
-    const int64_t n_blocks = ((int64_t)c->max_k + s->block_n - 1) / s->block_n;
+    /* a tile's keys: every key, or with a window its rows' span of them */
+    int64_t keys = c->max_k;
+    if (c->window && c->window_left >= 0 && (c->window_right >= 0 || c->causal)) {
+        const int64_t span = (int64_t)c->window_left + c->seqlen_q + (c->window_right > 0 ? c->window_right : 0);
+        if (span < keys) keys = span;
+    }
+    const int64_t n_blocks = (keys + s->block_n - 1) / s->block_n;
     if (tiles * 10 >= slots * 8) {
         *why = "no split: the tiles fill the GPU";
         return 1;
@@ -97,7 +104,8 @@ static int serving_tuned(fg_context *ctx, const fg_varlen_args *a, const serving
     plan->spec = t;
     /* a bucket's winner may have loaded by TMA; a paged call, or a context without tensor maps, cannot */
     if (t.tma && (c->paged || ctx->emulated || !ctx->cu || !ctx->cu->cuTensorMapEncodeTiled)) plan->spec.tma = 0;
-    plan->spec.sinks = c->sinks; /* the bucket's tiles and splits serve a call with sinks as well */
+    plan->spec.sinks = c->sinks; /* the bucket's tiles and splits serve a call with sinks or a window as well */
+    plan->spec.window = c->window;
     plan->m_blocks = (int)(((int64_t)c->seqlen_q * c->group + t.block_m - 1) / t.block_m);
     plan->num_splits = t.splits;
     plan->split_why = plan->tuned_why;
@@ -177,6 +185,8 @@ static void serve_params(const fg_varlen_args *a, const serving_call *c, const s
     }
     p->part_tokens = c->part_tokens;
     p->sinks = a->sinks;
+    p->window_left = c->window ? c->window_left : -1;
+    p->window_right = c->window ? c->window_right : -1;
 }
 
 /* The merge of a split call's partials into O and LSE (merge.cuh), sequence by sequence. */
@@ -283,7 +293,8 @@ fg_status rt_varlen_with_spec(fg_context *ctx, const fg_spec *spec, const fg_var
                        "mask) or this device's arch sm_%d", ctx->arch);
     plan.spec = *spec;
     plan.spec.out_dtype = spec->dtype;
-    plan.spec.sinks = c.sinks; /* the call's sinks decide the variant's */
+    plan.spec.sinks = c.sinks; /* the call's sinks and window decide the variant's */
+    plan.spec.window = c.window;
     if (spec->splits > 0 && a.split_size == 0) { /* the variant's own split count (the tuner's candidates) */
         plan.num_splits = spec->splits;
         plan_workspace(&c, &plan);

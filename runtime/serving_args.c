@@ -200,6 +200,17 @@ fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c,
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "num_splits %d and split_size %d are both set; give one (split_size "
                        "fixes the splits' boundaries, num_splits their count)", a->num_splits, a->split_size);
     c->sinks = a->sinks != NULL;
+    if (a->window != 0 && a->window != 1)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "window is %d; it must be 0 (none) or 1", a->window);
+    if (a->window && (a->window_left < -1 || a->window_right < -1))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "window_left (%d) and window_right (%d) must be >= 0, or -1 for an "
+                       "unbounded side", a->window_left, a->window_right);
+    c->causal = a->causal;
+    /* A side that reaches past every key of every row is unbounded: the diagonal d = i + sk - sq lies in
+     * [sk - sq, sk - 1], so left >= sk - 1 and right >= sq - 1 mask nothing. Capping keeps d -/+ side in int. */
+    c->window_left = !a->window || a->window_left > c->seqlen_k ? -1 : a->window_left;
+    c->window_right = !a->window || a->window_right > c->seqlen_q ? -1 : a->window_right;
+    c->window = c->window_left >= 0 || c->window_right >= 0;
     if (need_data && (uintptr_t)a->sinks % 4 != 0)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "sinks (%p) is not 4-byte aligned; it must be fp32 [heads_q] in "
                        "device memory", (const void *)a->sinks);

@@ -44,6 +44,9 @@
 #ifndef FG_SINKS
 #define FG_SINKS 0
 #endif
+#ifndef FG_WINDOW
+#define FG_WINDOW 0
+#endif
 static_assert(!FG_SERVE_TMA || FG_HEAD_DIM % 64 == 0, "TMA boxes of 64 columns, 128-byte swizzle");
 
 constexpr int FG_THREADS = FG_WARPS * 32;
@@ -179,14 +182,29 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     const int wm = warp % FG_WARPS_M, wn = warp / FG_WARPS_M;
     const int sq = seq.sq, sk = seq.sk;
 
-    // The tile's key blocks: all, or up to its last row's diagonal (bottom-right aligned per sequence);
-    // this split's part of them; and the first block any row needs masked.
+    // The tile's key blocks: all, or up to its last row's diagonal (bottom-right aligned per sequence), and
+    // with FG_WINDOW from its first row's left edge to its last row's right one (the host makes a side past
+    // the keys' capacity -1, unbounded); this split's part of them; and the first block any row needs masked
+    // (every block with a window).
     const int first_tok = m0 / grp, last_tok = (min(m0 + FG_BLOCK_M, rows) - 1) / grp;
+#if FG_WINDOW
+    int n_end = FG_CAUSAL ? min(sk, last_tok + sk - sq + 1) : sk, k_first = 0;
+    if (p.window_right >= 0) n_end = min(n_end, last_tok + sk - sq + p.window_right + 1);
+    if (p.window_left >= 0) k_first = max(0, first_tok + sk - sq - p.window_left);
+    const int n_blocks = n_end > 0 ? (n_end + FG_BLOCK_N - 1) / FG_BLOCK_N : 0;
+    const int b_first = min(k_first / FG_BLOCK_N, n_blocks);
+    // fixed split sizes count from key 0 (boundaries that depend on the sequence alone); else even parts
+    const int per = p.split_blocks > 0 ? p.split_blocks : (n_blocks - b_first + p.num_splits - 1) / p.num_splits;
+    const int s0 = p.split_blocks > 0 ? split * per : b_first + split * per;
+    const int j_begin = min(n_blocks, max(b_first, s0)), j_end = min(n_blocks, s0 + per);
+    int n_unmasked = 0;
+#else
     const int n_end = FG_CAUSAL ? min(sk, last_tok + sk - sq + 1) : sk;
     const int n_blocks = n_end > 0 ? (n_end + FG_BLOCK_N - 1) / FG_BLOCK_N : 0;
     const int per = p.split_blocks > 0 ? p.split_blocks : (n_blocks + p.num_splits - 1) / p.num_splits;
     const int j_begin = min(n_blocks, split * per), j_end = min(n_blocks, j_begin + per);
     int n_unmasked = sk / FG_BLOCK_N;
+#endif
     if (FG_CAUSAL) n_unmasked = min(n_unmasked, max(0, first_tok + sk - sq + 1) / FG_BLOCK_N);
 
     // (TMA: the tiles 1024-byte aligned for its swizzle; the host gives 1 KiB of slack)
@@ -318,11 +336,23 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int tok = (m0 + wm * 16 + g + h * 8) / grp;
-                const int limit = (FG_CAUSAL ? min(sk, tok + sk - sq + 1) : sk) - j * FG_BLOCK_N - key_w - 2 * t;
+                int limit = (FG_CAUSAL ? min(sk, tok + sk - sq + 1) : sk) - j * FG_BLOCK_N - key_w - 2 * t;
+                if constexpr (FG_WINDOW) {
+                    // the window's edges, relative like limit: keys below first, or from limit on, are masked
+                    const int base = tok + sk - sq - j * FG_BLOCK_N - key_w - 2 * t;
+                    if (p.window_right >= 0) limit = min(limit, base + p.window_right + 1);
+                    const int first = p.window_left >= 0 ? base - p.window_left : -2147483647 - 1;
 #pragma unroll
-                for (int nt = 0; nt < FG_NT; nt++) {
-                    if (8 * nt >= limit) s[0][nt][2 * h] = FG_NEG_INF;
-                    if (8 * nt + 1 >= limit) s[0][nt][2 * h + 1] = FG_NEG_INF;
+                    for (int nt = 0; nt < FG_NT; nt++) {
+                        if (8 * nt >= limit || 8 * nt < first) s[0][nt][2 * h] = FG_NEG_INF;
+                        if (8 * nt + 1 >= limit || 8 * nt + 1 < first) s[0][nt][2 * h + 1] = FG_NEG_INF;
+                    }
+                } else {
+#pragma unroll
+                    for (int nt = 0; nt < FG_NT; nt++) {
+                        if (8 * nt >= limit) s[0][nt][2 * h] = FG_NEG_INF;
+                        if (8 * nt + 1 >= limit) s[0][nt][2 * h + 1] = FG_NEG_INF;
+                    }
                 }
             }
         }

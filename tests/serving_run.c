@@ -176,6 +176,7 @@ void serve_setup(gpu_env *env, serve_run *r, const serve_case *c) {
     a->num_splits = c->num_splits;
     a->split_size = c->split_size;
     a->sinks = (const float *)(uintptr_t)r->d_sinks;
+    a->window = c->window, a->window_left = c->window_left, a->window_right = c->window_right;
     size_t ws = 0;
     cr_assert_eq(fg_attention_fwd_varlen_workspace_size(env->ctx, a, &ws), FG_OK, "%s", fg_last_error(env->ctx));
     if (c->num_splits > 1 || c->split_size > 0) { /* a forced split must plan a workspace */
@@ -261,6 +262,7 @@ void serve_verify(serve_run *r) {
         }
         p.causal = c->causal;
         if (c->sinks) p.sinks = (fg_tensor){(void *)r->sinks, FG_DTYPE_F32, 1, {c->hq, 0, 0, 0}, {1, 0, 0, 0}};
+        p.window = c->window, p.window_left = c->window_left, p.window_right = c->window_right;
         fg_tensor lse = {0};
         if (!c->no_lse) {
             lse.dtype = FG_DTYPE_F32;

@@ -30,6 +30,7 @@ typedef struct serve_case {
     int tiles[4];      /* block_m, block_n, warps, stages of an explicit kind=serve variant, or all 0 */
     int tma;           /* with tiles: the variant's tma=1 (K and V loaded by TMA; sm_90 and newer) */
     int sinks;         /* attention sinks: query head h's logit serve_sink(h) */
+    int window, window_left, window_right; /* a sliding window (fg_varlen_args' fields) */
     int strided;       /* q, k, v, o as padded slices of larger buffers */
     int no_lse;        /* do not request the LSE */
     uint64_t seed;

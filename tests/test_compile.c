@@ -301,9 +301,10 @@ Test(compile, serving_tma, .timeout = 900) {
     compile_all(specs, n, "serving tma=1, head_dim 64, 128 and 256");
 }
 
-/* The serving kernel's sinks=1 variants (attention sinks in split 0's state): decode and prefill tiles at head_dim
- * 64, 128 and 256, one of them with TMA loads, compile and spill nothing. */
-Test(compile, serving_sinks, .timeout = 900) {
+/* The serving kernel's sinks=1 and window=1 variants (attention sinks in split 0's state; a sliding window's
+ * block range and edges): decode and prefill tiles at head_dim 64, 128 and 256, one of them with TMA loads, one
+ * with both keys, compile and spill nothing. */
+Test(compile, serving_sinks_and_window, .timeout = 900) {
     fg_spec specs[9];
     int n = 0;
     static const int dims[] = {64, 128, 256}, rows[] = {16, 32, 64};
@@ -311,8 +312,9 @@ Test(compile, serving_sinks, .timeout = 900) {
         for (int j = 0; j < 3; j++)
             specs[n++] = policy_tiles((fg_spec){.kind = FG_KIND_SERVE, .arch = j == 0 ? 80 : 90, .dtype = FG_DTYPE_F16,
                                                 .head_dim = dims[i], .block_m = rows[j], .causal = j == 1,
-                                                .tma = i == 1 && j == 0 ? 0 : i == 1 && j == 1, .sinks = 1});
-    compile_all(specs, n, "serving sinks=1, head_dim 64, 128 and 256");
+                                                .tma = i == 1 && j == 1, .sinks = j != 2 || i == 0,
+                                                .window = j == 2 || (i == 2 && j == 0)});
+    compile_all(specs, n, "serving sinks=1 and window=1, head_dim 64, 128 and 256");
 }
 
 /* The sm_90a family's FP8 kernels (QGMMA, P exchanged in the quad, V^T by TMA) at every head dim they

@@ -106,6 +106,30 @@ Test(sinks, varlen_with_rows_that_see_no_key) {
     }
 }
 
+/* Sliding windows: the keys a query sees around its diagonal, either side unbounded (-1), with causal masks,
+ * split keys, paged caches and sinks; windows of 0 and wider than the sequences. */
+Test(window, varlen_windows) {
+    static const int w[][3] = {{0, 5, 2}, {1, 7, -1}, {0, 0, 0}, {1, 0, -1}, {0, 1000, 1000}, {0, -1, 3}};
+    for (size_t i = 0; i < NELEM(w); i++) {
+        serve_case c = sc(i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, 6, uneven_q, uneven_k, 8, 2, i % 3 ? 128 : 64, w[i][0]);
+        c.window = 1, c.window_left = w[i][1], c.window_right = w[i][2], c.seed = 90 + i;
+        c.sinks = i == 1;
+        serve_case_run(&c);
+    }
+}
+
+Test(window, decode_over_caches_with_splits) {
+    for (int splits = 1; splits <= 3; splits++) {
+        serve_case c = sc(FG_DTYPE_BF16, 5, decode_q, cache_k, 32, 8, 128, 1);
+        c.q_dense = 1, c.k_mode = SERVE_K_DENSE, c.cap_k = 1100, c.num_splits = splits;
+        c.window = 1, c.window_left = 100, c.window_right = -1, c.sinks = splits == 2;
+        serve_case_run(&c);
+    }
+    serve_case c = sc(FG_DTYPE_F16, 5, decode_q, cache_k, 32, 8, 128, 0);
+    c.q_dense = 1, c.k_mode = SERVE_K_PAGED, c.page_size = 16, c.window = 1, c.window_left = 50, c.window_right = 0;
+    serve_case_run(&c);
+}
+
 Test(varlen, explicit_tiles) {
     static const int tiles[][4] = {{16, 64, 4, 2}, {32, 64, 4, 3}, {64, 64, 4, 2}, {128, 32, 8, 2}, {64, 128, 8, 2}};
     for (size_t i = 0; i < NELEM(tiles); i++) {

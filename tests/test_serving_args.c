@@ -65,6 +65,23 @@ Test(serving_args, valid_calls_are_described) {
     cr_assert_eq(c.part_tokens, 4);
 }
 
+/* A window side that reaches past every key of every row is unbounded, so the variant without window=1 runs:
+ * left past the key capacity, right past the longest query run (sq - 1 from the bottom-right diagonal). */
+Test(serving_args, window_sides_past_every_key_are_unbounded) {
+    fg_varlen_args a = packed(); /* 60 queries, 300 keys at most */
+    serving_call c;
+    fg_error e;
+    a.window = 1, a.window_left = 301, a.window_right = 61;
+    cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
+    cr_assert(!c.window && c.window_left == -1 && c.window_right == -1);
+    a.window_right = 59; /* a row of a 60-query sequence against fewer keys still has keys right of d + 59 */
+    cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
+    cr_assert(c.window && c.window_left == -1 && c.window_right == 59);
+    a.window = 0, a.window_left = 5; /* sides are read only with window = 1 */
+    cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
+    cr_assert(!c.window && c.window_left == -1 && c.window_right == -1);
+}
+
 Test(serving_args, each_rule_gives_its_sentence) {
     fg_varlen_args a = packed();
     a.struct_size = 0;
@@ -111,6 +128,10 @@ Test(serving_args, each_rule_gives_its_sentence) {
     expect(&a, FG_ERR_INVALID_ARGUMENT, "both set");
     a = packed(), a.split_size = -1;
     expect(&a, FG_ERR_INVALID_ARGUMENT, "split_size");
+    a = packed(), a.window = 2;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "window is 2");
+    a = packed(), a.window = 1, a.window_left = -2;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "window_left (-2)");
     a = packed(), a.o.data = ADDR(0x100000 + 4096);
     expect(&a, FG_ERR_INVALID_ARGUMENT, "o overlaps q");
     a = packed(), a.workspace = ADDR(0x1000010);

@@ -123,6 +123,7 @@ Test(spec, serve_and_merge_texts_round_trip) {
         "arch=sm_90,block_m=16,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=serve,splits=12,stages=4,warps=4",
         "arch=sm_90,block_m=16,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=serve,stages=4,tma=1,warps=4",
         "arch=sm_90,block_m=16,block_n=64,causal=1,dtype=fp16,head_dim=64,kind=serve,sinks=1,splits=3,stages=4,warps=4",
+        "arch=sm_80,block_m=64,block_n=32,causal=1,dtype=bf16,head_dim=128,kind=serve,stages=2,warps=4,window=1",
         "arch=sm_90,kind=merge",
         "arch=sm_120,kind=merge",
         "arch=sm_90a,block_m=128,block_n=128,causal=1,dtype=bf16,head_dim=128,kind=fwd,stages=2,varlen=1,warps=12",
@@ -162,6 +163,8 @@ Test(spec, parse_errors_name_the_key) {
         {"kind=fwd,arch=sm_90,dtype=bf16,head_dim=128,splits=2", "splits"},         /* serve only */
         {"kind=serve,arch=sm_90,dtype=bf16,head_dim=128,varlen=1", "varlen"},       /* fwd only */
         {"kind=fwd,arch=sm_90,dtype=bf16,head_dim=128,sinks=1", "sinks"},           /* serve only */
+        {"kind=fwd,arch=sm_90,dtype=bf16,head_dim=128,window=1", "window"},         /* serve only */
+        {"kind=serve,arch=sm_90,dtype=bf16,head_dim=128,window=2", "window"},
         {"kind=fwd,arch=sm_90a,dtype=bf16,head_dim=128,varlen=2", "varlen"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

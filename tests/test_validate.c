@@ -81,6 +81,7 @@ static void m_fwd_varlen_fp8(fg_spec *s) { s->varlen = 1, s->arch = 90, s->arch_
 static void m_serve_tma(fg_spec *s) { *s = serve_base(); s->tma = 1, s->arch = 80; }
 static void m_serve_tma_dim(fg_spec *s) { *s = serve_base(); s->tma = 1, s->arch = 90, s->head_dim = 96; }
 static void m_serve_sinks(fg_spec *s) { s->sinks = 1; } /* base(): kind=fwd */
+static void m_serve_window(fg_spec *s) { s->window = 1; }
 static void m_serve_registers(fg_spec *s) { *s = serve_base(); s->block_m = 64; s->block_n = 256; s->head_dim = 256; s->stages = 2; }
 
 static const broken rules[] = {
@@ -135,6 +136,7 @@ static const broken rules[] = {
     {"fwd_varlen", m_fwd_varlen, "varlen=1"},
     {"serve_tma", m_serve_tma, "got sm_80"},
     {"serve_sinks", m_serve_sinks, "sinks=1"},
+    {"serve_sinks", m_serve_window, "window=1"},
     {"serve_tma", m_serve_tma_dim, "head_dim 96"},
     {"fwd_varlen", m_fwd_varlen_fp8, "in fp16 or bf16"},
 };

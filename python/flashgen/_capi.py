@@ -132,6 +132,9 @@ class FgVarlenArgs(ctypes.Structure):
         ("workspace", ctypes.c_void_p),
         ("workspace_size", ctypes.c_size_t),
         ("sinks", ctypes.c_void_p),         # fp32 [heads_q] device pointer, or NULL
+        ("window", ctypes.c_int),           # 1: window_left, window_right (-1: unbounded side) apply
+        ("window_left", ctypes.c_int),
+        ("window_right", ctypes.c_int),
     ]
 
 

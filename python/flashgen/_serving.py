@@ -41,7 +41,7 @@ def _sinks_ptr(sinks, q):
 
 
 def _varlen_args(pkg, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
-                 max_seqlen_k, causal, softmax_scale, num_splits, split_size, dl_stream, sinks=None):
+                 max_seqlen_k, causal, softmax_scale, num_splits, split_size, dl_stream, sinks=None, window_size=None):
     """The FgVarlenArgs of a call and the objects that must outlive it."""
     a = _capi.FgVarlenArgs()
     _capi.lib().fg_varlen_args_init(ctypes.byref(a))
@@ -66,11 +66,18 @@ def _varlen_args(pkg, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, 
     a.num_splits = int(num_splits)
     a.split_size = int(split_size)
     a.sinks = _sinks_ptr(sinks, q)
+    if window_size is not None:
+        if len(tuple(window_size)) != 2:
+            raise TypeError("window_size must be (left, right) in keys, -1 for an unbounded side; got %r"
+                            % (window_size,))
+        left, right = (int(x) for x in window_size)
+        if (left, right) != (-1, -1):
+            a.window, a.window_left, a.window_right = 1, left, right
     return a, views
 
 
 def _run(pkg, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k, causal,
-         softmax_scale, return_lse, out, lse, stream, num_splits, split_size, sinks=None):
+         softmax_scale, return_lse, out, lse, stream, num_splits, split_size, sinks=None, window_size=None):
     torch = pkg._torch()
     handle = pkg._stream_handle(stream, q)
     dl_stream = handle or None
@@ -81,7 +88,7 @@ def _run(pkg, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_s
         shape = (q.shape[1], q.shape[0]) if packed else (q.shape[0], q.shape[2], q.shape[1])
         lse = torch.empty(shape, dtype=torch.float32, device=q.device)
     a, views = _varlen_args(pkg, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
-                            max_seqlen_k, causal, softmax_scale, num_splits, split_size, dl_stream, sinks)
+                            max_seqlen_k, causal, softmax_scale, num_splits, split_size, dl_stream, sinks, window_size)
     ctx = pkg._context(pkg._device_for([("q", views[0]), ("k", views[1]), ("v", views[2]), ("out", views[3])], True,
                                        pkg._default_device()))
     lib = _capi.lib()
@@ -107,7 +114,7 @@ def _launch_with_workspace(pkg, torch, ctx, size_fn, launch_fn, a, q, handle):
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
                      softmax_scale=None, return_lse=False, out=None, lse=None, stream=None, seqused_k=None,
-                     num_splits=0, split_size=0, deterministic=False, sinks=None):
+                     num_splits=0, split_size=0, deterministic=False, sinks=None, window_size=None):
     """Attention over a batch of sequences of different lengths, packed (FlashAttention's
     flash_attn_varlen_func): q [total_q, heads_q, head_dim], k and v [total_k, heads_kv, head_dim], sequence b's
     queries rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 (int32 CUDA tensors of batch + 1 offsets), its keys
@@ -118,19 +125,21 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     takes, fixed: batch-invariant results) control the split of keys over CTAs; the workspace it needs is
     allocated on the launch stream. Training: when autograd is on and q, k or v requires grad, the call
     records for autograd and its backward runs attention_varlen_backward (deterministic: its mode); out=,
-    lse=, seqused_k, the split arguments and sinks are not taken then. sinks (an fp32 CUDA tensor
-    [heads_q]): attention sinks, a logit per query head joining every row's softmax denominator (gpt-oss)."""
+    lse=, seqused_k, the split arguments, sinks and window_size are not taken then. sinks (an fp32 CUDA tensor
+    [heads_q]): attention sinks, a logit per query head joining every row's softmax denominator (gpt-oss).
+    window_size (left, right): a sliding window, query i (diagonal d = i + sk - sq) seeing keys d - left to
+    d + right, -1 for an unbounded side (FlashAttention's convention; None or (-1, -1): none)."""
     pkg = _pkg()
     if pkg._needs_grad(q, k, v):
         if out is not None or lse is not None or seqused_k is not None or num_splits or split_size or \
-                sinks is not None:
+                sinks is not None or (window_size is not None and tuple(window_size) != (-1, -1)):
             raise TypeError("attention_varlen() with autograd takes no out=, lse=, seqused_k, num_splits, "
-                            "split_size or sinks")
+                            "split_size, sinks or window_size")
         o, l = _varlen_function().apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                         bool(causal), softmax_scale, bool(deterministic), stream)
         return (o, l) if return_lse else o
     return _run(pkg, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, None, max_seqlen_q, max_seqlen_k, causal,
-                softmax_scale, return_lse, out, lse, stream, num_splits, split_size, sinks)
+                softmax_scale, return_lse, out, lse, stream, num_splits, split_size, sinks, window_size)
 
 
 def attention_varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -200,7 +209,8 @@ def _varlen_function():
 
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=None, causal=False,
                            softmax_scale=None, return_lse=False, out=None, lse=None, stream=None, cu_seqlens_q=None,
-                           max_seqlen_q=None, max_seqlen_k=None, num_splits=0, split_size=0, sinks=None):
+                           max_seqlen_q=None, max_seqlen_k=None, num_splits=0, split_size=0, sinks=None,
+                           window_size=None):
     """Attention of new queries over a KV cache (FlashAttention's flash_attn_with_kvcache), for decode
     and for prefill against a cache. q [batch, seqlen_q, heads_q, head_dim] (or packed [total_q, heads_q,
     head_dim] with cu_seqlens_q and max_seqlen_q); k_cache, v_cache [batch, capacity, heads_kv, head_dim], or
@@ -209,14 +219,14 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
     keys in use. Query heads of one KV head are packed into one tile's rows, and keys are split over CTAs
     when the batch does not fill the GPU (num_splits 0: chosen; split_size: fixed boundaries). Returns out
     like q, and with return_lse the fp32 LSE ([batch, heads_q, seqlen_q], or [heads_q, total_q] packed). sinks
-    (an fp32 CUDA tensor [heads_q]): attention sinks, as attention_varlen takes them."""
+    (an fp32 CUDA tensor [heads_q]) and window_size ((left, right)): as attention_varlen takes them."""
     pkg = _pkg()
     if block_table is not None and cache_seqlens is None:
         raise TypeError("a paged cache (block_table) needs cache_seqlens")
     if q.dim() == 3 and max_seqlen_q is None:
         raise TypeError("packed queries (3-d q with cu_seqlens_q) need max_seqlen_q")
     return _run(pkg, q, k_cache, v_cache, cu_seqlens_q, None, cache_seqlens, block_table, max_seqlen_q, max_seqlen_k,
-                causal, softmax_scale, return_lse, out, lse, stream, num_splits, split_size, sinks)
+                causal, softmax_scale, return_lse, out, lse, stream, num_splits, split_size, sinks, window_size)
 
 
 def explain_varlen(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, block_table=None,

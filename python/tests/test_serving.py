@@ -1,6 +1,6 @@
 """test_serving.py: the serving calls of the Python binding on the GPU (skipped with the reason without CUDA,
 PyTorch or the library): attention_varlen against a float64 per-sequence reference, its gradients through
-autograd (attention_varlen_backward) against the reference's, attention_with_kvcache
+autograd (attention_varlen_backward) against the reference's, sinks and sliding windows, attention_with_kvcache
 with a dense cache and with a shuffled paged cache against the same, merge_states against a float64 merge,
 explain_varlen's text, the input check raising FlashgenError, and the examples of docs/serving.md and the
 README run as printed.
@@ -28,17 +28,22 @@ from gpu_reason import gpu_reason  # noqa: E402
 REASON = gpu_reason(torch)
 
 
-def reference(q, k, v, causal):
-    """O [sq, hq, d] and LSE [hq, sq] of one sequence in float64 (bottom-right causal; GQA by repetition)."""
+def reference(q, k, v, causal, window=(-1, -1)):
+    """O [sq, hq, d] and LSE [hq, sq] of one sequence in float64 (bottom-right causal and window (left, right)
+    around the diagonal i + sk - sq, -1 unbounded; GQA by repetition)."""
     sq, hq, d = q.shape
     sk, hkv = k.shape[0], k.shape[1]
     kk = k.double().repeat_interleave(hq // hkv, dim=1)
     vv = v.double().repeat_interleave(hq // hkv, dim=1)
     s = torch.einsum("qhd,khd->hqk", q.double(), kk) / d ** 0.5
+    i = torch.arange(sq, device=q.device)[:, None] + sk - sq
+    j = torch.arange(sk, device=q.device)[None, :]
     if causal:
-        i = torch.arange(sq, device=q.device)[:, None]
-        j = torch.arange(sk, device=q.device)[None, :]
-        s = s.masked_fill(j > i + sk - sq, float("-inf"))
+        s = s.masked_fill(j > i, float("-inf"))
+    if window[0] >= 0:
+        s = s.masked_fill(j < i - window[0], float("-inf"))
+    if window[1] >= 0:
+        s = s.masked_fill(j > i + window[1], float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
     return torch.einsum("hqk,khd->qhd", p, vv), lse
@@ -113,6 +118,28 @@ class ServingTest(unittest.TestCase):
             close(self, lse[:, qs], total, "sequence %d LSE with sinks" % b)
         with self.assertRaises(TypeError):
             flashgen.attention_varlen(q, k, v, cq, ck, 40, 50, sinks=sinks[:3])
+
+    def test_sliding_windows(self):
+        lens_q, lens_k = [5, 1, 70], [300, 9, 70]
+        cq = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device="cuda")
+        ck = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device="cuda")
+        q = torch.randn(sum(lens_q), 8, 128, device="cuda", dtype=torch.float16)
+        k = torch.randn(sum(lens_k), 2, 128, device="cuda", dtype=torch.float16)
+        v = torch.randn_like(k)
+        for causal, window in ((True, (32, -1)), (False, (16, 3)), (False, (-1, 0)), (True, (0, 0))):
+            o, lse = flashgen.attention_varlen(q, k, v, cq, ck, max(lens_q), max(lens_k), causal=causal,
+                                               return_lse=True, window_size=window)
+            for b in range(len(lens_q)):
+                qs, ks = slice(cq[b].item(), cq[b + 1].item()), slice(ck[b].item(), ck[b + 1].item())
+                ro, rl = reference(q[qs], k[ks], v[ks], causal, window)
+                close(self, o[qs], ro, "sequence %d O, causal %s, window %s" % (b, causal, window))
+                close(self, lse[:, qs].nan_to_num(0.0, neginf=-1e30), rl.nan_to_num(0.0, neginf=-1e30),
+                      "sequence %d LSE, causal %s, window %s" % (b, causal, window))
+        with self.assertRaises(TypeError):
+            flashgen.attention_varlen(q, k, v, cq, ck, max(lens_q), max(lens_k), window_size=(1, 2, 3))
+        with self.assertRaises(flashgen.FlashgenError) as cm:
+            flashgen.attention_varlen(q, k, v, cq, ck, max(lens_q), max(lens_k), window_size=(-2, 0))
+        self.assertIn("window_left", str(cm.exception))
 
     def test_kvcache_dense_and_paged(self):
         b, cap, ps = 3, 700, 16

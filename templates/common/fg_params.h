@@ -127,6 +127,7 @@ typedef struct fg_serve_params {
     float *o_part;              /* num_splits > 1: fp32 [num_splits, tokens, hq, d], normalized per split */
     float *lse_part;            /* num_splits > 1: fp32 [num_splits, tokens, hq] */
     long long part_tokens;      /* tokens of the partials (total_q, or batch * seqlen_q) */
+    int window_left, window_right; /* window=1 variants: the keys a query sees around its diagonal (-1: no bound) */
     const float *sinks;         /* sinks=1 variants: per query head a logit joining the softmax's denominator
                                    (split 0's state holds it, so that the merge counts it once) */
 } fg_serve_params;
