@@ -91,6 +91,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     a.softmax_scale = (float)(int8_t)take(&r, 1) / 8.0f;
     a.workspace = flags & 32 ? (void *)(uintptr_t)0x60000000 : NULL;
     a.workspace_size = (size_t)take(&r, 3);
+    a.sinks = flags & 64 ? (const float *)(uintptr_t)0x50004000 : NULL;
+    a.window = (int)(take(&r, 1) % 3);
+    a.window_left = (int)take_size(&r), a.window_right = (int)take_size(&r);
 
     /* the dense calls' rules on the same tensors */
     fg_bwd_args bw;
