@@ -49,6 +49,16 @@ def reference(q, k, v, causal, window=(-1, -1)):
     return torch.einsum("hqk,khd->qhd", p, vv), lse
 
 
+def packed_batch(lens_q, lens_k, heads_q, heads_kv, head_dim, dtype):
+    """Random packed q [total_q, heads_q, d], k and v [total_k, heads_kv, d] on the GPU, with their int32
+    cu_seqlens_q and cu_seqlens_k."""
+    def offsets(lens):
+        return torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device="cuda")
+    q = torch.randn(sum(lens_q), heads_q, head_dim, device="cuda", dtype=dtype)
+    k = torch.randn(sum(lens_k), heads_kv, head_dim, device="cuda", dtype=dtype)
+    return q, k, torch.randn_like(k), offsets(lens_q), offsets(lens_k)
+
+
 def close(test, out, ref, what):
     err = (out.double() - ref).abs().max().item() if out.numel() else 0.0
     test.assertLess(err, 2e-2, "%s: max error %g" % (what, err))
@@ -58,11 +68,7 @@ def close(test, out, ref, what):
 class ServingTest(unittest.TestCase):
     def test_varlen_against_reference(self):
         lens_q, lens_k = [5, 0, 1, 130, 64], [5, 3, 1, 200, 64]
-        cq = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device="cuda")
-        ck = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device="cuda")
-        q = torch.randn(sum(lens_q), 8, 64, device="cuda", dtype=torch.float16)
-        k = torch.randn(sum(lens_k), 2, 64, device="cuda", dtype=torch.float16)
-        v = torch.randn_like(k)
+        q, k, v, cq, ck = packed_batch(lens_q, lens_k, 8, 2, 64, torch.float16)
         for causal in (False, True):
             o, lse = flashgen.attention_varlen(q, k, v, cq, ck, max(lens_q), max(lens_k), causal=causal,
                                                return_lse=True)
@@ -100,11 +106,7 @@ class ServingTest(unittest.TestCase):
 
     def test_sinks_join_the_denominator(self):
         lens_q, lens_k = [3, 1, 40], [50, 0, 40]
-        cq = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device="cuda")
-        ck = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device="cuda")
-        q = torch.randn(sum(lens_q), 4, 64, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(sum(lens_k), 2, 64, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn_like(k)
+        q, k, v, cq, ck = packed_batch(lens_q, lens_k, 4, 2, 64, torch.bfloat16)
         sinks = torch.tensor([-1.0, 0.0, 1.5, 3.0], device="cuda")
         o, lse = flashgen.attention_varlen(q, k, v, cq, ck, max(lens_q), max(lens_k), causal=True,
                                            return_lse=True, sinks=sinks)
@@ -121,11 +123,7 @@ class ServingTest(unittest.TestCase):
 
     def test_sliding_windows(self):
         lens_q, lens_k = [5, 1, 70], [300, 9, 70]
-        cq = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device="cuda")
-        ck = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device="cuda")
-        q = torch.randn(sum(lens_q), 8, 128, device="cuda", dtype=torch.float16)
-        k = torch.randn(sum(lens_k), 2, 128, device="cuda", dtype=torch.float16)
-        v = torch.randn_like(k)
+        q, k, v, cq, ck = packed_batch(lens_q, lens_k, 8, 2, 128, torch.float16)
         for causal, window in ((True, (32, -1)), (False, (16, 3)), (False, (-1, 0)), (True, (0, 0))):
             o, lse = flashgen.attention_varlen(q, k, v, cq, ck, max(lens_q), max(lens_k), causal=causal,
                                                return_lse=True, window_size=window)
