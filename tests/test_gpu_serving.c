@@ -107,7 +107,7 @@ Test(sinks, varlen_with_rows_that_see_no_key) {
 }
 
 /* Sliding windows: the keys a query sees around its diagonal, either side unbounded (-1), with causal masks,
- * split keys, paged caches and sinks; windows of 0 and wider than the sequences. */
+ * split keys (counted or of a fixed size), paged caches and sinks; windows of 0 and wider than the sequences. */
 Test(window, varlen_windows) {
     static const int w[][3] = {{0, 5, 2}, {1, 7, -1}, {0, 0, 0}, {1, 0, -1}, {0, 1000, 1000}, {0, -1, 3}};
     for (size_t i = 0; i < NELEM(w); i++) {
@@ -127,6 +127,11 @@ Test(window, decode_over_caches_with_splits) {
     }
     serve_case c = sc(FG_DTYPE_F16, 5, decode_q, cache_k, 32, 8, 128, 0);
     c.q_dense = 1, c.k_mode = SERVE_K_PAGED, c.page_size = 16, c.window = 1, c.window_left = 50, c.window_right = 0;
+    serve_case_run(&c);
+    /* fixed split sizes count from key 0: the splits wholly left of the window are empty */
+    c = sc(FG_DTYPE_BF16, 5, decode_q, cache_k, 32, 8, 128, 1);
+    c.q_dense = 1, c.k_mode = SERVE_K_DENSE, c.cap_k = 1100, c.split_size = 128, c.window = 1, c.window_left = 200;
+    c.window_right = -1;
     serve_case_run(&c);
 }
 
