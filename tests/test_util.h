@@ -1,4 +1,4 @@
-/* test_util.h: helpers the CPU suites share (test_cache.c, test_bundle.c, cli_harness.c, test_tunedb.c,
+/* test_util.h: helpers the CPU suites share (test_cache.c, test_bundle.c, cli_harness.c, tunedb_fixtures.h,
  * test_space.c): a scratch directory per test under $TMPDIR (or /tmp), removed afterwards, and a
  * deterministic byte stream so failures reproduce.
  * Header-only (static inline functions): each test program includes it once. */
