@@ -47,14 +47,15 @@ static inline fg_tune_identity h200(void) {
     return id;
 }
 
-static inline fg_tune_class klass(fg_dtype dtype, int head_dim, int causal, int gqa, int64_t sq, int64_t sk, int64_t bh) {
+static inline fg_tune_class klass(fg_dtype dtype, int head_dim, int causal, int gqa, int64_t sq, int64_t sk,
+                                  int64_t bh) {
     fg_tune_class c = {FG_KIND_FWD, dtype, head_dim, causal, gqa, sq, sk, bh};
     return c;
 }
 
 /* A record for class c on sm_90 (the mma.sync family on Hopper) with the given tiles and outcome. */
-static inline fg_tune_record rec(fg_tune_class c, int bm, int bn, int warps, int stages, fg_tune_status status, double ms,
-                                 double tflops, const char *note) {
+static inline fg_tune_record rec(fg_tune_class c, int bm, int bn, int warps, int stages, fg_tune_status status,
+                                   double ms, double tflops, const char *note) {
     fg_tune_record r;
     memset(&r, 0, sizeof r);
     r.cls = c;
