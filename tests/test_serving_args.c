@@ -36,6 +36,18 @@ static fg_varlen_args paged(void) {
     return a;
 }
 
+/* A valid dense decode with a workspace: `batch` caches of `keys` keys, one bf16 query token, 32/8 heads, d 128. */
+static fg_varlen_args dense_decode(int batch, int keys) {
+    fg_varlen_args a;
+    fg_varlen_args_init(&a);
+    a.q = t4(FG_DTYPE_BF16, batch, 1, 32, 128, 0x100000);
+    a.o = t4(FG_DTYPE_BF16, batch, 1, 32, 128, 0x200000);
+    a.k = t4(FG_DTYPE_BF16, batch, keys, 8, 128, 0x10000000);
+    a.v = t4(FG_DTYPE_BF16, batch, keys, 8, 128, 0x90000000);
+    a.workspace = ADDR(0x1000);
+    return a;
+}
+
 static void expect(const fg_varlen_args *a, fg_status want, const char *mention) {
     serving_call c;
     fg_error e;
@@ -204,13 +216,7 @@ Test(serving_args, split_plan_depends_on_host_arguments_only) {
     cr_assert_eq(tile_policy_init_default(&ctx.policy, &e), FG_OK, "%s", e.msg);
     struct { int batch, keys, want; } cells[] = {{32, 4096, 1}, {8, 32768, 2}, {1, 131072, 15}, {64, 2048, 1}, {1, 200, 1}};
     for (size_t i = 0; i < sizeof cells / sizeof cells[0]; i++) {
-        fg_varlen_args a;
-        fg_varlen_args_init(&a);
-        a.q = t4(FG_DTYPE_BF16, cells[i].batch, 1, 32, 128, 0x100000);
-        a.o = t4(FG_DTYPE_BF16, cells[i].batch, 1, 32, 128, 0x200000);
-        a.k = t4(FG_DTYPE_BF16, cells[i].batch, cells[i].keys, 8, 128, 0x10000000);
-        a.v = t4(FG_DTYPE_BF16, cells[i].batch, cells[i].keys, 8, 128, 0x90000000);
-        a.workspace = ADDR(0x1000);
+        fg_varlen_args a = dense_decode(cells[i].batch, cells[i].keys);
         serving_call c;
         serving_plan p;
         cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
@@ -260,13 +266,7 @@ Test(serving_args, tuned_split_count_overrides_the_rule) {
         r.ms = ms[i];
         cr_assert_eq(tunedb_add(&ctx.tunedb, &r, &e), FG_OK, "%s", e.msg);
     }
-    fg_varlen_args a;
-    fg_varlen_args_init(&a);
-    a.q = t4(FG_DTYPE_BF16, 1, 1, 32, 128, 0x100000);
-    a.o = t4(FG_DTYPE_BF16, 1, 1, 32, 128, 0x200000);
-    a.k = t4(FG_DTYPE_BF16, 1, 131072, 8, 128, 0x10000000);
-    a.v = t4(FG_DTYPE_BF16, 1, 131072, 8, 128, 0x90000000);
-    a.workspace = ADDR(0x1000);
+    fg_varlen_args a = dense_decode(1, 131072);
     serving_call c;
     serving_plan p;
     cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
