@@ -8,9 +8,6 @@
 #include "runtime/call_args.h"
 #include "runtime/dispatch.h"
 
-/* Rows the workspace holds per query head: each sequence's padded rows at its own offset (fg_bwd_seq_params). */
-#define SEQ_PAD 384
-
 typedef struct bwd_varlen_call {
     int batch, hq, hkv, d, max_q, max_k;
     int64_t total_q, total_k;
@@ -33,10 +30,11 @@ static fg_tensor batch_of_one(const fg_tensor *t) {
     return v;
 }
 
-/* The workspace of a checked call: per query head, SEQ_PAD rows a sequence beyond its tokens, rounded up to 128. */
+/* The workspace of a checked call: per query head, FG_BWD_SEQ_PAD rows a sequence beyond its tokens, rounded up
+ * to 128 (the layout of fg_bwd_seq_params). */
 static fg_status layout(const fg_varlen_bwd_args *a, const bwd_varlen_call *c, backward_layout *L, fg_error *err) {
     size_t rows, dkv;
-    const int ok = !__builtin_mul_overflow((size_t)c->batch, (size_t)SEQ_PAD, &rows) &&
+    const int ok = !__builtin_mul_overflow((size_t)c->batch, (size_t)FG_BWD_SEQ_PAD, &rows) &&
                    !__builtin_add_overflow(rows, (size_t)c->total_q + 127, &rows) && ((rows = rows / 128 * 128), 1) &&
                    !__builtin_mul_overflow(2 * (size_t)c->hq, c->hq != c->hkv ? (size_t)c->total_k : 0, &dkv) &&
                    backward_regions((size_t)c->hq, rows, (size_t)c->d, a->deterministic, dkv, L);

@@ -184,8 +184,8 @@ typedef struct serving_call {
     int max_k;                     /* max_seqlen_k, or the capacity: what the split count plans for */
     int page_size, num_pages;      /* paged keys */
     int sinks;                     /* the call gives attention sinks */
-    int window;                    /* the call gives a sliding window (window_left, window_right: -1 unbounded, and
-                                      a side past the keys' capacity made unbounded) */
+    int window;                    /* the call gives a sliding window (window_left, window_right: -1 unbounded, both
+                                      -1 without a window; a side past every key of every row made unbounded) */
     int window_left, window_right;
     int causal;                    /* the call's mask */
     int64_t part_tokens;           /* query tokens the split partials hold (total_q, or batch x seqlen_q) */

@@ -51,7 +51,7 @@ static int split_rule(const fg_context *ctx, const serving_call *c, const fg_spe
     const int64_t slots = (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 1) * ctas_per_sm(ctx, s);
     /* a tile's keys: every key, or with a window its rows' span of them */
     int64_t keys = c->max_k;
-    if (c->window && c->window_left >= 0 && (c->window_right >= 0 || c->causal)) {
+    if (c->window_left >= 0 && (c->window_right >= 0 || c->causal)) {
         const int64_t span = (int64_t)c->window_left + c->seqlen_q + (c->window_right > 0 ? c->window_right : 0);
         if (span < keys) keys = span;
     }
@@ -185,8 +185,8 @@ static void serve_params(const fg_varlen_args *a, const serving_call *c, const s
     }
     p->part_tokens = c->part_tokens;
     p->sinks = a->sinks;
-    p->window_left = c->window ? c->window_left : -1;
-    p->window_right = c->window ? c->window_right : -1;
+    p->window_left = c->window_left; /* -1 without a window (serving_check) */
+    p->window_right = c->window_right;
 }
 
 /* The merge of a split call's partials into O and LSE (merge.cuh), sequence by sequence. */

@@ -110,9 +110,9 @@ __device__ __forceinline__ i64 fg_bwd_rows_padded(int sq) {
 // tensors' rows from its first; the kernels then run with batch 0), for every kernel of the backward. The
 // workspace holds each sequence's rows at its own offset: the region of sequence b (heads_q x its padded
 // rows, fg_bwd_rows_padded, for the dQ accumulator, lse2, D and the semaphores) starts at heads_q x W(b)
-// rows, W(b) = (q_start + 384 b) rounded down to a multiple of 128, which the next sequence's W never
-// undercuts (a sequence of n queries pads to fewer than n + 207 rows), and its GQA dK/dV accumulators at
-// 2 x heads_q x k_start rows. The host sizes the workspace for heads_q x (total_q + 384 batch) rows
+// rows, W(b) = (q_start + FG_BWD_SEQ_PAD b) rounded down to a multiple of 128, which the next sequence's W
+// never undercuts (a sequence of n queries pads to fewer than n + 207 rows), and its GQA dK/dV accumulators at
+// 2 x heads_q x k_start rows. The host sizes the workspace for heads_q x (total_q + FG_BWD_SEQ_PAD batch) rows
 // (runtime/backward_varlen.c), which every clamped offset stays within.
 __device__ __forceinline__ fg_bwd_params fg_bwd_seq_params(const fg_bwd_params &p, int b) {
     fg_bwd_params s = p;
@@ -130,7 +130,7 @@ __device__ __forceinline__ fg_bwd_params fg_bwd_seq_params(const fg_bwd_params &
     s.v = (const u16 *)p.v + (i64)ks * p.v_stride[1];
     s.dk = (u16 *)p.dk + (i64)ks * p.dk_stride[1];
     s.dv = (u16 *)p.dv + (i64)ks * p.dv_stride[1];
-    const i64 rows = (i64)p.heads_q * (((i64)qs + 384 * (i64)b) / 128 * 128);
+    const i64 rows = (i64)p.heads_q * (((i64)qs + FG_BWD_SEQ_PAD * (i64)b) / 128 * 128);
     s.dq_accum = p.dq_accum + rows * FG_HEAD_DIM;
     s.lse2 = p.lse2 + rows;
     s.dsum = p.dsum + rows;

@@ -91,6 +91,11 @@ typedef struct fg_bwd_params {
     int q_row0, k_row0;
 } fg_bwd_params;
 
+/* The backward of variable-length sequences places sequence b's workspace rows (per query head) at
+ * W(b) = (q_start + FG_BWD_SEQ_PAD x b) rounded down to a multiple of 128, and the host sizes the workspace
+ * for (total_q + FG_BWD_SEQ_PAD x batch) rows rounded up to 128: the device and host sides of one layout. */
+#define FG_BWD_SEQ_PAD 384
+
 /* The run-time parameters of the serving forward (forward_serving.cuh): variable-length batches, paged
  * KV caches, decode with the query heads of one KV head packed as the rows of a tile, and keys split over
  * CTAs. Sequence b's queries are rows q_start(b) .. of Q (q_start = cu_seqlens_q[b], or 0 with a batch
