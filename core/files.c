@@ -37,14 +37,6 @@ static const char *tmp_base(const char *name) {
     return *p ? p : NULL;
 }
 
-int fg_reap_tmp_files(const char *dir, const char *base, unsigned long long *bytes) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    const int removed = fg_reap_tmp_files_at(fd, base, bytes);
-    close(fd);
-    return removed;
-}
-
 int fg_reap_tmp_files_at(int dirfd_in, const char *base, unsigned long long *bytes) {
     /* a descriptor of its own (a dup would share the caller's directory position) */
     int fd = openat(dirfd_in, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);

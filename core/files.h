@@ -38,11 +38,9 @@ fg_status fg_read_file(const char *path, uint8_t **data, size_t *len, fg_error *
 #define FG_TMP_STALE_SECONDS 3600
 struct stat;
 int fg_tmp_is_stale(const char *name, const struct stat *st);
-/* Removes the abandoned temporary files (fg_tmp_is_stale) in directory dir; with `base` non-NULL only those
- * of writes to `dir/base`. Best effort: returns how many were removed and adds their bytes to *bytes (may be
- * NULL). Killed writers leave them (12 of 50 killed cache writes left 45 MB). */
-int fg_reap_tmp_files(const char *dir, const char *base, unsigned long long *bytes);
-/* The same in the directory open as dirfd (left open). */
+/* Removes the abandoned temporary files (fg_tmp_is_stale) in the directory open as dirfd (left open); with
+ * `base` non-NULL only those of writes to that directory's `base`. Best effort: returns how many were removed
+ * and adds their bytes to *bytes (may be NULL). Killed writers leave them behind. */
 int fg_reap_tmp_files_at(int dirfd, const char *base, unsigned long long *bytes);
 
 /* Reads exactly n bytes from fd, retrying short reads and EINTR. Returns 0, or -1 with errno set (EIO for

@@ -41,7 +41,6 @@ enum {
 #define CACHE_NAME_MAX 4096u
 /* Cubins are kilobytes to a few megabytes; a larger entry is refused rather than buffered. */
 #define CACHE_PAYLOAD_MAX ((uint64_t)1 << 30)
-/* A temporary file this old belongs to a writer that is long gone even if its pid was reused. */
 
 static const uint8_t entry_magic[8] = {'F', 'G', 'C', 'A', 'C', 'H', 'E', '\0'};
 

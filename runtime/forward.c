@@ -266,24 +266,15 @@ fg_status rt_fwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_fwd_ar
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "an sm_90a (wgmma) variant needs tensors TMA can read (16-byte "
                        "aligned pointers, strides multiples of 16 bytes) with head_dim a multiple of 32 (FP8: of 64, "
                        "V key-major, and FLASHGEN_WGMMA_FP8 not 0)");
-    if ((st = select_check_runnable(ctx, spec, err)) != FG_OK) return st;
-    pthread_mutex_lock(&ctx->lock);
-    fg_kernel *k = NULL;
-    kernels_origin from;
-    st = kernels_get(ctx, spec, 0, &from, &k, err);
-    CUfunction fn = st == FG_OK ? k->fn : NULL;
-    pthread_mutex_unlock(&ctx->lock);
-    return st == FG_OK ? launch_fwd(ctx, spec, fn, a, NULL, stream, err) : st;
+    CUfunction fn;
+    if ((st = kernels_function(ctx, spec, &fn, err)) != FG_OK) return st;
+    return launch_fwd(ctx, spec, fn, a, NULL, stream, err);
 }
 
 fg_status rt_fwd_launch_varlen(fg_context *ctx, const fg_spec *spec, const fg_fwd_args *a, const fwd_varlen *vl,
                                void *stream, fg_error *err) {
-    pthread_mutex_lock(&ctx->lock);
-    fg_kernel *k = NULL;
-    kernels_origin from;
-    fg_status st = kernels_get(ctx, spec, 0, &from, &k, err);
-    CUfunction fn = st == FG_OK ? k->fn : NULL;
-    pthread_mutex_unlock(&ctx->lock);
+    CUfunction fn;
+    fg_status st = kernels_function(ctx, spec, &fn, err);
     return st == FG_OK ? launch_fwd(ctx, spec, fn, a, vl, stream, err) : st;
 }
 
