@@ -304,9 +304,10 @@ FG_API fg_status fg_explain_varlen(fg_context *ctx, const fg_varlen_args *args, 
  * in the forward. The rules of fg_attention_bwd apply to each tensor (dtypes, head dims, alignment, outputs
  * overlapping nothing). cu_seqlens_q/k are read on the device only: offsets are clamped to total_q and
  * total_k, so a bad entry gives wrong gradients but no access outside the tensors; max_seqlen_q/k must bound
- * every sequence (rows past them are not computed). A workspace of fg_attention_bwd_varlen_workspace_size
+ * every sequence (rows past them are not computed); FG_OPTION_CHECK_INPUTS reads cu_seqlens_q/k back first
+ * (synchronizing the stream) and refuses a bad entry or a sequence past max_seqlen_q/k by name. A workspace of fg_attention_bwd_varlen_workspace_size
  * bytes (256-byte aligned) holds each sequence's fp32 dQ accumulator: about heads_q x (total_q + 384 x batch)
- * x (head_dim + 2) x 4 bytes. No synchronization, no allocation. */
+ * x (head_dim + 2) x 4 bytes. No synchronization, no allocation (unless FG_OPTION_CHECK_INPUTS is on). */
 typedef struct fg_varlen_bwd_args {
     size_t struct_size;        /* sizeof(fg_varlen_bwd_args), set by fg_varlen_bwd_args_init: fields added
                                   later are read only when a caller's struct has them */

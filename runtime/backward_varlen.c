@@ -125,6 +125,22 @@ static void dense_forms(const bwd_varlen_call *c, fg_bwd_args *sel, fg_bwd_args 
     for (int i = 0; i < 9; i++) st[i]->stride[0] = st[i]->stride[1] * (st[i]->shape[1] > 0 ? st[i]->shape[1] : 1);
 }
 
+/* FG_OPTION_CHECK_INPUTS: cu_seqlens_q/k read back and judged by the serving call's rules, with max_seqlen_q
+ * and max_seqlen_k as bounds (the kernels' grids cover no more). */
+static fg_status check_device_lengths(fg_context *ctx, const fg_varlen_bwd_args *a, const bwd_varlen_call *c,
+                                      void *stream, fg_error *err) {
+    fg_varlen_args lens;
+    memset(&lens, 0, sizeof lens);
+    lens.cu_seqlens_q = a->cu_seqlens_q, lens.cu_seqlens_k = a->cu_seqlens_k;
+    serving_call sc;
+    memset(&sc, 0, sizeof sc);
+    sc.packed_q = sc.packed_k = 1;
+    sc.batch = c->batch, sc.hq = c->hq, sc.hkv = c->hkv, sc.head_dim = c->d;
+    sc.total_q = c->total_q, sc.total_k = c->total_k;
+    sc.seqlen_q = c->max_q, sc.seqlen_k = (int)c->total_k, sc.max_k = c->max_k, sc.bound_k = c->max_k;
+    return serving_check_device_inputs(ctx, &lens, &sc, stream, err);
+}
+
 fg_status fg_attention_bwd_varlen(fg_context *ctx, const fg_varlen_bwd_args *args, void *stream) {
     if (!ctx) return rt_no_context("fg_attention_bwd_varlen");
     fg_error err;
@@ -134,6 +150,7 @@ fg_status fg_attention_bwd_varlen(fg_context *ctx, const fg_varlen_bwd_args *arg
     backward_layout L;
     if (copy_args(args, &a, &err) != FG_OK || check_call(&a, 1, &c, &L, &err) != FG_OK) return rt_set_error(ctx, &err);
     if (call_empty(&c)) return FG_OK;
+    if (ctx->check_inputs && check_device_lengths(ctx, &a, &c, stream, &err) != FG_OK) return rt_set_error(ctx, &err);
     fg_bwd_args sel, kern;
     dense_forms(&c, &sel, &kern);
     fg_spec s;

@@ -182,6 +182,7 @@ typedef struct serving_call {
     int seqlen_k;                  /* a sequence's key capacity (dense: k's length; paged: max_pages x
                                       page_size; packed: total_k) */
     int max_k;                     /* max_seqlen_k, or the capacity: what the split count plans for */
+    int bound_k;                   /* > 0: no sequence may have more keys (the backward's grid bound); 0: none */
     int page_size, num_pages;      /* paged keys */
     int sinks;                     /* the call gives attention sinks */
     int window;                    /* the call gives a sliding window (window_left, window_right: -1 unbounded, both
@@ -209,7 +210,8 @@ fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c,
 fg_status serving_check_device_inputs(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, void *stream,
                                       fg_error *err);
 /* The rules of the device-resident inputs, on host copies (each may be NULL when the call has none): offsets
- * from 0 up, never decreasing, the last one the total, no sequence longer than max_seqlen_q; seqused_k within
+ * from 0 up, never decreasing, the last one the total, no sequence longer than max_seqlen_q (nor, with
+ * c->bound_k, than bound_k keys); seqused_k within
  * each sequence's capacity; the table's pages that seqused_k reaches within [0, num_pages). The first broken
  * entry is named. */
 fg_status serving_validate_lengths(const serving_call *c, const int32_t *cu_q, const int32_t *cu_k,

@@ -253,11 +253,11 @@ fg_status serving_validate_lengths(const serving_call *c, const int32_t *cu_q, c
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s[%d] (the last entry) is %d; it must be the total "
                            "(%s.shape[0] = %lld)", cu_names[w], c->batch, cu[c->batch], w ? "k" : "q",
                            (long long)totals[w]);
-        if (w == 0)
-            for (int b = 0; b < c->batch; b++)
-                if (cu[b + 1] - cu[b] > max_seqlen_q)
-                    return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "sequence %d has %d queries, more than max_seqlen_q "
-                                   "(%d)", b, cu[b + 1] - cu[b], max_seqlen_q);
+        const int bound = w == 0 ? max_seqlen_q : c->bound_k;
+        for (int b = 0; (w == 0 || bound > 0) && b < c->batch; b++)
+            if (cu[b + 1] - cu[b] > bound)
+                return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "sequence %d has %d %s, more than max_seqlen_%s (%d)", b,
+                               cu[b + 1] - cu[b], w ? "keys" : "queries", w ? "k" : "q", bound);
     }
     for (int b = 0; used_k && b < c->batch; b++) {
         const int64_t cap = cu_k ? (int64_t)cu_k[b + 1] - cu_k[b] : c->seqlen_k;

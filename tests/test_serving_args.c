@@ -185,6 +185,10 @@ Test(serving_args, device_lengths_name_the_first_bad_entry) {
                      "case %zu accepted", i);
         cr_assert(strstr(e.msg, bad[i].mention), "'%s' does not mention '%s'", e.msg, bad[i].mention);
     }
+    c.bound_k = 90; /* the backward's max_seqlen_k */
+    cr_assert_eq(serving_validate_lengths(&c, cq, ck, NULL, NULL, 0, 60, &e), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(e.msg, "sequence 0 has 100 keys, more than max_seqlen_k (90)"), "%s", e.msg);
+    c.bound_k = 0;
     const int32_t used_bad[3] = {100, 101, 5};
     cr_assert_eq(serving_validate_lengths(&c, cq, ck, used_bad, NULL, 0, 60, &e), FG_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(e.msg, "seqused_k[1] is 101"), "%s", e.msg);
