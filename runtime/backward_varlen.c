@@ -21,15 +21,6 @@ static fg_status copy_args(const fg_varlen_bwd_args *a, fg_varlen_bwd_args *out,
     return rt_args_copy(a, out, sizeof *out, BWD_ARGS_FIRST_SIZE, "fg_varlen_bwd_args", err);
 }
 
-/* A packed [tokens, heads, d] view as [1, tokens, heads, d]. */
-static fg_tensor batch_of_one(const fg_tensor *t) {
-    fg_tensor v = *t;
-    v.ndim = 4;
-    v.shape[0] = 1, v.shape[1] = t->shape[0], v.shape[2] = t->shape[1], v.shape[3] = t->shape[2];
-    v.stride[0] = 0, v.stride[1] = t->stride[0], v.stride[2] = t->stride[1], v.stride[3] = 1;
-    return v;
-}
-
 /* The workspace of a checked call: per query head, FG_BWD_SEQ_PAD rows a sequence beyond its tokens, rounded up
  * to 128 (the layout of fg_bwd_seq_params). */
 static fg_status layout(const fg_varlen_bwd_args *a, const bwd_varlen_call *c, backward_layout *L, fg_error *err) {
@@ -95,8 +86,8 @@ static fg_status check_call(const fg_varlen_bwd_args *a, int need_data, bwd_varl
     }
     /* fg_attention_bwd's rules on the packed tensors as one batch (dtypes, head dims, alignment, overlaps) */
     fg_bwd_args *v = &c->view;
-    v->q = batch_of_one(&a->q), v->o = batch_of_one(&a->o), v->dout = batch_of_one(&a->dout), v->dq = batch_of_one(&a->dq);
-    v->k = batch_of_one(&a->k), v->v = batch_of_one(&a->v), v->dk = batch_of_one(&a->dk), v->dv = batch_of_one(&a->dv);
+    v->q = rt_packed_as_batch_of_one(&a->q), v->o = rt_packed_as_batch_of_one(&a->o), v->dout = rt_packed_as_batch_of_one(&a->dout), v->dq = rt_packed_as_batch_of_one(&a->dq);
+    v->k = rt_packed_as_batch_of_one(&a->k), v->v = rt_packed_as_batch_of_one(&a->v), v->dk = rt_packed_as_batch_of_one(&a->dk), v->dv = rt_packed_as_batch_of_one(&a->dv);
     v->lse = a->lse;
     v->lse.ndim = 3, v->lse.shape[0] = 1, v->lse.shape[1] = a->lse.shape[0], v->lse.shape[2] = a->lse.shape[1];
     v->lse.stride[0] = 0, v->lse.stride[1] = a->lse.stride[0], v->lse.stride[2] = a->lse.stride[1];

@@ -221,6 +221,14 @@ static fg_status check_descale(const fg_tensor *t, const char *name, const fg_fw
     return FG_OK;
 }
 
+fg_tensor rt_packed_as_batch_of_one(const fg_tensor *t) {
+    fg_tensor v = *t;
+    v.ndim = 4;
+    v.shape[0] = 1, v.shape[1] = t->shape[0], v.shape[2] = t->shape[1], v.shape[3] = t->shape[2];
+    v.stride[0] = 0, v.stride[1] = t->stride[0], v.stride[2] = t->stride[1], v.stride[3] = 1;
+    return v;
+}
+
 int rt_fwd_is_empty(const fg_fwd_args *a) {
     return a->q.shape[0] == 0 || a->q.shape[1] == 0 || a->q.shape[2] == 0;
 }

@@ -31,6 +31,9 @@ int64_t rt_view_last_offset(const fg_tensor *t);
 /* 1 when the bytes two views span intersect (empty views and NULL data touch nothing). */
 int rt_views_overlap(const fg_tensor *a, const fg_tensor *b);
 
+/* A packed [tokens, heads, d] view as [1, tokens, heads, d]: the batch of one TMA maps and the kernels index. */
+fg_tensor rt_packed_as_batch_of_one(const fg_tensor *t);
+
 /* 1 when the call has nothing to compute (batch, seqlen_q or query heads is 0). */
 int rt_fwd_is_empty(const fg_fwd_args *a);
 

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include "runtime/call_args.h"
 #include "runtime/dispatch.h"
 
 /* Whether a call's K and V can load by TMA (the tma=1 variants): the context takes them (FLASHGEN_SERVE_TMA), the
@@ -234,19 +235,9 @@ static fg_status serve_run(fg_context *ctx, const fg_varlen_args *a, const servi
     if (code.tma) { /* K and V as TMA maps them: [1, total_k, hkv, d] for packed keys, else the dense cache */
         if (c->paged)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "a tma=1 serving variant cannot read a paged cache");
-        fg_tensor k4 = a->k, v4 = a->v, none;
-        if (a->k.ndim == 3) {
-            const fg_tensor *src[2] = {&a->k, &a->v};
-            fg_tensor *dst[2] = {&k4, &v4};
-            for (int i = 0; i < 2; i++) {
-                *dst[i] = *src[i];
-                dst[i]->ndim = 4;
-                dst[i]->shape[0] = 1, dst[i]->shape[1] = src[i]->shape[0], dst[i]->shape[2] = src[i]->shape[1];
-                dst[i]->shape[3] = src[i]->shape[2];
-                dst[i]->stride[0] = 0, dst[i]->stride[1] = src[i]->stride[0], dst[i]->stride[2] = src[i]->stride[1];
-                dst[i]->stride[3] = 1;
-            }
-        }
+        const int packed = a->k.ndim == 3;
+        fg_tensor k4 = packed ? rt_packed_as_batch_of_one(&a->k) : a->k, none;
+        fg_tensor v4 = packed ? rt_packed_as_batch_of_one(&a->v) : a->v;
         memset(&none, 0, sizeof none); /* no Q map: the serving kernel loads Q by cp.async */
         none.ndim = 4;
         if ((st = tma_encode_maps(ctx, &tm, &none, NULL, &k4, &v4, 64, code.block_n, 128, 0, err)) != FG_OK) return st;

@@ -4,6 +4,7 @@
  * kernel's mma.sync tiles. Decode-sized calls, paged caches and calls that ask for key splits stay on the
  * serving kernel (serving.c). */
 #include <string.h>
+#include "runtime/call_args.h"
 #include "runtime/dispatch.h"
 
 /* The longest sequence's queries from which the sm_90a forward takes a call: below, most of its 64-row query
@@ -31,10 +32,7 @@ static void prefill_views(const fg_varlen_args *a, const serving_call *c, fg_fwd
             d->shape[0] = c->batch, d->shape[1] = rows, d->shape[2] = t->shape[1], d->shape[3] = t->shape[2];
             d->stride[0] = t->stride[0] * rows, d->stride[1] = t->stride[0], d->stride[2] = t->stride[1], d->stride[3] = 1;
             stride[i][0] = 0, stride[i][1] = t->stride[0], stride[i][2] = t->stride[1];
-            if (map[i]) {
-                *map[i] = *d;
-                map[i]->shape[0] = 1, map[i]->shape[1] = t->shape[0], map[i]->stride[0] = 0;
-            }
+            if (map[i]) *map[i] = rt_packed_as_batch_of_one(t);
         } else {
             *d = *t;
             d->shape[1] = rows; /* dense q: its length; dense k/v: the capacity */
