@@ -15,6 +15,19 @@ static int serve_tma_applies(const fg_context *ctx, const serving_call *c) {
     return ctx->serve_tma && !c->paged && c->head_dim % 64 == 0;
 }
 
+/* The variant a call's attention sinks and window decide, whatever chose its tiles and splits. */
+static void spec_take_call_variant(fg_spec *s, const serving_call *c) {
+    s->sinks = c->sinks;
+    s->window = c->window;
+}
+
+/* The kernel of a plan's spec: the split count is a launch choice, not the kernel's. */
+static fg_spec kernel_spec(const fg_spec *s) {
+    fg_spec code = *s;
+    code.splits = 0;
+    return code;
+}
+
 /* The tiles of a serving call: decode-sized calls (at most 32 packed rows: query tokens x query heads a KV
  * head) take a tile of 16 or 32 rows with the warps split over the keys, so that all of a CTA's warps work on
  * the one row tile while its K/V stream in; longer calls the tile policy's prefill tile (spec_fill_tiles has
@@ -31,8 +44,7 @@ static fg_status serve_tiles(const fg_context *ctx, const serving_call *c, fg_dt
     const int64_t rows = (int64_t)c->seqlen_q * c->group;
     if (rows <= 32) s->block_m = rows <= 16 ? 16 : 32;
     s->tma = serve_tma_applies(ctx, c);
-    s->sinks = c->sinks;
-    s->window = c->window;
+    spec_take_call_variant(s, c);
     return spec_fill_tiles(s, &ctx->policy, err);
 }
 
@@ -105,8 +117,7 @@ static int serving_tuned(fg_context *ctx, const fg_varlen_args *a, const serving
     plan->spec = t;
     /* a bucket's winner may have loaded by TMA; a paged call, or a context without tensor maps, cannot */
     if (t.tma && (c->paged || ctx->emulated || !ctx->cu || !ctx->cu->cuTensorMapEncodeTiled)) plan->spec.tma = 0;
-    plan->spec.sinks = c->sinks; /* the bucket's tiles and splits serve a call with sinks or a window as well */
-    plan->spec.window = c->window;
+    spec_take_call_variant(&plan->spec, c); /* the bucket's tiles and splits serve any sinks and window */
     plan->m_blocks = (int)(((int64_t)c->seqlen_q * c->group + t.block_m - 1) / t.block_m);
     plan->num_splits = t.splits;
     plan->split_why = plan->tuned_why;
@@ -222,8 +233,7 @@ static fg_status serve_run(fg_context *ctx, const fg_varlen_args *a, const servi
     if (c->batch > 65535 || c->hkv > 65535)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "batch (%d) and heads_kv (%d) must be at most 65535 (the grid's "
                        "y and z)", c->batch, c->hkv);
-    fg_spec code = plan->spec; /* the kernel; the split count is the launch's */
-    code.splits = 0;
+    fg_spec code = kernel_spec(&plan->spec);
     fg_status st;
     if (ctx->check_inputs && (st = serving_check_device_inputs(ctx, a, c, stream, err)) != FG_OK) return st;
     CUfunction fn;
@@ -284,8 +294,7 @@ fg_status rt_varlen_with_spec(fg_context *ctx, const fg_spec *spec, const fg_var
                        "mask) or this device's arch sm_%d", ctx->arch);
     plan.spec = *spec;
     plan.spec.out_dtype = spec->dtype;
-    plan.spec.sinks = c.sinks; /* the call's sinks and window decide the variant's */
-    plan.spec.window = c.window;
+    spec_take_call_variant(&plan.spec, &c);
     if (spec->splits > 0 && a.split_size == 0) { /* the variant's own split count (the tuner's candidates) */
         plan.num_splits = spec->splits;
         plan_workspace(&c, &plan);
@@ -334,8 +343,7 @@ fg_status fg_explain_varlen(fg_context *ctx, const fg_varlen_args *args, char *b
     if (!serving_empty(&c) && serving_prefill_explain(ctx, &a, &c, buf, n)) return FG_OK;
     if (serving_plan_for(ctx, &a, &c, &plan, &err) != FG_OK) return rt_set_error(ctx, &err);
     char name[FG_SPEC_NAME_MAX];
-    fg_spec code = plan.spec;
-    code.splits = 0;
+    fg_spec code = kernel_spec(&plan.spec);
     spec_format(&code, name, sizeof name);
     static const char *const origin[] = {"memory", "disk cache", "bundle", "JIT compile"};
     const kernels_origin from = kernels_origin_of(ctx, &code, 1);
