@@ -186,8 +186,8 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
     {
         /* An emulating context takes none of the newer families: sm_90a code is arch-specific (its PTX compiles
          * for sm_90 only), and TMA loads and early launch are not what the emulated target would run. */
-        ctx->wgmma = !ctx->emulated && ctx->arch == 90 && cu->cuTensorMapEncodeTiled != NULL &&
-                     !knob_is_zero(FG_KNOB_WGMMA);
+        ctx->tma_maps = !ctx->emulated && ctx->arch >= 90 && cu->cuTensorMapEncodeTiled != NULL;
+        ctx->wgmma = ctx->tma_maps && ctx->arch == 90 && !knob_is_zero(FG_KNOB_WGMMA);
         ctx->wgmma_fp8 = ctx->wgmma && !knob_is_zero(FG_KNOB_WGMMA_FP8);
         /* Not read (the wgmma FP8 kernel is accurate at every head_dim): said, not ignored silently, to a
          * caller who sets it for speed. */
@@ -212,13 +212,11 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
             else rt_log(ctx, FG_LOG_WARN, "FLASHGEN_NUM_SPLITS=%s is not auto or 1-256: using auto", ns);
         }
         ctx->pdl = !ctx->emulated && ctx->arch >= 90 && cu->cuLaunchKernelEx != NULL && !knob_is_zero(FG_KNOB_PDL);
-        ctx->serve_tma = !ctx->emulated && ctx->arch >= 90 && cu->cuTensorMapEncodeTiled != NULL &&
-                         knob_is_one(FG_KNOB_SERVE_TMA);
+        ctx->serve_tma = ctx->tma_maps && knob_is_one(FG_KNOB_SERVE_TMA);
         ctx->prefill_sm90a = ctx->wgmma && knob_is_one(FG_KNOB_PREFILL_SM90A);
         /* On by default on sm_90, where TMA loads take the address arithmetic out of the backward's loop;
          * newer archs take them only with FLASHGEN_BWD_TMA=1: their speed there is unverified. */
-        ctx->bwd_tma = !ctx->emulated && ctx->arch >= 90 && cu->cuTensorMapEncodeTiled != NULL &&
-                       (ctx->arch == 90 ? !knob_is_zero(FG_KNOB_BWD_TMA) : knob_is_one(FG_KNOB_BWD_TMA));
+        ctx->bwd_tma = ctx->tma_maps && (ctx->arch == 90 ? !knob_is_zero(FG_KNOB_BWD_TMA) : knob_is_one(FG_KNOB_BWD_TMA));
         const char *cg = knob_value(FG_KNOB_CAUSAL_GROUP);
         if (cg && strcmp(cg, "auto") != 0) {
             char *end;

@@ -93,6 +93,8 @@ struct fg_context {
                                     device-resident lengths and tables on the host first (serving_args.c) */
     int prefill_sm90a;           /* FLASHGEN_PREFILL_SM90A=1 with the wgmma forward: serving prefill calls run its
                                     varlen variants (serving_prefill.c) */
+    int tma_maps;                /* TMA tensor maps can be made and used: sm_90+, a driver with
+                                    cuTensorMapEncodeTiled, not emulating an older arch */
     int serve_tma;               /* FLASHGEN_SERVE_TMA=1 on sm_90+: the serving kernel's tma=1 variants for calls
                                     whose keys are not paged (serving.c serve_tiles) */
     int num_splits;              /* FLASHGEN_NUM_SPLITS: 0 auto, else the serving calls' split count when

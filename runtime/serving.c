@@ -116,7 +116,7 @@ static int serving_tuned(fg_context *ctx, const fg_varlen_args *a, const serving
         return 0;
     plan->spec = t;
     /* a bucket's winner may have loaded by TMA; a paged call, or a context without tensor maps, cannot */
-    if (t.tma && (c->paged || ctx->emulated || !ctx->cu || !ctx->cu->cuTensorMapEncodeTiled)) plan->spec.tma = 0;
+    if (t.tma && (c->paged || !ctx->tma_maps)) plan->spec.tma = 0;
     spec_take_call_variant(&plan->spec, c); /* the bucket's tiles and splits serve any sinks and window */
     plan->m_blocks = (int)(((int64_t)c->seqlen_q * c->group + t.block_m - 1) / t.block_m);
     plan->num_splits = t.splits;
