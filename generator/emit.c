@@ -156,8 +156,12 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
     }
     if (spec->kind == FG_KIND_SERVE) {
         sb_printf(&b, "#define FG_SERVE_TMA %d\n", spec->tma ? 1 : 0); /* K/V by TMA */
+    }
+    if (spec->kind == FG_KIND_SERVE || spec->kind == FG_KIND_FWD) { /* the model variants (score_mods.cuh) */
         sb_printf(&b, "#define FG_SINKS %d\n", spec->sinks ? 1 : 0);    /* attention sinks */
         sb_printf(&b, "#define FG_WINDOW %d\n", spec->window ? 1 : 0);  /* a sliding window */
+        sb_printf(&b, "#define FG_SOFTCAP %d\n", spec->softcap ? 1 : 0); /* a logit softcap */
+        sb_printf(&b, "#define FG_ALIBI %d\n", spec->alibi ? 1 : 0);    /* ALiBi biases */
     }
     const int mma_fwd = spec->kind == FG_KIND_FWD && !wgmma;
     const int sub_n = mma_fwd ? spec_fwd_sub_n(spec) : 0;

@@ -57,19 +57,23 @@ int spec_format(const fg_spec *s, char *buf, size_t n) {
     char det[24] = "";
     if (s->kind == FG_KIND_BWD) snprintf(det, sizeof det, "deterministic=%d,", s->deterministic ? 1 : 0);
     const char *tma = (s->kind == FG_KIND_BWD || s->kind == FG_KIND_SERVE) && s->tma ? "tma=1," : "";
-    char splits[32] = "";
-    snprintf(splits, sizeof splits, "%s", s->kind == FG_KIND_SERVE && s->sinks ? "sinks=1," : "");
-    if (s->kind == FG_KIND_SERVE && s->splits)
-        snprintf(splits + strlen(splits), sizeof splits - strlen(splits), "splits=%d,", s->splits);
+    const int mods = s->kind == FG_KIND_SERVE || s->kind == FG_KIND_FWD; /* kinds that take model variants */
+    char splits[24] = "";
+    if (s->kind == FG_KIND_SERVE && s->splits) snprintf(splits, sizeof splits, "splits=%d,", s->splits);
     const char *varlen = (s->kind == FG_KIND_FWD || s->kind == FG_KIND_BWD) && s->varlen ? "varlen=1," : "";
-    const char *window = s->kind == FG_KIND_SERVE && s->window ? ",window=1" : "";
-    /* keys in byte order: arch block_m block_n causal [deterministic] dtype head_dim kind [out] [sinks]
-     * [splits] stages [tma] [varlen] warps [window] */
+    /* keys in byte order: [alibi] arch block_m block_n causal [deterministic] dtype head_dim kind [out] [sinks]
+     * [softcap] [splits] stages [tma] [varlen] warps [window] */
     int r = snprintf(buf, n,
-                     "arch=%s,block_m=%d,block_n=%d,causal=%d,%sdtype=%s,head_dim=%d,kind=%s,%s%sstages=%d,%s%swarps=%d%s",
-                     arch, s->block_m, s->block_n, s->causal ? 1 : 0, det, dtype_name(s->dtype), s->head_dim,
-                     spec_kind_name(s->kind), out, splits, s->stages, tma, varlen, s->warps, window);
+                     "%sarch=%s,block_m=%d,block_n=%d,causal=%d,%sdtype=%s,head_dim=%d,kind=%s,%s%s%s%sstages=%d,%s%swarps=%d%s",
+                     mods && s->alibi ? "alibi=1," : "", arch, s->block_m, s->block_n, s->causal ? 1 : 0, det,
+                     dtype_name(s->dtype), s->head_dim, spec_kind_name(s->kind), out,
+                     mods && s->sinks ? "sinks=1," : "", mods && s->softcap ? "softcap=1," : "", splits, s->stages, tma,
+                     varlen, s->warps, mods && s->window ? ",window=1" : "");
     return (r < 0 || (size_t)r >= n) ? -1 : r;
+}
+
+int spec_has_mods(const fg_spec *s) {
+    return (s->kind == FG_KIND_SERVE || s->kind == FG_KIND_FWD) && (s->window || s->sinks || s->softcap || s->alibi);
 }
 
 /* Parses a non-negative decimal integer that fits an int; the whole token must be the number. */
@@ -85,10 +89,10 @@ static int parse_int(const char *v, int *out) {
 
 fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
     enum { K_KIND, K_ARCH, K_DTYPE, K_HEAD_DIM, K_BLOCK_M, K_BLOCK_N, K_WARPS, K_STAGES, K_CAUSAL, K_OUT, K_DET,
-           K_TMA, K_SPLITS, K_VARLEN, K_SINKS, K_WINDOW, K_COUNT };
+           K_TMA, K_SPLITS, K_VARLEN, K_SINKS, K_WINDOW, K_SOFTCAP, K_ALIBI, K_COUNT };
     static const char *const keys[K_COUNT] = {"kind",   "arch",   "dtype",  "head_dim", "block_m",       "block_n",
                                               "warps",  "stages", "causal", "out",      "deterministic", "tma",
-                                              "splits", "varlen", "sinks",  "window"};
+                                              "splits", "varlen", "sinks",  "window", "softcap", "alibi"};
     int seen[K_COUNT] = {0};
     fg_spec s;
     memset(&s, 0, sizeof s);
@@ -114,7 +118,7 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         if (k == K_COUNT)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                            "spec: unknown key '%s' (keys: kind, arch, dtype, head_dim, block_m, block_n, warps, "
-                           "stages, causal, out, deterministic, tma, splits, varlen, sinks, window)", key);
+                           "stages, causal, out, deterministic, tma, splits, varlen, sinks, window, softcap, alibi)", key);
         if (seen[k]) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: key '%s' appears twice", key);
         seen[k] = 1;
         fg_status st;
@@ -138,9 +142,12 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         case K_TMA:
         case K_VARLEN:
         case K_SINKS:
-        case K_WINDOW: {
+        case K_WINDOW:
+        case K_SOFTCAP:
+        case K_ALIBI: {
             int *flag = k == K_CAUSAL ? &s.causal : k == K_DET ? &s.deterministic : k == K_TMA ? &s.tma
-                      : k == K_VARLEN ? &s.varlen : k == K_SINKS ? &s.sinks : &s.window;
+                      : k == K_VARLEN ? &s.varlen : k == K_SINKS ? &s.sinks : k == K_WINDOW ? &s.window
+                      : k == K_SOFTCAP ? &s.softcap : &s.alibi;
             if (strcmp(val, "0") == 0 || strcmp(val, "false") == 0) *flag = 0;
             else if (strcmp(val, "1") == 0 || strcmp(val, "true") == 0) *flag = 1;
             else return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: %s must be 0 or 1, got '%s'", key, val);
@@ -178,9 +185,10 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: tma is a key of kind=bwd and kind=serve variants only");
     if (seen[K_VARLEN] && s.kind != FG_KIND_FWD && s.kind != FG_KIND_BWD)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: varlen is a key of kind=fwd and kind=bwd variants only");
-    if ((seen[K_SINKS] || seen[K_WINDOW]) && s.kind != FG_KIND_SERVE)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: %s is a key of kind=serve variants only",
-                       seen[K_SINKS] ? "sinks" : "window");
+    for (int k = K_SINKS; k <= K_ALIBI; k++)
+        if (seen[k] && s.kind != FG_KIND_SERVE && s.kind != FG_KIND_FWD)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: %s is a key of kind=serve and kind=fwd variants only",
+                           keys[k]);
     if (seen[K_SPLITS] && s.kind != FG_KIND_SERVE)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: splits is a key of kind=serve variants only");
     if (dtype_is_fp8(s.dtype)) {
@@ -200,8 +208,10 @@ int spec_equal(const fg_spec *a, const fg_spec *b) {
     return a->kind == b->kind &&
            (a->kind != FG_KIND_BWD || (a->deterministic != 0) == (b->deterministic != 0)) &&
            ((a->kind != FG_KIND_BWD && a->kind != FG_KIND_SERVE) || (a->tma != 0) == (b->tma != 0)) &&
-           (a->kind != FG_KIND_SERVE || (a->splits == b->splits && (a->sinks != 0) == (b->sinks != 0) &&
-                                          (a->window != 0) == (b->window != 0))) &&
+           (a->kind != FG_KIND_SERVE || a->splits == b->splits) &&
+           ((a->kind != FG_KIND_SERVE && a->kind != FG_KIND_FWD) ||
+            ((a->sinks != 0) == (b->sinks != 0) && (a->window != 0) == (b->window != 0) &&
+             (a->softcap != 0) == (b->softcap != 0) && (a->alibi != 0) == (b->alibi != 0))) &&
            ((a->kind != FG_KIND_FWD && a->kind != FG_KIND_BWD) || (a->varlen != 0) == (b->varlen != 0)) &&
            a->arch == b->arch && a->arch_accel == b->arch_accel && a->dtype == b->dtype &&
            a->head_dim == b->head_dim && a->block_m == b->block_m && a->block_n == b->block_n &&

@@ -8,7 +8,9 @@
  * FP8 variants (dtype e4m3 or e5m2) also name their output dtype, between kind and stages:
  *   arch=sm_90a,block_m=128,block_n=64,causal=0,dtype=e4m3,head_dim=128,kind=fwd,out=bf16,stages=3,warps=4
  * Serving variants (kind=serve) have the forward's keys, and splits=N (between kind and stages) where the
- * split count is fixed (the tuning database's entries). The sm_90a forward's variable-length variants name
+ * split count is fixed (the tuning database's entries). The model variants name alibi=1 (first), sinks=1 and
+ * softcap=1 (before splits) and window=1 (last) where they are compiled in:
+ *   alibi=1,arch=sm_90,block_m=64,block_n=64,causal=1,dtype=bf16,head_dim=128,kind=serve,softcap=1,stages=2,warps=4 The sm_90a forward's variable-length variants name
  * varlen=1, between tma's place and warps:
  *   arch=sm_90a,block_m=128,block_n=128,causal=1,dtype=bf16,head_dim=128,kind=fwd,stages=2,varlen=1,warps=12
  * The merge of attention states has only two:
@@ -58,11 +60,16 @@ typedef struct fg_spec {
                            serving call runs for prefill on Hopper; kind=bwd, either family, in packed tensors
                            (fg_bwd_params' varlen fields: fg_attention_bwd_varlen); named only when 1
                            ("varlen=1") */
-    int window;         /* kind=serve: a sliding window around each query's diagonal (fg_varlen_args.window);
-                           named only when 1 ("window=1") */
-    int sinks;          /* kind=serve: attention sinks (a per-head logit in every row's denominator,
-                           fg_varlen_args.sinks); named only when 1 ("sinks=1") */
+    /* The model variants (templates/common/score_mods.cuh): kind=serve, and kind=fwd with varlen=1 (the sm_90a
+     * forward the serving call runs for prefill), 16-bit. Each is named only when 1 ("window=1", ...). */
+    int window;         /* a sliding window around each query's diagonal (fg_varlen_args.window) */
+    int sinks;          /* attention sinks: a per-head logit in every row's denominator (fg_varlen_args.sinks) */
+    int softcap;        /* logits capped by cap * tanh(logit / cap) (fg_varlen_args.softcap) */
+    int alibi;          /* ALiBi: logits biased by -slope_h * |d - j| (fg_varlen_args.alibi_slopes) */
 } fg_spec;
+
+/* 1 when spec compiles in a model variant (window, sinks, softcap, alibi). */
+int spec_has_mods(const fg_spec *spec);
 
 /* A kind's name in canonical texts, configs and tuning databases: "fwd", "bwd", "serve", "merge" ("unknown"
  * for other values). */

@@ -191,9 +191,14 @@ RULE(serve_tma, is_serve(s) && s->tma && (s->arch < 90 || s->head_dim % 64 != 0 
      FG_ERR_UNSUPPORTED,
      "kind=serve tma=1 (K and V loaded by TMA) takes arch sm_90 or newer and head_dim 64, 128, 192 or 256 (got sm_%d, "
      "head_dim %d)", s->arch, s->head_dim)
-RULE(serve_sinks, (s->sinks || s->window) && !is_serve(s), FG_ERR_UNSUPPORTED,
-     "sinks=1 (attention sinks) and window=1 (a sliding window) are variants of the serving kernel (kind=serve) "
-     "only")
+/* The model variants (window, sinks, softcap, alibi): on the serving kernel, and on the sm_90a forward's
+ * varlen=1 variants (what the serving call runs for prefill on Hopper), 16-bit; nowhere else yet. */
+static int mods_set(const fg_spec *s) { return s->window || s->sinks || s->softcap || s->alibi; }
+RULE(model_variants, mods_set(s) && !is_serve(s) && !(s->kind == FG_KIND_FWD && s->varlen && spec_is_wgmma(s)),
+     FG_ERR_UNSUPPORTED,
+     "window=1, sinks=1, softcap=1 and alibi=1 (the model variants) are variants of the serving kernel "
+     "(kind=serve) and of the sm_90a forward with varlen=1 (what fg_attention_fwd_varlen runs); other kinds and "
+     "targets do not compile them")
 RULE(serve_splits, s->splits < 0 || s->splits > 256 || (s->splits != 0 && !is_serve(s)), FG_ERR_UNSUPPORTED,
      "splits %d is not supported: a kind=serve variant runs 1 to 256 key splits (0: the call's choice), and other "
      "kinds have none", s->splits)
@@ -240,7 +245,7 @@ static const rule rules[] = {
     R(wgmma_head_dim, FG_ERR_UNSUPPORTED), R(tiles_set, FG_ERR_INVALID_ARGUMENT), R(wgmma_block_m, FG_ERR_UNSUPPORTED),
     R(wgmma_warps, FG_ERR_UNSUPPORTED), R(wgmma_registers, FG_ERR_UNSUPPORTED), R(bwd_tiles, FG_ERR_UNSUPPORTED),
     R(bwd_registers, FG_ERR_UNSUPPORTED), R(serve_dtype, FG_ERR_UNSUPPORTED), R(serve_tiles, FG_ERR_UNSUPPORTED),
-    R(serve_splits, FG_ERR_UNSUPPORTED), R(serve_tma, FG_ERR_UNSUPPORTED), R(serve_sinks, FG_ERR_UNSUPPORTED), R(serve_registers, FG_ERR_UNSUPPORTED), R(fwd_varlen, FG_ERR_UNSUPPORTED), R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),
+    R(serve_splits, FG_ERR_UNSUPPORTED), R(serve_tma, FG_ERR_UNSUPPORTED), R(model_variants, FG_ERR_UNSUPPORTED), R(serve_registers, FG_ERR_UNSUPPORTED), R(fwd_varlen, FG_ERR_UNSUPPORTED), R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),
     R(fp8_block_n, FG_ERR_UNSUPPORTED), R(stages, FG_ERR_UNSUPPORTED),      R(registers, FG_ERR_UNSUPPORTED),
     R(smem, FG_ERR_UNSUPPORTED),
 };

@@ -281,6 +281,10 @@ typedef struct fg_varlen_args {
                                   keys j with d - window_left <= j <= d + window_right, besides the causal
                                   limit; a side of -1 is unbounded. 0: no window (the two below unread) */
     int window_left, window_right;
+    float softcap;             /* > 0: logits capped, softcap * tanh(logit / softcap) before the softmax (Gemma 2);
+                                  0: none */
+    const float *alibi_slopes; /* device, fp32 [heads_q], or NULL: ALiBi, logit_ij -= slope_h * |d - j| (d the
+                                  query's bottom-right aligned diagonal), after the softcap */
 } fg_varlen_args;
 
 /* Zeroes *a and sets struct_size. */

@@ -113,6 +113,9 @@ typedef struct fwd_varlen {
     long long q_stride[3], k_stride[3], v_stride[3], o_stride[3], lse_stride[3];
     const int *cu_q, *cu_k, *used_k;
     int total_q, total_k;
+    int window_left, window_right;  /* the model variants (fg_fwd_params' fields; -1: no bound) */
+    const float *sinks, *alibi_slopes;
+    float softcap;
 } fwd_varlen;
 /* Launches variant spec (varlen=1) on stream: a describes the grid as a dense call of batch sequences of the
  * longest length (q [batch, max_seqlen_q, hq, d], k [batch, keys, hkv, d]), with the data pointers. */
@@ -188,6 +191,8 @@ typedef struct serving_call {
     int window;                    /* the call gives a sliding window (window_left, window_right: -1 unbounded, both
                                       -1 without a window; a side past every key of every row made unbounded) */
     int window_left, window_right;
+    int softcap;                   /* the call caps its logits (fg_varlen_args.softcap > 0) */
+    int alibi;                     /* the call gives ALiBi slopes */
     int causal;                    /* the call's mask */
     int64_t part_tokens;           /* query tokens the split partials hold (total_q, or batch x seqlen_q) */
 } serving_call;

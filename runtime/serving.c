@@ -15,10 +15,13 @@ static int serve_tma_applies(const fg_context *ctx, const serving_call *c) {
     return ctx->serve_tma && !c->paged && c->head_dim % 64 == 0;
 }
 
-/* The variant a call's attention sinks and window decide, whatever chose its tiles and splits. */
+/* The variant a call's model variants (sinks, window, softcap, ALiBi) decide, whatever chose its tiles and
+ * splits. */
 static void spec_take_call_variant(fg_spec *s, const serving_call *c) {
     s->sinks = c->sinks;
     s->window = c->window;
+    s->softcap = c->softcap;
+    s->alibi = c->alibi;
 }
 
 /* The kernel of a plan's spec: the split count is a launch choice, not the kernel's. */
@@ -199,6 +202,8 @@ static void serve_params(const fg_varlen_args *a, const serving_call *c, const s
     p->sinks = a->sinks;
     p->window_left = c->window_left; /* -1 without a window (serving_check) */
     p->window_right = c->window_right;
+    p->softcap = a->softcap;
+    p->alibi_slopes = a->alibi_slopes;
 }
 
 /* The merge of a split call's partials into O and LSE (merge.cuh), sequence by sequence. */

@@ -211,9 +211,17 @@ fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c,
     c->window_left = !a->window || a->window_left > c->seqlen_k ? -1 : a->window_left;
     c->window_right = !a->window || a->window_right > c->seqlen_q ? -1 : a->window_right;
     c->window = c->window_left >= 0 || c->window_right >= 0;
-    if (need_data && (uintptr_t)a->sinks % 4 != 0)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "sinks (%p) is not 4-byte aligned; it must be fp32 [heads_q] in "
-                       "device memory", (const void *)a->sinks);
+    if (!(a->softcap >= 0.f) || a->softcap > 3.4e38f)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "softcap is %g; it must be finite and >= 0 (0: none)",
+                       (double)a->softcap);
+    c->softcap = a->softcap > 0.f;
+    c->alibi = a->alibi_slopes != NULL;
+    const float *per_head[2] = {a->sinks, a->alibi_slopes};
+    static const char *const per_head_names[2] = {"sinks", "alibi_slopes"};
+    for (int i = 0; i < 2; i++)
+        if (need_data && (uintptr_t)per_head[i] % 4 != 0)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s (%p) is not 4-byte aligned; it must be fp32 [heads_q] in "
+                           "device memory", per_head_names[i], (const void *)per_head[i]);
     if (need_data) {
         const fg_tensor *in[3] = {&a->q, &a->k, &a->v};
         static const char *const names[3] = {"q", "k", "v"};

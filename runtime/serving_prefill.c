@@ -55,16 +55,18 @@ static void prefill_views(const fg_varlen_args *a, const serving_call *c, fg_fwd
     vl->cu_k = c->packed_k ? a->cu_seqlens_k : NULL;
     vl->used_k = a->seqused_k;
     vl->total_q = (int)c->total_q, vl->total_k = (int)c->total_k;
+    vl->window_left = c->window_left, vl->window_right = c->window_right;
+    vl->sinks = a->sinks, vl->alibi_slopes = a->alibi_slopes, vl->softcap = a->softcap;
 }
 
 /* Whether the call runs here, and if so its variant in *spec: on a context with the sm_90a forward and
- * FLASHGEN_PREFILL_SM90A=1 (off by default until the variants' GPU tests have passed), no attention sinks or
- * window, keys
- * packed or dense (not paged), no split asked for, the longest sequence at least PREFILL_MIN_Q queries, and
- * tensors TMA can read (select_call_wgmma on the views TMA maps). */
+ * FLASHGEN_PREFILL_SM90A=1 (off by default until the variants' GPU tests have passed), keys packed or dense
+ * (not paged), no split asked for, the longest sequence at least PREFILL_MIN_Q queries, and tensors TMA can
+ * read (select_call_wgmma on the views TMA maps). The call's model variants (window, sinks, softcap, ALiBi)
+ * are compiled in. */
 static int prefill_spec(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, fg_spec *spec,
                         fg_fwd_args *g, fwd_varlen *vl, char *why, size_t nwhy) {
-    if (!ctx->prefill_sm90a || c->paged || c->sinks || c->window || a->num_splits > 1 || a->split_size > 0 || c->seqlen_q < PREFILL_MIN_Q) return 0;
+    if (!ctx->prefill_sm90a || c->paged || a->num_splits > 1 || a->split_size > 0 || c->seqlen_q < PREFILL_MIN_Q) return 0;
     fg_fwd_args maps;
     memset(&maps, 0, sizeof maps);
     prefill_views(a, c, g, vl, &maps.o);
@@ -73,6 +75,7 @@ static int prefill_spec(fg_context *ctx, const fg_varlen_args *a, const serving_
     fg_error err;
     if (select_fwd_spec(ctx, g, spec, why, nwhy, &err) != FG_OK || !spec_is_wgmma(spec)) return 0;
     spec->varlen = 1;
+    spec->window = c->window, spec->sinks = c->sinks, spec->softcap = c->softcap, spec->alibi = c->alibi;
     return spec_validate(spec, &err) == FG_OK;
 }
 

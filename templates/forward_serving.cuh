@@ -37,15 +37,10 @@
 #include "common/cp_async.cuh"
 #include "common/softmax.cuh"
 #include "common/tma.cuh"
+#include "common/score_mods.cuh"
 
 #ifndef FG_SERVE_TMA
 #define FG_SERVE_TMA 0
-#endif
-#ifndef FG_SINKS
-#define FG_SINKS 0
-#endif
-#ifndef FG_WINDOW
-#define FG_WINDOW 0
 #endif
 static_assert(!FG_SERVE_TMA || FG_HEAD_DIM % 64 == 0, "TMA boxes of 64 columns, 128-byte swizzle");
 
@@ -273,6 +268,18 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     const fg_frag_offsets k_off = fg_frag_offsets_make(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
     const u32 s_q_warp = s_q + (u32)(wm * 16 * FG_SLAB_CHUNKS * 16);
     const int key_w = wn * FG_KW; // this warp's first key in a block
+    // FG_SOFTCAP, FG_ALIBI: the transforms' constants; a row's slope is its own query head's (rows of one
+    // token are the heads of a group), and dist0 its diagonal's distance from this thread's first key of block 0.
+    fg_score_mods mods[2];
+    float dist0[2];
+    if constexpr (FG_SCORE_MODS) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int idx = min(m0 + wm * 16 + g + h * 8, rows - 1), tok = idx / grp;
+            mods[h] = fg_mods_make(p.softcap, p.alibi_slopes, kvh * grp + idx - tok * grp, p.softmax_scale);
+            dist0[h] = (float)(tok + sk - sq - key_w - 2 * t);
+        }
+    }
 
     u32 qf[FG_Q_IN_REGS ? FG_KK : 1][4];
     if constexpr (FG_SERVE_TMA && !FG_Q_IN_REGS) { // Q (the only cp.async group) in before the first block
@@ -330,6 +337,17 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
                 fg_ldmatrix_x4(kf, fg_frag_addr<FG_BLOCK_N>(sk_j, k_off, key_w + n2 * 16, kk));
                 fg_mma_16816(s[0][2 * n2], af, kf[0], kf[1]);
                 fg_mma_16816(s[0][2 * n2 + 1], af, kf[2], kf[3]);
+            }
+        }
+        if constexpr (FG_SCORE_MODS) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float dist = dist0[h] - (float)(j * FG_BLOCK_N);
+#pragma unroll
+                for (int nt = 0; nt < FG_NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++)
+                        s[0][nt][2 * h + e] = fg_score_mod(mods[h], s[0][nt][2 * h + e], dist - (float)(8 * nt + e));
             }
         }
         if constexpr (decltype(masked)::value) {

@@ -207,7 +207,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_fwd_params p, const __grid_co
         }
         // FG_O_FLUSH_SMEM: the rescale the shared-memory level owes since its last flush (a row's corr factors)
         float osc[2] = {1.f, 1.f};
-        fg_consumer_mainloop<FP32_SUM>(sm, tl, FG_TILE_SQ, FG_TILE_SK, cw, lane, t4, row0, sc_log2, oacc_at, kv, qn, s_q_wg, acc, oacc,
+        fg_consumer_mainloop<FP32_SUM>(p, sm, tl, FG_TILE_SQ, FG_TILE_SK, cw, lane, t4, row0, sc_log2, oacc_at, kv, qn, s_q_wg, acc, oacc,
                                        row_max, row_sum, osc);
         fg_epilogue<FP32_SUM>(p, tm, sm, tl, FG_TILE_SQ, tid, cw, warp, g, t4, row0, sc_ln, o_factor, qn, s_q_wg, oacc_at, acc,
                               oacc, row_max, row_sum, osc);

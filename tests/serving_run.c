@@ -6,6 +6,7 @@
 #include "tests/serving_run.h"
 
 float serve_sink(int h) { return -2.0f + 0.7f * (float)(h % 7); }
+float serve_slope(int h) { return 0.1f / (float)(1 << (h % 8)); }
 
 CUdeviceptr upload_ints(gpu_env *env, const int32_t *v, size_t n) {
     CUdeviceptr d = 0;
@@ -153,11 +154,14 @@ void serve_setup(gpu_env *env, serve_run *r, const serve_case *c) {
     if (!c->q_dense) r->d_cu_q = upload_ints(env, r->cu_q, (size_t)c->batch + 1);
     if (c->k_mode == SERVE_K_PACKED) r->d_cu_k = upload_ints(env, r->cu_k, (size_t)c->batch + 1);
     else r->d_used = upload_ints(env, r->lk, (size_t)c->batch);
-    if (c->sinks) {
-        cr_assert(c->hq <= 256, "sinks for at most 256 heads here");
-        for (int h = 0; h < c->hq; h++) r->sinks[h] = serve_sink(h);
-        CK(env->cu->cuMemAlloc(&r->d_sinks, 256 * sizeof(float)));
-        CK(env->cu->cuMemcpyHtoD(r->d_sinks, r->sinks, (size_t)c->hq * sizeof(float)));
+    for (int w = 0; w < 2; w++) { /* the per-head arrays: sinks, ALiBi slopes */
+        if (!(w ? c->alibi : c->sinks)) continue;
+        cr_assert(c->hq <= 256, "per-head arrays for at most 256 heads here");
+        float *host = w ? r->slopes : r->sinks;
+        CUdeviceptr *dev = w ? &r->d_slopes : &r->d_sinks;
+        for (int h = 0; h < c->hq; h++) host[h] = w ? serve_slope(h) : serve_sink(h);
+        CK(env->cu->cuMemAlloc(dev, 256 * sizeof(float)));
+        CK(env->cu->cuMemcpyHtoD(*dev, host, (size_t)c->hq * sizeof(float)));
     }
     /* arguments */
     fg_varlen_args *a = &r->args;
@@ -177,6 +181,8 @@ void serve_setup(gpu_env *env, serve_run *r, const serve_case *c) {
     a->split_size = c->split_size;
     a->sinks = (const float *)(uintptr_t)r->d_sinks;
     a->window = c->window, a->window_left = c->window_left, a->window_right = c->window_right;
+    a->softcap = c->softcap;
+    a->alibi_slopes = (const float *)(uintptr_t)r->d_slopes;
     size_t ws = 0;
     cr_assert_eq(fg_attention_fwd_varlen_workspace_size(env->ctx, a, &ws), FG_OK, "%s", fg_last_error(env->ctx));
     if (c->num_splits > 1 || c->split_size > 0) { /* a forced split must plan a workspace */
@@ -262,7 +268,9 @@ void serve_verify(serve_run *r) {
         }
         p.causal = c->causal;
         if (c->sinks) p.sinks = (fg_tensor){(void *)r->sinks, FG_DTYPE_F32, 1, {c->hq, 0, 0, 0}, {1, 0, 0, 0}};
+        if (c->alibi) p.alibi_slopes = (fg_tensor){(void *)r->slopes, FG_DTYPE_F32, 1, {c->hq, 0, 0, 0}, {1, 0, 0, 0}};
         p.window = c->window, p.window_left = c->window_left, p.window_right = c->window_right;
+        p.softcap = c->softcap;
         fg_tensor lse = {0};
         if (!c->no_lse) {
             lse.dtype = FG_DTYPE_F32;
@@ -290,8 +298,8 @@ void serve_verify(serve_run *r) {
 void serve_free(gpu_env *env, serve_run *r) {
     dbuf *bufs[5] = {&r->q, &r->k, &r->v, &r->o, &r->lse};
     for (int i = 0; i < 5; i++) dbuf_free(env, bufs[i]);
-    CUdeviceptr d[6] = {r->d_cu_q, r->d_cu_k, r->d_used, r->d_table, r->ws, r->d_sinks};
-    for (int i = 0; i < 6; i++)
+    CUdeviceptr d[7] = {r->d_cu_q, r->d_cu_k, r->d_used, r->d_table, r->ws, r->d_sinks, r->d_slopes};
+    for (int i = 0; i < 7; i++)
         if (d[i]) env->cu->cuMemFree(d[i]);
     free(r->table);
     memset(r, 0, sizeof *r);

@@ -31,6 +31,8 @@ typedef struct serve_case {
     int tma;           /* with tiles: the variant's tma=1 (K and V loaded by TMA; sm_90 and newer) */
     int sinks;         /* attention sinks: query head h's logit serve_sink(h) */
     int window, window_left, window_right; /* a sliding window (fg_varlen_args' fields) */
+    float softcap;     /* a logit softcap (0: none) */
+    int alibi;         /* ALiBi: query head h's slope serve_slope(h) */
     int strided;       /* q, k, v, o as padded slices of larger buffers */
     int no_lse;        /* do not request the LSE */
     uint64_t seed;
@@ -43,8 +45,9 @@ typedef struct serve_run {
     int32_t *table;           /* host copy of the block table [batch, max_pages] */
     int max_pages, num_pages, total_q, total_k, seqlen_q;
     dbuf q, k, v, o, lse;
-    CUdeviceptr d_cu_q, d_cu_k, d_used, d_table, ws, d_sinks;
+    CUdeviceptr d_cu_q, d_cu_k, d_used, d_table, ws, d_sinks, d_slopes;
     float sinks[256];         /* the sinks' values (c.sinks), [hq] */
+    float slopes[256];        /* the ALiBi slopes (c.alibi), [hq] */
     size_t ws_size;
     fg_varlen_args args;
 } serve_run;
@@ -52,6 +55,9 @@ typedef struct serve_run {
 /* Query head h's sink logit in the cases with sinks: spread over [-2, 2.2] so that some rows are dominated by
  * their sink and others by their keys. */
 float serve_sink(int h);
+/* Query head h's ALiBi slope in the cases with ALiBi: 0.1 to 0.1 / 128, halving from head to head (repeating
+ * every 8), so that some heads look far and others near. */
+float serve_slope(int h);
 /* Builds the case's tensors, lengths and table (uploaded), and the arguments with a workspace of the size
  * fg_attention_fwd_varlen_workspace_size gives. */
 void serve_setup(gpu_env *env, serve_run *r, const serve_case *c);

@@ -111,3 +111,29 @@ Test(prefill, long_sequences) {
         run_prefill(&c);
     }
 }
+
+/* The model variants on both families: sliding windows (either side unbounded, 0, wider than the sequences; the
+ * blocks left of a window skipped, those crossing its left edge masked), attention sinks (rows with no key get
+ * LSE = the sink), softcaps and ALiBi, alone and together, causal or not, sq != sk both ways. */
+Test(prefill, model_variants) {
+    static const int lq[] = {300, 64, 1, 0, 700, 129}, lk[] = {300, 200, 50, 70, 500, 129};
+    static const struct { int causal, window, left, right, sinks, alibi; float softcap; } v[] = {
+        {1, 1, 100, 0, 0, 0, 0.f},     /* Mistral-style causal window */
+        {0, 1, 64, 64, 0, 0, 0.f},     /* both sides bounded */
+        {1, 1, 0, 0, 1, 0, 0.f},       /* a window of 0 with sinks: the diagonal and the sink */
+        {0, 1, -1, 5, 0, 0, 0.f},      /* the left side unbounded */
+        {1, 1, 5000, -1, 0, 0, 0.f},   /* wider than every sequence */
+        {1, 0, 0, 0, 1, 0, 0.f},       /* sinks alone */
+        {0, 0, 0, 0, 0, 0, 2.0f},      /* softcap alone */
+        {1, 0, 0, 0, 0, 1, 0.f},       /* ALiBi, causal */
+        {0, 0, 0, 0, 0, 1, 0.f},       /* ALiBi, both sides */
+        {1, 1, 127, 0, 1, 0, 3.0f},    /* gpt-oss / Gemma: window + sinks + softcap */
+        {1, 1, 200, 0, 1, 1, 4.0f},    /* everything */
+    };
+    for (size_t i = 0; i < NELEM(v); i++) {
+        serve_case c = pc(i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, 6, lq, lk, 8, 2, i % 3 == 2 ? 64 : 128, v[i].causal);
+        c.window = v[i].window, c.window_left = v[i].left, c.window_right = v[i].right;
+        c.sinks = v[i].sinks, c.alibi = v[i].alibi, c.softcap = v[i].softcap, c.seed = 500 + i;
+        run_prefill(&c);
+    }
+}

@@ -1,6 +1,6 @@
 /* test_gpu_serving.c: the serving forward (fg_attention_fwd_varlen) on the GPU: packed variable-length
  * batches, dense caches with seqused_k, paged caches of several page sizes with shuffled tables, decode with
- * packed GQA and every split count, fixed split sizes (batch invariance), CUDA-graph replay, attention sinks,
+ * packed GQA and every split count, fixed split sizes (batch invariance), CUDA-graph replay, attention sinks, sliding windows, softcaps, ALiBi,
  * K and V by TMA, and the checking mode of device-resident inputs. Every element of every sequence is judged
  * against the CPU reference (serving_run.c); GPU tests skip with the reason where there is no device. */
 #include <stdlib.h>
@@ -132,6 +132,40 @@ Test(window, decode_over_caches_with_splits) {
     c = sc(FG_DTYPE_BF16, 5, decode_q, cache_k, 32, 8, 128, 1);
     c.q_dense = 1, c.k_mode = SERVE_K_DENSE, c.cap_k = 1100, c.split_size = 128, c.window = 1, c.window_left = 200;
     c.window_right = -1;
+    serve_case_run(&c);
+}
+
+/* Logit softcaps and ALiBi: on every score (not only masked blocks), with packed GQA rows of several heads (each
+ * row its own head's slope), split keys, paged caches, and combined with windows, sinks and causal masks. */
+Test(softcap, varlen_and_decode) {
+    for (int causal = 0; causal < 2; causal++) {
+        serve_case c = sc(causal ? FG_DTYPE_F16 : FG_DTYPE_BF16, 6, uneven_q, uneven_k, 8, 2, 128, causal);
+        c.softcap = 1.5f, c.seed = 300 + causal;
+        serve_case_run(&c);
+    }
+    for (int splits = 1; splits <= 3; splits += 2) {
+        serve_case c = sc(FG_DTYPE_BF16, 5, decode_q, cache_k, 32, 8, 128, 0);
+        c.q_dense = 1, c.k_mode = SERVE_K_PAGED, c.page_size = 16, c.num_splits = splits, c.softcap = 3.0f;
+        serve_case_run(&c);
+    }
+    /* softcap + window (Gemma 2), with sinks */
+    serve_case c = sc(FG_DTYPE_BF16, 6, uneven_q, uneven_k, 8, 2, 64, 1);
+    c.softcap = 2.0f, c.window = 1, c.window_left = 9, c.window_right = -1, c.sinks = 1, c.seed = 303;
+    serve_case_run(&c);
+}
+
+Test(alibi, varlen_and_decode) {
+    for (int causal = 0; causal < 2; causal++) {
+        serve_case c = sc(FG_DTYPE_BF16, 6, uneven_q, uneven_k, 8, 2, 128, causal);
+        c.alibi = 1, c.seed = 310 + causal;
+        serve_case_run(&c);
+    }
+    serve_case c = sc(FG_DTYPE_F16, 5, decode_q, cache_k, 32, 8, 128, 1);
+    c.q_dense = 1, c.k_mode = SERVE_K_DENSE, c.cap_k = 1100, c.num_splits = 3, c.alibi = 1;
+    serve_case_run(&c);
+    /* every variant at once */
+    c = sc(FG_DTYPE_BF16, 6, uneven_q, uneven_k, 8, 2, 128, 1);
+    c.alibi = 1, c.softcap = 4.0f, c.sinks = 1, c.window = 1, c.window_left = 20, c.window_right = 0, c.seed = 313;
     serve_case_run(&c);
 }
 

@@ -124,6 +124,9 @@ Test(spec, serve_and_merge_texts_round_trip) {
         "arch=sm_90,block_m=16,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=serve,stages=4,tma=1,warps=4",
         "arch=sm_90,block_m=16,block_n=64,causal=1,dtype=fp16,head_dim=64,kind=serve,sinks=1,splits=3,stages=4,warps=4",
         "arch=sm_80,block_m=64,block_n=32,causal=1,dtype=bf16,head_dim=128,kind=serve,stages=2,warps=4,window=1",
+        "alibi=1,arch=sm_90,block_m=64,block_n=64,causal=1,dtype=bf16,head_dim=128,kind=serve,softcap=1,stages=2,warps=4",
+        "alibi=1,arch=sm_90a,block_m=128,block_n=128,causal=1,dtype=bf16,head_dim=128,kind=fwd,sinks=1,softcap=1,stages=2,"
+        "varlen=1,warps=12,window=1",
         "arch=sm_90,kind=merge",
         "arch=sm_120,kind=merge",
         "arch=sm_90a,block_m=128,block_n=128,causal=1,dtype=bf16,head_dim=128,kind=fwd,stages=2,varlen=1,warps=12",
@@ -162,8 +165,11 @@ Test(spec, parse_errors_name_the_key) {
         {"kind=merge", "arch"},
         {"kind=fwd,arch=sm_90,dtype=bf16,head_dim=128,splits=2", "splits"},         /* serve only */
         {"kind=serve,arch=sm_90,dtype=bf16,head_dim=128,varlen=1", "varlen"},       /* fwd only */
-        {"kind=fwd,arch=sm_90,dtype=bf16,head_dim=128,sinks=1", "sinks"},           /* serve only */
-        {"kind=fwd,arch=sm_90,dtype=bf16,head_dim=128,window=1", "window"},         /* serve only */
+        {"kind=bwd,arch=sm_90,dtype=bf16,head_dim=128,sinks=1", "sinks"},           /* serve and fwd only */
+        {"kind=bwd,arch=sm_90,dtype=bf16,head_dim=128,window=1", "window"},
+        {"kind=bwd,arch=sm_90,dtype=bf16,head_dim=128,softcap=1", "softcap"},
+        {"kind=bwd,arch=sm_90,dtype=bf16,head_dim=128,alibi=1", "alibi"},
+        {"kind=serve,arch=sm_90,dtype=bf16,head_dim=128,softcap=yes", "softcap"},
         {"kind=serve,arch=sm_90,dtype=bf16,head_dim=128,window=2", "window"},
         {"kind=fwd,arch=sm_90a,dtype=bf16,head_dim=128,varlen=2", "varlen"},
     };

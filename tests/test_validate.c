@@ -80,8 +80,10 @@ static void m_fwd_varlen(fg_spec *s) { s->varlen = 1; } /* base() is the mma.syn
 static void m_fwd_varlen_fp8(fg_spec *s) { s->varlen = 1, s->arch = 90, s->arch_accel = 1, s->dtype = FG_DTYPE_E4M3, s->out_dtype = FG_DTYPE_BF16; s->block_m = 128, s->block_n = 128, s->warps = 12, s->stages = 2; }
 static void m_serve_tma(fg_spec *s) { *s = serve_base(); s->tma = 1, s->arch = 80; }
 static void m_serve_tma_dim(fg_spec *s) { *s = serve_base(); s->tma = 1, s->arch = 90, s->head_dim = 96; }
-static void m_serve_sinks(fg_spec *s) { s->sinks = 1; } /* base(): kind=fwd */
-static void m_serve_window(fg_spec *s) { s->window = 1; }
+static void m_mods_sinks(fg_spec *s) { s->sinks = 1; } /* base(): kind=fwd, mma.sync family */
+static void m_mods_window(fg_spec *s) { s->window = 1; }
+static void m_mods_softcap_dense(fg_spec *s) { *s = wg_base(); s->softcap = 1; } /* sm_90a without varlen=1 */
+static void m_mods_alibi_bwd(fg_spec *s) { s->kind = FG_KIND_BWD, s->alibi = 1, s->block_m = 64, s->block_n = 64; }
 static void m_serve_registers(fg_spec *s) { *s = serve_base(); s->block_m = 64; s->block_n = 256; s->head_dim = 256; s->stages = 2; }
 
 static const broken rules[] = {
@@ -135,8 +137,10 @@ static const broken rules[] = {
     {"serve_splits", m_serve_splits_kind, "other kinds have none"},
     {"fwd_varlen", m_fwd_varlen, "varlen=1"},
     {"serve_tma", m_serve_tma, "got sm_80"},
-    {"serve_sinks", m_serve_sinks, "sinks=1"},
-    {"serve_sinks", m_serve_window, "window=1"},
+    {"model_variants", m_mods_sinks, "sinks=1"},
+    {"model_variants", m_mods_window, "window=1"},
+    {"model_variants", m_mods_softcap_dense, "sm_90a forward with varlen=1"},
+    {"model_variants", m_mods_alibi_bwd, "other kinds"},
     {"serve_tma", m_serve_tma_dim, "head_dim 96"},
     {"fwd_varlen", m_fwd_varlen_fp8, "in fp16 or bf16"},
 };

@@ -135,6 +135,8 @@ class FgVarlenArgs(ctypes.Structure):
         ("window", ctypes.c_int),           # 1: window_left, window_right (-1: unbounded side) apply
         ("window_left", ctypes.c_int),
         ("window_right", ctypes.c_int),
+        ("softcap", ctypes.c_float),        # > 0: logits capped by softcap * tanh(logit / softcap)
+        ("alibi_slopes", ctypes.c_void_p),  # fp32 [heads_q] device pointer, or NULL
     ]
 
 

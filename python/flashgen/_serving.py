@@ -28,20 +28,41 @@ def _int_ptr(x, name):
     return x.data_ptr()
 
 
-def _sinks_ptr(sinks, q):
-    """The device address of the attention sinks (an fp32 CUDA tensor [heads_q], contiguous), or None."""
-    if sinks is None:
+def _per_head_ptr(x, name, q):
+    """The device address of a per-head fp32 array (sinks, alibi_slopes: a CUDA tensor [heads_q], contiguous),
+    or None."""
+    if x is None:
         return None
     torch = sys.modules.get("torch")
     heads = q.shape[-2]
-    if torch is None or not isinstance(sinks, torch.Tensor) or sinks.dtype != torch.float32 or \
-            sinks.device.type != "cuda" or sinks.dim() != 1 or sinks.shape[0] != heads or sinks.stride(0) != 1:
-        raise TypeError("sinks must be a contiguous float32 CUDA tensor of shape [heads_q] = [%d]" % heads)
-    return sinks.data_ptr()
+    if torch is None or not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or \
+            x.device.type != "cuda" or x.dim() != 1 or x.shape[0] != heads or x.stride(0) != 1:
+        raise TypeError("%s must be a contiguous float32 CUDA tensor of shape [heads_q] = [%d]" % (name, heads))
+    return x.data_ptr()
+
+
+def _set_mods(a, q, sinks=None, window_size=None, softcap=0.0, alibi_slopes=None):
+    """The model variants of a call into its FgVarlenArgs: attention sinks, a sliding window (left, right; -1 an
+    unbounded side), a logit softcap (0: none) and ALiBi slopes."""
+    a.sinks = _per_head_ptr(sinks, "sinks", q)
+    a.alibi_slopes = _per_head_ptr(alibi_slopes, "alibi_slopes", q)
+    a.softcap = float(softcap or 0.0)
+    if window_size is not None:
+        if len(tuple(window_size)) != 2:
+            raise TypeError("window_size must be (left, right) in keys, -1 for an unbounded side; got %r"
+                            % (window_size,))
+        left, right = (int(x) for x in window_size)
+        if (left, right) != (-1, -1):
+            a.window, a.window_left, a.window_right = 1, left, right
+
+
+def _has_mods(sinks=None, window_size=None, softcap=0.0, alibi_slopes=None):
+    return sinks is not None or alibi_slopes is not None or bool(softcap) or \
+        (window_size is not None and tuple(window_size) != (-1, -1))
 
 
 def _varlen_args(pkg, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
-                 max_seqlen_k, causal, softmax_scale, num_splits, split_size, dl_stream, sinks=None, window_size=None):
+                 max_seqlen_k, causal, softmax_scale, num_splits, split_size, dl_stream, mods):
     """The FgVarlenArgs of a call and the objects that must outlive it."""
     a = _capi.FgVarlenArgs()
     _capi.lib().fg_varlen_args_init(ctypes.byref(a))
@@ -65,19 +86,12 @@ def _varlen_args(pkg, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, 
     a.causal = int(bool(causal))
     a.num_splits = int(num_splits)
     a.split_size = int(split_size)
-    a.sinks = _sinks_ptr(sinks, q)
-    if window_size is not None:
-        if len(tuple(window_size)) != 2:
-            raise TypeError("window_size must be (left, right) in keys, -1 for an unbounded side; got %r"
-                            % (window_size,))
-        left, right = (int(x) for x in window_size)
-        if (left, right) != (-1, -1):
-            a.window, a.window_left, a.window_right = 1, left, right
+    _set_mods(a, q, **mods)
     return a, views
 
 
 def _run(pkg, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k, causal,
-         softmax_scale, return_lse, out, lse, stream, num_splits, split_size, sinks=None, window_size=None):
+         softmax_scale, return_lse, out, lse, stream, num_splits, split_size, mods):
     torch = pkg._torch()
     handle = pkg._stream_handle(stream, q)
     dl_stream = handle or None
@@ -88,7 +102,7 @@ def _run(pkg, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_s
         shape = (q.shape[1], q.shape[0]) if packed else (q.shape[0], q.shape[2], q.shape[1])
         lse = torch.empty(shape, dtype=torch.float32, device=q.device)
     a, views = _varlen_args(pkg, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
-                            max_seqlen_k, causal, softmax_scale, num_splits, split_size, dl_stream, sinks, window_size)
+                            max_seqlen_k, causal, softmax_scale, num_splits, split_size, dl_stream, mods)
     ctx = pkg._context(pkg._device_for([("q", views[0]), ("k", views[1]), ("v", views[2]), ("out", views[3])], True,
                                        pkg._default_device()))
     lib = _capi.lib()
@@ -114,7 +128,8 @@ def _launch_with_workspace(pkg, torch, ctx, size_fn, launch_fn, a, q, handle):
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
                      softmax_scale=None, return_lse=False, out=None, lse=None, stream=None, seqused_k=None,
-                     num_splits=0, split_size=0, deterministic=False, sinks=None, window_size=None):
+                     num_splits=0, split_size=0, deterministic=False, sinks=None, window_size=None, softcap=0.0,
+                     alibi_slopes=None):
     """Attention over a batch of sequences of different lengths, packed (FlashAttention's
     flash_attn_varlen_func): q [total_q, heads_q, head_dim], k and v [total_k, heads_kv, head_dim], sequence b's
     queries rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 (int32 CUDA tensors of batch + 1 offsets), its keys
@@ -125,21 +140,24 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     takes, fixed: batch-invariant results) control the split of keys over CTAs; the workspace it needs is
     allocated on the launch stream. Training: when autograd is on and q, k or v requires grad, the call
     records for autograd and its backward runs attention_varlen_backward (deterministic: its mode); out=,
-    lse=, seqused_k, the split arguments, sinks and window_size are not taken then. sinks (an fp32 CUDA tensor
+    lse=, seqused_k, the split arguments and the model variants are not taken then. sinks (an fp32 CUDA tensor
     [heads_q]): attention sinks, a logit per query head joining every row's softmax denominator (gpt-oss).
     window_size (left, right): a sliding window, query i (diagonal d = i + sk - sq) seeing keys d - left to
-    d + right, -1 for an unbounded side (FlashAttention's convention; None or (-1, -1): none)."""
+    d + right, -1 for an unbounded side (FlashAttention's convention; None or (-1, -1): none). softcap (> 0):
+    logits become softcap * tanh(logit / softcap) (Gemma 2). alibi_slopes (an fp32 CUDA tensor [heads_q]):
+    ALiBi, logit -= slope * |d - j|, after the softcap."""
     pkg = _pkg()
+    mods = dict(sinks=sinks, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
     if pkg._needs_grad(q, k, v):
         if out is not None or lse is not None or seqused_k is not None or num_splits or split_size or \
-                sinks is not None or (window_size is not None and tuple(window_size) != (-1, -1)):
+                _has_mods(**mods):
             raise TypeError("attention_varlen() with autograd takes no out=, lse=, seqused_k, num_splits, "
-                            "split_size, sinks or window_size")
+                            "split_size, sinks, window_size, softcap or alibi_slopes")
         o, l = _varlen_function().apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                         bool(causal), softmax_scale, bool(deterministic), stream)
         return (o, l) if return_lse else o
     return _run(pkg, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, None, max_seqlen_q, max_seqlen_k, causal,
-                softmax_scale, return_lse, out, lse, stream, num_splits, split_size, sinks, window_size)
+                softmax_scale, return_lse, out, lse, stream, num_splits, split_size, mods)
 
 
 def attention_varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -189,7 +207,7 @@ def _varlen_function():
             @staticmethod
             def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, deterministic, stream):
                 o, l = _run(_pkg(), q, k, v, cu_q, cu_k, None, None, max_q, max_k, causal, scale, True, None, None,
-                            stream, 0, 0)
+                            stream, 0, 0, {})
                 ctx.save_for_backward(q, k, v, o, l, cu_q, cu_k)
                 ctx.args = (max_q, max_k, causal, scale, deterministic, stream)
                 ctx.mark_non_differentiable(l)
@@ -210,7 +228,7 @@ def _varlen_function():
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=None, causal=False,
                            softmax_scale=None, return_lse=False, out=None, lse=None, stream=None, cu_seqlens_q=None,
                            max_seqlen_q=None, max_seqlen_k=None, num_splits=0, split_size=0, sinks=None,
-                           window_size=None):
+                           window_size=None, softcap=0.0, alibi_slopes=None):
     """Attention of new queries over a KV cache (FlashAttention's flash_attn_with_kvcache), for decode
     and for prefill against a cache. q [batch, seqlen_q, heads_q, head_dim] (or packed [total_q, heads_q,
     head_dim] with cu_seqlens_q and max_seqlen_q); k_cache, v_cache [batch, capacity, heads_kv, head_dim], or
@@ -218,15 +236,16 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
     pages in order; any page size, pages in any order). cache_seqlens (int32 [batch], required when paged): the
     keys in use. Query heads of one KV head are packed into one tile's rows, and keys are split over CTAs
     when the batch does not fill the GPU (num_splits 0: chosen; split_size: fixed boundaries). Returns out
-    like q, and with return_lse the fp32 LSE ([batch, heads_q, seqlen_q], or [heads_q, total_q] packed). sinks
-    (an fp32 CUDA tensor [heads_q]) and window_size ((left, right)): as attention_varlen takes them."""
+    like q, and with return_lse the fp32 LSE ([batch, heads_q, seqlen_q], or [heads_q, total_q] packed). sinks,
+    window_size, softcap and alibi_slopes: as attention_varlen takes them."""
     pkg = _pkg()
     if block_table is not None and cache_seqlens is None:
         raise TypeError("a paged cache (block_table) needs cache_seqlens")
     if q.dim() == 3 and max_seqlen_q is None:
         raise TypeError("packed queries (3-d q with cu_seqlens_q) need max_seqlen_q")
     return _run(pkg, q, k_cache, v_cache, cu_seqlens_q, None, cache_seqlens, block_table, max_seqlen_q, max_seqlen_k,
-                causal, softmax_scale, return_lse, out, lse, stream, num_splits, split_size, sinks, window_size)
+                causal, softmax_scale, return_lse, out, lse, stream, num_splits, split_size,
+                dict(sinks=sinks, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes))
 
 
 def explain_varlen(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, block_table=None,
@@ -237,7 +256,7 @@ def explain_varlen(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None
     torch = pkg._torch()
     out = torch.empty_like(q)
     a, views = _varlen_args(pkg, q, k, v, out, None, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
-                            max_seqlen_k, causal, None, num_splits, split_size, None)
+                            max_seqlen_k, causal, None, num_splits, split_size, None, {})
     a.workspace = 256  # explain the plan of a call that gives a workspace
     ctx = pkg._context(pkg._device_for([("q", views[0])], False, pkg._default_device()))
     buf = ctypes.create_string_buffer(4096)

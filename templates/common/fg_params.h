@@ -53,6 +53,12 @@ typedef struct fg_fwd_params {
     const int *cu_seqlens_k;
     const int *seqused_k;
     int total_q, total_k;
+    /* The model variants (varlen=1 variants with the spec's window, sinks, softcap, alibi; common/score_mods.cuh),
+     * as fg_serve_params' fields of the same names. */
+    int window_left, window_right;
+    const float *sinks;
+    float softcap;
+    const float *alibi_slopes;
 } fg_fwd_params;
 
 /* The run-time parameters of the backward kernels (backward_mma.cuh). Q, K, V, O, dO and the gradients use
@@ -135,6 +141,8 @@ typedef struct fg_serve_params {
     int window_left, window_right; /* window=1 variants: the keys a query sees around its diagonal (-1: no bound) */
     const float *sinks;         /* sinks=1 variants: per query head a logit joining the softmax's denominator
                                    (split 0's state holds it, so that the merge counts it once) */
+    float softcap;              /* softcap=1 variants: the cap (> 0), logits become cap * tanh(logit / cap) */
+    const float *alibi_slopes;  /* alibi=1 variants: per query head a slope, logits biased by -slope * |d - j| */
 } fg_serve_params;
 
 /* The merge of attention states (merge.cuh): for each (token, head), O = sum_s w_s O_s / sum_s w_s and

@@ -74,9 +74,11 @@ constexpr int FG_PV_KSTEPS = FG_FP8 ? FG_BLOCK_N / 32 : FG_BLOCK_N / 16;
 // and osc 1. Leaves O unnormalized in acc (plus oacc, plus the level times osc), the row maxima and sums,
 // every K and V stage it used released to the producer (and with FG_Q_EARLY the Q buffer), kv and qn
 // advanced past the tile; the epilogue (fg_epilogue) follows. A tile without key blocks changes nothing.
-// row0: this thread's first row (the second is row0 + 8); sc_log2: the softmax scale, log2 domain.
+// row0: this thread's first row (the second is row0 + 8); sc_log2: the softmax scale, log2 domain; p: the
+// call's parameters (the model variants' window, softcap and slopes).
 template <bool FP32_SUM>
-__device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_smem &sm, const fg_tile &tl, int sq, int sk, int cw,
+__device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, const fg_fwd_smem &sm, const fg_tile &tl,
+                                                     int sq, int sk, int cw,
                                                      int lane, int t4, int row0, float sc_log2, u32 oacc_at, int &kv,
                                                      int &qn, u32 &s_q_wg, float (&acc)[1][FG_DT_WITH_SUM][4],
                                                      float (&oacc)[FG_O_FLUSH ? FG_DT_WITH_SUM : 1][4],
@@ -149,18 +151,33 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_smem &sm, cons
     auto turn_pass = [&]() {
         if (FG_CONSUMER_WGS > 1) fg_named_arrive(FG_BAR_SCHED + (turn_cw() + 1) % FG_CONSUMER_WGS, 256);
     };
-    // Masks S of step i of this tile where needed (the causal diagonal, the end of the keys).
+    // The model variants' transforms of every score (FG_SOFTCAP, FG_ALIBI: this tile's head's constants), then
+    // the mask of S of step i where needed (the causal diagonal, the end of the keys, a window's edges).
+    fg_score_mods mods;
+    if constexpr (FG_SCORE_MODS) mods = fg_mods_make(p.softcap, p.alibi_slopes, tl.head, p.softmax_scale);
     auto mask = [&](int i, float (&sacc)[1][FG_NT][4]) {
-        if (i >= tl.n_masked) return;
-        const int j = n_blocks - 1 - i;
+        const int j = fg_tile_block(tl, i);
+        if constexpr (FG_SCORE_MODS) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float dist = (float)(row0 + 8 * h + sk - sq - j * FG_BLOCK_N - 2 * t4);
+#pragma unroll
+                for (int nt = 0; nt < FG_NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++)
+                        sacc[0][nt][2 * h + e] = fg_score_mod(mods, sacc[0][nt][2 * h + e], dist - (float)(8 * nt + e));
+            }
+        }
+        if (!fg_step_masked(tl, i)) return;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int row = row0 + 8 * h;
-            const int limit = (FG_CAUSAL ? min(sk, row + sk - sq + 1) : sk) - j * FG_BLOCK_N - 2 * t4;
+            const fg_key_span keys = fg_row_keys(row, sq, sk, p.window_left, p.window_right);
+            const int limit = keys.hi - j * FG_BLOCK_N - 2 * t4, first = keys.lo - j * FG_BLOCK_N - 2 * t4;
 #pragma unroll
             for (int nt = 0; nt < FG_NT; nt++) {
-                if (8 * nt >= limit) sacc[0][nt][2 * h] = FG_NEG_INF;
-                if (8 * nt + 1 >= limit) sacc[0][nt][2 * h + 1] = FG_NEG_INF;
+                if (8 * nt >= limit || (FG_WINDOW && 8 * nt < first)) sacc[0][nt][2 * h] = FG_NEG_INF;
+                if (8 * nt + 1 >= limit || (FG_WINDOW && 8 * nt + 1 < first)) sacc[0][nt][2 * h + 1] = FG_NEG_INF;
             }
         }
     };
@@ -192,7 +209,7 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_smem &sm, cons
         // zero those rows of the V stage before any P V reads it, each thread a share, then all consumer
         // warps meet (the condition is the tile's, the same in every warpgroup). Whole rows: the swizzle
         // moves 16-byte units only within a row.
-        const int valid = sk - (n_blocks - 1) * FG_BLOCK_N;
+        const int valid = sk - fg_tile_block(tl, 0) * FG_BLOCK_N;
         if (valid < FG_BLOCK_N) {
             const u32 sv = sm.s_v + stage_of(kv) * FG_V_STAGE_BYTES;
             fg_mbar_wait(sm.bar_v(stage_of(kv)), parity_of(kv));

@@ -72,7 +72,8 @@ __device__ __forceinline__ void fg_epilogue(const fg_fwd_params &p, const fg_tma
             for (int dt = 0; dt < FG_DT; dt++)
                 asm volatile("st.global.b32 [%0], %1;" ::"l"(o + (i64)row * p.o_stride[1] + 8 * dt + 2 * t4),
                              "r"(0u) : "memory");
-            if (p.lse != 0 && t4 == 0) p.lse[fg_lse_at(p, tl, row)] = FG_NEG_INF;
+            // (with sinks the row's LSE is its sink's logit: fg_sink_fold)
+            if (p.lse != 0 && t4 == 0) p.lse[fg_lse_at(p, tl, row)] = FG_SINKS ? __ldg(p.sinks + tl.head) : FG_NEG_INF;
         }
         return;
     }
@@ -103,8 +104,10 @@ __device__ __forceinline__ void fg_epilogue(const fg_fwd_params &p, const fg_tma
                 if (FG_O_FLUSH) acc[0][dt][2 * h] += oacc[dt][2 * h], acc[0][dt][2 * h + 1] += oacc[dt][2 * h + 1];
             // O's l: with FG_PV_SUM the sum of the e4m3 P that weighted V (every column of the group holds it)
             const float l = FG_PV_SUM ? acc[0][FG_DT][2 * h] : fg_quad_sum(row_sum[0][h]);
-            const float inv = l > 0.f ? o_factor / l : 0.f;
+            float inv = l > 0.f ? o_factor / l : 0.f;
             const float l_lse = FG_PV_SUM && FP32_SUM ? fg_quad_sum(row_sum[0][h]) : l; // the LSE's
+            float sink_lse = 0.f; // FG_SINKS (16-bit, o_factor 1): the sink joins the row's sum
+            if constexpr (FG_SINKS) fg_sink_fold(l, row_max[0][h], p.scale_log2, __ldg(p.sinks + tl.head), inv, sink_lse);
             const int row = row0 + 8 * h;
             // 16 bytes a thread: of every four n8 groups 4q..4q+3 the quad's threads swap their pairs
             // (fg_quad_transpose) so that thread t4 stores group 4q + t4's eight columns (st.global.b32 of
@@ -123,7 +126,7 @@ __device__ __forceinline__ void fg_epilogue(const fg_fwd_params &p, const fg_tma
             }
             if (row >= sq) continue;
             if (p.lse != 0 && t4 == 0)
-                p.lse[fg_lse_at(p, tl, row)] = fg_row_lse(l_lse, row_max[0][h], sc_ln, FG_P_SHIFT);
+                p.lse[fg_lse_at(p, tl, row)] = FG_SINKS ? sink_lse : fg_row_lse(l_lse, row_max[0][h], sc_ln, FG_P_SHIFT);
         }
     }
 #else

@@ -64,7 +64,7 @@ __device__ __forceinline__ void fg_producer_run(const fg_fwd_params &p, const fg
     };
     // Step `it` of tile t, the producer's K/V step `step` overall: K (if k), then V (if v).
     auto load_kv_parts = [&](const fg_tile &t, int it, int step, bool k, bool v) {
-        const int j = t.n_blocks - 1 - it, s = step % FG_STAGES, use = step / FG_STAGES;
+        const int j = fg_tile_block(t, it), s = step % FG_STAGES, use = step / FG_STAGES;
         if (k) load_kv_tile(sm.s_k + s * FG_KV_BYTES, &tm.k, sm.bar_k(s), sm.bar_k_empty(s), use, j, t);
         if (!v) return;
 #if FG_FP8

@@ -5,6 +5,7 @@
 
 #include "common/fg_params.h"
 #include "common/softmax.cuh"
+#include "common/score_mods.cuh"
 #include "forward_wgmma/layout.cuh"
 
 // One tile: query block m_block of (head, batch), with the key blocks it needs (n_blocks, visited last to
@@ -12,12 +13,36 @@
 // tiles, in the same order, from the tile index alone.
 // FG_VARLEN: also the sequence's queries (sq) and keys (sk), and where its first query and key lie in the
 // tensors' row dimension (q_start, k_start: the packed offsets, or 0 in a batch's own rows).
+// FG_WINDOW: the key blocks start at b_first (not 0), and the last lo_masked visited (the window's left edge)
+// need the mask too.
 struct fg_tile {
     int m0, head, batch, kv_head, n_blocks, n_masked;
 #if FG_VARLEN
     int sq, sk, q_start, k_start;
 #endif
+#if FG_WINDOW
+    int b_first, lo_masked;
+#endif
 };
+
+// The key block of step i of tile t (blocks are visited last to first).
+__device__ __forceinline__ int fg_tile_block(const fg_tile &t, int i) {
+#if FG_WINDOW
+    return t.b_first + t.n_blocks - 1 - i;
+#else
+    return t.n_blocks - 1 - i;
+#endif
+}
+
+// Whether step i of tile t needs the mask: the blocks crossing the diagonal or the end of the keys (visited
+// first), and with a window those crossing its left edge (visited last).
+__device__ __forceinline__ bool fg_step_masked(const fg_tile &t, int i) {
+#if FG_WINDOW
+    return i < t.n_masked || i >= t.n_blocks - t.lo_masked;
+#else
+    return i < t.n_masked;
+#endif
+}
 
 #if FG_VARLEN
 // Sequence b's rows (fg_fwd_params' varlen fields, fg_seq_span), seqused_k clamped to the keys it has.
@@ -67,7 +92,18 @@ __device__ __forceinline__ fg_tile fg_tile_at(const fg_fwd_params &p, int index,
     t.kv_head = t.head / (p.heads_q / p.heads_kv);
     t.m0 = m_block * FG_BLOCK_M;
     int n_unmasked;
-#if FG_VARLEN
+#if FG_WINDOW
+    // (model variants come with FG_VARLEN: validate.c) the blocks of the window's span of the tile's rows
+    fg_varlen_bounds(p, t);
+    const fg_block_span span = fg_tile_blocks(t.m0, min(t.m0 + FG_BLOCK_M, t.sq) - 1, t.sq, t.sk, p.window_left,
+                                              p.window_right);
+    t.b_first = span.first;
+    t.n_blocks = t.m0 < t.sq ? span.count : 0;
+    t.lo_masked = min(span.lo_masked, t.n_blocks);
+    n_unmasked = max(0, t.n_blocks - span.hi_masked - t.lo_masked);
+    t.n_masked = t.n_blocks - t.lo_masked - n_unmasked;
+    return t;
+#elif FG_VARLEN
     // query blocks past the sequence's end (the grid covers the longest) have nothing to do
     fg_varlen_bounds(p, t);
     fg_key_blocks(t.m0, t.sq, t.sk, t.n_blocks, n_unmasked);

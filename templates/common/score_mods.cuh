@@ -1,0 +1,121 @@
+// score_mods.cuh: the model variants of a forward's scores, shared by the serving kernel and the sm_90a forward:
+// a sliding window (FG_WINDOW), a logit softcap (FG_SOFTCAP), ALiBi biases (FG_ALIBI) and attention sinks
+// (FG_SINKS). Each is a compile-time key of its own (the spec's window, softcap, alibi, sinks), so a variant
+// without them compiles to the code it had before they existed.
+//
+// Scores stay in raw units (s = q.k) up to the softmax, which multiplies by scale * log2(e). The logit the
+// softmax sees is scale * s, then with a softcap cap * tanh(scale * s / cap), then with ALiBi minus
+// slope_h * |d - j| (d = i + sk - sq, query i's bottom-right aligned diagonal; j the key). In raw units:
+//   s' = (cap / scale) * tanh(s * (scale / cap)) - (slope_h / scale) * |d - j|
+// so the softmax, the LSE and the row maximum are unchanged. Sinks are a logit per query head that joins each
+// row's denominator and weights no value: folded into a finished row's sum (fg_sink_fold).
+#ifndef FG_COMMON_SCORE_MODS_CUH
+#define FG_COMMON_SCORE_MODS_CUH
+
+#include "common/types.cuh"
+
+#ifndef FG_WINDOW
+#define FG_WINDOW 0
+#endif
+#ifndef FG_SINKS
+#define FG_SINKS 0
+#endif
+#ifndef FG_SOFTCAP
+#define FG_SOFTCAP 0
+#endif
+#ifndef FG_ALIBI
+#define FG_ALIBI 0
+#endif
+constexpr bool FG_SCORE_MODS = FG_SOFTCAP || FG_ALIBI; // a transform on every score, not only masked blocks
+
+// tanh(x) to about 3e-7 absolute: 1 - 2 / (e^(2|x|) + 1) with the sign put back. tanh.approx.f32 is one
+// instruction but off by up to 2^-11 relative, which a softcap of 50 turns into 0.02 in a logit: more than the
+// LSE's tolerance. This costs ex2 and rcp (two special-function operations) and three more.
+__device__ __forceinline__ float fg_tanh(float x) {
+    const float e = fg_exp2(fabsf(x) * 2.8853900817779268f); // 2 log2(e)
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(e + 1.f));
+    return copysignf(fmaf(-2.f, r, 1.f), x);
+}
+
+// The per-call constants of the transforms, in raw score units (the host passes softcap and the slopes in
+// logit units; fg_mods_make divides by the scale).
+struct fg_score_mods {
+    float cap_in;   // FG_SOFTCAP: scale / cap
+    float cap_out;  // FG_SOFTCAP: cap / scale
+    float slope;    // FG_ALIBI: slope_h / scale (>= 0 gives a bias that falls with distance)
+};
+
+__device__ __forceinline__ fg_score_mods fg_mods_make(float softcap, const float *alibi_slopes, int head, float scale) {
+    fg_score_mods m;
+    m.cap_in = FG_SOFTCAP ? scale / softcap : 0.f;
+    m.cap_out = FG_SOFTCAP ? softcap / scale : 0.f;
+    m.slope = FG_ALIBI ? __ldg(alibi_slopes + head) / scale : 0.f;
+    return m;
+}
+
+// One raw score s of a row whose diagonal is `dist` keys right of this key (d - j, as a float: exact below 2^24).
+__device__ __forceinline__ float fg_score_mod(const fg_score_mods &m, float s, float dist) {
+    if constexpr (FG_SOFTCAP) s = m.cap_out * fg_tanh(s * m.cap_in);
+    if constexpr (FG_ALIBI) s = fmaf(-m.slope, fabsf(dist), s);
+    return s;
+}
+
+// The keys row r of a sequence (sq queries, sk keys) sees: [key_lo, key_hi). Causal: up to its diagonal
+// d = r + sk - sq; FG_WINDOW: from d - left to d + right (a side of -1 unbounded).
+struct fg_key_span {
+    int lo, hi;
+};
+__device__ __forceinline__ fg_key_span fg_row_keys(int r, int sq, int sk, int left, int right) {
+    const int d = r + sk - sq;
+    fg_key_span s{0, FG_CAUSAL ? min(sk, d + 1) : sk};
+    if (FG_WINDOW && right >= 0) s.hi = min(s.hi, d + right + 1);
+    if (FG_WINDOW && left >= 0) s.lo = max(0, d - left);
+    return s;
+}
+
+// The key blocks of a tile of query rows [r_first, r_last] (FG_BLOCK_N keys a block): blocks first ..
+// first + count - 1 hold every key a row sees; of them the first `lo_masked` and the last `hi_masked` need the
+// mask (a row sees only part of them), the others none. Without a window lo_masked is 0 and first 0.
+struct fg_block_span {
+    int first, count, lo_masked, hi_masked;
+};
+__device__ __forceinline__ fg_block_span fg_tile_blocks(int r_first, int r_last, int sq, int sk, int left, int right) {
+    const fg_key_span a = fg_row_keys(r_first, sq, sk, left, right), z = fg_row_keys(r_last, sq, sk, left, right);
+    fg_block_span b;
+    const int end = z.hi > a.lo ? (z.hi + FG_BLOCK_N - 1) / FG_BLOCK_N : 0; // one past the last block
+    b.first = min(a.lo / FG_BLOCK_N, end);
+    b.count = end - b.first;
+    // blocks wholly seen by every row: from the last row's left edge to the first row's right edge
+    const int u_lo = min(max(b.first, (z.lo + FG_BLOCK_N - 1) / FG_BLOCK_N), end);
+    const int u_hi = max(u_lo, min(end, max(0, a.hi) / FG_BLOCK_N));
+    b.lo_masked = u_lo - b.first;
+    b.hi_masked = end - u_hi;
+    return b;
+}
+
+// A finished row with sinks: from its running max m (raw units), its sum l (of exp2(c s - c m), c =
+// scale_log2) and the sink's logit, the factor its unnormalized O takes (in place of 1 / l) and its LSE. The
+// sink joins as one more key of weight e^sink without a value: with M = max(c m, sink log2 e),
+// l' = l 2^(c m - M) + 2^(sink log2 e - M), O = O_acc 2^(c m - M) / l', LSE = M ln 2 + ln l'. A row that saw
+// no key (l = 0) gives O = 0 and LSE = sink; a sink of -inf changes nothing.
+__device__ __forceinline__ void fg_sink_fold(float l, float m, float scale_log2, float sink, float &o_scale, float &lse) {
+    if (l != l) { // a NaN input reached the row: it stays in O and the LSE
+        o_scale = lse = l;
+        return;
+    }
+    const float sm = sink * 1.4426950408889634f;
+    const float mm = l > 0.f && m != FG_NEG_INF ? m * scale_log2 : FG_NEG_INF;
+    const float M = fmaxf(mm, sm);
+    if (M == FG_NEG_INF) { // no key and no sink
+        o_scale = 0.f;
+        lse = FG_NEG_INF;
+        return;
+    }
+    const float keep = mm == FG_NEG_INF ? 0.f : fg_exp2(mm - M);
+    const float total = l * keep + fg_exp2(sm - M);
+    o_scale = keep / total;
+    lse = (M + fg_log2(total)) * 0.69314718055994531f;
+}
+
+#endif // FG_COMMON_SCORE_MODS_CUH
