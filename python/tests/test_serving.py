@@ -1,8 +1,8 @@
 """test_serving.py: the serving calls of the Python binding on the GPU (skipped with the reason without CUDA,
 PyTorch or the library): attention_varlen against a float64 per-sequence reference, its gradients through
-autograd (attention_varlen_backward) against the reference's, sinks and sliding windows, attention_with_kvcache
-with a dense cache and with a shuffled paged cache against the same, merge_states against a float64 merge,
-explain_varlen's text, the input check raising FlashgenError, and the examples of docs/serving.md and the
+autograd (attention_varlen_backward) against the reference's, sinks, sliding windows, softcaps and ALiBi,
+attention_with_kvcache with a dense cache and with a shuffled paged cache against the same, merge_states against
+a float64 merge, explain_varlen's text, the input check raising FlashgenError, and the examples of docs/serving.md and the
 README run as printed.
 
 Run:  python3 python/tests/test_serving.py        (or: python3 -m pytest python/tests/test_serving.py)
@@ -28,9 +28,10 @@ from gpu_reason import gpu_reason  # noqa: E402
 REASON = gpu_reason(torch)
 
 
-def reference(q, k, v, causal, window=(-1, -1)):
+def reference(q, k, v, causal, window=(-1, -1), softcap=0.0, slopes=None):
     """O [sq, hq, d] and LSE [hq, sq] of one sequence in float64 (bottom-right causal and window (left, right)
-    around the diagonal i + sk - sq, -1 unbounded; GQA by repetition)."""
+    around the diagonal i + sk - sq, -1 unbounded; a logit softcap, then ALiBi slopes [hq]; GQA by
+    repetition)."""
     sq, hq, d = q.shape
     sk, hkv = k.shape[0], k.shape[1]
     kk = k.double().repeat_interleave(hq // hkv, dim=1)
@@ -38,6 +39,10 @@ def reference(q, k, v, causal, window=(-1, -1)):
     s = torch.einsum("qhd,khd->hqk", q.double(), kk) / d ** 0.5
     i = torch.arange(sq, device=q.device)[:, None] + sk - sq
     j = torch.arange(sk, device=q.device)[None, :]
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    if slopes is not None:
+        s = s - slopes.double()[:, None, None] * (i - j).abs()
     if causal:
         s = s.masked_fill(j > i, float("-inf"))
     if window[0] >= 0:
@@ -138,6 +143,26 @@ class ServingTest(unittest.TestCase):
         with self.assertRaises(flashgen.FlashgenError) as cm:
             flashgen.attention_varlen(q, k, v, cq, ck, max(lens_q), max(lens_k), window_size=(-2, 0))
         self.assertIn("window_left", str(cm.exception))
+
+    def test_softcap_and_alibi(self):
+        lens_q, lens_k = [5, 1, 70, 0], [300, 9, 70, 4]
+        q, k, v, cq, ck = packed_batch(lens_q, lens_k, 8, 2, 64, torch.bfloat16)
+        slopes = torch.tensor([0.5 ** (h + 1) for h in range(8)], device="cuda")
+        for causal, softcap, alibi in ((False, 1.5, False), (True, 0.0, True), (True, 4.0, True)):
+            o, lse = flashgen.attention_varlen(q, k, v, cq, ck, max(lens_q), max(lens_k), causal=causal,
+                                               return_lse=True, softcap=softcap,
+                                               alibi_slopes=slopes if alibi else None)
+            for b in range(len(lens_q)):
+                qs, ks = slice(cq[b].item(), cq[b + 1].item()), slice(ck[b].item(), ck[b + 1].item())
+                ro, rl = reference(q[qs], k[ks], v[ks], causal, softcap=softcap, slopes=slopes if alibi else None)
+                what = "sequence %d, causal %s, softcap %g, alibi %s" % (b, causal, softcap, alibi)
+                close(self, o[qs], ro, what + " O")
+                close(self, lse[:, qs].nan_to_num(0.0, neginf=-1e30), rl.nan_to_num(0.0, neginf=-1e30), what + " LSE")
+        with self.assertRaises(TypeError):
+            flashgen.attention_varlen(q, k, v, cq, ck, 70, 300, alibi_slopes=slopes.double())
+        with self.assertRaises(flashgen.FlashgenError) as cm:
+            flashgen.attention_varlen(q, k, v, cq, ck, 70, 300, softcap=-1.0)
+        self.assertIn("softcap", str(cm.exception))
 
     def test_kvcache_dense_and_paged(self):
         b, cap, ps = 3, 700, 16
