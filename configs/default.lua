@@ -128,6 +128,41 @@ variants {
     causal = {false, true},
     varlen = true,
 }
+-- The model variants of today's models, on the serving kernel and the sm_90a prefill: gpt-oss (head_dim 64, a
+-- causal window with sinks), Mistral-style windows (128), Gemma 2 (256, softcap, with and without a window),
+-- ALiBi (BLOOM/MPT, 128). The other combinations compile at first use. 4 + 2 + 4 + 2 + 4 = 16 variants.
+variants {
+    kind = "serve",
+    arch = {"sm_80", "sm_90"},
+    dtype = "bf16",
+    head_dim = 64,
+    causal = true,
+    block_m = {16, 64},
+    window = true,
+    sinks = true,
+}
+variants { kind = "serve", arch = "sm_90", dtype = "bf16", head_dim = 128, causal = true, block_m = {16, 64}, window = true }
+variants {
+    kind = "serve",
+    arch = "sm_90",
+    dtype = "bf16",
+    head_dim = 256,
+    causal = true,
+    block_m = {16, 64},
+    window = {false, true},
+    softcap = true,
+}
+variants { kind = "serve", arch = "sm_80", dtype = "fp16", head_dim = 128, causal = true, block_m = {16, 64}, alibi = true }
+variants {
+    kind = "fwd",
+    arch = "sm_90a",
+    dtype = "bf16",
+    head_dim = {64, 128},
+    causal = true,
+    varlen = true,
+    window = true,
+    sinks = {false, true},
+}
 -- The merge of attention states (kind "merge", only an arch): split-KV's combine and fg_merge_states.
 variants {
     kind = "merge",

@@ -197,7 +197,8 @@ Test(cli, gen_refuses_an_invalid_spec_naming_the_field) {
     cr_expect_not_null(strstr(r.err, "head_dim 7"), "%s", r.err);
     /* No tile rule covers head_dim 7 either, but the message must be the validation rule's sentence
      * (which says what head_dim may be), exactly as the library words it. */
-    fg_spec s = {FG_KIND_FWD, 90, 1, FG_DTYPE_BF16, 7, 64, 64, 4, 2, 0, FG_DTYPE_BF16, 0, 0, 0, 0, 0, 0};
+    fg_spec s = {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 7, .block_m = 64,
+                 .block_n = 64, .warps = 4, .stages = 2, .out_dtype = FG_DTYPE_BF16};
     fg_error verr;
     cr_assert_neq(spec_validate(&s, &verr), FG_OK);
     char want[1200];

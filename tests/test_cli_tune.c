@@ -134,7 +134,8 @@ static fg_tune_record tune_rec(fg_tune_class c, int bm, int bn, int warps, fg_tu
     fg_tune_record r;
     memset(&r, 0, sizeof r);
     r.cls = c;
-    r.spec = (fg_spec){FG_KIND_FWD, 90, 0, c.dtype, c.head_dim, bm, bn, warps, 2, c.causal, c.dtype, 0, 0, 0, 0, 0, 0};
+    r.spec = (fg_spec){.kind = FG_KIND_FWD, .arch = 90, .dtype = c.dtype, .head_dim = c.head_dim, .block_m = bm,
+                       .block_n = bn, .warps = warps, .stages = 2, .causal = c.causal, .out_dtype = c.dtype};
     r.status = st;
     r.ms = ms;
     r.tflops = ms > 0 ? 100.0 / ms : 0;

@@ -71,6 +71,26 @@ Test(config, cartesian_product) {
     cr_assert_null(cfg.variants);
 }
 
+/* The model variants are fields of their own (kind "serve", and "fwd" with varlen), named in the variants. */
+Test(config, model_variant_fields) {
+    fg_config cfg;
+    load_ok("variants { kind = 'serve', arch = 'sm_90', dtype = 'bf16', head_dim = 128, causal = true,\n"
+            "           window = {false, true}, sinks = true, softcap = {false, true}, alibi = true }\n"
+            "variants { kind = 'fwd', arch = 'sm_90a', dtype = 'fp16', head_dim = 64, varlen = true, softcap = true }",
+            NULL, &cfg);
+    cr_assert_eq(cfg.count, 5);
+    char name[FG_SPEC_NAME_MAX];
+    cr_assert_gt(spec_named(&cfg, 3, name, sizeof name), 0);
+    cr_assert(strstr(name, "alibi=1,") == name && strstr(name, "sinks=1,softcap=1,") && strstr(name, ",window=1"), "%s", name);
+    cr_assert_gt(spec_named(&cfg, 4, name, sizeof name), 0);
+    cr_assert(strstr(name, "softcap=1") && strstr(name, "varlen=1"), "%s", name);
+    config_free(&cfg);
+    load_fails("variants { kind = 'bwd', arch = 'sm_90', dtype = 'bf16', head_dim = 128, window = true }", NULL,
+               FG_ERR_CONFIG, "cfg.lua:1: variants: ", "field 'window' is for kind = \"serve\" and \"fwd\" only");
+    load_fails("variants { kind = 'fwd', arch = 'sm_90a', dtype = 'bf16', head_dim = 128, sinks = true }", NULL,
+               FG_ERR_CONFIG, "cfg.lua:1: ", "sm_90a forward with varlen=1");
+}
+
 Test(config, scalars_defaults_and_policy_tiles) {
     fg_config cfg;
     load_ok("variants { kind = 'fwd', arch = 'sm_80', dtype = 'bf16', head_dim = 128 }", NULL, &cfg);
@@ -505,15 +525,20 @@ Test(config, default_config_loads_and_validates) {
     cr_assert_geq(cfg.count, 20);
     /* 60 16-bit forward variants (sm_80, sm_90 and sm_90a), 32 FP8 ones (sm_89, sm_90a and sm_90), 12
      * backward ones (sm_80, sm_90 and sm_90 with TMA loads, head_dim 64) and their 12 varlen ones, 72 serving
-     * ones, 12 of the sm_90a forward's varlen ones and 2 merges */
-    cr_assert_leq(cfg.count, 202, "the default bundle should stay small enough for CI: %d variants", cfg.count);
+     * ones, 12 of the sm_90a forward's varlen ones, 2 merges, and 16 with model variants */
+    cr_assert_leq(cfg.count, 240, "the default bundle should stay small enough for CI: %d variants", cfg.count);
     int archs[6] = {0, 0, 0, 0, 0, 0}, bwd80 = 0, bwd90 = 0, bwd90_tma = 0, serve80 = 0, serve90 = 0, merges = 0,
-        varlen = 0;
+        varlen = 0, mods = 0;
     for (int i = 0; i < cfg.count; i++) {
         const fg_spec *s = &cfg.variants[i];
         char name[FG_SPEC_NAME_MAX];
         cr_assert_gt(spec_named(&cfg, i, name, sizeof name), 0);
         cr_assert_eq(spec_validate(s, &err), FG_OK, "%s: %s", name, err.msg);
+        if (spec_has_mods(s)) { /* the model variants: serving kernel and sm_90a prefill, 16-bit */
+            cr_assert(!dtype_is_fp8(s->dtype) && (s->kind == FG_KIND_SERVE || (s->varlen && spec_is_wgmma(s))), "%s", name);
+            mods++;
+            continue;
+        }
         if (s->kind == FG_KIND_BWD) { /* the backward: mma.sync only */
             cr_assert(!s->arch_accel && !dtype_is_fp8(s->dtype), "%s", name);
             bwd80 += s->arch == 80;
@@ -545,8 +570,9 @@ Test(config, default_config_loads_and_validates) {
             cr_assert(!spec_equal(&cfg.variants[i], &cfg.variants[j]), "%s listed twice", name);
     }
     cr_assert_eq(archs[0] + archs[1] + archs[2] + archs[3] + archs[4] + archs[5] + bwd80 + bwd90 + bwd90_tma + serve80 +
-                     serve90 + merges + varlen,
+                     serve90 + merges + varlen + mods,
                  cfg.count);
+    cr_assert_eq(mods, 16, "variants with model variants: %d", mods);
     cr_assert_eq(varlen, 12, "the sm_90a forward's varlen variants: %d", varlen);
     cr_assert(serve80 > 0 && serve80 == serve90 && merges == 2, "serving variants: %d on sm_80, %d on sm_90, %d merges",
               serve80, serve90, merges);

@@ -94,6 +94,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     a.sinks = flags & 64 ? (const float *)(uintptr_t)0x50004000 : NULL;
     a.window = (int)(take(&r, 1) % 3);
     a.window_left = (int)take_size(&r), a.window_right = (int)take_size(&r);
+    a.softcap = (float)(int8_t)take(&r, 1) / 4.0f;
+    a.alibi_slopes = flags & 128 ? (const float *)(uintptr_t)(0x50008000 + (take(&r, 1) & 3)) : NULL;
 
     /* the dense calls' rules on the same tensors */
     fg_bwd_args bw;
