@@ -129,9 +129,10 @@ typedef struct fg_fwd_args {
 
 /* Arguments of one backward call: the gradients of O = attention(Q, K, V) for a given dO, recomputing the
  * attention from the forward's LSE (no N x N storage). 16-bit only (fp16 or bf16, all tensors one
- * dtype), head_dim a multiple of 16 up to 128 or of 32 up to 256 (above 128 the tiles need shared memory:
- * up to 192 on every sm_80+ GPU, up to 256 on an A100 and on an H100 and newer; a GPU with 99 KiB a block
- * refuses head_dim above 192 with FG_ERR_UNSUPPORTED), the mma.sync kernels on every arch
+ * dtype), head_dim a multiple of 8 from 8 to 256, as the forward's (the kernels compute on it rounded up to
+ * 16, above 128 to 32, reading zeros past it and writing no column past it; above 128 the tiles need shared
+ * memory: up to 192 on every sm_80+ GPU, up to 256 on an A100 and on an H100 and newer; a GPU with 99 KiB a
+ * block refuses head_dim above 192 with FG_ERR_UNSUPPORTED), the mma.sync kernels on every arch
  * (sm_80+; on Hopper arch sm_90) and on an H100/H200 a wgmma kernel (arch sm_90a) for head_dim 64 and 128
  * outside the deterministic mode (FLASHGEN_WGMMA_BWD=0 in the environment sends those to mma.sync too).
  *   - q, k, v, o, lse as given to and returned by the forward (lse required), dout like o;
@@ -285,6 +286,9 @@ typedef struct fg_varlen_args {
                                   0: none */
     const float *alibi_slopes; /* device, fp32 [heads_q], or NULL: ALiBi, logit_ij -= slope_h * |d - j| (d the
                                   query's bottom-right aligned diagonal), after the softcap */
+    int causal_top_left;       /* with causal = 1: query i of a sequence sees keys j <= i (aligned to the top-left
+                                  corner, as some frameworks mean causal when sq != sk) instead of j <= d; a
+                                  window stays around d */
 } fg_varlen_args;
 
 /* Zeroes *a and sets struct_size. */
@@ -311,7 +315,7 @@ FG_API fg_status fg_explain_varlen(fg_context *ctx, const fg_varlen_args *args, 
  * every sequence (rows past them are not computed); FG_OPTION_CHECK_INPUTS reads cu_seqlens_q/k back first
  * (synchronizing the stream) and refuses a bad entry or a sequence past max_seqlen_q/k by name. A workspace of fg_attention_bwd_varlen_workspace_size
  * bytes (256-byte aligned) holds each sequence's fp32 dQ accumulator: about heads_q x (total_q + 384 x batch)
- * x (head_dim + 2) x 4 bytes. No synchronization, no allocation (unless FG_OPTION_CHECK_INPUTS is on). */
+ * x (head_dim rounded up as above + 2) x 4 bytes. No synchronization, no allocation (unless FG_OPTION_CHECK_INPUTS is on). */
 typedef struct fg_varlen_bwd_args {
     size_t struct_size;        /* sizeof(fg_varlen_bwd_args), set by fg_varlen_bwd_args_init: fields added
                                   later are read only when a caller's struct has them */

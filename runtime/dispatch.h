@@ -114,6 +114,7 @@ typedef struct fwd_varlen {
     const int *cu_q, *cu_k, *used_k;
     int total_q, total_k;
     int window_left, window_right;  /* the model variants (fg_fwd_params' fields; -1: no bound) */
+    int causal_top_left;
     const float *sinks, *alibi_slopes;
     float softcap;
 } fwd_varlen;
@@ -143,11 +144,11 @@ fg_status launch_items(fg_context *ctx, const launch_item *items, int n, void *s
 
 /* Workspace regions of a backward call (byte offsets, each 256-byte aligned) and the total. */
 typedef struct backward_layout {
-    size_t dq_accum; /* fg_bwd_params.dq_accum: fp32 dQ, [b, hq, rows padded, d] */
+    size_t dq_accum; /* fg_bwd_params.dq_accum: fp32 dQ, [b, hq, rows padded, d padded] */
     size_t lse2;     /* fg_bwd_params.lse2: lse * log2(e), [b, hq, rows padded] */
     size_t dsum;     /* fg_bwd_params.dsum: rowsum(dO * O), [b, hq, rows padded] */
     size_t sem;      /* fg_bwd_params.dq_sem: the deterministic mode's dQ order (empty otherwise) */
-    size_t dkv;      /* fg_bwd_params.dkv_accum: GQA's fp32 dK and dV per query head (empty otherwise) */
+    size_t dkv;      /* fg_bwd_params.dkv_accum: GQA's fp32 dK and dV per query head, rows of d (empty otherwise) */
     size_t total;    /* bytes in all */
 } backward_layout;
 
@@ -155,9 +156,9 @@ typedef struct backward_layout {
  * fg_attention_bwd_workspace_size holds for every variant of the call. FG_ERR_INVALID_ARGUMENT when its size
  * does not fit size_t (computed with checked arithmetic). */
 fg_status backward_workspace_layout(const fg_context *ctx, const fg_bwd_args *a, backward_layout *L, fg_error *err);
-/* Lays out the regions for heads_rows x rows accumulator rows of head_dim d (the dQ accumulator, lse2, D; the
- * deterministic mode's semaphores, one per 16 rows) and dkv_rows rows of GQA's fp32 dK/dV: 0 when the size
- * overflows size_t. */
+/* Lays out the regions for heads_rows x rows accumulator rows (the dQ accumulator, of the padded head dim the
+ * kernels compute on, spec_bwd_head_dim_padded(d); lse2, D; the deterministic mode's semaphores, one per 16
+ * rows) and dkv_rows rows of GQA's fp32 dK/dV of head_dim d: 0 when the size overflows size_t. */
 int backward_regions(size_t heads_rows, size_t rows, size_t d, int deterministic, size_t dkv_rows,
                      backward_layout *L);
 /* The backward of variable-length batches (backward_varlen.c): the sequences' offsets and the packed tensors as
@@ -191,6 +192,7 @@ typedef struct serving_call {
     int window;                    /* the call gives a sliding window (window_left, window_right: -1 unbounded, both
                                       -1 without a window; a side past every key of every row made unbounded) */
     int window_left, window_right;
+    int causal_top_left;           /* causal aligned top-left (runs on the window=1 variants: window is 1) */
     int softcap;                   /* the call caps its logits (fg_varlen_args.softcap > 0) */
     int alibi;                     /* the call gives ALiBi slopes */
     int causal;                    /* the call's mask */

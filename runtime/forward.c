@@ -168,7 +168,7 @@ static fg_status launch_fwd(fg_context *ctx, const fg_spec *sp, CUfunction fn, c
         memcpy(p.lse_stride, vl->lse_stride, sizeof p.lse_stride);
         p.cu_seqlens_q = vl->cu_q, p.cu_seqlens_k = vl->cu_k, p.seqused_k = vl->used_k;
         p.total_q = vl->total_q, p.total_k = vl->total_k;
-        p.window_left = vl->window_left, p.window_right = vl->window_right;
+        p.window_left = vl->window_left, p.window_right = vl->window_right, p.causal_top_left = vl->causal_top_left;
         p.sinks = vl->sinks, p.alibi_slopes = vl->alibi_slopes, p.softcap = vl->softcap;
     }
 

@@ -204,6 +204,7 @@ static void serve_params(const fg_varlen_args *a, const serving_call *c, const s
     p->window_right = c->window_right;
     p->softcap = a->softcap;
     p->alibi_slopes = a->alibi_slopes;
+    p->causal_top_left = c->causal_top_left;
 }
 
 /* The merge of a split call's partials into O and LSE (merge.cuh), sequence by sequence. */

@@ -210,7 +210,14 @@ fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c,
      * [sk - sq, sk - 1], so left >= sk - 1 and right >= sq - 1 mask nothing. Capping keeps d -/+ side in int. */
     c->window_left = !a->window || a->window_left > c->seqlen_k ? -1 : a->window_left;
     c->window_right = !a->window || a->window_right > c->seqlen_q ? -1 : a->window_right;
-    c->window = c->window_left >= 0 || c->window_right >= 0;
+    if (a->causal_top_left != 0 && a->causal_top_left != 1)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "causal_top_left is %d; it must be 0 or 1", a->causal_top_left);
+    if (a->causal_top_left && !a->causal)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "causal_top_left is 1 but causal is 0; it aligns the causal mask, "
+                       "so it needs causal = 1");
+    c->causal_top_left = a->causal_top_left;
+    /* top-left causal runs on the window variants (their row spans take the alignment: score_mods.cuh) */
+    c->window = c->window_left >= 0 || c->window_right >= 0 || c->causal_top_left;
     if (!(a->softcap >= 0.f) || a->softcap > 3.4e38f)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "softcap is %g; it must be finite and >= 0 (0: none)",
                        (double)a->softcap);

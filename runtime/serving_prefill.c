@@ -55,7 +55,7 @@ static void prefill_views(const fg_varlen_args *a, const serving_call *c, fg_fwd
     vl->cu_k = c->packed_k ? a->cu_seqlens_k : NULL;
     vl->used_k = a->seqused_k;
     vl->total_q = (int)c->total_q, vl->total_k = (int)c->total_k;
-    vl->window_left = c->window_left, vl->window_right = c->window_right;
+    vl->window_left = c->window_left, vl->window_right = c->window_right, vl->causal_top_left = c->causal_top_left;
     vl->sinks = a->sinks, vl->alibi_slopes = a->alibi_slopes, vl->softcap = a->softcap;
 }
 

@@ -183,9 +183,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     // (every block with a window).
     const int first_tok = m0 / grp, last_tok = (min(m0 + FG_BLOCK_M, rows) - 1) / grp;
 #if FG_WINDOW
-    int n_end = FG_CAUSAL ? min(sk, last_tok + sk - sq + 1) : sk, k_first = 0;
-    if (p.window_right >= 0) n_end = min(n_end, last_tok + sk - sq + p.window_right + 1);
-    if (p.window_left >= 0) k_first = max(0, first_tok + sk - sq - p.window_left);
+    // (top-left causal calls run here too: fg_row_keys)
+    const int n_end = fg_row_keys(last_tok, sq, sk, p.window_left, p.window_right, p.causal_top_left).hi;
+    const int k_first = fg_row_keys(first_tok, sq, sk, p.window_left, p.window_right, p.causal_top_left).lo;
     const int n_blocks = n_end > 0 ? (n_end + FG_BLOCK_N - 1) / FG_BLOCK_N : 0;
     const int b_first = min(k_first / FG_BLOCK_N, n_blocks);
     // fixed split sizes count from key 0 (boundaries that depend on the sequence alone); else even parts
@@ -356,10 +356,11 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
                 const int tok = (m0 + wm * 16 + g + h * 8) / grp;
                 int limit = (FG_CAUSAL ? min(sk, tok + sk - sq + 1) : sk) - j * FG_BLOCK_N - key_w - 2 * t;
                 if constexpr (FG_WINDOW) {
-                    // the window's edges, relative like limit: keys below first, or from limit on, are masked
-                    const int base = tok + sk - sq - j * FG_BLOCK_N - key_w - 2 * t;
-                    if (p.window_right >= 0) limit = min(limit, base + p.window_right + 1);
-                    const int first = p.window_left >= 0 ? base - p.window_left : -2147483647 - 1;
+                    // the row's keys (fg_row_keys), relative like limit: keys below first, or from limit on, are masked
+                    const fg_key_span keys = fg_row_keys(tok, sq, sk, p.window_left, p.window_right, p.causal_top_left);
+                    const int rel = j * FG_BLOCK_N + key_w + 2 * t;
+                    limit = keys.hi - rel;
+                    const int first = keys.lo - rel;
 #pragma unroll
                     for (int nt = 0; nt < FG_NT; nt++) {
                         if (8 * nt >= limit || 8 * nt < first) s[0][nt][2 * h] = FG_NEG_INF;

@@ -182,6 +182,7 @@ void serve_setup(gpu_env *env, serve_run *r, const serve_case *c) {
     a->sinks = (const float *)(uintptr_t)r->d_sinks;
     a->window = c->window, a->window_left = c->window_left, a->window_right = c->window_right;
     a->softcap = c->softcap;
+    a->causal_top_left = c->causal_top_left;
     a->alibi_slopes = (const float *)(uintptr_t)r->d_slopes;
     size_t ws = 0;
     cr_assert_eq(fg_attention_fwd_varlen_workspace_size(env->ctx, a, &ws), FG_OK, "%s", fg_last_error(env->ctx));
@@ -271,6 +272,7 @@ void serve_verify(serve_run *r) {
         if (c->alibi) p.alibi_slopes = (fg_tensor){(void *)r->slopes, FG_DTYPE_F32, 1, {c->hq, 0, 0, 0}, {1, 0, 0, 0}};
         p.window = c->window, p.window_left = c->window_left, p.window_right = c->window_right;
         p.softcap = c->softcap;
+        p.causal_top_left = c->causal_top_left;
         fg_tensor lse = {0};
         if (!c->no_lse) {
             lse.dtype = FG_DTYPE_F32;

@@ -33,6 +33,7 @@ typedef struct serve_case {
     int window, window_left, window_right; /* a sliding window (fg_varlen_args' fields) */
     float softcap;     /* a logit softcap (0: none) */
     int alibi;         /* ALiBi: query head h's slope serve_slope(h) */
+    int causal_top_left; /* with causal: the mask aligned top-left */
     int strided;       /* q, k, v, o as padded slices of larger buffers */
     int no_lse;        /* do not request the LSE */
     uint64_t seed;

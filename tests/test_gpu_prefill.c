@@ -114,26 +114,30 @@ Test(prefill, long_sequences) {
 
 /* The model variants on both families: sliding windows (either side unbounded, 0, wider than the sequences; the
  * blocks left of a window skipped, those crossing its left edge masked), attention sinks (rows with no key get
- * LSE = the sink), softcaps and ALiBi, alone and together, causal or not, sq != sk both ways. */
+ * LSE = the sink), softcaps, ALiBi and top-left causal masks, alone and together, causal or not, sq != sk both
+ * ways. */
 Test(prefill, model_variants) {
     static const int lq[] = {300, 64, 1, 0, 700, 129}, lk[] = {300, 200, 50, 70, 500, 129};
-    static const struct { int causal, window, left, right, sinks, alibi; float softcap; } v[] = {
-        {1, 1, 100, 0, 0, 0, 0.f},     /* Mistral-style causal window */
-        {0, 1, 64, 64, 0, 0, 0.f},     /* both sides bounded */
-        {1, 1, 0, 0, 1, 0, 0.f},       /* a window of 0 with sinks: the diagonal and the sink */
-        {0, 1, -1, 5, 0, 0, 0.f},      /* the left side unbounded */
-        {1, 1, 5000, -1, 0, 0, 0.f},   /* wider than every sequence */
-        {1, 0, 0, 0, 1, 0, 0.f},       /* sinks alone */
-        {0, 0, 0, 0, 0, 0, 2.0f},      /* softcap alone */
-        {1, 0, 0, 0, 0, 1, 0.f},       /* ALiBi, causal */
-        {0, 0, 0, 0, 0, 1, 0.f},       /* ALiBi, both sides */
-        {1, 1, 127, 0, 1, 0, 3.0f},    /* gpt-oss / Gemma: window + sinks + softcap */
-        {1, 1, 200, 0, 1, 1, 4.0f},    /* everything */
+    static const struct { int causal, window, left, right, sinks, alibi; float softcap; int top_left; } v[] = {
+        {1, 1, 100, 0, 0, 0, 0.f, 0},     /* Mistral-style causal window */
+        {0, 1, 64, 64, 0, 0, 0.f, 0},     /* both sides bounded */
+        {1, 1, 0, 0, 1, 0, 0.f, 0},       /* a window of 0 with sinks: the diagonal and the sink */
+        {0, 1, -1, 5, 0, 0, 0.f, 0},      /* the left side unbounded */
+        {1, 1, 5000, -1, 0, 0, 0.f, 0},   /* wider than every sequence */
+        {1, 0, 0, 0, 1, 0, 0.f, 0},       /* sinks alone */
+        {0, 0, 0, 0, 0, 0, 2.0f, 0},      /* softcap alone */
+        {1, 0, 0, 0, 0, 1, 0.f, 0},       /* ALiBi, causal */
+        {0, 0, 0, 0, 0, 1, 0.f, 0},       /* ALiBi, both sides */
+        {1, 1, 127, 0, 1, 0, 3.0f, 0},    /* gpt-oss / Gemma: window + sinks + softcap */
+        {1, 1, 200, 0, 1, 1, 4.0f, 0},    /* everything */
+        {1, 0, 0, 0, 0, 0, 0.f, 1},    /* top-left causal */
+        {1, 1, 64, -1, 0, 1, 0.f, 1},  /* top-left causal with a window and ALiBi */
     };
     for (size_t i = 0; i < NELEM(v); i++) {
         serve_case c = pc(i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, 6, lq, lk, 8, 2, i % 3 == 2 ? 64 : 128, v[i].causal);
         c.window = v[i].window, c.window_left = v[i].left, c.window_right = v[i].right;
         c.sinks = v[i].sinks, c.alibi = v[i].alibi, c.softcap = v[i].softcap, c.seed = 500 + i;
+        c.causal_top_left = v[i].top_left;
         run_prefill(&c);
     }
 }

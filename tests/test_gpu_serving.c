@@ -169,6 +169,20 @@ Test(alibi, varlen_and_decode) {
     serve_case_run(&c);
 }
 
+/* Top-left aligned causal masks (query i sees keys j <= i): sq < sk and sq > sk in one batch (rows past the keys
+ * see them all; the bottom-right mask would leave some empty), split decode, with a window around d. */
+Test(top_left, causal_masks) {
+    serve_case c = sc(FG_DTYPE_BF16, 6, uneven_q, uneven_k, 8, 2, 128, 1);
+    c.causal_top_left = 1, c.seed = 320;
+    serve_case_run(&c);
+    c = sc(FG_DTYPE_F16, 5, decode_q, cache_k, 32, 8, 64, 1);
+    c.q_dense = 1, c.k_mode = SERVE_K_DENSE, c.cap_k = 1100, c.num_splits = 2, c.causal_top_left = 1, c.seed = 321;
+    serve_case_run(&c);
+    c = sc(FG_DTYPE_BF16, 6, uneven_q, uneven_k, 8, 2, 64, 1);
+    c.causal_top_left = 1, c.window = 1, c.window_left = 30, c.window_right = -1, c.sinks = 1, c.seed = 322;
+    serve_case_run(&c);
+}
+
 Test(varlen, explicit_tiles) {
     static const int tiles[][4] = {{16, 64, 4, 2}, {32, 64, 4, 3}, {64, 64, 4, 2}, {128, 32, 8, 2}, {64, 128, 8, 2}};
     for (size_t i = 0; i < NELEM(tiles); i++) {

@@ -137,6 +137,7 @@ class FgVarlenArgs(ctypes.Structure):
         ("window_right", ctypes.c_int),
         ("softcap", ctypes.c_float),        # > 0: logits capped by softcap * tanh(logit / softcap)
         ("alibi_slopes", ctypes.c_void_p),  # fp32 [heads_q] device pointer, or NULL
+        ("causal_top_left", ctypes.c_int),  # 1 with causal: query i sees keys j <= i
     ]
 
 

@@ -41,9 +41,10 @@ def _per_head_ptr(x, name, q):
     return x.data_ptr()
 
 
-def _set_mods(a, q, sinks=None, window_size=None, softcap=0.0, alibi_slopes=None):
+def _set_mods(a, q, sinks=None, window_size=None, softcap=0.0, alibi_slopes=None, causal_top_left=False):
     """The model variants of a call into its FgVarlenArgs: attention sinks, a sliding window (left, right; -1 an
-    unbounded side), a logit softcap (0: none) and ALiBi slopes."""
+    unbounded side), a logit softcap (0: none), ALiBi slopes, and the causal mask's top-left alignment."""
+    a.causal_top_left = int(bool(causal_top_left))
     a.sinks = _per_head_ptr(sinks, "sinks", q)
     a.alibi_slopes = _per_head_ptr(alibi_slopes, "alibi_slopes", q)
     a.softcap = float(softcap or 0.0)
@@ -56,8 +57,8 @@ def _set_mods(a, q, sinks=None, window_size=None, softcap=0.0, alibi_slopes=None
             a.window, a.window_left, a.window_right = 1, left, right
 
 
-def _has_mods(sinks=None, window_size=None, softcap=0.0, alibi_slopes=None):
-    return sinks is not None or alibi_slopes is not None or bool(softcap) or \
+def _has_mods(sinks=None, window_size=None, softcap=0.0, alibi_slopes=None, causal_top_left=False):
+    return sinks is not None or alibi_slopes is not None or bool(softcap) or bool(causal_top_left) or \
         (window_size is not None and tuple(window_size) != (-1, -1))
 
 
@@ -129,7 +130,7 @@ def _launch_with_workspace(pkg, torch, ctx, size_fn, launch_fn, a, q, handle):
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
                      softmax_scale=None, return_lse=False, out=None, lse=None, stream=None, seqused_k=None,
                      num_splits=0, split_size=0, deterministic=False, sinks=None, window_size=None, softcap=0.0,
-                     alibi_slopes=None):
+                     alibi_slopes=None, causal_top_left=False):
     """Attention over a batch of sequences of different lengths, packed (FlashAttention's
     flash_attn_varlen_func): q [total_q, heads_q, head_dim], k and v [total_k, heads_kv, head_dim], sequence b's
     queries rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 (int32 CUDA tensors of batch + 1 offsets), its keys
@@ -145,14 +146,16 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     window_size (left, right): a sliding window, query i (diagonal d = i + sk - sq) seeing keys d - left to
     d + right, -1 for an unbounded side (FlashAttention's convention; None or (-1, -1): none). softcap (> 0):
     logits become softcap * tanh(logit / softcap) (Gemma 2). alibi_slopes (an fp32 CUDA tensor [heads_q]):
-    ALiBi, logit -= slope * |d - j|, after the softcap."""
+    ALiBi, logit -= slope * |d - j|, after the softcap. causal_top_left (with causal): query i sees keys j <= i,
+    the mask aligned to the top-left corner when sq != sk."""
     pkg = _pkg()
-    mods = dict(sinks=sinks, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
+    mods = dict(sinks=sinks, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                causal_top_left=causal_top_left)
     if pkg._needs_grad(q, k, v):
         if out is not None or lse is not None or seqused_k is not None or num_splits or split_size or \
                 _has_mods(**mods):
             raise TypeError("attention_varlen() with autograd takes no out=, lse=, seqused_k, num_splits, "
-                            "split_size, sinks, window_size, softcap or alibi_slopes")
+                            "split_size or model variants (sinks, window_size, softcap, alibi_slopes, causal_top_left)")
         o, l = _varlen_function().apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                         bool(causal), softmax_scale, bool(deterministic), stream)
         return (o, l) if return_lse else o
@@ -228,7 +231,7 @@ def _varlen_function():
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=None, causal=False,
                            softmax_scale=None, return_lse=False, out=None, lse=None, stream=None, cu_seqlens_q=None,
                            max_seqlen_q=None, max_seqlen_k=None, num_splits=0, split_size=0, sinks=None,
-                           window_size=None, softcap=0.0, alibi_slopes=None):
+                           window_size=None, softcap=0.0, alibi_slopes=None, causal_top_left=False):
     """Attention of new queries over a KV cache (FlashAttention's flash_attn_with_kvcache), for decode
     and for prefill against a cache. q [batch, seqlen_q, heads_q, head_dim] (or packed [total_q, heads_q,
     head_dim] with cu_seqlens_q and max_seqlen_q); k_cache, v_cache [batch, capacity, heads_kv, head_dim], or
@@ -237,7 +240,7 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
     keys in use. Query heads of one KV head are packed into one tile's rows, and keys are split over CTAs
     when the batch does not fill the GPU (num_splits 0: chosen; split_size: fixed boundaries). Returns out
     like q, and with return_lse the fp32 LSE ([batch, heads_q, seqlen_q], or [heads_q, total_q] packed). sinks,
-    window_size, softcap and alibi_slopes: as attention_varlen takes them."""
+    window_size, softcap, alibi_slopes and causal_top_left: as attention_varlen takes them."""
     pkg = _pkg()
     if block_table is not None and cache_seqlens is None:
         raise TypeError("a paged cache (block_table) needs cache_seqlens")
@@ -245,7 +248,8 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
         raise TypeError("packed queries (3-d q with cu_seqlens_q) need max_seqlen_q")
     return _run(pkg, q, k_cache, v_cache, cu_seqlens_q, None, cache_seqlens, block_table, max_seqlen_q, max_seqlen_k,
                 causal, softmax_scale, return_lse, out, lse, stream, num_splits, split_size,
-                dict(sinks=sinks, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes))
+                dict(sinks=sinks, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                     causal_top_left=causal_top_left))
 
 
 def explain_varlen(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, block_table=None,

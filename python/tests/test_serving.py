@@ -28,10 +28,10 @@ from gpu_reason import gpu_reason  # noqa: E402
 REASON = gpu_reason(torch)
 
 
-def reference(q, k, v, causal, window=(-1, -1), softcap=0.0, slopes=None):
+def reference(q, k, v, causal, window=(-1, -1), softcap=0.0, slopes=None, top_left=False):
     """O [sq, hq, d] and LSE [hq, sq] of one sequence in float64 (bottom-right causal and window (left, right)
-    around the diagonal i + sk - sq, -1 unbounded; a logit softcap, then ALiBi slopes [hq]; GQA by
-    repetition)."""
+    around the diagonal i + sk - sq, -1 unbounded; a logit softcap, then ALiBi slopes [hq]; top_left: the causal
+    mask j <= i instead; GQA by repetition)."""
     sq, hq, d = q.shape
     sk, hkv = k.shape[0], k.shape[1]
     kk = k.double().repeat_interleave(hq // hkv, dim=1)
@@ -44,7 +44,7 @@ def reference(q, k, v, causal, window=(-1, -1), softcap=0.0, slopes=None):
     if slopes is not None:
         s = s - slopes.double()[:, None, None] * (i - j).abs()
     if causal:
-        s = s.masked_fill(j > i, float("-inf"))
+        s = s.masked_fill(j > (i - (sk - sq) if top_left else i), float("-inf"))
     if window[0] >= 0:
         s = s.masked_fill(j < i - window[0], float("-inf"))
     if window[1] >= 0:
@@ -144,18 +144,20 @@ class ServingTest(unittest.TestCase):
             flashgen.attention_varlen(q, k, v, cq, ck, max(lens_q), max(lens_k), window_size=(-2, 0))
         self.assertIn("window_left", str(cm.exception))
 
-    def test_softcap_and_alibi(self):
+    def test_softcap_alibi_and_top_left_causal(self):
         lens_q, lens_k = [5, 1, 70, 0], [300, 9, 70, 4]
         q, k, v, cq, ck = packed_batch(lens_q, lens_k, 8, 2, 64, torch.bfloat16)
         slopes = torch.tensor([0.5 ** (h + 1) for h in range(8)], device="cuda")
-        for causal, softcap, alibi in ((False, 1.5, False), (True, 0.0, True), (True, 4.0, True)):
+        for causal, softcap, alibi, top in ((False, 1.5, False, False), (True, 0.0, True, False),
+                                            (True, 4.0, True, False), (True, 0.0, False, True)):
             o, lse = flashgen.attention_varlen(q, k, v, cq, ck, max(lens_q), max(lens_k), causal=causal,
                                                return_lse=True, softcap=softcap,
-                                               alibi_slopes=slopes if alibi else None)
+                                               alibi_slopes=slopes if alibi else None, causal_top_left=top)
             for b in range(len(lens_q)):
                 qs, ks = slice(cq[b].item(), cq[b + 1].item()), slice(ck[b].item(), ck[b + 1].item())
-                ro, rl = reference(q[qs], k[ks], v[ks], causal, softcap=softcap, slopes=slopes if alibi else None)
-                what = "sequence %d, causal %s, softcap %g, alibi %s" % (b, causal, softcap, alibi)
+                ro, rl = reference(q[qs], k[ks], v[ks], causal, softcap=softcap, slopes=slopes if alibi else None,
+                                   top_left=top)
+                what = "sequence %d, causal %s, softcap %g, alibi %s, top-left %s" % (b, causal, softcap, alibi, top)
                 close(self, o[qs], ro, what + " O")
                 close(self, lse[:, qs].nan_to_num(0.0, neginf=-1e30), rl.nan_to_num(0.0, neginf=-1e30), what + " LSE")
         with self.assertRaises(TypeError):

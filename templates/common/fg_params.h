@@ -59,6 +59,7 @@ typedef struct fg_fwd_params {
     const float *sinks;
     float softcap;
     const float *alibi_slopes;
+    int causal_top_left;
 } fg_fwd_params;
 
 /* The run-time parameters of the backward kernels (backward_mma.cuh). Q, K, V, O, dO and the gradients use
@@ -143,6 +144,7 @@ typedef struct fg_serve_params {
                                    (split 0's state holds it, so that the merge counts it once) */
     float softcap;              /* softcap=1 variants: the cap (> 0), logits become cap * tanh(logit / cap) */
     const float *alibi_slopes;  /* alibi=1 variants: per query head a slope, logits biased by -slope * |d - j| */
+    int causal_top_left;        /* window=1 causal variants: query i sees keys j <= i (top-left aligned), not j <= d */
 } fg_serve_params;
 
 /* The merge of attention states (merge.cuh): for each (token, head), O = sum_s w_s O_s / sum_s w_s and

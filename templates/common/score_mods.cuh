@@ -62,13 +62,14 @@ __device__ __forceinline__ float fg_score_mod(const fg_score_mods &m, float s, f
 }
 
 // The keys row r of a sequence (sq queries, sk keys) sees: [key_lo, key_hi). Causal: up to its diagonal
-// d = r + sk - sq; FG_WINDOW: from d - left to d + right (a side of -1 unbounded).
+// d = r + sk - sq, or with top_left (FG_WINDOW variants only: the host sends top-left causal calls to them) up to
+// key r; FG_WINDOW: from d - left to d + right (a side of -1 unbounded; the window stays around d).
 struct fg_key_span {
     int lo, hi;
 };
-__device__ __forceinline__ fg_key_span fg_row_keys(int r, int sq, int sk, int left, int right) {
+__device__ __forceinline__ fg_key_span fg_row_keys(int r, int sq, int sk, int left, int right, int top_left) {
     const int d = r + sk - sq;
-    fg_key_span s{0, FG_CAUSAL ? min(sk, d + 1) : sk};
+    fg_key_span s{0, FG_CAUSAL ? min(sk, (FG_WINDOW && top_left ? r : d) + 1) : sk};
     if (FG_WINDOW && right >= 0) s.hi = min(s.hi, d + right + 1);
     if (FG_WINDOW && left >= 0) s.lo = max(0, d - left);
     return s;
@@ -80,8 +81,10 @@ __device__ __forceinline__ fg_key_span fg_row_keys(int r, int sq, int sk, int le
 struct fg_block_span {
     int first, count, lo_masked, hi_masked;
 };
-__device__ __forceinline__ fg_block_span fg_tile_blocks(int r_first, int r_last, int sq, int sk, int left, int right) {
-    const fg_key_span a = fg_row_keys(r_first, sq, sk, left, right), z = fg_row_keys(r_last, sq, sk, left, right);
+__device__ __forceinline__ fg_block_span fg_tile_blocks(int r_first, int r_last, int sq, int sk, int left, int right,
+                                                      int top_left) {
+    const fg_key_span a = fg_row_keys(r_first, sq, sk, left, right, top_left);
+    const fg_key_span z = fg_row_keys(r_last, sq, sk, left, right, top_left);
     fg_block_span b;
     const int end = z.hi > a.lo ? (z.hi + FG_BLOCK_N - 1) / FG_BLOCK_N : 0; // one past the last block
     b.first = min(a.lo / FG_BLOCK_N, end);

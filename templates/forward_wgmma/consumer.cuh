@@ -152,7 +152,8 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, con
         if (FG_CONSUMER_WGS > 1) fg_named_arrive(FG_BAR_SCHED + (turn_cw() + 1) % FG_CONSUMER_WGS, 256);
     };
     // The model variants' transforms of every score (FG_SOFTCAP, FG_ALIBI: this tile's head's constants), then
-    // the mask of S of step i where needed (the causal diagonal, the end of the keys, a window's edges).
+    // the mask of S of step i where needed (the causal diagonal, the end of the keys, a window's edges;
+    // fg_row_keys).
     fg_score_mods mods;
     if constexpr (FG_SCORE_MODS) mods = fg_mods_make(p.softcap, p.alibi_slopes, tl.head, p.softmax_scale);
     auto mask = [&](int i, float (&sacc)[1][FG_NT][4]) {
@@ -172,7 +173,7 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, con
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int row = row0 + 8 * h;
-            const fg_key_span keys = fg_row_keys(row, sq, sk, p.window_left, p.window_right);
+            const fg_key_span keys = fg_row_keys(row, sq, sk, p.window_left, p.window_right, p.causal_top_left);
             const int limit = keys.hi - j * FG_BLOCK_N - 2 * t4, first = keys.lo - j * FG_BLOCK_N - 2 * t4;
 #pragma unroll
             for (int nt = 0; nt < FG_NT; nt++) {

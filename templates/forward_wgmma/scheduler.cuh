@@ -96,7 +96,7 @@ __device__ __forceinline__ fg_tile fg_tile_at(const fg_fwd_params &p, int index,
     // (model variants come with FG_VARLEN: validate.c) the blocks of the window's span of the tile's rows
     fg_varlen_bounds(p, t);
     const fg_block_span span = fg_tile_blocks(t.m0, min(t.m0 + FG_BLOCK_M, t.sq) - 1, t.sq, t.sk, p.window_left,
-                                              p.window_right);
+                                              p.window_right, p.causal_top_left);
     t.b_first = span.first;
     t.n_blocks = t.m0 < t.sq ? span.count : 0;
     t.lo_masked = min(span.lo_masked, t.n_blocks);
