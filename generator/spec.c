@@ -219,7 +219,11 @@ int spec_equal(const fg_spec *a, const fg_spec *b) {
            spec_out_dtype(a) == spec_out_dtype(b);
 }
 
-int spec_head_dim_padded(const fg_spec *spec) { return (spec->head_dim + 15) / 16 * 16; }
+int spec_bwd_head_dim_padded(int head_dim) { return head_dim > 128 ? (head_dim + 31) / 32 * 32 : (head_dim + 15) / 16 * 16; }
+
+int spec_head_dim_padded(const fg_spec *spec) {
+    return spec->kind == FG_KIND_BWD ? spec_bwd_head_dim_padded(spec->head_dim) : (spec->head_dim + 15) / 16 * 16;
+}
 
 int spec_threads(const fg_spec *spec) { return spec->kind == FG_KIND_MERGE ? 128 : spec->warps * 32; } /* merge.cuh: 4 warps */
 
@@ -249,9 +253,10 @@ int spec_bwd_rows_block(const fg_spec *spec) { return spec_bwd_sm90_dq_t(spec) ?
 /* backward_mma.cuh's main kernel: K and V tiles (block_n rows), `stages` (1 or 2) stages of Q and dO (block_m
  * rows), the P^T and dS^T tiles (block_n x block_m, 16-bit), as many stages of the LSE and D rows (block_m
  * floats each)
- * and, on sm_90 and newer, the dQ staging (block_m x head_dim fp32, in fragment order) of the bulk reduce-adds. */
+ * and, on sm_90 and newer, the dQ staging (block_m x head_dim fp32, in fragment order) of the bulk reduce-adds;
+ * every row at the padded head dim (spec_head_dim_padded), as the kernel computes. */
 static size_t bwd_smem_bytes(const fg_spec *s) {
-    size_t d = (size_t)s->head_dim, bm = (size_t)s->block_m, bn = (size_t)s->block_n;
+    size_t d = (size_t)spec_head_dim_padded(s), bm = (size_t)s->block_m, bn = (size_t)s->block_n;
     if (spec_is_wgmma_bwd(s)) { /* backward_wgmma.cuh: 1 KiB of alignment slack, K and V, 2 stages of Q and dO,
                                    two dS^T buffers, two warpgroups' dQ staging
                                    (64 x dqn fp32 each; block_m x dqn with dQ^T), 2 stages of the LSE and D

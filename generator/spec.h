@@ -99,7 +99,11 @@ int spec_equal(const fg_spec *a, const fg_spec *b);
 fg_dtype spec_out_dtype(const fg_spec *spec);
 
 /* Derived quantities the validator, emitter and runtime share. */
-int spec_head_dim_padded(const fg_spec *spec);   /* head_dim rounded up to the MMA k (16) */
+int spec_head_dim_padded(const fg_spec *spec);   /* the head dim the kernel computes on: head_dim rounded up
+                                                    to the MMA k (16); kind=bwd, spec_bwd_head_dim_padded's */
+/* The backward's compute width for head_dim d: d rounded up to 16, and above 128 to 32 (a warp's dK and dV
+ * tiles there split it in halves of a multiple of 16). Its fp32 dQ accumulator has rows this wide. */
+int spec_bwd_head_dim_padded(int head_dim);
 size_t spec_smem_bytes(const fg_spec *spec);     /* dynamic shared memory the kernel needs (Q/K/V elements
                                                     of dtype_size bytes: 1 for FP8) */
 int spec_threads(const fg_spec *spec);           /* warps * 32 */

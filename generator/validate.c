@@ -52,21 +52,22 @@ static int wg_register_limit(const fg_spec *s) { return wg_consumers(s) == 3 ? 1
  * query rows a step; S^T and dP^T on warp tiles of 32 keys x block_m / (warps / (block_n / 32)) queries,
  * dV and dK on 16 or 32 keys x head_dim or half of it, dQ on block_m / 16 query groups times head_dim
  * slices. A thread holds dK and dV throughout (2 block_n d / threads registers), then S^T and dP^T or its
- * dQ slice. */
+ * dQ slice. d is the padded head dim the kernel computes on (bwd_dim: spec_bwd_head_dim_padded). */
 static int is_bwd(const fg_spec *s) { return s->kind == FG_KIND_BWD; }
+static int bwd_dim(const fg_spec *s) { return spec_head_dim_padded(s); }
 static int bwd_qm(const fg_spec *s) { /* m16 tiles of a dQ warp tile: backward_mma.cuh's FG_DQ_M16_TILES */
-    return fg_bwd_qm(s->block_m, s->block_n, s->warps, s->head_dim);
+    return fg_bwd_qm(s->block_m, s->block_n, s->warps, bwd_dim(s));
 }
 static int bwd_qgroups(const fg_spec *s) { return s->block_m / (16 * bwd_qm(s)) > 0 ? s->block_m / (16 * bwd_qm(s)) : 1; }
 static int bwd_dsplit(const fg_spec *s) { return s->warps / bwd_qgroups(s) > 0 ? s->warps / bwd_qgroups(s) : 1; }
 static int bwd_p1_qparts(const fg_spec *s) { return s->block_n >= 32 ? s->warps / (s->block_n / 32) : 0; }
 static int bwd_p2_keys(const fg_spec *s) { /* keys of a phase-2 warp tile */
-    const int parts = fg_bwd_p2_parts(s->block_n, s->warps, s->head_dim); /* backward_mma.cuh's FG_P2_DIM_PARTS */
+    const int parts = fg_bwd_p2_parts(s->block_n, s->warps, bwd_dim(s)); /* backward_mma.cuh's FG_P2_DIM_PARTS */
     return s->warps / parts > 0 ? s->block_n / (s->warps / parts) : 0;
 }
 static int bwd_registers(const fg_spec *s) {
-    const int dkv = s->warps > 0 ? 2 * s->block_n * s->head_dim / (32 * s->warps) : 0;
-    const int p1 = bwd_p1_qparts(s) > 0 ? 2 * s->block_m / bwd_p1_qparts(s) : 0, dq = bwd_qm(s) * s->head_dim / 2 / bwd_dsplit(s);
+    const int dkv = s->warps > 0 ? 2 * s->block_n * bwd_dim(s) / (32 * s->warps) : 0;
+    const int p1 = bwd_p1_qparts(s) > 0 ? 2 * s->block_m / bwd_p1_qparts(s) : 0, dq = bwd_qm(s) * bwd_dim(s) / 2 / bwd_dsplit(s);
     return dkv + (p1 > dq ? p1 : dq);
 }
 
@@ -163,15 +164,15 @@ RULE(bwd_tiles, is_bwd(s) && !spec_is_wgmma_bwd(s) && (s->warps < 2 || s->warps 
                                (s->block_n != 16 * s->warps && (s->block_n != 8 * s->warps || s->warps < 4)) ||
                                (s->block_m != 32 && s->block_m != 64 && s->block_m != 128) ||
                                s->block_m % (16 * bwd_p1_qparts(s)) != 0 || bwd_p2_keys(s) % 16 != 0 ||
-                               s->warps % bwd_qgroups(s) != 0 || (s->head_dim / 8) % (2 * bwd_dsplit(s)) != 0 ||
+                               s->warps % bwd_qgroups(s) != 0 || (bwd_dim(s) / 8) % (2 * bwd_dsplit(s)) != 0 ||
                                s->stages > 2),
      FG_ERR_UNSUPPORTED,
-     "kind=bwd tiles block_m %d, block_n %d, warps %d, stages %d at head_dim %d are not supported: warps 2, 4 or 8 "
-     "with block_n = 16 x warps (or 8 x warps from 4 warps), block_m 32, 64 or 128 with 16 x warps / (block_n / 32) "
-     "dividing it (the S^T tiles' query parts) and the dQ product's query groups (block_m / 16, or block_m / 32 "
-     "with 8 keys a warp at head_dim a multiple of 64) dividing warps, head_dim / 8 a multiple of 2 x warps / "
-     "groups (the dQ product's split), whole 16-key dK and dV tiles, stages 1 or 2",
-     s->block_m, s->block_n, s->warps, s->stages, s->head_dim)
+     "kind=bwd tiles block_m %d, block_n %d, warps %d, stages %d at head_dim %d (padded to %d) are not supported: "
+     "warps 2, 4 or 8 with block_n = 16 x warps (or 8 x warps from 4 warps), block_m 32, 64 or 128 with 16 x warps "
+     "/ (block_n / 32) dividing it (the S^T tiles' query parts) and the dQ product's query groups (block_m / 16, or "
+     "block_m / 32 with 8 keys a warp at a padded head_dim that is a multiple of 64) dividing warps, the padded "
+     "head_dim / 8 a multiple of 2 x warps / groups (the dQ product's split), whole 16-key dK and dV tiles, stages "
+     "1 or 2", s->block_m, s->block_n, s->warps, s->stages, s->head_dim, bwd_dim(s))
 RULE(bwd_registers, is_bwd(s) && !spec_is_wgmma_bwd(s) && bwd_registers(s) > 200, FG_ERR_UNSUPPORTED,
      "kind=bwd block_m %d, block_n %d, warps %d at head_dim %d need about %d accumulator registers per thread "
      "(dK, dV, S^T, dP^T, dQ; limit 200): use a smaller block_m or block_n", s->block_m, s->block_n, s->warps,

@@ -41,7 +41,8 @@ int backward_regions(size_t heads_rows, size_t rows, size_t d, int deterministic
                      backward_layout *L) {
     size_t off = 0, dq, lse, sem, dkv;
     memset(L, 0, sizeof *L);
-    const int ok = mul4(heads_rows, rows, d, 4, &dq) && mul4(heads_rows, rows, 1, 4, &lse) &&
+    const size_t d_pad = d <= 256 ? (size_t)spec_bwd_head_dim_padded((int)d) : d; /* (the call's rules keep d <= 256) */
+    const int ok = mul4(heads_rows, rows, d_pad, 4, &dq) && mul4(heads_rows, rows, 1, 4, &lse) &&
                    mul4(heads_rows, rows / 16, 1, deterministic ? 4 : 0, &sem) && mul4(dkv_rows, d, 1, 4, &dkv) &&
                    (L->dq_accum = off, advance(&off, dq)) && (L->lse2 = off, advance(&off, lse)) &&
                    (L->dsum = off, advance(&off, lse)) && (L->sem = off, advance(&off, sem)) &&

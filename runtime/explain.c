@@ -120,13 +120,16 @@ fg_status fg_explain_bwd(fg_context *ctx, const fg_bwd_args *a, char *buf, size_
     const char *path = spec_is_wgmma_bwd(&s) ? "sm_90a path (wgmma, two warpgroups of 64 keys)"
                        : s.tma             ? "mma.sync path (sm_80+), loads by TMA"
                                            : "mma.sync path (sm_80+)";
-    char emu[64];
+    char emu[64], pad[96] = "";
+    if (spec_head_dim_padded(&s) != s.head_dim) /* the mma.sync kernels compute on a padded head dim */
+        snprintf(pad, sizeof pad, ", on head_dim %d (columns past %d zero, never stored)", spec_head_dim_padded(&s),
+                 s.head_dim);
     int len = snprintf(buf, n,
-                       "variant %s\n  kernel: backward main kernel, %s, %d threads, %zu bytes shared memory, "
+                       "variant %s\n  kernel: backward main kernel, %s%s, %d threads, %zu bytes shared memory, "
                        "grid (%lld, %lld, %lld)%s%s\n"
                        "  tiles: %s\n"
                        "  workspace: %zu bytes\n  code: %s\n  device: %s (sm_%d%s, %d SMs)\n  disk cache: %s",
-                       name, path, spec_threads(&s), spec_smem_bytes(&s), backward_key_blocks(&s, a->k.shape[1]) * group,
+                       name, path, pad, spec_threads(&s), spec_smem_bytes(&s), backward_key_blocks(&s, a->k.shape[1]) * group,
                        (long long)a->q.shape[2] / group, (long long)a->q.shape[0],
                        group > 1 ? ", causal key blocks of heads in groups (longest first across a group)" : "",
                        s.deterministic ? ", deterministic (dQ added in a fixed order)" : "",

@@ -14,17 +14,23 @@
 #include "common/bwd_tiles.h"
 
 constexpr int FG_THREADS = FG_WARPS * 32;
-constexpr int FG_DT = FG_HEAD_DIM / 8;       // n8 tiles of head_dim columns
+// The mma.sync kernels compute on FG_HEAD_DIM_PADDED columns (the emitter's: head_dim rounded up to 16, above
+// 128 to 32; spec_bwd_head_dim_padded), which every tile, fragment and the dQ accumulator's rows take;
+// FG_HEAD_DIM bounds the tensors only. The loaders zero-fill the columns past it (fg_tile_loader's col_ok), so
+// every product is exact and the padding columns of dQ, dK and dV come out 0; no store writes them, and GQA's
+// dK/dV accumulator has rows of FG_HEAD_DIM. (The sm_90a kernel and the tma=1 variants take head dims that need
+// no padding.)
+constexpr int FG_DT = FG_HEAD_DIM_PADDED / 8; // n8 tiles of head_dim columns
 // The dQ product's warp tiles: 16 query rows x a slice of head_dim, or with 8 keys a warp at head_dim a multiple
 // of 64, 32 rows (two m16 tiles) x a slice half as wide (FlashAttention-2's layout there): the same dQ registers,
 // fewer ldmatrix of K per MMA.
-constexpr int FG_DQ_M16_TILES = fg_bwd_qm(FG_BLOCK_M, FG_BLOCK_N, FG_WARPS, FG_HEAD_DIM); // (bwd_tiles.h)
+constexpr int FG_DQ_M16_TILES = fg_bwd_qm(FG_BLOCK_M, FG_BLOCK_N, FG_WARPS, FG_HEAD_DIM_PADDED); // (bwd_tiles.h)
 constexpr int FG_DQ_GROUPS = FG_BLOCK_M / (16 * FG_DQ_M16_TILES); // query groups of the dQ product, 16 x FG_DQ_M16_TILES rows each
 constexpr int FG_DQ_SLICES = FG_WARPS / FG_DQ_GROUPS;      // warps sharing a query group, each a slice of head_dim
 constexpr int FG_DQ_N8_TILES = FG_DT / FG_DQ_SLICES;    // n8 tiles of dQ per warp
 constexpr int FG_DS_ROW_CHUNKS = FG_BLOCK_M / 8;     // 16-byte chunks of a P^T or dS^T row (queries)
-constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM * 2;
-constexpr u32 FG_Q_BLOCK_BYTES = FG_BLOCK_M * FG_HEAD_DIM * 2;
+constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM_PADDED * 2;
+constexpr u32 FG_Q_BLOCK_BYTES = FG_BLOCK_M * FG_HEAD_DIM_PADDED * 2;
 constexpr u32 FG_DS_BYTES = FG_BLOCK_N * FG_BLOCK_M * 2;
 constexpr u32 FG_ROW_BYTES = FG_BLOCK_M * 4; // the LSE (or D) of one query block, fp32
 // sm_90 and newer (FG_DQ_STAGED, set by the emitter from spec_bwd_dq_staged, which also sizes the shared
@@ -61,8 +67,9 @@ constexpr int FG_DQ_GROUP_ROWS = 16 * FG_DQ_M16_TILES, FG_DQ_GROUP_COLS = FG_DQ_
 // The host's spec_bwd_rows_block: 80 with dQ^T, else 64. The rows of a post-kernel CTA (whole groups) and
 // of a Q or dO TMA box (fg_bwd_tma_block).
 constexpr int FG_BW_ROWS = FG_BW_DQ_T ? FG_BLOCK_M : 64;
-static_assert(FG_BW_ROWS % FG_DQ_GROUP_ROWS == 0 && FG_HEAD_DIM % FG_DQ_GROUP_COLS == 0 && FG_DQ_GROUP_COLS % 8 == 0, "dQ accumulator groups");
-// Where element (row, col) of a (batch, head)'s dQ accumulator lives, in floats from that head's row 0.
+static_assert(FG_BW_ROWS % FG_DQ_GROUP_ROWS == 0 && FG_HEAD_DIM_PADDED % FG_DQ_GROUP_COLS == 0 && FG_DQ_GROUP_COLS % 8 == 0, "dQ accumulator groups");
+// Where element (row, col) of a (batch, head)'s dQ accumulator lives, in floats from that head's row 0 (rows of
+// FG_HEAD_DIM_PADDED floats).
 // Before sm_90 without FG_DQ_STAGED (scalar atomics): row-major. Else: groups of FG_DQ_GROUP_ROWS rows, each FG_DQ_GROUP_ROWS x head_dim
 // floats; a group's column slices of FG_DQ_GROUP_COLS one after another; inside a slice its 16-row tiles, and in
 // a tile its n8 column steps i, each 32 lanes x 4 floats: lane (row % 8) * 4 + (col % 8) / 2 holds
@@ -75,14 +82,14 @@ static_assert(FG_BW_ROWS % FG_DQ_GROUP_ROWS == 0 && FG_HEAD_DIM % FG_DQ_GROUP_CO
 __device__ __forceinline__ i64 fg_dq_index(i64 row, int col) {
 #if FG_BW_DQ_T
     const int r = (int)(row % FG_DQ_GROUP_ROWS), sl = col / FG_DQ_GROUP_COLS, c = col % FG_DQ_GROUP_COLS;
-    return (row - r) * FG_HEAD_DIM + sl * (FG_DQ_GROUP_ROWS * FG_DQ_GROUP_COLS) + ((c / 16) * (FG_DQ_GROUP_ROWS / 8) + r / 8) * 128 +
+    return (row - r) * FG_HEAD_DIM_PADDED + sl * (FG_DQ_GROUP_ROWS * FG_DQ_GROUP_COLS) + ((c / 16) * (FG_DQ_GROUP_ROWS / 8) + r / 8) * 128 +
            ((c % 8) * 4 + (r % 8) / 2) * 4 + ((c / 8) % 2) * 2 + r % 2;
 #elif FG_DQ_FRAG
     const int r = (int)(row % FG_DQ_GROUP_ROWS), sl = col / FG_DQ_GROUP_COLS, c = col % FG_DQ_GROUP_COLS;
-    return (row - r) * FG_HEAD_DIM + sl * (FG_DQ_GROUP_ROWS * FG_DQ_GROUP_COLS) + ((r / 16) * (FG_DQ_GROUP_COLS / 8) + c / 8) * 128 +
+    return (row - r) * FG_HEAD_DIM_PADDED + sl * (FG_DQ_GROUP_ROWS * FG_DQ_GROUP_COLS) + ((r / 16) * (FG_DQ_GROUP_COLS / 8) + c / 8) * 128 +
            ((r % 8) * 4 + (c % 8) / 2) * 4 + ((r / 8) % 2) * 2 + c % 2;
 #else
-    return row * FG_HEAD_DIM + col;
+    return row * FG_HEAD_DIM_PADDED + col;
 #endif
 }
 static_assert(FG_BLOCK_N == 16 * FG_WARPS || FG_BLOCK_N == 8 * FG_WARPS, "16 or 8 keys per warp");
@@ -131,7 +138,7 @@ __device__ __forceinline__ fg_bwd_params fg_bwd_seq_params(const fg_bwd_params &
     s.dk = (u16 *)p.dk + (i64)ks * p.dk_stride[1];
     s.dv = (u16 *)p.dv + (i64)ks * p.dv_stride[1];
     const i64 rows = (i64)p.heads_q * (((i64)qs + FG_BWD_SEQ_PAD * (i64)b) / 128 * 128);
-    s.dq_accum = p.dq_accum + rows * FG_HEAD_DIM;
+    s.dq_accum = p.dq_accum + rows * FG_HEAD_DIM_PADDED;
     s.lse2 = p.lse2 + rows;
     s.dsum = p.dsum + rows;
     if (p.dq_sem) s.dq_sem = p.dq_sem + rows / 16;
@@ -358,10 +365,12 @@ __device__ __forceinline__ void fg_bwd_tma_block(const fg_tma_params &tm, const 
     fg_bulk_load(s_d + st * FG_ROW_BYTES, p.dsum + row, FG_ROW_BYTES, bar);
 }
 
-// dK = scale * sum dS^T Q and dV of key `key`, columns col and col + 1: 16-bit outputs (one KV head per
-// query head), or fp32 per query head (GQA: the post kernel sums a KV head's query heads in order).
+// dK = scale * sum dS^T Q and dV of key `key`, columns col and col + 1 (col even; none past FG_HEAD_DIM, a
+// multiple of 8): 16-bit outputs (one KV head per query head), or fp32 per query head (GQA: the post kernel
+// sums a KV head's query heads in order).
 __device__ __forceinline__ void fg_bwd_store_dkdv(const fg_bwd_params &p, int batch, int kv_head, i64 bh, int sk, int key,
                                                   int col, float k0, float k1, float v0, float v1) {
+    if (FG_HEAD_DIM != FG_HEAD_DIM_PADDED && col >= FG_HEAD_DIM) return; // a padding column
     k0 *= p.softmax_scale;
     k1 *= p.softmax_scale;
     if (p.dkv_accum == 0) {
@@ -376,22 +385,22 @@ __device__ __forceinline__ void fg_bwd_store_dkdv(const fg_bwd_params &p, int ba
     }
 }
 
-// dK and dV rows staged in shared memory (16-bit, fg_tile_offset layouts: dK rows rk0.. of a tile of RK
-// rows at dk_tile, dV rows rv0.. of a tile of RV rows at dv_tile; generic pointers) out to the outputs as
-// whole 16-byte units, consecutive threads (thread of nthreads) along a row: keys key0 .. key0 + ROWS - 1,
-// those below sk. Both main kernels end with it for MHA (4-byte stores from the fragments, 8 rows a warp
-// instruction, were 3.3-3.6% slower overall and 5-11% at 512).
+// dK and dV rows staged in shared memory (16-bit, fg_tile_offset layouts of FG_HEAD_DIM_PADDED columns: dK rows
+// rk0.. of a tile of RK rows at dk_tile, dV rows rv0.. of a tile of RV rows at dv_tile; generic pointers) out to
+// the outputs as whole 16-byte units, consecutive threads (thread of nthreads) along a row: keys key0 .. key0 +
+// ROWS - 1, those below sk, columns below FG_HEAD_DIM. Both main kernels end with it for MHA (4-byte stores from
+// the fragments, 8 rows a warp instruction, were 3.3-3.6% slower overall and 5-11% at 512).
 template <int ROWS, int RK, int RV>
 __device__ __forceinline__ void fg_bwd_dkdv_out(const fg_bwd_params &p, int batch, int kv_head, int sk, int key0,
                                                 const unsigned char *dk_tile, int rk0, const unsigned char *dv_tile,
                                                 int rv0, int thread, int nthreads) {
-    constexpr int CH = FG_HEAD_DIM / 8; // 16-byte units of a row
+    constexpr int CH = FG_HEAD_DIM / 8, TCH = FG_HEAD_DIM_PADDED / 8; // 16-byte units of an output, a tile row
 #pragma unroll
     for (int u = thread; u < ROWS * CH; u += nthreads) {
         const int r = u / CH, c = u % CH, key = key0 + r;
         if (key >= sk) continue;
-        const uint4 xk = *(const uint4 *)(dk_tile + fg_tile_offset<CH>(rk0 + r, c, RK));
-        const uint4 xv = *(const uint4 *)(dv_tile + fg_tile_offset<CH>(rv0 + r, c, RV));
+        const uint4 xk = *(const uint4 *)(dk_tile + fg_tile_offset<TCH>(rk0 + r, c, RK));
+        const uint4 xv = *(const uint4 *)(dv_tile + fg_tile_offset<TCH>(rv0 + r, c, RV));
         *(uint4 *)((u16 *)p.dk + batch * p.dk_stride[0] + (i64)key * p.dk_stride[1] + kv_head * p.dk_stride[2] + 8 * c) = xk;
         *(uint4 *)((u16 *)p.dv + batch * p.dv_stride[0] + (i64)key * p.dv_stride[1] + kv_head * p.dv_stride[2] + 8 * c) = xv;
     }

@@ -54,10 +54,10 @@ constexpr int FG_P1_PART_N8 = FG_P1_PART_ROWS / 8;
 // Eight keys a warp (above head_dim 128) at multiples of 64: 32 keys x a quarter of head_dim, as
 // FlashAttention-2's dK/dV layout there, rather than 16 keys x a half: the same dK, dV registers, a third
 // fewer ldmatrix per MMA (each warp re-reads fewer dO and Q columns).
-constexpr int FG_P2_DIM_PARTS = fg_bwd_p2_parts(FG_BLOCK_N, FG_WARPS, FG_HEAD_DIM); // (bwd_tiles.h)
+constexpr int FG_P2_DIM_PARTS = fg_bwd_p2_parts(FG_BLOCK_N, FG_WARPS, FG_HEAD_DIM_PADDED); // (bwd_tiles.h)
 constexpr int FG_P2_KEY_GROUPS = FG_WARPS / FG_P2_DIM_PARTS;
 constexpr int FG_P2_GROUP_KEYS = FG_BLOCK_N / FG_P2_KEY_GROUPS;
-constexpr int FG_P2_PART_DIM = FG_HEAD_DIM / FG_P2_DIM_PARTS;
+constexpr int FG_P2_PART_DIM = FG_HEAD_DIM_PADDED / FG_P2_DIM_PARTS;
 constexpr int FG_P2_PART_N8 = FG_P2_PART_DIM / 8;
 static_assert((FG_P1_KEY_GROUPS >= 1 && FG_P1_KEY_GROUPS * FG_P1_QUERY_PARTS == FG_WARPS), "phase 1: warp groups own 32 keys");
 static_assert(FG_P1_PART_ROWS % 16 == 0, "phase 1: each query part is a multiple of 16 rows");
@@ -159,7 +159,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
     // columns x 64 rows or FG_BLOCK_N keys, rows past the tensor zeros; the LSE and D rows by 1-d bulk
     // copies, whole blocks in the padded workspace), completing on mbarriers, into the same swizzled tiles
     // the cp.async loaders fill. No loader state in registers, no copies issued by the other 255 threads.
-    const u32 s_bar = s_dq + (FG_DQ_STAGED ? FG_BLOCK_M * FG_HEAD_DIM * 4 : 0); // full[2], K/V
+    const u32 s_bar = s_dq + (FG_DQ_STAGED ? FG_BLOCK_M * FG_HEAD_DIM_PADDED * 4 : 0); // full[2], K/V
     auto bar_full = [&](int st) { return s_bar + 8u * (u32)st; };
     const u32 bar_kv = s_bar + 16u;
     if (tid == 0) {
@@ -248,7 +248,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
         // not (H200); at d 128 it ran 2-4% slower, and on sm_80 ptxas spilled more with it.
         int ln = lane;
 #if __CUDA_ARCH__ >= 900
-        if (FG_HEAD_DIM <= 64) asm volatile("" : "+r"(ln));
+        if (FG_HEAD_DIM_PADDED <= 64) asm volatile("" : "+r"(ln));
 #endif
         const int gl = ln / 4, tl = ln % 4;
 
@@ -276,7 +276,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
                 }
 #endif
 #pragma unroll
-                for (int kk = 0; kk < FG_HEAD_DIM / 16; kk++) {
+                for (int kk = 0; kk < FG_HEAD_DIM_PADDED / 16; kk++) {
                     u32 xa[2][4];
 #pragma unroll
                     for (int a = 0; a < 2; a++)
@@ -397,7 +397,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
         // with one bulk reduce-add, after its add of the previous block has read the staging: no
         // block-wide barrier. In the deterministic mode key blocks add in order (see above), every warp's
         // add complete before the semaphore moves on, so the staging is free again.
-        const u32 run = (u32)((qg * FG_DQ_GROUP_ROWS) * FG_HEAD_DIM + dslice * FG_DQ_GROUP_ROWS * FG_DQ_GROUP_COLS); // floats from the block's row 0
+        const u32 run = (u32)((qg * FG_DQ_GROUP_ROWS) * FG_HEAD_DIM_PADDED + dslice * FG_DQ_GROUP_ROWS * FG_DQ_GROUP_COLS); // floats from the block's row 0
         float4 *sdq = (float4 *)(smem + (s_dq - s_k)) + run / 4;
         if (!FG_DETERMINISTIC) {
             if (lane == 0) fg_bulk_wait_read();
@@ -410,7 +410,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
                 sdq[(mt * FG_DQ_N8_TILES + i) * 32 + lane] = make_float4(dq[mt][i][0], dq[mt][i][1], dq[mt][i][2], dq[mt][i][3]);
         fg_fence_proxy_async(); // the bulk copies read these stores
         __syncwarp();
-        const float *dst = p.dq_accum + (bh * sq_pad + m0) * FG_HEAD_DIM + run;
+        const float *dst = p.dq_accum + (bh * sq_pad + m0) * FG_HEAD_DIM_PADDED + run;
         if (!FG_DETERMINISTIC) {
             if (lane == 0) fg_bulk_add_f32<FG_DQ_GROUP_ROWS * FG_DQ_GROUP_COLS * 4>(dst, s_dq + run * 4);
         } else { // handed on in the next block (or after the last), once complete
@@ -424,7 +424,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
         // else scalar atomics into the row-major accumulator.
         if (FG_DETERMINISTIC) fg_bwd_wait_turn(p.dq_sem + bh * m_blocks + m, fg_bwd_turn_rank(p, n_block, m, n_m, sq, sk), tid);
 #if FG_DQ_VEC
-        float *acc = p.dq_accum + (bh * sq_pad + m0) * FG_HEAD_DIM + (qg * FG_DQ_GROUP_ROWS) * FG_HEAD_DIM +
+        float *acc = p.dq_accum + (bh * sq_pad + m0) * FG_HEAD_DIM_PADDED + (qg * FG_DQ_GROUP_ROWS) * FG_HEAD_DIM_PADDED +
                      dslice * FG_DQ_GROUP_ROWS * FG_DQ_GROUP_COLS + lane * 4;
 #pragma unroll
         for (int mt = 0; mt < FG_DQ_M16_TILES; mt++)
@@ -433,14 +433,14 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
                 asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(acc + (mt * FG_DQ_N8_TILES + i) * 128),
                              "f"(dq[mt][i][0]), "f"(dq[mt][i][1]), "f"(dq[mt][i][2]), "f"(dq[mt][i][3]) : "memory");
 #else
-        float *acc = p.dq_accum + (bh * sq_pad + m0 + qg * FG_DQ_GROUP_ROWS + g) * FG_HEAD_DIM + dslice * FG_DQ_N8_TILES * 8 + 2 * t;
+        float *acc = p.dq_accum + (bh * sq_pad + m0 + qg * FG_DQ_GROUP_ROWS + g) * FG_HEAD_DIM_PADDED + dslice * FG_DQ_N8_TILES * 8 + 2 * t;
 #pragma unroll
         for (int mt = 0; mt < FG_DQ_M16_TILES; mt++)
 #pragma unroll
             for (int i = 0; i < FG_DQ_N8_TILES; i++)
 #pragma unroll
                 for (int e = 0; e < 4; e++)
-                    atomicAdd(acc + (mt * 16 + (e / 2) * 8) * FG_HEAD_DIM + i * 8 + (e % 2), dq[mt][i][e]);
+                    atomicAdd(acc + (mt * 16 + (e / 2) * 8) * FG_HEAD_DIM_PADDED + i * 8 + (e % 2), dq[mt][i][e]);
 #endif
         if (FG_DETERMINISTIC) m_added = m; // handed on in the next block (or after the last)
 #endif
@@ -461,7 +461,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
         // dK (times the softmax scale) and dV in the output dtype, staged in the K and V tiles (free once
         // every warp is past its last products), then out by fg_bwd_dkdv_out (H200, bf16: 1.033x at d 64
         // and 128, 1.012x at d 256). GQA writes fp32 per query head below.
-        constexpr int CH = FG_HEAD_DIM / 8; // 16-byte units of a row
+        constexpr int CH = FG_HEAD_DIM_PADDED / 8; // 16-byte units of a tile row
         __syncthreads();
 #pragma unroll
         for (int a = 0; a < FG_P2_GROUP_KEYS / 16; a++)

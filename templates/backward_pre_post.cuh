@@ -53,10 +53,10 @@ fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params launch) {
     // rows below seqlen_q, 16 bytes per store: the post kernel converts no other rows (the rest are added
     // into, never read for output). So the padding costs few stores: at 512 queries with 80-query blocks, 560
     // rows zeroed instead of 576 (+7% pre-kernel time with all zeroed; H200).
-    const int zend = ((p.seqlen_q + FG_DQ_GROUP_ROWS - 1) / FG_DQ_GROUP_ROWS * FG_DQ_GROUP_ROWS - (int)blockIdx.x * 64) * (FG_HEAD_DIM / 4);
-    float4 *acc = (float4 *)(p.dq_accum + (bh * sq_pad + (i64)blockIdx.x * 64) * FG_HEAD_DIM);
+    const int zend = ((p.seqlen_q + FG_DQ_GROUP_ROWS - 1) / FG_DQ_GROUP_ROWS * FG_DQ_GROUP_ROWS - (int)blockIdx.x * 64) * (FG_HEAD_DIM_PADDED / 4);
+    float4 *acc = (float4 *)(p.dq_accum + (bh * sq_pad + (i64)blockIdx.x * 64) * FG_HEAD_DIM_PADDED);
 #pragma unroll
-    for (int i = tid; i < 64 * FG_HEAD_DIM / 4; i += 256)
+    for (int i = tid; i < 64 * FG_HEAD_DIM_PADDED / 4; i += 256)
         if (i < zend) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     if (p.dq_sem != 0 && blockIdx.x == 0) {
         const int m_blocks = (int)(sq_pad / FG_BLOCK_M);
@@ -73,43 +73,43 @@ fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params launch) {
 __device__ __forceinline__ void fg_dq_unit(u32 u, u32 &row, u32 &col) {
 #if FG_BW_DQ_T
     constexpr u32 G = FG_DQ_GROUP_ROWS, W = FG_DQ_GROUP_COLS;
-    const u32 o = (4 * u) % (G * FG_HEAD_DIM), lane = u % 32, step = (o % (G * W)) / 128;
-    row = (4 * u) / (G * FG_HEAD_DIM) * G + step % (G / 8) * 8 + (lane % 4) * 2;
+    const u32 o = (4 * u) % (G * FG_HEAD_DIM_PADDED), lane = u % 32, step = (o % (G * W)) / 128;
+    row = (4 * u) / (G * FG_HEAD_DIM_PADDED) * G + step % (G / 8) * 8 + (lane % 4) * 2;
     col = o / (G * W) * W + step / (G / 8) * 16 + lane / 4;
 #elif FG_DQ_FRAG
     constexpr u32 G = FG_DQ_GROUP_ROWS, W = FG_DQ_GROUP_COLS; // unsigned: the divisions by powers of two are shifts
-    const u32 o = (4 * u) % (G * FG_HEAD_DIM), lane = u % 32, step = (o % (G * W)) / 128;
-    row = (4 * u) / (G * FG_HEAD_DIM) * G + step / (W / 8) * 16 + lane / 4;
+    const u32 o = (4 * u) % (G * FG_HEAD_DIM_PADDED), lane = u % 32, step = (o % (G * W)) / 128;
+    row = (4 * u) / (G * FG_HEAD_DIM_PADDED) * G + step / (W / 8) * 16 + lane / 4;
     col = o / (G * W) * W + step % (W / 8) * 8 + (lane % 4) * 2;
 #else
-    row = (4 * u) / FG_HEAD_DIM;
-    col = (4 * u) % FG_HEAD_DIM;
+    row = (4 * u) / FG_HEAD_DIM_PADDED;
+    col = (4 * u) % FG_HEAD_DIM_PADDED;
 #endif
 }
 // A CTA converts FG_BW_ROWS (64, or 80 with dQ^T) rows of dQ. In every accumulator layout they are one
-// contiguous run of FG_BW_ROWS x head_dim floats (fg_dq_index keeps its groups of FG_DQ_GROUP_ROWS rows, which
-// divides FG_BW_ROWS, whole), so the CTA reads the run once with 16-byte loads, every 32-byte sector by
-// one warp instruction, puts each unit's values (scaled, in the output dtype) into a row-major tile in
-// shared memory, and writes the rows out in 16-byte runs. The tile's rows are FG_POST_PITCH bytes apart, 4
+// contiguous run of FG_BW_ROWS x FG_HEAD_DIM_PADDED floats (fg_dq_index keeps its groups of FG_DQ_GROUP_ROWS
+// rows, which divides FG_BW_ROWS, whole), so the CTA reads the run once with 16-byte loads, every 32-byte sector
+// by one warp instruction, puts each unit's values (scaled, in the output dtype) into a row-major tile in
+// shared memory, and writes the rows' columns below head_dim out in 16-byte runs. The tile's rows are FG_POST_PITCH bytes apart, 4
 // banks apart modulo 32: a warp's 32 units of one n8 step (8 rows x 4 column pairs, and 8 rows lower) land
 // on 32 banks (dQ^T: pairs of lanes trade values so that each stores whole 4-byte pairs of one row, again on 32
 // banks). (The kernel before
 // gathered each thread's 8 columns of a row as float2s through fg_dq_index, half of every unit, the other
 // half by another warp: 73 us against cuDNN's 58 us for its conversion at head_dim 128, 16384 tokens,
 // bf16, H200 profile.)
-constexpr int FG_POST_PITCH = FG_HEAD_DIM * 2 + 16;
+constexpr int FG_POST_PITCH = FG_HEAD_DIM_PADDED * 2 + 16;
 extern "C" __global__ void __launch_bounds__(256)
 fg_bwd_post_kernel(const __grid_constant__ fg_bwd_params launch) {
     __shared__ __align__(16) unsigned char tile[FG_BW_ROWS * FG_POST_PITCH];
     fg_pdl_wait(); // the main kernel's dQ (and with GQA dK, dV) is complete
     FG_BWD_PARAMS(launch);
     const int head = blockIdx.y, batch = FG_BWD_BATCH, tid = threadIdx.x, r0 = blockIdx.x * FG_BW_ROWS;
-    constexpr int CH = FG_HEAD_DIM / 8; // 8 elements (16 output bytes) per thread step
+    constexpr int CH = FG_HEAD_DIM / 8; // 8 elements (16 output bytes) per thread step: the columns below head_dim
     if (r0 < p.seqlen_q) { // the same for the whole CTA
-        const float4 *a = (const float4 *)(p.dq_accum + (((i64)batch * p.heads_q + head) * fg_bwd_rows_padded(p.seqlen_q) + r0) * FG_HEAD_DIM);
+        const float4 *a = (const float4 *)(p.dq_accum + (((i64)batch * p.heads_q + head) * fg_bwd_rows_padded(p.seqlen_q) + r0) * FG_HEAD_DIM_PADDED);
         const float s = p.softmax_scale;
-        constexpr int STEPS = FG_BW_ROWS * FG_HEAD_DIM / 1024; // 256 units a step
-        static_assert(FG_BW_ROWS * FG_HEAD_DIM % 1024 == 0, "whole steps");
+        constexpr int STEPS = FG_BW_ROWS * FG_HEAD_DIM_PADDED / 1024; // 256 units a step
+        static_assert(FG_BW_ROWS * FG_HEAD_DIM_PADDED % 1024 == 0, "whole steps");
         float4 xs[STEPS];
         // every load in flight before the stores; none of a unit whose rows are all past seqlen_q (in the last
         // CTA of a (batch, head): at 512 queries and 80-row CTAs, 48 of its 80 rows)
