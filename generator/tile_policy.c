@@ -97,14 +97,16 @@ static const fg_tile_rule default_rules[] = {
      * grows, and shared-memory reads per MMA as block_m grows), though ptxas spills at d 96 (4-16 bytes)
      * and d 128 (44-68) on NVRTC 13.0: the wider tile still wins (d 64 128 x 128 1.15x 64 x 128 on Hopper).
      * Spilling variants compile at first use, or go into a bundle with `flashgen bundle --allow-spills`.
-     * Other multiples of 16 up to 128: 32 x 32 with 2 warps. Above 128 (multiples of 32) 64 x 64 with 8
-     * warps, 8 keys a warp (FlashAttention-2's tile there): dK and dV take d / 2 registers a thread. */
-    {80, 999, 16, 64, -1, -1, 32, 32, 2, 2, FG_FAMILY_MMA, FG_KIND_BWD},
-    {80, 999, 64, 64, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD}, /* spill-free before sm_90 */
-    {90, 999, 64, 64, -1, -1, 128, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+     * Other head dims up to 128: 32 x 32 with 2 warps. Above 128 64 x 64 with 8 warps, 8 keys a warp
+     * (FlashAttention-2's tile there): dK and dV take d / 2 registers a thread. The kernel computes on the
+     * padded head dim (16s, above 128 32s: spec_bwd_head_dim_padded), so a head dim takes the tile of the
+     * one it pads to: 49-64 that of 64, 81-96 of 96, 113-128 of 128. */
+    {80, 999, 8, 64, -1, -1, 32, 32, 2, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {80, 999, 49, 64, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD}, /* spill-free before sm_90 */
+    {90, 999, 49, 64, -1, -1, 128, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {80, 999, 65, 128, -1, -1, 32, 32, 2, 2, FG_FAMILY_MMA, FG_KIND_BWD},
-    {80, 999, 96, 96, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
-    {80, 999, 128, 128, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {80, 999, 81, 96, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {80, 999, 113, 128, -1, -1, 64, 128, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {80, 999, 129, 256, -1, -1, 64, 64, 8, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     /* The wgmma family's backward (sm_90a, backward_wgmma.cuh): two warpgroups of 64 keys; 64 queries a step at
      * head_dim 128, 128 at 64 (dQ split by query rows; FlashAttention-3's tile there); at 128 without a causal
@@ -120,10 +122,17 @@ static const fg_tile_rule default_rules[] = {
      * d 256, and narrower warp tiles need more dK, dV registers than a thread has. ptxas (NVRTC 13.0) spills
      * 24-56 bytes at d 224-256 on sm_80 (these compile at first use; bundles take them with --allow-spills). */
     {80, 87, 193, 256, -1, -1, 64, 64, 8, 1, FG_FAMILY_MMA, FG_KIND_BWD},
-    /* 99 KiB parts: 64 keys a block from head_dim 64 */
-    {86, 86, 64, 128, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
-    {89, 89, 64, 128, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
-    {120, 121, 64, 128, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    /* 99 KiB parts: 64 keys a block at (padded) head_dim 64, 96 and 128; at 80 and 112 the dQ product's split
+     * of 32 x 64 on 4 warps does not divide head_dim / 8, so those keep 32 x 32 on 2 warps. */
+    {86, 86, 49, 64, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {86, 86, 81, 96, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {86, 86, 113, 128, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {89, 89, 49, 64, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {89, 89, 81, 96, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {89, 89, 113, 128, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {120, 121, 49, 64, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {120, 121, 81, 96, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
+    {120, 121, 113, 128, -1, -1, 32, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_BWD},
     {86, 86, 129, 160, -1, -1, 64, 64, 8, 1, FG_FAMILY_MMA, FG_KIND_BWD},
     {89, 89, 129, 160, -1, -1, 64, 64, 8, 1, FG_FAMILY_MMA, FG_KIND_BWD},
     {120, 121, 129, 160, -1, -1, 64, 64, 8, 1, FG_FAMILY_MMA, FG_KIND_BWD},

@@ -132,10 +132,6 @@ RULE(bwd_tma, s->tma && !is_serve(s) && (!is_bwd(s) || spec_is_wgmma_bwd(s) || s
      "stages %d)", is_bwd(s) ? "bwd" : "fwd", s->arch, s->arch_accel ? "a" : "", s->head_dim, s->block_m, s->stages)
 RULE(bwd_dtype, is_bwd(s) && s->dtype != FG_DTYPE_F16 && s->dtype != FG_DTYPE_BF16, FG_ERR_UNSUPPORTED,
      "dtype %s has no backward kernel: kind=bwd takes fp16 or bf16", dtype_name(s->dtype))
-RULE(bwd_head_dim, is_bwd(s) && (s->head_dim % 16 != 0 || s->head_dim > 256 || (s->head_dim > 128 && s->head_dim % 32 != 0)),
-     FG_ERR_UNSUPPORTED,
-     "head_dim %d has no backward kernel: kind=bwd takes multiples of 16 up to 128 and multiples of 32 up to 256 "
-     "(above 128 a warp's dK and dV tiles split head_dim in halves of a multiple of 16)", s->head_dim)
 RULE(wgmma_dtype, spec_is_wgmma(s) && dtype_is_fp8(s->dtype) &&
                       (s->head_dim % 64 != 0 || s->block_n % 32 != 0 || s->block_n > 256), FG_ERR_UNSUPPORTED,
      "dtype %s on sm_90a (the wgmma family) takes head_dim a multiple of 64 and block_n a multiple of 32 up to 256 "
@@ -242,7 +238,7 @@ static const rule rules[] = {
     R(kind, FG_ERR_INVALID_ARGUMENT),   R(arch_known, FG_ERR_UNSUPPORTED), R(arch_accel, FG_ERR_UNSUPPORTED),
     R(dtype_half, FG_ERR_UNSUPPORTED),  R(fp8_arch, FG_ERR_UNSUPPORTED),   R(fp8_out, FG_ERR_UNSUPPORTED),
     R(head_dim_range, FG_ERR_UNSUPPORTED), R(fp8_head_dim, FG_ERR_UNSUPPORTED), R(bwd_arch, FG_ERR_UNSUPPORTED), R(bwd_wgmma, FG_ERR_UNSUPPORTED),
-    R(bwd_tma, FG_ERR_UNSUPPORTED),     R(bwd_dtype, FG_ERR_UNSUPPORTED),   R(bwd_head_dim, FG_ERR_UNSUPPORTED), R(wgmma_dtype, FG_ERR_UNSUPPORTED),
+    R(bwd_tma, FG_ERR_UNSUPPORTED),     R(bwd_dtype, FG_ERR_UNSUPPORTED),   R(wgmma_dtype, FG_ERR_UNSUPPORTED),
     R(wgmma_head_dim, FG_ERR_UNSUPPORTED), R(tiles_set, FG_ERR_INVALID_ARGUMENT), R(wgmma_block_m, FG_ERR_UNSUPPORTED),
     R(wgmma_warps, FG_ERR_UNSUPPORTED), R(wgmma_registers, FG_ERR_UNSUPPORTED), R(bwd_tiles, FG_ERR_UNSUPPORTED),
     R(bwd_registers, FG_ERR_UNSUPPORTED), R(serve_dtype, FG_ERR_UNSUPPORTED), R(serve_tiles, FG_ERR_UNSUPPORTED),

@@ -391,10 +391,6 @@ fg_status rt_check_bwd_args(const fg_bwd_args *a, int need_data, size_t need, fg
         (st = check_like(&a->dk, "dk", &a->k, "k", need_data, err)) != FG_OK ||
         (st = check_like(&a->dv, "dv", &a->v, "v", need_data, err)) != FG_OK)
         return st;
-    if (a->q.shape[3] % 16 != 0 || a->q.shape[3] > 256 || (a->q.shape[3] > 128 && a->q.shape[3] % 32 != 0))
-        return fg_fail(err, FG_ERR_UNSUPPORTED,
-                       "head_dim %lld has no backward kernel: it must be a multiple of 16 up to 128 or a multiple "
-                       "of 32 up to 256", (long long)a->q.shape[3]);
     if (a->deterministic != 0 && a->deterministic != 1)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "deterministic is %d; it must be 0 or 1", a->deterministic);
     /* A gradient whose distinct elements share memory (a zero or too small stride on a dimension longer than 1)

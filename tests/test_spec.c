@@ -525,21 +525,29 @@ Test(spec, backward_name_policy_and_rules) {
     cr_assert(strstr(e.msg, "64, 128, 192 or 256"), "%s", e.msg);
     fg_tile_policy pol;
     cr_assert_eq(tile_policy_init_default(&pol, &e), FG_OK);
-    for (int d = 16; d <= 128; d += 16)
-        for (int arch = 80; arch <= 90; arch += 10) {
+    /* Every multiple of 8 up to 128 (sm_80, the 99 KiB parts, sm_90), 16 keys a warp; a head dim the kernel pads
+     * takes the tile of the one it pads to. */
+    for (int d = 8; d <= 128; d += 8)
+        for (int arch = 80; arch <= 90; arch += (arch == 80 ? 6 : 4)) {
             fg_spec t = {.kind = FG_KIND_BWD, .arch = arch, .dtype = FG_DTYPE_F16, .head_dim = d, .causal = d % 32 == 0};
             cr_assert_eq(spec_fill_tiles(&t, &pol, &e), FG_OK, "d %d: %s", d, e.msg);
             cr_assert_eq(t.block_n, 16 * t.warps, "d %d", d);
             cr_assert_eq(spec_validate(&t, &e), FG_OK, "d %d sm_%d: %s", d, arch, e.msg);
             cr_assert_eq(tile_policy_lookup(&pol, &t)->kind, FG_KIND_BWD, "d %d: a backward rule", d);
+            fg_spec u = {.kind = FG_KIND_BWD, .arch = arch, .dtype = FG_DTYPE_F16, .head_dim = spec_bwd_head_dim_padded(d),
+                         .causal = t.causal};
+            cr_assert_eq(spec_fill_tiles(&u, &pol, &e), FG_OK, "d %d: %s", u.head_dim, e.msg);
+            cr_assert(t.block_m == u.block_m && t.block_n == u.block_n && t.warps == u.warps && t.stages == u.stages,
+                      "d %d sm_%d: %d x %d w%d s%d, not d %d's %d x %d w%d s%d", d, arch, t.block_m, t.block_n, t.warps,
+                      t.stages, u.head_dim, u.block_m, u.block_n, u.warps, u.stages);
             fg_spec f = t;
             f.kind = FG_KIND_FWD;
             cr_assert_eq(tile_policy_lookup(&pol, &f)->kind, FG_KIND_FWD, "d %d: the forward never gets a backward rule", d);
         }
-    /* Above 128, multiples of 32: 64 x 64 on 8 warps (8 keys a warp). sm_90 holds them in two stages up to 256,
-     * sm_80 up to 192 and in one stage above; the 99 KiB parts (sm_86) in one stage up to 160, 64 x 32 on 4 warps
-     * at 192, and above it the refusal names the shared memory. */
-    for (int d = 160; d <= 256; d += 32)
+    /* Above 128 (every multiple of 8, computed at the next multiple of 32): 64 x 64 on 8 warps (8 keys a warp).
+     * sm_90 holds them in two stages up to 256, sm_80 up to 192 and in one stage above; the 99 KiB parts (sm_86)
+     * in one stage up to 160, 64 x 32 on 4 warps up to 192, and above it the refusal names the shared memory. */
+    for (int d = 136; d <= 256; d += 8)
         for (int arch = 80; arch <= 90; arch += (arch == 80 ? 6 : 4)) {
             fg_spec t = {.kind = FG_KIND_BWD, .arch = arch, .dtype = FG_DTYPE_BF16, .head_dim = d, .causal = 1};
             cr_assert_eq(spec_fill_tiles(&t, &pol, &e), FG_OK, "d %d: %s", d, e.msg);

@@ -57,10 +57,9 @@ static void m_bwd_arch(fg_spec *s) { *s = bwd_base(); s->arch = 100; s->arch_acc
 static void m_bwd_wgmma(fg_spec *s) { *s = bwd_base(); s->arch_accel = 1; }
 static void m_bwd_tma(fg_spec *s) { *s = bwd_base(); s->tma = 1; s->head_dim = 96; }
 static void m_bwd_dtype(fg_spec *s) { *s = bwd_base(); s->dtype = FG_DTYPE_E4M3; s->out_dtype = FG_DTYPE_BF16; s->arch = 89; }
-static void m_bwd_head_dim(fg_spec *s) { *s = bwd_base(); s->head_dim = 176; }
-static void m_bwd_head_dim_odd(fg_spec *s) { *s = bwd_base(); s->head_dim = 72; }
 static void m_bwd_tiles_bn(fg_spec *s) { *s = bwd_base(); s->block_n = 48; }
 static void m_bwd_tiles_split(fg_spec *s) { *s = bwd_base(); s->block_m = 32; s->head_dim = 80; }
+static void m_bwd_tiles_split_padded(fg_spec *s) { *s = bwd_base(); s->block_m = 32; s->head_dim = 72; }
 static void m_bwd_tiles_stages(fg_spec *s) { *s = bwd_base(); s->stages = 3; }
 static void m_bwd_registers(fg_spec *s) { *s = bwd_base(); s->block_m = 128; s->block_n = 128; s->warps = 8; }
 /* The serving forward's rules, each broken from serve_base(). */
@@ -122,10 +121,9 @@ static const broken rules[] = {
     {"bwd_tma", m_bwd_tma, "tma=1 (the mma.sync backward's loads by TMA) takes kind=bwd"},
     {"bwd_wgmma", m_bwd_wgmma, "kind=bwd on sm_90a (wgmma) takes head_dim 64 with block_m 128"},
     {"bwd_dtype", m_bwd_dtype, "dtype e4m3 has no backward kernel"},
-    {"bwd_head_dim", m_bwd_head_dim, "head_dim 176 has no backward kernel"},
-    {"bwd_head_dim", m_bwd_head_dim_odd, "multiples of 16 up to 128"},
     {"bwd_tiles", m_bwd_tiles_bn, "block_n = 16 x warps"},
     {"bwd_tiles", m_bwd_tiles_split, "the dQ product's split"},
+    {"bwd_tiles", m_bwd_tiles_split_padded, "at head_dim 72 (padded to 80)"},
     {"bwd_tiles", m_bwd_tiles_stages, "stages 3"},
     {"bwd_registers", m_bwd_registers, "limit 200"},
     {"serve_dtype", m_serve_dtype, "no serving kernel"},
@@ -259,6 +257,31 @@ Test(validate, head_dim_every_multiple_of_8_from_8_to_256) {
         s.block_n = 32;
         int want_ok = d % 8 == 0 && d >= 8 && d <= 256;
         cr_assert_eq(spec_validate(&s, &e) == FG_OK, want_ok, "head_dim %d: %s", d, e.msg);
+    }
+}
+
+/* The backward takes every multiple of 8 from 8 to 256 (32 x 32 on 2 warps up to 128, 64 x 64 on 8 above), and
+ * its rules read the head dim it computes on (to 16, above 128 to 32): the padded one's shared memory. */
+Test(validate, backward_head_dim_every_multiple_of_8_by_its_padded_one) {
+    fg_error e;
+    for (int d = 1; d <= 300; d++) {
+        fg_spec s = bwd_base();
+        s.head_dim = d;
+        if (d > 128) s.block_m = 64, s.block_n = 64, s.warps = 8;
+        else s.block_m = 32, s.block_n = 32, s.warps = 2;
+        const int want_ok = d % 8 == 0 && d >= 8 && d <= 256;
+        fg_error_clear(&e);
+        cr_assert_eq(spec_validate(&s, &e) == FG_OK, want_ok, "head_dim %d: %s", d, e.msg);
+        if (!want_ok) continue;
+        const int padded = d > 128 ? (d + 31) / 32 * 32 : (d + 15) / 16 * 16;
+        cr_assert_eq(spec_head_dim_padded(&s), padded, "head_dim %d", d);
+        cr_assert_eq(spec_bwd_head_dim_padded(d), padded, "head_dim %d", d);
+        fg_spec p = s;
+        p.head_dim = padded;
+        cr_assert_eq(spec_smem_bytes(&s), spec_smem_bytes(&p), "head_dim %d: the tiles are %d wide", d, padded);
+        fg_spec f = s; /* the forward pads to 16 only */
+        f.kind = FG_KIND_FWD;
+        cr_assert_eq(spec_head_dim_padded(&f), (d + 15) / 16 * 16, "forward head_dim %d", d);
     }
 }
 

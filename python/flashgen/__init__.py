@@ -396,7 +396,7 @@ def explain_backward(q, k, v, out, lse, dout, causal=False, softmax_scale=None, 
 def attention_backward(q, k, v, out, lse, dout, causal=False, softmax_scale=None, deterministic=False, dq=None,
                        dk=None, dv=None, stream=None):
     """The gradients (dq, dk, dv) of O = attention(q, k, v) for dL/dO = dout, recomputed from the forward's
-    out and lse (return_lse=True). fp16/bf16, head_dim a multiple of 16 up to 128 or of 32 up to 256; dq,
+    out and lse (return_lse=True). fp16/bf16, head_dim a multiple of 8 from 8 to 256 (as the forward's); dq,
     dk, dv are allocated like q, k, v unless given (for GQA dk, dv sum over the query heads of each KV
     head). deterministic: bitwise-identical gradients from run to run (slower). The fp32 workspace is
     allocated by PyTorch on the launch stream. Raises FlashgenError with the library's sentence when the call is refused."""
