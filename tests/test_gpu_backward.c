@@ -15,11 +15,14 @@
 #include "tests/gpu_harness.h"
 
 /* The shape set: head dims of every backward tile (16-128, and 160-256 where the GPU's shared memory holds
- * them, with dQ by fp32 atomics there), query/key lengths that are multiples of no
+ * them, with dQ by fp32 atomics there), head dims the kernels pad (8 to 16, 40 to 48, 72 to 80, 136 to 160,
+ * 200 to 224, 248 to 256: zeros read past head_dim, no column written past it, which strided views, whose
+ * rows' padding is NaN in the inputs and poisoned in the gradients, would catch), query/key lengths that are
+ * multiples of no
  * tile (the FlashAttention regression: NaN in dQ when seqlen_k is not a multiple of the block), causal
  * with sq < sk and sq > sk (rows that see no key must get zero gradients, not NaN), GQA/MQA (dK, dV
  * summed over a KV head's query heads), strided views, a non-default scale; each in both modes. */
-static fwd_case bwd_cases[32];
+static fwd_case bwd_cases[40];
 static int bwd_ncases;
 static void bwd_fill(void) {
     int n = 0;
@@ -56,6 +59,19 @@ static void bwd_fill(void) {
     s.strided = 1;
     s.scale = 0.3f;
     bwd_cases[n++] = s;
+    /* padded head dims */
+    bwd_cases[n++] = mk(FG_DTYPE_BF16, 1, 203, 257, 4, 2, 8, 1);    /* GQA 2 */
+    bwd_cases[n++] = mk(FG_DTYPE_F16, 2, 150, 77, 2, 2, 40, 0);
+    bwd_cases[n++] = mk(FG_DTYPE_BF16, 1, 257, 130, 4, 1, 72, 1);   /* rows without keys; MQA */
+    bwd_cases[n++] = mk(FG_DTYPE_F16, 1, 130, 200, 8, 2, 136, 0);   /* GQA 4 */
+    bwd_cases[n++] = mk(FG_DTYPE_BF16, 1, 199, 199, 2, 2, 200, 1);
+    bwd_cases[n++] = mk(FG_DTYPE_F16, 1, 100, 300, 4, 2, 248, 0);   /* GQA 2 */
+    s = mk(FG_DTYPE_BF16, 2, 130, 140, 2, 2, 72, 1);               /* MHA: dK, dV through the K, V tiles */
+    s.strided = 1;
+    bwd_cases[n++] = s;
+    s = mk(FG_DTYPE_F16, 1, 150, 151, 4, 2, 136, 0);               /* GQA: the post kernel's sums */
+    s.strided = 1;
+    bwd_cases[n++] = s;
     bwd_ncases = n;
 }
 /* Causal with sq > sk: rows i < sq - sk see no key, and their dQ must be exactly 0 (not NaN, not noise). */
@@ -87,7 +103,7 @@ static void bwd_check_case(gpu_env *env, const fwd_case *c, int deterministic, i
  * mma.sync kernel's TMA loads: shapes_mma_tma). */
 static struct criterion_test_params bwd_cases_of(int all64) {
     bwd_fill();
-    static fwd_case cases[2][32];
+    static fwd_case cases[2][40];
     int n = 0;
     for (int i = 0; i < bwd_ncases; i++)
         if (bwd_cases[i].d == 64 || bwd_cases[i].d == 128 || (all64 && bwd_cases[i].d % 64 == 0))
@@ -201,15 +217,17 @@ ParameterizedTest(fwd_case *c, bwd, shapes_sm90a, .timeout = 600) {
  * compute-sanitizer pass). Causal (descending order): at d 64, whose dQ goes by bulk
  * reduce-adds on sm_90+, at d 192, whose dQ goes by fp32 atomics everywhere (16-byte ones on sm_90+), and at
  * d 128 with more queries than keys (the rank at query blocks some key blocks do not see). Not causal: the
- * rotated streams (d 128), and ascending where a head's key blocks are over half the SMs (d 64, 9000 keys). */
+ * rotated streams (d 128), and ascending where a head's key blocks are over half the SMs (d 64, 9000 keys).
+ * A padded head dim, d 72 (computed at 80), not causal. */
 ParameterizedTestParameters(bwd, deterministic_is_bitwise_repeatable) {
-    static fwd_case cases[5];
+    static fwd_case cases[6];
     cases[0] = mk(FG_DTYPE_BF16, 2, 517, 700, 4, 2, 64, 1);
     cases[1] = mk(FG_DTYPE_F16, 1, 517, 700, 4, 2, 192, 1);
     cases[2] = mk(FG_DTYPE_BF16, 1, 700, 517, 4, 4, 128, 1); /* causal, rows without keys: descending order */
     cases[3] = mk(FG_DTYPE_BF16, 2, 700, 517, 4, 2, 128, 0); /* not causal: rotated streams */
     cases[4] = mk(FG_DTYPE_F16, 1, 300, 9000, 2, 2, 64, 0);  /* 71 key blocks of 128, over half an H100's SMs:
                                                                 ascending */
+    cases[5] = mk(FG_DTYPE_BF16, 1, 517, 700, 4, 2, 72, 0);
     return cr_make_param_array(fwd_case, cases, NELEM(cases));
 }
 ParameterizedTest(fwd_case *cp, bwd, deterministic_is_bitwise_repeatable, .timeout = 600) {

@@ -4,7 +4,7 @@
  * dQ, dK and dV are judged against the CPU reference of that sequence alone (ref_check_bwd: the tolerance
  * rule), so a gradient written for the wrong sequence, or leaking across one, fails. Mixed lengths (0, 1, and
  * either side of the kernels' blocks), GQA and MQA, causal and not, cross lengths, head dims of both
- * families, strided views, and the deterministic mode (bitwise repeatable). */
+ * families and one the kernels pad, strided views, and the deterministic mode (bitwise repeatable). */
 #include <stdlib.h>
 #include <string.h>
 #include "reference/reference.h"
@@ -163,6 +163,16 @@ Test(bwd_varlen, queries_and_keys_of_other_lengths) {
     static const int lk[] = {300, 7, 50, 1, 130, 0};
     for (int causal = 0; causal < 2; causal++) {
         serve_case c = bc(FG_DTYPE_F16, 6, lq, lk, 6, 2, 64, causal);
+        bwd_case_run(&c, 0, 0);
+    }
+}
+
+/* A head dim the kernels pad (72, computed at 80) in strided views, whose rows' padding after head_dim is NaN
+ * in the inputs and poisoned in the gradients: the columns past 72 are read as zeros and never written. */
+Test(bwd_varlen, padded_head_dim_strided) {
+    for (int causal = 0; causal < 2; causal++) {
+        serve_case c = bc(causal ? FG_DTYPE_F16 : FG_DTYPE_BF16, 9, mixed, mixed, 4, 2, 72, causal);
+        c.strided = 1;
         bwd_case_run(&c, 0, 0);
     }
 }
