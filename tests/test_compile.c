@@ -170,7 +170,7 @@ Test(compile, as_ptx_for_an_emulated_arch) {
     free(src);
 }
 
-/* The backward at every head dim it takes (multiples of 16 up to 128, of 32 up to 256) with the policy's
+/* The backward at every head dim it computes on (multiples of 16 up to 128, of 32 up to 256) with the policy's
  * tiles, on sm_80 and sm_90 (sm_80's shared memory ends at d 192), both masks and both modes spread over
  * them: the three kernels compile; d <= 48 and 80 spill nothing; the wide tiles of d 64 (deterministic
  * only), 96 and 128 and d 112's spill some bytes in some variants (up to 72 on NVRTC 13.0:
@@ -197,6 +197,39 @@ Test(compile, backward_every_head_dim, .timeout = 900) {
     compile_all(clean, nc, "backward, head dims 16..48 and 80");
     compile_all_tolerating(spilling, ns, "backward, head dims 64, 96, 112, 128", 160);
     compile_all_tolerating(wide, nw, "backward, head dims 160 to 256", 256);
+    tile_policy_free(&p);
+}
+
+/* The backward at head dims it pads (8 to 16, 40 to 48, 72 to 80, 88 to 96, 104 to 112, 136 to 160, 200 to 224,
+ * 248 to 256) with the policy's tiles (those of the padded head dim), on sm_80 and sm_90, masks, dtypes and modes
+ * spread over them: the three kernels compile, spill-free at 8-72 and 136, as their padded head dims; at 88,
+ * 104, 200 and 248 within the budget of the wide tiles (NVRTC 13.0: up to 24 bytes of spill stores at 88 and
+ * 104, 60 at 200 and 248; d 104 and d 200 spill 8 bytes in some variants whose padded head dims spill none). */
+Test(compile, backward_padded_head_dims, .timeout = 900) {
+    fg_tile_policy p;
+    fg_error e;
+    cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
+    static const int dims[] = {8, 40, 72, 136, 88, 104, 200, 248}; /* clean ones first */
+    fg_spec specs[16];
+    int n = 0;
+    for (int arch = 80; arch <= 90; arch += 10)
+        for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+            const int d = dims[i];
+            fg_spec s = {.kind = FG_KIND_BWD, .arch = arch, .dtype = i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16,
+                         .head_dim = d, .causal = (int)(i / 2) % 2, .deterministic = (arch == 90) == (i % 3 == 0)};
+            s.out_dtype = s.dtype;
+            cr_assert_eq(spec_fill_tiles(&s, &p, &e), FG_OK, "%s", e.msg);
+            cr_assert_eq(spec_validate(&s, &e), FG_OK, "d %d: %s", d, e.msg);
+            specs[n++] = s;
+        }
+    fg_spec clean[8], spilling[8];
+    int nc = 0, ns = 0;
+    for (int i = 0; i < n; i++) {
+        if (specs[i].head_dim <= 72 || specs[i].head_dim == 136) clean[nc++] = specs[i];
+        else spilling[ns++] = specs[i];
+    }
+    compile_all(clean, nc, "backward, padded head dims 8, 40, 72, 136");
+    compile_all_tolerating(spilling, ns, "backward, padded head dims 88, 104, 200, 248", 256);
     tile_policy_free(&p);
 }
 
