@@ -25,6 +25,7 @@ import torch.nn.functional as F
 sys.path.insert(0, __file__.rsplit("/", 2)[0] + "/python")
 import flashgen  # noqa: E402
 
+FA4_WHY = ""
 try:
     from flash_attn.cute import flash_attn_func as fa4_func, flash_attn_varlen_func as fa4_varlen
 except Exception as e:  # FA4 is staged for the GPU host only (../shared/tools/fa4-stage.sh)

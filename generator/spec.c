@@ -61,16 +61,22 @@ int spec_format(const fg_spec *s, char *buf, size_t n) {
     char splits[24] = "";
     if (s->kind == FG_KIND_SERVE && s->splits) snprintf(splits, sizeof splits, "splits=%d,", s->splits);
     const char *varlen = (s->kind == FG_KIND_FWD || s->kind == FG_KIND_BWD) && s->varlen ? "varlen=1," : "";
-    /* keys in byte order: [alibi] arch block_m block_n causal [deterministic] dtype head_dim kind [out] [sinks]
-     * [softcap] [splits] stages [tma] [varlen] warps [window] */
+    char dv[24] = "";
+    if (s->kind == FG_KIND_SERVE && spec_head_dim_v(s) != s->head_dim) snprintf(dv, sizeof dv, "head_dim_v=%d,", s->head_dim_v);
+    /* keys in byte order: [alibi] arch block_m block_n causal [deterministic] dtype head_dim [head_dim_v] kind
+     * [out] [sinks] [softcap] [splits] stages [tma] [varlen] warps [window] */
     int r = snprintf(buf, n,
-                     "%sarch=%s,block_m=%d,block_n=%d,causal=%d,%sdtype=%s,head_dim=%d,kind=%s,%s%s%s%sstages=%d,%s%swarps=%d%s",
+                     "%sarch=%s,block_m=%d,block_n=%d,causal=%d,%sdtype=%s,head_dim=%d,%skind=%s,%s%s%s%sstages=%d,%s%swarps=%d%s",
                      mods && s->alibi ? "alibi=1," : "", arch, s->block_m, s->block_n, s->causal ? 1 : 0, det,
-                     dtype_name(s->dtype), s->head_dim, spec_kind_name(s->kind), out,
+                     dtype_name(s->dtype), s->head_dim, dv, spec_kind_name(s->kind), out,
                      mods && s->sinks ? "sinks=1," : "", mods && s->softcap ? "softcap=1," : "", splits, s->stages, tma,
                      varlen, s->warps, mods && s->window ? ",window=1" : "");
     return (r < 0 || (size_t)r >= n) ? -1 : r;
 }
+
+int spec_head_dim_v(const fg_spec *s) { return s->head_dim_v > 0 ? s->head_dim_v : s->head_dim; }
+
+int spec_head_dim_v_padded(const fg_spec *s) { return (spec_head_dim_v(s) + 15) / 16 * 16; }
 
 int spec_has_mods(const fg_spec *s) {
     return (s->kind == FG_KIND_SERVE || s->kind == FG_KIND_FWD) && (s->window || s->sinks || s->softcap || s->alibi);
@@ -89,10 +95,10 @@ static int parse_int(const char *v, int *out) {
 
 fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
     enum { K_KIND, K_ARCH, K_DTYPE, K_HEAD_DIM, K_BLOCK_M, K_BLOCK_N, K_WARPS, K_STAGES, K_CAUSAL, K_OUT, K_DET,
-           K_TMA, K_SPLITS, K_VARLEN, K_SINKS, K_WINDOW, K_SOFTCAP, K_ALIBI, K_COUNT };
+           K_TMA, K_SPLITS, K_VARLEN, K_SINKS, K_WINDOW, K_SOFTCAP, K_ALIBI, K_HEAD_DIM_V, K_COUNT };
     static const char *const keys[K_COUNT] = {"kind",   "arch",   "dtype",  "head_dim", "block_m",       "block_n",
                                               "warps",  "stages", "causal", "out",      "deterministic", "tma",
-                                              "splits", "varlen", "sinks",  "window", "softcap", "alibi"};
+                                              "splits", "varlen", "sinks",  "window", "softcap", "alibi", "head_dim_v"};
     int seen[K_COUNT] = {0};
     fg_spec s;
     memset(&s, 0, sizeof s);
@@ -118,7 +124,7 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         if (k == K_COUNT)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                            "spec: unknown key '%s' (keys: kind, arch, dtype, head_dim, block_m, block_n, warps, "
-                           "stages, causal, out, deterministic, tma, splits, varlen, sinks, window, softcap, alibi)", key);
+                           "stages, causal, out, deterministic, tma, splits, varlen, sinks, window, softcap, alibi, head_dim_v)", key);
         if (seen[k]) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: key '%s' appears twice", key);
         seen[k] = 1;
         fg_status st;
@@ -165,6 +171,7 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         case K_WARPS: field = &s.warps; break;
         case K_STAGES: field = &s.stages; break;
         case K_SPLITS: field = &s.splits; break;
+        case K_HEAD_DIM_V: field = &s.head_dim_v; break;
         }
         if (field && parse_int(val, field) != 0)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: %s must be a non-negative integer, got '%s'", key, val);
@@ -189,6 +196,9 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         if (seen[k] && s.kind != FG_KIND_SERVE && s.kind != FG_KIND_FWD)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: %s is a key of kind=serve and kind=fwd variants only",
                            keys[k]);
+    if (seen[K_HEAD_DIM_V] && s.kind != FG_KIND_SERVE)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: head_dim_v is a key of kind=serve variants only");
+    if (s.head_dim_v == s.head_dim) s.head_dim_v = 0; /* the same: one name */
     if (seen[K_SPLITS] && s.kind != FG_KIND_SERVE)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: splits is a key of kind=serve variants only");
     if (dtype_is_fp8(s.dtype)) {
@@ -208,7 +218,7 @@ int spec_equal(const fg_spec *a, const fg_spec *b) {
     return a->kind == b->kind &&
            (a->kind != FG_KIND_BWD || (a->deterministic != 0) == (b->deterministic != 0)) &&
            ((a->kind != FG_KIND_BWD && a->kind != FG_KIND_SERVE) || (a->tma != 0) == (b->tma != 0)) &&
-           (a->kind != FG_KIND_SERVE || a->splits == b->splits) &&
+           (a->kind != FG_KIND_SERVE || (a->splits == b->splits && spec_head_dim_v(a) == spec_head_dim_v(b))) &&
            ((a->kind != FG_KIND_SERVE && a->kind != FG_KIND_FWD) ||
             ((a->sinks != 0) == (b->sinks != 0) && (a->window != 0) == (b->window != 0) &&
              (a->softcap != 0) == (b->softcap != 0) && (a->alibi != 0) == (b->alibi != 0))) &&
@@ -341,13 +351,13 @@ int spec_wgmma_o_direct(const fg_spec *spec) {
  * holds the same number of bytes. The epilogue stages O (16-bit) in the same memory from the Q tile on, so
  * FP8 needs at least block_m 16-bit rows: more than the tiles only when 2 * stages * block_n < block_m
  * (256 x 32 with 2 stages, say). */
-/* forward_serving.cuh: the Q tile and the K/V stages, 16-bit; at the end, over the K/V stages, each key
- * warp's O in fp32 (rows of head_dim + 8 floats) and its row statistics. */
+/* forward_serving.cuh: the Q tile and the K/V stages (K of head_dim, V of head_dim_v), 16-bit; at the end, over
+ * the K/V stages, each key warp's O in fp32 (rows of head_dim_v + 8 floats) and its row statistics. */
 static size_t serve_smem_bytes(const fg_spec *s) {
-    const size_t dp = (size_t)spec_head_dim_padded(s), bm = (size_t)s->block_m;
+    const size_t dp = (size_t)spec_head_dim_padded(s), dvp = (size_t)spec_head_dim_v_padded(s), bm = (size_t)s->block_m;
     const size_t warps_n = s->block_m >= 16 && s->warps * 16 >= s->block_m ? (size_t)(s->warps * 16 / s->block_m) : 1;
-    const size_t kv = 2u * 2u * (size_t)s->block_n * dp * (size_t)s->stages;
-    const size_t staged = warps_n * bm * ((dp + 8) * 4 + 8) + (s->sinks ? bm * 8u : 0u); /* + the sinks' states */
+    const size_t kv = 2u * (size_t)s->block_n * (dp + dvp) * (size_t)s->stages;
+    const size_t staged = warps_n * bm * ((dvp + 8) * 4 + 8) + (s->sinks ? bm * 8u : 0u); /* + the sinks' states */
     /* tma=1: 1 KiB of slack for the tiles' 1024-byte alignment (TMA's swizzle) and a full mbarrier a stage */
     const size_t tma = s->tma ? 1024u + 8u * (size_t)s->stages : 0u;
     return dp * 2u * bm + (kv > staged ? kv : staged) + tma;

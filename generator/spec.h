@@ -10,7 +10,9 @@
  * Serving variants (kind=serve) have the forward's keys, and splits=N (between kind and stages) where the
  * split count is fixed (the tuning database's entries). The model variants name alibi=1 (first), sinks=1 and
  * softcap=1 (before splits) and window=1 (last) where they are compiled in:
- *   alibi=1,arch=sm_90,block_m=64,block_n=64,causal=1,dtype=bf16,head_dim=128,kind=serve,softcap=1,stages=2,warps=4 The sm_90a forward's variable-length variants name
+ *   alibi=1,arch=sm_90,block_m=64,block_n=64,causal=1,dtype=bf16,head_dim=128,kind=serve,softcap=1,stages=2,warps=4
+ * A serving variant whose V and O have a head dim of their own names it after head_dim:
+ *   arch=sm_90,block_m=64,block_n=32,causal=1,dtype=bf16,head_dim=192,head_dim_v=128,kind=serve,stages=2,warps=4 The sm_90a forward's variable-length variants name
  * varlen=1, between tma's place and warps:
  *   arch=sm_90a,block_m=128,block_n=128,causal=1,dtype=bf16,head_dim=128,kind=fwd,stages=2,varlen=1,warps=12
  * The merge of attention states has only two:
@@ -66,7 +68,13 @@ typedef struct fg_spec {
     int sinks;          /* attention sinks: a per-head logit in every row's denominator (fg_varlen_args.sinks) */
     int softcap;        /* logits capped by cap * tanh(logit / cap) (fg_varlen_args.softcap) */
     int alibi;          /* ALiBi: logits biased by -slope_h * |d - j| (fg_varlen_args.alibi_slopes) */
+    int head_dim_v;     /* kind=serve: V's and O's head dim where it differs from head_dim (DeepSeek's 192/128);
+                           0 (or head_dim): the same. Named only when it differs ("head_dim_v=128") */
 } fg_spec;
+
+/* V's (and O's) head dim: head_dim_v where set, else head_dim; and it rounded up to the MMA k (16). */
+int spec_head_dim_v(const fg_spec *spec);
+int spec_head_dim_v_padded(const fg_spec *spec);
 
 /* 1 when spec compiles in a model variant (window, sinks, softcap, alibi). */
 int spec_has_mods(const fg_spec *spec);

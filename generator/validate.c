@@ -76,7 +76,7 @@ static int bwd_registers(const fg_spec *s) {
 static int is_serve(const fg_spec *s) { return s->kind == FG_KIND_SERVE; }
 static int serve_warps_n(const fg_spec *s) { return s->block_m >= 16 ? s->warps * 16 / s->block_m : 0; }
 static int serve_registers(const fg_spec *s) {
-    return spec_head_dim_padded(s) / 2 + (serve_warps_n(s) > 0 ? s->block_n / serve_warps_n(s) / 2 : 0);
+    return spec_head_dim_v_padded(s) / 2 + (serve_warps_n(s) > 0 ? s->block_n / serve_warps_n(s) / 2 : 0);
 }
 
 typedef struct rule {
@@ -184,10 +184,15 @@ RULE(serve_tiles, is_serve(s) && ((s->block_m != 16 && s->block_m != 32 && s->bl
      "with block_m / 16 warps over the rows dividing warps, block_n a multiple of 16 times the warps over the keys "
      "(warps x 16 / block_m), 2 to 4 stages, and a plain arch (no 'a' target)", s->block_m, s->block_n, s->warps,
      s->stages)
-RULE(serve_tma, is_serve(s) && s->tma && (s->arch < 90 || s->head_dim % 64 != 0 || s->block_n % 8 != 0),
+RULE(serve_tma, is_serve(s) && s->tma && (s->arch < 90 || s->head_dim % 64 != 0 || s->block_n % 8 != 0 ||
+                                         spec_head_dim_v(s) != s->head_dim),
      FG_ERR_UNSUPPORTED,
-     "kind=serve tma=1 (K and V loaded by TMA) takes arch sm_90 or newer and head_dim 64, 128, 192 or 256 (got sm_%d, "
-     "head_dim %d)", s->arch, s->head_dim)
+     "kind=serve tma=1 (K and V loaded by TMA) takes arch sm_90 or newer, head_dim 64, 128, 192 or 256 and V of the "
+     "same head dim (got sm_%d, head_dim %d, head_dim_v %d)", s->arch, s->head_dim, spec_head_dim_v(s))
+RULE(head_dim_v, s->head_dim_v != 0 && (!is_serve(s) || s->head_dim_v % 8 != 0 || s->head_dim_v > 256),
+     FG_ERR_UNSUPPORTED,
+     "head_dim_v %d is not supported: V's own head dim is a variant of the serving kernel (kind=serve), a multiple "
+     "of 8 up to 256", s->head_dim_v)
 /* The model variants (window, sinks, softcap, alibi): on the serving kernel, and on the sm_90a forward's
  * varlen=1 variants (what the serving call runs for prefill on Hopper), 16-bit; nowhere else yet. */
 static int mods_set(const fg_spec *s) { return s->window || s->sinks || s->softcap || s->alibi; }
@@ -242,7 +247,7 @@ static const rule rules[] = {
     R(wgmma_head_dim, FG_ERR_UNSUPPORTED), R(tiles_set, FG_ERR_INVALID_ARGUMENT), R(wgmma_block_m, FG_ERR_UNSUPPORTED),
     R(wgmma_warps, FG_ERR_UNSUPPORTED), R(wgmma_registers, FG_ERR_UNSUPPORTED), R(bwd_tiles, FG_ERR_UNSUPPORTED),
     R(bwd_registers, FG_ERR_UNSUPPORTED), R(serve_dtype, FG_ERR_UNSUPPORTED), R(serve_tiles, FG_ERR_UNSUPPORTED),
-    R(serve_splits, FG_ERR_UNSUPPORTED), R(serve_tma, FG_ERR_UNSUPPORTED), R(model_variants, FG_ERR_UNSUPPORTED), R(serve_registers, FG_ERR_UNSUPPORTED), R(fwd_varlen, FG_ERR_UNSUPPORTED), R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),
+    R(serve_splits, FG_ERR_UNSUPPORTED), R(serve_tma, FG_ERR_UNSUPPORTED), R(head_dim_v, FG_ERR_UNSUPPORTED), R(model_variants, FG_ERR_UNSUPPORTED), R(serve_registers, FG_ERR_UNSUPPORTED), R(fwd_varlen, FG_ERR_UNSUPPORTED), R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),
     R(fp8_block_n, FG_ERR_UNSUPPORTED), R(stages, FG_ERR_UNSUPPORTED),      R(registers, FG_ERR_UNSUPPORTED),
     R(smem, FG_ERR_UNSUPPORTED),
 };

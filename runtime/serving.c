@@ -9,19 +9,20 @@
 #include "runtime/dispatch.h"
 
 /* Whether a call's K and V can load by TMA (the tma=1 variants): the context takes them (FLASHGEN_SERVE_TMA), the
- * keys are packed or in a dense cache (a tensor map has no page table), head_dim is a multiple of 64 (128-byte
+ * keys are packed or in a dense cache (a tensor map has no page table), head_dim (V's too) is a multiple of 64 (128-byte
  * swizzled boxes) and the key tensors' pointers and strides are multiples of 16 bytes (serving_check's rules). */
 static int serve_tma_applies(const fg_context *ctx, const serving_call *c) {
-    return ctx->serve_tma && !c->paged && c->head_dim % 64 == 0;
+    return ctx->serve_tma && !c->paged && c->head_dim % 64 == 0 && c->head_dim_v == c->head_dim;
 }
 
-/* The variant a call's model variants (sinks, window, softcap, ALiBi) decide, whatever chose its tiles and
- * splits. */
+/* The variant a call's model variants (sinks, window, softcap, ALiBi) and V's head dim decide, whatever chose
+ * its tiles and splits. */
 static void spec_take_call_variant(fg_spec *s, const serving_call *c) {
     s->sinks = c->sinks;
     s->window = c->window;
     s->softcap = c->softcap;
     s->alibi = c->alibi;
+    s->head_dim_v = c->head_dim_v != c->head_dim ? c->head_dim_v : 0;
 }
 
 /* The kernel of a plan's spec: the split count is a launch choice, not the kernel's. */
@@ -99,7 +100,7 @@ static void plan_workspace(const serving_call *c, serving_plan *plan) {
     plan->part_o = plan->part_lse = plan->workspace = 0;
     if (plan->num_splits <= 1) return;
     const size_t rows = (size_t)plan->num_splits * (size_t)c->part_tokens * (size_t)c->hq;
-    plan->part_lse = (rows * (size_t)c->head_dim * 4 + 255) / 256 * 256;
+    plan->part_lse = (rows * (size_t)c->head_dim_v * 4 + 255) / 256 * 256;
     plan->workspace = plan->part_lse + (rows * 4 + 255) / 256 * 256;
 }
 
@@ -107,7 +108,7 @@ static void plan_workspace(const serving_call *c, serving_plan *plan) {
  * count of the fastest candidate measured at the same query-length bucket (keys and batch x heads: the nearest
  * bucket measured). 1 when it applies (plan's spec, m_blocks and num_splits set), else 0. */
 static int serving_tuned(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, serving_plan *plan) {
-    if (!ctx->tuned) return 0;
+    if (!ctx->tuned || c->head_dim_v != c->head_dim) return 0; /* buckets are measured with V of Q's head dim */
     fg_tune_class q;
     memset(&q, 0, sizeof q);
     q.kind = FG_KIND_SERVE, q.dtype = a->q.dtype, q.head_dim = c->head_dim, q.causal = a->causal, q.gqa = c->group;
@@ -190,6 +191,7 @@ static void serve_params(const fg_varlen_args *a, const serving_call *c, const s
     p->seqlen_k = c->seqlen_k;
     p->total_q = (int)c->total_q, p->total_k = (int)c->total_k;
     p->head_dim = c->head_dim;
+    p->head_dim_v = c->head_dim_v;
     p->softmax_scale = a->softmax_scale != 0.f ? a->softmax_scale : (float)(1.0 / sqrt((double)c->head_dim));
     p->scale_log2 = (float)((double)p->softmax_scale * 1.4426950408889634);
     p->num_splits = plan->num_splits;
@@ -215,13 +217,13 @@ static void combine_params(const fg_varlen_args *a, const serving_call *c, const
     m->o_out = a->o.data;
     m->lse_out = sp->lse;
     const long long rows = (long long)c->part_tokens * c->hq;
-    m->o_in_stride[0] = rows * c->head_dim, m->o_in_stride[1] = (long long)c->hq * c->head_dim, m->o_in_stride[2] = c->head_dim;
+    m->o_in_stride[0] = rows * c->head_dim_v, m->o_in_stride[1] = (long long)c->hq * c->head_dim_v, m->o_in_stride[2] = c->head_dim_v;
     m->lse_in_stride[0] = rows, m->lse_in_stride[1] = c->hq, m->lse_in_stride[2] = 1;
     memcpy(m->o_out_stride, sp->o_stride, sizeof m->o_out_stride);
     m->lse_out_stride[0] = sp->lse_stride[0], m->lse_out_stride[1] = sp->lse_stride[1], m->lse_out_stride[2] = sp->lse_stride[2];
     m->cu_seqlens = a->cu_seqlens_q;
     m->total = (int)c->total_q;
-    m->states = sp->num_splits, m->tokens = c->seqlen_q, m->heads = c->hq, m->head_dim = c->head_dim, m->batch = c->batch;
+    m->states = sp->num_splits, m->tokens = c->seqlen_q, m->heads = c->hq, m->head_dim = c->head_dim_v, m->batch = c->batch;
     m->in_dtype = FG_DTYPE_F32, m->out_dtype = a->o.dtype;
 }
 
@@ -295,6 +297,7 @@ fg_status rt_varlen_with_spec(fg_context *ctx, const fg_spec *spec, const fg_var
     if (serving_empty(&c)) return FG_OK;
     if ((st = serving_plan_for(ctx, &a, &c, &plan, err)) != FG_OK) return st;
     if (spec->kind != FG_KIND_SERVE || spec->dtype != a.q.dtype || spec->head_dim != c.head_dim ||
+        spec_head_dim_v(spec) != c.head_dim_v ||
         (spec->causal != 0) != (a.causal != 0) || spec->arch != ctx->arch)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the variant does not match the call (kind=serve, dtype, head_dim, "
                        "mask) or this device's arch sm_%d", ctx->arch);

@@ -96,14 +96,18 @@ fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c,
     if (a->k.dtype != a->q.dtype || a->v.dtype != a->q.dtype || a->o.dtype != a->q.dtype)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "q, k, v and o must share one dtype (q %s, k %s, v %s, o %s)",
                        dtype_name(a->q.dtype), dtype_name(a->k.dtype), dtype_name(a->v.dtype), dtype_name(a->o.dtype));
-    for (int i = 0; i < qn; i++)
+    /* V may have a head dim of its own (head_dim_v); O has V's */
+    for (int i = 0; i < qn - 1; i++)
         if (a->o.shape[i] != a->q.shape[i])
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "o.shape[%d] is %lld but q.shape[%d] is %lld; o is shaped like q",
                            i, (long long)a->o.shape[i], i, (long long)a->q.shape[i]);
-    for (int i = 0; i < kn; i++)
+    for (int i = 0; i < kn - 1; i++)
         if (a->v.shape[i] != a->k.shape[i])
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "v.shape[%d] is %lld but k.shape[%d] is %lld; v is shaped like k",
                            i, (long long)a->v.shape[i], i, (long long)a->k.shape[i]);
+    if (a->o.shape[qn - 1] != a->v.shape[kn - 1])
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "o's head_dim is %lld but v's is %lld; O has V's head dim",
+                       (long long)a->o.shape[qn - 1], (long long)a->v.shape[kn - 1]);
     c->packed_q = packed_q, c->packed_k = packed_k, c->paged = paged;
     c->hq = (int)a->q.shape[qn - 2];
     c->hkv = (int)a->k.shape[kn - 2];
@@ -111,9 +115,12 @@ fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c,
     if (a->k.shape[kn - 1] != c->head_dim)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "k's head_dim is %lld but q's is %d; they must be equal",
                        (long long)a->k.shape[kn - 1], c->head_dim);
-    if (c->head_dim < 8 || c->head_dim > 256 || c->head_dim % 8 != 0)
-        return fg_fail(err, FG_ERR_UNSUPPORTED, "head_dim %d is not supported by serving calls: a multiple of 8 from "
-                       "8 to 256", c->head_dim);
+    c->head_dim_v = (int)a->v.shape[kn - 1];
+    const int dims[2] = {c->head_dim, c->head_dim_v};
+    for (int i = 0; i < 2; i++)
+        if (dims[i] < 8 || dims[i] > 256 || dims[i] % 8 != 0)
+            return fg_fail(err, FG_ERR_UNSUPPORTED, "%s %d is not supported by serving calls: a multiple of 8 from 8 to "
+                           "256", i ? "v's head_dim" : "head_dim", dims[i]);
     if (c->hkv <= 0 || c->hq % c->hkv != 0)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "heads_kv (%d) must be positive and divide heads_q (%d)", c->hkv, c->hq);
     c->group = c->hq / c->hkv;

@@ -42,22 +42,30 @@
 #ifndef FG_SERVE_TMA
 #define FG_SERVE_TMA 0
 #endif
-static_assert(!FG_SERVE_TMA || FG_HEAD_DIM % 64 == 0, "TMA boxes of 64 columns, 128-byte swizzle");
+// V's head dim (head_dim_v: O is that wide), head_dim's unless the variant names its own.
+#ifndef FG_HEAD_DIM_V
+#define FG_HEAD_DIM_V FG_HEAD_DIM
+#define FG_HEAD_DIM_V_PADDED FG_HEAD_DIM_PADDED
+#endif
+static_assert(!FG_SERVE_TMA || (FG_HEAD_DIM % 64 == 0 && FG_HEAD_DIM_V == FG_HEAD_DIM),
+              "TMA boxes of 64 columns, 128-byte swizzle; K and V of one width");
 
 constexpr int FG_THREADS = FG_WARPS * 32;
 constexpr int FG_WARPS_M = FG_BLOCK_M / 16;          // warps over the rows
 constexpr int FG_WARPS_N = FG_WARPS / FG_WARPS_M;    // warps over the keys of a block
 constexpr int FG_KW = FG_BLOCK_N / FG_WARPS_N;       // keys of a block per warp
 constexpr int FG_NT = FG_KW / 8;                     // n8 tiles of a warp's S
-constexpr int FG_DT = FG_HEAD_DIM_PADDED / 8;        // n8 tiles of O
+constexpr int FG_DT = FG_HEAD_DIM_V_PADDED / 8;      // n8 tiles of O
+constexpr int FG_V_CHUNKS = FG_HEAD_DIM_V_PADDED / 8; // 16-byte chunks of a V row
 constexpr int FG_KK = FG_HEAD_DIM_PADDED / 16;       // k16 steps of Q K^T
 // Q's fragments are kept in registers across the key loop on the decode tile (16 rows, the warps over the
 // keys: a warp's scores take 8 registers) up to head_dim 128; elsewhere they would spill, and come from
 // shared memory at each block.
 constexpr bool FG_Q_IN_REGS = FG_HEAD_DIM_PADDED <= 128 && FG_WARPS_N >= 4;
 constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM_PADDED * 2;
-constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM_PADDED * 2;
-constexpr int FG_O_ROW = FG_HEAD_DIM_PADDED + 8;     // floats between staged O rows (bank spread)
+constexpr u32 FG_K_BYTES = FG_BLOCK_N * FG_HEAD_DIM_PADDED * 2;   // a K stage
+constexpr u32 FG_V_BYTES = FG_BLOCK_N * FG_HEAD_DIM_V_PADDED * 2; // a V stage
+constexpr int FG_O_ROW = FG_HEAD_DIM_V_PADDED + 8;   // floats between staged O rows (bank spread)
 static_assert(FG_WARPS_M * FG_WARPS_N == FG_WARPS && FG_KW % 16 == 0, "warps must tile rows x keys");
 
 // The rows of sequence b: its first query token and length, its first key token (packed keys; 0 for
@@ -88,24 +96,26 @@ __device__ __forceinline__ fg_seq fg_sequence(const fg_serve_params &p, int b) {
     return s;
 }
 
-// One thread's share of loading the K and V tiles of a key block: a fixed chunk column, rows RPS apart.
-// Each row is located on its own (paged or not), once for K and V.
-struct fg_kv_loader {
-    static constexpr int RPS = fg_fixed_step<FG_CHUNKS, FG_THREADS>::RPS;
-    static constexpr int LOADERS = fg_fixed_step<FG_CHUNKS, FG_THREADS>::LOADERS;
+// One thread's share of loading the K and/or V tiles (WHICH: 1 K, 2 V, 3 both, when they are of one width) of
+// a key block, rows of CH chunks: a fixed chunk column, rows RPS apart. Each row is located on its own (paged
+// or not), once for K and V.
+template <int CH, int WHICH>
+struct fg_kv_loader_t {
+    static constexpr int RPS = fg_fixed_step<CH, FG_THREADS>::RPS;
+    static constexpr int LOADERS = fg_fixed_step<CH, FG_THREADS>::LOADERS;
     static constexpr int ROWS_PER_THREAD = (FG_BLOCK_N + RPS - 1) / RPS;
+    static constexpr int DIM = WHICH == 2 ? FG_HEAD_DIM_V : FG_HEAD_DIM; // the columns the tensor has
     const fg_in_t *k, *v; // this thread's column of the KV head (paged) or of the sequence's key 0
     const int *table;     // the sequence's row of the block table, or 0
     u32 dst;
     int row;
-    bool active;          // a copying thread with its column inside head_dim
+    bool active;          // a copying thread with its column inside the head dim
 
     __device__ __forceinline__ void init(const fg_serve_params &p, int b, int kvh, const fg_seq &s, int tid) {
-        const int c = tid % FG_CHUNKS;
-        row = tid / FG_CHUNKS;
-        active = (LOADERS == FG_THREADS || tid < LOADERS) &&
-                 (FG_HEAD_DIM == FG_HEAD_DIM_PADDED || c * 8 < FG_HEAD_DIM);
-        dst = fg_tile_offset(row, c, FG_BLOCK_N);
+        const int c = tid % CH;
+        row = tid / CH;
+        active = (LOADERS == FG_THREADS || tid < LOADERS) && (DIM == CH * 8 || c * 8 < DIM);
+        dst = fg_tile_offset<CH>(row, c, FG_BLOCK_N);
         table = p.block_table ? p.block_table + (i64)b * p.block_table_stride : 0;
         k = (const fg_in_t *)p.k + (i64)kvh * p.k_stride[2] + c * 8;
         v = (const fg_in_t *)p.v + (i64)kvh * p.v_stride[2] + c * 8;
@@ -128,9 +138,9 @@ struct fg_kv_loader {
                     bool ok = key0 + r < sk;
                     const int page = ok ? __ldg(table + slot) : 0;
                     ok = ok && (unsigned)page < (unsigned)p.num_pages;
-                    const u32 o = fg_fixed_step_offset<FG_CHUNKS, RPS>(dst, i);
-                    fg_cp_async16(sk_tile + o, k + (page * p.k_stride[0] + off * p.k_stride[1]), ok);
-                    fg_cp_async16(sv_tile + o, v + (page * p.v_stride[0] + off * p.v_stride[1]), ok);
+                    const u32 o = fg_fixed_step_offset<CH, RPS>(dst, i);
+                    if (WHICH & 1) fg_cp_async16(sk_tile + o, k + (page * p.k_stride[0] + off * p.k_stride[1]), ok);
+                    if (WHICH & 2) fg_cp_async16(sv_tile + o, v + (page * p.v_stride[0] + off * p.v_stride[1]), ok);
                 }
                 off += RPS; // the next row of this thread, RPS keys on
                 while (off >= p.page_size) off -= p.page_size, slot++;
@@ -142,14 +152,29 @@ struct fg_kv_loader {
             for (int i = 0; i < ROWS_PER_THREAD; i++) {
                 const int r = row + i * RPS;
                 if (FG_BLOCK_N % RPS == 0 || r < FG_BLOCK_N) {
-                    const u32 o = fg_fixed_step_offset<FG_CHUNKS, RPS>(dst, i);
-                    fg_cp_async16(sk_tile + o, kp, key0 + r < sk);
-                    fg_cp_async16(sv_tile + o, vp, key0 + r < sk);
+                    const u32 o = fg_fixed_step_offset<CH, RPS>(dst, i);
+                    if (WHICH & 1) fg_cp_async16(sk_tile + o, kp, key0 + r < sk);
+                    if (WHICH & 2) fg_cp_async16(sv_tile + o, vp, key0 + r < sk);
                 }
-                kp += RPS * p.k_stride[1];
-                vp += RPS * p.v_stride[1];
+                if (WHICH & 1) kp += RPS * p.k_stride[1];
+                if (WHICH & 2) vp += RPS * p.v_stride[1];
             }
         }
+    }
+};
+
+// K and V of a key block: one loader for both when they are of one width, else one each.
+struct fg_kv_loader {
+    static constexpr bool SAME = FG_V_CHUNKS == FG_CHUNKS && FG_HEAD_DIM_V == FG_HEAD_DIM;
+    fg_kv_loader_t<FG_CHUNKS, SAME ? 3 : 1> kl;
+    fg_kv_loader_t<FG_V_CHUNKS, 2> vl;
+    __device__ __forceinline__ void init(const fg_serve_params &p, int b, int kvh, const fg_seq &s, int tid) {
+        kl.init(p, b, kvh, s, tid);
+        if (!SAME) vl.init(p, b, kvh, s, tid);
+    }
+    __device__ __forceinline__ void load(const fg_serve_params &p, u32 sk_tile, u32 sv_tile, int key0, int sk) {
+        kl.load(p, sk_tile, sv_tile, key0, sk);
+        if (!SAME) vl.load(p, sk_tile, sv_tile, key0, sk);
     }
 };
 
@@ -206,8 +231,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     const u32 s_q = FG_SERVE_TMA ? (fg_smem_addr(fg_smem) + 1023u) & ~1023u : fg_smem_addr(fg_smem);
     unsigned char *const smem = fg_smem + (s_q - fg_smem_addr(fg_smem)); // s_q, generic
     const u32 s_k = s_q + FG_Q_BYTES;
-    const u32 s_v = s_k + FG_STAGES * FG_KV_BYTES;
-    const u32 s_bar = s_v + FG_STAGES * FG_KV_BYTES; // TMA: a full mbarrier a stage
+    const u32 s_v = s_k + FG_STAGES * FG_K_BYTES;
+    const u32 s_bar = s_v + FG_STAGES * FG_V_BYTES; // TMA: a full mbarrier a stage
 
     // Q: row r is token (m0 + r) / grp, head kvh * grp + (m0 + r) % grp. Its own cp.async group.
     if (j_begin < j_end && tid < FG_THREADS / FG_CHUNKS * FG_CHUNKS) {
@@ -230,11 +255,11 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     const int k_row0 = p.cu_seqlens_k ? seq.k0 : 0, k_batch = p.cu_seqlens_k ? 0 : b;
     auto tma_kv = [&](int st, int jb) {
         const u32 bar = s_bar + 8u * (u32)st;
-        fg_mbar_expect_tx(bar, 2 * FG_KV_BYTES);
+        fg_mbar_expect_tx(bar, FG_K_BYTES + FG_V_BYTES);
 #pragma unroll
         for (int c = 0; c < FG_HEAD_DIM / 64; c++) {
-            fg_tma_load(s_k + st * FG_KV_BYTES + c * FG_BLOCK_N * 128, tm.k, c * 64, k_row0 + jb * FG_BLOCK_N, kvh, k_batch, bar);
-            fg_tma_load(s_v + st * FG_KV_BYTES + c * FG_BLOCK_N * 128, tm.v, c * 64, k_row0 + jb * FG_BLOCK_N, kvh, k_batch, bar);
+            fg_tma_load(s_k + st * FG_K_BYTES + c * FG_BLOCK_N * 128, tm.k, c * 64, k_row0 + jb * FG_BLOCK_N, kvh, k_batch, bar);
+            fg_tma_load(s_v + st * FG_V_BYTES + c * FG_BLOCK_N * 128, tm.v, c * 64, k_row0 + jb * FG_BLOCK_N, kvh, k_batch, bar);
         }
     };
     if (tid == 0) {
@@ -252,7 +277,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     kv.init(p, b, kvh, seq, tid);
 #pragma unroll
     for (int st = 0; st < FG_STAGES - 1; st++) {
-        if (j_begin + st < j_end) kv.load(p, s_k + st * FG_KV_BYTES, s_v + st * FG_KV_BYTES, (j_begin + st) * FG_BLOCK_N, sk);
+        if (j_begin + st < j_end) kv.load(p, s_k + st * FG_K_BYTES, s_v + st * FG_V_BYTES, (j_begin + st) * FG_BLOCK_N, sk);
         fg_cp_async_commit();
     }
 #endif
@@ -265,6 +290,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     row_sum[0][0] = row_sum[0][1] = 0.f;
     const int g = lane / 4, t = lane % 4;
     const fg_frag_offsets qv_off = fg_frag_offsets_make(lane % 16, lane / 16);
+    // V's transposed fragments: Q's lane offsets, in rows of V's chunks
+    const fg_frag_offsets_t<FG_V_CHUNKS> v_off = fg_frag_offsets_make<FG_V_CHUNKS>(lane % 16, lane / 16);
     const fg_frag_offsets k_off = fg_frag_offsets_make(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
     const u32 s_q_warp = s_q + (u32)(wm * 16 * FG_SLAB_CHUNKS * 16);
     const int key_w = wn * FG_KW; // this warp's first key in a block
@@ -305,7 +332,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
             // the key rows past the sequence: zero V's (whole 128-byte rows: the swizzle stays within a row)
             const int valid = sk - j * FG_BLOCK_N, units = (FG_BLOCK_N - valid) * 8;
             for (int u = tid; u < FG_HEAD_DIM / 64 * units; u += FG_THREADS)
-                asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(s_v + stage * FG_KV_BYTES + (u / units) * FG_BLOCK_N * 128 +
+                asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(s_v + stage * FG_V_BYTES + (u / units) * FG_BLOCK_N * 128 +
                                                                            valid * 128 + (u % units) * 16),
                              "r"(0u) : "memory");
         }
@@ -317,10 +344,10 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
 #else
         fg_cp_async_wait<FG_STAGES - 2>();
         __syncthreads();
-        if (jn < j_end) kv.load(p, s_k + pst * FG_KV_BYTES, s_v + pst * FG_KV_BYTES, jn * FG_BLOCK_N, sk);
+        if (jn < j_end) kv.load(p, s_k + pst * FG_K_BYTES, s_v + pst * FG_V_BYTES, jn * FG_BLOCK_N, sk);
         fg_cp_async_commit();
 #endif
-        const u32 sk_j = s_k + stage * FG_KV_BYTES, sv_j = s_v + stage * FG_KV_BYTES;
+        const u32 sk_j = s_k + stage * FG_K_BYTES, sv_j = s_v + stage * FG_V_BYTES;
         stage = stage == FG_STAGES - 1 ? 0 : stage + 1;
 
         float s[1][FG_NT][4];
@@ -384,7 +411,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
 #pragma unroll
             for (int d2 = 0; d2 < FG_DT / 2; d2++) {
                 u32 vf[4];
-                fg_ldmatrix_x4_trans(vf, fg_frag_addr<FG_BLOCK_N>(sv_j, qv_off, key_w + kk * 16, d2));
+                fg_ldmatrix_x4_trans(vf, fg_frag_addr<FG_BLOCK_N>(sv_j, v_off, key_w + kk * 16, d2));
                 fg_mma_16816(acc[0][2 * d2], pf[kk], vf[0], vf[1]);
                 fg_mma_16816(acc[0][2 * d2 + 1], pf[kk], vf[2], vf[3]);
             }
@@ -449,7 +476,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     }
     __syncthreads();
     const bool partial = p.num_splits > 1;
-    constexpr int C4 = FG_HEAD_DIM_PADDED / 4;
+    constexpr int C4 = FG_HEAD_DIM_V_PADDED / 4;
     for (int i = tid; i < FG_BLOCK_M * C4; i += FG_THREADS) {
         const int r = i / C4, c = (i % C4) * 4;
         const int idx = m0 + r;
@@ -464,7 +491,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
             else
                 p.lse[(i64)b * p.lse_stride[0] + (i64)h * p.lse_stride[1] + (i64)(seq.q0 + tok) * p.lse_stride[2]] = lse;
         }
-        if (c >= FG_HEAD_DIM) continue;
+        if (c >= FG_HEAD_DIM_V) continue;
         float4 o = *(const float4 *)(stage_o + r * FG_O_ROW + c);
 #pragma unroll
         for (int w = 1; w < FG_WARPS_N; w++) {
@@ -473,7 +500,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
         }
         if (partial) {
             float *dst = p.o_part + ((i64)split * p.part_tokens * p.heads_q +
-                                     ((i64)b * (p.cu_seqlens_q ? 0 : p.seqlen_q) + seq.q0 + tok) * p.heads_q + h) * p.head_dim + c;
+                                     ((i64)b * (p.cu_seqlens_q ? 0 : p.seqlen_q) + seq.q0 + tok) * p.heads_q + h) * p.head_dim_v + c;
             *(float4 *)dst = o;
         } else {
             u16 *dst = (u16 *)p.o + (i64)b * p.o_stride[0] + (i64)(seq.q0 + tok) * p.o_stride[1] + (i64)h * p.o_stride[2] + c;

@@ -70,11 +70,14 @@ void serve_setup(gpu_env *env, serve_run *r, const serve_case *c) {
     r->seqlen_q = c->q_dense ? (c->batch ? r->lq[0] : 0) : maxq;
     const uint64_t seed = c->seed ? c->seed : 0x5e7e;
     int64_t st[4];
-    /* q and o */
+    /* q and o (o of V's head dim) */
+    const int dv = c->dv ? c->dv : c->d;
     int64_t qs4[4] = {c->batch, r->seqlen_q, c->hq, c->d}, qs3[3] = {r->total_q, c->hq, c->d};
     const int qn = c->q_dense ? 4 : 3;
     make_strides(qn, c->q_dense ? qs4 : qs3, c->strided, st);
     dbuf_init(env, &r->q, c->dt, qn, c->q_dense ? qs4 : qs3, st, 0, 0);
+    qs4[3] = qs3[2] = dv;
+    make_strides(qn, c->q_dense ? qs4 : qs3, c->strided, st);
     dbuf_init(env, &r->o, c->dt, qn, c->q_dense ? qs4 : qs3, st, GUARD, 0);
     fill(&r->q, seed + 1);
     upload(env, &r->q);
@@ -98,12 +101,14 @@ void serve_setup(gpu_env *env, serve_run *r, const serve_case *c) {
     }
     make_strides(kn, ks, c->strided, st);
     dbuf_init(env, &r->k, c->dt, kn, ks, st, 0, 0);
+    ks[kn - 1] = dv;
+    make_strides(kn, ks, c->strided, st);
     dbuf_init(env, &r->v, c->dt, kn, ks, st, 0, 0);
     fill(&r->k, seed + 2);
     fill(&r->v, seed + 3);
     if (c->k_mode == SERVE_K_DENSE) /* slots past each sequence's keys: NaN */
         for (int b = 0; b < c->batch; b++)
-            for (int j = r->lk[b]; j < cap; j++) nan_row(&r->k, b, j, c->hkv, c->d), nan_row(&r->v, b, j, c->hkv, c->d);
+            for (int j = r->lk[b]; j < cap; j++) nan_row(&r->k, b, j, c->hkv, c->d), nan_row(&r->v, b, j, c->hkv, dv);
     if (c->k_mode == SERVE_K_PAGED) {
         /* pages in a shuffled order; every slot NaN first, then each sequence's keys' slots filled again */
         int *perm = malloc((size_t)r->num_pages * sizeof *perm);
@@ -136,8 +141,10 @@ void serve_setup(gpu_env *env, serve_run *r, const serve_case *c) {
                     for (int h = 0; h < c->hkv; h++) {
                         const size_t off = (size_t)(*slot * r->k.view.stride[0] + j * r->k.view.stride[1] +
                                                     h * r->k.view.stride[2]) * r->k.esize;
+                        const size_t voff = (size_t)(*slot * r->v.view.stride[0] + j * r->v.view.stride[1] +
+                                                     h * r->v.view.stride[2]) * r->v.esize;
                         memcpy(r->k.img + off, ik + off, (size_t)c->d * r->k.esize);
-                        memcpy(r->v.img + off, iv + off, (size_t)c->d * r->v.esize);
+                        memcpy(r->v.img + voff, iv + voff, (size_t)dv * r->v.esize);
                     }
             }
         free(ik), free(iv), free(perm);
@@ -208,6 +215,7 @@ void serve_launch(gpu_env *env, serve_run *r) {
         s.arch = gpu_cc(env);
         s.dtype = s.out_dtype = r->c.dt;
         s.head_dim = r->c.d;
+        s.head_dim_v = r->c.dv;
         s.causal = r->c.causal;
         s.block_m = r->c.tiles[0], s.block_n = r->c.tiles[1], s.warps = r->c.tiles[2], s.stages = r->c.tiles[3];
         s.tma = r->c.tma;
@@ -227,12 +235,13 @@ void serve_launch(gpu_env *env, serve_run *r) {
 /* Sequence b's keys (or values) as a contiguous [1, lk, hkv, d] host tensor gathered from the pages. */
 static fg_tensor gather_pages(const serve_run *r, const dbuf *kv, int b) {
     const serve_case *c = &r->c;
+    const int64_t d = kv->view.shape[3]; /* K's or V's head dim */
     fg_tensor t = {0};
     t.dtype = c->dt;
     t.ndim = 4;
-    t.shape[0] = 1, t.shape[1] = r->lk[b], t.shape[2] = c->hkv, t.shape[3] = c->d;
+    t.shape[0] = 1, t.shape[1] = r->lk[b], t.shape[2] = c->hkv, t.shape[3] = d;
     make_strides(4, t.shape, 0, t.stride);
-    t.data = malloc((size_t)r->lk[b] * c->hkv * c->d * 2 + 2);
+    t.data = malloc((size_t)r->lk[b] * c->hkv * d * 2 + 2);
     cr_assert(t.data);
     for (int j = 0; j < r->lk[b]; j++) {
         const int page = r->table[(size_t)b * r->max_pages + j / c->page_size];
@@ -240,7 +249,7 @@ static fg_tensor gather_pages(const serve_run *r, const dbuf *kv, int b) {
             memcpy((char *)t.data + (size_t)(j * t.stride[1] + h * t.stride[2]) * 2,
                    kv->img + (size_t)(page * kv->view.stride[0] + (j % c->page_size) * kv->view.stride[1] +
                                       h * kv->view.stride[2]) * kv->esize,
-                   (size_t)c->d * 2);
+                   (size_t)d * 2);
     }
     return t;
 }

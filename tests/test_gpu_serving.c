@@ -183,6 +183,24 @@ Test(top_left, causal_masks) {
     serve_case_run(&c);
 }
 
+/* V with a head dim of its own (DeepSeek's 192/128; narrower and wider V): O has V's head dim; prefill tiles,
+ * decode with splits over a paged cache, an explicit decode tile, causal or not, with a window. */
+Test(head_dim_v, unequal_qk_and_v) {
+    static const int dims[][2] = {{192, 128}, {128, 64}, {64, 128}, {72, 40}};
+    for (size_t i = 0; i < NELEM(dims); i++) {
+        serve_case c = sc(i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, 6, uneven_q, uneven_k, 8, 2, dims[i][0], (int)(i % 2));
+        c.dv = dims[i][1], c.seed = 330 + i;
+        serve_case_run(&c);
+    }
+    serve_case c = sc(FG_DTYPE_BF16, 5, decode_q, cache_k, 32, 8, 192, 1);
+    c.dv = 128, c.q_dense = 1, c.k_mode = SERVE_K_PAGED, c.page_size = 16, c.num_splits = 3, c.seed = 335;
+    serve_case_run(&c);
+    c = sc(FG_DTYPE_BF16, 5, decode_q, cache_k, 32, 8, 192, 0);
+    c.dv = 128, c.q_dense = 1, c.k_mode = SERVE_K_DENSE, c.cap_k = 1100, c.window = 1, c.window_left = 300;
+    c.window_right = -1, c.tiles[0] = 16, c.tiles[1] = 64, c.tiles[2] = 4, c.tiles[3] = 2, c.seed = 336;
+    serve_case_run(&c);
+}
+
 Test(varlen, explicit_tiles) {
     static const int tiles[][4] = {{16, 64, 4, 2}, {32, 64, 4, 3}, {64, 64, 4, 2}, {128, 32, 8, 2}, {64, 128, 8, 2}};
     for (size_t i = 0; i < NELEM(tiles); i++) {

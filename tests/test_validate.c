@@ -83,6 +83,9 @@ static void m_mods_sinks(fg_spec *s) { s->sinks = 1; } /* base(): kind=fwd, mma.
 static void m_mods_window(fg_spec *s) { s->window = 1; }
 static void m_mods_softcap_dense(fg_spec *s) { *s = wg_base(); s->softcap = 1; } /* sm_90a without varlen=1 */
 static void m_mods_alibi_bwd(fg_spec *s) { s->kind = FG_KIND_BWD, s->alibi = 1, s->block_m = 64, s->block_n = 64; }
+static void m_head_dim_v(fg_spec *s) { *s = serve_base(); s->head_dim_v = 100; }
+static void m_head_dim_v_kind(fg_spec *s) { s->head_dim_v = 64; } /* base(): kind=fwd */
+static void m_serve_tma_dim_v(fg_spec *s) { *s = serve_base(); s->tma = 1, s->arch = 90, s->head_dim = 192, s->head_dim_v = 128; }
 static void m_serve_registers(fg_spec *s) { *s = serve_base(); s->block_m = 64; s->block_n = 256; s->head_dim = 256; s->stages = 2; }
 
 static const broken rules[] = {
@@ -140,6 +143,9 @@ static const broken rules[] = {
     {"model_variants", m_mods_softcap_dense, "sm_90a forward with varlen=1"},
     {"model_variants", m_mods_alibi_bwd, "other kinds"},
     {"serve_tma", m_serve_tma_dim, "head_dim 96"},
+    {"serve_tma", m_serve_tma_dim_v, "head_dim_v 128"},
+    {"head_dim_v", m_head_dim_v, "head_dim_v 100"},
+    {"head_dim_v", m_head_dim_v_kind, "kind=serve"},
     {"fwd_varlen", m_fwd_varlen_fp8, "in fp16 or bf16"},
 };
 

@@ -96,8 +96,8 @@ def _run(pkg, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_s
     torch = pkg._torch()
     handle = pkg._stream_handle(stream, q)
     dl_stream = handle or None
-    if out is None:
-        out = torch.empty_like(q)
+    if out is None:  # O has V's head dim (which may differ from Q's)
+        out = torch.empty_like(q) if v.shape[-1] == q.shape[-1] else q.new_empty(tuple(q.shape[:-1]) + (v.shape[-1],))
     packed = q.dim() == 3
     if return_lse and lse is None:
         shape = (q.shape[1], q.shape[0]) if packed else (q.shape[0], q.shape[2], q.shape[1])
@@ -258,7 +258,7 @@ def explain_varlen(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None
     packing, splits, workspace, where its code comes from), as text."""
     pkg = _pkg()
     torch = pkg._torch()
-    out = torch.empty_like(q)
+    out = torch.empty_like(q) if v.shape[-1] == q.shape[-1] else q.new_empty(tuple(q.shape[:-1]) + (v.shape[-1],))
     a, views = _varlen_args(pkg, q, k, v, out, None, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
                             max_seqlen_k, causal, None, num_splits, split_size, None, {})
     a.workspace = 256  # explain the plan of a call that gives a workspace

@@ -166,6 +166,18 @@ class ServingTest(unittest.TestCase):
             flashgen.attention_varlen(q, k, v, cq, ck, 70, 300, softcap=-1.0)
         self.assertIn("softcap", str(cm.exception))
 
+    def test_v_of_its_own_head_dim(self):
+        lens_q, lens_k = [5, 1, 70], [300, 9, 70]
+        q, k, _, cq, ck = packed_batch(lens_q, lens_k, 8, 2, 192, torch.bfloat16)
+        v = torch.randn(k.shape[0], 2, 128, device="cuda", dtype=torch.bfloat16)
+        o, lse = flashgen.attention_varlen(q, k, v, cq, ck, max(lens_q), max(lens_k), causal=True, return_lse=True)
+        self.assertEqual(tuple(o.shape), (q.shape[0], 8, 128))
+        for b in range(len(lens_q)):
+            qs, ks = slice(cq[b].item(), cq[b + 1].item()), slice(ck[b].item(), ck[b + 1].item())
+            ro, rl = reference(q[qs], k[ks], v[ks], True)
+            close(self, o[qs], ro, "sequence %d O, 192/128" % b)
+            close(self, lse[:, qs], rl, "sequence %d LSE, 192/128" % b)
+
     def test_kvcache_dense_and_paged(self):
         b, cap, ps = 3, 700, 16
         lens = torch.tensor([700, 1, 333], dtype=torch.int32, device="cuda")

@@ -130,13 +130,14 @@ typedef struct fg_serve_params {
     int seqlen_q;               /* dense Q: its length; packed tokens: the longest sequence (the grid's bound) */
     int seqlen_k;               /* dense K/V: their length (each sequence's capacity) */
     int total_q, total_k;       /* packed tokens: the rows of Q and of K/V (bounds for cu_seqlens) */
-    int head_dim;
+    int head_dim;               /* Q's and K's */
+    int head_dim_v;             /* V's and O's (head_dim unless the variant names head_dim_v) */
     float scale_log2;           /* softmax_scale * log2(e) */
     float softmax_scale;
     int num_splits;             /* CTAs over the keys of one tile of rows (grid x = row blocks * num_splits) */
     int split_blocks;           /* > 0: split s takes key blocks [s * split_blocks, (s + 1) * split_blocks), bounds
                                    that depend on the sequence alone; 0: each tile's blocks in num_splits even parts */
-    float *o_part;              /* num_splits > 1: fp32 [num_splits, tokens, hq, d], normalized per split */
+    float *o_part;              /* num_splits > 1: fp32 [num_splits, tokens, hq, head_dim_v], normalized per split */
     float *lse_part;            /* num_splits > 1: fp32 [num_splits, tokens, hq] */
     long long part_tokens;      /* tokens of the partials (total_q, or batch * seqlen_q) */
     int window_left, window_right; /* window=1 variants: the keys a query sees around its diagonal (-1: no bound) */

@@ -1,0 +1,106 @@
+"""bench/model_variants.py: the model variants (sliding window, softcap, sinks, ALiBi) of the serving call,
+in one process with the protocol of bench/serving.py (CUDA events around runs of 5 back-to-back calls,
+warm-up first, the median of the runs).
+
+  window     causal sliding window of 4k keys over 32k tokens (bf16, head_dim 128, 16 heads, batch 1):
+             flashgen's attention_varlen on the dense tensors against FlashAttention-4's flash_attn_func
+             with window_size (when importable); FLOPs count the keys each row sees.
+  overhead   softcap, sinks and ALiBi each against the same call without them (bf16, head_dim 128, 16
+             heads, 4 x 8k, causal): time with / time without.
+
+    FLASHGEN_PREFILL_SM90A=1 python3 bench/model_variants.py [window] [overhead] [--iters 30]
+
+Each flashgen output is checked against the peer's (window) or a float32 PyTorch reference on a slice
+(overhead) before it is timed.
+"""
+
+import argparse
+import sys
+
+import torch
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+sys.path.insert(0, __file__.rsplit("/", 2)[0] + "/python")
+import flashgen  # noqa: E402
+from serving import FA4_WHY, check, fa4_func, timed  # noqa: E402
+
+
+def window(a):
+    n, h, d, w = 32768, 16, 128, 4096
+    q = torch.randn(1, n, h, d, device="cuda", dtype=torch.bfloat16)
+    k, v = torch.randn_like(q), torch.randn_like(q)
+    rows = torch.arange(n, dtype=torch.float64)
+    flops = 4 * d * h * float(torch.clamp(rows + 1, max=w + 1).sum())
+    print("## sliding window: causal, %d keys left, %dk tokens, bf16, head_dim %d, %d heads" % (w, n // 1024, d, h))
+    print("<!-- %s -->" % flashgen.explain_varlen(q, k, v, causal=True).splitlines()[0])
+    fg = lambda: flashgen.attention_varlen(q, k, v, None, None, n, n, causal=True, window_size=(w, 0))
+    out = fg()
+    t = timed(fg, a.iters)
+    print("| impl | time | rate |\n|---|---|---|")
+    print("| flashgen | %.0f us | %.0f TFLOP/s |" % (t, flops / t / 1e6))
+    if fa4_func is None:
+        print("FA4: not importable (%s)" % FA4_WHY)
+        return
+    fa4 = lambda: fa4_func(q, k, v, causal=True, window_size=(w, 0))
+    ref = fa4()
+    ref = ref[0] if isinstance(ref, tuple) else ref
+    check("flashgen vs FA4 window", out, ref)
+    t4 = timed(fa4, a.iters)
+    print("| FA4 | %.0f us | %.0f TFLOP/s |" % (t4, flops / t4 / 1e6))
+    print("flashgen / FA4: %.2f" % (t4 / t))
+
+
+def reference_rows(q, k, v, rows, softcap=0.0, sinks=None, slopes=None):
+    """O of the last `rows` queries of batch 0 in float32 (causal, sq == sk)."""
+    n, h, d = q.shape[1], q.shape[2], q.shape[3]
+    qq = q[0, n - rows:].float().transpose(0, 1)
+    kk, vv = k[0].float().transpose(0, 1), v[0].float().transpose(0, 1)
+    s = qq @ kk.transpose(1, 2) / d ** 0.5
+    i = torch.arange(n - rows, n, device=q.device)[:, None]
+    j = torch.arange(n, device=q.device)[None, :]
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    if slopes is not None:
+        s = s - slopes[:, None, None] * (i - j).abs()
+    s = s.masked_fill(j > i, float("-inf"))
+    if sinks is not None:
+        s = torch.cat([s, sinks[:, None, None].expand(h, rows, 1)], dim=2)
+    p = torch.softmax(s, dim=-1)[..., :n]
+    return (p @ vv).transpose(0, 1)
+
+
+def overhead(a):
+    b, n, h, d = 4, 8192, 16, 128
+    q = torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16)
+    k, v = torch.randn_like(q), torch.randn_like(q)
+    sinks = torch.linspace(-1.0, 2.0, h, device="cuda")
+    slopes = torch.tensor([2.0 ** (-8.0 * (i + 1) / h) for i in range(h)], device="cuda")
+    cases = [("none", {}), ("softcap 30", {"softcap": 30.0}), ("sinks", {"sinks": sinks}),
+             ("ALiBi", {"alibi_slopes": slopes})]
+    print("## model variants' cost: causal, %d x %dk, bf16, head_dim %d, %d heads" % (b, n // 1024, d, h))
+    print("| variant | time | / none |\n|---|---|---|")
+    base = None
+    for name, kw in cases:
+        fg = lambda: flashgen.attention_varlen(q, k, v, None, None, n, n, causal=True, **kw)
+        out = fg()
+        ref = reference_rows(q, k, v, 64, kw.get("softcap", 0.0), kw.get("sinks"), kw.get("alibi_slopes"))
+        check("flashgen %s" % name, out[0, n - 64:], ref)
+        t = timed(fg, a.iters)
+        base = t if base is None else base
+        print("| %s | %.0f us | %.3f |" % (name, t, t / base))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", nargs="*", default=["window", "overhead"])
+    p.add_argument("--iters", type=int, default=30)
+    a = p.parse_args()
+    print("# %s, torch %s, FA4 %s" % (torch.cuda.get_device_name(), torch.__version__, "yes" if fa4_func else "no"))
+    if "window" in a.what:
+        window(a)
+    if "overhead" in a.what:
+        overhead(a)
+
+
+if __name__ == "__main__":
+    main()
