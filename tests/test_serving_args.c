@@ -114,8 +114,14 @@ Test(serving_args, each_rule_gives_its_sentence) {
     expect(&a, FG_ERR_INVALID_ARGUMENT, "v is shaped like k");
     a = packed(), a.k.shape[1] = a.v.shape[1] = 3;
     expect(&a, FG_ERR_INVALID_ARGUMENT, "divide heads_q");
-    a = packed(), a.q = t3(FG_DTYPE_BF16, 100, 8, 96, 0x100000), a.o = t3(FG_DTYPE_BF16, 100, 8, 96, 0x200000);
-    expect(&a, FG_ERR_INVALID_ARGUMENT, "head_dim is 128 but q's is 96");
+    a = packed(), a.q = t3(FG_DTYPE_BF16, 100, 8, 96, 0x100000);
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "k's head_dim is 128 but q's is 96");
+    a = packed(), a.o = t3(FG_DTYPE_BF16, 100, 8, 96, 0x200000); /* O has V's head dim, which may differ from Q's */
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "o's head_dim is 96 but v's is 128");
+    a = packed(), a.v.shape[2] = 260;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "o's head_dim is 128 but v's is 260");
+    a.o.shape[2] = 260;
+    expect(&a, FG_ERR_UNSUPPORTED, "v's head_dim 260 is not supported");
     a = packed(), a.q.stride[2] = 2;
     expect(&a, FG_ERR_INVALID_ARGUMENT, "contiguous");
     a = packed(), a.q.data = ADDR(0x100008);
