@@ -54,10 +54,10 @@ static const fg_knob knobs[FG_KNOB_COUNT] = {
     [FG_KNOB_SERVE_TMA] = {"FLASHGEN_SERVE_TMA", "0",
                            "1: serving calls whose keys are packed or in a dense cache load K and V by TMA (sm_90 "
                            "and newer, head_dim 64, 128, 192, 256); off by default until measured", 1},
-    [FG_KNOB_PREFILL_SM90A] = {"FLASHGEN_PREFILL_SM90A", "0",
+    [FG_KNOB_PREFILL_SM90A] = {"FLASHGEN_PREFILL_SM90A", "1",
                                "1: serving calls on an H100/H200 whose longest sequence has 64 queries or more (keys "
-                               "not paged) run the sm_90a forward's varlen variants; off by default until their GPU "
-                               "tests have passed", 1},
+                               "not paged, no window) run the sm_90a forward's varlen variants; 0: the serving "
+                               "kernel", 1},
 };
 
 const fg_knob *knob_info(fg_knob_id id) { return (unsigned)id < FG_KNOB_COUNT ? &knobs[id] : NULL; }

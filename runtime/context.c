@@ -213,7 +213,7 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
         }
         ctx->pdl = !ctx->emulated && ctx->arch >= 90 && cu->cuLaunchKernelEx != NULL && !knob_is_zero(FG_KNOB_PDL);
         ctx->serve_tma = ctx->tma_maps && knob_is_one(FG_KNOB_SERVE_TMA);
-        ctx->prefill_sm90a = ctx->wgmma && knob_is_one(FG_KNOB_PREFILL_SM90A);
+        ctx->prefill_sm90a = ctx->wgmma && !knob_is_zero(FG_KNOB_PREFILL_SM90A);
         /* On by default on sm_90, where TMA loads take the address arithmetic out of the backward's loop;
          * newer archs take them only with FLASHGEN_BWD_TMA=1: their speed there is unverified. */
         ctx->bwd_tma = ctx->tma_maps && (ctx->arch == 90 ? !knob_is_zero(FG_KNOB_BWD_TMA) : knob_is_one(FG_KNOB_BWD_TMA));

@@ -91,7 +91,7 @@ struct fg_context {
     int ntile_ctr;               /* pairs handed out; streams past FG_TILE_CTRS run one CTA per tile */
     int check_inputs;            /* FG_OPTION_CHECK_INPUTS (FLASHGEN_CHECK_INPUTS): serving calls check their
                                     device-resident lengths and tables on the host first (serving_args.c) */
-    int prefill_sm90a;           /* FLASHGEN_PREFILL_SM90A=1 with the wgmma forward: serving prefill calls run its
+    int prefill_sm90a;           /* the wgmma forward, FLASHGEN_PREFILL_SM90A not 0: serving prefill calls run its
                                     varlen variants (serving_prefill.c) */
     int tma_maps;                /* TMA tensor maps can be made and used: sm_90+, a driver with
                                     cuTensorMapEncodeTiled, not emulating an older arch */

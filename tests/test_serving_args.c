@@ -300,21 +300,23 @@ Test(serving_args, tuned_split_count_overrides_the_rule) {
 
 /* Which calls the sm_90a forward's varlen variants take (serving_prefill.c), decided on host arguments: on a
  * Hopper context with FLASHGEN_PREFILL_SM90A, sequences of 64 queries or more whose keys are not paged, no
- * split asked for, head_dim a multiple of 32, tensors TMA can read. */
+ * split asked for, no window, head_dim a multiple of 32, tensors TMA can read. */
 Test(serving_args, prefill_on_the_sm90a_forward) {
     fg_context ctx;
     memset(&ctx, 0, sizeof ctx);
     ctx.arch = 90, ctx.sm_count = 132, ctx.smem_optin = 232448, ctx.wgmma = 1, ctx.prefill_sm90a = 1;
     fg_error e;
     cr_assert_eq(tile_policy_init_default(&ctx.policy, &e), FG_OK, "%s", e.msg);
-    struct { const char *what; int max_q, num_splits, d, misaligned, paged, knob, want; } cells[] = {
-        {"a packed prefill", 64, 0, 128, 0, 0, 1, 1},
-        {"queries below a block", 63, 0, 128, 0, 0, 1, 0},
-        {"a split asked for", 100, 2, 128, 0, 0, 1, 0},
-        {"head_dim 72", 100, 0, 72, 0, 0, 1, 0},
-        {"a row stride TMA cannot take", 100, 0, 128, 1, 0, 1, 0},
-        {"a paged cache", 100, 0, 128, 0, 1, 1, 0},
-        {"FLASHGEN_PREFILL_SM90A off", 100, 0, 128, 0, 0, 0, 0},
+    struct { const char *what; int max_q, num_splits, d, misaligned, paged, knob, window, softcap, want; } cells[] = {
+        {"a packed prefill", 64, 0, 128, 0, 0, 1, 0, 0, 1},
+        {"queries below a block", 63, 0, 128, 0, 0, 1, 0, 0, 0},
+        {"a split asked for", 100, 2, 128, 0, 0, 1, 0, 0, 0},
+        {"head_dim 72", 100, 0, 72, 0, 0, 1, 0, 0, 0},
+        {"a row stride TMA cannot take", 100, 0, 128, 1, 0, 1, 0, 0, 0},
+        {"a paged cache", 100, 0, 128, 0, 1, 1, 0, 0, 0},
+        {"FLASHGEN_PREFILL_SM90A off", 100, 0, 128, 0, 0, 0, 0, 0, 0},
+        {"a sliding window", 100, 0, 128, 0, 0, 1, 1, 0, 0},
+        {"a softcap", 100, 0, 128, 0, 0, 1, 0, 1, 1},
     };
     for (size_t i = 0; i < sizeof cells / sizeof cells[0]; i++) {
         fg_varlen_args a = cells[i].paged ? paged() : packed();
@@ -326,6 +328,8 @@ Test(serving_args, prefill_on_the_sm90a_forward) {
         a.max_seqlen_q = cells[i].paged ? 0 : cells[i].max_q;
         if (cells[i].paged) a.q = t4(FG_DTYPE_F16, 4, 100, 32, 128, 0x100000), a.o = t4(FG_DTYPE_F16, 4, 100, 32, 128, 0x200000);
         a.num_splits = cells[i].num_splits;
+        a.window = cells[i].window, a.window_left = 10, a.window_right = 0;
+        a.softcap = cells[i].softcap ? 30.f : 0.f;
         if (cells[i].misaligned) a.q.stride[0] = 8 * d + 4, a.o.stride[0] = 8 * d + 4; /* 8 bytes past a multiple of 16 */
         ctx.prefill_sm90a = cells[i].knob;
         serving_call c;
@@ -335,7 +339,8 @@ Test(serving_args, prefill_on_the_sm90a_forward) {
         const int got = serving_prefill_variant(&ctx, &a, &c, &s);
         cr_assert_eq(got, cells[i].want, "%s: %s", cells[i].what, got ? "taken" : "not taken");
         if (got)
-            cr_assert(s.kind == FG_KIND_FWD && s.varlen && spec_is_wgmma(&s) && s.head_dim == d && s.causal == a.causal,
+            cr_assert(s.kind == FG_KIND_FWD && s.varlen && spec_is_wgmma(&s) && s.head_dim == d && s.causal == a.causal &&
+                          s.softcap == cells[i].softcap,
                       "%s: not an sm_90a varlen variant", cells[i].what);
     }
     tile_policy_free(&ctx.policy);
