@@ -61,13 +61,12 @@ static void prefill_views(const fg_varlen_args *a, const serving_call *c, fg_fwd
 
 /* Whether the call runs here, and if so its variant in *spec: on a context with the sm_90a forward and
  * FLASHGEN_PREFILL_SM90A not 0 (the default), V of Q's head dim, keys packed or dense (not paged), no split
- * asked for, no window (nor top-left causal: compute-sanitizer's racecheck reports shared-memory hazards in the
- * window=1 variants of this route, not yet understood, so those calls stay on the serving kernel), the longest
- * sequence at least PREFILL_MIN_Q queries, and tensors TMA can read (select_call_wgmma on the views TMA maps).
- * The call's other model variants (sinks, softcap, ALiBi) are compiled in. */
+ * asked for, the longest sequence at least PREFILL_MIN_Q queries, and tensors TMA can read (select_call_wgmma on
+ * the views TMA maps). The call's model variants (window, top-left causal, sinks, softcap, ALiBi) are compiled
+ * in. */
 static int prefill_spec(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, fg_spec *spec,
                         fg_fwd_args *g, fwd_varlen *vl, char *why, size_t nwhy) {
-    if (!ctx->prefill_sm90a || c->paged || c->window || c->head_dim_v != c->head_dim || a->num_splits > 1 || a->split_size > 0 || c->seqlen_q < PREFILL_MIN_Q) return 0;
+    if (!ctx->prefill_sm90a || c->paged || c->head_dim_v != c->head_dim || a->num_splits > 1 || a->split_size > 0 || c->seqlen_q < PREFILL_MIN_Q) return 0;
     fg_fwd_args maps;
     memset(&maps, 0, sizeof maps);
     prefill_views(a, c, g, vl, &maps.o);

@@ -300,7 +300,7 @@ Test(serving_args, tuned_split_count_overrides_the_rule) {
 
 /* Which calls the sm_90a forward's varlen variants take (serving_prefill.c), decided on host arguments: on a
  * Hopper context with FLASHGEN_PREFILL_SM90A, sequences of 64 queries or more whose keys are not paged, no
- * split asked for, no window, head_dim a multiple of 32, tensors TMA can read. */
+ * split asked for, head_dim a multiple of 32, tensors TMA can read; with the call's model variants. */
 Test(serving_args, prefill_on_the_sm90a_forward) {
     fg_context ctx;
     memset(&ctx, 0, sizeof ctx);
@@ -315,7 +315,7 @@ Test(serving_args, prefill_on_the_sm90a_forward) {
         {"a row stride TMA cannot take", 100, 0, 128, 1, 0, 1, 0, 0, 0},
         {"a paged cache", 100, 0, 128, 0, 1, 1, 0, 0, 0},
         {"FLASHGEN_PREFILL_SM90A off", 100, 0, 128, 0, 0, 0, 0, 0, 0},
-        {"a sliding window", 100, 0, 128, 0, 0, 1, 1, 0, 0},
+        {"a sliding window", 100, 0, 128, 0, 0, 1, 1, 0, 1},
         {"a softcap", 100, 0, 128, 0, 0, 1, 0, 1, 1},
     };
     for (size_t i = 0; i < sizeof cells / sizeof cells[0]; i++) {
@@ -340,7 +340,7 @@ Test(serving_args, prefill_on_the_sm90a_forward) {
         cr_assert_eq(got, cells[i].want, "%s: %s", cells[i].what, got ? "taken" : "not taken");
         if (got)
             cr_assert(s.kind == FG_KIND_FWD && s.varlen && spec_is_wgmma(&s) && s.head_dim == d && s.causal == a.causal &&
-                          s.softcap == cells[i].softcap,
+                          s.softcap == cells[i].softcap && s.window == cells[i].window,
                       "%s: not an sm_90a varlen variant", cells[i].what);
     }
     tile_policy_free(&ctx.policy);
