@@ -56,7 +56,7 @@ static const fg_knob knobs[FG_KNOB_COUNT] = {
                            "and newer, head_dim 64, 128, 192, 256); off by default until measured", 1},
     [FG_KNOB_PREFILL_SM90A] = {"FLASHGEN_PREFILL_SM90A", "1",
                                "1: serving calls on an H100/H200 whose longest sequence has 64 queries or more (keys "
-                               "not paged, no window) run the sm_90a forward's varlen variants; 0: the serving "
+                               "not paged) run the sm_90a forward's varlen variants; 0: the serving "
                                "kernel", 1},
 };
 
