@@ -28,13 +28,18 @@
 #endif
 constexpr bool FG_SCORE_MODS = FG_SOFTCAP || FG_ALIBI; // a transform on every score, not only masked blocks
 
-// tanh(x) to about 3e-7 absolute: 1 - 2 / (e^(2|x|) + 1) with the sign put back. tanh.approx.f32 is one
-// instruction but off by up to 2^-11 relative, which a softcap of 50 turns into 0.02 in a logit: more than the
-// LSE's tolerance. This costs ex2 and rcp (two special-function operations) and three more.
+// tanh(x) to about 3e-7 absolute: 1 - 2 / (e^(2|x|) + 1) with the sign put back, |x| clamped at 15 (tanh(15)
+// is 1 in fp32). The forward is bound by the special-function unit (16 operations a clock an SM, about two a
+// score at full MMA rate, and the softmax's exp2 takes one): so this takes one (the exp2) and computes the
+// reciprocal on the FMA pipe, a seed from the exponent bits and three Newton steps (0.12 -> 1.4e-2 -> 2e-4 ->
+// 4e-8 relative). tanh.approx.f32 is one operation too, but off by up to 2^-11 relative, which a softcap of 50
+// turns into 0.02 in a logit: more than the LSE's tolerance.
 __device__ __forceinline__ float fg_tanh(float x) {
-    const float e = fg_exp2(fabsf(x) * 2.8853900817779268f); // 2 log2(e)
-    float r;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(e + 1.f));
+    const float e = fg_exp2(fminf(fabsf(x), 15.f) * 2.8853900817779268f); // e^(2|x|) in [1, 2^44]
+    const float d = e + 1.f;
+    float r = __int_as_float(0x7EF311C7 - __float_as_int(d)); // 1 / d within 12%
+#pragma unroll
+    for (int i = 0; i < 3; i++) r = r * fmaf(-d, r, 2.f);
     return copysignf(fmaf(-2.f, r, 1.f), x);
 }
 
