@@ -10,7 +10,7 @@ CUDA events around runs of 5 back-to-back calls, warm-up first, the median of th
   varlen   causal prefill of sequences drawn from 1 to 8k tokens summing to 64k: flashgen's attention_varlen
            against FlashAttention-4's flash_attn_varlen_func, and flashgen's dense forward per FLOP.
 
-    python3 bench/serving.py [decode] [paged] [varlen] [--sq 1,4] [--iters 30]
+    python3 bench/serving.py [decode] [paged] [varlen] [--sq 1,4] [--iters 30] [--graph]
 
 Prints one table per section; each flashgen output is checked against the peer's before it is timed.
 """
@@ -35,19 +35,34 @@ except Exception as e:  # FA4 is staged for the GPU host only (../shared/tools/f
 CELLS = [(32, 4096), (8, 32768), (1, 131072), (64, 2048)]
 
 
+GRAPH = False  # --graph: replay the calls from a CUDA graph (no host cost between them)
+
+
 def timed(fn, iters, reps=5):
     """Median microseconds of one fn() over iters runs of `reps` calls back to back between two CUDA events,
-    after 3 warm-ups: the calls queue ahead of the GPU, so the Python cost of each call (tens of
-    microseconds, beside decode kernels of 50-300) is not timed as idle GPU time, for any implementation."""
+    after 3 warm-ups: the calls queue ahead of the GPU, so the Python cost of each call is not timed as idle
+    GPU time as long as it stays below the kernel's. With GRAPH the `reps` calls are captured once in a CUDA
+    graph and each run replays it: the GPU's time alone, for every implementation alike (what a server that
+    replays graphs sees)."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
+    run = None
+    if GRAPH:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(reps):
+                fn()
+        run = g.replay
     times = []
     for _ in range(iters):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        for _ in range(reps):
-            fn()
+        if run:
+            run()
+        else:
+            for _ in range(reps):
+                fn()
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b) * 1000.0 / reps)
@@ -212,8 +227,11 @@ def main():
     p.add_argument("what", nargs="*", default=["decode", "paged", "varlen"])
     p.add_argument("--sq", default="1,4", help="decode query lengths")
     p.add_argument("--iters", type=int, default=30)
+    p.add_argument("--graph", action="store_true", help="time CUDA-graph replays (the GPU's time alone)")
     a = p.parse_args()
     a.sq = [int(x) for x in a.sq.split(",")]
+    global GRAPH
+    GRAPH = a.graph
     print("# %s, torch %s, cuDNN %s, FA4 %s" % (torch.cuda.get_device_name(), torch.__version__,
                                                 torch.backends.cudnn.version(), "yes" if fa4_func else "no"))
     copy = copy_tbs(a.iters)
