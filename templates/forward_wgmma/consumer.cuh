@@ -156,9 +156,16 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, con
     // fg_row_keys).
     fg_score_mods mods;
     if constexpr (FG_SCORE_MODS) mods = fg_mods_make(p.softcap, p.alibi_slopes, tl.head, p.softmax_scale);
+    // (without a window, the tile's blocks counted from n_blocks as ever: reading them through fg_tile_block
+    // moved ptxas's allocation and spilled the FP8 d 128 causal tile 12 bytes)
+#if FG_WINDOW
+    auto block_of = [&](int i) { return fg_tile_block(tl, i); };
+#else
+    auto block_of = [&](int i) { return n_blocks - 1 - i; };
+#endif
     auto mask = [&](int i, float (&sacc)[1][FG_NT][4]) {
-        const int j = fg_tile_block(tl, i);
         if constexpr (FG_SCORE_MODS) {
+            const int j = block_of(i);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const float dist = (float)(row0 + 8 * h + sk - sq - j * FG_BLOCK_N - 2 * t4);
@@ -169,12 +176,22 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, con
                         sacc[0][nt][2 * h + e] = fg_score_mod(mods, sacc[0][nt][2 * h + e], dist - (float)(8 * nt + e));
             }
         }
+#if FG_WINDOW
         if (!fg_step_masked(tl, i)) return;
+#else
+        if (i >= tl.n_masked) return;
+#endif
+        const int j = block_of(i);
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int row = row0 + 8 * h;
+#if FG_WINDOW
             const fg_key_span keys = fg_row_keys(row, sq, sk, p.window_left, p.window_right, p.causal_top_left);
             const int limit = keys.hi - j * FG_BLOCK_N - 2 * t4, first = keys.lo - j * FG_BLOCK_N - 2 * t4;
+#else
+            const int limit = (FG_CAUSAL ? min(sk, row + sk - sq + 1) : sk) - j * FG_BLOCK_N - 2 * t4;
+            const int first = 0;
+#endif
 #pragma unroll
             for (int nt = 0; nt < FG_NT; nt++) {
                 if (8 * nt >= limit || (FG_WINDOW && 8 * nt < first)) sacc[0][nt][2 * h] = FG_NEG_INF;
@@ -210,7 +227,7 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, con
         // zero those rows of the V stage before any P V reads it, each thread a share, then all consumer
         // warps meet (the condition is the tile's, the same in every warpgroup). Whole rows: the swizzle
         // moves 16-byte units only within a row.
-        const int valid = sk - fg_tile_block(tl, 0) * FG_BLOCK_N;
+        const int valid = sk - block_of(0) * FG_BLOCK_N;
         if (valid < FG_BLOCK_N) {
             const u32 sv = sm.s_v + stage_of(kv) * FG_V_STAGE_BYTES;
             fg_mbar_wait(sm.bar_v(stage_of(kv)), parity_of(kv));
