@@ -204,7 +204,7 @@ static int cfg_call_line(lua_State *L) {
  * product varies the last field fastest, in the order kind, arch, dtype, head_dim, causal, block_m,
  * block_n, warps, stages, out, deterministic, tma, varlen (kind "fwd" on sm_90a, fp16/bf16: the sm_90a forward's
  * variable-length variants, default false), window, sinks, softcap, alibi (the model variants: kind "serve", and
- * "fwd" with varlen; default false). */
+ * "fwd" and "bwd" with varlen; default false). */
 /* Room in b for `total` more variants (at most CFG_MAX_VARIANTS in all), or a Lua error. */
 static void cfg_reserve(lua_State *L, const char *fn, cfg_build *b, long long total) {
     if (total > CFG_MAX_VARIANTS - b->count)
@@ -277,8 +277,9 @@ static int cfg_variants(lua_State *L) {
     for (int j = F_MODS; j < NF; j++)
         if (f[j].n > 0)
             for (int i = 0; i < f[0].n; i++)
-                if (f[0].v[i] != FG_KIND_FWD && f[0].v[i] != FG_KIND_SERVE)
-                    lua_sandbox_raise(L, fn, "field '%s' is for kind = \"serve\" and \"fwd\" only", cfg_variant_fields[j]);
+                if (f[0].v[i] == FG_KIND_MERGE)
+                    lua_sandbox_raise(L, fn, "field '%s' is for kind = \"serve\", \"fwd\" and \"bwd\" only",
+                                      cfg_variant_fields[j]);
     for (int i = 4; i < NF; i++)
         if (f[i].n == 0) { /* causal false; tiles unset (0), filled from the policy after the chunk; out: -1;
                               deterministic, tma false */

@@ -159,7 +159,7 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
         sb_printf(&b, "#define FG_HEAD_DIM_V %d\n#define FG_HEAD_DIM_V_PADDED %d\n", spec_head_dim_v(spec),
                   spec_head_dim_v_padded(spec)); /* V's and O's */
     }
-    if (spec->kind == FG_KIND_SERVE || spec->kind == FG_KIND_FWD) { /* the model variants (score_mods.cuh) */
+    if (spec->kind != FG_KIND_MERGE) { /* the model variants (score_mods.cuh) */
         sb_printf(&b, "#define FG_SINKS %d\n", spec->sinks ? 1 : 0);    /* attention sinks */
         sb_printf(&b, "#define FG_WINDOW %d\n", spec->window ? 1 : 0);  /* a sliding window */
         sb_printf(&b, "#define FG_SOFTCAP %d\n", spec->softcap ? 1 : 0); /* a logit softcap */

@@ -57,7 +57,7 @@ int spec_format(const fg_spec *s, char *buf, size_t n) {
     char det[24] = "";
     if (s->kind == FG_KIND_BWD) snprintf(det, sizeof det, "deterministic=%d,", s->deterministic ? 1 : 0);
     const char *tma = (s->kind == FG_KIND_BWD || s->kind == FG_KIND_SERVE) && s->tma ? "tma=1," : "";
-    const int mods = s->kind == FG_KIND_SERVE || s->kind == FG_KIND_FWD; /* kinds that take model variants */
+    const int mods = s->kind != FG_KIND_MERGE; /* kinds that take model variants */
     char splits[24] = "";
     if (s->kind == FG_KIND_SERVE && s->splits) snprintf(splits, sizeof splits, "splits=%d,", s->splits);
     const char *varlen = (s->kind == FG_KIND_FWD || s->kind == FG_KIND_BWD) && s->varlen ? "varlen=1," : "";
@@ -79,7 +79,7 @@ int spec_head_dim_v(const fg_spec *s) { return s->head_dim_v > 0 ? s->head_dim_v
 int spec_head_dim_v_padded(const fg_spec *s) { return (spec_head_dim_v(s) + 15) / 16 * 16; }
 
 int spec_has_mods(const fg_spec *s) {
-    return (s->kind == FG_KIND_SERVE || s->kind == FG_KIND_FWD) && (s->window || s->sinks || s->softcap || s->alibi);
+    return s->kind != FG_KIND_MERGE && (s->window || s->sinks || s->softcap || s->alibi);
 }
 
 /* Parses a non-negative decimal integer that fits an int; the whole token must be the number. */
@@ -193,8 +193,8 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
     if (seen[K_VARLEN] && s.kind != FG_KIND_FWD && s.kind != FG_KIND_BWD)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: varlen is a key of kind=fwd and kind=bwd variants only");
     for (int k = K_SINKS; k <= K_ALIBI; k++)
-        if (seen[k] && s.kind != FG_KIND_SERVE && s.kind != FG_KIND_FWD)
-            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: %s is a key of kind=serve and kind=fwd variants only",
+        if (seen[k] && s.kind == FG_KIND_MERGE)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: %s is a key of kind=serve, fwd and bwd variants only",
                            keys[k]);
     if (seen[K_HEAD_DIM_V] && s.kind != FG_KIND_SERVE)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: head_dim_v is a key of kind=serve variants only");

@@ -62,8 +62,10 @@ typedef struct fg_spec {
                            serving call runs for prefill on Hopper; kind=bwd, either family, in packed tensors
                            (fg_bwd_params' varlen fields: fg_attention_bwd_varlen); named only when 1
                            ("varlen=1") */
-    /* The model variants (templates/common/score_mods.cuh): kind=serve, and kind=fwd with varlen=1 (the sm_90a
-     * forward the serving call runs for prefill), 16-bit. Each is named only when 1 ("window=1", ...). */
+    /* The model variants (templates/common/score_mods.cuh): kind=serve; kind=fwd with varlen=1 (the sm_90a
+     * forward the serving call runs for prefill); kind=bwd with varlen=1 on the mma.sync family (the backward
+     * of packed sequences), a window outside the deterministic mode; 16-bit. Each is named only when 1
+     * ("window=1", ...). */
     int window;         /* a sliding window around each query's diagonal (fg_varlen_args.window) */
     int sinks;          /* attention sinks: a per-head logit in every row's denominator (fg_varlen_args.sinks) */
     int softcap;        /* logits capped by cap * tanh(logit / cap) (fg_varlen_args.softcap) */

@@ -193,13 +193,17 @@ RULE(head_dim_v, s->head_dim_v != 0 && (!is_serve(s) || s->head_dim_v % 8 != 0 |
      FG_ERR_UNSUPPORTED,
      "head_dim_v %d is not supported: V's own head dim is a variant of the serving kernel (kind=serve), a multiple "
      "of 8 up to 256", s->head_dim_v)
-/* The model variants (window, sinks, softcap, alibi): on the serving kernel, and on the sm_90a forward's
- * varlen=1 variants (what the serving call runs for prefill on Hopper), 16-bit; nowhere else yet. */
+/* The model variants (window, sinks, softcap, alibi): on the serving kernel, on the sm_90a forward's varlen=1
+ * variants (what the serving call runs for prefill on Hopper) and on the mma.sync backward's varlen=1 ones
+ * (fg_attention_bwd_varlen), 16-bit; a window's query blocks per key block break the deterministic mode's
+ * turn order (bwd_order.h), so it runs without that mode. */
 static int mods_set(const fg_spec *s) { return s->window || s->sinks || s->softcap || s->alibi; }
-RULE(model_variants, mods_set(s) && !is_serve(s) && !(s->kind == FG_KIND_FWD && s->varlen && spec_is_wgmma(s)),
+RULE(model_variants, mods_set(s) && !is_serve(s) && !(s->kind == FG_KIND_FWD && s->varlen && spec_is_wgmma(s)) &&
+                         !(is_bwd(s) && s->varlen && !spec_is_wgmma_bwd(s) && !(s->window && s->deterministic)),
      FG_ERR_UNSUPPORTED,
      "window=1, sinks=1, softcap=1 and alibi=1 (the model variants) are variants of the serving kernel "
-     "(kind=serve) and of the sm_90a forward with varlen=1 (what fg_attention_fwd_varlen runs); other kinds and "
+     "(kind=serve), of the sm_90a forward with varlen=1 (what fg_attention_fwd_varlen runs) and of the mma.sync "
+     "backward with varlen=1 (fg_attention_bwd_varlen; a window outside the deterministic mode); other kinds and "
      "targets do not compile them")
 RULE(serve_splits, s->splits < 0 || s->splits > 256 || (s->splits != 0 && !is_serve(s)), FG_ERR_UNSUPPORTED,
      "splits %d is not supported: a kind=serve variant runs 1 to 256 key splits (0: the call's choice), and other "

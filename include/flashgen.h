@@ -333,6 +333,15 @@ typedef struct fg_varlen_bwd_args {
     int deterministic;         /* 1: bitwise-reproducible gradients */
     void *workspace;           /* device memory, 256-byte aligned */
     size_t workspace_size;     /* its bytes */
+    /* The forward's model variants (fg_varlen_args' fields of the same names; the backward of a call must be
+     * given the variants its forward ran with): */
+    const float *sinks;        /* device, fp32 [heads_q], or NULL */
+    float *dsink;              /* with sinks: device, fp32 [heads_q], written: the sinks' gradient,
+                                  -sum over rows of exp(sink_h - LSE_i) rowsum(dO_i O_i) */
+    int window, window_left, window_right; /* a sliding window (not in the deterministic mode) */
+    float softcap;             /* > 0: the logit softcap; its derivative joins dS */
+    const float *alibi_slopes; /* device, fp32 [heads_q], or NULL */
+    int causal_top_left;       /* with causal: the mask aligned top-left (as a window: not deterministic) */
 } fg_varlen_bwd_args;
 
 /* Zeroes *a and sets struct_size. */

@@ -158,7 +158,11 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args
      * SM free for the CTAs they wait on. More key blocks, or FLASHGEN_DET_ROTATE=0: ascending, which waits
      * only on CTAs dispatched before. (backward_mma.cuh, fg_bwd_turn_rank.) */
     p.dq_rotate = a->deterministic && !a->causal && ctx->det_rotate && 2 * backward_key_blocks(s, sk) <= ctx->sm_count;
-    if (vl) p.cu_seqlens_q = vl->cu_q, p.cu_seqlens_k = vl->cu_k, p.total_q = vl->total_q, p.total_k = vl->total_k;
+    if (vl) {
+        p.cu_seqlens_q = vl->cu_q, p.cu_seqlens_k = vl->cu_k, p.total_q = vl->total_q, p.total_k = vl->total_k;
+        p.window_left = vl->window_left, p.window_right = vl->window_right, p.causal_top_left = vl->causal_top_left;
+        p.softcap = vl->softcap, p.alibi_slopes = vl->alibi_slopes, p.sinks = vl->sinks, p.dsink = vl->dsink;
+    }
 
     /* The second argument of the sm_90a main kernel and of the mma.sync one's tma=1 variants: the tensor
      * maps of Q, K, V and dO (as the forward's O), boxes of 64 columns by 64 query rows (80 for the sm_90a

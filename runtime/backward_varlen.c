@@ -11,6 +11,8 @@
 typedef struct bwd_varlen_call {
     int batch, hq, hkv, d, max_q, max_k;
     int64_t total_q, total_k;
+    int window, window_left, window_right; /* the model variants, as serving_call's (sides past every key: -1) */
+    int mods;                              /* any model variant: the mma.sync kernel runs the call */
     fg_bwd_args view; /* the packed tensors as one batch of total rows (for fg_attention_bwd's rules) */
 } bwd_varlen_call;
 
@@ -33,6 +35,42 @@ static fg_status layout(const fg_varlen_bwd_args *a, const bwd_varlen_call *c, b
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the backward's workspace for %lld query tokens in %d sequences x "
                        "heads_q %d x head_dim %d does not fit in size_t: the call is too large",
                        (long long)c->total_q, c->batch, c->hq, c->d);
+    return FG_OK;
+}
+
+/* The model variants' rules (the forward's, serving_args.c), and dsink given with sinks. */
+static fg_status check_variants(const fg_varlen_bwd_args *a, int need_data, bwd_varlen_call *c, fg_error *err) {
+    if (a->window != 0 && a->window != 1)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "window is %d; it must be 0 (none) or 1", a->window);
+    if (a->window && (a->window_left < -1 || a->window_right < -1))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "window_left (%d) and window_right (%d) must be >= 0, or -1 for an "
+                       "unbounded side", a->window_left, a->window_right);
+    if (a->causal_top_left != 0 && a->causal_top_left != 1)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "causal_top_left is %d; it must be 0 or 1", a->causal_top_left);
+    if (a->causal_top_left && !a->causal)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "causal_top_left is 1 but causal is 0; it aligns the causal mask, "
+                       "so it needs causal = 1");
+    if (!(a->softcap >= 0.f) || a->softcap > 3.4e38f)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "softcap is %g; it must be finite and >= 0 (0: none)",
+                       (double)a->softcap);
+    /* as the forward: a side past every key of every row is unbounded */
+    c->window_left = !a->window || a->window_left > c->max_k ? -1 : a->window_left;
+    c->window_right = !a->window || a->window_right > c->max_q ? -1 : a->window_right;
+    c->window = c->window_left >= 0 || c->window_right >= 0 || a->causal_top_left;
+    if (c->window && a->deterministic)
+        return fg_fail(err, FG_ERR_UNSUPPORTED, "a window (or a top-left causal mask) and deterministic = 1 are both "
+                       "set; the deterministic mode's order of dQ additions assumes every key block from the diagonal "
+                       "on sees a query block: run the window without it");
+    if ((a->sinks != NULL) != (a->dsink != NULL) && need_data)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "sinks and dsink must be given together (dsink, fp32 [heads_q], "
+                       "receives the sinks' gradient)");
+    const void *per_head[3] = {a->sinks, a->dsink, a->alibi_slopes};
+    static const char *const names[3] = {"sinks", "dsink", "alibi_slopes"};
+    for (int i = 0; i < 3; i++)
+        if (need_data && (uintptr_t)per_head[i] % 4 != 0)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s (%p) is not 4-byte aligned; it must be fp32 [heads_q] in "
+                           "device memory", names[i], per_head[i]);
+    c->mods = c->window || a->sinks || a->softcap > 0.f || a->alibi_slopes;
     return FG_OK;
 }
 
@@ -77,6 +115,7 @@ static fg_status check_call(const fg_varlen_bwd_args *a, int need_data, bwd_varl
                        "longest sequence", c->total_q > 0 && a->max_seqlen_q == 0 ? "q" : "k",
                        (long long)(c->total_q > 0 && a->max_seqlen_q == 0 ? c->total_q : c->total_k));
     c->max_q = a->max_seqlen_q, c->max_k = a->max_seqlen_k;
+    if ((st = check_variants(a, need_data, c, err)) != FG_OK) return st;
     if (need_data && c->batch > 0) {
         const int32_t *cu[2] = {a->cu_seqlens_q, a->cu_seqlens_k};
         for (int i = 0; i < 2; i++)
@@ -145,13 +184,23 @@ fg_status fg_attention_bwd_varlen(fg_context *ctx, const fg_varlen_bwd_args *arg
     fg_bwd_args sel, kern;
     dense_forms(&c, &sel, &kern);
     fg_spec s;
-    if (select_bwd_spec(ctx, &sel, &s, NULL, &err) != FG_OK) return rt_set_error(ctx, &err);
+    if (c.mods) { /* the model variants are the mma.sync kernel's (validate.c model_variants) */
+        select_target tg;
+        select_target_of(ctx, &tg);
+        tg.wgmma_bwd = 0;
+        if (select_bwd_spec_for(&tg, &sel, &s, &err) != FG_OK) return rt_set_error(ctx, &err);
+    } else if (select_bwd_spec(ctx, &sel, &s, NULL, &err) != FG_OK) {
+        return rt_set_error(ctx, &err);
+    }
     s.varlen = 1;
+    s.window = c.window, s.sinks = a.sinks != NULL, s.softcap = a.softcap > 0.f, s.alibi = a.alibi_slopes != NULL;
     bwd_varlen vl;
     memset(&vl, 0, sizeof vl);
     vl.q_map = c.view.q, vl.k_map = c.view.k, vl.v_map = c.view.v, vl.do_map = c.view.dout;
     vl.cu_q = a.cu_seqlens_q, vl.cu_k = a.cu_seqlens_k;
     vl.total_q = (int)c.total_q, vl.total_k = (int)c.total_k;
+    vl.window_left = c.window_left, vl.window_right = c.window_right, vl.causal_top_left = a.causal_top_left;
+    vl.softcap = a.softcap, vl.alibi_slopes = a.alibi_slopes, vl.sinks = a.sinks, vl.dsink = a.dsink;
     if (rt_bwd_launch_varlen(ctx, &s, &kern, &L, &vl, stream, &err) != FG_OK) return rt_set_error(ctx, &err);
     return FG_OK;
 }

@@ -167,6 +167,10 @@ typedef struct bwd_varlen {
     fg_tensor q_map, k_map, v_map, do_map;
     const int *cu_q, *cu_k;
     int total_q, total_k;
+    int window_left, window_right, causal_top_left; /* the model variants (fg_bwd_params' fields) */
+    float softcap;
+    const float *alibi_slopes, *sinks;
+    float *dsink;
 } bwd_varlen;
 /* Launches variant s (varlen=1) of a checked call: a holds the grids' shapes (batch, the longest lengths) and
  * the kernel's strides (batch strides 0), L the workspace (backward_varlen.c's layout). */

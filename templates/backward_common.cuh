@@ -6,6 +6,7 @@
 #define FG_BACKWARD_COMMON_CUH
 
 #include "common/fg_params.h"
+#include "common/score_mods.cuh"
 #include "common/types.cuh"
 #include "common/mma.cuh"
 #include "common/cp_async.cuh"
@@ -284,6 +285,78 @@ __device__ __forceinline__ void fg_bwd_cta_tile(int group_log2, int &n_block, in
 __device__ __forceinline__ void fg_bwd_query_blocks(int n0, int sq, int sk, int &m_first, int &m_last) {
     m_first = fg_bwd_first_query_block(n0, sq, sk, FG_BLOCK_M, FG_CAUSAL);
     m_last = (sq + FG_BLOCK_M - 1) / FG_BLOCK_M; // exclusive
+}
+
+// ---- the model variants (varlen=1 mma.sync variants with window, sinks, softcap, alibi; score_mods.cuh) ----
+// A CTA's constants of them: the transforms of its query head, and the window. Without model variants it
+// holds nothing the kernel reads, and the overloads below run the plain code.
+constexpr bool FG_BWD_MODS = FG_WINDOW || FG_SINKS || FG_SOFTCAP || FG_ALIBI;
+struct fg_bwd_variant {
+    fg_score_mods m;
+    int left, right, top_left;
+};
+__device__ __forceinline__ fg_bwd_variant fg_bwd_variant_make(const fg_bwd_params &p, int head) {
+    fg_bwd_variant v;
+    if constexpr (FG_SCORE_MODS) v.m = fg_mods_make(p.softcap, p.alibi_slopes, head, p.softmax_scale);
+    v.left = FG_WINDOW ? p.window_left : -1, v.right = FG_WINDOW ? p.window_right : -1;
+    v.top_left = FG_WINDOW ? p.causal_top_left : 0;
+    return v;
+}
+
+// The query blocks [m_first, m_last) with a row that sees a key of the block at n0: with a window, those
+// between the first row whose keys reach n0 and the first whose keys start past the block (a row's keys,
+// fg_row_keys, move right with the row).
+__device__ __forceinline__ void fg_bwd_query_blocks(int n0, int sq, int sk, int &m_first, int &m_last,
+                                                    const fg_bwd_variant &v) {
+    fg_bwd_query_blocks(n0, sq, sk, m_first, m_last);
+    if constexpr (FG_WINDOW) {
+        const int off = sk - sq; // row i's diagonal is i + off
+        int lo = 0, hi = sq;     // rows [lo, hi)
+        if (FG_CAUSAL) lo = max(lo, v.top_left ? n0 : n0 - off);
+        if (v.right >= 0) lo = max(lo, n0 - off - v.right);
+        if (v.left >= 0) hi = min(hi, n0 + FG_BLOCK_N + v.left - off);
+        m_first = min(lo, sq) / FG_BLOCK_M;
+        m_last = hi > lo ? (hi + FG_BLOCK_M - 1) / FG_BLOCK_M : m_first;
+    }
+}
+
+// Whether block (n0, m0) needs the mask: with a window, unless every row of it sees every key (its first
+// row's keys reach past the block's last, its last row's start at or before the block's first).
+__device__ __forceinline__ bool fg_bwd_needs_mask(int n0, int m0, int sk, int sq, const fg_bwd_variant &v) {
+    if constexpr (!FG_WINDOW) return fg_bwd_needs_mask(n0, m0, sk, sq);
+    const int last = min(m0 + FG_BLOCK_M, sq) - 1;
+    return n0 + FG_BLOCK_N > fg_row_keys(m0, sq, sk, v.left, v.right, v.top_left).hi ||
+           n0 < fg_row_keys(max(last, m0), sq, sk, v.left, v.right, v.top_left).lo;
+}
+
+// fg_bwd_p_ds with the model variants: S transformed as the forward did (softcap, ALiBi) before P, the window's
+// keys masked, and dS taking the softcap's derivative, d(cap tanh(scale s / cap)) / d(scale s) = 1 - tanh^2.
+template <bool MASK>
+__device__ __forceinline__ void fg_bwd_p_ds(float (&s)[4], float (&dp)[4], int h, float2 lse2, float2 dsum, int key,
+                                            int qrow0, int sk, int sq, float scale_log2, const fg_bwd_variant &v) {
+    if constexpr (!FG_BWD_MODS) {
+        fg_bwd_p_ds<MASK>(s, dp, h, lse2, dsum, key, qrow0, sk, sq, scale_log2);
+        return;
+    }
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const int qrow = qrow0 + e;
+        float x = s[2 * h + e], grad = 1.f;
+        if constexpr (FG_SOFTCAP) {
+            const float t = fg_tanh(x * v.m.cap_in);
+            x = v.m.cap_out * t;
+            grad = fmaf(-t, t, 1.f);
+        }
+        if constexpr (FG_ALIBI) x = fmaf(-v.m.slope, fabsf((float)(qrow + sk - sq - key)), x);
+        bool masked = false;
+        if constexpr (MASK) {
+            const fg_key_span ks = fg_row_keys(qrow, sq, sk, v.left, v.right, v.top_left);
+            masked = key >= ks.hi || key < ks.lo;
+        }
+        const float pv = masked ? 0.f : fg_exp2(fmaf(x, scale_log2, -(e ? lse2.y : lse2.x)));
+        s[2 * h + e] = pv;
+        dp[2 * h + e] = pv * (dp[2 * h + e] - (e ? dsum.y : dsum.x)) * grad;
+    }
 }
 
 // K and V of the key block at n0 into their tiles (joining the caller's next cp.async group).

@@ -128,8 +128,16 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
     const i64 bh = (i64)batch * p.heads_q + head;
     const int m_blocks = (int)(sq_pad / FG_BLOCK_M);
 
+    // The model variants' constants (fg_bwd_variant) and the overloads that take them, only where compiled in:
+    // passing even an unused one moved ptxas's allocation (d 64 tma=1 varlen: 4 bytes of spills).
+#if FG_WINDOW || FG_SINKS || FG_SOFTCAP || FG_ALIBI
+    const fg_bwd_variant v = fg_bwd_variant_make(p, head);
+#define FG_BWD_V , v
+#else
+#define FG_BWD_V
+#endif
     int m_first, m_last;
-    fg_bwd_query_blocks(n0, sq, sk, m_first, m_last);
+    fg_bwd_query_blocks(n0, sq, sk, m_first, m_last FG_BWD_V);
     // The query blocks in stream order: m_first .. m_last - 1, or in the deterministic mode's rotated order
     // (fg_bwd_turn_rank) from m_first + n_block mod n_m on, wrapping.
     // (Outside that mode the loop runs on m itself: counting steps instead made ptxas spill at d 64 causal.)
@@ -310,7 +318,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
                         for (int h = 0; h < 2; h++) {
                             const int krow = p1_k0 + a * 16 + gl + 8 * h;
                             fg_bwd_p_ds<decltype(mask)::value>(s[a][nt], dp[a][nt], h, l2, dd, n0 + krow, m0 + col, sk, sq,
-                                                               p.scale_log2);
+                                                               p.scale_log2 FG_BWD_V);
                             const u32 off = fg_tile_offset<FG_DS_ROW_CHUNKS>(krow, q0 / 8 + nt, FG_BLOCK_N) + 4 * tl;
                             asm volatile("st.shared.b32 [%0], %1;" ::"r"(tp + off),
                                          "r"(fg_pack2(s[a][nt][2 * h], s[a][nt][2 * h + 1])));
@@ -319,7 +327,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
                         }
                 }
             };
-            if (fg_bwd_needs_mask(n0, m0, sk, sq))
+            if (fg_bwd_needs_mask(n0, m0, sk, sq FG_BWD_V))
                 p_ds(fg_bool<true>{});
             else
                 p_ds(fg_bool<false>{});

@@ -14,6 +14,8 @@
 extern "C" __global__ void __launch_bounds__(256)
 fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params launch) {
     fg_pdl_launch_dependents(); // the main kernel may launch (its K/V loads overlap this grid's end)
+    // FG_SINKS: the sinks' gradient starts at 0 (the post kernel adds into it, after this grid)
+    if (FG_SINKS && blockIdx.x == 0 && blockIdx.z == 0 && threadIdx.x == 0) launch.dsink[blockIdx.y] = 0.f;
     FG_BWD_PARAMS(launch);
     // FG_VARLEN: the grid covers the longest sequence's rows; this one's are fewer
     if (FG_VARLEN && (int)blockIdx.x * 64 >= fg_bwd_rows_read(p.seqlen_q)) return;
@@ -65,7 +67,23 @@ fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params launch) {
 }
 
 
-// ---- post: dQ in the output dtype; GQA: dK, dV summed over query heads ----
+// ---- post: dQ in the output dtype; GQA: dK, dV summed over query heads; with sinks, their gradient ----
+
+// FG_SINKS: the rows r0 .. r0 + FG_BW_ROWS - 1 of (batch, head)'s share of d loss / d sink_h =
+// -sum_i P_i(sink) D_i, P_i(sink) = exp(sink_h - LSE_i) (the forward's LSE includes the sink), from the pre
+// kernel's lse2 (+inf past seqlen_q and for rows without keys: P = 0) and D; one atomic add a warp.
+__device__ __forceinline__ void fg_bwd_dsink_add(const fg_bwd_params &p, float *dsink, int head, int batch, int r0,
+                                                 int tid) {
+    const i64 base = ((i64)batch * p.heads_q + head) * fg_bwd_rows_padded(p.seqlen_q);
+    const float sink2 = __ldg(p.sinks + head) * FG_LOG2E;
+    float x = 0.f;
+    for (int r = tid; r < FG_BW_ROWS; r += 256)
+        if (r0 + r < p.seqlen_q) x -= fg_exp2(sink2 - p.lse2[base + r0 + r]) * p.dsum[base + r0 + r];
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+    if (tid % 32 == 0 && x != 0.f) atomicAdd(dsink + head, x);
+}
+
 // The 16-byte unit of the dQ accumulator at float offset 4 u of a block of FG_BW_ROWS rows (fg_dq_index's
 // inverse): its first value is (row, col) of the block; in fragment order it holds (row, col), (row, col + 1),
 // (row + 8, col), (row + 8, col + 1), with dQ^T (row, col), (row + 1, col), (row, col + 8), (row + 1, col + 8);
@@ -105,6 +123,7 @@ fg_bwd_post_kernel(const __grid_constant__ fg_bwd_params launch) {
     FG_BWD_PARAMS(launch);
     const int head = blockIdx.y, batch = FG_BWD_BATCH, tid = threadIdx.x, r0 = blockIdx.x * FG_BW_ROWS;
     constexpr int CH = FG_HEAD_DIM / 8; // 8 elements (16 output bytes) per thread step: the columns below head_dim
+    if constexpr (FG_SINKS) fg_bwd_dsink_add(p, launch.dsink, head, batch, r0, tid);
     if (r0 < p.seqlen_q) { // the same for the whole CTA
         const float4 *a = (const float4 *)(p.dq_accum + (((i64)batch * p.heads_q + head) * fg_bwd_rows_padded(p.seqlen_q) + r0) * FG_HEAD_DIM_PADDED);
         const float s = p.softmax_scale;

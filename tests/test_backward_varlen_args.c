@@ -71,6 +71,19 @@ Test(backward_varlen_args, each_rule_names_its_argument) {
     expect(&a, FG_ERR_INVALID_ARGUMENT, "workspace_size is 1000 bytes");
     a = call(), a.deterministic = 2;
     expect(&a, FG_ERR_INVALID_ARGUMENT, "deterministic is 2");
+    /* the model variants */
+    a = call(), a.window = 1, a.window_left = 10, a.window_right = 0, a.deterministic = 1;
+    expect(&a, FG_ERR_UNSUPPORTED, "deterministic = 1 are both set");
+    a = call(), a.causal_top_left = 1;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "causal_top_left is 1 but causal is 0");
+    a = call(), a.window = 1, a.window_left = -2;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "window_left (-2)");
+    a = call(), a.softcap = -1.f;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "softcap is -1");
+    a = call(), a.sinks = (const float *)ADDR(0xb000000);
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "sinks and dsink must be given together");
+    a = call(), a.alibi_slopes = (const float *)ADDR(0xb000002);
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "alibi_slopes");
     a = call();
     a.q.shape[2] = a.o.shape[2] = a.dout.shape[2] = a.dq.shape[2] = 24;
     a.k.shape[2] = a.v.shape[2] = a.dk.shape[2] = a.dv.shape[2] = 24;

@@ -5,6 +5,7 @@
  * rule), so a gradient written for the wrong sequence, or leaking across one, fails. Mixed lengths (0, 1, and
  * either side of the kernels' blocks), GQA and MQA, causal and not, cross lengths, head dims of both
  * families and one the kernels pad, strided views, and the deterministic mode (bitwise repeatable). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "reference/reference.h"
@@ -13,7 +14,8 @@
 
 typedef struct vbwd_run {
     dbuf dout, dq, dk, dv;
-    CUdeviceptr ws;
+    CUdeviceptr ws, dsink;   /* dsink: with sinks, fp32 [hq] */
+    float dsink_host[256];
     fg_varlen_bwd_args a;
 } vbwd_run;
 
@@ -47,6 +49,15 @@ static void vbwd_setup(gpu_env *env, serve_run *r, vbwd_run *b, int deterministi
     a->batch = c->batch, a->max_seqlen_q = r->args.max_seqlen_q;
     for (int i = 0; i < c->batch; i++) a->max_seqlen_k = r->lk[i] > a->max_seqlen_k ? r->lk[i] : a->max_seqlen_k;
     a->causal = c->causal, a->deterministic = deterministic;
+    /* the forward's model variants (serving_run.c set them up) */
+    a->window = c->window, a->window_left = c->window_left, a->window_right = c->window_right;
+    a->causal_top_left = c->causal_top_left, a->softcap = c->softcap;
+    a->alibi_slopes = (const float *)(uintptr_t)r->d_slopes, a->sinks = (const float *)(uintptr_t)r->d_sinks;
+    if (c->sinks) {
+        CK(env->cu->cuMemAlloc(&b->dsink, 256 * sizeof(float)));
+        CK(env->cu->cuMemsetD8(b->dsink, 0xFF, 256 * sizeof(float))); /* NaN: the call must write it */
+        a->dsink = (float *)(uintptr_t)b->dsink;
+    }
     size_t need = 0;
     cr_assert_eq(fg_attention_bwd_varlen_workspace_size(env->ctx, a, &need), FG_OK, "%s", fg_last_error(env->ctx));
     CK(env->cu->cuMemAlloc(&b->ws, need > 256 ? need : 256));
@@ -60,10 +71,13 @@ static void vbwd_launch(gpu_env *env, vbwd_run *b) {
                  fg_last_error(env->ctx));
     CK(env->cu->cuStreamSynchronize(env->stream));
     dbuf_download(env, &b->dq), dbuf_download(env, &b->dk), dbuf_download(env, &b->dv);
+    if (b->dsink) CK(env->cu->cuMemcpyDtoH(b->dsink_host, b->dsink, (size_t)b->a.q.shape[1] * sizeof(float)));
 }
 
-/* Each sequence's gradients against the reference of that sequence alone. */
+/* Each sequence's gradients against the reference of that sequence alone; with sinks, dsink (summed over the
+ * sequences) against the reference's within 1e-3 of the sum of its terms' magnitudes. */
 static void vbwd_verify(const serve_run *r, const vbwd_run *b) {
+    double dsink_ref[256] = {0}, dsink_mag[256] = {0};
     const serve_case *c = &r->c;
     check_guard(&b->dq, "dq"), check_guard(&b->dk, "dk"), check_guard(&b->dv, "dv");
     if (c->strided) check_outside_view(&b->dq, "dq"), check_outside_view(&b->dk, "dk"), check_outside_view(&b->dv, "dv");
@@ -79,6 +93,10 @@ static void vbwd_verify(const serve_run *r, const vbwd_run *b) {
         p.fwd.k = serve_rows_of(&k4, 0, k0, lk, 2);
         p.fwd.v = serve_rows_of(&v4, 0, k0, lk, 2);
         p.fwd.causal = c->causal;
+        if (c->sinks) p.fwd.sinks = (fg_tensor){(void *)r->sinks, FG_DTYPE_F32, 1, {c->hq, 0, 0, 0}, {1, 0, 0, 0}};
+        if (c->alibi) p.fwd.alibi_slopes = (fg_tensor){(void *)r->slopes, FG_DTYPE_F32, 1, {c->hq, 0, 0, 0}, {1, 0, 0, 0}};
+        p.fwd.window = c->window, p.fwd.window_left = c->window_left, p.fwd.window_right = c->window_right;
+        p.fwd.softcap = c->softcap, p.fwd.causal_top_left = c->causal_top_left;
         p.o = serve_rows_of(&o4, 0, q0, lq, 2);
         p.d_o = serve_rows_of(&do4, 0, q0, lq, 2);
         p.lse.dtype = FG_DTYPE_F32, p.lse.ndim = 3;
@@ -95,12 +113,21 @@ static void vbwd_verify(const serve_run *r, const vbwd_run *b) {
         cr_assert(rep.pass, "sequence %d (%lld queries, %lld keys, %s, d %d, hq %d / hkv %d): %s", s, (long long)lq,
                   (long long)lk, c->causal ? "causal" : "not causal", c->d, c->hq, c->hkv,
                   ref_bwd_report_format(&rep, text, sizeof text));
+        if (c->sinks && lq > 0) {
+            double ds[256];
+            cr_assert_eq(ref_sink_grad(&p, ds, &e), FG_OK, "sequence %d: %s", s, e.msg);
+            for (int h = 0; h < c->hq; h++) dsink_ref[h] += ds[h], dsink_mag[h] += fabs(ds[h]);
+        }
     }
+    for (int h = 0; c->sinks && h < c->hq; h++)
+        cr_assert(fabs(b->dsink_host[h] - dsink_ref[h]) <= 1e-3 * dsink_mag[h] + 1e-5,
+                  "dsink[%d] is %g; the reference gives %g", h, (double)b->dsink_host[h], dsink_ref[h]);
 }
 
 static void vbwd_free(gpu_env *env, vbwd_run *b) {
     dbuf_free(env, &b->dout), dbuf_free(env, &b->dq), dbuf_free(env, &b->dk), dbuf_free(env, &b->dv);
     if (b->ws) env->cu->cuMemFree(b->ws);
+    if (b->dsink) env->cu->cuMemFree(b->dsink);
 }
 
 /* Forward, then backward, judged; with `repeat` the backward runs again and must give the same bits. */
@@ -187,5 +214,28 @@ Test(bwd_varlen, deterministic_is_bitwise_repeatable) {
     for (int causal = 0; causal < 2; causal++) {
         serve_case c = bc(FG_DTYPE_BF16, 9, mixed, mixed, 8, 2, 128, causal);
         bwd_case_run(&c, 1, 1);
+    }
+}
+
+/* The model variants' gradients: windows (either side, top-left causal), softcaps (their derivative in dS),
+ * ALiBi, sinks (dsink, summed over sequences), alone and together; softcap and sinks in the deterministic mode. */
+Test(bwd_varlen, model_variants) {
+    static const struct { int causal, window, left, right, top_left, sinks, alibi, det; float softcap; } v[] = {
+        {1, 1, 100, 0, 0, 0, 0, 0, 0.f},   /* a causal sliding window */
+        {0, 1, 30, 40, 0, 0, 0, 0, 0.f},   /* both sides bounded */
+        {1, 0, 0, 0, 1, 0, 0, 0, 0.f},     /* top-left causal */
+        {0, 0, 0, 0, 0, 0, 0, 0, 2.0f},    /* softcap */
+        {1, 0, 0, 0, 0, 0, 1, 0, 0.f},     /* ALiBi */
+        {1, 0, 0, 0, 0, 1, 0, 0, 0.f},     /* sinks */
+        {1, 0, 0, 0, 0, 1, 0, 1, 3.0f},    /* sinks + softcap, deterministic */
+        {1, 1, 64, -1, 0, 1, 1, 0, 4.0f},  /* everything */
+    };
+    static const int lq[] = {100, 7, 0, 64, 250, 40, 129}, lk[] = {300, 7, 50, 1, 130, 0, 129};
+    for (size_t i = 0; i < NELEM(v); i++) {
+        serve_case c = bc(i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, 7, lq, lk, 8, 2, i % 3 == 2 ? 64 : 128, v[i].causal);
+        c.window = v[i].window, c.window_left = v[i].left, c.window_right = v[i].right;
+        c.causal_top_left = v[i].top_left, c.sinks = v[i].sinks, c.alibi = v[i].alibi, c.softcap = v[i].softcap;
+        c.seed = 700 + i;
+        bwd_case_run(&c, v[i].det, v[i].det);
     }
 }

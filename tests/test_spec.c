@@ -166,10 +166,10 @@ Test(spec, parse_errors_name_the_key) {
         {"kind=merge", "arch"},
         {"kind=fwd,arch=sm_90,dtype=bf16,head_dim=128,splits=2", "splits"},         /* serve only */
         {"kind=serve,arch=sm_90,dtype=bf16,head_dim=128,varlen=1", "varlen"},       /* fwd only */
-        {"kind=bwd,arch=sm_90,dtype=bf16,head_dim=128,sinks=1", "sinks"},           /* serve and fwd only */
-        {"kind=bwd,arch=sm_90,dtype=bf16,head_dim=128,window=1", "window"},
-        {"kind=bwd,arch=sm_90,dtype=bf16,head_dim=128,softcap=1", "softcap"},
-        {"kind=bwd,arch=sm_90,dtype=bf16,head_dim=128,alibi=1", "alibi"},
+        {"kind=merge,arch=sm_90,sinks=1", "sinks"},           /* the merge has no model variants */
+        {"kind=merge,arch=sm_90,window=1", "window"},
+        {"kind=merge,arch=sm_90,softcap=1", "softcap"},
+        {"kind=merge,arch=sm_90,alibi=1", "alibi"},
         {"kind=serve,arch=sm_90,dtype=bf16,head_dim=128,softcap=yes", "softcap"},
         {"kind=fwd,arch=sm_90,dtype=bf16,head_dim=128,head_dim_v=64", "head_dim_v"},
         {"kind=serve,arch=sm_90,dtype=bf16,head_dim=128,window=2", "window"},

@@ -83,6 +83,7 @@ static void m_mods_sinks(fg_spec *s) { s->sinks = 1; } /* base(): kind=fwd, mma.
 static void m_mods_window(fg_spec *s) { s->window = 1; }
 static void m_mods_softcap_dense(fg_spec *s) { *s = wg_base(); s->softcap = 1; } /* sm_90a without varlen=1 */
 static void m_mods_alibi_bwd(fg_spec *s) { s->kind = FG_KIND_BWD, s->alibi = 1, s->block_m = 64, s->block_n = 64; }
+static void m_mods_window_det(fg_spec *s) { m_mods_alibi_bwd(s); s->alibi = 0, s->window = 1, s->varlen = 1, s->deterministic = 1; }
 static void m_head_dim_v(fg_spec *s) { *s = serve_base(); s->head_dim_v = 100; }
 static void m_head_dim_v_kind(fg_spec *s) { s->head_dim_v = 64; } /* base(): kind=fwd */
 static void m_serve_tma_dim_v(fg_spec *s) { *s = serve_base(); s->tma = 1, s->arch = 90, s->head_dim = 192, s->head_dim_v = 128; }
@@ -142,6 +143,7 @@ static const broken rules[] = {
     {"model_variants", m_mods_window, "window=1"},
     {"model_variants", m_mods_softcap_dense, "sm_90a forward with varlen=1"},
     {"model_variants", m_mods_alibi_bwd, "other kinds"},
+    {"model_variants", m_mods_window_det, "outside the deterministic mode"},
     {"serve_tma", m_serve_tma_dim, "head_dim 96"},
     {"serve_tma", m_serve_tma_dim_v, "head_dim_v 128"},
     {"head_dim_v", m_head_dim_v, "head_dim_v 100"},

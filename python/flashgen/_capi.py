@@ -165,6 +165,14 @@ class FgVarlenBwdArgs(ctypes.Structure):
         ("deterministic", ctypes.c_int),
         ("workspace", ctypes.c_void_p),
         ("workspace_size", ctypes.c_size_t),
+        ("sinks", ctypes.c_void_p),         # the forward's model variants (FgVarlenArgs' fields)
+        ("dsink", ctypes.c_void_p),         # with sinks: fp32 [heads_q], written
+        ("window", ctypes.c_int),
+        ("window_left", ctypes.c_int),
+        ("window_right", ctypes.c_int),
+        ("softcap", ctypes.c_float),
+        ("alibi_slopes", ctypes.c_void_p),
+        ("causal_top_left", ctypes.c_int),
     ]
 
 

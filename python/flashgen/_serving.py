@@ -57,11 +57,6 @@ def _set_mods(a, q, sinks=None, window_size=None, softcap=0.0, alibi_slopes=None
             a.window, a.window_left, a.window_right = 1, left, right
 
 
-def _has_mods(sinks=None, window_size=None, softcap=0.0, alibi_slopes=None, causal_top_left=False):
-    return sinks is not None or alibi_slopes is not None or bool(softcap) or bool(causal_top_left) or \
-        (window_size is not None and tuple(window_size) != (-1, -1))
-
-
 def _varlen_args(pkg, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
                  max_seqlen_k, causal, softmax_scale, num_splits, split_size, dl_stream, mods):
     """The FgVarlenArgs of a call and the objects that must outlive it."""
@@ -141,8 +136,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     takes, fixed: batch-invariant results) control the split of keys over CTAs; the workspace it needs is
     allocated on the launch stream. Training: when autograd is on and q, k or v requires grad, the call
     records for autograd and its backward runs attention_varlen_backward (deterministic: its mode); out=,
-    lse=, seqused_k, the split arguments and the model variants are not taken then. sinks (an fp32 CUDA tensor
-    [heads_q]): attention sinks, a logit per query head joining every row's softmax denominator (gpt-oss).
+    lse=, seqused_k and the split arguments are not taken then; the model variants are (sinks that require grad
+    get their gradient). sinks (an fp32 CUDA tensor [heads_q]): attention sinks, a logit per query head joining
+    every row's softmax denominator (gpt-oss).
     window_size (left, right): a sliding window, query i (diagonal d = i + sk - sq) seeing keys d - left to
     d + right, -1 for an unbounded side (FlashAttention's convention; None or (-1, -1): none). softcap (> 0):
     logits become softcap * tanh(logit / softcap) (Gemma 2). alibi_slopes (an fp32 CUDA tensor [heads_q]):
@@ -151,13 +147,13 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     pkg = _pkg()
     mods = dict(sinks=sinks, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
                 causal_top_left=causal_top_left)
-    if pkg._needs_grad(q, k, v):
-        if out is not None or lse is not None or seqused_k is not None or num_splits or split_size or \
-                _has_mods(**mods):
-            raise TypeError("attention_varlen() with autograd takes no out=, lse=, seqused_k, num_splits, "
-                            "split_size or model variants (sinks, window_size, softcap, alibi_slopes, causal_top_left)")
+    if pkg._needs_grad(q, k, v) or (sinks is not None and getattr(sinks, "requires_grad", False)):
+        if out is not None or lse is not None or seqused_k is not None or num_splits or split_size:
+            raise TypeError("attention_varlen() with autograd takes no out=, lse=, seqused_k, num_splits or "
+                            "split_size")
+        rest = {key: val for key, val in mods.items() if key != "sinks"}
         o, l = _varlen_function().apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                        bool(causal), softmax_scale, bool(deterministic), stream)
+                                        bool(causal), softmax_scale, bool(deterministic), stream, sinks, rest)
         return (o, l) if return_lse else o
     return _run(pkg, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, None, max_seqlen_q, max_seqlen_k, causal,
                 softmax_scale, return_lse, out, lse, stream, num_splits, split_size, mods)
@@ -165,11 +161,14 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
 def attention_varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                               causal=False, softmax_scale=None, deterministic=False, dq=None, dk=None, dv=None,
-                              stream=None):
+                              stream=None, sinks=None, window_size=None, softcap=0.0, alibi_slopes=None,
+                              causal_top_left=False):
     """The gradients (dq, dk, dv) of out = attention_varlen(q, k, v, ...) for dL/dout = dout, recomputed from the
     forward's out and lse ([heads_q, total_q], return_lse=True): the packed layouts of attention_varlen, causal
     bottom-right per sequence. dq, dk, dv are allocated like q, k, v unless given; deterministic: bitwise-
-    identical gradients from run to run. The fp32 workspace is allocated on the launch stream."""
+    identical gradients from run to run (not with a window). The model variants (sinks, window_size, softcap,
+    alibi_slopes, causal_top_left) must be the forward's; with sinks the result is (dq, dk, dv, dsink), dsink
+    fp32 [heads_q]. The fp32 workspace is allocated on the launch stream."""
     pkg = _pkg()
     torch = pkg._torch()
     handle = pkg._stream_handle(stream, q)
@@ -190,10 +189,15 @@ def attention_varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_
     a.max_seqlen_q, a.max_seqlen_k = int(max_seqlen_q), int(max_seqlen_k)
     a.softmax_scale = 0.0 if softmax_scale is None else float(softmax_scale)
     a.causal, a.deterministic = int(bool(causal)), int(bool(deterministic))
+    _set_mods(a, q, sinks, window_size, softcap, alibi_slopes, causal_top_left)
+    dsink = None
+    if sinks is not None:
+        dsink = torch.empty(q.shape[-2], dtype=torch.float32, device=q.device)
+        a.dsink = dsink.data_ptr()
     ctx = pkg._context(pkg._device_for([(n, x) for n, x in zip(names, views)], True, pkg._default_device()))
     _launch_with_workspace(pkg, torch, ctx, lib.fg_attention_bwd_varlen_workspace_size, lib.fg_attention_bwd_varlen,
                            a, q, handle)
-    return dq, dk, dv
+    return (dq, dk, dv) if dsink is None else (dq, dk, dv, dsink)
 
 
 _VARLEN_FN = None
@@ -208,21 +212,22 @@ def _varlen_function():
 
         class VarlenAttention(torch.autograd.Function):
             @staticmethod
-            def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, deterministic, stream):
+            def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, deterministic, stream, sinks, mods):
                 o, l = _run(_pkg(), q, k, v, cu_q, cu_k, None, None, max_q, max_k, causal, scale, True, None, None,
-                            stream, 0, 0, {})
-                ctx.save_for_backward(q, k, v, o, l, cu_q, cu_k)
-                ctx.args = (max_q, max_k, causal, scale, deterministic, stream)
+                            stream, 0, 0, dict(mods, sinks=sinks))
+                ctx.save_for_backward(q, k, v, o, l, cu_q, cu_k, sinks)
+                ctx.args = (max_q, max_k, causal, scale, deterministic, stream, mods)
                 ctx.mark_non_differentiable(l)
                 return o, l
 
             @staticmethod
             def backward(ctx, do, dlse):
-                q, k, v, o, l, cu_q, cu_k = ctx.saved_tensors
-                max_q, max_k, causal, scale, deterministic, stream = ctx.args
-                dq, dk, dv = attention_varlen_backward(q, k, v, o, l, do.contiguous(), cu_q, cu_k, max_q, max_k,
-                                                       causal, scale, deterministic, stream=stream)
-                return dq, dk, dv, None, None, None, None, None, None, None, None
+                q, k, v, o, l, cu_q, cu_k, sinks = ctx.saved_tensors
+                max_q, max_k, causal, scale, deterministic, stream, mods = ctx.args
+                g = attention_varlen_backward(q, k, v, o, l, do.contiguous(), cu_q, cu_k, max_q, max_k, causal, scale,
+                                              deterministic, stream=stream, sinks=sinks, **mods)
+                dsink = g[3] if sinks is not None and ctx.needs_input_grad[11] else None
+                return g[0], g[1], g[2], None, None, None, None, None, None, None, None, dsink, None
 
         _VARLEN_FN = VarlenAttention
     return _VARLEN_FN

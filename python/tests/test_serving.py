@@ -28,10 +28,10 @@ from gpu_reason import gpu_reason  # noqa: E402
 REASON = gpu_reason(torch)
 
 
-def reference(q, k, v, causal, window=(-1, -1), softcap=0.0, slopes=None, top_left=False):
+def reference(q, k, v, causal, window=(-1, -1), softcap=0.0, slopes=None, top_left=False, sinks=None):
     """O [sq, hq, d] and LSE [hq, sq] of one sequence in float64 (bottom-right causal and window (left, right)
     around the diagonal i + sk - sq, -1 unbounded; a logit softcap, then ALiBi slopes [hq]; top_left: the causal
-    mask j <= i instead; GQA by repetition)."""
+    mask j <= i instead; sinks [hq]: a logit a head in every row's denominator; GQA by repetition)."""
     sq, hq, d = q.shape
     sk, hkv = k.shape[0], k.shape[1]
     kk = k.double().repeat_interleave(hq // hkv, dim=1)
@@ -50,6 +50,8 @@ def reference(q, k, v, causal, window=(-1, -1), softcap=0.0, slopes=None, top_le
     if window[1] >= 0:
         s = s.masked_fill(j > i + window[1], float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
+    if sinks is not None:
+        lse = torch.logaddexp(lse, sinks.double()[:, None].expand_as(lse))
     p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
     return torch.einsum("hqk,khd->qhd", p, vv), lse
 
@@ -108,6 +110,32 @@ class ServingTest(unittest.TestCase):
                     ref = torch.zeros(got.shape, dtype=torch.float64, device=got.device) if ref is None else ref
                     err = (got.double() - ref).abs().max().item() if got.numel() else 0.0
                     self.assertLess(err, 5e-2, "sequence %d %s (causal %s): max error %g" % (b, name, causal, err))
+
+    def test_model_variant_gradients(self):
+        lens_q, lens_k = [70, 1, 0, 130], [70, 5, 9, 100]
+        cq = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device="cuda")
+        ck = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device="cuda")
+        q = torch.randn(sum(lens_q), 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        k = torch.randn(sum(lens_k), 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        v = torch.randn(sum(lens_k), 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        sinks = torch.tensor([-1.0, 0.5, 1.0, 2.0], device="cuda", requires_grad=True)
+        do = torch.randn(sum(lens_q), 4, 64, device="cuda", dtype=torch.bfloat16)
+        o = flashgen.attention_varlen(q, k, v, cq, ck, max(lens_q), max(lens_k), causal=True, window_size=(16, 0),
+                                      softcap=2.0, sinks=sinks)
+        o.backward(do)
+        rs = sinks.detach().double().requires_grad_()
+        for b in range(len(lens_q)):
+            qs, ks = slice(cq[b].item(), cq[b + 1].item()), slice(ck[b].item(), ck[b + 1].item())
+            rq, rk, rv = (x.detach()[s].double().requires_grad_() for x, s in ((q, qs), (k, ks), (v, ks)))
+            ro, _ = reference(rq, rk, rv, True, window=(16, 0), softcap=2.0, sinks=rs)
+            ro.backward(do[qs].double())
+            for name, got, ref in (("dq", q.grad[qs], rq.grad), ("dk", k.grad[ks], rk.grad),
+                                   ("dv", v.grad[ks], rv.grad)):
+                ref = torch.zeros(got.shape, dtype=torch.float64, device=got.device) if ref is None else ref
+                err = (got.double() - ref).abs().max().item() if got.numel() else 0.0
+                self.assertLess(err, 5e-2, "sequence %d %s with window, softcap, sinks: max error %g" % (b, name, err))
+        err = (sinks.grad.double() - rs.grad).abs().max().item()
+        self.assertLess(err, 5e-2, "dsink: max error %g" % err)
 
     def test_sinks_join_the_denominator(self):
         lens_q, lens_k = [3, 1, 40], [50, 0, 40]

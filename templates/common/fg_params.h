@@ -96,6 +96,14 @@ typedef struct fg_bwd_params {
     const int *cu_seqlens_q, *cu_seqlens_k;
     int total_q, total_k;
     int q_row0, k_row0;
+    /* The model variants (varlen=1 variants with the spec's window, sinks, softcap, alibi; score_mods.cuh), as
+     * the forward's fields of the same names; dsink: sinks=1, fp32 [heads_q], the sinks' gradient, added into
+     * by the pre kernel (the host zeroes it first). */
+    int window_left, window_right, causal_top_left;
+    float softcap;
+    const float *alibi_slopes;
+    const float *sinks;
+    float *dsink;
 } fg_bwd_params;
 
 /* The backward of variable-length sequences places sequence b's workspace rows (per query head) at
