@@ -326,8 +326,10 @@ static int cfg_variants(lua_State *L) {
         it->spec.varlen = (it->spec.kind == FG_KIND_BWD ||
                            (it->spec.kind == FG_KIND_FWD && !(b->arch_override.n > 0 && !it->spec.arch_accel)))
                               ? f[12].v[idx[12]] : 0;
-        /* the forward's model variants come with varlen: dropped with it under an arch override */
-        const int mods = !(it->spec.kind == FG_KIND_FWD && b->arch_override.n > 0 && !it->spec.arch_accel);
+        /* under an arch override the model variants go where their family does not: the forward's (sm_90a, with
+         * varlen) to a plain target, the backward's (mma.sync) to an 'a' one */
+        const int mods = !(b->arch_override.n > 0 && ((it->spec.kind == FG_KIND_FWD && !it->spec.arch_accel) ||
+                                                      (it->spec.kind == FG_KIND_BWD && it->spec.arch_accel)));
         it->spec.window = mods && f[F_MODS].v[idx[F_MODS]];
         it->spec.sinks = mods && f[F_MODS + 1].v[idx[F_MODS + 1]];
         it->spec.softcap = mods && f[F_MODS + 2].v[idx[F_MODS + 2]];

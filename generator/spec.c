@@ -219,7 +219,7 @@ int spec_equal(const fg_spec *a, const fg_spec *b) {
            (a->kind != FG_KIND_BWD || (a->deterministic != 0) == (b->deterministic != 0)) &&
            ((a->kind != FG_KIND_BWD && a->kind != FG_KIND_SERVE) || (a->tma != 0) == (b->tma != 0)) &&
            (a->kind != FG_KIND_SERVE || (a->splits == b->splits && spec_head_dim_v(a) == spec_head_dim_v(b))) &&
-           ((a->kind != FG_KIND_SERVE && a->kind != FG_KIND_FWD) ||
+           (a->kind == FG_KIND_MERGE ||
             ((a->sinks != 0) == (b->sinks != 0) && (a->window != 0) == (b->window != 0) &&
              (a->softcap != 0) == (b->softcap != 0) && (a->alibi != 0) == (b->alibi != 0))) &&
            ((a->kind != FG_KIND_FWD && a->kind != FG_KIND_BWD) || (a->varlen != 0) == (b->varlen != 0)) &&

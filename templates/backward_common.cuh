@@ -329,15 +329,25 @@ __device__ __forceinline__ bool fg_bwd_needs_mask(int n0, int m0, int sk, int sq
            n0 < fg_row_keys(max(last, m0), sq, sk, v.left, v.right, v.top_left).lo;
 }
 
-// fg_bwd_p_ds with the model variants: S transformed as the forward did (softcap, ALiBi) before P, the window's
-// keys masked, and dS taking the softcap's derivative, d(cap tanh(scale s / cap)) / d(scale s) = 1 - tanh^2.
+// The keys queries qrow0 and qrow0 + 1 see (fg_row_keys), for fg_bwd_p_ds's masked instance: computed once for
+// all the key rows of a fragment column (per element, the window's d 64 tile spilled 12 bytes).
+struct fg_bwd_spans {
+    fg_key_span k[2];
+};
+__device__ __forceinline__ fg_bwd_spans fg_bwd_spans_of(int qrow0, int sk, int sq, const fg_bwd_variant &v) {
+    fg_bwd_spans r;
+    r.k[0] = fg_row_keys(qrow0, sq, sk, v.left, v.right, v.top_left);
+    r.k[1] = fg_row_keys(qrow0 + 1, sq, sk, v.left, v.right, v.top_left);
+    return r;
+}
+
+// fg_bwd_p_ds with the model variants: S transformed as the forward did (softcap, ALiBi) before P, the keys
+// outside the rows' spans (sp, MASK) masked, and dS taking the softcap's derivative,
+// d(cap tanh(scale s / cap)) / d(scale s) = 1 - tanh^2.
 template <bool MASK>
 __device__ __forceinline__ void fg_bwd_p_ds(float (&s)[4], float (&dp)[4], int h, float2 lse2, float2 dsum, int key,
-                                            int qrow0, int sk, int sq, float scale_log2, const fg_bwd_variant &v) {
-    if constexpr (!FG_BWD_MODS) {
-        fg_bwd_p_ds<MASK>(s, dp, h, lse2, dsum, key, qrow0, sk, sq, scale_log2);
-        return;
-    }
+                                            int qrow0, int sk, int sq, float scale_log2, const fg_bwd_variant &v,
+                                            const fg_bwd_spans &sp) {
 #pragma unroll
     for (int e = 0; e < 2; e++) {
         const int qrow = qrow0 + e;
@@ -348,11 +358,7 @@ __device__ __forceinline__ void fg_bwd_p_ds(float (&s)[4], float (&dp)[4], int h
             grad = fmaf(-t, t, 1.f);
         }
         if constexpr (FG_ALIBI) x = fmaf(-v.m.slope, fabsf((float)(qrow + sk - sq - key)), x);
-        bool masked = false;
-        if constexpr (MASK) {
-            const fg_key_span ks = fg_row_keys(qrow, sq, sk, v.left, v.right, v.top_left);
-            masked = key >= ks.hi || key < ks.lo;
-        }
+        const bool masked = MASK && (key >= sp.k[e].hi || key < sp.k[e].lo);
         const float pv = masked ? 0.f : fg_exp2(fmaf(x, scale_log2, -(e ? lse2.y : lse2.x)));
         s[2 * h + e] = pv;
         dp[2 * h + e] = pv * (dp[2 * h + e] - (e ? dsum.y : dsum.x)) * grad;

@@ -133,8 +133,10 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
 #if FG_WINDOW || FG_SINKS || FG_SOFTCAP || FG_ALIBI
     const fg_bwd_variant v = fg_bwd_variant_make(p, head);
 #define FG_BWD_V , v
+#define FG_BWD_VS , v, spans
 #else
 #define FG_BWD_V
+#define FG_BWD_VS
 #endif
     int m_first, m_last;
     fg_bwd_query_blocks(n0, sq, sk, m_first, m_last FG_BWD_V);
@@ -312,13 +314,17 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
                 for (int nt = 0; nt < FG_P1_PART_N8; nt++) {
                     const int col = q0 + 8 * nt + 2 * tl;
                     const float2 l2 = *(const float2 *)(lse2 + col), dd = *(const float2 *)(dsum + col);
+#if FG_WINDOW || FG_SINKS || FG_SOFTCAP || FG_ALIBI
+                    fg_bwd_spans spans;
+                    if constexpr (decltype(mask)::value) spans = fg_bwd_spans_of(m0 + col, sk, sq, v);
+#endif
 #pragma unroll
                     for (int a = 0; a < 2; a++)
 #pragma unroll
                         for (int h = 0; h < 2; h++) {
                             const int krow = p1_k0 + a * 16 + gl + 8 * h;
                             fg_bwd_p_ds<decltype(mask)::value>(s[a][nt], dp[a][nt], h, l2, dd, n0 + krow, m0 + col, sk, sq,
-                                                               p.scale_log2 FG_BWD_V);
+                                                               p.scale_log2 FG_BWD_VS);
                             const u32 off = fg_tile_offset<FG_DS_ROW_CHUNKS>(krow, q0 / 8 + nt, FG_BLOCK_N) + 4 * tl;
                             asm volatile("st.shared.b32 [%0], %1;" ::"r"(tp + off),
                                          "r"(fg_pack2(s[a][nt][2 * h], s[a][nt][2 * h + 1])));
