@@ -338,7 +338,7 @@ typedef struct fg_varlen_bwd_args {
     const float *sinks;        /* device, fp32 [heads_q], or NULL */
     float *dsink;              /* with sinks: device, fp32 [heads_q], written: the sinks' gradient,
                                   -sum over rows of exp(sink_h - LSE_i) rowsum(dO_i O_i) */
-    int window, window_left, window_right; /* a sliding window (not in the deterministic mode) */
+    int window, window_left, window_right; /* a sliding window (not in the deterministic mode; nor sinks) */
     float softcap;             /* > 0: the logit softcap; its derivative joins dS */
     const float *alibi_slopes; /* device, fp32 [heads_q], or NULL */
     int causal_top_left;       /* with causal: the mask aligned top-left (as a window: not deterministic) */

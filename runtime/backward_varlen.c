@@ -61,6 +61,9 @@ static fg_status check_variants(const fg_varlen_bwd_args *a, int need_data, bwd_
         return fg_fail(err, FG_ERR_UNSUPPORTED, "a window (or a top-left causal mask) and deterministic = 1 are both "
                        "set; the deterministic mode's order of dQ additions assumes every key block from the diagonal "
                        "on sees a query block: run the window without it");
+    if (a->sinks && a->deterministic)
+        return fg_fail(err, FG_ERR_UNSUPPORTED, "sinks and deterministic = 1 are both set; dsink is summed by fp32 "
+                       "atomics in no fixed order: run the sinks without the deterministic mode");
     if ((a->sinks != NULL) != (a->dsink != NULL) && need_data)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "sinks and dsink must be given together (dsink, fp32 [heads_q], "
                        "receives the sinks' gradient)");
@@ -171,6 +174,15 @@ static fg_status check_device_lengths(fg_context *ctx, const fg_varlen_bwd_args 
     return serving_check_device_inputs(ctx, &lens, &sc, stream, err);
 }
 
+/* dsink starts at 0 on the stream (the post kernel adds every sequence's rows into it), even when no kernel
+ * runs. */
+static fg_status zero_dsink(fg_context *ctx, const fg_varlen_bwd_args *a, const bwd_varlen_call *c, void *stream,
+                            fg_error *err) {
+    if (a->dsink && c->hq > 0)
+        FG_CU(err, ctx->cu->cuMemsetD32Async((CUdeviceptr)(uintptr_t)a->dsink, 0u, (size_t)c->hq, (CUstream)stream));
+    return FG_OK;
+}
+
 fg_status fg_attention_bwd_varlen(fg_context *ctx, const fg_varlen_bwd_args *args, void *stream) {
     if (!ctx) return rt_no_context("fg_attention_bwd_varlen");
     fg_error err;
@@ -179,19 +191,14 @@ fg_status fg_attention_bwd_varlen(fg_context *ctx, const fg_varlen_bwd_args *arg
     bwd_varlen_call c;
     backward_layout L;
     if (copy_args(args, &a, &err) != FG_OK || check_call(&a, 1, &c, &L, &err) != FG_OK) return rt_set_error(ctx, &err);
+    if (zero_dsink(ctx, &a, &c, stream, &err) != FG_OK) return rt_set_error(ctx, &err);
     if (call_empty(&c)) return FG_OK;
     if (ctx->check_inputs && check_device_lengths(ctx, &a, &c, stream, &err) != FG_OK) return rt_set_error(ctx, &err);
     fg_bwd_args sel, kern;
     dense_forms(&c, &sel, &kern);
     fg_spec s;
-    if (c.mods) { /* the model variants are the mma.sync kernel's (validate.c model_variants) */
-        select_target tg;
-        select_target_of(ctx, &tg);
-        tg.wgmma_bwd = 0;
-        if (select_bwd_spec_for(&tg, &sel, &s, &err) != FG_OK) return rt_set_error(ctx, &err);
-    } else if (select_bwd_spec(ctx, &sel, &s, NULL, &err) != FG_OK) {
-        return rt_set_error(ctx, &err);
-    }
+    /* the model variants are the mma.sync kernel's (validate.c model_variants) */
+    if (select_bwd_spec_in(ctx, &sel, c.mods, &s, NULL, &err) != FG_OK) return rt_set_error(ctx, &err);
     s.varlen = 1;
     s.window = c.window, s.sinks = a.sinks != NULL, s.softcap = a.softcap > 0.f, s.alibi = a.alibi_slopes != NULL;
     bwd_varlen vl;

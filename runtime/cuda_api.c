@@ -96,6 +96,7 @@ static void load_driver(void) {
         FG_SYM(cuMemcpyHtoD, "cuMemcpyHtoD_v2", NULL),
         FG_SYM(cuMemcpyDtoH, "cuMemcpyDtoH_v2", NULL),
         FG_SYM(cuMemsetD8, "cuMemsetD8_v2", NULL),
+        FG_SYM(cuMemsetD32Async, "cuMemsetD32Async", NULL),
         FG_SYM(cuMemcpyDtoD, "cuMemcpyDtoD_v2", NULL),
         FG_SYM(cuStreamBeginCapture, "cuStreamBeginCapture_v2", NULL),
         FG_SYM(cuStreamEndCapture, "cuStreamEndCapture", NULL),

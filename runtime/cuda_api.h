@@ -36,6 +36,7 @@ typedef struct fg_cuda_api {
     CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
     CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
     CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
+    CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
     CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
     /* graphs: the test suites capture calls (the library itself only asks cuStreamIsCapturing) */
     CUresult (*cuStreamBeginCapture)(CUstream, CUstreamCaptureMode);

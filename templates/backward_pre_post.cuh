@@ -14,8 +14,6 @@
 extern "C" __global__ void __launch_bounds__(256)
 fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params launch) {
     fg_pdl_launch_dependents(); // the main kernel may launch (its K/V loads overlap this grid's end)
-    // FG_SINKS: the sinks' gradient starts at 0 (the post kernel adds into it, after this grid)
-    if (FG_SINKS && blockIdx.x == 0 && blockIdx.z == 0 && threadIdx.x == 0) launch.dsink[blockIdx.y] = 0.f;
     FG_BWD_PARAMS(launch);
     // FG_VARLEN: the grid covers the longest sequence's rows; this one's are fewer
     if (FG_VARLEN && (int)blockIdx.x * 64 >= fg_bwd_rows_read(p.seqlen_q)) return;

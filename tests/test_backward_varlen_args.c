@@ -82,6 +82,8 @@ Test(backward_varlen_args, each_rule_names_its_argument) {
     expect(&a, FG_ERR_INVALID_ARGUMENT, "softcap is -1");
     a = call(), a.sinks = (const float *)ADDR(0xb000000);
     expect(&a, FG_ERR_INVALID_ARGUMENT, "sinks and dsink must be given together");
+    a = call(), a.sinks = (const float *)ADDR(0xb000000), a.dsink = (float *)ADDR(0xb000100), a.deterministic = 1;
+    expect(&a, FG_ERR_UNSUPPORTED, "sinks and deterministic = 1 are both set");
     a = call(), a.alibi_slopes = (const float *)ADDR(0xb000002);
     expect(&a, FG_ERR_INVALID_ARGUMENT, "alibi_slopes");
     a = call();

@@ -217,8 +217,9 @@ Test(bwd_varlen, deterministic_is_bitwise_repeatable) {
     }
 }
 
-/* The model variants' gradients: windows (either side, top-left causal), softcaps (their derivative in dS),
- * ALiBi, sinks (dsink, summed over sequences), alone and together; softcap and sinks in the deterministic mode. */
+/* The model variants' gradients: windows (either side, top-left causal, one wide enough for blocks wholly inside
+ * it), softcaps (their derivative in dS), ALiBi, sinks (dsink, summed over sequences), alone and together; a
+ * softcap in the deterministic mode. */
 Test(bwd_varlen, model_variants) {
     static const struct { int causal, window, left, right, top_left, sinks, alibi, det; float softcap; } v[] = {
         {1, 1, 100, 0, 0, 0, 0, 0, 0.f},   /* a causal sliding window */
@@ -227,7 +228,8 @@ Test(bwd_varlen, model_variants) {
         {0, 0, 0, 0, 0, 0, 0, 0, 2.0f},    /* softcap */
         {1, 0, 0, 0, 0, 0, 1, 0, 0.f},     /* ALiBi */
         {1, 0, 0, 0, 0, 1, 0, 0, 0.f},     /* sinks */
-        {1, 0, 0, 0, 0, 1, 0, 1, 3.0f},    /* sinks + softcap, deterministic */
+        {1, 0, 0, 0, 0, 0, 0, 1, 3.0f},    /* softcap, deterministic */
+        {0, 1, 300, 200, 0, 1, 1, 0, 0.f}, /* a wide window: unmasked blocks inside it; sinks, ALiBi */
         {1, 1, 64, -1, 0, 1, 1, 0, 4.0f},  /* everything */
     };
     static const int lq[] = {100, 7, 0, 64, 250, 40, 129}, lk[] = {300, 7, 50, 1, 130, 0, 129};
@@ -238,4 +240,12 @@ Test(bwd_varlen, model_variants) {
         c.seed = 700 + i;
         bwd_case_run(&c, v[i].det, v[i].det);
     }
+}
+
+/* A batch whose sequences have keys but no queries: no kernel has rows to run, and dsink is still written (0). */
+Test(bwd_varlen, sinks_without_queries) {
+    static const int lq[] = {0, 0, 0}, lk[] = {5, 9, 0};
+    serve_case c = bc(FG_DTYPE_BF16, 3, lq, lk, 4, 2, 64, 0);
+    c.sinks = 1;
+    bwd_case_run(&c, 0, 0);
 }

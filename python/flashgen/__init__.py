@@ -361,13 +361,13 @@ def _attention_direct(q, k, v, causal=False, softmax_scale=None, return_lse=Fals
     return (out, lse) if return_lse else out
 
 
-def _needs_grad(q, k, v):
+def _needs_grad(*inputs):
     """True when the call must record for autograd: torch is loaded, grad mode is on, and an input asks."""
     torch = sys.modules.get("torch")
     grad_enabled = getattr(torch, "is_grad_enabled", None) if torch is not None else None
     if grad_enabled is None or not grad_enabled():
         return False
-    return any(_tensors._is_torch_tensor(x) and getattr(x, "requires_grad", False) for x in (q, k, v))
+    return any(_tensors._is_torch_tensor(x) and getattr(x, "requires_grad", False) for x in inputs)
 
 
 def _bwd_args(tensors, causal, softmax_scale, deterministic, dl_stream):

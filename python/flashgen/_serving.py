@@ -147,7 +147,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     pkg = _pkg()
     mods = dict(sinks=sinks, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
                 causal_top_left=causal_top_left)
-    if pkg._needs_grad(q, k, v) or (sinks is not None and getattr(sinks, "requires_grad", False)):
+    if pkg._needs_grad(q, k, v, sinks):
         if out is not None or lse is not None or seqused_k is not None or num_splits or split_size:
             raise TypeError("attention_varlen() with autograd takes no out=, lse=, seqused_k, num_splits or "
                             "split_size")

@@ -98,7 +98,7 @@ typedef struct fg_bwd_params {
     int q_row0, k_row0;
     /* The model variants (varlen=1 variants with the spec's window, sinks, softcap, alibi; score_mods.cuh), as
      * the forward's fields of the same names; dsink: sinks=1, fp32 [heads_q], the sinks' gradient, added into
-     * by the pre kernel (the host zeroes it first). */
+     * by the post kernel (the host zeroes it first, on the stream). */
     int window_left, window_right, causal_top_left;
     float softcap;
     const float *alibi_slopes;

@@ -35,7 +35,9 @@ constexpr bool FG_SCORE_MODS = FG_SOFTCAP || FG_ALIBI; // a transform on every s
 // 4e-8 relative). tanh.approx.f32 is one operation too, but off by up to 2^-11 relative, which a softcap of 50
 // turns into 0.02 in a logit: more than the LSE's tolerance.
 __device__ __forceinline__ float fg_tanh(float x) {
-    const float e = fg_exp2(fminf(fabsf(x), 15.f) * 2.8853900817779268f); // e^(2|x|) in [1, 2^44]
+    float a = fabsf(x);
+    a = a > 15.f ? 15.f : a; // (not fminf: a NaN score stays NaN, and reaches O and the LSE)
+    const float e = fg_exp2(a * 2.8853900817779268f); // e^(2|x|) in [1, 2^44]
     const float d = e + 1.f;
     float r = __int_as_float(0x7EF311C7 - __float_as_int(d)); // 1 / d within 12%
 #pragma unroll
