@@ -22,7 +22,7 @@ sweep wrote to the same directory, so the sweep can run in pieces (--head-dims, 
 The table is printed last. Exit status: 0, or 1 when a config failed the check, 2 without PyTorch/CUDA.
 
 --bwd: the backward pass instead (head dims 64 and 128 unless --head-dims says others; flashgen's
-backward takes multiples of 16 up to 128 and of 32 up to 256). flashgen's
+backward takes every multiple of 8 up to 256, as its forward). flashgen's
 attention_backward against SDPA's cuDNN and FlashAttention-2 backward (torch.autograd.grad through the
 backend's forward, retained, so only the backward kernels run in the timed calls); each from its own
 forward's outputs. Check: dQ, dK, dV against fp32 autograd through attention math on a slice with the
