@@ -131,7 +131,7 @@ variants {
 -- The model variants of today's models, on the serving kernel and the sm_90a prefill: gpt-oss (head_dim 64, a
 -- causal window with sinks), Mistral-style windows (128), Gemma 2 (256, softcap, with and without a window),
 -- ALiBi (BLOOM/MPT, 128). The other combinations compile at first use. 4 + 2 + 4 + 2 + 4 = 16 variants, and
--- two backward ones below.
+-- four backward ones below.
 variants {
     kind = "serve",
     arch = {"sm_80", "sm_90"},
@@ -164,13 +164,15 @@ variants {
     window = true,
     sinks = {false, true},
 }
--- The backward of packed sequences with gpt-oss's variants (the mma.sync kernel; sinks' gradient): 2 variants.
+-- The backward of packed sequences with gpt-oss's variants (the mma.sync kernel, loading by TMA or not as
+-- dispatch chooses; sinks' gradient): 4 variants.
 variants {
     kind = "bwd",
     arch = "sm_90",
     dtype = "bf16",
     head_dim = 64,
     causal = true,
+    tma = {false, true},
     varlen = true,
     window = true,
     sinks = {false, true},
