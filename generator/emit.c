@@ -182,7 +182,8 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
         sb_printf(&b, "#define FG_SWIZZLE_BYTES %d\n", (spec->head_dim * dtype_size(spec->dtype)) % 128 == 0 ? 128 : 64);
         sb_printf(&b, "#define FG_Q_STAGES %d\n#define FG_O_DIRECT %d\n", spec_q_stages(spec),
                   spec_wgmma_o_direct(spec));
-        if (spec->kind == FG_KIND_FWD) sb_printf(&b, "#define FG_VARLEN %d\n", spec->varlen ? 1 : 0);
+        if (spec->kind == FG_KIND_FWD)
+            sb_printf(&b, "#define FG_VARLEN %d\n#define FG_HEAD_DIM_V %d\n", spec->varlen ? 1 : 0, spec_head_dim_v(spec));
         if (dtype_is_fp8(spec->dtype))
             sb_printf(&b, "#define FG_FP8_VT_ROW_BYTES %d\n#define FG_PV_SUM %d\n", spec_fp8_vt_bytes(spec), spec_fp8_pv_sum(spec));
         sb_printf(&b, "#define FG_O_FLUSH %d\n#define FG_O_FLUSH_SMEM %d\n", spec_fp8_o_flush(spec),
@@ -207,7 +208,7 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
         } else {
             const char *ty = spec->dtype == FG_DTYPE_BF16 ? "bf16" : "f16";
             emit_wgmma(&b, "fg_wgmma_qk", spec->block_n, 0, 0, ty, ty);
-            emit_wgmma(&b, "fg_wgmma_pv", spec->head_dim, 1, 1, ty, ty);
+            emit_wgmma(&b, "fg_wgmma_pv", spec_head_dim_v(spec), 1, 1, ty, ty); /* O has V's head dim */
         }
     }
     sb_printf(&b, "\n#include \"%s\"\n", family_file(spec));

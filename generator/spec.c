@@ -62,7 +62,8 @@ int spec_format(const fg_spec *s, char *buf, size_t n) {
     if (s->kind == FG_KIND_SERVE && s->splits) snprintf(splits, sizeof splits, "splits=%d,", s->splits);
     const char *varlen = (s->kind == FG_KIND_FWD || s->kind == FG_KIND_BWD) && s->varlen ? "varlen=1," : "";
     char dv[24] = "";
-    if (s->kind == FG_KIND_SERVE && spec_head_dim_v(s) != s->head_dim) snprintf(dv, sizeof dv, "head_dim_v=%d,", s->head_dim_v);
+    if ((s->kind == FG_KIND_SERVE || s->kind == FG_KIND_FWD) && spec_head_dim_v(s) != s->head_dim)
+        snprintf(dv, sizeof dv, "head_dim_v=%d,", s->head_dim_v);
     /* keys in byte order: [alibi] arch block_m block_n causal [deterministic] dtype head_dim [head_dim_v] kind
      * [out] [sinks] [softcap] [splits] stages [tma] [varlen] warps [window] */
     int r = snprintf(buf, n,
@@ -196,8 +197,8 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         if (seen[k] && s.kind == FG_KIND_MERGE)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: %s is a key of kind=serve, fwd and bwd variants only",
                            keys[k]);
-    if (seen[K_HEAD_DIM_V] && s.kind != FG_KIND_SERVE)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: head_dim_v is a key of kind=serve variants only");
+    if (seen[K_HEAD_DIM_V] && s.kind != FG_KIND_SERVE && s.kind != FG_KIND_FWD)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: head_dim_v is a key of kind=serve and kind=fwd variants only");
     if (s.head_dim_v == s.head_dim) s.head_dim_v = 0; /* the same: one name */
     if (seen[K_SPLITS] && s.kind != FG_KIND_SERVE)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: splits is a key of kind=serve variants only");
@@ -218,7 +219,7 @@ int spec_equal(const fg_spec *a, const fg_spec *b) {
     return a->kind == b->kind &&
            (a->kind != FG_KIND_BWD || (a->deterministic != 0) == (b->deterministic != 0)) &&
            ((a->kind != FG_KIND_BWD && a->kind != FG_KIND_SERVE) || (a->tma != 0) == (b->tma != 0)) &&
-           (a->kind != FG_KIND_SERVE || (a->splits == b->splits && spec_head_dim_v(a) == spec_head_dim_v(b))) &&
+           (a->kind != FG_KIND_SERVE || a->splits == b->splits) && spec_head_dim_v(a) == spec_head_dim_v(b) &&
            (a->kind == FG_KIND_MERGE ||
             ((a->sinks != 0) == (b->sinks != 0) && (a->window != 0) == (b->window != 0) &&
              (a->softcap != 0) == (b->softcap != 0) && (a->alibi != 0) == (b->alibi != 0))) &&
@@ -285,8 +286,9 @@ static size_t bwd_smem_bytes(const fg_spec *s) {
  * stages, their mbarriers, the tile ring (4 mbarriers, 2 tile indices, a count) of the dynamic
  * schedule and a flag, and for FP8 a V^T "reordered" mbarrier per stage (forward_wgmma.cuh). */
 static size_t wgmma_fwd_smem(const fg_spec *spec, size_t q) {
-    return 1024u + (size_t)spec->head_dim * (size_t)dtype_size(spec->dtype) *
-                       (q * (size_t)spec->block_m + 2u * (size_t)spec->block_n * (size_t)spec->stages) +
+    return 1024u + (size_t)dtype_size(spec->dtype) *
+                       ((size_t)spec->head_dim * (q * (size_t)spec->block_m + (size_t)spec->block_n * (size_t)spec->stages) +
+                        (size_t)spec_head_dim_v(spec) * (size_t)spec->block_n * (size_t)spec->stages) + /* Q, K; V */
            (size_t)spec_fp8_pv_sum(spec) * (size_t)spec->block_n * (size_t)spec->stages + /* ones rows (FG_PV_SUM) */
            (spec_fp8_o_flush_smem(spec) ? (size_t)spec->block_m * (size_t)(spec->head_dim + spec_fp8_pv_sum(spec)) * 4u
                                          : 0u) + /* O's fp32 level, the row-sum group included */

@@ -70,8 +70,9 @@ typedef struct fg_spec {
     int sinks;          /* attention sinks: a per-head logit in every row's denominator (fg_varlen_args.sinks) */
     int softcap;        /* logits capped by cap * tanh(logit / cap) (fg_varlen_args.softcap) */
     int alibi;          /* ALiBi: logits biased by -slope_h * |d - j| (fg_varlen_args.alibi_slopes) */
-    int head_dim_v;     /* kind=serve: V's and O's head dim where it differs from head_dim (DeepSeek's 192/128);
-                           0 (or head_dim): the same. Named only when it differs ("head_dim_v=128") */
+    int head_dim_v;     /* kind=serve, and kind=fwd with varlen=1 (sm_90a, 16-bit, both multiples of 64): V's and O's
+                           head dim where it differs from head_dim (DeepSeek's 192/128); 0 (or head_dim): the
+                           same. Named only when it differs ("head_dim_v=128") */
 } fg_spec;
 
 /* V's (and O's) head dim: head_dim_v where set, else head_dim; and it rounded up to the MMA k (16). */

@@ -225,9 +225,9 @@ fg_status spec_fill_tiles(fg_spec *s, const fg_tile_policy *p, fg_error *err) {
         serve_decode_tiles(s);
         return FG_OK;
     }
-    /* a serving variant whose V is wider than Q and K takes the tiles of V's head dim (O's registers and staging) */
+    /* a variant whose V is wider than Q and K takes the tiles of V's head dim (O's registers and staging) */
     fg_spec key = *s;
-    if (s->kind == FG_KIND_SERVE && spec_head_dim_v(s) > s->head_dim) key.head_dim = spec_head_dim_v(s);
+    if (spec_head_dim_v(s) > s->head_dim) key.head_dim = spec_head_dim_v(s);
     const fg_tile_rule *r = tile_policy_lookup(p, &key);
     if (!r) {
         char arch[16];

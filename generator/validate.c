@@ -43,7 +43,7 @@ static int wg_consumers(const fg_spec *s) { return s->block_m / 64; }
 /* FP8 at head_dim <= 128 keeps O's fp32 level (spec_fp8_o_flush) besides the wgmma accumulator, the row-sum
  * group (spec_fp8_pv_sum) in both: d/2 + 8 more. */
 static int wg_registers(const fg_spec *s) {
-    return s->head_dim / 2 + s->block_n * 3 / 4 +
+    return spec_head_dim_v(s) / 2 + s->block_n * 3 / 4 +
            (spec_fp8_o_flush(s) ? s->head_dim / 2 + spec_fp8_pv_sum(s) : 0);
 }
 static int wg_register_limit(const fg_spec *s) { return wg_consumers(s) == 3 ? 160 : 240; }
@@ -189,10 +189,15 @@ RULE(serve_tma, is_serve(s) && s->tma && (s->arch < 90 || s->head_dim % 64 != 0 
      FG_ERR_UNSUPPORTED,
      "kind=serve tma=1 (K and V loaded by TMA) takes arch sm_90 or newer, head_dim 64, 128, 192 or 256 and V of the "
      "same head dim (got sm_%d, head_dim %d, head_dim_v %d)", s->arch, s->head_dim, spec_head_dim_v(s))
-RULE(head_dim_v, s->head_dim_v != 0 && (!is_serve(s) || s->head_dim_v % 8 != 0 || s->head_dim_v > 256),
-     FG_ERR_UNSUPPORTED,
-     "head_dim_v %d is not supported: V's own head dim is a variant of the serving kernel (kind=serve), a multiple "
-     "of 8 up to 256", s->head_dim_v)
+static int head_dim_v_ok(const fg_spec *s) {
+    if (is_serve(s)) return s->head_dim_v % 8 == 0 && s->head_dim_v <= 256;
+    return s->kind == FG_KIND_FWD && s->varlen && spec_is_wgmma(s) && !dtype_is_fp8(s->dtype) && s->head_dim % 64 == 0 &&
+           s->head_dim_v % 64 == 0 && s->head_dim_v <= 256;
+}
+RULE(head_dim_v, s->head_dim_v != 0 && !head_dim_v_ok(s), FG_ERR_UNSUPPORTED,
+     "head_dim_v %d is not supported: V's own head dim is a variant of the serving kernel (kind=serve; a multiple "
+     "of 8 up to 256) and of the sm_90a forward with varlen=1 (16-bit; head_dim and head_dim_v multiples of 64)",
+     s->head_dim_v)
 /* The model variants (window, sinks, softcap, alibi): on the serving kernel, on the sm_90a forward's varlen=1
  * variants (what the serving call runs for prefill on Hopper) and on the mma.sync backward's varlen=1 ones
  * (fg_attention_bwd_varlen), 16-bit; a window's query blocks per key block break the deterministic mode's

@@ -60,13 +60,15 @@ static void prefill_views(const fg_varlen_args *a, const serving_call *c, fg_fwd
 }
 
 /* Whether the call runs here, and if so its variant in *spec: on a context with the sm_90a forward and
- * FLASHGEN_PREFILL_SM90A not 0 (the default), V of Q's head dim, keys packed or dense (not paged), no split
- * asked for, the longest sequence at least PREFILL_MIN_Q queries, and tensors TMA can read (select_call_wgmma on
- * the views TMA maps). The call's model variants (window, top-left causal, sinks, softcap, ALiBi) are compiled
- * in. */
+ * FLASHGEN_PREFILL_SM90A not 0 (the default), V of Q's head dim or (both multiples of 64) its own, keys packed or
+ * dense (not paged), no split asked for, the longest sequence at least PREFILL_MIN_Q queries, and tensors TMA
+ * can read (select_call_wgmma on the views TMA maps). The call's model variants (window, top-left causal,
+ * sinks, softcap, ALiBi) are compiled in. */
 static int prefill_spec(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, fg_spec *spec,
                         fg_fwd_args *g, fwd_varlen *vl, char *why, size_t nwhy) {
-    if (!ctx->prefill_sm90a || c->paged || c->head_dim_v != c->head_dim || a->num_splits > 1 || a->split_size > 0 || c->seqlen_q < PREFILL_MIN_Q) return 0;
+    const int own_v = c->head_dim_v != c->head_dim; /* V of its own head dim: both multiples of 64 here */
+    if (own_v && (c->head_dim % 64 != 0 || c->head_dim_v % 64 != 0)) return 0;
+    if (!ctx->prefill_sm90a || c->paged || a->num_splits > 1 || a->split_size > 0 || c->seqlen_q < PREFILL_MIN_Q) return 0;
     fg_fwd_args maps;
     memset(&maps, 0, sizeof maps);
     prefill_views(a, c, g, vl, &maps.o);
@@ -76,6 +78,14 @@ static int prefill_spec(fg_context *ctx, const fg_varlen_args *a, const serving_
     if (select_fwd_spec(ctx, g, spec, why, nwhy, &err) != FG_OK || !spec_is_wgmma(spec)) return 0;
     spec->varlen = 1;
     spec->window = c->window, spec->sinks = c->sinks, spec->softcap = c->softcap, spec->alibi = c->alibi;
+    if (own_v) { /* tiles for V's head dim where it is wider (as the policy picks them for such a spec) */
+        spec->head_dim_v = c->head_dim_v;
+        if (c->head_dim_v > c->head_dim) {
+            fg_spec t = *spec;
+            t.block_m = t.block_n = t.warps = t.stages = 0;
+            if (spec_fill_tiles(&t, &ctx->policy, &err) == FG_OK) *spec = t;
+        }
+    }
     return spec_validate(spec, &err) == FG_OK;
 }
 

@@ -28,7 +28,9 @@ static void run_prefill_with(const serve_case *c, int sm90a_on) {
     serve_setup(&env, r, c);
     char text[2048];
     cr_assert_eq(fg_explain_varlen(env.ctx, &r->args, text, sizeof text), FG_OK, "%s", fg_last_error(env.ctx));
-    const int sm90a = env.ctx->prefill_sm90a && c->d % 32 == 0 && c->k_mode != SERVE_K_PAGED && (c->dv == 0 || c->dv == c->d);
+    const int own_v = c->dv != 0 && c->dv != c->d;
+    const int sm90a = env.ctx->prefill_sm90a && c->d % 32 == 0 && c->k_mode != SERVE_K_PAGED &&
+                      (!own_v || (c->d % 64 == 0 && c->dv % 64 == 0));
     cr_assert_eq(env.ctx->prefill_sm90a, sm90a_on && env.ctx->wgmma, "FLASHGEN_PREFILL_SM90A was not taken");
     if (sm90a)
         cr_assert(strstr(text, "prefill on the sm_90a forward") && strstr(text, "varlen=1"), "%s", text);
@@ -138,6 +140,18 @@ Test(prefill, model_variants) {
         c.window = v[i].window, c.window_left = v[i].left, c.window_right = v[i].right;
         c.sinks = v[i].sinks, c.alibi = v[i].alibi, c.softcap = v[i].softcap, c.seed = 500 + i;
         c.causal_top_left = v[i].top_left;
+        run_prefill(&c);
+    }
+}
+
+/* V of its own head dim (DeepSeek's 192/128, and V wider than Q and K) on the sm_90a forward's head_dim_v
+ * variants (both head dims multiples of 64; 72/40 stays on the serving kernel), causal and not, GQA. */
+Test(prefill, v_of_its_own_head_dim) {
+    static const int lq[] = {300, 64, 1, 0, 700, 129}, lk[] = {300, 200, 50, 70, 500, 129};
+    static const int dims[][2] = {{192, 128}, {128, 64}, {64, 128}, {72, 40}};
+    for (size_t i = 0; i < NELEM(dims); i++) {
+        serve_case c = pc(i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, 6, lq, lk, 8, 2, dims[i][0], (int)(i % 2 == 0));
+        c.dv = dims[i][1], c.seed = 600 + i;
         run_prefill(&c);
     }
 }

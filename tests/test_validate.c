@@ -85,7 +85,8 @@ static void m_mods_softcap_dense(fg_spec *s) { *s = wg_base(); s->softcap = 1; }
 static void m_mods_alibi_bwd(fg_spec *s) { s->kind = FG_KIND_BWD, s->alibi = 1, s->block_m = 64, s->block_n = 64; }
 static void m_mods_window_det(fg_spec *s) { m_mods_alibi_bwd(s); s->alibi = 0, s->window = 1, s->varlen = 1, s->deterministic = 1; }
 static void m_head_dim_v(fg_spec *s) { *s = serve_base(); s->head_dim_v = 100; }
-static void m_head_dim_v_kind(fg_spec *s) { s->head_dim_v = 64; } /* base(): kind=fwd */
+static void m_head_dim_v_kind(fg_spec *s) { s->head_dim_v = 64; } /* base(): kind=fwd, mma.sync family */
+static void m_head_dim_v_wg(fg_spec *s) { *s = wg_base(); s->varlen = 1, s->head_dim_v = 96; } /* not a multiple of 64 */
 static void m_serve_tma_dim_v(fg_spec *s) { *s = serve_base(); s->tma = 1, s->arch = 90, s->head_dim = 192, s->head_dim_v = 128; }
 static void m_serve_registers(fg_spec *s) { *s = serve_base(); s->block_m = 64; s->block_n = 256; s->head_dim = 256; s->stages = 2; }
 
@@ -148,6 +149,7 @@ static const broken rules[] = {
     {"serve_tma", m_serve_tma_dim_v, "head_dim_v 128"},
     {"head_dim_v", m_head_dim_v, "head_dim_v 100"},
     {"head_dim_v", m_head_dim_v_kind, "kind=serve"},
+    {"head_dim_v", m_head_dim_v_wg, "head_dim_v 96"},
     {"fwd_varlen", m_fwd_varlen_fp8, "in fp16 or bf16"},
 };
 

@@ -232,7 +232,7 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, con
             const u32 sv = sm.s_v + stage_of(kv) * FG_V_STAGE_BYTES;
             fg_mbar_wait(sm.bar_v(stage_of(kv)), parity_of(kv));
             const int units = (FG_BLOCK_N - valid) * (FG_CHUNK_ROW_BYTES / 16); // per column chunk
-            for (int u = (int)threadIdx.x - 128; u < FG_COL_CHUNKS * units; u += FG_CONSUMER_WGS * 128)
+            for (int u = (int)threadIdx.x - 128; u < FG_V_COL_CHUNKS * units; u += FG_CONSUMER_WGS * 128)
                 asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(sv + (u / units) * FG_KV_CHUNK +
                                                                               valid * FG_CHUNK_ROW_BYTES + (u % units) * 16),
                              "r"(0u) : "memory");

@@ -11,7 +11,13 @@
 constexpr int FG_CONSUMER_WGS = FG_BLOCK_M / 64;          // consumer warpgroups
 constexpr int FG_THREADS = (FG_CONSUMER_WGS + 1) * 128;
 constexpr int FG_NT = FG_BLOCK_N / 8;            // n8 column groups of S
-constexpr int FG_DT = FG_HEAD_DIM / 8;           // n8 column groups of O
+// V's and O's head dim (head_dim_v variants: varlen=1, 16-bit, both multiples of 64), else head_dim.
+#ifndef FG_HEAD_DIM_V
+#define FG_HEAD_DIM_V FG_HEAD_DIM
+#endif
+static_assert(FG_HEAD_DIM_V == FG_HEAD_DIM || (!FG_FP8 && FG_VARLEN && FG_HEAD_DIM % 64 == 0 && FG_HEAD_DIM_V % 64 == 0),
+              "V of its own head dim: 16-bit varlen variants, both head dims multiples of 64");
+constexpr int FG_DT = FG_HEAD_DIM_V / 8;         // n8 column groups of O
 constexpr int FG_DT_WITH_SUM = FG_DT + FG_PV_SUM / 8;    // ... and FP8's row-sum group after them (FG_PV_SUM)
 static_assert(FG_DT % 4 == 0, "head_dim a multiple of 32: O leaves in 16-byte units of four n8 groups");
 // FP8's two-level accumulation: the period of the flush of the P.V accumulator into fp32, O's fp32 level in
@@ -25,6 +31,7 @@ constexpr int FG_FLUSH_PERIOD = FG_FLUSH > 0 ? FG_FLUSH : 1; // its period, 1 wh
 constexpr u32 FG_OACC_BYTES = FG_O_FLUSH_SMEM ? FG_DT_WITH_SUM * (FG_BLOCK_M / 64) * 128 * 16 : 0; // row sums too
 constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM * FG_ELEM_BYTES;
 constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM * FG_ELEM_BYTES; // a K tile, or V (FP8: V^T, d x block_n)
+constexpr u32 FG_V_BYTES = FG_BLOCK_N * FG_HEAD_DIM_V * FG_ELEM_BYTES; // a 16-bit V tile (V's head dim)
 constexpr float FG_P_SHIFT = FG_FP8 ? 8.f : 0.f; // FP8: P = 2^8 exp2(...) fills e4m3's range (as forward_mma.cuh)
 constexpr u32 FG_Q_CHUNK = FG_BLOCK_M * FG_CHUNK_ROW_BYTES;   // bytes of one column chunk of the Q tile
 // Q buffers (FG_Q_STAGES, from the emitter: 2 where shared memory allows): with two, the next tile's Q
@@ -62,7 +69,8 @@ static_assert(128 * FG_PRODUCER_REGS + FG_CONSUMER_WGS * 128 * FG_CONSUMER_REGS 
 
 // The shared-memory map, from the 1024-byte aligned base of the dynamic shared memory: FG_Q_STAGES Q
 // buffers, FG_STAGES K and V stages, O's fp32 level (FG_O_FLUSH_SMEM), then the mbarriers and the tile ring.
-constexpr u32 FG_V_STAGE_BYTES = FG_FP8 ? FG_BLOCK_N / FG_VT_ROW_BYTES * FG_VT_CHUNK : FG_KV_BYTES; // a V stage
+constexpr u32 FG_V_STAGE_BYTES = FG_FP8 ? FG_BLOCK_N / FG_VT_ROW_BYTES * FG_VT_CHUNK : FG_V_BYTES; // a V stage
+constexpr int FG_V_COL_CHUNKS = FG_HEAD_DIM_V / FG_CHUNK_COLS; // column chunks of a 16-bit V tile
 constexpr int FG_VT_WARPS = 3; // FP8: warps 1..3 of the producer warpgroup reorder V^T
 struct fg_fwd_smem {
     u32 s_q;    // FG_Q_STAGES Q buffers

@@ -54,18 +54,20 @@ __device__ __forceinline__ void fg_producer_run(const fg_fwd_params &p, const fg
                                                 int m_blocks, bool dyn) {
     // One K or V tile of key block j into its stage, once the consumers have released the stage's
     // previous use.
-    auto load_kv_tile = [&](u32 dst, const void *map, u32 full, u32 empty, int use, int j, const fg_tile &t) {
+    // (V: FG_V_COL_CHUNKS chunks, which differ from K's only in head_dim_v variants)
+    auto load_kv_tile = [&](u32 dst, const void *map, u32 full, u32 empty, int use, int j, const fg_tile &t, auto is_v) {
+        constexpr int CHUNKS = decltype(is_v)::value ? FG_V_COL_CHUNKS : FG_COL_CHUNKS;
         if (use > 0) fg_mbar_wait(empty, (use - 1) & 1);
-        fg_mbar_expect_tx(full, FG_KV_BYTES);
+        fg_mbar_expect_tx(full, CHUNKS * FG_KV_CHUNK);
 #pragma unroll
-        for (int c = 0; c < FG_COL_CHUNKS; c++)
+        for (int c = 0; c < CHUNKS; c++)
             fg_tma_load(dst + c * FG_KV_CHUNK, map, c * FG_CHUNK_COLS, fg_k_row0(t) + j * FG_BLOCK_N, t.kv_head,
                         fg_k_batch(p, t), full);
     };
     // Step `it` of tile t, the producer's K/V step `step` overall: K (if k), then V (if v).
     auto load_kv_parts = [&](const fg_tile &t, int it, int step, bool k, bool v) {
         const int j = fg_tile_block(t, it), s = step % FG_STAGES, use = step / FG_STAGES;
-        if (k) load_kv_tile(sm.s_k + s * FG_KV_BYTES, &tm.k, sm.bar_k(s), sm.bar_k_empty(s), use, j, t);
+        if (k) load_kv_tile(sm.s_k + s * FG_KV_BYTES, &tm.k, sm.bar_k(s), sm.bar_k_empty(s), use, j, t, fg_bool<false>{});
         if (!v) return;
 #if FG_FP8
         // V^T: boxes of FG_VT_ROW_BYTES keys (the contiguous dim) by head_dim rows, one a chunk
@@ -76,7 +78,7 @@ __device__ __forceinline__ void fg_producer_run(const fg_fwd_params &p, const fg
             fg_tma_load(sm.s_v + s * FG_V_STAGE_BYTES + c * FG_VT_CHUNK, &tm.v, j * FG_BLOCK_N + c * FG_VT_ROW_BYTES, 0, t.kv_head,
                         t.batch, sm.bar_v(s));
 #else
-        load_kv_tile(sm.s_v + s * FG_V_STAGE_BYTES, &tm.v, sm.bar_v(s), sm.bar_v_empty(s), use, j, t);
+        load_kv_tile(sm.s_v + s * FG_V_STAGE_BYTES, &tm.v, sm.bar_v(s), sm.bar_v_empty(s), use, j, t, fg_bool<true>{});
 #endif
     };
     auto load_kv = [&](const fg_tile &t, int it, int step) { load_kv_parts(t, it, step, true, true); };
