@@ -7,8 +7,11 @@ warm-up first, the median of the runs).
              with window_size (when importable); FLOPs count the keys each row sees.
   overhead   softcap, sinks and ALiBi each against the same call without them (bf16, head_dim 128, 16
              heads, 4 x 8k, causal): time with / time without.
+  dims       Q and K of head_dim 192 with V of 128 (DeepSeek), bf16, 16 heads, 2 x 8k, causal: flashgen's
+             attention_varlen on the dense tensors against FlashAttention-4's flash_attn_func (when it takes
+             the pair).
 
-    FLASHGEN_PREFILL_SM90A=1 python3 bench/model_variants.py [window] [overhead] [--iters 30]
+    python3 bench/model_variants.py [window] [overhead] [dims] [--iters 30]
 
 Each flashgen output is checked against the peer's (window) or a float32 PyTorch reference on a slice
 (overhead) before it is timed.
@@ -90,9 +93,36 @@ def overhead(a):
         print("| %s | %.0f us | %.3f |" % (name, t, t / base))
 
 
+def dims(a):
+    b, n, h = 2, 8192, 16
+    q = torch.randn(b, n, h, 192, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn_like(q)
+    v = torch.randn(b, n, h, 128, device="cuda", dtype=torch.bfloat16)
+    flops = b * h * n * n * (192 + 128)  # causal: half of 2 s^2 (d_qk + d_v)
+    print("## head_dim 192 / 128: causal, %d x %dk, bf16, %d heads" % (b, n // 1024, h))
+    fg = lambda: flashgen.attention_varlen(q, k, v, None, None, n, n, causal=True)
+    out = fg()
+    t = timed(fg, a.iters)
+    print("| impl | time | rate |\n|---|---|---|")
+    print("| flashgen | %.0f us | %.0f TFLOP/s |" % (t, flops / t / 1e6))
+    if fa4_func is None:
+        print("FA4: not importable (%s)" % FA4_WHY)
+        return
+    try:
+        fa4 = lambda: fa4_func(q, k, v, causal=True)
+        ref = fa4()
+        ref = ref[0] if isinstance(ref, tuple) else ref
+        check("flashgen vs FA4 192/128", out, ref)
+        t4 = timed(fa4, a.iters)
+        print("| FA4 | %.0f us | %.0f TFLOP/s |" % (t4, flops / t4 / 1e6))
+        print("flashgen / FA4: %.2f" % (t4 / t))
+    except (RuntimeError, TypeError, ValueError, AssertionError) as e:
+        print("FA4 192/128 failed: %s" % str(e).splitlines()[0][:120])
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", nargs="*", default=["window", "overhead"])
+    p.add_argument("what", nargs="*", default=["window", "overhead", "dims"])
     p.add_argument("--iters", type=int, default=30)
     a = p.parse_args()
     print("# %s, torch %s, FA4 %s" % (torch.cuda.get_device_name(), torch.__version__, "yes" if fa4_func else "no"))
@@ -100,6 +130,8 @@ def main():
         window(a)
     if "overhead" in a.what:
         overhead(a)
+    if "dims" in a.what:
+        dims(a)
 
 
 if __name__ == "__main__":
