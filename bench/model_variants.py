@@ -28,6 +28,28 @@ import flashgen  # noqa: E402
 from serving import FA4_WHY, check, fa4_func, timed  # noqa: E402
 
 
+def against_fa4(what, fg, fa4, flops, iters):
+    """Times flashgen's call fg, then (FA4 importable and taking the call) FA4's fa4 after checking their outputs
+    agree; prints the rows and the ratio."""
+    out = fg()
+    t = timed(fg, iters)
+    print("| impl | time | rate |\n|---|---|---|")
+    print("| flashgen | %.0f us | %.0f TFLOP/s |" % (t, flops / t / 1e6))
+    if fa4_func is None:
+        print("FA4: not importable (%s)" % FA4_WHY)
+        return
+    try:
+        ref = fa4()
+        ref = ref[0] if isinstance(ref, tuple) else ref
+        check("flashgen vs FA4 " + what, out, ref)
+        t4 = timed(fa4, iters)
+    except (RuntimeError, TypeError, ValueError, AssertionError) as e:
+        print("FA4 %s failed: %s" % (what, str(e).splitlines()[0][:120]))
+        return
+    print("| FA4 | %.0f us | %.0f TFLOP/s |" % (t4, flops / t4 / 1e6))
+    print("flashgen / FA4: %.2f" % (t4 / t))
+
+
 def window(a):
     n, h, d, w = 32768, 16, 128, 4096
     q = torch.randn(1, n, h, d, device="cuda", dtype=torch.bfloat16)
@@ -36,21 +58,8 @@ def window(a):
     flops = 4 * d * h * float(torch.clamp(rows + 1, max=w + 1).sum())
     print("## sliding window: causal, %d keys left, %dk tokens, bf16, head_dim %d, %d heads" % (w, n // 1024, d, h))
     print("<!-- %s -->" % flashgen.explain_varlen(q, k, v, causal=True).splitlines()[0])
-    fg = lambda: flashgen.attention_varlen(q, k, v, None, None, n, n, causal=True, window_size=(w, 0))
-    out = fg()
-    t = timed(fg, a.iters)
-    print("| impl | time | rate |\n|---|---|---|")
-    print("| flashgen | %.0f us | %.0f TFLOP/s |" % (t, flops / t / 1e6))
-    if fa4_func is None:
-        print("FA4: not importable (%s)" % FA4_WHY)
-        return
-    fa4 = lambda: fa4_func(q, k, v, causal=True, window_size=(w, 0))
-    ref = fa4()
-    ref = ref[0] if isinstance(ref, tuple) else ref
-    check("flashgen vs FA4 window", out, ref)
-    t4 = timed(fa4, a.iters)
-    print("| FA4 | %.0f us | %.0f TFLOP/s |" % (t4, flops / t4 / 1e6))
-    print("flashgen / FA4: %.2f" % (t4 / t))
+    against_fa4("window", lambda: flashgen.attention_varlen(q, k, v, None, None, n, n, causal=True, window_size=(w, 0)),
+                lambda: fa4_func(q, k, v, causal=True, window_size=(w, 0)), flops, a.iters)
 
 
 def reference_rows(q, k, v, rows, softcap=0.0, sinks=None, slopes=None):
@@ -100,24 +109,8 @@ def dims(a):
     v = torch.randn(b, n, h, 128, device="cuda", dtype=torch.bfloat16)
     flops = b * h * n * n * (192 + 128)  # causal: half of 2 s^2 (d_qk + d_v)
     print("## head_dim 192 / 128: causal, %d x %dk, bf16, %d heads" % (b, n // 1024, h))
-    fg = lambda: flashgen.attention_varlen(q, k, v, None, None, n, n, causal=True)
-    out = fg()
-    t = timed(fg, a.iters)
-    print("| impl | time | rate |\n|---|---|---|")
-    print("| flashgen | %.0f us | %.0f TFLOP/s |" % (t, flops / t / 1e6))
-    if fa4_func is None:
-        print("FA4: not importable (%s)" % FA4_WHY)
-        return
-    try:
-        fa4 = lambda: fa4_func(q, k, v, causal=True)
-        ref = fa4()
-        ref = ref[0] if isinstance(ref, tuple) else ref
-        check("flashgen vs FA4 192/128", out, ref)
-        t4 = timed(fa4, a.iters)
-        print("| FA4 | %.0f us | %.0f TFLOP/s |" % (t4, flops / t4 / 1e6))
-        print("flashgen / FA4: %.2f" % (t4 / t))
-    except (RuntimeError, TypeError, ValueError, AssertionError) as e:
-        print("FA4 192/128 failed: %s" % str(e).splitlines()[0][:120])
+    against_fa4("192/128", lambda: flashgen.attention_varlen(q, k, v, None, None, n, n, causal=True),
+                lambda: fa4_func(q, k, v, causal=True), flops, a.iters)
 
 
 def main():
