@@ -11,8 +11,7 @@
 typedef struct bwd_varlen_call {
     int batch, hq, hkv, d, max_q, max_k;
     int64_t total_q, total_k;
-    int window, window_left, window_right; /* the model variants, as serving_call's (sides past every key: -1) */
-    int mods;                              /* any model variant: the mma.sync kernel runs the call */
+    call_variants var;                     /* the model variants, as serving_call's */
     fg_bwd_args view; /* the packed tensors as one batch of total rows (for fg_attention_bwd's rules) */
 } bwd_varlen_call;
 
@@ -38,26 +37,13 @@ static fg_status layout(const fg_varlen_bwd_args *a, const bwd_varlen_call *c, b
     return FG_OK;
 }
 
-/* The model variants' rules (the forward's, serving_args.c), and dsink given with sinks. */
+/* The model variants' rules (the forward's, serving_check_variants), those of the deterministic mode, and dsink
+ * given with sinks. */
 static fg_status check_variants(const fg_varlen_bwd_args *a, int need_data, bwd_varlen_call *c, fg_error *err) {
-    if (a->window != 0 && a->window != 1)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "window is %d; it must be 0 (none) or 1", a->window);
-    if (a->window && (a->window_left < -1 || a->window_right < -1))
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "window_left (%d) and window_right (%d) must be >= 0, or -1 for an "
-                       "unbounded side", a->window_left, a->window_right);
-    if (a->causal_top_left != 0 && a->causal_top_left != 1)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "causal_top_left is %d; it must be 0 or 1", a->causal_top_left);
-    if (a->causal_top_left && !a->causal)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "causal_top_left is 1 but causal is 0; it aligns the causal mask, "
-                       "so it needs causal = 1");
-    if (!(a->softcap >= 0.f) || a->softcap > 3.4e38f)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "softcap is %g; it must be finite and >= 0 (0: none)",
-                       (double)a->softcap);
-    /* as the forward: a side past every key of every row is unbounded */
-    c->window_left = !a->window || a->window_left > c->max_k ? -1 : a->window_left;
-    c->window_right = !a->window || a->window_right > c->max_q ? -1 : a->window_right;
-    c->window = c->window_left >= 0 || c->window_right >= 0 || a->causal_top_left;
-    if (c->window && a->deterministic)
+    const variant_args va = VARIANT_ARGS_OF(a);
+    fg_status st = serving_check_variants(&va, c->max_q, c->max_k, need_data, &c->var, err);
+    if (st != FG_OK) return st;
+    if (c->var.window && a->deterministic)
         return fg_fail(err, FG_ERR_UNSUPPORTED, "a window (or a top-left causal mask) and deterministic = 1 are both "
                        "set; the deterministic mode's order of dQ additions assumes every key block from the diagonal "
                        "on sees a query block: run the window without it");
@@ -67,13 +53,9 @@ static fg_status check_variants(const fg_varlen_bwd_args *a, int need_data, bwd_
     if ((a->sinks != NULL) != (a->dsink != NULL) && need_data)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "sinks and dsink must be given together (dsink, fp32 [heads_q], "
                        "receives the sinks' gradient)");
-    const void *per_head[3] = {a->sinks, a->dsink, a->alibi_slopes};
-    static const char *const names[3] = {"sinks", "dsink", "alibi_slopes"};
-    for (int i = 0; i < 3; i++)
-        if (need_data && (uintptr_t)per_head[i] % 4 != 0)
-            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s (%p) is not 4-byte aligned; it must be fp32 [heads_q] in "
-                           "device memory", names[i], per_head[i]);
-    c->mods = c->window || a->sinks || a->softcap > 0.f || a->alibi_slopes;
+    if (need_data && (uintptr_t)a->dsink % 4 != 0)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "dsink (%p) is not 4-byte aligned; it must be fp32 [heads_q] in "
+                       "device memory", (void *)a->dsink);
     return FG_OK;
 }
 
@@ -198,15 +180,15 @@ fg_status fg_attention_bwd_varlen(fg_context *ctx, const fg_varlen_bwd_args *arg
     dense_forms(&c, &sel, &kern);
     fg_spec s;
     /* the model variants are the mma.sync kernel's (validate.c model_variants) */
-    if (select_bwd_spec_in(ctx, &sel, c.mods, &s, NULL, &err) != FG_OK) return rt_set_error(ctx, &err);
+    if (select_bwd_spec_in(ctx, &sel, call_variants_any(&c.var), &s, NULL, &err) != FG_OK) return rt_set_error(ctx, &err);
     s.varlen = 1;
-    s.window = c.window, s.sinks = a.sinks != NULL, s.softcap = a.softcap > 0.f, s.alibi = a.alibi_slopes != NULL;
+    spec_take_variants(&s, &c.var);
     bwd_varlen vl;
     memset(&vl, 0, sizeof vl);
     vl.q_map = c.view.q, vl.k_map = c.view.k, vl.v_map = c.view.v, vl.do_map = c.view.dout;
     vl.cu_q = a.cu_seqlens_q, vl.cu_k = a.cu_seqlens_k;
     vl.total_q = (int)c.total_q, vl.total_k = (int)c.total_k;
-    vl.window_left = c.window_left, vl.window_right = c.window_right, vl.causal_top_left = a.causal_top_left;
+    vl.window_left = c.var.window_left, vl.window_right = c.var.window_right, vl.causal_top_left = a.causal_top_left;
     vl.softcap = a.softcap, vl.alibi_slopes = a.alibi_slopes, vl.sinks = a.sinks, vl.dsink = a.dsink;
     if (rt_bwd_launch_varlen(ctx, &s, &kern, &L, &vl, stream, &err) != FG_OK) return rt_set_error(ctx, &err);
     return FG_OK;

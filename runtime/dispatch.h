@@ -184,6 +184,32 @@ long long backward_key_blocks(const fg_spec *s, long long sk);
 
 /* ---- serving_args.c, serving.c, merge.c: the serving path */
 
+/* The model variants of a call as the kernels take them: the spec's keys (window also for a top-left causal
+ * mask, which runs on the window variants), and the window's sides (-1 unbounded: also a side past every key of
+ * every row, and both without a window). */
+typedef struct call_variants {
+    int window, sinks, softcap, alibi; /* the spec's keys */
+    int window_left, window_right, causal_top_left;
+} call_variants;
+/* The model variants' arguments, fields of the same names in fg_varlen_args and fg_varlen_bwd_args
+ * (VARIANT_ARGS_OF takes them from either). */
+typedef struct variant_args {
+    int causal, window, window_left, window_right, causal_top_left;
+    float softcap;
+    const float *sinks, *alibi_slopes;
+} variant_args;
+#define VARIANT_ARGS_OF(a)                                                                                    \
+    ((variant_args){(a)->causal, (a)->window, (a)->window_left, (a)->window_right, (a)->causal_top_left,       \
+                    (a)->softcap, (a)->sinks, (a)->alibi_slopes})
+/* The variants' rules (each failure a sentence naming the argument), and what the kernels take of them into *v.
+ * max_q and max_k bound a sequence's queries and keys (a side reaching past them is unbounded); need_data: the
+ * per-head arrays' alignment is checked too. */
+fg_status serving_check_variants(const variant_args *a, int max_q, int max_k, int need_data, call_variants *v,
+                                 fg_error *err);
+/* Whether v holds any model variant, and its keys into spec s. */
+int call_variants_any(const call_variants *v);
+void spec_take_variants(fg_spec *s, const call_variants *v);
+
 /* A checked serving call (fg_varlen_args), in the kernel's terms. */
 typedef struct serving_call {
     int packed_q, packed_k, paged; /* q is [total_q, hq, d]; k/v [total_k, hkv, d]; k/v are pages */
@@ -196,13 +222,7 @@ typedef struct serving_call {
     int max_k;                     /* max_seqlen_k, or the capacity: what the split count plans for */
     int bound_k;                   /* > 0: no sequence may have more keys (the backward's grid bound); 0: none */
     int page_size, num_pages;      /* paged keys */
-    int sinks;                     /* the call gives attention sinks */
-    int window;                    /* the call gives a sliding window (window_left, window_right: -1 unbounded, both
-                                      -1 without a window; a side past every key of every row made unbounded) */
-    int window_left, window_right;
-    int causal_top_left;           /* causal aligned top-left (runs on the window=1 variants: window is 1) */
-    int softcap;                   /* the call caps its logits (fg_varlen_args.softcap > 0) */
-    int alibi;                     /* the call gives ALiBi slopes */
+    call_variants var;             /* the model variants */
     int causal;                    /* the call's mask */
     int64_t part_tokens;           /* query tokens the split partials hold (total_q, or batch x seqlen_q) */
 } serving_call;

@@ -18,10 +18,7 @@ static int serve_tma_applies(const fg_context *ctx, const serving_call *c) {
 /* The variant a call's model variants (sinks, window, softcap, ALiBi) and V's head dim decide, whatever chose
  * its tiles and splits. */
 static void spec_take_call_variant(fg_spec *s, const serving_call *c) {
-    s->sinks = c->sinks;
-    s->window = c->window;
-    s->softcap = c->softcap;
-    s->alibi = c->alibi;
+    spec_take_variants(s, &c->var);
     s->head_dim_v = c->head_dim_v != c->head_dim ? c->head_dim_v : 0;
 }
 
@@ -68,8 +65,9 @@ static int split_rule(const fg_context *ctx, const serving_call *c, const fg_spe
     const int64_t slots = (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 1) * ctas_per_sm(ctx, s);
     /* a tile's keys: every key, or with a window its rows' span of them */
     int64_t keys = c->max_k;
-    if (c->window_left >= 0 && (c->window_right >= 0 || c->causal)) {
-        const int64_t span = (int64_t)c->window_left + c->seqlen_q + (c->window_right > 0 ? c->window_right : 0);
+    const call_variants *w = &c->var;
+    if (w->window_left >= 0 && (w->window_right >= 0 || c->causal)) {
+        const int64_t span = (int64_t)w->window_left + c->seqlen_q + (w->window_right > 0 ? w->window_right : 0);
         if (span < keys) keys = span;
     }
     const int64_t n_blocks = (keys + s->block_n - 1) / s->block_n;
@@ -202,11 +200,11 @@ static void serve_params(const fg_varlen_args *a, const serving_call *c, const s
     }
     p->part_tokens = c->part_tokens;
     p->sinks = a->sinks;
-    p->window_left = c->window_left; /* -1 without a window (serving_check) */
-    p->window_right = c->window_right;
+    p->window_left = c->var.window_left; /* -1 without a window (serving_check_variants) */
+    p->window_right = c->var.window_right;
     p->softcap = a->softcap;
     p->alibi_slopes = a->alibi_slopes;
-    p->causal_top_left = c->causal_top_left;
+    p->causal_top_left = c->var.causal_top_left;
 }
 
 /* The merge of a split call's partials into O and LSE (merge.cuh), sequence by sequence. */

@@ -206,36 +206,9 @@ fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c,
     if (a->split_size > 0 && a->num_splits > 1)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "num_splits %d and split_size %d are both set; give one (split_size "
                        "fixes the splits' boundaries, num_splits their count)", a->num_splits, a->split_size);
-    c->sinks = a->sinks != NULL;
-    if (a->window != 0 && a->window != 1)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "window is %d; it must be 0 (none) or 1", a->window);
-    if (a->window && (a->window_left < -1 || a->window_right < -1))
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "window_left (%d) and window_right (%d) must be >= 0, or -1 for an "
-                       "unbounded side", a->window_left, a->window_right);
     c->causal = a->causal;
-    /* A side that reaches past every key of every row is unbounded: the diagonal d = i + sk - sq lies in
-     * [sk - sq, sk - 1], so left >= sk - 1 and right >= sq - 1 mask nothing. Capping keeps d -/+ side in int. */
-    c->window_left = !a->window || a->window_left > c->seqlen_k ? -1 : a->window_left;
-    c->window_right = !a->window || a->window_right > c->seqlen_q ? -1 : a->window_right;
-    if (a->causal_top_left != 0 && a->causal_top_left != 1)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "causal_top_left is %d; it must be 0 or 1", a->causal_top_left);
-    if (a->causal_top_left && !a->causal)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "causal_top_left is 1 but causal is 0; it aligns the causal mask, "
-                       "so it needs causal = 1");
-    c->causal_top_left = a->causal_top_left;
-    /* top-left causal runs on the window variants (their row spans take the alignment: score_mods.cuh) */
-    c->window = c->window_left >= 0 || c->window_right >= 0 || c->causal_top_left;
-    if (!(a->softcap >= 0.f) || a->softcap > 3.4e38f)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "softcap is %g; it must be finite and >= 0 (0: none)",
-                       (double)a->softcap);
-    c->softcap = a->softcap > 0.f;
-    c->alibi = a->alibi_slopes != NULL;
-    const float *per_head[2] = {a->sinks, a->alibi_slopes};
-    static const char *const per_head_names[2] = {"sinks", "alibi_slopes"};
-    for (int i = 0; i < 2; i++)
-        if (need_data && (uintptr_t)per_head[i] % 4 != 0)
-            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s (%p) is not 4-byte aligned; it must be fp32 [heads_q] in "
-                           "device memory", per_head_names[i], (const void *)per_head[i]);
+    const variant_args va = VARIANT_ARGS_OF(a);
+    if ((st = serving_check_variants(&va, c->seqlen_q, c->seqlen_k, need_data, &c->var, err)) != FG_OK) return st;
     if (need_data) {
         const fg_tensor *in[3] = {&a->q, &a->k, &a->v};
         static const char *const names[3] = {"q", "k", "v"};
@@ -252,6 +225,47 @@ fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c,
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "workspace (%p) is not 256-byte aligned", a->workspace);
     }
     return FG_OK;
+}
+
+fg_status serving_check_variants(const variant_args *a, int max_q, int max_k, int need_data, call_variants *v,
+                                 fg_error *err) {
+    memset(v, 0, sizeof *v);
+    if (a->window != 0 && a->window != 1)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "window is %d; it must be 0 (none) or 1", a->window);
+    if (a->window && (a->window_left < -1 || a->window_right < -1))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "window_left (%d) and window_right (%d) must be >= 0, or -1 for an "
+                       "unbounded side", a->window_left, a->window_right);
+    if (a->causal_top_left != 0 && a->causal_top_left != 1)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "causal_top_left is %d; it must be 0 or 1", a->causal_top_left);
+    if (a->causal_top_left && !a->causal)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "causal_top_left is 1 but causal is 0; it aligns the causal mask, "
+                       "so it needs causal = 1");
+    if (!(a->softcap >= 0.f) || a->softcap > 3.4e38f)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "softcap is %g; it must be finite and >= 0 (0: none)",
+                       (double)a->softcap);
+    const float *per_head[2] = {a->sinks, a->alibi_slopes};
+    static const char *const names[2] = {"sinks", "alibi_slopes"};
+    for (int i = 0; i < 2; i++)
+        if (need_data && (uintptr_t)per_head[i] % 4 != 0)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s (%p) is not 4-byte aligned; it must be fp32 [heads_q] in "
+                           "device memory", names[i], (const void *)per_head[i]);
+    /* A side that reaches past every key of every row is unbounded: the diagonal d = i + sk - sq lies in
+     * [sk - sq, sk - 1], so left >= sk - 1 and right >= sq - 1 mask nothing. Capping keeps d -/+ side in int. */
+    v->window_left = !a->window || a->window_left > max_k ? -1 : a->window_left;
+    v->window_right = !a->window || a->window_right > max_q ? -1 : a->window_right;
+    v->causal_top_left = a->causal_top_left;
+    /* top-left causal runs on the window variants (their row spans take the alignment: score_mods.cuh) */
+    v->window = v->window_left >= 0 || v->window_right >= 0 || v->causal_top_left;
+    v->sinks = a->sinks != NULL;
+    v->softcap = a->softcap > 0.f;
+    v->alibi = a->alibi_slopes != NULL;
+    return FG_OK;
+}
+
+int call_variants_any(const call_variants *v) { return v->window || v->sinks || v->softcap || v->alibi; }
+
+void spec_take_variants(fg_spec *s, const call_variants *v) {
+    s->window = v->window, s->sinks = v->sinks, s->softcap = v->softcap, s->alibi = v->alibi;
 }
 
 /* ---- device-resident inputs, judged on the host ---- */

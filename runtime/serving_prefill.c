@@ -55,7 +55,8 @@ static void prefill_views(const fg_varlen_args *a, const serving_call *c, fg_fwd
     vl->cu_k = c->packed_k ? a->cu_seqlens_k : NULL;
     vl->used_k = a->seqused_k;
     vl->total_q = (int)c->total_q, vl->total_k = (int)c->total_k;
-    vl->window_left = c->window_left, vl->window_right = c->window_right, vl->causal_top_left = c->causal_top_left;
+    vl->window_left = c->var.window_left, vl->window_right = c->var.window_right;
+    vl->causal_top_left = c->var.causal_top_left;
     vl->sinks = a->sinks, vl->alibi_slopes = a->alibi_slopes, vl->softcap = a->softcap;
 }
 
@@ -77,7 +78,7 @@ static int prefill_spec(fg_context *ctx, const fg_varlen_args *a, const serving_
     fg_error err;
     if (select_fwd_spec(ctx, g, spec, why, nwhy, &err) != FG_OK || !spec_is_wgmma(spec)) return 0;
     spec->varlen = 1;
-    spec->window = c->window, spec->sinks = c->sinks, spec->softcap = c->softcap, spec->alibi = c->alibi;
+    spec_take_variants(spec, &c->var);
     if (own_v) { /* tiles for V's head dim where it is wider (as the policy picks them for such a spec) */
         spec->head_dim_v = c->head_dim_v;
         if (c->head_dim_v > c->head_dim) {

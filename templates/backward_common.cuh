@@ -289,8 +289,7 @@ __device__ __forceinline__ void fg_bwd_query_blocks(int n0, int sq, int sk, int 
 
 // ---- the model variants (varlen=1 mma.sync variants with window, sinks, softcap, alibi; score_mods.cuh) ----
 // A CTA's constants of them: the transforms of its query head, and the window. Without model variants it
-// holds nothing the kernel reads, and the overloads below run the plain code.
-constexpr bool FG_BWD_MODS = FG_WINDOW || FG_SINKS || FG_SOFTCAP || FG_ALIBI;
+// holds nothing the kernel reads; the kernel compiles it in only under FG_MODS.
 struct fg_bwd_variant {
     fg_score_mods m;
     int left, right, top_left;

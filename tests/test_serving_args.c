@@ -85,13 +85,13 @@ Test(serving_args, window_sides_past_every_key_are_unbounded) {
     fg_error e;
     a.window = 1, a.window_left = 301, a.window_right = 61;
     cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
-    cr_assert(!c.window && c.window_left == -1 && c.window_right == -1);
+    cr_assert(!c.var.window && c.var.window_left == -1 && c.var.window_right == -1);
     a.window_right = 59; /* a row of a 60-query sequence against fewer keys still has keys right of d + 59 */
     cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
-    cr_assert(c.window && c.window_left == -1 && c.window_right == 59);
+    cr_assert(c.var.window && c.var.window_left == -1 && c.var.window_right == 59);
     a.window = 0, a.window_left = 5; /* sides are read only with window = 1 */
     cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
-    cr_assert(!c.window && c.window_left == -1 && c.window_right == -1);
+    cr_assert(!c.var.window && c.var.window_left == -1 && c.var.window_right == -1);
 }
 
 Test(serving_args, each_rule_gives_its_sentence) {

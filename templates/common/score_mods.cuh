@@ -27,6 +27,7 @@
 #define FG_ALIBI 0
 #endif
 constexpr bool FG_SCORE_MODS = FG_SOFTCAP || FG_ALIBI; // a transform on every score, not only masked blocks
+#define FG_MODS (FG_WINDOW || FG_SINKS || FG_SOFTCAP || FG_ALIBI) // any model variant (for #if)
 
 // tanh(x) to about 3e-7 absolute: 1 - 2 / (e^(2|x|) + 1) with the sign put back, |x| clamped at 15 (tanh(15)
 // is 1 in fp32). The forward is bound by the special-function unit (16 operations a clock an SM, about two a

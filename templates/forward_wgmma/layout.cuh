@@ -49,7 +49,7 @@ constexpr u32 FG_KV_CHUNK = FG_BLOCK_N * FG_CHUNK_ROW_BYTES;  // ... of a K or V
 #define FG_VARLEN 0
 #endif
 static_assert(!(FG_VARLEN && FG_FP8), "variable-length sequences on the sm_90a forward are 16-bit only");
-static_assert(FG_VARLEN || !(FG_WINDOW || FG_SINKS || FG_SOFTCAP || FG_ALIBI), "the model variants come with FG_VARLEN");
+static_assert(FG_VARLEN || !FG_MODS, "the model variants come with FG_VARLEN");
 static_assert(FG_O_DIRECT == (FG_FP8 || FG_Q_EARLY || FG_VARLEN), "FG_O_DIRECT (emit.c, spec_wgmma_o_direct) as the kernel needs");
 // Registers per thread after rebalancing: the producer keeps 24, the consumers share the rest
 // (65536 per SM at one CTA per SM, in multiples of 8, at most 240). With one consumer warpgroup nobody needs
