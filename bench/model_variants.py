@@ -57,7 +57,7 @@ def window(a):
     rows = torch.arange(n, dtype=torch.float64)
     flops = 4 * d * h * float(torch.clamp(rows + 1, max=w + 1).sum())
     print("## sliding window: causal, %d keys left, %dk tokens, bf16, head_dim %d, %d heads" % (w, n // 1024, d, h))
-    print("<!-- %s -->" % flashgen.explain_varlen(q, k, v, causal=True).splitlines()[0])
+    print("<!-- %s -->" % flashgen.explain_varlen(q, k, v, causal=True, window_size=(w, 0)).splitlines()[0])
     against_fa4("window", lambda: flashgen.attention_varlen(q, k, v, None, None, n, n, causal=True, window_size=(w, 0)),
                 lambda: fa4_func(q, k, v, causal=True, window_size=(w, 0)), flops, a.iters)
 

@@ -41,6 +41,11 @@ def _per_head_ptr(x, name, q):
     return x.data_ptr()
 
 
+def _out_like(torch, q, v):
+    """An output for q's queries: q's layout and dtype, with V's head dim where it differs from Q's."""
+    return torch.empty_like(q) if v.shape[-1] == q.shape[-1] else q.new_empty(tuple(q.shape[:-1]) + (v.shape[-1],))
+
+
 def _set_mods(a, q, sinks=None, window_size=None, softcap=0.0, alibi_slopes=None, causal_top_left=False):
     """The model variants of a call into its FgVarlenArgs: attention sinks, a sliding window (left, right; -1 an
     unbounded side), a logit softcap (0: none), ALiBi slopes, and the causal mask's top-left alignment."""
@@ -91,8 +96,8 @@ def _run(pkg, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_s
     torch = pkg._torch()
     handle = pkg._stream_handle(stream, q)
     dl_stream = handle or None
-    if out is None:  # O has V's head dim (which may differ from Q's)
-        out = torch.empty_like(q) if v.shape[-1] == q.shape[-1] else q.new_empty(tuple(q.shape[:-1]) + (v.shape[-1],))
+    if out is None:
+        out = _out_like(torch, q, v)
     packed = q.dim() == 3
     if return_lse and lse is None:
         shape = (q.shape[1], q.shape[0]) if packed else (q.shape[0], q.shape[2], q.shape[1])
@@ -258,14 +263,18 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
 
 
 def explain_varlen(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, block_table=None,
-                   max_seqlen_q=None, max_seqlen_k=None, causal=False, num_splits=0, split_size=0):
+                   max_seqlen_q=None, max_seqlen_k=None, causal=False, num_splits=0, split_size=0, sinks=None,
+                   window_size=None, softcap=0.0, alibi_slopes=None, causal_top_left=False):
     """Which kernel attention_varlen / attention_with_kvcache would run for these arguments and why (variant,
-    packing, splits, workspace, where its code comes from), as text."""
+    packing, splits, workspace, where its code comes from), as text; the model variants as those calls take
+    them."""
     pkg = _pkg()
     torch = pkg._torch()
-    out = torch.empty_like(q) if v.shape[-1] == q.shape[-1] else q.new_empty(tuple(q.shape[:-1]) + (v.shape[-1],))
+    out = _out_like(torch, q, v)
     a, views = _varlen_args(pkg, q, k, v, out, None, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
-                            max_seqlen_k, causal, None, num_splits, split_size, None, {})
+                            max_seqlen_k, causal, None, num_splits, split_size, None,
+                            dict(sinks=sinks, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                                 causal_top_left=causal_top_left))
     a.workspace = 256  # explain the plan of a call that gives a workspace
     ctx = pkg._context(pkg._device_for([("q", views[0])], False, pkg._default_device()))
     buf = ctypes.create_string_buffer(4096)
