@@ -118,6 +118,14 @@ variants {
     causal = {false, true},
     block_m = {16, 32, 64},
 }
+-- Absorbed MLA (DeepSeek: Q and K 576 wide, V their first 512 columns, one KV head, v_in_k) and head_dim 512, on the
+-- serving kernel's wide tiles (V above 256 columns: Hopper's shared memory): decode tiles of 16 and 32 rows and the
+-- prefill tile (block_m left to the tile policy; at head_dim 512 it is the 32-row decode tile). 6 + 4 = 10 variants.
+variants { kind = "serve", arch = "sm_90", dtype = "bf16", head_dim = 576, head_dim_v = 512, v_in_k = true,
+           causal = {false, true}, block_m = {16, 32} }
+variants { kind = "serve", arch = "sm_90", dtype = "bf16", head_dim = 576, head_dim_v = 512, v_in_k = true,
+           causal = {false, true} }
+variants { kind = "serve", arch = "sm_90", dtype = "bf16", head_dim = 512, causal = {false, true}, block_m = {16, 32} }
 -- The serving forward's prefill on Hopper (fg_attention_fwd_varlen with sequences of 64 queries or more): the
 -- sm_90a forward's variable-length variants (varlen = true), at the serving head dims. 2 x 3 x 2 = 12 variants.
 variants {

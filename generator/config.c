@@ -60,7 +60,7 @@ typedef enum cfg_type {
 static const char *const cfg_variant_fields[] = {"kind",    "arch",    "dtype", "head_dim", "causal",
                                                  "block_m", "block_n", "warps", "stages",   "out",
                                                  "deterministic", "tma", "varlen", "window", "sinks",
-                                                 "softcap", "alibi", NULL};
+                                                 "softcap", "alibi", "head_dim_v", "v_in_k", NULL};
 static const char *const cfg_policy_fields[] = {"arch",    "head_dim", "causal", "dtype", "block_m",
                                                 "block_n", "warps",    "stages", NULL};
 
@@ -204,7 +204,8 @@ static int cfg_call_line(lua_State *L) {
  * product varies the last field fastest, in the order kind, arch, dtype, head_dim, causal, block_m,
  * block_n, warps, stages, out, deterministic, tma, varlen (kind "fwd" on sm_90a, fp16/bf16: the sm_90a forward's
  * variable-length variants, default false), window, sinks, softcap, alibi (the model variants: kind "serve", and
- * "fwd" and "bwd" with varlen; default false). */
+ * "fwd" and "bwd" with varlen; default false), head_dim_v (V's and O's head dim where it differs: kind "serve" and
+ * "fwd"; default head_dim), v_in_k (kind "serve": V a prefix view of K, the absorbed-MLA cache; default false). */
 /* Room in b for `total` more variants (at most CFG_MAX_VARIANTS in all), or a Lua error. */
 static void cfg_reserve(lua_State *L, const char *fn, cfg_build *b, long long total) {
     if (total > CFG_MAX_VARIANTS - b->count)
@@ -225,11 +226,12 @@ static void cfg_reserve(lua_State *L, const char *fn, cfg_build *b, long long to
 static int cfg_variants(lua_State *L) {
     static const char fn[] = "variants";
     cfg_build *b = lua_touserdata(L, lua_upvalueindex(1));
-    enum { NF = 17, F_MODS = 13 }; /* fields F_MODS.. are the model variants */
+    enum { NF = 19, F_MODS = 13, F_DV = 17, F_V_IN_K = 18 }; /* fields F_MODS..F_MODS + 3 are the model variants */
     cfg_list f[NF]; /* in the order of cfg_variant_fields */
     static const cfg_type types[NF] = {CFG_KIND, CFG_ARCH, CFG_DTYPE, CFG_INT,  CFG_BOOL, CFG_INT,
                                        CFG_INT,  CFG_INT,  CFG_INT,   CFG_DTYPE, CFG_BOOL, CFG_BOOL,
-                                       CFG_BOOL, CFG_BOOL, CFG_BOOL,  CFG_BOOL, CFG_BOOL};
+                                       CFG_BOOL, CFG_BOOL, CFG_BOOL,  CFG_BOOL, CFG_BOOL, CFG_INT,
+                                       CFG_BOOL};
     int tab = cfg_check_args(L, fn, cfg_variant_fields);
     for (int i = 0; i < NF; i++)
         cfg_read_field(L, tab, fn, cfg_variant_fields[i], types[i], 1, 0, CFG_LIST_MAX, &f[i]);
@@ -274,12 +276,18 @@ static int cfg_variants(lua_State *L) {
         for (int i = 0; i < f[0].n; i++)
             if (f[0].v[i] != FG_KIND_FWD && f[0].v[i] != FG_KIND_BWD)
                 lua_sandbox_raise(L, fn, "field 'varlen' is for kind = \"fwd\" and \"bwd\" only");
-    for (int j = F_MODS; j < NF; j++)
+    for (int j = F_MODS; j < F_DV; j++)
         if (f[j].n > 0)
             for (int i = 0; i < f[0].n; i++)
                 if (f[0].v[i] == FG_KIND_MERGE)
                     lua_sandbox_raise(L, fn, "field '%s' is for kind = \"serve\", \"fwd\" and \"bwd\" only",
                                       cfg_variant_fields[j]);
+    for (int i = 0; i < f[0].n; i++) {
+        if (f[F_DV].n > 0 && f[0].v[i] != FG_KIND_SERVE && f[0].v[i] != FG_KIND_FWD)
+            lua_sandbox_raise(L, fn, "field 'head_dim_v' is for kind = \"serve\" and \"fwd\" only");
+        if (f[F_V_IN_K].n > 0 && f[0].v[i] != FG_KIND_SERVE)
+            lua_sandbox_raise(L, fn, "field 'v_in_k' is for kind = \"serve\" only");
+    }
     for (int i = 4; i < NF; i++)
         if (f[i].n == 0) { /* causal false; tiles unset (0), filled from the policy after the chunk; out: -1;
                               deterministic, tma false */
@@ -334,6 +342,8 @@ static int cfg_variants(lua_State *L) {
         it->spec.sinks = mods && f[F_MODS + 1].v[idx[F_MODS + 1]];
         it->spec.softcap = mods && f[F_MODS + 2].v[idx[F_MODS + 2]];
         it->spec.alibi = mods && f[F_MODS + 3].v[idx[F_MODS + 3]];
+        it->spec.head_dim_v = f[F_DV].v[idx[F_DV]] != it->spec.head_dim ? f[F_DV].v[idx[F_DV]] : 0;
+        it->spec.v_in_k = f[F_V_IN_K].v[idx[F_V_IN_K]];
         if (!dtype_is_fp8(it->spec.dtype)) /* 16-bit variants write O in their dtype */
             it->spec.out_dtype = it->spec.dtype;
         else
@@ -446,13 +456,15 @@ static fg_status cfg_parse_override(const char *text, cfg_list *out, fg_error *e
 static int cfg_cmp(const void *pa, const void *pb) {
     const cfg_item *x = pa, *y = pb;
     const fg_spec *a = &x->spec, *b = &y->spec;
-    int ka[18] = {(int)a->kind, a->arch, a->arch_accel, (int)a->dtype, a->head_dim, a->block_m, a->block_n,
+    int ka[20] = {(int)a->kind, a->arch, a->arch_accel, (int)a->dtype, a->head_dim, a->block_m, a->block_n,
                   a->warps, a->stages, a->causal != 0, (int)spec_out_dtype(a), a->deterministic != 0, a->tma != 0,
-                  a->varlen != 0, a->window != 0, a->sinks != 0, a->softcap != 0, a->alibi != 0};
-    int kb[18] = {(int)b->kind, b->arch, b->arch_accel, (int)b->dtype, b->head_dim, b->block_m, b->block_n,
+                  a->varlen != 0, a->window != 0, a->sinks != 0, a->softcap != 0, a->alibi != 0, spec_head_dim_v(a),
+                  a->v_in_k != 0};
+    int kb[20] = {(int)b->kind, b->arch, b->arch_accel, (int)b->dtype, b->head_dim, b->block_m, b->block_n,
                   b->warps, b->stages, b->causal != 0, (int)spec_out_dtype(b), b->deterministic != 0, b->tma != 0,
-                  b->varlen != 0, b->window != 0, b->sinks != 0, b->softcap != 0, b->alibi != 0};
-    for (int i = 0; i < 18; i++)
+                  b->varlen != 0, b->window != 0, b->sinks != 0, b->softcap != 0, b->alibi != 0, spec_head_dim_v(b),
+                  b->v_in_k != 0};
+    for (int i = 0; i < 20; i++)
         if (ka[i] != kb[i])
             return ka[i] < kb[i] ? -1 : 1;
     return (x->index > y->index) - (x->index < y->index);

@@ -158,6 +158,7 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
         sb_printf(&b, "#define FG_SERVE_TMA %d\n", spec->tma ? 1 : 0); /* K/V by TMA */
         sb_printf(&b, "#define FG_HEAD_DIM_V %d\n#define FG_HEAD_DIM_V_PADDED %d\n", spec_head_dim_v(spec),
                   spec_head_dim_v_padded(spec)); /* V's and O's */
+        sb_printf(&b, "#define FG_V_IN_K %d\n", spec->v_in_k ? 1 : 0); /* V read from K's tiles */
     }
     if (spec->kind != FG_KIND_MERGE) { /* the model variants (score_mods.cuh) */
         sb_printf(&b, "#define FG_SINKS %d\n", spec->sinks ? 1 : 0);    /* attention sinks */

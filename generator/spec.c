@@ -65,19 +65,22 @@ int spec_format(const fg_spec *s, char *buf, size_t n) {
     if ((s->kind == FG_KIND_SERVE || s->kind == FG_KIND_FWD) && spec_head_dim_v(s) != s->head_dim)
         snprintf(dv, sizeof dv, "head_dim_v=%d,", s->head_dim_v);
     /* keys in byte order: [alibi] arch block_m block_n causal [deterministic] dtype head_dim [head_dim_v] kind
-     * [out] [sinks] [softcap] [splits] stages [tma] [varlen] warps [window] */
+     * [out] [sinks] [softcap] [splits] stages [tma] [v_in_k] [varlen] warps [window] */
+    const char *v_in_k = s->kind == FG_KIND_SERVE && s->v_in_k ? "v_in_k=1," : "";
     int r = snprintf(buf, n,
-                     "%sarch=%s,block_m=%d,block_n=%d,causal=%d,%sdtype=%s,head_dim=%d,%skind=%s,%s%s%s%sstages=%d,%s%swarps=%d%s",
+                     "%sarch=%s,block_m=%d,block_n=%d,causal=%d,%sdtype=%s,head_dim=%d,%skind=%s,%s%s%s%sstages=%d,%s%s%swarps=%d%s",
                      mods && s->alibi ? "alibi=1," : "", arch, s->block_m, s->block_n, s->causal ? 1 : 0, det,
                      dtype_name(s->dtype), s->head_dim, dv, spec_kind_name(s->kind), out,
                      mods && s->sinks ? "sinks=1," : "", mods && s->softcap ? "softcap=1," : "", splits, s->stages, tma,
-                     varlen, s->warps, mods && s->window ? ",window=1" : "");
+                     v_in_k, varlen, s->warps, mods && s->window ? ",window=1" : "");
     return (r < 0 || (size_t)r >= n) ? -1 : r;
 }
 
 int spec_head_dim_v(const fg_spec *s) { return s->head_dim_v > 0 ? s->head_dim_v : s->head_dim; }
 
 int spec_head_dim_v_padded(const fg_spec *s) { return (spec_head_dim_v(s) + 15) / 16 * 16; }
+
+int spec_serve_wide(const fg_spec *s) { return s->kind == FG_KIND_SERVE && spec_head_dim_v_padded(s) > 256; }
 
 int spec_has_mods(const fg_spec *s) {
     return s->kind != FG_KIND_MERGE && (s->window || s->sinks || s->softcap || s->alibi);
@@ -96,10 +99,11 @@ static int parse_int(const char *v, int *out) {
 
 fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
     enum { K_KIND, K_ARCH, K_DTYPE, K_HEAD_DIM, K_BLOCK_M, K_BLOCK_N, K_WARPS, K_STAGES, K_CAUSAL, K_OUT, K_DET,
-           K_TMA, K_SPLITS, K_VARLEN, K_SINKS, K_WINDOW, K_SOFTCAP, K_ALIBI, K_HEAD_DIM_V, K_COUNT };
+           K_TMA, K_SPLITS, K_VARLEN, K_SINKS, K_WINDOW, K_SOFTCAP, K_ALIBI, K_HEAD_DIM_V, K_V_IN_K, K_COUNT };
     static const char *const keys[K_COUNT] = {"kind",   "arch",   "dtype",  "head_dim", "block_m",       "block_n",
                                               "warps",  "stages", "causal", "out",      "deterministic", "tma",
-                                              "splits", "varlen", "sinks",  "window", "softcap", "alibi", "head_dim_v"};
+                                              "splits", "varlen", "sinks",  "window", "softcap", "alibi", "head_dim_v",
+                                              "v_in_k"};
     int seen[K_COUNT] = {0};
     fg_spec s;
     memset(&s, 0, sizeof s);
@@ -125,7 +129,8 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         if (k == K_COUNT)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                            "spec: unknown key '%s' (keys: kind, arch, dtype, head_dim, block_m, block_n, warps, "
-                           "stages, causal, out, deterministic, tma, splits, varlen, sinks, window, softcap, alibi, head_dim_v)", key);
+                           "stages, causal, out, deterministic, tma, splits, varlen, sinks, window, softcap, alibi, "
+                           "head_dim_v, v_in_k)", key);
         if (seen[k]) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: key '%s' appears twice", key);
         seen[k] = 1;
         fg_status st;
@@ -151,10 +156,11 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         case K_SINKS:
         case K_WINDOW:
         case K_SOFTCAP:
-        case K_ALIBI: {
+        case K_ALIBI:
+        case K_V_IN_K: {
             int *flag = k == K_CAUSAL ? &s.causal : k == K_DET ? &s.deterministic : k == K_TMA ? &s.tma
                       : k == K_VARLEN ? &s.varlen : k == K_SINKS ? &s.sinks : k == K_WINDOW ? &s.window
-                      : k == K_SOFTCAP ? &s.softcap : &s.alibi;
+                      : k == K_SOFTCAP ? &s.softcap : k == K_ALIBI ? &s.alibi : &s.v_in_k;
             if (strcmp(val, "0") == 0 || strcmp(val, "false") == 0) *flag = 0;
             else if (strcmp(val, "1") == 0 || strcmp(val, "true") == 0) *flag = 1;
             else return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: %s must be 0 or 1, got '%s'", key, val);
@@ -200,6 +206,8 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
     if (seen[K_HEAD_DIM_V] && s.kind != FG_KIND_SERVE && s.kind != FG_KIND_FWD)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: head_dim_v is a key of kind=serve and kind=fwd variants only");
     if (s.head_dim_v == s.head_dim) s.head_dim_v = 0; /* the same: one name */
+    if (seen[K_V_IN_K] && s.kind != FG_KIND_SERVE)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: v_in_k is a key of kind=serve variants only");
     if (seen[K_SPLITS] && s.kind != FG_KIND_SERVE)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: splits is a key of kind=serve variants only");
     if (dtype_is_fp8(s.dtype)) {
@@ -219,7 +227,8 @@ int spec_equal(const fg_spec *a, const fg_spec *b) {
     return a->kind == b->kind &&
            (a->kind != FG_KIND_BWD || (a->deterministic != 0) == (b->deterministic != 0)) &&
            ((a->kind != FG_KIND_BWD && a->kind != FG_KIND_SERVE) || (a->tma != 0) == (b->tma != 0)) &&
-           (a->kind != FG_KIND_SERVE || a->splits == b->splits) && spec_head_dim_v(a) == spec_head_dim_v(b) &&
+           (a->kind != FG_KIND_SERVE || (a->splits == b->splits && (a->v_in_k != 0) == (b->v_in_k != 0))) &&
+           spec_head_dim_v(a) == spec_head_dim_v(b) &&
            (a->kind == FG_KIND_MERGE ||
             ((a->sinks != 0) == (b->sinks != 0) && (a->window != 0) == (b->window != 0) &&
              (a->softcap != 0) == (b->softcap != 0) && (a->alibi != 0) == (b->alibi != 0))) &&
@@ -354,12 +363,16 @@ int spec_wgmma_o_direct(const fg_spec *spec) {
  * FP8 needs at least block_m 16-bit rows: more than the tiles only when 2 * stages * block_n < block_m
  * (256 x 32 with 2 stages, say). */
 /* forward_serving.cuh: the Q tile and the K/V stages (K of head_dim, V of head_dim_v), 16-bit; at the end, over
- * the K/V stages, each key warp's O in fp32 (rows of head_dim_v + 8 floats) and its row statistics. */
+ * the K/V stages, O in fp32 (rows of head_dim_v + 8 floats) and the row statistics. */
 static size_t serve_smem_bytes(const fg_spec *s) {
     const size_t dp = (size_t)spec_head_dim_padded(s), dvp = (size_t)spec_head_dim_v_padded(s), bm = (size_t)s->block_m;
+    const size_t bn = (size_t)s->block_n, wide = (size_t)spec_serve_wide(s);
     const size_t warps_n = s->block_m >= 16 && s->warps * 16 >= s->block_m ? (size_t)(s->warps * 16 / s->block_m) : 1;
-    const size_t kv = 2u * (size_t)s->block_n * (dp + dvp) * (size_t)s->stages;
-    const size_t staged = warps_n * bm * ((dvp + 8) * 4 + 8) + (s->sinks ? bm * 8u : 0u); /* + the sinks' states */
+    /* K (and V unless v_in_k) stages; a wide variant's P tile and per-warp row maxima after them */
+    const size_t kv = 2u * bn * (dp + (s->v_in_k ? 0u : dvp)) * (size_t)s->stages + wide * (bm * bn * 2u + warps_n * bm * 4u);
+    /* O staged in fp32 (one copy a key warp, or one in all for a wide variant whose warps own its columns), then the
+     * row states: each key warp's, and the sinks' */
+    const size_t staged = (wide ? 1u : warps_n) * bm * (dvp + 8) * 4 + (warps_n + (s->sinks ? 1u : 0u)) * bm * 8u;
     /* tma=1: 1 KiB of slack for the tiles' 1024-byte alignment (TMA's swizzle) and a full mbarrier a stage */
     const size_t tma = s->tma ? 1024u + 8u * (size_t)s->stages : 0u;
     return dp * 2u * bm + (kv > staged ? kv : staged) + tma;

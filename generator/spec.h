@@ -12,8 +12,10 @@
  * softcap=1 (before splits) and window=1 (last) where they are compiled in:
  *   alibi=1,arch=sm_90,block_m=64,block_n=64,causal=1,dtype=bf16,head_dim=128,kind=serve,softcap=1,stages=2,warps=4
  * A serving variant whose V and O have a head dim of their own names it after head_dim:
- *   arch=sm_90,block_m=64,block_n=32,causal=1,dtype=bf16,head_dim=192,head_dim_v=128,kind=serve,stages=2,warps=4 The sm_90a forward's variable-length variants name
- * varlen=1, between tma's place and warps:
+ *   arch=sm_90,block_m=64,block_n=32,causal=1,dtype=bf16,head_dim=192,head_dim_v=128,kind=serve,stages=2,warps=4
+ * and one that reads V from the first head_dim_v columns of K's rows (V a prefix view of K: the absorbed
+ * MLA cache) names v_in_k=1 between tma's place and warps. The sm_90a forward's variable-length variants name
+ * varlen=1, between v_in_k's place and warps:
  *   arch=sm_90a,block_m=128,block_n=128,causal=1,dtype=bf16,head_dim=128,kind=fwd,stages=2,varlen=1,warps=12
  * The merge of attention states has only two:
  *   arch=sm_90,kind=merge
@@ -73,12 +75,17 @@ typedef struct fg_spec {
     int head_dim_v;     /* kind=serve, and kind=fwd with varlen=1 (sm_90a, 16-bit, both multiples of 64): V's and O's
                            head dim where it differs from head_dim (DeepSeek's 192/128); 0 (or head_dim): the
                            same. Named only when it differs ("head_dim_v=128") */
+    int v_in_k;         /* kind=serve: V is a prefix view of K (its first head_dim_v columns, K's rows and strides,
+                           as in an absorbed-MLA cache), so the kernel loads K's rows only and reads V's fragments
+                           from K's tiles. Named only when 1 ("v_in_k=1") */
 } fg_spec;
 
 /* V's (and O's) head dim: head_dim_v where set, else head_dim; and it rounded up to the MMA k (16). */
 int spec_head_dim_v(const fg_spec *spec);
 int spec_head_dim_v_padded(const fg_spec *spec);
 
+/* 1 for a serving variant whose V is wider than 256 (forward_serving.cuh FG_WIDE: its key warps split O's columns). */
+int spec_serve_wide(const fg_spec *spec);
 /* 1 when spec compiles in a model variant (window, sinks, softcap, alibi). */
 int spec_has_mods(const fg_spec *spec);
 

@@ -92,6 +92,9 @@ static const fg_tile_rule default_rules[] = {
      * runtime sets it when a call packs at most 32 rows) are serve_decode_tiles's. */
     {80, 999, 8, 128, -1, -1, 64, 64, 4, 2, FG_FAMILY_MMA, FG_KIND_SERVE},
     {80, 999, 129, 256, -1, -1, 64, 32, 4, 2, FG_FAMILY_MMA, FG_KIND_SERVE},
+    /* Above 256 (Q/K up to 576, V up to 512: absorbed MLA, head_dim 512): 32 rows on 2 x 2 warps, 32 keys a block;
+     * with V wider than 256 the two key warps split O's columns (FG_WIDE), 128 registers of O each at 512. */
+    {80, 999, 257, 576, -1, -1, 32, 32, 4, 2, FG_FAMILY_MMA, FG_KIND_SERVE},
     /* The mma.sync backward (backward_mma.cuh; validate.c's bwd rules): block_n = 16 x warps keys, block_m 32,
      * 64 or 128 query rows a step. The widest tiles that compile (fp32 dQ traffic per FLOP falls as block_n
      * grows, and shared-memory reads per MMA as block_m grows), though ptxas spills at d 96 (4-16 bytes)
@@ -203,19 +206,27 @@ const fg_tile_rule *tile_policy_lookup(const fg_tile_policy *p, const fg_spec *s
 
 /* The serving forward's decode tiles (block_m 16 or 32 packed rows): 4 warps split over the keys of 64-key
  * blocks, in as many stages as the arch's shared memory holds, up to 4 (the bytes in flight that keep HBM
- * busy from one CTA an SM); where two stages of 64 keys do not fit (head_dim above 192 on 99 KiB parts),
- * 32-key blocks over 2 key warps. */
+ * busy from one CTA an SM); where two stages of 64 keys do not fit (head_dim above 192 on 99 KiB parts, above
+ * 256 on Hopper), 32-key blocks over 2 key warps. A wide variant (V above 256 columns, split over the key
+ * warps) takes 4 key warps a row tile, 2 in 32-key blocks where 2 warps have a thread for each 16 bytes of a
+ * K or V row. What fits nowhere keeps the first tiles, for the shared-memory rule to name the limit. */
 static void serve_decode_tiles(fg_spec *s) {
     const fg_spec given = *s;
+    const int rows = s->block_m / 16; /* row tiles */
+    const int dmax = spec_head_dim_padded(s) > spec_head_dim_v_padded(s) ? spec_head_dim_padded(s) : spec_head_dim_v_padded(s);
+    fg_spec first = given;
     for (int narrow = 0; narrow < 2; narrow++) {
         *s = given;
+        if (narrow && spec_serve_wide(s) && !s->warps && rows * 2 * 32 < dmax / 8) break;
         if (!s->block_n) s->block_n = narrow ? 32 : 64;
-        if (!s->warps) s->warps = narrow ? s->block_m / 8 : 4;
+        if (!s->warps) s->warps = spec_serve_wide(s) ? rows * (narrow ? 2 : 4) : narrow ? s->block_m / 8 : 4;
         if (!s->stages)
             for (s->stages = 4; s->stages > 2 && spec_smem_bytes(s) > arch_smem_limit(s->arch); s->stages--) {
             }
         if (spec_smem_bytes(s) <= arch_smem_limit(s->arch)) return;
+        if (!narrow) first = *s;
     }
+    *s = first;
 }
 
 fg_status spec_fill_tiles(fg_spec *s, const fg_tile_policy *p, fg_error *err) {

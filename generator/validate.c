@@ -76,7 +76,9 @@ static int bwd_registers(const fg_spec *s) {
 static int is_serve(const fg_spec *s) { return s->kind == FG_KIND_SERVE; }
 static int serve_warps_n(const fg_spec *s) { return s->block_m >= 16 ? s->warps * 16 / s->block_m : 0; }
 static int serve_registers(const fg_spec *s) {
-    return spec_head_dim_v_padded(s) / 2 + (serve_warps_n(s) > 0 ? s->block_n / serve_warps_n(s) / 2 : 0);
+    const int wn = serve_warps_n(s), o_cols = spec_serve_wide(s) && wn > 0 ? spec_head_dim_v_padded(s) / wn
+                                                                           : spec_head_dim_v_padded(s);
+    return o_cols / 2 + (wn > 0 ? s->block_n / wn / 2 : 0);
 }
 
 typedef struct rule {
@@ -106,8 +108,12 @@ RULE(fp8_arch, dtype_is_fp8(s->dtype) && s->arch < 89, FG_ERR_UNSUPPORTED,
 RULE(fp8_out, dtype_is_fp8(s->dtype) && s->out_dtype != FG_DTYPE_F16 && s->out_dtype != FG_DTYPE_BF16,
      FG_ERR_UNSUPPORTED, "out_dtype %s is not supported for dtype %s: an fp8 variant writes O as fp16 or bf16",
      dtype_name(s->out_dtype), dtype_name(s->dtype))
-RULE(head_dim_range, s->head_dim < 8 || s->head_dim > 256 || s->head_dim % 8 != 0, FG_ERR_UNSUPPORTED,
-     "head_dim %d is not supported: it must be a multiple of 8 from 8 to 256", s->head_dim)
+/* The serving kernel reads Q's fragments from shared memory above head_dim 128, so Q and K may be as wide as
+ * an absorbed-MLA cache (576); the other kernels hold head_dim-wide tiles in registers. */
+static int head_dim_max(const fg_spec *s) { return is_serve(s) ? 576 : 256; }
+RULE(head_dim_range, s->head_dim < 8 || s->head_dim > head_dim_max(s) || s->head_dim % 8 != 0, FG_ERR_UNSUPPORTED,
+     "head_dim %d is not supported: it must be a multiple of 8 from 8 to %d%s", s->head_dim, head_dim_max(s),
+     is_serve(s) ? " (kind=serve)" : " (kind=serve takes up to 576)")
 RULE(fp8_head_dim, dtype_is_fp8(s->dtype) && (s->head_dim < 32 || s->head_dim > 256 || s->head_dim % 32 != 0),
      FG_ERR_UNSUPPORTED,
      "head_dim %d is not supported for dtype %s: it must be a multiple of 32 from 32 to 256 (the FP8 mma's k-step "
@@ -184,20 +190,40 @@ RULE(serve_tiles, is_serve(s) && ((s->block_m != 16 && s->block_m != 32 && s->bl
      "with block_m / 16 warps over the rows dividing warps, block_n a multiple of 16 times the warps over the keys "
      "(warps x 16 / block_m), 2 to 4 stages, and a plain arch (no 'a' target)", s->block_m, s->block_n, s->warps,
      s->stages)
-RULE(serve_tma, is_serve(s) && s->tma && (s->arch < 90 || s->head_dim % 64 != 0 || s->block_n % 8 != 0 ||
-                                         spec_head_dim_v(s) != s->head_dim),
+/* a K or V row's 16-byte chunks each have a loading thread (forward_serving.cuh's loaders: fg_fixed_step) */
+RULE(serve_threads, is_serve(s) && s->warps * 32 < (spec_head_dim_padded(s) > spec_head_dim_v_padded(s)
+                                                        ? spec_head_dim_padded(s) : spec_head_dim_v_padded(s)) / 8,
      FG_ERR_UNSUPPORTED,
-     "kind=serve tma=1 (K and V loaded by TMA) takes arch sm_90 or newer, head_dim 64, 128, 192 or 256 and V of the "
-     "same head dim (got sm_%d, head_dim %d, head_dim_v %d)", s->arch, s->head_dim, spec_head_dim_v(s))
+     "kind=serve with %d warps has fewer threads than a row of K (head_dim %d) or V (head_dim_v %d) has 16-byte "
+     "chunks (a thread loads a chunk column): use at least %d warps", s->warps, s->head_dim, spec_head_dim_v(s),
+     ((spec_head_dim_padded(s) > spec_head_dim_v_padded(s) ? spec_head_dim_padded(s) : spec_head_dim_v_padded(s)) / 8 + 31) / 32)
+RULE(serve_tma, is_serve(s) && s->tma && (s->arch < 90 || s->head_dim % 64 != 0 || s->block_n % 8 != 0 ||
+                                         spec_head_dim_v(s) != s->head_dim || s->v_in_k),
+     FG_ERR_UNSUPPORTED,
+     "kind=serve tma=1 (K and V loaded by TMA) takes arch sm_90 or newer, head_dim a multiple of 64, V of the same "
+     "head dim and V in tensors of its own (got sm_%d, head_dim %d, head_dim_v %d, v_in_k=%d)", s->arch, s->head_dim,
+     spec_head_dim_v(s), s->v_in_k != 0)
 static int head_dim_v_ok(const fg_spec *s) {
-    if (is_serve(s)) return s->head_dim_v % 8 == 0 && s->head_dim_v <= 256;
+    if (is_serve(s)) return s->head_dim_v % 8 == 0 && (s->head_dim_v <= 256 || (s->head_dim_v <= 512 && s->head_dim_v % 64 == 0));
     return s->kind == FG_KIND_FWD && s->varlen && spec_is_wgmma(s) && !dtype_is_fp8(s->dtype) && s->head_dim % 64 == 0 &&
            s->head_dim_v % 64 == 0 && s->head_dim_v <= 256;
 }
 RULE(head_dim_v, s->head_dim_v != 0 && !head_dim_v_ok(s), FG_ERR_UNSUPPORTED,
      "head_dim_v %d is not supported: V's own head dim is a variant of the serving kernel (kind=serve; a multiple "
-     "of 8 up to 256) and of the sm_90a forward with varlen=1 (16-bit; head_dim and head_dim_v multiples of 64)",
-     s->head_dim_v)
+     "of 8 up to 256, or of 64 up to 512) and of the sm_90a forward with varlen=1 (16-bit; head_dim and head_dim_v "
+     "multiples of 64 up to 256)", s->head_dim_v)
+/* V wider than 256 (forward_serving.cuh FG_WIDE): the warps over a block's keys split O's columns in slabs of 64
+ * (V's tile rows are 128-byte swizzled slabs), so each takes a whole number of them; reading V from K's tiles
+ * needs K's rows in such slabs too. */
+RULE(serve_wide, spec_serve_wide(s) && (serve_warps_n(s) == 0 || (spec_head_dim_v_padded(s) / 64) % serve_warps_n(s) != 0 ||
+                                        (s->v_in_k && s->head_dim % 64 != 0)),
+     FG_ERR_UNSUPPORTED,
+     "kind=serve with head_dim_v %d (above 256) splits O's columns over the %d warps a row tile has over the keys "
+     "(warps x 16 / block_m), in slabs of 64: head_dim_v / 64 must be a multiple of that count%s", spec_head_dim_v(s),
+     serve_warps_n(s), s->v_in_k ? ", and with v_in_k=1 head_dim a multiple of 64" : "")
+RULE(v_in_k, s->v_in_k && (!is_serve(s) || spec_head_dim_v(s) > s->head_dim), FG_ERR_UNSUPPORTED,
+     "v_in_k=1 (V read from the first head_dim_v columns of K's tiles) takes kind=serve and head_dim_v at most "
+     "head_dim (got head_dim %d, head_dim_v %d)", s->head_dim, spec_head_dim_v(s))
 /* The model variants (window, sinks, softcap, alibi): on the serving kernel, on the sm_90a forward's varlen=1
  * variants (what the serving call runs for prefill on Hopper) and on the mma.sync backward's varlen=1 ones
  * (fg_attention_bwd_varlen), 16-bit; a window's query blocks per key block break the deterministic mode's
@@ -214,8 +240,8 @@ RULE(serve_splits, s->splits < 0 || s->splits > 256 || (s->splits != 0 && !is_se
      "splits %d is not supported: a kind=serve variant runs 1 to 256 key splits (0: the call's choice), and other "
      "kinds have none", s->splits)
 RULE(serve_registers, is_serve(s) && serve_registers(s) > FG_SPEC_ACC_REGS, FG_ERR_UNSUPPORTED,
-     "kind=serve block_n %d over %d key warps at head_dim %d needs %d accumulator registers per thread (limit %d): "
-     "use a smaller block_n or more warps", s->block_n, serve_warps_n(s), s->head_dim, serve_registers(s),
+     "kind=serve block_n %d over %d key warps at head_dim_v %d needs %d accumulator registers per thread (limit %d): "
+     "use a smaller block_n or more warps", s->block_n, serve_warps_n(s), spec_head_dim_v(s), serve_registers(s),
      FG_SPEC_ACC_REGS)
 RULE(fwd_varlen, s->varlen && !is_bwd(s) && (s->kind != FG_KIND_FWD || !spec_is_wgmma(s) || dtype_is_fp8(s->dtype)),
      FG_ERR_UNSUPPORTED,
@@ -256,7 +282,8 @@ static const rule rules[] = {
     R(wgmma_head_dim, FG_ERR_UNSUPPORTED), R(tiles_set, FG_ERR_INVALID_ARGUMENT), R(wgmma_block_m, FG_ERR_UNSUPPORTED),
     R(wgmma_warps, FG_ERR_UNSUPPORTED), R(wgmma_registers, FG_ERR_UNSUPPORTED), R(bwd_tiles, FG_ERR_UNSUPPORTED),
     R(bwd_registers, FG_ERR_UNSUPPORTED), R(serve_dtype, FG_ERR_UNSUPPORTED), R(serve_tiles, FG_ERR_UNSUPPORTED),
-    R(serve_splits, FG_ERR_UNSUPPORTED), R(serve_tma, FG_ERR_UNSUPPORTED), R(head_dim_v, FG_ERR_UNSUPPORTED), R(model_variants, FG_ERR_UNSUPPORTED), R(serve_registers, FG_ERR_UNSUPPORTED), R(fwd_varlen, FG_ERR_UNSUPPORTED), R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),
+    R(serve_splits, FG_ERR_UNSUPPORTED), R(serve_threads, FG_ERR_UNSUPPORTED), R(serve_tma, FG_ERR_UNSUPPORTED), R(head_dim_v, FG_ERR_UNSUPPORTED),
+    R(serve_wide, FG_ERR_UNSUPPORTED), R(v_in_k, FG_ERR_UNSUPPORTED), R(model_variants, FG_ERR_UNSUPPORTED), R(serve_registers, FG_ERR_UNSUPPORTED), R(fwd_varlen, FG_ERR_UNSUPPORTED), R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),
     R(fp8_block_n, FG_ERR_UNSUPPORTED), R(stages, FG_ERR_UNSUPPORTED),      R(registers, FG_ERR_UNSUPPORTED),
     R(smem, FG_ERR_UNSUPPORTED),
 };

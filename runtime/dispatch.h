@@ -215,6 +215,7 @@ typedef struct serving_call {
     int packed_q, packed_k, paged; /* q is [total_q, hq, d]; k/v [total_k, hkv, d]; k/v are pages */
     int batch, hq, hkv, group, head_dim;
     int head_dim_v;                /* V's and O's (head_dim unless v is narrower or wider) */
+    int v_in_k;                    /* v is a prefix view of k (same data and strides, head_dim_v <= head_dim) */
     int64_t total_q, total_k;      /* packed rows of q and of k/v (0 when not packed) */
     int seqlen_q;                  /* the grid's bound on a sequence's queries (dense: q's length) */
     int seqlen_k;                  /* a sequence's key capacity (dense: k's length; paged: max_pages x

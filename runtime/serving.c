@@ -12,7 +12,7 @@
  * keys are packed or in a dense cache (a tensor map has no page table), head_dim (V's too) is a multiple of 64 (128-byte
  * swizzled boxes) and the key tensors' pointers and strides are multiples of 16 bytes (serving_check's rules). */
 static int serve_tma_applies(const fg_context *ctx, const serving_call *c) {
-    return ctx->serve_tma && !c->paged && c->head_dim % 64 == 0 && c->head_dim_v == c->head_dim;
+    return ctx->serve_tma && !c->paged && c->head_dim % 64 == 0 && c->head_dim_v == c->head_dim && !c->v_in_k;
 }
 
 /* The variant a call's model variants (sinks, window, softcap, ALiBi) and V's head dim decide, whatever chose
@@ -20,6 +20,7 @@ static int serve_tma_applies(const fg_context *ctx, const serving_call *c) {
 static void spec_take_call_variant(fg_spec *s, const serving_call *c) {
     spec_take_variants(s, &c->var);
     s->head_dim_v = c->head_dim_v != c->head_dim ? c->head_dim_v : 0;
+    s->v_in_k = c->v_in_k;
 }
 
 /* The kernel of a plan's spec: the split count is a launch choice, not the kernel's. */

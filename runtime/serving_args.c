@@ -116,11 +116,14 @@ fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c,
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "k's head_dim is %lld but q's is %d; they must be equal",
                        (long long)a->k.shape[kn - 1], c->head_dim);
     c->head_dim_v = (int)a->v.shape[kn - 1];
-    const int dims[2] = {c->head_dim, c->head_dim_v};
+    const int dims[2] = {c->head_dim, c->head_dim_v}, dim_max[2] = {576, 512};
     for (int i = 0; i < 2; i++)
-        if (dims[i] < 8 || dims[i] > 256 || dims[i] % 8 != 0)
+        if (dims[i] < 8 || dims[i] > dim_max[i] || dims[i] % 8 != 0)
             return fg_fail(err, FG_ERR_UNSUPPORTED, "%s %d is not supported by serving calls: a multiple of 8 from 8 to "
-                           "256", i ? "v's head_dim" : "head_dim", dims[i]);
+                           "%d", i ? "v's head_dim" : "head_dim", dims[i], dim_max[i]);
+    /* V a prefix view of K (an absorbed-MLA cache: v = k[..., :head_dim_v]): its rows are K's, loaded once */
+    c->v_in_k = a->k.data && a->v.data == a->k.data && c->head_dim_v <= c->head_dim;
+    for (int i = 0; i < kn - 1 && c->v_in_k; i++) c->v_in_k = a->v.stride[i] == a->k.stride[i];
     if (c->hkv <= 0 || c->hq % c->hkv != 0)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "heads_kv (%d) must be positive and divide heads_q (%d)", c->hkv, c->hq);
     c->group = c->hq / c->hkv;

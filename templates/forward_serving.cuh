@@ -25,6 +25,17 @@
 // next sequence's keys or a cache's unused slots: S is masked there, and the V rows are zeroed before P V (a
 // NaN there would make 0 x NaN).
 //
+// Wide V (FG_WIDE: head_dim_v above 256, as in absorbed MLA's 512 or head_dim 512). O's columns do not fit one
+// warp's registers, so a row tile's warps over the keys split them: each warp computes S on its keys as above,
+// the warps exchange their rows' block maxima through shared memory (all take the same running maximum), write P
+// to a shared tile, and each multiplies all of the block's P by its own slabs of 64 columns of V. Two more
+// barriers a block; the row sums stay partial (each warp's keys) and add up at the end.
+//
+// V in K (FG_V_IN_K, v_in_k=1 variants): V is the first head_dim_v columns of K's rows (an absorbed-MLA cache,
+// where the caller passes V as a prefix view of K). Only K's rows are loaded, and V's fragments are read from
+// K's tiles: the tile layout's slabs depend on the row's chunk count only through their width, so V's columns
+// sit where a tile of their own would put them.
+//
 // Splits. With num_splits > 1 the CTA of split s covers a contiguous range of the tile's key blocks and
 // writes its normalized O and its LSE in fp32 to o_part / lse_part; merge.cuh combines them. An empty range
 // writes O = 0 and LSE = -inf, the identity of the merge.
@@ -47,16 +58,25 @@
 #define FG_HEAD_DIM_V FG_HEAD_DIM
 #define FG_HEAD_DIM_V_PADDED FG_HEAD_DIM_PADDED
 #endif
-static_assert(!FG_SERVE_TMA || (FG_HEAD_DIM % 64 == 0 && FG_HEAD_DIM_V == FG_HEAD_DIM),
-              "TMA boxes of 64 columns, 128-byte swizzle; K and V of one width");
+#ifndef FG_V_IN_K
+#define FG_V_IN_K 0
+#endif
+static_assert(!FG_SERVE_TMA || (FG_HEAD_DIM % 64 == 0 && FG_HEAD_DIM_V == FG_HEAD_DIM && !FG_V_IN_K),
+              "TMA boxes of 64 columns, 128-byte swizzle; K and V of one width, in tensors of their own");
+static_assert(!FG_V_IN_K || FG_HEAD_DIM_V <= FG_HEAD_DIM, "V is a prefix of K's columns");
 
 constexpr int FG_THREADS = FG_WARPS * 32;
 constexpr int FG_WARPS_M = FG_BLOCK_M / 16;          // warps over the rows
 constexpr int FG_WARPS_N = FG_WARPS / FG_WARPS_M;    // warps over the keys of a block
 constexpr int FG_KW = FG_BLOCK_N / FG_WARPS_N;       // keys of a block per warp
 constexpr int FG_NT = FG_KW / 8;                     // n8 tiles of a warp's S
-constexpr int FG_DT = FG_HEAD_DIM_V_PADDED / 8;      // n8 tiles of O
+constexpr bool FG_WIDE = FG_HEAD_DIM_V_PADDED > 256;  // O's columns split over the key warps
+constexpr int FG_DW = FG_WIDE ? FG_HEAD_DIM_V_PADDED / FG_WARPS_N : FG_HEAD_DIM_V_PADDED; // O's columns a warp holds
+constexpr int FG_DT = FG_DW / 8;                      // n8 tiles of a warp's O
 constexpr int FG_V_CHUNKS = FG_HEAD_DIM_V_PADDED / 8; // 16-byte chunks of a V row
+constexpr int FG_VT_CHUNKS = FG_V_IN_K ? FG_CHUNKS : FG_V_CHUNKS; // chunks a row of the tile V is read from
+constexpr int FG_P_CHUNKS = FG_BLOCK_N / 8;           // FG_WIDE: chunks of a row of the shared P tile
+constexpr int FG_O_COPIES = FG_WIDE ? 1 : FG_WARPS_N; // staged O's at the end (summed: the key warps' parts)
 constexpr int FG_KK = FG_HEAD_DIM_PADDED / 16;       // k16 steps of Q K^T
 // Q's fragments are kept in registers across the key loop on the decode tile (16 rows, the warps over the
 // keys: a warp's scores take 8 registers) up to head_dim 128; elsewhere they would spill, and come from
@@ -64,9 +84,12 @@ constexpr int FG_KK = FG_HEAD_DIM_PADDED / 16;       // k16 steps of Q K^T
 constexpr bool FG_Q_IN_REGS = FG_HEAD_DIM_PADDED <= 128 && FG_WARPS_N >= 4;
 constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM_PADDED * 2;
 constexpr u32 FG_K_BYTES = FG_BLOCK_N * FG_HEAD_DIM_PADDED * 2;   // a K stage
-constexpr u32 FG_V_BYTES = FG_BLOCK_N * FG_HEAD_DIM_V_PADDED * 2; // a V stage
+constexpr u32 FG_V_BYTES = FG_V_IN_K ? 0u : FG_BLOCK_N * FG_HEAD_DIM_V_PADDED * 2; // a V stage
+constexpr u32 FG_P_BYTES = FG_WIDE ? FG_BLOCK_M * FG_BLOCK_N * 2 : 0u;              // the P tile
+constexpr u32 FG_RED_BYTES = FG_WIDE ? FG_WARPS_N * FG_BLOCK_M * 4 : 0u;            // the key warps' row maxima
 constexpr int FG_O_ROW = FG_HEAD_DIM_V_PADDED + 8;   // floats between staged O rows (bank spread)
 static_assert(FG_WARPS_M * FG_WARPS_N == FG_WARPS && FG_KW % 16 == 0, "warps must tile rows x keys");
+static_assert(!FG_WIDE || (FG_DW % 64 == 0 && fg_sw<FG_VT_CHUNKS>::value == 8), "a wide warp's V columns: whole 64-column slabs");
 
 // The rows of sequence b: its first query token and length, its first key token (packed keys; 0 for
 // dense or paged ones) and the keys it uses, clamped to the tensors described.
@@ -163,24 +186,27 @@ struct fg_kv_loader_t {
     }
 };
 
-// K and V of a key block: one loader for both when they are of one width, else one each.
+// K and V of a key block: one loader for both when they are of one width, else one each; K's alone when V is
+// read from K's tiles.
 struct fg_kv_loader {
-    static constexpr bool SAME = FG_V_CHUNKS == FG_CHUNKS && FG_HEAD_DIM_V == FG_HEAD_DIM;
+    static constexpr bool SAME = !FG_V_IN_K && FG_V_CHUNKS == FG_CHUNKS && FG_HEAD_DIM_V == FG_HEAD_DIM;
+    static constexpr bool V_OWN = !FG_V_IN_K && !SAME; // V's rows by a loader of their own
     fg_kv_loader_t<FG_CHUNKS, SAME ? 3 : 1> kl;
     fg_kv_loader_t<FG_V_CHUNKS, 2> vl;
     __device__ __forceinline__ void init(const fg_serve_params &p, int b, int kvh, const fg_seq &s, int tid) {
         kl.init(p, b, kvh, s, tid);
-        if (!SAME) vl.init(p, b, kvh, s, tid);
+        if (V_OWN) vl.init(p, b, kvh, s, tid);
     }
     __device__ __forceinline__ void load(const fg_serve_params &p, u32 sk_tile, u32 sv_tile, int key0, int sk) {
         kl.load(p, sk_tile, sv_tile, key0, sk);
-        if (!SAME) vl.load(p, sk_tile, sv_tile, key0, sk);
+        if (V_OWN) vl.load(p, sk_tile, sv_tile, key0, sk);
     }
 };
 
 // (sinks=1: one CTA an SM is enough for ptxas's register budget: left to its own it kept d 64's decode tile at
-// 96 registers and spilled 4 bytes on sm_80 and sm_86)
-#if FG_SINKS
+// 96 registers and spilled 4 bytes on sm_80 and sm_86; the wide variants' shared memory holds one CTA an SM
+// anyway)
+#if FG_SINKS || FG_HEAD_DIM_V_PADDED > 256
 #define FG_SERVE_BOUNDS __launch_bounds__(FG_THREADS, 1)
 #else
 #define FG_SERVE_BOUNDS __launch_bounds__(FG_THREADS)
@@ -232,7 +258,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     unsigned char *const smem = fg_smem + (s_q - fg_smem_addr(fg_smem)); // s_q, generic
     const u32 s_k = s_q + FG_Q_BYTES;
     const u32 s_v = s_k + FG_STAGES * FG_K_BYTES;
-    const u32 s_bar = s_v + FG_STAGES * FG_V_BYTES; // TMA: a full mbarrier a stage
+    const u32 s_p = s_v + FG_STAGES * FG_V_BYTES;   // FG_WIDE: the block's P, [BLOCK_M][BLOCK_N] swizzled
+    const u32 s_red = s_p + FG_P_BYTES;             // FG_WIDE: the key warps' row maxima, [WARPS_N][BLOCK_M]
+    const u32 s_bar = s_red + FG_RED_BYTES;         // TMA: a full mbarrier a stage
 
     // Q: row r is token (m0 + r) / grp, head kvh * grp + (m0 + r) % grp. Its own cp.async group.
     if (j_begin < j_end && tid < FG_THREADS / FG_CHUNKS * FG_CHUNKS) {
@@ -290,8 +318,10 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     row_sum[0][0] = row_sum[0][1] = 0.f;
     const int g = lane / 4, t = lane % 4;
     const fg_frag_offsets qv_off = fg_frag_offsets_make(lane % 16, lane / 16);
-    // V's transposed fragments: Q's lane offsets, in rows of V's chunks
-    const fg_frag_offsets_t<FG_V_CHUNKS> v_off = fg_frag_offsets_make<FG_V_CHUNKS>(lane % 16, lane / 16);
+    // V's transposed fragments: Q's lane offsets, in rows of the chunks of V's tile (or K's); P's (FG_WIDE) as Q's
+    const fg_frag_offsets_t<FG_VT_CHUNKS> v_off = fg_frag_offsets_make<FG_VT_CHUNKS>(lane % 16, lane / 16);
+    const fg_frag_offsets_t<FG_P_CHUNKS> p_off = fg_frag_offsets_make<FG_P_CHUNKS>(lane % 16, lane / 16);
+    const u32 s_p_warp = s_p + (u32)(wm * 16 * fg_sw<FG_P_CHUNKS>::value * 16);
     const fg_frag_offsets k_off = fg_frag_offsets_make(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
     const u32 s_q_warp = s_q + (u32)(wm * 16 * FG_SLAB_CHUNKS * 16);
     const int key_w = wn * FG_KW; // this warp's first key in a block
@@ -347,7 +377,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
         if (jn < j_end) kv.load(p, s_k + pst * FG_K_BYTES, s_v + pst * FG_V_BYTES, jn * FG_BLOCK_N, sk);
         fg_cp_async_commit();
 #endif
-        const u32 sk_j = s_k + stage * FG_K_BYTES, sv_j = s_v + stage * FG_V_BYTES;
+        const u32 sk_j = s_k + stage * FG_K_BYTES, sv_j = FG_V_IN_K ? sk_j : s_v + stage * FG_V_BYTES;
         stage = stage == FG_STAGES - 1 ? 0 : stage + 1;
 
         float s[1][FG_NT][4];
@@ -402,6 +432,53 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
                 }
             }
         }
+        if constexpr (FG_WIDE) {
+            // the rows' block maxima over the key warps; then P, with the common maximum, into the shared tile
+            float *red = (float *)(smem + (s_red - s_q));
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float mx = FG_NEG_INF;
+#pragma unroll
+                for (int nt = 0; nt < FG_NT; nt++) mx = fmaxf(mx, fmaxf(s[0][nt][2 * h], s[0][nt][2 * h + 1]));
+                mx = fg_quad_max(mx);
+                if (t == 0) red[wn * FG_BLOCK_M + wm * 16 + g + 8 * h] = mx;
+            }
+            __syncthreads();
+            float corr[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float peers = FG_NEG_INF;
+#pragma unroll
+                for (int w = 0; w < FG_WARPS_N; w++) peers = fmaxf(peers, red[w * FG_BLOCK_M + wm * 16 + g + 8 * h]);
+                corr[h] = fg_softmax_row<FG_NT, true, true>(s[0], h, row_max[0][h], row_sum[0][h], p.scale_log2, 0.f, 0.f, peers);
+#pragma unroll
+                for (int nt = 0; nt < FG_NT; nt++)
+                    asm volatile("st.shared.b32 [%0], %1;" ::"r"(s_p + fg_tile_offset<FG_P_CHUNKS>(wm * 16 + g + 8 * h, (key_w + 8 * nt) / 8,
+                                                                                               FG_BLOCK_M) + 4u * (u32)t),
+                                 "r"(fg_pack2(s[0][nt][2 * h], s[0][nt][2 * h + 1])) : "memory");
+            }
+#pragma unroll
+            for (int dt = 0; dt < FG_DT; dt++) {
+                acc[0][dt][0] *= corr[0], acc[0][dt][1] *= corr[0];
+                acc[0][dt][2] *= corr[1], acc[0][dt][3] *= corr[1];
+            }
+            __syncthreads();
+            // all the block's keys, this warp's slabs of V's columns
+            const u32 sv_w = sv_j + (u32)(wn * (FG_DW / 64)) * FG_BLOCK_N * 128;
+#pragma unroll
+            for (int kk = 0; kk < FG_BLOCK_N / 16; kk++) {
+                u32 pa[4];
+                fg_ldmatrix_x4(pa, fg_frag_addr<FG_BLOCK_M>(s_p_warp, p_off, 0, kk));
+#pragma unroll
+                for (int d2 = 0; d2 < FG_DT / 2; d2++) {
+                    u32 vf[4];
+                    fg_ldmatrix_x4_trans(vf, fg_frag_addr<FG_BLOCK_N>(sv_w, v_off, kk * 16, d2));
+                    fg_mma_16816(acc[0][2 * d2], pa, vf[0], vf[1]);
+                    fg_mma_16816(acc[0][2 * d2 + 1], pa, vf[2], vf[3]);
+                }
+            }
+            return;
+        }
         fg_online_softmax<1, FG_NT, FG_DT>(s, row_max, row_sum, acc, p.scale_log2, 0.f);
         u32 pf[FG_KW / 16][4];
 #pragma unroll
@@ -426,12 +503,12 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     // the common max and divided by the common sum, then their sum, stored 4 columns a thread.
     fg_cp_async_wait<0>();
     __syncthreads();
-    float *stage_o = (float *)(smem + FG_Q_BYTES);                         // [WARPS_N][BLOCK_M][O_ROW]
+    float *stage_o = (float *)(smem + FG_Q_BYTES);                         // [O_COPIES][BLOCK_M][O_ROW]
     // FG_SINKS: one more state a row after the warps', the sink's (split 0 only, so that the merge counts it
     // once): a key without a value whose score is sink / softmax_scale and whose weight is 1, so that the
     // merge below takes it into the row's max and sum like any warp's, and no O.
     constexpr int ST = FG_WARPS_N + FG_SINKS;                              // states a row
-    float *st_max = stage_o + FG_WARPS_N * FG_BLOCK_M * FG_O_ROW;          // [ST][BLOCK_M]
+    float *st_max = stage_o + FG_O_COPIES * FG_BLOCK_M * FG_O_ROW;         // [ST][BLOCK_M]
     float *st_sum = st_max + ST * FG_BLOCK_M;                              // [ST][BLOCK_M]
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -469,7 +546,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
         row_stats(r, M, L);
         const float mw = row_max[0][h];
         const float f = (mw == FG_NEG_INF || !(L > 0.f)) ? 0.f : fg_exp2((mw - M) * p.scale_log2) / L;
-        float *dst = stage_o + (wn * FG_BLOCK_M + r) * FG_O_ROW + 2 * t;
+        // (FG_WIDE: one O, the warp's columns of it; else one O a key warp, summed below)
+        float *dst = stage_o + ((FG_WIDE ? 0 : wn) * FG_BLOCK_M + r) * FG_O_ROW + (FG_WIDE ? wn * FG_DW : 0) + 2 * t;
 #pragma unroll
         for (int dt = 0; dt < FG_DT; dt++)
             *(float2 *)(dst + dt * 8) = make_float2(acc[0][dt][2 * h] * f, acc[0][dt][2 * h + 1] * f);
@@ -494,7 +572,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
         if (c >= FG_HEAD_DIM_V) continue;
         float4 o = *(const float4 *)(stage_o + r * FG_O_ROW + c);
 #pragma unroll
-        for (int w = 1; w < FG_WARPS_N; w++) {
+        for (int w = 1; w < FG_O_COPIES; w++) {
             const float4 x = *(const float4 *)(stage_o + (w * FG_BLOCK_M + r) * FG_O_ROW + c);
             o.x += x.x, o.y += x.y, o.z += x.z, o.w += x.w;
         }

@@ -152,6 +152,12 @@ void serve_setup(gpu_env *env, serve_run *r, const serve_case *c) {
     }
     upload(env, &r->k);
     upload(env, &r->v);
+    if (c->v_in_k) { /* V becomes K's first dv columns: the same memory (device and host image) and strides */
+        cr_assert(dv <= c->d, "v_in_k needs dv <= d");
+        dbuf_free(env, &r->v);
+        r->v = r->k;
+        r->v.view.shape[kn - 1] = r->v.host.shape[kn - 1] = dv;
+    }
     /* lse */
     if (!c->no_lse) {
         int64_t l3[3] = {c->batch, c->hq, r->seqlen_q}, l2[2] = {c->hq, r->total_q};
@@ -307,6 +313,7 @@ void serve_verify(serve_run *r) {
 }
 
 void serve_free(gpu_env *env, serve_run *r) {
+    if (r->c.v_in_k) memset(&r->v, 0, sizeof r->v); /* K's, freed with it */
     dbuf *bufs[5] = {&r->q, &r->k, &r->v, &r->o, &r->lse};
     for (int i = 0; i < 5; i++) dbuf_free(env, bufs[i]);
     CUdeviceptr d[7] = {r->d_cu_q, r->d_cu_k, r->d_used, r->d_table, r->ws, r->d_sinks, r->d_slopes};

@@ -21,6 +21,7 @@ typedef struct serve_case {
     const int *lk;     /* keys of each sequence */
     int hq, hkv, d;
     int dv;            /* V's and O's head dim (0: d) */
+    int v_in_k;        /* v is the prefix view k[..., :dv] (an absorbed-MLA cache): K's memory and strides */
     int causal;
     int q_dense;       /* 1: q is [batch, lq[0], hq, d] (every lq equal) instead of packed */
     int k_mode;        /* SERVE_K_PACKED, SERVE_K_DENSE (a cache of cap_k keys a sequence, seqused_k) or SERVE_K_PAGED */

@@ -517,6 +517,13 @@ Test(config, host_functions_ignore_metatables) {
                NULL, FG_ERR_CONFIG, "cfg.lua:2: variants: ", "field 'head_dim' is required");
 }
 
+/* config_skip_fn for the default bundle under another arch: only the wide serving variants (Hopper's shared
+ * memory) may be dropped, for shared memory. */
+static void count_wide_skips(void *user, const char *name, const char *why) {
+    cr_assert(strstr(name, "kind=serve") && strstr(name, "head_dim=5") && strstr(why, "shared memory"), "%s: %s", name, why);
+    ++*(int *)user;
+}
+
 Test(config, default_config_loads_and_validates) {
     fg_config cfg;
     fg_error err;
@@ -528,7 +535,7 @@ Test(config, default_config_loads_and_validates) {
      * ones, 12 of the sm_90a forward's varlen ones, 2 merges, and 20 with model variants */
     cr_assert_leq(cfg.count, 240, "the default bundle should stay small enough for CI: %d variants", cfg.count);
     int archs[6] = {0, 0, 0, 0, 0, 0}, bwd80 = 0, bwd90 = 0, bwd90_tma = 0, serve80 = 0, serve90 = 0, merges = 0,
-        varlen = 0, mods = 0;
+        varlen = 0, mods = 0, wide = 0;
     for (int i = 0; i < cfg.count; i++) {
         const fg_spec *s = &cfg.variants[i];
         char name[FG_SPEC_NAME_MAX];
@@ -539,6 +546,11 @@ Test(config, default_config_loads_and_validates) {
                                                    (s->kind == FG_KIND_BWD && s->varlen && !spec_is_wgmma_bwd(s))),
                       "%s", name);
             mods++;
+            continue;
+        }
+        if (s->kind == FG_KIND_SERVE && (s->head_dim > 256 || spec_serve_wide(s))) { /* MLA, head_dim 512: Hopper's */
+            cr_assert(s->arch == 90 && !s->arch_accel && spec_head_dim_v(s) == 512, "%s", name);
+            wide++;
             continue;
         }
         if (s->kind == FG_KIND_BWD) { /* the backward: mma.sync only */
@@ -572,8 +584,9 @@ Test(config, default_config_loads_and_validates) {
             cr_assert(!spec_equal(&cfg.variants[i], &cfg.variants[j]), "%s listed twice", name);
     }
     cr_assert_eq(archs[0] + archs[1] + archs[2] + archs[3] + archs[4] + archs[5] + bwd80 + bwd90 + bwd90_tma + serve80 +
-                     serve90 + merges + varlen + mods,
+                     serve90 + merges + varlen + mods + wide,
                  cfg.count);
+    cr_assert_eq(wide, 10, "the MLA and head_dim 512 serving variants: %d", wide);
     cr_assert_eq(mods, 20, "variants with model variants: %d", mods);
     cr_assert_eq(varlen, 12, "the sm_90a forward's varlen variants: %d", varlen);
     cr_assert(serve80 > 0 && serve80 == serve90 && merges == 2, "serving variants: %d on sm_80, %d on sm_90, %d merges",
@@ -586,13 +599,19 @@ Test(config, default_config_loads_and_validates) {
     cr_assert_eq(archs[0], archs[2], "sm_80 and sm_90 list the same 16-bit variants");
     cr_assert_eq(archs[5], archs[4], "sm_90a and sm_89 list the same FP8 variants");
     config_free(&cfg);
-    /* the same bundle for one other arch */
-    cr_assert_eq(config_load_file("configs/default.lua", "sm_89", &cfg, &err), FG_OK, "%s", err.msg);
+    /* the same bundle for one other arch (its 99 KiB a block drop the MLA and head_dim 512 variants) */
+    int dropped = 0;
+    cr_assert_eq(config_load_file_skipping("configs/default.lua", "sm_89", count_wide_skips, &dropped, &cfg, &err), FG_OK,
+                 "%s", err.msg);
+    cr_assert_eq(dropped, 10, "sm_89 drops %d variants", dropped);
     for (int i = 0; i < cfg.count; i++) /* the TMA-load backward variants retargeted: the cp.async ones */
         cr_assert(spec_validate(&cfg.variants[i], &err) == FG_OK && !cfg.variants[i].tma, "%s", err.msg);
     config_free(&cfg);
     /* and for sm_90a (the README's --arch sm_89,sm_90a example): the wgmma family takes no tma key */
-    cr_assert_eq(config_load_file("configs/default.lua", "sm_89,sm_90a", &cfg, &err), FG_OK, "%s", err.msg);
+    dropped = 0;
+    cr_assert_eq(config_load_file_skipping("configs/default.lua", "sm_89,sm_90a", count_wide_skips, &dropped, &cfg, &err),
+                 FG_OK, "%s", err.msg);
+    cr_assert_eq(dropped, 10, "sm_89,sm_90a drops %d variants", dropped);
     for (int i = 0; i < cfg.count; i++)
         cr_assert(spec_validate(&cfg.variants[i], &err) == FG_OK && !cfg.variants[i].tma, "%s", err.msg);
     config_free(&cfg);

@@ -1,7 +1,7 @@
 /* test_gpu_serving.c: the serving forward (fg_attention_fwd_varlen) on the GPU: packed variable-length
  * batches, dense caches with seqused_k, paged caches of several page sizes with shuffled tables, decode with
  * packed GQA and every split count, fixed split sizes (batch invariance), CUDA-graph replay, attention sinks, sliding windows, softcaps, ALiBi,
- * K and V by TMA, and the checking mode of device-resident inputs. Every element of every sequence is judged
+ * head dims above 256 (absorbed MLA's 576/512 with V inside K, 512), K and V by TMA, and the checking mode of device-resident inputs. Every element of every sequence is judged
  * against the CPU reference (serving_run.c); GPU tests skip with the reason where there is no device. */
 #include <stdlib.h>
 #include <string.h>
@@ -198,6 +198,35 @@ Test(head_dim_v, unequal_qk_and_v) {
     c = sc(FG_DTYPE_BF16, 5, decode_q, cache_k, 32, 8, 192, 0);
     c.dv = 128, c.q_dense = 1, c.k_mode = SERVE_K_DENSE, c.cap_k = 1100, c.window = 1, c.window_left = 300;
     c.window_right = -1, c.tiles[0] = 16, c.tiles[1] = 64, c.tiles[2] = 4, c.tiles[3] = 2, c.seed = 336;
+    serve_case_run(&c);
+}
+
+/* Q/K above 256 and V above 256 (the wide variants, O's columns split over the key warps): absorbed MLA's 576/512
+ * with V a prefix view of K in a paged cache (decode with 16 and 128 query heads on one KV head, split or not,
+ * and prefill), head_dim 512 (decode over a dense cache, packed prefill), 576/512 with a V of its own, and the
+ * model variants on a wide tile (sinks and a window: the epilogue's extra state). */
+Test(wide, mla_and_head_dim_512) {
+    static const int heads[] = {16, 128};
+    for (int i = 0; i < 2; i++) {
+        serve_case c = sc(FG_DTYPE_BF16, 5, decode_q, cache_k, heads[i], 1, 576, 0);
+        c.dv = 512, c.v_in_k = 1, c.q_dense = 1, c.k_mode = SERVE_K_PAGED, c.page_size = 64, c.num_splits = i ? 0 : 3;
+        c.seed = 340 + i;
+        serve_case_run(&c);
+    }
+    serve_case c = sc(FG_DTYPE_BF16, 6, uneven_q, uneven_k, 16, 1, 576, 1);
+    c.dv = 512, c.v_in_k = 1, c.k_mode = SERVE_K_PAGED, c.page_size = 16, c.seed = 342;
+    serve_case_run(&c);
+    c = sc(FG_DTYPE_F16, 5, decode_q, cache_k, 8, 2, 512, 1);
+    c.q_dense = 1, c.k_mode = SERVE_K_DENSE, c.cap_k = 1100, c.num_splits = 2, c.seed = 343;
+    serve_case_run(&c);
+    c = sc(FG_DTYPE_BF16, 6, uneven_q, uneven_k, 4, 2, 512, 1);
+    c.seed = 344;
+    serve_case_run(&c);
+    c = sc(FG_DTYPE_BF16, 6, uneven_q, uneven_k, 4, 1, 576, 0);
+    c.dv = 512, c.strided = 1, c.seed = 345;
+    serve_case_run(&c);
+    c = sc(FG_DTYPE_BF16, 6, uneven_q, uneven_k, 8, 1, 576, 1);
+    c.dv = 512, c.v_in_k = 1, c.sinks = 1, c.window = 1, c.window_left = 50, c.window_right = -1, c.seed = 346;
     serve_case_run(&c);
 }
 

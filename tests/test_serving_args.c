@@ -166,9 +166,11 @@ Test(serving_args, each_rule_gives_its_sentence) {
     expect(&a, FG_ERR_INVALID_ARGUMENT, "one cache per sequence");
     a = paged(), a.batch = 5;
     expect(&a, FG_ERR_INVALID_ARGUMENT, "leave batch 0");
-    a = paged(), a.q = t4(FG_DTYPE_F16, 4, 1, 32, 264, 0x100000), a.o = t4(FG_DTYPE_F16, 4, 1, 32, 264, 0x200000);
-    a.k.shape[3] = a.v.shape[3] = 264;
-    expect(&a, FG_ERR_UNSUPPORTED, "head_dim 264");
+    a = paged(), a.q = t4(FG_DTYPE_F16, 4, 1, 32, 584, 0x100000), a.o = t4(FG_DTYPE_F16, 4, 1, 32, 584, 0x200000);
+    a.k.shape[3] = a.v.shape[3] = 584;
+    expect(&a, FG_ERR_UNSUPPORTED, "head_dim 584 is not supported by serving calls: a multiple of 8 from 8 to 576");
+    a.q.shape[3] = a.k.shape[3] = 576, a.v.shape[3] = a.o.shape[3] = 520; /* V's limit is 512 */
+    expect(&a, FG_ERR_UNSUPPORTED, "v's head_dim 520 is not supported by serving calls: a multiple of 8 from 8 to 512");
 }
 
 Test(serving_args, device_lengths_name_the_first_bad_entry) {

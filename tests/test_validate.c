@@ -87,6 +87,13 @@ static void m_mods_window_det(fg_spec *s) { m_mods_alibi_bwd(s); s->alibi = 0, s
 static void m_head_dim_v(fg_spec *s) { *s = serve_base(); s->head_dim_v = 100; }
 static void m_head_dim_v_kind(fg_spec *s) { s->head_dim_v = 64; } /* base(): kind=fwd, mma.sync family */
 static void m_head_dim_v_wg(fg_spec *s) { *s = wg_base(); s->varlen = 1, s->head_dim_v = 96; } /* not a multiple of 64 */
+static void m_serve_wide(fg_spec *s) { *s = serve_base(); s->head_dim_v = 512, s->block_n = 48, s->warps = 3 * s->block_m / 16; }
+static void m_serve_wide_v_in_k(fg_spec *s) { *s = serve_base(); s->head_dim = 520, s->head_dim_v = 512, s->v_in_k = 1; }
+static void m_serve_wide_dim(fg_spec *s) { *s = serve_base(); s->head_dim_v = 264; }
+static void m_v_in_k(fg_spec *s) { *s = serve_base(); s->head_dim_v = 192, s->v_in_k = 1; }
+static void m_v_in_k_tma(fg_spec *s) { *s = serve_base(); s->arch = 90, s->v_in_k = 1, s->tma = 1; }
+static void m_serve_threads(fg_spec *s) { *s = serve_base(); s->head_dim = 576, s->head_dim_v = 512, s->v_in_k = 1, s->block_m = 16, s->block_n = 32, s->warps = 2; }
+static void m_head_dim_serve(fg_spec *s) { *s = serve_base(); s->head_dim = 584; }
 static void m_serve_tma_dim_v(fg_spec *s) { *s = serve_base(); s->tma = 1, s->arch = 90, s->head_dim = 192, s->head_dim_v = 128; }
 static void m_serve_registers(fg_spec *s) { *s = serve_base(); s->block_m = 64; s->block_n = 256; s->head_dim = 256; s->stages = 2; }
 
@@ -150,6 +157,13 @@ static const broken rules[] = {
     {"head_dim_v", m_head_dim_v, "head_dim_v 100"},
     {"head_dim_v", m_head_dim_v_kind, "kind=serve"},
     {"head_dim_v", m_head_dim_v_wg, "head_dim_v 96"},
+    {"head_dim_v", m_serve_wide_dim, "or of 64 up to 512"},
+    {"serve_wide", m_serve_wide, "head_dim_v / 64 must be a multiple of that count"},
+    {"serve_wide", m_serve_wide_v_in_k, "with v_in_k=1 head_dim a multiple of 64"},
+    {"v_in_k", m_v_in_k, "head_dim_v at most head_dim"},
+    {"serve_tma", m_v_in_k_tma, "v_in_k=1"},
+    {"serve_threads", m_serve_threads, "use at least 3 warps"},
+    {"head_dim_range", m_head_dim_serve, "from 8 to 576 (kind=serve)"},
     {"fwd_varlen", m_fwd_varlen_fp8, "in fp16 or bf16"},
 };
 

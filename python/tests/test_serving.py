@@ -206,6 +206,24 @@ class ServingTest(unittest.TestCase):
             close(self, o[qs], ro, "sequence %d O, 192/128" % b)
             close(self, lse[:, qs], rl, "sequence %d LSE, 192/128" % b)
 
+    def test_absorbed_mla_decode(self):
+        """DeepSeek's absorbed MLA: one KV head of 576 columns in a paged cache, V its first 512 (a view of the same
+        memory, which the call reads once), 16 query heads."""
+        b, ps, pages = 3, 64, 6
+        lens = torch.tensor([330, 1, 64], dtype=torch.int32, device="cuda")
+        q = torch.randn(b, 1, 16, 576, device="cuda", dtype=torch.bfloat16)
+        kv = torch.randn(b * pages + 2, ps, 1, 576, device="cuda", dtype=torch.bfloat16)
+        table = torch.randperm(b * pages + 2, device="cuda")[: b * pages].to(torch.int32).reshape(b, pages)
+        v = kv[..., :512]
+        o = flashgen.attention_with_kvcache(q, kv, v, cache_seqlens=lens, block_table=table)
+        self.assertEqual(tuple(o.shape), (b, 1, 16, 512))
+        for s in range(b):
+            n = lens[s].item()
+            rows = kv[table[s].long()].reshape(pages * ps, 1, 576)[:n]
+            ro, _ = reference(q[s], rows, rows[..., :512], False)
+            close(self, o[s], ro, "MLA decode, sequence %d" % s)
+        self.assertIn("v_in_k=1", flashgen.explain_varlen(q, kv, v, seqused_k=lens, block_table=table))
+
     def test_kvcache_dense_and_paged(self):
         b, cap, ps = 3, 700, 16
         lens = torch.tensor([700, 1, 333], dtype=torch.int32, device="cuda")

@@ -31,13 +31,17 @@ __device__ __forceinline__ float fg_quad_sum(float x) {
 // corr is 1, skipping O's rescale, in most steps after a row's first blocks. m is only the exponent's
 // base: l and O carry the same factor and the LSE is taken from the m in use. Only the rounding moves:
 // a row's largest P is no longer exactly 1 (forward_wgmma.cuh FG_STALE says what that costs).
-template <int NT, bool SUM = true>
+// PEERS: the block's row is spread over warps (the serving kernel's wide variants); peers is the largest score
+// the others hold, so that every warp of the row takes the same maximum.
+template <int NT, bool SUM = true, bool PEERS = false>
 __device__ __forceinline__ float fg_softmax_row(float (&s)[NT][4], int h, float &row_max, float &row_sum,
-                                                float scale_log2, float shift, float stale = 0.f) {
+                                                float scale_log2, float shift, float stale = 0.f,
+                                                float peers = FG_NEG_INF) {
     float mx = row_max;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
     mx = fg_quad_max(mx);
+    if (PEERS) mx = fmaxf(mx, peers);
     const float m_old = row_max;
     const bool grow = mx > m_old && (stale == 0.f || m_old == FG_NEG_INF || (mx - m_old) * scale_log2 > stale);
     const float m = grow ? mx : m_old;
