@@ -264,7 +264,8 @@ typedef struct fg_varlen_args {
     int64_t block_table_stride;/* int32 elements between rows of block_table (0: max_pages) */
     int max_pages;             /* columns of block_table */
     int batch;                 /* sequences: required with cu_seqlens_q; else 0 or q.shape[0] */
-    int max_seqlen_q;          /* packed q: the longest sequence's queries (an upper bound; 0 is refused) */
+    int max_seqlen_q;          /* packed q: the longest sequence's queries (an upper bound; 0 only when q has
+                                  no rows) */
     int max_seqlen_k;          /* an upper bound of any sequence's keys, for the split count (0: the capacity
                                   the tensors allow) */
     float softmax_scale;       /* 0 means 1/sqrt(head_dim) */

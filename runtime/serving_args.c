@@ -132,9 +132,10 @@ fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c,
         if (a->batch < 0 || (need_data && a->batch == 0 && a->q.shape[0] > 0))
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "batch is %d; with cu_seqlens_q it must be the number of "
                            "sequences (cu_seqlens_q has batch + 1 entries)", a->batch);
-        if (a->max_seqlen_q <= 0 && a->batch > 0)
+        if ((a->max_seqlen_q < 0 || (a->max_seqlen_q == 0 && a->q.shape[0] > 0)) && a->batch > 0)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "max_seqlen_q is %d; packed queries need the longest "
-                           "sequence's length (an upper bound) to size the grid", a->max_seqlen_q);
+                           "sequence's length (an upper bound) to size the grid (0 only when q has no rows)",
+                           a->max_seqlen_q);
         c->batch = a->batch;
         c->total_q = a->q.shape[0];
         c->seqlen_q = a->max_seqlen_q < c->total_q ? a->max_seqlen_q : (int)c->total_q;
