@@ -1,6 +1,6 @@
-/* test_cli_gpu.c: the `flashgen` program's run and explain (tools/cli_gpu.c), info and cache
- * (tools/cmd_info.c) commands, run as a user runs it through cli_harness.c. Tests that need a GPU skip
- * without one. */
+/* test_cli_gpu.c: the `flashgen` program's run and explain (tools/cli_gpu.c, with the model variants of
+ * tools/cli_variants.c), info and cache (tools/cmd_info.c) commands, run as a user runs it through
+ * cli_harness.c. Tests that need a GPU skip without one. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
@@ -16,6 +16,7 @@
 #include "runtime/bundle.h"
 #include "runtime/cache.h"
 #include "runtime/cuda_api.h"
+#include "runtime/dispatch.h" /* serving_check_variants: the library's sentences the CLI must repeat */
 #include "generator/emit.h"
 #include "generator/spec.h"
 #include "runtime/tunedb.h"
@@ -23,6 +24,16 @@
 #include "tests/cli_harness.h"
 
 TestSuite(cli, .init = scratch_init, .fini = scratch_fini, .timeout = 60);
+
+/* Skips the test, saying why, when there is no CUDA device. */
+#define REQUIRE_GPU()                                                                                  \
+    do {                                                                                               \
+        fg_error gerr_;                                                                                \
+        int count_ = 0;                                                                                \
+        if (cuda_api_get(&gerr_) == NULL) SKIP("no CUDA device: %s", gerr_.msg);                       \
+        if (cuda_api_get(&gerr_)->cuDeviceGetCount(&count_) != CUDA_SUCCESS || count_ == 0)            \
+            SKIP("a CUDA driver but no device");                                                       \
+    } while (0)
 
 /* ---------------------------------------------------------------- run, info */
 
@@ -101,6 +112,14 @@ Test(cli, explain_arch_bwd_without_a_gpu) {
     EXPECT_STATUS(r, 2);
     cr_expect_not_null(strstr(r.err, "--bwd takes --dtype fp16 or bf16"), "%s", r.err);
     run_free(&r);
+    /* The model variants' serving calls are chosen on the device: --arch takes none of them. */
+    r = RUN("explain", "--arch", "sm_90a", "--window", "8,0");
+    EXPECT_STATUS(r, 2);
+    cr_expect_not_null(strstr(r.err, "flashgen explain: --arch explains fg_attention_fwd and fg_attention_bwd"), "%s",
+                       r.err);
+    cr_expect_not_null(strstr(r.err, "--window runs through the serving calls"), "%s", r.err);
+    cr_expect_str_empty(r.out);
+    run_free(&r);
 }
 
 Test(cli, run_small_problem_on_gpu, .timeout = 120) {
@@ -139,6 +158,117 @@ Test(cli, run_small_problem_on_gpu, .timeout = 120) {
     cr_expect_not_null(strstr(r.out, "check: PASS"), "%s", r.out);
     cr_expect_not_null(strstr(r.out, "2.5x the forward's"), "%s", r.out);
     run_free(&r);
+}
+
+/* ---------------------------------------------------------------- the model variants */
+
+/* A causal sliding window with a softcap that bends N(0, 1) logits (GQA, sq < sk), then both sides bounded
+ * without the causal mask: fg_attention_fwd_varlen runs them, checked against the CPU reference of the same
+ * variants; explain names the serving call's variant. */
+Test(cli, run_window_softcap_on_gpu, .timeout = 300) {
+    REQUIRE_GPU();
+    run_result r = RUN("run", "--dtype", "bf16", "--batch", "2", "--seqlen-q", "200", "--seqlen-k", "333", "--heads", "4",
+                       "--heads-kv", "2", "--head-dim", "128", "--causal", "--window", "64,0", "--softcap", "2",
+                       "--iters", "3");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, ", causal, window (64, 0), softcap 2\n"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "window=1"), "the serving variant is explained:\n%s", r.out);
+    cr_expect_not_null(strstr(r.out, "softcap=1"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "check: PASS"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "TFLOP/s"), "%s", r.out);
+    run_free(&r);
+    r = RUN("run", "--dtype", "fp16", "--batch", "1", "--seqlen-q", "257", "--heads", "4", "--head-dim", "64", "--window",
+            "50,70", "--softcap", "5", "--iters", "2");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "check: PASS"), "%s", r.out);
+    run_free(&r);
+    r = RUN("explain", "--causal", "--window", "64,0", "--softcap", "2");
+    EXPECT_STATUS(r, 0);
+    cr_expect_eq(strncmp(r.out, "variant ", 8), 0, "fg_explain_varlen's text:\n%s", r.out);
+    cr_expect_not_null(strstr(r.out, "window=1"), "%s", r.out);
+    run_free(&r);
+}
+
+/* The backward with sinks: fg_attention_bwd_varlen on the packed form of the batch, after the packed forward;
+ * dQ, dK, dV and dsink checked against the CPU references. */
+Test(cli, run_sinks_bwd_on_gpu, .timeout = 300) {
+    REQUIRE_GPU();
+    run_result r = RUN("run", "--bwd", "--dtype", "bf16", "--batch", "2", "--seqlen-q", "257", "--heads", "4",
+                       "--heads-kv", "2", "--head-dim", "128", "--causal", "--sinks", "--iters", "3");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "problem: backward, bf16"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "call: fg_attention_bwd_varlen"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "check: PASS"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "check dsink: PASS"), "%s", r.out);
+    run_free(&r);
+    r = RUN("explain", "--bwd", "--sinks", "--head-dim", "64");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "fg_attention_bwd_varlen"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "workspace: "), "%s", r.out);
+    run_free(&r);
+}
+
+/* ALiBi and sinks with a top-left causal mask, more queries than keys (rows that see no key: O = 0, LSE = the
+ * sink). */
+Test(cli, run_alibi_top_left_on_gpu, .timeout = 300) {
+    REQUIRE_GPU();
+    run_result r = RUN("run", "--dtype", "fp16", "--batch", "2", "--seqlen-q", "300", "--seqlen-k", "200", "--heads", "6",
+                       "--heads-kv", "3", "--head-dim", "64", "--causal", "--causal-top-left", "--alibi", "--sinks",
+                       "--iters", "2");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "alibi=1"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "sinks=1"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "check: PASS"), "%s", r.out);
+    run_free(&r);
+}
+
+/* V of its own head dim (192 / 128, DeepSeek's): prefill-sized and decode-sized calls. */
+Test(cli, run_head_dim_v_on_gpu, .timeout = 300) {
+    REQUIRE_GPU();
+    run_result r = RUN("run", "--dtype", "bf16", "--batch", "2", "--seqlen-q", "300", "--heads", "4", "--head-dim", "192",
+                       "--head-dim-v", "128", "--causal", "--iters", "3");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "head_dim_v 128"), "the problem line:\n%s", r.out);
+    cr_expect_not_null(strstr(r.out, "head_dim_v=128"), "the variant:\n%s", r.out);
+    cr_expect_not_null(strstr(r.out, "check: PASS"), "%s", r.out);
+    run_free(&r);
+    r = RUN("run", "--dtype", "bf16", "--batch", "3", "--seqlen-q", "1", "--seqlen-k", "1000", "--heads", "8", "--heads-kv",
+            "1", "--head-dim", "192", "--head-dim-v", "128", "--iters", "3");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "check: PASS"), "%s", r.out);
+    run_free(&r);
+}
+
+/* What the library refuses of a serving call is refused before any device work, in its own words (exit 1); an
+ * explain of the model variants names the device, not --arch, when there is none. */
+Test(cli, variant_refusals_need_no_gpu) {
+    fg_error want;
+    fg_error_clear(&want);
+    const variant_args top_left = {.causal = 0, .causal_top_left = 1};
+    call_variants v;
+    cr_assert_neq(serving_check_variants(&top_left, 16, 16, 0, &v, &want), FG_OK);
+    const char *cmds[2] = {"run", "explain"};
+    for (int i = 0; i < 2; i++) {
+        run_result r = run((const char *const[]){cmds[i], "--causal-top-left", NULL});
+        EXPECT_STATUS(r, 1);
+        char line[1200];
+        snprintf(line, sizeof line, "flashgen %s: %s\n", cmds[i], want.msg);
+        cr_expect_str_eq(r.err, line);
+        cr_expect_str_empty(r.out);
+        run_free(&r);
+    }
+    run_result r = RUN("run", "--head-dim-v", "100", "--iters", "1");
+    EXPECT_STATUS(r, 1);
+    cr_expect_not_null(strstr(r.err, "flashgen run: v's head_dim 100 is not supported by serving calls"), "%s", r.err);
+    run_free(&r);
+    fg_error err;
+    if (cuda_api_get(&err) == NULL) {
+        r = RUN("explain", "--sinks");
+        EXPECT_STATUS(r, 1);
+        cr_expect_not_null(strstr(r.err, "no CUDA device: "), "%s", r.err);
+        cr_expect_not_null(strstr(r.err, "explained on the device"), "not the --arch hint:\n%s", r.err);
+        run_free(&r);
+    }
 }
 
 /* run --bwd refuses what the backward does not take before touching a GPU. */

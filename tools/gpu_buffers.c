@@ -1,6 +1,8 @@
 /* gpu_buffers.c: the GPU side of a problem that `run` and `tune` (cmd_tune.c) share: the call's tensors
  * (problem_args), device buffers with N(0, 1) inputs and poisoned outputs, and the check of what a kernel
- * wrote against the CPU reference (forward and backward). Part of the `flashgen` program; cli.h declares it. */
+ * wrote against the CPU reference (forward and backward), the model variants included (their values and
+ * serving calls are cli_variants.c's). Part of the `flashgen` program; cli.h declares it. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,13 +37,17 @@ static int64_t vt_row(const problem *p) { return (p->seqlen_k + 15) / 16 * 16; }
 /* O's dtype for problem p. */
 static fg_dtype out_dtype_of(const problem *p) { return dtype_is_fp8(p->dtype) ? p->out_dtype : p->dtype; }
 
+long long problem_head_dim_v(const problem *p) { return p->head_dim_v > 0 ? p->head_dim_v : p->head_dim; }
+
 /* Fills args with contiguous Q/K/O/LSE tensors of problem p at the given (device) addresses, and V
- * contiguous too, or for FP8 key-major (a [b, hkv, d, vt_row] buffer viewed as [b, sk, hkv, d]). */
+ * contiguous too, or for FP8 key-major (a [b, hkv, d, vt_row] buffer viewed as [b, sk, hkv, d]). V and O
+ * have V's head dim (fg_attention_fwd refuses one that differs: such problems go to the serving call). */
 void problem_args(const problem *p, void *q, void *k, void *v, void *o, void *lse, fg_fwd_args *a) {
+    const long long dv = problem_head_dim_v(p);
     memset(a, 0, sizeof *a);
     a->q = contiguous(q, p->dtype, p->batch, p->seqlen_q, p->heads, p->head_dim);
     a->k = contiguous(k, p->dtype, p->batch, p->seqlen_k, p->heads_kv, p->head_dim);
-    a->v = contiguous(v, p->dtype, p->batch, p->seqlen_k, p->heads_kv, p->head_dim);
+    a->v = contiguous(v, p->dtype, p->batch, p->seqlen_k, p->heads_kv, dv);
     if (dtype_is_fp8(p->dtype)) {
         int64_t r = vt_row(p);
         a->v.stride[0] = p->heads_kv * p->head_dim * r;
@@ -49,7 +55,7 @@ void problem_args(const problem *p, void *q, void *k, void *v, void *o, void *ls
         a->v.stride[2] = p->head_dim * r;
         a->v.stride[3] = r;
     }
-    a->o = contiguous(o, out_dtype_of(p), p->batch, p->seqlen_q, p->heads, p->head_dim);
+    a->o = contiguous(o, out_dtype_of(p), p->batch, p->seqlen_q, p->heads, dv);
     a->lse = contiguous(lse, FG_DTYPE_F32, p->batch, p->heads, p->seqlen_q, 0);
     a->causal = p->causal;
 }
@@ -59,9 +65,10 @@ void problem_args(const problem *p, void *q, void *k, void *v, void *o, void *ls
 /* Device bytes of one copy of p's tensors (Q, K, V, O and the LSE). */
 double fwd_copy_bytes(const problem *p) {
     double esz = (double)dtype_size(p->dtype), oesz = (double)dtype_size(out_dtype_of(p));
-    double q = (double)p->batch * (double)p->seqlen_q * (double)p->heads * (double)p->head_dim;
-    double kv = (double)p->batch * (double)p->seqlen_k * (double)p->heads_kv * (double)p->head_dim;
-    return q * (esz + oesz) + 2 * kv * esz + (double)p->batch * (double)p->heads * (double)p->seqlen_q * 4.0;
+    double rows_q = (double)p->batch * (double)p->seqlen_q * (double)p->heads;
+    double rows_kv = (double)p->batch * (double)p->seqlen_k * (double)p->heads_kv;
+    double d = (double)p->head_dim, dv = (double)problem_head_dim_v(p);
+    return rows_q * (d * esz + dv * oesz) + rows_kv * (d + dv) * esz + rows_q * 4.0;
 }
 
 /* Frees every buffer of B (device memory in the current context) and zeroes it. */
@@ -71,9 +78,13 @@ void fwd_buffers_free(const fg_cuda_api *cu, fwd_buffers *B) {
         for (int i = 0; i < 5; i++)
             if (*slots[i]) cu->cuMemFree(*slots[i]);
     }
+    if (B->sinks) cu->cuMemFree(B->sinks);
+    if (B->slopes) cu->cuMemFree(B->slopes);
     free(B->hq);
     free(B->hk);
     free(B->hv);
+    free(B->hsinks);
+    free(B->hslopes);
     memset(B, 0, sizeof *B);
 }
 
@@ -81,14 +92,15 @@ void fwd_buffers_free(const fg_cuda_api *cu, fwd_buffers *B) {
  * fails to write shows up. Waits for the memsets (they run on the legacy stream, which a non-blocking
  * stream does not wait for). Needs the context current. */
 fg_status fwd_poison(const fg_cuda_api *cu, const fwd_buffers *B, int copy, fg_error *err) {
-    FG_CU(err, cu->cuMemsetD8(B->o[copy], 0xFF, B->nq * B->oesz));
+    FG_CU(err, cu->cuMemsetD8(B->o[copy], 0xFF, B->no * B->oesz));
     FG_CU(err, cu->cuMemsetD8(B->lse[copy], 0xFF, B->nlse * sizeof(float)));
     FG_CU(err, cu->cuCtxSynchronize());
     return FG_OK;
 }
 
 /* Makes B (zeroed here first) hold problem p: host inputs filled from `seed` (Q, K and V from seed*3,
- * seed*3+1, seed*3+2) and up to `copies` device copies of every tensor (at least one), each uploaded,
+ * seed*3+1, seed*3+2), the model variants' per-head values (sinks, ALiBi slopes) on the host and the device
+ * when p asks for them, and up to `copies` device copies of every tensor (at least one), each uploaded,
  * its outputs poisoned. A copy after the first that does not fit in device memory is not made (check
  * B->ncopies); any other failure is an error. Needs the device's context current; on failure the
  * caller still calls fwd_buffers_free. */
@@ -102,15 +114,19 @@ fg_status fwd_buffers_init(const fg_cuda_api *cu, const problem *p, uint64_t see
     memset(B, 0, sizeof *B);
     B->esz = (size_t)dtype_size(p->dtype);
     B->oesz = (size_t)dtype_size(out_dtype_of(p));
+    const long long dv = problem_head_dim_v(p);
     B->nq = (size_t)(p->batch * p->seqlen_q * p->heads * p->head_dim);
+    B->no = (size_t)(p->batch * p->seqlen_q * p->heads * dv);
     B->nkv = (size_t)(p->batch * p->seqlen_k * p->heads_kv * p->head_dim);
-    B->nv = dtype_is_fp8(p->dtype) ? (size_t)(p->batch * p->heads_kv * p->head_dim * vt_row(p)) : B->nkv;
+    B->nv = dtype_is_fp8(p->dtype) ? (size_t)(p->batch * p->heads_kv * p->head_dim * vt_row(p))
+                                   : (size_t)(p->batch * p->seqlen_k * p->heads_kv * dv);
     B->nlse = (size_t)(p->batch * p->heads * p->seqlen_q);
     B->hq = malloc(B->nq * B->esz);
     B->hk = malloc(B->nkv * B->esz);
     B->hv = malloc(B->nv * B->esz);
     if (!B->hq || !B->hk || !B->hv)
-        return fg_fail(err, FG_ERR_NO_MEMORY, "out of host memory for a problem of %zu + 2 x %zu elements", B->nq, B->nkv);
+        return fg_fail(err, FG_ERR_NO_MEMORY, "out of host memory for a problem of %zu + %zu + %zu elements", B->nq,
+                       B->nkv, B->nv);
     memset(B->hv, 0xFF, B->nv * B->esz); /* V^T's row padding: NaN, which the kernel must never read as a key */
     problem_args(p, B->hq, B->hk, B->hv, NULL, NULL, &B->host);
     fg_status st;
@@ -119,9 +135,10 @@ fg_status fwd_buffers_init(const fg_cuda_api *cu, const problem *p, uint64_t see
         (st = ref_fill_normal_mean(&B->host.v, seed * 3 + 2, dtype_is_fp8(p->dtype) ? FP8_V_MEAN : 0.f, err)) !=
             FG_OK)
         return st;
+    if ((st = variant_buffers_init(cu, p, seed, B, err)) != FG_OK) return st;
     if (copies < 1) copies = 1;
     if (copies > FWD_MAX_COPIES) copies = FWD_MAX_COPIES;
-    size_t sizes[5] = {B->nq * B->esz, B->nkv * B->esz, B->nv * B->esz, B->nq * B->oesz, B->nlse * sizeof(float)};
+    size_t sizes[5] = {B->nq * B->esz, B->nkv * B->esz, B->nv * B->esz, B->no * B->oesz, B->nlse * sizeof(float)};
     for (int c = 0; c < copies; c++) {
         CUdeviceptr *slots[5] = {&B->q[c], &B->k[c], &B->v[c], &B->o[c], &B->lse[c]};
         CUresult rc = CUDA_SUCCESS;
@@ -151,23 +168,43 @@ fg_status fwd_buffers_init(const fg_cuda_api *cu, const problem *p, uint64_t see
     return FG_OK;
 }
 
-/* Judges the output of copy `copy` of B (problem p, written by variant `ran`) against the CPU reference, on a slice: batches
+/* A 1-d F32 host view of the first n entries of a per-head array (data NULL when the array is). */
+static fg_tensor per_head_view(const float *data, int64_t n) {
+    fg_tensor t;
+    memset(&t, 0, sizeof t);
+    if (!data) return t;
+    t.data = (void *)data, t.dtype = FG_DTYPE_F32, t.ndim = 1, t.shape[0] = n, t.stride[0] = 1;
+    return t;
+}
+
+/* The model variants of p into the reference problem rp, for query heads [0, nh) (B holds their values). */
+static void variants_to_reference(const problem *p, const fwd_buffers *B, int64_t nh, ref_problem *rp) {
+    rp->window = p->window, rp->window_left = p->window_left, rp->window_right = p->window_right;
+    rp->causal_top_left = p->causal_top_left;
+    rp->softcap = p->softcap;
+    rp->sinks = per_head_view(B->hsinks, nh);
+    rp->alibi_slopes = per_head_view(B->hslopes, nh);
+}
+
+/* Judges the output of copy `copy` of B (problem p, written by variant `ran`; NULL for a serving call) against the CPU
+ * reference, the model variants included, on a slice: batches
  * [0, nb), query heads [0, nh) and query rows [row0, seqlen_q). The last rows are the ones to keep:
- * with the bottom-right aligned causal mask they see the same keys in the slice as in the whole
- * problem, and they hold the partial last tile. nh must keep every head with its own K/V head under
+ * with the bottom-right aligned causal mask (and a window about that diagonal) they see the same keys in the
+ * slice as in the whole problem, and they hold the partial last tile; a top-left causal mask needs every row
+ * (row0 0). nh must keep every head with its own K/V head under
  * the slice's GQA grouping (all heads, whole groups, or part of the first group). Copies O and LSE back (the
  * kernel must have finished: synchronize its stream first) and fills *rep. FG_ERR_CUDA naming the
  * copy that failed, FG_ERR_NO_MEMORY, FG_ERR_INTERNAL for a slice that breaks those rules. */
 fg_status fwd_check(const fg_cuda_api *cu, const fwd_buffers *B, const problem *p, const fg_spec *ran, int copy,
                     int64_t nb, int64_t nh, int64_t row0, ref_report *rep, fg_error *err) {
-    int64_t sq = p->seqlen_q, hq = p->heads, d = p->head_dim, group = p->heads / p->heads_kv;
+    int64_t sq = p->seqlen_q, hq = p->heads, dv = problem_head_dim_v(p), group = p->heads / p->heads_kv;
     int64_t rows = sq - row0, nkv = (nh + group - 1) / group;
     int keeps_groups = nh >= 1 && nh <= hq && nh % nkv == 0;
     for (int64_t h = 0; keeps_groups && h < nh; h++) keeps_groups = h / (nh / nkv) == h / group;
-    if (nb < 1 || nb > p->batch || row0 < 0 || rows < 1 || !keeps_groups)
+    if (nb < 1 || nb > p->batch || row0 < 0 || rows < 1 || !keeps_groups || (p->causal_top_left && row0 > 0))
         return fg_fail(err, FG_ERR_INTERNAL, "check slice (batches %lld, heads %lld, rows from %lld) does not fit the "
                        "problem (a flashgen bug)", (long long)nb, (long long)nh, (long long)row0);
-    size_t esz = B->esz, orow = (size_t)(hq * d) * B->oesz; /* bytes of one query row of O, every head */
+    size_t esz = B->esz, orow = (size_t)(hq * dv) * B->oesz; /* bytes of one query row of O, every head */
     uint8_t *ho = malloc((size_t)(nb * rows) * orow);
     float *hl = malloc((size_t)(nb * nh * sq) * sizeof(float));
     fg_status st = FG_OK;
@@ -196,7 +233,8 @@ fg_status fwd_check(const fg_cuda_api *cu, const fwd_buffers *B, const problem *
     fg_tensor out = q;
     out.data = ho;
     out.dtype = out_dtype_of(p);
-    out.stride[0] = rows * hq * d;
+    out.shape[3] = dv;
+    out.stride[0] = rows * hq * dv, out.stride[1] = hq * dv, out.stride[2] = dv;
     fg_tensor lse;
     memset(&lse, 0, sizeof lse);
     lse.data = hl + row0;
@@ -205,7 +243,8 @@ fg_status fwd_check(const fg_cuda_api *cu, const fwd_buffers *B, const problem *
     lse.shape[0] = nb, lse.shape[1] = nh, lse.shape[2] = rows;
     lse.stride[0] = nh * sq, lse.stride[1] = sq, lse.stride[2] = 1;
     ref_problem rp = {.q = q, .k = k, .v = v, .softmax_scale = 0.f, .causal = p->causal, .out_dtype = out_dtype_of(p),
-                      .fp8_sum_rounded = spec_fp8_sum_rounded(ran)};
+                      .fp8_sum_rounded = ran ? spec_fp8_sum_rounded(ran) : 0};
+    variants_to_reference(p, B, nh, &rp);
     st = ref_check_fwd(&rp, &out, &lse, rep, err);
 done:
     free(ho);
@@ -213,10 +252,25 @@ done:
     return st;
 }
 
-/* The FLOPs of one forward pass by FlashAttention's convention: 4*b*h*sq*sk*d, half when causal. */
+/* The FLOPs of one forward pass by FlashAttention's convention: 2*b*h*sq*sk*(d + dv) (4*b*h*sq*sk*d with V of Q's
+ * head dim), half when causal; with a window or a top-left causal mask, the query-key pairs the mask lets
+ * through, counted row by row, in place of sq*sk (FlashAttention's benchmarks count windows so). */
 double fwd_flops(const problem *p) {
-    return 4.0 * (double)p->batch * (double)p->heads * (double)p->seqlen_q * (double)p->seqlen_k *
-           (double)p->head_dim * (p->causal ? 0.5 : 1.0);
+    const double sq = (double)p->seqlen_q, sk = (double)p->seqlen_k;
+    double pairs = sq * sk * (p->causal ? 0.5 : 1.0);
+    if (p->window || p->causal_top_left) {
+        pairs = 0;
+        for (long long i = 0; i < p->seqlen_q; i++) { /* keys [lo, hi] of row i, as reference/forward.c masks them */
+            const long long diag = i + p->seqlen_k - p->seqlen_q;
+            long long lo = 0, hi = p->seqlen_k - 1;
+            if (p->causal) hi = p->causal_top_left ? i : diag;
+            if (p->window && p->window_left >= 0 && diag - p->window_left > lo) lo = diag - p->window_left;
+            if (p->window && p->window_right >= 0 && diag + p->window_right < hi) hi = diag + p->window_right;
+            if (hi > p->seqlen_k - 1) hi = p->seqlen_k - 1;
+            if (hi >= lo) pairs += (double)(hi - lo + 1);
+        }
+    }
+    return 2.0 * (double)p->batch * (double)p->heads * pairs * (double)(p->head_dim + problem_head_dim_v(p));
 }
 
 /* ---- the backward's buffers and check, for `tune` of kind = "bwd" spaces ---- */
@@ -227,23 +281,23 @@ void bwd_problem_args(const problem *p, void *q, void *k, void *v, void *o, void
     problem_args(p, q, k, v, o, lse, &f);
     memset(a, 0, sizeof *a);
     a->q = f.q, a->k = f.k, a->v = f.v, a->o = f.o, a->lse = f.lse;
-    a->dout = contiguous(dout, p->dtype, p->batch, p->seqlen_q, p->heads, p->head_dim);
+    a->dout = contiguous(dout, p->dtype, p->batch, p->seqlen_q, p->heads, problem_head_dim_v(p));
     a->dq = contiguous(dq, p->dtype, p->batch, p->seqlen_q, p->heads, p->head_dim);
     a->dk = contiguous(dk, p->dtype, p->batch, p->seqlen_k, p->heads_kv, p->head_dim);
-    a->dv = contiguous(dv, p->dtype, p->batch, p->seqlen_k, p->heads_kv, p->head_dim);
+    a->dv = contiguous(dv, p->dtype, p->batch, p->seqlen_k, p->heads_kv, problem_head_dim_v(p));
     a->causal = p->causal;
 }
 
 double bwd_copy_bytes(const problem *p) {
-    const double esz = (double)dtype_size(p->dtype);
-    const double q = (double)p->batch * (double)p->seqlen_q * (double)p->heads * (double)p->head_dim;
-    const double kv = (double)p->batch * (double)p->seqlen_k * (double)p->heads_kv * (double)p->head_dim;
-    return esz * (4 * q + 4 * kv) + (double)p->batch * (double)p->heads * (double)p->seqlen_q * 4.0;
+    const double esz = (double)dtype_size(p->dtype), d = (double)p->head_dim, dv = (double)problem_head_dim_v(p);
+    const double rows_q = (double)p->batch * (double)p->seqlen_q * (double)p->heads;
+    const double rows_kv = (double)p->batch * (double)p->seqlen_k * (double)p->heads_kv;
+    return esz * (rows_q * (2 * d + 2 * dv) + rows_kv * (2 * d + 2 * dv)) + rows_q * 4.0;
 }
 
 void bwd_buffers_free(const fg_cuda_api *cu, bwd_buffers *B) {
-    CUdeviceptr *slots[5] = {&B->dout, &B->dq, &B->dk, &B->dv, &B->ws};
-    for (int i = 0; i < 5; i++)
+    CUdeviceptr *slots[8] = {&B->dout, &B->dq, &B->dk, &B->dv, &B->ws, &B->cu_q, &B->cu_k, &B->dsink};
+    for (int i = 0; i < 8; i++)
         if (*slots[i]) cu->cuMemFree(*slots[i]);
     fwd_buffers_free(cu, &B->F);
     free(B->hdo);
@@ -255,8 +309,49 @@ fg_status bwd_poison(const fg_cuda_api *cu, const bwd_buffers *B, fg_error *err)
     if (B->ws) FG_CU(err, cu->cuMemsetD8(B->ws, 0xFF, B->ws_bytes));
     FG_CU(err, cu->cuMemsetD8(B->dq, 0xFF, B->F.nq * B->F.esz));
     FG_CU(err, cu->cuMemsetD8(B->dk, 0xFF, B->F.nkv * B->F.esz));
-    FG_CU(err, cu->cuMemsetD8(B->dv, 0xFF, B->F.nkv * B->F.esz));
+    FG_CU(err, cu->cuMemsetD8(B->dv, 0xFF, B->F.nv * B->F.esz));
+    if (B->dsink) FG_CU(err, cu->cuMemsetD8(B->dsink, 0xFF, (size_t)B->dev.q.shape[2] * sizeof(float)));
     FG_CU(err, cu->cuCtxSynchronize());
+    return FG_OK;
+}
+
+/* With model variants: the offsets of the uniform batch's sequences (cu_q, cu_k) and, with sinks, dsink. */
+static fg_status packed_buffers_init(const fg_cuda_api *cu, const problem *p, bwd_buffers *B, fg_error *err) {
+    if ((double)p->batch * (double)(p->seqlen_q > p->seqlen_k ? p->seqlen_q : p->seqlen_k) > (double)INT32_MAX)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "batch x seqlen is 2^31 tokens or more; packed offsets are int32");
+    int32_t *cu_q = malloc((size_t)(p->batch + 1) * 2 * sizeof(int32_t));
+    if (!cu_q) return fg_fail(err, FG_ERR_NO_MEMORY, "out of host memory for the sequences' offsets");
+    int32_t *cu_k = cu_q + p->batch + 1;
+    for (long long b = 0; b <= p->batch; b++)
+        cu_q[b] = (int32_t)(b * p->seqlen_q), cu_k[b] = (int32_t)(b * p->seqlen_k);
+    const size_t bytes = (size_t)(p->batch + 1) * sizeof(int32_t);
+    CUdeviceptr *slots[3] = {&B->cu_q, &B->cu_k, &B->dsink};
+    const size_t sizes[3] = {bytes, bytes, p->sinks ? (size_t)p->heads * sizeof(float) : 0};
+    CUresult rc = CUDA_SUCCESS;
+    for (int i = 0; i < 3 && rc == CUDA_SUCCESS; i++)
+        if (sizes[i] && (rc = cu->cuMemAlloc(slots[i], sizes[i])) != CUDA_SUCCESS) *slots[i] = 0; /* never freed */
+    if (rc == CUDA_SUCCESS) rc = cu->cuMemcpyHtoD(B->cu_q, cu_q, bytes);
+    if (rc == CUDA_SUCCESS) rc = cu->cuMemcpyHtoD(B->cu_k, cu_k, bytes);
+    free(cu_q);
+    if (rc != CUDA_SUCCESS) return cuda_api_fail(err, rc, "cuMemAlloc or cuMemcpyHtoD (the sequences' offsets)", __FILE__, __LINE__);
+    return FG_OK;
+}
+
+/* O and the LSE the backward reads: the forward of these very inputs (the policy's, or the tuned, variant); with
+ * model variants the serving call in the packed form the backward takes (its LSE [heads, batch x seqlen_q]). */
+static fg_status bwd_forward(fg_context *ctx, const problem *p, const bwd_buffers *B, fg_error *err) {
+    fg_status st;
+    if (B->cu_q) {
+        fg_varlen_args a;
+        problem_varlen_args(p, &B->F.dev[0], 1, (const float *)(uintptr_t)B->F.sinks,
+                            (const float *)(uintptr_t)B->F.slopes, (const int32_t *)(uintptr_t)B->cu_q,
+                            (const int32_t *)(uintptr_t)B->cu_k, &a);
+        st = fg_attention_fwd_varlen(ctx, &a, NULL);
+    } else {
+        st = fg_attention_fwd(ctx, &B->F.dev[0], NULL);
+    }
+    if (st != FG_OK) return fg_fail(err, st, "the forward that makes O and the LSE failed: %s", fg_last_error(ctx));
+    FG_CU(err, ctx->cu->cuCtxSynchronize());
     return FG_OK;
 }
 
@@ -267,17 +362,15 @@ fg_status bwd_buffers_init(fg_context *ctx, const problem *p, uint64_t seed, bwd
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the backward takes fp16 or bf16, not %s", dtype_name(p->dtype));
     fg_status st = fwd_buffers_init(cu, p, seed, 1, &B->F, err);
     if (st != FG_OK) return st;
-    /* O and the LSE the backward reads: the forward of these very inputs (the policy's, or the tuned, variant) */
-    if ((st = fg_attention_fwd(ctx, &B->F.dev[0], NULL)) != FG_OK)
-        return fg_fail(err, st, "the forward that makes O and the LSE failed: %s", fg_last_error(ctx));
-    FG_CU(err, cu->cuCtxSynchronize());
-    const size_t nq = B->F.nq, nkv = B->F.nkv, esz = B->F.esz;
-    if (!(B->hdo = malloc(nq * esz)))
-        return fg_fail(err, FG_ERR_NO_MEMORY, "out of host memory for dO (%zu elements)", nq);
-    const fg_tensor host_do = contiguous(B->hdo, p->dtype, p->batch, p->seqlen_q, p->heads, p->head_dim);
+    if (problem_has_variants(p) && (st = packed_buffers_init(cu, p, B, err)) != FG_OK) return st;
+    if ((st = bwd_forward(ctx, p, B, err)) != FG_OK) return st;
+    const size_t nq = B->F.nq, no = B->F.no, nkv = B->F.nkv, nv = B->F.nv, esz = B->F.esz;
+    if (!(B->hdo = malloc(no * esz)))
+        return fg_fail(err, FG_ERR_NO_MEMORY, "out of host memory for dO (%zu elements)", no);
+    const fg_tensor host_do = contiguous(B->hdo, p->dtype, p->batch, p->seqlen_q, p->heads, problem_head_dim_v(p));
     if ((st = ref_fill_normal(&host_do, seed * 3 + 3, err)) != FG_OK) return st;
     CUdeviceptr *slots[4] = {&B->dout, &B->dq, &B->dk, &B->dv};
-    const size_t sizes[4] = {nq * esz, nq * esz, nkv * esz, nkv * esz};
+    const size_t sizes[4] = {no * esz, nq * esz, nkv * esz, nv * esz};
     for (int i = 0; i < 4; i++) {
         CUresult rc = cu->cuMemAlloc(slots[i], sizes[i]);
         if (rc != CUDA_SUCCESS) {
@@ -289,42 +382,116 @@ fg_status bwd_buffers_init(fg_context *ctx, const problem *p, uint64_t seed, bwd
     const fg_fwd_args *f = &B->F.dev[0];
     bwd_problem_args(p, f->q.data, f->k.data, f->v.data, f->o.data, f->lse.data, (void *)(uintptr_t)B->dout,
                      (void *)(uintptr_t)B->dq, (void *)(uintptr_t)B->dk, (void *)(uintptr_t)B->dv, &B->dev);
-    if (fg_attention_bwd_workspace_size(ctx, &B->dev, &B->ws_bytes) != FG_OK)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the backward problem: %s", fg_last_error(ctx));
+    if (B->cu_q)
+        problem_varlen_bwd_args(p, &B->dev, (const float *)(uintptr_t)B->F.sinks, (const float *)(uintptr_t)B->F.slopes,
+                                (float *)(uintptr_t)B->dsink, (const int32_t *)(uintptr_t)B->cu_q,
+                                (const int32_t *)(uintptr_t)B->cu_k, &B->vdev);
+    if ((B->cu_q ? fg_attention_bwd_varlen_workspace_size(ctx, &B->vdev, &B->ws_bytes)
+                 : fg_attention_bwd_workspace_size(ctx, &B->dev, &B->ws_bytes)) != FG_OK)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s", fg_last_error(ctx));
     if (B->ws_bytes) {
         CUresult rc = cu->cuMemAlloc(&B->ws, B->ws_bytes); /* 256-byte aligned, as the workspace must be */
         if (rc != CUDA_SUCCESS) {
             B->ws = 0;
             return cuda_api_fail(err, rc, "cuMemAlloc (the backward's workspace)", __FILE__, __LINE__);
         }
-        B->dev.workspace = (void *)(uintptr_t)B->ws;
-        B->dev.workspace_size = B->ws_bytes;
+        B->dev.workspace = B->vdev.workspace = (void *)(uintptr_t)B->ws;
+        B->dev.workspace_size = B->vdev.workspace_size = B->ws_bytes;
     }
     return bwd_poison(cu, B, err);
 }
 
-fg_status bwd_check(const fg_cuda_api *cu, const bwd_buffers *B, const problem *p, ref_bwd_report *rep, fg_error *err) {
-    const size_t nq = B->F.nq, nkv = B->F.nkv, esz = B->F.esz, nlse = B->F.nlse;
-    uint8_t *h = malloc(nq * esz * 2 + nkv * esz * 2 + nlse * sizeof(float));
-    if (!h) return fg_fail(err, FG_ERR_NO_MEMORY, "out of host memory for the gradients to check");
-    uint8_t *ho = h, *hdq = ho + nq * esz, *hdk = hdq + nq * esz, *hdv = hdk + nkv * esz, *hl = hdv + nkv * esz;
+/* The reference problem of B's backward (p's forward with its model variants) on the host copies in v; the
+ * LSE as the forward wrote it ([b, hq, sq], or packed [hq, b x sq] after a serving call), viewed [b, hq, sq]. */
+static ref_bwd_problem bwd_reference(const problem *p, const bwd_buffers *B, const fg_bwd_args *v) {
+    ref_bwd_problem rp = {.fwd = {.q = v->q, .k = v->k, .v = v->v, .softmax_scale = 0.f, .causal = p->causal,
+                                  .out_dtype = p->dtype},
+                          .o = v->o, .d_o = v->dout, .lse = v->lse};
+    variants_to_reference(p, &B->F, p->heads, &rp.fwd);
+    if (B->cu_q) rp.lse.stride[0] = p->seqlen_q, rp.lse.stride[1] = p->batch * p->seqlen_q;
+    return rp;
+}
+
+/* Copies B's O, LSE and gradients back into one host block (*h, to free) and describes them in *v. */
+static fg_status bwd_download(const fg_cuda_api *cu, const bwd_buffers *B, const problem *p, uint8_t **h, fg_bwd_args *v,
+                              fg_error *err) {
+    const size_t nq = B->F.nq, no = B->F.no, nkv = B->F.nkv, nv = B->F.nv, esz = B->F.esz, nlse = B->F.nlse;
+    *h = malloc((nq + no + nkv + nv) * esz + nlse * sizeof(float));
+    if (!*h) return fg_fail(err, FG_ERR_NO_MEMORY, "out of host memory for the gradients to check");
+    uint8_t *ho = *h, *hdq = ho + no * esz, *hdk = hdq + nq * esz, *hdv = hdk + nkv * esz, *hl = hdv + nv * esz;
     const fg_fwd_args *f = &B->F.dev[0];
     struct { void *dst; CUdeviceptr src; size_t bytes; } copies[5] = {
-        {ho, (CUdeviceptr)(uintptr_t)f->o.data, nq * esz}, {hdq, B->dq, nq * esz}, {hdk, B->dk, nkv * esz},
-        {hdv, B->dv, nkv * esz}, {hl, (CUdeviceptr)(uintptr_t)f->lse.data, nlse * sizeof(float)}};
+        {ho, (CUdeviceptr)(uintptr_t)f->o.data, no * esz}, {hdq, B->dq, nq * esz}, {hdk, B->dk, nkv * esz},
+        {hdv, B->dv, nv * esz}, {hl, (CUdeviceptr)(uintptr_t)f->lse.data, nlse * sizeof(float)}};
     for (int i = 0; i < 5; i++) {
         CUresult rc = cu->cuMemcpyDtoH(copies[i].dst, copies[i].src, copies[i].bytes);
-        if (rc != CUDA_SUCCESS) {
-            free(h);
-            return cuda_api_fail(err, rc, "cuMemcpyDtoH (the gradients to check)", __FILE__, __LINE__);
-        }
+        if (rc != CUDA_SUCCESS) return cuda_api_fail(err, rc, "cuMemcpyDtoH (the gradients to check)", __FILE__, __LINE__);
     }
+    bwd_problem_args(p, B->F.hq, B->F.hk, B->F.hv, ho, hl, B->hdo, hdq, hdk, hdv, v);
+    return FG_OK;
+}
+
+fg_status bwd_check(const fg_cuda_api *cu, const bwd_buffers *B, const problem *p, ref_bwd_report *rep, fg_error *err) {
+    uint8_t *h = NULL;
     fg_bwd_args v;
-    bwd_problem_args(p, B->F.hq, B->F.hk, B->F.hv, ho, hl, B->hdo, hdq, hdk, hdv, &v);
-    ref_bwd_problem rp = {.fwd = {.q = v.q, .k = v.k, .v = v.v, .softmax_scale = 0.f, .causal = p->causal,
-                                  .out_dtype = p->dtype},
-                          .o = v.o, .d_o = v.dout, .lse = v.lse};
-    fg_status st = ref_check_bwd(&rp, &v.dq, &v.dk, &v.dv, rep, err);
+    fg_status st = bwd_download(cu, B, p, &h, &v, err);
+    if (st == FG_OK) {
+        const ref_bwd_problem rp = bwd_reference(p, B, &v);
+        st = ref_check_bwd(&rp, &v.dq, &v.dk, &v.dv, rep, err);
+    }
     free(h);
     return st;
+}
+
+/* dsink against the reference's, summed over the sequences as the kernel sums it: each head within 1e-3 of the
+ * sum of the sequences' terms' magnitudes, plus 1e-5 (the rule of tests/test_gpu_backward_varlen.c). */
+fg_status dsink_check(const fg_cuda_api *cu, const bwd_buffers *B, const problem *p, dsink_report *r, fg_error *err) {
+    memset(r, 0, sizeof *r);
+    r->pass = 1, r->worst = -1;
+    if (!B->dsink) return FG_OK;
+    const int64_t hq = p->heads;
+    uint8_t *h = NULL;
+    fg_bwd_args v;
+    memset(&v, 0, sizeof v);
+    float *got = malloc((size_t)hq * sizeof *got);
+    double *sum = calloc((size_t)hq * 3, sizeof *sum), *mag = sum + hq, *ds = mag + hq;
+    fg_status st = !got || !sum ? fg_fail(err, FG_ERR_NO_MEMORY, "out of host memory for dsink") : FG_OK;
+    if (st == FG_OK) st = bwd_download(cu, B, p, &h, &v, err);
+    if (st == FG_OK) {
+        CUresult rc = cu->cuMemcpyDtoH(got, B->dsink, (size_t)hq * sizeof *got);
+        if (rc != CUDA_SUCCESS) st = cuda_api_fail(err, rc, "cuMemcpyDtoH (dsink)", __FILE__, __LINE__);
+    }
+    const ref_bwd_problem whole = bwd_reference(p, B, &v);
+    for (int64_t b = 0; st == FG_OK && b < p->batch; b++) { /* one sequence at a time: the magnitudes */
+        ref_bwd_problem one = whole;
+        fg_tensor *t[6] = {&one.fwd.q, &one.fwd.k, &one.fwd.v, &one.o, &one.d_o, &one.lse};
+        for (int i = 0; i < 6; i++) {
+            const size_t esz = i == 5 ? sizeof(float) : B->F.esz;
+            t[i]->data = (uint8_t *)t[i]->data + (size_t)(b * t[i]->stride[0]) * esz;
+            t[i]->shape[0] = 1;
+        }
+        if ((st = ref_sink_grad(&one, ds, err)) != FG_OK) break;
+        for (int64_t i = 0; i < hq; i++) sum[i] += ds[i], mag[i] += fabs(ds[i]);
+    }
+    /* the report names the first head out of bounds (a NaN is), else the head of the largest error */
+    for (int64_t i = 0; st == FG_OK && i < hq; i++) {
+        const double e = fabs((double)got[i] - sum[i]), bound = 1e-3 * mag[i] + 1e-5;
+        const int bad = !(e <= bound), take = r->pass ? bad || r->worst < 0 || e > r->max_err : 0;
+        if (bad) r->pass = 0;
+        if (take) r->max_err = e, r->bound = bound, r->worst = i, r->worst_out = got[i], r->worst_ref = sum[i];
+    }
+    r->checked = st == FG_OK;
+    free(h);
+    free(got);
+    free(sum);
+    return st;
+}
+
+char *dsink_report_format(const dsink_report *r, char *buf, size_t n) {
+    if (!r->checked) snprintf(buf, n, "no sinks");
+    else if (r->worst < 0) snprintf(buf, n, "no heads");
+    else
+        snprintf(buf, n, "|dsink - ref| %.3g at head %lld (dsink %.6g, reference %.6g), bound %.3g", r->max_err,
+                 (long long)r->worst, r->worst_out, r->worst_ref, r->bound);
+    return buf;
 }
