@@ -29,21 +29,23 @@
 constexpr bool FG_SCORE_MODS = FG_SOFTCAP || FG_ALIBI; // a transform on every score, not only masked blocks
 #define FG_MODS (FG_WINDOW || FG_SINKS || FG_SOFTCAP || FG_ALIBI) // any model variant (for #if)
 
-// tanh(x) to about 3e-7 absolute: 1 - 2 / (e^(2|x|) + 1) with the sign put back, |x| clamped at 15 (tanh(15)
-// is 1 in fp32). The forward is bound by the special-function unit (16 operations a clock an SM, about two a
-// score at full MMA rate, and the softmax's exp2 takes one): so this takes one (the exp2) and computes the
-// reciprocal on the FMA pipe, a seed from the exponent bits and three Newton steps (0.12 -> 1.4e-2 -> 2e-4 ->
-// 4e-8 relative). tanh.approx.f32 is one operation too, but off by up to 2^-11 relative, which a softcap of 50
-// turns into 0.02 in a logit: more than the LSE's tolerance.
+// 1 / (1 + 2^e) for e <= 0 (NaN stays NaN), to about 1e-8 relative. The forward is bound by the FMA pipe and
+// the special-function unit together (the MUFU's 16 operations a clock an SM are two a score at full MMA rate,
+// and the softmax's exp2 takes one), so this takes one MUFU operation (the exp2) and five FMAs: 1 + 2^e is in
+// (1, 2], where a quadratic seed is within 1.01% of the reciprocal and two Newton steps take that to 1e-4 and
+// 1e-8. (tanh.approx.f32 is one operation too, but off by up to 2^-11 relative, which a softcap of 50 turns into
+// 0.02 in a logit: more than the LSE's tolerance.)
+__device__ __forceinline__ float fg_rcp_1p_exp2(float e) {
+    const float d = fg_exp2(e) + 1.f;
+    float r = fmaf(fmaf(0.32323238f, d, -1.45454628f), d, 2.12121330f);
+    r = fmaf(r, fmaf(-d, r, 1.f), r);
+    return fmaf(r, fmaf(-d, r, 1.f), r);
+}
+
+// tanh(x) to about 3e-7 absolute: tanh|x| = 2 / (1 + e^(-2|x|)) - 1, the sign put back. e^(-2|x|) only falls, so
+// a large |x| needs no clamp (it gives 1), and a NaN stays NaN.
 __device__ __forceinline__ float fg_tanh(float x) {
-    float a = fabsf(x);
-    a = a > 15.f ? 15.f : a; // (not fminf: a NaN score stays NaN, and reaches O and the LSE)
-    const float e = fg_exp2(a * 2.8853900817779268f); // e^(2|x|) in [1, 2^44]
-    const float d = e + 1.f;
-    float r = __int_as_float(0x7EF311C7 - __float_as_int(d)); // 1 / d within 12%
-#pragma unroll
-    for (int i = 0; i < 3; i++) r = r * fmaf(-d, r, 2.f);
-    return copysignf(fmaf(-2.f, r, 1.f), x);
+    return copysignf(fmaf(2.f, fg_rcp_1p_exp2(fabsf(x) * -2.8853900817779268f), -1.f), x);
 }
 
 // The per-call constants of the transforms, in raw score units (the host passes softcap and the slopes in
@@ -51,6 +53,7 @@ __device__ __forceinline__ float fg_tanh(float x) {
 struct fg_score_mods {
     float cap_in;   // FG_SOFTCAP: scale / cap
     float cap_out;  // FG_SOFTCAP: cap / scale
+    float cap_exp;  // FG_SOFTCAP: -2 log2(e) scale / cap, the exponent of e^(-2 |s| scale / cap) a unit of |s|
     float slope;    // FG_ALIBI: slope_h / scale (>= 0 gives a bias that falls with distance)
 };
 
@@ -58,13 +61,15 @@ __device__ __forceinline__ fg_score_mods fg_mods_make(float softcap, const float
     fg_score_mods m;
     m.cap_in = FG_SOFTCAP ? scale / softcap : 0.f;
     m.cap_out = FG_SOFTCAP ? softcap / scale : 0.f;
+    m.cap_exp = FG_SOFTCAP ? -2.8853900817779268f * (scale / softcap) : 0.f;
     m.slope = FG_ALIBI ? __ldg(alibi_slopes + head) / scale : 0.f;
     return m;
 }
 
 // One raw score s of a row whose diagonal is `dist` keys right of this key (d - j, as a float: exact below 2^24).
 __device__ __forceinline__ float fg_score_mod(const fg_score_mods &m, float s, float dist) {
-    if constexpr (FG_SOFTCAP) s = m.cap_out * fg_tanh(s * m.cap_in);
+    // (cap_out tanh(cap_in s) = cap_out (2 r - 1), r = 1 / (1 + e^(-2 cap_in |s|)), the sign put back: one FMA)
+    if constexpr (FG_SOFTCAP) s = copysignf(fmaf(2.f * m.cap_out, fg_rcp_1p_exp2(fabsf(s) * m.cap_exp), -m.cap_out), s);
     if constexpr (FG_ALIBI) s = fmaf(-m.slope, fabsf(dist), s);
     return s;
 }
