@@ -10,8 +10,13 @@ warm-up first, the median of the runs).
   dims       Q and K of head_dim 192 with V of 128 (DeepSeek), bf16, 16 heads, 2 x 8k, causal: flashgen's
              attention_varlen on the dense tensors against FlashAttention-4's flash_attn_func (when it takes
              the pair).
+  bwd_dims   the backward at head dims FlashAttention-2 takes and flashgen's wgmma backward does not (72, 96,
+             200; bf16, 16 heads, 2 x 4k, causal): flashgen's attention against SDPA's FlashAttention-2.
 
-    python3 bench/model_variants.py [window] [overhead] [dims] [--iters 30]
+window and dims also time the backward: torch.autograd.grad through each implementation's own forward, retained,
+so only the backward kernels run in the timed calls (FLOPs 2.5x the forward's).
+
+    python3 bench/model_variants.py [window] [overhead] [dims] [bwd_dims] [--iters 30]
 
 Each flashgen output is checked against the peer's (window) or a float32 PyTorch reference on a slice
 (overhead) before it is timed.
@@ -21,6 +26,7 @@ import argparse
 import sys
 
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 sys.path.insert(0, __file__.rsplit("/", 2)[0] + "/python")
@@ -50,6 +56,54 @@ def against_fa4(what, fg, fa4, flops, iters):
     print("flashgen / FA4: %.2f" % (t4 / t))
 
 
+def grad_call(fwd):
+    """A call that runs the backward of fwd's output (its forward run once, retained) with a fixed dO, and the
+    gradients of one call (for the check)."""
+    out = fwd()
+    out = out[0] if isinstance(out, tuple) else out
+    leaves = fwd.leaves
+    do = torch.randn_like(out)
+    def run():
+        return torch.autograd.grad(out, leaves, do, retain_graph=True)
+    return run, run()
+
+
+def against_peer_bwd(what, peer, fg_fwd, peer_fwd, flops, iters):
+    """Times flashgen's backward, then the peer's after checking their gradients agree (same inputs, same dO)."""
+    print("| impl | backward | rate |\n|---|---|---|")
+    try:
+        torch.manual_seed(7)
+        fg, g = grad_call(fg_fwd)
+    except (RuntimeError, TypeError, ValueError, flashgen.FlashgenError) as e:
+        print("flashgen %s backward: %s" % (what, str(e).splitlines()[0][:160]))
+        return
+    t = timed(fg, iters)
+    print("| flashgen | %.0f us | %.0f TFLOP/s |" % (t, 2.5 * flops / t / 1e6))
+    if peer_fwd is None:
+        print("%s: not importable (%s)" % (peer, FA4_WHY))
+        return
+    try:
+        torch.manual_seed(7)
+        pc, gp = grad_call(peer_fwd)
+        for name, x, y in zip(("dq", "dk", "dv"), g, gp):  # relative to the gradient's largest element
+            err = (x.float() - y.float()).abs().max().item() / max(y.float().abs().max().item(), 1e-30)
+            assert err < 2e-2, "%s differs from %s's by %g of its largest element" % (name, peer, err)
+        tp = timed(pc, iters)
+    except (RuntimeError, TypeError, ValueError, AssertionError) as e:
+        print("%s %s backward failed: %s" % (peer, what, str(e).splitlines()[0][:120]))
+        return
+    print("| %s | %.0f us | %.0f TFLOP/s |" % (peer, tp, 2.5 * flops / tp / 1e6))
+    print("flashgen / %s backward: %.2f" % (peer, tp / t))
+
+
+def with_leaves(fn, *leaves):
+    """fn with .leaves: the tensors the backward differentiates (made to require grad)."""
+    for x in leaves:
+        x.requires_grad_(True)
+    fn.leaves = leaves
+    return fn
+
+
 def window(a):
     n, h, d, w = 32768, 16, 128, 4096
     q = torch.randn(1, n, h, d, device="cuda", dtype=torch.bfloat16)
@@ -60,6 +114,9 @@ def window(a):
     print("<!-- %s -->" % flashgen.explain_varlen(q, k, v, causal=True, window_size=(w, 0)).splitlines()[0])
     against_fa4("window", lambda: flashgen.attention_varlen(q, k, v, None, None, n, n, causal=True, window_size=(w, 0)),
                 lambda: fa4_func(q, k, v, causal=True, window_size=(w, 0)), flops, a.iters)
+    fg = with_leaves(lambda: flashgen.attention_varlen(q, k, v, None, None, n, n, causal=True, window_size=(w, 0)), q, k, v)
+    peer = fa4_func and with_leaves(lambda: fa4_func(q, k, v, causal=True, window_size=(w, 0)), q, k, v)
+    against_peer_bwd("window", "FA4", fg, peer, flops, a.iters)
 
 
 def reference_rows(q, k, v, rows, softcap=0.0, sinks=None, slopes=None):
@@ -111,11 +168,31 @@ def dims(a):
     print("## head_dim 192 / 128: causal, %d x %dk, bf16, %d heads" % (b, n // 1024, h))
     against_fa4("192/128", lambda: flashgen.attention_varlen(q, k, v, None, None, n, n, causal=True),
                 lambda: fa4_func(q, k, v, causal=True), flops, a.iters)
+    fg = with_leaves(lambda: flashgen.attention_varlen(q, k, v, None, None, n, n, causal=True), q, k, v)
+    peer = fa4_func and with_leaves(lambda: fa4_func(q, k, v, causal=True), q, k, v)
+    against_peer_bwd("192/128", "FA4", fg, peer, flops, a.iters)
+
+
+def bwd_dims(a):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    b, n, h = 2, 4096, 16
+    for d in (72, 96, 200):
+        q = torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16)
+        k, v = torch.randn_like(q), torch.randn_like(q)
+
+        def fa2():
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                      is_causal=True).transpose(1, 2)
+        print("## backward, head_dim %d: causal, %d x %dk, bf16, %d heads" % (d, b, n // 1024, h))
+        fg = with_leaves(lambda: flashgen.attention(q, k, v, causal=True), q, k, v)
+        against_peer_bwd("d %d" % d, "FA2", fg, with_leaves(fa2, q, k, v), 2 * b * h * n * n * d, a.iters)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", nargs="*", default=["window", "overhead", "dims"])
+    p.add_argument("what", nargs="*", default=["window", "overhead", "dims", "bwd_dims"])
     p.add_argument("--iters", type=int, default=30)
     a = p.parse_args()
     print("# %s, torch %s, FA4 %s" % (torch.cuda.get_device_name(), torch.__version__, "yes" if fa4_func else "no"))
@@ -125,6 +202,8 @@ def main():
         overhead(a)
     if "dims" in a.what:
         dims(a)
+    if "bwd_dims" in a.what:
+        bwd_dims(a)
 
 
 if __name__ == "__main__":
