@@ -229,8 +229,19 @@ def _varlen_function():
             def backward(ctx, do, dlse):
                 q, k, v, o, l, cu_q, cu_k, sinks = ctx.saved_tensors
                 max_q, max_k, causal, scale, deterministic, stream, mods = ctx.args
-                g = attention_varlen_backward(q, k, v, o, l, do.contiguous(), cu_q, cu_k, max_q, max_k, causal, scale,
+                do = do.contiguous()
+                shapes = None
+                if cu_q is None:  # dense [batch, seqlen, heads, d]: the backward's packed form of the same rows
+                    shapes = (q.shape, k.shape, v.shape)
+                    b, max_q, max_k = q.shape[0], q.shape[1], k.shape[1]
+                    cu_q = torch.arange(b + 1, dtype=torch.int32, device=q.device) * max_q
+                    cu_k = torch.arange(b + 1, dtype=torch.int32, device=q.device) * max_k
+                    q, k, v, o, do = (x.reshape((-1,) + tuple(x.shape[2:])) for x in (q, k, v, o, do))
+                    l = l.permute(1, 0, 2).reshape(l.shape[1], -1)
+                g = attention_varlen_backward(q, k, v, o, l, do, cu_q, cu_k, max_q, max_k, causal, scale,
                                               deterministic, stream=stream, sinks=sinks, **mods)
+                if shapes is not None:
+                    g = tuple(x.view(sh) for x, sh in zip(g[:3], shapes)) + tuple(g[3:])
                 dsink = g[3] if sinks is not None and ctx.needs_input_grad[11] else None
                 return g[0], g[1], g[2], None, None, None, None, None, None, None, None, dsink, None
 
