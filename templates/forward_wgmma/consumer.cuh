@@ -165,16 +165,22 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, con
 #endif
     auto mask = [&](int i, float (&sacc)[1][FG_NT][4]) {
         if constexpr (FG_SCORE_MODS) {
+            // A score's distance from its row's diagonal: row g + 8 h, column 8 nt + e of this thread's is
+            // dist[nt - h + 1][e] (row g + 8 sees the diagonal 8 keys on), one subtraction a distinct distance.
             const int j = block_of(i);
+            const float base = (float)(row0 + sk - sq - j * FG_BLOCK_N - 2 * t4);
+            float dist[FG_NT + 1][2];
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const float dist = (float)(row0 + 8 * h + sk - sq - j * FG_BLOCK_N - 2 * t4);
+            for (int k = 0; k <= FG_NT; k++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) dist[k][e] = base - (float)(8 * (k - 1) + e);
+#pragma unroll
+            for (int h = 0; h < 2; h++)
 #pragma unroll
                 for (int nt = 0; nt < FG_NT; nt++)
 #pragma unroll
                     for (int e = 0; e < 2; e++)
-                        sacc[0][nt][2 * h + e] = fg_score_mod(mods, sacc[0][nt][2 * h + e], dist - (float)(8 * nt + e));
-            }
+                        sacc[0][nt][2 * h + e] = fg_score_mod(mods, sacc[0][nt][2 * h + e], dist[nt - h + 1][e]);
         }
 #if FG_WINDOW
         if (!fg_step_masked(tl, i)) return;
