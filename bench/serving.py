@@ -220,6 +220,16 @@ def varlen(a):
     print("| flashgen varlen backward | %.0f us | %.0f TFLOP/s |" % (tb, rv))
     print("| flashgen dense backward 8 x 8k | %.0f us | %.0f TFLOP/s |" % (tbd, rd))
     print("varlen / dense backward per FLOP: %.2f" % (rv / rd))
+    # the same sequences' dense backward one call each: what each length costs alone (short causal sequences do
+    # less work a tile than 8k ones), summed
+    tsum = 0.0
+    for n in lens:
+        qs = torch.randn(1, n, 16, 128, device="cuda", dtype=torch.bfloat16)
+        os_, ls = flashgen.attention(qs, qs, qs, causal=True, return_lse=True)
+        dos = torch.randn_like(os_)
+        tsum += timed(lambda: flashgen.attention_backward(qs, qs, qs, os_, ls, dos, causal=True), max(5, a.iters // 3))
+    print("| flashgen dense backward, a call a sequence (sum) | %.0f us | %.0f TFLOP/s |" % (tsum, 2.5 * flops / tsum / 1e6))
+    print("varlen / dense backward of the same sequences: %.2f" % (tsum / tb))
 
 
 def main():
