@@ -17,7 +17,7 @@ import math
 import os
 import sys
 
-from compare import read_json  # (this folder: the script's own, first on sys.path)
+from compare_files import read_json  # (this folder: the script's own, first on sys.path)
 
 
 def load(path, fp8_impl="flashgen_e4m3"):

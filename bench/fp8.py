@@ -222,7 +222,7 @@ FP8_COLORS = {"flashgen_e4m3": "tab:red", "flashgen_e4m3_lse": "tab:orange", "fl
 
 def fp8_charts(out_dir, speed_rows, gpu):
     """compare.py's charts (TFLOP/s against seqlen, one PNG per head_dim) for the speed rows."""
-    from compare import draw_charts
+    from compare_files import draw_charts
     rows = [{"head_dim": r["head_dim"], "dtype": "e4m3", "seqlen": r["seqlen"], "causal": r["causal"],
              "implementation": impl, "tflops": r[impl]} for r in speed_rows for impl in FP8_IMPLS if r.get(impl)]
     return draw_charts(out_dir, rows, gpu, FP8_IMPLS, FP8_LABELS, FP8_COLORS, prefix="fp8")
@@ -232,7 +232,8 @@ def main(argv=None):
     a = parse(argv if argv is not None else sys.argv[1:])
     import torch
     import flashgen as fg
-    from compare import Bench, git_info, provenance
+    from compare_bench import Bench
+    from compare_provenance import git_info, provenance
     os.makedirs(a.out, exist_ok=True)
     args = argparse.Namespace(device=a.device, fg_log="warn", flex=False, iters=a.iters, warmup=a.warmup)
     bench = Bench(args)
