@@ -60,7 +60,7 @@ typedef enum cfg_type {
 static const char *const cfg_variant_fields[] = {"kind",    "arch",    "dtype", "head_dim", "causal",
                                                  "block_m", "block_n", "warps", "stages",   "out",
                                                  "deterministic", "tma", "varlen", "window", "sinks",
-                                                 "softcap", "alibi", NULL};
+                                                 "softcap", "alibi", "head_dim_v", NULL};
 static const char *const cfg_policy_fields[] = {"arch",    "head_dim", "causal", "dtype", "block_m",
                                                 "block_n", "warps",    "stages", NULL};
 
@@ -204,7 +204,8 @@ static int cfg_call_line(lua_State *L) {
  * product varies the last field fastest, in the order kind, arch, dtype, head_dim, causal, block_m,
  * block_n, warps, stages, out, deterministic, tma, varlen (kind "fwd" on sm_90a, fp16/bf16: the sm_90a forward's
  * variable-length variants, default false), window, sinks, softcap, alibi (the model variants: kind "serve", and
- * "fwd" and "bwd" with varlen; default false). */
+ * "fwd" and "bwd" with varlen; default false), head_dim_v (V's and O's head dim where it differs from head_dim: kind
+ * "serve", "fwd" with varlen on sm_90a, "bwd" on the mma.sync family; default head_dim's). */
 /* Room in b for `total` more variants (at most CFG_MAX_VARIANTS in all), or a Lua error. */
 static void cfg_reserve(lua_State *L, const char *fn, cfg_build *b, long long total) {
     if (total > CFG_MAX_VARIANTS - b->count)
@@ -225,11 +226,11 @@ static void cfg_reserve(lua_State *L, const char *fn, cfg_build *b, long long to
 static int cfg_variants(lua_State *L) {
     static const char fn[] = "variants";
     cfg_build *b = lua_touserdata(L, lua_upvalueindex(1));
-    enum { NF = 17, F_MODS = 13 }; /* fields F_MODS.. are the model variants */
+    enum { NF = 18, F_MODS = 13, F_DIM_V = 17 }; /* fields F_MODS .. F_DIM_V - 1 are the model variants */
     cfg_list f[NF]; /* in the order of cfg_variant_fields */
     static const cfg_type types[NF] = {CFG_KIND, CFG_ARCH, CFG_DTYPE, CFG_INT,  CFG_BOOL, CFG_INT,
                                        CFG_INT,  CFG_INT,  CFG_INT,   CFG_DTYPE, CFG_BOOL, CFG_BOOL,
-                                       CFG_BOOL, CFG_BOOL, CFG_BOOL,  CFG_BOOL, CFG_BOOL};
+                                       CFG_BOOL, CFG_BOOL, CFG_BOOL,  CFG_BOOL, CFG_BOOL, CFG_INT};
     int tab = cfg_check_args(L, fn, cfg_variant_fields);
     for (int i = 0; i < NF; i++)
         cfg_read_field(L, tab, fn, cfg_variant_fields[i], types[i], 1, 0, CFG_LIST_MAX, &f[i]);
@@ -282,7 +283,7 @@ static int cfg_variants(lua_State *L) {
                                       cfg_variant_fields[j]);
     for (int i = 4; i < NF; i++)
         if (f[i].n == 0) { /* causal false; tiles unset (0), filled from the policy after the chunk; out: -1;
-                              deterministic, tma false */
+                              deterministic, tma and the rest false; head_dim_v 0 (head_dim's) */
             f[i].n = 1;
             f[i].v[0] = i == 9 ? -1 : 0;
         }
@@ -309,6 +310,11 @@ static int cfg_variants(lua_State *L) {
         if (b->arch_override.n > 0 && it->spec.kind == FG_KIND_SERVE) it->spec.arch_accel = 0;
         it->spec.dtype = (fg_dtype)f[2].v[idx[2]];
         it->spec.head_dim = f[3].v[idx[3]];
+        /* V's own head dim (0, or head_dim's: the same); validation says which kinds and targets take it. Under an
+         * arch override a backward variant with it, the mma.sync family's, takes an 'a' target's plain one (as
+         * serving variants do); listed for such an arch itself it is refused. */
+        it->spec.head_dim_v = f[F_DIM_V].v[idx[F_DIM_V]] != it->spec.head_dim ? f[F_DIM_V].v[idx[F_DIM_V]] : 0;
+        if (b->arch_override.n > 0 && it->spec.kind == FG_KIND_BWD && it->spec.head_dim_v) it->spec.arch_accel = 0;
         it->spec.causal = f[4].v[idx[4]];
         it->spec.block_m = f[5].v[idx[5]];
         it->spec.block_n = f[6].v[idx[6]];
@@ -446,13 +452,13 @@ static fg_status cfg_parse_override(const char *text, cfg_list *out, fg_error *e
 static int cfg_cmp(const void *pa, const void *pb) {
     const cfg_item *x = pa, *y = pb;
     const fg_spec *a = &x->spec, *b = &y->spec;
-    int ka[18] = {(int)a->kind, a->arch, a->arch_accel, (int)a->dtype, a->head_dim, a->block_m, a->block_n,
+    int ka[19] = {(int)a->kind, a->arch, a->arch_accel, (int)a->dtype, a->head_dim, a->block_m, a->block_n,
                   a->warps, a->stages, a->causal != 0, (int)spec_out_dtype(a), a->deterministic != 0, a->tma != 0,
-                  a->varlen != 0, a->window != 0, a->sinks != 0, a->softcap != 0, a->alibi != 0};
-    int kb[18] = {(int)b->kind, b->arch, b->arch_accel, (int)b->dtype, b->head_dim, b->block_m, b->block_n,
+                  a->varlen != 0, a->window != 0, a->sinks != 0, a->softcap != 0, a->alibi != 0, spec_head_dim_v(a)};
+    int kb[19] = {(int)b->kind, b->arch, b->arch_accel, (int)b->dtype, b->head_dim, b->block_m, b->block_n,
                   b->warps, b->stages, b->causal != 0, (int)spec_out_dtype(b), b->deterministic != 0, b->tma != 0,
-                  b->varlen != 0, b->window != 0, b->sinks != 0, b->softcap != 0, b->alibi != 0};
-    for (int i = 0; i < 18; i++)
+                  b->varlen != 0, b->window != 0, b->sinks != 0, b->softcap != 0, b->alibi != 0, spec_head_dim_v(b)};
+    for (int i = 0; i < 19; i++)
         if (ka[i] != kb[i])
             return ka[i] < kb[i] ? -1 : 1;
     return (x->index > y->index) - (x->index < y->index);
