@@ -19,6 +19,9 @@
 --       varlen    false, true                    sequences of their own lengths (default false): kind "fwd"
 --                                                on sm_90a, fp16/bf16 (the serving forward's prefill), and
 --                                                kind "bwd" (the backward of packed sequences)
+--       head_dim_v 128, ...                      V's and O's head dim where it differs from head_dim (default
+--                                                head_dim's): kind "serve", "fwd" with varlen on sm_90a (both
+--                                                multiples of 64), and the mma.sync "bwd" (multiples of 8)
 --
 --   tile_policy { arch = ..., head_dim = ..., causal = ..., dtype = ...,
 --                 block_m = ..., block_n = ..., warps = ..., stages = ... }
@@ -184,6 +187,27 @@ variants {
     varlen = true,
     window = true,
     sinks = {false, true},
+}
+-- The backward of packed sequences at DeepSeek's head dims (Q and K of 192, V and O of 128: head_dim_v), on the
+-- mma.sync kernel (sm_80; sm_90 loading by TMA or not): 2 x 2 + 2 = 6 variants.
+variants {
+    kind = "bwd",
+    arch = {"sm_80", "sm_90"},
+    dtype = "bf16",
+    head_dim = 192,
+    head_dim_v = 128,
+    causal = {false, true},
+    varlen = true,
+}
+variants {
+    kind = "bwd",
+    arch = "sm_90",
+    dtype = "bf16",
+    head_dim = 192,
+    head_dim_v = 128,
+    causal = {false, true},
+    tma = true,
+    varlen = true,
 }
 -- The merge of attention states (kind "merge", only an arch): split-KV's combine and fg_merge_states.
 variants {

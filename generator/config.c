@@ -204,8 +204,9 @@ static int cfg_call_line(lua_State *L) {
  * product varies the last field fastest, in the order kind, arch, dtype, head_dim, causal, block_m,
  * block_n, warps, stages, out, deterministic, tma, varlen (kind "fwd" on sm_90a, fp16/bf16: the sm_90a forward's
  * variable-length variants, default false), window, sinks, softcap, alibi (the model variants: kind "serve", and
- * "fwd" and "bwd" with varlen; default false), head_dim_v (V's and O's head dim where it differs: kind "serve" and
- * "fwd"; default head_dim), v_in_k (kind "serve": V a prefix view of K, the absorbed-MLA cache; default false). */
+ * "fwd" and "bwd" with varlen; default false), head_dim_v (V's and O's head dim where it differs from head_dim: kind
+ * "serve", "fwd" with varlen on sm_90a, "bwd" on the mma.sync family; default head_dim's), v_in_k (kind "serve": V a
+ * prefix view of K, the absorbed-MLA cache; default false). */
 /* Room in b for `total` more variants (at most CFG_MAX_VARIANTS in all), or a Lua error. */
 static void cfg_reserve(lua_State *L, const char *fn, cfg_build *b, long long total) {
     if (total > CFG_MAX_VARIANTS - b->count)
@@ -283,14 +284,12 @@ static int cfg_variants(lua_State *L) {
                     lua_sandbox_raise(L, fn, "field '%s' is for kind = \"serve\", \"fwd\" and \"bwd\" only",
                                       cfg_variant_fields[j]);
     for (int i = 0; i < f[0].n; i++) {
-        if (f[F_DV].n > 0 && f[0].v[i] != FG_KIND_SERVE && f[0].v[i] != FG_KIND_FWD)
-            lua_sandbox_raise(L, fn, "field 'head_dim_v' is for kind = \"serve\" and \"fwd\" only");
         if (f[F_V_IN_K].n > 0 && f[0].v[i] != FG_KIND_SERVE)
             lua_sandbox_raise(L, fn, "field 'v_in_k' is for kind = \"serve\" only");
     }
     for (int i = 4; i < NF; i++)
         if (f[i].n == 0) { /* causal false; tiles unset (0), filled from the policy after the chunk; out: -1;
-                              deterministic, tma false */
+                              deterministic, tma and the rest false; head_dim_v 0 (head_dim's) */
             f[i].n = 1;
             f[i].v[0] = i == 9 ? -1 : 0;
         }
@@ -317,6 +316,11 @@ static int cfg_variants(lua_State *L) {
         if (b->arch_override.n > 0 && it->spec.kind == FG_KIND_SERVE) it->spec.arch_accel = 0;
         it->spec.dtype = (fg_dtype)f[2].v[idx[2]];
         it->spec.head_dim = f[3].v[idx[3]];
+        /* V's own head dim (0, or head_dim's: the same); validation says which kinds and targets take it. Under an
+         * arch override a backward variant with it, the mma.sync family's, takes an 'a' target's plain one (as
+         * serving variants do); listed for such an arch itself it is refused. */
+        it->spec.head_dim_v = f[F_DV].v[idx[F_DV]] != it->spec.head_dim ? f[F_DV].v[idx[F_DV]] : 0;
+        if (b->arch_override.n > 0 && it->spec.kind == FG_KIND_BWD && it->spec.head_dim_v) it->spec.arch_accel = 0;
         it->spec.causal = f[4].v[idx[4]];
         it->spec.block_m = f[5].v[idx[5]];
         it->spec.block_n = f[6].v[idx[6]];
@@ -342,7 +346,6 @@ static int cfg_variants(lua_State *L) {
         it->spec.sinks = mods && f[F_MODS + 1].v[idx[F_MODS + 1]];
         it->spec.softcap = mods && f[F_MODS + 2].v[idx[F_MODS + 2]];
         it->spec.alibi = mods && f[F_MODS + 3].v[idx[F_MODS + 3]];
-        it->spec.head_dim_v = f[F_DV].v[idx[F_DV]] != it->spec.head_dim ? f[F_DV].v[idx[F_DV]] : 0;
         it->spec.v_in_k = f[F_V_IN_K].v[idx[F_V_IN_K]];
         if (!dtype_is_fp8(it->spec.dtype)) /* 16-bit variants write O in their dtype */
             it->spec.out_dtype = it->spec.dtype;

@@ -152,6 +152,8 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
         sb_printf(&b, "#define FG_WGMMA_BWD %d\n", wgmma_bwd);
         sb_printf(&b, "#define FG_BW_DQ_T %d\n", spec_bwd_sm90_dq_t(spec)); /* the dQ^T kernel (backward_wgmma.cuh) */
         sb_printf(&b, "#define FG_VARLEN %d\n", spec->varlen ? 1 : 0);      /* packed sequences (backward_common.cuh) */
+        sb_printf(&b, "#define FG_HEAD_DIM_V %d\n#define FG_HEAD_DIM_V_PADDED %d\n", spec_head_dim_v(spec),
+                  spec_head_dim_v_padded(spec)); /* V's, O's, dO's and dV's */
         if (wgmma_bwd) sb_printf(&b, "#define FG_SWIZZLE_BYTES 128\n#define FG_BW_DQ_N %d\n", spec_bwd_sm90_dq_n(spec));
     }
     if (spec->kind == FG_KIND_SERVE) {

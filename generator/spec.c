@@ -62,7 +62,7 @@ int spec_format(const fg_spec *s, char *buf, size_t n) {
     if (s->kind == FG_KIND_SERVE && s->splits) snprintf(splits, sizeof splits, "splits=%d,", s->splits);
     const char *varlen = (s->kind == FG_KIND_FWD || s->kind == FG_KIND_BWD) && s->varlen ? "varlen=1," : "";
     char dv[24] = "";
-    if ((s->kind == FG_KIND_SERVE || s->kind == FG_KIND_FWD) && spec_head_dim_v(s) != s->head_dim)
+    if (spec_head_dim_v(s) != s->head_dim)
         snprintf(dv, sizeof dv, "head_dim_v=%d,", s->head_dim_v);
     /* keys in byte order: [alibi] arch block_m block_n causal [deterministic] dtype head_dim [head_dim_v] kind
      * [out] [sinks] [softcap] [splits] stages [tma] [v_in_k] [varlen] warps [window] */
@@ -78,7 +78,10 @@ int spec_format(const fg_spec *s, char *buf, size_t n) {
 
 int spec_head_dim_v(const fg_spec *s) { return s->head_dim_v > 0 ? s->head_dim_v : s->head_dim; }
 
-int spec_head_dim_v_padded(const fg_spec *s) { return (spec_head_dim_v(s) + 15) / 16 * 16; }
+int spec_head_dim_v_padded(const fg_spec *s) {
+    const int dv = spec_head_dim_v(s);
+    return s->kind == FG_KIND_BWD ? spec_bwd_dim_padded(dv, s->head_dim > dv ? s->head_dim : dv) : (dv + 15) / 16 * 16;
+}
 
 int spec_serve_wide(const fg_spec *s) { return s->kind == FG_KIND_SERVE && spec_head_dim_v_padded(s) > 256; }
 
@@ -203,8 +206,8 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         if (seen[k] && s.kind == FG_KIND_MERGE)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: %s is a key of kind=serve, fwd and bwd variants only",
                            keys[k]);
-    if (seen[K_HEAD_DIM_V] && s.kind != FG_KIND_SERVE && s.kind != FG_KIND_FWD)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: head_dim_v is a key of kind=serve and kind=fwd variants only");
+    if (seen[K_HEAD_DIM_V] && s.kind == FG_KIND_MERGE)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: head_dim_v is a key of kind=serve, fwd and bwd variants only");
     if (s.head_dim_v == s.head_dim) s.head_dim_v = 0; /* the same: one name */
     if (seen[K_V_IN_K] && s.kind != FG_KIND_SERVE)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: v_in_k is a key of kind=serve variants only");
@@ -239,10 +242,14 @@ int spec_equal(const fg_spec *a, const fg_spec *b) {
            spec_out_dtype(a) == spec_out_dtype(b);
 }
 
-int spec_bwd_head_dim_padded(int head_dim) { return head_dim > 128 ? (head_dim + 31) / 32 * 32 : (head_dim + 15) / 16 * 16; }
+int spec_bwd_dim_padded(int dim, int widest) { return widest > 128 ? (dim + 31) / 32 * 32 : (dim + 15) / 16 * 16; }
+
+int spec_bwd_head_dim_padded(int head_dim) { return spec_bwd_dim_padded(head_dim, head_dim); }
 
 int spec_head_dim_padded(const fg_spec *spec) {
-    return spec->kind == FG_KIND_BWD ? spec_bwd_head_dim_padded(spec->head_dim) : (spec->head_dim + 15) / 16 * 16;
+    if (spec->kind != FG_KIND_BWD) return (spec->head_dim + 15) / 16 * 16;
+    const int dv = spec_head_dim_v(spec);
+    return spec_bwd_dim_padded(spec->head_dim, spec->head_dim > dv ? spec->head_dim : dv);
 }
 
 int spec_threads(const fg_spec *spec) { return spec->kind == FG_KIND_MERGE ? 128 : spec->warps * 32; } /* merge.cuh: 4 warps */
@@ -256,8 +263,8 @@ int spec_fwd_sub_n(const fg_spec *spec) {
 }
 
 int spec_bwd_dq_staged(const fg_spec *spec) {
-    /* Above head_dim 128 the staging (block_m x d fp32) would not fit beside the tiles. */
-    return spec->kind == FG_KIND_BWD && spec->arch >= 90 && spec->head_dim <= 128;
+    /* Above head_dim 128 (Q's or V's) the staging (block_m x d fp32) would not fit beside the tiles. */
+    return spec->kind == FG_KIND_BWD && spec->arch >= 90 && spec->head_dim <= 128 && spec_head_dim_v(spec) <= 128;
 }
 
 int spec_is_wgmma(const fg_spec *spec) { return spec->kind == FG_KIND_FWD && spec->arch == 90 && spec->arch_accel; }
@@ -274,9 +281,11 @@ int spec_bwd_rows_block(const fg_spec *spec) { return spec_bwd_sm90_dq_t(spec) ?
  * rows), the P^T and dS^T tiles (block_n x block_m, 16-bit), as many stages of the LSE and D rows (block_m
  * floats each)
  * and, on sm_90 and newer, the dQ staging (block_m x head_dim fp32, in fragment order) of the bulk reduce-adds;
- * every row at the padded head dim (spec_head_dim_padded), as the kernel computes. */
+ * every row at the padded head dim (spec_head_dim_padded), as the kernel computes: K's and Q's that of head_dim,
+ * V's and dO's that of head_dim_v (spec_head_dim_v_padded). */
 static size_t bwd_smem_bytes(const fg_spec *s) {
     size_t d = (size_t)spec_head_dim_padded(s), bm = (size_t)s->block_m, bn = (size_t)s->block_n;
+    const size_t dv = (size_t)spec_head_dim_v_padded(s);
     if (spec_is_wgmma_bwd(s)) { /* backward_wgmma.cuh: 1 KiB of alignment slack, K and V, 2 stages of Q and dO,
                                    two dS^T buffers, two warpgroups' dQ staging
                                    (64 x dqn fp32 each; block_m x dqn with dQ^T), 2 stages of the LSE and D
@@ -286,7 +295,7 @@ static size_t bwd_smem_bytes(const fg_spec *s) {
                2u * 2u * bm * 4u + 72u;
     }
     const size_t st = (size_t)s->stages;
-    return 2u * d * 2u * bn + st * 2u * d * 2u * bm + 2u * bn * bm * 2u + st * 2u * bm * 4u +
+    return (d + dv) * 2u * bn + st * (d + dv) * 2u * bm + 2u * bn * bm * 2u + st * 2u * bm * 4u +
            (spec_bwd_dq_staged(s) ? bm * d * 4u : 0u) +
            (s->tma ? 1024u + 24u : 0u); /* tma=1: 1 KiB of alignment slack (TMA's swizzle), 3 mbarriers */
 }

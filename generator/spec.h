@@ -11,11 +11,12 @@
  * split count is fixed (the tuning database's entries). The model variants name alibi=1 (first), sinks=1 and
  * softcap=1 (before splits) and window=1 (last) where they are compiled in:
  *   alibi=1,arch=sm_90,block_m=64,block_n=64,causal=1,dtype=bf16,head_dim=128,kind=serve,softcap=1,stages=2,warps=4
- * A serving variant whose V and O have a head dim of their own names it after head_dim:
+ * A variant whose V and O have a head dim of their own (serving, the sm_90a forward's varlen=1 ones, the mma.sync
+ * backward) names it after head_dim:
  *   arch=sm_90,block_m=64,block_n=32,causal=1,dtype=bf16,head_dim=192,head_dim_v=128,kind=serve,stages=2,warps=4
- * and one that reads V from the first head_dim_v columns of K's rows (V a prefix view of K: the absorbed
- * MLA cache) names v_in_k=1 between tma's place and warps. The sm_90a forward's variable-length variants name
- * varlen=1, between v_in_k's place and warps:
+ * and a serving variant that reads V from the first head_dim_v columns of K's rows (V a prefix view of K: the
+ * absorbed MLA cache) names v_in_k=1 between tma's place and warps. The sm_90a forward's variable-length
+ * variants name varlen=1, between v_in_k's place and warps:
  *   arch=sm_90a,block_m=128,block_n=128,causal=1,dtype=bf16,head_dim=128,kind=fwd,stages=2,varlen=1,warps=12
  * The merge of attention states has only two:
  *   arch=sm_90,kind=merge
@@ -72,7 +73,8 @@ typedef struct fg_spec {
     int sinks;          /* attention sinks: a per-head logit in every row's denominator (fg_varlen_args.sinks) */
     int softcap;        /* logits capped by cap * tanh(logit / cap) (fg_varlen_args.softcap) */
     int alibi;          /* ALiBi: logits biased by -slope_h * |d - j| (fg_varlen_args.alibi_slopes) */
-    int head_dim_v;     /* kind=serve, and kind=fwd with varlen=1 (sm_90a, 16-bit, both multiples of 64): V's and O's
+    int head_dim_v;     /* kind=serve; kind=fwd with varlen=1 (sm_90a, 16-bit, both multiples of 64); kind=bwd on the
+                           mma.sync family (V, dV, O, dO of this head dim; Q, K, dQ, dK of head_dim): V's and O's
                            head dim where it differs from head_dim (DeepSeek's 192/128); 0 (or head_dim): the
                            same. Named only when it differs ("head_dim_v=128") */
     int v_in_k;         /* kind=serve: V is a prefix view of K (its first head_dim_v columns, K's rows and strides,
@@ -80,7 +82,8 @@ typedef struct fg_spec {
                            from K's tiles. Named only when 1 ("v_in_k=1") */
 } fg_spec;
 
-/* V's (and O's) head dim: head_dim_v where set, else head_dim; and it rounded up to the MMA k (16). */
+/* V's (and O's) head dim: head_dim_v where set, else head_dim; and it rounded up to the MMA k (16), for kind=bwd
+ * as spec_bwd_dim_padded rounds it. */
 int spec_head_dim_v(const fg_spec *spec);
 int spec_head_dim_v_padded(const fg_spec *spec);
 
@@ -118,9 +121,12 @@ fg_dtype spec_out_dtype(const fg_spec *spec);
 
 /* Derived quantities the validator, emitter and runtime share. */
 int spec_head_dim_padded(const fg_spec *spec);   /* the head dim the kernel computes on: head_dim rounded up
-                                                    to the MMA k (16); kind=bwd, spec_bwd_head_dim_padded's */
-/* The backward's compute width for head_dim d: d rounded up to 16, and above 128 to 32 (a warp's dK and dV
- * tiles there split it in halves of a multiple of 16). Its fp32 dQ accumulator has rows this wide. */
+                                                    to the MMA k (16); kind=bwd, spec_bwd_dim_padded's */
+/* The backward's compute width for one of its head dims (dim: Q's and K's, or V's and O's) when the wider of the
+ * two is `widest`: dim rounded up to 16, and when widest is above 128 to 32 (a warp's dK and dV tiles there split
+ * both in halves or quarters of a multiple of 16). Its fp32 dQ accumulator has rows as wide as Q's. */
+int spec_bwd_dim_padded(int dim, int widest);
+/* spec_bwd_dim_padded for V of Q's head dim: head_dim rounded up to 16, above 128 to 32. */
 int spec_bwd_head_dim_padded(int head_dim);
 size_t spec_smem_bytes(const fg_spec *spec);     /* dynamic shared memory the kernel needs (Q/K/V elements
                                                     of dtype_size bytes: 1 for FP8) */
@@ -141,8 +147,8 @@ int spec_bwd_rows_block(const fg_spec *spec);    /* kind=bwd: the rows of a post
                                                    dQ accumulator) and of a Q or dO TMA box: 80 with dQ^T,
                                                    else 64 (backward_mma.cuh FG_BW_ROWS) */
 int spec_bwd_dq_staged(const fg_spec *spec);     /* kind=bwd: 1 when dQ is staged in shared memory and added by
-                                                    bulk reduce-adds (sm_90 and newer, head_dim <= 128), 0 for
-                                                    fp32 atomics */
+                                                    bulk reduce-adds (sm_90 and newer, head_dim and head_dim_v
+                                                    <= 128), 0 for fp32 atomics */
 /* 1 for the forward of the wgmma family (sm_90a: TMA, wgmma, warp specialization, templates/forward_wgmma.cuh);
  * the other targets, sm_90 included, run the mma.sync family (templates/forward_mma.cuh). The one test of
  * "is this the wgmma family" in generator/: code asks it here, never of arch_accel, which means only the

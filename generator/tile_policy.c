@@ -12,6 +12,7 @@
  * tiles), which is what this kernel is bound by at small head dims; it needs ~160 accumulator
  * registers, so block_n shrinks as head_dim grows (validate.c's register rule): shipped variants do
  * not spill, so 128 x 64 at d 128, faster but spilling 20 bytes, is not the default. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "generator/tile_policy.h"
@@ -236,17 +237,31 @@ fg_status spec_fill_tiles(fg_spec *s, const fg_tile_policy *p, fg_error *err) {
         serve_decode_tiles(s);
         return FG_OK;
     }
-    /* a variant whose V is wider than Q and K takes the tiles of V's head dim (O's registers and staging) */
+    /* A variant whose V is wider than Q and K takes the tiles of V's head dim (O's registers and staging; the
+     * backward's dV registers and V, dO tiles). A backward variant takes those of Q's head dim instead where the
+     * wider one's tiles are not valid for it: with the default rules, where they do not split Q's padded head dim
+     * (the dQ product's warp split: 64 x 128 on 8 warps at V's 128 with Q's 48), and Q's tile there, 32 x 32 on
+     * 2 warps, holds V up to 128. The spec is validated afterwards either way. */
     fg_spec key = *s;
     if (spec_head_dim_v(s) > s->head_dim) key.head_dim = spec_head_dim_v(s);
+    if (s->kind == FG_KIND_BWD && spec_head_dim_v(s) != s->head_dim && !s->block_m && !s->block_n && !s->warps &&
+        !s->stages) {
+        const fg_tile_rule *wide = tile_policy_lookup(p, &key);
+        fg_spec t = *s;
+        fg_error quiet;
+        if (wide) t.block_m = wide->block_m, t.block_n = wide->block_n, t.warps = wide->warps, t.stages = wide->stages;
+        if (!wide || spec_validate(&t, &quiet) != FG_OK) key.head_dim = s->head_dim;
+    }
     const fg_tile_rule *r = tile_policy_lookup(p, &key);
     if (!r) {
         char arch[16];
         spec_arch_format(s->arch, s->arch_accel, arch, sizeof arch);
+        char dv[32] = "";
+        if (spec_head_dim_v(s) != s->head_dim) snprintf(dv, sizeof dv, " (V's %d)", spec_head_dim_v(s));
         return fg_fail(err, FG_ERR_UNSUPPORTED,
-                       "no tile policy rule covers arch %s, head_dim %d, causal %d, dtype %s: give block_m, "
+                       "no tile policy rule covers arch %s, head_dim %d%s, causal %d, dtype %s: give block_m, "
                        "block_n, warps and stages explicitly or add a tile_policy rule",
-                       arch, s->head_dim, s->causal, dtype_name(s->dtype));
+                       arch, s->head_dim, dv, s->causal, dtype_name(s->dtype));
     }
     if (!s->block_m) s->block_m = r->block_m;
     if (!s->block_n) s->block_n = r->block_n;

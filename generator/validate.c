@@ -51,10 +51,12 @@ static int wg_register_limit(const fg_spec *s) { return wg_consumers(s) == 3 ? 1
 /* The backward (backward_mma.cuh): block_n = 16 x warps keys per CTA (8 x warps above head_dim 128), block_m
  * query rows a step; S^T and dP^T on warp tiles of 32 keys x block_m / (warps / (block_n / 32)) queries,
  * dV and dK on 16 or 32 keys x head_dim or half of it, dQ on block_m / 16 query groups times head_dim
- * slices. A thread holds dK and dV throughout (2 block_n d / threads registers), then S^T and dP^T or its
- * dQ slice. d is the padded head dim the kernel computes on (bwd_dim: spec_bwd_head_dim_padded). */
+ * slices. A thread holds dK and dV throughout (block_n (d + dv) / threads registers), then S^T and dP^T or its
+ * dQ slice. d and dv are the padded head dims the kernel computes on (bwd_dim, bwd_dim_v: spec_bwd_dim_padded),
+ * Q's and K's, V's and dO's. */
 static int is_bwd(const fg_spec *s) { return s->kind == FG_KIND_BWD; }
 static int bwd_dim(const fg_spec *s) { return spec_head_dim_padded(s); }
+static int bwd_dim_v(const fg_spec *s) { return spec_head_dim_v_padded(s); }
 static int bwd_qm(const fg_spec *s) { /* m16 tiles of a dQ warp tile: backward_mma.cuh's FG_DQ_M16_TILES */
     return fg_bwd_qm(s->block_m, s->block_n, s->warps, bwd_dim(s));
 }
@@ -62,11 +64,11 @@ static int bwd_qgroups(const fg_spec *s) { return s->block_m / (16 * bwd_qm(s)) 
 static int bwd_dsplit(const fg_spec *s) { return s->warps / bwd_qgroups(s) > 0 ? s->warps / bwd_qgroups(s) : 1; }
 static int bwd_p1_qparts(const fg_spec *s) { return s->block_n >= 32 ? s->warps / (s->block_n / 32) : 0; }
 static int bwd_p2_keys(const fg_spec *s) { /* keys of a phase-2 warp tile */
-    const int parts = fg_bwd_p2_parts(s->block_n, s->warps, bwd_dim(s)); /* backward_mma.cuh's FG_P2_DIM_PARTS */
+    const int parts = fg_bwd_p2_parts(s->block_n, s->warps, bwd_dim(s), bwd_dim_v(s)); /* FG_P2_DIM_PARTS */
     return s->warps / parts > 0 ? s->block_n / (s->warps / parts) : 0;
 }
 static int bwd_registers(const fg_spec *s) {
-    const int dkv = s->warps > 0 ? 2 * s->block_n * bwd_dim(s) / (32 * s->warps) : 0;
+    const int dkv = s->warps > 0 ? s->block_n * (bwd_dim(s) + bwd_dim_v(s)) / (32 * s->warps) : 0;
     const int p1 = bwd_p1_qparts(s) > 0 ? 2 * s->block_m / bwd_p1_qparts(s) : 0, dq = bwd_qm(s) * bwd_dim(s) / 2 / bwd_dsplit(s);
     return dkv + (p1 > dq ? p1 : dq);
 }
@@ -131,11 +133,12 @@ RULE(bwd_wgmma, spec_is_wgmma_bwd(s) && ((s->head_dim != 64 && s->head_dim != 12
      "(mma.sync) takes the others", s->head_dim, s->block_m, s->block_n, s->warps, s->stages, s->causal != 0,
      s->deterministic)
 RULE(bwd_tma, s->tma && !is_serve(s) && (!is_bwd(s) || spec_is_wgmma_bwd(s) || s->arch < 90 || s->head_dim % 64 != 0 ||
-                                         s->block_m % 64 != 0 || s->stages != 2),
+                                         spec_head_dim_v(s) % 64 != 0 || s->block_m % 64 != 0 || s->stages != 2),
      FG_ERR_UNSUPPORTED,
      "tma=1 (the mma.sync backward's loads by TMA) takes kind=bwd on arch sm_90 or newer (not sm_90a) at head_dim "
-     "64, 128, 192 or 256 with block_m a multiple of 64 and stages 2 (got kind=%s, arch sm_%d%s, head_dim %d, block_m %d, "
-     "stages %d)", is_bwd(s) ? "bwd" : "fwd", s->arch, s->arch_accel ? "a" : "", s->head_dim, s->block_m, s->stages)
+     "and head_dim_v 64, 128, 192 or 256 (TMA boxes of 64 columns) with block_m a multiple of 64 and stages 2 (got "
+     "kind=%s, arch sm_%d%s, head_dim %d, head_dim_v %d, block_m %d, stages %d)", is_bwd(s) ? "bwd" : "fwd", s->arch,
+     s->arch_accel ? "a" : "", s->head_dim, spec_head_dim_v(s), s->block_m, s->stages)
 RULE(bwd_dtype, is_bwd(s) && s->dtype != FG_DTYPE_F16 && s->dtype != FG_DTYPE_BF16, FG_ERR_UNSUPPORTED,
      "dtype %s has no backward kernel: kind=bwd takes fp16 or bf16", dtype_name(s->dtype))
 RULE(wgmma_dtype, spec_is_wgmma(s) && dtype_is_fp8(s->dtype) &&
@@ -169,16 +172,17 @@ RULE(bwd_tiles, is_bwd(s) && !spec_is_wgmma_bwd(s) && (s->warps < 2 || s->warps 
                                s->warps % bwd_qgroups(s) != 0 || (bwd_dim(s) / 8) % (2 * bwd_dsplit(s)) != 0 ||
                                s->stages > 2),
      FG_ERR_UNSUPPORTED,
-     "kind=bwd tiles block_m %d, block_n %d, warps %d, stages %d at head_dim %d (padded to %d) are not supported: "
-     "warps 2, 4 or 8 with block_n = 16 x warps (or 8 x warps from 4 warps), block_m 32, 64 or 128 with 16 x warps "
-     "/ (block_n / 32) dividing it (the S^T tiles' query parts) and the dQ product's query groups (block_m / 16, or "
-     "block_m / 32 with 8 keys a warp at a padded head_dim that is a multiple of 64) dividing warps, the padded "
-     "head_dim / 8 a multiple of 2 x warps / groups (the dQ product's split), whole 16-key dK and dV tiles, stages "
-     "1 or 2", s->block_m, s->block_n, s->warps, s->stages, s->head_dim, bwd_dim(s))
+     "kind=bwd tiles block_m %d, block_n %d, warps %d, stages %d at head_dim %d (padded to %d), V's %d (padded to %d), "
+     "are not supported: warps 2, 4 or 8 with block_n = 16 x warps (or 8 x warps from 4 warps), block_m 32, 64 or "
+     "128 with 16 x warps / (block_n / 32) dividing it (the S^T tiles' query parts) and the dQ product's query groups "
+     "(block_m / 16, or block_m / 32 with 8 keys a warp at a padded head_dim that is a multiple of 64) dividing "
+     "warps, the padded head_dim / 8 a multiple of 2 x warps / groups (the dQ product's split), whole 16-key dK and "
+     "dV tiles, stages 1 or 2", s->block_m, s->block_n, s->warps, s->stages, s->head_dim, bwd_dim(s),
+     spec_head_dim_v(s), bwd_dim_v(s))
 RULE(bwd_registers, is_bwd(s) && !spec_is_wgmma_bwd(s) && bwd_registers(s) > 200, FG_ERR_UNSUPPORTED,
-     "kind=bwd block_m %d, block_n %d, warps %d at head_dim %d need about %d accumulator registers per thread "
-     "(dK, dV, S^T, dP^T, dQ; limit 200): use a smaller block_m or block_n", s->block_m, s->block_n, s->warps,
-     s->head_dim, bwd_registers(s))
+     "kind=bwd block_m %d, block_n %d, warps %d at head_dim %d (V's %d) need about %d accumulator registers per "
+     "thread (dK, dV, S^T, dP^T, dQ; limit 200): use a smaller block_m or block_n", s->block_m, s->block_n, s->warps,
+     s->head_dim, spec_head_dim_v(s), bwd_registers(s))
 RULE(serve_dtype, is_serve(s) && s->dtype != FG_DTYPE_F16 && s->dtype != FG_DTYPE_BF16, FG_ERR_UNSUPPORTED,
      "dtype %s has no serving kernel (packed tokens, paged KV, decode): kind=serve takes fp16 or bf16",
      dtype_name(s->dtype))
@@ -203,15 +207,22 @@ RULE(serve_tma, is_serve(s) && s->tma && (s->arch < 90 || s->head_dim % 64 != 0 
      "kind=serve tma=1 (K and V loaded by TMA) takes arch sm_90 or newer, head_dim a multiple of 64, V of the same "
      "head dim and V in tensors of its own (got sm_%d, head_dim %d, head_dim_v %d, v_in_k=%d)", s->arch, s->head_dim,
      spec_head_dim_v(s), s->v_in_k != 0)
+/* V's own head dim: the serving kernel and the mma.sync backward take any multiple of 8 up to 256 beside any
+ * head_dim (their tiles and loaders have a width per operand; the backward pads both to 32 where either is above
+ * 128, which keeps every pair's warp split whole: spec_bwd_dim_padded), the serving kernel also multiples of 64 up
+ * to 512 (its wide variants); the sm_90a forward's TMA boxes and wgmma n take multiples of 64; the sm_90a
+ * backward's warpgroup tiles are laid out for one head dim. */
 static int head_dim_v_ok(const fg_spec *s) {
     if (is_serve(s)) return s->head_dim_v % 8 == 0 && (s->head_dim_v <= 256 || (s->head_dim_v <= 512 && s->head_dim_v % 64 == 0));
+    if (is_bwd(s) && !spec_is_wgmma_bwd(s)) return s->head_dim_v % 8 == 0 && s->head_dim_v <= 256;
     return s->kind == FG_KIND_FWD && s->varlen && spec_is_wgmma(s) && !dtype_is_fp8(s->dtype) && s->head_dim % 64 == 0 &&
            s->head_dim_v % 64 == 0 && s->head_dim_v <= 256;
 }
 RULE(head_dim_v, s->head_dim_v != 0 && !head_dim_v_ok(s), FG_ERR_UNSUPPORTED,
      "head_dim_v %d is not supported: V's own head dim is a variant of the serving kernel (kind=serve; a multiple "
-     "of 8 up to 256, or of 64 up to 512) and of the sm_90a forward with varlen=1 (16-bit; head_dim and head_dim_v "
-     "multiples of 64 up to 256)", s->head_dim_v)
+     "of 8 up to 256, or of 64 up to 512), of the mma.sync backward (kind=bwd, not sm_90a, whose warpgroup tiles take "
+     "one head dim; a multiple of 8 up to 256 beside any head_dim) and of the sm_90a forward with varlen=1 (16-bit; "
+     "head_dim and head_dim_v multiples of 64 up to 256)", s->head_dim_v)
 /* V wider than 256 (forward_serving.cuh FG_WIDE): the warps over a block's keys split O's columns in slabs of 64
  * (V's tile rows are 128-byte swizzled slabs), so each takes a whole number of them; reading V from K's tiles
  * needs K's rows in such slabs too. */
@@ -277,12 +288,13 @@ RULE(smem, arch_smem_limit(s->arch) != 0 && spec_smem_bytes(s) > arch_smem_limit
 static const rule rules[] = {
     R(kind, FG_ERR_INVALID_ARGUMENT),   R(arch_known, FG_ERR_UNSUPPORTED), R(arch_accel, FG_ERR_UNSUPPORTED),
     R(dtype_half, FG_ERR_UNSUPPORTED),  R(fp8_arch, FG_ERR_UNSUPPORTED),   R(fp8_out, FG_ERR_UNSUPPORTED),
-    R(head_dim_range, FG_ERR_UNSUPPORTED), R(fp8_head_dim, FG_ERR_UNSUPPORTED), R(bwd_arch, FG_ERR_UNSUPPORTED), R(bwd_wgmma, FG_ERR_UNSUPPORTED),
+    R(head_dim_range, FG_ERR_UNSUPPORTED), R(fp8_head_dim, FG_ERR_UNSUPPORTED), R(head_dim_v, FG_ERR_UNSUPPORTED),
+    R(bwd_arch, FG_ERR_UNSUPPORTED), R(bwd_wgmma, FG_ERR_UNSUPPORTED),
     R(bwd_tma, FG_ERR_UNSUPPORTED),     R(bwd_dtype, FG_ERR_UNSUPPORTED),   R(wgmma_dtype, FG_ERR_UNSUPPORTED),
     R(wgmma_head_dim, FG_ERR_UNSUPPORTED), R(tiles_set, FG_ERR_INVALID_ARGUMENT), R(wgmma_block_m, FG_ERR_UNSUPPORTED),
     R(wgmma_warps, FG_ERR_UNSUPPORTED), R(wgmma_registers, FG_ERR_UNSUPPORTED), R(bwd_tiles, FG_ERR_UNSUPPORTED),
     R(bwd_registers, FG_ERR_UNSUPPORTED), R(serve_dtype, FG_ERR_UNSUPPORTED), R(serve_tiles, FG_ERR_UNSUPPORTED),
-    R(serve_splits, FG_ERR_UNSUPPORTED), R(serve_threads, FG_ERR_UNSUPPORTED), R(serve_tma, FG_ERR_UNSUPPORTED), R(head_dim_v, FG_ERR_UNSUPPORTED),
+    R(serve_splits, FG_ERR_UNSUPPORTED), R(serve_threads, FG_ERR_UNSUPPORTED), R(serve_tma, FG_ERR_UNSUPPORTED),
     R(serve_wide, FG_ERR_UNSUPPORTED), R(v_in_k, FG_ERR_UNSUPPORTED), R(model_variants, FG_ERR_UNSUPPORTED), R(serve_registers, FG_ERR_UNSUPPORTED), R(fwd_varlen, FG_ERR_UNSUPPORTED), R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),
     R(fp8_block_n, FG_ERR_UNSUPPORTED), R(stages, FG_ERR_UNSUPPORTED),      R(registers, FG_ERR_UNSUPPORTED),
     R(smem, FG_ERR_UNSUPPORTED),

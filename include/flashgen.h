@@ -135,8 +135,10 @@ typedef struct fg_fwd_args {
  * block refuses head_dim above 192 with FG_ERR_UNSUPPORTED), the mma.sync kernels on every arch
  * (sm_80+; on Hopper arch sm_90) and on an H100/H200 a wgmma kernel (arch sm_90a) for head_dim 64 and 128
  * outside the deterministic mode (FLASHGEN_WGMMA_BWD=0 in the environment sends those to mma.sync too).
- *   - q, k, v, o, lse as given to and returned by the forward (lse required), dout like o;
- *   - dq like q, dk and dv like k (with GQA, the gradient of a KV head sums over its query heads);
+ *   - q, k, v, o, lse as given to and returned by the forward (lse required), dout like o; v (and so o and
+ *     dout) may have a head dim of its own, v.shape[3], a multiple of 8 up to 256 (DeepSeek's 192/128, as the
+ *     serving forward fg_attention_fwd_varlen computes it), run by the mma.sync kernels only;
+ *   - dq like q, dk like k, dv like v (with GQA, the gradient of a KV head sums over its query heads);
  *   - every 4-d tensor: last dim contiguous, the pointer and the strides of dims longer than 1 multiples
  *     of 16 bytes; the outputs must not overlap the inputs or each other;
  *   - workspace: device memory of at least fg_attention_bwd_workspace_size() bytes, 256-byte aligned,
@@ -308,15 +310,18 @@ FG_API fg_status fg_explain_varlen(fg_context *ctx, const fg_varlen_args *args, 
 
 /* The backward of variable-length batches: the gradients of fg_attention_fwd_varlen's packed form (queries and
  * keys packed with cu_seqlens_q and cu_seqlens_k, no cache, no pages), what training on packed sequences
- * needs. Tensors as the forward's: q, o, dout, dq [total_q, heads_q, d]; k, v, dk, dv [total_k, heads_kv, d];
- * lse [heads_q, total_q] fp32 (the forward's, natural log). causal is bottom-right aligned per sequence, as
+ * needs. Tensors as the forward's: q, dq [total_q, heads_q, d]; k, dk [total_k, heads_kv, d]; v, dv
+ * [total_k, heads_kv, dv] and o, dout [total_q, heads_q, dv], where V's head dim dv (v.shape[2], a multiple of 8
+ * up to 256) may differ from d (DeepSeek's 192/128), as the forward takes it; lse [heads_q, total_q] fp32 (the
+ * forward's, natural log). causal is bottom-right aligned per sequence, as
  * in the forward. The rules of fg_attention_bwd apply to each tensor (dtypes, head dims, alignment, outputs
  * overlapping nothing). cu_seqlens_q/k are read on the device only: offsets are clamped to total_q and
  * total_k, so a bad entry gives wrong gradients but no access outside the tensors; max_seqlen_q/k must bound
  * every sequence (rows past them are not computed); FG_OPTION_CHECK_INPUTS reads cu_seqlens_q/k back first
  * (synchronizing the stream) and refuses a bad entry or a sequence past max_seqlen_q/k by name. A workspace of fg_attention_bwd_varlen_workspace_size
  * bytes (256-byte aligned) holds each sequence's fp32 dQ accumulator: about heads_q x (total_q + 384 x batch)
- * x (head_dim rounded up as above + 2) x 4 bytes. No synchronization, no allocation (unless FG_OPTION_CHECK_INPUTS is on). */
+ * x (head_dim rounded up as above + 2) x 4 bytes, and with GQA heads_q x total_k x (d + dv) x 4 more. No
+ * synchronization, no allocation (unless FG_OPTION_CHECK_INPUTS is on). */
 typedef struct fg_varlen_bwd_args {
     size_t struct_size;        /* sizeof(fg_varlen_bwd_args), set by fg_varlen_bwd_args_init: fields added
                                   later are read only when a caller's struct has them */

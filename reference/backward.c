@@ -634,14 +634,14 @@ fg_status ref_sink_grad(const ref_bwd_problem *p, double *dsink, fg_error *err) 
     if (ref_tables_fill() != 0)
         return fg_fail(err, FG_ERR_INTERNAL, "reference: pthread_once failed");
     const fg_dtype dt = p->fwd.q.dtype;
-    const int64_t b = p->fwd.q.shape[0], sq = p->fwd.q.shape[1], hq = p->fwd.q.shape[2], d = p->fwd.q.shape[3];
+    const int64_t b = p->fwd.q.shape[0], sq = p->fwd.q.shape[1], hq = p->fwd.q.shape[2], dv = p->fwd.v.shape[3];
     for (int64_t h = 0; h < hq; h++) {
         const double sink = ((const float *)p->fwd.sinks.data)[h * p->fwd.sinks.stride[0]];
         double g = 0;
         for (int64_t bi = 0; bi < b; bi++)
             for (int64_t i = 0; i < sq; i++) {
                 double dsum = 0;
-                for (int64_t x = 0; x < d; x++)
+                for (int64_t x = 0; x < dv; x++) /* O and dO have V's head dim */
                     dsum += elem_float(dt, &p->d_o, bi, i, h, x) * elem_float(dt, &p->o, bi, i, h, x);
                 g -= exp(sink - lse_at(&p->lse, bi, h, i)) * dsum;
             }

@@ -37,13 +37,14 @@ static int advance(size_t *off, size_t bytes) {
     return !__builtin_add_overflow(*off, bytes, off) && !__builtin_add_overflow(*off, 255, off) && ((*off &= ~(size_t)255), 1);
 }
 
-int backward_regions(size_t heads_rows, size_t rows, size_t d, int deterministic, size_t dkv_rows,
+int backward_regions(size_t heads_rows, size_t rows, size_t d, size_t dv, int deterministic, size_t kv_rows,
                      backward_layout *L) {
     size_t off = 0, dq, lse, sem, dkv;
     memset(L, 0, sizeof *L);
-    const size_t d_pad = d <= 256 ? (size_t)spec_bwd_head_dim_padded((int)d) : d; /* (the call's rules keep d <= 256) */
+    const size_t widest = d > dv ? d : dv; /* (the call's rules keep both <= 256) */
+    const size_t d_pad = widest <= 256 ? (size_t)spec_bwd_dim_padded((int)d, (int)widest) : d;
     const int ok = mul4(heads_rows, rows, d_pad, 4, &dq) && mul4(heads_rows, rows, 1, 4, &lse) &&
-                   mul4(heads_rows, rows / 16, 1, deterministic ? 4 : 0, &sem) && mul4(dkv_rows, d, 1, 4, &dkv) &&
+                   mul4(heads_rows, rows / 16, 1, deterministic ? 4 : 0, &sem) && mul4(kv_rows, d + dv, 1, 4, &dkv) &&
                    (L->dq_accum = off, advance(&off, dq)) && (L->lse2 = off, advance(&off, lse)) &&
                    (L->dsum = off, advance(&off, lse)) && (L->sem = off, advance(&off, sem)) &&
                    (L->dkv = off, advance(&off, dkv));
@@ -54,14 +55,14 @@ int backward_regions(size_t heads_rows, size_t rows, size_t d, int deterministic
 fg_status backward_workspace_layout(const fg_context *ctx, const fg_bwd_args *a, backward_layout *L, fg_error *err) {
     const size_t b = (size_t)a->q.shape[0], hq = (size_t)a->q.shape[2], hkv = (size_t)a->k.shape[2];
     const size_t sq_pad = bwd_rows_padded(ctx, a), sk = (size_t)a->k.shape[1];
-    const size_t d = (size_t)a->q.shape[3];
-    size_t bhq, dkv_rows;
-    const int ok = mul4(b, hq, 1, 1, &bhq) && mul4(2 * b, hq, sk, hq != hkv, &dkv_rows) &&
-                   backward_regions(bhq, sq_pad, d, a->deterministic, dkv_rows, L);
+    const size_t d = (size_t)a->q.shape[3], dv = (size_t)a->v.shape[3];
+    size_t bhq, kv_rows;
+    const int ok = mul4(b, hq, 1, 1, &bhq) && mul4(b, hq, sk, hq != hkv, &kv_rows) &&
+                   backward_regions(bhq, sq_pad, d, dv, a->deterministic, kv_rows, L);
     if (!ok)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the backward's workspace for batch %lld x heads_q %lld x seqlen "
-                       "%lld (keys %lld) x head_dim %lld does not fit in size_t: the call is too large",
-                       (long long)b, (long long)hq, (long long)a->q.shape[1], (long long)sk, (long long)d);
+                       "%lld (keys %lld) x head_dim %lld (V's %lld) does not fit in size_t: the call is too large",
+                       (long long)b, (long long)hq, (long long)a->q.shape[1], (long long)sk, (long long)d, (long long)dv);
     return FG_OK;
 }
 
@@ -219,10 +220,10 @@ fg_status rt_bwd_with_spec(fg_context *ctx, const fg_spec *spec, const fg_bwd_ar
     fg_status st = bwd_check_call(ctx, a, &L, &empty, err);
     if (st != FG_OK || empty) return st;
     if (spec->kind != FG_KIND_BWD || spec->dtype != a->q.dtype || spec->head_dim != (int)a->q.shape[3] ||
-        (spec->causal != 0) != (a->causal != 0) || (spec->deterministic != 0) != (a->deterministic != 0) ||
-        spec->arch != ctx->arch)
+        spec_head_dim_v(spec) != (int)a->v.shape[3] || (spec->causal != 0) != (a->causal != 0) ||
+        (spec->deterministic != 0) != (a->deterministic != 0) || spec->arch != ctx->arch)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the variant does not match the call (kind, dtype, head_dim, "
-                       "mask, deterministic) or this device's arch sm_%d", ctx->arch);
+                       "head_dim_v, mask, deterministic) or this device's arch sm_%d", ctx->arch);
     if ((spec_is_wgmma_bwd(spec) && !ctx->wgmma) || (spec->tma && ctx->cu->cuTensorMapEncodeTiled == NULL))
         return fg_fail(err, FG_ERR_UNSUPPORTED, "this context runs no %s variant: %s",
                        spec->tma ? "tma=1 backward" : "sm_90a (wgmma) backward",

@@ -10,6 +10,7 @@
 
 typedef struct bwd_varlen_call {
     int batch, hq, hkv, d, max_q, max_k;
+    int dv;                                /* V's, O's, dO's and dV's head dim (v's shape; d unless it has its own) */
     int64_t total_q, total_k;
     call_variants var;                     /* the model variants, as serving_call's */
     fg_bwd_args view; /* the packed tensors as one batch of total rows (for fg_attention_bwd's rules) */
@@ -25,15 +26,15 @@ static fg_status copy_args(const fg_varlen_bwd_args *a, fg_varlen_bwd_args *out,
 /* The workspace of a checked call: per query head, FG_BWD_SEQ_PAD rows a sequence beyond its tokens, rounded up
  * to 128 (the layout of fg_bwd_seq_params). */
 static fg_status layout(const fg_varlen_bwd_args *a, const bwd_varlen_call *c, backward_layout *L, fg_error *err) {
-    size_t rows, dkv;
+    size_t rows, kv_rows;
     const int ok = !__builtin_mul_overflow((size_t)c->batch, (size_t)FG_BWD_SEQ_PAD, &rows) &&
                    !__builtin_add_overflow(rows, (size_t)c->total_q + 127, &rows) && ((rows = rows / 128 * 128), 1) &&
-                   !__builtin_mul_overflow(2 * (size_t)c->hq, c->hq != c->hkv ? (size_t)c->total_k : 0, &dkv) &&
-                   backward_regions((size_t)c->hq, rows, (size_t)c->d, a->deterministic, dkv, L);
+                   !__builtin_mul_overflow((size_t)c->hq, c->hq != c->hkv ? (size_t)c->total_k : 0, &kv_rows) &&
+                   backward_regions((size_t)c->hq, rows, (size_t)c->d, (size_t)c->dv, a->deterministic, kv_rows, L);
     if (!ok)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the backward's workspace for %lld query tokens in %d sequences x "
-                       "heads_q %d x head_dim %d does not fit in size_t: the call is too large",
-                       (long long)c->total_q, c->batch, c->hq, c->d);
+                       "heads_q %d x head_dim %d (V's %d) does not fit in size_t: the call is too large",
+                       (long long)c->total_q, c->batch, c->hq, c->d, c->dv);
     return FG_OK;
 }
 
@@ -59,35 +60,47 @@ static fg_status check_variants(const fg_varlen_bwd_args *a, int need_data, bwd_
     return FG_OK;
 }
 
-/* The rules of a call (need_data: a launch follows), then the workspace's layout into *L. */
+/* The rules of a call (need_data: a launch follows), then the workspace's layout into *L. V's head dim is v's
+ * (v.shape[2]), as the forward's serving call takes it: o, dout and dv have it, q, k, dq and dk q's. */
 static fg_status check_call(const fg_varlen_bwd_args *a, int need_data, bwd_varlen_call *c, backward_layout *L,
                             fg_error *err) {
     memset(c, 0, sizeof *c);
     static const char form_q[] = "[total_q, heads_q, head_dim] with cu_seqlens_q";
     static const char form_k[] = "[total_k, heads_kv, head_dim] with cu_seqlens_k";
+    static const char form_o[] = "[total_q, heads_q, head_dim_v] with cu_seqlens_q (head_dim_v: v's head dim)";
+    static const char form_v[] = "[total_k, heads_kv, head_dim_v] with cu_seqlens_k";
     const fg_tensor *qs[4] = {&a->q, &a->o, &a->dout, &a->dq}, *ks[4] = {&a->k, &a->v, &a->dk, &a->dv};
     static const char *const qn[4] = {"q", "o", "dout", "dq"}, *const kn[4] = {"k", "v", "dk", "dv"};
+    /* the tensor whose shape each must have: q's side, k's side; dims 0 and 1 from q or k, dim 2 from q or v */
+    const fg_tensor *qdim[4] = {&a->q, &a->v, &a->v, &a->q}, *kdim[4] = {&a->k, &a->v, &a->k, &a->v};
+    static const char *const qdn[4] = {"q's", "v's", "v's", "q's"}, *const kdn[4] = {"k's", "v's", "k's", "v's"};
     fg_status st;
     for (int i = 0; i < 4; i++) {
-        if ((st = serving_check_view(qs[i], qn[i], 3, serving_packed_dims, form_q, need_data, err)) != FG_OK ||
-            (st = serving_check_view(ks[i], kn[i], 3, serving_packed_dims, form_k, need_data, err)) != FG_OK)
+        const int own_q = i == 1 || i == 2, own_k = i == 1 || i == 3; /* the tensors of V's head dim */
+        const char *fq = own_q ? form_o : form_q, *fk = own_k ? form_v : form_k;
+        if ((st = serving_check_view(qs[i], qn[i], 3, serving_packed_dims, fq, need_data, err)) != FG_OK ||
+            (st = serving_check_view(ks[i], kn[i], 3, serving_packed_dims, fk, need_data, err)) != FG_OK)
             return st;
-        for (int j = 0; j < 3; j++) {
-            if (qs[i]->shape[j] != a->q.shape[j])
-                return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.shape[%d] (%s) is %lld; it must be q's, %lld", qn[i], j,
-                               serving_packed_dims[j], (long long)qs[i]->shape[j], (long long)a->q.shape[j]);
-            if (ks[i]->shape[j] != a->k.shape[j])
-                return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.shape[%d] (%s) is %lld; it must be k's, %lld", kn[i], j,
-                               serving_packed_dims[j], (long long)ks[i]->shape[j], (long long)a->k.shape[j]);
-        }
     }
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 3; j++) {
+            const fg_tensor *qr = j < 2 ? &a->q : qdim[i], *kr = j < 2 ? &a->k : kdim[i];
+            const char *qrn = j < 2 ? "q's" : qdn[i], *krn = j < 2 ? "k's" : kdn[i];
+            const char *why = j < 2 ? "" : "; O, dO and dV have V's head dim (v.shape[2]), Q, K, dQ and dK q's";
+            if (qs[i]->shape[j] != qr->shape[j])
+                return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.shape[%d] (%s) is %lld; it must be %s, %lld%s", qn[i], j,
+                               serving_packed_dims[j], (long long)qs[i]->shape[j], qrn, (long long)qr->shape[j], why);
+            if (ks[i]->shape[j] != kr->shape[j])
+                return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.shape[%d] (%s) is %lld; it must be %s, %lld%s", kn[i], j,
+                               serving_packed_dims[j], (long long)ks[i]->shape[j], krn, (long long)kr->shape[j], why);
+        }
     if (a->lse.ndim != 2 || a->lse.dtype != FG_DTYPE_F32 || a->lse.shape[0] != a->q.shape[1] ||
         a->lse.shape[1] != a->q.shape[0])
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "lse must be fp32 [heads_q, total_q] = [%lld, %lld] (the forward's "
                        "packed LSE); it is %s with ndim %d", (long long)a->q.shape[1], (long long)a->q.shape[0],
                        dtype_name(a->lse.dtype), a->lse.ndim);
     c->total_q = a->q.shape[0], c->total_k = a->k.shape[0];
-    c->hq = (int)a->q.shape[1], c->hkv = (int)a->k.shape[1], c->d = (int)a->q.shape[2];
+    c->hq = (int)a->q.shape[1], c->hkv = (int)a->k.shape[1], c->d = (int)a->q.shape[2], c->dv = (int)a->v.shape[2];
     if (a->batch < 0 || a->batch > 65535)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "batch is %d; it must be in [0, 65535] (the grid's z)", a->batch);
     c->batch = a->batch;

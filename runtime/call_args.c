@@ -233,7 +233,8 @@ int rt_fwd_is_empty(const fg_fwd_args *a) {
     return a->q.shape[0] == 0 || a->q.shape[1] == 0 || a->q.shape[2] == 0;
 }
 
-fg_status rt_check_fwd_args(const fg_fwd_args *a, int need_data, fg_error *err) {
+/* rt_check_fwd_args's rules; own_v (the backward's): V and O may have a head dim of their own (head_dim_v), O V's. */
+static fg_status check_fwd_args(const fg_fwd_args *a, int need_data, int own_v, fg_error *err) {
     fg_status st;
     static const char *const names[4] = {"q", "k", "v", "o"};
     const fg_tensor *ts[4] = {&a->q, &a->k, &a->v, &a->o};
@@ -271,9 +272,15 @@ fg_status rt_check_fwd_args(const fg_fwd_args *a, int need_data, fg_error *err) 
     if (v[2] != k[2])
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "v.shape[2] (heads %lld) differs from k.shape[2] (%lld)",
                        (long long)v[2], (long long)k[2]);
-    if (k[3] != q[3] || v[3] != q[3] || o[3] != q[3])
+    if (!own_v && (k[3] != q[3] || v[3] != q[3] || o[3] != q[3]))
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "head_dim differs: q %lld, k %lld, v %lld, o %lld",
                        (long long)q[3], (long long)k[3], (long long)v[3], (long long)o[3]);
+    if (own_v && k[3] != q[3])
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "k's head_dim (%lld) differs from q's (%lld); Q and K share one "
+                       "head dim (V, O and dO may have one of their own)", (long long)k[3], (long long)q[3]);
+    if (own_v && o[3] != v[3])
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "o's head_dim (%lld) differs from v's (%lld); O has V's head dim",
+                       (long long)o[3], (long long)v[3]);
     if (q[2] > 0 && k[2] < 1)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "k/v heads are %lld; with %lld q heads there must be at least one",
                        (long long)k[2], (long long)q[2]);
@@ -284,6 +291,9 @@ fg_status rt_check_fwd_args(const fg_fwd_args *a, int need_data, fg_error *err) 
     if (q[3] < 8 || q[3] > 256 || q[3] % 8 != 0)
         return fg_fail(err, FG_ERR_UNSUPPORTED, "head_dim %lld is not supported: it must be a multiple of 8 from 8 to 256",
                        (long long)q[3]);
+    if (own_v && v[3] != q[3] && (v[3] < 8 || v[3] > 256 || v[3] % 8 != 0))
+        return fg_fail(err, FG_ERR_UNSUPPORTED, "v's head_dim %lld is not supported: it must be a multiple of 8 from 8 to "
+                       "256 (as q's)", (long long)v[3]);
     if (q[0] > 65535 || q[2] > 65535)
         return fg_fail(err, FG_ERR_UNSUPPORTED, "batch (%lld) and q heads (%lld) must each be at most 65535 (CUDA grid limits)",
                        (long long)q[0], (long long)q[2]);
@@ -330,6 +340,10 @@ fg_status rt_check_fwd_args(const fg_fwd_args *a, int need_data, fg_error *err) 
     if (a->causal != 0 && a->causal != 1)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "causal is %d; it must be 0 or 1", a->causal);
     return FG_OK;
+}
+
+fg_status rt_check_fwd_args(const fg_fwd_args *a, int need_data, fg_error *err) {
+    return check_fwd_args(a, need_data, 0, err);
 }
 
 /* One gradient (or dO) tensor against the tensor it mirrors: dtype, shape, structure, alignment. */
@@ -381,7 +395,7 @@ fg_status rt_check_bwd_args(const fg_bwd_args *a, int need_data, size_t need, fg
     if (!a->lse.data && need_data && a->q.shape[0] != 0 && a->q.shape[1] != 0 && a->q.shape[2] != 0)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                        "lse.data is NULL; the backward recomputes P from the forward's LSE: pass the forward's lse");
-    fg_status st = rt_check_fwd_args(&f, need_data, err);
+    fg_status st = check_fwd_args(&f, need_data, 1, err);
     if (st != FG_OK) return st;
     if (a->lse.data == NULL && a->lse.ndim != 0 && !need_data &&
         (st = check_tensor(&a->lse, "lse", 3, 0, 0, err)) != FG_OK)

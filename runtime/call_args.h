@@ -12,8 +12,9 @@
  * sentence naming the argument and the rule. */
 fg_status rt_check_fwd_args(const fg_fwd_args *a, int need_data, fg_error *err);
 
-/* The backward's rules: q, k, v, o, lse as for the forward (lse required), dout like o, dq like q, dk
- * and dv like k (dtype, shape; last dim contiguous), 16-bit dtypes, 16-byte alignment, outputs
+/* The backward's rules: q, k, v, o, lse as for the forward (lse required) except that V may have a head dim of
+ * its own (head_dim_v: a multiple of 8 up to 256) which O has, dout like o, dq like q, dk like k and dv like v
+ * (dtype, shape; last dim contiguous), 16-bit dtypes, 16-byte alignment, outputs
  * overlapping neither the inputs nor each other, a workspace of at least `need` bytes (checked when
  * need_data), deterministic 0 or 1. */
 fg_status rt_check_bwd_args(const fg_bwd_args *a, int need_data, size_t need, fg_error *err);

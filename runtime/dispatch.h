@@ -151,7 +151,8 @@ typedef struct backward_layout {
     size_t lse2;     /* fg_bwd_params.lse2: lse * log2(e), [b, hq, rows padded] */
     size_t dsum;     /* fg_bwd_params.dsum: rowsum(dO * O), [b, hq, rows padded] */
     size_t sem;      /* fg_bwd_params.dq_sem: the deterministic mode's dQ order (empty otherwise) */
-    size_t dkv;      /* fg_bwd_params.dkv_accum: GQA's fp32 dK and dV per query head, rows of d (empty otherwise) */
+    size_t dkv;      /* fg_bwd_params.dkv_accum: GQA's fp32 dK and dV per query head, rows of d and of dv (empty
+                        otherwise) */
     size_t total;    /* bytes in all */
 } backward_layout;
 
@@ -160,9 +161,10 @@ typedef struct backward_layout {
  * does not fit size_t (computed with checked arithmetic). */
 fg_status backward_workspace_layout(const fg_context *ctx, const fg_bwd_args *a, backward_layout *L, fg_error *err);
 /* Lays out the regions for heads_rows x rows accumulator rows (the dQ accumulator, of the padded head dim the
- * kernels compute on, spec_bwd_head_dim_padded(d); lse2, D; the deterministic mode's semaphores, one per 16
- * rows) and dkv_rows rows of GQA's fp32 dK/dV of head_dim d: 0 when the size overflows size_t. */
-int backward_regions(size_t heads_rows, size_t rows, size_t d, int deterministic, size_t dkv_rows,
+ * kernels compute on, spec_bwd_dim_padded(d, max(d, dv)); lse2, D; the deterministic mode's semaphores, one per 16
+ * rows) and kv_rows rows of GQA's fp32 dK (head_dim d) and as many of dV (V's head dim dv): 0 when the size
+ * overflows size_t. */
+int backward_regions(size_t heads_rows, size_t rows, size_t d, size_t dv, int deterministic, size_t kv_rows,
                      backward_layout *L);
 /* The backward of variable-length batches (backward_varlen.c): the sequences' offsets and the packed tensors as
  * TMA maps them ([1, total, heads, d] views). */

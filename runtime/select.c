@@ -205,19 +205,21 @@ int rt_bwd_tma(const fg_context *ctx, const fg_spec *s) {
 }
 
 /* The backward variant's family and problem fields for target t: kind bwd, the arch (the mma.sync family:
- * sm_90, not sm_90a, on Hopper, unless the sm_90a kernel takes the call), dtype, head_dim, mask and mode. */
+ * sm_90, not sm_90a, on Hopper, unless the sm_90a kernel takes the call), dtype, head_dim, V's head dim (from v's
+ * shape, as the forward's serving call takes it), mask and mode. */
 static void bwd_base(const select_target *t, const fg_bwd_args *a, fg_spec *s) {
     memset(s, 0, sizeof *s);
     s->kind = FG_KIND_BWD;
     s->arch = t->arch;
     s->dtype = s->out_dtype = a->q.dtype;
     s->head_dim = (int)a->q.shape[3];
+    s->head_dim_v = a->v.shape[3] != a->q.shape[3] ? (int)a->v.shape[3] : 0;
     s->causal = a->causal;
     s->deterministic = a->deterministic;
-    /* The sm_90a backward (backward_wgmma.cuh) where it applies (head_dim 64 or 128, not deterministic, Q, K, V
-     * and dO TMA-ready), unless FLASHGEN_WGMMA_BWD=0: wgmma and TMA loads make it the faster kernel on
-     * Hopper, ahead of FlashAttention-2's backward where the mma.sync kernel is behind it. */
-    s->arch_accel = t->wgmma_bwd && (s->head_dim == 64 || s->head_dim == 128) && !s->deterministic &&
+    /* The sm_90a backward (backward_wgmma.cuh) where it applies (head_dim 64 or 128, V of the same, not
+     * deterministic, Q, K, V and dO TMA-ready), unless FLASHGEN_WGMMA_BWD=0: wgmma and TMA loads make it the faster
+     * kernel on Hopper, ahead of FlashAttention-2's backward where the mma.sync kernel is behind it. */
+    s->arch_accel = t->wgmma_bwd && (s->head_dim == 64 || s->head_dim == 128) && !s->head_dim_v && !s->deterministic &&
                     select_bwd_tma_ready(a);
 }
 
@@ -257,7 +259,7 @@ static fg_status bwd_finish(fg_context *ctx, const select_target *tg, const fg_b
     }
     st = runnable(ctx, tg, s, err);
     const size_t limit = arch_smem_limit(s->arch);
-    if (st == FG_ERR_UNSUPPORTED && s->head_dim > 128 && (spec_smem_bytes(s) > tg->smem_optin ||
+    if (st == FG_ERR_UNSUPPORTED && s->head_dim > 128 && !s->head_dim_v && (spec_smem_bytes(s) > tg->smem_optin ||
                                                           (limit != 0 && spec_smem_bytes(s) > limit))) {
         /* the policy's tile for this head_dim does not fit this GPU's shared memory */
         char why[sizeof err->msg];
@@ -295,7 +297,7 @@ fg_status select_bwd_spec_in(fg_context *ctx, const fg_bwd_args *a, int mma_only
     /* The mma.sync kernel's tiles: the tuning database's winner for the nearest bucket (`flashgen tune` of a
      * kind = "bwd" space), outside the deterministic mode, when it is runnable here; else the tile policy. The
      * loads by TMA are chosen below either way, as the tuner chose them for its candidates (rt_bwd_tma). */
-    if (ctx->tuned && !spec_is_wgmma_bwd(s) && !s->deterministic) {
+    if (ctx->tuned && !spec_is_wgmma_bwd(s) && !s->deterministic && !s->head_dim_v) { /* buckets: V of Q's head dim */
         const fg_tune_class c = select_problem_class(FG_KIND_BWD, &a->q, &a->k, a->causal);
         fg_spec t;
         fg_error terr;

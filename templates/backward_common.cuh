@@ -5,6 +5,14 @@
 #ifndef FG_BACKWARD_COMMON_CUH
 #define FG_BACKWARD_COMMON_CUH
 
+// V's head dim (head_dim_v), which O, dO and dV share: FG_HEAD_DIM unless the variant gives V one of its own (the
+// mma.sync kernel's; DeepSeek's 192/128). Q, K, dQ and dK have FG_HEAD_DIM. Its padded width follows the
+// emitter's spec_bwd_dim_padded, as FG_HEAD_DIM_PADDED's does.
+#ifndef FG_HEAD_DIM_V
+#define FG_HEAD_DIM_V FG_HEAD_DIM
+#define FG_HEAD_DIM_V_PADDED FG_HEAD_DIM_PADDED
+#endif
+
 #include "common/fg_params.h"
 #include "common/score_mods.cuh"
 #include "common/types.cuh"
@@ -30,8 +38,12 @@ constexpr int FG_DQ_GROUPS = FG_BLOCK_M / (16 * FG_DQ_M16_TILES); // query group
 constexpr int FG_DQ_SLICES = FG_WARPS / FG_DQ_GROUPS;      // warps sharing a query group, each a slice of head_dim
 constexpr int FG_DQ_N8_TILES = FG_DT / FG_DQ_SLICES;    // n8 tiles of dQ per warp
 constexpr int FG_DS_ROW_CHUNKS = FG_BLOCK_M / 8;     // 16-byte chunks of a P^T or dS^T row (queries)
-constexpr u32 FG_KV_BYTES = FG_BLOCK_N * FG_HEAD_DIM_PADDED * 2;
+constexpr int FG_V_CHUNKS = FG_HEAD_DIM_V_PADDED / 8; // 16-byte chunks of a V or dO tile row (FG_CHUNKS: Q's, K's)
+constexpr bool FG_SAME_V = FG_HEAD_DIM_V == FG_HEAD_DIM && FG_HEAD_DIM_V_PADDED == FG_HEAD_DIM_PADDED; // V of Q's dim
+constexpr u32 FG_K_BYTES = FG_BLOCK_N * FG_HEAD_DIM_PADDED * 2;
+constexpr u32 FG_V_BYTES = FG_BLOCK_N * FG_HEAD_DIM_V_PADDED * 2;
 constexpr u32 FG_Q_BLOCK_BYTES = FG_BLOCK_M * FG_HEAD_DIM_PADDED * 2;
+constexpr u32 FG_DO_BLOCK_BYTES = FG_BLOCK_M * FG_HEAD_DIM_V_PADDED * 2;
 constexpr u32 FG_DS_BYTES = FG_BLOCK_N * FG_BLOCK_M * 2;
 constexpr u32 FG_ROW_BYTES = FG_BLOCK_M * 4; // the LSE (or D) of one query block, fp32
 // sm_90 and newer (FG_DQ_STAGED, set by the emitter from spec_bwd_dq_staged, which also sizes the shared
@@ -120,8 +132,8 @@ __device__ __forceinline__ i64 fg_bwd_rows_padded(int sq) {
 // rows, fg_bwd_rows_padded, for the dQ accumulator, lse2, D and the semaphores) starts at heads_q x W(b)
 // rows, W(b) = (q_start + FG_BWD_SEQ_PAD b) rounded down to a multiple of 128, which the next sequence's W
 // never undercuts (a sequence of n queries pads to fewer than n + 207 rows), and its GQA dK/dV accumulators at
-// 2 x heads_q x k_start rows. The host sizes the workspace for heads_q x (total_q + FG_BWD_SEQ_PAD batch) rows
-// (runtime/backward_varlen.c), which every clamped offset stays within.
+// heads_q x k_start rows of FG_HEAD_DIM + FG_HEAD_DIM_V floats. The host sizes the workspace for heads_q x
+// (total_q + FG_BWD_SEQ_PAD batch) rows (runtime/backward_varlen.c), which every clamped offset stays within.
 __device__ __forceinline__ fg_bwd_params fg_bwd_seq_params(const fg_bwd_params &p, int b) {
     fg_bwd_params s = p;
     int qs, ks;
@@ -143,7 +155,7 @@ __device__ __forceinline__ fg_bwd_params fg_bwd_seq_params(const fg_bwd_params &
     s.lse2 = p.lse2 + rows;
     s.dsum = p.dsum + rows;
     if (p.dq_sem) s.dq_sem = p.dq_sem + rows / 16;
-    if (p.dkv_accum) s.dkv_accum = p.dkv_accum + 2 * (i64)p.heads_q * ks * FG_HEAD_DIM;
+    if (p.dkv_accum) s.dkv_accum = p.dkv_accum + (i64)p.heads_q * ks * (FG_HEAD_DIM + FG_HEAD_DIM_V);
     return s;
 }
 // A kernel's parameters: its sequence's (fg_bwd_seq_params) with FG_VARLEN, else the launch's own.
@@ -367,13 +379,14 @@ __device__ __forceinline__ void fg_bwd_p_ds(float (&s)[4], float (&dp)[4], int h
 // K and V of the key block at n0 into their tiles (joining the caller's next cp.async group).
 __device__ __forceinline__ void fg_bwd_load_kv(const fg_bwd_params &p, u32 s_k, u32 s_v, int batch, int kv_head, int n0,
                                                int sk, int tid) {
-    fg_tile_loader<FG_BLOCK_N, FG_THREADS> kv_loader;
-    kv_loader.init((const fg_in_t *)p.k + batch * p.k_stride[0] + (i64)n0 * p.k_stride[1] + kv_head * p.k_stride[2],
-                   p.k_stride[1], tid);
-    kv_loader.load(s_k, sk - n0, p.k_stride[1]);
-    kv_loader.init((const fg_in_t *)p.v + batch * p.v_stride[0] + (i64)n0 * p.v_stride[1] + kv_head * p.v_stride[2],
-                   p.v_stride[1], tid);
-    kv_loader.load(s_v, sk - n0, p.v_stride[1]);
+    fg_tile_loader<FG_BLOCK_N, FG_THREADS> k_loader;
+    k_loader.init((const fg_in_t *)p.k + batch * p.k_stride[0] + (i64)n0 * p.k_stride[1] + kv_head * p.k_stride[2],
+                  p.k_stride[1], tid);
+    k_loader.load(s_k, sk - n0, p.k_stride[1]);
+    fg_tile_loader<FG_BLOCK_N, FG_THREADS, FG_HEAD_DIM_V, FG_HEAD_DIM_V_PADDED> v_loader;
+    v_loader.init((const fg_in_t *)p.v + batch * p.v_stride[0] + (i64)n0 * p.v_stride[1] + kv_head * p.v_stride[2],
+                  p.v_stride[1], tid);
+    v_loader.load(s_v, sk - n0, p.v_stride[1]);
 }
 
 // The query blocks a CTA streams, from m_first on: Q, dO, lse2 and D of block m into stage st (the two
@@ -381,7 +394,8 @@ __device__ __forceinline__ void fg_bwd_load_kv(const fg_bwd_params &p, u32 s_k, 
 // padded, so always in bounds). THREADS: the threads that load (tid below it).
 template <int THREADS = FG_THREADS>
 struct fg_bwd_qstream {
-    fg_tile_loader<FG_BLOCK_M, THREADS> q, dout;
+    fg_tile_loader<FG_BLOCK_M, THREADS> q;
+    fg_tile_loader<FG_BLOCK_M, THREADS, FG_HEAD_DIM_V, FG_HEAD_DIM_V_PADDED> dout;
     __device__ __forceinline__ void init(const fg_bwd_params &p, int batch, int head, int m_first, int tid) {
         q.init((const fg_in_t *)p.q + batch * p.q_stride[0] + head * p.q_stride[2] + (i64)m_first * FG_BLOCK_M * p.q_stride[1],
                p.q_stride[1], tid);
@@ -397,7 +411,7 @@ struct fg_bwd_qstream {
     __device__ __forceinline__ void load(const fg_bwd_params &p, u32 s_q, u32 s_do, u32 s_lse, u32 s_d, int m, int st,
                                          int sq, i64 bh, i64 sq_pad, int tid) {
         q.load(s_q + st * FG_Q_BLOCK_BYTES, sq - m * FG_BLOCK_M, p.q_stride[1]);
-        dout.load(s_do + st * FG_Q_BLOCK_BYTES, sq - m * FG_BLOCK_M, p.do_stride[1]);
+        dout.load(s_do + st * FG_DO_BLOCK_BYTES, sq - m * FG_BLOCK_M, p.do_stride[1]);
         constexpr int CH = FG_ROW_BYTES / 16;
         if (tid < 2 * CH) {
             const int which = tid / CH, c = tid % CH;
@@ -413,11 +427,11 @@ struct fg_bwd_qstream {
 // K and V of the key block at n0 (FG_VARLEN: rows of the packed tensors, p.k_row0 added by the caller):
 __device__ __forceinline__ void fg_bwd_tma_kv(const fg_tma_params &tm, u32 s_k, u32 s_v, int n0, int kv_head, int batch,
                                               u32 bar) {
-    fg_mbar_expect_tx(bar, 2 * FG_KV_BYTES);
+    fg_mbar_expect_tx(bar, FG_K_BYTES + FG_V_BYTES);
 #pragma unroll
-    for (int c = 0; c < FG_HEAD_DIM / 64; c++) {
-        fg_tma_load(s_k + c * FG_BLOCK_N * 128, tm.k, c * 64, n0, kv_head, batch, bar);
-        fg_tma_load(s_v + c * FG_BLOCK_N * 128, tm.v, c * 64, n0, kv_head, batch, bar);
+    for (int c = 0; c < (FG_HEAD_DIM > FG_HEAD_DIM_V ? FG_HEAD_DIM : FG_HEAD_DIM_V) / 64; c++) {
+        if (c < FG_HEAD_DIM / 64) fg_tma_load(s_k + c * FG_BLOCK_N * 128, tm.k, c * 64, n0, kv_head, batch, bar);
+        if (c < FG_HEAD_DIM_V / 64) fg_tma_load(s_v + c * FG_BLOCK_N * 128, tm.v, c * 64, n0, kv_head, batch, bar);
     }
 }
 // Query block m into stage st: Q and dO (boxes of 64 columns x FG_BW_ROWS rows: 64, or the whole 80-query
@@ -429,50 +443,103 @@ static_assert(!(FG_BWD_TMA || FG_WGMMA_BWD) || FG_BLOCK_M % FG_BW_ROWS == 0, "wh
 __device__ __forceinline__ void fg_bwd_tma_block(const fg_tma_params &tm, const fg_bwd_params &p, u32 s_q, u32 s_do,
                                                  u32 s_lse, u32 s_d, int m, int st, int head, int batch, i64 row0,
                                                  u32 bar) {
-    fg_mbar_expect_tx(bar, 2 * FG_Q_BLOCK_BYTES + 2 * FG_ROW_BYTES);
+    fg_mbar_expect_tx(bar, FG_Q_BLOCK_BYTES + FG_DO_BLOCK_BYTES + 2 * FG_ROW_BYTES);
 #pragma unroll
     for (int r = 0; r < FG_BLOCK_M; r += FG_BW_ROWS)
 #pragma unroll
-        for (int c = 0; c < FG_HEAD_DIM / 64; c++) {
-            const u32 off = st * FG_Q_BLOCK_BYTES + c * FG_BLOCK_M * 128 + r * 128;
-            fg_tma_load(s_q + off, tm.q, c * 64, m * FG_BLOCK_M + r + (FG_VARLEN ? p.q_row0 : 0), head, batch, bar);
-            fg_tma_load(s_do + off, tm.o, c * 64, m * FG_BLOCK_M + r + (FG_VARLEN ? p.q_row0 : 0), head, batch, bar);
+        for (int c = 0; c < (FG_HEAD_DIM > FG_HEAD_DIM_V ? FG_HEAD_DIM : FG_HEAD_DIM_V) / 64; c++) {
+            const u32 off = c * FG_BLOCK_M * 128 + r * 128;
+            const int row = m * FG_BLOCK_M + r + (FG_VARLEN ? p.q_row0 : 0);
+            if (c < FG_HEAD_DIM / 64) fg_tma_load(s_q + st * FG_Q_BLOCK_BYTES + off, tm.q, c * 64, row, head, batch, bar);
+            if (c < FG_HEAD_DIM_V / 64) fg_tma_load(s_do + st * FG_DO_BLOCK_BYTES + off, tm.o, c * 64, row, head, batch, bar);
         }
     const i64 row = row0 + (i64)m * FG_BLOCK_M;
     fg_bulk_load(s_lse + st * FG_ROW_BYTES, p.lse2 + row, FG_ROW_BYTES, bar);
     fg_bulk_load(s_d + st * FG_ROW_BYTES, p.dsum + row, FG_ROW_BYTES, bar);
 }
 
-// dK = scale * sum dS^T Q and dV of key `key`, columns col and col + 1 (col even; none past FG_HEAD_DIM, a
-// multiple of 8): 16-bit outputs (one KV head per query head), or fp32 per query head (GQA: the post kernel
-// sums a KV head's query heads in order).
+// The GQA accumulator of dK and dV (the workspace's fp32 rows per query head): dK's plane, batch x heads_q x sk rows
+// of FG_HEAD_DIM floats, then dV's, rows of FG_HEAD_DIM_V. Its dV plane (fg_bwd_params of a batch, or of one
+// sequence: fg_bwd_seq_params).
+__device__ __forceinline__ float *fg_bwd_dv_accum(const fg_bwd_params &p, int sk) {
+    return p.dkv_accum + (i64)p.batch * p.heads_q * sk * FG_HEAD_DIM;
+}
+
+// dK = scale * sum dS^T Q of key `key` at columns kcol and kcol + 1 (with k_on), and dV at vcol and vcol + 1 (with
+// v_on; the callers' unrolled loops make both constants): even columns, none stored past FG_HEAD_DIM or
+// FG_HEAD_DIM_V (multiples of 8); 16-bit outputs (one KV head per query head), or fp32 per query head (GQA: the post
+// kernel sums a KV head's query heads in order). With V of Q's head dim the callers pass one column for both and
+// both flags set, and it takes the form with one check and one address (the general one changed ptxas's schedule
+// of those kernels: d 256, sm_90, 1 KiB more code).
 __device__ __forceinline__ void fg_bwd_store_dkdv(const fg_bwd_params &p, int batch, int kv_head, i64 bh, int sk, int key,
-                                                  int col, float k0, float k1, float v0, float v1) {
-    if (FG_HEAD_DIM != FG_HEAD_DIM_PADDED && col >= FG_HEAD_DIM) return; // a padding column
-    k0 *= p.softmax_scale;
-    k1 *= p.softmax_scale;
-    if (p.dkv_accum == 0) {
-        u16 *dkp = (u16 *)p.dk + batch * p.dk_stride[0] + (i64)key * p.dk_stride[1] + kv_head * p.dk_stride[2] + col;
-        u16 *dvp = (u16 *)p.dv + batch * p.dv_stride[0] + (i64)key * p.dv_stride[1] + kv_head * p.dv_stride[2] + col;
-        *(u32 *)dkp = fg_pack2(k0, k1);
-        *(u32 *)dvp = fg_pack2(v0, v1);
+                                                  bool k_on, int kcol, float k0, float k1, bool v_on, int vcol, float v0,
+                                                  float v1) {
+    if constexpr (FG_SAME_V) {
+        if (FG_HEAD_DIM != FG_HEAD_DIM_PADDED && kcol >= FG_HEAD_DIM) return; // a padding column
+        k0 *= p.softmax_scale;
+        k1 *= p.softmax_scale;
+        if (p.dkv_accum == 0) {
+            u16 *dkp = (u16 *)p.dk + batch * p.dk_stride[0] + (i64)key * p.dk_stride[1] + kv_head * p.dk_stride[2] + kcol;
+            u16 *dvp = (u16 *)p.dv + batch * p.dv_stride[0] + (i64)key * p.dv_stride[1] + kv_head * p.dv_stride[2] + kcol;
+            *(u32 *)dkp = fg_pack2(k0, k1);
+            *(u32 *)dvp = fg_pack2(v0, v1);
+        } else {
+            float *base = p.dkv_accum + ((bh * sk + key) * FG_HEAD_DIM + kcol);
+            *(float2 *)base = make_float2(k0, k1);
+            *(float2 *)(base + (i64)p.batch * p.heads_q * sk * FG_HEAD_DIM) = make_float2(v0, v1);
+        }
     } else {
-        float *base = p.dkv_accum + ((bh * sk + key) * FG_HEAD_DIM + col);
-        *(float2 *)base = make_float2(k0, k1);
-        *(float2 *)(base + (i64)p.batch * p.heads_q * sk * FG_HEAD_DIM) = make_float2(v0, v1);
+        const bool kst = k_on && (FG_HEAD_DIM == FG_HEAD_DIM_PADDED || kcol < FG_HEAD_DIM); // not a padding column
+        const bool vst = v_on && (FG_HEAD_DIM_V == FG_HEAD_DIM_V_PADDED || vcol < FG_HEAD_DIM_V);
+        k0 *= p.softmax_scale;
+        k1 *= p.softmax_scale;
+        if (p.dkv_accum == 0) {
+            u16 *dkp = (u16 *)p.dk + batch * p.dk_stride[0] + (i64)key * p.dk_stride[1] + kv_head * p.dk_stride[2] + kcol;
+            u16 *dvp = (u16 *)p.dv + batch * p.dv_stride[0] + (i64)key * p.dv_stride[1] + kv_head * p.dv_stride[2] + vcol;
+            if (kst) *(u32 *)dkp = fg_pack2(k0, k1);
+            if (vst) *(u32 *)dvp = fg_pack2(v0, v1);
+        } else {
+            if (kst) *(float2 *)(p.dkv_accum + ((bh * sk + key) * FG_HEAD_DIM + kcol)) = make_float2(k0, k1);
+            if (vst) *(float2 *)(fg_bwd_dv_accum(p, sk) + ((bh * sk + key) * FG_HEAD_DIM_V + vcol)) = make_float2(v0, v1);
+        }
     }
 }
 
-// dK and dV rows staged in shared memory (16-bit, fg_tile_offset layouts of FG_HEAD_DIM_PADDED columns: dK rows
+// Rows of a gradient staged in shared memory (16-bit, the fg_tile_offset layout of rows of TCH chunks: rows t0..
+// of a tile of RT rows at `tile`, a generic pointer) out to its tensor (dst, the first key's row, rows `stride`
+// elements apart) as whole 16-byte units, consecutive threads (thread of nthreads) along a row: keys key0 ..
+// key0 + ROWS - 1, those below sk, the CH units below the tensor's head dim.
+template <int ROWS, int CH, int TCH, int RT>
+__device__ __forceinline__ void fg_bwd_rows_out(u16 *dst, i64 stride, int sk, int key0, const unsigned char *tile,
+                                                int t0, int thread, int nthreads) {
+#pragma unroll
+    for (int u = thread; u < ROWS * CH; u += nthreads) {
+        const int r = u / CH, c = u % CH;
+        if (key0 + r >= sk) continue;
+        *(uint4 *)(dst + (i64)r * stride + 8 * c) = *(const uint4 *)(tile + fg_tile_offset<TCH>(t0 + r, c, RT));
+    }
+}
+
+// dK and dV rows staged in shared memory (16-bit, fg_tile_offset layouts of the padded head dims' columns: dK rows
 // rk0.. of a tile of RK rows at dk_tile, dV rows rv0.. of a tile of RV rows at dv_tile; generic pointers) out to
 // the outputs as whole 16-byte units, consecutive threads (thread of nthreads) along a row: keys key0 .. key0 +
-// ROWS - 1, those below sk, columns below FG_HEAD_DIM. Both main kernels end with it for MHA (4-byte stores from
-// the fragments, 8 rows a warp instruction, were 3.3-3.6% slower overall and 5-11% at 512).
+// ROWS - 1, those below sk, columns below FG_HEAD_DIM (dV's: FG_HEAD_DIM_V). Both main kernels end with it for MHA
+// (4-byte stores from the fragments, 8 rows a warp instruction, were 3.3-3.6% slower overall and 5-11% at 512).
+// One pass for both where their rows are as wide, else one each (fg_bwd_rows_out).
 template <int ROWS, int RK, int RV>
 __device__ __forceinline__ void fg_bwd_dkdv_out(const fg_bwd_params &p, int batch, int kv_head, int sk, int key0,
                                                 const unsigned char *dk_tile, int rk0, const unsigned char *dv_tile,
                                                 int rv0, int thread, int nthreads) {
     constexpr int CH = FG_HEAD_DIM / 8, TCH = FG_HEAD_DIM_PADDED / 8; // 16-byte units of an output, a tile row
+    if constexpr (!FG_SAME_V) {
+        const i64 k0 = (i64)key0;
+        fg_bwd_rows_out<ROWS, CH, TCH, RK>((u16 *)p.dk + batch * p.dk_stride[0] + k0 * p.dk_stride[1] + kv_head * p.dk_stride[2],
+                                           p.dk_stride[1], sk, key0, dk_tile, rk0, thread, nthreads);
+        fg_bwd_rows_out<ROWS, FG_HEAD_DIM_V / 8, FG_V_CHUNKS, RV>(
+            (u16 *)p.dv + batch * p.dv_stride[0] + k0 * p.dv_stride[1] + kv_head * p.dv_stride[2], p.dv_stride[1], sk, key0,
+            dv_tile, rv0, thread, nthreads);
+        return;
+    }
 #pragma unroll
     for (int u = thread; u < ROWS * CH; u += nthreads) {
         const int r = u / CH, c = u % CH, key = key0 + r;

@@ -29,6 +29,9 @@
 //                       fragments to an fp32 buffer per query head.
 //   fg_bwd_post_kernel  dQ = accumulator * scale in the output dtype; with GQA, dK and dV = the sum over
 //                       the query heads of a KV head, in head order (so GQA needs no atomics).
+// V, O, dO and dV may have a head dim of their own (FG_HEAD_DIM_V: the spec's head_dim_v, DeepSeek's 192/128): their
+// tiles and loaders have its width, dP^T = V dO^T and D run over it, and phase 2's warps own a part of dV's
+// columns as of dK's (the same number of parts of each); S^T, dK and dQ keep Q's and K's head dim.
 // Working on S^T (keys as rows) gives P^T and dS^T the row layout the dV and dK products take as A
 // operands; they cross to phases 2 and 3 through shared memory because those phases split the warps
 // differently (FlashAttention-2's layout): each warp then reads fewer operand bytes per MMA than a warp
@@ -44,7 +47,8 @@
 // ---- main ----
 // Phase 1 (S^T, dP^T, P^T, dS^T): warps in FG_P1_KEY_GROUPS key groups of 32 keys x FG_P1_QUERY_PARTS query parts of FG_P1_PART_ROWS
 // (halves with 16 keys a warp, quarters with 8).
-// Phase 2 (dV, dK): warps in FG_P2_KEY_GROUPS key groups of FG_P2_GROUP_KEYS keys x FG_P2_DIM_PARTS head_dim parts of FG_P2_PART_DIM.
+// Phase 2 (dV, dK): warps in FG_P2_KEY_GROUPS key groups of FG_P2_GROUP_KEYS keys x FG_P2_DIM_PARTS head-dim parts: dK's
+// of FG_P2_PART_DIM columns, dV's of FG_P2_PART_DIM_V (V's head dim, FG_HEAD_DIM_V, may differ from Q's and K's).
 // Phase 3 (dQ): warps in FG_DQ_GROUPS query groups of 16 x FG_DQ_M16_TILES rows x FG_DQ_SLICES head_dim slices.
 // P^T and dS^T cross from phase 1 to phases 2 and 3 through shared memory ([keys][queries], 16-bit).
 constexpr int FG_P1_KEY_GROUPS = FG_BLOCK_N / 32;
@@ -54,14 +58,17 @@ constexpr int FG_P1_PART_N8 = FG_P1_PART_ROWS / 8;
 // Eight keys a warp (above head_dim 128) at multiples of 64: 32 keys x a quarter of head_dim, as
 // FlashAttention-2's dK/dV layout there, rather than 16 keys x a half: the same dK, dV registers, a third
 // fewer ldmatrix per MMA (each warp re-reads fewer dO and Q columns).
-constexpr int FG_P2_DIM_PARTS = fg_bwd_p2_parts(FG_BLOCK_N, FG_WARPS, FG_HEAD_DIM_PADDED); // (bwd_tiles.h)
+constexpr int FG_P2_DIM_PARTS = fg_bwd_p2_parts(FG_BLOCK_N, FG_WARPS, FG_HEAD_DIM_PADDED, FG_HEAD_DIM_V_PADDED); // (bwd_tiles.h)
 constexpr int FG_P2_KEY_GROUPS = FG_WARPS / FG_P2_DIM_PARTS;
 constexpr int FG_P2_GROUP_KEYS = FG_BLOCK_N / FG_P2_KEY_GROUPS;
-constexpr int FG_P2_PART_DIM = FG_HEAD_DIM_PADDED / FG_P2_DIM_PARTS;
+constexpr int FG_P2_PART_DIM = FG_HEAD_DIM_PADDED / FG_P2_DIM_PARTS;     // dK's columns a warp
 constexpr int FG_P2_PART_N8 = FG_P2_PART_DIM / 8;
+constexpr int FG_P2_PART_DIM_V = FG_HEAD_DIM_V_PADDED / FG_P2_DIM_PARTS; // dV's
+constexpr int FG_P2_PART_N8_V = FG_P2_PART_DIM_V / 8;
+constexpr int FG_P2_N8_MAX = FG_P2_PART_N8 > FG_P2_PART_N8_V ? FG_P2_PART_N8 : FG_P2_PART_N8_V;
 static_assert((FG_P1_KEY_GROUPS >= 1 && FG_P1_KEY_GROUPS * FG_P1_QUERY_PARTS == FG_WARPS), "phase 1: warp groups own 32 keys");
 static_assert(FG_P1_PART_ROWS % 16 == 0, "phase 1: each query part is a multiple of 16 rows");
-static_assert((FG_P2_GROUP_KEYS % 16 == 0 && FG_P2_PART_DIM % 16 == 0), "phase 2 warp tiles");
+static_assert((FG_P2_GROUP_KEYS % 16 == 0 && FG_P2_PART_DIM % 16 == 0 && FG_P2_PART_DIM_V % 16 == 0), "phase 2 warp tiles");
 
 // The cp.async kernels' loads of block m + 1 between phase 1's S^T and dP^T passes (FG_BWD_LOAD_LATE) rather
 // than right after the loop's barrier: above head_dim 128, where the loop's top ran about 140 instructions
@@ -72,14 +79,15 @@ static_assert((FG_P2_GROUP_KEYS % 16 == 0 && FG_P2_PART_DIM % 16 == 0), "phase 2
 // which keep the old order; one-stage tiles (the A100's d 256) load behind phase 3 either way.
 
 constexpr bool FG_BWD_LOAD_LATE = FG_HEAD_DIM > 128;
-// Phase 2 of one query block for head_dim part WD (a template so that every ldmatrix address keeps its
+// Phase 2 of one query block for head-dim part WD (a template so that every ldmatrix address keeps its
 // compile-time part): dV += P^T dO and dK += dS^T Q, A operands from the P^T and dS^T tiles, B operands
-// by ldmatrix.trans from the dO and Q tiles (rows = queries).
+// by ldmatrix.trans from the dO tile (at do_off; V's head dim) and the Q tile (at qv_off; rows = queries). Where
+// dV's part is narrower or wider than dK's, the steps past the narrower one's columns run the other product alone.
 template <int WD>
-__device__ __forceinline__ void fg_bwd_phase2(float (&dv)[FG_P2_GROUP_KEYS / 16][FG_P2_PART_N8][4],
+__device__ __forceinline__ void fg_bwd_phase2(float (&dv)[FG_P2_GROUP_KEYS / 16][FG_P2_PART_N8_V][4],
                                               float (&dk)[FG_P2_GROUP_KEYS / 16][FG_P2_PART_N8][4], u32 s_p, u32 s_ds,
                                               u32 sq_st, u32 sdo_st, int krow0, const fg_frag_offsets_t<FG_DS_ROW_CHUNKS> &pt_off,
-                                              const fg_frag_offsets &qv_off) {
+                                              const fg_frag_offsets &qv_off, const fg_frag_offsets_t<FG_V_CHUNKS> &do_off) {
 #pragma unroll
     for (int kk = 0; kk < FG_BLOCK_M / 16; kk++) {
         u32 pa[FG_P2_GROUP_KEYS / 16][4], da[FG_P2_GROUP_KEYS / 16][4];
@@ -89,22 +97,30 @@ __device__ __forceinline__ void fg_bwd_phase2(float (&dv)[FG_P2_GROUP_KEYS / 16]
             fg_ldmatrix_x4(da[a], fg_frag_addr<FG_BLOCK_N>(s_ds, pt_off, krow0 + a * 16, kk));
         }
 #pragma unroll
-        for (int d2 = 0; d2 < FG_P2_PART_N8 / 2; d2++) {
+        for (int d2 = 0; d2 < FG_P2_N8_MAX / 2; d2++) {
+            const bool v_on = d2 < FG_P2_PART_N8_V / 2, k_on = d2 < FG_P2_PART_N8 / 2;
             u32 ob[4], qb[4];
-            fg_ldmatrix_x4_trans(ob, fg_frag_addr<FG_BLOCK_M>(sdo_st, qv_off, kk * 16, WD * (FG_P2_PART_N8 / 2) + d2));
-            fg_ldmatrix_x4_trans(qb, fg_frag_addr<FG_BLOCK_M>(sq_st, qv_off, kk * 16, WD * (FG_P2_PART_N8 / 2) + d2));
+            if (v_on)
+                fg_ldmatrix_x4_trans(ob, fg_frag_addr<FG_BLOCK_M>(sdo_st, do_off, kk * 16, WD * (FG_P2_PART_N8_V / 2) + d2));
+            if (k_on)
+                fg_ldmatrix_x4_trans(qb, fg_frag_addr<FG_BLOCK_M>(sq_st, qv_off, kk * 16, WD * (FG_P2_PART_N8 / 2) + d2));
 #pragma unroll
             for (int a = 0; a < FG_P2_GROUP_KEYS / 16; a++) {
-                fg_mma_16816(dv[a][2 * d2], pa[a], ob[0], ob[1]);
-                fg_mma_16816(dv[a][2 * d2 + 1], pa[a], ob[2], ob[3]);
-                fg_mma_16816(dk[a][2 * d2], da[a], qb[0], qb[1]);
-                fg_mma_16816(dk[a][2 * d2 + 1], da[a], qb[2], qb[3]);
+                if (v_on) {
+                    fg_mma_16816(dv[a][2 * d2], pa[a], ob[0], ob[1]);
+                    fg_mma_16816(dv[a][2 * d2 + 1], pa[a], ob[2], ob[3]);
+                }
+                if (k_on) {
+                    fg_mma_16816(dk[a][2 * d2], da[a], qb[0], qb[1]);
+                    fg_mma_16816(dk[a][2 * d2 + 1], da[a], qb[2], qb[3]);
+                }
             }
         }
     }
 }
 
-static_assert(!FG_BWD_TMA || (FG_DQ_FRAG && FG_HEAD_DIM % 64 == 0 && FG_BLOCK_M % 64 == 0 && FG_STAGES == 2),
+static_assert(!FG_BWD_TMA || (FG_DQ_FRAG && FG_HEAD_DIM % 64 == 0 && FG_HEAD_DIM_V % 64 == 0 && FG_BLOCK_M % 64 == 0 &&
+                              FG_STAGES == 2),
               "tma=1: 64-column, 64-row boxes, two stages; sm_90+ (dQ staged, or by vector reductions above d 128)");
 static_assert(FG_STAGES == 1 || FG_STAGES == 2, "one or two stages of query blocks");
 extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)
@@ -155,10 +171,10 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
     const u32 s_k = fg_smem_addr(fg_smem);
 #endif
     unsigned char *const smem = fg_smem + (s_k - fg_smem_addr(fg_smem)); // s_k, generic
-    const u32 s_v = s_k + FG_KV_BYTES;
-    const u32 s_q = s_v + FG_KV_BYTES;               // FG_STAGES stages
-    const u32 s_do = s_q + FG_STAGES * FG_Q_BLOCK_BYTES;   // FG_STAGES stages
-    const u32 s_p = s_do + FG_STAGES * FG_Q_BLOCK_BYTES;   // P^T, [keys][queries]
+    const u32 s_v = s_k + FG_K_BYTES;
+    const u32 s_q = s_v + FG_V_BYTES;                       // FG_STAGES stages
+    const u32 s_do = s_q + FG_STAGES * FG_Q_BLOCK_BYTES;    // FG_STAGES stages
+    const u32 s_p = s_do + FG_STAGES * FG_DO_BLOCK_BYTES;   // P^T, [keys][queries]
     const u32 s_ds = s_p + FG_DS_BYTES;               // dS^T, [keys][queries]
     const u32 s_lse = s_ds + FG_DS_BYTES;             // FG_STAGES stages of FG_BLOCK_M floats
     const u32 s_d = s_lse + FG_STAGES * FG_ROW_BYTES; // FG_STAGES stages
@@ -199,19 +215,26 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
     fg_cp_async_commit();
 #endif
 
-    float dk[FG_P2_GROUP_KEYS / 16][FG_P2_PART_N8][4], dv[FG_P2_GROUP_KEYS / 16][FG_P2_PART_N8][4];
+    float dk[FG_P2_GROUP_KEYS / 16][FG_P2_PART_N8][4], dv[FG_P2_GROUP_KEYS / 16][FG_P2_PART_N8_V][4];
 #pragma unroll
     for (int a = 0; a < FG_P2_GROUP_KEYS / 16; a++)
 #pragma unroll
-        for (int i = 0; i < FG_P2_PART_N8; i++)
+        for (int i = 0; i < FG_P2_N8_MAX; i++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) dk[a][i][e] = dv[a][i][e] = 0.f;
+            for (int e = 0; e < 4; e++) {
+                if (i < FG_P2_PART_N8) dk[a][i][e] = 0.f;
+                if (i < FG_P2_PART_N8_V) dv[a][i][e] = 0.f;
+            }
 
     // ldmatrix lanes: rows of an A operand (16 rows, two chunk columns) at qv_off (K, V tiles) or pt_off
     // (the P^T, dS^T tiles); B operands whose rows are the N dimension (Q, dO rows = queries) at k_off;
-    // transposed B operands whose rows are the reduction dimension (dO, Q for dV, dK) at qv_off.
+    // transposed B operands whose rows are the reduction dimension (dO, Q for dV, dK) at qv_off. The V and dO
+    // tiles' (rows of FG_V_CHUNKS chunks, swizzled by their own slab width) at qv_off_v, k_off_v: the same
+    // offsets where V has Q's head dim.
     const fg_frag_offsets qv_off = fg_frag_offsets_make(lane % 16, lane / 16);
     const fg_frag_offsets k_off = fg_frag_offsets_make(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
+    const auto &qv_off_v = fg_frag_offsets_like<FG_V_CHUNKS>(qv_off, lane % 16, lane / 16);
+    const auto &k_off_v = fg_frag_offsets_like<FG_V_CHUNKS>(k_off, lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
     const fg_frag_offsets_t<FG_DS_ROW_CHUNKS> pt_off = fg_frag_offsets_make<FG_DS_ROW_CHUNKS>(lane % 16, lane / 16);
     const int p1_k0 = (warp % FG_P1_KEY_GROUPS) * 32, p1_q0 = (warp / FG_P1_KEY_GROUPS) * FG_P1_PART_ROWS; // phase 1 tile
     const int p2_k0 = (warp % FG_P2_KEY_GROUPS) * FG_P2_GROUP_KEYS, p2_wd = warp / FG_P2_KEY_GROUPS;       // phase 2 tile
@@ -245,7 +268,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
             fg_cp_async_commit();
         }
 #endif
-        const u32 sq_st = s_q + st * FG_Q_BLOCK_BYTES, sdo_st = s_do + st * FG_Q_BLOCK_BYTES;
+        const u32 sq_st = s_q + st * FG_Q_BLOCK_BYTES, sdo_st = s_do + st * FG_DO_BLOCK_BYTES;
         const float *lse2 = (const float *)(smem + (s_lse - s_k) + st * FG_ROW_BYTES);
         const float *dsum = (const float *)(smem + (s_d - s_k) + st * FG_ROW_BYTES);
         const int m0 = m * FG_BLOCK_M;
@@ -274,7 +297,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
                 for (int i = 0; i < FG_P1_PART_N8; i++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) s[a][i][e] = dp[a][i][e] = 0.f;
-            // Two passes over head_dim (S^T, then dP^T) rather than one: half the fragments in flight.
+            // Two passes (S^T over head_dim, then dP^T over head_dim_v) rather than one: half the fragments in
+            // flight. (Each pass as a call of one function, the same operations, made ptxas spill 16 bytes at d 256.)
 #pragma unroll
             for (int pass = 0; pass < 2; pass++) {
 #if !FG_BWD_TMA
@@ -286,15 +310,17 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
                 }
 #endif
 #pragma unroll
-                for (int kk = 0; kk < FG_HEAD_DIM_PADDED / 16; kk++) {
+                for (int kk = 0; kk < (pass ? FG_HEAD_DIM_V_PADDED : FG_HEAD_DIM_PADDED) / 16; kk++) {
                     u32 xa[2][4];
 #pragma unroll
                     for (int a = 0; a < 2; a++)
-                        fg_ldmatrix_x4(xa[a], fg_frag_addr<FG_BLOCK_N>(pass ? tv : tk, qv_off, p1_k0 + a * 16, kk));
+                        fg_ldmatrix_x4(xa[a], pass ? fg_frag_addr<FG_BLOCK_N>(tv, qv_off_v, p1_k0 + a * 16, kk)
+                                                   : fg_frag_addr<FG_BLOCK_N>(tk, qv_off, p1_k0 + a * 16, kk));
 #pragma unroll
                     for (int n2 = 0; n2 < FG_P1_PART_N8 / 2; n2++) {
                         u32 yb[4];
-                        fg_ldmatrix_x4(yb, fg_frag_addr<FG_BLOCK_M>(pass ? sdo_st : sq_st, k_off, q0 + n2 * 16, kk));
+                        fg_ldmatrix_x4(yb, pass ? fg_frag_addr<FG_BLOCK_M>(sdo_st, k_off_v, q0 + n2 * 16, kk)
+                                                : fg_frag_addr<FG_BLOCK_M>(sq_st, k_off, q0 + n2 * 16, kk));
 #pragma unroll
                         for (int a = 0; a < 2; a++) {
                             float (&c)[FG_P1_PART_N8][4] = pass ? dp[a] : s[a];
@@ -350,15 +376,15 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
         // over, and at d 64 causal on sm_90 ptxas then spilled 12 bytes.)
         if (FG_P2_DIM_PARTS == 4) {
             switch (p2_wd) {
-            case 0: fg_bwd_phase2<0>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off); break;
-            case 1: fg_bwd_phase2<1 % FG_P2_DIM_PARTS>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off); break;
-            case 2: fg_bwd_phase2<2 % FG_P2_DIM_PARTS>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off); break;
-            default: fg_bwd_phase2<3 % FG_P2_DIM_PARTS>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off); break;
+            case 0: fg_bwd_phase2<0>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off, qv_off_v); break;
+            case 1: fg_bwd_phase2<1 % FG_P2_DIM_PARTS>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off, qv_off_v); break;
+            case 2: fg_bwd_phase2<2 % FG_P2_DIM_PARTS>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off, qv_off_v); break;
+            default: fg_bwd_phase2<3 % FG_P2_DIM_PARTS>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off, qv_off_v); break;
             }
         } else if (FG_P2_DIM_PARTS == 1 || p2_wd == 0) {
-            fg_bwd_phase2<0>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off);
+            fg_bwd_phase2<0>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off, qv_off_v);
         } else {
-            fg_bwd_phase2<FG_P2_DIM_PARTS - 1>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off);
+            fg_bwd_phase2<FG_P2_DIM_PARTS - 1>(dv, dk, tp, tds, sq_st, sdo_st, p2_k0, pt_off, qv_off, qv_off_v);
         }
 #if !FG_BWD_TMA
         if (FG_STAGES == 1) {
@@ -475,19 +501,22 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
         // dK (times the softmax scale) and dV in the output dtype, staged in the K and V tiles (free once
         // every warp is past its last products), then out by fg_bwd_dkdv_out (H200, bf16: 1.033x at d 64
         // and 128, 1.012x at d 256). GQA writes fp32 per query head below.
-        constexpr int CH = FG_HEAD_DIM_PADDED / 8; // 16-byte units of a tile row
+        constexpr int CH = FG_HEAD_DIM_PADDED / 8; // 16-byte units of a tile row (the V tile's: FG_V_CHUNKS)
         __syncthreads();
 #pragma unroll
         for (int a = 0; a < FG_P2_GROUP_KEYS / 16; a++)
 #pragma unroll
             for (int h = 0; h < 2; h++)
 #pragma unroll
-                for (int i = 0; i < FG_P2_PART_N8; i++) {
+                for (int i = 0; i < FG_P2_N8_MAX; i++) {
                     const int row = p2_k0 + a * 16 + g + 8 * h, col = p2_wd * FG_P2_PART_DIM + 8 * i + 2 * t;
                     const u32 off = fg_tile_offset<CH>(row, col / 8, FG_BLOCK_N) + 4 * t;
-                    *(u32 *)(smem + off) =
-                        fg_pack2(dk[a][i][2 * h] * p.softmax_scale, dk[a][i][2 * h + 1] * p.softmax_scale);
-                    *(u32 *)(smem + (s_v - s_k) + off) = fg_pack2(dv[a][i][2 * h], dv[a][i][2 * h + 1]);
+                    const u32 off_v = FG_SAME_V ? off // the V tile's place of dV column p2_wd * FG_P2_PART_DIM_V + 8 i + 2 t
+                                                : fg_tile_offset<FG_V_CHUNKS>(row, p2_wd * (FG_P2_PART_DIM_V / 8) + i, FG_BLOCK_N) + 4 * t;
+                    if (i < FG_P2_PART_N8)
+                        *(u32 *)(smem + off) =
+                            fg_pack2(dk[a][i][2 * h] * p.softmax_scale, dk[a][i][2 * h + 1] * p.softmax_scale);
+                    if (i < FG_P2_PART_N8_V) *(u32 *)(smem + (s_v - s_k) + off_v) = fg_pack2(dv[a][i][2 * h], dv[a][i][2 * h + 1]);
                 }
         __syncthreads();
         fg_bwd_dkdv_out<FG_BLOCK_N, FG_BLOCK_N, FG_BLOCK_N>(p, batch, kv_head, sk, n0, smem, 0, smem + (s_v - s_k), 0, tid,
@@ -502,9 +531,13 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
             const int key = n0 + p2_k0 + a * 16 + g + 8 * h;
             if (key >= sk) continue;
 #pragma unroll
-            for (int i = 0; i < FG_P2_PART_N8; i++)
-                fg_bwd_store_dkdv(p, batch, kv_head, bh, sk, key, p2_wd * FG_P2_PART_DIM + 8 * i + 2 * t, dk[a][i][2 * h],
-                                  dk[a][i][2 * h + 1], dv[a][i][2 * h], dv[a][i][2 * h + 1]);
+            for (int i = 0; i < FG_P2_N8_MAX; i++) {
+                const bool k_on = i < FG_P2_PART_N8, v_on = i < FG_P2_PART_N8_V;
+                fg_bwd_store_dkdv(p, batch, kv_head, bh, sk, key, k_on, p2_wd * FG_P2_PART_DIM + 8 * i + 2 * t,
+                                  k_on ? dk[a][i][2 * h] : 0.f, k_on ? dk[a][i][2 * h + 1] : 0.f, v_on,
+                                  p2_wd * FG_P2_PART_DIM_V + 8 * i + 2 * t, v_on ? dv[a][i][2 * h] : 0.f,
+                                  v_on ? dv[a][i][2 * h + 1] : 0.f);
+            }
         }
 }
 

@@ -11,6 +11,7 @@
 #include "backward_common.cuh"
 
 // ---- pre: D, lse2, zeroed accumulators ----
+// D = rowsum(dO * O) runs over V's head dim (FG_HEAD_DIM_V: O and dO have V's).
 extern "C" __global__ void __launch_bounds__(256)
 fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params launch) {
     fg_pdl_launch_dependents(); // the main kernel may launch (its K/V loads overlap this grid's end)
@@ -26,7 +27,7 @@ fg_bwd_pre_kernel(const __grid_constant__ fg_bwd_params launch) {
     if (r < p.seqlen_q) {
         const u16 *o = (const u16 *)p.o + batch * p.o_stride[0] + (i64)r * p.o_stride[1] + head * p.o_stride[2];
         const u16 *dout = (const u16 *)p.dout + batch * p.do_stride[0] + (i64)r * p.do_stride[1] + head * p.do_stride[2];
-        for (int c = part * 8; c < FG_HEAD_DIM; c += 32) {
+        for (int c = part * 8; c < FG_HEAD_DIM_V; c += 32) {
             uint4 a = *(const uint4 *)(o + c), b = *(const uint4 *)(dout + c);
             const u32 av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
@@ -114,6 +115,37 @@ __device__ __forceinline__ void fg_dq_unit(u32 u, u32 &row, u32 &col) {
 // half by another warp: 73 us against cuDNN's 58 us for its conversion at head_dim 128, 16384 tokens,
 // bf16, H200 profile.)
 constexpr int FG_POST_PITCH = FG_HEAD_DIM_PADDED * 2 + 16;
+
+// GQA: rows r0 .. r0 + FG_BW_ROWS - 1 (those below seqlen_k) of dK (WHICH 0) and dV (1), for WHICH from W0 to W1 - 1,
+// of KV head `head`: the sum over its query heads' fp32 rows (fg_bwd_store_dkdv's accumulator: dK's plane, then
+// dV's, rows of FG_HEAD_DIM and FG_HEAD_DIM_V floats) in head order, in the output dtype. CH: 16-byte units of a row
+// (its head dim / 8); one pass for both where they are as wide, else one each.
+template <int W0, int W1, int CH>
+__device__ __forceinline__ void fg_bwd_post_dkdv_sum(const fg_bwd_params &p, int head, int batch, int r0, int tid) {
+    for (int i = tid; i < FG_BW_ROWS * CH; i += 256) {
+        const int r = r0 + i / CH, c = (i % CH) * 8;
+        if (p.dkv_accum != 0 && head < p.heads_kv && r < p.seqlen_k) {
+            const int group = p.heads_q / p.heads_kv;
+            const i64 plane = (i64)p.batch * p.heads_q * p.seqlen_k * FG_HEAD_DIM; // dK's (fg_bwd_dv_accum)
+#pragma unroll
+            for (int which = W0; which < W1; which++) {
+                const int w = which == 0 ? FG_HEAD_DIM : FG_HEAD_DIM_V; // floats of an accumulator row
+                float sum[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+                for (int hq = head * group; hq < (head + 1) * group; hq++) {
+                    const float *a = p.dkv_accum + which * plane + (((i64)batch * p.heads_q + hq) * p.seqlen_k + r) * w + c;
+#pragma unroll
+                    for (int k = 0; k < 8; k++) sum[k] += a[k];
+                }
+                u32 out[4];
+#pragma unroll
+                for (int k = 0; k < 4; k++) out[k] = fg_pack2(sum[2 * k], sum[2 * k + 1]);
+                u16 *dst = which == 0 ? (u16 *)p.dk + batch * p.dk_stride[0] + (i64)r * p.dk_stride[1] + head * p.dk_stride[2] + c
+                                      : (u16 *)p.dv + batch * p.dv_stride[0] + (i64)r * p.dv_stride[1] + head * p.dv_stride[2] + c;
+                *(uint4 *)dst = make_uint4(out[0], out[1], out[2], out[3]);
+            }
+        }
+    }
+}
 extern "C" __global__ void __launch_bounds__(256)
 fg_bwd_post_kernel(const __grid_constant__ fg_bwd_params launch) {
     __shared__ __align__(16) unsigned char tile[FG_BW_ROWS * FG_POST_PITCH];
@@ -168,28 +200,11 @@ fg_bwd_post_kernel(const __grid_constant__ fg_bwd_params launch) {
             }
         }
     }
-    for (int i = tid; i < FG_BW_ROWS * CH; i += 256) {
-        const int r = r0 + i / CH, c = (i % CH) * 8;
-        if (p.dkv_accum != 0 && head < p.heads_kv && r < p.seqlen_k) {
-            const int group = p.heads_q / p.heads_kv;
-            const i64 plane = (i64)p.batch * p.heads_q * p.seqlen_k * FG_HEAD_DIM;
-#pragma unroll
-            for (int which = 0; which < 2; which++) {
-                float sum[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-                for (int hq = head * group; hq < (head + 1) * group; hq++) {
-                    const float *a = p.dkv_accum + which * plane +
-                                     (((i64)batch * p.heads_q + hq) * p.seqlen_k + r) * FG_HEAD_DIM + c;
-#pragma unroll
-                    for (int k = 0; k < 8; k++) sum[k] += a[k];
-                }
-                u32 out[4];
-#pragma unroll
-                for (int k = 0; k < 4; k++) out[k] = fg_pack2(sum[2 * k], sum[2 * k + 1]);
-                u16 *dst = which == 0 ? (u16 *)p.dk + batch * p.dk_stride[0] + (i64)r * p.dk_stride[1] + head * p.dk_stride[2] + c
-                                      : (u16 *)p.dv + batch * p.dv_stride[0] + (i64)r * p.dv_stride[1] + head * p.dv_stride[2] + c;
-                *(uint4 *)dst = make_uint4(out[0], out[1], out[2], out[3]);
-            }
-        }
+    if constexpr (FG_SAME_V) {
+        fg_bwd_post_dkdv_sum<0, 2, CH>(p, head, batch, r0, tid);
+    } else {
+        fg_bwd_post_dkdv_sum<0, 1, CH>(p, head, batch, r0, tid);
+        fg_bwd_post_dkdv_sum<1, 2, FG_HEAD_DIM_V / 8>(p, head, batch, r0, tid);
     }
 }
 

@@ -83,6 +83,7 @@ static_assert(FG_BLOCK_N == 128 && FG_WARPS == 8 &&
 static_assert(FG_BW_DQ_COLS != FG_BW_DQ_ROWS, "dQ split one way");
 static_assert(64 * FG_HEAD_DIM * 2 <= FG_BW_DQ_BYTES, "a warpgroup's dK (16-bit) fits its dQ staging");
 static_assert(FG_HEAD_DIM % 64 == 0 && FG_HEAD_DIM <= 128, "128-byte swizzled chunks of 64 columns");
+static_assert(FG_HEAD_DIM_V == FG_HEAD_DIM, "one head dim: the warpgroup tiles of dK and dV are the same (validate.c head_dim_v)");
 
 // Two n8 tiles a, b of a thread's m64 accumulator rows (times `scale`, 16-bit) to shared memory by one
 // stmatrix: matrices a rows g, a rows g + 8, b rows g, b rows g + 8; `addr` is this lane's row address.
@@ -115,8 +116,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch, const __grid_co
 
     // Tiles on 1024-byte boundaries (the swizzle acts on address bits); the host asks for 1 KiB of slack.
     const u32 s_k = (fg_smem_addr(fg_smem) + 1023u) & ~1023u;
-    const u32 s_v = s_k + FG_KV_BYTES;
-    const u32 s_q = s_v + FG_KV_BYTES;     // 2 stages
+    const u32 s_v = s_k + FG_K_BYTES;
+    const u32 s_q = s_v + FG_V_BYTES;      // 2 stages
     const u32 s_do = s_q + 2 * FG_Q_BLOCK_BYTES; // 2 stages
     const u32 s_ds = s_do + 2 * FG_Q_BLOCK_BYTES;
     const u32 s_dq = s_ds + 2 * FG_BW_DS_BYTES; // 2 warpgroups' staging
@@ -267,7 +268,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch, const __grid_co
         float s[FG_BW_QUERY_N8][4], dp[FG_BW_QUERY_N8][4];
         u32 kd = kd0;
         if (FG_BW_KD_BASE) asm volatile("" : "+r"(kd));
-        auto kv_desc = [&](int kk, u32 v_off) -> u32 { // K's (v_off 0) or V's (FG_KV_BYTES) descriptor of step kk
+        auto kv_desc = [&](int kk, u32 v_off) -> u32 { // K's (v_off 0) or V's (FG_K_BYTES) descriptor of step kk
             const u32 c = kk / 4, off = (kk % 4) * 32;
             if constexpr (FG_BW_KD_BASE) return kd + (v_off + c * FG_BW_K_CHUNK_BYTES + off) / 16;
             else return v_off ? vdesc[kk] : kdesc[kk];
@@ -278,7 +279,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch, const __grid_co
         };
         auto issue_dp = [&](int kk) {
             const u32 c = kk / 4, off = (kk % 4) * 32;
-            fg_wgmma_st(dp, desc_hi | kv_desc(kk, FG_KV_BYTES), fg_desc_kmajor(sdo_st + c * FG_BW_Q_CHUNK_BYTES + off), kk > 0 ? 1u : 0u);
+            fg_wgmma_st(dp, desc_hi | kv_desc(kk, FG_K_BYTES), fg_desc_kmajor(sdo_st + c * FG_BW_Q_CHUNK_BYTES + off), kk > 0 ? 1u : 0u);
         };
         // dS^T of n8 tiles nt - 1 and nt (nt odd) to its tile, 16-bit, with one stmatrix: matrix j = 2 (tile
         // - nt + 1) + h holds keys krow0 - g + 8 h + 0..7 x that tile's 8 queries, whose row addresses (one
@@ -453,8 +454,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch, const __grid_co
         if (key >= sk) continue;
 #pragma unroll
         for (int i = 0; i < FG_BW_DIM_N8; i++)
-            fg_bwd_store_dkdv(p, batch, kv_head, bh, sk, key, 8 * i + 2 * t, dk[i][2 * h], dk[i][2 * h + 1], dv[i][2 * h],
-                              dv[i][2 * h + 1]);
+            fg_bwd_store_dkdv(p, batch, kv_head, bh, sk, key, true, 8 * i + 2 * t, dk[i][2 * h], dk[i][2 * h + 1], true,
+                              8 * i + 2 * t, dv[i][2 * h], dv[i][2 * h + 1]);
     }
 }
 

@@ -296,8 +296,9 @@ ref_bwd_problem bwd_problem(fg_tensor q, fg_tensor k, fg_tensor v, float scale, 
     memset(&p, 0, sizeof p);
     p.fwd = problem(q, k, v, scale, causal);
     double *lse, *o = run_ref(&p.fwd, REF_LOWP, &lse);
-    p.o = tensor_of(o, q.dtype, q.shape, 0, 0);
-    p.d_o = host_tensor(q.dtype, q.shape[0], q.shape[1], q.shape[2], q.shape[3], 0, 0);
+    const int64_t oshape[4] = {q.shape[0], q.shape[1], q.shape[2], v.shape[3]}; /* O has V's head dim */
+    p.o = tensor_of(o, q.dtype, oshape, 0, 0);
+    p.d_o = host_tensor(q.dtype, q.shape[0], q.shape[1], q.shape[2], v.shape[3], 0, 0);
     fill(&p.d_o, seed);
     p.lse = lse_view(lse, q.shape[0], q.shape[2], q.shape[1], 0, 0);
     free(o);
@@ -317,16 +318,19 @@ grads grads_alloc(const ref_bwd_problem *p) {
     grads g;
     g.nq = p->fwd.q.shape[0] * p->fwd.q.shape[1] * p->fwd.q.shape[2] * p->fwd.q.shape[3];
     g.nk = p->fwd.k.shape[0] * p->fwd.k.shape[1] * p->fwd.k.shape[2] * p->fwd.k.shape[3];
+    g.nv = p->fwd.v.shape[0] * p->fwd.v.shape[1] * p->fwd.v.shape[2] * p->fwd.v.shape[3];
     g.nrow = p->fwd.q.shape[0] * p->fwd.q.shape[2] * p->fwd.q.shape[1];
     g.dq = malloc((size_t)(g.nq + 1) * sizeof *g.dq);
     g.dk = malloc((size_t)(g.nk + 1) * sizeof *g.dk);
-    g.dv = malloc((size_t)(g.nk + 1) * sizeof *g.dv);
+    g.dv = malloc((size_t)(g.nv + 1) * sizeof *g.dv);
     g.delta = malloc((size_t)(g.nrow + 1) * sizeof *g.delta);
     cr_assert(g.dq && g.dk && g.dv && g.delta, "out of memory");
     for (int64_t i = 0; i <= g.nq; i++)
         g.dq[i] = NAN;
     for (int64_t i = 0; i <= g.nk; i++)
-        g.dk[i] = g.dv[i] = NAN;
+        g.dk[i] = NAN;
+    for (int64_t i = 0; i <= g.nv; i++)
+        g.dv[i] = NAN;
     for (int64_t i = 0; i <= g.nrow; i++)
         g.delta[i] = NAN;
     return g;

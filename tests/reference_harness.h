@@ -58,12 +58,13 @@ void fp8_problem_free(ref_problem *p);
  * (NaN in the padding); transposed != 0 stores it [b, sq, hq] in memory. */
 fg_tensor lse_view(const double *lse, int64_t b, int64_t hq, int64_t sq, int64_t pad, int transposed);
 
-/* A host tensor like q (same dtype and shape, contiguous unless pad / bhsd) holding the contiguous
- * double array a rounded to the dtype. */
+/* A host tensor of dtype dt and the given shape (contiguous unless pad / bhsd) holding the contiguous double
+ * array a rounded to the dtype. */
 fg_tensor tensor_of(const double *a, fg_dtype dt, const int64_t *shape, int64_t pad, int bhsd);
 
-/* A backward problem on q, k, v with dO filled from `seed`, O = the forward's ref_lowp output in the input
- * dtype and the LSE = the forward's (ref32) as float, as a kernel's forward would leave them. Free with
+/* A backward problem on q, k, v (v's head dim may differ from q's: O and dO have v's) with dO filled from `seed`,
+ * O = the forward's ref_lowp output in the input dtype and the LSE = the forward's (ref32) as float, as a
+ * kernel's forward would leave them. Free with
  * bwd_problem_free (which frees o, d_o and the LSE, not q, k, v). */
 ref_bwd_problem bwd_problem(fg_tensor q, fg_tensor k, fg_tensor v, float scale, int causal, uint64_t seed);
 
@@ -73,7 +74,7 @@ void bwd_problem_free(ref_bwd_problem *p);
 /* Gradients as ref_attention_bwd writes them (contiguous doubles) and their element counts. */
 typedef struct grads {
     double *dq, *dk, *dv, *delta;
-    int64_t nq, nk, nrow;
+    int64_t nq, nk, nv, nrow; /* elements of dq, dk (k's shape), dv (v's) and delta */
 } grads;
 
 /* Allocates grads for p (NaN-filled, so that an element never written shows). */

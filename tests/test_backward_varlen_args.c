@@ -1,6 +1,7 @@
 /* test_backward_varlen_args.c: the host side of fg_attention_bwd_varlen without a GPU: each rule of its
  * arguments broken once, with the status and the sentence it must give (the call stops before touching the
- * device), and its workspace size as the layout of backward_common.cuh's fg_bwd_seq_params needs it. */
+ * device), V of a head dim of its own, and its workspace size as the layout of backward_common.cuh's
+ * fg_bwd_seq_params needs it. */
 #include <criterion/criterion.h>
 #include <string.h>
 #include "runtime/dispatch.h"
@@ -128,6 +129,53 @@ Test(backward_varlen_args, workspace_holds_each_sequence_at_its_offset) {
     size_t bytes = 1;
     cr_assert_eq(fg_attention_bwd_varlen_workspace_size(ctx, &a, &bytes), FG_OK, "%s", fg_last_error(ctx));
     cr_assert_eq(fg_attention_bwd_varlen(ctx, &a, NULL), FG_OK, "%s", fg_last_error(ctx));
+}
+
+/* The valid call with V of a head dim of its own (DeepSeek's 192/128): q, k, dq, dk of 192, v, o, dout, dv of 128. */
+static fg_varlen_bwd_args call_dv(void) {
+    fg_varlen_bwd_args a = call();
+    a.q = t3(FG_DTYPE_BF16, 100, 8, 192, 0x1000000), a.dq = t3(FG_DTYPE_BF16, 100, 8, 192, 0x4000000);
+    a.k = t3(FG_DTYPE_BF16, 300, 2, 192, 0x5000000), a.dk = t3(FG_DTYPE_BF16, 300, 2, 192, 0x7000000);
+    return a;
+}
+
+/* V's head dim comes from v's shape, as the forward's serving call takes it; O, dO and dV must have it, Q, K, dQ
+ * and dK q's, each mismatch refused naming the tensor and the rule; V's head dim has the rules of q's. */
+Test(backward_varlen_args, v_of_its_own_head_dim) {
+    fg_context *ctx = fake_context();
+    fg_varlen_bwd_args a = call_dv();
+    a.workspace = NULL, a.workspace_size = 0;
+    size_t bytes = 0;
+    cr_assert_eq(fg_attention_bwd_varlen_workspace_size(ctx, &a, &bytes), FG_OK, "%s", fg_last_error(ctx));
+    a = call_dv(), a.o = t3(FG_DTYPE_BF16, 100, 8, 192, 0x2000000);
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "o.shape[2] (head_dim) is 192; it must be v's, 128; O, dO and dV have V's");
+    a = call_dv(), a.dout = t3(FG_DTYPE_BF16, 100, 8, 192, 0x3000000);
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "dout.shape[2] (head_dim) is 192; it must be v's, 128");
+    a = call_dv(), a.dv = t3(FG_DTYPE_BF16, 300, 2, 192, 0x8000000);
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "dv.shape[2] (head_dim) is 192; it must be v's, 128");
+    a = call_dv(), a.dk = t3(FG_DTYPE_BF16, 300, 2, 128, 0x7000000);
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "dk.shape[2] (head_dim) is 128; it must be k's, 192");
+    a = call_dv(), a.dq = t3(FG_DTYPE_BF16, 100, 8, 128, 0x4000000);
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "dq.shape[2] (head_dim) is 128; it must be q's, 192");
+    a = call_dv(), a.k = t3(FG_DTYPE_BF16, 300, 2, 128, 0x5000000), a.dk = t3(FG_DTYPE_BF16, 300, 2, 128, 0x7000000);
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "k's head_dim (128) differs from q's (192)");
+    a = call_dv();
+    a.v = t3(FG_DTYPE_BF16, 300, 2, 264, 0x6000000), a.dv = t3(FG_DTYPE_BF16, 300, 2, 264, 0x8000000);
+    a.o = t3(FG_DTYPE_BF16, 100, 8, 264, 0x2000000), a.dout = t3(FG_DTYPE_BF16, 100, 8, 264, 0x3000000);
+    expect(&a, FG_ERR_UNSUPPORTED, "v's head_dim 264 is not supported");
+}
+
+/* The workspace with V of its own head dim: dQ's rows of Q's head dim (192), GQA's fp32 dK rows of 192 and dV rows of
+ * 128 per query head. */
+Test(backward_varlen_args, workspace_with_v_of_its_own_head_dim) {
+    fg_context *ctx = fake_context();
+    const size_t rows = (100 + 384 * 3 + 127) / 128 * 128;
+    const size_t dq = 8 * rows * 192 * 4, stat = (8 * rows * 4 + 255) / 256 * 256, dkv = 8 * 300 * (192 + 128) * 4;
+    fg_varlen_bwd_args a = call_dv();
+    a.workspace = NULL, a.workspace_size = 0;
+    size_t bytes = 0;
+    cr_assert_eq(fg_attention_bwd_varlen_workspace_size(ctx, &a, &bytes), FG_OK, "%s", fg_last_error(ctx));
+    cr_assert_eq(bytes, dq + 2 * stat + dkv, "%zu bytes, want %zu", bytes, dq + 2 * stat + dkv);
 }
 
 /* The arguments' size: a caller's struct from a newer header (longer) is read as far as this build knows; an

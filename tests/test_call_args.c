@@ -393,6 +393,34 @@ Test(args, backward_rules) {
     cr_assert_eq(rt_check_bwd_args(&a, 0, 0, &e), FG_OK, "%s", e.msg);
 }
 
+/* The backward takes V of a head dim of its own (head_dim_v, v.shape[3]), which O, dO and dV have; Q, K, dQ and dK
+ * keep q's. Mismatches name the tensor and the rule; the forward call (fg_attention_fwd) still refuses it. */
+Test(args, backward_v_of_its_own_head_dim) {
+    fg_bwd_args a = valid_bwd();
+    fg_tensor *vs[4] = {&a.v, &a.o, &a.dout, &a.dv};
+    for (int i = 0; i < 4; i++) { /* 64 -> 32: strides shrink, so the views stay inside their old spans */
+        vs[i]->shape[3] = 32, vs[i]->stride[2] = 32;
+        vs[i]->stride[1] = vs[i]->shape[2] * 32, vs[i]->stride[0] = vs[i]->shape[1] * vs[i]->stride[1];
+    }
+    expect_bwd(&a, FG_OK, NULL);
+    fg_bwd_args b = a;
+    b.o.shape[3] = 64;
+    expect_bwd(&b, FG_ERR_INVALID_ARGUMENT, "o's head_dim (64) differs from v's (32)");
+    b = a, b.dout.shape[3] = 64;
+    expect_bwd(&b, FG_ERR_INVALID_ARGUMENT, "dout.shape[3] (head_dim) is 64; it must be o's, 32");
+    b = a, b.dv.shape[3] = 64;
+    expect_bwd(&b, FG_ERR_INVALID_ARGUMENT, "dv.shape[3] (head_dim) is 64; it must be v's, 32");
+    b = a, b.k.shape[3] = 32;
+    expect_bwd(&b, FG_ERR_INVALID_ARGUMENT, "k's head_dim (32) differs from q's (64)");
+    b = a, b.v.shape[3] = b.o.shape[3] = b.dout.shape[3] = b.dv.shape[3] = 12;
+    expect_bwd(&b, FG_ERR_UNSUPPORTED, "v's head_dim 12 is not supported");
+    fg_fwd_args f = valid();
+    f.v = a.v, f.o = a.o;
+    fg_error e;
+    cr_assert_eq(rt_check_fwd_args(&f, 1, &e), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(e.msg, "head_dim differs"), "%s", e.msg);
+}
+
 /* The forward's schedule (runtime/forward.c rt_causal_group, rt_launch_grid), on a context as an H200
  * would fill it (132 SMs, 60 MiB of L2): which causal calls interleave how many (head, batch) pairs, and
  * the grid each family gets. */

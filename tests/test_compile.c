@@ -277,6 +277,29 @@ static int hopper_bwd_specs(fg_spec specs[8], int arch_accel, int tma, int d0) {
     return n;
 }
 
+/* The backward with V of a head dim of its own (head_dim_v) with the policy's tiles: DeepSeek's 192/128 beyond the
+ * default bundle's (the deterministic mode, the 99 KiB parts' one-stage tile, fp16 dense), V narrower and wider at
+ * 128/64 and 64/128 (with TMA loads too), padded pairs (72/40; 40/128, which takes Q's 32 x 32 tile), and the widest
+ * gaps (256/32, 96/256, both padded to 32s). GQA is a launch choice (the fp32 dK/dV path is in every variant). They
+ * compile and spill nothing (NVRTC 13.0: 206-255 registers). */
+Test(compile, backward_head_dim_v, .timeout = 900) {
+    static const struct { int arch, d, dv, causal, det, tma, varlen; fg_dtype dt; } v[] = {
+        {90, 192, 128, 1, 1, 0, 0, FG_DTYPE_BF16}, {86, 192, 128, 0, 0, 0, 1, FG_DTYPE_BF16},
+        {80, 192, 128, 1, 0, 0, 0, FG_DTYPE_F16},  {90, 128, 64, 0, 0, 0, 0, FG_DTYPE_BF16},
+        {80, 128, 64, 1, 0, 0, 1, FG_DTYPE_F16},   {90, 128, 64, 1, 0, 1, 1, FG_DTYPE_BF16},
+        {86, 128, 64, 1, 0, 0, 1, FG_DTYPE_BF16},  {90, 64, 128, 1, 0, 1, 1, FG_DTYPE_F16},
+        {80, 64, 128, 0, 0, 0, 1, FG_DTYPE_BF16},  {80, 72, 40, 0, 0, 0, 1, FG_DTYPE_BF16},
+        {90, 40, 128, 0, 1, 0, 0, FG_DTYPE_BF16},  {90, 256, 32, 1, 0, 0, 1, FG_DTYPE_BF16},
+        {90, 96, 256, 0, 0, 0, 1, FG_DTYPE_F16},
+    };
+    fg_spec specs[sizeof v / sizeof v[0]];
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        specs[i] = policy_tiles((fg_spec){.kind = FG_KIND_BWD, .arch = v[i].arch, .dtype = v[i].dt, .head_dim = v[i].d,
+                                          .head_dim_v = v[i].dv, .causal = v[i].causal, .deterministic = v[i].det,
+                                          .tma = v[i].tma, .varlen = v[i].varlen});
+    compile_all(specs, (int)(sizeof v / sizeof v[0]), "backward, head_dim_v of its own");
+}
+
 /* The mma.sync backward's tma=1 variants (loads by TMA) for sm_90: they compile; ptxas spills none on
  * NVRTC 13.0 (the dK/dV epilogue goes through shared memory), where the cp.async variants spill up to 56
  * at d 128: the 16-byte slack is for other compilers. */

@@ -91,6 +91,28 @@ Test(config, model_variant_fields) {
                FG_ERR_CONFIG, "cfg.lua:1: ", "sm_90a forward with varlen=1");
 }
 
+/* head_dim_v (V's and O's head dim) is a field of its own, a list like head_dim's; the head_dim's value itself names
+ * no head_dim_v; validation says where it is taken (kind "serve", "fwd" with varlen on sm_90a, the mma.sync "bwd"). */
+Test(config, head_dim_v_field) {
+    fg_config cfg;
+    load_ok("variants { kind = 'bwd', arch = 'sm_90', dtype = 'bf16', head_dim = 192, head_dim_v = {128, 192},\n"
+            "           causal = true, varlen = true }",
+            NULL, &cfg);
+    cr_assert_eq(cfg.count, 2);
+    char name[FG_SPEC_NAME_MAX];
+    cr_assert_gt(spec_named(&cfg, 0, name, sizeof name), 0);
+    cr_assert(strstr(name, "head_dim=192,head_dim_v=128,kind=bwd"), "%s", name);
+    cr_assert_gt(spec_named(&cfg, 1, name, sizeof name), 0);
+    cr_assert(!strstr(name, "head_dim_v") && cfg.variants[1].head_dim_v == 0, "%s", name);
+    config_free(&cfg);
+    load_fails("variants { kind = 'fwd', arch = 'sm_90', dtype = 'bf16', head_dim = 192, head_dim_v = 128 }", NULL,
+               FG_ERR_CONFIG, "cfg.lua:1: ", "head_dim_v 128 is not supported");
+    load_fails("variants { kind = 'bwd', arch = 'sm_90', dtype = 'bf16', head_dim = 192, head_dim_v = 'wide' }", NULL,
+               FG_ERR_CONFIG, "cfg.lua:1: ", "field 'head_dim_v' must be an integer or a list of integers");
+    load_fails("variants { kind = 'merge', arch = 'sm_90', head_dim_v = 128 }", NULL, FG_ERR_CONFIG, "cfg.lua:1: ",
+               "field 'head_dim_v' is not a field of kind \"merge\"");
+}
+
 Test(config, scalars_defaults_and_policy_tiles) {
     fg_config cfg;
     load_ok("variants { kind = 'fwd', arch = 'sm_80', dtype = 'bf16', head_dim = 128 }", NULL, &cfg);
@@ -531,8 +553,9 @@ Test(config, default_config_loads_and_validates) {
     cr_assert_eq(config_load_file("configs/default.lua", NULL, &cfg, &err), FG_OK, "%s", err.msg);
     cr_assert_geq(cfg.count, 20);
     /* 60 16-bit forward variants (sm_80, sm_90 and sm_90a), 32 FP8 ones (sm_89, sm_90a and sm_90), 12
-     * backward ones (sm_80, sm_90 and sm_90 with TMA loads, head_dim 64) and their 12 varlen ones, 72 serving
-     * ones, 12 of the sm_90a forward's varlen ones, 2 merges, and 20 with model variants */
+     * backward ones (sm_80, sm_90 and sm_90 with TMA loads, head_dim 64) and their 12 varlen ones, 6 varlen ones at
+     * 192/128 (head_dim_v), 72 serving ones, 12 of the sm_90a forward's varlen ones, 2 merges, and 20 with model
+     * variants */
     cr_assert_leq(cfg.count, 240, "the default bundle should stay small enough for CI: %d variants", cfg.count);
     int archs[6] = {0, 0, 0, 0, 0, 0}, bwd80 = 0, bwd90 = 0, bwd90_tma = 0, serve80 = 0, serve90 = 0, merges = 0,
         varlen = 0, mods = 0, wide = 0;
@@ -607,13 +630,17 @@ Test(config, default_config_loads_and_validates) {
     for (int i = 0; i < cfg.count; i++) /* the TMA-load backward variants retargeted: the cp.async ones */
         cr_assert(spec_validate(&cfg.variants[i], &err) == FG_OK && !cfg.variants[i].tma, "%s", err.msg);
     config_free(&cfg);
-    /* and for sm_90a (the README's --arch sm_89,sm_90a example): the wgmma family takes no tma key */
+    /* and for sm_90a (the README's --arch sm_89,sm_90a example): the wgmma family takes no tma key; the backward
+     * variants with V of its own head dim, the mma.sync family's, go to sm_90 and keep their TMA loads */
     dropped = 0;
     cr_assert_eq(config_load_file_skipping("configs/default.lua", "sm_89,sm_90a", count_wide_skips, &dropped, &cfg, &err),
                  FG_OK, "%s", err.msg);
     cr_assert_eq(dropped, 10, "sm_89,sm_90a drops %d variants", dropped);
-    for (int i = 0; i < cfg.count; i++)
-        cr_assert(spec_validate(&cfg.variants[i], &err) == FG_OK && !cfg.variants[i].tma, "%s", err.msg);
+    for (int i = 0; i < cfg.count; i++) {
+        const fg_spec *s = &cfg.variants[i];
+        cr_assert(spec_validate(s, &err) == FG_OK, "%s", err.msg);
+        cr_assert(!s->tma || (s->kind == FG_KIND_BWD && s->head_dim_v && s->arch == 90 && !s->arch_accel));
+    }
     config_free(&cfg);
 }
 

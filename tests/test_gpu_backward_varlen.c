@@ -4,7 +4,8 @@
  * dQ, dK and dV are judged against the CPU reference of that sequence alone (ref_check_bwd: the tolerance
  * rule), so a gradient written for the wrong sequence, or leaking across one, fails. Mixed lengths (0, 1, and
  * either side of the kernels' blocks), GQA and MQA, causal and not, cross lengths, head dims of both
- * families and one the kernels pad, strided views, and the deterministic mode (bitwise repeatable). */
+ * families and one the kernels pad, strided views, the deterministic mode (bitwise repeatable), and V of a head
+ * dim of its own (head_dim_v: DeepSeek's 192/128, narrower and wider V, padded ones). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,4 +249,99 @@ Test(bwd_varlen, sinks_without_queries) {
     serve_case c = bc(FG_DTYPE_BF16, 3, lq, lk, 4, 2, 64, 0);
     c.sinks = 1;
     bwd_case_run(&c, 0, 0);
+}
+
+/* V of a head dim of its own (head_dim_v, from v's shape): dO and O of V's head dim, dP = dO V^T and D over it, dV
+ * of V's, dK and dQ of Q's. DeepSeek's 192/128 with GQA (8 query heads on 2), causal and not, over the mixed
+ * lengths (0 and 1 among them); on an H100/H200 its K, V, Q, dO load by TMA (tma=1). */
+Test(bwd_varlen, head_dim_v_192_128_gqa) {
+    for (int causal = 1; causal >= 0; causal--) {
+        serve_case c = bc(causal ? FG_DTYPE_BF16 : FG_DTYPE_F16, 9, mixed, mixed, 8, 2, 192, causal);
+        c.dv = 128;
+        c.seed = 900 + causal;
+        bwd_case_run(&c, 0, 0);
+    }
+}
+
+/* ... the same with the cp.async loads (FLASHGEN_BWD_TMA=0; the only loads before sm_90), and in the deterministic
+ * mode (bitwise repeatable). */
+Test(bwd_varlen, head_dim_v_192_128_cp_async_and_deterministic) {
+    setenv("FLASHGEN_BWD_TMA", "0", 1); /* read by the context gpu_open creates */
+    serve_case c = bc(FG_DTYPE_BF16, 9, mixed, mixed, 8, 2, 192, 1);
+    c.dv = 128;
+    c.seed = 910;
+    bwd_case_run(&c, 0, 0);
+    unsetenv("FLASHGEN_BWD_TMA");
+    c.causal = 0, c.seed = 911;
+    bwd_case_run(&c, 1, 1);
+}
+
+/* V narrower and wider than Q and K: (128, 64) and (64, 128), each warp's dK and dV parts of different widths;
+ * (72, 40), both padded (to 80 and 48, the cp.async loaders' zero columns), in strided views with NaN in their
+ * padding; GQA and MQA, both masks, both dtypes, mixed lengths with 0 and 1. */
+Test(bwd_varlen, head_dim_v_narrower_and_wider) {
+    static const struct { int d, dv, hkv, causal, strided; fg_dtype dt; } v[] = {
+        {128, 64, 2, 1, 0, FG_DTYPE_BF16}, {128, 64, 1, 0, 0, FG_DTYPE_F16}, {64, 128, 2, 0, 0, FG_DTYPE_BF16},
+        {64, 128, 4, 1, 0, FG_DTYPE_F16},  {72, 40, 2, 1, 1, FG_DTYPE_F16},  {72, 40, 4, 0, 1, FG_DTYPE_BF16},
+    };
+    for (size_t i = 0; i < NELEM(v); i++) {
+        serve_case c = bc(v[i].dt, 9, mixed, mixed, 4, v[i].hkv, v[i].d, v[i].causal);
+        c.dv = v[i].dv, c.strided = v[i].strided;
+        c.seed = 920 + i;
+        bwd_case_run(&c, 0, 0);
+    }
+}
+
+/* Queries and keys of other lengths (rows without keys; keys without queries: dK, dV 0) with V of its own head dim,
+ * then the model variants with it: a causal window and sinks at 192/128 (dsink from D, a sum over V's head dim). */
+Test(bwd_varlen, head_dim_v_cross_lengths_and_window) {
+    static const int lq[] = {100, 7, 0, 64, 250, 40}, lk[] = {300, 7, 50, 1, 130, 0};
+    serve_case c = bc(FG_DTYPE_BF16, 6, lq, lk, 6, 2, 192, 1);
+    c.dv = 128, c.seed = 930;
+    bwd_case_run(&c, 0, 0);
+    c.window = 1, c.window_left = 64, c.window_right = 0, c.sinks = 1, c.seed = 931;
+    bwd_case_run(&c, 0, 0);
+}
+
+/* The dense call (fg_attention_bwd) takes V of its own head dim too (v.shape[3]): one sequence's packed tensors as
+ * a batch of one ([1, tokens, heads, d] views, the LSE [1, heads_q, tokens]), judged as the varlen call's are. */
+Test(bwd_varlen, head_dim_v_dense_call) {
+    static const int lq[] = {150}, lk[] = {300};
+    for (int causal = 0; causal < 2; causal++) {
+        serve_case c = bc(FG_DTYPE_BF16, 1, lq, lk, 8, 2, 192, causal);
+        c.dv = 128, c.seed = 940 + causal;
+        gpu_env env;
+        gpu_open(&env);
+        serve_run *r = calloc(1, sizeof *r);
+        vbwd_run *b = calloc(1, sizeof *b);
+        cr_assert(r && b);
+        serve_setup(&env, r, &c);
+        serve_launch(&env, r);
+        serve_verify(r);
+        vbwd_setup(&env, r, b, 0);
+        fg_bwd_args a;
+        memset(&a, 0, sizeof a);
+        a.q = serve_view4(&b->a.q), a.k = serve_view4(&b->a.k), a.v = serve_view4(&b->a.v), a.o = serve_view4(&b->a.o);
+        a.dout = serve_view4(&b->a.dout), a.dq = serve_view4(&b->a.dq), a.dk = serve_view4(&b->a.dk);
+        a.dv = serve_view4(&b->a.dv);
+        const fg_tensor *l = &b->a.lse; /* [heads_q, tokens] */
+        a.lse = (fg_tensor){l->data, FG_DTYPE_F32, 3, {1, l->shape[0], l->shape[1], 0}, {0, l->stride[0], l->stride[1], 0}};
+        a.causal = causal;
+        cr_assert_eq(fg_attention_bwd_workspace_size(env.ctx, &a, &a.workspace_size), FG_OK, "%s", fg_last_error(env.ctx));
+        CUdeviceptr ws;
+        CK(env.cu->cuMemAlloc(&ws, a.workspace_size > 256 ? a.workspace_size : 256));
+        CK(env.cu->cuMemsetD8(ws, 0xFF, a.workspace_size > 256 ? a.workspace_size : 256));
+        a.workspace = (void *)(uintptr_t)ws;
+        dbuf_poison(&env, &b->dq), dbuf_poison(&env, &b->dk), dbuf_poison(&env, &b->dv);
+        cr_assert_eq(fg_attention_bwd(env.ctx, &a, env.stream), FG_OK, "fg_attention_bwd: %s", fg_last_error(env.ctx));
+        CK(env.cu->cuStreamSynchronize(env.stream));
+        dbuf_download(&env, &b->dq), dbuf_download(&env, &b->dk), dbuf_download(&env, &b->dv);
+        vbwd_verify(r, b);
+        env.cu->cuMemFree(ws);
+        vbwd_free(&env, b);
+        serve_free(&env, r);
+        free(b);
+        free(r);
+        gpu_close(&env);
+    }
 }

@@ -162,10 +162,11 @@ static void fd_fill(const fg_tensor *t, uint64_t seed) {
                 }
 }
 
-/* L = sum(O * W) with O the REF_32 forward output of p (W: the weights, a host tensor like q). */
+/* L = sum(O * W) with O the REF_32 forward output of p (W: the weights, a host tensor shaped like O: q's with v's
+ * head dim). */
 static double fd_loss(const ref_problem *p, const fg_tensor *w) {
     double *o = run_ref(p, REF_32, NULL), l = 0;
-    const int64_t *sh = p->q.shape;
+    const int64_t *sh = w->shape;
     for (int64_t b = 0; b < sh[0]; b++)
         for (int64_t s = 0; s < sh[1]; s++)
             for (int64_t h = 0; h < sh[2]; h++)
@@ -197,19 +198,21 @@ Test(backward, ref32_matches_finite_differences) {
      * the REF_32 forward, every element. The backward reads the LSE of the unperturbed forward as float,
      * as a kernel would (its rounding, ~3e-8 relative, bounds the agreement). */
     static const struct {
-        int64_t b, sq, sk, hq, hkv, d;
+        int64_t b, sq, sk, hq, hkv, d, dv;
         int causal;
         float scale;
     } cases[] = {
-        {1, 5, 7, 2, 1, 8, 0, 0},    /* the brief's shape, two query heads on one KV head */
-        {1, 5, 7, 2, 1, 8, 1, 0},    /* causal, bottom-right: row 0 sees keys 0..2 */
-        {2, 7, 5, 4, 2, 8, 1, 0.5f}, /* GQA 2:1, causal sq > sk: rows 0, 1 see nothing; scale given */
+        {1, 5, 7, 2, 1, 8, 8, 0, 0},    /* the brief's shape, two query heads on one KV head */
+        {1, 5, 7, 2, 1, 8, 8, 1, 0},    /* causal, bottom-right: row 0 sees keys 0..2 */
+        {2, 7, 5, 4, 2, 8, 8, 1, 0.5f}, /* GQA 2:1, causal sq > sk: rows 0, 1 see nothing; scale given */
+        {1, 5, 7, 2, 1, 24, 16, 1, 0},  /* V narrower than Q and K (192/128 in small): dQ, dK of 24, dV of 16 */
+        {2, 6, 5, 2, 2, 16, 24, 0, 0},  /* V wider */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int64_t B = cases[c].b, SQ = cases[c].sq, SK = cases[c].sk, HQ = cases[c].hq, HKV = cases[c].hkv;
-        const int64_t D = cases[c].d;
+        const int64_t D = cases[c].d, DV = cases[c].dv;
         fg_tensor q = host_tensor(FG_DTYPE_F16, B, SQ, HQ, D, 0, 0), k = host_tensor(FG_DTYPE_F16, B, SK, HKV, D, 0, 0);
-        fg_tensor v = host_tensor(FG_DTYPE_F16, B, SK, HKV, D, 0, 0);
+        fg_tensor v = host_tensor(FG_DTYPE_F16, B, SK, HKV, DV, 0, 0);
         fd_fill(&q, 700 + c);
         fd_fill(&k, 710 + c);
         fd_fill(&v, 720 + c);
@@ -220,7 +223,7 @@ Test(backward, ref32_matches_finite_differences) {
         static const char *const names[3] = {"dq", "dk", "dv"};
         for (int t = 0; t < 3; t++) {
             const int64_t *sh = in[t]->shape;
-            const double scale = fmax(max_abs(an[t], t ? g.nk : g.nq), 1e-3);
+            const double scale = fmax(max_abs(an[t], t == 0 ? g.nq : t == 1 ? g.nk : g.nv), 1e-3);
             double worst = 0;
             for (int64_t b = 0; b < sh[0]; b++)
                 for (int64_t s = 0; s < sh[1]; s++)

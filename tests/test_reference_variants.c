@@ -300,11 +300,12 @@ static void check_bwd_case(fg_dtype dt, int64_t b, int64_t sq, int64_t sk, int64
 }
 
 /* V's head dim other than Q/K's (DeepSeek's 192 / 128, MLA's 576 / 512 scaled down): O and dO take V's,
- * forward and backward, with GQA, causal and a window. */
+ * forward and backward, with GQA, causal, a window and sinks (dsink's D = dO . O over V's head dim). */
 Test(reference_variants, unequal_head_dims) {
     const variant plain = {0}, causal = {.causal = 1}, local = {.causal = 1, .window = 1, .left = 5, .right = -1};
-    const variant *vs[3] = {&plain, &causal, &local};
-    for (int c = 0; c < 3; c++) {
+    const variant sunk = {.causal = 1, .sinks = 1};
+    const variant *vs[4] = {&plain, &causal, &local, &sunk};
+    for (int c = 0; c < 4; c++) {
         check_case_dv(FG_DTYPE_BF16, 2, 23, 31, 4, 2, 24, 16, vs[c], 700 + c);  /* dv < d */
         check_case_dv(FG_DTYPE_F16, 1, 31, 23, 2, 1, 16, 40, vs[c], 710 + c);   /* dv > d */
         check_bwd_case_dv(FG_DTYPE_BF16, 2, 23, 31, 4, 2, 24, 16, vs[c], 720 + c);

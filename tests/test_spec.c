@@ -128,6 +128,10 @@ Test(spec, serve_and_merge_texts_round_trip) {
         "arch=sm_90,block_m=64,block_n=32,causal=1,dtype=bf16,head_dim=192,head_dim_v=128,kind=serve,stages=2,warps=4",
         "arch=sm_90,block_m=16,block_n=64,causal=0,dtype=bf16,head_dim=576,head_dim_v=512,kind=serve,stages=2,v_in_k=1,"
         "warps=4",
+        "arch=sm_90,block_m=64,block_n=64,causal=1,deterministic=0,dtype=bf16,head_dim=192,head_dim_v=128,kind=bwd,stages=2,"
+        "tma=1,varlen=1,warps=8",
+        "arch=sm_80,block_m=32,block_n=32,causal=0,deterministic=1,dtype=fp16,head_dim=72,head_dim_v=40,kind=bwd,stages=2,"
+        "warps=2",
         "arch=sm_90a,block_m=128,block_n=96,causal=1,dtype=bf16,head_dim=192,head_dim_v=128,kind=fwd,stages=2,varlen=1,"
         "warps=12",
         "alibi=1,arch=sm_90a,block_m=128,block_n=128,causal=1,dtype=bf16,head_dim=128,kind=fwd,sinks=1,softcap=1,stages=2,"
@@ -175,7 +179,7 @@ Test(spec, parse_errors_name_the_key) {
         {"kind=merge,arch=sm_90,softcap=1", "softcap"},
         {"kind=merge,arch=sm_90,alibi=1", "alibi"},
         {"kind=serve,arch=sm_90,dtype=bf16,head_dim=128,softcap=yes", "softcap"},
-        {"kind=bwd,arch=sm_90,dtype=bf16,head_dim=128,head_dim_v=64", "head_dim_v"},
+        {"kind=merge,arch=sm_90,head_dim_v=64", "head_dim_v"},
         {"kind=serve,arch=sm_90,dtype=bf16,head_dim=128,window=2", "window"},
         {"kind=fwd,arch=sm_90,dtype=bf16,head_dim=128,v_in_k=1", "v_in_k"}, /* serve only */
         {"kind=fwd,arch=sm_90a,dtype=bf16,head_dim=128,varlen=2", "varlen"},

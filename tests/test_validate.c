@@ -62,6 +62,12 @@ static void m_bwd_tiles_split(fg_spec *s) { *s = bwd_base(); s->block_m = 32; s-
 static void m_bwd_tiles_split_padded(fg_spec *s) { *s = bwd_base(); s->block_m = 32; s->head_dim = 72; }
 static void m_bwd_tiles_stages(fg_spec *s) { *s = bwd_base(); s->stages = 3; }
 static void m_bwd_registers(fg_spec *s) { *s = bwd_base(); s->block_m = 128; s->block_n = 128; s->warps = 8; }
+/* V of a head dim of its own: dK's and dV's registers both count; the dQ product splits Q's head dim, not V's. */
+static void m_bwd_registers_dim_v(fg_spec *s) { *s = bwd_base(); s->head_dim_v = 256; }
+static void m_bwd_tiles_dim_v(fg_spec *s) { *s = bwd_base(); s->head_dim = 48, s->head_dim_v = 128, s->block_m = 64, s->block_n = 128, s->warps = 8; }
+static void m_bwd_tma_dim_v(fg_spec *s) { *s = bwd_base(); s->tma = 1, s->block_m = 64, s->head_dim_v = 96; }
+static void m_head_dim_v_bwd(fg_spec *s) { *s = bwd_base(); s->head_dim_v = 100; }
+static void m_head_dim_v_bwd_wg(fg_spec *s) { *s = bwd_base(); s->arch_accel = 1, s->deterministic = 0, s->block_m = 64, s->block_n = 128, s->warps = 8, s->head_dim_v = 64; }
 /* The serving forward's rules, each broken from serve_base(). */
 static fg_spec serve_base(void) {
     fg_spec s = base();
@@ -138,6 +144,11 @@ static const broken rules[] = {
     {"bwd_tiles", m_bwd_tiles_split_padded, "at head_dim 72 (padded to 80)"},
     {"bwd_tiles", m_bwd_tiles_stages, "stages 3"},
     {"bwd_registers", m_bwd_registers, "limit 200"},
+    {"bwd_registers", m_bwd_registers_dim_v, "at head_dim 128 (V's 256)"},
+    {"bwd_tiles", m_bwd_tiles_dim_v, "at head_dim 48 (padded to 48), V's 128 (padded to 128)"},
+    {"bwd_tma", m_bwd_tma_dim_v, "head_dim_v 96"},
+    {"head_dim_v", m_head_dim_v_bwd, "head_dim_v 100"},
+    {"head_dim_v", m_head_dim_v_bwd_wg, "not sm_90a"},
     {"serve_dtype", m_serve_dtype, "no serving kernel"},
     {"serve_tiles", m_serve_tiles, "block_m 48"},
     {"serve_tiles", m_serve_tiles_keys, "multiple of 16 times the warps over the keys"},
@@ -307,6 +318,38 @@ Test(validate, backward_head_dim_every_multiple_of_8_by_its_padded_one) {
         f.kind = FG_KIND_FWD;
         cr_assert_eq(spec_head_dim_padded(&f), (d + 15) / 16 * 16, "forward head_dim %d", d);
     }
+}
+
+/* V of a head dim of its own (head_dim_v): every pair of multiples of 8 up to 256, both masks, gets tiles from the
+ * default policy that pass every rule (registers, shared memory) on the A100, the 99 KiB parts and Hopper, except
+ * some where the wider of the two is above 192 on a 99 KiB part (no tile there for V of Q's head dim; a narrow Q's
+ * 32 x 32 tile takes some); the pair's padded widths follow the wider one (both to 32 above 128); the sm_90a
+ * backward takes none of them. */
+Test(validate, backward_every_pair_of_head_dims_gets_valid_tiles) {
+    fg_tile_policy p;
+    fg_error e;
+    cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
+    static const int arches[] = {80, 86, 89, 90, 120};
+    for (size_t a = 0; a < sizeof arches / sizeof arches[0]; a++)
+        for (int d = 8; d <= 256; d += 8)
+            for (int dv = 8; dv <= 256; dv += 8) {
+                fg_spec s = {.kind = FG_KIND_BWD, .arch = arches[a], .dtype = FG_DTYPE_BF16, .head_dim = d,
+                             .head_dim_v = dv == d ? 0 : dv, .causal = (d + dv) / 8 % 2, .varlen = 1};
+                s.out_dtype = s.dtype;
+                const int widest = d > dv ? d : dv, small_smem = arch_smem_limit(arches[a]) < 150000;
+                fg_error_clear(&e);
+                const int ok = spec_fill_tiles(&s, &p, &e) == FG_OK && spec_validate(&s, &e) == FG_OK;
+                if (!ok && small_smem && widest > 192) continue; /* Q's head dim's tile, where it takes V */
+                cr_assert(ok, "sm_%d d %d dv %d: %s", arches[a], d, dv, e.msg);
+                const int step = widest > 128 ? 32 : 16;
+                cr_assert_eq(spec_head_dim_padded(&s), (d + step - 1) / step * step, "d %d dv %d", d, dv);
+                cr_assert_eq(spec_head_dim_v_padded(&s), (dv + step - 1) / step * step, "d %d dv %d", d, dv);
+                if (!s.head_dim_v) continue;
+                fg_spec t = s; /* the sm_90a backward takes no V of its own */
+                t.arch = 90, t.arch_accel = 1, t.block_m = 64, t.block_n = 128, t.warps = 8, t.stages = 2;
+                cr_assert_eq(spec_validate(&t, &e), FG_ERR_UNSUPPORTED, "d %d dv %d on sm_90a", d, dv);
+            }
+    tile_policy_free(&p);
 }
 
 Test(validate, fp8_head_dim_every_multiple_of_32_from_32_to_256) {

@@ -143,7 +143,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     records for autograd and its backward runs attention_varlen_backward (deterministic: its mode); out=,
     lse=, seqused_k and the split arguments are not taken then; the model variants are (sinks that require grad
     get their gradient). sinks (an fp32 CUDA tensor [heads_q]): attention sinks, a logit per query head joining
-    every row's softmax denominator (gpt-oss).
+    every row's softmax denominator (gpt-oss). v may have a head dim of its own (v.shape[-1]; out has it), in
+    training too (DeepSeek's 192/128).
     window_size (left, right): a sliding window, query i (diagonal d = i + sk - sq) seeing keys d - left to
     d + right, -1 for an unbounded side (FlashAttention's convention; None or (-1, -1): none). softcap (> 0):
     logits become softcap * tanh(logit / softcap) (Gemma 2). alibi_slopes (an fp32 CUDA tensor [heads_q]):
@@ -170,7 +171,8 @@ def attention_varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_
                               causal_top_left=False):
     """The gradients (dq, dk, dv) of out = attention_varlen(q, k, v, ...) for dL/dout = dout, recomputed from the
     forward's out and lse ([heads_q, total_q], return_lse=True): the packed layouts of attention_varlen, causal
-    bottom-right per sequence. dq, dk, dv are allocated like q, k, v unless given; deterministic: bitwise-
+    bottom-right per sequence. v may have a head dim of its own (v.shape[-1], a multiple of 8 up to 256: DeepSeek's
+    192/128), which out, dout and dv have. dq, dk, dv are allocated like q, k, v unless given; deterministic: bitwise-
     identical gradients from run to run (not with a window). The model variants (sinks, window_size, softcap,
     alibi_slopes, causal_top_left) must be the forward's; with sinks the result is (dq, dk, dv, dsink), dsink
     fp32 [heads_q]. The fp32 workspace is allocated on the launch stream."""

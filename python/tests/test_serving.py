@@ -1,9 +1,9 @@
 """test_serving.py: the serving calls of the Python binding on the GPU (skipped with the reason without CUDA,
 PyTorch or the library): attention_varlen against a float64 per-sequence reference, its gradients through
-autograd (attention_varlen_backward) against the reference's, sinks, sliding windows, softcaps and ALiBi,
-attention_with_kvcache with a dense cache and with a shuffled paged cache against the same, merge_states against
-a float64 merge, explain_varlen's text, the input check raising FlashgenError, and the examples of docs/serving.md and the
-README run as printed.
+autograd (attention_varlen_backward) against the reference's (V of its own head dim too), sinks, sliding windows,
+softcaps and ALiBi, attention_with_kvcache with a dense cache and with a shuffled paged cache against the same,
+merge_states against a float64 merge, explain_varlen's text, the input check raising FlashgenError, and the examples of
+docs/serving.md and the README run as printed.
 
 Run:  python3 python/tests/test_serving.py        (or: python3 -m pytest python/tests/test_serving.py)
 """
@@ -241,6 +241,30 @@ class ServingTest(unittest.TestCase):
             ro, _ = reference(q[s], rows, rows[..., :512], False)
             close(self, o[s], ro, "MLA decode, sequence %d" % s)
         self.assertIn("v_in_k=1", flashgen.explain_varlen(q, kv, v, seqused_k=lens, block_table=table))
+
+    def test_v_of_its_own_head_dim_gradients(self):
+        # DeepSeek's 192/128 with GQA through autograd: dq, dk of 192, dv of 128, lengths 0 and 1 among them
+        lens_q, lens_k = [70, 1, 0, 130], [70, 5, 9, 100]
+        cq = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device="cuda")
+        ck = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device="cuda")
+        q = torch.randn(sum(lens_q), 8, 192, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        k = torch.randn(sum(lens_k), 2, 192, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        v = torch.randn(sum(lens_k), 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        do = torch.randn(sum(lens_q), 8, 128, device="cuda", dtype=torch.bfloat16)
+        o = flashgen.attention_varlen(q, k, v, cq, ck, max(lens_q), max(lens_k), causal=True)
+        self.assertEqual(tuple(o.shape), (sum(lens_q), 8, 128))
+        o.backward(do)
+        self.assertEqual(tuple(v.grad.shape), tuple(v.shape))
+        for b in range(len(lens_q)):
+            qs, ks = slice(cq[b].item(), cq[b + 1].item()), slice(ck[b].item(), ck[b + 1].item())
+            rq, rk, rv = (x.detach()[s].double().requires_grad_() for x, s in ((q, qs), (k, ks), (v, ks)))
+            ro, _ = reference(rq, rk, rv, True)
+            ro.backward(do[qs].double())
+            for name, got, ref in (("dq", q.grad[qs], rq.grad), ("dk", k.grad[ks], rk.grad),
+                                   ("dv", v.grad[ks], rv.grad)):
+                ref = torch.zeros(got.shape, dtype=torch.float64, device=got.device) if ref is None else ref
+                err = (got.double() - ref).abs().max().item() if got.numel() else 0.0
+                self.assertLess(err, 5e-2, "sequence %d %s at 192/128: max error %g" % (b, name, err))
 
     def test_kvcache_dense_and_paged(self):
         b, cap, ps = 3, 700, 16

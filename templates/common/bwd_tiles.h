@@ -22,10 +22,13 @@ FG_TILES_FN int fg_bwd_qm(int block_m, int block_n, int warps, int head_dim) {
     return fg_bwd_eight_keys_64(block_n, warps, head_dim) && block_m % 32 == 0 ? 2 : 1;
 }
 
-/* head_dim parts of the dV/dK warp tiles (phase 2): quarters with eight keys a warp at multiples of 64 (32
- * keys a warp tile), halves at multiples of 32, else all of head_dim (16 keys a warp tile). */
-FG_TILES_FN int fg_bwd_p2_parts(int block_n, int warps, int head_dim) {
-    return fg_bwd_eight_keys_64(block_n, warps, head_dim) && warps % 4 == 0 ? 4 : head_dim % 32 == 0 ? 2 : 1;
+/* Head-dim parts of the dV/dK warp tiles (phase 2), the same count for dK's head_dim and dV's head_dim_v (both
+ * padded; a warp owns one part of each): quarters with eight keys a warp where both are multiples of 64 (32 keys a
+ * warp tile), halves where both are multiples of 32, else all of them (16 keys a warp tile). */
+FG_TILES_FN int fg_bwd_p2_parts(int block_n, int warps, int head_dim, int head_dim_v) {
+    return fg_bwd_eight_keys_64(block_n, warps, head_dim) && head_dim_v % 64 == 0 && warps % 4 == 0 ? 4
+           : head_dim % 32 == 0 && head_dim_v % 32 == 0                                              ? 2
+                                                                                                      : 1;
 }
 
 #endif

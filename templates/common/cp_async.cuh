@@ -75,6 +75,15 @@ __device__ __forceinline__ fg_frag_offsets_t<CH> fg_frag_offsets_make(int lane_r
     return f;
 }
 
+// fg_frag_offsets_make<CH>(lane_row, lane_chunk) given f, the offsets of the same lanes in a tile of CF-chunk rows:
+// f itself (a reference) where the rows are as wide, so that a kernel with tiles of one width keeps one set of
+// registers and its code (a copy of f, the same values, still changed ptxas's schedule).
+template <int CH, int CF>
+__device__ __forceinline__ decltype(auto) fg_frag_offsets_like(const fg_frag_offsets_t<CF> &f, int lane_row, int lane_chunk) {
+    if constexpr (CH == CF) return (f);
+    else return fg_frag_offsets_make<CH>(lane_row, lane_chunk);
+}
+
 // Address of the fragment at rows row0 + lane_row (row0 a compile-time multiple of 8 after unrolling)
 // and chunk pair kk, in a tile of ROWS rows (of CH chunks) at `base`.
 template <int ROWS, int CH>
@@ -121,10 +130,13 @@ __device__ __forceinline__ u32 fg_fixed_step_offset(u32 dst0, int i) {
     return (dst0 ^ (u32)(t * 16)) + (u32)(i * RPS * SW * 16);
 }
 
-template <int ROWS, int THREADS>
+// DIM, DIM_PADDED: the tensor's columns and the tile's (a V or dO tile of a head dim of its own; Q's and K's by
+// default).
+template <int ROWS, int THREADS, int DIM = FG_HEAD_DIM, int DIM_PADDED = FG_HEAD_DIM_PADDED>
 struct fg_tile_loader {
-    static constexpr int RPS = fg_fixed_step<FG_CHUNKS, THREADS>::RPS;         // rows a step
-    static constexpr int LOADERS = fg_fixed_step<FG_CHUNKS, THREADS>::LOADERS; // threads that copy
+    static constexpr int CH = DIM_PADDED / FG_CHUNK_ELEMS;               // 16-byte chunks of a tile row
+    static constexpr int RPS = fg_fixed_step<CH, THREADS>::RPS;         // rows a step
+    static constexpr int LOADERS = fg_fixed_step<CH, THREADS>::LOADERS; // threads that copy
     // FG_LOADER_RECOMPUTE (the emitter's choice per variant, generator/emit.c): the thread's place in a
     // tile is recomputed from its index at each tile (fg_tid_now) rather than kept, three registers
     // fewer across the key loop. On NVRTC 13.0 (sm_90) that took the forward tiles whose two m16 tiles a
@@ -141,10 +153,10 @@ struct fg_tile_loader {
 
     __device__ __forceinline__ void init(const fg_in_t *base, i64 row_stride, int thread) {
         tid = thread;
-        const int c = thread % FG_CHUNKS;
-        row = thread / FG_CHUNKS;
-        col_ok = FG_HEAD_DIM == FG_HEAD_DIM_PADDED || c * FG_CHUNK_ELEMS < FG_HEAD_DIM; // padded heads only
-        dst = fg_tile_offset(row, c, ROWS);
+        const int c = thread % CH;
+        row = thread / CH;
+        col_ok = DIM == DIM_PADDED || c * FG_CHUNK_ELEMS < DIM; // padded heads only
+        dst = fg_tile_offset<CH>(row, c, ROWS);
         src = base + (i64)row * row_stride + c * FG_CHUNK_ELEMS;
     }
 
@@ -155,10 +167,10 @@ struct fg_tile_loader {
         bool col_ok = this->col_ok;
         u32 dst = this->dst;
         if constexpr (FG_LOADER_RECOMPUTE) {
-            const int thread = fg_tid_now(), c = thread % FG_CHUNKS;
-            row = thread / FG_CHUNKS;
-            col_ok = FG_HEAD_DIM == FG_HEAD_DIM_PADDED || c * FG_CHUNK_ELEMS < FG_HEAD_DIM;
-            dst = fg_tile_offset(row, c, ROWS);
+            const int thread = fg_tid_now(), c = thread % CH;
+            row = thread / CH;
+            col_ok = DIM == DIM_PADDED || c * FG_CHUNK_ELEMS < DIM;
+            dst = fg_tile_offset<CH>(row, c, ROWS);
         }
         const fg_in_t *p = src;
         const i64 step = RPS * stride;
@@ -167,7 +179,7 @@ struct fg_tile_loader {
             for (int i = 0; i < (ROWS + RPS - 1) / RPS; i++, p += step) {
                 const int r = row + i * RPS;
                 if (ROWS % RPS == 0 || r < ROWS)
-                    fg_cp_async16(tile + fg_fixed_step_offset<FG_CHUNKS, RPS>(dst, i), p, r < rows_valid && col_ok);
+                    fg_cp_async16(tile + fg_fixed_step_offset<CH, RPS>(dst, i), p, r < rows_valid && col_ok);
             }
         }
         src += ROWS * stride;
