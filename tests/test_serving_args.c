@@ -347,5 +347,21 @@ Test(serving_args, prefill_on_the_sm90a_forward) {
                           s.softcap == cells[i].softcap && s.window == cells[i].window,
                       "%s: not an sm_90a varlen variant", cells[i].what);
     }
+    /* V of its own head dim: the tiles of the wider one's (64/128: 128 x 128), or of V's where it is narrower and
+     * they fit (192/128 causal: 128 x 128), else Q's (192/128 without a mask: 128 x 96) */
+    struct { int d, dv, causal, block_n; } dims[] = {{192, 128, 1, 128}, {192, 128, 0, 96}, {64, 128, 1, 128}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        fg_varlen_args a = packed();
+        a.q = t3(FG_DTYPE_BF16, 100, 8, dims[i].d, 0x100000), a.o = t3(FG_DTYPE_BF16, 100, 8, dims[i].dv, 0x200000);
+        a.k = t3(FG_DTYPE_BF16, 300, 2, dims[i].d, 0x300000), a.v = t3(FG_DTYPE_BF16, 300, 2, dims[i].dv, 0x400000);
+        a.causal = dims[i].causal, a.max_seqlen_q = 100;
+        serving_call c;
+        cr_assert_eq(serving_check(&a, 0, &c, &e), FG_OK, "%s", e.msg);
+        fg_spec s;
+        cr_assert(serving_prefill_variant(&ctx, &a, &c, &s), "%d/%d taken", dims[i].d, dims[i].dv);
+        cr_assert(s.head_dim == dims[i].d && spec_head_dim_v(&s) == dims[i].dv && s.block_m == 128 &&
+                      s.block_n == dims[i].block_n,
+                  "%d/%d causal %d: %d x %d", dims[i].d, dims[i].dv, dims[i].causal, s.block_m, s.block_n);
+    }
     tile_policy_free(&ctx.policy);
 }
