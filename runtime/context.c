@@ -231,6 +231,11 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
         /* A driver that cannot say leaves 0: causal tiles are then ordered head by head (rt_causal_group). */
         if (cu->cuDeviceGetAttribute(&ctx->l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, ctx->device) != CUDA_SUCCESS)
             ctx->l2_bytes = 0;
+        /* double data rate: two transfers a clock of the bus's width */
+        int mem_khz = 0, bus_bits = 0;
+        if (cu->cuDeviceGetAttribute(&mem_khz, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, ctx->device) == CUDA_SUCCESS &&
+            cu->cuDeviceGetAttribute(&bus_bits, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, ctx->device) == CUDA_SUCCESS)
+            ctx->mem_bandwidth = 2.0 * (double)mem_khz * 1e3 * (double)bus_bits / 8.0;
     }
     if (ctx->arch < 80) {
         fg_fail(err, FG_ERR_UNSUPPORTED, "device %d (%s) has compute capability %d.%d; flashgen's kernels need 8.0 or newer",

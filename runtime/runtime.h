@@ -57,6 +57,8 @@ struct fg_context {
     int device_arch;             /* the device's own compute capability x 10 */
     int sm_count;                /* multiprocessors */
     int l2_bytes;                /* L2 cache size (0 when the driver does not say) */
+    double mem_bandwidth;        /* peak device-memory bytes a second, from the memory clock and bus width (0 when
+                                    the driver does not say): the serving call's split count for decode */
     size_t smem_optin;           /* max dynamic shared memory per block (opt-in) */
     char device_name[256];       /* e.g. "NVIDIA H200" */
     fg_context_options opt;      /* options as given (cache_dir copied below) */

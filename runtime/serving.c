@@ -58,14 +58,18 @@ static int ctas_per_sm(const fg_context *ctx, const fg_spec *s) {
 }
 
 /* The split count when the call leaves it to flashgen. No split when the tiles already fill 80% of the GPU's CTA
- * slots or a tile has at most 4 key blocks. A decode tile (block_m 16 or 32) streams K and V and computes
- * little, so what it needs is enough bytes in flight to keep the memory busy: the fewest splits whose CTAs
- * together have 60 KiB an SM in flight (each its stages of K and V), at least 2 key blocks a split. Measured on
- * an H100 (bf16, d 128, GQA 32/8, one query token; CUDA-graph replays): 64 CTAs of 128 KiB were the fastest
- * count at 1 x 128k, 2 x 64k, 4 x 32k and 8 x 32k keys (183, 180, 178 and 339 us), where FlashAttention-3's
- * wave-fill rule took 15, 6, 3 and 2 splits (200, 186, 183, 349 us): more splits only add partials to merge.
- * Other tiles take that rule: among 1 .. min(128, key blocks, slots) the smallest count whose last wave is at
- * least 85% as full as the best count's (a wave's fill: w / ceil(w), w = tiles x splits / slots). */
+ * slots or a tile has at most 4 key blocks. A decode tile (block_m 16 or 32) of a dense or packed cache streams
+ * K and V and computes little, so what it needs is enough bytes in flight to keep the memory busy: the fewest
+ * splits whose CTAs together have the memory's bandwidth times 2.5 us in flight (each its stages of K and V;
+ * without the bandwidth, 60 KiB an SM), at least 2 key blocks a split. Measured on an H100 (3.35 TB/s: 8 MiB,
+ * 64 CTAs of 128 KiB; bf16, d 128, GQA 32/8, one query token, CUDA-graph replays): 64 CTAs were the fastest count
+ * at 1 x 128k, 2 x 64k, 4 x 32k and 8 x 32k keys (183, 180, 178 and 339 us), where FlashAttention-3's wave-fill
+ * rule took 15, 6, 3 and 2 splits (200, 186, 183, 349 us): more splits only add partials to merge. On an H200
+ * 64 such CTAs kept its memory 60% busy (ncu), hence the bandwidth's part. A paged cache's CTAs keep fewer bytes
+ * in flight (each row's page is looked up first: 55% of peak at 32 x 4k against the dense cache's 87% on the
+ * H200), and with 64 of them 8 x 32k ran at half the dense speed; they, and prefill tiles, take the wave-fill
+ * rule: among 1 .. min(128, key blocks, slots) the smallest count whose last wave is at least 85% as full as the
+ * best count's (a wave's fill: w / ceil(w), w = tiles x splits / slots). */
 static int split_rule(const fg_context *ctx, const serving_call *c, const fg_spec *s, int m_blocks, const char **why) {
     const int64_t tiles = (int64_t)m_blocks * c->hkv * c->batch;
     const int64_t slots = (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 1) * ctas_per_sm(ctx, s);
@@ -85,15 +89,16 @@ static int split_rule(const fg_context *ctx, const serving_call *c, const fg_spe
         *why = "no split: a tile has at most 4 key blocks";
         return 1;
     }
-    if (s->block_m <= 32) {
+    if (s->block_m <= 32 && !c->paged) {
         const int64_t in_flight = (int64_t)s->stages * s->block_n * 2 *
                                   (spec_head_dim_padded(s) + (s->v_in_k ? 0 : spec_head_dim_v_padded(s)));
-        const int64_t want = (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 1) * 60 * 1024;
+        const int64_t want = ctx->mem_bandwidth > 0 ? (int64_t)(ctx->mem_bandwidth * 2.5e-6)
+                                                    : (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 1) * 60 * 1024;
         int64_t n = (want + tiles * in_flight - 1) / (tiles * in_flight);
         const int64_t most = n_blocks / 2 < 128 ? n_blocks / 2 : 128;
         n = n > most ? most : n < 1 ? 1 : n;
-        *why = n > 1 ? "split: the fewest that keep 60 KiB an SM of K and V in flight"
-                     : "no split: the tiles keep 60 KiB an SM of K and V in flight";
+        *why = n > 1 ? "split: the fewest that keep the memory's bandwidth x 2.5 us of K and V in flight"
+                     : "no split: the tiles keep the memory's bandwidth x 2.5 us of K and V in flight";
         return (int)n;
     }
     int64_t max = n_blocks < 128 ? n_blocks : 128;

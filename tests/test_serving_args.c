@@ -254,6 +254,28 @@ Test(serving_args, split_plan_depends_on_host_arguments_only) {
         cr_assert_eq(serving_plan_for(&ctx, &a, &c, &p, &e), FG_OK);
         cr_assert_eq(p.num_splits, 1);
     }
+    /* with the memory's bandwidth known: an H100's (3.35 TB/s, 8.4 MB in flight) and an H200's (4.8 TB/s, 12 MB);
+     * a paged cache takes the wave-fill rule (1 x 128k: 15 splits on 132 SMs) */
+    struct { double bw; int batch, keys, paged, want; } bws[] = {{3.35e12, 1, 131072, 0, 8}, {3.35e12, 8, 32768, 0, 1},
+                                                                {4.8e12, 1, 131072, 0, 12}, {4.8e12, 8, 32768, 0, 2},
+                                                                {4.8e12, 1, 131072, 1, 15}};
+    for (size_t i = 0; i < sizeof bws / sizeof bws[0]; i++) {
+        ctx.mem_bandwidth = bws[i].bw;
+        fg_varlen_args a = dense_decode(bws[i].batch, bws[i].keys);
+        if (bws[i].paged) { /* the same keys in pages of 256 */
+            a.k.ndim = a.v.ndim = 4;
+            a.k.shape[0] = a.v.shape[0] = (int64_t)bws[i].batch * bws[i].keys / 256, a.k.shape[1] = a.v.shape[1] = 256;
+            a.k.stride[0] = a.v.stride[0] = 256 * a.k.stride[1];
+            a.block_table = (const int32_t *)ADDR(0x900000), a.max_pages = bws[i].keys / 256;
+            a.seqused_k = (const int32_t *)ADDR(0xa00000);
+        }
+        serving_call c;
+        serving_plan p;
+        cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
+        cr_assert_eq(serving_plan_for(&ctx, &a, &c, &p, &e), FG_OK, "%s", e.msg);
+        cr_assert_eq(p.num_splits, bws[i].want, "%.3g B/s, %d x %d keys%s: %d splits (%s)", bws[i].bw, bws[i].batch,
+                     bws[i].keys, bws[i].paged ? ", paged" : "", p.num_splits, p.split_why);
+    }
     tile_policy_free(&ctx.policy);
 }
 
