@@ -29,6 +29,19 @@ def record_explain(row, text):
     row["code_from"] = next((ln.split(":", 1)[1].strip() for ln in lines if ln.strip().startswith("code:")), None)
 
 
+def scores(qs, ks, r0, r1, s_q, scale, causal):
+    """Scaled scores of query rows [r0, r1) of one (batch, head) slice in float32, the causal mask bottom-right
+    aligned (query i sees keys j <= i + s_k - s_q)."""
+    import torch
+    sc = (qs[r0:r1] @ ks.T) * scale
+    if causal:
+        s_k = ks.shape[0]
+        i = torch.arange(r0, r1, device=qs.device)[:, None]
+        j = torch.arange(s_k, device=qs.device)[None, :]
+        sc = sc.masked_fill(j > i + (s_k - s_q), float("-inf"))
+    return sc
+
+
 class Bench:
     """One run: the torch modules, flashgen, the timing helpers and the per-config measurements."""
 
@@ -173,11 +186,7 @@ class Bench:
             lse = torch.empty(s_q, device=q.device)
             for r0 in range(0, s_q, chunk):
                 r1 = min(s_q, r0 + chunk)
-                sc = (qs[r0:r1] @ ks.T) * scale
-                if causal:
-                    i = torch.arange(r0, r1, device=q.device)[:, None]
-                    j = torch.arange(s_k, device=q.device)[None, :]
-                    sc = sc.masked_fill(j > i + (s_k - s_q), float("-inf"))
+                sc = scores(qs, ks, r0, r1, s_q, scale, causal)
                 lse[r0:r1] = torch.logsumexp(sc, dim=-1)
                 o[r0:r1] = torch.softmax(sc, dim=-1) @ vs
                 del sc
@@ -396,11 +405,7 @@ class Bench:
             qs, ks, vs = q[bi, :, hi].float(), k[bi, :, hi].float(), v[bi, :, hi].float()
             for r0 in range(0, s_q, chunk):
                 r1 = min(s_q, r0 + chunk)
-                sc = (qs[r0:r1] @ ks.T) * scale
-                if causal:
-                    i = torch.arange(r0, r1, device=q.device)[:, None]
-                    j = torch.arange(s_k, device=q.device)[None, :]
-                    sc = sc.masked_fill(j > i + (s_k - s_q), float("-inf"))
+                sc = scores(qs, ks, r0, r1, s_q, scale, causal)
                 p = torch.exp(sc - sc.amax(dim=-1, keepdim=True))
                 o = ((p.to(q.dtype).float() @ vs) / p.sum(dim=-1, keepdim=True)).to(q.dtype).float()
                 worst = max(worst, (o - ref[(bi, hi)][0][r0:r1]).abs().max().item())
