@@ -1,7 +1,8 @@
 /* test_gpu_soak.c: concurrency soak on the GPU. Several host threads share one flashgen context, each on its
- * own stream, for a bounded time (FLASHGEN_SOAK_SECONDS, default 20): forwards of seven head dims (40 to
- * 256), both masks and both 16-bit dtypes, so that some variants compile while other threads launch, every
- * output and LSE checked against the CPU reference. Then several `flashgen run` processes share one fresh
+ * own stream, for a bounded time (FLASHGEN_SOAK_SECONDS, default 20): in turn forwards of seven head dims (40 to
+ * 256), both masks and both 16-bit dtypes, backwards (five head-dim pairs, 192/128 among them, the deterministic
+ * mode every other time) and decode steps of the serving call (split or not), so that some variants compile
+ * while other threads launch, every output, LSE and gradient checked against the CPU references. Then several `flashgen run` processes share one fresh
  * disk cache, compiling the same new variants at once. Calls made and failures (which must be 0) are
  * logged. Skipped, saying why, without a GPU. */
 #include <pthread.h>
@@ -116,6 +117,171 @@ done:
     return rc;
 }
 
+/* Uploads fresh N(0, 1) values into b (host and device). 0 when it worked. */
+static int buf_fill(soak_worker *w, soak_buf *b, uint64_t seed, char *why, size_t n) {
+    fg_error e;
+    if (ref_fill_normal(&b->host, seed, &e) != FG_OK) {
+        snprintf(why, n, "fill: %.400s", e.msg);
+        return -1;
+    }
+    return w->cu->cuMemcpyHtoD(b->ptr, b->host.data, b->bytes) == CUDA_SUCCESS ? 0 : -1;
+}
+
+static int buf_download(soak_worker *w, soak_buf *b) {
+    return w->cu->cuMemcpyDtoH(b->host.data, b->ptr, b->bytes) == CUDA_SUCCESS ? 0 : -1;
+}
+
+/* One checked backward: a forward (its O and LSE), then fg_attention_bwd with its workspace, the gradients
+ * judged against the CPU references; V of Q's head dim or of its own (192/128). 0 when it passed. */
+static int soak_backward(soak_worker *w, CUstream stream, long k, char *why, size_t n) {
+    static const int dims[][2] = {{64, 64}, {128, 128}, {72, 72}, {192, 128}, {96, 96}};
+    const int pick = (int)((k / 4 + w->index) % (long)(sizeof dims / sizeof dims[0]));
+    const int d = dims[pick][0], dv = dims[pick][1], causal = (int)((k / 4) % 2);
+    const fg_dtype dt = (k / 8) % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16;
+    const int64_t sq = 90 + 29 * (k % 3), sk = 120 + 41 * (k % 4);
+    const int64_t qs[4] = {1, sq, 4, d}, ks[4] = {1, sk, 2, d}, vs[4] = {1, sk, 2, dv}, os[4] = {1, sq, 4, dv},
+                  ls[3] = {1, 4, sq};
+    soak_buf q, kk, v, o, lse, dout, dq, dk, dvv;
+    memset(&q, 0, sizeof q), memset(&kk, 0, sizeof kk), memset(&v, 0, sizeof v), memset(&o, 0, sizeof o);
+    memset(&lse, 0, sizeof lse), memset(&dout, 0, sizeof dout), memset(&dq, 0, sizeof dq), memset(&dk, 0, sizeof dk);
+    memset(&dvv, 0, sizeof dvv);
+    CUdeviceptr ws = 0;
+    int rc = -1;
+    if (buf_make(w->cu, &q, dt, 4, qs) || buf_make(w->cu, &kk, dt, 4, ks) || buf_make(w->cu, &v, dt, 4, vs) ||
+        buf_make(w->cu, &o, dt, 4, os) || buf_make(w->cu, &lse, FG_DTYPE_F32, 3, ls) ||
+        buf_make(w->cu, &dout, dt, 4, os) || buf_make(w->cu, &dq, dt, 4, qs) || buf_make(w->cu, &dk, dt, 4, ks) ||
+        buf_make(w->cu, &dvv, dt, 4, vs)) {
+        snprintf(why, n, "out of memory for the backward at %d/%d", d, dv);
+        goto done;
+    }
+    if (buf_fill(w, &q, 21 + (uint64_t)k, why, n) || buf_fill(w, &kk, 22 + (uint64_t)k, why, n) ||
+        buf_fill(w, &v, 23 + (uint64_t)k, why, n) || buf_fill(w, &dout, 24 + (uint64_t)k, why, n))
+        goto done;
+    /* O and the LSE from the serving call on the dense tensors (it takes V of its own head dim) */
+    fg_varlen_args f;
+    fg_varlen_args_init(&f);
+    f.q = q.dev, f.k = kk.dev, f.v = v.dev, f.o = o.dev, f.lse = lse.dev, f.causal = causal, f.num_splits = 1;
+    if (fg_attention_fwd_varlen(w->ctx, &f, stream) != FG_OK) {
+        snprintf(why, n, "backward's forward at %d/%d: %s", d, dv, fg_last_error(w->ctx));
+        goto done;
+    }
+    fg_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q = q.dev, a.k = kk.dev, a.v = v.dev, a.o = o.dev, a.dout = dout.dev, a.lse = lse.dev;
+    a.dq = dq.dev, a.dk = dk.dev, a.dv = dvv.dev, a.causal = causal, a.deterministic = (int)((k / 16) % 2);
+    size_t bytes = 0;
+    if (fg_attention_bwd_workspace_size(w->ctx, &a, &bytes) != FG_OK || w->cu->cuMemAlloc(&ws, bytes ? bytes : 256) != CUDA_SUCCESS) {
+        snprintf(why, n, "backward workspace at %d/%d: %s", d, dv, fg_last_error(w->ctx));
+        goto done;
+    }
+    a.workspace = (void *)(uintptr_t)ws, a.workspace_size = bytes;
+    if (fg_attention_bwd(w->ctx, &a, stream) != FG_OK) {
+        snprintf(why, n, "backward at %d/%d: %s", d, dv, fg_last_error(w->ctx));
+        goto done;
+    }
+    if (w->cu->cuStreamSynchronize(stream) != CUDA_SUCCESS || buf_download(w, &o) || buf_download(w, &lse) ||
+        buf_download(w, &dq) || buf_download(w, &dk) || buf_download(w, &dvv)) {
+        snprintf(why, n, "backward at %d/%d: a driver call failed after the launch", d, dv);
+        goto done;
+    }
+    ref_bwd_problem p;
+    memset(&p, 0, sizeof p);
+    p.fwd.q = q.host, p.fwd.k = kk.host, p.fwd.v = v.host, p.fwd.causal = causal;
+    p.o = o.host, p.d_o = dout.host, p.lse = lse.host;
+    ref_bwd_report r;
+    fg_error e;
+    if (ref_check_bwd(&p, &dq.host, &dk.host, &dvv.host, &r, &e) != FG_OK) {
+        snprintf(why, n, "backward reference: %.400s", e.msg);
+        goto done;
+    }
+    if (!r.pass) {
+        char line[400];
+        snprintf(why, n, "backward %d/%d causal %d deterministic %d: %s", d, dv, causal, a.deterministic,
+                 ref_bwd_report_format(&r, line, sizeof line));
+        goto done;
+    }
+    rc = 0;
+done:
+    if (ws) w->cu->cuMemFree(ws);
+    soak_buf *all[9] = {&q, &kk, &v, &o, &lse, &dout, &dq, &dk, &dvv};
+    for (int i = 0; i < 9; i++) buf_free(w->cu, all[i]);
+    return rc;
+}
+
+/* One checked decode step on a dense cache (fg_attention_fwd_varlen): three sequences of 700, 1 and 333 keys
+ * in a 700-key cache (seqused_k), one query token each, 8 query heads on 2 KV heads, keys split as the call
+ * chooses or into 3; each sequence's O and LSE judged against the reference on its own keys. 0 when it passed. */
+static int soak_decode(soak_worker *w, CUstream stream, long k, char *why, size_t n) {
+    static const int dims[] = {128, 64, 256};
+    const int d = dims[(k / 4 + w->index) % 3];
+    const int32_t lens[3] = {700, 1, 333};
+    const int64_t qs[4] = {3, 1, 8, d}, ks[4] = {3, 700, 2, d}, ls[3] = {3, 8, 1};
+    soak_buf q, kk, v, o, lse;
+    memset(&q, 0, sizeof q), memset(&kk, 0, sizeof kk), memset(&v, 0, sizeof v), memset(&o, 0, sizeof o);
+    memset(&lse, 0, sizeof lse);
+    CUdeviceptr used = 0, ws = 0;
+    int rc = -1;
+    if (buf_make(w->cu, &q, FG_DTYPE_BF16, 4, qs) || buf_make(w->cu, &kk, FG_DTYPE_BF16, 4, ks) ||
+        buf_make(w->cu, &v, FG_DTYPE_BF16, 4, ks) || buf_make(w->cu, &o, FG_DTYPE_BF16, 4, qs) ||
+        buf_make(w->cu, &lse, FG_DTYPE_F32, 3, ls) || w->cu->cuMemAlloc(&used, sizeof lens) != CUDA_SUCCESS ||
+        w->cu->cuMemcpyHtoD(used, lens, sizeof lens) != CUDA_SUCCESS) {
+        snprintf(why, n, "out of memory for a decode at head_dim %d", d);
+        goto done;
+    }
+    if (buf_fill(w, &q, 31 + (uint64_t)k, why, n) || buf_fill(w, &kk, 32 + (uint64_t)k, why, n) ||
+        buf_fill(w, &v, 33 + (uint64_t)k, why, n))
+        goto done;
+    fg_varlen_args a;
+    fg_varlen_args_init(&a);
+    a.q = q.dev, a.k = kk.dev, a.v = v.dev, a.o = o.dev, a.lse = lse.dev;
+    a.seqused_k = (const int32_t *)(uintptr_t)used, a.num_splits = k % 8 < 4 ? 0 : 3;
+    size_t bytes = 0;
+    if (fg_attention_fwd_varlen_workspace_size(w->ctx, &a, &bytes) != FG_OK ||
+        w->cu->cuMemAlloc(&ws, bytes ? bytes : 256) != CUDA_SUCCESS) {
+        snprintf(why, n, "decode workspace at head_dim %d: %s", d, fg_last_error(w->ctx));
+        goto done;
+    }
+    a.workspace = (void *)(uintptr_t)ws, a.workspace_size = bytes;
+    if (fg_attention_fwd_varlen(w->ctx, &a, stream) != FG_OK) {
+        snprintf(why, n, "decode at head_dim %d: %s", d, fg_last_error(w->ctx));
+        goto done;
+    }
+    if (w->cu->cuStreamSynchronize(stream) != CUDA_SUCCESS || buf_download(w, &o) || buf_download(w, &lse)) {
+        snprintf(why, n, "decode at head_dim %d: a driver call failed after the launch", d);
+        goto done;
+    }
+    for (int b = 0; b < 3; b++) { /* sequence b alone: its query, its first lens[b] keys, its O and LSE rows */
+        ref_problem p;
+        memset(&p, 0, sizeof p);
+        p.q = q.host, p.k = kk.host, p.v = v.host;
+        fg_tensor oo = o.host, ll = lse.host;
+        fg_tensor *t[5] = {&p.q, &p.k, &p.v, &oo, &ll};
+        for (int i = 0; i < 5; i++) {
+            t[i]->data = (char *)t[i]->data + (size_t)b * (size_t)t[i]->stride[0] * (i == 4 ? 4 : 2);
+            t[i]->shape[0] = 1;
+        }
+        p.k.shape[1] = p.v.shape[1] = lens[b];
+        ref_report r;
+        fg_error e;
+        if (ref_check_fwd(&p, &oo, &ll, &r, &e) != FG_OK) {
+            snprintf(why, n, "decode reference: %.400s", e.msg);
+            goto done;
+        }
+        if (!r.pass) {
+            char line[400];
+            snprintf(why, n, "decode head_dim %d sequence %d (%d keys, num_splits %d): %s", d, b, lens[b], a.num_splits,
+                     ref_report_format(&r, line, sizeof line));
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    if (ws) w->cu->cuMemFree(ws);
+    if (used) w->cu->cuMemFree(used);
+    buf_free(w->cu, &q), buf_free(w->cu, &kk), buf_free(w->cu, &v), buf_free(w->cu, &o), buf_free(w->cu, &lse);
+    return rc;
+}
+
 static void *soak_thread(void *arg) {
     soak_worker *w = arg;
     CUstream stream = NULL;
@@ -128,7 +294,12 @@ static void *soak_thread(void *arg) {
     for (long k = 0; now_seconds() < end; k++) {
         char why[512] = "";
         w->calls++;
-        if (soak_forward(w, stream, k, why, sizeof why) != 0 && w->failures++ == 0)
+        /* forwards, a backward and a decode step in turn: variants of each kind compile while others run */
+        const int kind = (int)((k + w->index) % 4);
+        const int failed = kind == 2 ? soak_backward(w, stream, k, why, sizeof why)
+                         : kind == 3 ? soak_decode(w, stream, k, why, sizeof why)
+                                     : soak_forward(w, stream, k, why, sizeof why);
+        if (failed != 0 && w->failures++ == 0)
             snprintf(w->first_failure, sizeof w->first_failure, "thread %d call %ld: %s", w->index, k, why);
     }
     w->cu->cuStreamDestroy(stream);
