@@ -75,6 +75,19 @@ Test(serving_args, valid_calls_are_described) {
     cr_assert_eq(c.page_size, 16);
     cr_assert_eq(c.num_pages, 64);
     cr_assert_eq(c.part_tokens, 4);
+    cr_assert(!c.v_in_k, "v has memory of its own");
+    /* absorbed MLA: v = k[..., :512] (same data and strides), one KV head of 576: V read from K's tiles */
+    a = paged();
+    a.q = t4(FG_DTYPE_BF16, 4, 1, 16, 576, 0x100000), a.o = t4(FG_DTYPE_BF16, 4, 1, 16, 512, 0x200000);
+    a.k = t4(FG_DTYPE_BF16, 64, 16, 1, 576, 0x300000), a.v = a.k, a.v.shape[3] = 512;
+    cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
+    cr_assert(c.v_in_k && c.head_dim == 576 && c.head_dim_v == 512);
+    a.v.stride[0] = a.k.stride[0] * 2; /* other strides over the same memory: not K's prefix */
+    cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
+    cr_assert(!c.v_in_k, "v with its own strides is not K's prefix");
+    a.v = a.k, a.v.shape[3] = 512, a.k.data = a.v.data = NULL; /* explain without data: a V of its own */
+    cr_assert_eq(serving_check(&a, 0, &c, &e), FG_OK, "%s", e.msg);
+    cr_assert(!c.v_in_k);
 }
 
 /* A window side that reaches past every key of every row is unbounded, so the variant without window=1 runs:
