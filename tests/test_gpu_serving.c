@@ -206,10 +206,10 @@ Test(head_dim_v, unequal_qk_and_v) {
  * and prefill), head_dim 512 (decode over a dense cache, packed prefill), 576/512 with a V of its own, and the
  * model variants on a wide tile (sinks and a window: the epilogue's extra state). */
 Test(wide, mla_and_head_dim_512) {
-    static const int heads[] = {16, 128};
-    for (int i = 0; i < 2; i++) {
+    static const int heads[] = {16, 128, 32}; /* the 16-row and 32-row decode tiles, and the prefill tile */
+    for (int i = 0; i < 3; i++) {
         serve_case c = sc(FG_DTYPE_BF16, 5, decode_q, cache_k, heads[i], 1, 576, 0);
-        c.dv = 512, c.v_in_k = 1, c.q_dense = 1, c.k_mode = SERVE_K_PAGED, c.page_size = 64, c.num_splits = i ? 0 : 3;
+        c.dv = 512, c.v_in_k = 1, c.q_dense = 1, c.k_mode = SERVE_K_PAGED, c.page_size = 64, c.num_splits = i == 1 ? 0 : 3;
         c.seed = 340 + i;
         serve_case_run(&c);
     }
@@ -218,6 +218,9 @@ Test(wide, mla_and_head_dim_512) {
     serve_case_run(&c);
     c = sc(FG_DTYPE_F16, 5, decode_q, cache_k, 8, 2, 512, 1);
     c.q_dense = 1, c.k_mode = SERVE_K_DENSE, c.cap_k = 1100, c.num_splits = 2, c.seed = 343;
+    serve_case_run(&c);
+    c = sc(FG_DTYPE_BF16, 5, decode_q, cache_k, 32, 2, 512, 1); /* 16 rows a KV head: 16 x 32 on 2 key warps */
+    c.q_dense = 1, c.k_mode = SERVE_K_DENSE, c.cap_k = 1100, c.seed = 347;
     serve_case_run(&c);
     c = sc(FG_DTYPE_BF16, 6, uneven_q, uneven_k, 4, 2, 512, 1);
     c.seed = 344;
