@@ -136,3 +136,19 @@ int file_exists(const char *path) {
     struct stat st;
     return lstat(path, &st) == 0;
 }
+
+int has_line(const char *text, const char *line) {
+    size_t n = strlen(line);
+    for (const char *p = text; (p = strstr(p, line)) != NULL; p++)
+        if ((p == text || p[-1] == '\n') && p[n] == '\n') return 1;
+    return 0;
+}
+
+const char two_variants[] =
+    "-- two small variants\n"
+    "variants { kind = \"fwd\", arch = \"sm_80\", dtype = {\"fp16\", \"bf16\"}, head_dim = 64,\n"
+    "           block_m = 64, block_n = 64, warps = 4, stages = 2 }\n";
+const char *const two_names[2] = {
+    "arch=sm_80,block_m=64,block_n=64,causal=0,dtype=bf16,head_dim=64,kind=fwd,stages=2,warps=4",
+    "arch=sm_80,block_m=64,block_n=64,causal=0,dtype=fp16,head_dim=64,kind=fwd,stages=2,warps=4",
+};

@@ -66,6 +66,14 @@ void run_free(run_result *r);
 /* Counts the lines of text (each ending in '\n'). */
 int count_lines(const char *text);
 
+/* Returns 1 when `line` is one of the newline-terminated lines of text. */
+int has_line(const char *text, const char *line);
+
+/* A two-variant config: sm_80 fp16 and bf16 at head_dim 64 with explicit tiles (for list and bundle), and the
+ * canonical names of its variants in name order. */
+extern const char two_variants[];
+extern const char *const two_names[2];
+
 /* Returns 1 when anything (a file, a link) exists at path. */
 int file_exists(const char *path);
 
