@@ -1,6 +1,7 @@
-/* cli_harness.h: what the `flashgen` program's test programs (test_cli, test_cli_gpu, test_cli_tune)
- * share (cli_harness.c): a scratch directory per test (g_dir, with g_cache for FLASHGEN_CACHE_DIR), running
- * build/flashgen (or $FLASHGEN_BIN) with its stdout and stderr captured, and reading and writing files.
+/* cli_harness.h: what the `flashgen` program's test programs (test_cli, test_cli_bundle, test_cli_gpu,
+ * test_cli_tune) share (cli_harness.c): a scratch directory per test (g_dir, with g_cache for
+ * FLASHGEN_CACHE_DIR), running build/flashgen (or $FLASHGEN_BIN) with its stdout and stderr captured, reading
+ * and writing files, and a small two-variant config.
  * Each program declares TestSuite(cli, .init = scratch_init, .fini = scratch_fini). */
 #ifndef FG_TESTS_CLI_HARNESS_H
 #define FG_TESTS_CLI_HARNESS_H
