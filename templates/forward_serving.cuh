@@ -410,25 +410,22 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
         if constexpr (decltype(masked)::value) {
 #pragma unroll
             for (int h = 0; h < 2; h++) {
+                // The row's keys relative to this thread's first column of the block: those below first, or from
+                // limit on, are masked. Without a window first is a constant below every column, and its test folds
+                // away; with one both come from fg_row_keys.
                 const int tok = (m0 + wm * 16 + g + h * 8) / grp;
                 int limit = (FG_CAUSAL ? min(sk, tok + sk - sq + 1) : sk) - j * FG_BLOCK_N - key_w - 2 * t;
+                int first = -FG_BLOCK_N;
                 if constexpr (FG_WINDOW) {
-                    // the row's keys (fg_row_keys), relative like limit: keys below first, or from limit on, are masked
                     const fg_key_span keys = fg_row_keys(tok, sq, sk, p.window_left, p.window_right, p.causal_top_left);
                     const int rel = j * FG_BLOCK_N + key_w + 2 * t;
                     limit = keys.hi - rel;
-                    const int first = keys.lo - rel;
+                    first = keys.lo - rel;
+                }
 #pragma unroll
-                    for (int nt = 0; nt < FG_NT; nt++) {
-                        if (8 * nt >= limit || 8 * nt < first) s[0][nt][2 * h] = FG_NEG_INF;
-                        if (8 * nt + 1 >= limit || 8 * nt + 1 < first) s[0][nt][2 * h + 1] = FG_NEG_INF;
-                    }
-                } else {
-#pragma unroll
-                    for (int nt = 0; nt < FG_NT; nt++) {
-                        if (8 * nt >= limit) s[0][nt][2 * h] = FG_NEG_INF;
-                        if (8 * nt + 1 >= limit) s[0][nt][2 * h + 1] = FG_NEG_INF;
-                    }
+                for (int nt = 0; nt < FG_NT; nt++) {
+                    if (8 * nt >= limit || 8 * nt < first) s[0][nt][2 * h] = FG_NEG_INF;
+                    if (8 * nt + 1 >= limit || 8 * nt + 1 < first) s[0][nt][2 * h + 1] = FG_NEG_INF;
                 }
             }
         }
