@@ -266,7 +266,8 @@ def _out_dtype_for(torch, vq, q, out_dtype):
 
 
 def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, out=None, stream=None, lse=None,
-              q_descale=None, k_descale=None, v_descale=None, out_dtype=None, deterministic=False):
+              q_descale=None, k_descale=None, v_descale=None, out_dtype=None, deterministic=False, window_size=None,
+              softcap=0.0, alibi_slopes=None, sinks=None, causal_top_left=False):
     """O = softmax(softmax_scale * Q K^T [causal mask]) V, on the GPU, by a flashgen kernel.
 
     q [batch, seqlen_q, heads_q, head_dim]; k, v [batch, seqlen_k, heads_kv, head_dim] (heads_kv divides
@@ -290,8 +291,23 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, out=N
     requires grad (fp16/bf16), the op's registered backward runs attention_backward (deterministic: its
     mode); out=, lse= and the FP8 arguments are not taken then.
 
+    The model variants, as FlashAttention's flash_attn_func names them: window_size (left, right), softcap,
+    alibi_slopes, and sinks and causal_top_left (attention_varlen's); and a v of its own head dim (v.shape[-1]).
+    Such calls run attention_varlen on the same 4-d tensors (16-bit; autograd through it, its gradients included;
+    torch.compile breaks the graph there).
+
     Nothing synchronizes. Returns out, or (out, lse) with return_lse.
     Raises FlashgenError (status name and the library's sentence) when the library refuses the call."""
+    variants = (window_size is not None and tuple(window_size) != (-1, -1)) or bool(softcap) or \
+        alibi_slopes is not None or sinks is not None or bool(causal_top_left)
+    if variants or (hasattr(q, "shape") and hasattr(v, "shape") and v.shape[-1] != q.shape[-1]):
+        if any(x is not None for x in (q_descale, k_descale, v_descale)) or out_dtype is not None:
+            raise TypeError("attention(): the model variants and a v of its own head dim are 16-bit only (no descales "
+                            "or out_dtype)")
+        return attention_varlen(q, k, v, None, None, q.shape[1], k.shape[1], causal=causal,
+                                softmax_scale=softmax_scale, return_lse=return_lse, out=out, lse=lse, stream=stream,
+                                deterministic=deterministic, sinks=sinks, window_size=window_size, softcap=softcap,
+                                alibi_slopes=alibi_slopes, causal_top_left=causal_top_left)
     grad = _needs_grad(q, k, v)
     if grad and (out is not None or lse is not None or any(x is not None for x in (q_descale, k_descale, v_descale))):
         raise TypeError("attention() with autograd takes no out=, lse= or descale arguments")

@@ -129,6 +129,28 @@ class ServingTest(unittest.TestCase):
                 err = (got.double() - ref).abs().max().item()
                 self.assertLess(err, 5e-2, "dense batch %d %s: max error %g" % (b, name, err))
 
+    def test_dense_attention_takes_variants(self):
+        """flashgen.attention with FlashAttention's flash_attn_func keywords (window_size, softcap, alibi_slopes)
+        and a V of its own head dim runs the serving call on the same tensors, gradients included."""
+        q = torch.randn(2, 130, 4, 192, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        k = torch.randn(2, 170, 2, 192, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        v = torch.randn(2, 170, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        slopes = torch.tensor([0.1, 0.05, 0.02, 0.01], device="cuda")
+        do = torch.randn(2, 130, 4, 128, device="cuda", dtype=torch.bfloat16)
+        o = flashgen.attention(q, k, v, causal=True, window_size=(60, 0), softcap=5.0, alibi_slopes=slopes)
+        self.assertEqual(tuple(o.shape), (2, 130, 4, 128))
+        o.backward(do)
+        for b in range(2):
+            rq, rk, rv = (x.detach()[b].double().requires_grad_() for x in (q, k, v))
+            ro, _ = reference(rq, rk, rv, True, window=(60, 0), softcap=5.0, slopes=slopes)
+            close(self, o[b], ro, "batch %d O" % b)
+            ro.backward(do[b].double())
+            for name, got, ref in (("dq", q.grad[b], rq.grad), ("dk", k.grad[b], rk.grad), ("dv", v.grad[b], rv.grad)):
+                err = (got.double() - ref).abs().max().item()
+                self.assertLess(err, 5e-2, "batch %d %s: max error %g" % (b, name, err))
+        with self.assertRaises(TypeError):
+            flashgen.attention(q.detach(), k.detach(), v.detach(), softcap=5.0, q_descale=1.0)
+
     def test_model_variant_gradients(self):
         lens_q, lens_k = [70, 1, 0, 130], [70, 5, 9, 100]
         cq = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device="cuda")
