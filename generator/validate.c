@@ -201,12 +201,12 @@ RULE(serve_threads, is_serve(s) && s->warps * 32 < (spec_head_dim_padded(s) > sp
      "kind=serve with %d warps has fewer threads than a row of K (head_dim %d) or V (head_dim_v %d) has 16-byte "
      "chunks (a thread loads a chunk column): use at least %d warps", s->warps, s->head_dim, spec_head_dim_v(s),
      ((spec_head_dim_padded(s) > spec_head_dim_v_padded(s) ? spec_head_dim_padded(s) : spec_head_dim_v_padded(s)) / 8 + 31) / 32)
-RULE(serve_tma, is_serve(s) && s->tma && (s->arch < 90 || s->head_dim % 64 != 0 || s->block_n % 8 != 0 ||
-                                         spec_head_dim_v(s) != s->head_dim || s->v_in_k),
+RULE(serve_tma, is_serve(s) && s->tma && (s->arch < 90 || s->head_dim % 64 != 0 || s->head_dim > 256 ||
+                                         s->block_n % 8 != 0 || spec_head_dim_v(s) != s->head_dim || s->v_in_k),
      FG_ERR_UNSUPPORTED,
-     "kind=serve tma=1 (K and V loaded by TMA) takes arch sm_90 or newer, head_dim a multiple of 64, V of the same "
-     "head dim and V in tensors of its own (got sm_%d, head_dim %d, head_dim_v %d, v_in_k=%d)", s->arch, s->head_dim,
-     spec_head_dim_v(s), s->v_in_k != 0)
+     "kind=serve tma=1 (K and V loaded by TMA) takes arch sm_90 or newer, head_dim 64, 128, 192 or 256, V of the "
+     "same head dim and V in tensors of its own (got sm_%d, head_dim %d, head_dim_v %d, v_in_k=%d)", s->arch,
+     s->head_dim, spec_head_dim_v(s), s->v_in_k != 0)
 /* V's own head dim: the serving kernel and the mma.sync backward take any multiple of 8 up to 256 beside any
  * head_dim (their tiles and loaders have a width per operand; the backward pads both to 32 where either is above
  * 128, which keeps every pair's warp split whole: spec_bwd_dim_padded), the serving kernel also multiples of 64 up

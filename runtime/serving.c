@@ -9,10 +9,12 @@
 #include "runtime/dispatch.h"
 
 /* Whether a call's K and V can load by TMA (the tma=1 variants): the context takes them (FLASHGEN_SERVE_TMA), the
- * keys are packed or in a dense cache (a tensor map has no page table), head_dim (V's too) is a multiple of 64 (128-byte
- * swizzled boxes) and the key tensors' pointers and strides are multiples of 16 bytes (serving_check's rules). */
+ * keys are packed or in a dense cache (a tensor map has no page table), head_dim (V's too) is 64, 128, 192 or 256
+ * (128-byte swizzled boxes; the wide variants above 256 load by cp.async), V is a tensor of its own, and the key
+ * tensors' pointers and strides are multiples of 16 bytes (serving_check's rules). */
 static int serve_tma_applies(const fg_context *ctx, const serving_call *c) {
-    return ctx->serve_tma && !c->paged && c->head_dim % 64 == 0 && c->head_dim_v == c->head_dim && !c->v_in_k;
+    return ctx->serve_tma && !c->paged && c->head_dim % 64 == 0 && c->head_dim <= 256 && c->head_dim_v == c->head_dim &&
+           !c->v_in_k;
 }
 
 /* The variant a call's model variants (sinks, window, softcap, ALiBi) and V's head dim decide, whatever chose

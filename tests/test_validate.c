@@ -99,6 +99,7 @@ static void m_serve_wide_dim(fg_spec *s) { *s = serve_base(); s->head_dim_v = 26
 static void m_v_in_k(fg_spec *s) { *s = serve_base(); s->head_dim_v = 192, s->v_in_k = 1; }
 static void m_v_in_k_tma(fg_spec *s) { *s = serve_base(); s->arch = 90, s->v_in_k = 1, s->tma = 1; }
 static void m_serve_threads(fg_spec *s) { *s = serve_base(); s->head_dim = 576, s->head_dim_v = 512, s->v_in_k = 1, s->block_m = 16, s->block_n = 32, s->warps = 2; }
+static void m_serve_tma_wide(fg_spec *s) { *s = serve_base(); s->arch = 90, s->tma = 1, s->head_dim = 512, s->stages = 2; }
 static void m_head_dim_serve(fg_spec *s) { *s = serve_base(); s->head_dim = 584; }
 static void m_serve_tma_dim_v(fg_spec *s) { *s = serve_base(); s->tma = 1, s->arch = 90, s->head_dim = 192, s->head_dim_v = 128; }
 static void m_serve_registers(fg_spec *s) { *s = serve_base(); s->block_m = 64; s->block_n = 256; s->head_dim = 256; s->stages = 2; }
@@ -173,6 +174,7 @@ static const broken rules[] = {
     {"serve_wide", m_serve_wide_v_in_k, "with v_in_k=1 head_dim a multiple of 64"},
     {"v_in_k", m_v_in_k, "head_dim_v at most head_dim"},
     {"serve_tma", m_v_in_k_tma, "v_in_k=1"},
+    {"serve_tma", m_serve_tma_wide, "head_dim 512"},
     {"serve_threads", m_serve_threads, "use at least 3 warps"},
     {"head_dim_range", m_head_dim_serve, "from 8 to 576 (kind=serve)"},
     {"fwd_varlen", m_fwd_varlen_fp8, "in fp16 or bf16"},
