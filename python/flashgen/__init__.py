@@ -265,6 +265,14 @@ def _out_dtype_for(torch, vq, q, out_dtype):
     return torch.bfloat16 if vq.dtype in _tensors.FP8_DTYPES else q.dtype
 
 
+def _serving_call(q, v, window_size, softcap, alibi_slopes, sinks, causal_top_left):
+    """Whether a dense call names a model variant or a v of its own head dim: attention() then runs the serving
+    call (attention_varlen) on its tensors."""
+    variants = (window_size is not None and tuple(window_size) != (-1, -1)) or bool(softcap) or \
+        alibi_slopes is not None or sinks is not None or bool(causal_top_left)
+    return variants or (hasattr(q, "shape") and hasattr(v, "shape") and v.shape[-1] != q.shape[-1])
+
+
 def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, out=None, stream=None, lse=None,
               q_descale=None, k_descale=None, v_descale=None, out_dtype=None, deterministic=False, window_size=None,
               softcap=0.0, alibi_slopes=None, sinks=None, causal_top_left=False):
@@ -298,9 +306,7 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, out=N
 
     Nothing synchronizes. Returns out, or (out, lse) with return_lse.
     Raises FlashgenError (status name and the library's sentence) when the library refuses the call."""
-    variants = (window_size is not None and tuple(window_size) != (-1, -1)) or bool(softcap) or \
-        alibi_slopes is not None or sinks is not None or bool(causal_top_left)
-    if variants or (hasattr(q, "shape") and hasattr(v, "shape") and v.shape[-1] != q.shape[-1]):
+    if _serving_call(q, v, window_size, softcap, alibi_slopes, sinks, causal_top_left):
         if any(x is not None for x in (q_descale, k_descale, v_descale)) or out_dtype is not None:
             raise TypeError("attention(): the model variants and a v of its own head dim are 16-bit only (no descales "
                             "or out_dtype)")
@@ -481,12 +487,18 @@ def _plan_args(q, k, v, causal, softmax_scale, out, device, out_dtype=None):
     return _args(vq, vk, vv, vo, None, causal, softmax_scale), device
 
 
-def explain(q, k, v, causal=False, softmax_scale=None, out=None, device=None, out_dtype=None):
+def explain(q, k, v, causal=False, softmax_scale=None, out=None, device=None, out_dtype=None, window_size=None,
+            softcap=0.0, alibi_slopes=None, sinks=None, causal_top_left=False):
     """Which kernel attention() would run for these arguments and why (fg_explain): the variant's name,
     where its code would come from (memory, disk cache, bundle, JIT) and the reason for its tiles.
     Arguments may be TensorDesc (no memory). device: the CUDA ordinal, when the arguments do not say.
     out_dtype: O's dtype for fp8 inputs when out is not given (bf16 by default), as in attention().
-    Returns a str; raises FlashgenError."""
+    With a model variant or a v of its own head dim, attention() runs the serving call, and this is
+    explain_varlen's account of it. Returns a str; raises FlashgenError."""
+    if _serving_call(q, v, window_size, softcap, alibi_slopes, sinks, causal_top_left):
+        return explain_varlen(q, k, v, max_seqlen_q=q.shape[1], max_seqlen_k=k.shape[1], causal=causal, sinks=sinks,
+                              window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                              causal_top_left=causal_top_left)
     a, dev = _plan_args(q, k, v, causal, softmax_scale, out, device, out_dtype)
     ctx = _context(dev)
     buf = ctypes.create_string_buffer(8192)

@@ -150,6 +150,9 @@ class ServingTest(unittest.TestCase):
                 self.assertLess(err, 5e-2, "batch %d %s: max error %g" % (b, name, err))
         with self.assertRaises(TypeError):
             flashgen.attention(q.detach(), k.detach(), v.detach(), softcap=5.0, q_descale=1.0)
+        text = flashgen.explain(q, k, v, causal=True, window_size=(60, 0), softcap=5.0, alibi_slopes=slopes)
+        for key in ("head_dim_v=128", "window=1", "softcap=1", "alibi=1"):
+            self.assertIn(key, text)
 
     def test_model_variant_gradients(self):
         lens_q, lens_k = [70, 1, 0, 130], [70, 5, 9, 100]
