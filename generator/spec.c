@@ -83,6 +83,11 @@ int spec_head_dim_v_padded(const fg_spec *s) {
     return s->kind == FG_KIND_BWD ? spec_bwd_dim_padded(dv, s->head_dim > dv ? s->head_dim : dv) : (dv + 15) / 16 * 16;
 }
 
+int spec_row_chunks(const fg_spec *s) {
+    const int d = spec_head_dim_padded(s), dv = spec_head_dim_v_padded(s);
+    return (d > dv ? d : dv) / 8;
+}
+
 int spec_serve_wide(const fg_spec *s) { return s->kind == FG_KIND_SERVE && spec_head_dim_v_padded(s) > 256; }
 
 int spec_has_mods(const fg_spec *s) {

@@ -87,6 +87,8 @@ typedef struct fg_spec {
 int spec_head_dim_v(const fg_spec *spec);
 int spec_head_dim_v_padded(const fg_spec *spec);
 
+/* The 16-byte chunks of the wider of a K row and a V row (the serving kernel's loaders give each a thread). */
+int spec_row_chunks(const fg_spec *spec);
 /* 1 for a serving variant whose V is wider than 256 (forward_serving.cuh FG_WIDE: its key warps split O's columns). */
 int spec_serve_wide(const fg_spec *spec);
 /* 1 when spec compiles in a model variant (window, sinks, softcap, alibi). */

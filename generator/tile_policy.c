@@ -214,11 +214,10 @@ const fg_tile_rule *tile_policy_lookup(const fg_tile_policy *p, const fg_spec *s
 static void serve_decode_tiles(fg_spec *s) {
     const fg_spec given = *s;
     const int rows = s->block_m / 16; /* row tiles */
-    const int dmax = spec_head_dim_padded(s) > spec_head_dim_v_padded(s) ? spec_head_dim_padded(s) : spec_head_dim_v_padded(s);
     fg_spec first = given;
     for (int narrow = 0; narrow < 2; narrow++) {
         *s = given;
-        if (narrow && spec_serve_wide(s) && !s->warps && rows * 2 * 32 < dmax / 8) break;
+        if (narrow && spec_serve_wide(s) && !s->warps && rows * 2 * 32 < spec_row_chunks(s)) break;
         if (!s->block_n) s->block_n = narrow ? 32 : 64;
         if (!s->warps) s->warps = spec_serve_wide(s) ? rows * (narrow ? 2 : 4) : narrow ? s->block_m / 8 : 4;
         if (!s->stages)

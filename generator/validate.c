@@ -195,12 +195,11 @@ RULE(serve_tiles, is_serve(s) && ((s->block_m != 16 && s->block_m != 32 && s->bl
      "(warps x 16 / block_m), 2 to 4 stages, and a plain arch (no 'a' target)", s->block_m, s->block_n, s->warps,
      s->stages)
 /* a K or V row's 16-byte chunks each have a loading thread (forward_serving.cuh's loaders: fg_fixed_step) */
-RULE(serve_threads, is_serve(s) && s->warps * 32 < (spec_head_dim_padded(s) > spec_head_dim_v_padded(s)
-                                                        ? spec_head_dim_padded(s) : spec_head_dim_v_padded(s)) / 8,
+RULE(serve_threads, is_serve(s) && s->warps * 32 < spec_row_chunks(s),
      FG_ERR_UNSUPPORTED,
      "kind=serve with %d warps has fewer threads than a row of K (head_dim %d) or V (head_dim_v %d) has 16-byte "
      "chunks (a thread loads a chunk column): use at least %d warps", s->warps, s->head_dim, spec_head_dim_v(s),
-     ((spec_head_dim_padded(s) > spec_head_dim_v_padded(s) ? spec_head_dim_padded(s) : spec_head_dim_v_padded(s)) / 8 + 31) / 32)
+     (spec_row_chunks(s) + 31) / 32)
 RULE(serve_tma, is_serve(s) && s->tma && (s->arch < 90 || s->head_dim % 64 != 0 || s->head_dim > 256 ||
                                          s->block_n % 8 != 0 || spec_head_dim_v(s) != s->head_dim || s->v_in_k),
      FG_ERR_UNSUPPORTED,

@@ -71,6 +71,15 @@ def close(test, out, ref, what):
     test.assertLess(err, 2e-2, "%s: max error %g" % (what, err))
 
 
+def close_grads(test, q, k, v, rq, rk, rv, qs, ks, what):
+    """dq, dk, dv of q, k, v at rows qs / ks against the float64 reference leaves rq, rk, rv (a leaf no loss
+    reached, a sequence without keys or queries, has gradient 0)."""
+    for name, got, ref in (("dq", q.grad[qs], rq.grad), ("dk", k.grad[ks], rk.grad), ("dv", v.grad[ks], rv.grad)):
+        ref = torch.zeros(got.shape, dtype=torch.float64, device=got.device) if ref is None else ref
+        err = (got.double() - ref).abs().max().item() if got.numel() else 0.0
+        test.assertLess(err, 5e-2, "%s %s: max error %g" % (what, name, err))
+
+
 @unittest.skipIf(REASON is not None, REASON or "")
 class ServingTest(unittest.TestCase):
     def test_varlen_against_reference(self):
@@ -105,11 +114,7 @@ class ServingTest(unittest.TestCase):
                 rq, rk, rv = (x.detach()[s].double().requires_grad_() for x, s in ((q, qs), (k, ks), (v, ks)))
                 ro, _ = reference(rq, rk, rv, causal)
                 ro.backward(do[qs].double())
-                for name, got, ref in (("dq", q.grad[qs], rq.grad), ("dk", k.grad[ks], rk.grad),
-                                       ("dv", v.grad[ks], rv.grad)):
-                    ref = torch.zeros(got.shape, dtype=torch.float64, device=got.device) if ref is None else ref
-                    err = (got.double() - ref).abs().max().item() if got.numel() else 0.0
-                    self.assertLess(err, 5e-2, "sequence %d %s (causal %s): max error %g" % (b, name, causal, err))
+                close_grads(self, q, k, v, rq, rk, rv, qs, ks, "sequence %d (causal %s)" % (b, causal))
 
     def test_dense_gradients_by_autograd(self):
         """attention_varlen on 4-d dense tensors (cu_seqlens None) with a window: autograd runs the packed backward on
@@ -125,9 +130,7 @@ class ServingTest(unittest.TestCase):
             ro, _ = reference(rq, rk, rv, True, window=(40, 0))
             close(self, o[b], ro, "dense batch %d O" % b)
             ro.backward(do[b].double())
-            for name, got, ref in (("dq", q.grad[b], rq.grad), ("dk", k.grad[b], rk.grad), ("dv", v.grad[b], rv.grad)):
-                err = (got.double() - ref).abs().max().item()
-                self.assertLess(err, 5e-2, "dense batch %d %s: max error %g" % (b, name, err))
+            close_grads(self, q, k, v, rq, rk, rv, b, b, "dense batch %d" % b)
 
     def test_dense_attention_takes_variants(self):
         """flashgen.attention with FlashAttention's flash_attn_func keywords (window_size, softcap, alibi_slopes)
@@ -145,9 +148,7 @@ class ServingTest(unittest.TestCase):
             ro, _ = reference(rq, rk, rv, True, window=(60, 0), softcap=5.0, slopes=slopes)
             close(self, o[b], ro, "batch %d O" % b)
             ro.backward(do[b].double())
-            for name, got, ref in (("dq", q.grad[b], rq.grad), ("dk", k.grad[b], rk.grad), ("dv", v.grad[b], rv.grad)):
-                err = (got.double() - ref).abs().max().item()
-                self.assertLess(err, 5e-2, "batch %d %s: max error %g" % (b, name, err))
+            close_grads(self, q, k, v, rq, rk, rv, b, b, "batch %d" % b)
         with self.assertRaises(TypeError):
             flashgen.attention(q.detach(), k.detach(), v.detach(), softcap=5.0, q_descale=1.0)
         text = flashgen.explain(q, k, v, causal=True, window_size=(60, 0), softcap=5.0, alibi_slopes=slopes)
@@ -172,11 +173,7 @@ class ServingTest(unittest.TestCase):
             rq, rk, rv = (x.detach()[s].double().requires_grad_() for x, s in ((q, qs), (k, ks), (v, ks)))
             ro, _ = reference(rq, rk, rv, True, window=(16, 0), softcap=2.0, sinks=rs)
             ro.backward(do[qs].double())
-            for name, got, ref in (("dq", q.grad[qs], rq.grad), ("dk", k.grad[ks], rk.grad),
-                                   ("dv", v.grad[ks], rv.grad)):
-                ref = torch.zeros(got.shape, dtype=torch.float64, device=got.device) if ref is None else ref
-                err = (got.double() - ref).abs().max().item() if got.numel() else 0.0
-                self.assertLess(err, 5e-2, "sequence %d %s with window, softcap, sinks: max error %g" % (b, name, err))
+            close_grads(self, q, k, v, rq, rk, rv, qs, ks, "sequence %d with window, softcap, sinks" % b)
         err = (sinks.grad.double() - rs.grad).abs().max().item()
         self.assertLess(err, 5e-2, "dsink: max error %g" % err)
 
@@ -285,11 +282,7 @@ class ServingTest(unittest.TestCase):
             rq, rk, rv = (x.detach()[s].double().requires_grad_() for x, s in ((q, qs), (k, ks), (v, ks)))
             ro, _ = reference(rq, rk, rv, True)
             ro.backward(do[qs].double())
-            for name, got, ref in (("dq", q.grad[qs], rq.grad), ("dk", k.grad[ks], rk.grad),
-                                   ("dv", v.grad[ks], rv.grad)):
-                ref = torch.zeros(got.shape, dtype=torch.float64, device=got.device) if ref is None else ref
-                err = (got.double() - ref).abs().max().item() if got.numel() else 0.0
-                self.assertLess(err, 5e-2, "sequence %d %s at 192/128: max error %g" % (b, name, err))
+            close_grads(self, q, k, v, rq, rk, rv, qs, ks, "sequence %d at 192/128" % b)
 
     def test_kvcache_dense_and_paged(self):
         b, cap, ps = 3, 700, 16
