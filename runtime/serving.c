@@ -64,9 +64,10 @@ static int ctas_per_sm(const fg_context *ctx, const fg_spec *s) {
  * K and V and computes little, so what it needs is enough bytes in flight to keep the memory busy: the fewest
  * splits whose CTAs together have the memory's bandwidth times 2.5 us in flight (each its stages of K and V;
  * without the bandwidth, 60 KiB an SM), at least 2 key blocks a split. Measured on an H100 (3.35 TB/s: 8 MiB,
- * 64 CTAs of 128 KiB; bf16, d 128, GQA 32/8, one query token, CUDA-graph replays): 64 CTAs were the fastest count
- * at 1 x 128k, 2 x 64k, 4 x 32k and 8 x 32k keys (183, 180, 178 and 339 us), where FlashAttention-3's wave-fill
- * rule took 15, 6, 3 and 2 splits (200, 186, 183, 349 us): more splits only add partials to merge. On an H200
+ * 64 CTAs of 128 KiB; bf16, d 128, GQA 32/8, one query token, CUDA-graph replays: bench/probes/decode_splits.py):
+ * 64 CTAs were the fastest count at 1 x 128k, 2 x 64k, 4 x 32k and 8 x 32k keys (183, 180, 178 and 339 us),
+ * where FlashAttention-3's wave-fill rule took 15, 6, 3 and 2 splits (200, 186, 183, 349 us): more splits only add
+ * partials to merge. On an H200
  * 64 such CTAs kept its memory 60% busy (ncu), hence the bandwidth's part. A paged cache's CTAs keep fewer bytes
  * in flight (each row's page is looked up first: 55% of peak at 32 x 4k against the dense cache's 87% on the
  * H200), and with 64 of them 8 x 32k ran at half the dense speed; they, and prefill tiles, take the wave-fill
