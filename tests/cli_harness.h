@@ -26,6 +26,17 @@ void scratch_fini(void);
         cr_skip_test(__VA_ARGS__);                                                                  \
     } while (0)
 
+/* Skips the calling test unless a CUDA driver and a device are present (err: scratch for the reason; the
+ * including file brings runtime/cuda_api.h). */
+#define REQUIRE_GPU(err)                                                                                    \
+    do {                                                                                                   \
+        const fg_cuda_api *req_cu_ = cuda_api_get(err);                                                    \
+        int req_count_ = 0;                                                                                \
+        if (req_cu_ == NULL) SKIP("no CUDA device: %s", (err)->msg);                                       \
+        if (req_cu_->cuDeviceGetCount(&req_count_) != CUDA_SUCCESS || req_count_ == 0)                    \
+            SKIP("a CUDA driver but no device");                                                           \
+    } while (0)
+
 /* What one run of the program did. */
 typedef struct run_result {
     int status;   /* exit status, or 128 + signal when killed */

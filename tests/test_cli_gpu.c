@@ -25,16 +25,6 @@
 
 TestSuite(cli, .init = scratch_init, .fini = scratch_fini, .timeout = 60);
 
-/* Skips the test, saying why, when there is no CUDA device. */
-#define REQUIRE_GPU()                                                                                  \
-    do {                                                                                               \
-        fg_error gerr_;                                                                                \
-        int count_ = 0;                                                                                \
-        if (cuda_api_get(&gerr_) == NULL) SKIP("no CUDA device: %s", gerr_.msg);                       \
-        if (cuda_api_get(&gerr_)->cuDeviceGetCount(&count_) != CUDA_SUCCESS || count_ == 0)            \
-            SKIP("a CUDA driver but no device");                                                       \
-    } while (0)
-
 /* ---------------------------------------------------------------- run, info */
 
 Test(cli, run_without_a_gpu_says_so) {
@@ -124,10 +114,7 @@ Test(cli, explain_arch_bwd_without_a_gpu) {
 
 Test(cli, run_small_problem_on_gpu, .timeout = 120) {
     fg_error err;
-    if (cuda_api_get(&err) == NULL) SKIP("no CUDA device: %s", err.msg);
-    int count = 0;
-    if (cuda_api_get(&err)->cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0)
-        SKIP("a CUDA driver but no device");
+    REQUIRE_GPU(&err);
     run_result r = RUN("run", "--dtype", "fp16", "--batch", "1", "--seqlen-q", "113", "--seqlen-k", "203", "--heads",
                        "4", "--heads-kv", "2", "--head-dim", "64", "--causal", "--iters", "3");
     EXPECT_STATUS(r, 0);
@@ -166,7 +153,8 @@ Test(cli, run_small_problem_on_gpu, .timeout = 120) {
  * without the causal mask: fg_attention_fwd_varlen runs them, checked against the CPU reference of the same
  * variants; explain names the serving call's variant. */
 Test(cli, run_window_softcap_on_gpu, .timeout = 300) {
-    REQUIRE_GPU();
+    fg_error err;
+    REQUIRE_GPU(&err);
     run_result r = RUN("run", "--dtype", "bf16", "--batch", "2", "--seqlen-q", "200", "--seqlen-k", "333", "--heads", "4",
                        "--heads-kv", "2", "--head-dim", "128", "--causal", "--window", "64,0", "--softcap", "2",
                        "--iters", "3");
@@ -192,7 +180,8 @@ Test(cli, run_window_softcap_on_gpu, .timeout = 300) {
 /* The backward with sinks: fg_attention_bwd_varlen on the packed form of the batch, after the packed forward;
  * dQ, dK, dV and dsink checked against the CPU references. */
 Test(cli, run_sinks_bwd_on_gpu, .timeout = 300) {
-    REQUIRE_GPU();
+    fg_error err;
+    REQUIRE_GPU(&err);
     run_result r = RUN("run", "--bwd", "--dtype", "bf16", "--batch", "2", "--seqlen-q", "257", "--heads", "4",
                        "--heads-kv", "2", "--head-dim", "128", "--causal", "--sinks", "--iters", "3");
     EXPECT_STATUS(r, 0);
@@ -211,7 +200,8 @@ Test(cli, run_sinks_bwd_on_gpu, .timeout = 300) {
 /* ALiBi and sinks with a top-left causal mask, more queries than keys (rows that see no key: O = 0, LSE = the
  * sink). */
 Test(cli, run_alibi_top_left_on_gpu, .timeout = 300) {
-    REQUIRE_GPU();
+    fg_error err;
+    REQUIRE_GPU(&err);
     run_result r = RUN("run", "--dtype", "fp16", "--batch", "2", "--seqlen-q", "300", "--seqlen-k", "200", "--heads", "6",
                        "--heads-kv", "3", "--head-dim", "64", "--causal", "--causal-top-left", "--alibi", "--sinks",
                        "--iters", "2");
@@ -224,7 +214,8 @@ Test(cli, run_alibi_top_left_on_gpu, .timeout = 300) {
 
 /* V of its own head dim (192 / 128, DeepSeek's): prefill-sized and decode-sized calls. */
 Test(cli, run_head_dim_v_on_gpu, .timeout = 300) {
-    REQUIRE_GPU();
+    fg_error err;
+    REQUIRE_GPU(&err);
     run_result r = RUN("run", "--dtype", "bf16", "--batch", "2", "--seqlen-q", "300", "--heads", "4", "--head-dim", "192",
                        "--head-dim-v", "128", "--causal", "--iters", "3");
     EXPECT_STATUS(r, 0);

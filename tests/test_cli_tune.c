@@ -33,16 +33,6 @@ static const char tiny_space[] =
     "space { dtype = \"fp16\", head_dim = 64, gqa = 2, seqlen_q = 100, seqlen_k = 200, batch_heads = 8,\n"
     "        block_m = {64, 128}, block_n = 64, warps = {4, 8}, stages = 2 }\n";
 
-/* Skips the calling test unless a CUDA driver and a device are present (err: scratch for the reason). */
-#define REQUIRE_GPU(err)                                                                              \
-    do {                                                                                             \
-        const fg_cuda_api *req_cu_ = cuda_api_get(err);                                              \
-        int req_count_ = 0;                                                                          \
-        if (req_cu_ == NULL) SKIP("no CUDA device: %s", (err)->msg);                                 \
-        if (req_cu_->cuDeviceGetCount(&req_count_) != CUDA_SUCCESS || req_count_ == 0)              \
-            SKIP("a CUDA driver but no device");                                                     \
-    } while (0)
-
 /* Errors in the space, or a problem that cannot be laid out, are reported with file:line before any GPU
  * is needed (so they show on machines without one), and nothing is written. */
 Test(cli, tune_reports_space_errors_with_file_line) {
