@@ -71,21 +71,20 @@ static fg_status check_call(const fg_varlen_bwd_args *a, int need_data, bwd_varl
     static const char form_v[] = "[total_k, heads_kv, head_dim_v] with cu_seqlens_k";
     const fg_tensor *qs[4] = {&a->q, &a->o, &a->dout, &a->dq}, *ks[4] = {&a->k, &a->v, &a->dk, &a->dv};
     static const char *const qn[4] = {"q", "o", "dout", "dq"}, *const kn[4] = {"k", "v", "dk", "dv"};
-    /* the tensor whose shape each must have: q's side, k's side; dims 0 and 1 from q or k, dim 2 from q or v */
-    const fg_tensor *qdim[4] = {&a->q, &a->v, &a->v, &a->q}, *kdim[4] = {&a->k, &a->v, &a->k, &a->v};
-    static const char *const qdn[4] = {"q's", "v's", "v's", "q's"}, *const kdn[4] = {"k's", "v's", "k's", "v's"};
+    /* the tensors of V's head dim (o, dout; v, dv): their dim 2 is v's, the others' q's; dims 0 and 1 q's or k's */
+    static const int own_q[4] = {0, 1, 1, 0}, own_k[4] = {0, 1, 0, 1};
     fg_status st;
     for (int i = 0; i < 4; i++) {
-        const int own_q = i == 1 || i == 2, own_k = i == 1 || i == 3; /* the tensors of V's head dim */
-        const char *fq = own_q ? form_o : form_q, *fk = own_k ? form_v : form_k;
+        const char *fq = own_q[i] ? form_o : form_q, *fk = own_k[i] ? form_v : form_k;
         if ((st = serving_check_view(qs[i], qn[i], 3, serving_packed_dims, fq, need_data, err)) != FG_OK ||
             (st = serving_check_view(ks[i], kn[i], 3, serving_packed_dims, fk, need_data, err)) != FG_OK)
             return st;
     }
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 3; j++) {
-            const fg_tensor *qr = j < 2 ? &a->q : qdim[i], *kr = j < 2 ? &a->k : kdim[i];
-            const char *qrn = j < 2 ? "q's" : qdn[i], *krn = j < 2 ? "k's" : kdn[i];
+            const int vq = j == 2 && own_q[i], vk = j == 2 && own_k[i];
+            const fg_tensor *qr = vq ? &a->v : &a->q, *kr = vk ? &a->v : &a->k;
+            const char *qrn = vq ? "v's" : "q's", *krn = vk ? "v's" : "k's";
             const char *why = j < 2 ? "" : "; O, dO and dV have V's head dim (v.shape[2]), Q, K, dQ and dK q's";
             if (qs[i]->shape[j] != qr->shape[j])
                 return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.shape[%d] (%s) is %lld; it must be %s, %lld%s", qn[i], j,
