@@ -85,7 +85,7 @@ typedef struct bwd_buffers {
     fg_varlen_bwd_args vdev;         /* fg_attention_bwd_varlen's arguments (the LSE [heads, batch x seqlen_q]) */
 } bwd_buffers;
 
-/* What dsink_check found. */
+/* What bwd_check found of dsink. */
 typedef struct dsink_report {
     int checked;             /* 1 when the problem has sinks and dsink was judged */
     int pass;                /* 1 when every head is within its bound */
@@ -133,11 +133,11 @@ void bwd_buffers_free(const fg_cuda_api *cu, bwd_buffers *B);
 fg_status bwd_poison(const fg_cuda_api *cu, const bwd_buffers *B, fg_error *err);
 /* Judges B's gradients (all of them: keep the problem small) against the CPU references by the rule for
  * gradients (ref_check_bwd: max|out - ref32| <= 3 max|ref_lowp - ref32| + 1e-5) into *rep; the kernel
- * must have finished. */
-fg_status bwd_check(const fg_cuda_api *cu, const bwd_buffers *B, const problem *p, ref_bwd_report *rep, fg_error *err);
-/* Judges B's dsink (problems with sinks; r->checked 0 otherwise) against ref_sink_grad's, summed over the sequences:
- * each head within 1e-3 of the sum of the sequences' magnitudes, plus 1e-5. */
-fg_status dsink_check(const fg_cuda_api *cu, const bwd_buffers *B, const problem *p, dsink_report *r, fg_error *err);
+ * must have finished. With ds (may be NULL) also B's dsink (problems with sinks; ds->checked 0 otherwise) against
+ * ref_sink_grad's, summed over the sequences: each head within 1e-3 of the sum of the sequences' magnitudes, plus
+ * 1e-5. */
+fg_status bwd_check(const fg_cuda_api *cu, const bwd_buffers *B, const problem *p, ref_bwd_report *rep, dsink_report *ds,
+                    fg_error *err);
 /* A one-line account of r into buf (n bytes, NUL-terminated); returns buf. */
 char *dsink_report_format(const dsink_report *r, char *buf, size_t n);
 

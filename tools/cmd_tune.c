@@ -290,7 +290,7 @@ static fg_status tune_check_bwd(tune_gpu *G, sweep_run *R, const fg_spec *spec, 
     if ((s = rt_bwd_with_spec(R->ctx, spec, &G->BC.dev, R->stream, err)) != FG_OK) return s;
     FG_CU(err, cu->cuStreamSynchronize(R->stream));
     ref_bwd_report rep;
-    if ((s = bwd_check(cu, &G->BC, &G->pc, &rep, err)) != FG_OK) return s;
+    if ((s = bwd_check(cu, &G->BC, &G->pc, &rep, NULL, err)) != FG_OK) return s;
     if (!rep.pass) {
         char line[1024];
         ref_bwd_report_format(&rep, line, sizeof line);

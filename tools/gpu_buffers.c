@@ -431,37 +431,22 @@ static fg_status bwd_download(const fg_cuda_api *cu, const bwd_buffers *B, const
     return FG_OK;
 }
 
-fg_status bwd_check(const fg_cuda_api *cu, const bwd_buffers *B, const problem *p, ref_bwd_report *rep, fg_error *err) {
-    uint8_t *h = NULL;
-    fg_bwd_args v;
-    fg_status st = bwd_download(cu, B, p, &h, &v, err);
-    if (st == FG_OK) {
-        const ref_bwd_problem rp = bwd_reference(p, B, &v);
-        st = ref_check_bwd(&rp, &v.dq, &v.dk, &v.dv, rep, err);
-    }
-    free(h);
-    return st;
-}
-
 /* dsink against the reference's, summed over the sequences as the kernel sums it: each head within 1e-3 of the
  * sum of the sequences' terms' magnitudes, plus 1e-5 (the rule of tests/test_gpu_backward_varlen.c). */
-fg_status dsink_check(const fg_cuda_api *cu, const bwd_buffers *B, const problem *p, dsink_report *r, fg_error *err) {
+static fg_status dsink_judge(const fg_cuda_api *cu, const bwd_buffers *B, const problem *p, const fg_bwd_args *v,
+                             dsink_report *r, fg_error *err) {
     memset(r, 0, sizeof *r);
     r->pass = 1, r->worst = -1;
     if (!B->dsink) return FG_OK;
     const int64_t hq = p->heads;
-    uint8_t *h = NULL;
-    fg_bwd_args v;
-    memset(&v, 0, sizeof v);
     float *got = malloc((size_t)hq * sizeof *got);
     double *sum = calloc((size_t)hq * 3, sizeof *sum), *mag = sum + hq, *ds = mag + hq;
     fg_status st = !got || !sum ? fg_fail(err, FG_ERR_NO_MEMORY, "out of host memory for dsink") : FG_OK;
-    if (st == FG_OK) st = bwd_download(cu, B, p, &h, &v, err);
     if (st == FG_OK) {
         CUresult rc = cu->cuMemcpyDtoH(got, B->dsink, (size_t)hq * sizeof *got);
         if (rc != CUDA_SUCCESS) st = cuda_api_fail(err, rc, "cuMemcpyDtoH (dsink)", __FILE__, __LINE__);
     }
-    const ref_bwd_problem whole = bwd_reference(p, B, &v);
+    const ref_bwd_problem whole = bwd_reference(p, B, v);
     for (int64_t b = 0; st == FG_OK && b < p->batch; b++) { /* one sequence at a time: the magnitudes */
         ref_bwd_problem one = whole;
         fg_tensor *t[6] = {&one.fwd.q, &one.fwd.k, &one.fwd.v, &one.o, &one.d_o, &one.lse};
@@ -481,9 +466,22 @@ fg_status dsink_check(const fg_cuda_api *cu, const bwd_buffers *B, const problem
         if (take) r->max_err = e, r->bound = bound, r->worst = i, r->worst_out = got[i], r->worst_ref = sum[i];
     }
     r->checked = st == FG_OK;
-    free(h);
     free(got);
     free(sum);
+    return st;
+}
+
+fg_status bwd_check(const fg_cuda_api *cu, const bwd_buffers *B, const problem *p, ref_bwd_report *rep, dsink_report *ds,
+                    fg_error *err) {
+    uint8_t *h = NULL;
+    fg_bwd_args v;
+    fg_status st = bwd_download(cu, B, p, &h, &v, err);
+    if (st == FG_OK) {
+        const ref_bwd_problem rp = bwd_reference(p, B, &v);
+        st = ref_check_bwd(&rp, &v.dq, &v.dk, &v.dv, rep, err);
+    }
+    if (st == FG_OK && ds) st = dsink_judge(cu, B, p, &v, ds, err); /* on the same host copies */
+    free(h);
     return st;
 }
 
