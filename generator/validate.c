@@ -235,15 +235,15 @@ RULE(v_in_k, s->v_in_k && (!is_serve(s) || spec_head_dim_v(s) > s->head_dim), FG
      "v_in_k=1 (V read from the first head_dim_v columns of K's tiles) takes kind=serve and head_dim_v at most "
      "head_dim (got head_dim %d, head_dim_v %d)", s->head_dim, spec_head_dim_v(s))
 /* The model variants (window, sinks, softcap, alibi): on the serving kernel, on the sm_90a forward's varlen=1
- * variants (what the serving call runs for prefill on Hopper) and on the mma.sync backward's varlen=1 ones
- * (fg_attention_bwd_varlen), 16-bit; a window's query blocks per key block break the deterministic mode's
+ * variants (what the serving call runs for prefill on Hopper) and on the backward's varlen=1 ones of either
+ * family (fg_attention_bwd_varlen), 16-bit; a window's query blocks per key block break the deterministic mode's
  * turn order (bwd_order.h), so it runs without that mode. */
 static int mods_set(const fg_spec *s) { return s->window || s->sinks || s->softcap || s->alibi; }
 RULE(model_variants, mods_set(s) && !is_serve(s) && !(s->kind == FG_KIND_FWD && s->varlen && spec_is_wgmma(s)) &&
-                         !(is_bwd(s) && s->varlen && !spec_is_wgmma_bwd(s) && !(s->window && s->deterministic)),
+                         !(is_bwd(s) && s->varlen && !(s->window && s->deterministic)),
      FG_ERR_UNSUPPORTED,
      "window=1, sinks=1, softcap=1 and alibi=1 (the model variants) are variants of the serving kernel "
-     "(kind=serve), of the sm_90a forward with varlen=1 (what fg_attention_fwd_varlen runs) and of the mma.sync "
+     "(kind=serve), of the sm_90a forward with varlen=1 (what fg_attention_fwd_varlen runs) and of the "
      "backward with varlen=1 (fg_attention_bwd_varlen; a window outside the deterministic mode); other kinds and "
      "targets do not compile them")
 RULE(serve_splits, s->splits < 0 || s->splits > 256 || (s->splits != 0 && !is_serve(s)), FG_ERR_UNSUPPORTED,

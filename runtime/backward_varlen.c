@@ -191,8 +191,7 @@ fg_status fg_attention_bwd_varlen(fg_context *ctx, const fg_varlen_bwd_args *arg
     fg_bwd_args sel, kern;
     dense_forms(&c, &sel, &kern);
     fg_spec s;
-    /* the model variants are the mma.sync kernel's (validate.c model_variants) */
-    if (select_bwd_spec_in(ctx, &sel, call_variants_any(&c.var), &s, NULL, &err) != FG_OK) return rt_set_error(ctx, &err);
+    if (select_bwd_spec(ctx, &sel, &s, NULL, &err) != FG_OK) return rt_set_error(ctx, &err);
     s.varlen = 1;
     spec_take_variants(&s, &c.var);
     bwd_varlen vl;

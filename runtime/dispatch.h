@@ -69,9 +69,6 @@ fg_status select_fwd_spec(fg_context *ctx, const fg_fwd_args *a, fg_spec *s, cha
 /* The backward variant for a checked call a on ctx, into *s (checked runnable); *tuned (may be NULL) says
  * whether its tiles came from the tuning database. Errors go to err only. */
 fg_status select_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec *s, int *tuned, fg_error *err);
-/* The same, with mma_only the mma.sync family whatever the context takes (the backward's model variants). */
-fg_status select_bwd_spec_in(fg_context *ctx, const fg_bwd_args *a, int mma_only, fg_spec *s, int *tuned,
-                             fg_error *err);
 
 /* ---- kernels.c: kernel lookup */
 

@@ -284,15 +284,9 @@ fg_status select_bwd_spec_for(const select_target *t, const fg_bwd_args *a, fg_s
 /* The backward variant for a call: bwd_base's fields for the context's device; tiles from the tuning
  * database (*tuned set) or the tile policy; then bwd_finish. */
 fg_status select_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec *s, int *tuned, fg_error *err) {
-    return select_bwd_spec_in(ctx, a, 0, s, tuned, err);
-}
-
-fg_status select_bwd_spec_in(fg_context *ctx, const fg_bwd_args *a, int mma_only, fg_spec *s, int *tuned,
-                             fg_error *err) {
     if (tuned) *tuned = 0;
     select_target tg;
     select_target_of(ctx, &tg);
-    if (mma_only) tg.wgmma_bwd = 0;
     bwd_base(&tg, a, s);
     /* The mma.sync kernel's tiles: the tuning database's winner for the nearest bucket (`flashgen tune` of a
      * kind = "bwd" space), outside the deterministic mode, when it is runnable here; else the tile policy. The

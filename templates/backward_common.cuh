@@ -299,7 +299,7 @@ __device__ __forceinline__ void fg_bwd_query_blocks(int n0, int sq, int sk, int 
     m_last = (sq + FG_BLOCK_M - 1) / FG_BLOCK_M; // exclusive
 }
 
-// ---- the model variants (varlen=1 mma.sync variants with window, sinks, softcap, alibi; score_mods.cuh) ----
+// ---- the model variants (varlen=1 backward variants with window, sinks, softcap, alibi; score_mods.cuh) ----
 // A CTA's constants of them: the transforms of its query head, and the window. Without model variants it
 // holds nothing the kernel reads; the kernel compiles it in only under FG_MODS.
 struct fg_bwd_variant {
@@ -352,13 +352,74 @@ __device__ __forceinline__ fg_bwd_spans fg_bwd_spans_of(int qrow0, int sk, int s
     return r;
 }
 
+// The queries that see a key (fg_row_keys turned around, for a kernel whose threads hold key rows for the
+// whole run: the sm_90a kernel). Query r sees key j < sk when j <= r + c (causal: c = sk - sq, top-left 0),
+// j <= r + sk - sq + right and j >= r + sk - sq - left (the window's sides, -1 unbounded): r in [j - a, j + b],
+// with a and b the same for every key of the CTA (so warp-uniform), each side at most 2^30 (unbounded).
+struct fg_key_rel {
+    int a, b;
+};
+__device__ __forceinline__ fg_key_rel fg_key_rel_make(int sq, int sk, const fg_bwd_variant &v) {
+    const int off = sk - sq, far = 1 << 30;
+    fg_key_rel r{far, far};
+    if (FG_CAUSAL) r.a = FG_WINDOW && v.top_left ? 0 : off;
+    if (FG_WINDOW && v.right >= 0) r.a = min(r.a, off + v.right);
+    if (FG_WINDOW && v.left >= 0) r.b = v.left - off;
+    return r;
+}
+// The query rows that see every key of the block at n0 ([its last key - a, its first key + b]: both ends grow
+// with the key), none when the block reaches past sk; a query block inside them needs no mask (rows past sq none
+// either: their lse2 is +inf).
+struct fg_query_span {
+    int lo, hi;
+};
+__device__ __forceinline__ fg_query_span fg_block_full_queries(int n0, int sk, const fg_key_rel &r) {
+    if (n0 + FG_BLOCK_N > sk) return fg_query_span{1, 0};
+    return fg_query_span{n0 + FG_BLOCK_N - 1 - r.a, n0 + r.b};
+}
+// The query blocks [m_first, m_last) with a row that sees a key of the block at n0 (keys below sk): rows
+// [n0 - a, last key + b].
+__device__ __forceinline__ void fg_bwd_query_blocks(int n0, int sq, int sk, int &m_first, int &m_last,
+                                                    const fg_key_rel &r) {
+    const int lo = max(0, n0 - r.a), hi = min(sq, min(n0 + FG_BLOCK_N, sk) + r.b); // rows [lo, hi)
+    m_first = min(lo, sq) / FG_BLOCK_M;
+    m_last = hi > lo ? (hi + FG_BLOCK_M - 1) / FG_BLOCK_M : m_first;
+}
+__device__ __forceinline__ bool fg_bwd_needs_mask(int m0, int sq, const fg_query_span &full) {
+    return m0 < full.lo || min(m0 + FG_BLOCK_M, sq) - 1 > full.hi;
+}
+// The key-row form of the mask: key `key` (< sk) is hidden from query qrow.
+struct fg_key_mask {
+    fg_key_rel r;
+    int sk;
+};
+__device__ __forceinline__ bool fg_masked(const fg_key_mask &m, int key, int qrow, int e) {
+    const int d = qrow - key;
+    return key >= m.sk || d < -m.r.a || d > m.r.b;
+}
+// The query-pair form (fg_bwd_spans): key `key` outside the e-th query's span.
+__device__ __forceinline__ bool fg_masked(const fg_bwd_spans &sp, int key, int qrow, int e) {
+    return key >= sp.k[e].hi || key < sp.k[e].lo;
+}
+// P^T alone with the model variants other than the softcap (the sm_90a kernel's split path, which forms dS^T after
+// dP^T arrives and so has no place for the softcap's derivative): ALiBi's bias, then the mask (MASK).
+template <bool MASK>
+__device__ __forceinline__ float fg_bwd_p(float s, float lse2, int key, int qrow, int sk, int sq, float scale_log2,
+                                          const fg_bwd_variant &v, const fg_key_mask &km) {
+    static_assert(!FG_SOFTCAP, "the softcap's derivative needs fg_bwd_p_ds");
+    if constexpr (FG_ALIBI) s = fmaf(-v.m.slope, fabsf((float)(qrow + sk - sq - key)), s);
+    const bool masked = MASK && fg_masked(km, key, qrow, 0);
+    return masked ? 0.f : fg_exp2(fmaf(s, scale_log2, -lse2));
+}
+
 // fg_bwd_p_ds with the model variants: S transformed as the forward did (softcap, ALiBi) before P, the keys
 // outside the rows' spans (sp, MASK) masked, and dS taking the softcap's derivative,
 // d(cap tanh(scale s / cap)) / d(scale s) = 1 - tanh^2.
-template <bool MASK>
+// The mask comes from the two queries' key spans (fg_bwd_spans) or from the key row's (fg_key_mask).
+template <bool MASK, class SPANS>
 __device__ __forceinline__ void fg_bwd_p_ds(float (&s)[4], float (&dp)[4], int h, float2 lse2, float2 dsum, int key,
                                             int qrow0, int sk, int sq, float scale_log2, const fg_bwd_variant &v,
-                                            const fg_bwd_spans &sp) {
+                                            const SPANS &sp) {
 #pragma unroll
     for (int e = 0; e < 2; e++) {
         const int qrow = qrow0 + e;
@@ -369,7 +430,8 @@ __device__ __forceinline__ void fg_bwd_p_ds(float (&s)[4], float (&dp)[4], int h
             grad = fmaf(-t, t, 1.f);
         }
         if constexpr (FG_ALIBI) x = fmaf(-v.m.slope, fabsf((float)(qrow + sk - sq - key)), x);
-        const bool masked = MASK && (key >= sp.k[e].hi || key < sp.k[e].lo);
+        bool masked = false;
+        if constexpr (MASK) masked = fg_masked(sp, key, qrow, e);
         const float pv = masked ? 0.f : fg_exp2(fmaf(x, scale_log2, -(e ? lse2.y : lse2.x)));
         s[2 * h + e] = pv;
         dp[2 * h + e] = pv * (dp[2 * h + e] - (e ? dsum.y : dsum.x)) * grad;

@@ -39,7 +39,9 @@
 // there, 247 registers).
 // dK and dV leave through shared memory as whole 16-byte units (MHA; GQA writes fp32 per query head):
 // 1.036x over 4-byte stores from the fragments (bf16 table; +11% at 512, -1% at d 128 4k-16k).
-// The deterministic mode stays on the mma.sync kernel (the validator refuses it here).
+// The deterministic mode stays on the mma.sync kernel (the validator refuses it here). The model variants
+// (varlen=1 with window, softcap, alibi, sinks) transform and mask S^T as the mma.sync kernel does
+// (fg_bwd_p_ds, backward_common.cuh); sinks change only the LSE and the pre kernel's dsink.
 #ifndef FG_BACKWARD_WGMMA_CUH
 #define FG_BACKWARD_WGMMA_CUH
 
@@ -74,7 +76,8 @@ constexpr bool FG_BW_KD_BASE = FG_BW_DQ_LAG || FG_BW_DQ_T; // the K/V descriptor
 // S^T and dP^T as two wgmma groups, P^T computed while dP^T runs: at head_dim 64 1.5-3% faster than one
 // group. At 128 one group where there is no lag: the split cost 1-4% there,
 // and 1.5% won with the lag.
-constexpr bool FG_BW_SPLIT_SDP = FG_HEAD_DIM == 64 || FG_BW_DQ_LAG;
+// The softcap takes the one-group path, where fg_bwd_p_ds applies its derivative to dS^T.
+constexpr bool FG_BW_SPLIT_SDP = (FG_HEAD_DIM == 64 || FG_BW_DQ_LAG) && !FG_SOFTCAP && !FG_WINDOW;
 constexpr u32 FG_BW_DQ_BYTES = FG_DQ_GROUP_ROWS * FG_BW_DQ_N * 4; // one warpgroup's dQ staging, 64 (80) rows (fg_dq_index order)
 static_assert(FG_BLOCK_N == 128 && FG_WARPS == 8 &&
                   (FG_BW_DQ_T ? FG_BLOCK_M == 80 && FG_HEAD_DIM == 128 && !FG_CAUSAL
@@ -111,8 +114,23 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch, const __grid_co
     const i64 sq_pad = fg_bwd_rows_padded(sq);
     const i64 bh = (i64)batch * p.heads_q + head;
 
+    // The model variants' constants and the overloads that take them (backward_common.cuh), where compiled in.
+#if FG_MODS
+    const fg_bwd_variant v = fg_bwd_variant_make(p, head);
+    // The mask in the key rows' form, CTA-wide constants (the query pairs' spans of fg_bwd_spans_of spilled 24
+    // bytes at d 64 causal), and the query rows that need none.
+    const fg_key_mask km{fg_key_rel_make(sq, sk, v), sk};
+    const fg_query_span full = fg_block_full_queries(n0, sk, km.r);
+#define FG_BWD_V , km.r
+#define FG_BWD_VS , v, km
+#define FG_BWD_NEEDS_MASK fg_bwd_needs_mask(m0, sq, full)
+#else
+#define FG_BWD_V
+#define FG_BWD_VS
+#define FG_BWD_NEEDS_MASK fg_bwd_needs_mask(n0, m0, sk, sq)
+#endif
     int m_first, m_last;
-    fg_bwd_query_blocks(n0, sq, sk, m_first, m_last);
+    fg_bwd_query_blocks(n0, sq, sk, m_first, m_last FG_BWD_V);
 
     // Tiles on 1024-byte boundaries (the swizzle acts on address bits); the host asks for 1 KiB of slack.
     const u32 s_k = (fg_smem_addr(fg_smem) + 1023u) & ~1023u;
@@ -316,16 +334,21 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch, const __grid_co
                 for (int nt = 0; nt < FG_BW_QUERY_N8; nt++) {
                     const int col = 8 * nt + 2 * t;
                     const float2 l2 = *(const float2 *)(lse2 + col);
+#if FG_MODS
+#define FG_BWD_SPAN , v, km
+#else
+#define FG_BWD_SPAN
+#endif
 #pragma unroll
                     for (int h = 0; h < 2; h++)
 #pragma unroll
                         for (int e = 0; e < 2; e++)
                             s[nt][2 * h + e] = fg_bwd_p<decltype(mask)::value>(s[nt][2 * h + e], e ? l2.y : l2.x,
                                                                                n0 + krow0 + 8 * h, m0 + col + e, sk, sq,
-                                                                               p.scale_log2);
+                                                                               p.scale_log2 FG_BWD_SPAN);
                 }
             };
-            if (fg_bwd_needs_mask(n0, m0, sk, sq))
+            if (FG_BWD_NEEDS_MASK)
                 p_t(fg_bool<true>{});
             else
                 p_t(fg_bool<false>{});
@@ -360,11 +383,11 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch, const __grid_co
 #pragma unroll
                     for (int h = 0; h < 2; h++)
                         fg_bwd_p_ds<decltype(mask)::value>(s[nt], dp[nt], h, l2, dd, n0 + krow0 + 8 * h, m0 + col, sk, sq,
-                                                           p.scale_log2);
+                                                           p.scale_log2 FG_BWD_VS);
                     if (nt % 2) store_ds(nt);
                 }
             };
-            if (fg_bwd_needs_mask(n0, m0, sk, sq))
+            if (FG_BWD_NEEDS_MASK)
                 p_ds(fg_bool<true>{});
             else
                 p_ds(fg_bool<false>{});

@@ -243,6 +243,23 @@ Test(bwd_varlen, model_variants) {
     }
 }
 
+/* Windows over sequences long enough that key blocks skip whole query blocks on both sides and blocks inside the
+ * window take the unmasked path (on an H100/H200 the sm_90a kernel: 128 keys a CTA, 64- to 128-query blocks), with
+ * more keys than queries and fewer; d 64 and 128, causal and not, softcap and ALiBi on some. */
+Test(bwd_varlen, window_long_sequences) {
+    static const int lq[] = {1500, 700, 1100}, lk[] = {1500, 1300, 900};
+    static const struct { int d, causal, left, right, alibi; float softcap; } v[] = {
+        {128, 1, 256, 0, 0, 0.f}, {64, 1, 200, -1, 1, 0.f}, {128, 0, 300, 150, 0, 5.f}, {64, 0, 129, 127, 0, 0.f},
+    };
+    for (size_t i = 0; i < NELEM(v); i++) {
+        serve_case c = bc(i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, 3, lq, lk, 4, 2, v[i].d, v[i].causal);
+        c.window = 1, c.window_left = v[i].left, c.window_right = v[i].right;
+        c.alibi = v[i].alibi, c.softcap = v[i].softcap;
+        c.seed = 900 + i;
+        bwd_case_run(&c, 0, 0);
+    }
+}
+
 /* A batch whose sequences have keys but no queries: no kernel has rows to run, and dsink is still written (0). */
 Test(bwd_varlen, sinks_without_queries) {
     static const int lq[] = {0, 0, 0}, lk[] = {5, 9, 0};
