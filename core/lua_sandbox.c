@@ -57,7 +57,8 @@
 /* Why a run was stopped from outside the script's control; the first reason recorded wins. */
 typedef enum sb_stop {
     SB_RUNNING = 0, /* nothing tripped */
-    SB_MEMORY,      /* the allocator refused an allocation */
+    SB_MEMORY,      /* the allocator refused growth past the cap */
+    SB_HOST_MEMORY, /* the host's allocator (fg_realloc) returned NULL: out of memory, not the config's fault */
     SB_BUDGET,      /* FG_LUA_INSN_LIMIT instructions ran */
     SB_TIME         /* SB_TIME_LIMIT_MS of wall-clock time passed */
 } sb_stop;
@@ -113,8 +114,9 @@ static void *sb_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     }
     void *p = fg_realloc(ptr, nsize);
     if (p == NULL) {
-        /* The host itself is out of memory: Lua reports it as a memory error, like the cap. */
-        sb_set_stop(run, SB_MEMORY);
+        /* The host itself is out of memory: Lua raises a memory error, as for the cap, but the run reports
+         * FG_ERR_NO_MEMORY (sb_report), so a caller does not take the text for a bad config. */
+        sb_set_stop(run, SB_HOST_MEMORY);
         return NULL;
     }
     run->used = run->used - old + nsize;
@@ -162,6 +164,8 @@ static void sb_hook(lua_State *L, lua_Debug *ar) {
     if (run->stop == SB_MEMORY)
         lua_pushfstring(L, "%s:%d: memory limit (%d MiB) exceeded", run->short_src, run->line,
                         (int)SB_MEM_LIMIT_MIB);
+    else if (run->stop == SB_HOST_MEMORY)
+        lua_pushfstring(L, "%s:%d: out of host memory", run->short_src, run->line);
     else if (run->stop == SB_BUDGET)
         lua_pushfstring(L, "%s:%d: instruction budget exceeded (%d Lua instructions)", run->short_src,
                         run->line, (int)FG_LUA_INSN_LIMIT);
@@ -525,6 +529,9 @@ static fg_status sb_report(const sb_run *run, int st, const char *msg, fg_error 
         snprintf(where, sizeof where, "%s:%d", run->chunkname, run->stop_line);
     else
         snprintf(where, sizeof where, "%s", run->chunkname);
+    if (run->stop == SB_HOST_MEMORY)
+        return fg_fail(err, FG_ERR_NO_MEMORY, "%s: out of memory (the host could not allocate for the Lua state)",
+                       where);
     if (run->stop == SB_MEMORY || st == LUA_ERRMEM)
         return fg_fail(err, FG_ERR_CONFIG, "%s: memory limit (%d MiB) exceeded", where, (int)SB_MEM_LIMIT_MIB);
     if (run->stop == SB_BUDGET)

@@ -35,7 +35,9 @@ typedef int (*fg_lua_setup_fn)(struct lua_State *L, void *user);
  * sandbox. setup (optional) installs host functions; after a successful chunk, finish (optional) may read
  * globals. user is passed to both. Nothing outlives the call: the state is closed on every path.
  * Errors (syntax, runtime, memory cap, instruction budget, time limit, bytecode) return FG_ERR_CONFIG
- * with "chunkname:line: message" in err; FG_ERR_NO_MEMORY if the state cannot be created. */
+ * with "chunkname:line: message" in err; FG_ERR_NO_MEMORY if the state cannot be created or the host's
+ * allocator fails during the run (the host's trouble, not the chunk's: a caller must not treat it as a bad
+ * file). */
 fg_status lua_sandbox_run(const char *chunkname, const char *text, size_t len, fg_lua_setup_fn setup,
                           fg_lua_setup_fn finish, void *user, fg_error *err);
 

@@ -422,7 +422,8 @@ fg_status cache_get(const fg_disk_cache *cache, const uint8_t key[32], uint8_t *
     fg_status st = entry_load(dfd, file, &image, &size, &used, why, sizeof why);
     if (st != FG_OK) {
         close(dfd);
-        return fg_fail(err, st, "cache entry '%s/%s' is a miss: %s.", cache->dir, file, why);
+        return fg_fail(err, st, "cache entry '%s/%s' %s: %s.", cache->dir, file,
+                       st == FG_ERR_NO_MEMORY ? "could not be read" : "is a miss", why);
     }
     entry_view v;
     if (!entry_check(image, size, key, &v, why, sizeof why)) {

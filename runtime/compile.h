@@ -40,11 +40,12 @@ void compile_cache_key(const fg_spec *spec, int flags, const char *src, size_t l
 /* "13.0": the NVRTC library's version. */
 const char *compile_nvrtc_version(void);
 
-/* Compiles src for spec's arch (flags: FG_COMPILE_*). FG_ERR_COMPILE carries the NVRTC log. */
+/* Compiles src for spec's arch (flags: FG_COMPILE_*). FG_ERR_COMPILE carries the NVRTC log. Whatever the
+ * status, free *out with compile_result_free: a failed compile keeps NVRTC's log there (for dumps). */
 fg_status compile_source(const fg_spec *spec, const char *src, size_t len, int flags,
                          fg_compile_result *out, fg_error *err);
 
-/* Convenience: emit + compile. */
+/* Convenience: emit + compile (free *out whatever the status, as after compile_source). */
 fg_status compile_spec(const fg_spec *spec, int keep_ptx, fg_compile_result *out, fg_error *err);
 
 void compile_result_free(fg_compile_result *r);

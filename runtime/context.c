@@ -76,8 +76,10 @@ const char *fg_last_error(const fg_context *ctx) {
 
 /* Loads this GPU's tuning database, if there is one: `path`, else the default file in the disk cache's
  * directory. Missing is normal (logged at debug); a file for another GPU or version, or a corrupt one,
- * is ignored with a warning. Never fatal: without it the tile policy chooses. */
-static void load_tuning_db(fg_context *ctx, const char *path) {
+ * is ignored with a warning: without it the tile policy chooses. Running out of host memory is the one
+ * failure (FG_ERR_NO_MEMORY in err): a context made without a database that is there would dispatch
+ * differently from the same program's next run, and say nothing. */
+static fg_status load_tuning_db(fg_context *ctx, const char *path, fg_error *out) {
     fg_tune_identity id;
     int driver = 0;
     ctx->cu->cuDriverGetVersion(&driver);
@@ -88,20 +90,21 @@ static void load_tuning_db(fg_context *ctx, const char *path) {
     fg_error_clear(&err);
     if (path && !*path) {
         snprintf(ctx->tunedb_note, sizeof ctx->tunedb_note, "none (options.tuning_db is \"\")");
-        return;
+        return FG_OK;
     }
     if (!path) {
         if (!ctx->disk_ok) {
             snprintf(ctx->tunedb_note, sizeof ctx->tunedb_note, "none (no disk cache directory to look in)");
-            return;
+            return FG_OK;
         }
         if (tunedb_path(ctx->disk.dir, &id, buf, sizeof buf, &err) != FG_OK) {
             snprintf(ctx->tunedb_note, sizeof ctx->tunedb_note, "none (%s)", err.msg);
-            return;
+            return FG_OK;
         }
         path = buf;
     }
     fg_status st = tunedb_load(path, &id, &ctx->tunedb, &err);
+    if (st == FG_ERR_NO_MEMORY) return fg_fail(out, st, "loading the tuning database %.900s: %s", path, err.msg);
     if (st == FG_OK) {
         ctx->tuned = 1;
         snprintf(ctx->tunedb_note, sizeof ctx->tunedb_note, "%s (%d measured candidates)", path, ctx->tunedb.count);
@@ -113,6 +116,7 @@ static void load_tuning_db(fg_context *ctx, const char *path) {
         snprintf(ctx->tunedb_note, sizeof ctx->tunedb_note, "ignored: %.1100s", err.msg);
         rt_log(ctx, FG_LOG_WARN, "tuning database ignored: %s", err.msg);
     }
+    return FG_OK;
 }
 
 fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) {
@@ -249,19 +253,6 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
         goto fail;
     }
     if (tile_policy_init_default(&ctx->policy, err) != FG_OK) goto fail;
-    /* The sm_90a family's tile counters, zero from the start (a failure only costs the dynamic schedule). */
-    if (ctx->wgmma && cu->cuCtxPushCurrent(ctx->cuctx) == CUDA_SUCCESS) {
-        CUcontext popped;
-        const size_t bytes = FG_TILE_CTRS * 2 * sizeof(int);
-        if (cu->cuMemAlloc(&ctx->tile_ctrs, bytes) != CUDA_SUCCESS) {
-            ctx->tile_ctrs = 0;
-        } else if (cu->cuMemsetD8(ctx->tile_ctrs, 0, bytes) != CUDA_SUCCESS) {
-            cu->cuMemFree(ctx->tile_ctrs);
-            ctx->tile_ctrs = 0;
-        }
-        cu->cuCtxPopCurrent(&popped);
-        if (!ctx->tile_ctrs) rt_log(ctx, FG_LOG_WARN, "no memory for tile counters: sm_90a forward calls run one CTA per tile");
-    }
 
     if (!opt.disable_disk_cache) {
         fg_error cerr;
@@ -276,7 +267,21 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
     } else {
         snprintf(ctx->disk_problem, sizeof ctx->disk_problem, "disabled by options.disable_disk_cache");
     }
-    load_tuning_db(ctx, opt_in ? opt_in->tuning_db : NULL);
+    if (load_tuning_db(ctx, opt_in ? opt_in->tuning_db : NULL, err) != FG_OK) goto fail;
+    /* The sm_90a family's tile counters, zero from the start (a failure only costs the dynamic schedule).
+     * Made after the last step that can fail, so the failure path has no device memory to free. */
+    if (ctx->wgmma && cu->cuCtxPushCurrent(ctx->cuctx) == CUDA_SUCCESS) {
+        CUcontext popped;
+        const size_t bytes = FG_TILE_CTRS * 2 * sizeof(int);
+        if (cu->cuMemAlloc(&ctx->tile_ctrs, bytes) != CUDA_SUCCESS) {
+            ctx->tile_ctrs = 0;
+        } else if (cu->cuMemsetD8(ctx->tile_ctrs, 0, bytes) != CUDA_SUCCESS) {
+            cu->cuMemFree(ctx->tile_ctrs);
+            ctx->tile_ctrs = 0;
+        }
+        cu->cuCtxPopCurrent(&popped);
+        if (!ctx->tile_ctrs) rt_log(ctx, FG_LOG_WARN, "no memory for tile counters: sm_90a forward calls run one CTA per tile");
+    }
     const char *dump = knob_value(FG_KNOB_DUMP);
     if (dump) {
         ctx->dump = 1;
@@ -292,6 +297,7 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
 fail:
     if (ctx->cuctx) cu->cuDevicePrimaryCtxRelease(ctx->device);
     tile_policy_free(&ctx->policy);
+    tunedb_free(&ctx->tunedb);
     pthread_mutex_destroy(&ctx->lock);
     free(ctx);
     return err->status;

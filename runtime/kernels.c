@@ -137,12 +137,19 @@ fg_status kernels_get(fg_context *ctx, const fg_spec *s, int dry, kernels_origin
         uint8_t *cubin = NULL;
         size_t size = 0;
         fg_error miss;
-        if (cache_get(&ctx->disk, key, &cubin, &size, &miss) == FG_OK) {
+        const fg_status got = cache_get(&ctx->disk, key, &cubin, &size, &miss);
+        if (got == FG_OK) {
             *from = KERNELS_FROM_DISK;
             st = dry ? FG_OK : load_cubin(ctx, s, name, cubin, "disk cache", out, err);
             free(cubin);
             free(src);
             return st;
+        }
+        /* Out of memory is no miss: the compile it would start needs far more, and a call that silently
+         * recompiles what the cache holds costs seconds where it should fail at once. */
+        if (got == FG_ERR_NO_MEMORY) {
+            free(src);
+            return fg_fail(err, got, "looking up %s in the disk cache: %s", name, miss.msg);
         }
         rt_log(ctx, FG_LOG_DEBUG, "disk cache miss for %s: %s", name, miss.msg);
     }

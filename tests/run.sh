@@ -5,10 +5,13 @@
 # Exit status: 0 when every program passed. Extra arguments go to each Criterion program.
 # With a sanitizer build (`sh configure --asan && ninja`), run:
 #   LSAN_OPTIONS=suppressions=$PWD/tests/fuzz/lsan.supp UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 sh tests/run.sh
-# The suppression is a 48-byte leak inside Criterion 2.4.1's own runner. halt_on_error makes undefined
+# The suppressions are a 48-byte leak inside Criterion 2.4.1's own runner and the CUDA libraries' own
+# allocations. halt_on_error makes undefined
 # behaviour fail the test that hit it, also in a `flashgen` child whose stderr a test captures. Leaks in
 # Criterion's forked workers are printed ("LeakSanitizer") but do not fail the test: read the log. The
-# Python tests and the shell checks run with the ASan runtime preloaded and its leak checks off.
+# Python tests and the shell checks run with the ASan runtime preloaded and its leak checks off. A GPU
+# program under the sanitizer needs more (the driver's memory in ASan's shadow gap): the header of
+# tests/test_gpu_alloc_failures.c gives the command.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 failed=""

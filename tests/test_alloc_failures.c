@@ -1,50 +1,27 @@
-/* test_alloc_failures.c: allocation-failure injection (core/alloc.h, SQLite's practice). For each operation,
- * n walks over every host allocation it makes: the n-th fails, and the operation must return a status other
- * than FG_OK with a sentence (never crash, never report success with a part missing); then the same
- * operation without injection must still succeed, so nothing was left half-changed. Leaks are judged by the
- * sanitizer build (`sh configure --asan`, tests/run.sh's header). Operations: loading the default config
- * (the Lua sandbox's allocations included), loading a tuning database, parsing a bundle, emitting and
- * flattening a kernel's source, a JIT compile with NVRTC (the merge kernel: the smallest). Needs no GPU. */
+/* test_alloc_failures.c: allocation-failure injection (core/alloc.h, SQLite's practice) on the CPU side, by
+ * the walk of tests/alloc_walk.h: for each operation, n walks over every host allocation it makes; the n-th
+ * fails, and the operation must return a status other than FG_OK with a sentence (never crash, never report
+ * success with a part missing); then the same operation without injection must still succeed, so nothing
+ * was left half-changed. Leaks are judged by the sanitizer build (`sh configure --asan`, tests/run.sh's
+ * header). Operations: loading the default config (the Lua sandbox's allocations included), loading a tuning
+ * database, parsing a bundle, emitting and flattening a kernel's source, a JIT compile with NVRTC (the merge
+ * kernel: the smallest). Needs no GPU; the GPU side (contexts, forward, backward and serving calls) is
+ * test_gpu_alloc_failures.c. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "core/alloc.h"
 #include "core/files.h"
 #include "generator/config.h"
 #include "generator/emit.h"
 #include "runtime/bundle.h"
 #include "runtime/compile.h"
 #include "runtime/tunedb.h"
+#include "tests/alloc_walk.h"
 #include "tests/test_util.h"
 
 TestSuite(alloc, .timeout = 120);
-
-/* Runs op with the n-th allocation failing for n = 1, 2, ... until op makes fewer than n allocations; every
- * failed run must say why. Returns the number of allocations walked. */
-static long walk(const char *what, fg_status (*op)(void *user, fg_error *err), void *user) {
-    long n;
-    for (n = 1;; n++) {
-        fg_error err;
-        fg_error_clear(&err);
-        fg_alloc_fail_at(n);
-        const fg_status st = op(user, &err);
-        const int reached = !fg_alloc_fail_pending();
-        fg_alloc_fail_at(0);
-        if (!reached) {
-            cr_assert_eq(st, FG_OK, "%s without a failed allocation: %s", what, err.msg);
-            break;
-        }
-        if (st != FG_OK) cr_assert(err.msg[0] != '\0', "%s: allocation %ld failed with status %d and no sentence", what,
-                                   n, (int)st);
-        fg_error_clear(&err);
-        cr_assert_eq(op(user, &err), FG_OK, "%s after allocation %ld failed: %s", what, n, err.msg);
-    }
-    cr_assert_gt(n, 1, "%s made no allocation to fail", what);
-    cr_log_info("%s: each of its %ld allocations failed in turn, each refused with a sentence", what, n - 1);
-    return n - 1;
-}
 
 static fg_status load_default_config(void *user, fg_error *err) {
     (void)user;
@@ -131,7 +108,10 @@ Test(alloc, tunedb_load) {
     }
     cr_assert_eq(tunedb_save(path, &db, &err), FG_OK, "%s", err.msg);
     tunedb_free(&db);
-    walk("loading a tuning database", load_tunedb, path);
+    /* Out of memory must read as FG_ERR_NO_MEMORY, never as a corrupt file (FG_ERR_FORMAT): a context ignores a
+     * corrupt database with a warning and carries on, which for a full memory meant dispatching without it. */
+    const alloc_walk w = {"loading a tuning database", path, NULL, load_tunedb, NULL, NULL, NULL, 1};
+    alloc_walk_run(&w);
     test_scratch_remove(dir, "fg-test-alloc");
 }
 
@@ -139,7 +119,7 @@ static fg_status jit_compile(void *user, fg_error *err) {
     fg_compile_result r;
     memset(&r, 0, sizeof r);
     fg_status st = compile_spec((const fg_spec *)user, 0, &r, err);
-    if (st == FG_OK) compile_result_free(&r);
+    compile_result_free(&r); /* a failed compile keeps NVRTC's log */
     return st;
 }
 
