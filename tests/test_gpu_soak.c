@@ -1,6 +1,6 @@
 /* test_gpu_soak.c: concurrency soak on the GPU. Several host threads share one flashgen context, each on its
  * own stream, for a bounded time (FLASHGEN_SOAK_SECONDS, default 20): in turn forwards of seven head dims (40 to
- * 256), both masks and both 16-bit dtypes, backwards (five head-dim pairs, 192/128 among them, the deterministic
+ * 256), both masks and both 16-bit dtypes (and e4m3 on GPUs with FP8), backwards (five head-dim pairs, 192/128 among them, the deterministic
  * mode every other time) and decode steps of the serving call (split or not), so that some variants compile
  * while other threads launch, every output, LSE and gradient checked against the CPU references. Then several `flashgen run` processes share one fresh
  * disk cache, compiling the same new variants at once. Calls made and failures (which must be 0) are
@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "core/dtype.h"
 #include "reference/reference.h"
 #include "tests/gpu_harness.h"
 
@@ -22,6 +23,7 @@ typedef struct soak_worker {
     CUcontext pctx;
     fg_context *ctx;
     int index;
+    int fp8; /* the GPU runs FP8 (sm_89 and newer, not sm_87): some forwards are e4m3 */
     double seconds;
     long calls, failures;
     char first_failure[512];
@@ -40,19 +42,28 @@ typedef struct soak_buf {
     size_t bytes;
 } soak_buf;
 
-static int buf_make(const fg_cuda_api *cu, soak_buf *b, fg_dtype dt, int ndim, const int64_t *shape) {
+/* A view of `shape` with strides `stride` (contiguous when NULL) over `span` elements (the view's own count when
+ * 0); the host copy's elements outside the view hold NaN bytes (all ones). */
+static int buf_make_view(const fg_cuda_api *cu, soak_buf *b, fg_dtype dt, int ndim, const int64_t *shape,
+                         const int64_t *stride, size_t span) {
     memset(b, 0, sizeof *b);
     b->dev.dtype = dt;
     b->dev.ndim = ndim;
     size_t n = 1;
     for (int i = 0; i < ndim; i++) b->dev.shape[i] = shape[i], n *= (size_t)shape[i];
-    make_strides(ndim, shape, 0, b->dev.stride);
-    b->bytes = n * (dt == FG_DTYPE_F32 ? 4 : 2);
+    if (stride) for (int i = 0; i < ndim; i++) b->dev.stride[i] = stride[i];
+    else make_strides(ndim, shape, 0, b->dev.stride);
+    b->bytes = (span ? span : n) * (size_t)dtype_size(dt);
     if (cu->cuMemAlloc(&b->ptr, b->bytes ? b->bytes : 256) != CUDA_SUCCESS) return -1;
     b->host = b->dev;
     b->host.data = malloc(b->bytes ? b->bytes : 1);
     b->dev.data = (void *)(uintptr_t)b->ptr;
+    if (b->host.data) memset(b->host.data, 0xFF, b->bytes);
     return b->host.data ? 0 : -1;
+}
+
+static int buf_make(const fg_cuda_api *cu, soak_buf *b, fg_dtype dt, int ndim, const int64_t *shape) {
+    return buf_make_view(cu, b, dt, ndim, shape, NULL, 0);
 }
 
 static void buf_free(const fg_cuda_api *cu, soak_buf *b) {
@@ -61,17 +72,24 @@ static void buf_free(const fg_cuda_api *cu, soak_buf *b) {
     memset(b, 0, sizeof *b);
 }
 
-/* One checked forward on the worker's stream: the case is chosen from the call count. 0 when it passed. */
+/* One checked forward on the worker's stream: the case is chosen from the call count; every fifth call of a
+ * worker on a GPU with FP8 (w->fp8) in e4m3 (V key-major, as FP8 takes it; O in bf16). 0 when it passed. */
 static int soak_forward(soak_worker *w, CUstream stream, long k, char *why, size_t n) {
-    static const int dims[] = {64, 128, 40, 96, 56, 256, 88};
-    const int d = dims[(k + w->index) % (int)(sizeof dims / sizeof dims[0])], causal = (int)(k % 2);
-    const fg_dtype dt = (k / 2) % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16;
-    const int64_t sq = 100 + 37 * (k % 5), sk = 150 + 53 * (k % 3);
+    static const int dims[] = {64, 128, 40, 96, 56, 256, 88}, fp8_dims[] = {64, 128, 96, 256};
+    const int fp8 = w->fp8 && (k / 4) % 5 == 4;
+    const int d = fp8 ? fp8_dims[(k / 4 + w->index) % 4] : dims[(k + w->index) % (int)(sizeof dims / sizeof dims[0])];
+    const int causal = (int)(k % 2);
+    const fg_dtype dt = fp8 ? FG_DTYPE_E4M3 : (k / 2) % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16;
+    const fg_dtype odt = fp8 ? FG_DTYPE_BF16 : dt;
+    const int64_t sq = 100 + 37 * (k % 5), sk = 150 + 53 * (k % 3), skp = (sk + 15) / 16 * 16;
     const int64_t qs[4] = {1, sq, 4, d}, ks[4] = {1, sk, 2, d}, ls[3] = {1, 4, sq};
+    const int64_t vt[4] = {2 * d * skp, 1, d * skp, skp}; /* FP8's V: [b, hkv, d, skp] seen as [b, sk, hkv, d] */
     soak_buf q, kk, v, o, lse;
+    memset(&v, 0, sizeof v);
     int rc = -1;
-    if (buf_make(w->cu, &q, dt, 4, qs) || buf_make(w->cu, &kk, dt, 4, ks) || buf_make(w->cu, &v, dt, 4, ks) ||
-        buf_make(w->cu, &o, dt, 4, qs) || buf_make(w->cu, &lse, FG_DTYPE_F32, 3, ls)) {
+    if (buf_make(w->cu, &q, dt, 4, qs) || buf_make(w->cu, &kk, dt, 4, ks) ||
+        (fp8 ? buf_make_view(w->cu, &v, dt, 4, ks, vt, (size_t)(2 * d * skp)) : buf_make(w->cu, &v, dt, 4, ks)) ||
+        buf_make(w->cu, &o, odt, 4, qs) || buf_make(w->cu, &lse, FG_DTYPE_F32, 3, ls)) {
         snprintf(why, n, "out of memory for head_dim %d", d);
         goto done;
     }
@@ -87,6 +105,12 @@ static int soak_forward(soak_worker *w, CUstream stream, long k, char *why, size
     fg_fwd_args a;
     memset(&a, 0, sizeof a);
     a.q = q.dev, a.k = kk.dev, a.v = v.dev, a.o = o.dev, a.lse = lse.dev, a.causal = causal;
+    fg_spec chosen; /* the variant dispatch takes, for what the reference must model (FP8's rounded sum) */
+    fg_error_clear(&e);
+    if (rt_fwd_spec(w->ctx, &a, &chosen, &e) != FG_OK) {
+        snprintf(why, n, "head_dim %d %s: %.400s", d, fp8 ? "e4m3" : "", e.msg);
+        goto done;
+    }
     if (fg_attention_fwd(w->ctx, &a, stream) != FG_OK) {
         snprintf(why, n, "head_dim %d: %s", d, fg_last_error(w->ctx));
         goto done;
@@ -100,6 +124,7 @@ static int soak_forward(soak_worker *w, CUstream stream, long k, char *why, size
     ref_problem p;
     memset(&p, 0, sizeof p);
     p.q = q.host, p.k = kk.host, p.v = v.host, p.causal = causal;
+    p.out_dtype = odt, p.fp8_sum_rounded = spec_fp8_sum_rounded(&chosen);
     ref_report r;
     if (ref_check_fwd(&p, &o.host, &lse.host, &r, &e) != FG_OK) {
         snprintf(why, n, "reference: %.400s", e.msg);
@@ -107,7 +132,8 @@ static int soak_forward(soak_worker *w, CUstream stream, long k, char *why, size
     }
     if (!r.pass) {
         char line[400];
-        snprintf(why, n, "head_dim %d causal %d sq %lld sk %lld: %s", d, causal, (long long)sq, (long long)sk,
+        snprintf(why, n, "%s head_dim %d causal %d sq %lld sk %lld: %s", fp8 ? "e4m3" : dtype_name(dt), d, causal,
+                 (long long)sq, (long long)sk,
                  ref_report_format(&r, line, sizeof line));
         goto done;
     }
@@ -323,6 +349,7 @@ Test(soak, threads_share_one_context) {
     for (int i = 0; i < THREADS; i++) {
         memset(&w[i], 0, sizeof w[i]);
         w[i].cu = env.cu, w[i].pctx = env.pctx, w[i].ctx = env.ctx, w[i].index = i, w[i].seconds = soak_seconds();
+        w[i].fp8 = gpu_cc(&env) >= 89 && gpu_cc(&env) != 87;
         cr_assert_eq(pthread_create(&t[i], NULL, soak_thread, &w[i]), 0);
     }
     long calls = 0, failures = 0;
