@@ -1,0 +1,137 @@
+/* mod.h: custom score and mask modifications ("mods"), written as Lua functions and traced once into an
+ * expression tree, from which the generator emits device code (mod_emit.c) and the CPU reference evaluates
+ * the same tree (mod_eval).
+ *
+ * The text of a mod is a Lua chunk (a file a config names, or a string passed through the C API and Python)
+ * that sets up to three globals:
+ *   aux = { slopes = fg.aux("f32", 1), doc = fg.aux("i32", 1), bias = fg.aux("f32", 2) }  -- optional
+ *   score_mod = function(s, b, h, q, kv) return s + fg.load(slopes, h) * (kv - q) end   -- optional
+ *   mask_mod = function(b, h, q, kv) return fg.eq(fg.load(doc, q), fg.load(doc, kv)) end -- optional
+ * and at least one of score_mod and mask_mod. The arguments: s the logit (the score q.k times the softmax
+ * scale, float), b the batch (the sequence of a packed call), h the query head, q and kv the query's and the
+ * key's positions in their sequence (int, from 0). An aux entry is a device array the call passes, named
+ * for the functions (as a global), of dtype f32 or i32 and rank 1 or 2 (its extents come with the call).
+ *
+ * The vocabulary (anything else is refused with file:line, and nothing of the text reaches the compiler
+ * except through the tree):
+ *   + - * / and unary -     on ints and floats (an int meets a float: the int becomes a float; / is
+ *                           always float division)
+ *   // and %                ints only: floor division and its modulo (the result has the divisor's sign);
+ *                           a constant zero divisor is refused
+ *   fg.eq ne lt le gt ge    comparisons (Lua's own give plain booleans, so they are refused), to bool
+ *   fg.and_ or_ not_        logic on bools
+ *   fg.where(c, a, b)       a where c, else b
+ *   fg.min max abs          ints or floats
+ *   fg.exp log tanh sqrt    floats (an int argument becomes a float)
+ *   fg.float(x)             an int as a float
+ *   fg.load(aux, i [, j])   an element of an aux array, ints as indices (one per rank)
+ *   numbers                 Lua integers are ints, other numbers floats (finite)
+ * score_mod returns a float (or an int, made float); mask_mod returns a bool (true: the key is kept).
+ *
+ * Semantics the kernels and the reference share: a load whose index is outside the array the call passed
+ * makes that score NaN (it reaches O and the LSE: never a silent wrong answer); int arithmetic is 32-bit
+ * two's complement; float arithmetic is fp32 in the kernels (fp64 in the reference, within the tolerance). */
+#ifndef FG_MOD_H
+#define FG_MOD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "core/error.h"
+
+#define MOD_MAX_NODES 256 /* expression nodes of one mod (both functions, shared subexpressions once) */
+#define MOD_MAX_AUX 8     /* aux arrays of one mod */
+#define MOD_NAME_MAX 32   /* an aux name's bytes, NUL included: [A-Za-z_][A-Za-z0-9_]* */
+#define MOD_ID_LEN 16     /* hex digits of a mod's id (mod_id) */
+
+typedef enum mod_type { MOD_T_INT = 0, MOD_T_FLOAT = 1, MOD_T_BOOL = 2 } mod_type;
+
+typedef enum mod_op {
+    MOD_CONST = 0, /* value (type int or float) */
+    MOD_ARG,       /* arg: MOD_ARG_S .. MOD_ARG_KV */
+    MOD_LOAD,      /* aux; a, and b for rank 2 (-1 otherwise): the indices */
+    MOD_NEG,       /* a */
+    MOD_ADD, MOD_SUB, MOD_MUL,
+    MOD_DIV,       /* float division */
+    MOD_IDIV,      /* int floor division */
+    MOD_MOD,       /* int modulo with the divisor's sign */
+    MOD_MIN, MOD_MAX,
+    MOD_ABS,
+    MOD_EXP, MOD_LOG, MOD_TANH, MOD_SQRT, /* floats */
+    MOD_FLOAT,     /* int a as a float (the tracer inserts it where an int meets a float) */
+    MOD_EQ, MOD_NE, MOD_LT, MOD_LE, MOD_GT, MOD_GE, /* a op b, to bool (operands of one type) */
+    MOD_AND, MOD_OR, MOD_NOT,                       /* bools */
+    MOD_WHERE,     /* a (bool) ? b : c */
+    MOD_OP_COUNT
+} mod_op;
+
+enum { MOD_ARG_S = 0, MOD_ARG_B = 1, MOD_ARG_H = 2, MOD_ARG_Q = 3, MOD_ARG_KV = 4 };
+
+/* One node. Operands are indices of earlier nodes (a tree's nodes are in dependency order), -1 where unused. */
+typedef struct mod_node {
+    uint8_t op;   /* mod_op */
+    uint8_t type; /* mod_type of the result */
+    int16_t a, b, c;
+    int16_t arg;  /* MOD_ARG: which argument; MOD_LOAD: the aux index */
+    double value; /* MOD_CONST: the value (an int's is exact) */
+} mod_node;
+
+typedef struct mod_aux {
+    char name[MOD_NAME_MAX];
+    uint8_t is_int; /* 1: i32, 0: f32 */
+    uint8_t rank;   /* 1 or 2 */
+} mod_aux;
+
+typedef struct fg_mod {
+    int n_nodes;
+    mod_node nodes[MOD_MAX_NODES]; /* unique (no two nodes alike: shared subexpressions are one node) */
+    int score;                     /* score_mod's result node (float), or -1 */
+    int mask;                      /* mask_mod's result node (bool), or -1 */
+    int n_aux;
+    mod_aux aux[MOD_MAX_AUX];      /* in the order of their names (strcmp): the call passes them so */
+} fg_mod;
+
+/* ---- mod_trace.c: the text to the tree ---- */
+
+/* Runs `text` (len bytes, named chunkname in messages) in the Lua sandbox, traces score_mod and mask_mod with
+ * symbolic arguments and checks the tree against the vocabulary and its types. FG_OK with *out filled; else
+ * FG_ERR_CONFIG with "chunkname:line: ..." naming what was refused (FG_ERR_NO_MEMORY for host memory). */
+fg_status mod_trace(const char *chunkname, const char *text, size_t len, fg_mod *out, fg_error *err);
+/* The same, reading the file at path (its path is the chunk name). */
+fg_status mod_trace_file(const char *path, fg_mod *out, fg_error *err);
+
+/* ---- mod.c: the tree's canonical form, checks and evaluation ---- */
+
+/* Checks a tree's structure (operand order and types, aux indices, result types, no NaN or infinite
+ * constant, no constant zero divisor of // or %): what mod_trace guarantees, checked again where a tree comes
+ * from elsewhere. FG_OK or FG_ERR_INVALID_ARGUMENT with a sentence. */
+fg_status mod_check(const fg_mod *m, fg_error *err);
+/* The canonical text of the tree (the aux declarations, then every node in order): equal trees, equal text.
+ * Returns its length, or -1 if it did not fit n bytes. */
+int mod_canonical(const fg_mod *m, char *buf, size_t n);
+/* The mod's id: the first MOD_ID_LEN hex digits of the SHA-256 of its canonical text, NUL-terminated (buf holds
+ * MOD_ID_LEN + 1 bytes). A variant's canonical name carries it (mod=ID), so caches and bundles stay exact. */
+void mod_id(const fg_mod *m, char *buf);
+
+/* The values of one evaluation: the arguments, and the aux arrays (host memory, row-major, extents per rank). */
+typedef struct mod_inputs {
+    double s;
+    int b, h, q, kv;
+    const void *aux[MOD_MAX_AUX];
+    int64_t extent[MOD_MAX_AUX][2];
+} mod_inputs;
+/* score_mod's value at in (in->s when the mod has none), fp64; NaN after an out-of-range load. */
+double mod_eval_score(const fg_mod *m, const mod_inputs *in);
+/* mask_mod's value at in: 1 kept, 0 hidden (1 when the mod has none), -1 after an out-of-range load. */
+int mod_eval_mask(const fg_mod *m, const mod_inputs *in);
+
+/* ---- mod_emit.c: the tree as CUDA ---- */
+
+/* Appends to buf (n bytes) the device code of the mod: the struct fg_mod_aux of its arrays' pointers and
+ * extents, and the functions
+ *   float fg_user_score(float s, int b, int h, int q, int kv, const fg_mod_aux &aux)  (NaN: an out-of-range load)
+ *   float fg_user_mask(int b, int h, int q, int kv, const fg_mod_aux &aux)            (0 kept, -inf hidden, NaN)
+ * each only where the mod has it (FG_USER_SCORE, FG_USER_MASK say which). Returns the bytes written, or -1 if
+ * they did not fit. */
+int mod_emit(const fg_mod *m, char *buf, size_t n);
+
+#endif
