@@ -37,9 +37,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "core/error.h"
+#include "templates/common/fg_params.h"
 
 #define MOD_MAX_NODES 256 /* expression nodes of one mod (both functions, shared subexpressions once) */
-#define MOD_MAX_AUX 8     /* aux arrays of one mod */
+#define MOD_MAX_AUX FG_MOD_MAX_AUX /* aux arrays of one mod (the kernels' fg_mod_aux holds as many) */
 #define MOD_NAME_MAX 32   /* an aux name's bytes, NUL included: [A-Za-z_][A-Za-z0-9_]* */
 #define MOD_ID_LEN 16     /* hex digits of a mod's id (mod_id) */
 

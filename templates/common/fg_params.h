@@ -6,6 +6,14 @@
 #ifndef FG_PARAMS_H
 #define FG_PARAMS_H
 
+/* A custom mod's aux arrays (generator/mod.h): in the mod's aux order, each a device pointer (f32 or i32,
+ * row-major) and its extents (rank 1: extent[i][1] is 1); a load outside them marks the score bad. */
+#define FG_MOD_MAX_AUX 8
+typedef struct fg_mod_aux {
+    const void *ptr[FG_MOD_MAX_AUX];
+    int extent[FG_MOD_MAX_AUX][2];
+} fg_mod_aux;
+
 typedef struct fg_fwd_params {
     const void *q;              /* [b, sq, hq, d] */
     const void *k;              /* [b, sk, hkv, d] */

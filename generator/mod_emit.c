@@ -1,0 +1,171 @@
+/* mod_emit.c: a custom mod's tree as CUDA (mod.h's mod_emit). Each function gets the nodes its result depends
+ * on, one const local each (v<i>), and for the nodes that can go bad (an out-of-range load or an int division
+ * by zero below them) a bool x<i> that follows mod.c's rule: a node is bad when an operand is, a where only
+ * through its chosen branch. Ints wrap (unsigned arithmetic), floats are fp32. The aux arrays arrive as
+ * struct fg_mod_aux (templates/common/fg_params.h): pointers and extents, in the mod's aux order. Nothing of the
+ * user's text appears in the output: the tree holds operators, numbers and indices, and aux names go only into
+ * a comment after mod_check has held them to [A-Za-z_][A-Za-z0-9_]*. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "generator/mod.h"
+
+typedef struct emit_buf {
+    char *p;
+    size_t n, len;
+    int overflow;
+} emit_buf;
+
+static void put(emit_buf *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(emit_buf *e, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    const int w = vsnprintf(e->p + e->len, e->len < e->n ? e->n - e->len : 0, fmt, ap);
+    va_end(ap);
+    if (w < 0) e->overflow = 1;
+    else e->len += (size_t)w;
+    if (e->len >= e->n) e->overflow = 1;
+}
+
+/* The nodes `root` depends on (need), and which of them can go bad (bad). */
+static void mark(const fg_mod *m, int root, unsigned char *need, unsigned char *bad) {
+    memset(need, 0, MOD_MAX_NODES);
+    memset(bad, 0, MOD_MAX_NODES);
+    need[root] = 1;
+    for (int i = root; i >= 0; i--) {
+        if (!need[i]) continue;
+        const mod_node *n = &m->nodes[i];
+        if (n->a >= 0) need[n->a] = 1;
+        if (n->b >= 0) need[n->b] = 1;
+        if (n->c >= 0) need[n->c] = 1;
+    }
+    for (int i = 0; i <= root; i++) {
+        const mod_node *n = &m->nodes[i];
+        bad[i] = n->op == MOD_LOAD || ((n->op == MOD_IDIV || n->op == MOD_MOD) && !(m->nodes[n->b].op == MOD_CONST)) ||
+                 (n->a >= 0 && bad[n->a]) || (n->b >= 0 && bad[n->b]) || (n->c >= 0 && bad[n->c]);
+    }
+}
+
+static const char *ctype(int t) { return t == MOD_T_FLOAT ? "float" : t == MOD_T_INT ? "int" : "bool"; }
+
+/* Node i's value expression. */
+static void value(emit_buf *e, const fg_mod *m, int i) {
+    const mod_node *n = &m->nodes[i];
+    const int a = n->a, b = n->b, c = n->c, f = n->type == MOD_T_FLOAT;
+    static const char *const cmp[] = {"==", "!=", "<", "<=", ">", ">="};
+    switch ((mod_op)n->op) {
+    case MOD_CONST:
+        if (f) put(e, "(float)%a", n->value);
+        else put(e, "(int)%lldll", (long long)n->value);
+        return;
+    case MOD_ARG: put(e, "%s", (const char *[]){"s", "b", "h", "q", "kv"}[n->arg]); return;
+    case MOD_LOAD:
+        put(e, "o%d ? %s : __ldg((const %s *)aux.ptr[%d] + ", i, f ? "0.f" : "0", f ? "float" : "int", n->arg);
+        if (b >= 0) put(e, "(long long)v%d * aux.extent[%d][1] + v%d)", a, n->arg, b);
+        else put(e, "v%d)", a);
+        return;
+    case MOD_NEG: f ? put(e, "-v%d", a) : put(e, "(int)(0u - (unsigned)v%d)", a); return;
+    case MOD_ADD: f ? put(e, "v%d + v%d", a, b) : put(e, "(int)((unsigned)v%d + (unsigned)v%d)", a, b); return;
+    case MOD_SUB: f ? put(e, "v%d - v%d", a, b) : put(e, "(int)((unsigned)v%d - (unsigned)v%d)", a, b); return;
+    case MOD_MUL: f ? put(e, "v%d * v%d", a, b) : put(e, "(int)((unsigned)v%d * (unsigned)v%d)", a, b); return;
+    case MOD_DIV: put(e, "v%d / v%d", a, b); return;
+    case MOD_IDIV: put(e, "fg_mod_floordiv(v%d, v%d)", a, b); return;
+    case MOD_MOD: put(e, "fg_mod_floormod(v%d, v%d)", a, b); return;
+    case MOD_MIN: f ? put(e, "fminf(v%d, v%d)", a, b) : put(e, "min(v%d, v%d)", a, b); return;
+    case MOD_MAX: f ? put(e, "fmaxf(v%d, v%d)", a, b) : put(e, "max(v%d, v%d)", a, b); return;
+    case MOD_ABS: f ? put(e, "fabsf(v%d)", a) : put(e, "v%d < 0 ? (int)(0u - (unsigned)v%d) : v%d", a, a, a); return;
+    case MOD_EXP: put(e, "expf(v%d)", a); return;
+    case MOD_LOG: put(e, "logf(v%d)", a); return;
+    case MOD_TANH: put(e, "tanhf(v%d)", a); return;
+    case MOD_SQRT: put(e, "sqrtf(v%d)", a); return;
+    case MOD_FLOAT: put(e, "(float)v%d", a); return;
+    case MOD_EQ: case MOD_NE: case MOD_LT: case MOD_LE: case MOD_GT: case MOD_GE:
+        put(e, "v%d %s v%d", a, cmp[n->op - MOD_EQ], b);
+        return;
+    case MOD_AND: put(e, "v%d && v%d", a, b); return;
+    case MOD_OR: put(e, "v%d || v%d", a, b); return;
+    case MOD_NOT: put(e, "!v%d", a); return;
+    case MOD_WHERE: put(e, "v%d ? v%d : v%d", a, b, c); return;
+    case MOD_OP_COUNT: break;
+    }
+    e->overflow = 1; /* mod_check refuses unknown operators before this */
+}
+
+/* Node i's bad mark (only for nodes that can go bad). */
+static void badness(emit_buf *e, const fg_mod *m, int i, const unsigned char *bad) {
+    const mod_node *n = &m->nodes[i];
+    const char *sep = "";
+    if (n->op == MOD_WHERE) {
+        if (bad[n->a]) put(e, "x%d || ", n->a);
+        put(e, "(v%d ? %s%d : %s%d)", n->a, bad[n->b] ? "x" : "false && v", n->b, bad[n->c] ? "x" : "false && v", n->c);
+        return;
+    }
+    const int opnd[3] = {n->a, n->b, n->c};
+    for (int k = 0; k < 3; k++)
+        if (opnd[k] >= 0 && bad[opnd[k]]) put(e, "%sx%d", sep, opnd[k]), sep = " || ";
+    if (n->op == MOD_LOAD) put(e, "%so%d", sep, i), sep = " || ";
+    if ((n->op == MOD_IDIV || n->op == MOD_MOD) && m->nodes[n->b].op != MOD_CONST) put(e, "%sv%d == 0", sep, n->b), sep = " || ";
+    if (!*sep) put(e, "false");
+}
+
+/* The body of one function: its nodes, then `return`. */
+static void body(emit_buf *e, const fg_mod *m, int root, int is_mask) {
+    unsigned char need[MOD_MAX_NODES], bad[MOD_MAX_NODES];
+    mark(m, root, need, bad);
+    for (int i = 0; i <= root; i++) {
+        if (!need[i]) continue;
+        const mod_node *n = &m->nodes[i];
+        if (n->op == MOD_LOAD) { /* its indices' range check, before the load it guards */
+            put(e, "    const bool o%d = (unsigned)v%d >= (unsigned)aux.extent[%d][0]", i, n->a, n->arg);
+            if (n->b >= 0) put(e, " || (unsigned)v%d >= (unsigned)aux.extent[%d][1]", n->b, n->arg);
+            put(e, "; // %s\n", m->aux[n->arg].name);
+        }
+        put(e, "    const %s v%d = ", ctype(n->type), i);
+        value(e, m, i);
+        put(e, ";\n");
+        if (bad[i]) {
+            put(e, "    const bool x%d = ", i);
+            badness(e, m, i, bad);
+            put(e, ";\n");
+        }
+    }
+    const char *nan = "__int_as_float(0x7fffffff)", *ninf = "-__int_as_float(0x7f800000)";
+    if (is_mask && bad[root]) put(e, "    return x%d ? %s : (v%d ? 0.f : %s);\n", root, nan, root, ninf);
+    else if (is_mask) put(e, "    return v%d ? 0.f : %s;\n", root, ninf);
+    else if (bad[root]) put(e, "    return x%d ? %s : v%d;\n", root, nan, root);
+    else put(e, "    return v%d;\n", root);
+}
+
+int mod_emit(const fg_mod *m, char *buf, size_t n) {
+    emit_buf e = {buf, n, 0, 0};
+    if (n) buf[0] = '\0';
+    char id[MOD_ID_LEN + 1];
+    mod_id(m, id);
+    put(&e, "// the custom mod %s (generator/mod.h): score %s, mask %s; aux:", id, m->score >= 0 ? "yes" : "no",
+        m->mask >= 0 ? "yes" : "no");
+    for (int i = 0; i < m->n_aux; i++) put(&e, " %d %s (%s, rank %d)", i, m->aux[i].name, m->aux[i].is_int ? "i32" : "f32", m->aux[i].rank);
+    put(&e, "\n#define FG_USER_SCORE %d\n#define FG_USER_MASK %d\n", m->score >= 0, m->mask >= 0);
+    put(&e, "%s", "__device__ __forceinline__ int fg_mod_floordiv(int a, int b) { // b == 0: the caller marks the node bad\n"
+            "    if (b == 0) return 0;\n"
+            "    if (b == -1) return (int)(0u - (unsigned)a);\n"
+            "    const int q = a / b;\n"
+            "    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;\n"
+            "}\n"
+            "__device__ __forceinline__ int fg_mod_floormod(int a, int b) { // the divisor's sign\n"
+            "    if (b == 0 || b == -1) return 0;\n"
+            "    const int r = a % b;\n"
+            "    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n"
+            "}\n");
+    if (m->score >= 0) {
+        put(&e, "__device__ __forceinline__ float fg_user_score(float s, int b, int h, int q, int kv, const fg_mod_aux &aux) {\n");
+        body(&e, m, m->score, 0);
+        put(&e, "}\n");
+    }
+    if (m->mask >= 0) {
+        put(&e, "__device__ __forceinline__ float fg_user_mask(int b, int h, int q, int kv, const fg_mod_aux &aux) {\n");
+        body(&e, m, m->mask, 1);
+        put(&e, "}\n");
+    }
+    return e.overflow ? -1 : (int)e.len;
+}

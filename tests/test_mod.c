@@ -1,0 +1,223 @@
+/* test_mod.c: a custom mod's tree (generator/mod.c, mod_emit.c), built here by hand so that the checks do not
+ * depend on the tracer: the structural check's refusals, the canonical text and id, the evaluation's
+ * semantics (wrapping ints, floor division, the divisor-signed modulo, out-of-range loads and int division by
+ * zero marking a score bad, a where passing on only its chosen branch's mark), and the emitted device code
+ * compiling with NVRTC (no GPU needed) around a kernel that calls it. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/files.h"
+#include "generator/mod.h"
+#include "generator/spec.h"
+#include "runtime/compile.h"
+
+/* Appends a node; returns its index. */
+static int nd(fg_mod *m, mod_op op, mod_type t, int a, int b, int c, int arg, double v) {
+    cr_assert_lt(m->n_nodes, MOD_MAX_NODES);
+    mod_node *n = &m->nodes[m->n_nodes];
+    n->op = (uint8_t)op, n->type = (uint8_t)t, n->a = (int16_t)a, n->b = (int16_t)b, n->c = (int16_t)c;
+    n->arg = (int16_t)arg, n->value = v;
+    return m->n_nodes++;
+}
+static int arg(fg_mod *m, int which) { return nd(m, MOD_ARG, which == MOD_ARG_S ? MOD_T_FLOAT : MOD_T_INT, -1, -1, -1, which, 0); }
+static int cint(fg_mod *m, int v) { return nd(m, MOD_CONST, MOD_T_INT, -1, -1, -1, 0, v); }
+static int cflt(fg_mod *m, double v) { return nd(m, MOD_CONST, MOD_T_FLOAT, -1, -1, -1, 0, v); }
+static int bin(fg_mod *m, mod_op op, mod_type t, int a, int b) { return nd(m, op, t, a, b, -1, 0, 0); }
+static int un(fg_mod *m, mod_op op, mod_type t, int a) { return nd(m, op, t, a, -1, -1, 0, 0); }
+
+static void empty(fg_mod *m) {
+    memset(m, 0, sizeof *m);
+    m->score = m->mask = -1;
+}
+
+/* The sample's nodes tests reach into (set by sample()). */
+static struct { int slope, abs, mul, two, div_site; } at;
+
+/* ALiBi with a relative-position bias table and a document mask:
+ *   score = s - slopes[h] * |q - kv| + where(0 <= kv - q + 2 < 5, bias[h][kv - q + 2], 0)
+ *   mask  = doc[q] == doc[kv] and kv <= q
+ * (one node a statement: C leaves the order of a call's arguments open) */
+static void sample(fg_mod *m) {
+    empty(m);
+    m->n_aux = 3;
+    snprintf(m->aux[0].name, MOD_NAME_MAX, "bias"), m->aux[0].rank = 2;
+    snprintf(m->aux[1].name, MOD_NAME_MAX, "doc"), m->aux[1].rank = 1, m->aux[1].is_int = 1;
+    snprintf(m->aux[2].name, MOD_NAME_MAX, "slopes"), m->aux[2].rank = 1;
+    const int s = arg(m, MOD_ARG_S), h = arg(m, MOD_ARG_H), q = arg(m, MOD_ARG_Q), kv = arg(m, MOD_ARG_KV);
+    const int slope = at.slope = nd(m, MOD_LOAD, MOD_T_FLOAT, h, -1, -1, 2, 0);
+    const int dist = bin(m, MOD_SUB, MOD_T_INT, q, kv);
+    const int iabs = at.abs = un(m, MOD_ABS, MOD_T_INT, dist);
+    const int adist = un(m, MOD_FLOAT, MOD_T_FLOAT, iabs);
+    const int prod = at.mul = bin(m, MOD_MUL, MOD_T_FLOAT, slope, adist);
+    const int alibi = bin(m, MOD_SUB, MOD_T_FLOAT, s, prod);
+    const int back = bin(m, MOD_SUB, MOD_T_INT, kv, q);
+    const int two = at.two = cint(m, 2);
+    const int rel = bin(m, MOD_ADD, MOD_T_INT, back, two);
+    const int zero = cint(m, 0), five = cint(m, 5);
+    const int ge = bin(m, MOD_GE, MOD_T_BOOL, rel, zero), lt = bin(m, MOD_LT, MOD_T_BOOL, rel, five);
+    const int in = bin(m, MOD_AND, MOD_T_BOOL, ge, lt);
+    const int b = nd(m, MOD_LOAD, MOD_T_FLOAT, h, rel, -1, 0, 0);
+    const int fzero = cflt(m, 0.0);
+    const int guarded = nd(m, MOD_WHERE, MOD_T_FLOAT, in, b, fzero, 0, 0);
+    m->score = bin(m, MOD_ADD, MOD_T_FLOAT, alibi, guarded);
+    const int dq = nd(m, MOD_LOAD, MOD_T_INT, q, -1, -1, 1, 0), dk = nd(m, MOD_LOAD, MOD_T_INT, kv, -1, -1, 1, 0);
+    const int same = bin(m, MOD_EQ, MOD_T_BOOL, dq, dk), causal = bin(m, MOD_LE, MOD_T_BOOL, kv, q);
+    m->mask = bin(m, MOD_AND, MOD_T_BOOL, same, causal);
+    at.div_site = rel;
+}
+
+Test(mod, sample_passes_the_check) {
+    fg_mod m;
+    sample(&m);
+    fg_error e;
+    cr_assert_eq(mod_check(&m, &e), FG_OK, "%s", e.msg);
+}
+
+/* Each broken tree is refused, naming what is wrong. */
+Test(mod, check_refuses_broken_trees) {
+    fg_mod m;
+    fg_error e;
+    int refused = 0;
+#define REFUSED(stmt, text)                                                                              \
+    do {                                                                                                 \
+        sample(&m);                                                                                      \
+        stmt;                                                                                            \
+        cr_assert_eq(mod_check(&m, &e), FG_ERR_INVALID_ARGUMENT, "%s: accepted", #stmt);                 \
+        cr_assert(strstr(e.msg, text), "%s: the sentence \"%s\" does not say \"%s\"", #stmt, e.msg, text); \
+        refused++;                                                                                       \
+    } while (0)
+    REFUSED(m.nodes[at.abs].a = (int16_t)(at.abs + 1), "earlier node");   /* an operand after its user */
+    REFUSED(m.nodes[at.slope].arg = 7, "loads aux 7");                   /* no such aux */
+    REFUSED(m.nodes[at.abs].type = MOD_T_FLOAT, "one number type");      /* an int op typed float */
+    REFUSED(m.score = m.mask, "score_mod's result is a float");
+    REFUSED(m.mask = m.score, "mask_mod's result is a bool");
+    REFUSED((m.score = -1, m.mask = -1), "a score_mod, a mask_mod or both");
+    REFUSED(m.nodes[at.two].value = NAN, "finite");
+    REFUSED(m.nodes[at.two].value = 0.5, "32-bit integer");
+    REFUSED(snprintf(m.aux[1].name, MOD_NAME_MAX, "do c"), "name");
+    REFUSED(snprintf(m.aux[1].name, MOD_NAME_MAX, "zzz"), "order of their names");
+    REFUSED(m.aux[0].rank = 3, "rank 1 or 2");
+    REFUSED(m.nodes[0].op = 200, "unknown operator");
+    REFUSED(m.nodes[at.mul].b = -1, "operand 1 must name an earlier node");
+    REFUSED((m.nodes[at.div_site].op = MOD_IDIV, m.nodes[at.two].value = 0), "constant 0");
+#undef REFUSED
+    cr_assert_eq(refused, 14);
+}
+
+Test(mod, canonical_text_and_id) {
+    fg_mod a, b;
+    sample(&a), sample(&b);
+    char ta[8192], tb[8192], ia[MOD_ID_LEN + 1], ib[MOD_ID_LEN + 1];
+    cr_assert_gt(mod_canonical(&a, ta, sizeof ta), 0);
+    cr_assert_gt(mod_canonical(&b, tb, sizeof tb), 0);
+    cr_assert_str_eq(ta, tb);
+    mod_id(&a, ia), mod_id(&b, ib);
+    cr_assert_str_eq(ia, ib);
+    cr_assert_eq(strlen(ia), MOD_ID_LEN);
+    b.nodes[at.two].value = 3; /* the bias offset 2 -> 3: another mod, another id */
+    mod_id(&b, ib);
+    cr_assert_str_neq(ia, ib);
+    cr_assert_eq(mod_canonical(&a, ta, 10), -1, "a text that does not fit is -1");
+    cr_assert_gt(mod_canonical(&a, ta, sizeof ta), 0);
+    cr_assert(strstr(ta, "aux bias f32 2\naux doc i32 1\naux slopes f32 1\n") == ta, "%s", ta);
+}
+
+static const float bias_tab[2][5] = {{1, 2, 3, 4, 5}, {10, 20, 30, 40, 50}};
+static const int32_t docs[6] = {0, 0, 1, 1, 1, 2};
+static const float slopes_tab[2] = {0.5f, 0.25f};
+
+static mod_inputs inputs(double s, int b, int h, int q, int kv) {
+    mod_inputs in;
+    memset(&in, 0, sizeof in);
+    in.s = s, in.b = b, in.h = h, in.q = q, in.kv = kv;
+    in.aux[0] = bias_tab, in.extent[0][0] = 2, in.extent[0][1] = 5;
+    in.aux[1] = docs, in.extent[1][0] = 6;
+    in.aux[2] = slopes_tab, in.extent[2][0] = 2;
+    return in;
+}
+
+Test(mod, evaluation) {
+    fg_mod m;
+    sample(&m);
+    mod_inputs in = inputs(1.0, 0, 1, 4, 3); /* h 1: slope 0.25; |q - kv| 1; rel kv - q + 2 = 1: bias 20 */
+    cr_assert_float_eq(mod_eval_score(&m, &in), 1.0 - 0.25 + 20.0, 1e-12);
+    cr_assert_eq(mod_eval_mask(&m, &in), 1);          /* doc 1 == doc 1, kv <= q */
+    in = inputs(1.0, 0, 0, 1, 4);                      /* rel 5: outside the table, guarded by the where */
+    cr_assert_float_eq(mod_eval_score(&m, &in), 1.0 - 0.5 * 3, 1e-12);
+    cr_assert_eq(mod_eval_mask(&m, &in), 0);          /* kv > q */
+    in = inputs(1.0, 0, 0, 5, 2);
+    cr_assert_eq(mod_eval_mask(&m, &in), 0);          /* doc 2 != doc 1 */
+    in = inputs(1.0, 0, 2, 1, 1);                      /* h 2: slopes has two entries: bad */
+    cr_assert(isnan(mod_eval_score(&m, &in)));
+    in = inputs(1.0, 0, 0, 6, 1);                      /* doc[6]: past the array: the mask is bad */
+    cr_assert_eq(mod_eval_mask(&m, &in), -1);
+}
+
+/* floor division and the divisor-signed modulo, int wrapping, and a division by a zero that is not constant */
+Test(mod, int_semantics) {
+    static const struct { int a, b, div, mod; } c[] = {
+        {7, 2, 3, 1}, {-7, 2, -4, 1}, {7, -2, -4, -1}, {-7, -2, 3, -1}, {6, 3, 2, 0}, {-6, 3, -2, 0},
+        {(int)0x80000000u, -1, (int)0x80000000u, 0}, {0, 5, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        fg_mod m;
+        empty(&m);
+        const int q = arg(&m, MOD_ARG_Q), kv = arg(&m, MOD_ARG_KV);
+        const int d = bin(&m, MOD_IDIV, MOD_T_INT, q, kv), r = bin(&m, MOD_MOD, MOD_T_INT, q, kv);
+        const int want_d = cint(&m, c[i].div), want_r = cint(&m, c[i].mod);
+        const int dv = bin(&m, MOD_EQ, MOD_T_BOOL, d, want_d), rv = bin(&m, MOD_EQ, MOD_T_BOOL, r, want_r);
+        m.mask = bin(&m, MOD_AND, MOD_T_BOOL, dv, rv);
+        fg_error e;
+        cr_assert_eq(mod_check(&m, &e), FG_OK, "%s", e.msg);
+        mod_inputs in = inputs(0, 0, 0, c[i].a, c[i].b);
+        cr_assert_eq(mod_eval_mask(&m, &in), 1, "%d // %d and %d %% %d", c[i].a, c[i].b, c[i].a, c[i].b);
+        in.kv = 0;
+        cr_assert_eq(mod_eval_mask(&m, &in), -1, "%d // 0 is bad", c[i].a);
+    }
+    fg_mod m;
+    empty(&m);
+    const int big = cint(&m, 2147483647), one = cint(&m, 1), zero = cint(&m, 0);
+    const int sum = bin(&m, MOD_ADD, MOD_T_INT, big, one);
+    m.mask = bin(&m, MOD_LT, MOD_T_BOOL, sum, zero); /* wraps to INT_MIN */
+    mod_inputs in = inputs(0, 0, 0, 0, 0);
+    cr_assert_eq(mod_eval_mask(&m, &in), 1);
+}
+
+/* The emitted functions compile with NVRTC inside a kernel that calls both, for sm_80 and sm_90a. */
+Test(mod, emitted_code_compiles) {
+    fg_mod m;
+    sample(&m);
+    char code[65536];
+    const int len = mod_emit(&m, code, sizeof code);
+    cr_assert_gt(len, 0);
+    cr_assert(strstr(code, "#define FG_USER_SCORE 1") && strstr(code, "#define FG_USER_MASK 1"));
+    cr_assert(strstr(code, "fg_user_score(float s, int b, int h, int q, int kv, const fg_mod_aux &aux)"));
+    cr_assert_eq(mod_emit(&m, code, 100), -1, "output that does not fit is -1");
+    uint8_t *params = NULL;
+    size_t plen = 0;
+    fg_error e;
+    cr_assert_eq(fg_read_file("templates/common/fg_params.h", &params, &plen, &e), FG_OK, "%s", e.msg);
+    mod_emit(&m, code, sizeof code);
+    const char *kernel = "extern \"C\" __global__ void probe(float *out, fg_mod_aux aux) {\n"
+                         "    const int t = threadIdx.x;\n"
+                         "    out[t] = fg_user_score(0.5f * t, 0, t % 2, t / 4, t % 4, aux) + fg_user_mask(0, t % 2, t / 4, t % 4, aux);\n"
+                         "}\n";
+    const size_t n = plen + strlen(code) + strlen(kernel) + 1;
+    char *src = malloc(n);
+    cr_assert(src);
+    snprintf(src, n, "%.*s%s%s", (int)plen, (const char *)params, code, kernel);
+    static const char *const archs[] = {"arch=sm_80,kind=merge", "arch=sm_90a,kind=merge"};
+    for (int i = 0; i < 2; i++) {
+        fg_spec s;
+        cr_assert_eq(spec_parse(archs[i], &s, &e), FG_OK, "%s", e.msg);
+        fg_compile_result r;
+        memset(&r, 0, sizeof r);
+        const fg_status st = compile_source(&s, src, strlen(src), 0, &r, &e);
+        cr_assert_eq(st, FG_OK, "%s: %s\n%s", archs[i], e.msg, code);
+        compile_result_free(&r);
+    }
+    free(src);
+    free(params);
+}
