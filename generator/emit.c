@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "generator/emit.h"
+#include "generator/mod.h"
 #include "generator/emit_templates.h"
 #include "core/sha256.h"
 #include "core/alloc.h"
@@ -167,6 +168,21 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
         sb_printf(&b, "#define FG_WINDOW %d\n", spec->window ? 1 : 0);  /* a sliding window */
         sb_printf(&b, "#define FG_SOFTCAP %d\n", spec->softcap ? 1 : 0); /* a logit softcap */
         sb_printf(&b, "#define FG_ALIBI %d\n", spec->alibi ? 1 : 0);    /* ALiBi biases */
+    }
+    if (spec->mod[0]) { /* a custom mod (generator/mod.h): its functions, before the kernel that calls them */
+        const fg_mod *m = mod_lookup(spec->mod);
+        char *code = fg_malloc(MOD_EMIT_MAX);
+        const int n = m && code ? mod_emit(m, code, MOD_EMIT_MAX) : -1;
+        if (n < 0) {
+            free(code);
+            free(b.data);
+            return m ? fg_fail(err, code ? FG_ERR_INTERNAL : FG_ERR_NO_MEMORY, "custom mod %s: its code did not fit %d bytes",
+                               spec->mod, MOD_EMIT_MAX)
+                     : fg_fail(err, FG_ERR_UNSUPPORTED, "custom mod %s is not registered in this process: create it from "
+                                                       "its text first (fg_mod_create)", spec->mod);
+        }
+        sb_printf(&b, "\n#include \"common/fg_params.h\"\n%s\n", code);
+        free(code);
     }
     const int mma_fwd = spec->kind == FG_KIND_FWD && !wgmma;
     const int sub_n = mma_fwd ? spec_fwd_sub_n(spec) : 0;

@@ -125,6 +125,17 @@ double mod_eval_score(const fg_mod *m, const mod_inputs *in);
 /* mask_mod's value at in: 1 kept, 0 hidden (1 when the mod has none), -1 after an out-of-range load. */
 int mod_eval_mask(const fg_mod *m, const mod_inputs *in);
 
+/* ---- mod_registry.c: the trees this process knows, by id ---- */
+
+/* Checks m (mod_check) and keeps a copy under its id (written to id, MOD_ID_LEN + 1 bytes), so that a variant
+ * naming that id (fg_spec.mod) can be emitted; registering an id twice keeps the first (the same tree). The
+ * registry lives as long as the process and holds at most MOD_REGISTRY_MAX trees (FG_ERR_UNSUPPORTED past
+ * that, with a sentence). Thread-safe. */
+#define MOD_REGISTRY_MAX 4096
+fg_status mod_register(const fg_mod *m, char *id, fg_error *err);
+/* The tree registered under id, or NULL. The pointer stays valid for the life of the process. */
+const fg_mod *mod_lookup(const char *id);
+
 /* ---- mod_emit.c: the tree as CUDA ---- */
 
 /* Appends to buf (n bytes) the device code of the mod: the struct fg_mod_aux of its arrays' pointers and
@@ -134,5 +145,6 @@ int mod_eval_mask(const fg_mod *m, const mod_inputs *in);
  * each only where the mod has it (FG_USER_SCORE, FG_USER_MASK say which). Returns the bytes written, or -1 if
  * they did not fit. */
 int mod_emit(const fg_mod *m, char *buf, size_t n);
+#define MOD_EMIT_MAX (MOD_MAX_NODES * 2 * 400 + 4096) /* bytes mod_emit needs at most (each function its nodes) */
 
 #endif

@@ -64,13 +64,15 @@ int spec_format(const fg_spec *s, char *buf, size_t n) {
     char dv[24] = "";
     if (spec_head_dim_v(s) != s->head_dim)
         snprintf(dv, sizeof dv, "head_dim_v=%d,", s->head_dim_v);
+    char mod[32] = "";
+    if (mods && s->mod[0]) snprintf(mod, sizeof mod, "mod=%.16s,", s->mod);
     /* keys in byte order: [alibi] arch block_m block_n causal [deterministic] dtype head_dim [head_dim_v] kind
-     * [out] [sinks] [softcap] [splits] stages [tma] [v_in_k] [varlen] warps [window] */
+     * [mod] [out] [sinks] [softcap] [splits] stages [tma] [v_in_k] [varlen] warps [window] */
     const char *v_in_k = s->kind == FG_KIND_SERVE && s->v_in_k ? "v_in_k=1," : "";
     int r = snprintf(buf, n,
-                     "%sarch=%s,block_m=%d,block_n=%d,causal=%d,%sdtype=%s,head_dim=%d,%skind=%s,%s%s%s%sstages=%d,%s%s%swarps=%d%s",
+                     "%sarch=%s,block_m=%d,block_n=%d,causal=%d,%sdtype=%s,head_dim=%d,%skind=%s,%s%s%s%s%sstages=%d,%s%s%swarps=%d%s",
                      mods && s->alibi ? "alibi=1," : "", arch, s->block_m, s->block_n, s->causal ? 1 : 0, det,
-                     dtype_name(s->dtype), s->head_dim, dv, spec_kind_name(s->kind), out,
+                     dtype_name(s->dtype), s->head_dim, dv, spec_kind_name(s->kind), mod, out,
                      mods && s->sinks ? "sinks=1," : "", mods && s->softcap ? "softcap=1," : "", splits, s->stages, tma,
                      v_in_k, varlen, s->warps, mods && s->window ? ",window=1" : "");
     return (r < 0 || (size_t)r >= n) ? -1 : r;
@@ -91,7 +93,7 @@ int spec_row_chunks(const fg_spec *s) {
 int spec_serve_wide(const fg_spec *s) { return s->kind == FG_KIND_SERVE && spec_head_dim_v_padded(s) > 256; }
 
 int spec_has_mods(const fg_spec *s) {
-    return s->kind != FG_KIND_MERGE && (s->window || s->sinks || s->softcap || s->alibi);
+    return s->kind != FG_KIND_MERGE && (s->window || s->sinks || s->softcap || s->alibi || s->mod[0]);
 }
 
 /* Parses a non-negative decimal integer that fits an int; the whole token must be the number. */
@@ -107,11 +109,11 @@ static int parse_int(const char *v, int *out) {
 
 fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
     enum { K_KIND, K_ARCH, K_DTYPE, K_HEAD_DIM, K_BLOCK_M, K_BLOCK_N, K_WARPS, K_STAGES, K_CAUSAL, K_OUT, K_DET,
-           K_TMA, K_SPLITS, K_VARLEN, K_SINKS, K_WINDOW, K_SOFTCAP, K_ALIBI, K_HEAD_DIM_V, K_V_IN_K, K_COUNT };
+           K_TMA, K_SPLITS, K_VARLEN, K_SINKS, K_WINDOW, K_SOFTCAP, K_ALIBI, K_HEAD_DIM_V, K_V_IN_K, K_MOD, K_COUNT };
     static const char *const keys[K_COUNT] = {"kind",   "arch",   "dtype",  "head_dim", "block_m",       "block_n",
                                               "warps",  "stages", "causal", "out",      "deterministic", "tma",
                                               "splits", "varlen", "sinks",  "window", "softcap", "alibi", "head_dim_v",
-                                              "v_in_k"};
+                                              "v_in_k", "mod"};
     int seen[K_COUNT] = {0};
     fg_spec s;
     memset(&s, 0, sizeof s);
@@ -138,7 +140,7 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                            "spec: unknown key '%s' (keys: kind, arch, dtype, head_dim, block_m, block_n, warps, "
                            "stages, causal, out, deterministic, tma, splits, varlen, sinks, window, softcap, alibi, "
-                           "head_dim_v, v_in_k)", key);
+                           "head_dim_v, v_in_k, mod)", key);
         if (seen[k]) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: key '%s' appears twice", key);
         seen[k] = 1;
         fg_status st;
@@ -180,6 +182,14 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
             else return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                                 "spec: out must be fp16 or bf16 (the output dtype of an fp8 variant), got '%s'", val);
             break;
+        case K_MOD: {
+            size_t n = strlen(val), hex = strspn(val, "0123456789abcdef");
+            if (n != 16 || hex != 16)
+                return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                               "spec: mod must be a custom mod's id, 16 lowercase hex digits, got '%s'", val);
+            memcpy(s.mod, val, 17);
+            break;
+        }
         case K_HEAD_DIM: field = &s.head_dim; break;
         case K_BLOCK_M: field = &s.block_m; break;
         case K_BLOCK_N: field = &s.block_n; break;
@@ -207,8 +217,8 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: tma is a key of kind=bwd and kind=serve variants only");
     if (seen[K_VARLEN] && s.kind != FG_KIND_FWD && s.kind != FG_KIND_BWD)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: varlen is a key of kind=fwd and kind=bwd variants only");
-    for (int k = K_SINKS; k <= K_ALIBI; k++)
-        if (seen[k] && s.kind == FG_KIND_MERGE)
+    for (int k = K_SINKS; k <= K_MOD; k++)
+        if ((k <= K_ALIBI || k == K_MOD) && seen[k] && s.kind == FG_KIND_MERGE)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: %s is a key of kind=serve, fwd and bwd variants only",
                            keys[k]);
     if (seen[K_HEAD_DIM_V] && s.kind == FG_KIND_MERGE)
@@ -239,7 +249,8 @@ int spec_equal(const fg_spec *a, const fg_spec *b) {
            spec_head_dim_v(a) == spec_head_dim_v(b) &&
            (a->kind == FG_KIND_MERGE ||
             ((a->sinks != 0) == (b->sinks != 0) && (a->window != 0) == (b->window != 0) &&
-             (a->softcap != 0) == (b->softcap != 0) && (a->alibi != 0) == (b->alibi != 0))) &&
+             (a->softcap != 0) == (b->softcap != 0) && (a->alibi != 0) == (b->alibi != 0) &&
+             strcmp(a->mod, b->mod) == 0)) &&
            ((a->kind != FG_KIND_FWD && a->kind != FG_KIND_BWD) || (a->varlen != 0) == (b->varlen != 0)) &&
            a->arch == b->arch && a->arch_accel == b->arch_accel && a->dtype == b->dtype &&
            a->head_dim == b->head_dim && a->block_m == b->block_m && a->block_n == b->block_n &&

@@ -18,6 +18,8 @@
  * absorbed MLA cache) names v_in_k=1 between tma's place and warps. The sm_90a forward's variable-length
  * variants name varlen=1, between v_in_k's place and warps:
  *   arch=sm_90a,block_m=128,block_n=128,causal=1,dtype=bf16,head_dim=128,kind=fwd,stages=2,varlen=1,warps=12
+ * A variant with a custom score or mask mod (generator/mod.h) names its id after kind:
+ *   arch=sm_90,block_m=64,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=serve,mod=3f2a9c0d11b7e845,stages=2,warps=4
  * The merge of attention states has only two:
  *   arch=sm_90,kind=merge
  * spec_format(spec_parse(text)) == text for every canonical text. */
@@ -80,6 +82,9 @@ typedef struct fg_spec {
     int v_in_k;         /* kind=serve: V is a prefix view of K (its first head_dim_v columns, K's rows and strides,
                            as in an absorbed-MLA cache), so the kernel loads K's rows only and reads V's fragments
                            from K's tiles. Named only when 1 ("v_in_k=1") */
+    char mod[17];       /* a custom mod's id (generator/mod.h, mod_id: 16 hex digits), "" for none: kind=serve and
+                           kind=fwd with varlen=1 (the sm_90a forward), 16-bit; its code comes from the tree registered
+                           under that id (mod_registry.h). Named only when set ("mod=ID", between kind and out) */
 } fg_spec;
 
 /* V's (and O's) head dim: head_dim_v where set, else head_dim; and it rounded up to the MMA k (16), for kind=bwd
@@ -99,7 +104,7 @@ int spec_has_mods(const fg_spec *spec);
 const char *spec_kind_name(fg_kind k);
 
 /* Longest canonical text plus NUL, with room to spare. */
-#define FG_SPEC_NAME_MAX 160
+#define FG_SPEC_NAME_MAX 256
 
 /* Writes the canonical text of spec into buf (n bytes). Returns the length, or -1 if it did not fit. */
 int spec_format(const fg_spec *spec, char *buf, size_t n);

@@ -3,6 +3,7 @@
  * tests/test_validate.c breaks each rule once, by name. Add a rule here, never a check elsewhere. */
 #include <stdio.h>
 #include "generator/validate.h"
+#include "generator/mod.h"
 #include "generator/spec.h"
 #include "templates/common/bwd_tiles.h" /* templates/common: the backward kernel's tile-dependent warp layouts */
 
@@ -246,6 +247,13 @@ RULE(model_variants, mods_set(s) && !is_serve(s) && !(s->kind == FG_KIND_FWD && 
      "(kind=serve), of the sm_90a forward with varlen=1 (what fg_attention_fwd_varlen runs) and of the "
      "backward with varlen=1 (fg_attention_bwd_varlen; a window outside the deterministic mode); other kinds and "
      "targets do not compile them")
+/* A custom mod (generator/mod.h): on the serving kernel, whose rows know their batch, head and positions, in
+ * fp16/bf16; its tree must be registered in this process (the emitter takes the code from it). */
+RULE(mod_kind, s->mod[0] && !is_serve(s), FG_ERR_UNSUPPORTED,
+     "mod=%s (a custom score or mask mod) is a variant of the serving kernel (kind=serve: fg_attention_fwd_varlen); "
+     "other kinds do not compile custom mods yet", s->mod)
+RULE(mod_known, s->mod[0] && !mod_lookup(s->mod), FG_ERR_UNSUPPORTED,
+     "mod=%s names no custom mod this process has registered: create it from its text first (fg_mod_create)", s->mod)
 RULE(serve_splits, s->splits < 0 || s->splits > 256 || (s->splits != 0 && !is_serve(s)), FG_ERR_UNSUPPORTED,
      "splits %d is not supported: a kind=serve variant runs 1 to 256 key splits (0: the call's choice), and other "
      "kinds have none", s->splits)
@@ -294,7 +302,8 @@ static const rule rules[] = {
     R(wgmma_warps, FG_ERR_UNSUPPORTED), R(wgmma_registers, FG_ERR_UNSUPPORTED), R(bwd_tiles, FG_ERR_UNSUPPORTED),
     R(bwd_registers, FG_ERR_UNSUPPORTED), R(serve_dtype, FG_ERR_UNSUPPORTED), R(serve_tiles, FG_ERR_UNSUPPORTED),
     R(serve_splits, FG_ERR_UNSUPPORTED), R(serve_threads, FG_ERR_UNSUPPORTED), R(serve_tma, FG_ERR_UNSUPPORTED),
-    R(serve_wide, FG_ERR_UNSUPPORTED), R(v_in_k, FG_ERR_UNSUPPORTED), R(model_variants, FG_ERR_UNSUPPORTED), R(serve_registers, FG_ERR_UNSUPPORTED), R(fwd_varlen, FG_ERR_UNSUPPORTED), R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),
+    R(serve_wide, FG_ERR_UNSUPPORTED), R(v_in_k, FG_ERR_UNSUPPORTED), R(model_variants, FG_ERR_UNSUPPORTED),
+    R(mod_kind, FG_ERR_UNSUPPORTED), R(mod_known, FG_ERR_UNSUPPORTED), R(serve_registers, FG_ERR_UNSUPPORTED), R(fwd_varlen, FG_ERR_UNSUPPORTED), R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),
     R(fp8_block_n, FG_ERR_UNSUPPORTED), R(stages, FG_ERR_UNSUPPORTED),      R(registers, FG_ERR_UNSUPPORTED),
     R(smem, FG_ERR_UNSUPPORTED),
 };

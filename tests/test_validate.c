@@ -90,6 +90,8 @@ static void m_mods_window(fg_spec *s) { s->window = 1; }
 static void m_mods_softcap_dense(fg_spec *s) { *s = wg_base(); s->softcap = 1; } /* sm_90a without varlen=1 */
 static void m_mods_alibi_bwd(fg_spec *s) { s->kind = FG_KIND_BWD, s->alibi = 1, s->block_m = 64, s->block_n = 64; }
 static void m_mods_window_det(fg_spec *s) { m_mods_alibi_bwd(s); s->alibi = 0, s->window = 1, s->varlen = 1, s->deterministic = 1; }
+static void m_mod_kind(fg_spec *s) { memcpy(s->mod, "0123456789abcdef", 17); } /* base(): kind=fwd */
+static void m_mod_known(fg_spec *s) { *s = serve_base(); memcpy(s->mod, "0123456789abcdef", 17); } /* never registered */
 static void m_head_dim_v(fg_spec *s) { *s = serve_base(); s->head_dim_v = 100; }
 static void m_head_dim_v_kind(fg_spec *s) { s->head_dim_v = 64; } /* base(): kind=fwd, mma.sync family */
 static void m_head_dim_v_wg(fg_spec *s) { *s = wg_base(); s->varlen = 1, s->head_dim_v = 96; } /* not a multiple of 64 */
@@ -164,6 +166,8 @@ static const broken rules[] = {
     {"model_variants", m_mods_softcap_dense, "sm_90a forward with varlen=1"},
     {"model_variants", m_mods_alibi_bwd, "other kinds"},
     {"model_variants", m_mods_window_det, "outside the deterministic mode"},
+    {"mod_kind", m_mod_kind, "variant of the serving kernel"},
+    {"mod_known", m_mod_known, "fg_mod_create"},
     {"serve_tma", m_serve_tma_dim, "head_dim 96"},
     {"serve_tma", m_serve_tma_dim_v, "head_dim_v 128"},
     {"head_dim_v", m_head_dim_v, "head_dim_v 100"},
