@@ -406,7 +406,6 @@ __device__ __forceinline__ bool fg_masked(const fg_bwd_spans &sp, int key, int q
 template <bool MASK>
 __device__ __forceinline__ float fg_bwd_p(float s, float lse2, int key, int qrow, int sk, int sq, float scale_log2,
                                           const fg_bwd_variant &v, const fg_key_mask &km) {
-    static_assert(!FG_SOFTCAP, "the softcap's derivative needs fg_bwd_p_ds");
     if constexpr (FG_ALIBI) s = fmaf(-v.m.slope, fabsf((float)(qrow + sk - sq - key)), s);
     const bool masked = MASK && fg_masked(km, key, qrow, 0);
     return masked ? 0.f : fg_exp2(fmaf(s, scale_log2, -lse2));

@@ -72,6 +72,11 @@ static void buf_free(const fg_cuda_api *cu, soak_buf *b) {
     memset(b, 0, sizeof *b);
 }
 
+/* Waits until this thread's uploads have landed. cuMemcpyHtoD from pageable memory may return once the bytes are
+ * staged, before the copy reaches the device, and the copy runs in the legacy default stream, which the
+ * workers' non-blocking streams do not wait for: without this a kernel can read an input mid-copy. */
+static int uploads_done(soak_worker *w) { return w->cu->cuStreamSynchronize(NULL) == CUDA_SUCCESS ? 0 : -1; }
+
 /* One checked forward on the worker's stream: the case is chosen from the call count; every fifth call of a
  * worker on a GPU with FP8 (w->fp8) in e4m3 (V key-major, as FP8 takes it; O in bf16). 0 when it passed. */
 static int soak_forward(soak_worker *w, CUstream stream, long k, char *why, size_t n) {
@@ -102,6 +107,7 @@ static int soak_forward(soak_worker *w, CUstream stream, long k, char *why, size
     soak_buf *in[3] = {&q, &kk, &v};
     for (int i = 0; i < 3; i++)
         if (w->cu->cuMemcpyHtoD(in[i]->ptr, in[i]->host.data, in[i]->bytes) != CUDA_SUCCESS) goto done;
+    if (uploads_done(w)) goto done;
     fg_fwd_args a;
     memset(&a, 0, sizeof a);
     a.q = q.dev, a.k = kk.dev, a.v = v.dev, a.o = o.dev, a.lse = lse.dev, a.causal = causal;
@@ -181,7 +187,7 @@ static int soak_backward(soak_worker *w, CUstream stream, long k, char *why, siz
         goto done;
     }
     if (buf_fill(w, &q, 21 + (uint64_t)k, why, n) || buf_fill(w, &kk, 22 + (uint64_t)k, why, n) ||
-        buf_fill(w, &v, 23 + (uint64_t)k, why, n) || buf_fill(w, &dout, 24 + (uint64_t)k, why, n))
+        buf_fill(w, &v, 23 + (uint64_t)k, why, n) || buf_fill(w, &dout, 24 + (uint64_t)k, why, n) || uploads_done(w))
         goto done;
     /* O and the LSE from the serving call on the dense tensors (it takes V of its own head dim) */
     fg_varlen_args f;
@@ -255,7 +261,7 @@ static int soak_decode(soak_worker *w, CUstream stream, long k, char *why, size_
         goto done;
     }
     if (buf_fill(w, &q, 31 + (uint64_t)k, why, n) || buf_fill(w, &kk, 32 + (uint64_t)k, why, n) ||
-        buf_fill(w, &v, 33 + (uint64_t)k, why, n))
+        buf_fill(w, &v, 33 + (uint64_t)k, why, n) || uploads_done(w))
         goto done;
     fg_varlen_args a;
     fg_varlen_args_init(&a);
