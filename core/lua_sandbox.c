@@ -575,6 +575,11 @@ fg_status lua_sandbox_run(const char *chunkname, const char *text, size_t len, f
     if (st != LUA_OK) {
         const char *msg = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
         result = sb_report(&run, st, msg, err);
+    } else if (run.stop != SB_RUNNING) {
+        /* A stop recorded after the last hook event (an allocation in the final instructions or in finish,
+         * which Lua retried after a collection) had no hook left to raise it: the run is stopped all the same,
+         * so the outcome does not depend on whether one more instruction ran. */
+        result = sb_report(&run, LUA_ERRRUN, NULL, err);
     }
     lua_close(L);
     return result;

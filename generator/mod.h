@@ -95,9 +95,21 @@ typedef struct fg_mod {
 
 /* Runs `text` (len bytes, named chunkname in messages) in the Lua sandbox, traces score_mod and mask_mod with
  * symbolic arguments and checks the tree against the vocabulary and its types. FG_OK with *out filled; else
- * FG_ERR_CONFIG with "chunkname:line: ..." naming what was refused (FG_ERR_NO_MEMORY for host memory). */
+ * FG_ERR_CONFIG with "chunkname:line: ..." naming what was refused (FG_ERR_NO_MEMORY for host memory), and
+ * *out empty (no node, no aux, score and mask -1).
+ * Before any of it runs, the whole chunk's text is scanned (mod_scan.c): the keywords if, elseif, while, repeat,
+ * and, or, not and Lua's comparisons ==, ~=, <, <=, >, >= are refused with their line anywhere outside strings
+ * and comments (the attributes <const> and <close> excepted). A traced function runs once, on symbolic values,
+ * so such control flow could not mean what it says; the whole chunk rather than the two functions' lines,
+ * because a helper they call may sit anywhere in it, and a mod's chunk needs control flow nowhere.
+ * The tree holds the nodes the results reach, in post-order from score_mod's result, then mask_mod's (so
+ * dead code and the order the text built things in leave it alone). A Lua number becomes a constant of the
+ * type its place needs (an integer where a float is needed is the float constant of its value); an int
+ * constant is 32-bit, a float constant within fp32's range. arg is -1 and value 0 where a node has no use for
+ * them. The trace may build at most 4 * MOD_MAX_NODES nodes, dead ones included (mod_build.h). */
 fg_status mod_trace(const char *chunkname, const char *text, size_t len, fg_mod *out, fg_error *err);
-/* The same, reading the file at path (its path is the chunk name). */
+/* The same, reading the file at path (its path is the chunk name): FG_ERR_IO naming the path when it cannot be
+ * read, FG_ERR_CONFIG for a file over 1 MiB. */
 fg_status mod_trace_file(const char *path, fg_mod *out, fg_error *err);
 
 /* ---- mod.c: the tree's canonical form, checks and evaluation ---- */

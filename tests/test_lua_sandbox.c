@@ -18,6 +18,7 @@
 #include "generator/config.h"
 #include "generator/tile_policy.h"
 #include "generator/validate.h"
+#include "core/alloc.h"
 #include "core/lua_sandbox.h"
 
 /* CPU and wall seconds since the matching stopwatch_start. */
@@ -364,6 +365,28 @@ Test(sandbox, setup_and_finish_callbacks) {
     cr_assert_eq(answer, 42);
     cr_assert_eq(lua_sandbox_run("cb.lua", text, strlen(text), setup_refuse, NULL, NULL, &err), FG_ERR_CONFIG);
     cr_assert(strncmp(err.msg, "cb.lua:", 7) == 0, "%s", err.msg);
+}
+
+/* A finish callback whose last allocation fails once in the host's allocator (Lua retries it after a
+ * collection, and it succeeds): no instruction follows, so no hook raises the stop. */
+static int finish_alloc_failing_once(lua_State *L, void *user) {
+    (void)user;
+    fg_alloc_fail_at(1);
+    lua_newuserdatauv(L, 64, 0);
+    fg_alloc_fail_at(0);
+    return 0;
+}
+
+/* Regression (found by test_mod_trace's allocation walk): a host allocation failing after the run's last hook
+ * event returned FG_OK; it is FG_ERR_NO_MEMORY like any other. */
+Test(sandbox, host_memory_failure_after_the_last_instruction) {
+    fg_error err;
+    fg_error_clear(&err);
+    const char *text = "x = 1";
+    cr_assert_eq(lua_sandbox_run("cb.lua", text, strlen(text), NULL, finish_alloc_failing_once, NULL, &err),
+                 FG_ERR_NO_MEMORY, "%s", err.msg);
+    cr_assert(strncmp(err.msg, "cb.lua", 6) == 0, "%s", err.msg);
+    cr_assert(strstr(err.msg, "out of memory") != NULL, "%s", err.msg);
 }
 
 Test(sandbox, host_function_errors_name_the_line) {

@@ -5,6 +5,7 @@
 #   fuzz_bundle  bundle_parse on any bytes, serialize round trips       (runtime/bundle.c, sha256.c)
 #   fuzz_serving a call's rules (serving and dense), the device lengths' checks (runtime/serving_args.c, call_args.c)
 #   fuzz_tunedb  tunedb_load on any text, lookups, save and reload       (runtime/tunedb*.c, the Lua sandbox)
+#   fuzz_mod     mod_trace on any text: the scan, the fg library, the tree (generator/mod_*.c, the Lua sandbox)
 # usage: sh tests/fuzz/run.sh [SECONDS] [TARGET...]    (default: 60 seconds each, every target)
 #
 # Each target is built with clang -fsanitize=fuzzer,address,undefined (UBSan made fatal, so it counts
@@ -28,7 +29,7 @@
 # Sanitizer settings: none are needed in the environment. libFuzzer turns on LeakSanitizer after every
 # input by itself (-detect_leaks=1 is its default). Options passed: -timeout=25 (the Lua sandbox stops
 # any config within 2 s of wall time; more than that is a hang), -rss_limit_mb=4096, and for
-# fuzz_config -close_fd_mask=2: a config may print() as much as its instruction budget allows, and
+# fuzz_config and fuzz_mod -close_fd_mask=2: a config may print() as much as its instruction budget allows, and
 # libFuzzer then keeps its own and the sanitizers' reports on a private copy of stderr. The system's
 # liblua5.4 is not instrumented: ASan sees Lua's memory only through the sandbox's allocator (leaks and
 # frees are checked; overflows inside liblua are not).
@@ -41,9 +42,9 @@ case "${1:-}" in
   ''|*[!0-9]*) ;;
   *) seconds=$1; shift ;;
 esac
-targets=${*:-"fuzz_spec fuzz_config fuzz_bundle fuzz_serving fuzz_tunedb"}
+targets=${*:-"fuzz_spec fuzz_config fuzz_bundle fuzz_serving fuzz_tunedb fuzz_mod"}
 for t in $targets; do
-  case "$t" in fuzz_spec|fuzz_config|fuzz_bundle|fuzz_serving|fuzz_tunedb) ;; *) echo "run.sh: unknown target '$t'" >&2; exit 2 ;; esac
+  case "$t" in fuzz_spec|fuzz_config|fuzz_bundle|fuzz_serving|fuzz_tunedb|fuzz_mod) ;; *) echo "run.sh: unknown target '$t'" >&2; exit 2 ;; esac
 done
 
 out=build/fuzz
@@ -106,6 +107,9 @@ for t in $targets; do
     fuzz_tunedb) build fuzz_tunedb -fsanitize=fuzzer $lua_cflags $cuda_cflags tests/fuzz/fuzz_tunedb.c runtime/tunedb.c \
                    runtime/tunedb_file.c runtime/tunedb_show.c core/lua_sandbox.c core/lua_sandbox_host.c core/files.c \
                    core/csv.c $spec_src $lua_libs -lm ;;
+    fuzz_mod) build fuzz_mod -fsanitize=fuzzer $lua_cflags tests/fuzz/fuzz_mod.c generator/mod_trace.c \
+                generator/mod_build.c generator/mod_scan.c core/lua_sandbox.c core/lua_sandbox_host.c core/files.c \
+                core/error.c core/alloc.c $lua_libs -lm ;;
     fuzz_bundle) build fuzz_bundle -fsanitize=fuzzer tests/fuzz/fuzz_bundle.c $bundle_src
                  build fuzz_bundle_seeds -DFG_FUZZ_SEED_MAIN tests/fuzz/fuzz_bundle.c $bundle_src ;;
   esac
@@ -175,6 +179,56 @@ SEED
   done
 }
 
+seed_mod() {
+  d=tests/fuzz/corpus-fuzz_mod; mkdir -p "$d"
+  cat >"$d/seed-prefix-lm.lua" <<'SEED'
+aux = { prefix_len = fg.aux("i32", 1) }
+mask_mod = function(b, h, q, kv)
+  return fg.or_(fg.le(kv, fg.load(prefix_len, b)), fg.le(kv, q))
+end
+SEED
+  cat >"$d/seed-alibi-window.lua" <<'SEED'
+aux = { slope = fg.aux("f32", 1) }
+local W = 256
+score_mod = function(s, b, h, q, kv) return s - fg.load(slope, h) * fg.abs(q - kv) end
+mask_mod = function(b, h, q, kv) return fg.and_(fg.le(kv, q), fg.gt(kv, q - W)) end
+SEED
+  cat >"$d/seed-t5.lua" <<'SEED'
+aux = { t5 = fg.aux("f32", 2) }
+local N, EXACT, FAR = 16, 8, 128
+local function bucket(q, kv)
+  local rel = kv - q
+  local side = fg.where(fg.gt(rel, 0), N, 0)
+  local a = fg.abs(rel)
+  local lg = fg.log(a / EXACT) / math.log(FAR / EXACT) * (N - EXACT)
+  local far = EXACT
+  for k = 1, N - EXACT - 1 do far = far + fg.where(fg.ge(lg, k), 1, 0) end
+  return side + fg.where(fg.lt(a, EXACT), a, fg.min(far, N - 1))
+end
+score_mod = function(s, b, h, q, kv) return s + fg.load(t5, h % 8, bucket(q, kv)) end
+SEED
+  cat >"$d/seed-blocks-softcap.lua" <<'SEED'
+aux = { blocks = fg.aux("i32", 2), doc = fg.aux("i32", 1) }
+score_mod = function(s, b, h, q, kv) return 30 * fg.tanh(s / 30.0) + fg.exp(fg.float(q // 7 % 3)) end
+mask_mod = function(b, h, q, kv)
+  return fg.and_(fg.eq(fg.load(blocks, q // 128, kv // 128), 1), fg.not_(fg.ne(fg.load(doc, q), fg.load(doc, kv))))
+end
+SEED
+  printf 'score_mod = function(s, b, h, q, kv)
+  if q < kv then return s end
+  return fg.sqrt(fg.max(s, 0.5))
+end
+' \
+    >"$d/seed-refused.lua"
+  : >"$out/mod.dict"
+  for w in fg.aux fg.load fg.eq fg.ne fg.lt fg.le fg.gt fg.ge fg.and_ fg.or_ fg.not_ fg.where fg.min fg.max \
+           fg.abs fg.exp fg.log fg.tanh fg.sqrt fg.float aux score_mod mask_mod '"f32"' '"i32"' \
+           'function(s, b, h, q, kv)' 'function(b, h, q, kv)' return end local for do '//' '%' '<' '==' \
+           '[[' ']]' '--' 0.5 1e39 2147483648 '0/0' math.huge; do
+    printf '"%s"\n' "$(printf '%s' "$w" | sed 's/\\/\\\\/g; s/"/\\"/g')" >>"$out/mod.dict"
+  done
+}
+
 # ---- run ----
 failed=""
 for t in $targets; do
@@ -184,6 +238,7 @@ for t in $targets; do
     fuzz_bundle) seed_bundle; dict=bundle.dict; extra="" ;;
     fuzz_serving) seed_serving; dict=serving.dict; extra="" ;;
     fuzz_tunedb) seed_tunedb; dict=tunedb.dict; extra="-close_fd_mask=2" ;;
+    fuzz_mod) seed_mod; dict=mod.dict; extra="-close_fd_mask=2" ;;
   esac
   log=$out/$t.log
   rm -f "$out/artifacts/$t-"*
