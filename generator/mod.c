@@ -98,8 +98,9 @@ fg_status mod_check(const fg_mod *m, fg_error *err) {
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "node %d loads aux %d of %d", i, n->arg, m->n_aux);
         if (n->op == MOD_ARG && (n->arg < MOD_ARG_S || n->arg > MOD_ARG_KV))
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "node %d is argument %d: there are five (s, b, h, q, kv)", i, n->arg);
-        if (n->op != MOD_ARG && n->op != MOD_LOAD && n->arg != 0)
-            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "node %d (%s) has an argument index", i, ops[n->op].name);
+        if (n->op != MOD_ARG && n->op != MOD_LOAD && n->arg != -1)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "node %d (%s): its argument index must be -1 (unused)", i,
+                           ops[n->op].name);
         if (n->type > MOD_T_BOOL) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "node %d: unknown type %d", i, n->type);
         const char *why = "";
         if (!op_types_ok(m, i, &why))

@@ -72,7 +72,7 @@ typedef struct mod_node {
     uint8_t op;   /* mod_op */
     uint8_t type; /* mod_type of the result */
     int16_t a, b, c;
-    int16_t arg;  /* MOD_ARG: which argument; MOD_LOAD: the aux index */
+    int16_t arg;  /* MOD_ARG: which argument; MOD_LOAD: the aux index; -1 on other nodes */
     double value; /* MOD_CONST: the value (an int's is exact) */
 } mod_node;
 

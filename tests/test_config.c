@@ -86,7 +86,7 @@ Test(config, model_variant_fields) {
     cr_assert(strstr(name, "softcap=1") && strstr(name, "varlen=1"), "%s", name);
     config_free(&cfg);
     load_fails("variants { kind = 'bwd', arch = 'sm_90', dtype = 'bf16', head_dim = 128, window = true }", NULL,
-               FG_ERR_CONFIG, "cfg.lua:1: ", "mma.sync backward with varlen=1");
+               FG_ERR_CONFIG, "cfg.lua:1: ", "of the backward with varlen=1");
     load_fails("variants { kind = 'fwd', arch = 'sm_90a', dtype = 'bf16', head_dim = 128, sinks = true }", NULL,
                FG_ERR_CONFIG, "cfg.lua:1: ", "sm_90a forward with varlen=1");
 }

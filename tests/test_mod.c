@@ -22,10 +22,10 @@ static int nd(fg_mod *m, mod_op op, mod_type t, int a, int b, int c, int arg, do
     return m->n_nodes++;
 }
 static int arg(fg_mod *m, int which) { return nd(m, MOD_ARG, which == MOD_ARG_S ? MOD_T_FLOAT : MOD_T_INT, -1, -1, -1, which, 0); }
-static int cint(fg_mod *m, int v) { return nd(m, MOD_CONST, MOD_T_INT, -1, -1, -1, 0, v); }
-static int cflt(fg_mod *m, double v) { return nd(m, MOD_CONST, MOD_T_FLOAT, -1, -1, -1, 0, v); }
-static int bin(fg_mod *m, mod_op op, mod_type t, int a, int b) { return nd(m, op, t, a, b, -1, 0, 0); }
-static int un(fg_mod *m, mod_op op, mod_type t, int a) { return nd(m, op, t, a, -1, -1, 0, 0); }
+static int cint(fg_mod *m, int v) { return nd(m, MOD_CONST, MOD_T_INT, -1, -1, -1, -1, v); }
+static int cflt(fg_mod *m, double v) { return nd(m, MOD_CONST, MOD_T_FLOAT, -1, -1, -1, -1, v); }
+static int bin(fg_mod *m, mod_op op, mod_type t, int a, int b) { return nd(m, op, t, a, b, -1, -1, 0); }
+static int un(fg_mod *m, mod_op op, mod_type t, int a) { return nd(m, op, t, a, -1, -1, -1, 0); }
 
 static void empty(fg_mod *m) {
     memset(m, 0, sizeof *m);
@@ -60,7 +60,7 @@ static void sample(fg_mod *m) {
     const int in = bin(m, MOD_AND, MOD_T_BOOL, ge, lt);
     const int b = nd(m, MOD_LOAD, MOD_T_FLOAT, h, rel, -1, 0, 0);
     const int fzero = cflt(m, 0.0);
-    const int guarded = nd(m, MOD_WHERE, MOD_T_FLOAT, in, b, fzero, 0, 0);
+    const int guarded = nd(m, MOD_WHERE, MOD_T_FLOAT, in, b, fzero, -1, 0);
     m->score = bin(m, MOD_ADD, MOD_T_FLOAT, alibi, guarded);
     const int dq = nd(m, MOD_LOAD, MOD_T_INT, q, -1, -1, 1, 0), dk = nd(m, MOD_LOAD, MOD_T_INT, kv, -1, -1, 1, 0);
     const int same = bin(m, MOD_EQ, MOD_T_BOOL, dq, dk), causal = bin(m, MOD_LE, MOD_T_BOOL, kv, q);
