@@ -181,7 +181,8 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
                      : fg_fail(err, FG_ERR_UNSUPPORTED, "custom mod %s is not registered in this process: create it from "
                                                        "its text first (fg_mod_create)", spec->mod);
         }
-        sb_printf(&b, "\n#include \"common/fg_params.h\"\n%s\n", code);
+        sb_printf(&b, "\n#include \"common/fg_params.h\"\n");
+        sb_append(&b, code, (size_t)n);
         free(code);
     }
     const int mma_fwd = spec->kind == FG_KIND_FWD && !wgmma;

@@ -68,7 +68,8 @@ typedef enum fg_dtype {
     FG_DTYPE_BF16 = 1,
     FG_DTYPE_F32 = 2,  /* the LSE output and the FP8 descale factors */
     FG_DTYPE_E4M3 = 3, /* FP8 Q/K/V: 1 sign, 4 exponent (bias 7), 3 mantissa bits, no infinities, max 448 */
-    FG_DTYPE_E5M2 = 4  /* FP8 Q/K/V: 1 sign, 5 exponent (bias 15), 2 mantissa bits, IEEE-like, max 57344 */
+    FG_DTYPE_E5M2 = 4, /* FP8 Q/K/V: 1 sign, 5 exponent (bias 15), 2 mantissa bits, IEEE-like, max 57344 */
+    FG_DTYPE_I32 = 5   /* 32-bit ints: a custom mod's i32 aux arrays */
 } fg_dtype;
 
 typedef enum fg_log_level {
@@ -250,6 +251,8 @@ FG_API fg_status fg_bundle_load_memory(fg_context *ctx, const void *data, size_t
  * database): a call captured in a CUDA graph replays with the same grid whatever the device lengths. With
  * split_size > 0 the splits' boundaries are multiples of split_size keys (rounded up to the kernel's key
  * block) within each sequence, so a sequence's result does not depend on its batchmates. */
+#define FG_MOD_AUX_MAX 8 /* aux arrays a custom mod may declare */
+struct fg_mod;
 typedef struct fg_varlen_args {
     size_t struct_size;        /* sizeof(fg_varlen_args), set by fg_varlen_args_init: fields added later
                                   are read only when a caller's struct has them */
@@ -292,10 +295,34 @@ typedef struct fg_varlen_args {
     int causal_top_left;       /* with causal = 1: query i of a sequence sees keys j <= i (aligned to the top-left
                                   corner, as some frameworks mean causal when sq != sk) instead of j <= d; a
                                   window stays around d */
+    const struct fg_mod *mod;  /* a custom score and/or mask mod (fg_mod_create), or NULL. Its score_mod takes each
+                                  logit after the softcap and ALiBi; its mask_mod hides keys besides the causal and
+                                  window limits (a row it leaves without a key gets O = 0 and LSE = -inf) */
+    fg_tensor mod_aux[FG_MOD_AUX_MAX]; /* the mod's aux arrays in its order (fg_mod_aux): device memory, contiguous,
+                                  of the declared dtype (F32 or I32) and rank; the rest unset (data NULL) */
 } fg_varlen_args;
 
 /* Zeroes *a and sets struct_size. */
 FG_API void fg_varlen_args_init(fg_varlen_args *a);
+
+/* ---- custom score and mask mods (docs/mods.md) ----
+ * A mod is Lua text that defines score_mod(s, b, h, q, kv) and/or mask_mod(b, h, q, kv) over an expression
+ * vocabulary (fg.where, fg.eq, fg.load, ...) and declares its aux arrays; fg_mod_create traces it once, in the
+ * sandbox configs run in, into an expression tree from which the generator emits device code (no text of the
+ * mod reaches the compiler). The serving call runs it (fg_varlen_args.mod); the variant's name carries the
+ * mod's id, so caches and bundles stay exact. A mod is immutable and may be shared by threads and contexts. */
+typedef struct fg_mod fg_mod;
+/* Traces `text` (len bytes; name, e.g. a file name, prefixes its messages) into *mod. FG_ERR_CONFIG with
+ * "name:line: ..." for anything outside the vocabulary; FG_ERR_INVALID_ARGUMENT for NULL pointers;
+ * FG_ERR_NO_MEMORY. On failure *mod is NULL and fg_last_error(NULL) holds the sentence. */
+FG_API fg_status fg_mod_create(const char *text, size_t len, const char *name, fg_mod **mod);
+FG_API void fg_mod_destroy(fg_mod *mod);
+/* The mod's id (16 hex digits; the mod=ID of its variants' names). */
+FG_API const char *fg_mod_id(const fg_mod *mod);
+/* Its aux arrays: how many, and array i's name, dtype (FG_DTYPE_F32 or FG_DTYPE_I32) and rank (1 or 2), in the
+ * order fg_varlen_args.mod_aux takes them (by name). FG_ERR_INVALID_ARGUMENT for i out of range. */
+FG_API int fg_mod_aux_count(const fg_mod *mod);
+FG_API fg_status fg_mod_aux_info(const fg_mod *mod, int i, const char **name, fg_dtype *dtype, int *rank);
 
 /* Runs the serving forward on `stream`: one kernel, and when keys are split a merge kernel after it. No
  * synchronization, no allocation (unless FG_OPTION_CHECK_INPUTS is on). */

@@ -122,6 +122,7 @@ static double forward_row(const fwd_job *j, scratch *s, int64_t bi, int64_t i, i
     /* Scores. Four accumulation chains hide the add latency; the products are exact in double and the
      * sums' rounding (~1e-16 relative) is far below anything the checks resolve. */
     double m = -INFINITY, mag = 0;
+    int m_nan = 0; /* a NaN score (a custom mod's bad load): the row's O and LSE are NaN */
     for (int64_t t = 0; t < n; t++) {
         const float *restrict kr = s->kf + (lo + t) * d;
         double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
@@ -139,6 +140,13 @@ static double forward_row(const fwd_job *j, scratch *s, int64_t bi, int64_t i, i
             sc[t] = cap * tanh(sc[t] / cap);
         if (slope != 0)
             sc[t] -= slope * fabs((double)(diag - (lo + t)));
+        if (j->p->mod_score)
+            sc[t] = j->p->mod_score(j->p->mod_user, sc[t], (int)bi + j->p->mod_batch0, (int)h, (int)i, (int)(lo + t));
+        if (j->p->mod_mask) {
+            const int keep = j->p->mod_mask(j->p->mod_user, (int)bi + j->p->mod_batch0, (int)h, (int)i, (int)(lo + t));
+            if (keep <= 0) sc[t] = keep == 0 ? -INFINITY : NAN;
+        }
+        if (sc[t] != sc[t]) m_nan = 1;
         if (sc[t] > m)
             m = sc[t];
         if (j->fp8) {
@@ -158,6 +166,11 @@ static double forward_row(const fwd_job *j, scratch *s, int64_t bi, int64_t i, i
      * twice that; a wrong scale, base or row maximum is still off by orders of magnitude more. */
     s->lse_slack = j->fp8 ? ldexp((double)(d / 32 + 1) * mag, -12) : 0.0;
 
+    if (m == -INFINITY && !m_nan) { /* a custom mask hid every key: as a row that sees none */
+        for (int64_t x = 0; x < j->dv; x++)
+            s->o32[x] = s->olow[x] = 0.0;
+        return sink_logit;
+    }
     /* P, its rounded copy, and l from the unrounded P. FP8 scales P by 2^8 (exactly, so the lowp row sum
      * is 2^8 l) before rounding it to e4m3, using (0, 256] of the format's range; with fp8_sum_rounded the
      * lowp O is divided by the sum of the rounded P instead (the LSE keeps l either way). */

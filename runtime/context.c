@@ -65,6 +65,11 @@ fg_status rt_set_error(fg_context *ctx, const fg_error *err) {
     return err->status;
 }
 
+fg_status rt_set_error_without_context(const fg_error *err) {
+    create_error = *err;
+    return err->status;
+}
+
 fg_status rt_no_context(const char *fn) {
     return fg_fail(&create_error, FG_ERR_INVALID_ARGUMENT, "%s: ctx is NULL (create one with fg_context_create)", fn);
 }

@@ -223,6 +223,7 @@ typedef struct serving_call {
     int bound_k;                   /* > 0: no sequence may have more keys (the backward's grid bound); 0: none */
     int page_size, num_pages;      /* paged keys */
     call_variants var;             /* the model variants */
+    char mod_id[17];               /* a custom mod's id (fg_varlen_args.mod), "" without one */
     int causal;                    /* the call's mask */
     int64_t part_tokens;           /* query tokens the split partials hold (total_q, or batch x seqlen_q) */
 } serving_call;
@@ -237,6 +238,11 @@ fg_status serving_check_view(const fg_tensor *t, const char *name, int ndim, con
 /* Copies the caller's arguments into *out after checking struct_size (a struct from a newer header may be
  * longer; one from an older or uninitialized caller is refused with a sentence). */
 fg_status serving_args_copy(const fg_varlen_args *a, fg_varlen_args *out, fg_error *err);
+/* mods.c: a call's custom mod: its aux arrays against its declarations (need_data: the pointers too), the
+ * kernels' fg_mod_aux of them, and its id ("" without a mod). */
+fg_status serving_check_mod(const fg_varlen_args *a, int need_data, fg_error *err);
+void serving_mod_aux(const fg_varlen_args *a, fg_mod_aux *out);
+const char *serving_mod_id(const fg_varlen_args *a);
 /* Checks a serving call's host-visible arguments (need_data: a launch follows, so pointers must be set and
  * aligned and outputs disjoint from inputs) and describes it in *c. */
 fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c, fg_error *err);

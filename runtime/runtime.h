@@ -145,6 +145,8 @@ int rt_bwd_causal_group(const fg_context *ctx, const fg_spec *s, const fg_bwd_ar
 
 /* Records "FN: ctx is NULL" where fg_last_error(NULL) finds it; returns FG_ERR_INVALID_ARGUMENT. */
 fg_status rt_no_context(const char *fn);
+/* Keeps err as the error fg_last_error(NULL) reports (calls that take no context: fg_mod_create); returns its status. */
+fg_status rt_set_error_without_context(const fg_error *err);
 
 /* Records a failure as this thread's last error on ctx and returns its status. */
 fg_status rt_set_error(fg_context *ctx, const fg_error *err);

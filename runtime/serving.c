@@ -21,6 +21,7 @@ static int serve_tma_applies(const fg_context *ctx, const serving_call *c) {
  * its tiles and splits. */
 static void spec_take_call_variant(fg_spec *s, const serving_call *c) {
     spec_take_variants(s, &c->var);
+    memcpy(s->mod, c->mod_id, sizeof s->mod);
     s->head_dim_v = c->head_dim_v != c->head_dim ? c->head_dim_v : 0;
     s->v_in_k = c->v_in_k;
 }
@@ -230,6 +231,7 @@ static void serve_params(const fg_varlen_args *a, const serving_call *c, const s
     p->softcap = a->softcap;
     p->alibi_slopes = a->alibi_slopes;
     p->causal_top_left = c->var.causal_top_left;
+    serving_mod_aux(a, &p->mod_aux);
 }
 
 /* The merge of a split call's partials into O and LSE (merge.cuh), sequence by sequence. */

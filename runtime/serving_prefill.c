@@ -70,6 +70,7 @@ static int prefill_spec(fg_context *ctx, const fg_varlen_args *a, const serving_
     const int own_v = c->head_dim_v != c->head_dim; /* V of its own head dim: both multiples of 64 here */
     if (own_v && (c->head_dim % 64 != 0 || c->head_dim_v % 64 != 0)) return 0;
     if (!ctx->prefill_sm90a || c->paged || a->num_splits > 1 || a->split_size > 0 || c->seqlen_q < PREFILL_MIN_Q) return 0;
+    if (a->mod) return 0; /* custom mods run on the serving kernel (validate.c mod_kind) */
     fg_fwd_args maps;
     memset(&maps, 0, sizeof maps);
     prefill_views(a, c, g, vl, &maps.o);

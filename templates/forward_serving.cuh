@@ -338,6 +338,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
         }
     }
 
+#if FG_USER_SCORE
+    const float mod_inv_scale = 1.f / p.softmax_scale; // score_mod's logit back to raw score units
+#endif
     u32 qf[FG_Q_IN_REGS ? FG_KK : 1][4];
     if constexpr (FG_SERVE_TMA && !FG_Q_IN_REGS) { // Q (the only cp.async group) in before the first block
         fg_cp_async_wait<0>();
@@ -407,6 +410,29 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
                         s[0][nt][2 * h + e] = fg_score_mod(mods[h], s[0][nt][2 * h + e], dist - (float)(8 * nt + e));
             }
         }
+#if FG_USER_SCORE || FG_USER_MASK
+        // A custom mod (generator/mod.h) on every score of the block, in logit units: score_mod's value, then
+        // mask_mod's 0, -inf or NaN added. Before the built-in masks below, which overwrite the keys past sk or a
+        // row's diagonal (where a mod may read past its arrays and mark the score NaN).
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int idx = min(m0 + wm * 16 + g + h * 8, rows - 1), tok = idx / grp, head = kvh * grp + idx - tok * grp;
+#pragma unroll
+            for (int nt = 0; nt < FG_NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int key = j * FG_BLOCK_N + key_w + 2 * t + 8 * nt + e;
+                    float x = s[0][nt][2 * h + e];
+#if FG_USER_SCORE
+                    x = fg_user_score(x * p.softmax_scale, b, head, tok, key, p.mod_aux) * mod_inv_scale;
+#endif
+#if FG_USER_MASK
+                    x += fg_user_mask(b, head, tok, key, p.mod_aux);
+#endif
+                    s[0][nt][2 * h + e] = x;
+                }
+        }
+#endif
         if constexpr (decltype(masked)::value) {
 #pragma unroll
             for (int h = 0; h < 2; h++) {

@@ -221,3 +221,52 @@ Test(mod, emitted_code_compiles) {
     free(src);
     free(params);
 }
+
+/* A traced mod in a serving variant: the spec names its id, and the kernel compiles with NVRTC for sm_80 and
+ * sm_90, a score mod and a mask mod without spilling, and both with causal. */
+Test(mod, serving_variants_with_mods_compile) {
+    static const char *const texts[] = {
+        "aux = { slopes = fg.aux('f32', 1) }\n"
+        "score_mod = function(s, b, h, q, kv) return s - fg.load(slopes, h) * fg.abs(q - kv) end\n",
+        "aux = { doc = fg.aux('i32', 1) }\n"
+        "mask_mod = function(b, h, q, kv) return fg.eq(fg.load(doc, q), fg.load(doc, kv)) end\n",
+        "aux = { bias = fg.aux('f32', 2), prefix = fg.aux('i32', 1) }\n"
+        "score_mod = function(s, b, h, q, kv) return s + fg.load(bias, h, fg.min(fg.abs(q - kv), 63)) end\n"
+        "mask_mod = function(b, h, q, kv) return fg.or_(fg.le(kv, q), fg.lt(kv, fg.load(prefix, b))) end\n",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        fg_mod m;
+        fg_error e;
+        cr_assert_eq(mod_trace("t.lua", texts[i], strlen(texts[i]), &m, &e), FG_OK, "%s", e.msg);
+        char id[MOD_ID_LEN + 1];
+        cr_assert_eq(mod_register(&m, id, &e), FG_OK, "%s", e.msg);
+        cr_assert(mod_lookup(id) != NULL);
+        for (int arch = 0; arch < 2; arch++) {
+            char text[256];
+            snprintf(text, sizeof text, "kind=serve,arch=%s,dtype=bf16,head_dim=128,causal=%d,block_m=64,block_n=64,"
+                     "warps=4,stages=2,mod=%s", arch ? "sm_90" : "sm_80", (int)(i == 2), id);
+            fg_spec s;
+            cr_assert_eq(spec_parse(text, &s, &e), FG_OK, "%s", e.msg);
+            char name[FG_SPEC_NAME_MAX];
+            cr_assert_gt(spec_format(&s, name, sizeof name), 0);
+            cr_assert(strstr(name, "kind=serve,mod=") && strstr(name, id), "%s", name);
+            fg_compile_result r;
+            memset(&r, 0, sizeof r);
+            cr_assert_eq(compile_spec(&s, 0, &r, &e), FG_OK, "%s: %s", name, e.msg);
+            /* the two small mods fit the registers; the third (a 2-d table, a per-batch load and both functions) is
+             * reported: a mod's own registers come on top of the tile's */
+            if (i < 2) cr_assert_eq(r.spill_stores, 0, "%s spills %d bytes", name, r.spill_stores);
+            else cr_log_info("%s: %d registers, %d bytes spilled", name, r.registers, r.spill_stores);
+            compile_result_free(&r);
+        }
+    }
+    fg_spec s;
+    fg_error e;
+    cr_assert_eq(spec_parse("kind=serve,arch=sm_90,dtype=bf16,head_dim=128,block_m=64,block_n=64,warps=4,stages=2,"
+                            "mod=00000000000000ff", &s, &e), FG_OK, "%s", e.msg);
+    fg_compile_result r;
+    memset(&r, 0, sizeof r);
+    cr_assert_eq(compile_spec(&s, 0, &r, &e), FG_ERR_UNSUPPORTED, "an unregistered mod compiles");
+    cr_assert(strstr(e.msg, "fg_mod_create"), "%s", e.msg);
+    compile_result_free(&r);
+}

@@ -161,6 +161,7 @@ typedef struct fg_serve_params {
                                    (split 0's state holds it, so that the merge counts it once) */
     float softcap;              /* softcap=1 variants: the cap (> 0), logits become cap * tanh(logit / cap) */
     const float *alibi_slopes;  /* alibi=1 variants: per query head a slope, logits biased by -slope * |d - j| */
+    fg_mod_aux mod_aux;         /* mod=ID variants: the custom mod's aux arrays (generator/mod.h) */
     int causal_top_left;        /* window=1 causal variants: query i sees keys j <= i (top-left aligned), not j <= d */
 } fg_serve_params;
 

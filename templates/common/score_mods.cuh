@@ -26,6 +26,12 @@
 #ifndef FG_ALIBI
 #define FG_ALIBI 0
 #endif
+#ifndef FG_USER_SCORE // a custom mod's functions (generator/mod_emit.c defines these to 1 where it emits them)
+#define FG_USER_SCORE 0
+#endif
+#ifndef FG_USER_MASK
+#define FG_USER_MASK 0
+#endif
 constexpr bool FG_SCORE_MODS = FG_SOFTCAP || FG_ALIBI; // a transform on every score, not only masked blocks
 #define FG_MODS (FG_WINDOW || FG_SINKS || FG_SOFTCAP || FG_ALIBI) // any model variant (for #if)
 
