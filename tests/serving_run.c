@@ -3,6 +3,7 @@
 #include <string.h>
 #include "reference/reference.h"
 #include "runtime/runtime.h"
+#include "generator/mod.h"
 #include "tests/serving_run.h"
 
 float serve_sink(int h) { return -2.0f + 0.7f * (float)(h % 7); }
@@ -176,6 +177,14 @@ void serve_setup(gpu_env *env, serve_run *r, const serve_case *c) {
         CK(env->cu->cuMemAlloc(dev, 256 * sizeof(float)));
         CK(env->cu->cuMemcpyHtoD(*dev, host, (size_t)c->hq * sizeof(float)));
     }
+    for (int i = 0; i < fg_mod_aux_count(c->mod); i++) { /* the mod's aux arrays, as the mod declares them */
+        fg_dtype dt;
+        int rank;
+        cr_assert_eq(fg_mod_aux_info(c->mod, i, NULL, &dt, &rank), FG_OK);
+        const size_t bytes = (size_t)c->aux_shape[i][0] * (size_t)(rank == 2 ? c->aux_shape[i][1] : 1) * 4;
+        CK(env->cu->cuMemAlloc(&r->d_aux[i], bytes));
+        CK(env->cu->cuMemcpyHtoD(r->d_aux[i], c->aux[i], bytes));
+    }
     /* arguments */
     fg_varlen_args *a = &r->args;
     fg_varlen_args_init(a);
@@ -197,6 +206,16 @@ void serve_setup(gpu_env *env, serve_run *r, const serve_case *c) {
     a->softcap = c->softcap;
     a->causal_top_left = c->causal_top_left;
     a->alibi_slopes = (const float *)(uintptr_t)r->d_slopes;
+    a->mod = c->mod;
+    for (int i = 0; i < fg_mod_aux_count(c->mod); i++) {
+        fg_dtype dt;
+        int rank;
+        fg_mod_aux_info(c->mod, i, NULL, &dt, &rank);
+        fg_tensor *t = &a->mod_aux[i];
+        t->data = (void *)(uintptr_t)r->d_aux[i], t->dtype = dt, t->ndim = rank;
+        t->shape[0] = c->aux_shape[i][0], t->shape[1] = rank == 2 ? c->aux_shape[i][1] : 0;
+        t->stride[0] = rank == 2 ? c->aux_shape[i][1] : 1, t->stride[1] = 1;
+    }
     size_t ws = 0;
     cr_assert_eq(fg_attention_fwd_varlen_workspace_size(env->ctx, a, &ws), FG_OK, "%s", fg_last_error(env->ctx));
     if (c->num_splits > 1 || c->split_size > 0) { /* a forced split must plan a workspace */
@@ -260,6 +279,24 @@ static fg_tensor gather_pages(const serve_run *r, const dbuf *kv, int b) {
     return t;
 }
 
+/* A custom mod's evaluation for the reference (ref_problem's callbacks): the tree on the case's host arrays. */
+typedef struct serve_mod_user {
+    const fg_mod *mod;
+    mod_inputs in;
+} serve_mod_user;
+static double serve_mod_score(const void *user, double logit, int b, int h, int i, int j) {
+    const serve_mod_user *u = user;
+    mod_inputs in = u->in;
+    in.s = logit, in.b = b, in.h = h, in.q = i, in.kv = j;
+    return mod_eval_score(u->mod, &in);
+}
+static int serve_mod_mask(const void *user, int b, int h, int i, int j) {
+    const serve_mod_user *u = user;
+    mod_inputs in = u->in;
+    in.b = b, in.h = h, in.q = i, in.kv = j;
+    return mod_eval_mask(u->mod, &in);
+}
+
 void serve_verify(serve_run *r) {
     const serve_case *c = &r->c;
     check_guard(&r->o, "o");
@@ -288,6 +325,16 @@ void serve_verify(serve_run *r) {
         p.window = c->window, p.window_left = c->window_left, p.window_right = c->window_right;
         p.softcap = c->softcap;
         p.causal_top_left = c->causal_top_left;
+        serve_mod_user mu;
+        if (c->mod) { /* the tree's fp64 evaluation on the host copies, sequence b as batch b */
+            memset(&mu, 0, sizeof mu);
+            mu.mod = c->mod;
+            for (int i = 0; i < fg_mod_aux_count(c->mod); i++)
+                mu.in.aux[i] = c->aux[i], mu.in.extent[i][0] = c->aux_shape[i][0], mu.in.extent[i][1] = c->aux_shape[i][1];
+            p.mod_user = &mu, p.mod_batch0 = b;
+            if (c->mod->score >= 0) p.mod_score = serve_mod_score;
+            if (c->mod->mask >= 0) p.mod_mask = serve_mod_mask;
+        }
         fg_tensor lse = {0};
         if (!c->no_lse) {
             lse.dtype = FG_DTYPE_F32;
@@ -319,6 +366,8 @@ void serve_free(gpu_env *env, serve_run *r) {
     CUdeviceptr d[7] = {r->d_cu_q, r->d_cu_k, r->d_used, r->d_table, r->ws, r->d_sinks, r->d_slopes};
     for (int i = 0; i < 7; i++)
         if (d[i]) env->cu->cuMemFree(d[i]);
+    for (int i = 0; i < FG_MOD_AUX_MAX; i++)
+        if (r->d_aux[i]) env->cu->cuMemFree(r->d_aux[i]);
     free(r->table);
     memset(r, 0, sizeof *r);
 }

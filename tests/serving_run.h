@@ -39,6 +39,10 @@ typedef struct serve_case {
     int strided;       /* q, k, v, o as padded slices of larger buffers */
     int no_lse;        /* do not request the LSE */
     uint64_t seed;
+    const fg_mod *mod; /* a custom mod (fg_mod_create), or NULL; its aux arrays' host data and extents below, in
+                          its order (uploaded by serve_setup; the reference evaluates the tree on them) */
+    const void *aux[FG_MOD_AUX_MAX];
+    int64_t aux_shape[FG_MOD_AUX_MAX][2];
 } serve_case;
 
 typedef struct serve_run {
@@ -49,6 +53,7 @@ typedef struct serve_run {
     int max_pages, num_pages, total_q, total_k, seqlen_q;
     dbuf q, k, v, o, lse;
     CUdeviceptr d_cu_q, d_cu_k, d_used, d_table, ws, d_sinks, d_slopes;
+    CUdeviceptr d_aux[FG_MOD_AUX_MAX]; /* the mod's aux arrays */
     float sinks[256];         /* the sinks' values (c.sinks), [hq] */
     float slopes[256];        /* the ALiBi slopes (c.alibi), [hq] */
     size_t ws_size;
