@@ -24,6 +24,7 @@ static const struct {
     [MOD_SQRT] = {"sqrt", 1},   [MOD_FLOAT] = {"float", 1}, [MOD_EQ] = {"eq", 2},     [MOD_NE] = {"ne", 2},
     [MOD_LT] = {"lt", 2},       [MOD_LE] = {"le", 2},     [MOD_GT] = {"gt", 2},       [MOD_GE] = {"ge", 2},
     [MOD_AND] = {"and", 2},     [MOD_OR] = {"or", 2},     [MOD_NOT] = {"not", 1},     [MOD_WHERE] = {"where", 3},
+    [MOD_FLOOR] = {"floor", 1},
 };
 
 static const char *type_name(int t) { return t == MOD_T_INT ? "int" : t == MOD_T_FLOAT ? "float" : "bool"; }
@@ -57,6 +58,7 @@ static int op_types_ok(const fg_mod *m, int i, const char **why) {
     case MOD_EXP: case MOD_LOG: case MOD_TANH: case MOD_SQRT: *why = "it takes and gives a float";
         return t == MOD_T_FLOAT && ta == t;
     case MOD_FLOAT: *why = "float() takes an int and gives a float"; return t == MOD_T_FLOAT && ta == MOD_T_INT;
+    case MOD_FLOOR: *why = "floor() takes a float and gives an int"; return t == MOD_T_INT && ta == MOD_T_FLOAT;
     case MOD_EQ: case MOD_NE: case MOD_LT: case MOD_LE: case MOD_GT: case MOD_GE:
         *why = "a comparison takes two numbers of one type and gives a bool"; return t == MOD_T_BOOL && ta != MOD_T_BOOL && ta == tb;
     case MOD_AND: case MOD_OR: *why = "logic takes and gives bools"; return t == MOD_T_BOOL && ta == t && tb == t;
@@ -221,6 +223,12 @@ static void eval_nodes(const fg_mod *m, const mod_inputs *in, int last, double *
         case MOD_TANH: f[i] = tanh(f[a]); break;
         case MOD_SQRT: f[i] = sqrt(f[a]); break;
         case MOD_FLOAT: f[i] = (double)(float)k[a]; break; /* fp32's rounding of a large int, as the kernels */
+        case MOD_FLOOR: {
+            const double x = floor((double)(float)f[a]); /* the kernels floor the fp32 value */
+            if (x >= -2147483648.0 && x <= 2147483647.0) k[i] = (int32_t)x;
+            else bad[i] = 1;
+            break;
+        }
         case MOD_EQ: k[i] = fa ? f[a] == f[b] : k[a] == k[b]; break;
         case MOD_NE: k[i] = fa ? f[a] != f[b] : k[a] != k[b]; break;
         case MOD_LT: k[i] = fa ? f[a] < f[b] : k[a] < k[b]; break;

@@ -24,12 +24,14 @@
  *   fg.min max abs          ints or floats
  *   fg.exp log tanh sqrt    floats (an int argument becomes a float)
  *   fg.float(x)             an int as a float
+ *   fg.floor(x)             a float rounded down to an int (an int stays itself), for buckets such as T5's
  *   fg.load(aux, i [, j])   an element of an aux array, ints as indices (one per rank)
  *   numbers                 Lua integers are ints, other numbers floats (finite)
  * score_mod returns a float (or an int, made float); mask_mod returns a bool (true: the key is kept).
  *
  * Semantics the kernels and the reference share: a load whose index is outside the array the call passed
- * makes that score NaN (it reaches O and the LSE: never a silent wrong answer); int arithmetic is 32-bit
+ * makes that score NaN (it reaches O and the LSE: never a silent wrong answer), as do an int division by zero
+ * and fg.floor of a NaN or of a value outside int32; int arithmetic is 32-bit
  * two's complement; float arithmetic is fp32 in the kernels (fp64 in the reference, within the tolerance). */
 #ifndef FG_MOD_H
 #define FG_MOD_H
@@ -62,6 +64,7 @@ typedef enum mod_op {
     MOD_EQ, MOD_NE, MOD_LT, MOD_LE, MOD_GT, MOD_GE, /* a op b, to bool (operands of one type) */
     MOD_AND, MOD_OR, MOD_NOT,                       /* bools */
     MOD_WHERE,     /* a (bool) ? b : c */
+    MOD_FLOOR,     /* float a rounded down to an int (a NaN, or a value outside int32, marks the node bad) */
     MOD_OP_COUNT
 } mod_op;
 

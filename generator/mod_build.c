@@ -39,6 +39,7 @@ typedef enum mb_rule {
     MB_SAME,    /* a number; its type (unary -, abs) */
     MB_FLOATFN, /* a number made float; a float (exp log tanh sqrt) */
     MB_TOFLOAT, /* an int made float; a float stays itself (fg.float) */
+    MB_TOINT,   /* a float rounded down to an int; an int stays itself (fg.floor) */
     MB_CMP,     /* numbers, made one type; a bool */
     MB_LOGIC,   /* bools; a bool */
     MB_WHERE    /* a bool, then two numbers (made one type) or two bools; their type */
@@ -67,7 +68,7 @@ static const mb_spec mb_specs[] = {
     {"max", "fg.max", MOD_MAX, MB_ARITH, 2, 0},       {"abs", "fg.abs", MOD_ABS, MB_SAME, 1, 0},
     {"exp", "fg.exp", MOD_EXP, MB_FLOATFN, 1, 0},     {"log", "fg.log", MOD_LOG, MB_FLOATFN, 1, 0},
     {"tanh", "fg.tanh", MOD_TANH, MB_FLOATFN, 1, 0},  {"sqrt", "fg.sqrt", MOD_SQRT, MB_FLOATFN, 1, 0},
-    {"float", "fg.float", MOD_FLOAT, MB_TOFLOAT, 1, 0}};
+    {"float", "fg.float", MOD_FLOAT, MB_TOFLOAT, 1, 0}, {"floor", "fg.floor", MOD_FLOOR, MB_TOINT, 1, 0}};
 #define MB_NSPECS ((int)(sizeof mb_specs / sizeof mb_specs[0]))
 
 /* The metamethods of a symbolic value that only refuse, each with the sentence saying what to write. */
@@ -316,6 +317,15 @@ static int mb_build(lua_State *L) {
         a = mb_as(L, B, sp, &v[0], MOD_T_FLOAT); /* the MOD_FLOAT node itself, a float node or a constant */
         mod_build_push(L, a);
         return 1;
+    case MB_TOINT:
+        mb_need_number(L, B, sp, 1, &v[0]);
+        if (mb_type(B, &v[0]) == MOD_T_INT) { /* an int (or an int constant) is its own floor */
+            mod_build_push(L, mb_as(L, B, sp, &v[0], MOD_T_INT));
+            return 1;
+        }
+        type = MOD_T_INT;
+        a = mb_as(L, B, sp, &v[0], MOD_T_FLOAT);
+        break;
     case MB_LOGIC:
         for (int i = 0; i < sp->nargs; i++)
             if (mb_type(B, &v[i]) != MOD_T_BOOL || v[i].node < 0)

@@ -42,7 +42,8 @@ static void mark(const fg_mod *m, int root, unsigned char *need, unsigned char *
     }
     for (int i = 0; i <= root; i++) {
         const mod_node *n = &m->nodes[i];
-        bad[i] = n->op == MOD_LOAD || ((n->op == MOD_IDIV || n->op == MOD_MOD) && !(m->nodes[n->b].op == MOD_CONST)) ||
+        bad[i] = n->op == MOD_LOAD || n->op == MOD_FLOOR ||
+                 ((n->op == MOD_IDIV || n->op == MOD_MOD) && !(m->nodes[n->b].op == MOD_CONST)) ||
                  (n->a >= 0 && bad[n->a]) || (n->b >= 0 && bad[n->b]) || (n->c >= 0 && bad[n->c]);
     }
 }
@@ -80,6 +81,7 @@ static void value(emit_buf *e, const fg_mod *m, int i) {
     case MOD_TANH: put(e, "tanhf(v%d)", a); return;
     case MOD_SQRT: put(e, "sqrtf(v%d)", a); return;
     case MOD_FLOAT: put(e, "(float)v%d", a); return;
+    case MOD_FLOOR: put(e, "o%d ? 0 : (int)floorf(v%d)", i, a); return;
     case MOD_EQ: case MOD_NE: case MOD_LT: case MOD_LE: case MOD_GT: case MOD_GE:
         put(e, "v%d %s v%d", a, cmp[n->op - MOD_EQ], b);
         return;
@@ -104,7 +106,7 @@ static void badness(emit_buf *e, const fg_mod *m, int i, const unsigned char *ba
     const int opnd[3] = {n->a, n->b, n->c};
     for (int k = 0; k < 3; k++)
         if (opnd[k] >= 0 && bad[opnd[k]]) put(e, "%sx%d", sep, opnd[k]), sep = " || ";
-    if (n->op == MOD_LOAD) put(e, "%so%d", sep, i), sep = " || ";
+    if (n->op == MOD_LOAD || n->op == MOD_FLOOR) put(e, "%so%d", sep, i), sep = " || ";
     if ((n->op == MOD_IDIV || n->op == MOD_MOD) && m->nodes[n->b].op != MOD_CONST) put(e, "%sv%d == 0", sep, n->b), sep = " || ";
     if (!*sep) put(e, "false");
 }
@@ -121,6 +123,8 @@ static void body(emit_buf *e, const fg_mod *m, int root, int is_mask) {
             if (n->b >= 0) put(e, " || (unsigned)v%d >= (unsigned)aux.extent[%d][1]", n->b, n->arg);
             put(e, "; // %s\n", m->aux[n->arg].name);
         }
+        if (n->op == MOD_FLOOR) /* its range check: a NaN fails both comparisons */
+            put(e, "    const bool o%d = !(floorf(v%d) >= -2147483648.f && floorf(v%d) < 2147483648.f);\n", i, n->a, n->a);
         put(e, "    const %s v%d = ", ctype(n->type), i);
         value(e, m, i);
         put(e, ";\n");

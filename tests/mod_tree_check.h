@@ -69,7 +69,7 @@ static inline const char *mod_tree_problem(const fg_mod *m) {
         case MOD_CONST: case MOD_ARG: want = 0; break;
         case MOD_LOAD: want = n->arg >= 0 && n->arg < m->n_aux ? m->aux[n->arg].rank : 0; break;
         case MOD_NEG: case MOD_ABS: case MOD_EXP: case MOD_LOG: case MOD_TANH: case MOD_SQRT: case MOD_FLOAT:
-        case MOD_NOT: want = 1; break;
+        case MOD_FLOOR: case MOD_NOT: want = 1; break;
         case MOD_WHERE: want = 3; break;
         default: if (n->op >= MOD_OP_COUNT) return "a node's op is unknown";
         }
@@ -136,6 +136,10 @@ static inline const char *mod_tree_problem(const fg_mod *m) {
         case MOD_FLOAT:
             if (n->type != MOD_T_FLOAT || t[0] != MOD_T_INT)
                 return "FLOAT is not float on an int";
+            break;
+        case MOD_FLOOR:
+            if (n->type != MOD_T_INT || t[0] != MOD_T_FLOAT)
+                return "FLOOR is not int on a float";
             break;
         case MOD_EQ: case MOD_NE: case MOD_LT: case MOD_LE: case MOD_GT: case MOD_GE:
             if (n->type != MOD_T_BOOL || t[0] != t[1] || t[0] == MOD_T_BOOL)

@@ -58,6 +58,27 @@ Test(mods, alibi_softcap_and_a_bias_table_as_score_mods) {
     fg_mod_destroy(alibi), fg_mod_destroy(cap), fg_mod_destroy(table);
 }
 
+/* T5's bucketed relative-position bias (bidirectional, 32 buckets, distances past 128 in the last), buckets by
+ * fg.floor. (The 1e-3 keeps the fp32 kernel and the fp64 reference on one side of the integers that powers of two
+ * land on exactly; elsewhere the values stay 0.005 or more from an integer.) */
+Test(mods, t5_buckets) {
+    static float bias[8][32];
+    for (int h = 0; h < 8; h++)
+        for (int r = 0; r < 32; r++) bias[h][r] = 0.05f * (float)((h * 7 + r * 5) % 21) - 0.5f;
+    fg_mod *t5 = traced("aux = { bias = fg.aux('f32', 2) }\n"
+                        "score_mod = function(s, b, h, q, kv)\n"
+                        "    local rel = kv - q\n"
+                        "    local side = fg.where(fg.gt(rel, 0), 16, 0)\n"
+                        "    local a = fg.abs(rel)\n"
+                        "    local far = 8 + fg.floor(fg.log(fg.float(a) / 8.0) / 2.772588722239781 * 8.0 + 1e-3)\n"
+                        "    return s + fg.load(bias, h, side + fg.where(fg.lt(a, 8), a, fg.min(far, 15)))\n"
+                        "end\n");
+    serve_case c = sc(FG_DTYPE_BF16, 8, mixed, mixed, 8, 2, 64, 0);
+    c.mod = t5, c.aux[0] = bias, c.aux_shape[0][0] = 8, c.aux_shape[0][1] = 32, c.seed = 970;
+    run_both(c);
+    fg_mod_destroy(t5);
+}
+
 Test(mods, document_prefix_window_and_block_masks) {
     static int32_t doc[8][200], prefix[8];
     for (int b = 0; b < 8; b++) {

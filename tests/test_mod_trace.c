@@ -21,7 +21,7 @@ TestSuite(mod_trace, .timeout = 30);
 
 static const char *const op_names[MOD_OP_COUNT] = {
     "const", "arg", "load", "neg", "add", "sub", "mul", "div", "idiv", "mod", "min", "max", "abs", "exp",
-    "log", "tanh", "sqrt", "float", "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not", "where"};
+    "log", "tanh", "sqrt", "float", "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not", "where", "floor"};
 
 /* Writes the tree's nodes as "s | h | load.f slope[1] | sub.i 3 4 | ...": an argument by its name, a
  * constant as const.T VALUE, a load as load.T NAME[INDICES], others as OP.T OPERANDS (T: i, f or b). */
@@ -234,6 +234,9 @@ Test(mod_trace, an_int_meeting_a_float_is_made_float) {
     /* / is float division: two ints are both made float */
     trace_is("score_mod = function(s, b, h, q, kv) return q / kv end\n", "q | float.f 0 | kv | float.f 2 | div.f 1 3",
              4, -1);
+    /* fg.floor: a float to an int; an int (or an int constant) is its own floor */
+    trace_is("mask_mod = function(b, h, q, kv) return fg.eq(fg.floor(fg.float(q) * 0.5), fg.floor(kv)) end\n",
+             "q | float.f 0 | const.f 0.5 | mul.f 1 2 | floor.i 3 | kv | eq.b 4 5", -1, 6);
     /* a Lua integer where a float is needed is a float constant; fg.float of a float is itself */
     trace_is("score_mod = function(s, b, h, q, kv) return fg.float(s + 1) end\n", "s | const.f 1 | add.f 0 1", 2, -1);
     /* score_mod's int result is made float; a constant score is a float constant */
