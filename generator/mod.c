@@ -266,3 +266,12 @@ int mod_eval_mask(const fg_mod *m, const mod_inputs *in) {
     eval_nodes(m, in, m->mask, f, k, bad);
     return bad[m->mask] ? -1 : k[m->mask] != 0;
 }
+
+double mod_eval_node(const fg_mod *m, int node, const mod_inputs *in) {
+    if (node < 0 || node >= m->n_nodes || m->nodes[node].type != MOD_T_FLOAT) return NAN;
+    double f[MOD_MAX_NODES];
+    int32_t k[MOD_MAX_NODES];
+    unsigned char bad[MOD_MAX_NODES];
+    eval_nodes(m, in, node, f, k, bad);
+    return bad[node] ? NAN : f[node];
+}

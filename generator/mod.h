@@ -140,6 +140,18 @@ double mod_eval_score(const fg_mod *m, const mod_inputs *in);
 /* mask_mod's value at in: 1 kept, 0 hidden (1 when the mod has none), -1 after an out-of-range load. */
 int mod_eval_mask(const fg_mod *m, const mod_inputs *in);
 
+/* The value of any float node at in (fp64; NaN when it is bad): what mod_grad's result node evaluates through. */
+double mod_eval_node(const fg_mod *m, int node, const mod_inputs *in);
+
+/* ---- mod_grad.c: score_mod's derivative in s, for the backward ---- */
+
+/* out = m with the nodes of d score_mod / d s appended (shared subexpressions once, mod_check holds); *grad is its
+ * result node (a float: the constant 1 for a score_mod that adds a bias to s, 0 where it ignores s). min, max, abs
+ * and where take the derivative of the side they pick (at a tie min and max the first, abs +); fg.floor and ints
+ * are flat (0). FG_ERR_INVALID_ARGUMENT without a score_mod; FG_ERR_UNSUPPORTED, with a sentence, when the mod and
+ * its derivative do not fit MOD_MAX_NODES. */
+fg_status mod_grad(const fg_mod *m, fg_mod *out, int *grad, fg_error *err);
+
 /* ---- mod_registry.c: the trees this process knows, by id ---- */
 
 /* Checks m (mod_check) and keeps a copy under its id (written to id, MOD_ID_LEN + 1 bytes), so that a variant

@@ -299,3 +299,61 @@ Test(mod, serving_variants_with_mods_compile) {
     cr_assert(strstr(e.msg, "fg_mod_create"), "%s", e.msg);
     compile_result_free(&r);
 }
+
+/* score_mod's derivative (mod_grad) against central differences of the fp64 evaluation, over many inputs, for
+ * the shipped score mods and one that takes every rule (division, exp, log, sqrt, tanh, min, max, abs, where,
+ * a floor). Points within 1e-4 of a kink (a where's or a floor's switch, min/max ties) are skipped. */
+Test(mod, derivative_matches_central_differences) {
+    static const char *const texts[] = {
+        "aux = { slopes = fg.aux('f32', 1) }\n"
+        "score_mod = function(s, b, h, q, kv) return s - fg.load(slopes, h) * fg.abs(q - kv) end\n",
+        "score_mod = function(s, b, h, q, kv) return 20.0 * fg.tanh(s / 20.0) end\n",
+        T5_MOD,
+        "score_mod = function(s, b, h, q, kv)\n"
+        "    local t = fg.exp(s * 0.25) / (1.0 + fg.sqrt(s * s + 1.0))\n"
+        "    local u = fg.log(fg.abs(s) + 2.0) * fg.min(s, 1.5) - fg.max(s * 0.5, -1.0)\n"
+        "    local v = fg.where(fg.gt(s, 0.3), t, u) + fg.float(fg.floor(s)) * 0.1\n"
+        "    return fg.tanh(v) * 3.0 - s / (2.0 + fg.abs(s))\n"
+        "end\n",
+        "score_mod = function(s, b, h, q, kv) return 1.5 end\n",
+    };
+    static float slopes[8], bias[8][32];
+    for (int h = 0; h < 8; h++) slopes[h] = 0.5f / (float)(1 << h);
+    for (int h = 0; h < 8; h++)
+        for (int r = 0; r < 32; r++) bias[h][r] = 0.01f * (float)r;
+    for (size_t t = 0; t < sizeof texts / sizeof texts[0]; t++) {
+        fg_mod m, g;
+        fg_error e;
+        cr_assert_eq(mod_trace("t.lua", texts[t], strlen(texts[t]), &m, &e), FG_OK, "%s", e.msg);
+        int grad = -1;
+        cr_assert_eq(mod_grad(&m, &g, &grad, &e), FG_OK, "mod %zu: %s", t, e.msg);
+        cr_assert(grad >= 0 && g.nodes[grad].type == MOD_T_FLOAT);
+        int checked = 0;
+        for (int k = 0; k < 400; k++) {
+            const double s = -6.0 + 12.0 * (double)((k * 7919) % 400) / 400.0 + 0.0123;
+            mod_inputs in = inputs(s, 0, k % 8, (k * 13) % 50, (k * 29) % 50);
+            in.aux[0] = t == 0 ? (const void *)slopes : (const void *)bias;
+            in.extent[0][0] = 8, in.extent[0][1] = t == 0 ? 1 : 32;
+            const double hh = 1e-6;
+            mod_inputs lo = in, hi = in, lo2 = in, hi2 = in;
+            lo.s = s - hh, hi.s = s + hh, lo2.s = s - 1e-4, hi2.s = s + 1e-4;
+            const double fd = (mod_eval_score(&m, &hi) - mod_eval_score(&m, &lo)) / (2 * hh);
+            const double wide = (mod_eval_score(&m, &hi2) - mod_eval_score(&m, &lo2)) / 2e-4;
+            if (fabs(fd - wide) > 1e-3 * (1.0 + fabs(fd))) continue; /* a kink within 1e-4 */
+            const double got = mod_eval_node(&g, grad, &in);
+            cr_assert(fabs(got - fd) <= 1e-5 * (1.0 + fabs(fd)), "mod %zu at s = %.6f: derivative %.9g, differences %.9g",
+                      t, s, got, fd);
+            checked++;
+        }
+        cr_assert_gt(checked, 300, "mod %zu: only %d points away from kinks", t, checked);
+    }
+    /* a score_mod that adds a bias has the derivative 1, one node more at most (the constant) */
+    fg_mod m, g;
+    fg_error e;
+    cr_assert_eq(mod_trace("t.lua", texts[0], strlen(texts[0]), &m, &e), FG_OK, "%s", e.msg);
+    int grad;
+    cr_assert_eq(mod_grad(&m, &g, &grad, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(g.nodes[grad].op, MOD_CONST);
+    cr_assert_eq(g.nodes[grad].value, 1.0);
+    cr_assert_leq(g.n_nodes, m.n_nodes + 1);
+}
