@@ -172,6 +172,10 @@ const fg_mod *mod_lookup(const char *id);
  * each only where the mod has it (FG_USER_SCORE, FG_USER_MASK say which). Returns the bytes written, or -1 if
  * they did not fit. */
 int mod_emit(const fg_mod *m, char *buf, size_t n);
+/* Appends to buf the backward's function of a tree mod_grad extended, whose derivative is node grad:
+ *   float fg_user_score_grad(float s, int b, int h, int q, int kv, const fg_mod_aux &aux, float &d)
+ * giving score_mod's value and, in d, its derivative in s (NaN where bad). Returns the bytes written, or -1. */
+int mod_emit_grad(const fg_mod *m, int grad, char *buf, size_t n);
 #define MOD_EMIT_MAX (MOD_MAX_NODES * 2 * 400 + 4096) /* bytes mod_emit needs at most (each function its nodes) */
 
 #endif

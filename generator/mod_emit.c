@@ -29,10 +29,12 @@ static void put(emit_buf *e, const char *fmt, ...) {
 }
 
 /* The nodes `root` depends on (need), and which of them can go bad (bad). */
-static void mark(const fg_mod *m, int root, unsigned char *need, unsigned char *bad) {
+static void mark(const fg_mod *m, int root, int root2, unsigned char *need, unsigned char *bad) {
     memset(need, 0, MOD_MAX_NODES);
     memset(bad, 0, MOD_MAX_NODES);
     need[root] = 1;
+    if (root2 >= 0) need[root2] = 1;
+    if (root2 > root) root = root2;
     for (int i = root; i >= 0; i--) {
         if (!need[i]) continue;
         const mod_node *n = &m->nodes[i];
@@ -112,10 +114,10 @@ static void badness(emit_buf *e, const fg_mod *m, int i, const unsigned char *ba
 }
 
 /* The body of one function: its nodes, then `return`. */
-static void body(emit_buf *e, const fg_mod *m, int root, int is_mask) {
+static void body(emit_buf *e, const fg_mod *m, int root, int is_mask, int grad) {
     unsigned char need[MOD_MAX_NODES], bad[MOD_MAX_NODES];
-    mark(m, root, need, bad);
-    for (int i = 0; i <= root; i++) {
+    mark(m, root, grad, need, bad);
+    for (int i = 0; i <= (grad > root ? grad : root); i++) {
         if (!need[i]) continue;
         const mod_node *n = &m->nodes[i];
         if (n->op == MOD_LOAD) { /* its indices' range check, before the load it guards */
@@ -135,6 +137,8 @@ static void body(emit_buf *e, const fg_mod *m, int root, int is_mask) {
         }
     }
     const char *nan = "__int_as_float(0x7fffffff)", *ninf = "-__int_as_float(0x7f800000)";
+    if (grad >= 0 && bad[grad]) put(e, "    d = x%d ? %s : v%d;\n", grad, nan, grad);
+    else if (grad >= 0) put(e, "    d = v%d;\n", grad);
     if (is_mask && bad[root]) put(e, "    return x%d ? %s : (v%d ? 0.f : %s);\n", root, nan, root, ninf);
     else if (is_mask) put(e, "    return v%d ? 0.f : %s;\n", root, ninf);
     else if (bad[root]) put(e, "    return x%d ? %s : v%d;\n", root, nan, root);
@@ -163,13 +167,24 @@ int mod_emit(const fg_mod *m, char *buf, size_t n) {
             "}\n");
     if (m->score >= 0) {
         put(&e, "__device__ __forceinline__ float fg_user_score(float s, int b, int h, int q, int kv, const fg_mod_aux &aux) {\n");
-        body(&e, m, m->score, 0);
+        body(&e, m, m->score, 0, -1);
         put(&e, "}\n");
     }
     if (m->mask >= 0) {
         put(&e, "__device__ __forceinline__ float fg_user_mask(int b, int h, int q, int kv, const fg_mod_aux &aux) {\n");
-        body(&e, m, m->mask, 1);
+        body(&e, m, m->mask, 1, -1);
         put(&e, "}\n");
     }
+    return e.overflow ? -1 : (int)e.len;
+}
+
+int mod_emit_grad(const fg_mod *m, int grad, char *buf, size_t n) {
+    emit_buf e = {buf, n, 0, 0};
+    if (n) buf[0] = '\0';
+    if (m->score < 0 || grad < 0 || grad >= m->n_nodes) return -1;
+    put(&e, "__device__ __forceinline__ float fg_user_score_grad(float s, int b, int h, int q, int kv, const fg_mod_aux &aux,\n"
+            "                                                    float &d) {\n");
+    body(&e, m, m->score, 0, grad);
+    put(&e, "}\n");
     return e.overflow ? -1 : (int)e.len;
 }

@@ -200,25 +200,21 @@ Test(mod, int_semantics) {
     cr_assert_eq(mod_eval_mask(&m, &in), 1);
 }
 
-/* The emitted functions compile with NVRTC inside a kernel that calls both, for sm_80 and sm_90a. */
-Test(mod, emitted_code_compiles) {
-    fg_mod m;
-    sample(&m);
-    char code[65536];
-    const int len = mod_emit(&m, code, sizeof code);
-    cr_assert_gt(len, 0);
-    cr_assert(strstr(code, "#define FG_USER_SCORE 1") && strstr(code, "#define FG_USER_MASK 1"));
-    cr_assert(strstr(code, "fg_user_score(float s, int b, int h, int q, int kv, const fg_mod_aux &aux)"));
-    cr_assert_eq(mod_emit(&m, code, 100), -1, "output that does not fit is -1");
+/* Compiles the emitted `code` with NVRTC for sm_80 and sm_90a, after fg_params.h (fg_mod_aux) and before a
+ * kernel that stores `call` (an expression of t, aux and a float d) for each thread. */
+static void compile_probe(const char *code, const char *call) {
     uint8_t *params = NULL;
     size_t plen = 0;
     fg_error e;
     cr_assert_eq(fg_read_file("templates/common/fg_params.h", &params, &plen, &e), FG_OK, "%s", e.msg);
-    mod_emit(&m, code, sizeof code);
-    const char *kernel = "extern \"C\" __global__ void probe(float *out, fg_mod_aux aux) {\n"
-                         "    const int t = threadIdx.x;\n"
-                         "    out[t] = fg_user_score(0.5f * t, 0, t % 2, t / 4, t % 4, aux) + fg_user_mask(0, t % 2, t / 4, t % 4, aux);\n"
-                         "}\n";
+    char kernel[1024];
+    snprintf(kernel, sizeof kernel,
+             "extern \"C\" __global__ void probe(float *out, fg_mod_aux aux) {\n"
+             "    const int t = threadIdx.x;\n"
+             "    float d = 0.f;\n"
+             "    out[t] = %s;\n"
+             "    out[t + 32] = d;\n"
+             "}\n", call);
     const size_t n = plen + strlen(code) + strlen(kernel) + 1;
     char *src = malloc(n);
     cr_assert(src);
@@ -235,6 +231,20 @@ Test(mod, emitted_code_compiles) {
     }
     free(src);
     free(params);
+}
+
+/* The emitted functions compile with NVRTC inside a kernel that calls both, for sm_80 and sm_90a. */
+Test(mod, emitted_code_compiles) {
+    fg_mod m;
+    sample(&m);
+    char code[65536];
+    const int len = mod_emit(&m, code, sizeof code);
+    cr_assert_gt(len, 0);
+    cr_assert(strstr(code, "#define FG_USER_SCORE 1") && strstr(code, "#define FG_USER_MASK 1"));
+    cr_assert(strstr(code, "fg_user_score(float s, int b, int h, int q, int kv, const fg_mod_aux &aux)"));
+    cr_assert_eq(mod_emit(&m, code, 100), -1, "output that does not fit is -1");
+    mod_emit(&m, code, sizeof code);
+    compile_probe(code, "fg_user_score(0.5f * t, 0, t % 2, t / 4, t % 4, aux) + fg_user_mask(0, t % 2, t / 4, t % 4, aux)");
 }
 
 /* T5's bucketed relative-position bias (bidirectional, 32 buckets, 128 the largest distance bucketed apart), a
@@ -346,6 +356,21 @@ Test(mod, derivative_matches_central_differences) {
             checked++;
         }
         cr_assert_gt(checked, 300, "mod %zu: only %d points away from kinks", t, checked);
+    }
+    /* the backward's function of the composite mod compiles with NVRTC beside the forward's */
+    {
+        fg_mod m, g;
+        fg_error e;
+        cr_assert_eq(mod_trace("t.lua", texts[3], strlen(texts[3]), &m, &e), FG_OK, "%s", e.msg);
+        int grad;
+        cr_assert_eq(mod_grad(&m, &g, &grad, &e), FG_OK, "%s", e.msg);
+        static char code[2 * MOD_EMIT_MAX];
+        const int n1 = mod_emit(&g, code, MOD_EMIT_MAX);
+        cr_assert_gt(n1, 0);
+        const int n2 = mod_emit_grad(&g, grad, code + n1, sizeof code - (size_t)n1);
+        cr_assert_gt(n2, 0);
+        cr_assert(strstr(code, "float fg_user_score_grad(float s"));
+        compile_probe(code, "fg_user_score_grad(0.5f * t, 0, t % 2, t / 4, t % 4, aux, d)");
     }
     /* a score_mod that adds a bias has the derivative 1, one node more at most (the constant) */
     fg_mod m, g;
