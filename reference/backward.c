@@ -208,7 +208,8 @@ static int64_t first_row(const bwd_job *j, int64_t key) {
 /* Row i's logit for key t of head h from its raw score s = q.k (reference.h: scale, softcap, ALiBi), and in
  * *dfac the softcap's derivative factor (d logit / d (scale s)); 0 when the row does not see the key (the
  * window's left edge; visible_keys and first_row bound the rest). */
-static int bwd_logit(const bwd_job *j, int64_t i, int64_t t, int64_t h, double s, double *logit, double *dfac) {
+static int bwd_logit(const bwd_job *j, int64_t bi, int64_t i, int64_t t, int64_t h, double s, double *logit,
+                     double *dfac) {
     const ref_problem *f = &j->p->fwd;
     const int64_t diag = i + j->sk - j->sq;
     if (f->window && f->window_left >= 0 && t < diag - f->window_left) return 0;
@@ -220,6 +221,17 @@ static int bwd_logit(const bwd_job *j, int64_t i, int64_t t, int64_t h, double s
     }
     if (f->alibi_slopes.data)
         x -= ((const float *)f->alibi_slopes.data)[h * f->alibi_slopes.stride[0]] * fabs((double)(diag - t));
+    const int b = (int)bi + f->mod_batch0;
+    if (f->mod_score_grad) { /* a custom mod's score and its derivative (ref_attention_bwd requires both) */
+        double d = 1.0;
+        x = f->mod_score_grad(f->mod_user, x, b, (int)h, (int)i, (int)t, &d);
+        g *= d;
+    }
+    if (f->mod_mask) {
+        const int keep = f->mod_mask(f->mod_user, b, (int)h, (int)i, (int)t);
+        if (keep == 0) return 0;
+        if (keep < 0) x = NAN;
+    }
     *logit = x;
     *dfac = g;
     return 1;
@@ -276,7 +288,7 @@ static void bwd_query_rows(const bwd_job *j, bwd_scratch *s, int64_t bi, int64_t
                 dot1x2(q + r * d, g + r * d, s->kd + t * d, s->vd + t * d, d, sc + r, gv + r);
         for (int r = 0; r < nr; r++) {
             double logit, g = 1.0;
-            const int seen = t < n[r] && bwd_logit(j, i + r, t, h, sc[r], &logit, &g);
+            const int seen = t < n[r] && bwd_logit(j, bi, i + r, t, h, sc[r], &logit, &g);
             pr[r * sk + t] = seen ? exp(logit - lse[r]) : 0.0;
             dp[r * sk + t] = gv[r];
             s->fac[r * sk + t] = g;
@@ -362,7 +374,7 @@ static void bwd_key_rows(const bwd_job *j, bwd_scratch *s, int64_t h, int64_t bi
     for (int u = 0; u < nr; u++) {
         const double lse = lse_at(&j->p->lse, bi, h, i + u);
         double logit, g = 1.0;
-        const int seen = lse != -INFINITY && j0 + t < visible_keys(j, i + u) && bwd_logit(j, i + u, j0 + t, h, sc[u], &logit, &g);
+        const int seen = lse != -INFINITY && j0 + t < visible_keys(j, i + u) && bwd_logit(j, bi, i + u, j0 + t, h, sc[u], &logit, &g);
         pr[u] = seen ? exp(logit - lse) : 0.0;
         if (j->want32)
             ds[u] = pr[u] * (dp[u] - j->d32[base + i + u]) * g;

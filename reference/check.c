@@ -122,6 +122,9 @@ fg_status ref_check_bwd_problem(const ref_bwd_problem *p, fg_error *err) {
     fg_status st = ref_check_problem(&p->fwd, err);
     if (st)
         return st;
+    if (p->fwd.mod_score && !p->fwd.mod_score_grad)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: a custom score mod needs mod_score_grad (its derivative) "
+                       "in the backward");
     if (ref_is_fp8(p->fwd.q.dtype))
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                        "reference: fwd.q.dtype is FP8; the backward reference takes F16 or BF16 inputs only "

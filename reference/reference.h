@@ -106,8 +106,10 @@ typedef struct ref_problem {
      * query i where it gives 0 (the logit -inf) and makes the logit NaN where it gives -1 (an out-of-range
      * load). b is the batch index plus mod_batch0 (a test that checks one sequence of a packed call at a time
      * passes that sequence's index). A row whose every key the mask hides gets O = 0 and LSE = -inf (the sink
-     * with sinks). Forward only. */
+     * with sinks). The backward reference takes score's derivative from mod_score_grad (required with
+     * mod_score there): the value as mod_score, and d score / d logit in *d. */
     double (*mod_score)(const void *user, double logit, int b, int h, int i, int j);
+    double (*mod_score_grad)(const void *user, double logit, int b, int h, int i, int j, double *d);
     int (*mod_mask)(const void *user, int b, int h, int i, int j);
     const void *mod_user;
     int mod_batch0;

@@ -245,6 +245,78 @@ Test(backward, ref32_matches_finite_differences) {
     }
 }
 
+/* A custom mod's callbacks (reference.h): score 3 tanh(logit / 3) + 0.1 (i - j) + 0.05 b h, its derivative, and
+ * a mask hiding the keys with (i + 2 j + b) % 3 == 0, which leaves some rows without a key. */
+static double mod_score(const void *user, double x, int b, int h, int i, int j) {
+    (void)user;
+    return 3.0 * tanh(x / 3.0) + 0.1 * (i - j) + 0.05 * b * h;
+}
+static double mod_score_grad(const void *user, double x, int b, int h, int i, int j, double *d) {
+    const double t = tanh(x / 3.0);
+    *d = 1.0 - t * t;
+    return mod_score(user, x, b, h, i, j);
+}
+static int mod_mask(const void *user, int b, int h, int i, int j) {
+    (void)user, (void)h;
+    return (i + 2 * j + b) % 3 != 0;
+}
+
+/* The custom mods' backward: REF_32's dQ, dK, dV against central differences of the REF_32 forward with the same
+ * callbacks (score alone, mask alone, both with causal), every element; and a score mod without its derivative
+ * is refused. */
+Test(backward, custom_mods_match_finite_differences) {
+    static const struct { int score, mask, causal; int64_t b, sq, sk; } cases[] = {
+        {1, 0, 0, 1, 5, 7}, {0, 1, 0, 2, 6, 5}, {1, 1, 1, 2, 7, 6},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int64_t B = cases[c].b, SQ = cases[c].sq, SK = cases[c].sk, HQ = 2, HKV = 1, D = 8;
+        fg_tensor q = host_tensor(FG_DTYPE_F16, B, SQ, HQ, D, 0, 0), k = host_tensor(FG_DTYPE_F16, B, SK, HKV, D, 0, 0);
+        fg_tensor v = host_tensor(FG_DTYPE_F16, B, SK, HKV, D, 0, 0);
+        fd_fill(&q, 800 + c);
+        fd_fill(&k, 810 + c);
+        fd_fill(&v, 820 + c);
+        ref_bwd_problem p = bwd_problem(q, k, v, 0, cases[c].causal, 830 + c);
+        if (cases[c].score) p.fwd.mod_score = mod_score, p.fwd.mod_score_grad = mod_score_grad;
+        if (cases[c].mask) p.fwd.mod_mask = mod_mask;
+        /* the forward's O and LSE again, with the mod */
+        double *lse, *o = run_ref(&p.fwd, REF_LOWP, &lse);
+        free(p.o.data), free(p.lse.data);
+        const int64_t oshape[4] = {B, SQ, HQ, D};
+        p.o = tensor_of(o, q.dtype, oshape, 0, 0);
+        p.lse = lse_view(lse, B, HQ, SQ, 0, 0);
+        free(o), free(lse);
+        grads g = run_bwd(&p, REF_32);
+        const fg_tensor *in[3] = {&q, &k, &v};
+        const double *an[3] = {g.dq, g.dk, g.dv};
+        for (int t = 0; t < 3; t++) {
+            const int64_t *sh = in[t]->shape;
+            const double scale = fmax(max_abs(an[t], t == 0 ? g.nq : t == 1 ? g.nk : g.nv), 1e-3);
+            for (int64_t b = 0; b < sh[0]; b++)
+                for (int64_t s2 = 0; s2 < sh[1]; s2++)
+                    for (int64_t h = 0; h < sh[2]; h++)
+                        for (int64_t x = 0; x < sh[3]; x++) {
+                            const double fd = fd_grad(&p.fwd, &p.d_o, in[t], b, s2, h, x);
+                            const double a = an[t][((b * sh[1] + s2) * sh[2] + h) * sh[3] + x];
+                            cr_assert(fabs(fd - a) / scale < 2e-6, "case %zu grad %d [%lld,%lld,%lld,%lld]: analytic %.12g, "
+                                      "finite differences %.12g", c, t, (long long)b, (long long)s2, (long long)h,
+                                      (long long)x, a, fd);
+                        }
+        }
+        grads_free(&g);
+        if (cases[c].score) { /* without the derivative the backward reference refuses */
+            p.fwd.mod_score_grad = NULL;
+            double *dq = calloc((size_t)g.nq + 1, sizeof *dq), *dk = calloc((size_t)g.nk + 1, sizeof *dk);
+            double *dv = calloc((size_t)g.nv + 1, sizeof *dv);
+            fg_error e;
+            cr_assert_eq(ref_attention_bwd(&p, REF_32, dq, dk, dv, NULL, &e), FG_ERR_INVALID_ARGUMENT);
+            cr_assert(strstr(e.msg, "mod_score_grad"), "%s", e.msg);
+            free(dq), free(dk), free(dv);
+        }
+        bwd_problem_free(&p);
+        qkv_free(&q, &k, &v);
+    }
+}
+
 Test(backward, fully_masked_rows_give_zero_dq_and_no_nan) {
     /* causal sq=40 > sk=30: rows 0..9 see no key; their LSE is -inf as the forward writes it. */
     fg_tensor q, k, v;
