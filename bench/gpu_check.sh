@@ -52,6 +52,8 @@ if python3 -c "import torch" 2>/dev/null; then
   echo "python/tests/test_binding.py: rc=$py_rc ($(grep -E '^Ran ' "$out/binding.log"))"
   python3 python/tests/test_serving.py >>"$out/binding.log" 2>&1 || py_rc=1
   echo "python/tests/test_serving.py: rc=$py_rc"
+  python3 python/tests/test_mods.py >>"$out/binding.log" 2>&1 || py_rc=1
+  echo "python/tests/test_mods.py: rc=$py_rc"
 else
   echo "python/tests/test_binding.py: skipped (no torch)"
 fi

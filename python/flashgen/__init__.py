@@ -32,8 +32,9 @@ import os
 import sys
 import threading
 
-from . import _capi, _tensors
+from . import _capi, _mods, _tensors
 from ._capi import FlashgenError, LibraryNotFoundError
+from ._mods import Mod
 from ._tensors import TensorDesc
 from ._serving import (attention_varlen, attention_varlen_backward, attention_with_kvcache, explain_varlen,
                        merge_states, set_check_inputs)
@@ -45,7 +46,7 @@ __all__ = [
     "attention", "explain", "explain_backward", "prepare", "bundle_load", "bundle_load_memory", "configure", "close",
     "library_path", "FlashgenError", "LibraryNotFoundError", "TensorDesc", "version", "hadamard_rotate",
     "quantize_fp8", "key_major_v", "attention_backward", "register_ops", "attention_varlen", "attention_varlen_backward",
-    "attention_with_kvcache", "explain_varlen", "merge_states", "set_check_inputs",
+    "attention_with_kvcache", "explain_varlen", "merge_states", "set_check_inputs", "Mod",
 ]
 
 _LOG_LEVELS = {"none": _capi.FG_LOG_NONE, "error": _capi.FG_LOG_ERROR, "warn": _capi.FG_LOG_WARN,
@@ -265,17 +266,17 @@ def _out_dtype_for(torch, vq, q, out_dtype):
     return torch.bfloat16 if vq.dtype in _tensors.FP8_DTYPES else q.dtype
 
 
-def _serving_call(q, v, window_size, softcap, alibi_slopes, sinks, causal_top_left):
-    """Whether a dense call names a model variant or a v of its own head dim: attention() then runs the serving
-    call (attention_varlen) on its tensors."""
+def _serving_call(q, v, window_size, softcap, alibi_slopes, sinks, causal_top_left, mod=None):
+    """Whether a dense call names a model variant, a custom mod or a v of its own head dim: attention() then runs
+    the serving call (attention_varlen) on its tensors."""
     variants = (window_size is not None and tuple(window_size) != (-1, -1)) or bool(softcap) or \
-        alibi_slopes is not None or sinks is not None or bool(causal_top_left)
+        alibi_slopes is not None or sinks is not None or bool(causal_top_left) or mod is not None
     return variants or (hasattr(q, "shape") and hasattr(v, "shape") and v.shape[-1] != q.shape[-1])
 
 
 def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, out=None, stream=None, lse=None,
               q_descale=None, k_descale=None, v_descale=None, out_dtype=None, deterministic=False, window_size=None,
-              softcap=0.0, alibi_slopes=None, sinks=None, causal_top_left=False):
+              softcap=0.0, alibi_slopes=None, sinks=None, causal_top_left=False, mod=None, mod_aux=None):
     """O = softmax(softmax_scale * Q K^T [causal mask]) V, on the GPU, by a flashgen kernel.
 
     q [batch, seqlen_q, heads_q, head_dim]; k, v [batch, seqlen_k, heads_kv, head_dim] (heads_kv divides
@@ -302,18 +303,20 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, out=N
     The model variants, as FlashAttention's flash_attn_func names them: window_size (left, right), softcap,
     alibi_slopes, and sinks and causal_top_left (attention_varlen's); and a v of its own head dim (v.shape[-1]).
     Such calls run attention_varlen on the same 4-d tensors (16-bit; autograd through it, its gradients included;
-    torch.compile breaks the graph there).
+    torch.compile breaks the graph there). So does a custom mod (mod=, a flashgen.Mod, with its arrays as mod_aux=;
+    see attention_varlen), forward only: b is the batch index, q and kv positions from 0.
 
     Nothing synchronizes. Returns out, or (out, lse) with return_lse.
     Raises FlashgenError (status name and the library's sentence) when the library refuses the call."""
-    if _serving_call(q, v, window_size, softcap, alibi_slopes, sinks, causal_top_left):
+    if _serving_call(q, v, window_size, softcap, alibi_slopes, sinks, causal_top_left, mod):
         if any(x is not None for x in (q_descale, k_descale, v_descale)) or out_dtype is not None:
-            raise TypeError("attention(): the model variants and a v of its own head dim are 16-bit only (no descales "
-                            "or out_dtype)")
+            raise TypeError("attention(): the model variants, custom mods and a v of its own head dim are 16-bit only "
+                            "(no descales or out_dtype)")
         return attention_varlen(q, k, v, None, None, q.shape[1], k.shape[1], causal=causal,
                                 softmax_scale=softmax_scale, return_lse=return_lse, out=out, lse=lse, stream=stream,
                                 deterministic=deterministic, sinks=sinks, window_size=window_size, softcap=softcap,
-                                alibi_slopes=alibi_slopes, causal_top_left=causal_top_left)
+                                alibi_slopes=alibi_slopes, causal_top_left=causal_top_left, mod=mod, mod_aux=mod_aux)
+    _mods.mod_call(None, mod_aux, "attention")  # mod_aux without a mod: ValueError
     grad = _needs_grad(q, k, v)
     if grad and (out is not None or lse is not None or any(x is not None for x in (q_descale, k_descale, v_descale))):
         raise TypeError("attention() with autograd takes no out=, lse= or descale arguments")
@@ -488,17 +491,18 @@ def _plan_args(q, k, v, causal, softmax_scale, out, device, out_dtype=None):
 
 
 def explain(q, k, v, causal=False, softmax_scale=None, out=None, device=None, out_dtype=None, window_size=None,
-            softcap=0.0, alibi_slopes=None, sinks=None, causal_top_left=False):
+            softcap=0.0, alibi_slopes=None, sinks=None, causal_top_left=False, mod=None, mod_aux=None):
     """Which kernel attention() would run for these arguments and why (fg_explain): the variant's name,
     where its code would come from (memory, disk cache, bundle, JIT) and the reason for its tiles.
     Arguments may be TensorDesc (no memory). device: the CUDA ordinal, when the arguments do not say.
     out_dtype: O's dtype for fp8 inputs when out is not given (bf16 by default), as in attention().
-    With a model variant or a v of its own head dim, attention() runs the serving call, and this is
+    With a model variant, a custom mod or a v of its own head dim, attention() runs the serving call, and this is
     explain_varlen's account of it. Returns a str; raises FlashgenError."""
-    if _serving_call(q, v, window_size, softcap, alibi_slopes, sinks, causal_top_left):
+    if _serving_call(q, v, window_size, softcap, alibi_slopes, sinks, causal_top_left, mod):
         return explain_varlen(q, k, v, max_seqlen_q=q.shape[1], max_seqlen_k=k.shape[1], causal=causal, sinks=sinks,
                               window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
-                              causal_top_left=causal_top_left)
+                              causal_top_left=causal_top_left, mod=mod, mod_aux=mod_aux)
+    _mods.mod_call(None, mod_aux, "explain")  # mod_aux without a mod: ValueError
     a, dev = _plan_args(q, k, v, causal, softmax_scale, out, device, out_dtype)
     ctx = _context(dev)
     buf = ctypes.create_string_buffer(8192)

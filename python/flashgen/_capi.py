@@ -48,6 +48,9 @@ FG_DTYPE_BF16 = 1
 FG_DTYPE_F32 = 2
 FG_DTYPE_E4M3 = 3
 FG_DTYPE_E5M2 = 4
+FG_DTYPE_I32 = 5   # a custom mod's i32 aux arrays
+
+FG_MOD_AUX_MAX = 8  # aux arrays a custom mod may declare (fg_varlen_args.mod_aux)
 
 FG_LOG_NONE = 0
 FG_LOG_ERROR = 1
@@ -138,6 +141,8 @@ class FgVarlenArgs(ctypes.Structure):
         ("softcap", ctypes.c_float),        # > 0: logits capped by softcap * tanh(logit / softcap)
         ("alibi_slopes", ctypes.c_void_p),  # fp32 [heads_q] device pointer, or NULL
         ("causal_top_left", ctypes.c_int),  # 1 with causal: query i sees keys j <= i
+        ("mod", ctypes.c_void_p),           # fg_mod * (fg_mod_create), or NULL: a custom score and/or mask mod
+        ("mod_aux", FgTensor * FG_MOD_AUX_MAX),  # the mod's aux arrays in its order; the rest unset
     ]
 
 
@@ -306,6 +311,12 @@ def _declare(lib):
         "fg_merge_args_init": (None, [ctypes.POINTER(FgMergeArgs)]),
         "fg_merge_states": (c_int, [vp, ctypes.POINTER(FgMergeArgs), vp]),
         "fg_context_set_option": (c_int, [vp, c_int, ctypes.c_int64]),
+        "fg_mod_create": (c_int, [c_char_p, c_size_t, c_char_p, ctypes.POINTER(vp)]),
+        "fg_mod_destroy": (None, [vp]),
+        "fg_mod_id": (c_char_p, [vp]),
+        "fg_mod_aux_count": (c_int, [vp]),
+        "fg_mod_aux_info": (c_int, [vp, c_int, ctypes.POINTER(c_char_p), ctypes.POINTER(c_int),
+                                    ctypes.POINTER(c_int)]),
     }
     for name, (restype, argtypes) in protos.items():
         fn = getattr(lib, name)  # AttributeError here means a library from another flashgen: reported by the caller

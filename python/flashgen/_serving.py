@@ -5,7 +5,7 @@ flash_attn_with_kvcache; the library checks every rule and its sentences come ba
 import ctypes
 import sys
 
-from . import _capi, _tensors
+from . import _capi, _mods, _tensors
 
 
 
@@ -64,7 +64,8 @@ def _set_mods(a, q, sinks=None, window_size=None, softcap=0.0, alibi_slopes=None
 
 def _varlen_args(pkg, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
                  max_seqlen_k, causal, softmax_scale, num_splits, split_size, dl_stream, mods):
-    """The FgVarlenArgs of a call and the objects that must outlive it."""
+    """The FgVarlenArgs of a call, the Views of q, k, v and out (objects that must outlive it), and the named
+    Views of the mod's aux arrays (mods: _set_mods' keywords, and mod, a checked _mods.ModCall or None)."""
     a = _capi.FgVarlenArgs()
     _capi.lib().fg_varlen_args_init(ctypes.byref(a))
     views = [_tensors.view(x, n, dl_stream) for x, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"))]
@@ -87,8 +88,10 @@ def _varlen_args(pkg, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, 
     a.causal = int(bool(causal))
     a.num_splits = int(num_splits)
     a.split_size = int(split_size)
+    mods = dict(mods)
+    aux = _mods.set_mod(a, mods.pop("mod", None))
     _set_mods(a, q, **mods)
-    return a, views
+    return a, views, aux
 
 
 def _run(pkg, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k, causal,
@@ -102,10 +105,11 @@ def _run(pkg, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_s
     if return_lse and lse is None:
         shape = (q.shape[1], q.shape[0]) if packed else (q.shape[0], q.shape[2], q.shape[1])
         lse = torch.empty(shape, dtype=torch.float32, device=q.device)
-    a, views = _varlen_args(pkg, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
-                            max_seqlen_k, causal, softmax_scale, num_splits, split_size, dl_stream, mods)
-    ctx = pkg._context(pkg._device_for([("q", views[0]), ("k", views[1]), ("v", views[2]), ("out", views[3])], True,
-                                       pkg._default_device()))
+    a, views, aux = _varlen_args(pkg, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
+                                 max_seqlen_q, max_seqlen_k, causal, softmax_scale, num_splits, split_size, dl_stream,
+                                 mods)
+    ctx = pkg._context(pkg._device_for([("q", views[0]), ("k", views[1]), ("v", views[2]), ("out", views[3])] + aux,
+                                       True, pkg._default_device()))
     lib = _capi.lib()
     _launch_with_workspace(pkg, torch, ctx, lib.fg_attention_fwd_varlen_workspace_size, lib.fg_attention_fwd_varlen,
                            a, q, handle)
@@ -130,7 +134,7 @@ def _launch_with_workspace(pkg, torch, ctx, size_fn, launch_fn, a, q, handle):
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
                      softmax_scale=None, return_lse=False, out=None, lse=None, stream=None, seqused_k=None,
                      num_splits=0, split_size=0, deterministic=False, sinks=None, window_size=None, softcap=0.0,
-                     alibi_slopes=None, causal_top_left=False):
+                     alibi_slopes=None, causal_top_left=False, mod=None, mod_aux=None):
     """Attention over a batch of sequences of different lengths, packed (FlashAttention's
     flash_attn_varlen_func): q [total_q, heads_q, head_dim], k and v [total_k, heads_kv, head_dim], sequence b's
     queries rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 (int32 CUDA tensors of batch + 1 offsets), its keys
@@ -149,8 +153,20 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     d + right, -1 for an unbounded side (FlashAttention's convention; None or (-1, -1): none). softcap (> 0):
     logits become softcap * tanh(logit / softcap) (Gemma 2). alibi_slopes (an fp32 CUDA tensor [heads_q]):
     ALiBi, logit -= slope * |d - j|, after the softcap. causal_top_left (with causal): query i sees keys j <= i,
-    the mask aligned to the top-left corner when sq != sk."""
+    the mask aligned to the top-left corner when sq != sk.
+    mod (a flashgen.Mod, docs/mods.md): a custom score_mod, applied to each logit after the softcap and ALiBi, and/or
+    mask_mod, hiding keys besides the causal and window limits (a row it leaves without a key gets O = 0, LSE =
+    -inf); q and kv are positions within the sequence's queries and keys, from 0, b the sequence, h the query head.
+    mod_aux: its aux arrays, a dict by name or a list in Mod.aux's order, each a contiguous CUDA tensor of the
+    declared dtype (torch.float32 for f32, torch.int32 for i32) and rank; checked before anything is allocated
+    (ValueError naming the array). Forward only: with autograd on and an input (or an aux array) requiring grad,
+    a mod raises NotImplementedError."""
     pkg = _pkg()
+    call = _mods.mod_call(mod, mod_aux, "attention_varlen")
+    if call is not None and (pkg._needs_grad(q, k, v, sinks) or _mods.needs_grad(call)):
+        raise NotImplementedError("attention_varlen(mod=...): the backward of custom mods is not there yet (forward "
+                                  "only), and an input requires grad; call it under torch.no_grad() or on detached "
+                                  "tensors")
     mods = dict(sinks=sinks, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
                 causal_top_left=causal_top_left)
     if pkg._needs_grad(q, k, v, sinks):
@@ -162,7 +178,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                                         bool(causal), softmax_scale, bool(deterministic), stream, sinks, rest)
         return (o, l) if return_lse else o
     return _run(pkg, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, None, max_seqlen_q, max_seqlen_k, causal,
-                softmax_scale, return_lse, out, lse, stream, num_splits, split_size, mods)
+                softmax_scale, return_lse, out, lse, stream, num_splits, split_size, dict(mods, mod=call))
 
 
 def attention_varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -254,7 +270,8 @@ def _varlen_function():
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=None, causal=False,
                            softmax_scale=None, return_lse=False, out=None, lse=None, stream=None, cu_seqlens_q=None,
                            max_seqlen_q=None, max_seqlen_k=None, num_splits=0, split_size=0, sinks=None,
-                           window_size=None, softcap=0.0, alibi_slopes=None, causal_top_left=False):
+                           window_size=None, softcap=0.0, alibi_slopes=None, causal_top_left=False, mod=None,
+                           mod_aux=None):
     """Attention of new queries over a KV cache (FlashAttention's flash_attn_with_kvcache), for decode
     and for prefill against a cache. q [batch, seqlen_q, heads_q, head_dim] (or packed [total_q, heads_q,
     head_dim] with cu_seqlens_q and max_seqlen_q); k_cache, v_cache [batch, capacity, heads_kv, head_dim], or
@@ -263,8 +280,11 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
     keys in use. Query heads of one KV head are packed into one tile's rows, and keys are split over CTAs
     when the batch does not fill the GPU (num_splits 0: chosen; split_size: fixed boundaries). Returns out
     like q, and with return_lse the fp32 LSE ([batch, heads_q, seqlen_q], or [heads_q, total_q] packed). sinks,
-    window_size, softcap, alibi_slopes and causal_top_left: as attention_varlen takes them."""
+    window_size, softcap, alibi_slopes, causal_top_left, mod and mod_aux: as attention_varlen takes them (a mod's q
+    counts this call's queries from 0: a decode's one query is q = 0, its position in the cache cache_seqlens - 1,
+    which the mod can read from an aux array indexed by b)."""
     pkg = _pkg()
+    call = _mods.mod_call(mod, mod_aux, "attention_with_kvcache")
     if block_table is not None and cache_seqlens is None:
         raise TypeError("a paged cache (block_table) needs cache_seqlens")
     if q.dim() == 3 and max_seqlen_q is None:
@@ -272,22 +292,23 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
     return _run(pkg, q, k_cache, v_cache, cu_seqlens_q, None, cache_seqlens, block_table, max_seqlen_q, max_seqlen_k,
                 causal, softmax_scale, return_lse, out, lse, stream, num_splits, split_size,
                 dict(sinks=sinks, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
-                     causal_top_left=causal_top_left))
+                     causal_top_left=causal_top_left, mod=call))
 
 
 def explain_varlen(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, block_table=None,
                    max_seqlen_q=None, max_seqlen_k=None, causal=False, num_splits=0, split_size=0, sinks=None,
-                   window_size=None, softcap=0.0, alibi_slopes=None, causal_top_left=False):
+                   window_size=None, softcap=0.0, alibi_slopes=None, causal_top_left=False, mod=None, mod_aux=None):
     """Which kernel attention_varlen / attention_with_kvcache would run for these arguments and why (variant,
-    packing, splits, workspace, where its code comes from), as text; the model variants as those calls take
-    them."""
+    packing, splits, workspace, where its code comes from), as text; the model variants and a mod as those calls
+    take them (mod_aux may be left out: the plan does not depend on the arrays, so their declarations stand in)."""
     pkg = _pkg()
+    call = _mods.mod_call(mod, mod_aux, "explain_varlen", describe=True)
     torch = pkg._torch()
     out = _out_like(torch, q, v)
-    a, views = _varlen_args(pkg, q, k, v, out, None, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
-                            max_seqlen_k, causal, None, num_splits, split_size, None,
-                            dict(sinks=sinks, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
-                                 causal_top_left=causal_top_left))
+    a, views, _ = _varlen_args(pkg, q, k, v, out, None, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
+                               max_seqlen_q, max_seqlen_k, causal, None, num_splits, split_size, None,
+                               dict(sinks=sinks, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                                    causal_top_left=causal_top_left, mod=call))
     a.workspace = 256  # explain the plan of a call that gives a workspace
     ctx = pkg._context(pkg._device_for([("q", views[0])], False, pkg._default_device()))
     buf = ctypes.create_string_buffer(4096)
