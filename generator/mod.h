@@ -8,8 +8,9 @@
  *   score_mod = function(s, b, h, q, kv) return s + fg.load(slopes, h) * (kv - q) end   -- optional
  *   mask_mod = function(b, h, q, kv) return fg.eq(fg.load(doc, q), fg.load(doc, kv)) end -- optional
  * and at least one of score_mod and mask_mod. The arguments: s the logit (the score q.k times the softmax
- * scale, float), b the batch (the sequence of a packed call), h the query head, q and kv the query's and the
- * key's positions in their sequence (int, from 0). An aux entry is a device array the call passes, named
+ * scale, float), b the batch (the sequence of a packed call), h the query head, kv the key's position in its
+ * sequence (int, from 0) and q the query's position among those keys, bottom-right aligned as the causal mask
+ * (query i of sq is at i + sk - sq; i itself when sq = sk). An aux entry is a device array the call passes, named
  * for the functions (as a global), of dtype f32 or i32 and rank 1 or 2 (its extents come with the call).
  *
  * The vocabulary (anything else is refused with file:line, and nothing of the text reaches the compiler

@@ -1,7 +1,8 @@
 /* mod_emit.c: a custom mod's tree as CUDA (mod.h's mod_emit). Each function gets the nodes its result depends
  * on, one const local each (v<i>), and for the nodes that can go bad (an out-of-range load or an int division
  * by zero below them) a bool x<i> that follows mod.c's rule: a node is bad when an operand is, a where only
- * through its chosen branch. Ints wrap (unsigned arithmetic), floats are fp32. The aux arrays arrive as
+ * through its chosen branch. Ints wrap (unsigned arithmetic), floats are fp32; exp and log are the special-function
+ * unit's (their libm forms' slow paths cost registers the kernels' tiles do not have). The aux arrays arrive as
  * struct fg_mod_aux (templates/common/fg_params.h): pointers and extents, in the mod's aux order. Nothing of the
  * user's text appears in the output: the tree holds operators, numbers and indices, and aux names go only into
  * a comment after mod_check has held them to [A-Za-z_][A-Za-z0-9_]*. */
@@ -78,8 +79,8 @@ static void value(emit_buf *e, const fg_mod *m, int i) {
     case MOD_MIN: f ? put(e, "fminf(v%d, v%d)", a, b) : put(e, "min(v%d, v%d)", a, b); return;
     case MOD_MAX: f ? put(e, "fmaxf(v%d, v%d)", a, b) : put(e, "max(v%d, v%d)", a, b); return;
     case MOD_ABS: f ? put(e, "fabsf(v%d)", a) : put(e, "v%d < 0 ? (int)(0u - (unsigned)v%d) : v%d", a, a, a); return;
-    case MOD_EXP: put(e, "expf(v%d)", a); return;
-    case MOD_LOG: put(e, "logf(v%d)", a); return;
+    case MOD_EXP: put(e, "__expf(v%d)", a); return; /* ex2.approx: 2 ulp and a rounding of x log2(e), no slow path */
+    case MOD_LOG: put(e, "__logf(v%d)", a); return; /* lg2.approx: about 2^-21 relative */
     case MOD_TANH: put(e, "tanhf(v%d)", a); return;
     case MOD_SQRT: put(e, "sqrtf(v%d)", a); return;
     case MOD_FLOAT: put(e, "(float)v%d", a); return;

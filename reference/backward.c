@@ -224,11 +224,11 @@ static int bwd_logit(const bwd_job *j, int64_t bi, int64_t i, int64_t t, int64_t
     const int b = (int)bi + f->mod_batch0;
     if (f->mod_score_grad) { /* a custom mod's score and its derivative (ref_attention_bwd requires both) */
         double d = 1.0;
-        x = f->mod_score_grad(f->mod_user, x, b, (int)h, (int)i, (int)t, &d);
+        x = f->mod_score_grad(f->mod_user, x, b, (int)h, (int)diag, (int)t, &d);
         g *= d;
     }
     if (f->mod_mask) {
-        const int keep = f->mod_mask(f->mod_user, b, (int)h, (int)i, (int)t);
+        const int keep = f->mod_mask(f->mod_user, b, (int)h, (int)diag, (int)t);
         if (keep == 0) return 0;
         if (keep < 0) x = NAN;
     }

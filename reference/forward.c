@@ -141,9 +141,9 @@ static double forward_row(const fwd_job *j, scratch *s, int64_t bi, int64_t i, i
         if (slope != 0)
             sc[t] -= slope * fabs((double)(diag - (lo + t)));
         if (j->p->mod_score)
-            sc[t] = j->p->mod_score(j->p->mod_user, sc[t], (int)bi + j->p->mod_batch0, (int)h, (int)i, (int)(lo + t));
+            sc[t] = j->p->mod_score(j->p->mod_user, sc[t], (int)bi + j->p->mod_batch0, (int)h, (int)diag, (int)(lo + t));
         if (j->p->mod_mask) {
-            const int keep = j->p->mod_mask(j->p->mod_user, (int)bi + j->p->mod_batch0, (int)h, (int)i, (int)(lo + t));
+            const int keep = j->p->mod_mask(j->p->mod_user, (int)bi + j->p->mod_batch0, (int)h, (int)diag, (int)(lo + t));
             if (keep <= 0) sc[t] = keep == 0 ? -INFINITY : NAN;
         }
         if (sc[t] != sc[t]) m_nan = 1;

@@ -102,8 +102,9 @@ typedef struct ref_problem {
     fg_tensor alibi_slopes;
     fg_tensor sinks;
     /* A custom mod (generator/mod.h; the tests pass its fp64 evaluation): score, when set, replaces logit_ij
-     * (after the softcap and ALiBi) by score(user, logit_ij, b, h, i, j); mask, when set, hides key j from
-     * query i where it gives 0 (the logit -inf) and makes the logit NaN where it gives -1 (an out-of-range
+     * (after the softcap and ALiBi) by score(user, logit_ij, b, h, d, j) with d = i + sk - sq, query i's position
+     * among the keys (bottom-right aligned, as causal); mask, when set, hides key j from query i where it gives
+     * 0 (the logit -inf) and makes the logit NaN where it gives -1 (an out-of-range
      * load). b is the batch index plus mod_batch0 (a test that checks one sequence of a packed call at a time
      * passes that sequence's index). A row whose every key the mask hides gets O = 0 and LSE = -inf (the sink
      * with sinks). The backward reference takes score's derivative from mod_score_grad (required with

@@ -412,22 +412,24 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
         }
 #if FG_USER_SCORE || FG_USER_MASK
         // A custom mod (generator/mod.h) on every score of the block, in logit units: score_mod's value, then
-        // mask_mod's 0, -inf or NaN added. Before the built-in masks below, which overwrite the keys past sk or a
+        // mask_mod's 0, -inf or NaN added. Its q is the row's position among the keys, tok + sk - sq (bottom-right
+        // aligned, as the causal mask). Before the built-in masks below, which overwrite the keys past sk or a
         // row's diagonal (where a mod may read past its arrays and mark the score NaN).
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int idx = min(m0 + wm * 16 + g + h * 8, rows - 1), tok = idx / grp, head = kvh * grp + idx - tok * grp;
+            const int qpos = tok + sk - sq, key0 = j * FG_BLOCK_N + key_w + 2 * t;
 #pragma unroll
             for (int nt = 0; nt < FG_NT; nt++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    const int key = j * FG_BLOCK_N + key_w + 2 * t + 8 * nt + e;
+                    const int key = key0 + 8 * nt + e;
                     float x = s[0][nt][2 * h + e];
 #if FG_USER_SCORE
-                    x = fg_user_score(x * p.softmax_scale, b, head, tok, key, p.mod_aux) * mod_inv_scale;
+                    x = fg_user_score(x * p.softmax_scale, b, head, qpos, key, p.mod_aux) * mod_inv_scale;
 #endif
 #if FG_USER_MASK
-                    x += fg_user_mask(b, head, tok, key, p.mod_aux);
+                    x += fg_user_mask(b, head, qpos, key, p.mod_aux);
 #endif
                     s[0][nt][2 * h + e] = x;
                 }

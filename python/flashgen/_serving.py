@@ -281,8 +281,7 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
     when the batch does not fill the GPU (num_splits 0: chosen; split_size: fixed boundaries). Returns out
     like q, and with return_lse the fp32 LSE ([batch, heads_q, seqlen_q], or [heads_q, total_q] packed). sinks,
     window_size, softcap, alibi_slopes, causal_top_left, mod and mod_aux: as attention_varlen takes them (a mod's q
-    counts this call's queries from 0: a decode's one query is q = 0, its position in the cache cache_seqlens - 1,
-    which the mod can read from an aux array indexed by b)."""
+    is the query's position among the keys, bottom-right aligned: a decode's one query is at cache_seqlens - 1)."""
     pkg = _pkg()
     call = _mods.mod_call(mod, mod_aux, "attention_with_kvcache")
     if block_table is not None and cache_seqlens is None:

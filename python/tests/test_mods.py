@@ -242,15 +242,15 @@ def offsets(lens):
 
 def reference32(q, k, v, b, causal, score=None, mask=None):
     """O [sq, hq, dv] and LSE [hq, sq] of sequence b in float32: logits q.k / sqrt(d), score(s, b, h, i, j) on them
-    (i, j positions from 0), keys where mask(b, h, i, j) is false hidden, causal bottom-right; a row left with no key
-    gets O = 0 and LSE = -inf. GQA by repetition."""
+    (i = row + sk - sq, the query's position among the keys, as a mod's q; j from 0), keys where mask(b, h, i, j) is
+    false hidden, causal bottom-right (j <= i); a row left with no key gets O = 0 and LSE = -inf. GQA by repetition."""
     sq, hq, d = q.shape
     sk, hkv = k.shape[0], k.shape[1]
     kk = k.float().repeat_interleave(hq // hkv, dim=1)
     vv = v.float().repeat_interleave(hq // hkv, dim=1)
     s = torch.einsum("qhd,khd->hqk", q.float(), kk) / d ** 0.5
     h = torch.arange(hq, device=q.device)[:, None, None]
-    i = torch.arange(sq, device=q.device)[None, :, None]
+    i = torch.arange(sq, device=q.device)[None, :, None] + (sk - sq)
     j = torch.arange(sk, device=q.device)[None, None, :]
     if score is not None:
         s = score(s, b, h, i, j)
@@ -258,7 +258,7 @@ def reference32(q, k, v, b, causal, score=None, mask=None):
     if mask is not None:
         keep = keep & mask(b, h, i, j)
     if causal:
-        keep = keep & (j <= i + sk - sq)
+        keep = keep & (j <= i)
     s = s.masked_fill(~keep, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
@@ -342,10 +342,10 @@ class ModGpuTest(unittest.TestCase):
         self.assertIn("mod=" + m.id, text)
 
     def test_decode_over_a_cache(self):
-        """A decode's query is q = 0 of its call: its position in the cache comes from an aux array by b."""
-        m = flashgen.Mod("aux = { slope = fg.aux('f32', 1), pos = fg.aux('i32', 1) }\n"
+        """A decode's query is at q = its sequence's keys - 1 (a mod's q counts among the keys, bottom-right aligned)."""
+        m = flashgen.Mod("aux = { slope = fg.aux('f32', 1) }\n"
                          "score_mod = function(s, b, h, q, kv)\n"
-                         "  return s - fg.load(slope, h) * fg.abs(fg.load(pos, b) + q - kv)\n"
+                         "  return s - fg.load(slope, h) * fg.abs(q - kv)\n"
                          "end\n", name="decode.lua")
         torch.manual_seed(4)
         lens = torch.tensor([300, 1, 77], dtype=torch.int32, device="cuda")
@@ -354,11 +354,11 @@ class ModGpuTest(unittest.TestCase):
         v = torch.randn_like(k)
         slope = torch.tensor([0.5 ** (h + 1) for h in range(8)], device="cuda")
         o = flashgen.attention_with_kvcache(q, k, v, cache_seqlens=lens, causal=True, num_splits=3, mod=m,
-                                            mod_aux={"slope": slope, "pos": (lens - 1).contiguous()})
+                                            mod_aux={"slope": slope})
         for b in range(3):
-            n, p = lens[b].item(), lens[b].item() - 1
+            n = lens[b].item()
             ro, _ = reference32(q[b], k[b, :n], v[b, :n], b, True,
-                                score=lambda s, bb, h, i, j: s - slope[h] * (p + i - j).abs())
+                                score=lambda s, bb, h, i, j: s - slope[h] * (i - j).abs())
             close(self, o[b], ro, "decode with a score mod, sequence %d" % b)
         ob = flashgen.attention_with_kvcache(q, k, v, cache_seqlens=lens, causal=True, alibi_slopes=slope)
         close(self, o, ob.float(), "decode score mod against alibi_slopes")
