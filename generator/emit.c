@@ -171,8 +171,23 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
     }
     if (spec->mod[0]) { /* a custom mod (generator/mod.h): its functions, before the kernel that calls them */
         const fg_mod *m = mod_lookup(spec->mod);
-        char *code = fg_malloc(MOD_EMIT_MAX);
-        const int n = m && code ? mod_emit(m, code, MOD_EMIT_MAX) : -1;
+        char *code = fg_malloc(2 * MOD_EMIT_MAX);
+        fg_mod *g = bwd && m ? fg_malloc(sizeof *g) : NULL; /* the backward's: the tree with score_mod's derivative */
+        int n = m && code && (!bwd || g) ? 0 : -1, grad = -1;
+        if (n == 0 && bwd) {
+            fg_error gerr;
+            if (m->score >= 0 && mod_grad(m, g, &grad, &gerr) != FG_OK) {
+                free(g), free(code), free(b.data);
+                return fg_fail(err, gerr.status, "custom mod %s: %s", spec->mod, gerr.msg);
+            }
+            if (m->score < 0) *g = *m;
+        }
+        if (n == 0) n = mod_emit(bwd ? g : m, code, MOD_EMIT_MAX);
+        if (n >= 0 && grad >= 0) {
+            const int n2 = mod_emit_grad(g, grad, code + n, 2 * MOD_EMIT_MAX - (size_t)n);
+            n = n2 < 0 ? -1 : n + n2;
+        }
+        free(g);
         if (n < 0) {
             free(code);
             free(b.data);

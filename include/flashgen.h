@@ -375,6 +375,8 @@ typedef struct fg_varlen_bwd_args {
     float softcap;             /* > 0: the logit softcap; its derivative joins dS */
     const float *alibi_slopes; /* device, fp32 [heads_q], or NULL */
     int causal_top_left;       /* with causal: the mask aligned top-left (as a window: not deterministic) */
+    const struct fg_mod *mod;  /* the forward's custom mod, or NULL: score_mod's derivative joins dS */
+    fg_tensor mod_aux[FG_MOD_AUX_MAX]; /* its aux arrays, as fg_varlen_args.mod_aux (not differentiated) */
 } fg_varlen_bwd_args;
 
 /* Zeroes *a and sets struct_size. */

@@ -163,6 +163,7 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args
         p.cu_seqlens_q = vl->cu_q, p.cu_seqlens_k = vl->cu_k, p.total_q = vl->total_q, p.total_k = vl->total_k;
         p.window_left = vl->window_left, p.window_right = vl->window_right, p.causal_top_left = vl->causal_top_left;
         p.softcap = vl->softcap, p.alibi_slopes = vl->alibi_slopes, p.sinks = vl->sinks, p.dsink = vl->dsink;
+        p.mod_aux = vl->mod_aux;
     }
 
     /* The second argument of the sm_90a main kernel and of the mma.sync one's tma=1 variants: the tensor

@@ -38,8 +38,8 @@ static fg_status layout(const fg_varlen_bwd_args *a, const bwd_varlen_call *c, b
     return FG_OK;
 }
 
-/* The model variants' rules (the forward's, serving_check_variants), those of the deterministic mode, and dsink
- * given with sinks. */
+/* The model variants' rules (the forward's, serving_check_variants), those of the deterministic mode, dsink
+ * given with sinks, and a custom mod's aux arrays (rt_check_mod). */
 static fg_status check_variants(const fg_varlen_bwd_args *a, int need_data, bwd_varlen_call *c, fg_error *err) {
     const variant_args va = VARIANT_ARGS_OF(a);
     fg_status st = serving_check_variants(&va, c->max_q, c->max_k, need_data, &c->var, err);
@@ -57,7 +57,7 @@ static fg_status check_variants(const fg_varlen_bwd_args *a, int need_data, bwd_
     if (need_data && (uintptr_t)a->dsink % 4 != 0)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "dsink (%p) is not 4-byte aligned; it must be fp32 [heads_q] in "
                        "device memory", (void *)a->dsink);
-    return FG_OK;
+    return rt_check_mod(a->mod, a->mod_aux, need_data, err);
 }
 
 /* The rules of a call (need_data: a launch follows), then the workspace's layout into *L. V's head dim is v's
@@ -194,6 +194,7 @@ fg_status fg_attention_bwd_varlen(fg_context *ctx, const fg_varlen_bwd_args *arg
     if (select_bwd_spec(ctx, &sel, &s, NULL, &err) != FG_OK) return rt_set_error(ctx, &err);
     s.varlen = 1;
     spec_take_variants(&s, &c.var);
+    if (a.mod) snprintf(s.mod, sizeof s.mod, "%s", fg_mod_id(a.mod));
     bwd_varlen vl;
     memset(&vl, 0, sizeof vl);
     vl.q_map = c.view.q, vl.k_map = c.view.k, vl.v_map = c.view.v, vl.do_map = c.view.dout;
@@ -201,6 +202,7 @@ fg_status fg_attention_bwd_varlen(fg_context *ctx, const fg_varlen_bwd_args *arg
     vl.total_q = (int)c.total_q, vl.total_k = (int)c.total_k;
     vl.window_left = c.var.window_left, vl.window_right = c.var.window_right, vl.causal_top_left = a.causal_top_left;
     vl.softcap = a.softcap, vl.alibi_slopes = a.alibi_slopes, vl.sinks = a.sinks, vl.dsink = a.dsink;
+    rt_mod_aux(a.mod, a.mod_aux, &vl.mod_aux);
     if (rt_bwd_launch_varlen(ctx, &s, &kern, &L, &vl, stream, &err) != FG_OK) return rt_set_error(ctx, &err);
     return FG_OK;
 }

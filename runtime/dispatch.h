@@ -173,6 +173,7 @@ typedef struct bwd_varlen {
     float softcap;
     const float *alibi_slopes, *sinks;
     float *dsink;
+    fg_mod_aux mod_aux; /* a custom mod's arrays */
 } bwd_varlen;
 /* Launches variant s (varlen=1) of a checked call: a holds the grids' shapes (batch, the longest lengths) and
  * the kernel's strides (batch strides 0), L the workspace (backward_varlen.c's layout). */
@@ -238,11 +239,10 @@ fg_status serving_check_view(const fg_tensor *t, const char *name, int ndim, con
 /* Copies the caller's arguments into *out after checking struct_size (a struct from a newer header may be
  * longer; one from an older or uninitialized caller is refused with a sentence). */
 fg_status serving_args_copy(const fg_varlen_args *a, fg_varlen_args *out, fg_error *err);
-/* mods.c: a call's custom mod: its aux arrays against its declarations (need_data: the pointers too), the
- * kernels' fg_mod_aux of them, and its id ("" without a mod). */
-fg_status serving_check_mod(const fg_varlen_args *a, int need_data, fg_error *err);
-void serving_mod_aux(const fg_varlen_args *a, fg_mod_aux *out);
-const char *serving_mod_id(const fg_varlen_args *a);
+/* mods.c: a call's custom mod (NULL: none) and its aux arrays (FG_MOD_AUX_MAX entries): the arrays against the mod's
+ * declarations (need_data: the pointers too), and the kernels' fg_mod_aux of them. */
+fg_status rt_check_mod(const fg_mod *m, const fg_tensor *aux, int need_data, fg_error *err);
+void rt_mod_aux(const fg_mod *m, const fg_tensor *aux, fg_mod_aux *out);
 /* Checks a serving call's host-visible arguments (need_data: a launch follows, so pointers must be set and
  * aligned and outputs disjoint from inputs) and describes it in *c. */
 fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c, fg_error *err);

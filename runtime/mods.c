@@ -1,5 +1,5 @@
-/* mods.c: the public side of custom score and mask mods (flashgen.h: fg_mod_create and friends) and the serving
- * call's checks of a mod and its aux arrays. A public fg_mod is the traced tree itself (generator/mod.h),
+/* mods.c: the public side of custom score and mask mods (flashgen.h: fg_mod_create and friends) and a call's
+ * checks of a mod and its aux arrays (the serving forward's and the packed backward's). A public fg_mod is the traced tree itself (generator/mod.h),
  * registered under its id when created so that the emitter can find it by the id a variant's name carries. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -54,11 +54,10 @@ fg_status fg_mod_aux_info(const fg_mod *mod, int i, const char **name, fg_dtype 
     return FG_OK;
 }
 
-fg_status serving_check_mod(const fg_varlen_args *a, int need_data, fg_error *err) {
-    const fg_mod *m = a->mod;
+fg_status rt_check_mod(const fg_mod *m, const fg_tensor *aux, int need_data, fg_error *err) {
     const int n = m ? m->n_aux : 0;
     for (int i = 0; i < FG_MOD_AUX_MAX; i++) {
-        const fg_tensor *t = &a->mod_aux[i];
+        const fg_tensor *t = &aux[i];
         if (i >= n) {
             if (t->data || t->ndim)
                 return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mod_aux[%d] is set, but %s; leave it unset", i,
@@ -85,14 +84,12 @@ fg_status serving_check_mod(const fg_varlen_args *a, int need_data, fg_error *er
     return FG_OK;
 }
 
-void serving_mod_aux(const fg_varlen_args *a, fg_mod_aux *out) {
+void rt_mod_aux(const fg_mod *m, const fg_tensor *aux, fg_mod_aux *out) {
     memset(out, 0, sizeof *out);
-    const int n = a->mod ? a->mod->n_aux : 0;
+    const int n = m ? m->n_aux : 0;
     for (int i = 0; i < n; i++) {
-        out->ptr[i] = a->mod_aux[i].data;
-        out->extent[i][0] = (int)a->mod_aux[i].shape[0];
-        out->extent[i][1] = a->mod_aux[i].ndim == 2 ? (int)a->mod_aux[i].shape[1] : 1;
+        out->ptr[i] = aux[i].data;
+        out->extent[i][0] = (int)aux[i].shape[0];
+        out->extent[i][1] = aux[i].ndim == 2 ? (int)aux[i].shape[1] : 1;
     }
 }
-
-const char *serving_mod_id(const fg_varlen_args *a) { return a->mod ? fg_mod_id(a->mod) : ""; }

@@ -231,7 +231,7 @@ static void serve_params(const fg_varlen_args *a, const serving_call *c, const s
     p->softcap = a->softcap;
     p->alibi_slopes = a->alibi_slopes;
     p->causal_top_left = c->var.causal_top_left;
-    serving_mod_aux(a, &p->mod_aux);
+    rt_mod_aux(a->mod, a->mod_aux, &p->mod_aux);
 }
 
 /* The merge of a split call's partials into O and LSE (merge.cuh), sequence by sequence. */

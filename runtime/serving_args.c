@@ -213,8 +213,8 @@ fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c,
     c->causal = a->causal;
     const variant_args va = VARIANT_ARGS_OF(a);
     if ((st = serving_check_variants(&va, c->seqlen_q, c->seqlen_k, need_data, &c->var, err)) != FG_OK) return st;
-    if ((st = serving_check_mod(a, need_data, err)) != FG_OK) return st;
-    snprintf(c->mod_id, sizeof c->mod_id, "%s", serving_mod_id(a));
+    if ((st = rt_check_mod(a->mod, a->mod_aux, need_data, err)) != FG_OK) return st;
+    snprintf(c->mod_id, sizeof c->mod_id, "%s", a->mod ? fg_mod_id(a->mod) : "");
     if (need_data) {
         const fg_tensor *in[3] = {&a->q, &a->k, &a->v};
         static const char *const names[3] = {"q", "k", "v"};

@@ -302,15 +302,21 @@ __device__ __forceinline__ void fg_bwd_query_blocks(int n0, int sq, int sk, int 
 // ---- the model variants (varlen=1 backward variants with window, sinks, softcap, alibi; score_mods.cuh) ----
 // A CTA's constants of them: the transforms of its query head, and the window. Without model variants it
 // holds nothing the kernel reads; the kernel compiles it in only under FG_MODS.
+// A custom mod (FG_USER_MODS) takes the CTA's query head and the launch's aux arrays (the __grid_constant__
+// parameter's, where p is a varlen call's copy of it); its sequence is blockIdx.z. (Holding the sequence and the
+// scale here too spilled the sm_90a d 128 causal kernel 16 bytes.)
 struct fg_bwd_variant {
     fg_score_mods m;
     int left, right, top_left;
+    int head;
+    const fg_mod_aux *aux;
 };
-__device__ __forceinline__ fg_bwd_variant fg_bwd_variant_make(const fg_bwd_params &p, int head) {
+__device__ __forceinline__ fg_bwd_variant fg_bwd_variant_make(const fg_bwd_params &p, const fg_mod_aux *aux, int head) {
     fg_bwd_variant v;
     if constexpr (FG_SCORE_MODS) v.m = fg_mods_make(p.softcap, p.alibi_slopes, head, p.softmax_scale);
     v.left = FG_WINDOW ? p.window_left : -1, v.right = FG_WINDOW ? p.window_right : -1;
     v.top_left = FG_WINDOW ? p.causal_top_left : 0;
+    if constexpr (FG_USER_MODS) v.head = head, v.aux = aux;
     return v;
 }
 
@@ -429,9 +435,24 @@ __device__ __forceinline__ void fg_bwd_p_ds(float (&s)[4], float (&dp)[4], int h
             grad = fmaf(-t, t, 1.f);
         }
         if constexpr (FG_ALIBI) x = fmaf(-v.m.slope, fabsf((float)(qrow + sk - sq - key)), x);
+#if FG_USER_MODS
+        // A custom mod on the logit (scale s: scale_log2 ln 2 s), P from the logit, score_mod's derivative in dS.
+        x *= scale_log2 * 0.69314718055994531f;
+#if FG_USER_SCORE
+        float dmod;
+        x = fg_user_score_grad(x, (int)blockIdx.z, v.head, qrow + sk - sq, key, *v.aux, dmod);
+        grad *= dmod;
+#endif
+#if FG_USER_MASK
+        x += fg_user_mask((int)blockIdx.z, v.head, qrow + sk - sq, key, *v.aux); // 0, -inf or NaN
+#endif
+        constexpr float p_scale = 1.4426950408889634f; // the logit's exponent base 2
+#else
+        const float p_scale = scale_log2;
+#endif
         bool masked = false;
         if constexpr (MASK) masked = fg_masked(sp, key, qrow, e);
-        const float pv = masked ? 0.f : fg_exp2(fmaf(x, scale_log2, -(e ? lse2.y : lse2.x)));
+        const float pv = masked ? 0.f : fg_exp2(fmaf(x, p_scale, -(e ? lse2.y : lse2.x)));
         s[2 * h + e] = pv;
         dp[2 * h + e] = pv * (dp[2 * h + e] - (e ? dsum.y : dsum.x)) * grad;
     }

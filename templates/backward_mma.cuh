@@ -146,8 +146,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
 
     // The model variants' constants (fg_bwd_variant) and the overloads that take them, only where compiled in:
     // passing even an unused one moved ptxas's allocation (d 64 tma=1 varlen: 4 bytes of spills).
-#if FG_MODS
-    const fg_bwd_variant v = fg_bwd_variant_make(p, head);
+#if FG_BWD_MODS
+    const fg_bwd_variant v = fg_bwd_variant_make(p, &launch.mod_aux, head);
 #define FG_BWD_V , v
 #define FG_BWD_VS , v, spans
 #else
@@ -340,7 +340,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
                 for (int nt = 0; nt < FG_P1_PART_N8; nt++) {
                     const int col = q0 + 8 * nt + 2 * tl;
                     const float2 l2 = *(const float2 *)(lse2 + col), dd = *(const float2 *)(dsum + col);
-#if FG_MODS
+#if FG_BWD_MODS
                     fg_bwd_spans spans;
                     if constexpr (decltype(mask)::value) spans = fg_bwd_spans_of(m0 + col, sk, sq, v);
 #endif

@@ -76,8 +76,9 @@ constexpr bool FG_BW_KD_BASE = FG_BW_DQ_LAG || FG_BW_DQ_T; // the K/V descriptor
 // S^T and dP^T as two wgmma groups, P^T computed while dP^T runs: at head_dim 64 1.5-3% faster than one
 // group. At 128 one group where there is no lag: the split cost 1-4% there,
 // and 1.5% won with the lag.
-// The softcap takes the one-group path, where fg_bwd_p_ds applies its derivative to dS^T.
-constexpr bool FG_BW_SPLIT_SDP = (FG_HEAD_DIM == 64 || FG_BW_DQ_LAG) && !FG_SOFTCAP && !FG_WINDOW;
+// The softcap and a custom mod take the one-group path, where fg_bwd_p_ds applies their derivatives to dS^T; a
+// window takes it too (as measured: window 4k/32k d 128 0.91x FlashAttention-4 on the H100).
+constexpr bool FG_BW_SPLIT_SDP = (FG_HEAD_DIM == 64 || FG_BW_DQ_LAG) && !FG_SOFTCAP && !FG_WINDOW && !FG_USER_MODS;
 constexpr u32 FG_BW_DQ_BYTES = FG_DQ_GROUP_ROWS * FG_BW_DQ_N * 4; // one warpgroup's dQ staging, 64 (80) rows (fg_dq_index order)
 static_assert(FG_BLOCK_N == 128 && FG_WARPS == 8 &&
                   (FG_BW_DQ_T ? FG_BLOCK_M == 80 && FG_HEAD_DIM == 128 && !FG_CAUSAL
@@ -115,8 +116,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch, const __grid_co
     const i64 bh = (i64)batch * p.heads_q + head;
 
     // The model variants' constants and the overloads that take them (backward_common.cuh), where compiled in.
-#if FG_MODS
-    const fg_bwd_variant v = fg_bwd_variant_make(p, head);
+#if FG_BWD_MODS
+    const fg_bwd_variant v = fg_bwd_variant_make(p, &launch.mod_aux, head);
     // The mask in the key rows' form, CTA-wide constants (the query pairs' spans of fg_bwd_spans_of spilled 24
     // bytes at d 64 causal), and the query rows that need none.
     const fg_key_mask km{fg_key_rel_make(sq, sk, v), sk};
@@ -334,7 +335,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch, const __grid_co
                 for (int nt = 0; nt < FG_BW_QUERY_N8; nt++) {
                     const int col = 8 * nt + 2 * t;
                     const float2 l2 = *(const float2 *)(lse2 + col);
-#if FG_MODS
+#if FG_BWD_MODS
 #define FG_BWD_SPAN , v, km
 #else
 #define FG_BWD_SPAN

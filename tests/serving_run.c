@@ -279,15 +279,19 @@ static fg_tensor gather_pages(const serve_run *r, const dbuf *kv, int b) {
     return t;
 }
 
-/* A custom mod's evaluation for the reference (ref_problem's callbacks): the tree on the case's host arrays. */
-typedef struct serve_mod_user {
-    const fg_mod *mod;
-    mod_inputs in;
-} serve_mod_user;
+/* A custom mod's evaluation for the reference (ref_problem's callbacks): the tree on the case's host arrays, and
+ * score_mod's derivative from mod_grad's tree. */
 static double serve_mod_score(const void *user, double logit, int b, int h, int i, int j) {
     const serve_mod_user *u = user;
     mod_inputs in = u->in;
     in.s = logit, in.b = b, in.h = h, in.q = i, in.kv = j;
+    return mod_eval_score(u->mod, &in);
+}
+static double serve_mod_score_grad(const void *user, double logit, int b, int h, int i, int j, double *d) {
+    const serve_mod_user *u = user;
+    mod_inputs in = u->in;
+    in.s = logit, in.b = b, in.h = h, in.q = i, in.kv = j;
+    *d = mod_eval_node(&u->with_grad, u->grad, &in);
     return mod_eval_score(u->mod, &in);
 }
 static int serve_mod_mask(const void *user, int b, int h, int i, int j) {
@@ -295,6 +299,21 @@ static int serve_mod_mask(const void *user, int b, int h, int i, int j) {
     mod_inputs in = u->in;
     in.b = b, in.h = h, in.q = i, in.kv = j;
     return mod_eval_mask(u->mod, &in);
+}
+
+void serve_mod_hook(const serve_case *c, int b, serve_mod_user *mu, ref_problem *p) {
+    if (!c->mod) return;
+    memset(mu, 0, sizeof *mu);
+    mu->mod = c->mod;
+    for (int i = 0; i < fg_mod_aux_count(c->mod); i++)
+        mu->in.aux[i] = c->aux[i], mu->in.extent[i][0] = c->aux_shape[i][0], mu->in.extent[i][1] = c->aux_shape[i][1];
+    p->mod_user = mu, p->mod_batch0 = b;
+    if (c->mod->score >= 0) {
+        fg_error e;
+        cr_assert_eq(mod_grad(c->mod, &mu->with_grad, &mu->grad, &e), FG_OK, "%s", e.msg);
+        p->mod_score = serve_mod_score, p->mod_score_grad = serve_mod_score_grad;
+    }
+    if (c->mod->mask >= 0) p->mod_mask = serve_mod_mask;
 }
 
 void serve_verify(serve_run *r) {
@@ -325,16 +344,8 @@ void serve_verify(serve_run *r) {
         p.window = c->window, p.window_left = c->window_left, p.window_right = c->window_right;
         p.softcap = c->softcap;
         p.causal_top_left = c->causal_top_left;
-        serve_mod_user mu;
-        if (c->mod) { /* the tree's fp64 evaluation on the host copies, sequence b as batch b */
-            memset(&mu, 0, sizeof mu);
-            mu.mod = c->mod;
-            for (int i = 0; i < fg_mod_aux_count(c->mod); i++)
-                mu.in.aux[i] = c->aux[i], mu.in.extent[i][0] = c->aux_shape[i][0], mu.in.extent[i][1] = c->aux_shape[i][1];
-            p.mod_user = &mu, p.mod_batch0 = b;
-            if (c->mod->score >= 0) p.mod_score = serve_mod_score;
-            if (c->mod->mask >= 0) p.mod_mask = serve_mod_mask;
-        }
+        serve_mod_user mu; /* the tree's fp64 evaluation on the host copies, sequence b as batch b */
+        serve_mod_hook(c, b, &mu, &p);
         fg_tensor lse = {0};
         if (!c->no_lse) {
             lse.dtype = FG_DTYPE_F32;

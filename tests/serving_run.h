@@ -10,6 +10,8 @@
 #ifndef FG_TESTS_SERVING_RUN_H
 #define FG_TESTS_SERVING_RUN_H
 
+#include "generator/mod.h"
+#include "reference/reference.h"
 #include "tests/gpu_harness.h"
 
 enum { SERVE_K_PACKED = 0, SERVE_K_DENSE = 1, SERVE_K_PAGED = 2 };
@@ -76,6 +78,15 @@ void serve_verify(serve_run *r);
 void serve_free(gpu_env *env, serve_run *r);
 /* Open, set up, launch, verify, free, close. */
 void serve_case_run(const serve_case *c);
+/* The reference's callbacks of a case's custom mod (none without one) for sequence b: its fp64 evaluation on the
+ * case's host arrays, and score_mod's derivative (mod_grad) for the backward; mu holds their state. */
+typedef struct serve_mod_user {
+    const fg_mod *mod;
+    fg_mod with_grad; /* the tree with score_mod's derivative, node grad */
+    int grad;
+    mod_inputs in;
+} serve_mod_user;
+void serve_mod_hook(const serve_case *c, int b, serve_mod_user *mu, ref_problem *p);
 /* The 4-d view [1, rows, heads, d] of a packed 3-d tensor (a 4-d one as it is), for the reference's fills
  * and checks, which take [batch, seqlen, heads, head_dim]. */
 fg_tensor serve_view4(const fg_tensor *t);

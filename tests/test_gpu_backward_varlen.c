@@ -54,6 +54,8 @@ static void vbwd_setup(gpu_env *env, serve_run *r, vbwd_run *b, int deterministi
     a->window = c->window, a->window_left = c->window_left, a->window_right = c->window_right;
     a->causal_top_left = c->causal_top_left, a->softcap = c->softcap;
     a->alibi_slopes = (const float *)(uintptr_t)r->d_slopes, a->sinks = (const float *)(uintptr_t)r->d_sinks;
+    a->mod = r->args.mod; /* and its arrays, as the forward had them */
+    memcpy(a->mod_aux, r->args.mod_aux, sizeof a->mod_aux);
     if (c->sinks) {
         CK(env->cu->cuMemAlloc(&b->dsink, 256 * sizeof(float)));
         CK(env->cu->cuMemsetD8(b->dsink, 0xFF, 256 * sizeof(float))); /* NaN: the call must write it */
@@ -98,6 +100,8 @@ static void vbwd_verify(const serve_run *r, const vbwd_run *b) {
         if (c->alibi) p.fwd.alibi_slopes = (fg_tensor){(void *)r->slopes, FG_DTYPE_F32, 1, {c->hq, 0, 0, 0}, {1, 0, 0, 0}};
         p.fwd.window = c->window, p.fwd.window_left = c->window_left, p.fwd.window_right = c->window_right;
         p.fwd.softcap = c->softcap, p.fwd.causal_top_left = c->causal_top_left;
+        serve_mod_user mu;
+        serve_mod_hook(c, s, &mu, &p.fwd);
         p.o = serve_rows_of(&o4, 0, q0, lq, 2);
         p.d_o = serve_rows_of(&do4, 0, q0, lq, 2);
         p.lse.dtype = FG_DTYPE_F32, p.lse.ndim = 3;
@@ -257,6 +261,39 @@ Test(bwd_varlen, window_long_sequences) {
         c.alibi = v[i].alibi, c.softcap = v[i].softcap;
         c.seed = 900 + i;
         bwd_case_run(&c, 0, 0);
+    }
+}
+
+/* Custom mods' backward (score_mod's derivative from mod_grad in dS; mask_mod's hidden keys out of P): ALiBi and
+ * a relative-position table as score mods, a softcap as one (tanh's derivative), a document mask, on both families
+ * where the tensors allow the sm_90a kernel (d 64 and 128), over the mixed lengths. */
+Test(bwd_varlen, custom_mods) {
+    static float slopes[8], table[8][129];
+    static int32_t doc[9][400];
+    for (int h = 0; h < 8; h++) slopes[h] = 0.5f / (float)(1 << h);
+    for (int h = 0; h < 8; h++)
+        for (int r = 0; r < 129; r++) table[h][r] = 0.01f * (float)((h * 37 + r * 11) % 50) - 0.25f;
+    for (int b = 0; b < 9; b++)
+        for (int t = 0; t < 400; t++) doc[b][t] = t / (19 + b);
+    static const char *const texts[] = {
+        "aux = { slopes = fg.aux('f32', 1) }\n"
+        "score_mod = function(s, b, h, q, kv) return s - fg.load(slopes, h) * fg.abs(q - kv) end\n",
+        "aux = { bias = fg.aux('f32', 2) }\n"
+        "score_mod = function(s, b, h, q, kv) return s + fg.load(bias, h, fg.min(fg.max(kv - q, -64), 64) + 64) end\n",
+        "score_mod = function(s, b, h, q, kv) return 8.0 * fg.tanh(s / 8.0) end\n",
+        "aux = { doc = fg.aux('i32', 2) }\n"
+        "mask_mod = function(b, h, q, kv) return fg.eq(fg.load(doc, b, q), fg.load(doc, b, kv)) end\n",
+    };
+    for (size_t i = 0; i < NELEM(texts); i++) {
+        fg_mod *m = NULL;
+        cr_assert_eq(fg_mod_create(texts[i], strlen(texts[i]), "mod.lua", &m), FG_OK, "%s", fg_last_error(NULL));
+        serve_case c = bc(i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, 9, mixed, mixed, 8, 2, i % 2 ? 64 : 128, i != 1);
+        c.mod = m, c.seed = 980 + i;
+        if (i == 0) c.aux[0] = slopes, c.aux_shape[0][0] = 8;
+        if (i == 1) c.aux[0] = table, c.aux_shape[0][0] = 8, c.aux_shape[0][1] = 129;
+        if (i == 3) c.aux[0] = doc, c.aux_shape[0][0] = 9, c.aux_shape[0][1] = 400;
+        bwd_case_run(&c, 0, 0);
+        fg_mod_destroy(m);
     }
 }
 

@@ -178,6 +178,8 @@ class FgVarlenBwdArgs(ctypes.Structure):
         ("softcap", ctypes.c_float),
         ("alibi_slopes", ctypes.c_void_p),
         ("causal_top_left", ctypes.c_int),
+        ("mod", ctypes.c_void_p),           # the forward's custom mod, or NULL
+        ("mod_aux", FgTensor * FG_MOD_AUX_MAX),
     ]
 
 

@@ -112,6 +112,7 @@ typedef struct fg_bwd_params {
     const float *alibi_slopes;
     const float *sinks;
     float *dsink;
+    fg_mod_aux mod_aux;         /* mod=ID variants: the custom mod's aux arrays (generator/mod.h) */
 } fg_bwd_params;
 
 /* The backward of variable-length sequences places sequence b's workspace rows (per query head) at

@@ -26,6 +26,7 @@
 #ifndef FG_ALIBI
 #define FG_ALIBI 0
 #endif
+
 #ifndef FG_USER_SCORE // a custom mod's functions (generator/mod_emit.c defines these to 1 where it emits them)
 #define FG_USER_SCORE 0
 #endif
@@ -34,6 +35,8 @@
 #endif
 constexpr bool FG_SCORE_MODS = FG_SOFTCAP || FG_ALIBI; // a transform on every score, not only masked blocks
 #define FG_MODS (FG_WINDOW || FG_SINKS || FG_SOFTCAP || FG_ALIBI) // any model variant (for #if)
+#define FG_USER_MODS (FG_USER_SCORE || FG_USER_MASK)                // a custom mod (generator/mod.h)
+#define FG_BWD_MODS (FG_MODS || FG_USER_MODS) // the backward's transforms and masks of S (backward_common.cuh)
 
 // 1 / (1 + 2^e) for e <= 0 (NaN stays NaN), to about 1e-8 relative. The forward is bound by the FMA pipe and
 // the special-function unit together (the MUFU's 16 operations a clock an SM are two a score at full MMA rate,
