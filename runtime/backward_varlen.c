@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "runtime/call_args.h"
+#include "generator/mod.h"
 #include "runtime/dispatch.h"
 
 typedef struct bwd_varlen_call {
@@ -194,7 +195,7 @@ fg_status fg_attention_bwd_varlen(fg_context *ctx, const fg_varlen_bwd_args *arg
     if (select_bwd_spec(ctx, &sel, &s, NULL, &err) != FG_OK) return rt_set_error(ctx, &err);
     s.varlen = 1;
     spec_take_variants(&s, &c.var);
-    if (a.mod) snprintf(s.mod, sizeof s.mod, "%s", fg_mod_id(a.mod));
+    if (a.mod) mod_id(a.mod, s.mod);
     bwd_varlen vl;
     memset(&vl, 0, sizeof vl);
     vl.q_map = c.view.q, vl.k_map = c.view.k, vl.v_map = c.view.v, vl.do_map = c.view.dout;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/call_args.h"
+#include "generator/mod.h"
 #include "runtime/dispatch.h"
 #include "core/alloc.h"
 
@@ -214,7 +215,7 @@ fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c,
     const variant_args va = VARIANT_ARGS_OF(a);
     if ((st = serving_check_variants(&va, c->seqlen_q, c->seqlen_k, need_data, &c->var, err)) != FG_OK) return st;
     if ((st = rt_check_mod(a->mod, a->mod_aux, need_data, err)) != FG_OK) return st;
-    snprintf(c->mod_id, sizeof c->mod_id, "%s", a->mod ? fg_mod_id(a->mod) : "");
+    if (a->mod) mod_id(a->mod, c->mod_id);
     if (need_data) {
         const fg_tensor *in[3] = {&a->q, &a->k, &a->v};
         static const char *const names[3] = {"q", "k", "v"};
@@ -361,4 +362,46 @@ fg_status serving_check_device_inputs(fg_context *ctx, const fg_varlen_args *a, 
     free(uk);
     free(tb);
     return st;
+}
+
+/* ---- a call's custom mod (fg_varlen_args, fg_varlen_bwd_args) ---- */
+
+fg_status rt_check_mod(const fg_mod *m, const fg_tensor *aux, int need_data, fg_error *err) {
+    const int n = m ? m->n_aux : 0;
+    for (int i = 0; i < FG_MOD_AUX_MAX; i++) {
+        const fg_tensor *t = &aux[i];
+        if (i >= n) {
+            if (t->data || t->ndim)
+                return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mod_aux[%d] is set, but %s; leave it unset", i,
+                               m ? "the mod declares fewer aux arrays" : "the call has no mod");
+            continue;
+        }
+        const mod_aux *x = &m->aux[i];
+        const fg_dtype want = x->is_int ? FG_DTYPE_I32 : FG_DTYPE_F32;
+        if (t->dtype != want || t->ndim != x->rank)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mod_aux[%d] (%s) must be %s of rank %d, as the mod declares it "
+                           "(got %s of rank %d)", i, x->name, x->is_int ? "i32" : "f32", x->rank,
+                           dtype_name(t->dtype), t->ndim);
+        for (int d = 0; d < t->ndim; d++)
+            if (t->shape[d] < 1 || t->shape[d] > INT32_MAX)
+                return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mod_aux[%d] (%s) has extent %lld in dim %d; each must be "
+                               "1 to %d", i, x->name, (long long)t->shape[d], d, INT32_MAX);
+        const int64_t inner = t->ndim == 2 ? t->shape[1] : 1;
+        if (t->stride[t->ndim - 1] != 1 || (t->ndim == 2 && t->stride[0] != inner))
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mod_aux[%d] (%s) must be contiguous (row-major)", i, x->name);
+        if (need_data && (!t->data || (uintptr_t)t->data % 4 != 0))
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mod_aux[%d] (%s) must be a 4-byte aligned device pointer "
+                           "(got %p)", i, x->name, t->data);
+    }
+    return FG_OK;
+}
+
+void rt_mod_aux(const fg_mod *m, const fg_tensor *aux, fg_mod_aux *out) {
+    memset(out, 0, sizeof *out);
+    const int n = m ? m->n_aux : 0;
+    for (int i = 0; i < n; i++) {
+        out->ptr[i] = aux[i].data;
+        out->extent[i][0] = (int)aux[i].shape[0];
+        out->extent[i][1] = aux[i].ndim == 2 ? (int)aux[i].shape[1] : 1;
+    }
 }
