@@ -24,18 +24,6 @@
 
 TestSuite(cli, .init = scratch_init, .fini = scratch_fini, .timeout = 60);
 
-/* The canonical name of a partial spec once the default tile policy has filled it. */
-static void canonical(const char *partial, char name[FG_SPEC_NAME_MAX]) {
-    fg_spec s;
-    fg_error err;
-    fg_tile_policy pol;
-    cr_assert_eq(spec_parse(partial, &s, &err), FG_OK, "%s", err.msg);
-    cr_assert_eq(tile_policy_init_default(&pol, &err), FG_OK);
-    cr_assert_eq(spec_fill_tiles(&s, &pol, &err), FG_OK, "%s", err.msg);
-    tile_policy_free(&pol);
-    cr_assert_gt(spec_format(&s, name, FG_SPEC_NAME_MAX), 0);
-}
-
 /* ---------------------------------------------------------------- help, version, usage errors */
 
 Test(cli, help_of_every_command_exits_0) {

@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/fuzz/run.sh: builds and runs flashgen's libFuzzer targets (docs/internals.md, "Tests"):
 #   fuzz_spec    spec_parse -> spec_format round trips                  (generator/spec.c)
-#   fuzz_config  config_load_string on any text, through the Lua sandbox (generator/config.c, core/lua_sandbox*.c)
+#   fuzz_config  config_load_string on any text, through the Lua sandbox (generator/config*.c, core/lua_sandbox*.c)
 #   fuzz_bundle  bundle_parse on any bytes, serialize round trips       (runtime/bundle.c, sha256.c)
 #   fuzz_serving a call's rules (serving and dense), the device lengths' checks (runtime/serving_args.c, call_args.c)
 #   fuzz_tunedb  tunedb_load on any text, lookups, save and reload       (runtime/tunedb*.c, the Lua sandbox)
@@ -105,7 +105,8 @@ for t in $targets; do
   case "$t" in
     fuzz_spec) build fuzz_spec -fsanitize=fuzzer tests/fuzz/fuzz_spec.c $spec_src ;;
     fuzz_config) build fuzz_config -fsanitize=fuzzer $lua_cflags tests/fuzz/fuzz_config.c generator/config.c \
-                   core/lua_sandbox.c core/lua_sandbox_host.c core/files.c $spec_src $lua_libs -lm ;;
+                   generator/config_finish.c $mod_trace_src core/lua_sandbox.c core/lua_sandbox_host.c core/files.c \
+                   $spec_src $lua_libs -lm ;;
     fuzz_serving) build fuzz_serving -fsanitize=fuzzer $cuda_cflags $lua_cflags tests/fuzz/fuzz_serving.c \
                     runtime/serving_args.c runtime/call_args.c runtime/cuda_api.c runtime/mods.c $mod_trace_src \
                     core/lua_sandbox.c core/lua_sandbox_host.c core/files.c $spec_src $lua_libs -lm -ldl ;;
