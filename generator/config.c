@@ -1,11 +1,13 @@
 /* config.c: bundle configs (configs/NAME.lua) -> a validated, duplicate-free list of fg_spec (see config.h).
  *
  * The chunk runs in the sandbox (lua_sandbox.c) with two host functions, variants{} and tile_policy{}.
- * They only read and check their table argument and append to a C-side builder; nothing is filled or
- * validated until the chunk has finished, so a tile_policy{} placed after the variants{} it affects
- * still applies. Host functions read tables with raw access only: a config's metatables never run
- * inside them. Every value is checked for type where it is read, and the error names the call, the
- * field and the expected type, at the line of the call. */
+ * They only read and check their table argument and append to a C-side builder (config_build.h); nothing is
+ * filled or validated until the chunk has finished (config_finish.c), so a tile_policy{} placed after the
+ * variants{} it affects still applies. A mod file a variant names is only numbered while the chunk runs and
+ * traced afterwards, by C: no sandbox runs inside another, and the config's Lua never reads a file.
+ * Host functions read tables with raw access only: a config's metatables never run inside them. Every value
+ * is checked for type where it is read, and the error names the call, the field and the expected type, at
+ * the line of the call. */
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,38 +17,11 @@
 #include <lauxlib.h>
 #include <lua.h>
 
-#include "generator/config.h"
-#include "generator/validate.h"
+#include "generator/config_build.h"
 #include "core/lua_sandbox.h"
 #include "core/alloc.h"
 
-#define CFG_LIST_MAX 128         /* most values one field may list: far beyond any real bundle */
 #define CFG_MAX_VARIANTS 65536   /* most variants a config may list (before duplicates are dropped) */
-
-/* One field's values, as listed (a scalar is a list of one). arch values are arch * 2 + accel. */
-typedef struct cfg_list {
-    int n;                 /* number of values; 0 when the field is absent */
-    int v[CFG_LIST_MAX];   /* the values */
-} cfg_list;
-
-/* A variant as listed, with where it was listed (for messages after the chunk has run). */
-typedef struct cfg_item {
-    fg_spec spec; /* tiles may still be 0 (unset) */
-    int line;     /* line of the variants{} call that listed it */
-    int index;    /* position in listing order (keeps the first of equal variants when sorting) */
-} cfg_item;
-
-/* What the host functions build while the chunk runs. */
-typedef struct cfg_build {
-    cfg_item *items;         /* variants in the order listed, duplicates included */
-    int count;               /* items in use */
-    int cap;                 /* items allocated */
-    fg_tile_policy policy;   /* the defaults, then each tile_policy{} rule in call order */
-    cfg_list arch_override;  /* replaces every variants{} arch list when n > 0 */
-    config_skip_fn skip;     /* when set, told of each variant the validator refuses as unsupported, which
-                                is then dropped instead of failing the load */
-    void *skip_user;         /* skip's argument */
-} cfg_build;
 
 /* How a field's values are read and what a type error says is expected. */
 typedef enum cfg_type {
@@ -54,13 +29,14 @@ typedef enum cfg_type {
     CFG_BOOL,  /* true/false, or 0/1 */
     CFG_KIND,  /* a kernel family name: "fwd" */
     CFG_ARCH,  /* "sm_80", "sm_90a": arch * 2 + accel */
-    CFG_DTYPE  /* "fp16", "bf16", ...: an fg_dtype */
+    CFG_DTYPE, /* "fp16", "bf16", ...: an fg_dtype */
+    CFG_MOD    /* a mod file's path: the number cfg_mod_file_add gives it */
 } cfg_type;
 
 static const char *const cfg_variant_fields[] = {"kind",    "arch",    "dtype", "head_dim", "causal",
                                                  "block_m", "block_n", "warps", "stages",   "out",
                                                  "deterministic", "tma", "varlen", "window", "sinks",
-                                                 "softcap", "alibi", "head_dim_v", "v_in_k", NULL};
+                                                 "softcap", "alibi", "head_dim_v", "v_in_k", "mod", NULL};
 static const char *const cfg_policy_fields[] = {"arch",    "head_dim", "causal", "dtype", "block_m",
                                                 "block_n", "warps",    "stages", NULL};
 
@@ -77,8 +53,18 @@ static const char *cfg_expected(cfg_type type, int list_ok, int range) {
     case CFG_DTYPE:
         return range ? "a string or a {lo, hi} pair of strings"
                      : list_ok ? "a string or a list of strings" : "a string";
+    case CFG_MOD:
+        return "a mod file's path (a string) or a list of paths";
     }
     return "a value";
+}
+
+/* The line of the Lua code calling the running host function (0 if unknown). */
+static int cfg_call_line(lua_State *L) {
+    lua_Debug ar;
+    if (lua_getstack(L, 1, &ar) && lua_getinfo(L, "l", &ar) && ar.currentline > 0)
+        return ar.currentline;
+    return 0;
 }
 
 /* Reads the scalar at idx as a value of `type` into *out, or raises an error naming fn, field and
@@ -139,6 +125,18 @@ static void cfg_read_scalar(lua_State *L, int idx, const char *fn, const char *f
         }
         return;
     }
+    case CFG_MOD: {
+        if (t != LUA_TSTRING)
+            lua_sandbox_raise(L, fn, "field '%s' must be %s, got %s%s", field, expected, lua_sandbox_describe(L, idx, got, sizeof got), at);
+        size_t len;
+        const char *path = lua_tolstring(L, idx, &len);
+        char why[256];
+        /* the builder is upvalue 1 of every host function (cfg_setup) */
+        *out = cfg_mod_file_add(lua_touserdata(L, lua_upvalueindex(1)), path, len, cfg_call_line(L), why, sizeof why);
+        if (*out == 0)
+            lua_sandbox_raise(L, fn, "field '%s'%s: %s", field, at, why);
+        return;
+    }
     }
 }
 
@@ -188,25 +186,6 @@ static int cfg_check_args(lua_State *L, const char *fn, const char *const *field
     return 1;
 }
 
-/* The line of the Lua code calling the running host function (0 if unknown). */
-static int cfg_call_line(lua_State *L) {
-    lua_Debug ar;
-    if (lua_getstack(L, 1, &ar) && lua_getinfo(L, "l", &ar) && ar.currentline > 0)
-        return ar.currentline;
-    return 0;
-}
-
-/* variants { ... }: appends the cartesian product of the listed values to the builder (upvalue 1).
- * kind, dtype and head_dim are required, and arch unless an arch override is set; causal defaults to
- * false and tile fields to unset; out (the output dtype of fp8 variants) defaults to bf16 and is ignored
- * by 16-bit variants, which write O in their own dtype; deterministic and tma (kind "bwd" only: the
- * mma.sync kernel's TMA loads, which dispatch takes on sm_90 at head_dim 64 to 256 in 64s) default to false. The
- * product varies the last field fastest, in the order kind, arch, dtype, head_dim, causal, block_m,
- * block_n, warps, stages, out, deterministic, tma, varlen (kind "fwd" on sm_90a, fp16/bf16: the sm_90a forward's
- * variable-length variants, default false), window, sinks, softcap, alibi (the model variants: kind "serve", and
- * "fwd" and "bwd" with varlen; default false), head_dim_v (V's and O's head dim where it differs from head_dim: kind
- * "serve", "fwd" with varlen on sm_90a, "bwd" on the mma.sync family; default head_dim's), v_in_k (kind "serve": V a
- * prefix view of K, the absorbed-MLA cache; default false). */
 /* Room in b for `total` more variants (at most CFG_MAX_VARIANTS in all), or a Lua error. */
 static void cfg_reserve(lua_State *L, const char *fn, cfg_build *b, long long total) {
     if (total > CFG_MAX_VARIANTS - b->count)
@@ -224,15 +203,27 @@ static void cfg_reserve(lua_State *L, const char *fn, cfg_build *b, long long to
     }
 }
 
+/* variants { ... }: appends the cartesian product of the listed values to the builder (upvalue 1).
+ * kind, dtype and head_dim are required, and arch unless an arch override is set; causal defaults to
+ * false and tile fields to unset; out (the output dtype of fp8 variants) defaults to bf16 and is ignored
+ * by 16-bit variants, which write O in their own dtype; deterministic and tma (kind "bwd" only: the
+ * mma.sync kernel's TMA loads, which dispatch takes on sm_90 at head_dim 64 to 256 in 64s) default to false. The
+ * product varies the last field fastest, in the order kind, arch, dtype, head_dim, causal, block_m,
+ * block_n, warps, stages, out, deterministic, tma, varlen (kind "fwd" on sm_90a, fp16/bf16: the sm_90a forward's
+ * variable-length variants, default false), window, sinks, softcap, alibi (the model variants: kind "serve", and
+ * "fwd" and "bwd" with varlen; default false), head_dim_v (V's and O's head dim where it differs from head_dim: kind
+ * "serve", "fwd" with varlen on sm_90a, "bwd" on the mma.sync family; default head_dim's), v_in_k (kind "serve": V a
+ * prefix view of K, the absorbed-MLA cache; default false), mod (a custom mod's file, relative to the config's
+ * directory: only numbered here, traced after the chunk; the mod_kind rule says which kinds take one; default none). */
 static int cfg_variants(lua_State *L) {
     static const char fn[] = "variants";
     cfg_build *b = lua_touserdata(L, lua_upvalueindex(1));
-    enum { NF = 19, F_MODS = 13, F_DV = 17, F_V_IN_K = 18 }; /* fields F_MODS..F_MODS + 3 are the model variants */
+    enum { NF = 20, F_MODS = 13, F_DV = 17, F_V_IN_K = 18, F_MOD_FILE = 19 }; /* F_MODS..F_MODS + 3: the model variants */
     cfg_list f[NF]; /* in the order of cfg_variant_fields */
     static const cfg_type types[NF] = {CFG_KIND, CFG_ARCH, CFG_DTYPE, CFG_INT,  CFG_BOOL, CFG_INT,
                                        CFG_INT,  CFG_INT,  CFG_INT,   CFG_DTYPE, CFG_BOOL, CFG_BOOL,
                                        CFG_BOOL, CFG_BOOL, CFG_BOOL,  CFG_BOOL, CFG_BOOL, CFG_INT,
-                                       CFG_BOOL};
+                                       CFG_BOOL, CFG_MOD};
     int tab = cfg_check_args(L, fn, cfg_variant_fields);
     for (int i = 0; i < NF; i++)
         cfg_read_field(L, tab, fn, cfg_variant_fields[i], types[i], 1, 0, CFG_LIST_MAX, &f[i]);
@@ -289,7 +280,7 @@ static int cfg_variants(lua_State *L) {
     }
     for (int i = 4; i < NF; i++)
         if (f[i].n == 0) { /* causal false; tiles unset (0), filled from the policy after the chunk; out: -1;
-                              deterministic, tma and the rest false; head_dim_v 0 (head_dim's) */
+                              deterministic, tma and the rest false; head_dim_v 0 (head_dim's); mod 0 (none) */
             f[i].n = 1;
             f[i].v[0] = i == 9 ? -1 : 0;
         }
@@ -347,6 +338,7 @@ static int cfg_variants(lua_State *L) {
         it->spec.softcap = mods && f[F_MODS + 2].v[idx[F_MODS + 2]];
         it->spec.alibi = mods && f[F_MODS + 3].v[idx[F_MODS + 3]];
         it->spec.v_in_k = f[F_V_IN_K].v[idx[F_V_IN_K]];
+        it->mod = f[F_MOD_FILE].v[idx[F_MOD_FILE]]; /* its id is set once the file is traced (cfg_finish) */
         if (!dtype_is_fp8(it->spec.dtype)) /* 16-bit variants write O in their dtype */
             it->spec.out_dtype = it->spec.dtype;
         else
@@ -453,96 +445,6 @@ static fg_status cfg_parse_override(const char *text, cfg_list *out, fg_error *e
     }
 }
 
-/* qsort order over items: by every spec field, then by listing index, so equal specs sit together
- * with the first listed one first. Must agree with spec_equal (causal compared as a truth value, the
- * output dtype only for fp8 variants: spec_out_dtype). */
-static int cfg_cmp(const void *pa, const void *pb) {
-    const cfg_item *x = pa, *y = pb;
-    const fg_spec *a = &x->spec, *b = &y->spec;
-    int ka[20] = {(int)a->kind, a->arch, a->arch_accel, (int)a->dtype, a->head_dim, a->block_m, a->block_n,
-                  a->warps, a->stages, a->causal != 0, (int)spec_out_dtype(a), a->deterministic != 0, a->tma != 0,
-                  a->varlen != 0, a->window != 0, a->sinks != 0, a->softcap != 0, a->alibi != 0, spec_head_dim_v(a),
-                  a->v_in_k != 0};
-    int kb[20] = {(int)b->kind, b->arch, b->arch_accel, (int)b->dtype, b->head_dim, b->block_m, b->block_n,
-                  b->warps, b->stages, b->causal != 0, (int)spec_out_dtype(b), b->deterministic != 0, b->tma != 0,
-                  b->varlen != 0, b->window != 0, b->sinks != 0, b->softcap != 0, b->alibi != 0, spec_head_dim_v(b),
-                  b->v_in_k != 0};
-    for (int i = 0; i < 20; i++)
-        if (ka[i] != kb[i])
-            return ka[i] < kb[i] ? -1 : 1;
-    return (x->index > y->index) - (x->index < y->index);
-}
-
-/* Fills tiles and validates every item; on the first failure fills err naming the chunk, the line of
- * its variants{} call, the variant's canonical text and the rule. With b->skip set, a variant refused as
- * unsupported (FG_ERR_UNSUPPORTED: the arch cannot build it) is reported to b->skip and dropped; if that
- * drops every variant the load fails (FG_ERR_UNSUPPORTED), as a config that builds nothing is an error. */
-static fg_status cfg_check_items(const char *chunkname, cfg_build *b, fg_error *err) {
-    int kept = 0;
-    for (int i = 0; i < b->count; i++) {
-        fg_spec *s = &b->items[i].spec;
-        char name[FG_SPEC_NAME_MAX];
-        fg_error e;
-        fg_error_clear(&e);
-        fg_status st;
-        if (spec_fill_tiles(s, &b->policy, &e) != FG_OK) {
-            /* No tile rule covers it. The rules checked before the tile fields (arch, dtype, head_dim)
-             * say FG_ERR_UNSUPPORTED and usually name the real problem: prefer their sentence. */
-            fg_error v;
-            fg_error_clear(&v);
-            st = spec_validate(s, &v);
-            if (st == FG_ERR_UNSUPPORTED)
-                e = v;
-        } else if ((st = spec_validate(s, &e)) == FG_OK) {
-            b->items[kept] = b->items[i];
-            b->items[kept].index = kept;
-            kept++;
-            continue;
-        }
-        if (spec_format(s, name, sizeof name) < 0)
-            snprintf(name, sizeof name, "(unprintable)");
-        if (b->skip && st == FG_ERR_UNSUPPORTED) {
-            b->skip(b->skip_user, name, e.msg);
-            continue;
-        }
-        return fg_fail(err, FG_ERR_CONFIG, "%s:%d: variant %s: %s", chunkname, b->items[i].line, name, e.msg);
-    }
-    if (kept == 0 && b->count > 0)
-        return fg_fail(err, FG_ERR_UNSUPPORTED, "%s: every one of its %d variants is unsupported on the arch%s given",
-                       chunkname, b->count, b->arch_override.n > 1 ? "s" : "");
-    b->count = kept;
-    return FG_OK;
-}
-
-/* Moves the unique validated variants of b, in first-listed order, into out (which takes b's policy). */
-static fg_status cfg_collect(const char *chunkname, cfg_build *b, fg_config *out, fg_error *err) {
-    cfg_item *sorted = fg_malloc((size_t)b->count * sizeof *sorted);
-    unsigned char *dup = fg_calloc((size_t)b->count, 1);
-    fg_spec *specs = fg_malloc((size_t)b->count * sizeof *specs);
-    if (sorted == NULL || dup == NULL || specs == NULL) {
-        free(sorted);
-        free(dup);
-        free(specs);
-        return fg_fail(err, FG_ERR_NO_MEMORY, "%s: out of memory collecting %d variants", chunkname, b->count);
-    }
-    memcpy(sorted, b->items, (size_t)b->count * sizeof *sorted);
-    qsort(sorted, (size_t)b->count, sizeof *sorted, cfg_cmp);
-    for (int i = 1; i < b->count; i++)
-        if (spec_equal(&sorted[i].spec, &sorted[i - 1].spec))
-            dup[sorted[i].index] = 1;
-    int n = 0;
-    for (int i = 0; i < b->count; i++)
-        if (!dup[i])
-            specs[n++] = b->items[i].spec;
-    free(sorted);
-    free(dup);
-    out->variants = specs;
-    out->count = n;
-    out->policy = b->policy;
-    memset(&b->policy, 0, sizeof b->policy);
-    return FG_OK;
-}
-
 /* The shared body of config_load_file and config_load_string (path != NULL: read the file). */
 static fg_status cfg_load(const char *path, const char *chunkname, const char *text, size_t len,
                           const char *arch_override, config_skip_fn skip, void *skip_user, fg_config *out,
@@ -570,10 +472,9 @@ static fg_status cfg_load(const char *path, const char *chunkname, const char *t
         st = fg_fail(err, FG_ERR_CONFIG, "%s: the config lists no variants (call variants { ... } at least once)",
                      name);
     if (st == FG_OK)
-        st = cfg_check_items(name, b, err);
-    if (st == FG_OK)
-        st = cfg_collect(name, b, out, err);
-    tile_policy_free(&b->policy); /* emptied by cfg_collect on success */
+        st = cfg_finish(name, b, out, err);
+    tile_policy_free(&b->policy); /* emptied by cfg_finish on success */
+    cfg_mod_files_free(b);
     free(b->items);
     free(b);
     return st;

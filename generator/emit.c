@@ -126,7 +126,8 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
 
     sbuf b = {0};
     sb_printf(&b, "// flashgen %s: generated kernel, do not edit.\n// variant: %s\n", FG_VERSION_STRING, name);
-    sb_printf(&b, "// regenerate with: flashgen gen '%s'\n\n", name);
+    sb_printf(&b, "// regenerate with: flashgen gen '%s'%s\n\n", name,
+              spec->mod[0] ? " --mod FILE (FILE: the text of the mod)" : ""); /* the name has only its id */
     if (spec->kind == FG_KIND_MERGE) { /* no tile, dtype or head dim: types.cuh's switches only */
         sb_printf(&b, "#define FG_FP8 0\n#define FG_OUT_IS_BF16 0\n#define FG_ARCH %d\n", spec->arch);
         sb_printf(&b, "\n#include \"%s\"\n", family_file(spec));

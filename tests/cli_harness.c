@@ -11,6 +11,7 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "generator/mod.h"
 #include "generator/spec.h"
 #include "tests/cli_harness.h"
 #include "tests/test_util.h"
@@ -144,6 +145,8 @@ int has_line(const char *text, const char *line) {
     return 0;
 }
 
+const char alibi_variant[] = "kind=serve,arch=sm_90,dtype=bf16,head_dim=64";
+
 const char two_variants[] =
     "-- two small variants\n"
     "variants { kind = \"fwd\", arch = \"sm_80\", dtype = {\"fp16\", \"bf16\"}, head_dim = 64,\n"
@@ -152,3 +155,28 @@ const char *const two_names[2] = {
     "arch=sm_80,block_m=64,block_n=64,causal=0,dtype=bf16,head_dim=64,kind=fwd,stages=2,warps=4",
     "arch=sm_80,block_m=64,block_n=64,causal=0,dtype=fp16,head_dim=64,kind=fwd,stages=2,warps=4",
 };
+
+void canonical(const char *partial, char *name) {
+    fg_spec s;
+    fg_error err;
+    fg_tile_policy pol;
+    cr_assert_eq(spec_parse(partial, &s, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(tile_policy_init_default(&pol, &err), FG_OK);
+    cr_assert_eq(spec_fill_tiles(&s, &pol, &err), FG_OK, "%s", err.msg);
+    tile_policy_free(&pol);
+    cr_assert_gt(spec_format(&s, name, FG_SPEC_NAME_MAX), 0);
+}
+
+void write_alibi_mod(char *path, char *id, char *name) {
+    snprintf(path, 160, "%s/alibi.lua", g_dir);
+    write_text(path, "-- ALiBi, the slopes an aux array\n"
+                     "aux = { slope = fg.aux(\"f32\", 1) }\n"
+                     "score_mod = function(s, b, h, q, kv) return s - fg.load(slope, h) * fg.abs(q - kv) end\n");
+    fg_mod m;
+    fg_error err;
+    cr_assert_eq(mod_trace_file(path, &m, &err), FG_OK, "%s", err.msg);
+    mod_id(&m, id);
+    char partial[128];
+    snprintf(partial, sizeof partial, "%s,mod=%s", alibi_variant, id);
+    canonical(partial, name);
+}

@@ -1,7 +1,7 @@
 /* cli_harness.h: what the `flashgen` program's test programs (test_cli, test_cli_bundle, test_cli_gpu,
  * test_cli_tune) share (cli_harness.c): a scratch directory per test (g_dir, with g_cache for
  * FLASHGEN_CACHE_DIR), running build/flashgen (or $FLASHGEN_BIN) with its stdout and stderr captured, reading
- * and writing files, and a small two-variant config.
+ * and writing files, a small two-variant config and a mod file.
  * Each program declares TestSuite(cli, .init = scratch_init, .fini = scratch_fini). */
 #ifndef FG_TESTS_CLI_HARNESS_H
 #define FG_TESTS_CLI_HARNESS_H
@@ -85,6 +85,17 @@ int has_line(const char *text, const char *line);
  * canonical names of its variants in name order. */
 extern const char two_variants[];
 extern const char *const two_names[2];
+
+/* The canonical name of a partial spec once the default tile policy has filled it, into name
+ * (FG_SPEC_NAME_MAX bytes). */
+void canonical(const char *partial, char *name);
+
+/* The serving variant the mod tests give the mod: the spec without tiles and mod, as gen takes it. */
+extern const char alibi_variant[];
+/* Writes a score mod (ALiBi, the slopes an aux array "slope" of f32, rank 1) to g_dir/alibi.lua: its path into
+ * path (160 bytes), the id the tracer gives it into id (17 bytes), and the canonical name of alibi_variant with
+ * it, tiles from the default policy, into name (FG_SPEC_NAME_MAX bytes); this process does not register it. */
+void write_alibi_mod(char *path, char *id, char *name);
 
 /* Returns 1 when anything (a file, a link) exists at path. */
 int file_exists(const char *path);

@@ -3,9 +3,9 @@
  * fails, and the operation must return a status other than FG_OK with a sentence (never crash, never report
  * success with a part missing); then the same operation without injection must still succeed, so nothing
  * was left half-changed. Leaks are judged by the sanitizer build (`sh configure --asan`, tests/run.sh's
- * header). Operations: loading the default config (the Lua sandbox's allocations included), loading a tuning
- * database, parsing a bundle, emitting and flattening a kernel's source, a JIT compile with NVRTC (the merge
- * kernel: the smallest). Needs no GPU; the GPU side (contexts, forward, backward and serving calls) is
+ * header). Operations: loading the default config (the Lua sandbox's allocations included) and one naming a
+ * mod file, loading a tuning database, parsing a bundle, emitting and flattening a kernel's source, a JIT compile
+ * with NVRTC (the merge kernel: the smallest). Needs no GPU; the GPU side (contexts, forward, backward and serving calls) is
  * test_gpu_alloc_failures.c. */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -23,15 +23,33 @@
 
 TestSuite(alloc, .timeout = 120);
 
-static fg_status load_default_config(void *user, fg_error *err) {
-    (void)user;
+/* Loads the config at path user. */
+static fg_status load_config(void *user, fg_error *err) {
     fg_config cfg;
-    fg_status st = config_load_file("configs/default.lua", NULL, &cfg, err);
+    fg_status st = config_load_file((const char *)user, NULL, &cfg, err);
     if (st == FG_OK) config_free(&cfg);
     return st;
 }
 
-Test(alloc, config_load) { walk("loading configs/default.lua", load_default_config, NULL); }
+Test(alloc, config_load) { walk("loading configs/default.lua", load_config, (void *)"configs/default.lua"); }
+
+/* A config naming a mod file: the path recorded while the chunk runs, the file traced and registered after. */
+Test(alloc, config_load_with_a_mod_file) {
+    char dir[64], cfg[96], mod[96];
+    test_scratch_make(dir, sizeof dir, "fg-test-alloc");
+    snprintf(cfg, sizeof cfg, "%s/cfg.lua", dir);
+    snprintf(mod, sizeof mod, "%s/mask.lua", dir);
+    FILE *f = fopen(mod, "w");
+    cr_assert_not_null(f);
+    fputs("mask_mod = function(b, h, q, kv) return fg.le(kv, q) end\n", f);
+    cr_assert_eq(fclose(f), 0);
+    f = fopen(cfg, "w");
+    cr_assert_not_null(f);
+    fputs("variants { kind = 'serve', arch = 'sm_90', dtype = 'bf16', head_dim = 64, mod = 'mask.lua' }\n", f);
+    cr_assert_eq(fclose(f), 0);
+    walk("loading a config that names a mod file", load_config, cfg);
+    test_scratch_remove(dir, "fg-test-alloc");
+}
 
 static fg_status emit_one(void *user, fg_error *err) {
     const fg_spec *s = user;

@@ -1,5 +1,5 @@
-/* test_cli.c: the `flashgen` program's gen, compile and list commands (tools/cli.c) and its usage (help,
- * version, usage errors), run as a user runs it through cli_harness.c; the bundle command's tests are
+/* test_cli.c: the `flashgen` program's gen, compile and list commands (tools/cli.c), its mod command and
+ * --mod option (tools/cmd_mod.c) and its usage (help, version, usage errors), run as a user runs it through cli_harness.c; the bundle command's tests are
  * test_cli_bundle.c's. */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -17,31 +17,21 @@
 #include "runtime/cache.h"
 #include "runtime/cuda_api.h"
 #include "generator/emit.h"
+#include "generator/mod.h"
 #include "generator/spec.h"
+#include "generator/validate.h"
 #include "runtime/tunedb.h"
 #include "tests/test_util.h"
 #include "tests/cli_harness.h"
 
 TestSuite(cli, .init = scratch_init, .fini = scratch_fini, .timeout = 60);
 
-/* The canonical name of a partial spec once the default tile policy has filled it. */
-static void canonical(const char *partial, char name[FG_SPEC_NAME_MAX]) {
-    fg_spec s;
-    fg_error err;
-    fg_tile_policy pol;
-    cr_assert_eq(spec_parse(partial, &s, &err), FG_OK, "%s", err.msg);
-    cr_assert_eq(tile_policy_init_default(&pol, &err), FG_OK);
-    cr_assert_eq(spec_fill_tiles(&s, &pol, &err), FG_OK, "%s", err.msg);
-    tile_policy_free(&pol);
-    cr_assert_gt(spec_format(&s, name, FG_SPEC_NAME_MAX), 0);
-}
-
 /* ---------------------------------------------------------------- help, version, usage errors */
 
 Test(cli, help_of_every_command_exits_0) {
     run_result r = RUN("--help");
     EXPECT_STATUS(r, 0);
-    const char *cmds[] = {"gen", "compile", "list", "bundle", "run", "explain", "tune", "info", "cache"};
+    const char *cmds[] = {"gen", "compile", "list", "bundle", "run", "explain", "tune", "info", "cache", "mod"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         char want[64];
         snprintf(want, sizeof want, "\n  %s ", cmds[i]);
@@ -98,6 +88,11 @@ Test(cli, bad_options_exit_2_naming_the_option) {
         {{"compile", "arch=sm_80", "dtype=fp16", "head_dim=64", NULL}, "flashgen compile: ", "-o"},
         {{"compile", "arch=sm_80", "-o", NULL}, "flashgen compile: ", "'-o' needs a value"},
         {{"list", NULL}, "flashgen list: ", "CONFIG"},
+        {{"gen", "arch=sm_80", "--mod", NULL}, "flashgen gen: ", "'--mod' needs a value"},
+        {{"mod", NULL}, "flashgen mod: ", "FILE"},
+        {{"mod", "a.lua", "b.lua", NULL}, "flashgen mod: ", "'b.lua'"},
+        {{"mod", "a.lua", "--cuda", "--id", NULL}, "flashgen mod: ", "--cuda and --id"},
+        {{"mod", "--frob", "a.lua", NULL}, "flashgen mod: ", "'--frob'"},
         {{"bundle", "x.lua", "-o", "x.bin", "-j", "-3", NULL}, "flashgen bundle: ", "-j"},
         {{"bundle", "x.lua", "-o", "x.bin", "--jobs", "4x", NULL}, "flashgen bundle: ", "'4x'"},
         {{"bundle", "x.lua", NULL}, "flashgen bundle: ", "-o"},
@@ -317,5 +312,109 @@ Test(cli, no_arguments_prints_a_short_usage) {
     cr_expect_leq(count_lines(r.err), 15, "%s", r.err);
     cr_expect_not_null(strstr(r.err, "flashgen COMMAND --help"), "%s", r.err);
     cr_expect_not_null(strstr(r.err, "bundle"), "%s", r.err);
+    run_free(&r);
+}
+
+/* ---------------------------------------------------------------- mod, and gen's and compile's --mod */
+
+/* `flashgen mod FILE` prints the id the tracer gives the file, the functions, the aux arrays, the canonical
+ * text; --cuda the device code in its place; --id the id alone. */
+Test(cli, mod_prints_the_id_aux_and_tree) {
+    char path[160], id[MOD_ID_LEN + 1], name[FG_SPEC_NAME_MAX];
+    write_alibi_mod(path, id, name);
+    fg_mod m;
+    fg_error err;
+    cr_assert_eq(mod_trace_file(path, &m, &err), FG_OK, "%s", err.msg);
+    char canon[8192], head[128];
+    cr_assert_gt(mod_canonical(&m, canon, sizeof canon), 0);
+    snprintf(head, sizeof head, "id %s\nfunctions score_mod\naux slope f32 rank 1\nnodes %d\n\n", id, m.n_nodes);
+    run_result r = RUN("mod", path);
+    EXPECT_STATUS(r, 0);
+    cr_expect_eq(strncmp(r.out, head, strlen(head)), 0, "want it to start with:\n%s\ngot:\n%s", head, r.out);
+    cr_expect_str_eq(r.out + (strncmp(r.out, head, strlen(head)) == 0 ? strlen(head) : 0), canon);
+    cr_expect_str_empty(r.err);
+    run_free(&r);
+
+    r = RUN("mod", path, "--cuda");
+    EXPECT_STATUS(r, 0);
+    cr_expect_eq(strncmp(r.out, head, strlen(head)), 0, "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "fg_user_score("), "%s", r.out);
+    run_free(&r);
+
+    r = RUN("mod", "--id", path);
+    EXPECT_STATUS(r, 0);
+    char line[32];
+    snprintf(line, sizeof line, "%s\n", id);
+    cr_expect_str_eq(r.out, line);
+    run_free(&r);
+
+    /* a refused mod: exit 1, the file:line and the sentence, nothing on stdout */
+    char bad[160];
+    snprintf(bad, sizeof bad, "%s/bad.lua", g_dir);
+    write_text(bad, "score_mod = function(s, b, h, q, kv)\n  return s ^ 2\nend\n");
+    r = RUN("mod", bad);
+    EXPECT_STATUS(r, 1);
+    cr_expect_str_empty(r.out);
+    cr_expect_eq(strncmp(r.err, "flashgen mod: ", 14), 0, "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "bad.lua:2:"), "%s", r.err);
+    run_free(&r);
+}
+
+/* gen --mod sets the spec's mod to the file's id and emits its code; a spec naming that id gives the same bytes,
+ * one naming another is refused, and one naming it without --mod gets the mod_known rule's sentence. */
+Test(cli, gen_with_a_mod_file) {
+    char path[160], id[MOD_ID_LEN + 1], name[FG_SPEC_NAME_MAX];
+    write_alibi_mod(path, id, name);
+    run_result r = RUN("gen", alibi_variant, "--mod", path);
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, name), "the source names %s", name);
+    cr_expect_not_null(strstr(r.out, "fg_user_score("), "the mod's device code is in the source");
+    run_free(&r);
+    /* the name with its mod= id names the same variant */
+    run_result same = RUN("gen", name, "--mod", path);
+    EXPECT_STATUS(same, 0);
+    r = RUN("gen", alibi_variant, "--mod", path);
+    cr_expect_str_eq(same.out, r.out);
+    run_free(&same);
+    run_free(&r);
+
+    r = RUN("gen", "kind=serve,arch=sm_90,dtype=bf16,head_dim=64,mod=0123456789abcdef", "--mod", path);
+    EXPECT_STATUS(r, 1);
+    cr_expect_str_empty(r.out);
+    cr_expect_not_null(strstr(r.err, "flashgen gen: SPEC names mod=0123456789abcdef, but "), "%s", r.err);
+    cr_expect_not_null(strstr(r.err, id), "the message gives the file's id: %s", r.err);
+    run_free(&r);
+
+    fg_spec s; /* this process has not registered the mod: its rules answer as the program's do without --mod */
+    fg_error verr;
+    cr_assert_eq(spec_parse(name, &s, &verr), FG_OK, "%s", verr.msg);
+    cr_assert_eq(spec_validate(&s, &verr), FG_ERR_UNSUPPORTED);
+    cr_assert_not_null(strstr(verr.msg, "names no custom mod this process has registered"), "%s", verr.msg);
+    char want[1200];
+    snprintf(want, sizeof want, "flashgen gen: %s\n", verr.msg);
+    r = RUN("gen", name);
+    EXPECT_STATUS(r, 1);
+    cr_expect_str_eq(r.err, want);
+    run_free(&r);
+
+    /* a mod on kind=fwd (gen's default kind): the mod_kind rule */
+    r = RUN("gen", "arch=sm_90", "dtype=bf16", "head_dim=64", "--mod", path);
+    EXPECT_STATUS(r, 1);
+    cr_expect_not_null(strstr(r.err, "is a variant of the serving kernel"), "%s", r.err);
+    run_free(&r);
+}
+
+/* compile --mod compiles the variant with the mod (one NVRTC compile) under the name carrying its id. */
+Test(cli, compile_with_a_mod_file) {
+    char path[160], id[MOD_ID_LEN + 1], cubin[160], name[FG_SPEC_NAME_MAX];
+    write_alibi_mod(path, id, name);
+    snprintf(cubin, sizeof cubin, "%s/k.cubin", g_dir);
+    run_result r = RUN("compile", alibi_variant, "--mod", path, "-o", cubin);
+    EXPECT_STATUS(r, 0);
+    cr_expect_eq(strncmp(r.out, name, strlen(name)), 0, "the line starts with %s: %s", name, r.out);
+    size_t len;
+    char *bin = slurp(cubin, &len);
+    cr_expect_eq(memcmp(bin, "\177ELF", 4), 0, "a cubin is an ELF file");
+    free(bin);
     run_free(&r);
 }

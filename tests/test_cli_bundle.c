@@ -1,6 +1,7 @@
 /* test_cli_bundle.c: the `flashgen bundle` command (tools/cmd_bundle.c): bundles written, read back and verified,
  * nothing left behind by a config error or an interrupted write, spills refused unless allowed, C sources that
- * compile, and --arch skipping what a target cannot build; run as a user runs it through cli_harness.c. */
+ * compile, --arch skipping what a target cannot build, and the variants of custom mods a config names; run as a
+ * user runs it through cli_harness.c. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
@@ -17,6 +18,7 @@
 #include "runtime/cache.h"
 #include "runtime/cuda_api.h"
 #include "generator/emit.h"
+#include "generator/mod.h"
 #include "generator/spec.h"
 #include "runtime/tunedb.h"
 #include "tests/test_util.h"
@@ -292,5 +294,31 @@ Test(cli, bundle_verify_names_each_bad_entry) {
     /* a config literally named ls is given as ./ls; `bundle ls` without a FILE is a usage error */
     r = RUN("bundle", "ls");
     EXPECT_STATUS(r, 2);
+    run_free(&r);
+}
+
+/* A config's mod variant: `list` and `bundle ls` name it with the file's id (mod=ID), the name a runtime that
+ * creates the same mod looks the cubin up by. One NVRTC compile. */
+Test(cli, bundle_compiles_a_configs_mod_variant) {
+    char mod[160], id[MOD_ID_LEN + 1], cfg[160], out[160], name[FG_SPEC_NAME_MAX];
+    write_alibi_mod(mod, id, name);
+    snprintf(cfg, sizeof cfg, "%s/serve.lua", g_dir);
+    snprintf(out, sizeof out, "%s/serve.fgb", g_dir);
+    write_text(cfg, "variants { kind = \"serve\", arch = \"sm_90\", dtype = \"bf16\", head_dim = 64, mod = \"alibi.lua\" }\n");
+    run_result r = RUN("list", cfg);
+    EXPECT_STATUS(r, 0);
+    char line[FG_SPEC_NAME_MAX + 2];
+    snprintf(line, sizeof line, "%s\n", name);
+    cr_expect_str_eq(r.out, line);
+    run_free(&r);
+
+    r = RUN("bundle", cfg, "-o", out, "-j", "1");
+    EXPECT_STATUS(r, 0);
+    run_free(&r);
+    r = RUN("bundle", "ls", out);
+    EXPECT_STATUS(r, 0);
+    cr_expect_eq(count_lines(r.out), 1, "%s", r.out);
+    cr_expect_eq(strncmp(r.out, name, strlen(name)), 0, "want %s, got %s", name, r.out);
+    cr_expect_eq(r.out[strlen(name)], ' ', "%s", r.out);
     run_free(&r);
 }

@@ -50,6 +50,7 @@ static const char usage_main[] =
     "  list CONFIG              print the variants a Lua config lists, one canonical spec per line\n"
     "  bundle CONFIG -o FILE    compile every variant of a config, in parallel, into one bundle file\n"
     "  bundle ls|verify FILE    list a bundle's variants, or check every checksum (no GPU needed)\n"
+    "  mod FILE                 trace a custom score/mask mod: its id, aux arrays and expression tree\n"
     "  run                      run one forward pass on the GPU, check every element against the CPU\n"
     "                           reference, and time it\n"
     "  explain                  say which kernel `run` would launch for a problem, and why\n"
@@ -70,11 +71,14 @@ static const char usage_main[] =
     "other target the mma.sync family. The canonical form, which `list` prints and caches and bundles use\n"
     "as the variant's name, has every key, sorted (out only for fp8, tma only when 1):\n"
     "  arch=sm_90,block_m=128,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=fwd,stages=2,warps=8\n"
+    "A kind=serve variant may run a custom mod (docs/mods.md), named mod=ID by its id: gen and compile take\n"
+    "its file as --mod FILE, which sets mod=.\n"
     "A spec that breaks a validation rule is refused with the rule's sentence. The rules, in order:\n"
     "%s\n"
     "\n"
     "CONFIG is a Lua file calling variants{...} (cartesian products of fields) and tile_policy{...}\n"
-    "(tile overrides); it runs in a sandbox (no io/os/require, capped memory and instructions).\n"
+    "(tile overrides); it runs in a sandbox (no io/os/require, capped memory and instructions). A variant's\n"
+    "mod = \"FILE\" names a mod file relative to the config's directory (no absolute path, no '..').\n"
     "\n"
     "Environment variables (FLASHGEN_*): `flashgen info` lists them with their defaults and values.\n"
     "\n"
@@ -89,6 +93,7 @@ static const char usage_short[] =
     "  compile SPEC -o FILE     compile one variant with NVRTC into a cubin\n"
     "  list CONFIG              print the variants a Lua config lists\n"
     "  bundle CONFIG -o FILE    compile a config's variants into one bundle (bundle ls|verify FILE)\n"
+    "  mod FILE                 trace a custom score/mask mod: its id, aux arrays, tree or CUDA\n"
     "  run | explain            run and check one attention call on the GPU | say which kernel it takes\n"
     "  tune SPACE               time a tuning space on this GPU into its tuning database\n"
     "  info | cache             versions and GPUs | list, check or empty the disk cache\n"
@@ -97,7 +102,7 @@ static const char usage_short[] =
     "flashgen --help            everything: specs, configs, validation rules, exit statuses\n";
 
 static const char usage_gen[] =
-    "usage: flashgen gen SPEC...\n"
+    "usage: flashgen gen SPEC... [--mod FILE]\n"
     "\n"
     "Prints the CUDA source flashgen would compile for the variant SPEC: a prelude of #defines for the\n"
     "spec with the templates it includes expanded once each, in place (one self-contained file, which\n"
@@ -105,10 +110,14 @@ static const char usage_gen[] =
     "Unset tile fields are filled from the default tile policy, then the spec is validated; a refused\n"
     "spec prints the broken rule's sentence and exits 1.\n"
     "\n"
-    "example: flashgen gen arch=sm_90a dtype=bf16 head_dim=128 causal=1 > kernel.cu\n";
+    "      --mod FILE      trace the custom mod in FILE (docs/mods.md) and compile it in: sets the spec's\n"
+    "                      mod= to its id (a spec naming another id is refused); kind=serve takes mods\n"
+    "\n"
+    "example: flashgen gen arch=sm_90a dtype=bf16 head_dim=128 causal=1 > kernel.cu\n"
+    "         flashgen gen kind=serve arch=sm_90 dtype=bf16 head_dim=128 --mod alibi.lua > kernel.cu\n";
 
 static const char usage_compile[] =
-    "usage: flashgen compile SPEC... -o FILE [--ptx FILE] [--log]\n"
+    "usage: flashgen compile SPEC... -o FILE [--ptx FILE] [--log] [--mod FILE]\n"
     "\n"
     "Compiles the variant SPEC with NVRTC (no GPU needed: the target is the spec's arch) and writes the\n"
     "cubin to FILE atomically (a complete file or none). Prints one line: the canonical name, compile\n"
@@ -116,7 +125,8 @@ static const char usage_compile[] =
     "\n"
     "  -o, --output FILE   where the cubin goes (required)\n"
     "      --ptx FILE      also write the PTX text\n"
-    "      --log           print the NVRTC log, including the ptxas resource report\n";
+    "      --log           print the NVRTC log, including the ptxas resource report\n"
+    "      --mod FILE      compile in the custom mod in FILE, as for gen\n";
 
 static const char usage_list[] =
     "usage: flashgen list CONFIG [--arch LIST]\n"
@@ -143,9 +153,10 @@ static int spec_has_key(const char *text, const char *key) {
 }
 
 /* Builds a complete, validated spec from the positional arguments argv[first..argc) joined by spaces:
- * kind defaults to fwd, unset tiles are filled from the default tile policy. Returns 0, EXIT_USAGE when
- * no spec was given, or EXIT_FAIL after printing the parser's or the broken rule's sentence. */
-static int spec_from_args(const char *cmd, int argc, char **argv, int first, fg_spec *spec) {
+ * kind defaults to fwd, mod to the mod in mod_path when not NULL (mod_option_apply), unset tiles are filled
+ * from the default tile policy. Returns 0, EXIT_USAGE when no spec was given, or EXIT_FAIL after printing the
+ * parser's, the mod's or the broken rule's sentence. */
+static int spec_from_args(const char *cmd, int argc, char **argv, int first, const char *mod_path, fg_spec *spec) {
     if (first >= argc) return usage_error(cmd, "a SPEC is required (for example arch=sm_90a dtype=bf16 head_dim=128)");
     size_t len = 16;
     for (int i = first; i < argc; i++) len += strlen(argv[i]) + 1;
@@ -179,6 +190,10 @@ static int spec_from_args(const char *cmd, int argc, char **argv, int first, fg_
         say(cmd, "%s", err.msg);
         return EXIT_FAIL;
     }
+    if (mod_path) {
+        int rc = mod_option_apply(cmd, mod_path, spec);
+        if (rc) return rc;
+    }
     fg_tile_policy policy;
     if (tile_policy_init_default(&policy, &err) != FG_OK) {
         say(cmd, "%s", err.msg);
@@ -205,19 +220,22 @@ static int spec_from_args(const char *cmd, int argc, char **argv, int first, fg_
 
 /* ------------------------------------------------------------------ gen */
 
-/* `flashgen gen SPEC...`: prints the emitted source. */
+/* `flashgen gen SPEC... [--mod FILE]`: prints the emitted source. */
 static int cmd_gen(int argc, char **argv) {
-    static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
+                                         {"mod", required_argument, NULL, 'm'},
+                                         {NULL, 0, NULL, 0}};
+    const char *mod = NULL;
     int c;
     while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-        if (c == 'h') {
-            fputs(usage_gen, stdout);
-            return EXIT_OK;
+        switch (c) {
+        case 'h': fputs(usage_gen, stdout); return EXIT_OK;
+        case 'm': mod = optarg; break;
+        default: return bad_option("gen", argv, c);
         }
-        return bad_option("gen", argv, c);
     }
     fg_spec spec;
-    int rc = spec_from_args("gen", argc, argv, optind, &spec);
+    int rc = spec_from_args("gen", argc, argv, optind, mod, &spec);
     if (rc) return rc;
     char *src = NULL;
     size_t len = 0;
@@ -244,14 +262,15 @@ static int cmd_gen(int argc, char **argv) {
 
 /* ------------------------------------------------------------------ compile */
 
-/* `flashgen compile SPEC... -o FILE [--ptx FILE] [--log]`. */
+/* `flashgen compile SPEC... -o FILE [--ptx FILE] [--log] [--mod FILE]`. */
 static int cmd_compile(int argc, char **argv) {
     static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
                                          {"output", required_argument, NULL, 'o'},
                                          {"ptx", required_argument, NULL, 'p'},
                                          {"log", no_argument, NULL, 'l'},
+                                         {"mod", required_argument, NULL, 'm'},
                                          {NULL, 0, NULL, 0}};
-    const char *out = NULL, *ptx = NULL;
+    const char *out = NULL, *ptx = NULL, *mod = NULL;
     int want_log = 0, c;
     while ((c = getopt_long(argc, argv, ":ho:", opts, NULL)) != -1) {
         switch (c) {
@@ -259,12 +278,13 @@ static int cmd_compile(int argc, char **argv) {
         case 'o': out = optarg; break;
         case 'p': ptx = optarg; break;
         case 'l': want_log = 1; break;
+        case 'm': mod = optarg; break;
         default: return bad_option("compile", argv, c);
         }
     }
     if (!out) return usage_error("compile", "-o FILE is required (where the cubin goes)");
     fg_spec spec;
-    int rc = spec_from_args("compile", argc, argv, optind, &spec);
+    int rc = spec_from_args("compile", argc, argv, optind, mod, &spec);
     if (rc) return rc;
     if (check_output_dir("compile", out) || (ptx && check_output_dir("compile", ptx))) return EXIT_FAIL;
 
@@ -352,7 +372,7 @@ typedef struct command {
 static const command commands[] = {
     {"gen", cmd_gen},       {"compile", cmd_compile}, {"list", cmd_list}, {"bundle", cmd_bundle},
     {"run", cmd_run},       {"explain", cmd_explain}, {"tune", cmd_tune}, {"info", cmd_info},
-    {"cache", cmd_cache},
+    {"cache", cmd_cache},   {"mod", cmd_mod},
 };
 
 /* Prints the main usage with the validation rule names filled in, wrapped to the text's width. */

@@ -1,8 +1,9 @@
 /* cli.h: what the files of the `flashgen` program share: cli.c (gen, compile, list, main), cmd_bundle.c
- * (bundle), cmd_info.c (info, cache), cli_gpu.c (run, explain), cli_variants.c (the model variants of run
- * and explain: their options, values and serving calls), gpu_buffers.c (the problem's GPU buffers and
- * reference checks, which tune uses too) and cmd_tune.c (tune, over autotune/sweep.c and autotune/shard.c). The messages and
- * option helpers are tools/harness.h's, the timing loop autotune/timing.h's. Not a library header. */
+ * (bundle), cmd_mod.c (mod, and gen's and compile's --mod), cmd_info.c (info, cache), cli_gpu.c (run,
+ * explain), cli_variants.c (the model variants of run and explain: their options, values and serving calls),
+ * gpu_buffers.c (the problem's GPU buffers and reference checks, which tune uses too) and cmd_tune.c (tune, over
+ * autotune/sweep.c and autotune/shard.c). The messages and option helpers are tools/harness.h's, the timing loop
+ * autotune/timing.h's. Not a library header. */
 #ifndef FG_CLI_H
 #define FG_CLI_H
 
@@ -193,6 +194,11 @@ int cmd_info(int argc, char **argv);
 void report_skipped_variant(void *user, const char *name, const char *why);
 /* `flashgen bundle` (cmd_bundle.c). */
 int cmd_bundle(int argc, char **argv);
+/* `flashgen mod` (cmd_mod.c). */
+int cmd_mod(int argc, char **argv);
+/* --mod FILE of gen and compile (cmd_mod.c): traces and registers the mod in FILE and sets spec's mod to its id,
+ * refusing a spec that names another. 0, or EXIT_FAIL after printing the sentence (prefixed with cmd). */
+int mod_option_apply(const char *cmd, const char *path, fg_spec *spec);
 /* `flashgen cache` (cmd_info.c). */
 int cmd_cache(int argc, char **argv);
 /* `flashgen tune` (cmd_tune.c). */

@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/fuzz/run.sh: builds and runs flashgen's libFuzzer targets (docs/internals.md, "Tests"):
 #   fuzz_spec    spec_parse -> spec_format round trips                  (generator/spec.c)
-#   fuzz_config  config_load_string on any text, through the Lua sandbox (generator/config.c, core/lua_sandbox*.c)
+#   fuzz_config  config_load_string on any text, through the Lua sandbox (generator/config*.c, core/lua_sandbox*.c)
 #   fuzz_bundle  bundle_parse on any bytes, serialize round trips       (runtime/bundle.c, sha256.c)
 #   fuzz_serving a call's rules (serving and dense), the device lengths' checks (runtime/serving_args.c, call_args.c)
 #   fuzz_tunedb  tunedb_load on any text, lookups, save and reload       (runtime/tunedb*.c, the Lua sandbox)
@@ -83,8 +83,10 @@ san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-poin
 cflags="-std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Wno-unused-parameter -I. -Iinclude"
 lua_cflags=$(pkg-config --cflags lua5.4)
 lua_libs=$(pkg-config --libs lua5.4)
-spec_src="generator/spec.c generator/validate.c generator/tile_policy.c generator/mod.c generator/mod_registry.c core/sha256.c
-          core/error.c core/dtype.c core/alloc.c"
+# validation looks a variant's custom mod up in the registry (mod_registry.c), which checks and hashes trees (mod.c)
+spec_src="generator/spec.c generator/validate.c generator/tile_policy.c generator/mod_registry.c generator/mod.c
+          core/sha256.c core/error.c core/dtype.c core/alloc.c"
+mod_trace_src="generator/mod_trace.c generator/mod_build.c generator/mod_scan.c"
 # The bundle reader checks a bundle's template digest (emit_templates_id), so it links the emitter and
 # the embedded templates, which ninja writes (build/templates.c).
 [ -f build/templates.c ] || ninja build/templates.c >/dev/null || { echo "run.sh: ninja build/templates.c failed" >&2; exit 2; }
@@ -103,16 +105,16 @@ for t in $targets; do
   case "$t" in
     fuzz_spec) build fuzz_spec -fsanitize=fuzzer tests/fuzz/fuzz_spec.c $spec_src ;;
     fuzz_config) build fuzz_config -fsanitize=fuzzer $lua_cflags tests/fuzz/fuzz_config.c generator/config.c \
-                   core/lua_sandbox.c core/lua_sandbox_host.c core/files.c $spec_src $lua_libs -lm ;;
+                   generator/config_finish.c $mod_trace_src core/lua_sandbox.c core/lua_sandbox_host.c core/files.c \
+                   $spec_src $lua_libs -lm ;;
     fuzz_serving) build fuzz_serving -fsanitize=fuzzer $cuda_cflags tests/fuzz/fuzz_serving.c runtime/serving_args.c \
                     runtime/call_args.c runtime/cuda_api.c generator/mod.c core/sha256.c core/error.c core/dtype.c \
                     core/alloc.c -ldl ;;
     fuzz_tunedb) build fuzz_tunedb -fsanitize=fuzzer $lua_cflags $cuda_cflags tests/fuzz/fuzz_tunedb.c runtime/tunedb.c \
                    runtime/tunedb_file.c runtime/tunedb_show.c core/lua_sandbox.c core/lua_sandbox_host.c core/files.c \
                    core/csv.c $spec_src $lua_libs -lm ;;
-    fuzz_mod) build fuzz_mod -fsanitize=fuzzer $lua_cflags tests/fuzz/fuzz_mod.c generator/mod_trace.c \
-                generator/mod_build.c generator/mod_scan.c core/lua_sandbox.c core/lua_sandbox_host.c core/files.c \
-                core/error.c core/alloc.c $lua_libs -lm ;;
+    fuzz_mod) build fuzz_mod -fsanitize=fuzzer $lua_cflags tests/fuzz/fuzz_mod.c $mod_trace_src \
+                core/lua_sandbox.c core/lua_sandbox_host.c core/files.c core/error.c core/alloc.c $lua_libs -lm ;;
     fuzz_bundle) build fuzz_bundle -fsanitize=fuzzer tests/fuzz/fuzz_bundle.c $bundle_src
                  build fuzz_bundle_seeds -DFG_FUZZ_SEED_MAIN tests/fuzz/fuzz_bundle.c $bundle_src ;;
   esac
