@@ -248,6 +248,15 @@ Test(mod, emitted_code_compiles) {
     compile_probe(code, "fg_user_score(0.5f * t, 0, t % 2, t / 4, t % 4, aux) + fg_user_mask(0, t % 2, t / 4, t % 4, aux)");
 }
 
+/* Traces text and registers its tree; its id into id (MOD_ID_LEN + 1 bytes). */
+static void registered(const char *text, char *id) {
+    fg_mod m;
+    fg_error e;
+    cr_assert_eq(mod_trace("t.lua", text, strlen(text), &m, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(mod_register(&m, id, &e), FG_OK, "%s", e.msg);
+    cr_assert(mod_lookup(id) != NULL);
+}
+
 /* T5's bucketed relative-position bias (bidirectional, 32 buckets, 128 the largest distance bucketed apart), a
  * float rounded down by fg.floor; shared with test_gpu_mods.c's copy by text. */
 #define T5_MOD                                                                                               \
@@ -276,12 +285,9 @@ Test(mod, serving_variants_with_mods_compile) {
         T5_MOD,
     };
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
-        fg_mod m;
         fg_error e;
-        cr_assert_eq(mod_trace("t.lua", texts[i], strlen(texts[i]), &m, &e), FG_OK, "%s", e.msg);
         char id[MOD_ID_LEN + 1];
-        cr_assert_eq(mod_register(&m, id, &e), FG_OK, "%s", e.msg);
-        cr_assert(mod_lookup(id) != NULL);
+        registered(texts[i], id);
         for (int arch = 0; arch < 2; arch++) {
             char text[256];
             snprintf(text, sizeof text, "kind=serve,arch=%s,dtype=bf16,head_dim=128,causal=%d,block_m=64,block_n=64,"
@@ -396,11 +402,9 @@ Test(mod, backward_variants_with_mods_compile) {
         "mask_mod = function(b, h, q, kv) return fg.eq(fg.load(doc, b, q), fg.load(doc, b, kv)) end\n",
     };
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
-        fg_mod m;
         fg_error e;
-        cr_assert_eq(mod_trace("t.lua", texts[i], strlen(texts[i]), &m, &e), FG_OK, "%s", e.msg);
         char id[MOD_ID_LEN + 1];
-        cr_assert_eq(mod_register(&m, id, &e), FG_OK, "%s", e.msg);
+        registered(texts[i], id);
         static const char *const bases[] = {
             "kind=bwd,arch=sm_90,dtype=bf16,head_dim=64,causal=1,varlen=1",
             "kind=bwd,arch=sm_90a,dtype=bf16,head_dim=128,causal=1,varlen=1",
