@@ -247,12 +247,15 @@ RULE(model_variants, mods_set(s) && !is_serve(s) && !(s->kind == FG_KIND_FWD && 
      "(kind=serve), of the sm_90a forward with varlen=1 (what fg_attention_fwd_varlen runs) and of the "
      "backward with varlen=1 (fg_attention_bwd_varlen; a window outside the deterministic mode); other kinds and "
      "targets do not compile them")
-/* A custom mod (generator/mod.h): on the serving kernel and the packed sequences' backward (either family), whose
- * rows know their sequence, head and positions, in fp16/bf16; its tree must be registered in this process (the
+/* A custom mod (generator/mod.h): on the serving kernel, the sm_90a forward's varlen=1 variants and the packed
+ * sequences' backward (either family), whose rows know their sequence, head and positions, in fp16/bf16; its tree must be registered in this process (the
  * emitter takes the code from it, with score_mod's derivative for the backward). */
-RULE(mod_kind, s->mod[0] && !is_serve(s) && !(is_bwd(s) && s->varlen), FG_ERR_UNSUPPORTED,
-     "mod=%s (a custom score or mask mod) is a variant of the serving kernel (kind=serve: fg_attention_fwd_varlen) and "
-     "of the backward with varlen=1 (fg_attention_bwd_varlen); other kinds do not compile custom mods yet", s->mod)
+RULE(mod_kind, s->mod[0] && !is_serve(s) && !(is_bwd(s) && s->varlen) &&
+                   !(s->kind == FG_KIND_FWD && s->varlen && spec_is_wgmma(s) && !dtype_is_fp8(s->dtype)),
+     FG_ERR_UNSUPPORTED,
+     "mod=%s (a custom score or mask mod) is a variant of the serving kernel (kind=serve: fg_attention_fwd_varlen), of "
+     "the sm_90a forward with varlen=1 (its prefill on Hopper) and of the backward with varlen=1 "
+     "(fg_attention_bwd_varlen); other kinds do not compile custom mods yet", s->mod)
 RULE(mod_known, s->mod[0] && !mod_lookup(s->mod), FG_ERR_UNSUPPORTED,
      "mod=%s names no custom mod this process has registered: create it from its text first (fg_mod_create)", s->mod)
 RULE(serve_splits, s->splits < 0 || s->splits > 256 || (s->splits != 0 && !is_serve(s)), FG_ERR_UNSUPPORTED,

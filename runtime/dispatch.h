@@ -117,6 +117,7 @@ typedef struct fwd_varlen {
     int causal_top_left;
     const float *sinks, *alibi_slopes;
     float softcap;
+    fg_mod_aux mod_aux;             /* a custom mod's arrays */
 } fwd_varlen;
 /* Launches variant spec (varlen=1) on stream: a describes the grid as a dense call of batch sequences of the
  * longest length (q [batch, max_seqlen_q, hq, d], k [batch, keys, hkv, d]), with the data pointers. */

@@ -170,6 +170,7 @@ static fg_status launch_fwd(fg_context *ctx, const fg_spec *sp, CUfunction fn, c
         p.total_q = vl->total_q, p.total_k = vl->total_k;
         p.window_left = vl->window_left, p.window_right = vl->window_right, p.causal_top_left = vl->causal_top_left;
         p.sinks = vl->sinks, p.alibi_slopes = vl->alibi_slopes, p.softcap = vl->softcap;
+        p.mod_aux = vl->mod_aux;
     }
 
     fg_tma_params tm;

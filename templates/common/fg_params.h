@@ -68,6 +68,7 @@ typedef struct fg_fwd_params {
     float softcap;
     const float *alibi_slopes;
     int causal_top_left;
+    fg_mod_aux mod_aux;         /* mod=ID variants: the custom mod's aux arrays (generator/mod.h) */
 } fg_fwd_params;
 
 /* The run-time parameters of the backward kernels (backward_mma.cuh). Q, K, V, O, dO and the gradients use

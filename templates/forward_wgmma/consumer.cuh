@@ -156,6 +156,9 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, con
     // fg_row_keys).
     fg_score_mods mods;
     if constexpr (FG_SCORE_MODS) mods = fg_mods_make(p.softcap, p.alibi_slopes, tl.head, p.softmax_scale);
+#if FG_USER_SCORE
+    const float mod_inv_scale = 1.f / p.softmax_scale; // score_mod's logit back to raw score units
+#endif
     // (without a window, the tile's blocks counted from n_blocks as ever: reading them through fg_tile_block
     // moved ptxas's allocation and spilled the FP8 d 128 causal tile 12 bytes)
 #if FG_WINDOW
@@ -182,6 +185,32 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, con
                     for (int e = 0; e < 2; e++)
                         sacc[0][nt][2 * h + e] = fg_score_mod(mods, sacc[0][nt][2 * h + e], dist[nt - h + 1][e]);
         }
+#if FG_USER_MODS
+        {
+            // A custom mod (generator/mod.h) on every score, in logit units, before the masks below (which overwrite
+            // the keys past sk or a row's diagonal, where a mod may read past its arrays). Its q is the row's
+            // position among the keys, row + sk - sq (bottom-right aligned, as the causal mask).
+            const int j = block_of(i);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int qpos = row0 + 8 * h + sk - sq, key0 = j * FG_BLOCK_N + 2 * t4;
+#pragma unroll
+                for (int nt = 0; nt < FG_NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        float x = sacc[0][nt][2 * h + e];
+#if FG_USER_SCORE
+                        x = fg_user_score(x * p.softmax_scale, tl.batch, tl.head, qpos, key0 + 8 * nt + e, p.mod_aux) *
+                            mod_inv_scale;
+#endif
+#if FG_USER_MASK
+                        x += fg_user_mask(tl.batch, tl.head, qpos, key0 + 8 * nt + e, p.mod_aux);
+#endif
+                        sacc[0][nt][2 * h + e] = x;
+                    }
+            }
+        }
+#endif
 #if FG_WINDOW
         if (!fg_step_masked(tl, i)) return;
 #else
