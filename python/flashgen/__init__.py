@@ -304,7 +304,8 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, out=N
     alibi_slopes, and sinks and causal_top_left (attention_varlen's); and a v of its own head dim (v.shape[-1]).
     Such calls run attention_varlen on the same 4-d tensors (16-bit; autograd through it, its gradients included;
     torch.compile breaks the graph there). So does a custom mod (mod=, a flashgen.Mod, with its arrays as mod_aux=;
-    see attention_varlen), forward only: b is the batch index, q and kv positions from 0.
+    see attention_varlen; autograd through it): b is the batch index, kv the key's position from 0 and q the
+    query's among the keys (bottom-right aligned).
 
     Nothing synchronizes. Returns out, or (out, lse) with return_lse.
     Raises FlashgenError (status name and the library's sentence) when the library refuses the call."""

@@ -159,14 +159,13 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     -inf); q and kv are positions within the sequence's queries and keys, from 0, b the sequence, h the query head.
     mod_aux: its aux arrays, a dict by name or a list in Mod.aux's order, each a contiguous CUDA tensor of the
     declared dtype (torch.float32 for f32, torch.int32 for i32) and rank; checked before anything is allocated
-    (ValueError naming the array). Forward only: with autograd on and an input (or an aux array) requiring grad,
-    a mod raises NotImplementedError."""
+    (ValueError naming the array). Under autograd a mod's backward runs too (score_mod's derivative in dS); its
+    aux arrays are not differentiated (one requiring grad raises NotImplementedError)."""
     pkg = _pkg()
     call = _mods.mod_call(mod, mod_aux, "attention_varlen")
-    if call is not None and (pkg._needs_grad(q, k, v, sinks) or _mods.needs_grad(call)):
-        raise NotImplementedError("attention_varlen(mod=...): the backward of custom mods is not there yet (forward "
-                                  "only), and an input requires grad; call it under torch.no_grad() or on detached "
-                                  "tensors")
+    if call is not None and _mods.needs_grad(call):
+        raise NotImplementedError("attention_varlen(mod=...): an aux array requires grad, and the gradients of aux "
+                                  "arrays are not there yet; pass it detached")
     mods = dict(sinks=sinks, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
                 causal_top_left=causal_top_left)
     if pkg._needs_grad(q, k, v, sinks):
@@ -174,6 +173,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
             raise TypeError("attention_varlen() with autograd takes no out=, lse=, seqused_k, num_splits or "
                             "split_size")
         rest = {key: val for key, val in mods.items() if key != "sinks"}
+        rest["mod"] = call
         o, l = _varlen_function().apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                         bool(causal), softmax_scale, bool(deterministic), stream, sinks, rest)
         return (o, l) if return_lse else o
@@ -184,14 +184,15 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 def attention_varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                               causal=False, softmax_scale=None, deterministic=False, dq=None, dk=None, dv=None,
                               stream=None, sinks=None, window_size=None, softcap=0.0, alibi_slopes=None,
-                              causal_top_left=False):
+                              causal_top_left=False, mod=None):
     """The gradients (dq, dk, dv) of out = attention_varlen(q, k, v, ...) for dL/dout = dout, recomputed from the
     forward's out and lse ([heads_q, total_q], return_lse=True): the packed layouts of attention_varlen, causal
     bottom-right per sequence. v may have a head dim of its own (v.shape[-1], a multiple of 8 up to 256: DeepSeek's
     192/128), which out, dout and dv have. dq, dk, dv are allocated like q, k, v unless given; deterministic: bitwise-
     identical gradients from run to run (not with a window). The model variants (sinks, window_size, softcap,
-    alibi_slopes, causal_top_left) must be the forward's; with sinks the result is (dq, dk, dv, dsink), dsink
-    fp32 [heads_q]. The fp32 workspace is allocated on the launch stream."""
+    alibi_slopes, causal_top_left) must be the forward's, and its custom mod (mod: a checked ModCall, the Mod with its
+    aux arrays); with sinks the result is (dq, dk, dv, dsink), dsink fp32 [heads_q]. The fp32 workspace is allocated
+    on the launch stream."""
     pkg = _pkg()
     torch = pkg._torch()
     handle = pkg._stream_handle(stream, q)
@@ -213,11 +214,12 @@ def attention_varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_
     a.softmax_scale = 0.0 if softmax_scale is None else float(softmax_scale)
     a.causal, a.deterministic = int(bool(causal)), int(bool(deterministic))
     _set_mods(a, q, sinks, window_size, softcap, alibi_slopes, causal_top_left)
+    aux = _mods.set_mod(a, mod)
     dsink = None
     if sinks is not None:
         dsink = torch.empty(q.shape[-2], dtype=torch.float32, device=q.device)
         a.dsink = dsink.data_ptr()
-    ctx = pkg._context(pkg._device_for([(n, x) for n, x in zip(names, views)], True, pkg._default_device()))
+    ctx = pkg._context(pkg._device_for([(n, x) for n, x in zip(names, views)] + aux, True, pkg._default_device()))
     _launch_with_workspace(pkg, torch, ctx, lib.fg_attention_bwd_varlen_workspace_size, lib.fg_attention_bwd_varlen,
                            a, q, handle)
     return (dq, dk, dv) if dsink is None else (dq, dk, dv, dsink)

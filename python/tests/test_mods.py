@@ -4,7 +4,7 @@ docs/mods.md).
 Without a GPU (the library built, no PyTorch needed): a mod's tracing, its id and aux declarations, a bad mod's
 FlashgenError with its file:line, closing; mod_aux's checks raising ValueError naming the array and the rule
 before anything is allocated (on torch-like stand-ins, and on CPU torch tensors where PyTorch is installed);
-the FgVarlenArgs the binding fills; NotImplementedError for autograd with a mod. On a GPU (skipped with the
+the FgVarlenArgs the binding fills; NotImplementedError for an aux array that requires grad. On a GPU (skipped with the
 reason without one): a document mask and an ALiBi score mod through attention_varlen against a float32 reference
 computed here, both mods at once with mod_aux by name and in order, a decode over a KV cache, the dense
 flashgen.attention route, explain_varlen naming the mod, and the Python example of docs/mods.md as printed.
@@ -222,15 +222,17 @@ class TorchChecksTest(unittest.TestCase):
                 flashgen.attention_varlen(q, q, q, None, None, 4, 4, mod=m, mod_aux=[t])
             self.assertIn("must be contiguous", str(cm.exception))
 
-    def test_autograd_with_a_mod_is_not_there_yet(self):
-        m = flashgen.Mod(SOFTCAP)
-        q = torch.zeros(4, 8, 64, dtype=torch.bfloat16, requires_grad=True)
-        k = torch.zeros(4, 2, 64, dtype=torch.bfloat16)
-        for call in (lambda: flashgen.attention_varlen(q, k, k, None, None, 4, 4, mod=m),
-                     lambda: flashgen.attention(q[None], k[None], k[None], mod=m)):
+    def test_aux_arrays_requiring_grad_are_refused(self):
+        if not torch.cuda.is_available():
+            self.skipTest("the aux array's checks want a CUDA tensor first")
+        m = flashgen.Mod(ALIBI)
+        q = torch.zeros(4, 8, 64, dtype=torch.bfloat16, device="cuda")
+        slopes = torch.ones(8, device="cuda", requires_grad=True)
+        for call in (lambda: flashgen.attention_varlen(q, q, q, None, None, 4, 4, mod=m, mod_aux=[slopes]),
+                     lambda: flashgen.attention(q[None], q[None], q[None], mod=m, mod_aux=[slopes])):
             with self.assertRaises(NotImplementedError) as cm:
                 call()
-            self.assertIn("backward of custom mods is not there yet", str(cm.exception))
+            self.assertIn("gradients of aux arrays are not there yet", str(cm.exception))
 
 
 # ====================================================================== GPU tests
@@ -273,6 +275,36 @@ def close(test, out, ref, what, tol=2e-2):
 
 @unittest.skipIf(REASON is not None or LIB_REASON is not None, REASON or LIB_REASON or "")
 class ModGpuTest(unittest.TestCase):
+    def test_gradients_through_a_score_mod_and_a_mask(self):
+        """Autograd through attention_varlen with a mod: dq, dk, dv against torch.autograd on the float32
+        reference, for ALiBi (score_mod's derivative 1) with causal and for a softcap (tanh's) with a document mask."""
+        torch.manual_seed(9)
+        lens = [130, 1, 77]
+        cu = offsets(lens)
+        n = sum(lens)
+        slope = torch.tensor([0.5 ** (h + 1) for h in range(8)], device="cuda")
+        doc = torch.stack([torch.arange(200, device="cuda", dtype=torch.int32) // (13 + b) for b in range(3)])
+        both = flashgen.Mod("aux = { doc = fg.aux('i32', 2) }\n" + SOFTCAP +
+                            "mask_mod = function(b, h, q, kv) return fg.eq(fg.load(doc, b, q), fg.load(doc, b, kv)) end\n",
+                            name="both.lua")
+        cases = [(flashgen.Mod(ALIBI), [slope], True, lambda s, b, h, i, j: s - slope[h] * (i - j).abs(), None),
+                 (both, {"doc": doc.contiguous()}, False, lambda s, b, h, i, j: 20 * torch.tanh(s / 20),
+                  lambda b, h, i, j: doc[b][i] == doc[b][j])]
+        for m, aux, causal, score, mask in cases:
+            q = torch.randn(n, 8, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            k = torch.randn(n, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            v = torch.randn(n, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            do = torch.randn(n, 8, 64, device="cuda", dtype=torch.bfloat16)
+            o = flashgen.attention_varlen(q, k, v, cu, cu, max(lens), max(lens), causal=causal, mod=m, mod_aux=aux)
+            dq, dk, dv = torch.autograd.grad(o, (q, k, v), do)
+            for b, (lo, hi) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
+                qs, ks, vs = (x.detach()[lo:hi].float().requires_grad_() for x in (q, k, v))
+                ro, _ = reference32(qs, ks, vs, b, causal, score=score, mask=mask)
+                rq, rk, rv = torch.autograd.grad(ro, (qs, ks, vs), do[lo:hi].float())
+                for got, want, name in ((dq[lo:hi], rq, "dq"), (dk[lo:hi], rk, "dk"), (dv[lo:hi], rv, "dv")):
+                    close(self, got, want, "%s of sequence %d (%s)" % (name, b, "alibi" if causal else "softcap+doc"),
+                          tol=5e-2 * max(1.0, want.abs().max().item()))
+
     LENS = [5, 0, 1, 130, 64, 17]  # self-attention sequences, 0 and 1 among them
 
     def packed(self, heads_q, heads_kv, d, dtype, seed):
