@@ -174,6 +174,7 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
         const fg_mod *m = mod_lookup(spec->mod);
         char *code = fg_malloc(2 * MOD_EMIT_MAX);
         fg_mod *g = bwd && m ? fg_malloc(sizeof *g) : NULL; /* the backward's: the tree with score_mod's derivative */
+        const int have_buffers = code != NULL && (!bwd || g != NULL);
         int n = m && code && (!bwd || g) ? 0 : -1, grad = -1;
         if (n == 0 && bwd) {
             fg_error gerr;
@@ -192,8 +193,9 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
         if (n < 0) {
             free(code);
             free(b.data);
-            return m ? fg_fail(err, code ? FG_ERR_INTERNAL : FG_ERR_NO_MEMORY, "custom mod %s: its code did not fit %d bytes",
-                               spec->mod, MOD_EMIT_MAX)
+            return m ? (have_buffers ? fg_fail(err, FG_ERR_INTERNAL, "custom mod %s: its code did not fit %d bytes",
+                                                         spec->mod, MOD_EMIT_MAX)
+                                               : fg_fail(err, FG_ERR_NO_MEMORY, "out of memory emitting custom mod %s", spec->mod))
                      : fg_fail(err, FG_ERR_UNSUPPORTED, "custom mod %s is not registered in this process: create it from "
                                                        "its text first (fg_mod_create)", spec->mod);
         }

@@ -81,11 +81,6 @@ static int prefill_spec(fg_context *ctx, const fg_varlen_args *a, const serving_
     spec->varlen = 1;
     spec_take_variants(spec, &c->var);
     memcpy(spec->mod, c->mod_id, sizeof spec->mod);
-    /* A custom mod's registers come on top of the tile's: at head_dim up to 128 it takes 128 x 64 tiles on two
-     * consumer warpgroups, which compile spill-free with the shipped examples (ALiBi, a document mask, T5's
-     * buckets), where the policy's 128 x 128 and 192 x 128 tiles spilled 20 to 968 bytes (NVRTC 13.0). */
-    if (spec->mod[0] && spec->head_dim <= 128 && spec_head_dim_v(spec) <= 128)
-        spec->block_m = 128, spec->block_n = 64, spec->warps = 12, spec->stages = 2;
     if (own_v) {
         /* Tiles for V's head dim where it is wider (as the policy picks them for such a spec). Where it is
          * narrower, O and P leave registers for V's head dim's tiles when the shared memory holds them: 192/128
@@ -99,6 +94,11 @@ static int prefill_spec(fg_context *ctx, const fg_varlen_args *a, const serving_
             if (spec_validate(&t, &err) == FG_OK) *spec = t;
         }
     }
+    /* A custom mod's registers come on top of the tile's: at head dims up to 128 it takes 128 x 64 tiles on two
+     * consumer warpgroups, which compile spill-free with the shipped examples (ALiBi, a document mask, T5's
+     * buckets), where the policy's 128 x 128 and 192 x 128 tiles spilled 20 to 968 bytes (NVRTC 13.0). */
+    if (spec->mod[0] && spec->head_dim <= 128 && spec_head_dim_v(spec) <= 128)
+        spec->block_m = 128, spec->block_n = 64, spec->warps = 12, spec->stages = 2;
     return spec_validate(spec, &err) == FG_OK;
 }
 

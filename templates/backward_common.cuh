@@ -302,13 +302,13 @@ __device__ __forceinline__ void fg_bwd_query_blocks(int n0, int sq, int sk, int 
 // ---- the model variants (varlen=1 backward variants with window, sinks, softcap, alibi; score_mods.cuh) ----
 // A CTA's constants of them: the transforms of its query head, and the window. Without model variants it
 // holds nothing the kernel reads; the kernel compiles it in only under FG_MODS.
-// A custom mod (FG_USER_MODS) takes the CTA's query head and the launch's aux arrays (the __grid_constant__
-// parameter's, where p is a varlen call's copy of it); its sequence is blockIdx.z. (Holding the sequence and the
-// scale here too spilled the sm_90a d 128 causal kernel 16 bytes.)
+// A custom mod (FG_USER_MODS) takes the CTA's query head, the softmax scale and the launch's aux arrays (the
+// __grid_constant__ parameter's, where p is a varlen call's copy of it); its sequence is blockIdx.z.
 struct fg_bwd_variant {
     fg_score_mods m;
     int left, right, top_left;
     int head;
+    float scale; // the forward's softmax scale: a mod's logit is the forward's to the bit
     const fg_mod_aux *aux;
 };
 __device__ __forceinline__ fg_bwd_variant fg_bwd_variant_make(const fg_bwd_params &p, const fg_mod_aux *aux, int head) {
@@ -316,7 +316,7 @@ __device__ __forceinline__ fg_bwd_variant fg_bwd_variant_make(const fg_bwd_param
     if constexpr (FG_SCORE_MODS) v.m = fg_mods_make(p.softcap, p.alibi_slopes, head, p.softmax_scale);
     v.left = FG_WINDOW ? p.window_left : -1, v.right = FG_WINDOW ? p.window_right : -1;
     v.top_left = FG_WINDOW ? p.causal_top_left : 0;
-    if constexpr (FG_USER_MODS) v.head = head, v.aux = aux;
+    if constexpr (FG_USER_MODS) v.head = head, v.aux = aux, v.scale = p.softmax_scale;
     return v;
 }
 
@@ -436,15 +436,19 @@ __device__ __forceinline__ void fg_bwd_p_ds(float (&s)[4], float (&dp)[4], int h
         }
         if constexpr (FG_ALIBI) x = fmaf(-v.m.slope, fabsf((float)(qrow + sk - sq - key)), x);
 #if FG_USER_MODS
-        // A custom mod on the logit (scale s: scale_log2 ln 2 s), P from the logit, score_mod's derivative in dS.
-        x *= scale_log2 * 0.69314718055994531f;
+        // A custom mod on the logit (the forward's scale s), P from the logit, score_mod's derivative in dS. Its q and kv
+        // are held inside the sequence: a padding row past sq (P 0 by its lse2 of +inf) or a key past sk (masked) must
+        // not read past the mod's arrays, whose NaN would survive P = 0 in dV and dS.
+        x *= v.scale;
+        const int mq = min(qrow, sq - 1) + sk - sq, mk = min(key, sk - 1);
 #if FG_USER_SCORE
         float dmod;
-        x = fg_user_score_grad(x, (int)blockIdx.z, v.head, qrow + sk - sq, key, *v.aux, dmod);
+        x = fg_user_score_grad(x, (int)blockIdx.z, v.head, mq, mk, *v.aux, dmod);
         grad *= dmod;
 #endif
 #if FG_USER_MASK
-        x += fg_user_mask((int)blockIdx.z, v.head, qrow + sk - sq, key, *v.aux); // 0, -inf or NaN
+        const float keep = fg_user_mask((int)blockIdx.z, v.head, mq, mk, *v.aux); // 0, -inf (hidden) or NaN (bad)
+        x = keep == 0.f ? x : keep; // a hidden key stays hidden whatever its score
 #endif
         constexpr float p_scale = 1.4426950408889634f; // the logit's exponent base 2
 #else
@@ -454,7 +458,8 @@ __device__ __forceinline__ void fg_bwd_p_ds(float (&s)[4], float (&dp)[4], int h
         if constexpr (MASK) masked = fg_masked(sp, key, qrow, e);
         const float pv = masked ? 0.f : fg_exp2(fmaf(x, p_scale, -(e ? lse2.y : lse2.x)));
         s[2 * h + e] = pv;
-        dp[2 * h + e] = pv * (dp[2 * h + e] - (e ? dsum.y : dsum.x)) * grad;
+        // (P = 0, masked or hidden: dS = 0, also where the mod's derivative is NaN or infinite there)
+        dp[2 * h + e] = FG_USER_MODS && pv == 0.f ? 0.f : pv * (dp[2 * h + e] - (e ? dsum.y : dsum.x)) * grad;
     }
 }
 

@@ -412,7 +412,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
         }
 #if FG_USER_SCORE || FG_USER_MASK
         // A custom mod (generator/mod.h) on every score of the block, in logit units: score_mod's value, then
-        // mask_mod's 0, -inf or NaN added. Its q is the row's position among the keys, tok + sk - sq (bottom-right
+        // mask_mod's verdict (a hidden key -inf, a bad one NaN). Its q is the row's position among the keys, tok + sk - sq (bottom-right
         // aligned, as the causal mask). Before the built-in masks below, which overwrite the keys past sk or a
         // row's diagonal (where a mod may read past its arrays and mark the score NaN).
 #pragma unroll
@@ -429,7 +429,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
                     x = fg_user_score(x * p.softmax_scale, b, head, qpos, key, p.mod_aux) * mod_inv_scale;
 #endif
 #if FG_USER_MASK
-                    x += fg_user_mask(b, head, qpos, key, p.mod_aux);
+                    const float keep = fg_user_mask(b, head, qpos, key, p.mod_aux); // 0, -inf (hidden) or NaN (bad)
+                    x = keep == 0.f ? x : keep;                                      // hidden whatever its score
 #endif
                     s[0][nt][2 * h + e] = x;
                 }

@@ -204,7 +204,8 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, con
                             mod_inv_scale;
 #endif
 #if FG_USER_MASK
-                        x += fg_user_mask(tl.batch, tl.head, qpos, key0 + 8 * nt + e, p.mod_aux);
+                        const float keep = fg_user_mask(tl.batch, tl.head, qpos, key0 + 8 * nt + e, p.mod_aux);
+                        x = keep == 0.f ? x : keep; // a hidden key -inf whatever its score, a bad one NaN
 #endif
                         sacc[0][nt][2 * h + e] = x;
                     }
