@@ -248,6 +248,29 @@ Test(mod, emitted_code_compiles) {
     compile_probe(code, "fg_user_score(0.5f * t, 0, t % 2, t / 4, t % 4, aux) + fg_user_mask(0, t % 2, t / 4, t % 4, aux)");
 }
 
+/* The ALiBi score mod and a document mask over a [batch, position] array, as the compile tests use them. */
+#define ALIBI_MOD                                                                                            \
+    "aux = { slopes = fg.aux('f32', 1) }\n"                                                                    \
+    "score_mod = function(s, b, h, q, kv) return s - fg.load(slopes, h) * fg.abs(q - kv) end\n"
+#define DOC_MOD                                                                                              \
+    "aux = { doc = fg.aux('i32', 2) }\n"                                                                       \
+    "mask_mod = function(b, h, q, kv) return fg.eq(fg.load(doc, b, q), fg.load(doc, b, kv)) end\n"
+
+/* Compiles the variant `text` names (its tiles from the default policy where it names none) with NVRTC into *r,
+ * and its canonical name into name. */
+static void compiled(const char *text, char *name, size_t n, fg_compile_result *r) {
+    fg_spec s;
+    fg_error e;
+    cr_assert_eq(spec_parse(text, &s, &e), FG_OK, "%s", e.msg);
+    fg_tile_policy pol;
+    cr_assert_eq(tile_policy_init_default(&pol, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(spec_fill_tiles(&s, &pol, &e), FG_OK, "%s", e.msg);
+    tile_policy_free(&pol);
+    spec_format(&s, name, n);
+    memset(r, 0, sizeof *r);
+    cr_assert_eq(compile_spec(&s, 0, r, &e), FG_OK, "%s: %s", name, e.msg);
+}
+
 /* Traces text and registers its tree; its id into id (MOD_ID_LEN + 1 bytes). */
 static void registered(const char *text, char *id) {
     fg_mod m;
@@ -275,8 +298,7 @@ static void registered(const char *text, char *id) {
  * logged). */
 Test(mod, serving_variants_with_mods_compile) {
     static const char *const texts[] = {
-        "aux = { slopes = fg.aux('f32', 1) }\n"
-        "score_mod = function(s, b, h, q, kv) return s - fg.load(slopes, h) * fg.abs(q - kv) end\n",
+        ALIBI_MOD,
         "aux = { doc = fg.aux('i32', 1) }\n"
         "mask_mod = function(b, h, q, kv) return fg.eq(fg.load(doc, q), fg.load(doc, kv)) end\n",
         "aux = { bias = fg.aux('f32', 2), prefix = fg.aux('i32', 1) }\n"
@@ -323,8 +345,7 @@ Test(mod, serving_variants_with_mods_compile) {
  * a floor). Points within 1e-4 of a kink (a where's or a floor's switch, min/max ties) are skipped. */
 Test(mod, derivative_matches_central_differences) {
     static const char *const texts[] = {
-        "aux = { slopes = fg.aux('f32', 1) }\n"
-        "score_mod = function(s, b, h, q, kv) return s - fg.load(slopes, h) * fg.abs(q - kv) end\n",
+        ALIBI_MOD,
         "score_mod = function(s, b, h, q, kv) return 20.0 * fg.tanh(s / 20.0) end\n",
         T5_MOD,
         "score_mod = function(s, b, h, q, kv)\n"
@@ -397,13 +418,10 @@ Test(mod, derivative_matches_central_differences) {
  * backward, as the prefill has, are to be chosen by measuring. */
 Test(mod, backward_variants_with_mods_compile) {
     static const char *const texts[] = {
-        "aux = { slopes = fg.aux('f32', 1) }\n"
-        "score_mod = function(s, b, h, q, kv) return s - fg.load(slopes, h) * fg.abs(q - kv) end\n",
-        "aux = { doc = fg.aux('i32', 2) }\n"
-        "mask_mod = function(b, h, q, kv) return fg.eq(fg.load(doc, b, q), fg.load(doc, b, kv)) end\n",
+        ALIBI_MOD,
+        DOC_MOD,
     };
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
-        fg_error e;
         char id[MOD_ID_LEN + 1];
         registered(texts[i], id);
         static const char *const bases[] = {
@@ -413,17 +431,9 @@ Test(mod, backward_variants_with_mods_compile) {
         for (int k = 0; k < 2; k++) {
             char text[256];
             snprintf(text, sizeof text, "%s,mod=%s", bases[k], id);
-            fg_spec s;
-            cr_assert_eq(spec_parse(text, &s, &e), FG_OK, "%s", e.msg);
-            fg_tile_policy pol;
-            cr_assert_eq(tile_policy_init_default(&pol, &e), FG_OK, "%s", e.msg);
-            cr_assert_eq(spec_fill_tiles(&s, &pol, &e), FG_OK, "%s", e.msg);
-            tile_policy_free(&pol);
             char name[FG_SPEC_NAME_MAX];
-            spec_format(&s, name, sizeof name);
             fg_compile_result r;
-            memset(&r, 0, sizeof r);
-            cr_assert_eq(compile_spec(&s, 0, &r, &e), FG_OK, "%s: %s", name, e.msg);
+            compiled(text, name, sizeof name, &r);
             cr_log_info("%s: %d registers, %d bytes spilled", name, r.registers, r.spill_stores);
             cr_assert_lt(r.spill_stores, 256, "%s spills %d bytes", name, r.spill_stores);
             compile_result_free(&r);
@@ -436,27 +446,20 @@ Test(mod, backward_variants_with_mods_compile) {
  * mod, the document mask and T5's buckets. */
 Test(mod, sm90a_prefill_variants_with_mods_compile) {
     static const char *const texts[] = {
-        "aux = { slopes = fg.aux('f32', 1) }\n"
-        "score_mod = function(s, b, h, q, kv) return s - fg.load(slopes, h) * fg.abs(q - kv) end\n",
-        "aux = { doc = fg.aux('i32', 2) }\n"
-        "mask_mod = function(b, h, q, kv) return fg.eq(fg.load(doc, b, q), fg.load(doc, b, kv)) end\n",
+        ALIBI_MOD,
+        DOC_MOD,
         T5_MOD,
     };
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
-        fg_error e;
         char id[MOD_ID_LEN + 1];
         registered(texts[i], id);
         for (int d = 64; d <= 128; d += 64) {
             char text[256];
             snprintf(text, sizeof text, "kind=fwd,arch=sm_90a,dtype=bf16,head_dim=%d,causal=%d,varlen=1,block_m=128,"
                      "block_n=64,warps=12,stages=2,mod=%s", d, d == 128, id);
-            fg_spec s;
-            cr_assert_eq(spec_parse(text, &s, &e), FG_OK, "%s", e.msg);
             char name[FG_SPEC_NAME_MAX];
-            spec_format(&s, name, sizeof name);
             fg_compile_result r;
-            memset(&r, 0, sizeof r);
-            cr_assert_eq(compile_spec(&s, 0, &r, &e), FG_OK, "%s: %s", name, e.msg);
+            compiled(text, name, sizeof name, &r);
             cr_assert_eq(r.spill_stores, 0, "%s spills %d bytes", name, r.spill_stores);
             compile_result_free(&r);
         }
