@@ -144,6 +144,21 @@ int mod_eval_mask(const fg_mod *m, const mod_inputs *in);
 /* The value of any float node at in (fp64; NaN when it is bad): what mod_grad's result node evaluates through. */
 double mod_eval_node(const fg_mod *m, int node, const mod_inputs *in);
 
+/* ---- mod_interval.c: a mask over a block of positions ---- */
+
+/* A block of scores: one sequence b and query head h, queries q_lo..q_hi and keys kv_lo..kv_hi (positions as a mod
+ * sees them, inclusive). */
+typedef struct mod_block {
+    int b, h;
+    int q_lo, q_hi, kv_lo, kv_hi;
+} mod_block;
+enum { MOD_BLOCK_HIDDEN = 0, MOD_BLOCK_KEPT = 1, MOD_BLOCK_MIXED = 2 };
+/* mask_mod over a whole block, by interval arithmetic on the tree: MOD_BLOCK_HIDDEN when it hides every position
+ * and none can go bad, MOD_BLOCK_KEPT when it keeps every one and none can go bad (also without a mask_mod), else
+ * MOD_BLOCK_MIXED (including whatever depends on an aux array's values). Sound, not exact: a kernel may skip a
+ * HIDDEN block and evaluate no mask in a KEPT one, and evaluates MIXED ones position by position. */
+int mod_mask_block(const fg_mod *m, const mod_block *blk);
+
 /* ---- mod_grad.c: score_mod's derivative in s, for the backward ---- */
 
 /* out = m with the nodes of d score_mod / d s appended (shared subexpressions once, mod_check holds); *grad is its
