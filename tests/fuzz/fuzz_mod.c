@@ -8,7 +8,8 @@
  *     starts with "fuzz.lua:LINE:", or with "fuzz.lua: " for the refusals about the chunk as a whole (no mod
  *     function, a global of the wrong kind, the aux table's shape);
  *   - a success keeps every rule of tests/mod_tree_check.h (types, operand order, constants, aux names and
- *     order, no two nodes alike, nothing dead).
+ *     order, no two nodes alike, nothing dead), and the tree's consumers take it (fuzz_mod_consumers: check,
+ *     canonical text, evaluation, emission, the derivative, a block's class against its positions).
  * (Tracing the same text twice is not checked to give the same tree: a mod may build in pairs() order, which
  * Lua's per-state string hash seed changes from run to run.)
  * A broken rule aborts with the reason on stderr, which libFuzzer records as a finding. */
@@ -44,6 +45,56 @@ static int fuzz_mod_has_position(const char *msg) {
     return *p == ':';
 }
 
+/* The tree's consumers on a traced tree: mod_check holds; the canonical text fits and names the id; evaluation at a
+ * few points (aux arrays of a few elements, so that loads go both in and out of range) is a number, NaN or a mask's
+ * 1, 0 or -1; the emitted code fits; score_mod's derivative builds (or is refused for size with a sentence) and its
+ * code fits; a block's class agrees with every position's mask (sound). */
+static void fuzz_mod_consumers(const fg_mod *m) {
+    fg_error err;
+    if (mod_check(m, &err) != FG_OK)
+        fuzz_mod_fail("mod_check refuses a traced tree", err.msg);
+    static char text[MOD_MAX_NODES * 96 + MOD_MAX_AUX * 48 + 64];
+    if (mod_canonical(m, text, sizeof text) <= 0)
+        fuzz_mod_fail("a traced tree's canonical text does not fit", "");
+    static const float f[4] = {0.5f, -1.f, 2.f, 3.f};
+    static const int32_t k[4] = {0, 1, -2, 3};
+    mod_inputs in;
+    memset(&in, 0, sizeof in);
+    for (int i = 0; i < m->n_aux; i++) {
+        in.aux[i] = m->aux[i].is_int ? (const void *)k : (const void *)f;
+        in.extent[i][0] = 2, in.extent[i][1] = m->aux[i].rank == 2 ? 2 : 1;
+    }
+    for (int p = 0; p < 6; p++) {
+        in.s = p * 0.75 - 2.0, in.b = p % 2, in.h = p % 3, in.q = p * 3 - 2, in.kv = 7 - p * 2;
+        const int r = mod_eval_mask(m, &in);
+        if (r < -1 || r > 1)
+            fuzz_mod_fail("mod_eval_mask gives a value other than 1, 0 or -1", "");
+        (void)mod_eval_score(m, &in);
+    }
+    static char code[2 * MOD_EMIT_MAX];
+    const int n = mod_emit(m, code, MOD_EMIT_MAX);
+    if (n < 0)
+        fuzz_mod_fail("a traced tree's code does not fit MOD_EMIT_MAX", "");
+    if (m->score >= 0) {
+        static fg_mod g;
+        int grad = -1;
+        const fg_status gs = mod_grad(m, &g, &grad, &err);
+        if (gs == FG_OK && mod_emit_grad(&g, grad, code + n, sizeof code - (size_t)n) < 0)
+            fuzz_mod_fail("a derivative's code does not fit", "");
+        if (gs != FG_OK && (gs != FG_ERR_UNSUPPORTED || !err.msg[0]))
+            fuzz_mod_fail("mod_grad fails otherwise than for size", err.msg);
+    }
+    const mod_block blk = {1, 2, -3, 4, 0, 6};
+    const int cls = mod_mask_block(m, &blk);
+    if (cls != MOD_BLOCK_MIXED)
+        for (int q = blk.q_lo; q <= blk.q_hi; q++)
+            for (int kv = blk.kv_lo; kv <= blk.kv_hi; kv++) {
+                in.b = blk.b, in.h = blk.h, in.q = q, in.kv = kv;
+                if (mod_eval_mask(m, &in) != (cls == MOD_BLOCK_KEPT))
+                    fuzz_mod_fail("mod_mask_block's class disagrees with a position's mask", text);
+            }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fg_mod m;
     fg_error err;
@@ -53,6 +104,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const char *problem = mod_tree_problem(&m);
         if (problem != NULL)
             fuzz_mod_fail("a traced tree breaks a rule", problem);
+        fuzz_mod_consumers(&m);
         return 0;
     }
     if (st != FG_ERR_CONFIG)

@@ -5,7 +5,8 @@
 #   fuzz_bundle  bundle_parse on any bytes, serialize round trips       (runtime/bundle.c, sha256.c)
 #   fuzz_serving a call's rules (serving and dense), the device lengths' checks (runtime/serving_args.c, call_args.c)
 #   fuzz_tunedb  tunedb_load on any text, lookups, save and reload       (runtime/tunedb*.c, the Lua sandbox)
-#   fuzz_mod     mod_trace on any text: the scan, the fg library, the tree (generator/mod_*.c, the Lua sandbox)
+#   fuzz_mod     mod_trace on any text: the scan, the fg library, the tree, and the tree's consumers (check,
+#                evaluation, emission, derivative, block classes: generator/mod*.c, the Lua sandbox)
 # usage: sh tests/fuzz/run.sh [SECONDS] [TARGET...]    (default: 60 seconds each, every target)
 #
 # Each target is built with clang -fsanitize=fuzzer,address,undefined (UBSan made fatal, so it counts
@@ -114,6 +115,7 @@ for t in $targets; do
                    runtime/tunedb_file.c runtime/tunedb_show.c core/lua_sandbox.c core/lua_sandbox_host.c core/files.c \
                    core/csv.c $spec_src $lua_libs -lm ;;
     fuzz_mod) build fuzz_mod -fsanitize=fuzzer $lua_cflags tests/fuzz/fuzz_mod.c $mod_trace_src \
+                generator/mod.c generator/mod_emit.c generator/mod_grad.c generator/mod_interval.c core/sha256.c \
                 core/lua_sandbox.c core/lua_sandbox_host.c core/files.c core/error.c core/alloc.c $lua_libs -lm ;;
     fuzz_bundle) build fuzz_bundle -fsanitize=fuzzer tests/fuzz/fuzz_bundle.c $bundle_src
                  build fuzz_bundle_seeds -DFG_FUZZ_SEED_MAIN tests/fuzz/fuzz_bundle.c $bundle_src ;;
