@@ -113,6 +113,40 @@ static void emit_wgmma(sbuf *b, const char *name, int n, int a_regs, int tnsp_b,
     emit_wgmma_t(b, name, n, a_regs, 0, tnsp_b, ta, tb);
 }
 
+/* A custom mod's device functions (generator/mod_emit.c), before the kernel that calls them: the backward's with
+ * score_mod's derivative (mod_grad). */
+static fg_status emit_mod(sbuf *b, const fg_spec *spec, int bwd, fg_error *err) {
+    const fg_mod *m = mod_lookup(spec->mod);
+    if (!m)
+        return fg_fail(err, FG_ERR_UNSUPPORTED, "custom mod %s is not registered in this process: create it from its "
+                       "text first (fg_mod_create)", spec->mod);
+    char *code = fg_malloc(2 * MOD_EMIT_MAX);
+    fg_mod *g = bwd ? fg_malloc(sizeof *g) : NULL;
+    fg_status st = FG_OK;
+    int n = -1, grad = -1;
+    if (!code || (bwd && !g)) st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory emitting custom mod %s", spec->mod);
+    else if (bwd && m->score >= 0) {
+        fg_error gerr;
+        if (mod_grad(m, g, &grad, &gerr) != FG_OK) st = fg_fail(err, gerr.status, "custom mod %s: %s", spec->mod, gerr.msg);
+    }
+    else if (bwd) *g = *m;
+    if (st == FG_OK) {
+        n = mod_emit(bwd ? g : m, code, MOD_EMIT_MAX);
+        if (n >= 0 && grad >= 0) {
+            const int n2 = mod_emit_grad(g, grad, code + n, 2 * MOD_EMIT_MAX - (size_t)n);
+            n = n2 < 0 ? -1 : n + n2;
+        }
+        if (n < 0) st = fg_fail(err, FG_ERR_INTERNAL, "custom mod %s: its code did not fit %d bytes", spec->mod, MOD_EMIT_MAX);
+    }
+    if (st == FG_OK) {
+        sb_printf(b, "\n#include \"common/fg_params.h\"\n");
+        sb_append(b, code, (size_t)n);
+    }
+    free(g);
+    free(code);
+    return st;
+}
+
 fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *err) {
     *src = NULL;
     if (len) *len = 0;
@@ -170,38 +204,9 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
         sb_printf(&b, "#define FG_SOFTCAP %d\n", spec->softcap ? 1 : 0); /* a logit softcap */
         sb_printf(&b, "#define FG_ALIBI %d\n", spec->alibi ? 1 : 0);    /* ALiBi biases */
     }
-    if (spec->mod[0]) { /* a custom mod (generator/mod.h): its functions, before the kernel that calls them */
-        const fg_mod *m = mod_lookup(spec->mod);
-        char *code = fg_malloc(2 * MOD_EMIT_MAX);
-        fg_mod *g = bwd && m ? fg_malloc(sizeof *g) : NULL; /* the backward's: the tree with score_mod's derivative */
-        const int have_buffers = code != NULL && (!bwd || g != NULL);
-        int n = m && code && (!bwd || g) ? 0 : -1, grad = -1;
-        if (n == 0 && bwd) {
-            fg_error gerr;
-            if (m->score >= 0 && mod_grad(m, g, &grad, &gerr) != FG_OK) {
-                free(g), free(code), free(b.data);
-                return fg_fail(err, gerr.status, "custom mod %s: %s", spec->mod, gerr.msg);
-            }
-            if (m->score < 0) *g = *m;
-        }
-        if (n == 0) n = mod_emit(bwd ? g : m, code, MOD_EMIT_MAX);
-        if (n >= 0 && grad >= 0) {
-            const int n2 = mod_emit_grad(g, grad, code + n, 2 * MOD_EMIT_MAX - (size_t)n);
-            n = n2 < 0 ? -1 : n + n2;
-        }
-        free(g);
-        if (n < 0) {
-            free(code);
-            free(b.data);
-            return m ? (have_buffers ? fg_fail(err, FG_ERR_INTERNAL, "custom mod %s: its code did not fit %d bytes",
-                                                         spec->mod, MOD_EMIT_MAX)
-                                               : fg_fail(err, FG_ERR_NO_MEMORY, "out of memory emitting custom mod %s", spec->mod))
-                     : fg_fail(err, FG_ERR_UNSUPPORTED, "custom mod %s is not registered in this process: create it from "
-                                                       "its text first (fg_mod_create)", spec->mod);
-        }
-        sb_printf(&b, "\n#include \"common/fg_params.h\"\n");
-        sb_append(&b, code, (size_t)n);
-        free(code);
+    if (spec->mod[0] && (st = emit_mod(&b, spec, bwd, err)) != FG_OK) { /* a custom mod (generator/mod.h) */
+        free(b.data);
+        return st;
     }
     const int mma_fwd = spec->kind == FG_KIND_FWD && !wgmma;
     const int sub_n = mma_fwd ? spec_fwd_sub_n(spec) : 0;

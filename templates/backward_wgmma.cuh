@@ -118,8 +118,9 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch, const __grid_co
     // The model variants' constants and the overloads that take them (backward_common.cuh), where compiled in.
 #if FG_BWD_MODS
     const fg_bwd_variant v = fg_bwd_variant_make(p, &launch.mod_aux, head);
-    // The mask in the key rows' form, CTA-wide constants (the query pairs' spans of fg_bwd_spans_of spilled 24
-    // bytes at d 64 causal), and the query rows that need none.
+    // The mask in the key rows' form, CTA-wide constants: fewer live registers than the query pairs' spans of
+    // fg_bwd_spans_of (the d 64 causal window variant spills 24 bytes with either), and the query rows that need
+    // none.
     const fg_key_mask km{fg_key_rel_make(sq, sk, v), sk};
     const fg_query_span full = fg_block_full_queries(n0, sk, km.r);
 #define FG_BWD_V , km.r
@@ -335,18 +336,13 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch, const __grid_co
                 for (int nt = 0; nt < FG_BW_QUERY_N8; nt++) {
                     const int col = 8 * nt + 2 * t;
                     const float2 l2 = *(const float2 *)(lse2 + col);
-#if FG_BWD_MODS
-#define FG_BWD_SPAN , v, km
-#else
-#define FG_BWD_SPAN
-#endif
 #pragma unroll
                     for (int h = 0; h < 2; h++)
 #pragma unroll
                         for (int e = 0; e < 2; e++)
                             s[nt][2 * h + e] = fg_bwd_p<decltype(mask)::value>(s[nt][2 * h + e], e ? l2.y : l2.x,
                                                                                n0 + krow0 + 8 * h, m0 + col + e, sk, sq,
-                                                                               p.scale_log2 FG_BWD_SPAN);
+                                                                               p.scale_log2 FG_BWD_VS);
                 }
             };
             if (FG_BWD_NEEDS_MASK)
