@@ -400,3 +400,36 @@ Test(serving_args, prefill_on_the_sm90a_forward) {
     }
     tile_policy_free(&ctx.policy);
 }
+
+/* A call's custom mod: its aux arrays against the mod's declarations (rt_check_mod), each refusal naming the array
+ * and the rule; a call whose arrays match is taken and names the mod's id. */
+Test(serving_args, custom_mod_arrays_are_checked) {
+    static const char text[] = "aux = { bias = fg.aux('f32', 2), doc = fg.aux('i32', 1) }\n"
+                               "score_mod = function(s, b, h, q, kv) return s + fg.load(bias, h, fg.load(doc, kv)) end\n";
+    fg_mod *m = NULL;
+    cr_assert_eq(fg_mod_create(text, strlen(text), "m.lua", &m), FG_OK, "%s", fg_last_error(NULL));
+    fg_varlen_args a = packed();
+    a.mod = m;
+    a.mod_aux[0] = (fg_tensor){ADDR(0x700000), FG_DTYPE_F32, 2, {8, 64, 0, 0}, {64, 1, 0, 0}};
+    a.mod_aux[1] = (fg_tensor){ADDR(0x710000), FG_DTYPE_I32, 1, {300, 0, 0, 0}, {1, 0, 0, 0}};
+    serving_call c;
+    fg_error e;
+    cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
+    cr_assert_str_eq(c.mod_id, fg_mod_id(m));
+    fg_varlen_args b = a;
+    b.mod_aux[1].dtype = FG_DTYPE_F32;
+    expect(&b, FG_ERR_INVALID_ARGUMENT, "mod_aux[1] (doc) must be i32 of rank 1");
+    b = a, b.mod_aux[0].ndim = 1;
+    expect(&b, FG_ERR_INVALID_ARGUMENT, "mod_aux[0] (bias) must be f32 of rank 2");
+    b = a, b.mod_aux[0].stride[0] = 128;
+    expect(&b, FG_ERR_INVALID_ARGUMENT, "mod_aux[0] (bias) must be contiguous");
+    b = a, b.mod_aux[1].shape[0] = 0;
+    expect(&b, FG_ERR_INVALID_ARGUMENT, "mod_aux[1] (doc) has extent 0");
+    b = a, b.mod_aux[1].data = ADDR(0x710002);
+    expect(&b, FG_ERR_INVALID_ARGUMENT, "4-byte aligned");
+    b = a, b.mod_aux[2] = a.mod_aux[1];
+    expect(&b, FG_ERR_INVALID_ARGUMENT, "mod_aux[2] is set, but the mod declares fewer aux arrays");
+    b = packed(), b.mod_aux[0] = a.mod_aux[0];
+    expect(&b, FG_ERR_INVALID_ARGUMENT, "mod_aux[0] is set, but the call has no mod");
+    fg_mod_destroy(m);
+}
