@@ -146,14 +146,14 @@ double mod_eval_node(const fg_mod *m, int node, const mod_inputs *in);
 
 /* ---- mod_interval.c: a mask over a block of positions ---- */
 
-/* A block of scores: one sequence b and query head h, queries q_lo..q_hi and keys kv_lo..kv_hi (positions as a mod
- * sees them, inclusive). */
+/* A block of scores: one sequence b, query heads h_lo..h_hi, queries q_lo..q_hi and keys kv_lo..kv_hi (positions
+ * as a mod sees them, inclusive). */
 typedef struct mod_block {
-    int b, h;
+    int b, h_lo, h_hi;
     int q_lo, q_hi, kv_lo, kv_hi;
 } mod_block;
 enum { MOD_BLOCK_HIDDEN = 0, MOD_BLOCK_KEPT = 1, MOD_BLOCK_MIXED = 2 };
-/* mask_mod over a whole block, by interval arithmetic on the tree: MOD_BLOCK_HIDDEN when it hides every position
+/* mask_mod over a whole block, by interval arithmetic on the tree (templates/common/mod_interval.h): MOD_BLOCK_HIDDEN when it hides every position
  * and none can go bad, MOD_BLOCK_KEPT when it keeps every one and none can go bad (also without a mask_mod), else
  * MOD_BLOCK_MIXED (including whatever depends on an aux array's values). Sound, not exact: a kernel may skip a
  * HIDDEN block and evaluate no mask in a KEPT one, and evaluates MIXED ones position by position. */

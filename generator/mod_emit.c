@@ -146,6 +146,40 @@ static void body(emit_buf *e, const fg_mod *m, int root, int is_mask, int grad) 
     else put(e, "    return v%d;\n", root);
 }
 
+/* Node i over a block (templates/common/mod_interval.h), for fg_user_mask_block. */
+static void interval(emit_buf *e, const fg_mod *m, int i) {
+    const mod_node *n = &m->nodes[i];
+    const int a = n->a, b = n->b, c = n->c, f = n->type == MOD_T_FLOAT;
+    static const char *const unary[MOD_OP_COUNT] = {[MOD_EXP] = "exp", [MOD_LOG] = "log", [MOD_TANH] = "tanh",
+                                                    [MOD_SQRT] = "sqrt", [MOD_FLOAT] = "to_float", [MOD_FLOOR] = "floor",
+                                                    [MOD_NOT] = "not"};
+    static const char *const binary[MOD_OP_COUNT] = {[MOD_DIV] = "div", [MOD_IDIV] = "idiv", [MOD_MOD] = "mod",
+                                                     [MOD_MIN] = "min", [MOD_MAX] = "max", [MOD_AND] = "and",
+                                                     [MOD_OR] = "or"};
+    static const char *const typed[MOD_OP_COUNT] = {[MOD_NEG] = "neg", [MOD_ADD] = "add", [MOD_SUB] = "sub",
+                                                    [MOD_MUL] = "mul", [MOD_ABS] = "abs"};
+    switch ((mod_op)n->op) {
+    case MOD_CONST: put(e, "fg_iv_const(%a)", n->value); return;
+    case MOD_ARG:
+        if (n->arg == MOD_ARG_B) put(e, "fg_iv_const(b)");
+        else if (n->arg == MOD_ARG_S) put(e, "fg_iv_any(1)");
+        else put(e, "fg_iv_range(%s_lo, %s_hi)", n->arg == MOD_ARG_H ? "h" : n->arg == MOD_ARG_Q ? "q" : "kv",
+                 n->arg == MOD_ARG_H ? "h" : n->arg == MOD_ARG_Q ? "q" : "kv");
+        return;
+    case MOD_LOAD: put(e, "fg_iv_load(%d)", f); return;
+    case MOD_EQ: case MOD_NE: case MOD_LT: case MOD_LE: case MOD_GT: case MOD_GE:
+        put(e, "fg_iv_cmp(%d, v%d, v%d, %d)", n->op - MOD_EQ, a, b, m->nodes[a].type == MOD_T_FLOAT);
+        return;
+    case MOD_WHERE: put(e, "fg_iv_where(v%d, v%d, v%d)", a, b, c); return;
+    default: break;
+    }
+    if (n->op < MOD_OP_COUNT && typed[n->op] && b >= 0) put(e, "fg_iv_%s(v%d, v%d, %d)", typed[n->op], a, b, f);
+    else if (n->op < MOD_OP_COUNT && typed[n->op]) put(e, "fg_iv_%s(v%d, %d)", typed[n->op], a, f);
+    else if (n->op < MOD_OP_COUNT && binary[n->op]) put(e, "fg_iv_%s(v%d, v%d)", binary[n->op], a, b);
+    else if (n->op < MOD_OP_COUNT && unary[n->op]) put(e, "fg_iv_%s(v%d)", unary[n->op], a);
+    else e->overflow = 1; /* mod_check refuses unknown operators before this */
+}
+
 int mod_emit(const fg_mod *m, char *buf, size_t n) {
     emit_buf e = {buf, n, 0, 0};
     if (n) buf[0] = '\0';
@@ -175,6 +209,18 @@ int mod_emit(const fg_mod *m, char *buf, size_t n) {
         put(&e, "__device__ __forceinline__ float fg_user_mask(int b, int h, int q, int kv, const fg_mod_aux &aux) {\n");
         body(&e, m, m->mask, 1, -1);
         put(&e, "}\n");
+        /* the mask over a block of positions: FG_IV_HIDDEN, FG_IV_KEPT or FG_IV_MIXED (mod_mask_block's verdict) */
+        put(&e, "__device__ __forceinline__ int fg_user_mask_block(int b, int h_lo, int h_hi, int q_lo, int q_hi, int kv_lo,\n"
+                "                                                  int kv_hi) {\n");
+        unsigned char need[MOD_MAX_NODES], bad[MOD_MAX_NODES];
+        mark(m, m->mask, -1, need, bad);
+        for (int i = 0; i <= m->mask; i++) {
+            if (!need[i]) continue;
+            put(&e, "    const fg_iv v%d = ", i);
+            interval(&e, m, i);
+            put(&e, ";\n");
+        }
+        put(&e, "    return fg_iv_verdict(v%d);\n}\n", m->mask);
     }
     return e.overflow ? -1 : (int)e.len;
 }

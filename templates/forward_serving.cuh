@@ -203,6 +203,15 @@ struct fg_kv_loader {
     }
 };
 
+#if FG_USER_MASK
+// A custom mask's verdict (fg_user_mask_block) on the packed rows r_lo..r_hi (tokens r / grp of sq, the heads of
+// KV head kvh's group) against key block j of sk keys: queries at token + sk - sq, as the mod sees them.
+__device__ __forceinline__ int fg_serve_verdict(int b, int kvh, int grp, int r_lo, int r_hi, int sq, int sk, int j) {
+    return fg_user_mask_block(b, kvh * grp, kvh * grp + grp - 1, r_lo / grp + sk - sq, r_hi / grp + sk - sq,
+                              j * FG_BLOCK_N, min(j * FG_BLOCK_N + FG_BLOCK_N, sk) - 1);
+}
+#endif
+
 // (sinks=1: one CTA an SM is enough for ptxas's register budget: left to its own it kept d 64's decode tile at
 // 96 registers and spilled 4 bytes on sm_80 and sm_86; the wide variants' shared memory holds one CTA an SM
 // anyway)
@@ -242,16 +251,28 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     // fixed split sizes count from key 0 (boundaries that depend on the sequence alone); else even parts
     const int per = p.split_blocks > 0 ? p.split_blocks : (n_blocks - b_first + p.num_splits - 1) / p.num_splits;
     const int s0 = p.split_blocks > 0 ? split * per : b_first + split * per;
-    const int j_begin = min(n_blocks, max(b_first, s0)), j_end = min(n_blocks, s0 + per);
+    const int j_begin0 = min(n_blocks, max(b_first, s0)), j_end0 = min(n_blocks, s0 + per);
     int n_unmasked = 0;
 #else
     const int n_end = FG_CAUSAL ? min(sk, last_tok + sk - sq + 1) : sk;
     const int n_blocks = n_end > 0 ? (n_end + FG_BLOCK_N - 1) / FG_BLOCK_N : 0;
     const int per = p.split_blocks > 0 ? p.split_blocks : (n_blocks + p.num_splits - 1) / p.num_splits;
-    const int j_begin = min(n_blocks, split * per), j_end = min(n_blocks, j_begin + per);
+    const int j_begin0 = min(n_blocks, split * per), j_end0 = min(n_blocks, j_begin0 + per);
     int n_unmasked = sk / FG_BLOCK_N;
 #endif
     if (FG_CAUSAL) n_unmasked = min(n_unmasked, max(0, first_tok + sk - sq + 1) / FG_BLOCK_N);
+#if FG_USER_MASK
+    // the blocks at either end that a custom mask hides from every row of the tile are not loaded (a split left
+    // without blocks writes what a row without keys does)
+    int j_begin = j_begin0, j_end = j_end0;
+    {
+        const int r_last = min(m0 + FG_BLOCK_M, rows) - 1;
+        while (j_begin < j_end && fg_serve_verdict(b, kvh, grp, m0, r_last, sq, sk, j_end - 1) == FG_IV_HIDDEN) j_end--;
+        while (j_begin < j_end && fg_serve_verdict(b, kvh, grp, m0, r_last, sq, sk, j_begin) == FG_IV_HIDDEN) j_begin++;
+    }
+#else
+    const int j_begin = j_begin0, j_end = j_end0;
+#endif
 
     // (TMA: the tiles 1024-byte aligned for its swizzle; the host gives 1 KiB of slack)
     const u32 s_q = FG_SERVE_TMA ? (fg_smem_addr(fg_smem) + 1023u) & ~1023u : fg_smem_addr(fg_smem);
@@ -415,6 +436,12 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
         // mask_mod's verdict (a hidden key -inf, a bad one NaN). Its q is the row's position among the keys, tok + sk - sq (bottom-right
         // aligned, as the causal mask). Before the built-in masks below, which overwrite the keys past sk or a
         // row's diagonal (where a mod may read past its arrays and mark the score NaN).
+#if FG_USER_MASK
+        // the mask's verdict on this warp's 16 rows of the block: a block it keeps whole needs no mask of its own,
+        // one it hides whole no evaluation (rows past the sequence are never stored: kept)
+        const int w_row = m0 + wm * 16;
+        const int verdict = w_row < rows ? fg_serve_verdict(b, kvh, grp, w_row, min(w_row + 15, rows - 1), sq, sk, j) : FG_IV_KEPT;
+#endif
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int idx = min(m0 + wm * 16 + g + h * 8, rows - 1), tok = idx / grp, head = kvh * grp + idx - tok * grp;
@@ -429,7 +456,9 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
                     x = fg_user_score(x * p.softmax_scale, b, head, qpos, key, p.mod_aux) * mod_inv_scale;
 #endif
 #if FG_USER_MASK
-                    const float keep = fg_user_mask(b, head, qpos, key, p.mod_aux); // 0, -inf (hidden) or NaN (bad)
+                    const float keep = verdict == FG_IV_KEPT     ? 0.f // 0, -inf (hidden) or NaN (bad)
+                                       : verdict == FG_IV_HIDDEN ? FG_NEG_INF
+                                                                 : fg_user_mask(b, head, qpos, key, p.mod_aux);
                     x = keep == 0.f ? x : keep;                                      // hidden whatever its score
 #endif
                     s[0][nt][2 * h + e] = x;

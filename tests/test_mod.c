@@ -204,10 +204,11 @@ Test(mod, int_semantics) {
 /* Compiles the emitted `code` with NVRTC for sm_80 and sm_90a, after fg_params.h (fg_mod_aux) and before a
  * kernel that stores `call` (an expression of t, aux and a float d) for each thread. */
 static void compile_probe(const char *code, const char *call) {
-    uint8_t *params = NULL;
-    size_t plen = 0;
+    uint8_t *params = NULL, *intervals = NULL;
+    size_t plen = 0, ilen = 0;
     fg_error e;
     cr_assert_eq(fg_read_file("templates/common/fg_params.h", &params, &plen, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(fg_read_file("templates/common/mod_interval.h", &intervals, &ilen, &e), FG_OK, "%s", e.msg);
     char kernel[1024];
     snprintf(kernel, sizeof kernel,
              "extern \"C\" __global__ void probe(float *out, fg_mod_aux aux) {\n"
@@ -216,10 +217,10 @@ static void compile_probe(const char *code, const char *call) {
              "    out[t] = %s;\n"
              "    out[t + 32] = d;\n"
              "}\n", call);
-    const size_t n = plen + strlen(code) + strlen(kernel) + 1;
+    const size_t n = plen + ilen + strlen(code) + strlen(kernel) + 1;
     char *src = malloc(n);
     cr_assert(src);
-    snprintf(src, n, "%.*s%s%s", (int)plen, (const char *)params, code, kernel);
+    snprintf(src, n, "%.*s%.*s%s%s", (int)plen, (const char *)params, (int)ilen, (const char *)intervals, code, kernel);
     static const char *const archs[] = {"arch=sm_80,kind=merge", "arch=sm_90a,kind=merge"};
     for (int i = 0; i < 2; i++) {
         fg_spec s;
@@ -232,6 +233,7 @@ static void compile_probe(const char *code, const char *call) {
     }
     free(src);
     free(params);
+    free(intervals);
 }
 
 /* The emitted functions compile with NVRTC inside a kernel that calls both, for sm_80 and sm_90a. */
@@ -245,7 +247,8 @@ Test(mod, emitted_code_compiles) {
     cr_assert(strstr(code, "fg_user_score(float s, int b, int h, int q, int kv, const fg_mod_aux &aux)"));
     cr_assert_eq(mod_emit(&m, code, 100), -1, "output that does not fit is -1");
     mod_emit(&m, code, sizeof code);
-    compile_probe(code, "fg_user_score(0.5f * t, 0, t % 2, t / 4, t % 4, aux) + fg_user_mask(0, t % 2, t / 4, t % 4, aux)");
+    compile_probe(code, "fg_user_score(0.5f * t, 0, t % 2, t / 4, t % 4, aux) + fg_user_mask(0, t % 2, t / 4, t % 4, aux) + "
+                        "fg_user_mask_block(0, t % 2, t % 2 + 1, t / 4, t / 2, t % 4, t % 8)");
 }
 
 /* The ALiBi score mod and a document mask over a [batch, position] array, as the compile tests use them. */
@@ -498,19 +501,21 @@ Test(mod, mask_blocks_are_sound) {
         for (int k = 0; k < 300; k++) {
             rng = rng * 6364136223846793005ull + 1442695040888963407ull;
             const int bq = (int)(rng >> 33) % 5, bk = (int)(rng >> 40) % 5, size = 16 << ((rng >> 50) % 3);
-            const mod_block blk = {(int)(rng >> 20) % 2, (int)(rng >> 25) % 4, bq * size, bq * size + size - 1, bk * size,
-                                   bk * size + size - 1};
+            const int h0 = (int)(rng >> 25) % 4;
+            const mod_block blk = {(int)(rng >> 20) % 2, h0, h0 + (int)(rng >> 58) % 2, bq * size, bq * size + size - 1,
+                                   bk * size, bk * size + size - 1};
             const int cls = mod_mask_block(&m, &blk);
             int hidden = 0, kept = 0, bad = 0;
-            for (int q = blk.q_lo; q <= blk.q_hi; q++)
-                for (int kv = blk.kv_lo; kv <= blk.kv_hi; kv++) {
-                    mod_inputs in = inputs(0, blk.b, blk.h, q, kv);
-                    in.aux[0] = i == 5 ? (const void *)prefix : (const void *)doc;
-                    in.extent[0][0] = 2, in.extent[0][1] = i == 5 ? 1 : 400;
-                    const int r = mod_eval_mask(&m, &in);
-                    hidden += r == 0, kept += r == 1, bad += r < 0;
-                }
-            const int n = (blk.q_hi - blk.q_lo + 1) * (blk.kv_hi - blk.kv_lo + 1);
+            for (int h = blk.h_lo; h <= blk.h_hi; h++)
+                for (int q = blk.q_lo; q <= blk.q_hi; q++)
+                    for (int kv = blk.kv_lo; kv <= blk.kv_hi; kv++) {
+                        mod_inputs in = inputs(0, blk.b, h, q, kv);
+                        in.aux[0] = i == 5 ? (const void *)prefix : (const void *)doc;
+                        in.extent[0][0] = 2, in.extent[0][1] = i == 5 ? 1 : 400;
+                        const int r = mod_eval_mask(&m, &in);
+                        hidden += r == 0, kept += r == 1, bad += r < 0;
+                    }
+            const int n = (blk.h_hi - blk.h_lo + 1) * (blk.q_hi - blk.q_lo + 1) * (blk.kv_hi - blk.kv_lo + 1);
             if (cls == MOD_BLOCK_HIDDEN) cr_assert(hidden == n, "mask %zu: a HIDDEN block keeps %d and has %d bad", i, kept, bad);
             if (cls == MOD_BLOCK_KEPT) cr_assert(kept == n, "mask %zu: a KEPT block hides %d and has %d bad", i, hidden, bad);
             settled += cls != MOD_BLOCK_MIXED;

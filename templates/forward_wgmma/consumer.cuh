@@ -161,7 +161,7 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, con
 #endif
     // (without a window, the tile's blocks counted from n_blocks as ever: reading them through fg_tile_block
     // moved ptxas's allocation and spilled the FP8 d 128 causal tile 12 bytes)
-#if FG_WINDOW
+#if FG_BLOCK_SPAN
     auto block_of = [&](int i) { return fg_tile_block(tl, i); };
 #else
     auto block_of = [&](int i) { return n_blocks - 1 - i; };
@@ -191,6 +191,12 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, con
             // the keys past sk or a row's diagonal, where a mod may read past its arrays). Its q is the row's
             // position among the keys, row + sk - sq (bottom-right aligned, as the causal mask).
             const int j = block_of(i);
+#if FG_USER_MASK
+            // the mask's verdict on this warp's 16 rows of the block: a block it keeps whole needs no mask of its
+            // own, one it hides whole no evaluation (rows past the sequence are never stored: kept)
+            const int w_row = row0 - lane / 4;
+            const int verdict = w_row < sq ? fg_mask_verdict(tl.batch, tl.head, w_row, w_row + 15, sq, sk, j) : FG_IV_KEPT;
+#endif
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int qpos = row0 + 8 * h + sk - sq, key0 = j * FG_BLOCK_N + 2 * t4;
@@ -204,7 +210,9 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, con
                             mod_inv_scale;
 #endif
 #if FG_USER_MASK
-                        const float keep = fg_user_mask(tl.batch, tl.head, qpos, key0 + 8 * nt + e, p.mod_aux);
+                        const float keep = verdict == FG_IV_KEPT     ? 0.f
+                                           : verdict == FG_IV_HIDDEN ? FG_NEG_INF
+                                                                     : fg_user_mask(tl.batch, tl.head, qpos, key0 + 8 * nt + e, p.mod_aux);
                         x = keep == 0.f ? x : keep; // a hidden key -inf whatever its score, a bad one NaN
 #endif
                         sacc[0][nt][2 * h + e] = x;
@@ -212,7 +220,7 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, con
             }
         }
 #endif
-#if FG_WINDOW
+#if FG_BLOCK_SPAN
         if (!fg_step_masked(tl, i)) return;
 #else
         if (i >= tl.n_masked) return;

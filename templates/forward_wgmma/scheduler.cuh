@@ -14,20 +14,21 @@
 // FG_VARLEN: also the sequence's queries (sq) and keys (sk), and where its first query and key lie in the
 // tensors' row dimension (q_start, k_start: the packed offsets, or 0 in a batch's own rows).
 // FG_WINDOW: the key blocks start at b_first (not 0), and the last lo_masked visited (the window's left edge)
-// need the mask too.
+// need the mask too. FG_USER_MASK: the same, for the blocks a custom mask hides at either end (fg_mask_trim).
+#define FG_BLOCK_SPAN (FG_WINDOW || FG_USER_MASK)
 struct fg_tile {
     int m0, head, batch, kv_head, n_blocks, n_masked;
 #if FG_VARLEN
     int sq, sk, q_start, k_start;
 #endif
-#if FG_WINDOW
+#if FG_BLOCK_SPAN
     int b_first, lo_masked;
 #endif
 };
 
 // The key block of step i of tile t (blocks are visited last to first).
 __device__ __forceinline__ int fg_tile_block(const fg_tile &t, int i) {
-#if FG_WINDOW
+#if FG_BLOCK_SPAN
     return t.b_first + t.n_blocks - 1 - i;
 #else
     return t.n_blocks - 1 - i;
@@ -37,12 +38,39 @@ __device__ __forceinline__ int fg_tile_block(const fg_tile &t, int i) {
 // Whether step i of tile t needs the mask: the blocks crossing the diagonal or the end of the keys (visited
 // first), and with a window those crossing its left edge (visited last).
 __device__ __forceinline__ bool fg_step_masked(const fg_tile &t, int i) {
-#if FG_WINDOW
+#if FG_BLOCK_SPAN
     return i < t.n_masked || i >= t.n_blocks - t.lo_masked;
 #else
     return i < t.n_masked;
 #endif
 }
+
+#if FG_USER_MASK
+// A custom mask's verdict (FG_IV_HIDDEN, FG_IV_KEPT, FG_IV_MIXED: fg_user_mask_block) on query rows r_lo..r_hi of
+// a sequence of sq queries and sk keys against key block j, in the positions a mod sees (a query at row + sk - sq).
+__device__ __forceinline__ int fg_mask_verdict(int batch, int head, int r_lo, int r_hi, int sq, int sk, int j) {
+    return fg_user_mask_block(batch, head, head, r_lo + sk - sq, min(r_hi, sq - 1) + sk - sq, j * FG_BLOCK_N,
+                              min(j * FG_BLOCK_N + FG_BLOCK_N, sk) - 1);
+}
+
+// Drops from tile t's key blocks those at either end that the custom mask hides from every row of the tile (no
+// row needs them: a tile left without blocks writes O = 0 and LSE = -inf, as a row without keys), keeping which
+// of the rest need the built-in mask. Producer and consumers trim alike: the verdict is a function of the tile.
+__device__ __forceinline__ void fg_mask_trim(fg_tile &t, int sq, int sk) {
+    if (t.n_blocks == 0) return;
+    const int r_hi = t.m0 + FG_BLOCK_M - 1;
+    int lo = t.b_first, hi = t.b_first + t.n_blocks; // [lo, hi)
+    while (lo < hi && fg_mask_verdict(t.batch, t.head, t.m0, r_hi, sq, sk, hi - 1) == FG_IV_HIDDEN) hi--;
+    while (lo < hi && fg_mask_verdict(t.batch, t.head, t.m0, r_hi, sq, sk, lo) == FG_IV_HIDDEN) lo++;
+    // the blocks no built-in mask touches, [u_lo, u_hi), within what is left
+    const int u_lo0 = t.b_first + t.lo_masked, u_hi0 = t.b_first + t.n_blocks - t.n_masked;
+    const int u_lo = min(max(u_lo0, lo), hi), u_hi = max(u_lo, min(u_hi0, hi));
+    t.b_first = lo;
+    t.n_blocks = hi - lo;
+    t.lo_masked = u_lo - lo;
+    t.n_masked = hi - u_hi;
+}
+#endif
 
 #if FG_VARLEN
 // Sequence b's rows (fg_fwd_params' varlen fields, fg_seq_span), seqused_k clamped to the keys it has.
@@ -102,12 +130,21 @@ __device__ __forceinline__ fg_tile fg_tile_at(const fg_fwd_params &p, int index,
     t.lo_masked = min(span.lo_masked, t.n_blocks);
     n_unmasked = max(0, t.n_blocks - span.hi_masked - t.lo_masked);
     t.n_masked = t.n_blocks - t.lo_masked - n_unmasked;
+#if FG_USER_MASK
+    fg_mask_trim(t, t.sq, t.sk);
+#endif
     return t;
 #elif FG_VARLEN
     // query blocks past the sequence's end (the grid covers the longest) have nothing to do
     fg_varlen_bounds(p, t);
     fg_key_blocks(t.m0, t.sq, t.sk, t.n_blocks, n_unmasked);
     if (t.m0 >= t.sq) t.n_blocks = n_unmasked = 0;
+#if FG_USER_MASK
+    t.b_first = t.lo_masked = 0;
+    t.n_masked = t.n_blocks - n_unmasked;
+    fg_mask_trim(t, t.sq, t.sk);
+    return t;
+#endif
 #else
     fg_key_blocks(t.m0, p.seqlen_q, p.seqlen_k, t.n_blocks, n_unmasked);
 #endif

@@ -84,15 +84,16 @@ static void fuzz_mod_consumers(const fg_mod *m) {
         if (gs != FG_OK && (gs != FG_ERR_UNSUPPORTED || !err.msg[0]))
             fuzz_mod_fail("mod_grad fails otherwise than for size", err.msg);
     }
-    const mod_block blk = {1, 2, -3, 4, 0, 6};
+    const mod_block blk = {1, 2, 3, -3, 4, 0, 6};
     const int cls = mod_mask_block(m, &blk);
     if (cls != MOD_BLOCK_MIXED)
-        for (int q = blk.q_lo; q <= blk.q_hi; q++)
-            for (int kv = blk.kv_lo; kv <= blk.kv_hi; kv++) {
-                in.b = blk.b, in.h = blk.h, in.q = q, in.kv = kv;
-                if (mod_eval_mask(m, &in) != (cls == MOD_BLOCK_KEPT))
-                    fuzz_mod_fail("mod_mask_block's class disagrees with a position's mask", text);
-            }
+        for (int h = blk.h_lo; h <= blk.h_hi; h++)
+            for (int q = blk.q_lo; q <= blk.q_hi; q++)
+                for (int kv = blk.kv_lo; kv <= blk.kv_hi; kv++) {
+                    in.b = blk.b, in.h = h, in.q = q, in.kv = kv;
+                    if (mod_eval_mask(m, &in) != (cls == MOD_BLOCK_KEPT))
+                        fuzz_mod_fail("mod_mask_block's class disagrees with a position's mask", text);
+                }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
