@@ -255,6 +255,8 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
         }
     }
     sb_printf(&b, "\n#include \"%s\"\n", family_file(spec));
+    if (spec_mask_map(spec)) /* the mask's block map, per call (the kernel reads it: fg_mask_verdict_rows) */
+        sb_printf(&b, "#include \"mod_classify.cuh\"\n");
 done:
     if (b.failed) {
         free(b.data);

@@ -275,3 +275,18 @@ double mod_eval_node(const fg_mod *m, int node, const mod_inputs *in) {
     eval_nodes(m, in, node, f, k, bad);
     return bad[node] ? NAN : f[node];
 }
+
+int mod_mask_reads(const fg_mod *m, int op, int arg) {
+    if (m->mask < 0) return 0;
+    unsigned char need[MOD_MAX_NODES] = {0};
+    need[m->mask] = 1;
+    for (int i = m->mask; i >= 0; i--) {
+        if (!need[i]) continue;
+        const mod_node *n = &m->nodes[i];
+        if (n->op == op && (arg < 0 || n->arg == arg)) return 1;
+        if (n->a >= 0) need[n->a] = 1;
+        if (n->b >= 0) need[n->b] = 1;
+        if (n->c >= 0) need[n->c] = 1;
+    }
+    return 0;
+}

@@ -141,6 +141,13 @@ double mod_eval_score(const fg_mod *m, const mod_inputs *in);
 /* mask_mod's value at in: 1 kept, 0 hidden (1 when the mod has none), -1 after an out-of-range load. */
 int mod_eval_mask(const fg_mod *m, const mod_inputs *in);
 
+/* Whether mask_mod's result depends on an aux load (MOD_LOAD: then intervals cannot settle its blocks, and the calls
+ * that can take a block map get one, fg_params.h's fg_mod_aux.map) or on the head h (MOD_ARG_H: then that map has
+ * an entry per query head). 0 without a mask_mod. */
+int mod_mask_reads(const fg_mod *m, int op, int arg);
+#define mod_mask_reads_aux(m) mod_mask_reads((m), MOD_LOAD, -1)
+#define mod_mask_reads_head(m) mod_mask_reads((m), MOD_ARG, MOD_ARG_H)
+
 /* The value of any float node at in (fp64; NaN when it is bad): what mod_grad's result node evaluates through. */
 double mod_eval_node(const fg_mod *m, int node, const mod_inputs *in);
 

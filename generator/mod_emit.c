@@ -188,7 +188,8 @@ int mod_emit(const fg_mod *m, char *buf, size_t n) {
     put(&e, "// the custom mod %s (generator/mod.h): score %s, mask %s; aux:", id, m->score >= 0 ? "yes" : "no",
         m->mask >= 0 ? "yes" : "no");
     for (int i = 0; i < m->n_aux; i++) put(&e, " %d %s (%s, rank %d)", i, m->aux[i].name, m->aux[i].is_int ? "i32" : "f32", m->aux[i].rank);
-    put(&e, "\n#define FG_USER_SCORE %d\n#define FG_USER_MASK %d\n", m->score >= 0, m->mask >= 0);
+    put(&e, "\n#define FG_USER_SCORE %d\n#define FG_USER_MASK %d\n#define FG_USER_MASK_MAP %d\n", m->score >= 0,
+        m->mask >= 0, mod_mask_reads_aux(m));
     put(&e, "%s", "__device__ __forceinline__ int fg_mod_floordiv(int a, int b) { // b == 0: the caller marks the node bad\n"
             "    if (b == 0) return 0;\n"
             "    if (b == -1) return (int)(0u - (unsigned)a);\n"

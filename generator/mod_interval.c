@@ -1,12 +1,14 @@
 /* mod_interval.c: a mask mod over a block of positions at once (mod.h's mod_mask_block), by the interval
  * arithmetic of templates/common/mod_interval.h, node by node: the same functions the kernels' fg_user_mask_block
  * calls (mod_emit.c), so what this file's tests find sound holds on the device too. */
+#include <math.h>
+
 #include "generator/mod.h"
 #include "templates/common/mod_interval.h"
 
-_Static_assert(MOD_BLOCK_HIDDEN == FG_IV_HIDDEN && MOD_BLOCK_KEPT == FG_IV_KEPT && MOD_BLOCK_MIXED == FG_IV_MIXED,
+_Static_assert((int)MOD_BLOCK_HIDDEN == (int)FG_IV_HIDDEN && (int)MOD_BLOCK_KEPT == (int)FG_IV_KEPT && (int)MOD_BLOCK_MIXED == (int)FG_IV_MIXED,
                "mod.h's block verdicts are mod_interval.h's");
-_Static_assert(MOD_NE - MOD_EQ == FG_IV_NE && MOD_GE - MOD_EQ == FG_IV_GE, "comparisons in mod_op's order");
+_Static_assert((int)(MOD_NE - MOD_EQ) == (int)FG_IV_NE && (int)(MOD_GE - MOD_EQ) == (int)FG_IV_GE, "comparisons in mod_op's order");
 
 int mod_mask_block(const fg_mod *m, const mod_block *blk) {
     if (m->mask < 0) return MOD_BLOCK_KEPT;

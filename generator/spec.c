@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "generator/spec.h"
+#include "generator/mod.h"
 #include "generator/validate.h" /* arch_smem_limit */
 
 fg_dtype spec_out_dtype(const fg_spec *spec) { return dtype_is_fp8(spec->dtype) ? spec->out_dtype : spec->dtype; }
@@ -286,6 +287,13 @@ int spec_bwd_dq_staged(const fg_spec *spec) {
 int spec_is_wgmma(const fg_spec *spec) { return spec->kind == FG_KIND_FWD && spec->arch == 90 && spec->arch_accel; }
 
 int spec_is_wgmma_bwd(const fg_spec *spec) { return spec->kind == FG_KIND_BWD && spec->arch == 90 && spec->arch_accel; }
+
+int spec_mask_map(const fg_spec *spec) {
+    if (!spec->mod[0] || !(spec->kind == FG_KIND_BWD || (spec->kind == FG_KIND_FWD && spec->varlen && spec_is_wgmma(spec))))
+        return 0;
+    const fg_mod *m = mod_lookup(spec->mod);
+    return m && mod_mask_reads_aux(m);
+}
 
 int spec_bwd_sm90_dq_n(const fg_spec *spec) { return spec->head_dim == 128 ? 64 : spec->head_dim; }
 

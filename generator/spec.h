@@ -163,6 +163,10 @@ int spec_bwd_dq_staged(const fg_spec *spec);     /* kind=bwd: 1 when dQ is stage
 int spec_is_wgmma(const fg_spec *spec);
 /* 1 for the backward of the wgmma family (kind=bwd, sm_90a: templates/backward_wgmma.cuh). */
 int spec_is_wgmma_bwd(const fg_spec *spec);
+/* 1 when the variant reads a custom mask's block map (fg_params.h's fg_mod_aux.map) and its module holds the
+ * kernel that fills it (templates/mod_classify.cuh): a registered mod whose mask reads aux arrays, on the sm_90a
+ * forward with varlen=1 or the backward. */
+int spec_mask_map(const fg_spec *spec);
 /* Q buffers of a wgmma-family kernel: 2 when they fit the arch's shared memory with the K/V stages (the
  * next tile's Q then loads during this one), else 1; 1 for the mma.sync family. */
 int spec_q_stages(const fg_spec *spec);

@@ -185,6 +185,12 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args
      * each waits for the kernel before it before touching the workspace (backward_mma.cuh). Pre starts after
      * everything before it on the stream, as any launch, so main's early loads of K and V, which the
      * caller's earlier work wrote, are safe. */
+    /* a custom mask's block map first (varlen calls whose mask reads aux arrays): pre, a plain launch, starts after
+       it, and main, early, after pre's CTAs have all started */
+    if (vl && L->map_bytes > 0 &&
+        (st = rt_mask_map_fill(ctx, s, kern.fn_map, ws + L->map, (int)b, (int)hq, sq, sk, vl->cu_q, vl->cu_k, NULL,
+                               vl->total_q, vl->total_k, &p.mod_aux, stream, err)) != FG_OK)
+        return st;
     const int early = ctx->pdl;
     const launch_item items[3] = {
         {kern.fn_pre, {(unsigned)((bwd_rows_read(s, sq) + 63) / 64), h, bb}, 256, 0, "fg_bwd_pre_kernel", 0},

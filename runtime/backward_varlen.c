@@ -36,6 +36,10 @@ static fg_status layout(const fg_varlen_bwd_args *a, const bwd_varlen_call *c, b
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the backward's workspace for %lld query tokens in %d sequences x "
                        "heads_q %d x head_dim %d (V's %d) does not fit in size_t: the call is too large",
                        (long long)c->total_q, c->batch, c->hq, c->d, c->dv);
+    /* then a custom mask's block map (mask_map.c), at a 256-byte boundary */
+    L->map_bytes = rt_mask_map_bytes(a->mod, c->batch, c->hq, c->max_q, c->max_k);
+    L->map = (L->total + 255) / 256 * 256;
+    if (L->map_bytes > 0) L->total = L->map + L->map_bytes;
     return FG_OK;
 }
 

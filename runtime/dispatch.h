@@ -85,6 +85,8 @@ fg_status kernels_get(fg_context *ctx, const fg_spec *s, int dry, kernels_origin
 /* The loaded kernel of variant s (its main entry point) for a launch: checked runnable on ctx
  * (select_check_runnable), then found or built as kernels_get does. Takes ctx->lock. */
 fg_status kernels_function(fg_context *ctx, const fg_spec *s, CUfunction *fn, fg_error *err);
+/* The same, with the module's fg_mask_map_kernel in *fn_map (NULL where the variant has none: spec_mask_map). */
+fg_status kernels_functions(fg_context *ctx, const fg_spec *s, CUfunction *fn, CUfunction *fn_map, fg_error *err);
 /* Where variant s's code would come from, without compiling or loading anything: KERNELS_FROM_MEMORY costs
  * a name lookup; with deep set, the bundles and the disk cache are looked up too (the disk cache after
  * emitting the source that keys it), else anything not loaded is KERNELS_FROM_JIT. Takes ctx->lock. */
@@ -124,6 +126,19 @@ typedef struct fwd_varlen {
 fg_status rt_fwd_launch_varlen(fg_context *ctx, const fg_spec *spec, const fg_fwd_args *a, const fwd_varlen *vl,
                                void *stream, fg_error *err);
 
+/* ---- mask_map.c: a custom mask's block map (templates/mod_classify.cuh) */
+
+/* The workspace bytes of the block map of mod m (NULL, or a mask that reads no aux array: 0) for batch sequences
+ * of up to rows queries and keys keys with heads query heads, a multiple of 256. */
+size_t rt_mask_map_bytes(const struct fg_mod *m, int batch, int heads, long long rows, long long keys);
+/* Fills the map at mem (rt_mask_map_bytes of the same shapes) on stream by fn_map (the module's, of a variant
+ * with spec_mask_map: kernels_functions) and points
+ * aux at it (map, map_heads, map_rows, map_cols); the sequences as the attention kernel sees them (cu_q and cu_k
+ * NULL for dense rows; used_k NULL or the keys each uses). */
+fg_status rt_mask_map_fill(fg_context *ctx, const fg_spec *spec, CUfunction fn_map, void *mem, int batch, int heads,
+                           long long rows, long long keys, const int *cu_q, const int *cu_k, const int *used_k,
+                           int total_q, int total_k, fg_mod_aux *aux, void *stream, fg_error *err);
+
 /* ---- launch.c: launches */
 
 /* One kernel launch: the function, its grid and block, dynamic shared memory, its name for errors, and
@@ -151,6 +166,8 @@ typedef struct backward_layout {
     size_t sem;      /* fg_bwd_params.dq_sem: the deterministic mode's dQ order (empty otherwise) */
     size_t dkv;      /* fg_bwd_params.dkv_accum: GQA's fp32 dK and dV per query head, rows of d and of dv (empty
                         otherwise) */
+    size_t map;      /* fg_mod_aux.map: a custom mask's block map (rt_mask_map_bytes; varlen calls, else empty) */
+    size_t map_bytes;
     size_t total;    /* bytes in all */
 } backward_layout;
 
@@ -283,6 +300,9 @@ int serving_prefill_run(fg_context *ctx, const fg_varlen_args *a, const serving_
                         fg_error *err);
 /* 1 with the sm_90a forward's variant for such a call in *spec, 0 when the call is not one of those. */
 int serving_prefill_variant(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, fg_spec *spec);
+/* The workspace bytes such a call's variant uses: its custom mask's block map (rt_mask_map_bytes), 0 without one. A
+ * call whose workspace is smaller runs without the map (every block evaluated; fg_explain_varlen says so). */
+size_t serving_prefill_workspace(const serving_call *c, const fg_spec *spec);
 /* fg_explain_varlen's account of such a call into buf (1), or 0 when the call is not one of those. */
 int serving_prefill_explain(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, char *buf, size_t n);
 

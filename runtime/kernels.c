@@ -51,6 +51,7 @@ static fg_status load_cubin(fg_context *ctx, const fg_spec *s, const char *name,
                                                                                  : FG_KERNEL_NAME);
     if (rc == CUDA_SUCCESS && s->kind == FG_KIND_BWD) rc = cu->cuModuleGetFunction(&k.fn_pre, k.module, FG_BWD_PRE_NAME);
     if (rc == CUDA_SUCCESS && s->kind == FG_KIND_BWD) rc = cu->cuModuleGetFunction(&k.fn_post, k.module, FG_BWD_POST_NAME);
+    if (rc == CUDA_SUCCESS && spec_mask_map(s)) rc = cu->cuModuleGetFunction(&k.fn_map, k.module, "fg_mask_map_kernel");
     size_t smem = spec_smem_bytes(s);
     if (rc == CUDA_SUCCESS && smem > 0)
         rc = cu->cuFuncSetAttribute(k.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
@@ -204,7 +205,12 @@ kernels_origin kernels_origin_of(fg_context *ctx, const fg_spec *s, int deep) {
 }
 
 fg_status kernels_function(fg_context *ctx, const fg_spec *s, CUfunction *fn, fg_error *err) {
+    return kernels_functions(ctx, s, fn, NULL, err);
+}
+
+fg_status kernels_functions(fg_context *ctx, const fg_spec *s, CUfunction *fn, CUfunction *fn_map, fg_error *err) {
     *fn = NULL;
+    if (fn_map) *fn_map = NULL;
     fg_status st = select_check_runnable(ctx, s, err);
     if (st != FG_OK) return st;
     pthread_mutex_lock(&ctx->lock);
@@ -212,6 +218,7 @@ fg_status kernels_function(fg_context *ctx, const fg_spec *s, CUfunction *fn, fg
     kernels_origin from;
     st = kernels_get(ctx, s, 0, &from, &k, err);
     if (st == FG_OK) *fn = k->fn;
+    if (st == FG_OK && fn_map) *fn_map = k->fn_map;
     pthread_mutex_unlock(&ctx->lock);
     return st;
 }

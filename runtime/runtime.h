@@ -18,6 +18,7 @@ typedef struct fg_kernel {
     CUmodule module;             /* owns the code */
     CUfunction fn;               /* FG_KERNEL_NAME in module; for kind=bwd the main kernel */
     CUfunction fn_pre, fn_post;  /* kind=bwd: fg_bwd_pre_kernel, fg_bwd_post_kernel (NULL for the forward) */
+    CUfunction fn_map;           /* spec_mask_map variants: fg_mask_map_kernel (mod_classify.cuh); else NULL */
     const char *source;          /* where it came from: "JIT", "disk cache", "bundle" */
 } fg_kernel;
 

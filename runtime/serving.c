@@ -355,6 +355,11 @@ fg_status fg_attention_fwd_varlen_workspace_size(fg_context *ctx, const fg_varle
         return rt_set_error(ctx, &err);
     if (serving_empty(&c)) return FG_OK;
     a.workspace = (void *)(uintptr_t)256; /* the size a call with a workspace needs */
+    fg_spec prefill;
+    if (serving_prefill_variant(ctx, &a, &c, &prefill)) { /* the sm_90a prefill's: a custom mask's block map */
+        *bytes = serving_prefill_workspace(&c, &prefill);
+        return FG_OK;
+    }
     if (serving_plan_for(ctx, &a, &c, &plan, &err) != FG_OK) return rt_set_error(ctx, &err);
     *bytes = plan.workspace;
     return FG_OK;

@@ -5,6 +5,7 @@
  * serving kernel (serving.c). */
 #include <string.h>
 #include "runtime/call_args.h"
+#include "generator/mod.h"
 #include "runtime/dispatch.h"
 
 /* The longest sequence's queries from which the sm_90a forward takes a call: below, most of its 64-row query
@@ -108,6 +109,13 @@ int serving_prefill_variant(fg_context *ctx, const fg_varlen_args *a, const serv
     return prefill_spec(ctx, a, c, spec, &g, &vl, NULL, 0);
 }
 
+/* The block map's keys a sequence: the grid's key rows (the longest packed sequence, or a dense cache's capacity). */
+static long long map_keys(const serving_call *c) { return c->packed_k ? c->max_k : c->seqlen_k; }
+
+size_t serving_prefill_workspace(const serving_call *c, const fg_spec *spec) {
+    return rt_mask_map_bytes(spec_mask_map(spec) ? mod_lookup(spec->mod) : NULL, c->batch, c->hq, c->seqlen_q, map_keys(c));
+}
+
 int serving_prefill_run(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, void *stream, fg_status *st,
                         fg_error *err) {
     fg_spec spec;
@@ -116,6 +124,14 @@ int serving_prefill_run(fg_context *ctx, const fg_varlen_args *a, const serving_
     if (!prefill_spec(ctx, a, c, &spec, &g, &vl, NULL, 0)) return 0;
     *st = FG_OK;
     if (ctx->check_inputs && (*st = serving_check_device_inputs(ctx, a, c, stream, err)) != FG_OK) return 1;
+    const size_t map = serving_prefill_workspace(c, &spec);
+    if (map > 0 && a->workspace && a->workspace_size >= map) { /* the mask's block map first, on the same stream */
+        CUfunction fn, fn_map;
+        if ((*st = kernels_functions(ctx, &spec, &fn, &fn_map, err)) != FG_OK ||
+            (*st = rt_mask_map_fill(ctx, &spec, fn_map, a->workspace, c->batch, c->hq, c->seqlen_q, map_keys(c), vl.cu_q,
+                                    vl.cu_k, vl.used_k, vl.total_q, vl.total_k, &vl.mod_aux, stream, err)) != FG_OK)
+            return 1;
+    }
     *st = rt_fwd_launch_varlen(ctx, &spec, &g, &vl, stream, err);
     return 1;
 }
@@ -129,16 +145,27 @@ int serving_prefill_explain(fg_context *ctx, const fg_varlen_args *a, const serv
     char name[FG_SPEC_NAME_MAX];
     spec_format(&spec, name, sizeof name);
     static const char *const origin[] = {"memory", "disk cache", "bundle", "JIT compile"};
+    /* the custom mask's block map: its bytes and the classification's cost, one fg_user_mask a position of the
+       blocks intervals leave open (at most every position of every sequence's grid) */
+    const size_t map = serving_prefill_workspace(c, &spec);
+    char ws[320] = "none";
+    if (map > 0)
+        snprintf(ws, sizeof ws, "%zu bytes, the custom mask's block map (%s): a classification kernel before the "
+                 "attention evaluates the mask at up to %lld positions (every position of each sequence%s) and "
+                 "the attention skips the blocks it hides", map,
+                 a->workspace && a->workspace_size >= map ? "given" : "NOT given: every block evaluates the mask",
+                 (long long)c->batch * c->seqlen_q * map_keys(c) * (mod_mask_reads_head(mod_lookup(spec.mod)) ? c->hq : 1),
+                 mod_mask_reads_head(mod_lookup(spec.mod)) ? ", each query head" : "");
     snprintf(buf, n,
              "variant %s\n"
              "queries: %s, %d sequences, up to %d tokens each; keys: %s, up to %d each\n"
              "prefill on the sm_90a forward (TMA, wgmma): tiles of %d queries of one sequence and head, %lld "
              "in the grid's bound; no key split\n"
              "tiles: %s\n"
-             "workspace: none\n"
+             "workspace: %s\n"
              "code: %s\n",
              name, c->packed_q ? "packed" : "dense", c->batch, c->seqlen_q, c->packed_k ? "packed" : "dense", c->max_k,
              spec.block_m, (long long)((c->seqlen_q + spec.block_m - 1) / spec.block_m) * c->hq * c->batch,
-             why[0] ? why : "the tile policy", origin[kernels_origin_of(ctx, &spec, 1)]);
+             why[0] ? why : "the tile policy", ws, origin[kernels_origin_of(ctx, &spec, 1)]);
     return 1;
 }

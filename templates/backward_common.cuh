@@ -465,14 +465,15 @@ __device__ __forceinline__ void fg_bwd_p_ds(float (&s)[4], float (&dp)[4], int h
 
 #if FG_USER_MASK
 // Drops from [m_first, m_last) the query blocks at either end that a custom mask hides from every key of the block at
-// n0 (fg_user_mask_block, with queries at row + sk - sq as the mod sees them): their P and dS are 0. Not in the
+// n0 (fg_mask_verdict_rows): their P and dS are 0. Not in the
 // deterministic mode, whose dQ turns (bwd_order.h) count every key block a query block's causal span holds.
-__device__ __forceinline__ void fg_bwd_mask_trim(int head, int n0, int sq, int sk, int &m_first, int &m_last) {
+__device__ __forceinline__ void fg_bwd_mask_trim(const fg_mod_aux &aux, int head, int n0, int sq, int sk, int &m_first,
+                                                 int &m_last) {
     if constexpr (FG_DETERMINISTIC) return;
     auto hidden = [&](int m) {
         const int r0 = m * FG_BLOCK_M, r1 = min(r0 + FG_BLOCK_M, sq) - 1;
-        return fg_user_mask_block((int)blockIdx.z, head, head, r0 + sk - sq, r1 + sk - sq, n0,
-                                  min(n0 + FG_BLOCK_N, sk) - 1) == FG_IV_HIDDEN;
+        return fg_mask_verdict_rows(aux, (int)blockIdx.z, head, r0, r1, n0, min(n0 + FG_BLOCK_N, sk) - 1, sq, sk) ==
+               FG_IV_HIDDEN;
     };
     if (n0 >= sk) return;
     while (m_first < m_last && hidden(m_last - 1)) m_last--;

@@ -157,7 +157,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch) {
     int m_first, m_last;
     fg_bwd_query_blocks(n0, sq, sk, m_first, m_last FG_BWD_V);
 #if FG_USER_MASK
-    fg_bwd_mask_trim(head, n0, sq, sk, m_first, m_last);
+    fg_bwd_mask_trim(launch.mod_aux, head, n0, sq, sk, m_first, m_last);
 #endif
     // The query blocks in stream order: m_first .. m_last - 1, or in the deterministic mode's rotated order
     // (fg_bwd_turn_rank) from m_first + n_block mod n_m on, wrapping.

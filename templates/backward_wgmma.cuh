@@ -134,7 +134,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch, const __grid_co
     int m_first, m_last;
     fg_bwd_query_blocks(n0, sq, sk, m_first, m_last FG_BWD_V);
 #if FG_USER_MASK
-    fg_bwd_mask_trim(head, n0, sq, sk, m_first, m_last);
+    fg_bwd_mask_trim(launch.mod_aux, head, n0, sq, sk, m_first, m_last);
 #endif
 
     // Tiles on 1024-byte boundaries (the swizzle acts on address bits); the host asks for 1 KiB of slack.

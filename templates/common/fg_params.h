@@ -7,12 +7,33 @@
 #define FG_PARAMS_H
 
 /* A custom mod's aux arrays (generator/mod.h): in the mod's aux order, each a device pointer (f32 or i32,
- * row-major) and its extents (rank 1: extent[i][1] is 1); a load outside them marks the score bad. */
+ * row-major) and its extents (rank 1: extent[i][1] is 1); a load outside them marks the score bad.
+ * map: where the mask reads aux arrays, its verdict on each block of FG_MAP_BLOCK query rows by FG_MAP_BLOCK keys
+ * of each sequence (0 hidden, 1 kept, 2 mixed: mod_interval.h's FG_IV_*), written per call by
+ * fg_mask_map_kernel (mod_classify.cuh) into the call's workspace: byte ((b * map_heads + h) * map_rows + row
+ * block) * map_cols + key block, h the query head or 0 when map_heads is 1 (a mask that does not read h). Null
+ * when the call has none: the kernels then classify blocks by intervals alone. */
 #define FG_MOD_MAX_AUX 8
+#define FG_MAP_BLOCK 64
 typedef struct fg_mod_aux {
     const void *ptr[FG_MOD_MAX_AUX];
     int extent[FG_MOD_MAX_AUX][2];
+    const unsigned char *map;
+    int map_heads, map_rows, map_cols;
 } fg_mod_aux;
+
+/* The launch of fg_mask_map_kernel: the call's sequences as the attention kernel sees them (cu_seqlens_q/k null for
+ * dense rows of seqlen_q / seqlen_k; seqused_k null or the keys each sequence uses), and the map to fill
+ * (aux.map, written through a cast: the attention kernels only read it). The grid: (key blocks / 4 rounded up, row
+ * blocks, batch * map_heads), 128 threads. */
+typedef struct fg_mask_map_params {
+    fg_mod_aux aux;
+    const int *cu_seqlens_q;
+    const int *cu_seqlens_k;
+    const int *seqused_k;
+    int seqlen_q, seqlen_k; /* dense lengths (the capacity for keys) */
+    int total_q, total_k;   /* packed rows, bounding cu_seqlens' entries */
+} fg_mask_map_params;
 
 typedef struct fg_fwd_params {
     const void *q;              /* [b, sq, hq, d] */

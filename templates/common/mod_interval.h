@@ -14,8 +14,7 @@
 #if defined(__CUDACC__)
 #define FG_IV_FN static __device__ __forceinline__
 #define FG_IV_INF __longlong_as_double(0x7ff0000000000000ll)
-#else
-#include <math.h>
+#else /* the host file that includes this includes <math.h> first (templates include no system header) */
 #define FG_IV_FN static inline
 #define FG_IV_INF HUGE_VAL
 #endif

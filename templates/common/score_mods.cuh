@@ -37,6 +37,32 @@ constexpr bool FG_SCORE_MODS = FG_SOFTCAP || FG_ALIBI; // a transform on every s
 #define FG_MODS (FG_WINDOW || FG_SINKS || FG_SOFTCAP || FG_ALIBI) // any model variant (for #if)
 #define FG_USER_MODS (FG_USER_SCORE || FG_USER_MASK)                // a custom mod (generator/mod.h)
 #define FG_BWD_MODS (FG_MODS || FG_USER_MODS) // the backward's transforms and masks of S (backward_common.cuh)
+#ifndef FG_USER_MASK_MAP // the mask reads aux arrays: calls may pass its block map (fg_mod_aux.map)
+#define FG_USER_MASK_MAP 0
+#endif
+
+#if FG_USER_MASK
+// A custom mask's verdict (FG_IV_HIDDEN, FG_IV_KEPT, FG_IV_MIXED) on query rows r_lo..r_hi (within the sequence's
+// sq) of sequence b and query head h against keys k_lo..k_hi (within its sk): by intervals (fg_user_mask_block,
+// queries at row + sk - sq as the mod sees them), or for a mask that reads aux arrays from the call's block map
+// (the entries covering the rows and keys agree, or mixed; mixed without a map: intervals settle little of such
+// a mask, and their fp64 code in the producer's 32 registers spilled).
+__device__ __forceinline__ int fg_mask_verdict_rows(const fg_mod_aux &aux, int b, int h, int r_lo, int r_hi, int k_lo,
+                                                    int k_hi, int sq, int sk) {
+#if FG_USER_MASK_MAP
+    if (!aux.map) return FG_IV_MIXED;
+    const unsigned char *m = aux.map + ((long long)b * aux.map_heads + (aux.map_heads > 1 ? h : 0)) * aux.map_rows * aux.map_cols;
+    int seen = 0;
+#pragma unroll 1
+    for (int rb = r_lo / FG_MAP_BLOCK; rb <= r_hi / FG_MAP_BLOCK; rb++)
+#pragma unroll 1
+        for (int cb = k_lo / FG_MAP_BLOCK; cb <= k_hi / FG_MAP_BLOCK; cb++) seen |= 1 << __ldg(m + rb * aux.map_cols + cb);
+    return seen == 1 << FG_IV_HIDDEN ? FG_IV_HIDDEN : seen == 1 << FG_IV_KEPT ? FG_IV_KEPT : FG_IV_MIXED;
+#else
+    return fg_user_mask_block(b, h, h, r_lo + sk - sq, r_hi + sk - sq, k_lo, k_hi);
+#endif
+}
+#endif
 
 // 1 / (1 + 2^e) for e <= 0 (NaN stays NaN), to about 1e-8 relative. The forward is bound by the FMA pipe and
 // the special-function unit together (the MUFU's 16 operations a clock an SM are two a score at full MMA rate,

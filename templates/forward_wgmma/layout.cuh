@@ -59,7 +59,10 @@ static_assert(FG_O_DIRECT == (FG_FP8 || FG_Q_EARLY || FG_VARLEN), "FG_O_DIRECT (
 // 32, and with two consumer warpgroups they take 232 instead of 240. The sum must stay within what the launch
 // gave the CTA (65536 / threads, rounded down to 8, a thread): setmaxnreg.inc waits for registers the CTA
 // does not have forever (two warpgroups at 240 and a producer at 32 hung).
-constexpr int FG_PRODUCER_REGS = FG_FP8 && FG_BLOCK_M == 64 ? 40 : FG_VARLEN ? 32 : 24;
+// A custom mask's producer trims its tiles' key blocks by the mask (scheduler.cuh: fg_mask_trim): 40, where 32
+// spilled 12 bytes (a document mask's block map at d 64 and 128); 128 x 40 + 2 x 128 x 232 is the launch's 168 a
+// thread exactly.
+constexpr int FG_PRODUCER_REGS = (FG_FP8 && FG_BLOCK_M == 64) || (FG_USER_MASK && FG_CONSUMER_WGS <= 2) ? 40 : FG_VARLEN ? 32 : 24;
 // Named barriers (0 is __syncthreads): per consumer warpgroup, its epilogue's and its pingpong turn's.
 // FG_VARLEN: all consumer warps, once the end block's key rows past the sequence are zeroed (consumer.cuh).
 constexpr int FG_BAR_EPILOGUE = 1, FG_BAR_SCHED = 4, FG_BAR_VZERO = 7;

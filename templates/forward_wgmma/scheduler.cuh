@@ -46,22 +46,23 @@ __device__ __forceinline__ bool fg_step_masked(const fg_tile &t, int i) {
 }
 
 #if FG_USER_MASK
-// A custom mask's verdict (FG_IV_HIDDEN, FG_IV_KEPT, FG_IV_MIXED: fg_user_mask_block) on query rows r_lo..r_hi of
-// a sequence of sq queries and sk keys against key block j, in the positions a mod sees (a query at row + sk - sq).
-__device__ __forceinline__ int fg_mask_verdict(int batch, int head, int r_lo, int r_hi, int sq, int sk, int j) {
-    return fg_user_mask_block(batch, head, head, r_lo + sk - sq, min(r_hi, sq - 1) + sk - sq, j * FG_BLOCK_N,
-                              min(j * FG_BLOCK_N + FG_BLOCK_N, sk) - 1);
+// A custom mask's verdict (fg_mask_verdict_rows) on query rows r_lo..r_hi of a sequence of sq queries and sk keys
+// against key block j.
+__device__ __forceinline__ int fg_mask_verdict(const fg_mod_aux &aux, int batch, int head, int r_lo, int r_hi, int sq,
+                                               int sk, int j) {
+    return fg_mask_verdict_rows(aux, batch, head, r_lo, min(r_hi, sq - 1), j * FG_BLOCK_N,
+                                min(j * FG_BLOCK_N + FG_BLOCK_N, sk) - 1, sq, sk);
 }
 
 // Drops from tile t's key blocks those at either end that the custom mask hides from every row of the tile (no
 // row needs them: a tile left without blocks writes O = 0 and LSE = -inf, as a row without keys), keeping which
 // of the rest need the built-in mask. Producer and consumers trim alike: the verdict is a function of the tile.
-__device__ __forceinline__ void fg_mask_trim(fg_tile &t, int sq, int sk) {
+__device__ __forceinline__ void fg_mask_trim(const fg_mod_aux &aux, fg_tile &t, int sq, int sk) {
     if (t.n_blocks == 0) return;
     const int r_hi = t.m0 + FG_BLOCK_M - 1;
     int lo = t.b_first, hi = t.b_first + t.n_blocks; // [lo, hi)
-    while (lo < hi && fg_mask_verdict(t.batch, t.head, t.m0, r_hi, sq, sk, hi - 1) == FG_IV_HIDDEN) hi--;
-    while (lo < hi && fg_mask_verdict(t.batch, t.head, t.m0, r_hi, sq, sk, lo) == FG_IV_HIDDEN) lo++;
+    while (lo < hi && fg_mask_verdict(aux, t.batch, t.head, t.m0, r_hi, sq, sk, hi - 1) == FG_IV_HIDDEN) hi--;
+    while (lo < hi && fg_mask_verdict(aux, t.batch, t.head, t.m0, r_hi, sq, sk, lo) == FG_IV_HIDDEN) lo++;
     // the blocks no built-in mask touches, [u_lo, u_hi), within what is left
     const int u_lo0 = t.b_first + t.lo_masked, u_hi0 = t.b_first + t.n_blocks - t.n_masked;
     const int u_lo = min(max(u_lo0, lo), hi), u_hi = max(u_lo, min(u_hi0, hi));
@@ -131,7 +132,7 @@ __device__ __forceinline__ fg_tile fg_tile_at(const fg_fwd_params &p, int index,
     n_unmasked = max(0, t.n_blocks - span.hi_masked - t.lo_masked);
     t.n_masked = t.n_blocks - t.lo_masked - n_unmasked;
 #if FG_USER_MASK
-    fg_mask_trim(t, t.sq, t.sk);
+    fg_mask_trim(p.mod_aux, t, t.sq, t.sk);
 #endif
     return t;
 #elif FG_VARLEN
@@ -142,7 +143,7 @@ __device__ __forceinline__ fg_tile fg_tile_at(const fg_fwd_params &p, int index,
 #if FG_USER_MASK
     t.b_first = t.lo_masked = 0;
     t.n_masked = t.n_blocks - n_unmasked;
-    fg_mask_trim(t, t.sq, t.sk);
+    fg_mask_trim(p.mod_aux, t, t.sq, t.sk);
     return t;
 #endif
 #else

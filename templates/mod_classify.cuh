@@ -1,0 +1,48 @@
+// mod_classify.cuh: a custom mask's block map (fg_mod_aux.map, fg_params.h), for masks that read aux arrays, whose
+// blocks intervals cannot settle. The verdict of each block of FG_MAP_BLOCK query rows by FG_MAP_BLOCK keys of each
+// sequence (and query head, where the mask reads it): the interval verdict (fg_user_mask_block) where it settles
+// the block, else fg_user_mask at every position the block holds within the sequence: hidden when every one is
+// hidden, kept when every one is kept, mixed otherwise (also where one goes bad: the attention kernel then
+// evaluates the mask itself, and its NaN reaches O). Included after the kernel family by a variant whose mod has
+// such a mask (FG_USER_MASK_MAP); each warp takes one block.
+#ifndef FG_MOD_CLASSIFY_CUH
+#define FG_MOD_CLASSIFY_CUH
+
+#include "common/fg_params.h"
+#include "common/types.cuh"
+
+extern "C" __global__ void __launch_bounds__(128) fg_mask_map_kernel(const __grid_constant__ fg_mask_map_params p) {
+    const int lane = (int)threadIdx.x % 32, cb = (int)blockIdx.x * 4 + (int)threadIdx.x / 32, rb = (int)blockIdx.y;
+    const int heads = p.aux.map_heads, b = (int)blockIdx.z / heads, h = (int)blockIdx.z % heads;
+    if (cb >= p.aux.map_cols) return;
+    int q0 = 0, sq = p.seqlen_q, k0 = 0, sk = p.seqlen_k;
+    if (p.cu_seqlens_q) fg_seq_span(p.cu_seqlens_q, b, p.total_q, q0, sq);
+    if (p.cu_seqlens_k) fg_seq_span(p.cu_seqlens_k, b, p.total_k, k0, sk);
+    if (p.seqused_k) sk = min(max(__ldg(p.seqused_k + b), 0), sk);
+    const int r0 = rb * FG_MAP_BLOCK, c0 = cb * FG_MAP_BLOCK;
+    unsigned char *const out = (unsigned char *)p.aux.map + (((long long)b * heads + h) * p.aux.map_rows + rb) * p.aux.map_cols + cb;
+    if (r0 >= sq || c0 >= sk) { // no attention kernel reads it
+        if (lane == 0) *out = FG_IV_MIXED;
+        return;
+    }
+    const int rows = min(FG_MAP_BLOCK, sq - r0), cols = min(FG_MAP_BLOCK, sk - c0), off = sk - sq;
+    int verdict = fg_user_mask_block(b, h, h, r0 + off, r0 + rows - 1 + off, c0, c0 + cols - 1);
+    if (verdict == FG_IV_MIXED) {
+        bool kept = false, hidden = false;
+        for (int base = 0; base < rows * cols; base += 32) { // (the warp's lanes step together: the votes below)
+            const int i = base + lane;
+            if (i < rows * cols) {
+                const float keep = fg_user_mask(b, h, r0 + i / cols + off, c0 + i % cols, p.aux); // 0, -inf or NaN
+                kept |= keep == 0.f;
+                hidden |= keep == FG_NEG_INF;
+                if (keep != keep) kept = hidden = true; // bad: mixed
+            }
+            if ((base / 32) % 8 == 7 && __any_sync(~0u, kept) && __any_sync(~0u, hidden)) break; // settled: mixed
+        }
+        kept = __any_sync(~0u, kept), hidden = __any_sync(~0u, hidden);
+        verdict = kept && hidden ? FG_IV_MIXED : kept ? FG_IV_KEPT : FG_IV_HIDDEN;
+    }
+    if (lane == 0) *out = (unsigned char)verdict;
+}
+
+#endif // FG_MOD_CLASSIFY_CUH
