@@ -56,7 +56,7 @@ __device__ __forceinline__ int fg_mask_verdict_rows(const fg_mod_aux &aux, int b
 #pragma unroll 1
     for (int rb = r_lo / FG_MAP_BLOCK; rb <= r_hi / FG_MAP_BLOCK; rb++)
 #pragma unroll 1
-        for (int cb = k_lo / FG_MAP_BLOCK; cb <= k_hi / FG_MAP_BLOCK; cb++) seen |= 1 << __ldg(m + rb * aux.map_cols + cb);
+        for (int cb = k_lo / FG_MAP_BLOCK; cb <= k_hi / FG_MAP_BLOCK; cb++) seen |= 1 << (__ldg(m + rb * aux.map_cols + cb) & 3); // (3: not a verdict, mixed)
     return seen == 1 << FG_IV_HIDDEN ? FG_IV_HIDDEN : seen == 1 << FG_IV_KEPT ? FG_IV_KEPT : FG_IV_MIXED;
 #else
     return fg_user_mask_block(b, h, h, r_lo + sk - sq, r_hi + sk - sq, k_lo, k_hi);
