@@ -205,8 +205,11 @@ struct fg_kv_loader {
 
 #if FG_USER_MASK
 // A custom mask's verdict (fg_user_mask_block) on the packed rows r_lo..r_hi (tokens r / grp of sq, the heads of
-// KV head kvh's group) against key block j of sk keys: queries at token + sk - sq, as the mod sees them.
+// KV head kvh's group) against key block j of sk keys: queries at token + sk - sq, as the mod sees them. A mask that
+// reads aux arrays is mixed throughout: a load may go bad, which makes every node above it bad but a where's
+// other branch, so intervals settle none of its blocks (this kernel takes no block map).
 __device__ __forceinline__ int fg_serve_verdict(int b, int kvh, int grp, int r_lo, int r_hi, int sq, int sk, int j) {
+    if (FG_USER_MASK_MAP) return FG_IV_MIXED;
     return fg_user_mask_block(b, kvh * grp, kvh * grp + grp - 1, r_lo / grp + sk - sq, r_hi / grp + sk - sq,
                               j * FG_BLOCK_N, min(j * FG_BLOCK_N + FG_BLOCK_N, sk) - 1);
 }
