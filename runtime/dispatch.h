@@ -301,7 +301,8 @@ int serving_prefill_run(fg_context *ctx, const fg_varlen_args *a, const serving_
 /* 1 with the sm_90a forward's variant for such a call in *spec, 0 when the call is not one of those. */
 int serving_prefill_variant(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, fg_spec *spec);
 /* The workspace bytes such a call's variant uses: its custom mask's block map (rt_mask_map_bytes), 0 without one. A
- * call whose workspace is smaller runs without the map (every block evaluated; fg_explain_varlen says so). */
+ * call without a workspace runs without the map (every block evaluated; fg_explain_varlen says so); one with a
+ * smaller workspace is refused, naming workspace_size. */
 size_t serving_prefill_workspace(const serving_call *c, const fg_spec *spec);
 /* fg_explain_varlen's account of such a call into buf (1), or 0 when the call is not one of those. */
 int serving_prefill_explain(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, char *buf, size_t n);

@@ -125,7 +125,13 @@ int serving_prefill_run(fg_context *ctx, const fg_varlen_args *a, const serving_
     *st = FG_OK;
     if (ctx->check_inputs && (*st = serving_check_device_inputs(ctx, a, c, stream, err)) != FG_OK) return 1;
     const size_t map = serving_prefill_workspace(c, &spec);
-    if (map > 0 && a->workspace && a->workspace_size >= map) { /* the mask's block map first, on the same stream */
+    if (map > 0 && a->workspace && a->workspace_size < map) {
+        *st = fg_fail(err, FG_ERR_INVALID_ARGUMENT, "workspace_size is %zu bytes; the custom mask's block map needs %zu "
+                      "(fg_attention_fwd_varlen_workspace_size), or pass no workspace to run without it",
+                      a->workspace_size, map);
+        return 1;
+    }
+    if (map > 0 && a->workspace) { /* the mask's block map first, on the same stream */
         CUfunction fn, fn_map;
         if ((*st = kernels_functions(ctx, &spec, &fn, &fn_map, err)) != FG_OK ||
             (*st = rt_mask_map_fill(ctx, &spec, fn_map, a->workspace, c->batch, c->hq, c->seqlen_q, map_keys(c), vl.cu_q,
@@ -153,7 +159,7 @@ int serving_prefill_explain(fg_context *ctx, const fg_varlen_args *a, const serv
         snprintf(ws, sizeof ws, "%zu bytes, the custom mask's block map (%s): a classification kernel before the "
                  "attention evaluates the mask at up to %lld positions (every position of each sequence%s) and "
                  "the attention skips the blocks it hides", map,
-                 a->workspace && a->workspace_size >= map ? "given" : "NOT given: every block evaluates the mask",
+                 a->workspace ? "given" : "no workspace given: every block evaluates the mask",
                  (long long)c->batch * c->seqlen_q * map_keys(c) * (mod_mask_reads_head(mod_lookup(spec.mod)) ? c->hq : 1),
                  mod_mask_reads_head(mod_lookup(spec.mod)) ? ", each query head" : "");
     snprintf(buf, n,
