@@ -355,13 +355,13 @@ fg_status fg_attention_fwd_varlen_workspace_size(fg_context *ctx, const fg_varle
         return rt_set_error(ctx, &err);
     if (serving_empty(&c)) return FG_OK;
     a.workspace = (void *)(uintptr_t)256; /* the size a call with a workspace needs */
-    fg_spec prefill;
-    if (serving_prefill_variant(ctx, &a, &c, &prefill)) { /* the sm_90a prefill's: a custom mask's block map */
-        *bytes = serving_prefill_workspace(&c, &prefill);
-        return FG_OK;
-    }
     if (serving_plan_for(ctx, &a, &c, &plan, &err) != FG_OK) return rt_set_error(ctx, &err);
     *bytes = plan.workspace;
+    /* the sm_90a prefill's (a custom mask's block map), where it takes the call: the larger of the two holds for
+       either path (a variant named explicitly runs the serving kernel's plan) */
+    fg_spec prefill;
+    if (serving_prefill_variant(ctx, &a, &c, &prefill) && serving_prefill_workspace(&c, &prefill) > *bytes)
+        *bytes = serving_prefill_workspace(&c, &prefill);
     return FG_OK;
 }
 
