@@ -83,6 +83,7 @@ def main():
     p.add_argument("--only", nargs="*", default=None)
     a = p.parse_args()
     dev = torch.device("cuda")
+    torch._dynamo.config.recompile_limit = 256  # each example's mod is a new function: past the limit Flex runs eager
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
         flex = torch.compile(flex_attention, dynamic=False)

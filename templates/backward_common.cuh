@@ -470,14 +470,11 @@ __device__ __forceinline__ void fg_bwd_p_ds(float (&s)[4], float (&dp)[4], int h
 __device__ __forceinline__ void fg_bwd_mask_trim(const fg_mod_aux &aux, int head, int n0, int sq, int sk, int &m_first,
                                                  int &m_last) {
     if constexpr (FG_DETERMINISTIC) return;
-    auto hidden = [&](int m) {
-        const int r0 = m * FG_BLOCK_M, r1 = min(r0 + FG_BLOCK_M, sq) - 1;
-        return fg_mask_verdict_rows(aux, (int)blockIdx.z, head, r0, r1, n0, min(n0 + FG_BLOCK_N, sk) - 1, sq, sk) ==
-               FG_IV_HIDDEN;
-    };
     if (n0 >= sk) return;
-    while (m_first < m_last && hidden(m_last - 1)) m_last--;
-    while (m_first < m_last && hidden(m_first)) m_first++;
+    fg_trim_hidden(m_first, m_last, [&](int a, int z) {
+        return fg_mask_verdict_rows(aux, (int)blockIdx.z, head, a * FG_BLOCK_M, min(z * FG_BLOCK_M + FG_BLOCK_M, sq) - 1, n0,
+                                    min(n0 + FG_BLOCK_N, sk) - 1, sq, sk) == FG_IV_HIDDEN;
+    });
 }
 #endif
 

@@ -270,8 +270,11 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     int j_begin = j_begin0, j_end = j_end0;
     {
         const int r_last = min(m0 + FG_BLOCK_M, rows) - 1;
-        while (j_begin < j_end && fg_serve_verdict(b, kvh, grp, m0, r_last, sq, sk, j_end - 1) == FG_IV_HIDDEN) j_end--;
-        while (j_begin < j_end && fg_serve_verdict(b, kvh, grp, m0, r_last, sq, sk, j_begin) == FG_IV_HIDDEN) j_begin++;
+        if (!FG_USER_MASK_MAP)
+            fg_trim_hidden(j_begin, j_end, [&](int a, int z) {
+                return fg_user_mask_block(b, kvh * grp, kvh * grp + grp - 1, m0 / grp + sk - sq, r_last / grp + sk - sq,
+                                          a * FG_BLOCK_N, min(z * FG_BLOCK_N + FG_BLOCK_N, sk) - 1) == FG_IV_HIDDEN;
+            });
     }
 #else
     const int j_begin = j_begin0, j_end = j_end0;

@@ -42,6 +42,23 @@ constexpr bool FG_SCORE_MODS = FG_SOFTCAP || FG_ALIBI; // a transform on every s
 #endif
 
 #if FG_USER_MASK
+// Shrinks the blocks [lo, hi) by the runs at either end that hidden(a, b) finds hidden whole (blocks a..b, inclusive),
+// testing spans that halve from the whole: a few tests where one a block took up to hi - lo (a mask's verdict on a
+// span is sound for each of its blocks; on a long span it may settle less, and the halving goes on from there).
+template <class F>
+__device__ __forceinline__ void fg_trim_hidden(int &lo, int &hi, F hidden) {
+    for (int step = hi - lo; step > 0 && lo < hi;) {
+        const int s = min(step, hi - lo);
+        if (hidden(hi - s, hi - 1)) hi -= s;
+        else step >>= 1;
+    }
+    for (int step = hi - lo; step > 0 && lo < hi;) {
+        const int s = min(step, hi - lo);
+        if (hidden(lo, lo + s - 1)) lo += s;
+        else step >>= 1;
+    }
+}
+
 // A custom mask's verdict (FG_IV_HIDDEN, FG_IV_KEPT, FG_IV_MIXED) on query rows r_lo..r_hi (within the sequence's
 // sq) of sequence b and query head h against keys k_lo..k_hi (within its sk): by intervals (fg_user_mask_block,
 // queries at row + sk - sq as the mod sees them), or for a mask that reads aux arrays from the call's block map

@@ -59,10 +59,12 @@ __device__ __forceinline__ int fg_mask_verdict(const fg_mod_aux &aux, int batch,
 // of the rest need the built-in mask. Producer and consumers trim alike: the verdict is a function of the tile.
 __device__ __forceinline__ void fg_mask_trim(const fg_mod_aux &aux, fg_tile &t, int sq, int sk) {
     if (t.n_blocks == 0) return;
-    const int r_hi = t.m0 + FG_BLOCK_M - 1;
+    const int r_hi = min(t.m0 + FG_BLOCK_M, sq) - 1;
     int lo = t.b_first, hi = t.b_first + t.n_blocks; // [lo, hi)
-    while (lo < hi && fg_mask_verdict(aux, t.batch, t.head, t.m0, r_hi, sq, sk, hi - 1) == FG_IV_HIDDEN) hi--;
-    while (lo < hi && fg_mask_verdict(aux, t.batch, t.head, t.m0, r_hi, sq, sk, lo) == FG_IV_HIDDEN) lo++;
+    fg_trim_hidden(lo, hi, [&](int a, int b) {
+        return fg_mask_verdict_rows(aux, t.batch, t.head, t.m0, r_hi, a * FG_BLOCK_N, min(b * FG_BLOCK_N + FG_BLOCK_N, sk) - 1,
+                                    sq, sk) == FG_IV_HIDDEN;
+    });
     // the blocks no built-in mask touches, [u_lo, u_hi), within what is left
     const int u_lo0 = t.b_first + t.lo_masked, u_hi0 = t.b_first + t.n_blocks - t.n_masked;
     const int u_lo = min(max(u_lo0, lo), hi), u_hi = max(u_lo, min(u_hi0, hi));
