@@ -188,7 +188,7 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args
     /* a custom mask's block map first (varlen calls whose mask reads aux arrays): pre, a plain launch, starts after
        it, and main, early, after pre's CTAs have all started */
     if (vl && L->map_bytes > 0 &&
-        (st = rt_mask_map_fill(ctx, s, kern.fn_map, ws + L->map, (int)b, (int)hq, sq, sk, vl->cu_q, vl->cu_k, NULL,
+        (st = rt_mask_map_fill(ctx, vl->mod, kern.fn_map, ws + L->map, (int)b, (int)hq, sq, sk, vl->cu_q, vl->cu_k, NULL,
                                vl->total_q, vl->total_k, &p.mod_aux, stream, err)) != FG_OK)
         return st;
     const int early = ctx->pdl;

@@ -208,6 +208,7 @@ fg_status fg_attention_bwd_varlen(fg_context *ctx, const fg_varlen_bwd_args *arg
     vl.window_left = c.var.window_left, vl.window_right = c.var.window_right, vl.causal_top_left = a.causal_top_left;
     vl.softcap = a.softcap, vl.alibi_slopes = a.alibi_slopes, vl.sinks = a.sinks, vl.dsink = a.dsink;
     rt_mod_aux(a.mod, a.mod_aux, &vl.mod_aux);
+    vl.mod = a.mod;
     if (rt_bwd_launch_varlen(ctx, &s, &kern, &L, &vl, stream, &err) != FG_OK) return rt_set_error(ctx, &err);
     return FG_OK;
 }

@@ -131,11 +131,11 @@ fg_status rt_fwd_launch_varlen(fg_context *ctx, const fg_spec *spec, const fg_fw
 /* The workspace bytes of the block map of mod m (NULL, or a mask that reads no aux array: 0) for batch sequences
  * of up to rows queries and keys keys with heads query heads, a multiple of 256. */
 size_t rt_mask_map_bytes(const struct fg_mod *m, int batch, int heads, long long rows, long long keys);
-/* Fills the map at mem (rt_mask_map_bytes of the same shapes) on stream by fn_map (the module's, of a variant
+/* Fills mod m's map at mem (rt_mask_map_bytes of the same shapes) on stream by fn_map (the module's, of a variant
  * with spec_mask_map: kernels_functions) and points
  * aux at it (map, map_heads, map_rows, map_cols); the sequences as the attention kernel sees them (cu_q and cu_k
  * NULL for dense rows; used_k NULL or the keys each uses). */
-fg_status rt_mask_map_fill(fg_context *ctx, const fg_spec *spec, CUfunction fn_map, void *mem, int batch, int heads,
+fg_status rt_mask_map_fill(fg_context *ctx, const struct fg_mod *m, CUfunction fn_map, void *mem, int batch, int heads,
                            long long rows, long long keys, const int *cu_q, const int *cu_k, const int *used_k,
                            int total_q, int total_k, fg_mod_aux *aux, void *stream, fg_error *err);
 
@@ -192,6 +192,7 @@ typedef struct bwd_varlen {
     const float *alibi_slopes, *sinks;
     float *dsink;
     fg_mod_aux mod_aux; /* a custom mod's arrays */
+    const struct fg_mod *mod; /* and the mod (its mask's block map: mask_map.c) */
 } bwd_varlen;
 /* Launches variant s (varlen=1) of a checked call: a holds the grids' shapes (batch, the longest lengths) and
  * the kernel's strides (batch strides 0), L the workspace (backward_varlen.c's layout). */
@@ -303,7 +304,7 @@ int serving_prefill_variant(fg_context *ctx, const fg_varlen_args *a, const serv
 /* The workspace bytes such a call's variant uses: its custom mask's block map (rt_mask_map_bytes), 0 without one. A
  * call without a workspace runs without the map (every block evaluated; fg_explain_varlen says so); one with a
  * smaller workspace is refused, naming workspace_size. */
-size_t serving_prefill_workspace(const serving_call *c, const fg_spec *spec);
+size_t serving_prefill_workspace(const fg_varlen_args *a, const serving_call *c);
 /* fg_explain_varlen's account of such a call into buf (1), or 0 when the call is not one of those. */
 int serving_prefill_explain(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, char *buf, size_t n);
 

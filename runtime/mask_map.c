@@ -15,10 +15,9 @@ size_t rt_mask_map_bytes(const fg_mod *m, int batch, int heads, long long rows, 
     return (n + 255) / 256 * 256;
 }
 
-fg_status rt_mask_map_fill(fg_context *ctx, const fg_spec *spec, CUfunction fn_map, void *mem, int batch, int heads,
+fg_status rt_mask_map_fill(fg_context *ctx, const fg_mod *m, CUfunction fn_map, void *mem, int batch, int heads,
                            long long rows, long long keys, const int *cu_q, const int *cu_k, const int *used_k,
                            int total_q, int total_k, fg_mod_aux *aux, void *stream, fg_error *err) {
-    const fg_mod *m = spec_mask_map(spec) ? mod_lookup(spec->mod) : NULL;
     if (!fn_map || !mem || rt_mask_map_bytes(m, batch, heads, rows, keys) == 0) return FG_OK;
     fg_mask_map_params p;
     memset(&p, 0, sizeof p);

@@ -112,8 +112,8 @@ int serving_prefill_variant(fg_context *ctx, const fg_varlen_args *a, const serv
 /* The block map's keys a sequence: the grid's key rows (the longest packed sequence, or a dense cache's capacity). */
 static long long map_keys(const serving_call *c) { return c->packed_k ? c->max_k : c->seqlen_k; }
 
-size_t serving_prefill_workspace(const serving_call *c, const fg_spec *spec) {
-    return rt_mask_map_bytes(spec_mask_map(spec) ? mod_lookup(spec->mod) : NULL, c->batch, c->hq, c->seqlen_q, map_keys(c));
+size_t serving_prefill_workspace(const fg_varlen_args *a, const serving_call *c) {
+    return rt_mask_map_bytes(a->mod, c->batch, c->hq, c->seqlen_q, map_keys(c));
 }
 
 int serving_prefill_run(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, void *stream, fg_status *st,
@@ -124,7 +124,7 @@ int serving_prefill_run(fg_context *ctx, const fg_varlen_args *a, const serving_
     if (!prefill_spec(ctx, a, c, &spec, &g, &vl, NULL, 0)) return 0;
     *st = FG_OK;
     if (ctx->check_inputs && (*st = serving_check_device_inputs(ctx, a, c, stream, err)) != FG_OK) return 1;
-    const size_t map = serving_prefill_workspace(c, &spec);
+    const size_t map = serving_prefill_workspace(a, c);
     if (map > 0 && a->workspace && a->workspace_size < map) {
         *st = fg_fail(err, FG_ERR_INVALID_ARGUMENT, "workspace_size is %zu bytes; the custom mask's block map needs %zu "
                       "(fg_attention_fwd_varlen_workspace_size), or pass no workspace to run without it",
@@ -134,7 +134,7 @@ int serving_prefill_run(fg_context *ctx, const fg_varlen_args *a, const serving_
     if (map > 0 && a->workspace) { /* the mask's block map first, on the same stream */
         CUfunction fn, fn_map;
         if ((*st = kernels_functions(ctx, &spec, &fn, &fn_map, err)) != FG_OK ||
-            (*st = rt_mask_map_fill(ctx, &spec, fn_map, a->workspace, c->batch, c->hq, c->seqlen_q, map_keys(c), vl.cu_q,
+            (*st = rt_mask_map_fill(ctx, a->mod, fn_map, a->workspace, c->batch, c->hq, c->seqlen_q, map_keys(c), vl.cu_q,
                                     vl.cu_k, vl.used_k, vl.total_q, vl.total_k, &vl.mod_aux, stream, err)) != FG_OK)
             return 1;
     }
@@ -153,15 +153,15 @@ int serving_prefill_explain(fg_context *ctx, const fg_varlen_args *a, const serv
     static const char *const origin[] = {"memory", "disk cache", "bundle", "JIT compile"};
     /* the custom mask's block map: its bytes and the classification's cost, one fg_user_mask a position of the
        blocks intervals leave open (at most every position of every sequence's grid) */
-    const size_t map = serving_prefill_workspace(c, &spec);
+    const size_t map = serving_prefill_workspace(a, c);
+    const int per_head = a->mod && mod_mask_reads_head(a->mod);
     char ws[320] = "none";
     if (map > 0)
         snprintf(ws, sizeof ws, "%zu bytes, the custom mask's block map (%s): a classification kernel before the "
                  "attention evaluates the mask at up to %lld positions (every position of each sequence%s) and "
                  "the attention skips the blocks it hides", map,
                  a->workspace ? "given" : "no workspace given: every block evaluates the mask",
-                 (long long)c->batch * c->seqlen_q * map_keys(c) * (mod_mask_reads_head(mod_lookup(spec.mod)) ? c->hq : 1),
-                 mod_mask_reads_head(mod_lookup(spec.mod)) ? ", each query head" : "");
+                 (long long)c->batch * c->seqlen_q * map_keys(c) * (per_head ? c->hq : 1), per_head ? ", each query head" : "");
     snprintf(buf, n,
              "variant %s\n"
              "queries: %s, %d sequences, up to %d tokens each; keys: %s, up to %d each\n"

@@ -205,13 +205,14 @@ struct fg_kv_loader {
 
 #if FG_USER_MASK
 // A custom mask's verdict (fg_user_mask_block) on the packed rows r_lo..r_hi (tokens r / grp of sq, the heads of
-// KV head kvh's group) against key block j of sk keys: queries at token + sk - sq, as the mod sees them. A mask that
+// KV head kvh's group) against key blocks j_lo..j_hi of sk keys: queries at token + sk - sq, as the mod sees them. A mask that
 // reads aux arrays is mixed throughout: a load may go bad, which makes every node above it bad but a where's
 // other branch, so intervals settle none of its blocks (this kernel takes no block map).
-__device__ __forceinline__ int fg_serve_verdict(int b, int kvh, int grp, int r_lo, int r_hi, int sq, int sk, int j) {
+__device__ __forceinline__ int fg_serve_verdict(int b, int kvh, int grp, int r_lo, int r_hi, int sq, int sk, int j_lo,
+                                                int j_hi) {
     if (FG_USER_MASK_MAP) return FG_IV_MIXED;
     return fg_user_mask_block(b, kvh * grp, kvh * grp + grp - 1, r_lo / grp + sk - sq, r_hi / grp + sk - sq,
-                              j * FG_BLOCK_N, min(j * FG_BLOCK_N + FG_BLOCK_N, sk) - 1);
+                              j_lo * FG_BLOCK_N, min(j_hi * FG_BLOCK_N + FG_BLOCK_N, sk) - 1);
 }
 #endif
 
@@ -272,8 +273,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
         const int r_last = min(m0 + FG_BLOCK_M, rows) - 1;
         if (!FG_USER_MASK_MAP)
             fg_trim_hidden(j_begin, j_end, [&](int a, int z) {
-                return fg_user_mask_block(b, kvh * grp, kvh * grp + grp - 1, m0 / grp + sk - sq, r_last / grp + sk - sq,
-                                          a * FG_BLOCK_N, min(z * FG_BLOCK_N + FG_BLOCK_N, sk) - 1) == FG_IV_HIDDEN;
+                return fg_serve_verdict(b, kvh, grp, m0, r_last, sq, sk, a, z) == FG_IV_HIDDEN;
             });
     }
 #else
@@ -446,7 +446,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
         // the mask's verdict on this warp's 16 rows of the block: a block it keeps whole needs no mask of its own,
         // one it hides whole no evaluation (rows past the sequence are never stored: kept)
         const int w_row = m0 + wm * 16;
-        const int verdict = w_row < rows ? fg_serve_verdict(b, kvh, grp, w_row, min(w_row + 15, rows - 1), sq, sk, j) : FG_IV_KEPT;
+        const int verdict = w_row < rows ? fg_serve_verdict(b, kvh, grp, w_row, min(w_row + 15, rows - 1), sq, sk, j, j) : FG_IV_KEPT;
 #endif
 #pragma unroll
         for (int h = 0; h < 2; h++) {

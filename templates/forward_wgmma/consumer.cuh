@@ -195,7 +195,7 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, con
             // the mask's verdict on this warp's 16 rows of the block: a block it keeps whole needs no mask of its
             // own, one it hides whole no evaluation (rows past the sequence are never stored: kept)
             const int w_row = row0 - lane / 4;
-            const int verdict = w_row < sq ? fg_mask_verdict(p.mod_aux, tl.batch, tl.head, w_row, w_row + 15, sq, sk, j) : FG_IV_KEPT;
+            const int verdict = w_row < sq ? fg_mask_verdict(p.mod_aux, tl.batch, tl.head, w_row, w_row + 15, sq, sk, j, j) : FG_IV_KEPT;
 #endif
 #pragma unroll
             for (int h = 0; h < 2; h++) {

@@ -47,11 +47,11 @@ __device__ __forceinline__ bool fg_step_masked(const fg_tile &t, int i) {
 
 #if FG_USER_MASK
 // A custom mask's verdict (fg_mask_verdict_rows) on query rows r_lo..r_hi of a sequence of sq queries and sk keys
-// against key block j.
+// against key blocks j_lo..j_hi.
 __device__ __forceinline__ int fg_mask_verdict(const fg_mod_aux &aux, int batch, int head, int r_lo, int r_hi, int sq,
-                                               int sk, int j) {
-    return fg_mask_verdict_rows(aux, batch, head, r_lo, min(r_hi, sq - 1), j * FG_BLOCK_N,
-                                min(j * FG_BLOCK_N + FG_BLOCK_N, sk) - 1, sq, sk);
+                                               int sk, int j_lo, int j_hi) {
+    return fg_mask_verdict_rows(aux, batch, head, r_lo, min(r_hi, sq - 1), j_lo * FG_BLOCK_N,
+                                min(j_hi * FG_BLOCK_N + FG_BLOCK_N, sk) - 1, sq, sk);
 }
 
 // Drops from tile t's key blocks those at either end that the custom mask hides from every row of the tile (no
@@ -59,11 +59,9 @@ __device__ __forceinline__ int fg_mask_verdict(const fg_mod_aux &aux, int batch,
 // of the rest need the built-in mask. Producer and consumers trim alike: the verdict is a function of the tile.
 __device__ __forceinline__ void fg_mask_trim(const fg_mod_aux &aux, fg_tile &t, int sq, int sk) {
     if (t.n_blocks == 0) return;
-    const int r_hi = min(t.m0 + FG_BLOCK_M, sq) - 1;
     int lo = t.b_first, hi = t.b_first + t.n_blocks; // [lo, hi)
     fg_trim_hidden(lo, hi, [&](int a, int b) {
-        return fg_mask_verdict_rows(aux, t.batch, t.head, t.m0, r_hi, a * FG_BLOCK_N, min(b * FG_BLOCK_N + FG_BLOCK_N, sk) - 1,
-                                    sq, sk) == FG_IV_HIDDEN;
+        return fg_mask_verdict(aux, t.batch, t.head, t.m0, t.m0 + FG_BLOCK_M - 1, sq, sk, a, b) == FG_IV_HIDDEN;
     });
     // the blocks no built-in mask touches, [u_lo, u_hi), within what is left
     const int u_lo0 = t.b_first + t.lo_masked, u_hi0 = t.b_first + t.n_blocks - t.n_masked;
