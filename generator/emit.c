@@ -139,7 +139,7 @@ static fg_status emit_mod(sbuf *b, const fg_spec *spec, int bwd, fg_error *err) 
         if (n < 0) st = fg_fail(err, FG_ERR_INTERNAL, "custom mod %s: its code did not fit %d bytes", spec->mod, MOD_EMIT_MAX);
     }
     if (st == FG_OK) {
-        sb_printf(b, "\n#include \"common/fg_params.h\"\n#include \"common/mod_interval.h\"\n");
+        sb_printf(b, "\n#include \"common/fg_params.h\"\n#include \"common/mod_interval.h\"\n#include \"common/fast_math.cuh\"\n");
         sb_append(b, code, (size_t)n);
     }
     free(g);

@@ -6,6 +6,7 @@
  * struct fg_mod_aux (templates/common/fg_params.h): pointers and extents, in the mod's aux order. Nothing of the
  * user's text appears in the output: the tree holds operators, numbers and indices, and aux names go only into
  * a comment after mod_check has held them to [A-Za-z_][A-Za-z0-9_]*. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -51,10 +52,74 @@ static void mark(const fg_mod *m, int root, int root2, unsigned char *need, unsi
     }
 }
 
+/* Position arithmetic in fp32. Node i (an int) has an exact float shadow f<i> (exact[i]) when it is q, kv, an int
+ * constant, or + - * (unary -) abs min max of such nodes, and its value stays within 2^24 in magnitude for every q
+ * in (-2^23, 2^23) and kv in [0, 2^23) (calls that take a mod have fewer than 2^23 queries and keys a sequence:
+ * rt_check_mod), so that fp32 computes it exactly, as the ints would. fg.float of such a node is its
+ * shadow, built on the FMA pipe from the positions the kernels pass as floats (fq, fkv), in place of an int-to-float
+ * conversion at every score: sm_90 converts 16 a clock an SM, as many as the softmax's exp2 takes, so one
+ * conversion a score halved the forward's rate (ALiBi as a mod: s - slope * |q - kv|). */
+static void shadows(const fg_mod *m, int root, unsigned char *exact) {
+    const double lim = 16777216.0;
+    double lo[MOD_MAX_NODES], hi[MOD_MAX_NODES];
+    for (int i = 0; i <= root; i++) {
+        const mod_node *n = &m->nodes[i];
+        const int a = n->a, b = n->b;
+        exact[i] = 0;
+        if (n->type != MOD_T_INT) continue;
+        const int two = a >= 0 && b >= 0 && exact[a] && exact[b];
+        double l = 0, h = 0;
+        switch ((mod_op)n->op) {
+        case MOD_CONST: l = h = n->value; exact[i] = 1; break;
+        case MOD_ARG:
+            exact[i] = n->arg == MOD_ARG_Q || n->arg == MOD_ARG_KV;
+            l = n->arg == MOD_ARG_KV ? 0 : -(lim / 2 - 1), h = lim / 2 - 1;
+            break;
+        case MOD_NEG: exact[i] = a >= 0 && exact[a], l = -hi[a >= 0 ? a : 0], h = -lo[a >= 0 ? a : 0]; break;
+        case MOD_ABS:
+            if (!(exact[i] = a >= 0 && exact[a])) break;
+            h = fmax(fabs(lo[a]), fabs(hi[a]));
+            l = lo[a] >= 0 ? lo[a] : hi[a] <= 0 ? -hi[a] : 0;
+            break;
+        case MOD_ADD: if ((exact[i] = two)) l = lo[a] + lo[b], h = hi[a] + hi[b]; break;
+        case MOD_SUB: if ((exact[i] = two)) l = lo[a] - hi[b], h = hi[a] - lo[b]; break;
+        case MOD_MIN: if ((exact[i] = two)) l = fmin(lo[a], lo[b]), h = fmin(hi[a], hi[b]); break;
+        case MOD_MAX: if ((exact[i] = two)) l = fmax(lo[a], lo[b]), h = fmax(hi[a], hi[b]); break;
+        case MOD_MUL:
+            if ((exact[i] = two)) {
+                const double p[4] = {lo[a] * lo[b], lo[a] * hi[b], hi[a] * lo[b], hi[a] * hi[b]};
+                l = fmin(fmin(p[0], p[1]), fmin(p[2], p[3])), h = fmax(fmax(p[0], p[1]), fmax(p[2], p[3]));
+            }
+            break;
+        default: break;
+        }
+        lo[i] = l, hi[i] = h;
+        exact[i] = exact[i] && l >= -lim && h <= lim;
+    }
+}
+
+/* Node i's float shadow (exact[i]). */
+static void shadow(emit_buf *e, const fg_mod *m, int i) {
+    const mod_node *n = &m->nodes[i];
+    const int a = n->a, b = n->b;
+    switch ((mod_op)n->op) {
+    case MOD_CONST: put(e, "%d.f", (int)n->value); return;
+    case MOD_ARG: put(e, "%s", n->arg == MOD_ARG_Q ? "fq" : "fkv"); return;
+    case MOD_NEG: put(e, "-f%d", a); return;
+    case MOD_ABS: put(e, "fabsf(f%d)", a); return;
+    case MOD_ADD: put(e, "f%d + f%d", a, b); return;
+    case MOD_SUB: put(e, "f%d - f%d", a, b); return;
+    case MOD_MUL: put(e, "f%d * f%d", a, b); return;
+    case MOD_MIN: put(e, "fminf(f%d, f%d)", a, b); return;
+    case MOD_MAX: put(e, "fmaxf(f%d, f%d)", a, b); return;
+    default: e->overflow = 1; return; /* shadows() marks no other node */
+    }
+}
+
 static const char *ctype(int t) { return t == MOD_T_FLOAT ? "float" : t == MOD_T_INT ? "int" : "bool"; }
 
-/* Node i's value expression. */
-static void value(emit_buf *e, const fg_mod *m, int i) {
+/* Node i's value expression (exact: the nodes with a float shadow, for fg.float). */
+static void value(emit_buf *e, const fg_mod *m, int i, const unsigned char *exact) {
     const mod_node *n = &m->nodes[i];
     const int a = n->a, b = n->b, c = n->c, f = n->type == MOD_T_FLOAT;
     static const char *const cmp[] = {"==", "!=", "<", "<=", ">", ">="};
@@ -81,9 +146,9 @@ static void value(emit_buf *e, const fg_mod *m, int i) {
     case MOD_ABS: f ? put(e, "fabsf(v%d)", a) : put(e, "v%d < 0 ? (int)(0u - (unsigned)v%d) : v%d", a, a, a); return;
     case MOD_EXP: put(e, "__expf(v%d)", a); return; /* ex2.approx: 2 ulp and a rounding of x log2(e), no slow path */
     case MOD_LOG: put(e, "__logf(v%d)", a); return; /* lg2.approx: about 2^-21 relative */
-    case MOD_TANH: put(e, "tanhf(v%d)", a); return;
+    case MOD_TANH: put(e, "fg_tanh(v%d)", a); return; /* common/fast_math.cuh: 3e-7 absolute, one exp2 */
     case MOD_SQRT: put(e, "sqrtf(v%d)", a); return;
-    case MOD_FLOAT: put(e, "(float)v%d", a); return;
+    case MOD_FLOAT: exact[a] ? put(e, "f%d", a) : put(e, "(float)v%d", a); return;
     case MOD_FLOOR: put(e, "o%d ? 0 : (int)floorf(v%d)", i, a); return;
     case MOD_EQ: case MOD_NE: case MOD_LT: case MOD_LE: case MOD_GT: case MOD_GE:
         put(e, "v%d %s v%d", a, cmp[n->op - MOD_EQ], b);
@@ -116,9 +181,17 @@ static void badness(emit_buf *e, const fg_mod *m, int i, const unsigned char *ba
 
 /* The body of one function: its nodes, then `return`. */
 static void body(emit_buf *e, const fg_mod *m, int root, int is_mask, int grad) {
-    unsigned char need[MOD_MAX_NODES], bad[MOD_MAX_NODES];
+    unsigned char need[MOD_MAX_NODES], bad[MOD_MAX_NODES], exact[MOD_MAX_NODES], cast[MOD_MAX_NODES] = {0};
     mark(m, root, grad, need, bad);
-    for (int i = 0; i <= (grad > root ? grad : root); i++) {
+    const int last = grad > root ? grad : root;
+    shadows(m, last, exact);
+    for (int i = last; i >= 0; i--) { /* the shadows fg.float takes, and theirs */
+        const mod_node *n = &m->nodes[i];
+        if ((need[i] && n->op == MOD_FLOAT && exact[n->a]) || cast[i])
+            for (int k = 0, o[3] = {n->a, n->b, n->c}; k < 3; k++)
+                if (o[k] >= 0 && exact[o[k]]) cast[o[k]] = 1;
+    }
+    for (int i = 0; i <= last; i++) {
         if (!need[i]) continue;
         const mod_node *n = &m->nodes[i];
         if (n->op == MOD_LOAD) { /* its indices' range check, before the load it guards */
@@ -129,8 +202,13 @@ static void body(emit_buf *e, const fg_mod *m, int root, int is_mask, int grad) 
         if (n->op == MOD_FLOOR) /* its range check: a NaN fails both comparisons */
             put(e, "    const bool o%d = !(floorf(v%d) >= -2147483648.f && floorf(v%d) < 2147483648.f);\n", i, n->a, n->a);
         put(e, "    const %s v%d = ", ctype(n->type), i);
-        value(e, m, i);
+        value(e, m, i, exact);
         put(e, ";\n");
+        if (cast[i]) {
+            put(e, "    const float f%d = ", i);
+            shadow(e, m, i);
+            put(e, ";\n");
+        }
         if (bad[i]) {
             put(e, "    const bool x%d = ", i);
             badness(e, m, i, bad);
@@ -202,12 +280,13 @@ int mod_emit(const fg_mod *m, char *buf, size_t n) {
             "    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n"
             "}\n");
     if (m->score >= 0) {
-        put(&e, "__device__ __forceinline__ float fg_user_score(float s, int b, int h, int q, int kv, const fg_mod_aux &aux) {\n");
+        put(&e, "__device__ __forceinline__ float fg_user_score(float s, int b, int h, int q, int kv, float fq, float fkv,\n"
+                "                                             const fg_mod_aux &aux) {\n");
         body(&e, m, m->score, 0, -1);
         put(&e, "}\n");
     }
     if (m->mask >= 0) {
-        put(&e, "__device__ __forceinline__ float fg_user_mask(int b, int h, int q, int kv, const fg_mod_aux &aux) {\n");
+        put(&e, "__device__ __forceinline__ float fg_user_mask(int b, int h, int q, int kv, float fq, float fkv, const fg_mod_aux &aux) {\n");
         body(&e, m, m->mask, 1, -1);
         put(&e, "}\n");
         /* the mask over a block of positions: FG_IV_HIDDEN, FG_IV_KEPT or FG_IV_MIXED (mod_mask_block's verdict) */
@@ -230,8 +309,8 @@ int mod_emit_grad(const fg_mod *m, int grad, char *buf, size_t n) {
     emit_buf e = {buf, n, 0, 0};
     if (n) buf[0] = '\0';
     if (m->score < 0 || grad < 0 || grad >= m->n_nodes) return -1;
-    put(&e, "__device__ __forceinline__ float fg_user_score_grad(float s, int b, int h, int q, int kv, const fg_mod_aux &aux,\n"
-            "                                                    float &d) {\n");
+    put(&e, "__device__ __forceinline__ float fg_user_score_grad(float s, int b, int h, int q, int kv, float fq, float fkv,\n"
+            "                                                    const fg_mod_aux &aux, float &d) {\n");
     body(&e, m, m->score, 0, grad);
     put(&e, "}\n");
     return e.overflow ? -1 : (int)e.len;

@@ -62,7 +62,7 @@ static fg_status check_variants(const fg_varlen_bwd_args *a, int need_data, bwd_
     if (need_data && (uintptr_t)a->dsink % 4 != 0)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "dsink (%p) is not 4-byte aligned; it must be fp32 [heads_q] in "
                        "device memory", (void *)a->dsink);
-    return rt_check_mod(a->mod, a->mod_aux, need_data, err);
+    return rt_check_mod(a->mod, a->mod_aux, need_data, c->max_q, c->max_k, err);
 }
 
 /* The rules of a call (need_data: a launch follows), then the workspace's layout into *L. V's head dim is v's

@@ -259,8 +259,10 @@ fg_status serving_check_view(const fg_tensor *t, const char *name, int ndim, con
  * longer; one from an older or uninitialized caller is refused with a sentence). */
 fg_status serving_args_copy(const fg_varlen_args *a, fg_varlen_args *out, fg_error *err);
 /* A call's custom mod (NULL: none) and its aux arrays (FG_MOD_AUX_MAX entries): the arrays against the mod's
- * declarations (need_data: the pointers too), and the kernels' fg_mod_aux of them (serving_args.c). */
-fg_status rt_check_mod(const fg_mod *m, const fg_tensor *aux, int need_data, fg_error *err);
+ * declarations (need_data: the pointers too), and the kernels' fg_mod_aux of them (serving_args.c). rows and keys
+ * bound a sequence's queries and keys: a mod takes fewer than 2^23 of each (its positions are exact in fp32). */
+fg_status rt_check_mod(const fg_mod *m, const fg_tensor *aux, int need_data, long long rows, long long keys,
+                       fg_error *err);
 void rt_mod_aux(const fg_mod *m, const fg_tensor *aux, fg_mod_aux *out);
 /* Checks a serving call's host-visible arguments (need_data: a launch follows, so pointers must be set and
  * aligned and outputs disjoint from inputs) and describes it in *c. */

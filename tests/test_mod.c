@@ -217,10 +217,12 @@ static void compile_probe(const char *code, const char *call) {
              "    out[t] = %s;\n"
              "    out[t + 32] = d;\n"
              "}\n", call);
-    const size_t n = plen + ilen + strlen(code) + strlen(kernel) + 1;
+    static const char math[] = "#include \"common/fast_math.cuh\"\n"; /* as emit.c puts it before a mod's code */
+    const size_t n = plen + ilen + strlen(math) + strlen(code) + strlen(kernel) + 1;
     char *src = malloc(n);
     cr_assert(src);
-    snprintf(src, n, "%.*s%.*s%s%s", (int)plen, (const char *)params, (int)ilen, (const char *)intervals, code, kernel);
+    snprintf(src, n, "%.*s%.*s%s%s%s", (int)plen, (const char *)params, (int)ilen, (const char *)intervals, math, code,
+             kernel);
     static const char *const archs[] = {"arch=sm_80,kind=merge", "arch=sm_90a,kind=merge"};
     for (int i = 0; i < 2; i++) {
         fg_spec s;
@@ -244,11 +246,36 @@ Test(mod, emitted_code_compiles) {
     const int len = mod_emit(&m, code, sizeof code);
     cr_assert_gt(len, 0);
     cr_assert(strstr(code, "#define FG_USER_SCORE 1") && strstr(code, "#define FG_USER_MASK 1"));
-    cr_assert(strstr(code, "fg_user_score(float s, int b, int h, int q, int kv, const fg_mod_aux &aux)"));
+    cr_assert(strstr(code, "fg_user_score(float s, int b, int h, int q, int kv, float fq, float fkv,"));
     cr_assert_eq(mod_emit(&m, code, 100), -1, "output that does not fit is -1");
     mod_emit(&m, code, sizeof code);
-    compile_probe(code, "fg_user_score(0.5f * t, 0, t % 2, t / 4, t % 4, aux) + fg_user_mask(0, t % 2, t / 4, t % 4, aux) + "
+    compile_probe(code, "fg_user_score(0.5f * t, 0, t % 2, t / 4, t % 4, t / 4, t % 4, aux) + "
+                        "fg_user_mask(0, t % 2, t / 4, t % 4, t / 4, t % 4, aux) + "
                         "fg_user_mask_block(0, t % 2, t % 2 + 1, t / 4, t / 2, t % 4, t % 8)");
+}
+
+/* fg.float of position arithmetic takes the float shadows of the positions (fq, fkv) where fp32 holds every value
+ * exactly (q in (-2^23, 2^23), kv in [0, 2^23)), and converts the int where it may not (|q - kv| + 3 reaches 2^24 + 1)
+ * or where the arithmetic is not a shadow's (floor division, a head index). Each compiles. */
+Test(mod, position_arithmetic_takes_float_shadows) {
+    static const struct { const char *expr; int shadow; } c[] = {
+        {"fg.abs(q - kv)", 1}, {"fg.min(kv, q) - fg.max(q, 0) + 1", 1}, {"fg.abs(q - kv) + 3", 0},
+        {"fg.abs(q - kv) * 2", 0}, {"q * kv", 0},
+        {"(q - kv) // 2", 0}, {"h - kv", 0},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        char text[256], code[16384];
+        snprintf(text, sizeof text, "score_mod = function(s, b, h, q, kv) return s * fg.float(%s) end\n", c[i].expr);
+        fg_mod m;
+        fg_error e;
+        cr_assert_eq(mod_trace("t.lua", text, strlen(text), &m, &e), FG_OK, "%s", e.msg);
+        cr_assert_gt(mod_emit(&m, code, sizeof code), 0);
+        const char *f = strstr(code, "fg_user_score(");
+        cr_assert(f);
+        cr_assert_eq(strstr(f, "= (float)v") == NULL, c[i].shadow, "%s: %s", c[i].expr, f);
+        cr_assert_eq(strstr(f, "= fq;") != NULL, c[i].shadow, "%s: %s", c[i].expr, f);
+        compile_probe(code, "fg_user_score(0.5f * t, 0, t % 2, t / 4, t % 4, t / 4, t % 4, aux)");
+    }
 }
 
 /* The ALiBi score mod and a document mask over a [batch, position] array, as the compile tests use them. */
@@ -402,7 +429,7 @@ Test(mod, derivative_matches_central_differences) {
         const int n2 = mod_emit_grad(&g, grad, code + n1, sizeof code - (size_t)n1);
         cr_assert_gt(n2, 0);
         cr_assert(strstr(code, "float fg_user_score_grad(float s"));
-        compile_probe(code, "fg_user_score_grad(0.5f * t, 0, t % 2, t / 4, t % 4, aux, d)");
+        compile_probe(code, "fg_user_score_grad(0.5f * t, 0, t % 2, t / 4, t % 4, t / 4, t % 4, aux, d)");
     }
     /* a score_mod that adds a bias has the derivative 1, one node more at most (the constant) */
     fg_mod m, g;

@@ -431,5 +431,11 @@ Test(serving_args, custom_mod_arrays_are_checked) {
     expect(&b, FG_ERR_INVALID_ARGUMENT, "mod_aux[2] is set, but the mod declares fewer aux arrays");
     b = packed(), b.mod_aux[0] = a.mod_aux[0];
     expect(&b, FG_ERR_INVALID_ARGUMENT, "mod_aux[0] is set, but the call has no mod");
+    /* a mod's positions are exact in fp32 below 2^23 (generator/mod_emit.c): longer sequences are refused */
+    b = a, b.k.shape[0] = b.v.shape[0] = 1 << 23, b.max_seqlen_k = 1 << 23;
+    b.v.data = ADDR(0x800000000);
+    expect(&b, FG_ERR_UNSUPPORTED, "fewer than 2^23 (8388608) queries and keys");
+    b.max_seqlen_k = (1 << 23) - 1;
+    cr_assert_eq(serving_check(&b, 1, &c, &e), FG_OK, "%s", e.msg);
     fg_mod_destroy(m);
 }
