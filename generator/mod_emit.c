@@ -116,6 +116,27 @@ static void shadow(emit_buf *e, const fg_mod *m, int i) {
     }
 }
 
+/* The bad float nodes whose NaN value already says so (carry): float loads (NaN when bad), and + - * / unary -,
+ * exp, log, tanh and sqrt of operands that are good or carry (NaN in, NaN out). A score_mod whose result carries
+ * needs no select at every score; min, max, where and the comparisons drop a NaN, so their bad marks stay. */
+static void carries(const fg_mod *m, int root, const unsigned char *bad, unsigned char *carry) {
+    for (int i = 0; i <= root; i++) {
+        const mod_node *n = &m->nodes[i];
+        carry[i] = 0;
+        if (!bad[i] || n->type != MOD_T_FLOAT) continue;
+        switch ((mod_op)n->op) {
+        case MOD_LOAD: carry[i] = 1; break;
+        case MOD_ADD: case MOD_SUB: case MOD_MUL: case MOD_DIV: case MOD_NEG:
+        case MOD_EXP: case MOD_LOG: case MOD_TANH: case MOD_SQRT:
+            carry[i] = 1;
+            for (int k = 0, o[3] = {n->a, n->b, n->c}; k < 3; k++)
+                if (o[k] >= 0 && bad[o[k]] && !carry[o[k]]) carry[i] = 0;
+            break;
+        default: break;
+        }
+    }
+}
+
 static const char *ctype(int t) { return t == MOD_T_FLOAT ? "float" : t == MOD_T_INT ? "int" : "bool"; }
 
 /* Node i's value expression (exact: the nodes with a float shadow, for fg.float). */
@@ -129,8 +150,9 @@ static void value(emit_buf *e, const fg_mod *m, int i, const unsigned char *exac
         else put(e, "(int)%lldll", (long long)n->value);
         return;
     case MOD_ARG: put(e, "%s", (const char *[]){"s", "b", "h", "q", "kv"}[n->arg]); return;
-    case MOD_LOAD:
-        put(e, "o%d ? %s : __ldg((const %s *)aux.ptr[%d] + ", i, f ? "0.f" : "0", f ? "float" : "int", n->arg);
+    case MOD_LOAD: /* a float load that goes bad is NaN, which arithmetic carries (carries()); an int load 0 */
+        put(e, "%c%d ? %s : __ldg((const %s *)aux.ptr[%d] + ", f ? 'x' : 'o', i, f ? "__int_as_float(0x7fffffff)" : "0",
+            f ? "float" : "int", n->arg);
         if (b >= 0) put(e, "(long long)v%d * aux.extent[%d][1] + v%d)", a, n->arg, b);
         else put(e, "v%d)", a);
         return;
@@ -138,7 +160,11 @@ static void value(emit_buf *e, const fg_mod *m, int i, const unsigned char *exac
     case MOD_ADD: f ? put(e, "v%d + v%d", a, b) : put(e, "(int)((unsigned)v%d + (unsigned)v%d)", a, b); return;
     case MOD_SUB: f ? put(e, "v%d - v%d", a, b) : put(e, "(int)((unsigned)v%d - (unsigned)v%d)", a, b); return;
     case MOD_MUL: f ? put(e, "v%d * v%d", a, b) : put(e, "(int)((unsigned)v%d * (unsigned)v%d)", a, b); return;
-    case MOD_DIV: put(e, "v%d / v%d", a, b); return;
+    case MOD_DIV: /* by a constant: times its reciprocal (within an ulp of the quotient; fp32's division is a dozen
+                   * instructions and a MUFU operation at every score) */
+        if (m->nodes[b].op == MOD_CONST && m->nodes[b].value != 0) put(e, "v%d * (float)%a", a, 1.0 / m->nodes[b].value);
+        else put(e, "v%d / v%d", a, b);
+        return;
     case MOD_IDIV: put(e, "fg_mod_floordiv(v%d, v%d)", a, b); return;
     case MOD_MOD: put(e, "fg_mod_floormod(v%d, v%d)", a, b); return;
     case MOD_MIN: f ? put(e, "fminf(v%d, v%d)", a, b) : put(e, "min(v%d, v%d)", a, b); return;
@@ -179,12 +205,16 @@ static void badness(emit_buf *e, const fg_mod *m, int i, const unsigned char *ba
     if (!*sep) put(e, "false");
 }
 
-/* The body of one function: its nodes, then `return`. */
-static void body(emit_buf *e, const fg_mod *m, int root, int is_mask, int grad) {
+/* The body of one function: its nodes, then `return`. raw (the forward's score_mod): s arrives in raw score units
+ * with scale and inv_scale, the mod's logit is s * scale and the result goes back by inv_scale; a result s + t
+ * (or s - t, t - s) goes back as one FMA of t, the logit never formed. */
+static void body(emit_buf *e, const fg_mod *m, int root, int is_mask, int grad, int raw) {
     unsigned char need[MOD_MAX_NODES], bad[MOD_MAX_NODES], exact[MOD_MAX_NODES], cast[MOD_MAX_NODES] = {0};
+    unsigned char carry[MOD_MAX_NODES];
     mark(m, root, grad, need, bad);
     const int last = grad > root ? grad : root;
     shadows(m, last, exact);
+    carries(m, last, bad, carry);
     for (int i = last; i >= 0; i--) { /* the shadows fg.float takes, and theirs */
         const mod_node *n = &m->nodes[i];
         if ((need[i] && n->op == MOD_FLOAT && exact[n->a]) || cast[i])
@@ -194,6 +224,7 @@ static void body(emit_buf *e, const fg_mod *m, int root, int is_mask, int grad) 
     for (int i = 0; i <= last; i++) {
         if (!need[i]) continue;
         const mod_node *n = &m->nodes[i];
+        const int float_load = n->op == MOD_LOAD && n->type == MOD_T_FLOAT;
         if (n->op == MOD_LOAD) { /* its indices' range check, before the load it guards */
             put(e, "    const bool o%d = (unsigned)v%d >= (unsigned)aux.extent[%d][0]", i, n->a, n->arg);
             if (n->b >= 0) put(e, " || (unsigned)v%d >= (unsigned)aux.extent[%d][1]", n->b, n->arg);
@@ -201,27 +232,42 @@ static void body(emit_buf *e, const fg_mod *m, int root, int is_mask, int grad) 
         }
         if (n->op == MOD_FLOOR) /* its range check: a NaN fails both comparisons */
             put(e, "    const bool o%d = !(floorf(v%d) >= -2147483648.f && floorf(v%d) < 2147483648.f);\n", i, n->a, n->a);
-        put(e, "    const %s v%d = ", ctype(n->type), i);
-        value(e, m, i, exact);
-        put(e, ";\n");
+        for (int pass = 0; pass < 2; pass++) { /* the value then its bad mark; a float load's mark first (its NaN) */
+            if (pass == float_load) {
+                put(e, "    const %s v%d = ", ctype(n->type), i);
+                if (n->op == MOD_ARG && n->arg == MOD_ARG_S && raw) put(e, "s * scale");
+                else value(e, m, i, exact);
+                put(e, ";\n");
+            } else if (bad[i]) {
+                put(e, "    const bool x%d = ", i);
+                badness(e, m, i, bad);
+                put(e, ";\n");
+            }
+        }
         if (cast[i]) {
             put(e, "    const float f%d = ", i);
             shadow(e, m, i);
             put(e, ";\n");
         }
-        if (bad[i]) {
-            put(e, "    const bool x%d = ", i);
-            badness(e, m, i, bad);
-            put(e, ";\n");
-        }
     }
     const char *nan = "__int_as_float(0x7fffffff)", *ninf = "-__int_as_float(0x7f800000)";
-    if (grad >= 0 && bad[grad]) put(e, "    d = x%d ? %s : v%d;\n", grad, nan, grad);
+    if (grad >= 0 && bad[grad] && !carry[grad]) put(e, "    d = x%d ? %s : v%d;\n", grad, nan, grad);
     else if (grad >= 0) put(e, "    d = v%d;\n", grad);
-    if (is_mask && bad[root]) put(e, "    return x%d ? %s : (v%d ? 0.f : %s);\n", root, nan, root, ninf);
-    else if (is_mask) put(e, "    return v%d ? 0.f : %s;\n", root, ninf);
-    else if (bad[root]) put(e, "    return x%d ? %s : v%d;\n", root, nan, root);
-    else put(e, "    return v%d;\n", root);
+    if (is_mask) {
+        if (bad[root]) put(e, "    return x%d ? %s : (v%d ? 0.f : %s);\n", root, nan, root, ninf);
+        else put(e, "    return v%d ? 0.f : %s;\n", root, ninf);
+        return;
+    }
+    put(e, "    return ");
+    if (bad[root] && !carry[root]) put(e, "x%d ? %s : ", root, nan);
+    const mod_node *r = &m->nodes[root];
+    const int s_a = r->a >= 0 && m->nodes[r->a].op == MOD_ARG && m->nodes[r->a].arg == MOD_ARG_S;
+    const int s_b = r->b >= 0 && m->nodes[r->b].op == MOD_ARG && m->nodes[r->b].arg == MOD_ARG_S;
+    if (!raw) put(e, "v%d;\n", root);
+    else if (r->op == MOD_ADD && (s_a || s_b)) put(e, "fmaf(v%d, inv_scale, s);\n", s_a ? r->b : r->a);
+    else if (r->op == MOD_SUB && s_a) put(e, "fmaf(-v%d, inv_scale, s);\n", r->b);
+    else if (r->op == MOD_SUB && s_b) put(e, "fmaf(v%d, inv_scale, -s);\n", r->a);
+    else put(e, "v%d * inv_scale;\n", root);
 }
 
 /* Node i over a block (templates/common/mod_interval.h), for fg_user_mask_block. */
@@ -280,14 +326,14 @@ int mod_emit(const fg_mod *m, char *buf, size_t n) {
             "    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n"
             "}\n");
     if (m->score >= 0) {
-        put(&e, "__device__ __forceinline__ float fg_user_score(float s, int b, int h, int q, int kv, float fq, float fkv,\n"
-                "                                             const fg_mod_aux &aux) {\n");
-        body(&e, m, m->score, 0, -1);
+        put(&e, "__device__ __forceinline__ float fg_user_score(float s, float scale, float inv_scale, int b, int h, int q, int kv,\n"
+                "                                             float fq, float fkv, const fg_mod_aux &aux) {\n");
+        body(&e, m, m->score, 0, -1, 1);
         put(&e, "}\n");
     }
     if (m->mask >= 0) {
         put(&e, "__device__ __forceinline__ float fg_user_mask(int b, int h, int q, int kv, float fq, float fkv, const fg_mod_aux &aux) {\n");
-        body(&e, m, m->mask, 1, -1);
+        body(&e, m, m->mask, 1, -1, 0);
         put(&e, "}\n");
         /* the mask over a block of positions: FG_IV_HIDDEN, FG_IV_KEPT or FG_IV_MIXED (mod_mask_block's verdict) */
         put(&e, "__device__ __forceinline__ int fg_user_mask_block(int b, int h_lo, int h_hi, int q_lo, int q_hi, int kv_lo,\n"
@@ -311,7 +357,7 @@ int mod_emit_grad(const fg_mod *m, int grad, char *buf, size_t n) {
     if (m->score < 0 || grad < 0 || grad >= m->n_nodes) return -1;
     put(&e, "__device__ __forceinline__ float fg_user_score_grad(float s, int b, int h, int q, int kv, float fq, float fkv,\n"
             "                                                    const fg_mod_aux &aux, float &d) {\n");
-    body(&e, m, m->score, 0, grad);
+    body(&e, m, m->score, 0, grad, 0);
     put(&e, "}\n");
     return e.overflow ? -1 : (int)e.len;
 }

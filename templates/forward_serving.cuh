@@ -461,7 +461,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
                     const float fkv = fkey0 + (float)(8 * nt + e);
                     float x = s[0][nt][2 * h + e];
 #if FG_USER_SCORE
-                    x = fg_user_score(x * p.softmax_scale, b, head, qpos, key, fq, fkv, p.mod_aux) * mod_inv_scale;
+                    x = fg_user_score(x, p.softmax_scale, mod_inv_scale, b, head, qpos, key, fq, fkv, p.mod_aux);
 #endif
 #if FG_USER_MASK
                     const float keep = verdict == FG_IV_KEPT     ? 0.f // 0, -inf (hidden) or NaN (bad)

@@ -246,12 +246,37 @@ Test(mod, emitted_code_compiles) {
     const int len = mod_emit(&m, code, sizeof code);
     cr_assert_gt(len, 0);
     cr_assert(strstr(code, "#define FG_USER_SCORE 1") && strstr(code, "#define FG_USER_MASK 1"));
-    cr_assert(strstr(code, "fg_user_score(float s, int b, int h, int q, int kv, float fq, float fkv,"));
+    cr_assert(strstr(code, "fg_user_score(float s, float scale, float inv_scale, int b, int h, int q, int kv,"));
     cr_assert_eq(mod_emit(&m, code, 100), -1, "output that does not fit is -1");
     mod_emit(&m, code, sizeof code);
-    compile_probe(code, "fg_user_score(0.5f * t, 0, t % 2, t / 4, t % 4, t / 4, t % 4, aux) + "
+    compile_probe(code, "fg_user_score(0.5f * t, 0.25f, 4.f, 0, t % 2, t / 4, t % 4, t / 4, t % 4, aux) + "
                         "fg_user_mask(0, t % 2, t / 4, t % 4, t / 4, t % 4, aux) + "
                         "fg_user_mask_block(0, t % 2, t % 2 + 1, t / 4, t / 2, t % 4, t % 8)");
+}
+
+/* A score_mod that adds a term to s returns raw units in one FMA of the term, with no select for a bad load whose
+ * NaN the arithmetic carries (ALiBi: s - slope_h |q - kv|); one whose bad mark a min drops keeps its select; a
+ * division by a constant is a product. */
+Test(mod, score_code_folds_the_scale_and_carries_nan) {
+    static const struct { const char *body, *has, *lacks; } c[] = {
+        {"s - fg.load(a, h) * fg.abs(q - kv)", "return fmaf(-v", "? __int_as_float(0x7fffffff) : v"},
+        {"fg.load(a, h) + s", "return fmaf(v", "x5 ?"},
+        {"s + fg.min(fg.load(a, h), 1.0)", "return x", NULL},
+        {"30.0 * fg.tanh(s / 30.0)", "* inv_scale;", " / v"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        char text[256], code[16384];
+        snprintf(text, sizeof text, "aux = { a = fg.aux('f32', 1) }\nscore_mod = function(s, b, h, q, kv) return %s end\n",
+                 c[i].body);
+        fg_mod m;
+        fg_error e;
+        cr_assert_eq(mod_trace("t.lua", text, strlen(text), &m, &e), FG_OK, "%s", e.msg);
+        cr_assert_gt(mod_emit(&m, code, sizeof code), 0);
+        const char *f = strstr(code, "fg_user_score(");
+        cr_assert(f && strstr(f, c[i].has), "%s: %s", c[i].body, f);
+        cr_assert(!c[i].lacks || !strstr(f, c[i].lacks), "%s: %s", c[i].body, f);
+        compile_probe(code, "fg_user_score(0.5f * t, 0.25f, 4.f, 0, t % 2, t / 4, t % 4, t / 4, t % 4, aux)");
+    }
 }
 
 /* fg.float of position arithmetic takes the float shadows of the positions (fq, fkv) where fp32 holds every value
@@ -274,7 +299,7 @@ Test(mod, position_arithmetic_takes_float_shadows) {
         cr_assert(f);
         cr_assert_eq(strstr(f, "= (float)v") == NULL, c[i].shadow, "%s: %s", c[i].expr, f);
         cr_assert_eq(strstr(f, "= fq;") != NULL, c[i].shadow, "%s: %s", c[i].expr, f);
-        compile_probe(code, "fg_user_score(0.5f * t, 0, t % 2, t / 4, t % 4, t / 4, t % 4, aux)");
+        compile_probe(code, "fg_user_score(0.5f * t, 0.25f, 4.f, 0, t % 2, t / 4, t % 4, t / 4, t % 4, aux)");
     }
 }
 

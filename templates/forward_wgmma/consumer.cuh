@@ -212,7 +212,7 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, con
                         const int kv = key0 + 8 * nt + e;
                         const float fkv = fkey0 + (float)(8 * nt + e);
 #if FG_USER_SCORE
-                        x = fg_user_score(x * p.softmax_scale, tl.batch, tl.head, qpos, kv, fq, fkv, p.mod_aux) * mod_inv_scale;
+                        x = fg_user_score(x, p.softmax_scale, mod_inv_scale, tl.batch, tl.head, qpos, kv, fq, fkv, p.mod_aux);
 #endif
 #if FG_USER_MASK
                         const float keep = verdict == FG_IV_KEPT     ? 0.f
