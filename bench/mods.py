@@ -8,9 +8,11 @@ at 64). The outputs are compared first (max |difference| under 2e-2), then timed
 ratio is what matters). Also printed:
   first call   flashgen's first call of a new mod in a fresh disk cache (trace, generate, NVRTC, load, run)
                against FlexAttention's first call (Triton's compile), each measured once, in milliseconds;
-  bias cost    the ALiBi and the bias-table score mods against flashgen's own call without a mod.
+  bias cost    each mod's forward against flashgen's own call without a mod (causal as the example);
+  backward     with --backward, the gradients (dq, dk, dv through autograd, the graph kept: the backward's
+               kernels alone) of each side, their dq compared (relative max |difference| under 2e-2) and timed.
 
-    python3 bench/mods.py [--dims 64 128] [--iters 20] [--only NAME ...]
+    python3 bench/mods.py [--dims 64 128] [--iters 20] [--only NAME ...] [--backward]
 """
 
 import argparse
@@ -76,11 +78,35 @@ def examples(h, dev):
     ]
 
 
+def backward_row(name, iters, qkv, ours, theirs):
+    """One backward table row: ours(q, k, v) and theirs(q, k, v) (FlexAttention on [b, h, s, d] views, its output
+    back in [b, s, h, d]) differentiated for one dout, the graphs kept, their dq compared, then each timed."""
+    xs = [x.detach().requires_grad_() for x in qkv]
+    do = torch.randn_like(qkv[0])
+    grads = []
+    for f, views in ((ours, lambda: xs), (theirs, lambda: [x.transpose(1, 2) for x in xs])):
+        try:
+            o = f(views())
+            g = lambda: torch.autograd.grad(o, xs, do, retain_graph=True)  # noqa: E731
+            grads.append((g, g()[0]))
+        except Exception as e:  # noqa: BLE001 (a peer's failure is reported in the row)
+            why = [x for x in str(e).splitlines() if x.strip()]
+            return "| %s | %s |" % (name, "failed: %s" % (why[-1][:80] if why else type(e).__name__))
+    (gf, dq_f), (gx, dq_x) = grads
+    scale = max(1.0, dq_x.float().abs().max().item())
+    err = (dq_f.float() - dq_x.float()).abs().max().item() / scale
+    if not err < 2e-2:
+        raise SystemExit("flashgen %s dq differs from FlexAttention's by %g (relative)" % (name, err))
+    tb, tx = timed(gf, iters), timed(gx, iters)
+    return "| %s | %.0f us | %.0f us | %.2f |" % (name, tb, tx, tx / tb)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dims", type=int, nargs="*", default=[64, 128])
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--only", nargs="*", default=None)
+    p.add_argument("--backward", action="store_true", help="also time the gradients against FlexAttention's")
     a = p.parse_args()
     dev = torch.device("cuda")
     torch._dynamo.config.recompile_limit = 256  # each example's mod is a new function: past the limit Flex runs eager
@@ -101,6 +127,7 @@ def main():
         print("## bf16, batch %d, %dk tokens, %d heads, head_dim %d" % (B, N // 1024, h, d))
         print("| mod | flashgen | FlexAttention | flashgen / Flex | first call: flashgen / Flex (ms) | / flashgen without |")
         print("|---|---|---|---|---|---|")
+        back = []
         for name, causal, text, aux, score, mask in examples(h, dev):
             if a.only and name not in a.only:
                 continue
@@ -134,7 +161,16 @@ def main():
             check("flashgen %s vs FlexAttention" % name, out, ref.transpose(1, 2))
             tf = timed(fl, a.iters)
             print(row + " %.0f us | %.2f | %.0f / %.0f | %.3f |" % (tf, tf / t, first_fg, first_flex, t / t_plain[causal]))
+            if a.backward:
+                back.append(backward_row(name, a.iters, (q, k, v), lambda x: flashgen.attention_varlen(
+                    *x, None, None, N, N, causal=causal, mod=m, mod_aux=aux), lambda x: flex(
+                    *x, score_mod=score, block_mask=bm).transpose(1, 2)))
             m.close()
+        if back:
+            print("\n## backward: bf16, batch %d, %dk tokens, %d heads, head_dim %d" % (B, N // 1024, h, d))
+            print("| mod | flashgen | FlexAttention | flashgen / Flex |")
+            print("|---|---|---|---|")
+            print("\n".join(back))
 
 
 if __name__ == "__main__":
