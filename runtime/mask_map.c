@@ -1,30 +1,59 @@
 /* mask_map.c: a custom mask's block map. A mask that reads aux arrays (document ids, a block-sparse layout) has
  * blocks intervals cannot settle; per call, fg_mask_map_kernel (templates/mod_classify.cuh, in the variant's own
- * module) writes the verdict of every 64 x 64 block of each sequence into the call's workspace, and the attention
- * kernel skips the blocks it hides and evaluates no mask in those it keeps whole. */
+ * module) writes the verdict of every 64 x 64 block of each sequence into the call's workspace, with each row
+ * block's and key block's span of blocks not hidden, and the attention kernels trim their tiles to the spans,
+ * skip the blocks the map hides and evaluate no mask in those it keeps whole. */
 #include <string.h>
 #include "generator/mod.h"
 #include "runtime/dispatch.h"
 
 static int map_heads(const fg_mod *m, int heads) { return mod_mask_reads_head(m) ? heads : 1; }
 
-size_t rt_mask_map_bytes(const fg_mod *m, int batch, int heads, long long rows, long long keys) {
+/* The map's layout in the workspace: its bytes, then the spans (fg_params.h), each 256-byte aligned. */
+typedef struct map_layout {
+    size_t n_rows, n_cols; /* row blocks and key blocks of every sequence (and head) */
+    size_t bytes, spans;   /* the map's bytes; the spans' offset: the rows' [2][n_rows], then the keys' [2][n_cols] */
+    size_t total;
+} map_layout;
+
+static int layout(const fg_mod *m, int batch, int heads, long long rows, long long keys, map_layout *L) {
+    memset(L, 0, sizeof *L);
     if (!m || !mod_mask_reads_aux(m) || batch <= 0 || rows <= 0 || keys <= 0) return 0;
-    const size_t n = (size_t)batch * (size_t)map_heads(m, heads) * (size_t)((rows + FG_MAP_BLOCK - 1) / FG_MAP_BLOCK) *
-                     (size_t)((keys + FG_MAP_BLOCK - 1) / FG_MAP_BLOCK);
-    return (n + 255) / 256 * 256;
+    const size_t seqs = (size_t)batch * (size_t)map_heads(m, heads);
+    L->n_rows = seqs * (size_t)((rows + FG_MAP_BLOCK - 1) / FG_MAP_BLOCK);
+    L->n_cols = seqs * (size_t)((keys + FG_MAP_BLOCK - 1) / FG_MAP_BLOCK);
+    L->bytes = L->n_rows / seqs * L->n_cols;
+    L->spans = (L->bytes + 255) / 256 * 256;
+    L->total = L->spans + ((2 * (L->n_rows + L->n_cols) * sizeof(int) + 255) / 256 * 256);
+    return 1;
+}
+
+size_t rt_mask_map_bytes(const fg_mod *m, int batch, int heads, long long rows, long long keys) {
+    map_layout L;
+    return layout(m, batch, heads, rows, keys, &L) ? L.total : 0;
 }
 
 fg_status rt_mask_map_fill(fg_context *ctx, const fg_mod *m, CUfunction fn_map, void *mem, int batch, int heads,
                            long long rows, long long keys, const int *cu_q, const int *cu_k, const int *used_k,
                            int total_q, int total_k, fg_mod_aux *aux, void *stream, fg_error *err) {
-    if (!fn_map || !mem || rt_mask_map_bytes(m, batch, heads, rows, keys) == 0) return FG_OK;
+    map_layout L;
+    if (!fn_map || !mem || !layout(m, batch, heads, rows, keys, &L)) return FG_OK;
     fg_mask_map_params p;
     memset(&p, 0, sizeof p);
     aux->map = (const unsigned char *)mem;
+    int *const spans = (int *)((char *)mem + L.spans);
+    aux->span_rows = spans;
+    aux->span_cols = spans + 2 * L.n_rows;
     aux->map_heads = map_heads(m, heads);
     aux->map_rows = (int)((rows + FG_MAP_BLOCK - 1) / FG_MAP_BLOCK);
     aux->map_cols = (int)((keys + FG_MAP_BLOCK - 1) / FG_MAP_BLOCK);
+    aux->map_batch = batch;
+    /* the spans start empty: first INT_MAX, last -1 (the map kernel narrows them with atomics) */
+    const CUstream s = (CUstream)stream;
+    FG_CU(err, ctx->cu->cuMemsetD32Async((CUdeviceptr)(uintptr_t)spans, 0x7fffffffu, L.n_rows, s));
+    FG_CU(err, ctx->cu->cuMemsetD32Async((CUdeviceptr)(uintptr_t)(spans + L.n_rows), 0xffffffffu, L.n_rows, s));
+    FG_CU(err, ctx->cu->cuMemsetD32Async((CUdeviceptr)(uintptr_t)aux->span_cols, 0x7fffffffu, L.n_cols, s));
+    FG_CU(err, ctx->cu->cuMemsetD32Async((CUdeviceptr)(uintptr_t)(aux->span_cols + L.n_cols), 0xffffffffu, L.n_cols, s));
     p.aux = *aux;
     p.cu_seqlens_q = cu_q, p.cu_seqlens_k = cu_k, p.seqused_k = used_k;
     p.seqlen_q = (int)rows, p.seqlen_k = (int)keys;

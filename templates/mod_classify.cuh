@@ -3,8 +3,9 @@
 // sequence (and query head, where the mask reads it): the interval verdict (fg_user_mask_block) where it settles
 // the block, else fg_user_mask at every position the block holds within the sequence: hidden when every one is
 // hidden, kept when every one is kept, mixed otherwise (also where one goes bad: the attention kernel then
-// evaluates the mask itself, and its NaN reaches O). Included after the kernel family by a variant whose mod has
-// such a mask (FG_USER_MASK_MAP); each warp takes one block.
+// evaluates the mask itself, and its NaN reaches O), and each row block's span of key blocks not hidden and each key
+// block's span of row blocks (fg_params.h). Included after the kernel family by a variant whose mod has such a mask
+// (FG_USER_MASK_MAP); each warp takes one block.
 #ifndef FG_MOD_CLASSIFY_CUH
 #define FG_MOD_CLASSIFY_CUH
 
@@ -43,7 +44,17 @@ extern "C" __global__ void __launch_bounds__(128) fg_mask_map_kernel(const __gri
         kept = __any_sync(~0u, kept), hidden = __any_sync(~0u, hidden);
         verdict = kept && hidden ? FG_IV_MIXED : kept ? FG_IV_KEPT : FG_IV_HIDDEN;
     }
-    if (lane == 0) *out = (unsigned char)verdict;
+    if (lane == 0) {
+        *out = (unsigned char)verdict;
+        if (verdict != FG_IV_HIDDEN) { // the spans of its row block and key block (fg_params.h)
+            const long long n_rows = (long long)p.aux.map_batch * heads * p.aux.map_rows;
+            const long long n_cols = (long long)p.aux.map_batch * heads * p.aux.map_cols;
+            int *const rows = (int *)p.aux.span_rows + ((long long)b * heads + h) * p.aux.map_rows + rb;
+            int *const keys = (int *)p.aux.span_cols + ((long long)b * heads + h) * p.aux.map_cols + cb;
+            atomicMin(rows, cb), atomicMax(rows + n_rows, cb);
+            atomicMin(keys, rb), atomicMax(keys + n_cols, rb);
+        }
+    }
 }
 
 #endif // FG_MOD_CLASSIFY_CUH

@@ -60,6 +60,31 @@ __device__ __forceinline__ void fg_trim_hidden(int &lo, int &hi, F hidden) {
     }
 }
 
+// Narrows the blocks [lo, hi) of `width` positions a block to the span the block map gives for the map's lines
+// line_lo..line_hi (row blocks with `first` = aux.span_rows, or key blocks with aux.span_cols; of sequence b and
+// query head h; count: the map's lines in all): their first to their last block not hidden, in FG_MAP_BLOCK units.
+// True when the map is there (else the caller trims by verdicts).
+__device__ __forceinline__ bool fg_map_trim(const fg_mod_aux &aux, const int *first, int lines, int b, int h, int line_lo,
+                                            int line_hi, int width, int &lo, int &hi) {
+#if FG_USER_MASK_MAP
+    if (!aux.map) return false;
+    const long long count = (long long)aux.map_batch * aux.map_heads * lines;
+    const int *f = first + ((long long)b * aux.map_heads + (aux.map_heads > 1 ? h : 0)) * lines;
+    int a = 0x7fffffff, z = -1;
+#pragma unroll 1
+    for (int l = line_lo; l <= line_hi; l++) a = min(a, __ldg(f + l)), z = max(z, __ldg(f + count + l));
+    if (z < 0) { // hidden from every line
+        hi = lo;
+        return true;
+    }
+    lo = max(lo, a * FG_MAP_BLOCK / width);
+    hi = max(lo, min(hi, (z * FG_MAP_BLOCK + FG_MAP_BLOCK + width - 1) / width));
+    return true;
+#else
+    return false;
+#endif
+}
+
 // A custom mask's verdict (FG_IV_HIDDEN, FG_IV_KEPT, FG_IV_MIXED) on query rows r_lo..r_hi (within the sequence's
 // sq) of sequence b and query head h against keys k_lo..k_hi (within its sk): by intervals (fg_user_mask_block,
 // queries at row + sk - sq as the mod sees them), or for a mask that reads aux arrays from the call's block map

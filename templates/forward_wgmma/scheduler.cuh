@@ -60,9 +60,12 @@ __device__ __forceinline__ int fg_mask_verdict(const fg_mod_aux &aux, int batch,
 __device__ __forceinline__ void fg_mask_trim(const fg_mod_aux &aux, fg_tile &t, int sq, int sk) {
     if (t.n_blocks == 0) return;
     int lo = t.b_first, hi = t.b_first + t.n_blocks; // [lo, hi)
-    fg_trim_hidden(lo, hi, [&](int a, int b) {
-        return fg_mask_verdict(aux, t.batch, t.head, t.m0, t.m0 + FG_BLOCK_M - 1, sq, sk, a, b) == FG_IV_HIDDEN;
-    });
+    // the block map's span of the tile's row blocks, else the verdicts on spans that halve
+    if (!fg_map_trim(aux, aux.span_rows, aux.map_rows, t.batch, t.head, t.m0 / FG_MAP_BLOCK,
+                     (min(t.m0 + FG_BLOCK_M, sq) - 1) / FG_MAP_BLOCK, FG_BLOCK_N, lo, hi))
+        fg_trim_hidden(lo, hi, [&](int a, int b) {
+            return fg_mask_verdict(aux, t.batch, t.head, t.m0, t.m0 + FG_BLOCK_M - 1, sq, sk, a, b) == FG_IV_HIDDEN;
+        });
     // the blocks no built-in mask touches, [u_lo, u_hi), within what is left
     const int u_lo0 = t.b_first + t.lo_masked, u_hi0 = t.b_first + t.n_blocks - t.n_masked;
     const int u_lo = min(max(u_lo0, lo), hi), u_hi = max(u_lo, min(u_hi0, hi));
