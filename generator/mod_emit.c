@@ -52,59 +52,105 @@ static void mark(const fg_mod *m, int root, int root2, unsigned char *need, unsi
     }
 }
 
-/* Position arithmetic in fp32. Node i (an int) has an exact float shadow f<i> (exact[i]) when it is q, kv, an int
+/* Position arithmetic in fp32. Node i (an int) has an exact float shadow f<i> (sh->exact[i]) when it is q, kv, an int
  * constant, or + - * (unary -) abs min max of such nodes, and its value stays within 2^24 in magnitude for every q
  * in (-2^23, 2^23) and kv in [0, 2^23) (calls that take a mod have fewer than 2^23 queries and keys a sequence:
- * rt_check_mod), so that fp32 computes it exactly, as the ints would. fg.float of such a node is its
- * shadow, built on the FMA pipe from the positions the kernels pass as floats (fq, fkv), in place of an int-to-float
- * conversion at every score: sm_90 converts 16 a clock an SM, as many as the softmax's exp2 takes, so one
- * conversion a score halved the forward's rate (ALiBi as a mod: s - slope * |q - kv|). */
-static void shadows(const fg_mod *m, int root, unsigned char *exact) {
+ * rt_check_mod), so that fp32 computes it exactly, as the ints would. fg.float of such a node is its shadow, built
+ * on the FMA pipe, in place of an int-to-float conversion at every score: sm_90 converts 16 a clock an SM, as many
+ * as the softmax's exp2 takes, so one conversion a score halved the forward's rate.
+ * The kernels pass the positions as fqr = q - k0, fk0 = k0 and fc = kv - k0 (k0 the first key of the thread's
+ * columns in the block: fc a constant once the kernel's loops unroll, fqr one value a row). A node linear in q and
+ * kv, a q + b kv + c with |a|, |b| <= 1 and |c| <= 2^22, is a (fqr) + b (fc) + c + (a + b) fk0 in that order: q - kv
+ * is fqr - fc, one add of a constant a score, with no register a column. The partial sums stay exact: |fqr| < 2^23
+ * (q - k0 lies within (-sq, sk)) and fc < 256. */
+typedef struct shadow_info {
+    unsigned char exact[MOD_MAX_NODES];
+    unsigned char linear[MOD_MAX_NODES];  /* exact and linear: lin[i] = {a, b, c} */
+    double lin[MOD_MAX_NODES][3];
+} shadow_info;
+
+static void shadows(const fg_mod *m, int root, shadow_info *sh) {
     const double lim = 16777216.0;
     double lo[MOD_MAX_NODES], hi[MOD_MAX_NODES];
+    unsigned char *exact = sh->exact;
     for (int i = 0; i <= root; i++) {
         const mod_node *n = &m->nodes[i];
         const int a = n->a, b = n->b;
-        exact[i] = 0;
+        exact[i] = sh->linear[i] = 0;
         if (n->type != MOD_T_INT) continue;
         const int two = a >= 0 && b >= 0 && exact[a] && exact[b];
-        double l = 0, h = 0;
+        const int lin2 = two && sh->linear[a] && sh->linear[b];
+        double l = 0, h = 0, *f = sh->lin[i];
+        int linear = 0;
+        f[0] = f[1] = f[2] = 0;
         switch ((mod_op)n->op) {
-        case MOD_CONST: l = h = n->value; exact[i] = 1; break;
+        case MOD_CONST: l = h = f[2] = n->value, exact[i] = linear = 1; break;
         case MOD_ARG:
-            exact[i] = n->arg == MOD_ARG_Q || n->arg == MOD_ARG_KV;
+            exact[i] = linear = n->arg == MOD_ARG_Q || n->arg == MOD_ARG_KV;
             l = n->arg == MOD_ARG_KV ? 0 : -(lim / 2 - 1), h = lim / 2 - 1;
+            f[n->arg == MOD_ARG_Q ? 0 : 1] = 1;
             break;
-        case MOD_NEG: exact[i] = a >= 0 && exact[a], l = -hi[a >= 0 ? a : 0], h = -lo[a >= 0 ? a : 0]; break;
+        case MOD_NEG:
+            if (!(exact[i] = a >= 0 && exact[a])) break;
+            l = -hi[a], h = -lo[a];
+            linear = sh->linear[a];
+            for (int k = 0; k < 3; k++) f[k] = -sh->lin[a][k];
+            break;
         case MOD_ABS:
             if (!(exact[i] = a >= 0 && exact[a])) break;
             h = fmax(fabs(lo[a]), fabs(hi[a]));
             l = lo[a] >= 0 ? lo[a] : hi[a] <= 0 ? -hi[a] : 0;
             break;
-        case MOD_ADD: if ((exact[i] = two)) l = lo[a] + lo[b], h = hi[a] + hi[b]; break;
-        case MOD_SUB: if ((exact[i] = two)) l = lo[a] - hi[b], h = hi[a] - lo[b]; break;
+        case MOD_ADD:
+        case MOD_SUB: {
+            if (!(exact[i] = two)) break;
+            const double sg = n->op == MOD_ADD ? 1 : -1;
+            l = n->op == MOD_ADD ? lo[a] + lo[b] : lo[a] - hi[b], h = n->op == MOD_ADD ? hi[a] + hi[b] : hi[a] - lo[b];
+            linear = lin2;
+            for (int k = 0; k < 3; k++) f[k] = sh->lin[a][k] + sg * sh->lin[b][k];
+            break;
+        }
         case MOD_MIN: if ((exact[i] = two)) l = fmin(lo[a], lo[b]), h = fmin(hi[a], hi[b]); break;
         case MOD_MAX: if ((exact[i] = two)) l = fmax(lo[a], lo[b]), h = fmax(hi[a], hi[b]); break;
         case MOD_MUL:
             if ((exact[i] = two)) {
                 const double p[4] = {lo[a] * lo[b], lo[a] * hi[b], hi[a] * lo[b], hi[a] * hi[b]};
                 l = fmin(fmin(p[0], p[1]), fmin(p[2], p[3])), h = fmax(fmax(p[0], p[1]), fmax(p[2], p[3]));
+                /* a linear form times a constant */
+                const int ka = m->nodes[a].op == MOD_CONST, kb = m->nodes[b].op == MOD_CONST;
+                if (lin2 && (ka || kb)) {
+                    const double k = ka ? m->nodes[a].value : m->nodes[b].value;
+                    const double *g = sh->lin[ka ? b : a];
+                    for (int x = 0; x < 3; x++) f[x] = k * g[x];
+                    linear = 1;
+                }
             }
             break;
         default: break;
         }
         lo[i] = l, hi[i] = h;
         exact[i] = exact[i] && l >= -lim && h <= lim;
+        sh->linear[i] = exact[i] && linear && fabs(f[0]) <= 1 && fabs(f[1]) <= 1 && fabs(f[2]) <= lim / 4;
     }
 }
 
-/* Node i's float shadow (exact[i]). */
-static void shadow(emit_buf *e, const fg_mod *m, int i) {
+/* Node i's float shadow (sh->exact[i]). */
+static void shadow(emit_buf *e, const fg_mod *m, int i, const shadow_info *sh) {
     const mod_node *n = &m->nodes[i];
     const int a = n->a, b = n->b;
+    if (sh->linear[i]) { /* a fqr + b fc + c + (a + b) fk0 */
+        const double *f = sh->lin[i];
+        static const char *const name[2] = {"fqr", "fc"};
+        int first = 1;
+        for (int k = 0; k < 2; k++, first = first && f[k - 1] == 0)
+            if (f[k] != 0) put(e, "%s%s", first ? (f[k] < 0 ? "-" : "") : (f[k] < 0 ? " - " : " + "), name[k]);
+        if (first) put(e, "%d.f", (int)f[2]);
+        else if (f[2] != 0) put(e, " %c %d.f", f[2] < 0 ? '-' : '+', (int)fabs(f[2]));
+        const int k0 = (int)(f[0] + f[1]);
+        if (k0) put(e, " %c %sfk0", k0 > 0 ? '+' : '-', k0 == 2 || k0 == -2 ? "2.f * " : "");
+        return;
+    }
     switch ((mod_op)n->op) {
-    case MOD_CONST: put(e, "%d.f", (int)n->value); return;
-    case MOD_ARG: put(e, "%s", n->arg == MOD_ARG_Q ? "fq" : "fkv"); return;
     case MOD_NEG: put(e, "-f%d", a); return;
     case MOD_ABS: put(e, "fabsf(f%d)", a); return;
     case MOD_ADD: put(e, "f%d + f%d", a, b); return;
@@ -112,7 +158,7 @@ static void shadow(emit_buf *e, const fg_mod *m, int i) {
     case MOD_MUL: put(e, "f%d * f%d", a, b); return;
     case MOD_MIN: put(e, "fminf(f%d, f%d)", a, b); return;
     case MOD_MAX: put(e, "fmaxf(f%d, f%d)", a, b); return;
-    default: e->overflow = 1; return; /* shadows() marks no other node */
+    default: e->overflow = 1; return; /* shadows() marks no other node: constants and arguments are linear */
     }
 }
 
@@ -209,17 +255,19 @@ static void badness(emit_buf *e, const fg_mod *m, int i, const unsigned char *ba
  * with scale and inv_scale, the mod's logit is s * scale and the result goes back by inv_scale; a result s + t
  * (or s - t, t - s) goes back as one FMA of t, the logit never formed. */
 static void body(emit_buf *e, const fg_mod *m, int root, int is_mask, int grad, int raw) {
-    unsigned char need[MOD_MAX_NODES], bad[MOD_MAX_NODES], exact[MOD_MAX_NODES], cast[MOD_MAX_NODES] = {0};
-    unsigned char carry[MOD_MAX_NODES];
+    unsigned char need[MOD_MAX_NODES], bad[MOD_MAX_NODES], cast[MOD_MAX_NODES] = {0}, carry[MOD_MAX_NODES];
+    shadow_info sh;
     mark(m, root, grad, need, bad);
     const int last = grad > root ? grad : root;
-    shadows(m, last, exact);
+    shadows(m, last, &sh);
+    const unsigned char *exact = sh.exact;
     carries(m, last, bad, carry);
-    for (int i = last; i >= 0; i--) { /* the shadows fg.float takes, and theirs */
+    for (int i = last; i >= 0; i--) { /* the shadows fg.float takes, and those they are built of */
         const mod_node *n = &m->nodes[i];
-        if ((need[i] && n->op == MOD_FLOAT && exact[n->a]) || cast[i])
+        if (need[i] && n->op == MOD_FLOAT && exact[n->a]) cast[n->a] = 1;
+        if (cast[i] && !sh.linear[i])
             for (int k = 0, o[3] = {n->a, n->b, n->c}; k < 3; k++)
-                if (o[k] >= 0 && exact[o[k]]) cast[o[k]] = 1;
+                if (o[k] >= 0) cast[o[k]] = 1;
     }
     for (int i = 0; i <= last; i++) {
         if (!need[i]) continue;
@@ -246,7 +294,7 @@ static void body(emit_buf *e, const fg_mod *m, int root, int is_mask, int grad, 
         }
         if (cast[i]) {
             put(e, "    const float f%d = ", i);
-            shadow(e, m, i);
+            shadow(e, m, i, &sh);
             put(e, ";\n");
         }
     }
@@ -327,12 +375,13 @@ int mod_emit(const fg_mod *m, char *buf, size_t n) {
             "}\n");
     if (m->score >= 0) {
         put(&e, "__device__ __forceinline__ float fg_user_score(float s, float scale, float inv_scale, int b, int h, int q, int kv,\n"
-                "                                             float fq, float fkv, const fg_mod_aux &aux) {\n");
+                "                                             float fqr, float fk0, float fc, const fg_mod_aux &aux) {\n");
         body(&e, m, m->score, 0, -1, 1);
         put(&e, "}\n");
     }
     if (m->mask >= 0) {
-        put(&e, "__device__ __forceinline__ float fg_user_mask(int b, int h, int q, int kv, float fq, float fkv, const fg_mod_aux &aux) {\n");
+        put(&e, "__device__ __forceinline__ float fg_user_mask(int b, int h, int q, int kv, float fqr, float fk0, float fc,\n"
+                "                                            const fg_mod_aux &aux) {\n");
         body(&e, m, m->mask, 1, -1, 0);
         put(&e, "}\n");
         /* the mask over a block of positions: FG_IV_HIDDEN, FG_IV_KEPT or FG_IV_MIXED (mod_mask_block's verdict) */
@@ -355,8 +404,8 @@ int mod_emit_grad(const fg_mod *m, int grad, char *buf, size_t n) {
     emit_buf e = {buf, n, 0, 0};
     if (n) buf[0] = '\0';
     if (m->score < 0 || grad < 0 || grad >= m->n_nodes) return -1;
-    put(&e, "__device__ __forceinline__ float fg_user_score_grad(float s, int b, int h, int q, int kv, float fq, float fkv,\n"
-            "                                                    const fg_mod_aux &aux, float &d) {\n");
+    put(&e, "__device__ __forceinline__ float fg_user_score_grad(float s, int b, int h, int q, int kv, float fqr,\n"
+            "                                                    float fk0, float fc, const fg_mod_aux &aux, float &d) {\n");
     body(&e, m, m->score, 0, grad, 0);
     put(&e, "}\n");
     return e.overflow ? -1 : (int)e.len;

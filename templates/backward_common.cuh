@@ -439,17 +439,17 @@ __device__ __forceinline__ void fg_bwd_p_ds(float (&s)[4], float (&dp)[4], int h
         // A custom mod on the logit (the forward's scale s), P from the logit, score_mod's derivative in dS. Its q and kv
         // are held inside the sequence: a padding row past sq (P 0 by its lse2 of +inf) or a key past sk (masked) must
         // not read past the mod's arrays, whose NaN would survive P = 0 in dV and dS.
-        // (positions as floats too, exact below 2^23, for the mod's fg.float of them: generator/mod_emit.c)
+        // (positions as floats too, for the mod's fg.float of them: q - kv, kv and 0; generator/mod_emit.c)
         x *= v.scale;
         const int mq = min(qrow, sq - 1) + sk - sq, mk = min(key, sk - 1);
-        const float fq = fminf((float)(qrow0 + sk - sq) + (float)e, (float)(sk - 1)), fk = (float)mk;
+        const float fqr = (float)(mq - mk), fk0 = (float)mk;
 #if FG_USER_SCORE
         float dmod;
-        x = fg_user_score_grad(x, (int)blockIdx.z, v.head, mq, mk, fq, fk, *v.aux, dmod);
+        x = fg_user_score_grad(x, (int)blockIdx.z, v.head, mq, mk, fqr, fk0, 0.f, *v.aux, dmod);
         grad *= dmod;
 #endif
 #if FG_USER_MASK
-        const float keep = fg_user_mask((int)blockIdx.z, v.head, mq, mk, fq, fk, *v.aux); // 0, -inf (hidden) or NaN (bad)
+        const float keep = fg_user_mask((int)blockIdx.z, v.head, mq, mk, fqr, fk0, 0.f, *v.aux); // 0, -inf (hidden) or NaN (bad)
         x = keep == 0.f ? x : keep; // a hidden key stays hidden whatever its score
 #endif
         constexpr float p_scale = 1.4426950408889634f; // the logit's exponent base 2

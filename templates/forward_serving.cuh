@@ -452,21 +452,21 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
         for (int h = 0; h < 2; h++) {
             const int idx = min(m0 + wm * 16 + g + h * 8, rows - 1), tok = idx / grp, head = kvh * grp + idx - tok * grp;
             const int qpos = tok + sk - sq, key0 = j * FG_BLOCK_N + key_w + 2 * t;
-            const float fq = (float)qpos, fkey0 = (float)key0; // (exact below 2^23: the mod's fg.float of positions)
+            const float fqr = (float)(qpos - key0), fk0 = (float)key0; // (the mod's float positions: generator/mod_emit.c)
 #pragma unroll
             for (int nt = 0; nt < FG_NT; nt++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const int key = key0 + 8 * nt + e;
-                    const float fkv = fkey0 + (float)(8 * nt + e);
+                    const float fc = (float)(8 * nt + e);
                     float x = s[0][nt][2 * h + e];
 #if FG_USER_SCORE
-                    x = fg_user_score(x, p.softmax_scale, mod_inv_scale, b, head, qpos, key, fq, fkv, p.mod_aux);
+                    x = fg_user_score(x, p.softmax_scale, mod_inv_scale, b, head, qpos, key, fqr, fk0, fc, p.mod_aux);
 #endif
 #if FG_USER_MASK
                     const float keep = verdict == FG_IV_KEPT     ? 0.f // 0, -inf (hidden) or NaN (bad)
                                        : verdict == FG_IV_HIDDEN ? FG_NEG_INF
-                                                                 : fg_user_mask(b, head, qpos, key, fq, fkv, p.mod_aux);
+                                                                 : fg_user_mask(b, head, qpos, key, fqr, fk0, fc, p.mod_aux);
                     x = keep == 0.f ? x : keep;                                      // hidden whatever its score
 #endif
                     s[0][nt][2 * h + e] = x;

@@ -34,7 +34,7 @@ extern "C" __global__ void __launch_bounds__(128) fg_mask_map_kernel(const __gri
             const int i = base + lane;
             if (i < rows * cols) {
                 const int q = r0 + i / cols + off, kv = c0 + i % cols;
-                const float keep = fg_user_mask(b, h, q, kv, (float)q, (float)kv, p.aux); // 0, -inf or NaN
+                const float keep = fg_user_mask(b, h, q, kv, (float)(q - kv), (float)kv, 0.f, p.aux); // 0, -inf or NaN
                 kept |= keep == 0.f;
                 hidden |= keep == FG_NEG_INF;
                 if (keep != keep) kept = hidden = true; // bad: mixed

@@ -249,8 +249,8 @@ Test(mod, emitted_code_compiles) {
     cr_assert(strstr(code, "fg_user_score(float s, float scale, float inv_scale, int b, int h, int q, int kv,"));
     cr_assert_eq(mod_emit(&m, code, 100), -1, "output that does not fit is -1");
     mod_emit(&m, code, sizeof code);
-    compile_probe(code, "fg_user_score(0.5f * t, 0.25f, 4.f, 0, t % 2, t / 4, t % 4, t / 4, t % 4, aux) + "
-                        "fg_user_mask(0, t % 2, t / 4, t % 4, t / 4, t % 4, aux) + "
+    compile_probe(code, "fg_user_score(0.5f * t, 0.25f, 4.f, 0, t % 2, t / 4, t % 4, t / 4 - t % 4, t % 4, 0.f, aux) + "
+                        "fg_user_mask(0, t % 2, t / 4, t % 4, t / 4 - t % 4, t % 4, 0.f, aux) + "
                         "fg_user_mask_block(0, t % 2, t % 2 + 1, t / 4, t / 2, t % 4, t % 8)");
 }
 
@@ -275,11 +275,11 @@ Test(mod, score_code_folds_the_scale_and_carries_nan) {
         const char *f = strstr(code, "fg_user_score(");
         cr_assert(f && strstr(f, c[i].has), "%s: %s", c[i].body, f);
         cr_assert(!c[i].lacks || !strstr(f, c[i].lacks), "%s: %s", c[i].body, f);
-        compile_probe(code, "fg_user_score(0.5f * t, 0.25f, 4.f, 0, t % 2, t / 4, t % 4, t / 4, t % 4, aux)");
+        compile_probe(code, "fg_user_score(0.5f * t, 0.25f, 4.f, 0, t % 2, t / 4, t % 4, t / 4 - t % 4, t % 4, 0.f, aux)");
     }
 }
 
-/* fg.float of position arithmetic takes the float shadows of the positions (fq, fkv) where fp32 holds every value
+/* fg.float of position arithmetic takes the float shadows of the positions (fqr, fk0, fc) where fp32 holds every value
  * exactly (q in (-2^23, 2^23), kv in [0, 2^23)), and converts the int where it may not (|q - kv| + 3 reaches 2^24 + 1)
  * or where the arithmetic is not a shadow's (floor division, a head index). Each compiles. */
 Test(mod, position_arithmetic_takes_float_shadows) {
@@ -298,8 +298,8 @@ Test(mod, position_arithmetic_takes_float_shadows) {
         const char *f = strstr(code, "fg_user_score(");
         cr_assert(f);
         cr_assert_eq(strstr(f, "= (float)v") == NULL, c[i].shadow, "%s: %s", c[i].expr, f);
-        cr_assert_eq(strstr(f, "= fq;") != NULL, c[i].shadow, "%s: %s", c[i].expr, f);
-        compile_probe(code, "fg_user_score(0.5f * t, 0.25f, 4.f, 0, t % 2, t / 4, t % 4, t / 4, t % 4, aux)");
+        cr_assert_eq(strstr(strchr(f, '{'), "fqr") != NULL, c[i].shadow, "%s: %s", c[i].expr, f);
+        compile_probe(code, "fg_user_score(0.5f * t, 0.25f, 4.f, 0, t % 2, t / 4, t % 4, t / 4 - t % 4, t % 4, 0.f, aux)");
     }
 }
 
@@ -454,7 +454,7 @@ Test(mod, derivative_matches_central_differences) {
         const int n2 = mod_emit_grad(&g, grad, code + n1, sizeof code - (size_t)n1);
         cr_assert_gt(n2, 0);
         cr_assert(strstr(code, "float fg_user_score_grad(float s"));
-        compile_probe(code, "fg_user_score_grad(0.5f * t, 0, t % 2, t / 4, t % 4, t / 4, t % 4, aux, d)");
+        compile_probe(code, "fg_user_score_grad(0.5f * t, 0, t % 2, t / 4, t % 4, t / 4 - t % 4, t % 4, 0.f, aux, d)");
     }
     /* a score_mod that adds a bias has the derivative 1, one node more at most (the constant) */
     fg_mod m, g;

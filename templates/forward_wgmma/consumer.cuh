@@ -197,27 +197,28 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, con
             const int w_row = row0 - lane / 4;
             const int verdict = w_row < sq ? fg_mask_verdict(p.mod_aux, tl.batch, tl.head, w_row, w_row + 15, sq, sk, j, j) : FG_IV_KEPT;
 #endif
-            // (positions also as floats, exact below 2^23: a mod's fg.float of them costs no conversion a score)
+            // (positions also as floats, relative to the thread's first key k0, for the mod's fg.float of them:
+            // q - k0 a row, k0 a block, kv - k0 a constant a column; generator/mod_emit.c)
             const int key0 = j * FG_BLOCK_N + 2 * t4;
-            const float fkey0 = (float)key0;
+            const float fk0 = (float)key0;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int qpos = row0 + 8 * h + sk - sq;
-                const float fq = (float)qpos;
+                const float fqr = (float)(qpos - key0);
 #pragma unroll
                 for (int nt = 0; nt < FG_NT; nt++)
 #pragma unroll
                     for (int e = 0; e < 2; e++) {
                         float x = sacc[0][nt][2 * h + e];
                         const int kv = key0 + 8 * nt + e;
-                        const float fkv = fkey0 + (float)(8 * nt + e);
+                        const float fc = (float)(8 * nt + e);
 #if FG_USER_SCORE
-                        x = fg_user_score(x, p.softmax_scale, mod_inv_scale, tl.batch, tl.head, qpos, kv, fq, fkv, p.mod_aux);
+                        x = fg_user_score(x, p.softmax_scale, mod_inv_scale, tl.batch, tl.head, qpos, kv, fqr, fk0, fc, p.mod_aux);
 #endif
 #if FG_USER_MASK
                         const float keep = verdict == FG_IV_KEPT     ? 0.f
                                            : verdict == FG_IV_HIDDEN ? FG_NEG_INF
-                                                                     : fg_user_mask(tl.batch, tl.head, qpos, kv, fq, fkv, p.mod_aux);
+                                                                     : fg_user_mask(tl.batch, tl.head, qpos, kv, fqr, fk0, fc, p.mod_aux);
                         x = keep == 0.f ? x : keep; // a hidden key -inf whatever its score, a bad one NaN
 #endif
                         sacc[0][nt][2 * h + e] = x;
