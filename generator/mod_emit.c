@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "generator/mod.h"
+#include "templates/common/mod_interval.h"
 
 typedef struct emit_buf {
     char *p;
@@ -71,65 +72,54 @@ typedef struct shadow_info {
 
 static void shadows(const fg_mod *m, int root, shadow_info *sh) {
     const double lim = 16777216.0;
-    double lo[MOD_MAX_NODES], hi[MOD_MAX_NODES];
+    fg_iv r[MOD_MAX_NODES]; /* each int node's range (templates/common/mod_interval.h), over the positions above */
     unsigned char *exact = sh->exact;
     for (int i = 0; i <= root; i++) {
         const mod_node *n = &m->nodes[i];
         const int a = n->a, b = n->b;
         exact[i] = sh->linear[i] = 0;
         if (n->type != MOD_T_INT) continue;
-        const int two = a >= 0 && b >= 0 && exact[a] && exact[b];
-        const int lin2 = two && sh->linear[a] && sh->linear[b];
-        double l = 0, h = 0, *f = sh->lin[i];
+        const int ok = (a < 0 || exact[a]) && (b < 0 || exact[b]); /* operands exact */
+        const int lin2 = a >= 0 && b >= 0 && ok && sh->linear[a] && sh->linear[b];
+        double *f = sh->lin[i];
         int linear = 0;
         f[0] = f[1] = f[2] = 0;
+        r[i] = fg_iv_any(0);
         switch ((mod_op)n->op) {
-        case MOD_CONST: l = h = f[2] = n->value, exact[i] = linear = 1; break;
+        case MOD_CONST: r[i] = fg_iv_const(n->value), f[2] = n->value, exact[i] = linear = 1; break;
         case MOD_ARG:
-            exact[i] = linear = n->arg == MOD_ARG_Q || n->arg == MOD_ARG_KV;
-            l = n->arg == MOD_ARG_KV ? 0 : -(lim / 2 - 1), h = lim / 2 - 1;
+            if (!(exact[i] = linear = n->arg == MOD_ARG_Q || n->arg == MOD_ARG_KV)) break;
+            r[i] = fg_iv_range(n->arg == MOD_ARG_KV ? 0 : -(lim / 2 - 1), lim / 2 - 1);
             f[n->arg == MOD_ARG_Q ? 0 : 1] = 1;
             break;
         case MOD_NEG:
-            if (!(exact[i] = a >= 0 && exact[a])) break;
-            l = -hi[a], h = -lo[a];
-            linear = sh->linear[a];
+            if (!(exact[i] = ok)) break;
+            r[i] = fg_iv_neg(r[a], 0), linear = sh->linear[a];
             for (int k = 0; k < 3; k++) f[k] = -sh->lin[a][k];
             break;
-        case MOD_ABS:
-            if (!(exact[i] = a >= 0 && exact[a])) break;
-            h = fmax(fabs(lo[a]), fabs(hi[a]));
-            l = lo[a] >= 0 ? lo[a] : hi[a] <= 0 ? -hi[a] : 0;
-            break;
+        case MOD_ABS: if ((exact[i] = ok)) r[i] = fg_iv_abs(r[a], 0); break;
         case MOD_ADD:
-        case MOD_SUB: {
-            if (!(exact[i] = two)) break;
-            const double sg = n->op == MOD_ADD ? 1 : -1;
-            l = n->op == MOD_ADD ? lo[a] + lo[b] : lo[a] - hi[b], h = n->op == MOD_ADD ? hi[a] + hi[b] : hi[a] - lo[b];
-            linear = lin2;
-            for (int k = 0; k < 3; k++) f[k] = sh->lin[a][k] + sg * sh->lin[b][k];
+        case MOD_SUB:
+            if (!(exact[i] = ok)) break;
+            r[i] = n->op == MOD_ADD ? fg_iv_add(r[a], r[b], 0) : fg_iv_sub(r[a], r[b], 0), linear = lin2;
+            for (int k = 0; k < 3; k++) f[k] = sh->lin[a][k] + (n->op == MOD_ADD ? 1 : -1) * sh->lin[b][k];
             break;
-        }
-        case MOD_MIN: if ((exact[i] = two)) l = fmin(lo[a], lo[b]), h = fmin(hi[a], hi[b]); break;
-        case MOD_MAX: if ((exact[i] = two)) l = fmax(lo[a], lo[b]), h = fmax(hi[a], hi[b]); break;
-        case MOD_MUL:
-            if ((exact[i] = two)) {
-                const double p[4] = {lo[a] * lo[b], lo[a] * hi[b], hi[a] * lo[b], hi[a] * hi[b]};
-                l = fmin(fmin(p[0], p[1]), fmin(p[2], p[3])), h = fmax(fmax(p[0], p[1]), fmax(p[2], p[3]));
-                /* a linear form times a constant */
-                const int ka = m->nodes[a].op == MOD_CONST, kb = m->nodes[b].op == MOD_CONST;
-                if (lin2 && (ka || kb)) {
-                    const double k = ka ? m->nodes[a].value : m->nodes[b].value;
-                    const double *g = sh->lin[ka ? b : a];
-                    for (int x = 0; x < 3; x++) f[x] = k * g[x];
-                    linear = 1;
-                }
+        case MOD_MIN: if ((exact[i] = ok)) r[i] = fg_iv_min(r[a], r[b]); break;
+        case MOD_MAX: if ((exact[i] = ok)) r[i] = fg_iv_max(r[a], r[b]); break;
+        case MOD_MUL: {
+            if (!(exact[i] = ok)) break;
+            r[i] = fg_iv_mul(r[a], r[b], 0);
+            const int ka = m->nodes[a].op == MOD_CONST, kb = m->nodes[b].op == MOD_CONST; /* linear times a constant */
+            if (lin2 && (ka || kb)) {
+                const double k = m->nodes[ka ? a : b].value, *g = sh->lin[ka ? b : a];
+                for (int x = 0; x < 3; x++) f[x] = k * g[x];
+                linear = 1;
             }
             break;
+        }
         default: break;
         }
-        lo[i] = l, hi[i] = h;
-        exact[i] = exact[i] && l >= -lim && h <= lim;
+        exact[i] = exact[i] && r[i].lo >= -lim && r[i].hi <= lim;
         sh->linear[i] = exact[i] && linear && fabs(f[0]) <= 1 && fabs(f[1]) <= 1 && fabs(f[2]) <= lim / 4;
     }
 }

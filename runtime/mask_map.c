@@ -12,7 +12,7 @@ static int map_heads(const fg_mod *m, int heads) { return mod_mask_reads_head(m)
 /* The map's layout in the workspace: its bytes, then the spans (fg_params.h), each 256-byte aligned. */
 typedef struct map_layout {
     size_t n_rows, n_cols; /* row blocks and key blocks of every sequence (and head) */
-    size_t bytes, spans;   /* the map's bytes; the spans' offset: the rows' [2][n_rows], then the keys' [2][n_cols] */
+    size_t bytes, spans;   /* the map's bytes; the spans' offset: the rows' [n_rows][2], then the keys' [n_cols][2] */
     size_t total;
 } map_layout;
 
@@ -47,13 +47,9 @@ fg_status rt_mask_map_fill(fg_context *ctx, const fg_mod *m, CUfunction fn_map, 
     aux->map_heads = map_heads(m, heads);
     aux->map_rows = (int)((rows + FG_MAP_BLOCK - 1) / FG_MAP_BLOCK);
     aux->map_cols = (int)((keys + FG_MAP_BLOCK - 1) / FG_MAP_BLOCK);
-    aux->map_batch = batch;
-    /* the spans start empty: first INT_MAX, last -1 (the map kernel narrows them with atomics) */
-    const CUstream s = (CUstream)stream;
-    FG_CU(err, ctx->cu->cuMemsetD32Async((CUdeviceptr)(uintptr_t)spans, 0x7fffffffu, L.n_rows, s));
-    FG_CU(err, ctx->cu->cuMemsetD32Async((CUdeviceptr)(uintptr_t)(spans + L.n_rows), 0xffffffffu, L.n_rows, s));
-    FG_CU(err, ctx->cu->cuMemsetD32Async((CUdeviceptr)(uintptr_t)aux->span_cols, 0x7fffffffu, L.n_cols, s));
-    FG_CU(err, ctx->cu->cuMemsetD32Async((CUdeviceptr)(uintptr_t)(aux->span_cols + L.n_cols), 0xffffffffu, L.n_cols, s));
+    /* the spans start empty, every int INT_MAX (the map kernel narrows them by atomicMin) */
+    FG_CU(err, ctx->cu->cuMemsetD32Async((CUdeviceptr)(uintptr_t)spans, 0x7fffffffu, 2 * (L.n_rows + L.n_cols),
+                                         (CUstream)stream));
     p.aux = *aux;
     p.cu_seqlens_q = cu_q, p.cu_seqlens_k = cu_k, p.seqused_k = used_k;
     p.seqlen_q = (int)rows, p.seqlen_k = (int)keys;

@@ -475,7 +475,7 @@ __device__ __forceinline__ void fg_bwd_mask_trim(const fg_mod_aux &aux, int head
     if (n0 >= sk) return;
     if (fg_map_trim(aux, aux.span_cols, aux.map_cols, (int)blockIdx.z, head, n0 / FG_MAP_BLOCK,
                     (min(n0 + FG_BLOCK_N, sk) - 1) / FG_MAP_BLOCK, FG_BLOCK_M, m_first, m_last))
-        return; // the block map's span of the key block's rows
+        return; // the block map's span of the key block's rows (a mask that reads aux arrays)
     fg_trim_hidden(m_first, m_last, [&](int a, int z) {
         return fg_mask_verdict_rows(aux, (int)blockIdx.z, head, a * FG_BLOCK_M, min(z * FG_BLOCK_M + FG_BLOCK_M, sq) - 1, n0,
                                     min(n0 + FG_BLOCK_N, sk) - 1, sq, sk) == FG_IV_HIDDEN;

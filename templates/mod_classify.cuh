@@ -47,12 +47,10 @@ extern "C" __global__ void __launch_bounds__(128) fg_mask_map_kernel(const __gri
     if (lane == 0) {
         *out = (unsigned char)verdict;
         if (verdict != FG_IV_HIDDEN) { // the spans of its row block and key block (fg_params.h)
-            const long long n_rows = (long long)p.aux.map_batch * heads * p.aux.map_rows;
-            const long long n_cols = (long long)p.aux.map_batch * heads * p.aux.map_cols;
-            int *const rows = (int *)p.aux.span_rows + ((long long)b * heads + h) * p.aux.map_rows + rb;
-            int *const keys = (int *)p.aux.span_cols + ((long long)b * heads + h) * p.aux.map_cols + cb;
-            atomicMin(rows, cb), atomicMax(rows + n_rows, cb);
-            atomicMin(keys, rb), atomicMax(keys + n_cols, rb);
+            int *const row = (int *)p.aux.span_rows + 2 * (((long long)b * heads + h) * p.aux.map_rows + rb);
+            int *const key = (int *)p.aux.span_cols + 2 * (((long long)b * heads + h) * p.aux.map_cols + cb);
+            atomicMin(row, cb), atomicMin(row + 1, 0x7ffffffe - cb);
+            atomicMin(key, rb), atomicMin(key + 1, 0x7ffffffe - rb);
         }
     }
 }

@@ -13,11 +13,11 @@
  * fg_mask_map_kernel (mod_classify.cuh) into the call's workspace: byte ((b * map_heads + h) * map_rows + row
  * block) * map_cols + key block, h the query head or 0 when map_heads is 1 (a mask that does not read h). Null
  * when the call has none: the kernels then classify blocks by intervals alone.
- * span_rows, span_cols: with the map, the span each row block sees and each key block is seen from: for row block
- * (b * map_heads + h) * map_rows + r, span_rows[i] is the first key block not hidden from it and span_rows[i + n]
- * the last (n: the map's row blocks in all, batch * map_heads * map_rows; INT_MAX and -1 when all are hidden); for
- * key block (b * map_heads + h) * map_cols + c, span_cols[i] and span_cols[i + n] (n: batch * map_heads *
- * map_cols) the first and last row block it is not hidden from. The kernels trim a tile's blocks to them at once. */
+ * span_rows, span_cols: with the map, the span each row block sees and each key block is seen from, a pair of ints
+ * each: for row block i = (b * map_heads + h) * map_rows + r, span_rows[2 i] is the first key block not hidden from
+ * it and span_rows[2 i + 1] is INT_MAX - 1 - the last (both INT_MAX when every one is hidden: the pair starts so
+ * and narrows by atomicMin alone); span_cols likewise for key block (b * map_heads + h) * map_cols + c and the row
+ * blocks it is not hidden from. The kernels trim a tile's blocks to them at once. */
 #define FG_MOD_MAX_AUX 8
 #define FG_MAP_BLOCK 64
 typedef struct fg_mod_aux {
@@ -25,13 +25,13 @@ typedef struct fg_mod_aux {
     int extent[FG_MOD_MAX_AUX][2];
     const unsigned char *map;
     const int *span_rows, *span_cols;
-    int map_heads, map_rows, map_cols, map_batch;
+    int map_heads, map_rows, map_cols;
 } fg_mod_aux;
 
 /* The launch of fg_mask_map_kernel: the call's sequences as the attention kernel sees them (cu_seqlens_q/k null for
  * dense rows of seqlen_q / seqlen_k; seqused_k null or the keys each sequence uses), and the map to fill
- * (aux.map and its spans, written through a cast: the attention kernels only read them; the spans start at INT_MAX
- * and -1). The grid: (key blocks / 4 rounded up, row blocks, batch * map_heads), 128 threads. */
+ * (aux.map and its spans, written through a cast: the attention kernels only read them; the spans start at
+ * INT_MAX). The grid: (key blocks / 4 rounded up, row blocks, batch * map_heads), 128 threads. */
 typedef struct fg_mask_map_params {
     fg_mod_aux aux;
     const int *cu_seqlens_q;

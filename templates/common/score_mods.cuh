@@ -61,18 +61,22 @@ __device__ __forceinline__ void fg_trim_hidden(int &lo, int &hi, F hidden) {
 }
 
 // Narrows the blocks [lo, hi) of `width` positions a block to the span the block map gives for the map's lines
-// line_lo..line_hi (row blocks with `first` = aux.span_rows, or key blocks with aux.span_cols; of sequence b and
-// query head h; count: the map's lines in all): their first to their last block not hidden, in FG_MAP_BLOCK units.
-// True when the map is there (else the caller trims by verdicts).
-__device__ __forceinline__ bool fg_map_trim(const fg_mod_aux &aux, const int *first, int lines, int b, int h, int line_lo,
+// line_lo..line_hi (row blocks with spans = aux.span_rows, or key blocks with aux.span_cols, of which a sequence has
+// `lines`; of sequence b and query head h): their first to their last block not hidden, in FG_MAP_BLOCK units. True
+// for a mask that reads aux arrays, whose blocks the map alone settles (without one it trims nothing); false for
+// the caller to trim by intervals.
+__device__ __forceinline__ bool fg_map_trim(const fg_mod_aux &aux, const int *spans, int lines, int b, int h, int line_lo,
                                             int line_hi, int width, int &lo, int &hi) {
 #if FG_USER_MASK_MAP
-    if (!aux.map) return false;
-    const long long count = (long long)aux.map_batch * aux.map_heads * lines;
-    const int *f = first + ((long long)b * aux.map_heads + (aux.map_heads > 1 ? h : 0)) * lines;
-    int a = 0x7fffffff, z = -1;
+    if (!aux.map) return true;
+    const int2 *f = (const int2 *)spans + ((long long)b * aux.map_heads + (aux.map_heads > 1 ? h : 0)) * lines;
+    int a = 0x7fffffff, z = 0x7fffffff; // the first block, and INT_MAX - 1 - the last
 #pragma unroll 1
-    for (int l = line_lo; l <= line_hi; l++) a = min(a, __ldg(f + l)), z = max(z, __ldg(f + count + l));
+    for (int l = line_lo; l <= line_hi; l++) {
+        const int2 s = __ldg(f + l);
+        a = min(a, s.x), z = min(z, s.y);
+    }
+    z = 0x7ffffffe - z;
     if (z < 0) { // hidden from every line
         hi = lo;
         return true;

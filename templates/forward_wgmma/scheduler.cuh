@@ -60,7 +60,7 @@ __device__ __forceinline__ int fg_mask_verdict(const fg_mod_aux &aux, int batch,
 __device__ __forceinline__ void fg_mask_trim(const fg_mod_aux &aux, fg_tile &t, int sq, int sk) {
     if (t.n_blocks == 0) return;
     int lo = t.b_first, hi = t.b_first + t.n_blocks; // [lo, hi)
-    // the block map's span of the tile's row blocks, else the verdicts on spans that halve
+    // the block map's span of the tile's row blocks, else the interval verdicts on spans that halve
     if (!fg_map_trim(aux, aux.span_rows, aux.map_rows, t.batch, t.head, t.m0 / FG_MAP_BLOCK,
                      (min(t.m0 + FG_BLOCK_M, sq) - 1) / FG_MAP_BLOCK, FG_BLOCK_N, lo, hi))
         fg_trim_hidden(lo, hi, [&](int a, int b) {
