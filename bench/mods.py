@@ -78,6 +78,12 @@ def examples(h, dev):
     ]
 
 
+def failure(e):
+    """A peer's exception as a table cell: its last non-empty line, cut to 80 characters."""
+    why = [x for x in str(e).splitlines() if x.strip()]
+    return why[-1][:80] if why else type(e).__name__
+
+
 def backward_row(name, iters, qkv, ours, theirs):
     """One backward table row: ours(q, k, v) and theirs(q, k, v) (FlexAttention on [b, h, s, d] views, its output
     back in [b, s, h, d]) differentiated for one dout, the graphs kept, their dq compared, then each timed."""
@@ -90,8 +96,7 @@ def backward_row(name, iters, qkv, ours, theirs):
             g = lambda: torch.autograd.grad(o, xs, do, retain_graph=True)  # noqa: E731
             grads.append((g, g()[0]))
         except Exception as e:  # noqa: BLE001 (a peer's failure is reported in the row)
-            why = [x for x in str(e).splitlines() if x.strip()]
-            return "| %s | %s |" % (name, "failed: %s" % (why[-1][:80] if why else type(e).__name__))
+            return "| %s | failed: %s |" % (name, failure(e))
     (gf, dq_f), (gx, dq_x) = grads
     scale = max(1.0, dq_x.float().abs().max().item())
     err = (dq_f.float() - dq_x.float()).abs().max().item() / scale
@@ -153,9 +158,7 @@ def main():
                 ref = fl()
                 torch.cuda.synchronize()
             except Exception as e:  # noqa: BLE001
-                why = [x for x in str(e).splitlines() if x.strip()]
-                print(row + " failed: %s | - | %.0f / - | %.3f |" % (why[-1][:80] if why else type(e).__name__, first_fg,
-                                                                   t / t_plain[causal]))
+                print(row + " failed: %s | - | %.0f / - | %.3f |" % (failure(e), first_fg, t / t_plain[causal]))
                 continue
             first_flex = (time.perf_counter() - t0) * 1e3
             check("flashgen %s vs FlexAttention" % name, out, ref.transpose(1, 2))

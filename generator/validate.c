@@ -248,8 +248,9 @@ RULE(model_variants, mods_set(s) && !is_serve(s) && !(s->kind == FG_KIND_FWD && 
      "backward with varlen=1 (fg_attention_bwd_varlen; a window outside the deterministic mode); other kinds and "
      "targets do not compile them")
 /* A custom mod (generator/mod.h): on the serving kernel, the sm_90a forward's varlen=1 variants and the packed
- * sequences' backward (either family), whose rows know their sequence, head and positions, in fp16/bf16; its tree must be registered in this process (the
- * emitter takes the code from it, with score_mod's derivative for the backward). */
+ * sequences' backward (either family), whose rows know their sequence, head and positions, in fp16/bf16; its tree
+ * must be registered in this process (the emitter takes the code from it, with score_mod's derivative for the
+ * backward). */
 RULE(mod_kind, s->mod[0] && !is_serve(s) && !(is_bwd(s) && s->varlen) &&
                    !(s->kind == FG_KIND_FWD && s->varlen && spec_is_wgmma(s) && !dtype_is_fp8(s->dtype)),
      FG_ERR_UNSUPPORTED,

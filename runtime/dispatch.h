@@ -132,8 +132,8 @@ fg_status rt_fwd_launch_varlen(fg_context *ctx, const fg_spec *spec, const fg_fw
  * of up to rows queries and keys keys with heads query heads, a multiple of 256. */
 size_t rt_mask_map_bytes(const struct fg_mod *m, int batch, int heads, long long rows, long long keys);
 /* Fills mod m's map at mem (rt_mask_map_bytes of the same shapes) on stream by fn_map (the module's, of a variant
- * with spec_mask_map: kernels_functions) and points
- * aux at it (map, map_heads, map_rows, map_cols); the sequences as the attention kernel sees them (cu_q and cu_k
+ * with spec_mask_map: kernels_functions) and points aux at it (map, span_rows, span_cols, map_heads, map_rows,
+ * map_cols); the sequences as the attention kernel sees them (cu_q and cu_k
  * NULL for dense rows; used_k NULL or the keys each uses). */
 fg_status rt_mask_map_fill(fg_context *ctx, const struct fg_mod *m, CUfunction fn_map, void *mem, int batch, int heads,
                            long long rows, long long keys, const int *cu_q, const int *cu_k, const int *used_k,

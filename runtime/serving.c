@@ -360,8 +360,8 @@ fg_status fg_attention_fwd_varlen_workspace_size(fg_context *ctx, const fg_varle
     /* the sm_90a prefill's (a custom mask's block map), where it takes the call: the larger of the two holds for
        either path (a variant named explicitly runs the serving kernel's plan) */
     fg_spec prefill;
-    if (serving_prefill_variant(ctx, &a, &c, &prefill) && serving_prefill_workspace(&a, &c) > *bytes)
-        *bytes = serving_prefill_workspace(&a, &c);
+    const size_t map = serving_prefill_workspace(&a, &c);
+    if (map > *bytes && serving_prefill_variant(ctx, &a, &c, &prefill)) *bytes = map;
     return FG_OK;
 }
 
