@@ -93,7 +93,7 @@ def backward_row(name, iters, qkv, ours, theirs):
     for f, views in ((ours, lambda: xs), (theirs, lambda: [x.transpose(1, 2) for x in xs])):
         try:
             o = f(views())
-            g = lambda: torch.autograd.grad(o, xs, do, retain_graph=True)  # noqa: E731
+            g = lambda o=o: torch.autograd.grad(o, xs, do, retain_graph=True)  # noqa: E731 (o bound now)
             grads.append((g, g()[0]))
         except Exception as e:  # noqa: BLE001 (a peer's failure is reported in the row)
             return "| %s | failed: %s |" % (name, failure(e))
