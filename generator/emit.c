@@ -114,29 +114,35 @@ static void emit_wgmma(sbuf *b, const char *name, int n, int a_regs, int tnsp_b,
 }
 
 /* A custom mod's device functions (generator/mod_emit.c), before the kernel that calls them: the backward's with
- * score_mod's derivative (mod_grad). */
+ * score_mod's derivative (mod_grad) and the accumulation of its trainable arrays' gradients (mod_aux_grad). */
 static fg_status emit_mod(sbuf *b, const fg_spec *spec, int bwd, fg_error *err) {
     const fg_mod *m = mod_lookup(spec->mod);
     if (!m)
         return fg_fail(err, FG_ERR_UNSUPPORTED, "custom mod %s is not registered in this process: create it from its "
                        "text first (fg_mod_create)", spec->mod);
-    char *code = fg_malloc(2 * MOD_EMIT_MAX);
-    fg_mod *g = bwd ? fg_malloc(sizeof *g) : NULL;
+    char *code = fg_malloc(3 * MOD_EMIT_MAX);
+    fg_mod *g = bwd ? fg_malloc(2 * sizeof *g) : NULL;
     fg_status st = FG_OK;
-    int n = -1, grad = -1;
+    int n = -1, grad = -1, n_sites = 0;
+    mod_grad_site sites[MOD_MAX_GRAD_SITES];
+    fg_error gerr;
     if (!code || (bwd && !g)) st = fg_fail(err, FG_ERR_NO_MEMORY, "out of memory emitting custom mod %s", spec->mod);
     else if (bwd && m->score >= 0) {
-        fg_error gerr;
-        if (mod_grad(m, g, &grad, &gerr) != FG_OK) st = fg_fail(err, gerr.status, "custom mod %s: %s", spec->mod, gerr.msg);
+        if (mod_grad(m, &g[1], &grad, &gerr) != FG_OK || mod_aux_grad(&g[1], g, sites, &n_sites, &gerr) != FG_OK)
+            st = fg_fail(err, gerr.status, "custom mod %s: %s", spec->mod, gerr.msg);
     }
     else if (bwd) *g = *m;
     if (st == FG_OK) {
         n = mod_emit(bwd ? g : m, code, MOD_EMIT_MAX);
         if (n >= 0 && grad >= 0) {
-            const int n2 = mod_emit_grad(g, grad, code + n, 2 * MOD_EMIT_MAX - (size_t)n);
+            const int n2 = mod_emit_grad(g, grad, code + n, 3 * MOD_EMIT_MAX - (size_t)n);
             n = n2 < 0 ? -1 : n + n2;
         }
-        if (n < 0) st = fg_fail(err, FG_ERR_INTERNAL, "custom mod %s: its code did not fit %d bytes", spec->mod, MOD_EMIT_MAX);
+        if (n >= 0 && bwd) {
+            const int n3 = mod_emit_aux_grad(g, sites, n_sites, code + n, 3 * MOD_EMIT_MAX - (size_t)n);
+            n = n3 < 0 ? -1 : n + n3;
+        }
+        if (n < 0) st = fg_fail(err, FG_ERR_INTERNAL, "custom mod %s: its code did not fit %d bytes", spec->mod, 3 * MOD_EMIT_MAX);
     }
     if (st == FG_OK) {
         sb_printf(b, "\n#include \"common/fg_params.h\"\n#include \"common/mod_interval.h\"\n#include \"common/fast_math.cuh\"\n");

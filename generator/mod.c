@@ -81,6 +81,8 @@ fg_status mod_check(const fg_mod *m, fg_error *err) {
                            i, MOD_NAME_MAX - 1);
         if (x->is_int > 1 || x->rank < 1 || x->rank > 2)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "aux %s: an aux array is f32 or i32, of rank 1 or 2", x->name);
+        if (x->trainable > 1 || (x->trainable && x->is_int))
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "aux %s: only an f32 array is trainable", x->name);
         if (i > 0 && strcmp(m->aux[i - 1].name, x->name) >= 0)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the aux arrays are in the order of their names, each once (%s after %s)",
                            x->name, m->aux[i - 1].name);
@@ -138,7 +140,9 @@ int mod_canonical(const fg_mod *m, char *buf, size_t n) {
         if (w_ < 0) return -1;                                                            \
         len += (size_t)w_;                                                                \
     } while (0)
-    for (int i = 0; i < m->n_aux; i++) PUT("aux %s %s %d\n", m->aux[i].name, m->aux[i].is_int ? "i32" : "f32", m->aux[i].rank);
+    for (int i = 0; i < m->n_aux; i++)
+        PUT("aux %s %s %d%s\n", m->aux[i].name, m->aux[i].is_int ? "i32" : "f32", m->aux[i].rank,
+            m->aux[i].trainable ? " trainable" : "");
     for (int i = 0; i < m->n_nodes; i++) {
         const mod_node *x = &m->nodes[i];
         PUT("%d %s %s %d %d %d %d %a\n", i, x->op < MOD_OP_COUNT ? ops[x->op].name : "?", type_name(x->type), x->a, x->b,
@@ -289,4 +293,18 @@ int mod_mask_reads(const fg_mod *m, int op, int arg) {
         if (n->c >= 0) need[n->c] = 1;
     }
     return 0;
+}
+
+int mod_eval_site(const fg_mod *m, const mod_grad_site *site, const mod_inputs *in, int64_t *at, double *partial) {
+    const int load = site->load, last = site->partial > load ? site->partial : load;
+    if (load < 0 || last >= m->n_nodes || m->nodes[load].op != MOD_LOAD) return 0;
+    double f[MOD_MAX_NODES];
+    int32_t k[MOD_MAX_NODES];
+    unsigned char bad[MOD_MAX_NODES];
+    eval_nodes(m, in, last, f, k, bad);
+    const mod_node *n = &m->nodes[load];
+    if (bad[load] || bad[site->partial]) return 0;
+    *at = (int64_t)k[n->a] * (m->aux[n->arg].rank == 2 ? in->extent[n->arg][1] : 1) + (n->b >= 0 ? k[n->b] : 0);
+    *partial = f[site->partial];
+    return 1;
 }

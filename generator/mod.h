@@ -11,7 +11,8 @@
  * scale, float), b the batch (the sequence of a packed call), h the query head, kv the key's position in its
  * sequence (int, from 0) and q the query's position among those keys, bottom-right aligned as the causal mask
  * (query i of sq is at i + sk - sq; i itself when sq = sk). An aux entry is a device array the call passes, named
- * for the functions (as a global), of dtype f32 or i32 and rank 1 or 2 (its extents come with the call).
+ * for the functions (as a global), of dtype f32 or i32 and rank 1 or 2 (its extents come with the call); an f32
+ * array declared fg.aux("f32", rank, "trainable") can receive the loss's gradient from the backward (mod_aux_grad).
  *
  * The vocabulary (anything else is refused with file:line, and nothing of the text reaches the compiler
  * except through the tree):
@@ -82,8 +83,9 @@ typedef struct mod_node {
 
 typedef struct mod_aux {
     char name[MOD_NAME_MAX];
-    uint8_t is_int; /* 1: i32, 0: f32 */
-    uint8_t rank;   /* 1 or 2 */
+    uint8_t is_int;    /* 1: i32, 0: f32 */
+    uint8_t rank;      /* 1 or 2 */
+    uint8_t trainable; /* 1: the backward can return the loss's gradient in it (f32 only; mod_aux_grad) */
 } mod_aux;
 
 typedef struct fg_mod {
@@ -175,6 +177,25 @@ int mod_mask_block(const fg_mod *m, const mod_block *blk);
  * its derivative do not fit MOD_MAX_NODES. */
 fg_status mod_grad(const fg_mod *m, fg_mod *out, int *grad, fg_error *err);
 
+/* The places where score_mod reads a trainable aux array (mod_aux.trainable), for that array's gradient: the loss's
+ * gradient in element x of the array is the sum, over every score and every load node of the array whose indices
+ * give x, of dL/d(score_mod's result) times d(score_mod's result)/d(the loaded value). Loads under mask_mod only have
+ * the derivative 0 (a mask is flat between its steps). */
+#define MOD_MAX_GRAD_SITES 4 /* load nodes of trainable arrays under score_mod: each is an atomic add a score */
+typedef struct mod_grad_site {
+    int load;    /* the MOD_LOAD node (its aux in .arg, its indices in .a and .b) */
+    int partial; /* the node of d score_mod / d load (a float) */
+} mod_grad_site;
+/* out = m with the nodes of each site's partial derivative appended (as mod_grad builds them, on the tree it is given:
+ * pass mod_grad's result to share nodes); sites[0 .. *n_sites) in node order. *n_sites = 0 for a mod without
+ * trainable arrays under score_mod. FG_ERR_UNSUPPORTED, with a sentence, for more than MOD_MAX_GRAD_SITES sites or
+ * nodes past MOD_MAX_NODES. */
+fg_status mod_aux_grad(const fg_mod *m, fg_mod *out, mod_grad_site *sites, int *n_sites, fg_error *err);
+/* One site at in (fp64): 1 with *at the flat index of the element its load reads (row-major) and *partial the
+ * partial derivative there; 0 when the load's indices are out of range or a node on the way is bad (the score is
+ * NaN there: the kernels add nothing). */
+int mod_eval_site(const fg_mod *m, const mod_grad_site *site, const mod_inputs *in, int64_t *at, double *partial);
+
 /* ---- mod_registry.c: the trees this process knows, by id ---- */
 
 /* Checks m (mod_check) and keeps a copy under its id (written to id, MOD_ID_LEN + 1 bytes), so that a variant
@@ -199,6 +220,13 @@ int mod_emit(const fg_mod *m, char *buf, size_t n);
  *   float fg_user_score_grad(float s, int b, int h, int q, int kv, const fg_mod_aux &aux, float &d)
  * giving score_mod's value and, in d, its derivative in s (NaN where bad). Returns the bytes written, or -1. */
 int mod_emit_grad(const fg_mod *m, int grad, char *buf, size_t n);
+/* Appends to buf the backward's accumulation of the trainable arrays' gradients at one score:
+ *   void fg_user_aux_grad(float g, float s, int b, int h, int q, int kv, float fqr, float fk0, float fc,
+ *                         const fg_mod_aux &aux)
+ * with g = dL/d(score_mod's result) and s the logit score_mod took: for each site whose array has a gradient
+ * (aux.grad[i] not null) and whose indices are in range, an atomic add of g times the site's partial into the element
+ * it loaded; and #define FG_USER_AUX_GRAD (1 when there are sites). Returns the bytes written, or -1. */
+int mod_emit_aux_grad(const fg_mod *m, const mod_grad_site *sites, int n_sites, char *buf, size_t n);
 #define MOD_EMIT_MAX (MOD_MAX_NODES * 2 * 400 + 4096) /* bytes mod_emit needs at most (each function its nodes) */
 
 #endif

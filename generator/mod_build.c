@@ -373,13 +373,15 @@ static int mb_expr_tostring(lua_State *L) {
     return 1;
 }
 
-/* fg.aux(dtype, rank): an aux array's declaration, for the global aux table. At the chunk's top level only. */
+/* fg.aux(dtype, rank [, "trainable"]): an aux array's declaration, for the global aux table. At the chunk's top
+ * level only; "trainable" (f32 only) lets the backward return the loss's gradient in the array. */
 static int mb_aux(lua_State *L) {
     mod_builder *B = lua_touserdata(L, lua_upvalueindex(1));
     char got[64];
-    if (lua_gettop(L) != 2)
-        return mb_error(L, "fg.aux takes 2 arguments (dtype, rank), as in fg.aux(\"f32\", 1); got %d",
-                        lua_gettop(L));
+    const int nargs = lua_gettop(L);
+    if (nargs != 2 && nargs != 3)
+        return mb_error(L, "fg.aux takes 2 or 3 arguments (dtype, rank [, \"trainable\"]), as in fg.aux(\"f32\", 1); "
+                           "got %d", nargs);
     if (B->tracing)
         return mb_error(L, "fg.aux declares an array in the aux table at the chunk's top level, not inside "
                            "score_mod or mask_mod");
@@ -391,9 +393,17 @@ static int mb_aux(lua_State *L) {
     if (!lua_isinteger(L, 2) || (lua_tointeger(L, 2) != 1 && lua_tointeger(L, 2) != 2))
         return mb_error(L, "fg.aux: the rank (argument 2) is the integer 1 or 2, got %s",
                         mod_build_describe(L, 2, got, sizeof got));
+    const char *flag = nargs == 3 && lua_type(L, 3) == LUA_TSTRING ? lua_tostring(L, 3) : NULL;
+    if (nargs == 3 && (flag == NULL || strcmp(flag, "trainable") != 0))
+        return mb_error(L, "fg.aux: argument 3 is \"trainable\" or absent, got %s%.40s%s", flag ? "\"" : "",
+                        flag ? flag : mod_build_describe(L, 3, got, sizeof got), flag ? "\"" : "");
+    if (flag && dtype[0] == 'i')
+        return mb_error(L, "fg.aux: an i32 array cannot be trainable (its values are indices and flags, with no "
+                           "gradient); declare a trainable array f32");
     mod_decl *d = lua_newuserdatauv(L, sizeof *d, 0);
     d->is_int = dtype[0] == 'i';
     d->rank = (uint8_t)lua_tointeger(L, 2);
+    d->trainable = flag != NULL;
     d->slot = -1;
     d->line = 0;
     lua_Debug ar;

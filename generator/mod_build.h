@@ -15,10 +15,11 @@
 
 /* An aux array's declaration, as fg.aux returns it (a full userdata's contents). */
 typedef struct mod_decl {
-    uint8_t is_int; /* 1: i32, 0: f32 */
-    uint8_t rank;   /* 1 or 2 */
-    int slot;       /* its index in the sorted aux list, once the aux table names it; -1 before */
-    int line;       /* the line of its fg.aux call (0: unknown) */
+    uint8_t is_int;    /* 1: i32, 0: f32 */
+    uint8_t rank;      /* 1 or 2 */
+    uint8_t trainable; /* 1: declared "trainable" (f32 only) */
+    int slot;          /* its index in the sorted aux list, once the aux table names it; -1 before */
+    int line;          /* the line of its fg.aux call (0: unknown) */
 } mod_decl;
 
 /* What one trace builds; the fg functions reach it through their first upvalue. */

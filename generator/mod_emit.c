@@ -31,26 +31,30 @@ static void put(emit_buf *e, const char *fmt, ...) {
     if (e->len >= e->n) e->overflow = 1;
 }
 
-/* The nodes `root` depends on (need), and which of them can go bad (bad). */
-static void mark(const fg_mod *m, int root, int root2, unsigned char *need, unsigned char *bad) {
+/* The nodes roots[0 .. n) depend on (need), and which of the nodes up to the last root can go bad (bad). */
+static void mark_all(const fg_mod *m, const int *roots, int n, unsigned char *need, unsigned char *bad) {
     memset(need, 0, MOD_MAX_NODES);
     memset(bad, 0, MOD_MAX_NODES);
-    need[root] = 1;
-    if (root2 >= 0) need[root2] = 1;
-    if (root2 > root) root = root2;
+    int root = -1;
+    for (int k = 0; k < n; k++)
+        if (roots[k] >= 0) need[roots[k]] = 1, root = roots[k] > root ? roots[k] : root;
     for (int i = root; i >= 0; i--) {
         if (!need[i]) continue;
-        const mod_node *n = &m->nodes[i];
-        if (n->a >= 0) need[n->a] = 1;
-        if (n->b >= 0) need[n->b] = 1;
-        if (n->c >= 0) need[n->c] = 1;
+        const mod_node *x = &m->nodes[i];
+        if (x->a >= 0) need[x->a] = 1;
+        if (x->b >= 0) need[x->b] = 1;
+        if (x->c >= 0) need[x->c] = 1;
     }
     for (int i = 0; i <= root; i++) {
-        const mod_node *n = &m->nodes[i];
-        bad[i] = n->op == MOD_LOAD || n->op == MOD_FLOOR ||
-                 ((n->op == MOD_IDIV || n->op == MOD_MOD) && !(m->nodes[n->b].op == MOD_CONST)) ||
-                 (n->a >= 0 && bad[n->a]) || (n->b >= 0 && bad[n->b]) || (n->c >= 0 && bad[n->c]);
+        const mod_node *x = &m->nodes[i];
+        bad[i] = x->op == MOD_LOAD || x->op == MOD_FLOOR ||
+                 ((x->op == MOD_IDIV || x->op == MOD_MOD) && !(m->nodes[x->b].op == MOD_CONST)) ||
+                 (x->a >= 0 && bad[x->a]) || (x->b >= 0 && bad[x->b]) || (x->c >= 0 && bad[x->c]);
     }
+}
+static void mark(const fg_mod *m, int root, int root2, unsigned char *need, unsigned char *bad) {
+    const int roots[2] = {root, root2};
+    mark_all(m, roots, 2, need, bad);
 }
 
 /* Position arithmetic in fp32. Node i (an int) has an exact float shadow f<i> (sh->exact[i]) when it is q, kv, an int
@@ -241,14 +245,12 @@ static void badness(emit_buf *e, const fg_mod *m, int i, const unsigned char *ba
     if (!*sep) put(e, "false");
 }
 
-/* The body of one function: its nodes, then `return`. raw (the forward's score_mod): s arrives in raw score units
- * with scale and inv_scale, the mod's logit is s * scale and the result goes back by inv_scale; a result s + t
- * (or s - t, t - s) goes back as one FMA of t, the logit never formed. */
-static void body(emit_buf *e, const fg_mod *m, int root, int is_mask, int grad, int raw) {
-    unsigned char need[MOD_MAX_NODES], bad[MOD_MAX_NODES], cast[MOD_MAX_NODES] = {0}, carry[MOD_MAX_NODES];
+/* The nodes up to `last` that need marks, one const local each (v<i>, with its bad mark x<i> and its float shadow f<i>
+ * where used), in order; carry receives which bad nodes carry their NaN (carries()). raw: see body(). */
+static void nodes(emit_buf *e, const fg_mod *m, int last, const unsigned char *need, const unsigned char *bad, int raw,
+                  unsigned char *carry) {
+    unsigned char cast[MOD_MAX_NODES] = {0};
     shadow_info sh;
-    mark(m, root, grad, need, bad);
-    const int last = grad > root ? grad : root;
     shadows(m, last, &sh);
     const unsigned char *exact = sh.exact;
     carries(m, last, bad, carry);
@@ -288,6 +290,15 @@ static void body(emit_buf *e, const fg_mod *m, int root, int is_mask, int grad, 
             put(e, ";\n");
         }
     }
+}
+
+/* The body of one function: its nodes, then `return`. raw (the forward's score_mod): s arrives in raw score units
+ * with scale and inv_scale, the mod's logit is s * scale and the result goes back by inv_scale; a result s + t
+ * (or s - t, t - s) goes back as one FMA of t, the logit never formed. */
+static void body(emit_buf *e, const fg_mod *m, int root, int is_mask, int grad, int raw) {
+    unsigned char need[MOD_MAX_NODES], bad[MOD_MAX_NODES], carry[MOD_MAX_NODES];
+    mark(m, root, grad, need, bad);
+    nodes(e, m, grad > root ? grad : root, need, bad, raw, carry);
     const char *nan = "__int_as_float(0x7fffffff)", *ninf = "-__int_as_float(0x7f800000)";
     if (grad >= 0 && bad[grad] && !carry[grad]) put(e, "    d = x%d ? %s : v%d;\n", grad, nan, grad);
     else if (grad >= 0) put(e, "    d = v%d;\n", grad);
@@ -397,6 +408,46 @@ int mod_emit_grad(const fg_mod *m, int grad, char *buf, size_t n) {
     put(&e, "__device__ __forceinline__ float fg_user_score_grad(float s, int b, int h, int q, int kv, float fqr,\n"
             "                                                    float fk0, float fc, const fg_mod_aux &aux, float &d) {\n");
     body(&e, m, m->score, 0, grad, 0);
+    put(&e, "}\n");
+    return e.overflow ? -1 : (int)e.len;
+}
+
+int mod_emit_aux_grad(const fg_mod *m, const mod_grad_site *sites, int n_sites, char *buf, size_t n) {
+    emit_buf e = {buf, n, 0, 0};
+    if (n) buf[0] = '\0';
+    if (n_sites < 0 || n_sites > MOD_MAX_GRAD_SITES) return -1;
+    put(&e, "#define FG_USER_AUX_GRAD %d\n", n_sites > 0);
+    if (n_sites == 0) return e.overflow ? -1 : (int)e.len;
+    int roots[3 * MOD_MAX_GRAD_SITES], last = -1;
+    for (int k = 0; k < n_sites; k++) {
+        const mod_node *l = &m->nodes[sites[k].load];
+        if (sites[k].load < 0 || sites[k].load >= m->n_nodes || l->op != MOD_LOAD || sites[k].partial < 0 ||
+            sites[k].partial >= m->n_nodes)
+            return -1;
+        roots[3 * k] = sites[k].partial, roots[3 * k + 1] = l->a, roots[3 * k + 2] = l->b;
+        for (int r = 0; r < 3; r++) last = roots[3 * k + r] > last ? roots[3 * k + r] : last;
+    }
+    unsigned char need[MOD_MAX_NODES], bad[MOD_MAX_NODES], carry[MOD_MAX_NODES];
+    mark_all(m, roots, 3 * n_sites, need, bad);
+    /* (g = dL/d(score_mod's result), s the logit score_mod took; no gradient is wanted where aux.grad is null) */
+    put(&e, "__device__ __forceinline__ void fg_user_aux_grad(float g, float s, int b, int h, int q, int kv, float fqr,\n"
+            "                                                 float fk0, float fc, const fg_mod_aux &aux) {\n");
+    nodes(&e, m, last, need, bad, 0, carry);
+    for (int k = 0; k < n_sites; k++) {
+        const mod_node *l = &m->nodes[sites[k].load];
+        const int p = sites[k].partial, t = l->arg;
+        /* an index out of range, or bad, adds nothing: that score is NaN, and so are the outputs it reaches */
+        put(&e, "    if (aux.grad[%d] && (unsigned)v%d < (unsigned)aux.extent[%d][0]", t, l->a, t);
+        if (l->b >= 0) put(&e, " && (unsigned)v%d < (unsigned)aux.extent[%d][1]", l->b, t);
+        if (bad[l->a]) put(&e, " && !x%d", l->a);
+        if (l->b >= 0 && bad[l->b]) put(&e, " && !x%d", l->b);
+        if (bad[p] && !carry[p]) put(&e, " && !x%d", p);
+        put(&e, ") // %s\n        atomicAdd(aux.grad[%d] + ", m->aux[t].name, t);
+        if (l->b >= 0) put(&e, "(long long)v%d * aux.extent[%d][1] + v%d", l->a, t, l->b);
+        else put(&e, "v%d", l->a);
+        if (m->nodes[p].op == MOD_CONST && m->nodes[p].value == 1.0) put(&e, ", g);\n");
+        else put(&e, ", g * v%d);\n", p);
+    }
     put(&e, "}\n");
     return e.overflow ? -1 : (int)e.len;
 }

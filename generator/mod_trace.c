@@ -117,6 +117,7 @@ static void mt_read_aux(lua_State *L, mod_builder *B, int env) {
         memcpy(aux[k].name, name, len);
         aux[k].is_int = d->is_int;
         aux[k].rank = d->rank;
+        aux[k].trainable = d->trainable;
         decls[k] = d;
         lua_pop(L, 1);
     }

@@ -323,6 +323,9 @@ FG_API const char *fg_mod_id(const fg_mod *mod);
  * order fg_varlen_args.mod_aux takes them (by name). FG_ERR_INVALID_ARGUMENT for i out of range. */
 FG_API int fg_mod_aux_count(const fg_mod *mod);
 FG_API fg_status fg_mod_aux_info(const fg_mod *mod, int i, const char **name, fg_dtype *dtype, int *rank);
+/* 1 when aux array i is declared trainable (fg.aux("f32", rank, "trainable"): fg_varlen_bwd_args.mod_aux_grad can
+ * receive its gradient), 0 when not, -1 for a NULL mod or i out of range. */
+FG_API int fg_mod_aux_trainable(const fg_mod *mod, int i);
 
 /* Runs the serving forward on `stream`: one kernel, and when keys are split a merge kernel after it. No
  * synchronization, no allocation (unless FG_OPTION_CHECK_INPUTS is on). */
@@ -376,7 +379,12 @@ typedef struct fg_varlen_bwd_args {
     const float *alibi_slopes; /* device, fp32 [heads_q], or NULL */
     int causal_top_left;       /* with causal: the mask aligned top-left (as a window: not deterministic) */
     const struct fg_mod *mod;  /* the forward's custom mod, or NULL: score_mod's derivative joins dS */
-    fg_tensor mod_aux[FG_MOD_AUX_MAX]; /* its aux arrays, as fg_varlen_args.mod_aux (not differentiated) */
+    fg_tensor mod_aux[FG_MOD_AUX_MAX]; /* its aux arrays, as fg_varlen_args.mod_aux */
+    /* Written where set: the loss's gradient in aux array i (mod_aux_grad[i], fp32, contiguous, mod_aux[i]'s shape,
+     * overlapping no other tensor of the call), which the mod must declare fg.aux("f32", rank, "trainable"). The
+     * call zeroes it on the stream, then the kernels add each score's share by fp32 atomics (so not in the
+     * deterministic mode). Unset entries (data NULL, ndim 0): no gradient. */
+    fg_tensor mod_aux_grad[FG_MOD_AUX_MAX];
 } fg_varlen_bwd_args;
 
 /* Zeroes *a and sets struct_size. */

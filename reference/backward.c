@@ -208,8 +208,8 @@ static int64_t first_row(const bwd_job *j, int64_t key) {
 /* Row i's logit for key t of head h from its raw score s = q.k (reference.h: scale, softcap, ALiBi), and in
  * *dfac the softcap's derivative factor (d logit / d (scale s)); 0 when the row does not see the key (the
  * window's left edge; visible_keys and first_row bound the rest). */
-static int bwd_logit(const bwd_job *j, int64_t bi, int64_t i, int64_t t, int64_t h, double s, double *logit,
-                     double *dfac) {
+static int bwd_logit_in(const bwd_job *j, int64_t bi, int64_t i, int64_t t, int64_t h, double s, double *logit,
+                        double *dfac, double *mod_in) {
     const ref_problem *f = &j->p->fwd;
     const int64_t diag = i + j->sk - j->sq;
     if (f->window && f->window_left >= 0 && t < diag - f->window_left) return 0;
@@ -222,6 +222,7 @@ static int bwd_logit(const bwd_job *j, int64_t bi, int64_t i, int64_t t, int64_t
     if (f->alibi_slopes.data)
         x -= ((const float *)f->alibi_slopes.data)[h * f->alibi_slopes.stride[0]] * fabs((double)(diag - t));
     const int b = (int)bi + f->mod_batch0;
+    if (mod_in) *mod_in = x;
     if (f->mod_score_grad) { /* a custom mod's score and its derivative (ref_attention_bwd requires both) */
         double d = 1.0;
         x = f->mod_score_grad(f->mod_user, x, b, (int)h, (int)diag, (int)t, &d);
@@ -235,6 +236,10 @@ static int bwd_logit(const bwd_job *j, int64_t bi, int64_t i, int64_t t, int64_t
     *logit = x;
     *dfac = g;
     return 1;
+}
+static int bwd_logit(const bwd_job *j, int64_t bi, int64_t i, int64_t t, int64_t h, double s, double *logit,
+                     double *dfac) {
+    return bwd_logit_in(j, bi, i, t, h, s, logit, dfac, NULL);
 }
 
 /* y_r += sum_t c[r cs + t] a_t for the four rows y_r = y + r d and the four consecutive rows a_t = a + t d:
@@ -659,5 +664,45 @@ fg_status ref_sink_grad(const ref_bwd_problem *p, double *dsink, fg_error *err) 
             }
         dsink[h] = g;
     }
+    return FG_OK;
+}
+
+/* Contract in reference.h. One thread: the visitor may add into shared sums. */
+fg_status ref_score_grads(const ref_bwd_problem *p, ref_score_grad_visit visit, void *user, fg_error *err) {
+    fg_status st = ref_check_bwd_problem(p, err);
+    if (st)
+        return st;
+    if (!visit)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: ref_score_grads needs a visitor");
+    if (ref_tables_fill() != 0)
+        return fg_fail(err, FG_ERR_INTERNAL, "reference: pthread_once failed");
+    bwd_job j;
+    memset(&j, 0, sizeof j);
+    j.p = p, j.dt = p->fwd.q.dtype;
+    j.b = p->fwd.q.shape[0], j.sq = p->fwd.q.shape[1], j.hq = p->fwd.q.shape[2], j.d = p->fwd.q.shape[3];
+    j.vdim = p->fwd.v.shape[3], j.sk = p->fwd.k.shape[1], j.hkv = p->fwd.k.shape[2], j.group = j.hq / j.hkv;
+    j.scale = p->fwd.softmax_scale != 0.0f ? (double)p->fwd.softmax_scale : 1.0 / sqrt((double)j.d);
+    for (int64_t bi = 0; bi < j.b; bi++)
+        for (int64_t h = 0; h < j.hq; h++)
+            for (int64_t i = 0; i < j.sq; i++) {
+                const double lse = lse_at(&p->lse, bi, h, i);
+                if (lse == -INFINITY)
+                    continue;
+                double dsum = 0;
+                for (int64_t x = 0; x < j.vdim; x++)
+                    dsum += elem_float(j.dt, &p->d_o, bi, i, h, x) * elem_float(j.dt, &p->o, bi, i, h, x);
+                const int64_t n = visible_keys(&j, i), kh = h / j.group;
+                for (int64_t t = 0; t < n; t++) {
+                    double sc = 0, dp = 0, logit, fac, in;
+                    for (int64_t x = 0; x < j.d; x++)
+                        sc += elem_float(j.dt, &p->fwd.q, bi, i, h, x) * elem_float(j.dt, &p->fwd.k, bi, t, kh, x);
+                    if (!bwd_logit_in(&j, bi, i, t, h, sc, &logit, &fac, &in))
+                        continue;
+                    for (int64_t x = 0; x < j.vdim; x++)
+                        dp += elem_float(j.dt, &p->d_o, bi, i, h, x) * elem_float(j.dt, &p->fwd.v, bi, t, kh, x);
+                    const double pr = exp(logit - lse);
+                    visit(user, (int)bi + p->fwd.mod_batch0, (int)h, (int)(i + j.sk - j.sq), (int)t, in, pr * (dp - dsum));
+                }
+            }
     return FG_OK;
 }

@@ -228,6 +228,14 @@ fg_status ref_attention_bwd(const ref_bwd_problem *p, ref_mode mode, double *dq,
  * doubles. FG_ERR_INVALID_ARGUMENT without sinks or for an inconsistent problem. */
 fg_status ref_sink_grad(const ref_bwd_problem *p, double *dsink, fg_error *err);
 
+/* For the gradients of a custom mod's trainable aux arrays: calls visit(user, b, h, q, kv, s, g) for every score a
+ * row sees (mask and window kept, LSE finite), in the mod's terms (b with mod_batch0, q the row's position among the
+ * keys, kv the key), with s the logit score_mod takes and g = dL/d(score_mod's result) = P (dP - D), D = rowsum(dO O)
+ * of the given O and dO as the kernels form it. One thread, in a fixed order. FG_ERR_INVALID_ARGUMENT for an
+ * inconsistent problem or a NULL visit. */
+typedef void (*ref_score_grad_visit)(void *user, int b, int h, int q, int kv, double s, double g);
+fg_status ref_score_grads(const ref_bwd_problem *p, ref_score_grad_visit visit, void *user, fg_error *err);
+
 /* What ref_check_bwd found for one gradient tensor. Indices are logical ([b, s, h, d]). */
 typedef struct ref_grad_report {
     int pass;                   /* 1 when max_err <= bound and nonfinite == 0 */

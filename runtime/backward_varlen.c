@@ -43,6 +43,51 @@ static fg_status layout(const fg_varlen_bwd_args *a, const bwd_varlen_call *c, b
     return FG_OK;
 }
 
+/* mod_aux_grad's rules (flashgen.h): only where the mod declares the array trainable, fp32 of its aux array's shape,
+ * contiguous and aligned, overlapping no other tensor of the call; not in the deterministic mode. Set means a data
+ * pointer or a shape (ndim). */
+static fg_status check_aux_grads(const fg_varlen_bwd_args *a, fg_error *err) {
+    const int n = a->mod ? a->mod->n_aux : 0;
+    const fg_tensor *others[8] = {&a->q, &a->k, &a->v, &a->o, &a->dout, &a->dq, &a->dk, &a->dv};
+    static const char *const other_names[8] = {"q", "k", "v", "o", "dout", "dq", "dk", "dv"};
+    for (int i = 0; i < FG_MOD_AUX_MAX; i++) {
+        const fg_tensor *g = &a->mod_aux_grad[i], *x = &a->mod_aux[i];
+        if (!g->data && !g->ndim) continue;
+        if (i >= n)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mod_aux_grad[%d] is set, but %s; leave it unset", i,
+                           a->mod ? "the mod declares fewer aux arrays" : "the call has no mod");
+        const mod_aux *d = &a->mod->aux[i];
+        if (!d->trainable)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mod_aux_grad[%d] (%s) is set, but the mod declares '%s' without "
+                           "\"trainable\": declare it fg.aux(\"%s\", %d, \"trainable\") to receive its gradient", i,
+                           d->name, d->name, d->is_int ? "i32" : "f32", d->rank);
+        if (a->deterministic)
+            return fg_fail(err, FG_ERR_UNSUPPORTED, "mod_aux_grad[%d] (%s) and deterministic = 1 are both set; an aux "
+                           "array's gradient is summed by fp32 atomics in no fixed order: run it without the "
+                           "deterministic mode", i, d->name);
+        int same = g->dtype == FG_DTYPE_F32 && g->ndim == x->ndim;
+        for (int k = 0; same && k < x->ndim; k++) same = g->shape[k] == x->shape[k];
+        if (!same)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mod_aux_grad[%d] (%s) must be f32 of mod_aux[%d]'s shape "
+                           "(got %s of rank %d)", i, d->name, i, dtype_name(g->dtype), g->ndim);
+        if (g->stride[g->ndim - 1] != 1 || (g->ndim == 2 && g->stride[0] != g->shape[1]))
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mod_aux_grad[%d] (%s) must be contiguous (row-major)", i, d->name);
+        if (!g->data || (uintptr_t)g->data % 4 != 0)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mod_aux_grad[%d] (%s) must be a 4-byte aligned device pointer "
+                           "(got %p)", i, d->name, g->data);
+        for (int k = 0; k < 8; k++)
+            if (rt_views_overlap(g, others[k]))
+                return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mod_aux_grad[%d] (%s) overlaps %s in memory; the gradients "
+                               "must not share memory with other tensors", i, d->name, other_names[k]);
+        for (int k = 0; k < n; k++)
+            if (rt_views_overlap(g, &a->mod_aux[k]) || (k != i && rt_views_overlap(g, &a->mod_aux_grad[k])))
+                return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mod_aux_grad[%d] (%s) overlaps mod_aux%s[%d] in memory; the "
+                               "gradients must not share memory with other tensors", i, d->name,
+                               rt_views_overlap(g, &a->mod_aux[k]) ? "" : "_grad", k);
+    }
+    return FG_OK;
+}
+
 /* The model variants' rules (the forward's, serving_check_variants), those of the deterministic mode, dsink
  * given with sinks, and a custom mod's aux arrays (rt_check_mod). */
 static fg_status check_variants(const fg_varlen_bwd_args *a, int need_data, bwd_varlen_call *c, fg_error *err) {
@@ -62,7 +107,8 @@ static fg_status check_variants(const fg_varlen_bwd_args *a, int need_data, bwd_
     if (need_data && (uintptr_t)a->dsink % 4 != 0)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "dsink (%p) is not 4-byte aligned; it must be fp32 [heads_q] in "
                        "device memory", (void *)a->dsink);
-    return rt_check_mod(a->mod, a->mod_aux, need_data, c->max_q, c->max_k, err);
+    if ((st = rt_check_mod(a->mod, a->mod_aux, need_data, c->max_q, c->max_k, err)) != FG_OK) return st;
+    return need_data ? check_aux_grads(a, err) : FG_OK;
 }
 
 /* The rules of a call (need_data: a launch follows), then the workspace's layout into *L. V's head dim is v's
@@ -173,12 +219,18 @@ static fg_status check_device_lengths(fg_context *ctx, const fg_varlen_bwd_args 
     return serving_check_device_inputs(ctx, &lens, &sc, stream, err);
 }
 
-/* dsink starts at 0 on the stream (the post kernel adds every sequence's rows into it), even when no kernel
+/* dsink and the aux arrays' gradients start at 0 on the stream (the kernels add into them), even when no kernel
  * runs. */
 static fg_status zero_dsink(fg_context *ctx, const fg_varlen_bwd_args *a, const bwd_varlen_call *c, void *stream,
                             fg_error *err) {
     if (a->dsink && c->hq > 0)
         FG_CU(err, ctx->cu->cuMemsetD32Async((CUdeviceptr)(uintptr_t)a->dsink, 0u, (size_t)c->hq, (CUstream)stream));
+    for (int i = 0; i < FG_MOD_AUX_MAX; i++) { /* likewise the aux arrays' gradients (checked: contiguous fp32) */
+        const fg_tensor *g = &a->mod_aux_grad[i];
+        if (g->data)
+            FG_CU(err, ctx->cu->cuMemsetD32Async((CUdeviceptr)(uintptr_t)g->data, 0u,
+                                                 (size_t)(g->shape[0] * (g->ndim == 2 ? g->shape[1] : 1)), (CUstream)stream));
+    }
     return FG_OK;
 }
 
@@ -208,6 +260,7 @@ fg_status fg_attention_bwd_varlen(fg_context *ctx, const fg_varlen_bwd_args *arg
     vl.window_left = c.var.window_left, vl.window_right = c.var.window_right, vl.causal_top_left = a.causal_top_left;
     vl.softcap = a.softcap, vl.alibi_slopes = a.alibi_slopes, vl.sinks = a.sinks, vl.dsink = a.dsink;
     rt_mod_aux(a.mod, a.mod_aux, &vl.mod_aux);
+    for (int i = 0; i < FG_MOD_AUX_MAX; i++) vl.mod_aux.grad[i] = (float *)a.mod_aux_grad[i].data;
     vl.mod = a.mod;
     if (rt_bwd_launch_varlen(ctx, &s, &kern, &L, &vl, stream, &err) != FG_OK) return rt_set_error(ctx, &err);
     return FG_OK;

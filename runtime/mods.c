@@ -53,3 +53,7 @@ fg_status fg_mod_aux_info(const fg_mod *mod, int i, const char **name, fg_dtype 
     if (rank) *rank = mod->aux[i].rank;
     return FG_OK;
 }
+
+int fg_mod_aux_trainable(const fg_mod *mod, int i) {
+    return !mod || i < 0 || i >= mod->n_aux ? -1 : mod->aux[i].trainable;
+}

@@ -443,6 +443,9 @@ __device__ __forceinline__ void fg_bwd_p_ds(float (&s)[4], float (&dp)[4], int h
         x *= v.scale;
         const int mq = min(qrow, sq - 1) + sk - sq, mk = min(key, sk - 1);
         const float fqr = (float)(mq - mk), fk0 = (float)mk;
+#if FG_USER_AUX_GRAD
+        const float logit = x; // what score_mod takes, for the derivatives in its trainable arrays
+#endif
 #if FG_USER_SCORE
         float dmod;
         x = fg_user_score_grad(x, (int)blockIdx.z, v.head, mq, mk, fqr, fk0, 0.f, *v.aux, dmod);
@@ -461,7 +464,11 @@ __device__ __forceinline__ void fg_bwd_p_ds(float (&s)[4], float (&dp)[4], int h
         const float pv = masked ? 0.f : fg_exp2(fmaf(x, p_scale, -(e ? lse2.y : lse2.x)));
         s[2 * h + e] = pv;
         // (P = 0, masked or hidden: dS = 0, also where the mod's derivative is NaN or infinite there)
-        dp[2 * h + e] = FG_USER_MODS && pv == 0.f ? 0.f : pv * (dp[2 * h + e] - (e ? dsum.y : dsum.x)) * grad;
+        const float dx = pv * (dp[2 * h + e] - (e ? dsum.y : dsum.x)); // dL / d(the score P takes)
+#if FG_USER_AUX_GRAD
+        if (pv != 0.f) fg_user_aux_grad(dx, logit, (int)blockIdx.z, v.head, mq, mk, fqr, fk0, 0.f, *v.aux);
+#endif
+        dp[2 * h + e] = FG_USER_MODS && pv == 0.f ? 0.f : dx * grad;
     }
 }
 

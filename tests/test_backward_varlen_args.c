@@ -198,3 +198,43 @@ Test(backward_varlen_args, struct_size_grows_compatibly) {
     cr_assert_eq(fg_attention_bwd_varlen_workspace_size(ctx, &a, &bytes), FG_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(fg_last_error(ctx), "fg_varlen_bwd_args_init"), "%s", fg_last_error(ctx));
 }
+
+/* mod_aux_grad: only for an array the mod declares trainable, f32 of its aux array's shape, contiguous, aligned,
+ * overlapping no other tensor, without a mod or past the mod's arrays refused, and not in the deterministic mode. */
+Test(backward_varlen_args, aux_gradients_follow_their_rules) {
+    static const char text[] = "aux = { bias = fg.aux('f32', 2, 'trainable'), slope = fg.aux('f32', 1) }\n"
+                               "score_mod = function(s, b, h, q, kv) return s + fg.load(bias, h, kv % 4) - fg.load(slope, h) end\n";
+    fg_mod *m = NULL;
+    cr_assert_eq(fg_mod_create(text, strlen(text), "mod.lua", &m), FG_OK, "%s", fg_last_error(NULL));
+    cr_assert_eq(fg_mod_aux_trainable(m, 0), 1);
+    cr_assert_eq(fg_mod_aux_trainable(m, 1), 0);
+    cr_assert_eq(fg_mod_aux_trainable(m, 2), -1);
+    cr_assert_eq(fg_mod_aux_trainable(NULL, 0), -1);
+    const fg_tensor bias = {ADDR(0xc000000), FG_DTYPE_F32, 2, {8, 4, 0, 0}, {4, 1, 0, 0}};
+    const fg_tensor slope = {ADDR(0xc001000), FG_DTYPE_F32, 1, {8, 0, 0, 0}, {1, 0, 0, 0}};
+    fg_tensor grad = bias;
+    grad.data = ADDR(0xc002000);
+    fg_varlen_bwd_args a = call();
+    a.mod_aux_grad[0] = grad;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "mod_aux_grad[0] is set, but the call has no mod");
+    const fg_varlen_bwd_args with_mod = (a.mod = m, a.mod_aux[0] = bias, a.mod_aux[1] = slope, a);
+    a = with_mod, a.mod_aux_grad[1] = slope, a.mod_aux_grad[1].data = ADDR(0xc003000);
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "declares 'slope' without \"trainable\": declare it fg.aux(\"f32\", 1, \"trainable\")");
+    a = with_mod, a.mod_aux_grad[2] = grad;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "mod_aux_grad[2] is set, but the mod declares fewer aux arrays");
+    a = with_mod, a.deterministic = 1;
+    expect(&a, FG_ERR_UNSUPPORTED, "mod_aux_grad[0] (bias) and deterministic = 1 are both set");
+    a = with_mod, a.mod_aux_grad[0].shape[1] = 5, a.mod_aux_grad[0].stride[0] = 5;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "mod_aux_grad[0] (bias) must be f32 of mod_aux[0]'s shape");
+    a = with_mod, a.mod_aux_grad[0].dtype = FG_DTYPE_BF16;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "must be f32 of mod_aux[0]'s shape");
+    a = with_mod, a.mod_aux_grad[0].stride[0] = 8;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "mod_aux_grad[0] (bias) must be contiguous");
+    a = with_mod, a.mod_aux_grad[0].data = ADDR(0xc002002);
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "4-byte aligned device pointer");
+    a = with_mod, a.mod_aux_grad[0].data = a.dq.data;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "mod_aux_grad[0] (bias) overlaps dq in memory");
+    a = with_mod, a.mod_aux_grad[0].data = bias.data;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "overlaps mod_aux[0] in memory");
+    fg_mod_destroy(m);
+}

@@ -12,13 +12,39 @@
 #include "reference/reference.h"
 #include "runtime/runtime.h"
 #include "tests/serving_run.h"
+#include "generator/mod.h"
 
 typedef struct vbwd_run {
     dbuf dout, dq, dk, dv;
     CUdeviceptr ws, dsink;   /* dsink: with sinks, fp32 [hq] */
     float dsink_host[256];
+    CUdeviceptr aux_grad[FG_MOD_AUX_MAX]; /* the mod's trainable arrays' gradients (mod_aux_grad), 0 for none */
+    float *aux_grad_host[FG_MOD_AUX_MAX];
+    int64_t aux_elems[FG_MOD_AUX_MAX];
     fg_varlen_bwd_args a;
 } vbwd_run;
+
+/* The reference's sums of a mod's trainable arrays' gradients (ref_score_grads' visitor): for each element, the sum
+ * of g times the site's partial over the scores whose loads read it, and the sum of their magnitudes. */
+typedef struct aux_grad_sums {
+    fg_mod tree; /* the mod with its sites' partials (mod_aux_grad) */
+    mod_grad_site sites[MOD_MAX_GRAD_SITES];
+    int n_sites;
+    mod_inputs in;
+    double *ref[FG_MOD_AUX_MAX], *mag[FG_MOD_AUX_MAX];
+} aux_grad_sums;
+
+static void aux_grad_visit(void *user, int b, int h, int q, int kv, double s, double g) {
+    aux_grad_sums *A = user;
+    A->in.s = s, A->in.b = b, A->in.h = h, A->in.q = q, A->in.kv = kv;
+    for (int k = 0; k < A->n_sites; k++) {
+        int64_t at;
+        double part;
+        if (!mod_eval_site(&A->tree, &A->sites[k], &A->in, &at, &part)) continue;
+        const int t = A->tree.nodes[A->sites[k].load].arg;
+        A->ref[t][at] += g * part, A->mag[t][at] += fabs(g * part);
+    }
+}
 
 static serve_case bc(fg_dtype dt, int batch, const int *lq, const int *lk, int hq, int hkv, int d, int causal) {
     serve_case c;
@@ -61,6 +87,16 @@ static void vbwd_setup(gpu_env *env, serve_run *r, vbwd_run *b, int deterministi
         CK(env->cu->cuMemsetD8(b->dsink, 0xFF, 256 * sizeof(float))); /* NaN: the call must write it */
         a->dsink = (float *)(uintptr_t)b->dsink;
     }
+    for (int i = 0; c->mod && i < fg_mod_aux_count(c->mod); i++) { /* trainable arrays: their gradients, NaN first */
+        if (fg_mod_aux_trainable(c->mod, i) != 1) continue;
+        fg_tensor *g = &a->mod_aux_grad[i];
+        *g = a->mod_aux[i];
+        b->aux_elems[i] = g->shape[0] * (g->ndim == 2 ? g->shape[1] : 1);
+        CK(env->cu->cuMemAlloc(&b->aux_grad[i], (size_t)b->aux_elems[i] * sizeof(float)));
+        CK(env->cu->cuMemsetD8(b->aux_grad[i], 0xFF, (size_t)b->aux_elems[i] * sizeof(float)));
+        g->data = (void *)(uintptr_t)b->aux_grad[i];
+        cr_assert(b->aux_grad_host[i] = malloc((size_t)b->aux_elems[i] * sizeof(float)));
+    }
     size_t need = 0;
     cr_assert_eq(fg_attention_bwd_varlen_workspace_size(env->ctx, a, &need), FG_OK, "%s", fg_last_error(env->ctx));
     CK(env->cu->cuMemAlloc(&b->ws, need > 256 ? need : 256));
@@ -75,6 +111,9 @@ static void vbwd_launch(gpu_env *env, vbwd_run *b) {
     CK(env->cu->cuStreamSynchronize(env->stream));
     dbuf_download(env, &b->dq), dbuf_download(env, &b->dk), dbuf_download(env, &b->dv);
     if (b->dsink) CK(env->cu->cuMemcpyDtoH(b->dsink_host, b->dsink, (size_t)b->a.q.shape[1] * sizeof(float)));
+    for (int i = 0; i < FG_MOD_AUX_MAX; i++)
+        if (b->aux_grad[i])
+            CK(env->cu->cuMemcpyDtoH(b->aux_grad_host[i], b->aux_grad[i], (size_t)b->aux_elems[i] * sizeof(float)));
 }
 
 /* Each sequence's gradients against the reference of that sequence alone; with sinks, dsink (summed over the
@@ -82,6 +121,20 @@ static void vbwd_launch(gpu_env *env, vbwd_run *b) {
 static void vbwd_verify(const serve_run *r, const vbwd_run *b) {
     double dsink_ref[256] = {0}, dsink_mag[256] = {0};
     const serve_case *c = &r->c;
+    aux_grad_sums *sums = NULL; /* with trainable aux arrays: the reference of their gradients */
+    for (int i = 0; i < FG_MOD_AUX_MAX; i++) {
+        if (!b->aux_grad[i]) continue;
+        if (!sums) {
+            fg_error e;
+            cr_assert(sums = calloc(1, sizeof *sums));
+            cr_assert_eq(mod_aux_grad(c->mod, &sums->tree, sums->sites, &sums->n_sites, &e), FG_OK, "%s", e.msg);
+            for (int k = 0; k < fg_mod_aux_count(c->mod); k++)
+                sums->in.aux[k] = c->aux[k], sums->in.extent[k][0] = c->aux_shape[k][0],
+                sums->in.extent[k][1] = c->aux_shape[k][1];
+        }
+        cr_assert(sums->ref[i] = calloc((size_t)b->aux_elems[i], sizeof(double)));
+        cr_assert(sums->mag[i] = calloc((size_t)b->aux_elems[i], sizeof(double)));
+    }
     check_guard(&b->dq, "dq"), check_guard(&b->dk, "dk"), check_guard(&b->dv, "dv");
     if (c->strided) check_outside_view(&b->dq, "dq"), check_outside_view(&b->dk, "dk"), check_outside_view(&b->dv, "dv");
     const fg_tensor q4 = serve_view4(&r->q.host), k4 = serve_view4(&r->k.host), v4 = serve_view4(&r->v.host);
@@ -118,6 +171,7 @@ static void vbwd_verify(const serve_run *r, const vbwd_run *b) {
         cr_assert(rep.pass, "sequence %d (%lld queries, %lld keys, %s, d %d, hq %d / hkv %d): %s", s, (long long)lq,
                   (long long)lk, c->causal ? "causal" : "not causal", c->d, c->hq, c->hkv,
                   ref_bwd_report_format(&rep, text, sizeof text));
+        if (sums) cr_assert_eq(ref_score_grads(&p, aux_grad_visit, sums, &e), FG_OK, "sequence %d: %s", s, e.msg);
         if (c->sinks && lq > 0) {
             double ds[256];
             cr_assert_eq(ref_sink_grad(&p, ds, &e), FG_OK, "sequence %d: %s", s, e.msg);
@@ -127,12 +181,23 @@ static void vbwd_verify(const serve_run *r, const vbwd_run *b) {
     for (int h = 0; c->sinks && h < c->hq; h++)
         cr_assert(fabs(b->dsink_host[h] - dsink_ref[h]) <= 1e-3 * dsink_mag[h] + 1e-5,
                   "dsink[%d] is %g; the reference gives %g", h, (double)b->dsink_host[h], dsink_ref[h]);
+    /* each element of a trainable array's gradient, within 1e-3 of the sum of its terms' magnitudes */
+    for (int i = 0; sums && i < FG_MOD_AUX_MAX; i++) {
+        for (int64_t x = 0; b->aux_grad[i] && x < b->aux_elems[i]; x++)
+            cr_assert(fabs(b->aux_grad_host[i][x] - sums->ref[i][x]) <= 1e-3 * sums->mag[i][x] + 1e-6,
+                      "mod_aux_grad[%d][%lld] is %g; the reference gives %g (terms' magnitudes %g)", i, (long long)x,
+                      (double)b->aux_grad_host[i][x], sums->ref[i][x], sums->mag[i][x]);
+        free(sums->ref[i]), free(sums->mag[i]);
+    }
+    free(sums);
 }
 
 static void vbwd_free(gpu_env *env, vbwd_run *b) {
     dbuf_free(env, &b->dout), dbuf_free(env, &b->dq), dbuf_free(env, &b->dk), dbuf_free(env, &b->dv);
     if (b->ws) env->cu->cuMemFree(b->ws);
     if (b->dsink) env->cu->cuMemFree(b->dsink);
+    for (int i = 0; i < FG_MOD_AUX_MAX; i++)
+        if (b->aux_grad[i]) env->cu->cuMemFree(b->aux_grad[i]), free(b->aux_grad_host[i]);
 }
 
 /* Forward, then backward, judged; with `repeat` the backward runs again and must give the same bits. */
@@ -292,6 +357,42 @@ Test(bwd_varlen, custom_mods) {
         if (i == 0) c.aux[0] = slopes, c.aux_shape[0][0] = 8;
         if (i == 1) c.aux[0] = table, c.aux_shape[0][0] = 8, c.aux_shape[0][1] = 129;
         if (i == 3) c.aux[0] = doc, c.aux_shape[0][0] = 9, c.aux_shape[0][1] = 400;
+        bwd_case_run(&c, 0, 0);
+        fg_mod_destroy(m);
+    }
+}
+
+/* Trainable aux arrays (mod_aux_grad): a relative-position bias table [8, 129] and a per-head temperature, their
+ * gradients summed by the kernels' atomics against the reference's sums (and dQ, dK, dV as ever), d 64 and 128 (both
+ * families where the tensors allow the sm_90a kernel), causal and not, with a document mask on one. */
+Test(bwd_varlen, custom_mod_trainable_aux) {
+    static float table[8][129], temp[8];
+    static int32_t doc[9][400];
+    for (int h = 0; h < 8; h++)
+        for (int r = 0; r < 129; r++) table[h][r] = 0.01f * (float)((h * 37 + r * 11) % 50) - 0.25f;
+    for (int h = 0; h < 8; h++) temp[h] = 0.75f + 0.0625f * (float)h;
+    for (int b = 0; b < 9; b++)
+        for (int t = 0; t < 400; t++) doc[b][t] = t / (23 + b);
+    static const char *const texts[] = {
+        "aux = { bias = fg.aux('f32', 2, 'trainable') }\n"
+        "score_mod = function(s, b, h, q, kv) return s + fg.load(bias, h, fg.min(fg.max(kv - q, -64), 64) + 64) end\n",
+        "aux = { bias = fg.aux('f32', 2, 'trainable'), doc = fg.aux('i32', 2), temp = fg.aux('f32', 1, 'trainable') }\n"
+        "score_mod = function(s, b, h, q, kv)\n"
+        "  return s * fg.load(temp, h) + fg.load(bias, h, fg.min(fg.max(kv - q, -64), 64) + 64)\n"
+        "end\n"
+        "mask_mod = function(b, h, q, kv) return fg.eq(fg.load(doc, b, q), fg.load(doc, b, kv)) end\n",
+    };
+    for (size_t i = 0; i < 2 * NELEM(texts); i++) {
+        fg_mod *m = NULL;
+        const char *text = texts[i % NELEM(texts)];
+        cr_assert_eq(fg_mod_create(text, strlen(text), "mod.lua", &m), FG_OK, "%s", fg_last_error(NULL));
+        serve_case c = bc(i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, 9, mixed, mixed, 8, 2, i < 2 ? 128 : 64, i % 3 != 1);
+        c.mod = m, c.seed = 990 + i;
+        c.aux[0] = table, c.aux_shape[0][0] = 8, c.aux_shape[0][1] = 129;
+        if (i % 2) {
+            c.aux[1] = doc, c.aux_shape[1][0] = 9, c.aux_shape[1][1] = 400;
+            c.aux[2] = temp, c.aux_shape[2][0] = 8;
+        }
         bwd_case_run(&c, 0, 0);
         fg_mod_destroy(m);
     }

@@ -467,6 +467,87 @@ Test(mod, derivative_matches_central_differences) {
     cr_assert_leq(g.n_nodes, m.n_nodes + 1);
 }
 
+/* The derivatives in trainable aux arrays (mod_aux_grad): each site's partial against central differences of
+ * score_mod in the element its load reads, for a bias table, a per-head temperature (a partial that is s), and an
+ * array read at two places (two sites, each its own partial); the emitted accumulation compiles with NVRTC; an i32
+ * array is not trainable, and more than MOD_MAX_GRAD_SITES places are refused with a sentence. */
+Test(mod, aux_gradients_match_central_differences) {
+    static const char *const texts[] = {
+        "aux = { bias = fg.aux('f32', 2, 'trainable') }\n"
+        "score_mod = function(s, b, h, q, kv) return s + fg.load(bias, h, fg.min(fg.max(kv - q, -8), 8) + 8) end\n",
+        "aux = { bias = fg.aux('f32', 2, 'trainable'), temp = fg.aux('f32', 1, 'trainable') }\n"
+        "score_mod = function(s, b, h, q, kv)\n"
+        "  return s * fg.load(temp, h) + fg.tanh(fg.load(bias, h, fg.abs(q - kv) % 17)) * fg.load(bias, 0, h)\n"
+        "end\n",
+    };
+    static float bias[8][17], temp[8];
+    for (int h = 0; h < 8; h++)
+        for (int r = 0; r < 17; r++) bias[h][r] = 0.05f * (float)((h * 5 + r * 3) % 11) - 0.2f;
+    for (int h = 0; h < 8; h++) temp[h] = 0.8f + 0.05f * (float)h;
+    for (size_t t = 0; t < sizeof texts / sizeof texts[0]; t++) {
+        fg_mod m, g;
+        fg_error e;
+        cr_assert_eq(mod_trace("t.lua", texts[t], strlen(texts[t]), &m, &e), FG_OK, "%s", e.msg);
+        cr_assert(m.aux[0].trainable);
+        mod_grad_site sites[MOD_MAX_GRAD_SITES];
+        int n = 0;
+        cr_assert_eq(mod_aux_grad(&m, &g, sites, &n, &e), FG_OK, "%s", e.msg);
+        cr_assert_eq(n, t == 0 ? 1 : 3, "mod %zu: %d sites", t, n);
+        for (int k = 0; k < 200; k++) {
+            mod_inputs in = inputs(-3.0 + 0.031 * k, 0, k % 8, (k * 13) % 40, (k * 29) % 40);
+            in.aux[0] = bias, in.extent[0][0] = 8, in.extent[0][1] = 17;
+            in.aux[1] = temp, in.extent[1][0] = 8, in.extent[1][1] = 1;
+            double total[2][8 * 17] = {{0}}; /* each element's derivative, summed over the sites that read it */
+            for (int x = 0; x < n; x++) {
+                int64_t at;
+                double part;
+                cr_assert(mod_eval_site(&g, &sites[x], &in, &at, &part));
+                total[g.nodes[sites[x].load].arg][at] += part;
+            }
+            for (int a = 0; a < m.n_aux; a++)
+                for (int64_t at = 0; at < in.extent[a][0] * in.extent[a][1]; at++) {
+                    float *el = (a == 0 ? &bias[0][0] : temp) + at;
+                    const float keep = *el;
+                    *el = keep + 1e-3f;
+                    const double hi = mod_eval_score(&m, &in);
+                    *el = keep - 1e-3f;
+                    const double lo = mod_eval_score(&m, &in);
+                    *el = keep;
+                    const double fd = (hi - lo) / ((double)(keep + 1e-3f) - (double)(keep - 1e-3f));
+                    cr_assert(fabs(total[a][at] - fd) <= 1e-4 * (1.0 + fabs(fd)),
+                              "mod %zu, point %d: d score / d %s[%lld] is %.9g; differences give %.9g", t, k,
+                              m.aux[a].name, (long long)at, total[a][at], fd);
+                }
+        }
+        static char code[3 * MOD_EMIT_MAX];
+        const int n1 = mod_emit(&g, code, MOD_EMIT_MAX);
+        cr_assert_gt(n1, 0);
+        const int n2 = mod_emit_aux_grad(&g, sites, n, code + n1, sizeof code - (size_t)n1);
+        cr_assert_gt(n2, 0);
+        cr_assert(strstr(code, "#define FG_USER_AUX_GRAD 1") && strstr(code, "atomicAdd(aux.grad[0] + "));
+        compile_probe(code, "(fg_user_aux_grad(0.25f, 0.5f * t, 0, t % 2, t / 4, t % 4, t / 4 - t % 4, t % 4, 0.f, aux), 0.f)");
+    }
+    /* without trainable arrays: no site, FG_USER_AUX_GRAD 0 */
+    fg_mod m, g;
+    fg_error e;
+    cr_assert_eq(mod_trace("t.lua", ALIBI_MOD, strlen(ALIBI_MOD), &m, &e), FG_OK, "%s", e.msg);
+    mod_grad_site sites[MOD_MAX_GRAD_SITES];
+    int n = -1;
+    cr_assert_eq(mod_aux_grad(&m, &g, sites, &n, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(n, 0);
+    char small[64];
+    cr_assert_gt(mod_emit_aux_grad(&g, sites, 0, small, sizeof small), 0);
+    cr_assert_str_eq(small, "#define FG_USER_AUX_GRAD 0\n");
+    /* five places of a trainable array: refused */
+    static const char five[] = "aux = { w = fg.aux('f32', 1, 'trainable') }\n"
+                               "score_mod = function(s, b, h, q, kv)\n"
+                               "  return s + fg.load(w, 0) + fg.load(w, 1) + fg.load(w, 2) + fg.load(w, 3) + fg.load(w, 4)\n"
+                               "end\n";
+    cr_assert_eq(mod_trace("t.lua", five, strlen(five), &m, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(mod_aux_grad(&m, &g, sites, &n, &e), FG_ERR_UNSUPPORTED);
+    cr_assert(strstr(e.msg, "trainable aux arrays at more than 4 places"), "%s", e.msg);
+}
+
 /* The packed sequences' backward with a mod (the derivative of score_mod emitted beside it) compiles with NVRTC on
  * both families, causal, with the ALiBi score mod and the document mask. Their default tiles already take 255
  * registers without a mod, so a mod spills (0-144 bytes here: logged, and held under 256); tiles for mods in the

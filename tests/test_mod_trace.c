@@ -560,7 +560,7 @@ Test(mod_trace, aux_declarations_refused) {
         {"aux = { x = fg.aux(32, 1) }", "mod.lua:1:", "got 32"},
         {"aux = { x = fg.aux('f32', 3) }", "mod.lua:1:", "the rank (argument 2) is the integer 1 or 2, got 3"},
         {"aux = { x = fg.aux('f32', 1.0) }", "mod.lua:1:", "got 1.0"},
-        {"aux = { x = fg.aux('f32') }", "mod.lua:1:", "fg.aux takes 2 arguments"},
+        {"aux = { x = fg.aux('f32') }", "mod.lua:1:", "fg.aux takes 2 or 3 arguments"},
         {"aux = 5", "mod.lua: ", "the global aux must be a table"},
         {"aux = { fg.aux('f32', 1) }", "mod.lua:1:", "got a number key"},
         {"aux = { x = 5 }", "mod.lua: ", "aux['x'] must be an array's declaration"},
@@ -695,4 +695,29 @@ Test(mod_trace, host_allocation_failures) {
     fg_mod m;
     const alloc_walk w = {"tracing the T5 mod", &m, NULL, trace_t5, judge_t5, refused_t5, NULL, 1};
     alloc_walk_run(&w);
+}
+
+/* fg.aux's third argument: "trainable" on an f32 array (in the canonical text and so the id, which differs from the
+ * same mod without it); anything else, or on an i32 array, refused with its line. */
+Test(mod_trace, trainable_declarations) {
+    fg_mod m, plain;
+    trace_ok("aux = { t = fg.aux('f32', 2, 'trainable'), d = fg.aux('i32', 1) }\n"
+             "score_mod = function(s, b, h, q, kv) return s + fg.load(t, h, fg.load(d, q)) end\n", &m);
+    cr_assert_eq(m.aux[0].trainable, 0); /* d */
+    cr_assert_eq(m.aux[1].trainable, 1); /* t */
+    trace_ok("aux = { t = fg.aux('f32', 2), d = fg.aux('i32', 1) }\n"
+             "score_mod = function(s, b, h, q, kv) return s + fg.load(t, h, fg.load(d, q)) end\n", &plain);
+    char text[4096], a[MOD_ID_LEN + 1], b[MOD_ID_LEN + 1];
+    cr_assert_gt(mod_canonical(&m, text, sizeof text), 0);
+    cr_assert(strstr(text, "aux t f32 2 trainable\n"), "%s", text);
+    mod_id(&m, a), mod_id(&plain, b);
+    cr_assert_str_neq(a, b);
+    trace_fails("aux = { t = fg.aux('i32', 1, 'trainable') }\nmask_mod = function(b, h, q, kv) return fg.eq(fg.load(t, q), 0) end\n",
+                "mod.lua:1:", "an i32 array cannot be trainable");
+    trace_fails("aux = { t = fg.aux('f32', 1, 'train') }\nscore_mod = function(s, b, h, q, kv) return s end\n",
+                "mod.lua:1:", "argument 3 is \"trainable\" or absent, got \"train\"");
+    trace_fails("aux = { t = fg.aux('f32', 1, true) }\nscore_mod = function(s, b, h, q, kv) return s end\n",
+                "mod.lua:1:", "argument 3 is \"trainable\" or absent");
+    trace_fails("aux = { t = fg.aux('f32', 1, 'trainable', 2) }\nscore_mod = function(s, b, h, q, kv) return s end\n",
+                "mod.lua:1:", "fg.aux takes 2 or 3 arguments");
 }

@@ -15,9 +15,9 @@ static const char usage_mod[] =
     "\n"
     "Traces the custom mod in FILE (a Lua file setting score_mod and/or mask_mod, and aux: docs/mods.md) and\n"
     "prints what the generator makes of it: its id (the mod=ID its variants' names carry), the functions it\n"
-    "has, its aux arrays in the order a call passes them (name, dtype, rank), then its canonical text (the\n"
-    "expression tree, one node a line, that the id is the hash of). A refused mod prints the file:line and the\n"
-    "sentence, and exits 1. Needs no GPU.\n"
+    "has, its aux arrays in the order a call passes them (name, dtype, rank, and \"trainable\" where declared),\n"
+    "then its canonical text (the expression tree, one node a line, that the id is the hash of). A refused\n"
+    "mod prints the file:line and the sentence, and exits 1. Needs no GPU.\n"
     "\n"
     "      --cuda          print the device code emitted for the mod in place of the canonical text\n"
     "      --id            print the id alone, for scripts (to find the mod's variants in `bundle ls`)\n"
@@ -60,7 +60,8 @@ static int mod_show(const char *path, const fg_mod *m, const char *id, int cuda)
     printf("id %s\n", id);
     printf("functions%s%s\n", m->score >= 0 ? " score_mod" : "", m->mask >= 0 ? " mask_mod" : "");
     for (int i = 0; i < m->n_aux; i++)
-        printf("aux %s %s rank %d\n", m->aux[i].name, m->aux[i].is_int ? "i32" : "f32", m->aux[i].rank);
+        printf("aux %s %s rank %d%s\n", m->aux[i].name, m->aux[i].is_int ? "i32" : "f32", m->aux[i].rank,
+               m->aux[i].trainable ? " trainable" : "");
     if (m->n_aux == 0) printf("aux none\n");
     printf("nodes %d\n\n", m->n_nodes);
     /* canonical text: at most 96 bytes a node and 48 an aux (mod_id's bound); the device code MOD_EMIT_MAX */

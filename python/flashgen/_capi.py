@@ -180,6 +180,7 @@ class FgVarlenBwdArgs(ctypes.Structure):
         ("causal_top_left", ctypes.c_int),
         ("mod", ctypes.c_void_p),           # the forward's custom mod, or NULL
         ("mod_aux", FgTensor * FG_MOD_AUX_MAX),
+        ("mod_aux_grad", FgTensor * FG_MOD_AUX_MAX),  # written: trainable arrays' gradients, where set
     ]
 
 
@@ -319,6 +320,7 @@ def _declare(lib):
         "fg_mod_aux_count": (c_int, [vp]),
         "fg_mod_aux_info": (c_int, [vp, c_int, ctypes.POINTER(c_char_p), ctypes.POINTER(c_int),
                                     ctypes.POINTER(c_int)]),
+        "fg_mod_aux_trainable": (c_int, [vp, c_int]),
     }
     for name, (restype, argtypes) in protos.items():
         fn = getattr(lib, name)  # AttributeError here means a library from another flashgen: reported by the caller

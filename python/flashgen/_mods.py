@@ -20,13 +20,14 @@ _TORCH_DTYPES = {"f32": "torch.float32", "i32": "torch.int32"}  # str() of the t
 class Mod:
     """A custom score and/or mask mod: Lua text defining score_mod(s, b, h, q, kv) and/or mask_mod(b, h, q, kv)
     over fg's expression vocabulary, with its aux arrays declared as aux = { name = fg.aux('f32'|'i32', rank) }
+    (an f32 array declared fg.aux('f32', rank, 'trainable') gets its gradient under autograd)
     (docs/mods.md). The text is traced once, here (fg_mod_create); a mod outside the vocabulary raises
     FlashgenError (FG_ERR_CONFIG) whose message starts "name:line:" (or "name:" for the whole text). Pass it as mod= to attention_varlen,
     attention_with_kvcache, attention or explain_varlen, with its arrays as mod_aux=.
 
     id: the mod's id (16 hex digits; the mod=ID of its variants' names, so caches and bundles stay exact).
     aux: its aux arrays as [(name, dtype, rank)], dtype 'f32' or 'i32', in the order mod_aux takes them (by
-    name, byte order). A Mod is immutable and may be shared by threads; close() (or the end of a with block, or
+    name, byte order). trainable: the names of the arrays declared trainable (a frozenset). A Mod is immutable and may be shared by threads; close() (or the end of a with block, or
     garbage collection) frees the handle, and must not run while a call in another thread uses it. Kernels
     compiled for it stay valid: the library keeps every traced tree by its id for the life of the process
     (4096 distinct mods at most)."""
@@ -56,6 +57,7 @@ class Mod:
                 raise err
             self.aux.append((aux_name.value.decode(), _DTYPE_NAMES.get(dtype.value, "dtype %d" % dtype.value),
                              rank.value))
+        self.trainable = frozenset(n for i, (n, _, _) in enumerate(self.aux) if lib.fg_mod_aux_trainable(self._handle, i) == 1)
 
     @property
     def handle(self):
@@ -176,9 +178,15 @@ def mod_call(mod, mod_aux, fn, describe=False):
             raise ValueError("%s(): mod_aux has %d arrays; the mod declares %d: %s (in this order; or pass a dict "
                              "by name)" % (fn, len(given), len(names), declared))
     arrays = []
+    torch = sys.modules.get("torch")
     for (name, dtype, rank), x in zip(mod.aux, given):
         label = "mod_aux[%r]" % name
         _check_array(x, label, dtype, rank, fn)
+        if (getattr(x, "requires_grad", False) and name not in mod.trainable and torch is not None
+                and torch.is_grad_enabled()):
+            raise ValueError("%s(): %s requires grad, but the mod declares '%s' without 'trainable'; declare it "
+                             "fg.aux('%s', %d, 'trainable') for its gradient, or pass it detached"
+                             % (fn, label, name, dtype, rank))
         arrays.append((label, x))
     return ModCall(mod, arrays)
 
@@ -206,9 +214,24 @@ def set_mod(a, call):
     return views
 
 
-def needs_grad(call):
-    """True when autograd would need the mod's backward for an aux array (a learned f32 table)."""
+def grad_arrays(call):
+    """The aux arrays autograd must differentiate (trainable ones that require grad, with grad mode on), as
+    [(index in the mod's order, tensor)]; mod_call has refused one that requires grad without being trainable."""
     torch = sys.modules.get("torch")
     if call is None or torch is None or not torch.is_grad_enabled():
-        return False
-    return any(getattr(x, "requires_grad", False) for _, x in call.arrays)
+        return []
+    return [(i, x) for i, (_, x) in enumerate(call.arrays) if getattr(x, "requires_grad", False)]
+
+
+def set_aux_grads(a, call, grads):
+    """Writes the gradients' buffers (grads: {index in the mod's order: fp32 tensor of that array's shape}) into
+    FgVarlenBwdArgs a's mod_aux_grad; returns their Views for the device check."""
+    views = []
+    for i, g in grads.items():
+        shape = tuple(int(s) for s in g.shape)
+        dev = g.device
+        v = _tensors.View(int(g.data_ptr()), _capi.FG_DTYPE_F32, shape, _tensors.contiguous_strides(shape),
+                          dev.index if dev.index is not None else 0)
+        a.mod_aux_grad[i] = v.struct()
+        views.append(("mod_aux_grad[%r]" % call.mod.aux[i][0], v))
+    return views

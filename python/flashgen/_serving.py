@@ -89,6 +89,7 @@ def _varlen_args(pkg, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, 
     a.num_splits = int(num_splits)
     a.split_size = int(split_size)
     mods = dict(mods)
+    mods.pop("trained", None)  # (the autograd path's note of the aux arrays it differentiates)
     aux = _mods.set_mod(a, mods.pop("mod", None))
     _set_mods(a, q, **mods)
     return a, views, aux
@@ -159,23 +160,24 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     -inf); q and kv are positions within the sequence's queries and keys, from 0, b the sequence, h the query head.
     mod_aux: its aux arrays, a dict by name or a list in Mod.aux's order, each a contiguous CUDA tensor of the
     declared dtype (torch.float32 for f32, torch.int32 for i32) and rank; checked before anything is allocated
-    (ValueError naming the array). Under autograd a mod's backward runs too (score_mod's derivative in dS); its
-    aux arrays are not differentiated (one requiring grad raises NotImplementedError)."""
+    (ValueError naming the array). Under autograd a mod's backward runs too (score_mod's derivative in dS), and an
+    aux array declared 'trainable' that requires grad gets its gradient (summed by atomics: not with deterministic);
+    one that requires grad without the declaration raises ValueError."""
     pkg = _pkg()
     call = _mods.mod_call(mod, mod_aux, "attention_varlen")
-    if call is not None and _mods.needs_grad(call):
-        raise NotImplementedError("attention_varlen(mod=...): an aux array requires grad, and the gradients of aux "
-                                  "arrays are not there yet; pass it detached")
+    trained = _mods.grad_arrays(call)
     mods = dict(sinks=sinks, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
                 causal_top_left=causal_top_left)
-    if pkg._needs_grad(q, k, v, sinks):
+    if pkg._needs_grad(q, k, v, sinks) or trained:
         if out is not None or lse is not None or seqused_k is not None or num_splits or split_size:
             raise TypeError("attention_varlen() with autograd takes no out=, lse=, seqused_k, num_splits or "
                             "split_size")
         rest = {key: val for key, val in mods.items() if key != "sinks"}
         rest["mod"] = call
+        rest["trained"] = [i for i, _ in trained]  # (the backward runs with grad mode off: decided here)
         o, l = _varlen_function().apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                        bool(causal), softmax_scale, bool(deterministic), stream, sinks, rest)
+                                        bool(causal), softmax_scale, bool(deterministic), stream, sinks, rest,
+                                        *[x for _, x in trained])
         return (o, l) if return_lse else o
     return _run(pkg, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, None, max_seqlen_q, max_seqlen_k, causal,
                 softmax_scale, return_lse, out, lse, stream, num_splits, split_size, dict(mods, mod=call))
@@ -184,15 +186,16 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 def attention_varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                               causal=False, softmax_scale=None, deterministic=False, dq=None, dk=None, dv=None,
                               stream=None, sinks=None, window_size=None, softcap=0.0, alibi_slopes=None,
-                              causal_top_left=False, mod=None):
+                              causal_top_left=False, mod=None, mod_aux_grad=None):
     """The gradients (dq, dk, dv) of out = attention_varlen(q, k, v, ...) for dL/dout = dout, recomputed from the
     forward's out and lse ([heads_q, total_q], return_lse=True): the packed layouts of attention_varlen, causal
     bottom-right per sequence. v may have a head dim of its own (v.shape[-1], a multiple of 8 up to 256: DeepSeek's
     192/128), which out, dout and dv have. dq, dk, dv are allocated like q, k, v unless given; deterministic: bitwise-
     identical gradients from run to run (not with a window). The model variants (sinks, window_size, softcap,
     alibi_slopes, causal_top_left) must be the forward's, and its custom mod (mod: a checked ModCall, the Mod with its
-    aux arrays); with sinks the result is (dq, dk, dv, dsink), dsink fp32 [heads_q]. The fp32 workspace is allocated
-    on the launch stream."""
+    aux arrays); with sinks the result is (dq, dk, dv, dsink), dsink fp32 [heads_q]. mod_aux_grad: {index of a
+    trainable aux array in the mod's order: an fp32 CUDA tensor of its shape}, written with that array's gradient. The
+    fp32 workspace is allocated on the launch stream."""
     pkg = _pkg()
     torch = pkg._torch()
     handle = pkg._stream_handle(stream, q)
@@ -215,6 +218,8 @@ def attention_varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_
     a.causal, a.deterministic = int(bool(causal)), int(bool(deterministic))
     _set_mods(a, q, sinks, window_size, softcap, alibi_slopes, causal_top_left)
     aux = _mods.set_mod(a, mod)
+    if mod_aux_grad:
+        aux = aux + _mods.set_aux_grads(a, mod, mod_aux_grad)
     dsink = None
     if sinks is not None:
         dsink = torch.empty(q.shape[-2], dtype=torch.float32, device=q.device)
@@ -237,7 +242,8 @@ def _varlen_function():
 
         class VarlenAttention(torch.autograd.Function):
             @staticmethod
-            def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, deterministic, stream, sinks, mods):
+            def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, deterministic, stream, sinks, mods,
+                        *trained):  # trained: the aux arrays to differentiate (mods' ModCall holds them too)
                 o, l = _run(_pkg(), q, k, v, cu_q, cu_k, None, None, max_q, max_k, causal, scale, True, None, None,
                             stream, 0, 0, dict(mods, sinks=sinks))
                 ctx.save_for_backward(q, k, v, o, l, cu_q, cu_k, sinks)
@@ -258,12 +264,17 @@ def _varlen_function():
                     cu_k = torch.arange(b + 1, dtype=torch.int32, device=q.device) * max_k
                     q, k, v, o, do = (x.reshape((-1,) + tuple(x.shape[2:])) for x in (q, k, v, o, do))
                     l = l.permute(1, 0, 2).reshape(l.shape[1], -1)
+                mods = dict(mods)
+                trained, call = mods.pop("trained"), mods.get("mod")
+                want = {i: torch.empty(call.arrays[i][1].shape, dtype=torch.float32, device=q.device)
+                        for n, i in enumerate(trained) if ctx.needs_input_grad[13 + n]}
                 g = attention_varlen_backward(q, k, v, o, l, do, cu_q, cu_k, max_q, max_k, causal, scale,
-                                              deterministic, stream=stream, sinks=sinks, **mods)
+                                              deterministic, stream=stream, sinks=sinks, mod_aux_grad=want, **mods)
                 if shapes is not None:
                     g = tuple(x.view(sh) for x, sh in zip(g[:3], shapes)) + tuple(g[3:])
                 dsink = g[3] if sinks is not None and ctx.needs_input_grad[11] else None
-                return g[0], g[1], g[2], None, None, None, None, None, None, None, None, dsink, None
+                return ((g[0], g[1], g[2], None, None, None, None, None, None, None, None, dsink, None) +
+                        tuple(want.get(i) for i in trained))
 
         _VARLEN_FN = VarlenAttention
     return _VARLEN_FN

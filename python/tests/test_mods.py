@@ -4,8 +4,9 @@ docs/mods.md).
 Without a GPU (the library built, no PyTorch needed): a mod's tracing, its id and aux declarations, a bad mod's
 FlashgenError with its file:line, closing; mod_aux's checks raising ValueError naming the array and the rule
 before anything is allocated (on torch-like stand-ins, and on CPU torch tensors where PyTorch is installed);
-the FgVarlenArgs the binding fills; NotImplementedError for an aux array that requires grad. On a GPU (skipped with the
-reason without one): a document mask and an ALiBi score mod through attention_varlen against a float32 reference
+the FgVarlenArgs the binding fills; ValueError for an aux array that requires grad but is not declared trainable. On a
+GPU (skipped with the reason without one): a document mask and an ALiBi score mod through attention_varlen against a
+float32 reference, the gradients of trainable aux arrays (a bias table, a per-head temperature) against autograd on it
 computed here, both mods at once with mod_aux by name and in order, a decode over a KV cache, the dense
 flashgen.attention route, explain_varlen naming the mod, and the Python example of docs/mods.md as printed.
 
@@ -222,17 +223,20 @@ class TorchChecksTest(unittest.TestCase):
                 flashgen.attention_varlen(q, q, q, None, None, 4, 4, mod=m, mod_aux=[t])
             self.assertIn("must be contiguous", str(cm.exception))
 
-    def test_aux_arrays_requiring_grad_are_refused(self):
+    def test_aux_arrays_requiring_grad_need_the_trainable_declaration(self):
         if not torch.cuda.is_available():
             self.skipTest("the aux array's checks want a CUDA tensor first")
         m = flashgen.Mod(ALIBI)
+        self.assertEqual(m.trainable, frozenset())
+        self.assertEqual(flashgen.Mod(ALIBI.replace("fg.aux('f32', 1)", "fg.aux('f32', 1, 'trainable')")).trainable,
+                         frozenset({"slope"}))
         q = torch.zeros(4, 8, 64, dtype=torch.bfloat16, device="cuda")
         slopes = torch.ones(8, device="cuda", requires_grad=True)
         for call in (lambda: flashgen.attention_varlen(q, q, q, None, None, 4, 4, mod=m, mod_aux=[slopes]),
                      lambda: flashgen.attention(q[None], q[None], q[None], mod=m, mod_aux=[slopes])):
-            with self.assertRaises(NotImplementedError) as cm:
+            with self.assertRaises(ValueError) as cm:
                 call()
-            self.assertIn("gradients of aux arrays are not there yet", str(cm.exception))
+            self.assertIn("without 'trainable'; declare it fg.aux('f32', 1, 'trainable')", str(cm.exception))
 
 
 # ====================================================================== GPU tests
@@ -304,6 +308,55 @@ class ModGpuTest(unittest.TestCase):
                 for got, want, name in ((dq[lo:hi], rq, "dq"), (dk[lo:hi], rk, "dk"), (dv[lo:hi], rv, "dv")):
                     close(self, got, want, "%s of sequence %d (%s)" % (name, b, "alibi" if causal else "softcap+doc"),
                           tol=5e-2 * max(1.0, want.abs().max().item()))
+
+    def test_gradients_of_trainable_aux_arrays(self):
+        """A relative-position bias table [8, 65] and a per-head temperature declared trainable: their gradients
+        (summed over every score by the kernel's atomics) against torch.autograd on the float32 reference, with q,
+        k, v's, causal and not, through attention_varlen and the dense flashgen.attention."""
+        torch.manual_seed(11)
+        text = ("aux = { bias = fg.aux('f32', 2, 'trainable'), temp = fg.aux('f32', 1, 'trainable') }\n"
+                "score_mod = function(s, b, h, q, kv)\n"
+                "  return s * fg.load(temp, h) + fg.load(bias, h, fg.min(fg.max(kv - q, -32), 32) + 32)\n"
+                "end\n")
+        m = flashgen.Mod(text, name="trained.lua")
+        self.assertEqual(m.trainable, frozenset({"bias", "temp"}))
+        lens = [150, 1, 90]
+        cu = offsets(lens)
+        n = sum(lens)
+        for causal in (True, False):
+            bias = (0.1 * torch.randn(8, 65, device="cuda")).requires_grad_()
+            temp = (1 + 0.1 * torch.randn(8, device="cuda")).requires_grad_()
+            q = torch.randn(n, 8, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            k = torch.randn(n, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            v = torch.randn(n, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            do = torch.randn(n, 8, 64, device="cuda", dtype=torch.bfloat16)
+            o = flashgen.attention_varlen(q, k, v, cu, cu, max(lens), max(lens), causal=causal, mod=m,
+                                          mod_aux={"bias": bias, "temp": temp})
+            got = torch.autograd.grad(o, (q, bias, temp), do)
+            rb, rt = bias.detach().clone().requires_grad_(), temp.detach().clone().requires_grad_()
+            rq = q.detach().float().requires_grad_()
+            outs = []
+            for b, (lo, hi) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
+                def score(s, b_, h, i, j):
+                    return s * rt[h] + rb[h.expand_as(s), (j - i).clamp(-32, 32).expand_as(s) + 32]
+                ro, _ = reference32(rq[lo:hi], k.detach()[lo:hi], v.detach()[lo:hi], b, causal, score=score)
+                outs.append(ro)
+            want = torch.autograd.grad(torch.cat(outs), (rq, rb, rt), do.float())
+            for g, w, name in zip(got, want, ("dq", "dbias", "dtemp")):
+                close(self, g, w, "%s (%s)" % (name, "causal" if causal else "not causal"),
+                      tol=2e-2 * max(1.0, w.abs().max().item()))
+        # the dense route takes the same gradients
+        bias = (0.1 * torch.randn(8, 65, device="cuda")).requires_grad_()
+        temp = torch.ones(8, device="cuda", requires_grad=True)
+        q = torch.randn(2, 70, 8, 64, device="cuda", dtype=torch.bfloat16)
+        k, v = torch.randn(2, 2, 70, 2, 64, device="cuda", dtype=torch.bfloat16)
+        o = flashgen.attention(q, k, v, causal=True, mod=m, mod_aux=[bias, temp])
+        (gb,) = torch.autograd.grad(o.float().sum(), (bias,))
+        packed = [x.reshape(-1, *x.shape[2:]) for x in (q, k, v)]
+        cu2 = offsets([70, 70])
+        o2 = flashgen.attention_varlen(*packed, cu2, cu2, 70, 70, causal=True, mod=m, mod_aux=[bias, temp])
+        (gb2,) = torch.autograd.grad(o2.float().sum(), (bias,))
+        close(self, gb, gb2, "dbias dense against packed", tol=1e-3 * max(1.0, gb2.abs().max().item()))
 
     LENS = [5, 0, 1, 130, 64, 17]  # self-attention sequences, 0 and 1 among them
 

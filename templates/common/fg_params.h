@@ -22,6 +22,7 @@
 #define FG_MAP_BLOCK 64
 typedef struct fg_mod_aux {
     const void *ptr[FG_MOD_MAX_AUX];
+    float *grad[FG_MOD_MAX_AUX]; /* the backward's: a trainable array's gradient (f32, its shape), or null for none */
     int extent[FG_MOD_MAX_AUX][2];
     const unsigned char *map;
     const int *span_rows, *span_cols;

@@ -34,6 +34,9 @@
 #ifndef FG_USER_MASK
 #define FG_USER_MASK 0
 #endif
+#ifndef FG_USER_AUX_GRAD // the backward adds into trainable aux arrays' gradients (fg_user_aux_grad)
+#define FG_USER_AUX_GRAD 0
+#endif
 constexpr bool FG_SCORE_MODS = FG_SOFTCAP || FG_ALIBI; // a transform on every score, not only masked blocks
 #define FG_MODS (FG_WINDOW || FG_SINKS || FG_SOFTCAP || FG_ALIBI) // any model variant (for #if)
 #define FG_USER_MODS (FG_USER_SCORE || FG_USER_MASK)                // a custom mod (generator/mod.h)
