@@ -3,8 +3,9 @@
  * Location: explicit directory, else $FLASHGEN_CACHE_DIR, else $XDG_CACHE_HOME/flashgen, else
  * $HOME/.cache/flashgen (never a shared /tmp path). The directory is created 0700; a directory owned by
  * another user, writable by group or others, or a symbolic link, is refused with a sentence, and so is one
- * whose path (symbolic links resolved) passes through a directory another user could change: owned by
- * someone other than root and this user, or writable by group or others without the sticky bit. The
+ * whose path, walked as the kernel resolves it, passes through something another user could change: a
+ * directory owned by someone other than root and this user or writable by group or others without the
+ * sticky bit, or a symbolic link owned by another user. The
  * directory checked is remembered (device and inode): each access opens it again and works relative to
  * that descriptor (openat, renameat, unlinkat) only if it is the same directory, so a directory swapped
  * in under its path later is never read or written.
