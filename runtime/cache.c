@@ -798,7 +798,7 @@ fg_status cache_prune(const fg_disk_cache *cache, unsigned long long max_bytes, 
     }
     int gone = n_tmp;
     unsigned long long out = tmp_bytes;
-    if (st == FG_OK && total > max_bytes) {
+    if (st == FG_OK && max_bytes > 0 && total > max_bytes) { /* 0: no bound, as FLASHGEN_CACHE_MAX_MB=0 */
         if (n > 1) qsort(v, n, sizeof *v, lru_older);
         for (size_t i = 0; i < n && total > max_bytes; i++) {
             char path[4096 + 96];

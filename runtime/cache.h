@@ -94,7 +94,7 @@ typedef struct fg_cache_usage {
 fg_status cache_usage(const fg_disk_cache *cache, fg_cache_usage *u, fg_error *err);
 
 /* Removes the least recently used entries (oldest mtime first) until the entries' bytes are at most
- * max_bytes, and the abandoned temporary files. *removed and *freed (may be NULL) say what went. FG_OK, or
+ * max_bytes (0: no bound, as FLASHGEN_CACHE_MAX_MB=0 means, so no entry goes), and the abandoned temporary files. *removed and *freed (may be NULL) say what went. FG_OK, or
  * FG_ERR_IO naming the file that could not be removed. */
 fg_status cache_prune(const fg_disk_cache *cache, unsigned long long max_bytes, int *removed,
                       unsigned long long *freed, fg_error *err);
