@@ -157,36 +157,75 @@ static fg_status check_dir(const char *dir, fg_error *err) {
     return FG_OK;
 }
 
-/* Refuses a cache directory whose real path passes through a directory another user could change (the entry
- * names are public, so whoever can swap a component can plant checksummed code): every ancestor of the
- * resolved path must be owned by root or this user and not be writable by group or others unless it has the
- * sticky bit (as /tmp does, where others can add but not rename or remove what this user owns). */
-static fg_status check_parents(const char *dir, fg_error *err) {
-    char real[PATH_MAX];
-    if (!realpath(dir, real))
-        return fg_fail(err, FG_ERR_IO, "cannot resolve the cache directory '%s': %s.", dir, strerror(errno));
-    char part[PATH_MAX];
-    const size_t n = strlen(real);
-    for (size_t i = 1; i <= n; i++) {
-        if (real[i] != '/' && real[i] != '\0') continue;
-        if (i == n) break; /* the directory itself: check_dir's */
-        memcpy(part, real, i);
-        part[i] = '\0';
-        struct stat st;
-        if (stat(i == 0 ? "/" : part, &st) != 0)
-            return fg_fail(err, FG_ERR_IO, "cannot stat '%s', a parent of the cache directory: %s.", part, strerror(errno));
-        if (st.st_uid != 0 && st.st_uid != geteuid())
-            return fg_fail(err, FG_ERR_IO, "refusing the cache directory '%s': its parent '%s' is owned by uid %ld, who "
-                           "could replace the cache directory with one of their own.", dir, part, (long)st.st_uid);
-        if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
-            return fg_fail(err, FG_ERR_IO, "refusing the cache directory '%s': its parent '%s' (mode %04o) is "
-                           "writable by group or others without the sticky bit, so another user could replace "
-                           "the cache directory.", dir, part, (unsigned)(st.st_mode & 07777));
-    }
-    struct stat root;
-    if (stat("/", &root) == 0 && (root.st_mode & (S_IWGRP | S_IWOTH)) && !(root.st_mode & S_ISVTX))
-        return fg_fail(err, FG_ERR_IO, "refusing the cache directory '%s': '/' is writable by group or others.", dir);
+/* Refuses a lookup in directory `cur` (a real path) that another user could change: `cur` must be owned by root
+ * or this user and not be writable by group or others unless it has the sticky bit (as /tmp does, where others
+ * can add but not rename or remove what this user owns). dir names the cache directory in messages. */
+static fg_status check_lookup_dir(const char *dir, const char *cur, fg_error *err) {
+    struct stat st;
+    if (stat(cur, &st) != 0)
+        return fg_fail(err, FG_ERR_IO, "cannot stat '%s', a parent of the cache directory: %s.", cur, strerror(errno));
+    if (st.st_uid != 0 && st.st_uid != geteuid())
+        return fg_fail(err, FG_ERR_IO, "refusing the cache directory '%s': its parent '%s' is owned by uid %ld, who "
+                       "could replace the cache directory with one of their own.", dir, cur, (long)st.st_uid);
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
+        return fg_fail(err, FG_ERR_IO, "refusing the cache directory '%s': its parent '%s' (mode %04o) is "
+                       "writable by group or others without the sticky bit, so another user could replace "
+                       "the cache directory.", dir, cur, (unsigned)(st.st_mode & 07777));
     return FG_OK;
+}
+
+/* Refuses a cache directory whose path passes through anything another user could change (the entry names are
+ * public, so whoever can swap a component can plant checksummed code). The absolute path is walked as the kernel
+ * resolves it, one component at a time: every directory a name is looked up in passes check_lookup_dir, and every
+ * symbolic link followed on the way must be owned by root or this user (its owner can point it elsewhere, in a
+ * sticky directory too). A link's own directory is checked even where its target's real path avoids it. The
+ * last component itself is check_dir's. At most 40 links are followed (the kernel's bound). */
+static fg_status check_parents(const char *dir, fg_error *err) {
+    char cur[PATH_MAX] = "/", rest[PATH_MAX], next[PATH_MAX], target[PATH_MAX];
+    if (snprintf(rest, sizeof rest, "%s", dir) >= (int)sizeof rest)
+        return fg_fail(err, FG_ERR_IO, "the cache directory '%s' is longer than %d bytes.", dir, PATH_MAX - 1);
+    int links = 0;
+    for (char *p = rest;;) {
+        while (*p == '/') p++;
+        if (!*p) return FG_OK;
+        char *name = p;
+        while (*p && *p != '/') p++;
+        const int last = !*p;
+        if (*p) *p++ = '\0';
+        if (last) return check_lookup_dir(dir, cur, err); /* the directory holding the cache directory */
+        if (strcmp(name, ".") == 0) continue;
+        if (strcmp(name, "..") == 0) { /* cur is a real path: its parent is its text up to the last '/' */
+            char *slash = strrchr(cur, '/');
+            slash[slash == cur] = '\0';
+            continue;
+        }
+        fg_status st = check_lookup_dir(dir, cur, err);
+        if (st != FG_OK) return st;
+        if (snprintf(next, sizeof next, "%s%s%s", cur, strcmp(cur, "/") == 0 ? "" : "/", name) >= (int)sizeof next)
+            return fg_fail(err, FG_ERR_IO, "the cache directory '%s' resolves to more than %d bytes.", dir, PATH_MAX - 1);
+        struct stat ls;
+        if (lstat(next, &ls) != 0)
+            return fg_fail(err, FG_ERR_IO, "cannot stat '%s', a parent of the cache directory: %s.", next, strerror(errno));
+        if (!S_ISLNK(ls.st_mode)) {
+            memcpy(cur, next, strlen(next) + 1);
+            continue;
+        }
+        if (ls.st_uid != 0 && ls.st_uid != geteuid())
+            return fg_fail(err, FG_ERR_IO, "refusing the cache directory '%s': its path goes through the symbolic link "
+                           "'%s', owned by uid %ld, who could point it at a directory of their own.", dir, next,
+                           (long)ls.st_uid);
+        const ssize_t n = readlink(next, target, sizeof target - 1);
+        if (n < 0 || ++links > 40)
+            return fg_fail(err, FG_ERR_IO, "cannot resolve the cache directory '%s' at '%s': %s.", dir, next,
+                           n < 0 ? strerror(errno) : "more than 40 symbolic links");
+        target[n] = '\0';
+        /* the walk goes on with the link's text in place of its name, from / when it is absolute */
+        if (snprintf(next, sizeof next, "%s/%s", target, p) >= (int)sizeof next)
+            return fg_fail(err, FG_ERR_IO, "the cache directory '%s' resolves to more than %d bytes.", dir, PATH_MAX - 1);
+        memcpy(rest, next, strlen(next) + 1);
+        p = rest;
+        if (target[0] == '/') strcpy(cur, "/");
+    }
 }
 
 /* The cache directory, opened again for one access: a descriptor if it is still the directory cache_open
@@ -759,7 +798,7 @@ fg_status cache_prune(const fg_disk_cache *cache, unsigned long long max_bytes, 
     }
     int gone = n_tmp;
     unsigned long long out = tmp_bytes;
-    if (st == FG_OK && total > max_bytes) {
+    if (st == FG_OK && max_bytes > 0 && total > max_bytes) { /* 0: no bound, as FLASHGEN_CACHE_MAX_MB=0 */
         if (n > 1) qsort(v, n, sizeof *v, lru_older);
         for (size_t i = 0; i < n && total > max_bytes; i++) {
             char path[4096 + 96];

@@ -3,8 +3,9 @@
  * Location: explicit directory, else $FLASHGEN_CACHE_DIR, else $XDG_CACHE_HOME/flashgen, else
  * $HOME/.cache/flashgen (never a shared /tmp path). The directory is created 0700; a directory owned by
  * another user, writable by group or others, or a symbolic link, is refused with a sentence, and so is one
- * whose path (symbolic links resolved) passes through a directory another user could change: owned by
- * someone other than root and this user, or writable by group or others without the sticky bit. The
+ * whose path, walked as the kernel resolves it, passes through something another user could change: a
+ * directory owned by someone other than root and this user or writable by group or others without the
+ * sticky bit, or a symbolic link owned by another user. The
  * directory checked is remembered (device and inode): each access opens it again and works relative to
  * that descriptor (openat, renameat, unlinkat) only if it is the same directory, so a directory swapped
  * in under its path later is never read or written.
@@ -93,7 +94,7 @@ typedef struct fg_cache_usage {
 fg_status cache_usage(const fg_disk_cache *cache, fg_cache_usage *u, fg_error *err);
 
 /* Removes the least recently used entries (oldest mtime first) until the entries' bytes are at most
- * max_bytes, and the abandoned temporary files. *removed and *freed (may be NULL) say what went. FG_OK, or
+ * max_bytes (0: no bound, as FLASHGEN_CACHE_MAX_MB=0 means, so no entry goes), and the abandoned temporary files. *removed and *freed (may be NULL) say what went. FG_OK, or
  * FG_ERR_IO naming the file that could not be removed. */
 fg_status cache_prune(const fg_disk_cache *cache, unsigned long long max_bytes, int *removed,
                       unsigned long long *freed, fg_error *err);

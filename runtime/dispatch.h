@@ -129,7 +129,8 @@ fg_status rt_fwd_launch_varlen(fg_context *ctx, const fg_spec *spec, const fg_fw
 /* ---- mask_map.c: a custom mask's block map (templates/mod_classify.cuh) */
 
 /* The workspace bytes of the block map of mod m (NULL, or a mask that reads no aux array: 0) for batch sequences
- * of up to rows queries and keys keys with heads query heads, a multiple of 256. */
+ * of up to rows queries and keys keys with heads query heads, a multiple of 256; SIZE_MAX when they do not fit in
+ * size_t (rt_check_mod refuses such a call). */
 size_t rt_mask_map_bytes(const struct fg_mod *m, int batch, int heads, long long rows, long long keys);
 /* Fills mod m's map at mem (rt_mask_map_bytes of the same shapes) on stream by fn_map (the module's, of a variant
  * with spec_mask_map: kernels_functions) and points aux at it (map, span_rows, span_cols, map_heads, map_rows,
@@ -260,9 +261,10 @@ fg_status serving_check_view(const fg_tensor *t, const char *name, int ndim, con
 fg_status serving_args_copy(const fg_varlen_args *a, fg_varlen_args *out, fg_error *err);
 /* A call's custom mod (NULL: none) and its aux arrays (FG_MOD_AUX_MAX entries): the arrays against the mod's
  * declarations (need_data: the pointers too), and the kernels' fg_mod_aux of them (serving_args.c). rows and keys
- * bound a sequence's queries and keys: a mod takes fewer than 2^23 of each (its positions are exact in fp32). */
-fg_status rt_check_mod(const fg_mod *m, const fg_tensor *aux, int need_data, long long rows, long long keys,
-                       fg_error *err);
+ * bound a sequence's queries and keys: a mod takes fewer than 2^23 of each (its positions are exact in fp32); a
+ * mask's block map for batch sequences and heads query heads must fit in size_t (rt_mask_map_bytes). */
+fg_status rt_check_mod(const fg_mod *m, const fg_tensor *aux, int need_data, int batch, int heads, long long rows,
+                       long long keys, fg_error *err);
 void rt_mod_aux(const fg_mod *m, const fg_tensor *aux, fg_mod_aux *out);
 /* Checks a serving call's host-visible arguments (need_data: a launch follows, so pointers must be set and
  * aligned and outputs disjoint from inputs) and describes it in *c. */

@@ -3,6 +3,7 @@
  * module) writes the verdict of every 64 x 64 block of each sequence into the call's workspace, with each row
  * block's and key block's span of blocks not hidden, and the attention kernels trim their tiles to the spans,
  * skip the blocks the map hides and evaluate no mask in those it keeps whole. */
+#include <stdint.h>
 #include <string.h>
 #include "generator/mod.h"
 #include "runtime/dispatch.h"
@@ -16,28 +17,37 @@ typedef struct map_layout {
     size_t total;
 } map_layout;
 
+/* The layout of mod m's map for the call's shapes into *L: 1, or 0 when the call has none (the mask reads no aux
+ * array), or -1 when its bytes do not fit in size_t (rt_check_mod refuses such a call). */
 static int layout(const fg_mod *m, int batch, int heads, long long rows, long long keys, map_layout *L) {
     memset(L, 0, sizeof *L);
     if (!m || !mod_mask_reads_aux(m) || batch <= 0 || rows <= 0 || keys <= 0) return 0;
-    const size_t seqs = (size_t)batch * (size_t)map_heads(m, heads);
-    L->n_rows = seqs * (size_t)((rows + FG_MAP_BLOCK - 1) / FG_MAP_BLOCK);
-    L->n_cols = seqs * (size_t)((keys + FG_MAP_BLOCK - 1) / FG_MAP_BLOCK);
-    L->bytes = L->n_rows / seqs * L->n_cols;
-    L->spans = (L->bytes + 255) / 256 * 256;
-    L->total = L->spans + ((2 * (L->n_rows + L->n_cols) * sizeof(int) + 255) / 256 * 256);
+    const size_t seqs = (size_t)batch * (size_t)map_heads(m, heads); /* both below 2^31: no overflow */
+    const size_t row_blocks = (size_t)((rows + FG_MAP_BLOCK - 1) / FG_MAP_BLOCK);
+    const size_t col_blocks = (size_t)((keys + FG_MAP_BLOCK - 1) / FG_MAP_BLOCK);
+    size_t span_bytes;
+    if (__builtin_mul_overflow(seqs, row_blocks, &L->n_rows) || __builtin_mul_overflow(seqs, col_blocks, &L->n_cols) ||
+        __builtin_mul_overflow(row_blocks, L->n_cols, &L->bytes) || __builtin_add_overflow(L->bytes, 255, &L->spans) ||
+        __builtin_add_overflow(L->n_rows, L->n_cols, &span_bytes) ||
+        __builtin_mul_overflow(span_bytes, 2 * sizeof(int), &span_bytes) ||
+        __builtin_add_overflow(span_bytes, 255, &span_bytes))
+        return -1;
+    L->spans = L->spans / 256 * 256;
+    if (__builtin_add_overflow(L->spans, span_bytes / 256 * 256, &L->total)) return -1;
     return 1;
 }
 
 size_t rt_mask_map_bytes(const fg_mod *m, int batch, int heads, long long rows, long long keys) {
     map_layout L;
-    return layout(m, batch, heads, rows, keys, &L) ? L.total : 0;
+    const int has = layout(m, batch, heads, rows, keys, &L);
+    return has < 0 ? SIZE_MAX : has ? L.total : 0;
 }
 
 fg_status rt_mask_map_fill(fg_context *ctx, const fg_mod *m, CUfunction fn_map, void *mem, int batch, int heads,
                            long long rows, long long keys, const int *cu_q, const int *cu_k, const int *used_k,
                            int total_q, int total_k, fg_mod_aux *aux, void *stream, fg_error *err) {
     map_layout L;
-    if (!fn_map || !mem || !layout(m, batch, heads, rows, keys, &L)) return FG_OK;
+    if (!fn_map || !mem || layout(m, batch, heads, rows, keys, &L) <= 0) return FG_OK;
     fg_mask_map_params p;
     memset(&p, 0, sizeof p);
     aux->map = (const unsigned char *)mem;

@@ -214,7 +214,8 @@ fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c,
     c->causal = a->causal;
     const variant_args va = VARIANT_ARGS_OF(a);
     if ((st = serving_check_variants(&va, c->seqlen_q, c->seqlen_k, need_data, &c->var, err)) != FG_OK) return st;
-    if ((st = rt_check_mod(a->mod, a->mod_aux, need_data, c->seqlen_q, c->packed_k ? c->max_k : c->seqlen_k, err)) != FG_OK)
+    if ((st = rt_check_mod(a->mod, a->mod_aux, need_data, c->batch, c->hq, c->seqlen_q, c->packed_k ? c->max_k : c->seqlen_k,
+                           err)) != FG_OK)
         return st;
     if (a->mod) mod_id(a->mod, c->mod_id);
     if (need_data) {
@@ -367,14 +368,18 @@ fg_status serving_check_device_inputs(fg_context *ctx, const fg_varlen_args *a, 
 
 /* ---- a call's custom mod (fg_varlen_args, fg_varlen_bwd_args) ---- */
 
-fg_status rt_check_mod(const fg_mod *m, const fg_tensor *aux, int need_data, long long rows, long long keys,
-                       fg_error *err) {
+fg_status rt_check_mod(const fg_mod *m, const fg_tensor *aux, int need_data, int batch, int heads, long long rows,
+                       long long keys, fg_error *err) {
     const int n = m ? m->n_aux : 0;
     /* a mod computes with positions in fp32 (generator/mod_emit.c's shadows): exact below 2^23, with their sums */
     if (m && (rows >= (1 << 23) || keys >= (1 << 23)))
         return fg_fail(err, FG_ERR_UNSUPPORTED, "a call with a custom mod takes sequences of fewer than 2^23 (8388608) "
                        "queries and keys, where a mod's positions and their differences are exact in fp32; this one's "
                        "longest has %lld %s", rows >= (1 << 23) ? rows : keys, rows >= (1 << 23) ? "queries" : "keys");
+    /* the workspace query reports the map's bytes: a size that wrapped would let a small workspace through */
+    if (rt_mask_map_bytes(m, batch, heads, rows, keys) == SIZE_MAX)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the custom mask's block map for %d sequences x %d heads_q of up to "
+                       "%lld queries and %lld keys does not fit in size_t: the call is too large", batch, heads, rows, keys);
     for (int i = 0; i < FG_MOD_AUX_MAX; i++) {
         const fg_tensor *t = &aux[i];
         if (i >= n) {

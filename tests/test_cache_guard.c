@@ -193,6 +193,37 @@ Test(cache, parent_writable_by_others_without_sticky_bit_is_refused) {
     cr_assert_eq(chmod(parent, 0700), 0);
 }
 
+/* Issue 37 item 4: a symbolic link among the cache directory's parents is followed only where no other user could
+ * change the walk: a link in a directory writable by others without the sticky bit (which its realpath never shows)
+ * is refused, naming that directory; one in a private directory is followed; as root, a link another user owns is
+ * refused too (in a sticky directory its owner can still point it elsewhere). */
+Test(cache, symlinked_parent_component_is_checked) {
+    char open_dir[300], safe[300], link[400], dir[500];
+    snprintf(open_dir, sizeof open_dir, "%s/open", g_root);
+    snprintf(safe, sizeof safe, "%s/safe", g_root);
+    snprintf(link, sizeof link, "%s/link", open_dir);
+    snprintf(dir, sizeof dir, "%s/cache", link);
+    cr_assert_eq(mkdir(open_dir, 0700), 0);
+    cr_assert_eq(mkdir(safe, 0700), 0);
+    cr_assert_eq(symlink(safe, link), 0);
+    cr_assert_eq(chmod(open_dir, 0777), 0);
+    fg_disk_cache c;
+    fg_error err;
+    fg_error_clear(&err);
+    cr_assert_eq(cache_open(&c, dir, &err), FG_ERR_IO, "a link in a directory anyone can write was followed");
+    cr_assert(strstr(err.msg, "without the sticky bit") && strstr(err.msg, open_dir), "%s", err.msg);
+    cr_assert_eq(chmod(open_dir, 0700), 0);
+    fg_error_clear(&err);
+    cr_assert_eq(cache_open(&c, dir, &err), FG_OK, "a link in a private directory: %s", err.msg);
+    if (geteuid() != 0) return; /* only root can give a link to another user */
+    cr_assert_eq(chmod(open_dir, 01777), 0);
+    cr_assert_eq(lchown(link, 65534, 65534), 0, "%s", strerror(errno));
+    fg_error_clear(&err);
+    cr_assert_eq(cache_open(&c, dir, &err), FG_ERR_IO, "another user's link was followed");
+    cr_assert(strstr(err.msg, "symbolic link") && strstr(err.msg, "uid 65534") && strstr(err.msg, link), "%s", err.msg);
+    cr_assert_eq(chmod(open_dir, 0700), 0);
+}
+
 /* Issue 37's knobs: a bad FLASHGEN_CACHE_MAX_MB is refused with a sentence naming it; a switch set to something
  * other than 0 or 1 is named (a context logs it as a warning) instead of silently reading as its default. */
 Test(cache, bad_knob_values_are_named) {

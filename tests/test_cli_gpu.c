@@ -424,3 +424,51 @@ Test(cli, cache_refuses_an_unsafe_directory) {
     cr_expect_not_null(strstr(r.err, bad), "the message names the directory: %s", r.err);
     run_free(&r);
 }
+
+/* Issue 37 item 5: `cache prune` applies --max-mb N, least recently used first; 0, from --max-mb or from
+ * FLASHGEN_CACHE_MAX_MB, means no bound as it does for a compile (prune removed every entry), so only the
+ * temporary files of killed writers go. ls, verify and info count the temporary file of a live writer. */
+Test(cli, cache_prune_bounds_entries_and_counts_temporary_files) {
+    const char *a = "arch=sm_80,block_m=64,block_n=64,causal=0,dtype=fp16,head_dim=64,kind=fwd,stages=2,warps=4";
+    const char *b = "arch=sm_90,block_m=128,block_n=64,causal=1,dtype=bf16,head_dim=128,kind=fwd,stages=2,warps=8";
+    put_entry(g_cache, a, (size_t)3 << 19); /* 1.5 MiB: past a 1 MiB bound alone */
+    put_entry(g_cache, b, 5678);
+    char entry_a[512], entry_b[512], live[256];
+    find_entry(g_cache, a, entry_a, sizeof entry_a);
+    find_entry(g_cache, b, entry_b, sizeof entry_b);
+    const struct timespec old[2] = {{1000000000, 0}, {1000000000, 0}}; /* a used long before b */
+    cr_assert_eq(utimensat(AT_FDCWD, entry_a, old, 0), 0);
+    snprintf(live, sizeof live, "%s/.tmp-%d-1-0-x.cubin", g_cache, (int)getpid()); /* this process writes it */
+    write_text(live, "being written");
+    setenv("FLASHGEN_CACHE_MAX_MB", "0", 1);
+    run_result r = RUN("cache", "prune");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "removed 0 files") && strstr(r.out, "2 entries") && strstr(r.out, "no bound"),
+                       "%s", r.out);
+    run_free(&r);
+    r = RUN("cache", "prune", "--max-mb", "0");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "2 entries") && strstr(r.out, "no bound"), "%s", r.out);
+    run_free(&r);
+    r = RUN("info");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "no bound") && strstr(r.out, "1 temporary file (13 bytes)"), "%s", r.out);
+    run_free(&r);
+    unsetenv("FLASHGEN_CACHE_MAX_MB");
+    r = RUN("cache", "verify");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "2 good") && strstr(r.out, "1 temporary file (13 bytes)"), "%s", r.out);
+    run_free(&r);
+    r = RUN("cache", "prune", "--max-mb", "1");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "removed 1 file ") && strstr(r.out, "1 entries") && strstr(r.out, "bound 1 MiB"),
+                       "%s", r.out);
+    run_free(&r);
+    cr_expect_eq(file_exists(entry_a), 0, "the least recently used entry was kept past the bound");
+    cr_expect(file_exists(entry_b), "the recent entry was removed");
+    cr_expect(file_exists(live), "a live writer's temporary file was removed");
+    r = RUN("cache", "ls");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, "1 temporary file (13 bytes)"), "%s", r.out);
+    run_free(&r);
+}

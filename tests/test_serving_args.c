@@ -439,3 +439,35 @@ Test(serving_args, custom_mod_arrays_are_checked) {
     cr_assert_eq(serving_check(&b, 1, &c, &e), FG_OK, "%s", e.msg);
     fg_mod_destroy(m);
 }
+
+/* Issue 37 item 7's rule for the custom-mod workspace: a mask's block map is sized with checked arithmetic, and a
+ * call whose map would not fit in size_t is refused instead of reporting a wrapped, small workspace (65535
+ * sequences x 65535 heads x 2^17 x 2^17 blocks of 64 x 64 is 2^66 bytes). */
+Test(serving_args, mask_map_size_overflow_is_refused) {
+    static const char text[] = "aux = { doc = fg.aux('i32', 1) }\n"
+                               "mask_mod = function(b, h, q, kv) return fg.eq(fg.load(doc, h), fg.load(doc, kv)) end\n";
+    fg_mod *m = NULL;
+    cr_assert_eq(fg_mod_create(text, strlen(text), "m.lua", &m), FG_OK, "%s", fg_last_error(NULL));
+    const int64_t tokens = (1 << 23) - 1, heads = 65535;
+    cr_assert_eq(rt_mask_map_bytes(m, 65535, (int)heads, tokens, tokens), SIZE_MAX);
+    cr_assert_lt(rt_mask_map_bytes(m, 1, 8, tokens, tokens), SIZE_MAX, "a call of one sequence fits");
+    fg_varlen_args a;
+    fg_varlen_args_init(&a);
+    a.q = t3(FG_DTYPE_BF16, tokens, heads, 128, (uintptr_t)1 << 48);
+    a.o = t3(FG_DTYPE_BF16, tokens, heads, 128, (uintptr_t)2 << 48);
+    a.k = t3(FG_DTYPE_BF16, tokens, heads, 128, (uintptr_t)3 << 48);
+    a.v = t3(FG_DTYPE_BF16, tokens, heads, 128, (uintptr_t)4 << 48);
+    a.cu_seqlens_q = ADDR(0x500000);
+    a.cu_seqlens_k = ADDR(0x600000);
+    a.batch = 65535;
+    a.max_seqlen_q = a.max_seqlen_k = (int)tokens;
+    a.mod = m;
+    a.mod_aux[0] = (fg_tensor){ADDR(0x700000), FG_DTYPE_I32, 1, {65535, 0, 0, 0}, {1, 0, 0, 0}};
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "the custom mask's block map for 65535 sequences x 65535 heads_q");
+    a.batch = 1; /* the same tokens in one sequence: a map of about 2^50 bytes, which fits */
+    serving_call c;
+    fg_error e;
+    fg_error_clear(&e);
+    cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
+    fg_mod_destroy(m);
+}

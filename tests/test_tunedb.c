@@ -8,6 +8,7 @@
  * Records, lookups and views are test_tunedb_records.c's. Files live in a mkdtemp directory under /tmp,
  * removed afterwards. */
 #include <math.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/tunedb_fixtures.h"
@@ -314,6 +315,29 @@ Test(tunedb, structural_errors_are_refused) {
     /* A script that never ends is still a corrupt file, not a hang. */
     write_text(p, "while true do end\n", 18);
     expect_refused(p, &id, FG_ERR_FORMAT, (const char *[]){"instruction budget", NULL});
+}
+
+/* Issue 37 item 1: the pattern functions' C loops are charged in a tuning database too (it loads when a context is
+ * created): `%b` over 200,000 '(' stalled fg_context_create for 18.6 s, and a plain find of a 1M-character needle
+ * in 2M characters took 25 s. Each is refused at once, naming the line. */
+Test(tunedb, pattern_c_loops_are_bounded) {
+    static const char *const texts[] = {"local s = string.rep('(', 200000)\nlocal _ = s:find('%b()')\n",
+                                        "local s = string.rep('a', 2e6)\nlocal _ = s:find(string.rep('a', 1e6) .. 'b', 1, "
+                                        "true)\n"};
+    static const char *const said[] = {"could backtrack too long", "plain find"};
+    char p[128], where[160];
+    fg_tune_identity id = h200();
+    for (int i = 0; i < 2; i++) {
+        scratch_path(p, sizeof p, "slow.lua");
+        write_text(p, texts[i], strlen(texts[i]));
+        snprintf(where, sizeof where, "%s:2:", p);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        expect_refused(p, &id, FG_ERR_FORMAT, (const char *[]){where, said[i], NULL});
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        const double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        cr_assert_lt(s, 1.0, "refusing text %d took %.2f s", i, s);
+    }
 }
 
 Test(tunedb, unreadable_path_is_an_io_error) {

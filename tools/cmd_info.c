@@ -38,9 +38,15 @@ static const char usage_cache[] =
     "\n"
     "      --dir DIR       the cache directory (default: $FLASHGEN_CACHE_DIR, else\n"
     "                      $XDG_CACHE_HOME/flashgen, else ~/.cache/flashgen)\n"
-    "      --max-mb N      prune: the bound in MiB (default: $FLASHGEN_CACHE_MAX_MB, else 4096)\n";
+    "      --max-mb N      prune: the bound in MiB, 0 for none (default: $FLASHGEN_CACHE_MAX_MB, else 4096)\n";
 
 /* ------------------------------------------------------------------ info */
+
+/* The cache's bound in words: "bound N MiB", or "no bound" for 0 (FLASHGEN_CACHE_MAX_MB=0, --max-mb 0). */
+static void bound_text(unsigned long long bytes, char *out, size_t n) {
+    if (bytes == 0) snprintf(out, n, "no bound");
+    else snprintf(out, n, "bound %llu MiB", bytes >> 20);
+}
 
 /* Accumulates entry counts for `info` and `cache verify`. */
 typedef struct cache_tally {
@@ -140,8 +146,10 @@ int cmd_info(int argc, char **argv) {
         {
             fg_cache_usage u;
             if (cache_usage(&cache, &u, &err) != FG_OK) u.tmp_files = u.tmp_bytes = 0;
-            printf("disk cache:     %s, %lld entries, %llu bytes (bound %llu MiB), %llu temporary files (%llu "
-                   "bytes)%s\n", cache.dir, t.entries, t.bytes, cache.max_bytes >> 20, u.tmp_files, u.tmp_bytes,
+            char bound[48];
+            bound_text(cache.max_bytes, bound, sizeof bound);
+            printf("disk cache:     %s, %lld entries, %llu bytes (%s), %llu temporary file%s (%llu bytes)%s\n",
+                   cache.dir, t.entries, t.bytes, bound, u.tmp_files, u.tmp_files == 1 ? "" : "s", u.tmp_bytes,
                    t.bad ? " (some entries are bad: run 'flashgen cache verify')" : "");
         }
     }
@@ -266,8 +274,10 @@ int cmd_cache(int argc, char **argv) {
             say("cache", "%s", err.msg);
             return EXIT_FAIL;
         }
-        printf("removed %d file%s (%llu bytes) from %s; %llu entries (%llu bytes) remain, bound %llu MiB\n", removed,
-               removed == 1 ? "" : "s", freed, cache.dir, u.entries, u.entry_bytes, limit >> 20);
+        char shown[48];
+        bound_text(limit, shown, sizeof shown);
+        printf("removed %d file%s (%llu bytes) from %s; %llu entries (%llu bytes) remain, %s\n", removed,
+               removed == 1 ? "" : "s", freed, cache.dir, u.entries, u.entry_bytes, shown);
         return EXIT_OK;
     }
     if (strcmp(action, "clear") == 0) {

@@ -109,8 +109,8 @@ for t in $targets; do
                    generator/config_finish.c $mod_trace_src core/lua_sandbox.c core/lua_sandbox_host.c core/files.c \
                    $spec_src $lua_libs -lm ;;
     fuzz_serving) build fuzz_serving -fsanitize=fuzzer $cuda_cflags tests/fuzz/fuzz_serving.c runtime/serving_args.c \
-                    runtime/call_args.c runtime/cuda_api.c generator/mod.c core/sha256.c core/error.c core/dtype.c \
-                    core/alloc.c -ldl ;;
+                    runtime/call_args.c runtime/mask_map.c runtime/launch.c runtime/cuda_api.c generator/mod.c \
+                    core/sha256.c core/error.c core/dtype.c core/alloc.c -ldl ;;
     fuzz_tunedb) build fuzz_tunedb -fsanitize=fuzzer $lua_cflags $cuda_cflags tests/fuzz/fuzz_tunedb.c runtime/tunedb.c \
                    runtime/tunedb_file.c runtime/tunedb_show.c core/lua_sandbox.c core/lua_sandbox_host.c core/files.c \
                    core/csv.c $spec_src $lua_libs -lm ;;
