@@ -448,29 +448,37 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
         const int w_row = m0 + wm * 16;
         const int verdict = w_row < rows ? fg_serve_verdict(b, kvh, grp, w_row, min(w_row + 15, rows - 1), sq, sk, j, j) : FG_IV_KEPT;
 #endif
+        // (score_mod on every score, then mask_mod under a branch the warp takes together: a block the verdict keeps
+        // whole evaluates nothing, one it hides whole only sets -inf)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int idx = min(m0 + wm * 16 + g + h * 8, rows - 1), tok = idx / grp, head = kvh * grp + idx - tok * grp;
             const int qpos = tok + sk - sq, key0 = j * FG_BLOCK_N + key_w + 2 * t;
             const float fqr = (float)(qpos - key0), fk0 = (float)key0; // (the mod's float positions: generator/mod_emit.c)
+#if FG_USER_SCORE
 #pragma unroll
             for (int nt = 0; nt < FG_NT; nt++)
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int key = key0 + 8 * nt + e;
-                    const float fc = (float)(8 * nt + e);
-                    float x = s[0][nt][2 * h + e];
-#if FG_USER_SCORE
-                    x = fg_user_score(x, p.softmax_scale, mod_inv_scale, b, head, qpos, key, fqr, fk0, fc, p.mod_aux);
+                for (int e = 0; e < 2; e++)
+                    s[0][nt][2 * h + e] = fg_user_score(s[0][nt][2 * h + e], p.softmax_scale, mod_inv_scale, b, head, qpos,
+                                                        key0 + 8 * nt + e, fqr, fk0, (float)(8 * nt + e), p.mod_aux);
 #endif
 #if FG_USER_MASK
-                    const float keep = verdict == FG_IV_KEPT     ? 0.f // 0, -inf (hidden) or NaN (bad)
-                                       : verdict == FG_IV_HIDDEN ? FG_NEG_INF
-                                                                 : fg_user_mask(b, head, qpos, key, fqr, fk0, fc, p.mod_aux);
-                    x = keep == 0.f ? x : keep;                                      // hidden whatever its score
+            if (verdict == FG_IV_HIDDEN) {
+#pragma unroll
+                for (int nt = 0; nt < FG_NT; nt++) s[0][nt][2 * h] = s[0][nt][2 * h + 1] = FG_NEG_INF;
+            } else if (verdict != FG_IV_KEPT) {
+#pragma unroll
+                for (int nt = 0; nt < FG_NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const float keep = fg_user_mask(b, head, qpos, key0 + 8 * nt + e, fqr, fk0, (float)(8 * nt + e),
+                                                        p.mod_aux); // 0, -inf (hidden) or NaN (bad)
+                        float &x = s[0][nt][2 * h + e];
+                        x = keep == 0.f ? x : keep; // hidden whatever its score
+                    }
+            }
 #endif
-                    s[0][nt][2 * h + e] = x;
-                }
         }
 #endif
         if constexpr (decltype(masked)::value) {

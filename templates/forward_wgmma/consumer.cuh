@@ -161,7 +161,10 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, con
 #endif
     // (without a window, the tile's blocks counted from n_blocks as ever: reading them through fg_tile_block
     // moved ptxas's allocation and spilled the FP8 d 128 causal tile 12 bytes)
-#if FG_BLOCK_SPAN
+#if FG_USER_MASK_MAP
+    fg_block_walk walk(tl); // (holes the block map hides skipped: the walk steps once a step, before its mask)
+    auto block_of = [&](int) { return walk.block; };
+#elif FG_BLOCK_SPAN
     auto block_of = [&](int i) { return fg_tile_block(tl, i); };
 #else
     auto block_of = [&](int i) { return n_blocks - 1 - i; };
@@ -201,6 +204,10 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, con
             // q - k0 a row, k0 a block, kv - k0 a constant a column; generator/mod_emit.c)
             const int key0 = j * FG_BLOCK_N + 2 * t4;
             const float fk0 = (float)key0;
+            // score_mod on every score, then mask_mod under a branch the warp takes together: a block the verdict
+            // keeps whole evaluates nothing, one it hides whole only sets -inf (a per-score select of the three
+            // had the mask's loads issued at every score of every block)
+#if FG_USER_SCORE
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int qpos = row0 + 8 * h + sk - sq;
@@ -208,26 +215,39 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, con
 #pragma unroll
                 for (int nt = 0; nt < FG_NT; nt++)
 #pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        float x = sacc[0][nt][2 * h + e];
-                        const int kv = key0 + 8 * nt + e;
-                        const float fc = (float)(8 * nt + e);
-#if FG_USER_SCORE
-                        x = fg_user_score(x, p.softmax_scale, mod_inv_scale, tl.batch, tl.head, qpos, kv, fqr, fk0, fc, p.mod_aux);
+                    for (int e = 0; e < 2; e++)
+                        sacc[0][nt][2 * h + e] = fg_user_score(sacc[0][nt][2 * h + e], p.softmax_scale, mod_inv_scale,
+                                                               tl.batch, tl.head, qpos, key0 + 8 * nt + e, fqr, fk0,
+                                                               (float)(8 * nt + e), p.mod_aux);
+            }
 #endif
 #if FG_USER_MASK
-                        const float keep = verdict == FG_IV_KEPT     ? 0.f
-                                           : verdict == FG_IV_HIDDEN ? FG_NEG_INF
-                                                                     : fg_user_mask(tl.batch, tl.head, qpos, kv, fqr, fk0, fc, p.mod_aux);
-                        x = keep == 0.f ? x : keep; // a hidden key -inf whatever its score, a bad one NaN
-#endif
-                        sacc[0][nt][2 * h + e] = x;
-                    }
+            if (verdict == FG_IV_HIDDEN) {
+#pragma unroll
+                for (int nt = 0; nt < FG_NT; nt++)
+#pragma unroll
+                    for (int x = 0; x < 4; x++) sacc[0][nt][x] = FG_NEG_INF;
+            } else if (verdict != FG_IV_KEPT) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int qpos = row0 + 8 * h + sk - sq;
+                    const float fqr = (float)(qpos - key0);
+#pragma unroll
+                    for (int nt = 0; nt < FG_NT; nt++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const float keep = fg_user_mask(tl.batch, tl.head, qpos, key0 + 8 * nt + e, fqr, fk0,
+                                                            (float)(8 * nt + e), p.mod_aux); // 0, -inf or NaN (bad)
+                            float &x = sacc[0][nt][2 * h + e];
+                            x = keep == 0.f ? x : keep; // a hidden key -inf whatever its score, a bad one NaN
+                        }
+                }
             }
+#endif
         }
 #endif
 #if FG_BLOCK_SPAN
-        if (!fg_step_masked(tl, i)) return;
+        if (!fg_block_masked(tl, i, block_of(i))) return;
 #else
         if (i >= tl.n_masked) return;
 #endif
@@ -267,6 +287,9 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, con
         fg_wgmma_wait<0>();
         fg_fence_regs(sacc[0]);
         release(sm.bar_k_empty(stage_of(kv)));
+#if FG_USER_MASK_MAP
+        walk.at(p.mod_aux, tl, 0);
+#endif
         mask(0, sacc);
         float corr[2];
         fg_softmax_stats<FP32_SUM>(sacc, row_max, row_sum, corr, sc_log2);
@@ -300,6 +323,9 @@ __device__ __forceinline__ void fg_consumer_mainloop(const fg_fwd_params &p, con
         fg_wgmma_wait<1>(); // S of step it is in; P V of step it - 1 may still run
         fg_fence_regs(sacc[0]);
         release(sm.bar_k_empty(stage_of(kv + it)));
+#if FG_USER_MASK_MAP
+        walk.at(p.mod_aux, tl, it);
+#endif
         mask(it, sacc);
         float corr[2];
         fg_softmax_stats<FP32_SUM>(sacc, row_max, row_sum, corr, sc_log2);

@@ -65,8 +65,16 @@ __device__ __forceinline__ void fg_producer_run(const fg_fwd_params &p, const fg
                         fg_k_batch(p, t), full);
     };
     // Step `it` of tile t, the producer's K/V step `step` overall: K (if k), then V (if v).
+#if FG_USER_MASK_MAP
+    fg_tile t;              // the current tile, and the walk over its blocks (holes the block map hides skipped)
+    fg_block_walk walk(t);
+#endif
     auto load_kv_parts = [&](const fg_tile &t, int it, int step, bool k, bool v) {
+#if FG_USER_MASK_MAP
+        const int j = walk.block, s = step % FG_STAGES, use = step / FG_STAGES; // (the walk at step it: the loop's)
+#else
         const int j = fg_tile_block(t, it), s = step % FG_STAGES, use = step / FG_STAGES;
+#endif
         if (k) load_kv_tile(sm.s_k + s * FG_KV_BYTES, &tm.k, sm.bar_k(s), sm.bar_k_empty(s), use, j, t, fg_bool<false>{});
         if (!v) return;
 #if FG_FP8
@@ -113,7 +121,13 @@ __device__ __forceinline__ void fg_producer_run(const fg_fwd_params &p, const fg
     int index = blockIdx.x;
     for (; index < fg_tile_count(p, m_blocks); index = next(index)) {
         if (dyn) publish(index);
+#if FG_USER_MASK_MAP
+        t = fg_tile_at(p, index, m_blocks);
+        walk = fg_block_walk(t);
+        walk.at(p.mod_aux, t, 0);
+#else
         const fg_tile t = fg_tile_at(p, index, m_blocks);
+#endif
         if (t.n_blocks == 0) continue;
         // Loads in the order the previous tiles free their buffers: K of the first block (its stage
         // freed by an S FG_STAGES steps back, with two stages and a previous tile of two blocks or more
@@ -133,7 +147,12 @@ __device__ __forceinline__ void fg_producer_run(const fg_fwd_params &p, const fg
                 fg_tma_load(sm.s_q + qb * FG_Q_BYTES + c * FG_Q_CHUNK + w * 64 * FG_CHUNK_ROW_BYTES, &tm.q, c * FG_CHUNK_COLS,
                             fg_q_row0(t) + 64 * w, t.head, fg_q_batch(p, t), sm.bar_q(qb));
         load_kv_parts(t, 0, kv, false, true);
-        for (int it = 1; it < t.n_blocks; it++) load_kv(t, it, kv + it);
+        for (int it = 1; it < t.n_blocks; it++) {
+#if FG_USER_MASK_MAP
+            walk.at(p.mod_aux, t, it);
+#endif
+            load_kv(t, it, kv + it);
+        }
         kv += t.n_blocks;
     }
     if (dyn) {

@@ -15,6 +15,9 @@
 // tensors' row dimension (q_start, k_start: the packed offsets, or 0 in a batch's own rows).
 // FG_WINDOW: the key blocks start at b_first (not 0), and the last lo_masked visited (the window's left edge)
 // need the mask too. FG_USER_MASK: the same, for the blocks a custom mask hides at either end (fg_mask_trim).
+// FG_USER_MASK_MAP with the call's block map: the tile's blocks are those of [b_first, b_hi) the map does not hide
+// from every row of the tile, n_blocks of them (holes inside skipped: a block-sparse layout costs its kept blocks),
+// walked by fg_block_walk; the built-in mask applies to the top n_masked and bottom lo_masked of [b_first, b_hi).
 #define FG_BLOCK_SPAN (FG_WINDOW || FG_USER_MASK)
 struct fg_tile {
     int m0, head, batch, kv_head, n_blocks, n_masked;
@@ -23,6 +26,9 @@ struct fg_tile {
 #endif
 #if FG_BLOCK_SPAN
     int b_first, lo_masked;
+#endif
+#if FG_USER_MASK_MAP
+    int b_hi; // one past the top block; n_blocks < b_hi - b_first where the map hides blocks inside
 #endif
 };
 
@@ -54,6 +60,46 @@ __device__ __forceinline__ int fg_mask_verdict(const fg_mod_aux &aux, int batch,
                                 min(j_hi * FG_BLOCK_N + FG_BLOCK_N, sk) - 1, sq, sk);
 }
 
+#if FG_USER_MASK_MAP
+// Whether the block map hides key block j from every row of tile t (of a sequence of sq queries): every map entry
+// its rows and keys cover says hidden. False without a map.
+__device__ __forceinline__ bool fg_map_hides(const fg_mod_aux &aux, const fg_tile &t, int sq, int j) {
+    if (!aux.map) return false;
+    const unsigned char *m = aux.map + ((long long)t.batch * aux.map_heads + (aux.map_heads > 1 ? t.head : 0)) *
+                                           aux.map_rows * aux.map_cols;
+    const int c_hi = min((j * FG_BLOCK_N + FG_BLOCK_N - 1) / FG_MAP_BLOCK, aux.map_cols - 1);
+#pragma unroll 1
+    for (int rb = t.m0 / FG_MAP_BLOCK; rb <= (min(t.m0 + FG_BLOCK_M, sq) - 1) / FG_MAP_BLOCK; rb++)
+#pragma unroll 1
+        for (int cb = j * FG_BLOCK_N / FG_MAP_BLOCK; cb <= c_hi; cb++)
+            if (__ldg(m + rb * aux.map_cols + cb) != FG_IV_HIDDEN) return false;
+    return true;
+}
+
+// The walk over a tile's blocks, top to bottom, skipping those the map hides: at(i) moves it to step i's block (block),
+// for i that never decreases between calls (the producer and the consumers step it once a step).
+struct fg_block_walk {
+    int step, block;
+    __device__ __forceinline__ fg_block_walk(const fg_tile &t) : step(-1), block(t.b_hi) {}
+    __device__ __forceinline__ int at(const fg_mod_aux &aux, const fg_tile &t, int i) {
+        for (; step < i; step++) {
+            block--;
+            while (block > t.b_first && fg_map_hides(aux, t, t.sq, block)) block--;
+        }
+        return block;
+    }
+};
+#endif
+
+// Whether block j, step i, of tile t needs the built-in mask (fg_step_masked, by the block where holes are skipped).
+__device__ __forceinline__ bool fg_block_masked(const fg_tile &t, int i, int j) {
+#if FG_USER_MASK_MAP
+    return j >= t.b_hi - t.n_masked || j < t.b_first + t.lo_masked;
+#else
+    return fg_step_masked(t, i);
+#endif
+}
+
 // Drops from tile t's key blocks those at either end that the custom mask hides from every row of the tile (no
 // row needs them: a tile left without blocks writes O = 0 and LSE = -inf, as a row without keys), keeping which
 // of the rest need the built-in mask. Producer and consumers trim alike: the verdict is a function of the tile.
@@ -73,6 +119,12 @@ __device__ __forceinline__ void fg_mask_trim(const fg_mod_aux &aux, fg_tile &t, 
     t.n_blocks = hi - lo;
     t.lo_masked = u_lo - lo;
     t.n_masked = hi - u_hi;
+#if FG_USER_MASK_MAP
+    t.b_hi = hi;
+    if (aux.map)
+#pragma unroll 1
+        for (int j = lo + 1; j < hi - 1; j++) t.n_blocks -= fg_map_hides(aux, t, sq, j); // (the ends are kept: trimmed)
+#endif
 }
 #endif
 
