@@ -308,3 +308,15 @@ int mod_eval_site(const fg_mod *m, const mod_grad_site *site, const mod_inputs *
     *partial = f[site->partial];
     return 1;
 }
+
+int mod_loads_by_position(const fg_mod *m) {
+    unsigned char pos[MOD_MAX_NODES]; /* node i depends on q or kv */
+    for (int i = 0; i < m->n_nodes; i++) {
+        const mod_node *n = &m->nodes[i];
+        pos[i] = n->op == MOD_ARG && (n->arg == MOD_ARG_Q || n->arg == MOD_ARG_KV);
+        for (int k = 0, o[3] = {n->a, n->b, n->c}; k < 3; k++)
+            if (o[k] >= 0 && pos[o[k]]) pos[i] = 1;
+        if (n->op == MOD_LOAD && pos[i]) return 1;
+    }
+    return 0;
+}

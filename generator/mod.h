@@ -150,6 +150,10 @@ int mod_mask_reads(const fg_mod *m, int op, int arg);
 #define mod_mask_reads_aux(m) mod_mask_reads((m), MOD_LOAD, -1)
 #define mod_mask_reads_head(m) mod_mask_reads((m), MOD_ARG, MOD_ARG_H)
 
+/* Whether the mod loads from an aux array at an index that depends on q or kv (a load that moves with the score,
+ * not one per head or sequence): the prefill's tile choice (serving_prefill.c). */
+int mod_loads_by_position(const fg_mod *m);
+
 /* The value of any float node at in (fp64; NaN when it is bad): what mod_grad's result node evaluates through. */
 double mod_eval_node(const fg_mod *m, int node, const mod_inputs *in);
 

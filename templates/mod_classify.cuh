@@ -12,7 +12,9 @@
 #include "common/fg_params.h"
 #include "common/types.cuh"
 
-extern "C" __global__ void __launch_bounds__(128) fg_mask_map_kernel(const __grid_constant__ fg_mask_map_params p) {
+// (128 threads a CTA; __maxnreg__: in a module whose attention kernel moves registers by setmaxnreg, ptxas held this
+// kernel to 32 registers under __launch_bounds__(128) and spilled 4 bytes)
+extern "C" __global__ void __maxnreg__(64) fg_mask_map_kernel(const __grid_constant__ fg_mask_map_params p) {
     const int lane = (int)threadIdx.x % 32, cb = (int)blockIdx.x * 4 + (int)threadIdx.x / 32, rb = (int)blockIdx.y;
     const int heads = p.aux.map_heads, b = (int)blockIdx.z / heads, h = (int)blockIdx.z % heads;
     if (cb >= p.aux.map_cols) return;
@@ -30,16 +32,20 @@ extern "C" __global__ void __launch_bounds__(128) fg_mask_map_kernel(const __gri
     int verdict = fg_user_mask_block(b, h, h, r0 + off, r0 + rows - 1 + off, c0, c0 + cols - 1);
     if (verdict == FG_IV_MIXED) {
         bool kept = false, hidden = false;
-        for (int base = 0; base < rows * cols; base += 32) { // (the warp's lanes step together: the votes below)
-            const int i = base + lane;
-            if (i < rows * cols) {
-                const int q = r0 + i / cols + off, kv = c0 + i % cols;
-                const float keep = fg_user_mask(b, h, q, kv, (float)(q - kv), (float)kv, 0.f, p.aux); // 0, -inf or NaN
-                kept |= keep == 0.f;
-                hidden |= keep == FG_NEG_INF;
-                if (keep != keep) kept = hidden = true; // bad: mixed
+        // row by row, the lanes across the row's keys (no division a position); settled mixed: stop
+        for (int r = 0; r < rows; r++) {
+            const int q = r0 + r + off;
+#pragma unroll
+            for (int c0l = 0; c0l < FG_MAP_BLOCK; c0l += 32) {
+                const int kv = c0 + c0l + lane;
+                if (c0l + lane < cols) {
+                    const float keep = fg_user_mask(b, h, q, kv, (float)(q - kv), (float)kv, 0.f, p.aux); // 0, -inf or NaN
+                    kept |= keep == 0.f;
+                    hidden |= keep == FG_NEG_INF;
+                    if (keep != keep) kept = hidden = true; // bad: mixed
+                }
             }
-            if ((base / 32) % 8 == 7 && __any_sync(~0u, kept) && __any_sync(~0u, hidden)) break; // settled: mixed
+            if ((r & 3) == 3 && __any_sync(~0u, kept) && __any_sync(~0u, hidden)) break; // (the warp's lanes step together)
         }
         kept = __any_sync(~0u, kept), hidden = __any_sync(~0u, hidden);
         verdict = kept && hidden ? FG_IV_MIXED : kept ? FG_IV_KEPT : FG_IV_HIDDEN;
