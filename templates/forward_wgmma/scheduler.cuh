@@ -51,6 +51,15 @@ __device__ __forceinline__ bool fg_step_masked(const fg_tile &t, int i) {
 #endif
 }
 
+// Whether block j, step i, of tile t needs the built-in mask (fg_step_masked, by the block where holes are skipped).
+__device__ __forceinline__ bool fg_block_masked(const fg_tile &t, int i, int j) {
+#if FG_USER_MASK_MAP
+    return j >= t.b_hi - t.n_masked || j < t.b_first + t.lo_masked;
+#else
+    return fg_step_masked(t, i);
+#endif
+}
+
 #if FG_USER_MASK
 // A custom mask's verdict (fg_mask_verdict_rows) on query rows r_lo..r_hi of a sequence of sq queries and sk keys
 // against key blocks j_lo..j_hi.
@@ -90,15 +99,6 @@ struct fg_block_walk {
     }
 };
 #endif
-
-// Whether block j, step i, of tile t needs the built-in mask (fg_step_masked, by the block where holes are skipped).
-__device__ __forceinline__ bool fg_block_masked(const fg_tile &t, int i, int j) {
-#if FG_USER_MASK_MAP
-    return j >= t.b_hi - t.n_masked || j < t.b_first + t.lo_masked;
-#else
-    return fg_step_masked(t, i);
-#endif
-}
 
 // Drops from tile t's key blocks those at either end that the custom mask hides from every row of the tile (no
 // row needs them: a tile left without blocks writes O = 0 and LSE = -inf, as a row without keys), keeping which
