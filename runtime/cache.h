@@ -60,6 +60,10 @@ void cache_key(const fg_cache_key_inputs *in, uint8_t key[32]);
  * is safe; reads the bound (FLASHGEN_CACHE_MAX_MB) and removes the temporary files killed writers left.
  * FG_ERR_IO with a sentence naming the directory and the rule when it is not safe. */
 fg_status cache_open(fg_disk_cache *cache, const char *dir, fg_error *err);
+/* The cache directory, opened again for one access (cache_dir.c): a descriptor if it is still the directory
+ * cache_open checked (same device and inode, this user's, private), else -1 with the reason in why. The other
+ * calls work relative to it (openat, renameat, unlinkat). */
+int cache_dir_fd(const fg_disk_cache *c, char *why, size_t whylen);
 
 /* Looks a key up. FG_OK and a malloc'd payload (caller frees) on a verified hit; FG_ERR_NOT_FOUND on a
  * miss of any kind (absent, short, corrupt, wrong key, symlink), with the reason in err for logging;

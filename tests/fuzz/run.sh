@@ -93,7 +93,7 @@ mod_trace_src="generator/mod_trace.c generator/mod_build.c generator/mod_scan.c"
 [ -f build/templates.c ] || ninja build/templates.c >/dev/null || { echo "run.sh: ninja build/templates.c failed" >&2; exit 2; }
 # the serving target reads CUDA's types (cuda.h) for the driver table it links; the driver is never loaded
 cuda_cflags="-I${CUDA_HOME:-/usr/local/cuda}/include"
-bundle_src="runtime/bundle.c runtime/cache.c core/files.c core/sha256.c core/error.c core/knobs.c core/dtype.c core/alloc.c
+bundle_src="runtime/bundle.c runtime/cache.c runtime/cache_dir.c core/files.c core/sha256.c core/error.c core/knobs.c core/dtype.c core/alloc.c
             generator/emit.c generator/spec.c generator/validate.c generator/tile_policy.c build/templates.c
             generator/mod.c generator/mod_emit.c generator/mod_grad.c generator/mod_registry.c"
 build() { # build NAME SOURCES... [LIBS]: one clang command per binary, every file instrumented
