@@ -641,6 +641,15 @@ fg_status ref_check_bwd(const ref_bwd_problem *p, const fg_tensor *dq, const fg_
 }
 
 
+/* rowsum(dO_i O_i) of row i (batch bi, head h) of the given 16-bit tensors, over V's head dim dv, as the kernels'
+ * preprocessing forms D. */
+static double dout_dot_o(const ref_bwd_problem *p, fg_dtype dt, int64_t dv, int64_t bi, int64_t i, int64_t h) {
+    double d = 0;
+    for (int64_t x = 0; x < dv; x++)
+        d += elem_float(dt, &p->d_o, bi, i, h, x) * elem_float(dt, &p->o, bi, i, h, x);
+    return d;
+}
+
 /* Contract in reference.h. A few multiplications a row: one thread. */
 fg_status ref_sink_grad(const ref_bwd_problem *p, double *dsink, fg_error *err) {
     fg_status st = ref_check_bwd_problem(p, err);
@@ -656,12 +665,8 @@ fg_status ref_sink_grad(const ref_bwd_problem *p, double *dsink, fg_error *err) 
         const double sink = ((const float *)p->fwd.sinks.data)[h * p->fwd.sinks.stride[0]];
         double g = 0;
         for (int64_t bi = 0; bi < b; bi++)
-            for (int64_t i = 0; i < sq; i++) {
-                double dsum = 0;
-                for (int64_t x = 0; x < dv; x++) /* O and dO have V's head dim */
-                    dsum += elem_float(dt, &p->d_o, bi, i, h, x) * elem_float(dt, &p->o, bi, i, h, x);
-                g -= exp(sink - lse_at(&p->lse, bi, h, i)) * dsum;
-            }
+            for (int64_t i = 0; i < sq; i++)
+                g -= exp(sink - lse_at(&p->lse, bi, h, i)) * dout_dot_o(p, dt, dv, bi, i, h);
         dsink[h] = g;
     }
     return FG_OK;
@@ -688,9 +693,7 @@ fg_status ref_score_grads(const ref_bwd_problem *p, ref_score_grad_visit visit, 
                 const double lse = lse_at(&p->lse, bi, h, i);
                 if (lse == -INFINITY)
                     continue;
-                double dsum = 0;
-                for (int64_t x = 0; x < j.vdim; x++)
-                    dsum += elem_float(j.dt, &p->d_o, bi, i, h, x) * elem_float(j.dt, &p->o, bi, i, h, x);
+                const double dsum = dout_dot_o(p, j.dt, j.vdim, bi, i, h);
                 const int64_t n = visible_keys(&j, i), kh = h / j.group;
                 for (int64_t t = 0; t < n; t++) {
                     double sc = 0, dp = 0, logit, fac, in;

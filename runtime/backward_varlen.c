@@ -72,11 +72,8 @@ static fg_status check_aux_grads(const fg_varlen_bwd_args *a, fg_error *err) {
         if (!same)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mod_aux_grad[%d] (%s) must be f32 of mod_aux[%d]'s shape "
                            "(got %s of rank %d)", i, d->name, i, dtype_name(g->dtype), g->ndim);
-        if (g->stride[g->ndim - 1] != 1 || (g->ndim == 2 && g->stride[0] != g->shape[1]))
-            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mod_aux_grad[%d] (%s) must be contiguous (row-major)", i, d->name);
-        if (!g->data || (uintptr_t)g->data % 4 != 0)
-            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mod_aux_grad[%d] (%s) must be a 4-byte aligned device pointer "
-                           "(got %p)", i, d->name, g->data);
+        fg_status st = rt_check_aux_layout(g, "mod_aux_grad", i, d->name, 1, err);
+        if (st != FG_OK) return st;
         for (int k = 0; k < 8; k++)
             if (rt_views_overlap(g, others[k]))
                 return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mod_aux_grad[%d] (%s) overlaps %s in memory; the gradients "
@@ -223,8 +220,8 @@ static fg_status check_device_lengths(fg_context *ctx, const fg_varlen_bwd_args 
 
 /* dsink and the aux arrays' gradients start at 0 on the stream (the kernels add into them), even when no kernel
  * runs. */
-static fg_status zero_dsink(fg_context *ctx, const fg_varlen_bwd_args *a, const bwd_varlen_call *c, void *stream,
-                            fg_error *err) {
+static fg_status zero_sums(fg_context *ctx, const fg_varlen_bwd_args *a, const bwd_varlen_call *c, void *stream,
+                           fg_error *err) {
     if (a->dsink && c->hq > 0)
         FG_CU(err, ctx->cu->cuMemsetD32Async((CUdeviceptr)(uintptr_t)a->dsink, 0u, (size_t)c->hq, (CUstream)stream));
     for (int i = 0; i < FG_MOD_AUX_MAX; i++) { /* likewise the aux arrays' gradients (checked: contiguous fp32) */
@@ -244,7 +241,7 @@ fg_status fg_attention_bwd_varlen(fg_context *ctx, const fg_varlen_bwd_args *arg
     bwd_varlen_call c;
     backward_layout L;
     if (copy_args(args, &a, &err) != FG_OK || check_call(&a, 1, &c, &L, &err) != FG_OK) return rt_set_error(ctx, &err);
-    if (zero_dsink(ctx, &a, &c, stream, &err) != FG_OK) return rt_set_error(ctx, &err);
+    if (zero_sums(ctx, &a, &c, stream, &err) != FG_OK) return rt_set_error(ctx, &err);
     if (call_empty(&c)) return FG_OK;
     if (ctx->check_inputs && check_device_lengths(ctx, &a, &c, stream, &err) != FG_OK) return rt_set_error(ctx, &err);
     fg_bwd_args sel, kern;

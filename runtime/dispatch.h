@@ -265,6 +265,10 @@ fg_status serving_args_copy(const fg_varlen_args *a, fg_varlen_args *out, fg_err
  * mask's block map for batch sequences and heads query heads must fit in size_t (rt_mask_map_bytes). */
 fg_status rt_check_mod(const fg_mod *m, const fg_tensor *aux, int need_data, int batch, int heads, long long rows,
                        long long keys, fg_error *err);
+/* An aux array's (or its gradient's, what = "mod_aux_grad") layout: row-major contiguous, and with need_data a
+ * 4-byte aligned pointer; FG_ERR_INVALID_ARGUMENT naming what[i] (name) and the rule. ndim 1 or 2 (checked first). */
+fg_status rt_check_aux_layout(const fg_tensor *t, const char *what, int i, const char *name, int need_data,
+                              fg_error *err);
 void rt_mod_aux(const fg_mod *m, const fg_tensor *aux, fg_mod_aux *out);
 /* Checks a serving call's host-visible arguments (need_data: a launch follows, so pointers must be set and
  * aligned and outputs disjoint from inputs) and describes it in *c. */

@@ -398,13 +398,19 @@ fg_status rt_check_mod(const fg_mod *m, const fg_tensor *aux, int need_data, int
             if (t->shape[d] < 1 || t->shape[d] > INT32_MAX)
                 return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mod_aux[%d] (%s) has extent %lld in dim %d; each must be "
                                "1 to %d", i, x->name, (long long)t->shape[d], d, INT32_MAX);
-        const int64_t inner = t->ndim == 2 ? t->shape[1] : 1;
-        if (t->stride[t->ndim - 1] != 1 || (t->ndim == 2 && t->stride[0] != inner))
-            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mod_aux[%d] (%s) must be contiguous (row-major)", i, x->name);
-        if (need_data && (!t->data || (uintptr_t)t->data % 4 != 0))
-            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mod_aux[%d] (%s) must be a 4-byte aligned device pointer "
-                           "(got %p)", i, x->name, t->data);
+        fg_status st = rt_check_aux_layout(t, "mod_aux", i, x->name, need_data, err);
+        if (st != FG_OK) return st;
     }
+    return FG_OK;
+}
+
+fg_status rt_check_aux_layout(const fg_tensor *t, const char *what, int i, const char *name, int need_data,
+                              fg_error *err) {
+    if (t->stride[t->ndim - 1] != 1 || (t->ndim == 2 && t->stride[0] != t->shape[1]))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s[%d] (%s) must be contiguous (row-major)", what, i, name);
+    if (need_data && (!t->data || (uintptr_t)t->data % 4 != 0))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s[%d] (%s) must be a 4-byte aligned device pointer (got %p)",
+                       what, i, name, t->data);
     return FG_OK;
 }
 

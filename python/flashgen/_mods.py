@@ -204,14 +204,19 @@ def set_mod(a, call):
         if x is None:  # described only (explain_varlen): the declared dtype and rank, extents of 1, no memory
             a.mod_aux[i] = _tensors.View(0, code, (1,) * rank, (1,) * rank, None).struct()
             continue
-        shape = tuple(int(s) for s in x.shape)
-        dev = x.device
-        # strides of extents of 1 do not address anything: the row-major ones say the same layout to the library
-        v = _tensors.View(int(x.data_ptr()), code, shape, _tensors.contiguous_strides(shape),
-                          dev.index if dev.index is not None else 0)
+        v = _array_view(x, code)
         a.mod_aux[i] = v.struct()
         views.append((label, v))
     return views
+
+
+def _array_view(x, code):
+    """The View of a checked contiguous CUDA tensor x as dtype code. Strides of extents of 1 do not address
+    anything: the row-major ones say the same layout to the library."""
+    shape = tuple(int(s) for s in x.shape)
+    dev = x.device
+    return _tensors.View(int(x.data_ptr()), code, shape, _tensors.contiguous_strides(shape),
+                         dev.index if dev.index is not None else 0)
 
 
 def grad_arrays(call):
@@ -228,10 +233,7 @@ def set_aux_grads(a, call, grads):
     FgVarlenBwdArgs a's mod_aux_grad; returns their Views for the device check."""
     views = []
     for i, g in grads.items():
-        shape = tuple(int(s) for s in g.shape)
-        dev = g.device
-        v = _tensors.View(int(g.data_ptr()), _capi.FG_DTYPE_F32, shape, _tensors.contiguous_strides(shape),
-                          dev.index if dev.index is not None else 0)
+        v = _array_view(g, _capi.FG_DTYPE_F32)
         a.mod_aux_grad[i] = v.struct()
         views.append(("mod_aux_grad[%r]" % call.mod.aux[i][0], v))
     return views
