@@ -4,7 +4,8 @@ of bench/serving.py (CUDA events around runs of 5 back-to-back calls, warm-up fi
 Each example of the shipped set runs as a flashgen mod (flashgen.attention_varlen on dense [b, s, h, d] tensors,
 mod= and mod_aux=) and as FlexAttention (torch.compile(flex_attention), dynamic=False) with the equivalent
 score_mod / mask_mod and a BlockMask from create_block_mask: bf16, batch 2, 8k tokens, 16 heads at head_dim 128 (32
-at 64). The outputs are compared first (max |difference| under 2e-2), then timed; FLOPs count every key (the
+at 64). As the BlockMask is built once, flashgen keeps a mask's block map across the calls in a flashgen.MaskMap (the
+first call fills it; --per-call-map classifies at every call). The outputs are compared first (max |difference| under 2e-2), then timed; FLOPs count every key (the
 ratio is what matters). Also printed:
   first call   flashgen's first call of a new mod in a fresh disk cache (trace, generate, NVRTC, load, run)
                against FlexAttention's first call (Triton's compile), each measured once, in milliseconds;
@@ -12,7 +13,7 @@ ratio is what matters). Also printed:
   backward     with --backward, the gradients (dq, dk, dv through autograd, the graph kept: the backward's
                kernels alone) of each side, their dq compared (relative max |difference| under 2e-2) and timed.
 
-    python3 bench/mods.py [--dims 64 128] [--iters 20] [--only NAME ...] [--backward]
+    python3 bench/mods.py [--dims 64 128] [--iters 20] [--only NAME ...] [--backward] [--per-call-map]
 """
 
 import argparse
@@ -112,6 +113,8 @@ def main():
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--only", nargs="*", default=None)
     p.add_argument("--backward", action="store_true", help="also time the gradients against FlexAttention's")
+    p.add_argument("--per-call-map", dest="keep_map", action="store_false",
+                   help="classify a mask's blocks at every call (no flashgen.MaskMap kept across the calls)")
     a = p.parse_args()
     dev = torch.device("cuda")
     torch._dynamo.config.recompile_limit = 256  # each example's mod is a new function: past the limit Flex runs eager
@@ -138,8 +141,9 @@ def main():
                 continue
             t0 = time.perf_counter()
             m = flashgen.Mod(text, name=name.replace(" ", "_") + ".lua")
+            mm = flashgen.MaskMap()  # a mask's block map kept across the calls, as Flex's BlockMask is built once
             fg = lambda: flashgen.attention_varlen(q, k, v, None, None, N, N, causal=causal, mod=m,  # noqa: E731
-                                                   mod_aux=aux)
+                                                   mod_aux=aux, mask_map=mm if a.keep_map else None)
             out = fg()
             torch.cuda.synchronize()
             first_fg = (time.perf_counter() - t0) * 1e3

@@ -300,6 +300,14 @@ typedef struct fg_varlen_args {
                                   window limits (a row it leaves without a key gets O = 0 and LSE = -inf) */
     fg_tensor mod_aux[FG_MOD_AUX_MAX]; /* the mod's aux arrays in its order (fg_mod_aux): device memory, contiguous,
                                   of the declared dtype (F32 or I32) and rank; the rest unset (data NULL) */
+    /* A custom mask's block map kept across calls (docs/mods.md), for masks that read aux arrays: where mask_map is
+     * set (device memory, 256-byte aligned, mask_map_size >= fg_mask_map_size bytes) the map lives there, not in
+     * the workspace; the call fills it, or with mask_map_ready = 1 reads it as an earlier call (forward or backward)
+     * filled it and runs no classification. With ready, the caller vouches that the mod, its aux arrays' values,
+     * the lengths, batch and heads are those of the call that filled it: a stale map skips the wrong blocks. */
+    void *mask_map;
+    size_t mask_map_size;
+    int mask_map_ready;
 } fg_varlen_args;
 
 /* Zeroes *a and sets struct_size. */
@@ -326,6 +334,11 @@ FG_API fg_status fg_mod_aux_info(const fg_mod *mod, int i, const char **name, fg
 /* 1 when aux array i is declared trainable (fg.aux("f32", rank, "trainable"): fg_varlen_bwd_args.mod_aux_grad can
  * receive its gradient), 0 when not, -1 for a NULL mod or i out of range. */
 FG_API int fg_mod_aux_trainable(const fg_mod *mod, int i);
+/* The bytes of mod's block map (fg_varlen_args.mask_map) for batch sequences of up to max_seqlen_q queries and
+ * max_seqlen_k keys (a dense cache's capacity) with heads_q query heads: 0 for a mod whose mask reads no aux array
+ * (or NULL). FG_ERR_INVALID_ARGUMENT for a negative size, a NULL bytes or a map past size_t. */
+FG_API fg_status fg_mask_map_size(const fg_mod *mod, int batch, int heads_q, int max_seqlen_q, int max_seqlen_k,
+                                  size_t *bytes);
 
 /* Runs the serving forward on `stream`: one kernel, and when keys are split a merge kernel after it. No
  * synchronization, no allocation (unless FG_OPTION_CHECK_INPUTS is on). */
@@ -385,6 +398,14 @@ typedef struct fg_varlen_bwd_args {
      * call zeroes it on the stream, then the kernels add each score's share by fp32 atomics (so not in the
      * deterministic mode). Unset entries (data NULL, ndim 0): no gradient. */
     fg_tensor mod_aux_grad[FG_MOD_AUX_MAX];
+    /* A custom mask's block map kept across calls (docs/mods.md), for masks that read aux arrays: where mask_map is
+     * set (device memory, 256-byte aligned, mask_map_size >= fg_mask_map_size bytes) the map lives there, not in
+     * the workspace; the call fills it, or with mask_map_ready = 1 reads it as an earlier call (forward or backward)
+     * filled it and runs no classification. With ready, the caller vouches that the mod, its aux arrays' values,
+     * the lengths, batch and heads are those of the call that filled it: a stale map skips the wrong blocks. */
+    void *mask_map;
+    size_t mask_map_size;
+    int mask_map_ready;
 } fg_varlen_bwd_args;
 
 /* Zeroes *a and sets struct_size. */

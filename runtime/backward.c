@@ -187,8 +187,11 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args
      * caller's earlier work wrote, are safe. */
     /* a custom mask's block map first (varlen calls whose mask reads aux arrays): pre, a plain launch, starts after
        it, and main, early, after pre's CTAs have all started */
-    if (vl && L->map_bytes > 0 &&
-        (st = rt_mask_map_fill(ctx, vl->mod, kern.fn_map, ws + L->map, (int)b, (int)hq, sq, sk, vl->cu_q, vl->cu_k, NULL,
+    if (vl && vl->mask_map && vl->mask_map_ready) /* an earlier call's map (checked against this call's shapes) */
+        rt_mask_map_bind(vl->mod, vl->mask_map, (int)b, (int)hq, sq, sk, &p.mod_aux);
+    else if (vl && (vl->mask_map || L->map_bytes > 0) &&
+        (st = rt_mask_map_fill(ctx, vl->mod, kern.fn_map, vl->mask_map ? vl->mask_map : ws + L->map, (int)b, (int)hq, sq,
+                               sk, vl->cu_q, vl->cu_k, NULL,
                                vl->total_q, vl->total_k, &p.mod_aux, stream, err)) != FG_OK)
         return st;
     const int early = ctx->pdl;

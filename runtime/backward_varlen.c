@@ -37,7 +37,8 @@ static fg_status layout(const fg_varlen_bwd_args *a, const bwd_varlen_call *c, b
                        "heads_q %d x head_dim %d (V's %d) does not fit in size_t: the call is too large",
                        (long long)c->total_q, c->batch, c->hq, c->d, c->dv);
     /* then a custom mask's block map (mask_map.c), at a 256-byte boundary */
-    L->map_bytes = rt_mask_map_bytes(a->mod, c->batch, c->hq, c->max_q, c->max_k); /* below SIZE_MAX: rt_check_mod */
+    L->map_bytes = a->mask_map ? 0 : rt_mask_map_bytes(a->mod, c->batch, c->hq, c->max_q, c->max_k); /* below SIZE_MAX:
+                                                                                                        rt_check_mod */
     L->map = (L->total + 255) / 256 * 256; /* total is a multiple of 256 (backward_regions) */
     if (L->map_bytes > 0 && __builtin_add_overflow(L->map, L->map_bytes, &L->total))
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the backward's workspace and the custom mask's block map for %d "
@@ -106,7 +107,10 @@ static fg_status check_variants(const fg_varlen_bwd_args *a, int need_data, bwd_
     if (need_data && (uintptr_t)a->dsink % 4 != 0)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "dsink (%p) is not 4-byte aligned; it must be fp32 [heads_q] in "
                        "device memory", (void *)a->dsink);
-    if ((st = rt_check_mod(a->mod, a->mod_aux, need_data, c->batch, c->hq, c->max_q, c->max_k, err)) != FG_OK) return st;
+    if ((st = rt_check_mod(a->mod, a->mod_aux, need_data, c->batch, c->hq, c->max_q, c->max_k, err)) != FG_OK ||
+        (st = rt_check_mask_map(a->mask_map, a->mask_map_size, a->mask_map_ready,
+                                rt_mask_map_bytes(a->mod, c->batch, c->hq, c->max_q, c->max_k), err)) != FG_OK)
+        return st;
     return need_data ? check_aux_grads(a, err) : FG_OK;
 }
 
@@ -261,6 +265,7 @@ fg_status fg_attention_bwd_varlen(fg_context *ctx, const fg_varlen_bwd_args *arg
     rt_mod_aux(a.mod, a.mod_aux, &vl.mod_aux);
     for (int i = 0; i < FG_MOD_AUX_MAX; i++) vl.mod_aux.grad[i] = (float *)a.mod_aux_grad[i].data;
     vl.mod = a.mod;
+    vl.mask_map = a.mask_map, vl.mask_map_ready = a.mask_map_ready;
     if (rt_bwd_launch_varlen(ctx, &s, &kern, &L, &vl, stream, &err) != FG_OK) return rt_set_error(ctx, &err);
     return FG_OK;
 }

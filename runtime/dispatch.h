@@ -139,6 +139,17 @@ size_t rt_mask_map_bytes(const struct fg_mod *m, int batch, int heads, long long
 fg_status rt_mask_map_fill(fg_context *ctx, const struct fg_mod *m, CUfunction fn_map, void *mem, int batch, int heads,
                            long long rows, long long keys, const int *cu_q, const int *cu_k, const int *used_k,
                            int total_q, int total_k, fg_mod_aux *aux, void *stream, fg_error *err);
+/* Writes at mem the map that settles nothing (every block mixed, every span whole: the kernels trim and skip
+ * nothing by it), on stream: what a call that keeps no map leaves in a mask_map it was given to fill. */
+fg_status rt_mask_map_settle_nothing(fg_context *ctx, const struct fg_mod *m, void *mem, int batch, int heads,
+                                     long long rows, long long keys, void *stream, fg_error *err);
+/* Points aux at a map an earlier call filled at mem (the same shapes), launching nothing (mask_map_ready). */
+void rt_mask_map_bind(const struct fg_mod *m, void *mem, int batch, int heads, long long rows, long long keys,
+                      fg_mod_aux *aux);
+/* The rules of a call's own map buffer (fg_varlen_args.mask_map; need its rt_mask_map_bytes): set only with a mask
+ * that reads aux arrays, 256-byte aligned, at least need bytes, mask_map_ready 0 or 1 and only with a buffer.
+ * FG_OK or FG_ERR_INVALID_ARGUMENT with a sentence. */
+fg_status rt_check_mask_map(const void *map, size_t size, int ready, size_t need, fg_error *err);
 
 /* ---- launch.c: launches */
 
@@ -194,6 +205,8 @@ typedef struct bwd_varlen {
     float *dsink;
     fg_mod_aux mod_aux; /* a custom mod's arrays */
     const struct fg_mod *mod; /* and the mod (its mask's block map: mask_map.c) */
+    void *mask_map;     /* the call's own block map (fg_varlen_bwd_args.mask_map), else NULL: the workspace's */
+    int mask_map_ready; /* 1: an earlier call filled it */
 } bwd_varlen;
 /* Launches variant s (varlen=1) of a checked call: a holds the grids' shapes (batch, the longest lengths) and
  * the kernel's strides (batch strides 0), L the workspace (backward_varlen.c's layout). */

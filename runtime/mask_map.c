@@ -43,6 +43,74 @@ size_t rt_mask_map_bytes(const fg_mod *m, int batch, int heads, long long rows, 
     return has < 0 ? SIZE_MAX : has ? L.total : 0;
 }
 
+/* aux pointed at the map at mem laid out as L */
+static void bind(const fg_mod *m, void *mem, int heads, long long rows, long long keys, const map_layout *L,
+                 fg_mod_aux *aux) {
+    aux->map = (const unsigned char *)mem;
+    int *const spans = (int *)((char *)mem + L->spans);
+    aux->span_rows = spans;
+    aux->span_cols = spans + 2 * L->n_rows;
+    aux->map_heads = map_heads(m, heads);
+    aux->map_rows = (int)((rows + FG_MAP_BLOCK - 1) / FG_MAP_BLOCK);
+    aux->map_cols = (int)((keys + FG_MAP_BLOCK - 1) / FG_MAP_BLOCK);
+}
+
+void rt_mask_map_bind(const fg_mod *m, void *mem, int batch, int heads, long long rows, long long keys,
+                      fg_mod_aux *aux) {
+    map_layout L;
+    if (mem && layout(m, batch, heads, rows, keys, &L) > 0) bind(m, mem, heads, rows, keys, &L, aux);
+}
+
+fg_status rt_mask_map_settle_nothing(fg_context *ctx, const fg_mod *m, void *mem, int batch, int heads,
+                                     long long rows, long long keys, void *stream, fg_error *err) {
+    map_layout L;
+    if (!mem || layout(m, batch, heads, rows, keys, &L) <= 0) return FG_OK;
+    /* the map's bytes FG_IV_MIXED (2; up to the spans' 256-byte boundary), the spans' ints 0: first block 0, and
+       INT_MAX - 1 - last = 0, a last block past any (fg_map_trim bounds it) */
+    FG_CU(err, ctx->cu->cuMemsetD32Async((CUdeviceptr)(uintptr_t)mem, 0x02020202u, L.spans / 4, (CUstream)stream));
+    FG_CU(err, ctx->cu->cuMemsetD32Async((CUdeviceptr)(uintptr_t)mem + L.spans, 0u, 2 * (L.n_rows + L.n_cols),
+                                         (CUstream)stream));
+    return FG_OK;
+}
+
+fg_status rt_check_mask_map(const void *map, size_t size, int ready, size_t need, fg_error *err) {
+    if (ready != 0 && ready != 1)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mask_map_ready is %d; it must be 0 (the call fills mask_map) or 1 "
+                       "(an earlier call of the same mod, aux arrays and lengths filled it)", ready);
+    if (!map) {
+        if (ready || size)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mask_map is NULL but mask_map_%s is set; give the buffer "
+                           "(fg_mask_map_size bytes) or leave both unset", ready ? "ready" : "size");
+        return FG_OK;
+    }
+    if (need == 0)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mask_map is set, but the call has no mask that reads aux arrays "
+                       "(the only masks with a block map); leave it NULL");
+    if ((uintptr_t)map % 256 != 0)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mask_map (%p) is not 256-byte aligned", map);
+    if (size < need)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "mask_map_size is %zu bytes; the block map of this call needs %zu "
+                       "(fg_mask_map_size)", size, need);
+    return FG_OK;
+}
+
+fg_status fg_mask_map_size(const fg_mod *mod, int batch, int heads_q, int max_seqlen_q, int max_seqlen_k, size_t *bytes) {
+    fg_error err;
+    if (!bytes || batch < 0 || heads_q < 0 || max_seqlen_q < 0 || max_seqlen_k < 0) {
+        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_mask_map_size: %s", !bytes ? "bytes is NULL"
+                : "batch, heads_q, max_seqlen_q and max_seqlen_k must be >= 0");
+        return rt_set_error_without_context(&err);
+    }
+    *bytes = rt_mask_map_bytes(mod, batch, heads_q, max_seqlen_q, max_seqlen_k);
+    if (*bytes == SIZE_MAX) {
+        *bytes = 0;
+        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_mask_map_size: the block map of %d sequences x %d heads of %d x %d "
+                "does not fit in size_t", batch, heads_q, max_seqlen_q, max_seqlen_k);
+        return rt_set_error_without_context(&err);
+    }
+    return FG_OK;
+}
+
 fg_status rt_mask_map_fill(fg_context *ctx, const fg_mod *m, CUfunction fn_map, void *mem, int batch, int heads,
                            long long rows, long long keys, const int *cu_q, const int *cu_k, const int *used_k,
                            int total_q, int total_k, fg_mod_aux *aux, void *stream, fg_error *err) {
@@ -50,13 +118,8 @@ fg_status rt_mask_map_fill(fg_context *ctx, const fg_mod *m, CUfunction fn_map, 
     if (!fn_map || !mem || layout(m, batch, heads, rows, keys, &L) <= 0) return FG_OK;
     fg_mask_map_params p;
     memset(&p, 0, sizeof p);
-    aux->map = (const unsigned char *)mem;
-    int *const spans = (int *)((char *)mem + L.spans);
-    aux->span_rows = spans;
-    aux->span_cols = spans + 2 * L.n_rows;
-    aux->map_heads = map_heads(m, heads);
-    aux->map_rows = (int)((rows + FG_MAP_BLOCK - 1) / FG_MAP_BLOCK);
-    aux->map_cols = (int)((keys + FG_MAP_BLOCK - 1) / FG_MAP_BLOCK);
+    bind(m, mem, heads, rows, keys, &L, aux);
+    int *const spans = (int *)aux->span_rows;
     /* the spans start empty, every int INT_MAX (the map kernel narrows them by atomicMin) */
     FG_CU(err, ctx->cu->cuMemsetD32Async((CUdeviceptr)(uintptr_t)spans, 0x7fffffffu, 2 * (L.n_rows + L.n_cols),
                                          (CUstream)stream));

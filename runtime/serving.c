@@ -307,6 +307,12 @@ fg_status fg_attention_fwd_varlen(fg_context *ctx, const fg_varlen_args *args, v
     if (serving_empty(&c)) return FG_OK;
     fg_status st;
     if (serving_prefill_run(ctx, &a, &c, stream, &st, &err)) return st == FG_OK ? FG_OK : rt_set_error(ctx, &err);
+    /* the serving kernel classifies by intervals and fills no map: a mask_map it is given to fill holds the map that
+       settles nothing (every block mixed), which a later call reading it (mask_map_ready) evaluates in full */
+    if (a.mask_map && !a.mask_map_ready &&
+        rt_mask_map_settle_nothing(ctx, a.mod, a.mask_map, c.batch, c.hq, c.seqlen_q, c.packed_k ? c.max_k : c.seqlen_k,
+                                   stream, &err) != FG_OK)
+        return rt_set_error(ctx, &err);
     if (serving_plan_for(ctx, &a, &c, &plan, &err) != FG_OK || serve_run(ctx, &a, &c, &plan, stream, &err) != FG_OK)
         return rt_set_error(ctx, &err);
     return FG_OK;

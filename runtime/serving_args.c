@@ -215,7 +215,10 @@ fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c,
     const variant_args va = VARIANT_ARGS_OF(a);
     if ((st = serving_check_variants(&va, c->seqlen_q, c->seqlen_k, need_data, &c->var, err)) != FG_OK) return st;
     if ((st = rt_check_mod(a->mod, a->mod_aux, need_data, c->batch, c->hq, c->seqlen_q, c->packed_k ? c->max_k : c->seqlen_k,
-                           err)) != FG_OK)
+                           err)) != FG_OK ||
+        (st = rt_check_mask_map(a->mask_map, a->mask_map_size, a->mask_map_ready,
+                                rt_mask_map_bytes(a->mod, c->batch, c->hq, c->seqlen_q, c->packed_k ? c->max_k : c->seqlen_k),
+                                err)) != FG_OK)
         return st;
     if (a->mod) mod_id(a->mod, c->mod_id);
     if (need_data) {

@@ -118,8 +118,13 @@ int serving_prefill_variant(fg_context *ctx, const fg_varlen_args *a, const serv
 /* The block map's keys a sequence: the grid's key rows (the longest packed sequence, or a dense cache's capacity). */
 static long long map_keys(const serving_call *c) { return c->packed_k ? c->max_k : c->seqlen_k; }
 
-size_t serving_prefill_workspace(const fg_varlen_args *a, const serving_call *c) {
+/* The block map's bytes (in the workspace, or in the call's own mask_map) */
+static size_t map_bytes(const fg_varlen_args *a, const serving_call *c) {
     return rt_mask_map_bytes(a->mod, c->batch, c->hq, c->seqlen_q, map_keys(c));
+}
+
+size_t serving_prefill_workspace(const fg_varlen_args *a, const serving_call *c) {
+    return a->mask_map ? 0 : map_bytes(a, c);
 }
 
 int serving_prefill_run(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, void *stream, fg_status *st,
@@ -137,11 +142,14 @@ int serving_prefill_run(fg_context *ctx, const fg_varlen_args *a, const serving_
                       a->workspace_size, map);
         return 1;
     }
-    if (map > 0 && a->workspace) { /* the mask's block map first, on the same stream */
+    void *const mem = a->mask_map ? a->mask_map : map > 0 ? a->workspace : NULL; /* (mask_map: checked) */
+    if (mem && a->mask_map_ready) { /* an earlier call's map */
+        rt_mask_map_bind(a->mod, mem, c->batch, c->hq, c->seqlen_q, map_keys(c), &vl.mod_aux);
+    } else if (mem) { /* the mask's block map first, on the same stream */
         CUfunction fn, fn_map;
         if ((*st = kernels_functions(ctx, &spec, &fn, &fn_map, err)) != FG_OK ||
-            (*st = rt_mask_map_fill(ctx, a->mod, fn_map, a->workspace, c->batch, c->hq, c->seqlen_q, map_keys(c), vl.cu_q,
-                                    vl.cu_k, vl.used_k, vl.total_q, vl.total_k, &vl.mod_aux, stream, err)) != FG_OK)
+            (*st = rt_mask_map_fill(ctx, a->mod, fn_map, mem, c->batch, c->hq, c->seqlen_q, map_keys(c), vl.cu_q, vl.cu_k,
+                                    vl.used_k, vl.total_q, vl.total_k, &vl.mod_aux, stream, err)) != FG_OK)
             return 1;
     }
     *st = rt_fwd_launch_varlen(ctx, &spec, &g, &vl, stream, err);
@@ -159,14 +167,17 @@ int serving_prefill_explain(fg_context *ctx, const fg_varlen_args *a, const serv
     static const char *const origin[] = {"memory", "disk cache", "bundle", "JIT compile"};
     /* the custom mask's block map: its bytes and the classification's cost, one fg_user_mask a position of the
        blocks intervals leave open (at most every position of every sequence's grid) */
-    const size_t map = serving_prefill_workspace(a, c);
+    const size_t map = map_bytes(a, c);
     const int per_head = a->mod && mod_mask_reads_head(a->mod);
-    char ws[320] = "none";
-    if (map > 0)
+    char ws[360] = "none";
+    if (map > 0 && a->mask_map && a->mask_map_ready)
+        snprintf(ws, sizeof ws, "none; the custom mask's block map (%zu bytes) is the call's mask_map, as an earlier "
+                 "call filled it: no classification, and the attention skips the blocks it hides", map);
+    else if (map > 0)
         snprintf(ws, sizeof ws, "%zu bytes, the custom mask's block map (%s): a classification kernel before the "
                  "attention evaluates the mask at up to %lld positions (every position of each sequence%s) and "
-                 "the attention skips the blocks it hides", map,
-                 a->workspace ? "given" : "no workspace given: every block evaluates the mask",
+                 "the attention skips the blocks it hides", a->mask_map ? 0 : map,
+                 a->mask_map ? "in the call's mask_map" : a->workspace ? "given" : "no workspace given: every block evaluates the mask",
                  (long long)c->batch * c->seqlen_q * map_keys(c) * (per_head ? c->hq : 1), per_head ? ", each query head" : "");
     snprintf(buf, n,
              "variant %s\n"

@@ -238,3 +238,48 @@ Test(backward_varlen_args, aux_gradients_follow_their_rules) {
     expect(&a, FG_ERR_INVALID_ARGUMENT, "overlaps mod_aux[0] in memory");
     fg_mod_destroy(m);
 }
+
+/* mask_map (a custom mask's block map kept across calls): only with a mask that reads aux arrays, 256-byte aligned,
+ * of fg_mask_map_size bytes at least; mask_map_ready 0 or 1, and only with a buffer. fg_mask_map_size gives 0
+ * without such a mask and refuses negative sizes. */
+Test(backward_varlen_args, mask_map_follows_its_rules) {
+    static const char doc_text[] = "aux = { doc = fg.aux('i32', 1) }\n"
+                                   "mask_mod = function(b, h, q, kv) return fg.eq(fg.load(doc, q), fg.load(doc, kv)) end\n";
+    static const char win_text[] = "mask_mod = function(b, h, q, kv) return fg.le(kv, q) end\n";
+    fg_mod *doc = NULL, *win = NULL;
+    cr_assert_eq(fg_mod_create(doc_text, strlen(doc_text), "doc.lua", &doc), FG_OK, "%s", fg_last_error(NULL));
+    cr_assert_eq(fg_mod_create(win_text, strlen(win_text), "win.lua", &win), FG_OK, "%s", fg_last_error(NULL));
+    size_t need = 0;
+    cr_assert_eq(fg_mask_map_size(doc, 3, 8, 60, 200, &need), FG_OK);
+    cr_assert_gt(need, 0);
+    cr_assert_eq(need % 256, 0);
+    size_t none = 1;
+    cr_assert_eq(fg_mask_map_size(win, 3, 8, 60, 200, &none), FG_OK);
+    cr_assert_eq(none, 0);
+    cr_assert_eq(fg_mask_map_size(doc, -1, 8, 60, 200, &none), FG_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(fg_last_error(NULL), "must be >= 0"), "%s", fg_last_error(NULL));
+    const fg_tensor docs = {ADDR(0xc000000), FG_DTYPE_I32, 1, {300, 0, 0, 0}, {1, 0, 0, 0}};
+    fg_varlen_bwd_args a = call();
+    a.mod = doc, a.mod_aux[0] = docs;
+    const fg_varlen_bwd_args with_doc = a;
+    a.mask_map = ADDR(0xd000000), a.mask_map_size = need - 256;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "mask_map_size is");
+    a = with_doc, a.mask_map = ADDR(0xd000080), a.mask_map_size = need;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "is not 256-byte aligned");
+    a = with_doc, a.mask_map_ready = 1;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "mask_map is NULL but mask_map_ready is set");
+    a = with_doc, a.mask_map = ADDR(0xd000000), a.mask_map_size = need, a.mask_map_ready = 2;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "mask_map_ready is 2");
+    a = call(), a.mod = win, a.mask_map = ADDR(0xd000000), a.mask_map_size = need;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "the call has no mask that reads aux arrays");
+    /* with its own map the workspace holds no map: the query gives less */
+    fg_context *ctx = fake_context();
+    size_t with_ws = 0, with_own = 0;
+    a = with_doc, a.workspace = NULL, a.workspace_size = 0;
+    cr_assert_eq(fg_attention_bwd_varlen_workspace_size(ctx, &a, &with_ws), FG_OK, "%s", fg_last_error(ctx));
+    a.mask_map = ADDR(0xd000000), a.mask_map_size = need;
+    cr_assert_eq(fg_attention_bwd_varlen_workspace_size(ctx, &a, &with_own), FG_OK, "%s", fg_last_error(ctx));
+    cr_assert_geq(with_ws, with_own + need - 256, "%zu against %zu", with_ws, with_own);
+    fg_mod_destroy(doc);
+    fg_mod_destroy(win);
+}

@@ -34,7 +34,7 @@ import threading
 
 from . import _capi, _mods, _tensors
 from ._capi import FlashgenError, LibraryNotFoundError
-from ._mods import Mod
+from ._mods import MaskMap, Mod
 from ._tensors import TensorDesc
 from ._serving import (attention_varlen, attention_varlen_backward, attention_with_kvcache, explain_varlen,
                        merge_states, set_check_inputs)
@@ -46,7 +46,7 @@ __all__ = [
     "attention", "explain", "explain_backward", "prepare", "bundle_load", "bundle_load_memory", "configure", "close",
     "library_path", "FlashgenError", "LibraryNotFoundError", "TensorDesc", "version", "hadamard_rotate",
     "quantize_fp8", "key_major_v", "attention_backward", "register_ops", "attention_varlen", "attention_varlen_backward",
-    "attention_with_kvcache", "explain_varlen", "merge_states", "set_check_inputs", "Mod",
+    "attention_with_kvcache", "explain_varlen", "merge_states", "set_check_inputs", "Mod", "MaskMap",
 ]
 
 _LOG_LEVELS = {"none": _capi.FG_LOG_NONE, "error": _capi.FG_LOG_ERROR, "warn": _capi.FG_LOG_WARN,

@@ -143,6 +143,9 @@ class FgVarlenArgs(ctypes.Structure):
         ("causal_top_left", ctypes.c_int),  # 1 with causal: query i sees keys j <= i
         ("mod", ctypes.c_void_p),           # fg_mod * (fg_mod_create), or NULL: a custom score and/or mask mod
         ("mod_aux", FgTensor * FG_MOD_AUX_MAX),  # the mod's aux arrays in its order; the rest unset
+        ("mask_map", ctypes.c_void_p),      # a custom mask's block map kept across calls, or NULL
+        ("mask_map_size", ctypes.c_size_t),
+        ("mask_map_ready", ctypes.c_int),   # 1: an earlier call filled it
     ]
 
 
@@ -181,6 +184,9 @@ class FgVarlenBwdArgs(ctypes.Structure):
         ("mod", ctypes.c_void_p),           # the forward's custom mod, or NULL
         ("mod_aux", FgTensor * FG_MOD_AUX_MAX),
         ("mod_aux_grad", FgTensor * FG_MOD_AUX_MAX),  # written: trainable arrays' gradients, where set
+        ("mask_map", ctypes.c_void_p),      # as FgVarlenArgs'
+        ("mask_map_size", ctypes.c_size_t),
+        ("mask_map_ready", ctypes.c_int),
     ]
 
 
@@ -321,6 +327,7 @@ def _declare(lib):
         "fg_mod_aux_info": (c_int, [vp, c_int, ctypes.POINTER(c_char_p), ctypes.POINTER(c_int),
                                     ctypes.POINTER(c_int)]),
         "fg_mod_aux_trainable": (c_int, [vp, c_int]),
+        "fg_mask_map_size": (c_int, [vp, c_int, c_int, c_int, c_int, ctypes.POINTER(c_size_t)]),
     }
     for name, (restype, argtypes) in protos.items():
         fn = getattr(lib, name)  # AttributeError here means a library from another flashgen: reported by the caller

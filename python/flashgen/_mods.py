@@ -237,3 +237,52 @@ def set_aux_grads(a, call, grads):
         a.mod_aux_grad[i] = v.struct()
         views.append(("mod_aux_grad[%r]" % call.mod.aux[i][0], v))
     return views
+
+
+class MaskMap:
+    """A custom mask's block map kept across calls (fg_varlen_args.mask_map): pass the same MaskMap as mask_map= to
+    the calls that share a mod, its aux arrays, the lengths and heads (the layers of one batch, say), and only the
+    first runs the classification kernel, as FlexAttention's BlockMask is built once. A call whose mod, aux arrays
+    (their memory or their torch version counter: an in-place change), cu_seqlens, batch, heads or longest lengths
+    differ from the last fill's refills it, so a stale map is not read. Only masks that read aux arrays have one;
+    for others it is ignored. Its buffer lives on the device of the first call."""
+
+    __slots__ = ("buffer", "key")
+
+    def __init__(self):
+        self.buffer = None  # uint8 CUDA tensor, 256 bytes more than the map (alignment)
+        self.key = None     # what the map in buffer was filled for
+
+    def __repr__(self):
+        return "MaskMap(%s)" % ("empty" if self.key is None else "%d bytes" % (self.buffer.numel() - 256))
+
+
+def _version_of(x):
+    return None if x is None else (int(x.data_ptr()), getattr(x, "_version", None))
+
+
+def set_mask_map(a, call, mm, cu_q, cu_k, batch, heads, max_q, max_k, device, ready=None):
+    """Points FgVarlenArgs / FgVarlenBwdArgs a at MaskMap mm for the call's mod (a ModCall): allocates or grows its
+    buffer, and sets mask_map_ready when the last fill was for the same mod, aux arrays (memory and version), cu_seqlens,
+    batch, heads and lengths (ready=True forces it: the backward of the forward that filled it). Nothing for a mod
+    whose mask reads no aux array."""
+    if mm is None or call is None:
+        return
+    if not isinstance(mm, MaskMap):
+        raise TypeError("mask_map must be a flashgen.MaskMap, not a %s" % type(mm).__name__)
+    size = ctypes.c_size_t(0)
+    lib = _capi.lib()
+    st = lib.fg_mask_map_size(call.mod.handle, int(batch), int(heads), int(max_q), int(max_k), ctypes.byref(size))
+    if st != _capi.FG_OK:
+        raise _capi.error_from(st, None)
+    if size.value == 0:
+        return
+    torch = sys.modules["torch"]
+    key = (call.mod.id, int(batch), int(heads), int(max_q), int(max_k), tuple(_version_of(x) for _, x in call.arrays),
+           _version_of(cu_q), _version_of(cu_k))
+    if mm.buffer is None or mm.buffer.numel() < size.value + 256 or mm.buffer.device != device:
+        mm.buffer, mm.key, ready = torch.empty(size.value + 256, dtype=torch.uint8, device=device), None, False
+    a.mask_map = (mm.buffer.data_ptr() + 255) // 256 * 256
+    a.mask_map_size = size.value
+    a.mask_map_ready = int(bool(ready) or mm.key == key)
+    mm.key = key

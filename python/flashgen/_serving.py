@@ -90,7 +90,13 @@ def _varlen_args(pkg, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, 
     a.split_size = int(split_size)
     mods = dict(mods)
     mods.pop("trained", None)  # (the autograd path's note of the aux arrays it differentiates)
-    aux = _mods.set_mod(a, mods.pop("mod", None))
+    call, mm = mods.pop("mod", None), mods.pop("mask_map", None)
+    aux = _mods.set_mod(a, call)
+    if mm is not None and call is not None:  # the lengths as the library sizes the map: the grid's longest, or dense
+        dense_q, dense_k = q.dim() == 4, cu_seqlens_k is None
+        keys = (k.shape[1] * (block_table.shape[1] if block_table is not None else 1)) if dense_k else max_seqlen_k
+        _mods.set_mask_map(a, call, mm, cu_seqlens_q, cu_seqlens_k, q.shape[0] if dense_q else a.batch, q.shape[-2],
+                           q.shape[1] if dense_q else max_seqlen_q, keys, q.device)
     _set_mods(a, q, **mods)
     return a, views, aux
 
@@ -135,7 +141,7 @@ def _launch_with_workspace(pkg, torch, ctx, size_fn, launch_fn, a, q, handle):
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
                      softmax_scale=None, return_lse=False, out=None, lse=None, stream=None, seqused_k=None,
                      num_splits=0, split_size=0, deterministic=False, sinks=None, window_size=None, softcap=0.0,
-                     alibi_slopes=None, causal_top_left=False, mod=None, mod_aux=None):
+                     alibi_slopes=None, causal_top_left=False, mod=None, mod_aux=None, mask_map=None):
     """Attention over a batch of sequences of different lengths, packed (FlashAttention's
     flash_attn_varlen_func): q [total_q, heads_q, head_dim], k and v [total_k, heads_kv, head_dim], sequence b's
     queries rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 (int32 CUDA tensors of batch + 1 offsets), its keys
@@ -162,12 +168,13 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     declared dtype (torch.float32 for f32, torch.int32 for i32) and rank; checked before anything is allocated
     (ValueError naming the array). Under autograd a mod's backward runs too (score_mod's derivative in dS), and an
     aux array declared 'trainable' that requires grad gets its gradient (summed by atomics: not with deterministic);
-    one that requires grad without the declaration raises ValueError."""
+    one that requires grad without the declaration raises ValueError. mask_map: a flashgen.MaskMap to keep a mask's
+    block map across calls (MaskMap says when it is refilled; the backward of a packed call reads its forward's)."""
     pkg = _pkg()
     call = _mods.mod_call(mod, mod_aux, "attention_varlen")
     trained = _mods.grad_arrays(call)
     mods = dict(sinks=sinks, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
-                causal_top_left=causal_top_left)
+                causal_top_left=causal_top_left, mask_map=mask_map)
     if pkg._needs_grad(q, k, v, sinks) or trained:
         if out is not None or lse is not None or seqused_k is not None or num_splits or split_size:
             raise TypeError("attention_varlen() with autograd takes no out=, lse=, seqused_k, num_splits or "
@@ -186,7 +193,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 def attention_varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                               causal=False, softmax_scale=None, deterministic=False, dq=None, dk=None, dv=None,
                               stream=None, sinks=None, window_size=None, softcap=0.0, alibi_slopes=None,
-                              causal_top_left=False, mod=None, mod_aux_grad=None):
+                              causal_top_left=False, mod=None, mod_aux_grad=None, mask_map=None, mask_map_ready=None):
     """The gradients (dq, dk, dv) of out = attention_varlen(q, k, v, ...) for dL/dout = dout, recomputed from the
     forward's out and lse ([heads_q, total_q], return_lse=True): the packed layouts of attention_varlen, causal
     bottom-right per sequence. v may have a head dim of its own (v.shape[-1], a multiple of 8 up to 256: DeepSeek's
@@ -194,8 +201,9 @@ def attention_varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_
     identical gradients from run to run (not with a window). The model variants (sinks, window_size, softcap,
     alibi_slopes, causal_top_left) must be the forward's, and its custom mod (mod: a checked ModCall, the Mod with its
     aux arrays); with sinks the result is (dq, dk, dv, dsink), dsink fp32 [heads_q]. mod_aux_grad: {index of a
-    trainable aux array in the mod's order: an fp32 CUDA tensor of its shape}, written with that array's gradient. The
-    fp32 workspace is allocated on the launch stream."""
+    trainable aux array in the mod's order: an fp32 CUDA tensor of its shape}, written with that array's gradient.
+    mask_map: a flashgen.MaskMap, as attention_varlen takes it (mask_map_ready=True: it holds this call's map, the
+    forward's). The fp32 workspace is allocated on the launch stream."""
     pkg = _pkg()
     torch = pkg._torch()
     handle = pkg._stream_handle(stream, q)
@@ -218,6 +226,8 @@ def attention_varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_
     a.causal, a.deterministic = int(bool(causal)), int(bool(deterministic))
     _set_mods(a, q, sinks, window_size, softcap, alibi_slopes, causal_top_left)
     aux = _mods.set_mod(a, mod)
+    _mods.set_mask_map(a, mod, mask_map, cu_seqlens_q, cu_seqlens_k, a.batch, q.shape[-2], max_seqlen_q, max_seqlen_k,
+                       q.device, mask_map_ready)
     if mod_aux_grad:
         aux = aux + _mods.set_aux_grads(a, mod, mod_aux_grad)
     dsink = None

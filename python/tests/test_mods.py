@@ -358,6 +358,40 @@ class ModGpuTest(unittest.TestCase):
         (gb2,) = torch.autograd.grad(o2.float().sum(), (bias,))
         close(self, gb, gb2, "dbias dense against packed", tol=1e-3 * max(1.0, gb2.abs().max().item()))
 
+    def test_mask_map_kept_across_calls(self):
+        """A MaskMap shared by calls: the second reads the first's map (the same bits out), an in-place change of the
+        aux array refills it (the output follows the new documents), each against the float32 reference; a mod whose
+        mask reads no aux array ignores it."""
+        torch.manual_seed(12)
+        m = flashgen.Mod(DOCUMENT, name="doc.lua")
+        lens = [300, 129, 1]
+        cu = offsets(lens)
+        n = sum(lens)
+        q = torch.randn(n, 8, 64, device="cuda", dtype=torch.bfloat16)
+        k, v = torch.randn(2, n, 2, 64, device="cuda", dtype=torch.bfloat16)
+        doc = torch.stack([torch.arange(300, device="cuda", dtype=torch.int32) // (17 + b) for b in range(3)]).contiguous()
+        mm = flashgen.MaskMap()
+
+        def run_and_check(what):
+            o = flashgen.attention_varlen(q, k, v, cu, cu, 300, 300, mod=m, mod_aux=[doc], mask_map=mm)
+            for b, (lo, hi) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
+                ro, _ = reference32(q[lo:hi], k[lo:hi], v[lo:hi], b, False,
+                                    mask=lambda bb, h, i, j: doc[bb][i] == doc[bb][j])
+                close(self, o[lo:hi], ro, "%s, sequence %d" % (what, b))
+            return o
+
+        first = run_and_check("first call (fills the map)")
+        self.assertIn("bytes", repr(mm))
+        again = run_and_check("second call (reads it)")
+        self.assertTrue(torch.equal(first, again))
+        doc.copy_(torch.stack([torch.arange(300, device="cuda", dtype=torch.int32) // (5 + 3 * b) for b in range(3)]))
+        changed = run_and_check("after an in-place change of doc (refills it)")
+        self.assertFalse(torch.equal(first, changed))
+        w = flashgen.Mod("mask_mod = function(b, h, q, kv) return fg.le(kv, q) end\n", name="causal.lua")
+        plain = flashgen.MaskMap()
+        flashgen.attention_varlen(q, k, v, cu, cu, 300, 300, mod=w, mask_map=plain)
+        self.assertEqual(repr(plain), "MaskMap(empty)")
+
     LENS = [5, 0, 1, 130, 64, 17]  # self-attention sequences, 0 and 1 among them
 
     def packed(self, heads_q, heads_kv, d, dtype, seed):

@@ -79,7 +79,7 @@ __device__ __forceinline__ bool fg_map_trim(const fg_mod_aux &aux, const int *sp
         const int2 s = __ldg(f + l);
         a = min(a, s.x), z = min(z, s.y);
     }
-    z = 0x7ffffffe - z;
+    z = min(0x7ffffffe - z, 1 << 24); // (a map that settles nothing says INT_MAX - 1: held where the products fit)
     if (z < 0) { // hidden from every line
         hi = lo;
         return true;
