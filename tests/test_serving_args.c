@@ -471,3 +471,35 @@ Test(serving_args, mask_map_size_overflow_is_refused) {
     cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
     fg_mod_destroy(m);
 }
+
+/* A forward's own block map (mask_map): the rules of fg_attention_bwd_varlen's (test_backward_varlen_args), here on
+ * the serving call's check: sized by the call's batch, heads and longest lengths, only for a mask that reads aux
+ * arrays; a call that gives it takes no map bytes in its workspace. */
+Test(serving_args, mask_map_follows_its_rules) {
+    static const char text[] = "aux = { doc = fg.aux('i32', 1) }\n"
+                               "mask_mod = function(b, h, q, kv) return fg.eq(fg.load(doc, q), fg.load(doc, kv)) end\n";
+    fg_mod *m = NULL;
+    cr_assert_eq(fg_mod_create(text, strlen(text), "doc.lua", &m), FG_OK, "%s", fg_last_error(NULL));
+    fg_varlen_args a = packed();
+    a.max_seqlen_k = 200;
+    a.mod = m;
+    a.mod_aux[0] = (fg_tensor){ADDR(0x700000), FG_DTYPE_I32, 1, {300, 0, 0, 0}, {1, 0, 0, 0}};
+    size_t need = 0;
+    cr_assert_eq(fg_mask_map_size(m, 3, 8, 60, 200, &need), FG_OK);
+    const fg_varlen_args base = a;
+    a.mask_map = ADDR(0x800000), a.mask_map_size = need;
+    expect(&a, FG_OK, NULL);
+    a.mask_map_ready = 1;
+    expect(&a, FG_OK, NULL);
+    a = base, a.mask_map = ADDR(0x800000), a.mask_map_size = need - 1;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "the block map of this call needs");
+    a = base, a.mask_map = ADDR(0x800010), a.mask_map_size = need;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "not 256-byte aligned");
+    a = base, a.mask_map_size = need;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "mask_map is NULL but mask_map_size is set");
+    a = base, a.mask_map = ADDR(0x800000), a.mask_map_size = need, a.mask_map_ready = -1;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "mask_map_ready is -1");
+    a = packed(), a.mask_map = ADDR(0x800000), a.mask_map_size = need;
+    expect(&a, FG_ERR_INVALID_ARGUMENT, "no mask that reads aux arrays");
+    fg_mod_destroy(m);
+}
