@@ -417,6 +417,11 @@ __device__ __forceinline__ float fg_bwd_p(float s, float lse2, int key, int qrow
     return masked ? 0.f : fg_exp2(fmaf(s, scale_log2, -lse2));
 }
 
+// The sm_90a kernel settles a mask that reads aux arrays a block at a time from the call's block map
+// (fg_bwd_block_verdict): it skips the query blocks the map hides and runs the instance without a mask (MASK false
+// in fg_bwd_p_ds, which then evaluates no custom mask either) on those it keeps whole.
+constexpr bool FG_BWD_MASK_BY_BLOCK = FG_USER_MASK && FG_USER_MASK_MAP && FG_WGMMA_BWD;
+
 // fg_bwd_p_ds with the model variants: S transformed as the forward did (softcap, ALiBi) before P, the keys
 // outside the rows' spans (sp, MASK) masked, and dS taking the softcap's derivative,
 // d(cap tanh(scale s / cap)) / d(scale s) = 1 - tanh^2.
@@ -452,8 +457,10 @@ __device__ __forceinline__ void fg_bwd_p_ds(float (&s)[4], float (&dp)[4], int h
         grad *= dmod;
 #endif
 #if FG_USER_MASK
-        const float keep = fg_user_mask((int)blockIdx.z, v.head, mq, mk, fqr, fk0, 0.f, *v.aux); // 0, -inf (hidden) or NaN (bad)
-        x = keep == 0.f ? x : keep; // a hidden key stays hidden whatever its score
+        if (MASK || !FG_BWD_MASK_BY_BLOCK) {
+            const float keep = fg_user_mask((int)blockIdx.z, v.head, mq, mk, fqr, fk0, 0.f, *v.aux); // 0, -inf (hidden) or NaN (bad)
+            x = keep == 0.f ? x : keep; // a hidden key stays hidden whatever its score
+        }
 #endif
         constexpr float p_scale = 1.4426950408889634f; // the logit's exponent base 2
 #else
@@ -473,6 +480,12 @@ __device__ __forceinline__ void fg_bwd_p_ds(float (&s)[4], float (&dp)[4], int h
 }
 
 #if FG_USER_MASK
+// The custom mask's verdict (fg_mask_verdict_rows) on query block m against the key block at n0.
+__device__ __forceinline__ int fg_bwd_block_verdict(const fg_mod_aux &aux, int head, int m, int n0, int sq, int sk) {
+    return fg_mask_verdict_rows(aux, (int)blockIdx.z, head, m * FG_BLOCK_M, min(m * FG_BLOCK_M + FG_BLOCK_M, sq) - 1, n0,
+                                min(n0 + FG_BLOCK_N, sk) - 1, sq, sk);
+}
+
 // Drops from [m_first, m_last) the query blocks at either end that a custom mask hides from every key of the block at
 // n0 (fg_mask_verdict_rows): their P and dS are 0. Not in the
 // deterministic mode, whose dQ turns (bwd_order.h) count every key block a query block's causal span holds.

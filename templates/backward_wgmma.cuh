@@ -136,6 +136,25 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch, const __grid_co
 #if FG_USER_MASK
     fg_bwd_mask_trim(launch.mod_aux, head, n0, sq, sk, m_first, m_last);
 #endif
+    // The walk over the query blocks: m_first .. m_last - 1, or with FG_BWD_MASK_BY_BLOCK those of them the block map
+    // does not hide (their verdicts: verdict(m)). Producer and consumers walk alike.
+    constexpr bool WALK = FG_BWD_MASK_BY_BLOCK;
+    auto verdict = [&](int m) -> int {
+#if FG_USER_MASK
+        if constexpr (WALK) return fg_bwd_block_verdict(launch.mod_aux, head, m, n0, sq, sk);
+#endif
+        return 2; // (FG_IV_MIXED: the custom mask, if any, evaluated everywhere)
+    };
+    auto walk = [&](int m, int &vm) { // the first block from m on that is not hidden (m_last if none), its verdict
+        vm = 2;
+        if constexpr (WALK)
+#pragma unroll 1
+            for (; m < m_last; m++)
+                if ((vm = verdict(m)) != 0) break; // (0: FG_IV_HIDDEN)
+        return m;
+    };
+    int st = 0; // the stage of the block at hand
+    int v_m, m = walk(m_first, v_m); // the block at hand, its verdict
 
     // Tiles on 1024-byte boundaries (the swizzle acts on address bits); the host asks for 1 KiB of slack.
     const u32 s_k = (fg_smem_addr(fg_smem) + 1023u) & ~1023u;
@@ -181,7 +200,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch, const __grid_co
         fg_bwd_tma_block(tm, p, s_q, s_do, s_lse, s_d, m, st, head, batch, bh * sq_pad, bar_full(st));
     };
     const bool producer = wg == 1 && wtid == 0;
-    if (producer && m_first < m_last) load_block(m_first, 0);
+    if (producer && m < m_last) load_block(m, 0);
     fg_mbar_wait(bar_kv, 0); // K and V are in
     // Decoupled so, the warpgroups drift out of step and one's softmax and dQ staging overlap the other's
     // products. Against both warpgroups in step behind __syncthreads, d 128 +8-16%, d 64 +0-5% (geomean +8.2%);
@@ -266,17 +285,22 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch, const __grid_co
             fg_bulk_add_f32<FG_BW_DQ_BYTES>(dst, dqw);
         }
     };
-    int st = 0;
-    for (int m = m_first; m < m_last; m++, st ^= 1) {
-        if (producer && m + 1 < m_last) {
-            // stage st ^ 1 held block m - 1: once warpgroup 0 is done with it, block m + 1 goes there
-            if (m > m_first) fg_mbar_wait(bar_empty(st ^ 1), fg_ring_at<2>((u32)(m - 1 - m_first)).full_parity());
-            load_block(m + 1, st ^ 1);
+    // The walk's step (blocks done) and the blocks of its last two steps (-1 before the first): the counts of m itself
+    // without the walk, where the blocks follow each other.
+    int walked = 0, m_1 = -1, m_2 = -1;
+    while (m < m_last) {
+        const int it = WALK ? walked : m - m_first, prev = WALK ? m_1 : m - 1, prev2 = WALK ? m_2 : m - 2;
+        int v_next = 2;
+        const int m_next = WALK ? walk(m + 1, v_next) : m + 1;
+        if (producer && m_next < m_last) {
+            // stage st ^ 1 held the previous block: once warpgroup 0 is done with it, the next one goes there
+            if (it > 0) fg_mbar_wait(bar_empty(st ^ 1), fg_ring_at<2>((u32)(it - 1)).full_parity());
+            load_block(m_next, st ^ 1);
         }
-        fg_mbar_wait(bar_full(st), fg_ring_at<2>((u32)(m - m_first)).full_parity()); // block m is in
-        // dS^T's buffer (b, its use u): free once both warpgroups' dQ of block m - 2 has read it. (b is st
+        fg_mbar_wait(bar_full(st), fg_ring_at<2>((u32)it).full_parity()); // block m is in
+        // dS^T's buffer (b, its use u): free once both warpgroups' dQ of the block two steps back has read it. (b is st
         // when dQ goes by columns; kept apart, as measured: folding it changes the d 128 register allocation.)
-        const int b = (m - m_first) & 1, u = (m - m_first) >> 1;
+        const int b = it & 1, u = it >> 1;
         const u32 s_ds_b = s_ds + (u32)b * FG_BW_DS_BYTES;
         if (u > 0) fg_mbar_wait(bar_ds_empty(b), (u32)((u - 1) & 1));
         const u32 sq_st = s_q + st * FG_Q_BLOCK_BYTES, sdo_st = s_do + st * FG_Q_BLOCK_BYTES;
@@ -322,7 +346,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch, const __grid_co
         // The bulk add of the dQ staged in the previous block, a block after its staging, its stores landed
         // by now: where it followed the staging, the proxy fence before it took 13% of the stall samples
         // (ncu, d 128 8k); a block later 1.030x.
-        if (m - 1 - FG_BW_DQ_LAG >= m_first) add_dq((i64)(m - 1 - FG_BW_DQ_LAG) * FG_BLOCK_M);
+        const int m_add = FG_BW_DQ_LAG ? prev2 : prev;
+        if (m_add >= m_first) add_dq((i64)m_add * FG_BLOCK_M);
         fg_wgmma_fence();
         if constexpr (FG_BW_SPLIT_SDP) {
             // Two wgmma groups: P^T is computed while dP^T still runs.
@@ -387,7 +412,7 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch, const __grid_co
                     if (nt % 2) store_ds(nt);
                 }
             };
-            if (FG_BWD_NEEDS_MASK)
+            if (FG_BWD_NEEDS_MASK || (WALK && v_m != 1)) // (1: FG_IV_KEPT, the block map keeps the block whole)
                 p_ds(fg_bool<true>{});
             else
                 p_ds(fg_bool<false>{});
@@ -412,9 +437,8 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch, const __grid_co
         for (int kk = 0; kk < FG_BLOCK_M / 16; kk++)
             fg_wgmma_rs(dv, pa[kk], fg_desc_mnmajor(sdo_st + kk * 16 * 128, FG_BW_Q_CHUNK_BYTES), 1u);
         fg_wgmma_commit();
-        const int mq = FG_BW_DQ_LAG ? m - 1 : m; // the block whose dQ is due (lagged: the previous one)
-        const bool due = !FG_BW_DQ_LAG || mq >= m_first;
-        const int bq = FG_BW_DQ_LAG ? (mq - m_first) & 1 : b, uq = FG_BW_DQ_LAG ? (mq - m_first) >> 1 : u;
+        const bool due = !FG_BW_DQ_LAG || it > 0; // the dQ of this block, or lagged of the previous one
+        const int bq = FG_BW_DQ_LAG ? (it - 1) & 1 : b, uq = FG_BW_DQ_LAG ? (it - 1) >> 1 : u;
         if (due) issue_dq(bq, uq);
 #pragma unroll
         for (int kk = 0; kk < FG_BLOCK_M / 16; kk++)
@@ -435,17 +459,20 @@ fg_bwd_main_kernel(const __grid_constant__ fg_bwd_params launch, const __grid_co
         fg_wgmma_wait<0>(); // dK
         fg_fence_regs(dk);
         if (wg == 0) fg_mbar_arrive(bar_empty(st)); // done with stage st (its Q, dO, LSE and D)
+        st ^= 1, walked++, m_2 = m_1, m_1 = m, m = m_next, v_m = v_next;
     }
-    // the add still pending, and with the lag the last block's dQ
-    if (m_last - 1 - FG_BW_DQ_LAG >= m_first) add_dq((i64)(m_last - 1 - FG_BW_DQ_LAG) * FG_BLOCK_M);
+    // the add still pending, and with the lag the last block's dQ (the walk's last blocks: m_1, m_2)
+    const int steps = WALK ? walked : m_last - m_first, last = WALK ? m_1 : m_last - 1, last2 = WALK ? m_2 : m_last - 2;
+    const int m_add = FG_BW_DQ_LAG ? last2 : last;
+    if (m_add >= m_first) add_dq((i64)m_add * FG_BLOCK_M);
     // (The last block's dS^T buffer gets no ds_empty arrivals: nothing waits for it in a CTA that takes one
     // tile. A persistent kernel would need them.)
-    if (FG_BW_DQ_LAG && m_last > m_first) {
-        issue_dq((m_last - 1 - m_first) & 1, (m_last - 1 - m_first) >> 1);
+    if (FG_BW_DQ_LAG && steps > 0) {
+        issue_dq((steps - 1) & 1, (steps - 1) >> 1);
         fg_wgmma_wait<0>();
         fg_fence_regs(dq);
         stage_dq();
-        add_dq((i64)(m_last - 1) * FG_BLOCK_M);
+        add_dq((i64)last * FG_BLOCK_M);
     }
     // The bulk adds have read their staging once wait_group.read returns; the CTA may then exit (its async
     // operations complete before the grid does, as for any store).

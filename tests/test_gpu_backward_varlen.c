@@ -398,6 +398,36 @@ Test(bwd_varlen, custom_mod_trainable_aux) {
     }
 }
 
+/* Masks from aux arrays whose block map has holes inside a key block's span of query blocks and blocks it keeps
+ * whole (the sm_90a kernel walks the query blocks the map does not hide and evaluates no mask on those it keeps): a
+ * block-sparse pattern over 64 x 64 blocks (about half kept, the diagonal always) and documents of 300 tokens, over
+ * sequences of 700 to 1100 tokens, d 64 and 128, causal and not. */
+Test(bwd_varlen, custom_mask_holes_and_whole_blocks) {
+    static int32_t blocks[18][18], doc[3][1100];
+    for (int i = 0; i < 18; i++)
+        for (int j = 0; j < 18; j++) blocks[i][j] = i == j || (i * 7 + j * 5 + i * j) % 5 < 2;
+    for (int b = 0; b < 3; b++)
+        for (int t = 0; t < 1100; t++) doc[b][t] = (t + 100 * b) / 300;
+    static const char *const texts[] = {
+        "aux = { blocks = fg.aux('i32', 2) }\n"
+        "mask_mod = function(b, h, q, kv) return fg.eq(fg.load(blocks, q // 64, kv // 64), 1) end\n",
+        "aux = { doc = fg.aux('i32', 2) }\n"
+        "mask_mod = function(b, h, q, kv) return fg.eq(fg.load(doc, b, q), fg.load(doc, b, kv)) end\n",
+    };
+    static const int lq[] = {1100, 700, 900}, lk[] = {1100, 1000, 700};
+    for (size_t i = 0; i < 2 * NELEM(texts); i++) {
+        fg_mod *m = NULL;
+        const char *text = texts[i % NELEM(texts)];
+        cr_assert_eq(fg_mod_create(text, strlen(text), "mod.lua", &m), FG_OK, "%s", fg_last_error(NULL));
+        serve_case c = bc(i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, 3, lq, lk, 4, 2, i < 2 ? 128 : 64, i / 2 == i % 2);
+        c.mod = m, c.seed = 1010 + i;
+        if (i % 2 == 0) c.aux[0] = blocks, c.aux_shape[0][0] = 18, c.aux_shape[0][1] = 18;
+        else c.aux[0] = doc, c.aux_shape[0][0] = 3, c.aux_shape[0][1] = 1100;
+        bwd_case_run(&c, 0, 0);
+        fg_mod_destroy(m);
+    }
+}
+
 /* A batch whose sequences have keys but no queries: no kernel has rows to run, and dsink is still written (0). */
 Test(bwd_varlen, sinks_without_queries) {
     static const int lq[] = {0, 0, 0}, lk[] = {5, 9, 0};
