@@ -43,7 +43,11 @@ fg_status tile_policy_copy(fg_tile_policy *dst, const fg_tile_policy *src, fg_er
 void tile_policy_free(fg_tile_policy *policy);
 /* The rule that applies to spec (last match wins), or NULL. */
 const fg_tile_rule *tile_policy_lookup(const fg_tile_policy *policy, const struct fg_spec *spec);
-/* Sets every unset (0) tile field of spec from the policy; fields already set are kept. */
+/* Sets every unset (0) tile field of spec from the policy; fields already set are kept. A spec with no tile field set
+ * that spec_mod_tiles covers takes its tiles instead of the policy's. */
 fg_status spec_fill_tiles(struct fg_spec *spec, const fg_tile_policy *policy, fg_error *err);
+/* The tiles of an sm_90a forward with a custom mod at head dims up to 128 (Q's and V's): sets them and returns 1, or
+ * returns 0 for any other spec. The run-time prefill takes them over the policy's and the tuning database's. */
+int spec_mod_tiles(struct fg_spec *spec);
 
 #endif

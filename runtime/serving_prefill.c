@@ -95,17 +95,7 @@ static int prefill_spec(fg_context *ctx, const fg_varlen_args *a, const serving_
             if (spec_validate(&t, &err) == FG_OK) *spec = t;
         }
     }
-    /* A custom mod's registers come on top of the tile's: at head dims up to 128 it takes 128-query tiles on two
-     * consumer warpgroups, which compile spill-free with the shipped examples, where the policy's 128 x 128 (d 128)
-     * and 192 x 128 (d 64) tiles spilled 8 to 1216 bytes (NVRTC 13.0). Their key blocks: 128 at d 64; at d 128,
-     * 64 for a mod that loads from an aux array at an index that moves with q or kv (a table load a score, or a
-     * mask with a block map of 64-key blocks) and 96 for others, as measured fastest on an H100 for the shipped
-     * examples (bias table, document, block sparse at 64; ALiBi, softcap, prefix-LM, window at 96). */
-    if (spec->mod[0] && spec->head_dim <= 128 && spec_head_dim_v(spec) <= 128) {
-        const fg_mod *m = mod_lookup(spec->mod);
-        spec->block_m = 128, spec->warps = 12, spec->stages = 2;
-        spec->block_n = spec->head_dim <= 64 && spec_head_dim_v(spec) <= 64 ? 128 : m && mod_loads_by_position(m) ? 64 : 96;
-    }
+    spec_mod_tiles(spec); /* (over the policy's and the tuning database's) */
     return spec_validate(spec, &err) == FG_OK;
 }
 

@@ -577,9 +577,9 @@ Test(mod, backward_variants_with_mods_compile) {
     }
 }
 
-/* The sm_90a forward's varlen variant (the serving call's prefill on Hopper) with a mod, on the tiles the prefill
- * gives mods (serving_prefill.c: 128 x 128 at d 64; at d 128, 128 x 64 for a load by position, 128 x 96 otherwise),
- * compiles spill-free with NVRTC: the ALiBi score mod, the document mask and T5's buckets. */
+/* The sm_90a forward's varlen variant (the serving call's prefill on Hopper) with a mod, on the tiles its spec takes
+ * when it names none (spec_mod_tiles: 128 x 128 at d 64; at d 128, 128 x 64 for a load by position, 128 x 96
+ * otherwise), compiles spill-free with NVRTC: the ALiBi score mod, the document mask and T5's buckets. */
 Test(mod, sm90a_prefill_variants_with_mods_compile) {
     static const char *const texts[] = {
         ALIBI_MOD,
@@ -592,11 +592,13 @@ Test(mod, sm90a_prefill_variants_with_mods_compile) {
         cr_assert_eq(mod_loads_by_position(mod_lookup(id)), i > 0); /* the slopes load by head */
         for (int d = 64; d <= 128; d += 64) {
             char text[256];
-            snprintf(text, sizeof text, "kind=fwd,arch=sm_90a,dtype=bf16,head_dim=%d,causal=%d,varlen=1,block_m=128,"
-                     "block_n=%d,warps=12,stages=2,mod=%s", d, d == 128, d == 64 ? 128 : i > 0 ? 64 : 96, id);
-            char name[FG_SPEC_NAME_MAX];
+            snprintf(text, sizeof text, "kind=fwd,arch=sm_90a,dtype=bf16,head_dim=%d,causal=%d,varlen=1,mod=%s", d,
+                     d == 128, id);
+            char name[FG_SPEC_NAME_MAX], tiles[64];
             fg_compile_result r;
             compiled(text, name, sizeof name, &r);
+            snprintf(tiles, sizeof tiles, "block_m=128,block_n=%d,", d == 64 ? 128 : i > 0 ? 64 : 96);
+            cr_assert(strstr(name, tiles) && strstr(name, "warps=12"), "%s: not the mods' tiles", name);
             cr_assert_eq(r.spill_stores, 0, "%s spills %d bytes", name, r.spill_stores);
             compile_result_free(&r);
         }
