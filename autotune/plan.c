@@ -43,7 +43,7 @@ static void plan_compile(const fg_spec *spec, const fg_disk_cache *disk, int all
             uint8_t key[32];
             char name[FG_SPEC_NAME_MAX];
             fg_error werr;
-            compile_cache_key(spec, 0, src, len, key);
+            compile_result_key(spec, 0, src, len, &r, key);
             if (spec_format(spec, name, sizeof name) > 0) (void)cache_put(disk, key, name, r.cubin, r.cubin_size, &werr);
         }
     }

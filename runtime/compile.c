@@ -32,6 +32,7 @@ int compile_options(const fg_spec *spec, int flags, const char **opts, char buf[
     opts[n++] = "--std=c++17";
     opts[n++] = "--device-as-default-execution-space"; /* the templates' lambdas are device code */
     if (!as_ptx) opts[n++] = "--ptxas-options=-v"; /* the resource report lands in the log, for checks and dumps */
+    if (flags & FG_COMPILE_QUICK) opts[n++] = "--Ofast-compile=max"; /* NVRTC 13 refuses -Ofast-compile=max */
     pthread_once(&lineinfo_once, read_lineinfo);
     if (lineinfo_on) opts[n++] = "-lineinfo";
     return n;
@@ -43,14 +44,25 @@ static pthread_once_t headers_digest_once = PTHREAD_ONCE_INIT;
 static void read_headers_digest(void) { emit_headers_digest(headers_digest); }
 
 void compile_cache_key(const fg_spec *spec, int flags, const char *src, size_t len, uint8_t key[32]) {
-    const char *opts[FG_NVRTC_MAX_OPTS];
+    const char *opts[FG_NVRTC_MAX_OPTS + 1];
     char archbuf[64], arch[16];
     int nopts = compile_options(spec, flags, opts, archbuf);
+    if (flags & FG_COMPILE_AFTER_QUICK) opts[nopts++] = "(after --Ofast-compile=max in the same process)";
     spec_arch_format(spec->arch, spec->arch_accel, arch, sizeof arch);
     pthread_once(&headers_digest_once, read_headers_digest);
     fg_cache_key_inputs in = {src, len, compile_nvrtc_version(), opts, nopts, arch, FG_VERSION_STRING, headers_digest};
     cache_key(&in, key);
 }
+
+void compile_result_key(const fg_spec *spec, int flags, const char *src, size_t len, const fg_compile_result *r,
+                        uint8_t key[32]) {
+    compile_cache_key(spec, flags | (r->after_quick ? FG_COMPILE_AFTER_QUICK : 0), src, len, key);
+}
+
+/* Set when the process's first quick compile starts, never cleared: NVRTC's state stays changed (compile.h). */
+static int quick_started;
+
+int compile_after_quick(void) { return __atomic_load_n(&quick_started, __ATOMIC_ACQUIRE); }
 
 static char nvrtc_version_text[32] = "unknown";
 static pthread_once_t nvrtc_version_once = PTHREAD_ONCE_INIT;
@@ -124,7 +136,10 @@ fg_status compile_source(const fg_spec *spec, const char *src, size_t len, int f
         texts[i] = emit_header_text(i);
     }
     NV(nvrtcCreateProgram(&prog, src, "flashgen_kernel.cu", nheaders, texts, names));
+    if (flags & FG_COMPILE_QUICK) __atomic_store_n(&quick_started, 1, __ATOMIC_RELEASE);
     nvrtcResult crc = nvrtcCompileProgram(prog, nopts, opts);
+    /* read after the compile: one that overlapped a quick compile on another thread may have seen its state */
+    out->after_quick = compile_after_quick();
     size_t log_size = 0;
     NV(nvrtcGetProgramLogSize(prog, &log_size));
     out->log = fg_malloc(log_size + 1);
@@ -132,6 +147,7 @@ fg_status compile_source(const fg_spec *spec, const char *src, size_t len, int f
     NV(nvrtcGetProgramLog(prog, out->log));
     out->log[log_size] = '\0';
     if (crc != NVRTC_SUCCESS) {
+        out->option_refused = crc == NVRTC_ERROR_INVALID_OPTION;
         st = fg_fail(err, FG_ERR_COMPILE, "NVRTC could not compile %s (%s); this is a flashgen bug, please report it "
                      "with the log: %.600s", name, nvrtcGetErrorString(crc), out->log);
         goto done;
@@ -167,20 +183,23 @@ done:
     if (prog) nvrtcDestroyProgram(&prog);
     if (st != FG_OK) {
         char *log = out->log;
+        const int refused = out->option_refused;
         out->log = NULL;
         compile_result_free(out);
         out->log = log; /* keep the log for dumps */
+        out->option_refused = refused;
+        out->after_quick = compile_after_quick();
     }
     return st;
 }
 
-fg_status compile_spec(const fg_spec *spec, int keep_ptx, fg_compile_result *out, fg_error *err) {
+fg_status compile_spec(const fg_spec *spec, int flags, fg_compile_result *out, fg_error *err) {
     char *src = NULL;
     size_t len = 0;
     memset(out, 0, sizeof *out);
     fg_status st = emit_source(spec, &src, &len, err);
     if (st != FG_OK) return st;
-    st = compile_source(spec, src, len, keep_ptx ? FG_COMPILE_KEEP_PTX : 0, out, err);
+    st = compile_source(spec, src, len, flags, out, err);
     free(src);
     return st;
 }

@@ -20,6 +20,10 @@ typedef struct fg_compile_result {
     int spill_loads;     /* bytes of spill loads (-1 if not found) */
     int stack_frame;     /* bytes of stack frame (-1 if not found) */
     int smem_static;     /* bytes of static shared memory (-1 if not found) */
+    int option_refused;  /* 1: NVRTC refused an option (NVRTC_ERROR_INVALID_OPTION), as one older than 13 refuses
+                            FG_COMPILE_QUICK's; the status is then FG_ERR_COMPILE */
+    int after_quick;     /* 1: a quick compile (FG_COMPILE_QUICK) had started in this process before this compile
+                            ended, so its code may differ from a fresh process's (compile_after_quick) */
 } fg_compile_result;
 
 /* compile_source's flags. */
@@ -28,14 +32,31 @@ typedef struct fg_compile_result {
                                  compile when it is loaded: how a context emulating an older arch
                                  (FLASHGEN_EMULATE_ARCH) runs that arch's code on a newer GPU. No ptxas runs, so
                                  the resource fields stay -1. */
+#define FG_COMPILE_QUICK 4    /* --Ofast-compile=max (NVRTC 13): compiled for speed of compilation (a third to
+                                 two thirds of the time; the code may spill and run slower). The JIT's first tier
+                                 (tiers.h): its options key no entry the runtime stores, since only full compiles
+                                 are kept. */
+#define FG_COMPILE_AFTER_QUICK 8 /* for compile_cache_key only: the code was compiled after a quick compile in the
+                                 same process (fg_compile_result.after_quick), which keys an entry of its own */
 
-/* The NVRTC options for spec (flags: FG_COMPILE_AS_PTX changes them), in order (pointers to static
+/* The NVRTC options for spec (flags: FG_COMPILE_AS_PTX and FG_COMPILE_QUICK change them), in order (pointers to static
  * strings or into buf), and their count. */
 int compile_options(const fg_spec *spec, int flags, const char **opts, char buf[64]);
 
 /* The disk-cache key of spec's compiled code: everything that determines the cubin (the emitted
- * source, NVRTC's version, the options, the target arch, flashgen's version), hashed by cache_key. */
+ * source, NVRTC's version, the options, the target arch, flashgen's version), hashed by cache_key. With
+ * FG_COMPILE_AFTER_QUICK the options carry a marker that no NVRTC option spells, so code compiled after a quick
+ * compile keys an entry apart from a fresh process's. */
 void compile_cache_key(const fg_spec *spec, int flags, const char *src, size_t len, uint8_t key[32]);
+/* The key a compile's result r (of src with flags) is stored under: compile_cache_key's, with
+ * FG_COMPILE_AFTER_QUICK when r->after_quick. */
+void compile_result_key(const fg_spec *spec, int flags, const char *src, size_t len, const fg_compile_result *r,
+                        uint8_t key[32]);
+/* 1 once a quick compile (FG_COMPILE_QUICK) has started in this process. NVRTC 13.0 keeps state from
+ * --Ofast-compile=max in its optimizer for the rest of the process: every later compile, whatever its options,
+ * emits other code (more registers, a few bytes of spills where a fresh process spills none) than the same
+ * compile in a fresh process. Such code is correct, but it is not the fresh compile's, so it is kept apart. */
+int compile_after_quick(void);
 
 /* "13.0": the NVRTC library's version. */
 const char *compile_nvrtc_version(void);
@@ -45,8 +66,8 @@ const char *compile_nvrtc_version(void);
 fg_status compile_source(const fg_spec *spec, const char *src, size_t len, int flags,
                          fg_compile_result *out, fg_error *err);
 
-/* Convenience: emit + compile (free *out whatever the status, as after compile_source). */
-fg_status compile_spec(const fg_spec *spec, int keep_ptx, fg_compile_result *out, fg_error *err);
+/* Convenience: emit + compile (flags: FG_COMPILE_*; free *out whatever the status, as after compile_source). */
+fg_status compile_spec(const fg_spec *spec, int flags, fg_compile_result *out, fg_error *err);
 
 void compile_result_free(fg_compile_result *r);
 

@@ -170,6 +170,65 @@ Test(compile, as_ptx_for_an_emulated_arch) {
     free(src);
 }
 
+/* FG_COMPILE_QUICK (the JIT's first tier, runtime/tiers.h): NVRTC 13 takes --Ofast-compile=max and compiles the
+ * same variant into a cubin of its own, under another disk-cache key than the full compile's (the runtime stores
+ * only full compiles, so a quick key never names an entry). A compile after it in the same process says so
+ * (after_quick: NVRTC 13.0's optimizer keeps state from the quick compile) and is stored under a key of its own.
+ * The plain sm_90a forward at head_dim 64, its compile times in the log. */
+Test(compile, quick_compile_for_the_first_tier, .timeout = 300) {
+    fg_spec s;
+    fg_error err;
+    cr_assert_eq(spec_parse("kind=fwd,arch=sm_90a,dtype=bf16,head_dim=64", &s, &err), FG_OK, "%s", err.msg);
+    fg_tile_policy p;
+    cr_assert_eq(tile_policy_init_default(&p, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(spec_fill_tiles(&s, &p, &err), FG_OK, "%s", err.msg);
+    tile_policy_free(&p);
+    const char *opts[FG_NVRTC_MAX_OPTS];
+    char buf[64];
+    int quick = 0;
+    int n = compile_options(&s, FG_COMPILE_QUICK, opts, buf);
+    for (int i = 0; i < n; i++) quick += strcmp(opts[i], "--Ofast-compile=max") == 0;
+    cr_assert_eq(quick, 1, "the quick compile's options hold --Ofast-compile=max once");
+    n = compile_options(&s, FG_COMPILE_AFTER_QUICK, opts, buf);
+    for (int i = 0; i < n; i++) cr_assert(strstr(opts[i], "Ofast") == NULL, "not a quick compile: %s", opts[i]);
+    char *src = NULL;
+    size_t len = 0;
+    cr_assert_eq(emit_source(&s, &src, &len, &err), FG_OK, "%s", err.msg);
+    uint8_t k_quick[32], k_full[32], k_after[32], k_result[32];
+    compile_cache_key(&s, FG_COMPILE_QUICK, src, len, k_quick);
+    compile_cache_key(&s, 0, src, len, k_full);
+    compile_cache_key(&s, FG_COMPILE_AFTER_QUICK, src, len, k_after);
+    cr_assert(memcmp(k_quick, k_full, 32) != 0, "the quick and the full compile must not share a disk-cache key");
+    cr_assert(memcmp(k_after, k_full, 32) != 0, "a compile after a quick one keys an entry of its own");
+    fg_compile_result fresh, q, after;
+    cr_assert_eq(compile_after_quick(), 0, "each test runs in a process of its own");
+    cr_assert_eq(compile_source(&s, src, len, 0, &fresh, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(fresh.after_quick, 0);
+    compile_result_key(&s, 0, src, len, &fresh, k_result);
+    cr_assert(memcmp(k_result, k_full, 32) == 0);
+    cr_assert_eq(compile_source(&s, src, len, FG_COMPILE_QUICK, &q, &err), FG_OK, "NVRTC %s: %s",
+                 compile_nvrtc_version(), err.msg);
+    cr_assert_eq(q.option_refused, 0);
+    cr_assert_gt(q.cubin_size, 1000);
+    cr_assert(q.registers > 0, "the quick compile has a ptxas report too: %s", q.log);
+    cr_assert(q.cubin_size != fresh.cubin_size || memcmp(q.cubin, fresh.cubin, q.cubin_size) != 0,
+              "the quick cubin is not the full one");
+    cr_assert_eq(compile_after_quick(), 1);
+    cr_assert_eq(compile_source(&s, src, len, 0, &after, &err), FG_OK, "%s", err.msg);
+    cr_assert_eq(after.after_quick, 1, "a compile after a quick one says so");
+    compile_result_key(&s, 0, src, len, &after, k_result);
+    cr_assert(memcmp(k_result, k_after, 32) == 0, "and is stored under the key of its own");
+    cr_log_info("sm_90a forward d 64: full %.2f s (%d registers, %d bytes spilled), quick %.2f s (%d, %d), full after "
+                "the quick one %.2f s (%d, %d; %s the first's code)", fresh.seconds, fresh.registers, fresh.spill_stores,
+                q.seconds, q.registers, q.spill_stores, after.seconds, after.registers, after.spill_stores,
+                after.cubin_size == fresh.cubin_size && memcmp(after.cubin, fresh.cubin, after.cubin_size) == 0
+                    ? "the same as" : "not");
+    compile_result_free(&fresh);
+    compile_result_free(&q);
+    compile_result_free(&after);
+    free(src);
+}
+
 /* The backward at every head dim it computes on (multiples of 16 up to 128, of 32 up to 256) with the policy's
  * tiles, on sm_80 and sm_90 (sm_80's shared memory ends at d 192), both masks and both modes spread over
  * them: the three kernels compile; d <= 48 and 80 spill nothing; the wide tiles of d 64 (deterministic
