@@ -15,6 +15,10 @@ static const fg_knob knobs[FG_KNOB_COUNT] = {
                       "a directory: every JIT compile writes its source, PTX and NVRTC log there", 0},
     [FG_KNOB_LINEINFO] = {"FLASHGEN_LINEINFO", "0",
                           "1: JIT compiles keep source lines (for compute-sanitizer and Nsight; larger cubins)", 0},
+    [FG_KNOB_JIT_TIERS] = {"FLASHGEN_JIT_TIERS", "1",
+                           "1: a variant's first JIT compile is a quick one (NVRTC --Ofast-compile=max), run at once "
+                           "while the optimized build compiles in the background and replaces it; 0: one full "
+                           "compile, the call waiting for it", 0},
     [FG_KNOB_EMULATE_ARCH] = {"FLASHGEN_EMULATE_ARCH", "the device's own",
                               "a compute capability x 10 (e.g. 80): run that older target's kernels on this GPU, "
                               "compiled from their PTX, to test its code paths (timings are not that GPU's)", 1},
@@ -79,10 +83,10 @@ int knob_is_one(fg_knob_id id) {
 }
 
 int knob_bad_switch(char *buf, unsigned long n) {
-    static const fg_knob_id switches[] = {FG_KNOB_LINEINFO,  FG_KNOB_WGMMA,       FG_KNOB_WGMMA_FP8,
-                                          FG_KNOB_WGMMA_BWD, FG_KNOB_BWD_TMA,     FG_KNOB_PDL,
-                                          FG_KNOB_DET_ROTATE, FG_KNOB_CHECK_INPUTS, FG_KNOB_TUNE_SHARE_DEVICE,
-                                          FG_KNOB_SERVE_TMA, FG_KNOB_PREFILL_SM90A};
+    static const fg_knob_id switches[] = {FG_KNOB_LINEINFO,   FG_KNOB_JIT_TIERS,    FG_KNOB_WGMMA,
+                                          FG_KNOB_WGMMA_FP8,  FG_KNOB_WGMMA_BWD,    FG_KNOB_BWD_TMA,
+                                          FG_KNOB_PDL,        FG_KNOB_DET_ROTATE,   FG_KNOB_CHECK_INPUTS,
+                                          FG_KNOB_TUNE_SHARE_DEVICE, FG_KNOB_SERVE_TMA, FG_KNOB_PREFILL_SM90A};
     for (unsigned i = 0; i < sizeof switches / sizeof switches[0]; i++) {
         const char *v = knob_value(switches[i]);
         if (!v || strcmp(v, "0") == 0 || strcmp(v, "1") == 0) continue;

@@ -10,6 +10,7 @@ typedef enum fg_knob_id {
     FG_KNOB_CACHE_MAX_MB,     /* the disk cache's bound in MiB, least recently used entries evicted past it */
     FG_KNOB_DUMP,             /* a directory for every JIT compile's source, PTX and log */
     FG_KNOB_LINEINFO,         /* 1: JIT compiles keep source lines */
+    FG_KNOB_JIT_TIERS,        /* 0: a JIT compile is one full compile, no quick first tier */
     FG_KNOB_EMULATE_ARCH,     /* run an older target's kernels on this GPU (a test aid) */
     FG_KNOB_WGMMA,            /* 0: the mma.sync family on Hopper */
     FG_KNOB_WGMMA_FP8,        /* 0: FP8 calls take the mma.sync family on Hopper */

@@ -12,7 +12,12 @@
  *     allocates device memory (loading a module does);
  *   - a context may be shared by threads. The first call of a variant compiles or loads it while
  *     holding the context's lock, so other threads' calls wait for it: call fg_prepare up front. A
- *     log_fn must not call back into flashgen on the same context (it may run under that lock).
+ *     log_fn must not call back into flashgen on the same context (it may run under that lock), and may
+ *     be called from the context's background compile threads;
+ *   - a variant in no cache and no bundle is first compiled quick (NVRTC's --Ofast-compile=max: well under
+ *     the full compile's time, code that may run slower) and its optimized build compiled in the background,
+ *     replacing the quick one when ready (fg_wait_compiles waits for that; FG_OPTION_JIT_TIERS or
+ *     FLASHGEN_JIT_TIERS=0 turns it off). fg_prepare compiles the optimized build at once.
  *
  * Tensors use FlashAttention's layout [batch, seqlen, heads, head_dim] with the last dim contiguous;
  * strides are in elements. GQA/MQA: K and V may have fewer heads than Q, dividing them. FP8 inputs
@@ -184,7 +189,8 @@ FG_API fg_status fg_context_create(fg_context **ctx, const fg_context_options *o
 FG_API void fg_context_destroy(fg_context *ctx);
 
 /* Runs the forward pass on `stream` (a CUstream; NULL for the legacy default stream). The first call for a
- * variant may compile it (logged at FG_LOG_INFO with its time); fg_prepare does that ahead. */
+ * variant may compile it (logged at FG_LOG_INFO with its time): quick, its optimized build following in the
+ * background (see fg_wait_compiles); fg_prepare compiles the optimized build ahead. */
 FG_API fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *args, void *stream);
 
 /* The workspace bytes fg_attention_bwd needs for args' shapes (data pointers may be NULL). */
@@ -196,8 +202,18 @@ FG_API fg_status fg_attention_bwd_workspace_size(fg_context *ctx, const fg_bwd_a
 FG_API fg_status fg_attention_bwd(fg_context *ctx, const fg_bwd_args *args, void *stream);
 
 /* Compiles (or loads from cache or bundle) the variant that fg_attention_fwd would run for args, without
- * launching anything. Tensor data pointers may be NULL here. */
+ * launching anything: a compile here is the optimized build, at once (no quick tier), and a variant an earlier
+ * call loaded quick is waited for until its optimized build has replaced it. Tensor data pointers may be NULL
+ * here. */
 FG_API fg_status fg_prepare(fg_context *ctx, const fg_fwd_args *args);
+
+/* Waits until every optimized build the context is compiling in the background (the JIT's tier-ups, queued
+ * by first calls of variants in no cache) has replaced its quick build, or failed: a failure was logged as a
+ * warning and leaves the quick build running, so the status is FG_OK either way (FG_ERR_INVALID_ARGUMENT only
+ * for a NULL ctx). Benchmarks call it after their warm-up, so that they never time a quick build, and programs
+ * before they capture a CUDA graph (a graph keeps the kernel it captured). Calls that start while it waits may
+ * queue more; it returns once none is pending. */
+FG_API fg_status fg_wait_compiles(fg_context *ctx);
 
 /* Writes into buf (at most n bytes, NUL-terminated) which variant would run for args and why: the spec's
  * canonical name, where its code would come from (memory, disk cache, bundle, JIT) and the reason for
@@ -437,9 +453,13 @@ FG_API fg_status fg_merge_states(fg_context *ctx, const fg_merge_args *args, voi
 
 /* Options of a context that can change after it is made. */
 typedef enum fg_option {
-    FG_OPTION_CHECK_INPUTS = 1 /* 1: fg_attention_fwd_varlen reads cu_seqlens, seqused_k and block_table back
+    FG_OPTION_CHECK_INPUTS = 1, /* 1: fg_attention_fwd_varlen reads cu_seqlens, seqused_k and block_table back
                                   (synchronizing the stream) and refuses bad entries; 0 (the default, unless
                                   FLASHGEN_CHECK_INPUTS=1): they are trusted, clamped on the device */
+    FG_OPTION_JIT_TIERS = 2    /* 1 (the default, unless FLASHGEN_JIT_TIERS=0): a call's JIT compile is a quick one,
+                                  its optimized build following in the background (fg_wait_compiles); 0: one full
+                                  compile, the call waiting for it. Builds already queued still finish. A context
+                                  under FLASHGEN_EMULATE_ARCH compiles PTX, full, whatever it says */
 } fg_option;
 
 /* Sets an option of ctx (for calls that start after it returns). */

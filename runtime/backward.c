@@ -124,7 +124,7 @@ static fg_status launch_bwd(fg_context *ctx, const fg_spec *s, const fg_bwd_args
     pthread_mutex_lock(&ctx->lock);
     fg_kernel *k = NULL;
     kernels_origin from;
-    fg_status st = kernels_get(ctx, s, 0, &from, &k, err);
+    fg_status st = kernels_get(ctx, s, KERNELS_CALL, &from, &k, err);
     fg_kernel kern;
     if (st == FG_OK) kern = *k; /* a copy: the cache may grow (and move) once the lock is released */
     pthread_mutex_unlock(&ctx->lock);

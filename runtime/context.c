@@ -246,6 +246,7 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
             cu->cuDeviceGetAttribute(&bus_bits, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, ctx->device) == CUDA_SUCCESS)
             ctx->mem_bandwidth = 2.0 * (double)mem_khz * 1e3 * (double)bus_bits / 8.0;
     }
+    if (tiers_init(ctx, err) != FG_OK) goto fail;
     if (ctx->arch < 80) {
         fg_fail(err, FG_ERR_UNSUPPORTED, "device %d (%s) has compute capability %d.%d; flashgen's kernels need 8.0 or newer",
                 opt.device, ctx->device_name, major, minor);
@@ -301,6 +302,7 @@ fg_status fg_context_create(fg_context **out, const fg_context_options *opt_in) 
     return FG_OK;
 fail:
     if (ctx->cuctx) cu->cuDevicePrimaryCtxRelease(ctx->device);
+    tiers_free(ctx);
     tile_policy_free(&ctx->policy);
     tunedb_free(&ctx->tunedb);
     pthread_mutex_destroy(&ctx->lock);
@@ -310,13 +312,16 @@ fail:
 
 void fg_context_destroy(fg_context *ctx) {
     if (!ctx) return;
+    tiers_stop(ctx); /* no background compile may touch the context past here */
     if (ctx->cuctx && ctx->cu->cuCtxPushCurrent(ctx->cuctx) == CUDA_SUCCESS) {
         for (int i = 0; i < ctx->nkernels; i++) ctx->cu->cuModuleUnload(ctx->kernels[i].module);
+        for (int i = 0; i < ctx->tiers.nretired; i++) ctx->cu->cuModuleUnload(ctx->tiers.retired[i]);
         if (ctx->tile_ctrs) ctx->cu->cuMemFree(ctx->tile_ctrs);
         CUcontext popped;
         ctx->cu->cuCtxPopCurrent(&popped);
     }
     free(ctx->kernels);
+    tiers_free(ctx);
     for (int i = 0; i < ctx->nbundles; i++) bundle_free(&ctx->bundles[i]);
     free(ctx->bundles);
     tile_policy_free(&ctx->policy);

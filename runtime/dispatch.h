@@ -3,6 +3,7 @@
  *   call_args.c  every rule on the caller's tensors, each failure a sentence naming the argument;
  *   select.c     problem -> variant (the device's arch and family, the tuning database, the tile policy);
  *   kernels.c    variant -> loaded kernel: memory, bundles, disk cache, NVRTC (FG_ERR_NOT_FOUND in strict mode);
+ *   tiers.c      the JIT's quick first compile and the full one in the background (tiers.h);
  *   tma.c        the tensor maps of a launch that loads by TMA;
  *   launch.c     kernel launches on the caller's stream, the params struct by value;
  *   forward.c    the forward's parameters, grid and schedule; fg_attention_fwd, fg_prepare;
@@ -75,13 +76,43 @@ fg_status select_bwd_spec(fg_context *ctx, const fg_bwd_args *a, fg_spec *s, int
 /* Where a variant's code comes from (fg_explain says it in words, in this order). */
 typedef enum { KERNELS_FROM_MEMORY, KERNELS_FROM_DISK, KERNELS_FROM_BUNDLE, KERNELS_FROM_JIT } kernels_origin;
 
+/* What kernels_get is asked for: the kernel for a call (a JIT compile may take the quick tier: tiers.h); only
+ * where it would come from (nothing compiled or loaded); the kernel ahead of time (fg_prepare: a JIT compile is
+ * the full one, at once, its caller having asked to pay for it up front). */
+typedef enum { KERNELS_CALL, KERNELS_DRY, KERNELS_AHEAD } kernels_mode;
+
 /* Finds or builds the kernel of variant s, which has passed select_check_runnable: by its canonical name in
  * the memory cache, then in the loaded bundles (newest first), and only then emits its source to key the
  * disk cache, and compiles it with NVRTC (strict mode: FG_ERR_NOT_FOUND instead). *from says which served.
- * `dry`: only say where it would come from (no compile, no load; out may be NULL). *out points into the
- * memory cache, which may grow (and move) once the lock is released. Caller holds ctx->lock. */
-fg_status kernels_get(fg_context *ctx, const fg_spec *s, int dry, kernels_origin *from, fg_kernel **out,
+ * KERNELS_DRY: only say where it would come from (no compile, no load; out may be NULL, else a memory hit's
+ * entry). *out points into the memory cache, which may grow (and move) once the lock is released, and whose
+ * entry's module and functions a tier-up replaces (under the lock). Caller holds ctx->lock. */
+fg_status kernels_get(fg_context *ctx, const fg_spec *s, kernels_mode mode, kernels_origin *from, fg_kernel **out,
                       fg_error *err);
+/* The memory cache's entry of the variant named `name`, or NULL. Caller holds ctx->lock. */
+fg_kernel *kernels_find(fg_context *ctx, const char *name);
+/* Loads cubin (of variant s; PTX under FLASHGEN_EMULATE_ARCH) as a module into k->module, with its functions
+ * (fn, and fn_pre, fn_post, fn_map where s has them) and fn's shared-memory limit set; *ctas_per_sm says how
+ * many CTAs fit an SM (0: unknown). On failure nothing stays loaded and err names the driver call. Reads only
+ * what a context never changes, so it needs no lock. */
+fg_status kernels_load_module(fg_context *ctx, const fg_spec *s, const uint8_t *cubin, fg_kernel *k, int *ctas_per_sm,
+                              fg_error *err);
+/* Loads cubin as variant s (named name) into the memory cache, *out its entry; source says where it came from
+ * ("JIT", "disk cache", ...: a static string, kept). Logged at FG_LOG_INFO. Caller holds ctx->lock. */
+fg_status kernels_load(fg_context *ctx, const fg_spec *s, const char *name, const uint8_t *cubin, const char *source,
+                       fg_kernel **out, fg_error *err);
+/* FLASHGEN_DUMP: writes the source, PTX and log of a JIT compile r of variant s (emitted source src of len bytes,
+ * compiled with cflags) into the dump directory, named after the hex of the key it is stored under
+ * (compile_result_key). The source is the flattened one (emit_flatten: the prelude with the templates it includes
+ * expanded), so that the .cu compiles alone, as NVRTC compiled the prelude with its headers. Failures are logged
+ * as warnings. Needs no lock. */
+struct fg_compile_result;
+void kernels_dump_compile(fg_context *ctx, const fg_spec *s, int cflags, const char *src, size_t len,
+                          const struct fg_compile_result *r);
+/* Stores the successful compile r of variant s (named name; src, len, cflags as above) in the disk cache, if the
+ * context has one, under compile_result_key's key; a failure is logged as a warning. Needs no lock. */
+void kernels_store(fg_context *ctx, const fg_spec *s, int cflags, const char *src, size_t len, const char *name,
+                   const struct fg_compile_result *r);
 /* The loaded kernel of variant s (its main entry point) for a launch: checked runnable on ctx
  * (select_check_runnable), then found or built as kernels_get does. Takes ctx->lock. */
 fg_status kernels_function(fg_context *ctx, const fg_spec *s, CUfunction *fn, fg_error *err);

@@ -13,12 +13,19 @@ static const char *emulated_note(const fg_context *ctx, char buf[64]) {
     return buf;
 }
 
-/* Where an explained variant's code would come from, in words. */
-static const char *origin_text(const fg_context *ctx, kernels_origin from) {
+/* Where an explained variant's code would come from, in words: quick, a loaded kernel is the quick tier's build;
+ * tiered, a JIT compile would take the quick tier (tiers.h). */
+static const char *origin_text(const fg_context *ctx, kernels_origin from, int quick, int tiered) {
     static const char *const origins[] = {
         "already loaded (memory cache)", "disk cache", "a loaded bundle",
         "not compiled yet: the first call compiles it with NVRTC"};
     if (from == KERNELS_FROM_JIT && ctx->opt.strict) return "in no cache or bundle: strict mode makes the call fail";
+    if (from == KERNELS_FROM_MEMORY && quick)
+        return "already loaded (memory cache), its quick build (compiled for speed of compilation): the optimized "
+               "build replaces it when its background compile ends (fg_wait_compiles waits for it)";
+    if (from == KERNELS_FROM_JIT && tiered)
+        return "not compiled yet: the first call compiles it quick with NVRTC and runs that build while the "
+               "optimized one compiles in the background";
     return origins[from];
 }
 
@@ -39,11 +46,14 @@ static fg_status explain_lookup(fg_context *ctx, const fg_spec *s, char name[FG_
                                 fg_error *err) {
     pthread_mutex_lock(&ctx->lock);
     kernels_origin from;
-    const fg_status st = kernels_get(ctx, s, 1, &from, NULL, err);
+    fg_kernel *k = NULL;
+    const fg_status st = kernels_get(ctx, s, KERNELS_DRY, &from, &k, err);
+    const int quick = st == FG_OK && from == KERNELS_FROM_MEMORY && k->quick;
+    const int tiered = tiers_apply(ctx);
     pthread_mutex_unlock(&ctx->lock);
     if (st != FG_OK) return st;
     spec_format(s, name, FG_SPEC_NAME_MAX);
-    *where = origin_text(ctx, from);
+    *where = origin_text(ctx, from, quick, tiered);
     return FG_OK;
 }
 

@@ -4,6 +4,7 @@
  * sm_90a family's variable-length launch (rt_fwd_launch_varlen, for serving.c). */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include "runtime/call_args.h"
 #include "runtime/dispatch.h"
@@ -239,7 +240,7 @@ fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *a, void *stream) 
         pthread_mutex_lock(&ctx->lock);
         fg_kernel *k = NULL;
         kernels_origin from;
-        fg_status st = kernels_get(ctx, &s, 0, &from, &k, &err);
+        fg_status st = kernels_get(ctx, &s, KERNELS_CALL, &from, &k, &err);
         if (st == FG_OK) {
             fn = k->fn;
             ctx->last_kernel = (int)(k - ctx->kernels);
@@ -299,7 +300,13 @@ fg_status fg_prepare(fg_context *ctx, const fg_fwd_args *a) {
     pthread_mutex_lock(&ctx->lock);
     kernels_origin from;
     fg_kernel *k;
-    fg_status st = kernels_get(ctx, &s, 0, &from, &k, &err);
+    fg_status st = kernels_get(ctx, &s, KERNELS_AHEAD, &from, &k, &err);
+    /* A call before this one loaded the variant's quick build: what the caller pays for up front is the
+     * optimized one, so its tier-up is waited for. */
+    char quick[FG_SPEC_NAME_MAX] = "";
+    if (st == FG_OK && k->quick) snprintf(quick, sizeof quick, "%s", k->name);
     pthread_mutex_unlock(&ctx->lock);
-    return st == FG_OK ? FG_OK : rt_set_error(ctx, &err);
+    if (st != FG_OK) return rt_set_error(ctx, &err);
+    if (quick[0]) tiers_wait(ctx, quick);
+    return FG_OK;
 }

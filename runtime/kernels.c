@@ -1,7 +1,9 @@
 /* kernels.c: kernel lookup. A variant's loaded kernel comes from the context's memory cache, else a loaded
- * bundle, else the disk cache, else an NVRTC compile (which then fills the disk cache); the first two are
- * looked up by the variant's canonical name, so a hit emits no source. Also the load of a cubin into the
- * context and FLASHGEN_DUMP's copy of each compile. Everything here runs under ctx->lock. */
+ * bundle, else the disk cache, else an NVRTC compile (which then fills the disk cache; with tiers on, a quick
+ * compile whose full one follows in the background: tiers.h); the first two are looked up by the variant's
+ * canonical name, so a hit emits no source. Also the load of a cubin into the context and FLASHGEN_DUMP's copy
+ * of each compile. Everything here runs under ctx->lock, except kernels_load_module and kernels_dump_compile,
+ * which read only what a context never changes. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +15,7 @@
 #include "runtime/dispatch.h"
 #include "core/alloc.h"
 
-static fg_kernel *find_loaded(fg_context *ctx, const char *name) {
+fg_kernel *kernels_find(fg_context *ctx, const char *name) {
     for (int i = 0; i < ctx->nkernels; i++)
         if (strcmp(ctx->kernels[i].name, name) == 0) return &ctx->kernels[i];
     return NULL;
@@ -26,10 +28,48 @@ int kernels_loaded_spec(const fg_context *ctx, const fg_spec *s) {
     return 0;
 }
 
-/* Loads a cubin into the context and records it in the memory cache. Caller holds ctx->lock. */
-static fg_status load_cubin(fg_context *ctx, const fg_spec *s, const char *name, const uint8_t *cubin,
-                            const char *source, fg_kernel **out, fg_error *err) {
+fg_status kernels_load_module(fg_context *ctx, const fg_spec *s, const uint8_t *cubin, fg_kernel *k, int *ctas_per_sm,
+                              fg_error *err) {
     const fg_cuda_api *cu = ctx->cu;
+    FG_CU(err, cu->cuCtxPushCurrent(ctx->cuctx));
+    CUcontext popped;
+    k->module = NULL;
+    CUresult rc = cu->cuModuleLoadData(&k->module, cubin);
+    if (rc == CUDA_SUCCESS)
+        rc = cu->cuModuleGetFunction(&k->fn, k->module, s->kind == FG_KIND_BWD     ? FG_BWD_MAIN_NAME
+                                                        : s->kind == FG_KIND_MERGE ? FG_MERGE_NAME
+                                                                                   : FG_KERNEL_NAME);
+    if (rc == CUDA_SUCCESS && s->kind == FG_KIND_BWD) rc = cu->cuModuleGetFunction(&k->fn_pre, k->module, FG_BWD_PRE_NAME);
+    if (rc == CUDA_SUCCESS && s->kind == FG_KIND_BWD) rc = cu->cuModuleGetFunction(&k->fn_post, k->module, FG_BWD_POST_NAME);
+    if (rc == CUDA_SUCCESS && spec_mask_map(s)) rc = cu->cuModuleGetFunction(&k->fn_map, k->module, "fg_mask_map_kernel");
+    size_t smem = spec_smem_bytes(s);
+    if (rc == CUDA_SUCCESS && smem > 0)
+        rc = cu->cuFuncSetAttribute(k->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
+    /* The driver's default split of L1 and shared memory stays: preferring all of L1 as shared memory
+     * (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT) does not speed up even the one-stage head_dim 256
+     * tiles. How many CTAs fit an SM goes to the info log, a diagnostic: a failed query leaves 0 ("unknown")
+     * rather than failing the load. */
+    *ctas_per_sm = 0;
+    if (rc == CUDA_SUCCESS &&
+        cu->cuOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, k->fn, spec_threads(s), smem) != CUDA_SUCCESS)
+        *ctas_per_sm = 0;
+    if (rc != CUDA_SUCCESS) {
+        if (k->module) cu->cuModuleUnload(k->module);
+        k->module = NULL;
+        cu->cuCtxPopCurrent(&popped);
+        return cuda_api_fail(err, rc,
+                             ctx->emulated ? "loading a variant's PTX under FLASHGEN_EMULATE_ARCH (the driver compiles it; "
+                                             "a driver older than NVRTC's PTX cannot: cuModuleLoadData/GetFunction/"
+                                             "FuncSetAttribute)"
+                                           : "loading the cubin of a variant (cuModuleLoadData/GetFunction/FuncSetAttribute)",
+                             __FILE__, __LINE__);
+    }
+    cu->cuCtxPopCurrent(&popped);
+    return FG_OK;
+}
+
+fg_status kernels_load(fg_context *ctx, const fg_spec *s, const char *name, const uint8_t *cubin, const char *source,
+                       fg_kernel **out, fg_error *err) {
     if (ctx->nkernels == ctx->capkernels) {
         int cap = ctx->capkernels ? ctx->capkernels * 2 : 16;
         fg_kernel *n = fg_realloc(ctx->kernels, (size_t)cap * sizeof *n);
@@ -42,49 +82,22 @@ static fg_status load_cubin(fg_context *ctx, const fg_spec *s, const char *name,
     snprintf(k.name, sizeof k.name, "%s", name);
     k.spec = *s;
     k.source = source;
-    FG_CU(err, cu->cuCtxPushCurrent(ctx->cuctx));
-    CUcontext popped;
-    CUresult rc = cu->cuModuleLoadData(&k.module, cubin);
-    if (rc == CUDA_SUCCESS)
-        rc = cu->cuModuleGetFunction(&k.fn, k.module, s->kind == FG_KIND_BWD     ? FG_BWD_MAIN_NAME
-                                                      : s->kind == FG_KIND_MERGE ? FG_MERGE_NAME
-                                                                                 : FG_KERNEL_NAME);
-    if (rc == CUDA_SUCCESS && s->kind == FG_KIND_BWD) rc = cu->cuModuleGetFunction(&k.fn_pre, k.module, FG_BWD_PRE_NAME);
-    if (rc == CUDA_SUCCESS && s->kind == FG_KIND_BWD) rc = cu->cuModuleGetFunction(&k.fn_post, k.module, FG_BWD_POST_NAME);
-    if (rc == CUDA_SUCCESS && spec_mask_map(s)) rc = cu->cuModuleGetFunction(&k.fn_map, k.module, "fg_mask_map_kernel");
-    size_t smem = spec_smem_bytes(s);
-    if (rc == CUDA_SUCCESS && smem > 0)
-        rc = cu->cuFuncSetAttribute(k.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
-    /* The driver's default split of L1 and shared memory stays: preferring all of L1 as shared memory
-     * (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT) does not speed up even the one-stage head_dim 256
-     * tiles. How many CTAs fit an SM goes to the info log, a diagnostic: a failed query leaves 0 ("unknown")
-     * rather than failing the load. */
-    int ctas_per_sm = 0;
-    if (rc == CUDA_SUCCESS &&
-        cu->cuOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, k.fn, spec_threads(s), smem) != CUDA_SUCCESS)
-        ctas_per_sm = 0;
-    if (rc != CUDA_SUCCESS) {
-        if (k.module) cu->cuModuleUnload(k.module);
-        cu->cuCtxPopCurrent(&popped);
-        return cuda_api_fail(err, rc,
-                             ctx->emulated ? "loading a variant's PTX under FLASHGEN_EMULATE_ARCH (the driver compiles it; "
-                                             "a driver older than NVRTC's PTX cannot: cuModuleLoadData/GetFunction/"
-                                             "FuncSetAttribute)"
-                                           : "loading the cubin of a variant (cuModuleLoadData/GetFunction/FuncSetAttribute)",
-                             __FILE__, __LINE__);
-    }
-    cu->cuCtxPopCurrent(&popped);
+    int ctas_per_sm;
+    fg_status st = kernels_load_module(ctx, s, cubin, &k, &ctas_per_sm, err);
+    if (st != FG_OK) return st;
     rt_log(ctx, FG_LOG_INFO, "loaded %s (%s): %d threads, %zu bytes of shared memory, %d CTA%s an SM%s", name, source,
-           spec_threads(s), smem, ctas_per_sm, ctas_per_sm == 1 ? "" : "s", ctas_per_sm ? "" : " (unknown)");
+           spec_threads(s), spec_smem_bytes(s), ctas_per_sm, ctas_per_sm == 1 ? "" : "s", ctas_per_sm ? "" : " (unknown)");
     ctx->kernels[ctx->nkernels] = k;
     *out = &ctx->kernels[ctx->nkernels++];
     return FG_OK;
 }
 
-/* Writes source, PTX and log of a JIT compile under FLASHGEN_DUMP, named after the cache key. The source
- * is the flattened one (emit_flatten: the prelude with the templates it includes expanded), so that the
- * .cu compiles alone, as NVRTC compiled the prelude with its headers. */
-static void dump_compile(fg_context *ctx, const char *hex, const char *src, const fg_compile_result *r) {
+void kernels_dump_compile(fg_context *ctx, const fg_spec *s, int cflags, const char *src, size_t len,
+                          const struct fg_compile_result *r) {
+    uint8_t key[32];
+    char hex[65];
+    compile_result_key(s, cflags, src, len, r, key);
+    sha256_hex(key, hex);
     mkdir(ctx->dump_dir, 0700);
     char *flat = NULL;
     fg_error fe;
@@ -103,12 +116,44 @@ static void dump_compile(fg_context *ctx, const char *hex, const char *src, cons
     rt_log(ctx, FG_LOG_INFO, "FLASHGEN_DUMP: wrote %s/%s.{cu,ptx,log}", ctx->dump_dir, hex);
 }
 
-fg_status kernels_get(fg_context *ctx, const fg_spec *s, int dry, kernels_origin *from, fg_kernel **out,
+void kernels_store(fg_context *ctx, const fg_spec *s, int cflags, const char *src, size_t len, const char *name,
+                   const struct fg_compile_result *r) {
+    if (!ctx->disk_ok) return;
+    uint8_t key[32];
+    compile_result_key(s, cflags, src, len, r, key);
+    fg_error werr;
+    if (cache_put(&ctx->disk, key, name, r->cubin, r->cubin_size, &werr) != FG_OK)
+        rt_log(ctx, FG_LOG_WARN, "could not store %s in the disk cache: %s", name, werr.msg);
+}
+
+/* Looks variant s (named name; emitted source src, compiled with cflags) up in the disk cache: the entry of a
+ * compile in a fresh process, then the entry of one made after a quick compile (compile_after_quick), except for
+ * an ahead-of-time lookup while this process can still compile fresh. FG_OK with the payload in *cubin
+ * (malloc'd); FG_ERR_NOT_FOUND on a miss (logged at debug); FG_ERR_NO_MEMORY with a sentence in err: out of
+ * memory is no miss, since the compile it would start needs far more, and a call that silently recompiles what
+ * the cache holds costs seconds where it should fail at once. */
+static fg_status disk_lookup(fg_context *ctx, const fg_spec *s, const char *name, int cflags, const char *src,
+                             size_t len, kernels_mode mode, uint8_t **cubin, size_t *size, fg_error *err) {
+    const int keys = mode == KERNELS_AHEAD && !compile_after_quick() ? 1 : 2;
+    for (int i = 0; i < keys; i++) {
+        uint8_t key[32];
+        compile_cache_key(s, cflags | (i ? FG_COMPILE_AFTER_QUICK : 0), src, len, key);
+        fg_error miss;
+        const fg_status got = cache_get(&ctx->disk, key, cubin, size, &miss);
+        if (got == FG_OK) return FG_OK;
+        if (got == FG_ERR_NO_MEMORY) return fg_fail(err, got, "looking up %s in the disk cache: %s", name, miss.msg);
+        rt_log(ctx, FG_LOG_DEBUG, "disk cache miss for %s%s: %s", name, i ? " (compiled after a quick compile)" : "",
+               miss.msg);
+    }
+    return FG_ERR_NOT_FOUND;
+}
+
+fg_status kernels_get(fg_context *ctx, const fg_spec *s, kernels_mode mode, kernels_origin *from, fg_kernel **out,
                       fg_error *err) {
     char name[FG_SPEC_NAME_MAX];
     if (spec_format(s, name, sizeof name) < 0) return fg_fail(err, FG_ERR_INTERNAL, "unformattable spec");
     /* memory cache, by name */
-    fg_kernel *k = find_loaded(ctx, name);
+    fg_kernel *k = kernels_find(ctx, name);
     if (k) {
         *from = KERNELS_FROM_MEMORY;
         if (out) *out = k;
@@ -121,42 +166,32 @@ fg_status kernels_get(fg_context *ctx, const fg_spec *s, int dry, kernels_origin
         const fg_bundle_entry *e = bundle_find(&ctx->bundles[i], name);
         if (e) {
             *from = KERNELS_FROM_BUNDLE;
-            return dry ? FG_OK : load_cubin(ctx, s, name, e->data, "bundle", out, err);
+            return mode == KERNELS_DRY ? FG_OK : kernels_load(ctx, s, name, e->data, "bundle", out, err);
         }
     }
     /* the disk cache, keyed by the source and the compile flags */
     fg_status st;
     char *src = NULL;
     size_t len = 0;
-    uint8_t key[32];
-    char hex[65];
     if ((st = emit_source(s, &src, &len, err)) != FG_OK) return st;
     const int cflags = ctx->emulated ? FG_COMPILE_AS_PTX : 0;
-    compile_cache_key(s, cflags, src, len, key);
-    sha256_hex(key, hex);
     if (ctx->disk_ok) {
         uint8_t *cubin = NULL;
         size_t size = 0;
-        fg_error miss;
-        const fg_status got = cache_get(&ctx->disk, key, &cubin, &size, &miss);
+        const fg_status got = disk_lookup(ctx, s, name, cflags, src, len, mode, &cubin, &size, err);
         if (got == FG_OK) {
             *from = KERNELS_FROM_DISK;
-            st = dry ? FG_OK : load_cubin(ctx, s, name, cubin, "disk cache", out, err);
+            st = mode == KERNELS_DRY ? FG_OK : kernels_load(ctx, s, name, cubin, "disk cache", out, err);
             free(cubin);
-            free(src);
-            return st;
         }
-        /* Out of memory is no miss: the compile it would start needs far more, and a call that silently
-         * recompiles what the cache holds costs seconds where it should fail at once. */
-        if (got == FG_ERR_NO_MEMORY) {
+        if (got != FG_ERR_NOT_FOUND) {
             free(src);
-            return fg_fail(err, got, "looking up %s in the disk cache: %s", name, miss.msg);
+            return got == FG_OK ? st : got;
         }
-        rt_log(ctx, FG_LOG_DEBUG, "disk cache miss for %s: %s", name, miss.msg);
     }
     /* NVRTC */
     *from = KERNELS_FROM_JIT;
-    if (dry) {
+    if (mode == KERNELS_DRY) {
         free(src);
         return FG_OK;
     }
@@ -166,12 +201,17 @@ fg_status kernels_get(fg_context *ctx, const fg_spec *s, int dry, kernels_origin
                        "strict mode: variant %s is in no cache and no loaded bundle (add it to a bundle, or call "
                        "fg_prepare without strict mode)", name);
     }
+    if (mode == KERNELS_CALL && tiers_apply(ctx)) {
+        rt_log(ctx, FG_LOG_INFO, "compiling %s with NVRTC, quick (the optimized build follows in the background) ...",
+               name);
+        if (tiers_compile_quick(ctx, s, name, src, len, out, &st, err)) return st;
+    }
     rt_log(ctx, FG_LOG_INFO, "compiling %s with NVRTC ...", name);
     fg_compile_result r;
     st = compile_source(s, src, len, cflags | (ctx->dump ? FG_COMPILE_KEEP_PTX : 0), &r, err);
-    if (ctx->dump) dump_compile(ctx, hex, src, &r);
-    free(src);
+    if (ctx->dump) kernels_dump_compile(ctx, s, cflags, src, len, &r);
     if (st != FG_OK) {
+        free(src);
         compile_result_free(&r);
         return st;
     }
@@ -181,12 +221,9 @@ fg_status kernels_get(fg_context *ctx, const fg_spec *s, int dry, kernels_origin
     else
         rt_log(ctx, FG_LOG_INFO, "compiled %s in %.2f s (%d registers, %d bytes spilled)", name, r.seconds,
                r.registers, r.spill_stores);
-    if (ctx->disk_ok) {
-        fg_error werr;
-        if (cache_put(&ctx->disk, key, name, r.cubin, r.cubin_size, &werr) != FG_OK)
-            rt_log(ctx, FG_LOG_WARN, "could not store %s in the disk cache: %s", name, werr.msg);
-    }
-    st = load_cubin(ctx, s, name, r.cubin, "JIT", out, err);
+    kernels_store(ctx, s, cflags, src, len, name, &r);
+    free(src);
+    st = kernels_load(ctx, s, name, r.cubin, "JIT", out, err);
     compile_result_free(&r);
     return st;
 }
@@ -197,8 +234,8 @@ kernels_origin kernels_origin_of(fg_context *ctx, const fg_spec *s, int deep) {
     fg_error quiet;
     pthread_mutex_lock(&ctx->lock);
     if (!deep)
-        from = spec_format(s, name, sizeof name) >= 0 && find_loaded(ctx, name) ? KERNELS_FROM_MEMORY : KERNELS_FROM_JIT;
-    else if (kernels_get(ctx, s, 1, &from, NULL, &quiet) != FG_OK)
+        from = spec_format(s, name, sizeof name) >= 0 && kernels_find(ctx, name) ? KERNELS_FROM_MEMORY : KERNELS_FROM_JIT;
+    else if (kernels_get(ctx, s, KERNELS_DRY, &from, NULL, &quiet) != FG_OK)
         from = KERNELS_FROM_JIT;
     pthread_mutex_unlock(&ctx->lock);
     return from;
@@ -216,7 +253,7 @@ fg_status kernels_functions(fg_context *ctx, const fg_spec *s, CUfunction *fn, C
     pthread_mutex_lock(&ctx->lock);
     fg_kernel *k = NULL;
     kernels_origin from;
-    st = kernels_get(ctx, s, 0, &from, &k, err);
+    st = kernels_get(ctx, s, KERNELS_CALL, &from, &k, err);
     if (st == FG_OK) *fn = k->fn;
     if (st == FG_OK && fn_map) *fn_map = k->fn_map;
     pthread_mutex_unlock(&ctx->lock);

@@ -9,17 +9,19 @@
 #include "runtime/cache.h"
 #include "runtime/cuda_api.h"
 #include "generator/spec.h"
+#include "runtime/tiers.h"
 #include "runtime/tunedb.h"
 
 /* One loaded kernel: the in-memory cache entry. */
 typedef struct fg_kernel {
     char name[FG_SPEC_NAME_MAX]; /* spec canonical text */
     fg_spec spec;                /* the variant */
-    CUmodule module;             /* owns the code */
+    CUmodule module;             /* owns the code (a tier-up replaces it and the functions below, under the lock) */
     CUfunction fn;               /* FG_KERNEL_NAME in module; for kind=bwd the main kernel */
     CUfunction fn_pre, fn_post;  /* kind=bwd: fg_bwd_pre_kernel, fg_bwd_post_kernel (NULL for the forward) */
     CUfunction fn_map;           /* spec_mask_map variants: fg_mask_map_kernel (mod_classify.cuh); else NULL */
-    const char *source;          /* where it came from: "JIT", "disk cache", "bundle" */
+    const char *source;          /* where it came from: "JIT", "disk cache", "bundle" (a static string) */
+    int quick;                   /* 1: the quick tier's build (tiers.h), until its tier-up replaces it */
 } fg_kernel;
 
 /* Streams that get a tile counter of their own (rt_launch_grid's dynamic schedule) per context. */
@@ -102,7 +104,8 @@ struct fg_context {
                                     whose keys are not paged (serving.c serve_tiles) */
     int num_splits;              /* FLASHGEN_NUM_SPLITS: 0 auto, else the serving calls' split count when
                                     they leave it to flashgen (for measuring the rule) */
-    pthread_mutex_t lock;        /* guards kernels, bundles and the fast path */
+    tiers_state tiers;           /* the JIT's tier-ups in the background (tiers.h; guarded by lock) */
+    pthread_mutex_t lock;        /* guards kernels, bundles, the fast path and tiers */
 };
 
 /* Logs through the context's sink when level is enabled. */

@@ -411,16 +411,23 @@ fg_status fg_context_set_option(fg_context *ctx, fg_option option, int64_t value
     if (!ctx) return rt_no_context("fg_context_set_option");
     fg_error err;
     fg_error_clear(&err);
+    const char *what = option == FG_OPTION_CHECK_INPUTS ? "FG_OPTION_CHECK_INPUTS" : "FG_OPTION_JIT_TIERS";
     switch (option) {
     case FG_OPTION_CHECK_INPUTS:
         if (value != 0 && value != 1) break;
         __atomic_store_n(&ctx->check_inputs, (int)value, __ATOMIC_RELAXED);
         return FG_OK;
+    case FG_OPTION_JIT_TIERS:
+        if (value != 0 && value != 1) break;
+        pthread_mutex_lock(&ctx->lock);
+        ctx->tiers.on = (int)value;
+        pthread_mutex_unlock(&ctx->lock);
+        return FG_OK;
     default:
         fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "option %d is not an fg_option", (int)option);
         return rt_set_error(ctx, &err);
     }
-    fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "FG_OPTION_CHECK_INPUTS takes 0 or 1, not %lld", (long long)value);
+    fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "%s takes 0 or 1, not %lld", what, (long long)value);
     return rt_set_error(ctx, &err);
 }
 

@@ -250,6 +250,21 @@ Test(cli, compile_writes_a_cubin_and_reports_registers) {
     EXPECT_STATUS(r, 0);
     cr_expect_not_null(strstr(r.out, "ptxas"), "--log prints the ptxas report:\n%s", r.out);
     run_free(&r);
+
+    /* --quick compiles as the JIT's first tier does: another cubin of the same variant. */
+    char full[160];
+    snprintf(full, sizeof full, "%s/full.cubin", g_dir);
+    cr_assert_eq(rename(cubin, full), 0);
+    r = RUN("compile", name, "-o", cubin, "--quick", "--log");
+    EXPECT_STATUS(r, 0);
+    cr_expect_not_null(strstr(r.out, name), "%s", r.out);
+    size_t qlen, flen;
+    char *q = slurp(cubin, &qlen), *f = slurp(full, &flen);
+    cr_expect(qlen > 1000 && memcmp(q, "\177ELF", 4) == 0, "the quick build is a cubin too");
+    cr_expect(qlen != flen || memcmp(q, f, qlen) != 0, "the quick build is not the full one");
+    free(q);
+    free(f);
+    run_free(&r);
 }
 
 Test(cli, compile_fails_cleanly) {

@@ -1,11 +1,12 @@
 /* test_gpu_runtime.c: where kernels come from, on a GPU (suite `runtime`): strict mode refusing a
  * variant no cache or bundle holds and a bundle providing it, the disk cache serving another context and
- * a corrupt entry being recompiled, the compile log, and FLASHGEN_EMULATE_ARCH running an older target's
- * code. Also the driver loader itself (suite `driver`), which runs with or without a GPU; the others skip
+ * a corrupt entry being recompiled, the compile log, the JIT's quick first build replaced by the optimized
+ * one, and FLASHGEN_EMULATE_ARCH running an older target's code. Also the driver loader itself (suite `driver`), which runs with or without a GPU; the others skip
  * with the reason without one. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <dirent.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,6 +181,94 @@ Test(runtime, a_jit_compile_is_logged_with_its_variant_and_time, .timeout = 300)
     cr_assert(strstr(sink.text, " s ("), "the log must give the compile time: %s", sink.text);
     fg_context_destroy(ctx);
     run_free(&env, &r);
+    gpu_close(&env);
+}
+
+/* A log sink the context's background compile threads may write to while the test's thread does. */
+typedef struct locked_sink {
+    pthread_mutex_t lock;
+    log_sink sink;
+} locked_sink;
+
+static void collect_locked(void *user, fg_log_level level, const char *msg) {
+    locked_sink *s = user;
+    pthread_mutex_lock(&s->lock);
+    collect(&s->sink, level, msg);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* The JIT's tiers (runtime/tiers.h) with a fresh cache directory: fg_explain says the first call compiles quick;
+ * the first call runs the quick build, whose output is checked; fg_wait_compiles returns once the optimized
+ * build has replaced it (the log says both); the second call's output is checked too and compared with the
+ * first's; the disk cache then holds the optimized build (never the quick one), which a strict context loads and
+ * which computes the second call's output bit for bit. */
+Test(runtime, a_first_call_runs_the_quick_build_until_the_optimized_one_replaces_it, .timeout = 300) {
+    gpu_env env;
+    gpu_open(&env);
+    if (emulated_arch()) {
+        gpu_close(&env);
+        cr_skip_test("FLASHGEN_EMULATE_ARCH: an emulating context compiles PTX, full, with no quick build");
+    }
+    if (env_is_zero("FLASHGEN_JIT_TIERS")) {
+        gpu_close(&env);
+        cr_skip_test("FLASHGEN_JIT_TIERS=0: no quick build to replace");
+    }
+    char dir[64];
+    cr_assert_eq(make_temp_dir(dir, sizeof dir), 0, "mkdtemp failed");
+    fwd_run r;
+    fwd_case c = mk(FG_DTYPE_BF16, 2, 200, 333, 4, 2, 64, 1);
+    run_setup(&env, &r, &c);
+    locked_sink log;
+    memset(&log, 0, sizeof log);
+    pthread_mutex_init(&log.lock, NULL);
+    fg_context *ctx = extra_context(dir, 0, collect_locked, &log);
+    char name[FG_SPEC_NAME_MAX], text[2048];
+    explained_variant(ctx, &r.args, name, sizeof name, text, sizeof text);
+    cr_assert(strstr(text, "code: not compiled yet: the first call compiles it quick"), "%s", text);
+
+    launch_and_verify_with(&env, ctx, &r); /* the quick build */
+    const size_t obytes = (size_t)r.o.span * r.o.esize, lbytes = (size_t)r.lse.span * r.lse.esize;
+    unsigned char *o_quick = malloc(obytes), *lse_quick = malloc(lbytes);
+    cr_assert(o_quick && lse_quick);
+    memcpy(o_quick, r.o.img, obytes);
+    memcpy(lse_quick, r.lse.img, lbytes);
+    char want[FG_SPEC_NAME_MAX + 80];
+    snprintf(want, sizeof want, "loaded %s (JIT, quick; the optimized build follows in the background)", name);
+    pthread_mutex_lock(&log.lock);
+    cr_assert(strstr(log.sink.text, want), "the log must say '%s': %s", want, log.sink.text);
+    pthread_mutex_unlock(&log.lock);
+
+    cr_assert_eq(fg_wait_compiles(ctx), FG_OK, "%s", fg_last_error(ctx));
+    pthread_mutex_lock(&log.lock);
+    cr_assert(strstr(log.sink.text, "in place of its quick build"), "the optimized build replaced the quick one: %s",
+              log.sink.text);
+    pthread_mutex_unlock(&log.lock);
+    explained_variant(ctx, &r.args, name, sizeof name, text, sizeof text);
+    cr_assert(strstr(text, "code: already loaded (memory cache)") && !strstr(text, "quick build"), "%s", text);
+
+    launch_and_verify_with(&env, ctx, &r); /* the optimized build */
+    unsigned char *o_full = malloc(obytes), *lse_full = malloc(lbytes);
+    cr_assert(o_full && lse_full);
+    memcpy(o_full, r.o.img, obytes);
+    memcpy(lse_full, r.lse.img, lbytes);
+    fprintf(stderr, "gpu_fwd: tiers: %s: the quick and the optimized build's outputs are %s (each checked against "
+            "the reference)\n", name,
+            memcmp(o_quick, o_full, obytes) == 0 && memcmp(lse_quick, lse_full, lbytes) == 0 ? "bitwise equal"
+                                                                                          : "within the tolerance");
+    fg_context_destroy(ctx);
+
+    fg_context *strict = extra_context(dir, 1, NULL, NULL); /* strict: only the disk cache can serve it */
+    explained_variant(strict, &r.args, name, sizeof name, text, sizeof text);
+    cr_assert(strstr(text, "code: disk cache"), "the disk cache holds the optimized build: %s", text);
+    launch_and_verify_with(&env, strict, &r);
+    cr_assert(memcmp(r.o.img, o_full, obytes) == 0 && memcmp(r.lse.img, lse_full, lbytes) == 0,
+              "the disk cache's build computes what the build that replaced the quick one computed");
+    fg_context_destroy(strict);
+
+    free(o_quick), free(lse_quick), free(o_full), free(lse_full);
+    pthread_mutex_destroy(&log.lock);
+    run_free(&env, &r);
+    remove_tree(dir);
     gpu_close(&env);
 }
 

@@ -117,7 +117,7 @@ static const char usage_gen[] =
     "         flashgen gen kind=serve arch=sm_90 dtype=bf16 head_dim=128 --mod alibi.lua > kernel.cu\n";
 
 static const char usage_compile[] =
-    "usage: flashgen compile SPEC... -o FILE [--ptx FILE] [--log] [--mod FILE]\n"
+    "usage: flashgen compile SPEC... -o FILE [--ptx FILE] [--log] [--mod FILE] [--quick]\n"
     "\n"
     "Compiles the variant SPEC with NVRTC (no GPU needed: the target is the spec's arch) and writes the\n"
     "cubin to FILE atomically (a complete file or none). Prints one line: the canonical name, compile\n"
@@ -126,7 +126,9 @@ static const char usage_compile[] =
     "  -o, --output FILE   where the cubin goes (required)\n"
     "      --ptx FILE      also write the PTX text\n"
     "      --log           print the NVRTC log, including the ptxas resource report\n"
-    "      --mod FILE      compile in the custom mod in FILE, as for gen\n";
+    "      --mod FILE      compile in the custom mod in FILE, as for gen\n"
+    "      --quick         compile as the JIT's first tier does (NVRTC's --Ofast-compile=max: faster to\n"
+    "                      compile, the code may spill and run slower), to see its time and spills\n";
 
 static const char usage_list[] =
     "usage: flashgen list CONFIG [--arch LIST]\n"
@@ -262,16 +264,17 @@ static int cmd_gen(int argc, char **argv) {
 
 /* ------------------------------------------------------------------ compile */
 
-/* `flashgen compile SPEC... -o FILE [--ptx FILE] [--log] [--mod FILE]`. */
+/* `flashgen compile SPEC... -o FILE [--ptx FILE] [--log] [--mod FILE] [--quick]`. */
 static int cmd_compile(int argc, char **argv) {
     static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
                                          {"output", required_argument, NULL, 'o'},
                                          {"ptx", required_argument, NULL, 'p'},
                                          {"log", no_argument, NULL, 'l'},
                                          {"mod", required_argument, NULL, 'm'},
+                                         {"quick", no_argument, NULL, 'q'},
                                          {NULL, 0, NULL, 0}};
     const char *out = NULL, *ptx = NULL, *mod = NULL;
-    int want_log = 0, c;
+    int want_log = 0, quick = 0, c;
     while ((c = getopt_long(argc, argv, ":ho:", opts, NULL)) != -1) {
         switch (c) {
         case 'h': fputs(usage_compile, stdout); return EXIT_OK;
@@ -279,6 +282,7 @@ static int cmd_compile(int argc, char **argv) {
         case 'p': ptx = optarg; break;
         case 'l': want_log = 1; break;
         case 'm': mod = optarg; break;
+        case 'q': quick = 1; break;
         default: return bad_option("compile", argv, c);
         }
     }
@@ -293,7 +297,7 @@ static int cmd_compile(int argc, char **argv) {
     fg_compile_result r;
     fg_error err;
     fg_error_clear(&err);
-    if (compile_spec(&spec, ptx != NULL, &r, &err) != FG_OK) {
+    if (compile_spec(&spec, (ptx ? FG_COMPILE_KEEP_PTX : 0) | (quick ? FG_COMPILE_QUICK : 0), &r, &err) != FG_OK) {
         if (want_log && r.log && r.log[0]) fprintf(stderr, "%s\n", r.log);
         say("compile", "%s", err.msg);
         compile_result_free(&r);

@@ -355,10 +355,17 @@ static void tune_release(void *user, sweep_run *R) {
 }
 
 /* sweep_bench.open_context of `tune`: warnings logged, no tuning database (the sweep must not trust the
- * file it rewrites). */
+ * file it rewrites), no JIT tiers (a candidate the plan's compile could not store is compiled full by its
+ * first call, so a quick build is never timed). */
 static fg_context *tune_open_context(void *user, int device) {
     (void)user;
-    return open_context("tune", device, FG_LOG_WARN, "");
+    fg_context *ctx = open_context("tune", device, FG_LOG_WARN, "");
+    if (ctx && fg_context_set_option(ctx, FG_OPTION_JIT_TIERS, 0) != FG_OK) {
+        say("tune", "%s", fg_last_error(ctx));
+        fg_context_destroy(ctx);
+        return NULL;
+    }
+    return ctx;
 }
 
 /* ------------------------------------------------------------------ the command */
