@@ -149,13 +149,17 @@ class Bench:
     # ---------------------------------------------------------------- timing
 
     def time_calls(self, fn, ncopies):
-        """(median ms, all ms, host us per call) of fn(i) over --iters calls after --warmup calls."""
+        """(median ms, all ms, host us per call) of fn(i) over --iters calls after --warmup calls, and after
+        flashgen's background compiles end (a variant's first call runs a quick build until its optimized one
+        replaces it: the optimized one is timed)."""
         torch, a = self.torch, self.args
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for i in range(a.warmup):
             fn(i % ncopies)
         host_us = (time.perf_counter() - t0) / max(a.warmup, 1) * 1e6
+        if self.fg is not None:
+            self.fg.wait_compiles()
         torch.cuda.synchronize()
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(a.iters)]
         if self.cycles_per_ms:

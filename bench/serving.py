@@ -43,9 +43,11 @@ def timed(fn, iters, reps=5):
     after 3 warm-ups: the calls queue ahead of the GPU, so the Python cost of each call is not timed as idle
     GPU time as long as it stays below the kernel's. With GRAPH the `reps` calls are captured once in a CUDA
     graph and each run replays it: the GPU's time alone, for every implementation alike (what a server that
-    replays graphs sees)."""
+    replays graphs sees). A variant's first call runs a quick build while the optimized one compiles in the
+    background: the wait after the warm-ups times the optimized one."""
     for _ in range(3):
         fn()
+    flashgen.wait_compiles()
     torch.cuda.synchronize()
     run = None
     if GRAPH:

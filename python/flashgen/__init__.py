@@ -6,6 +6,7 @@ libflashgen.so (see README.md and include/flashgen.h).
     o = flashgen.attention(q, k, v, causal=True)                  # [batch, seqlen, heads, head_dim]
     o, lse = flashgen.attention(q, k, v, return_lse=True)         # lse: [batch, heads, seqlen_q], fp32
     print(flashgen.explain(q, k, v, causal=True))                 # which kernel, from where, why
+    flashgen.wait_compiles()   # a first call runs a quick build; this waits for the optimized ones (benchmarks)
 
 FP8 (sm_89 and newer): quantize with a descale factor per tensor or per (batch, head), optionally after a
 Hadamard rotation of Q and K that spreads outliers over the head dim:
@@ -43,7 +44,7 @@ version = _capi.VERSION_STRING
 __version__ = version
 
 __all__ = [
-    "attention", "explain", "explain_backward", "prepare", "bundle_load", "bundle_load_memory", "configure", "close",
+    "attention", "explain", "explain_backward", "prepare", "wait_compiles", "bundle_load", "bundle_load_memory", "configure", "close",
     "library_path", "FlashgenError", "LibraryNotFoundError", "TensorDesc", "version", "hadamard_rotate",
     "quantize_fp8", "key_major_v", "attention_backward", "register_ops", "attention_varlen", "attention_varlen_backward",
     "attention_with_kvcache", "explain_varlen", "merge_states", "set_check_inputs", "Mod", "MaskMap",
@@ -517,6 +518,18 @@ def prepare(q, k, v, causal=False, softmax_scale=None, out=None, device=None, ou
     Returns None; raises FlashgenError."""
     a, dev = _plan_args(q, k, v, causal, softmax_scale, out, device, out_dtype)
     _call(_context(dev), _capi.lib().fg_prepare, ctypes.byref(a))
+
+
+def wait_compiles(device=None):
+    """Waits until the optimized builds the library compiles in the background have replaced the quick builds
+    that first calls of new variants run (fg_wait_compiles), on the context of `device`, or with device None on
+    every context this module made; creates none. A build that failed was logged and leaves its quick build
+    running, which is no error. Benchmarks call it after their warm-up, so that they never time a quick build.
+    Returns None; raises FlashgenError."""
+    with _contexts_lock:
+        ctxs = list(_contexts.values()) if device is None else [c for c in [_contexts.get(device)] if c]
+    for ctx in ctxs:
+        _call(ctx, _capi.lib().fg_wait_compiles)
 
 
 def bundle_load(path, device=None):

@@ -42,6 +42,7 @@ STATUS_NAMES = {
 }
 
 FG_OPTION_CHECK_INPUTS = 1  # fg_option
+FG_OPTION_JIT_TIERS = 2
 
 FG_DTYPE_F16 = 0
 FG_DTYPE_BF16 = 1
@@ -303,6 +304,7 @@ def _declare(lib):
         "fg_attention_bwd": (c_int, [vp, bwd_p, vp]),
         "fg_attention_bwd_workspace_size": (c_int, [vp, bwd_p, ctypes.POINTER(c_size_t)]),
         "fg_prepare": (c_int, [vp, args_p]),
+        "fg_wait_compiles": (c_int, [vp]),
         "fg_explain": (c_int, [vp, args_p, ctypes.c_char_p, c_size_t]),
         "fg_explain_bwd": (c_int, [vp, bwd_p, ctypes.c_char_p, c_size_t]),
         "fg_bundle_load": (c_int, [vp, c_char_p]),

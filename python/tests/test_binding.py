@@ -428,6 +428,10 @@ class FakeLib:
         return b"q.dtype (fp16) differs from k.dtype (bf16); all four must match"
     def fg_status_string(self, code):
         return _capi.STATUS_NAMES[code].encode()
+    waited = []
+    def fg_wait_compiles(self, ctx):
+        self.waited.append(ctx)
+        return 0
 
 fake = FakeLib()
 _capi.lib = lambda: fake
@@ -487,6 +491,21 @@ class FakeTorchTest(unittest.TestCase):
             "print('fine')\n")
         self.assertIn("fine", out)
         self.assertIn("k_descale is on CUDA device 1 but q is on device 0", out)
+
+    def test_wait_compiles_waits_on_the_contexts_made(self):
+        out = self.run_fake(
+            "flashgen.wait_compiles()\n"
+            "assert fake.waited == [], 'no context, no wait'\n"
+            "flashgen._contexts[0] = flashgen._Context(0xC0DE, 0)\n"
+            "flashgen._contexts[1] = flashgen._Context(0xC0DF, 1)\n"
+            "flashgen.wait_compiles()\n"
+            "assert sorted(fake.waited) == [0xC0DE, 0xC0DF], fake.waited\n"
+            "flashgen.wait_compiles(device=1)\n"
+            "assert fake.waited[2:] == [0xC0DF], fake.waited\n"
+            "flashgen.wait_compiles(device=5)\n"
+            "assert len(fake.waited) == 3 and 5 not in flashgen._contexts, 'no context is made to wait on'\n"
+            "print('fine')\n")
+        self.assertIn("fine", out)
 
     def test_library_failure_becomes_flashgen_error(self):
         out = self.run_fake(
