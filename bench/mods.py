@@ -13,7 +13,10 @@ ratio is what matters). Also printed:
   backward     with --backward, the gradients (dq, dk, dv through autograd, the graph kept: the backward's
                kernels alone) of each side, their dq compared (relative max |difference| under 2e-2) and timed.
 
-    python3 bench/mods.py [--dims 64 128] [--iters 20] [--only NAME ...] [--backward] [--per-call-map]
+  --tiers      the JIT's two tiers on (FLASHGEN_JIT_TIERS=1): the first call runs the quick build, the timed calls
+               the optimized one (bench/compare_bench.py waits for it after the warm-up)
+
+    python3 bench/mods.py [--dims 64 128] [--iters 20] [--only NAME ...] [--backward] [--per-call-map] [--tiers]
 """
 
 import argparse
@@ -25,6 +28,8 @@ import time
 
 import torch
 
+if "--tiers" in sys.argv[1:]:
+    os.environ["FLASHGEN_JIT_TIERS"] = "1"  # read when flashgen makes its context
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 sys.path.insert(0, __file__.rsplit("/", 2)[0] + "/python")
 import flashgen  # noqa: E402
@@ -113,6 +118,7 @@ def main():
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--only", nargs="*", default=None)
     p.add_argument("--backward", action="store_true", help="also time the gradients against FlexAttention's")
+    p.add_argument("--tiers", action="store_true", help="the JIT's two tiers on (FLASHGEN_JIT_TIERS=1)")
     p.add_argument("--per-call-map", dest="keep_map", action="store_false",
                    help="classify a mask's blocks at every call (no flashgen.MaskMap kept across the calls)")
     a = p.parse_args()

@@ -15,7 +15,7 @@ static const fg_knob knobs[FG_KNOB_COUNT] = {
                       "a directory: every JIT compile writes its source, PTX and NVRTC log there", 0},
     [FG_KNOB_LINEINFO] = {"FLASHGEN_LINEINFO", "0",
                           "1: JIT compiles keep source lines (for compute-sanitizer and Nsight; larger cubins)", 0},
-    [FG_KNOB_JIT_TIERS] = {"FLASHGEN_JIT_TIERS", "1",
+    [FG_KNOB_JIT_TIERS] = {"FLASHGEN_JIT_TIERS", "0",
                            "1: a variant's first JIT compile is a quick one (NVRTC --Ofast-compile=max), run at once "
                            "while the optimized build compiles in the background and replaces it; 0: one full "
                            "compile, the call waiting for it", 0},

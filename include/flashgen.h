@@ -14,10 +14,10 @@
  *     holding the context's lock, so other threads' calls wait for it: call fg_prepare up front. A
  *     log_fn must not call back into flashgen on the same context (it may run under that lock), and may
  *     be called from the context's background compile threads;
- *   - a variant in no cache and no bundle is first compiled quick (NVRTC's --Ofast-compile=max: well under
- *     the full compile's time, code that may run slower) and its optimized build compiled in the background,
- *     replacing the quick one when ready (fg_wait_compiles waits for that; FG_OPTION_JIT_TIERS or
- *     FLASHGEN_JIT_TIERS=0 turns it off). fg_prepare compiles the optimized build at once.
+ *   - with FG_OPTION_JIT_TIERS or FLASHGEN_JIT_TIERS=1 (off by default), a variant in no cache and no bundle is
+ *     first compiled quick (NVRTC's --Ofast-compile=max: well under the full compile's time, code that may run
+ *     slower) and its optimized build compiled in the background, replacing the quick one when ready
+ *     (fg_wait_compiles waits for that). fg_prepare compiles the optimized build at once.
  *
  * Tensors use FlashAttention's layout [batch, seqlen, heads, head_dim] with the last dim contiguous;
  * strides are in elements. GQA/MQA: K and V may have fewer heads than Q, dividing them. FP8 inputs
@@ -189,8 +189,8 @@ FG_API fg_status fg_context_create(fg_context **ctx, const fg_context_options *o
 FG_API void fg_context_destroy(fg_context *ctx);
 
 /* Runs the forward pass on `stream` (a CUstream; NULL for the legacy default stream). The first call for a
- * variant may compile it (logged at FG_LOG_INFO with its time): quick, its optimized build following in the
- * background (see fg_wait_compiles); fg_prepare compiles the optimized build ahead. */
+ * variant may compile it (logged at FG_LOG_INFO with its time; with tiers on, quick, its optimized build
+ * following in the background: see fg_wait_compiles); fg_prepare compiles the optimized build ahead. */
 FG_API fg_status fg_attention_fwd(fg_context *ctx, const fg_fwd_args *args, void *stream);
 
 /* The workspace bytes fg_attention_bwd needs for args' shapes (data pointers may be NULL). */
@@ -456,10 +456,10 @@ typedef enum fg_option {
     FG_OPTION_CHECK_INPUTS = 1, /* 1: fg_attention_fwd_varlen reads cu_seqlens, seqused_k and block_table back
                                   (synchronizing the stream) and refuses bad entries; 0 (the default, unless
                                   FLASHGEN_CHECK_INPUTS=1): they are trusted, clamped on the device */
-    FG_OPTION_JIT_TIERS = 2    /* 1 (the default, unless FLASHGEN_JIT_TIERS=0): a call's JIT compile is a quick one,
-                                  its optimized build following in the background (fg_wait_compiles); 0: one full
-                                  compile, the call waiting for it. Builds already queued still finish. A context
-                                  under FLASHGEN_EMULATE_ARCH compiles PTX, full, whatever it says */
+    FG_OPTION_JIT_TIERS = 2    /* 1: a call's JIT compile is a quick one, its optimized build following in the
+                                  background (fg_wait_compiles); 0 (the default, unless FLASHGEN_JIT_TIERS=1): one
+                                  full compile, the call waiting for it. Builds already queued still finish. A
+                                  context under FLASHGEN_EMULATE_ARCH compiles PTX, full, whatever it says */
 } fg_option;
 
 /* Sets an option of ctx (for calls that start after it returns). */

@@ -26,7 +26,7 @@ fg_status tiers_init(fg_context *ctx, fg_error *err) {
     if (pthread_cond_init(&t->changed, NULL) != 0)
         return fg_fail(err, FG_ERR_INTERNAL, "pthread_cond_init failed for a new context's background compiles");
     t->ready = 1;
-    t->on = !ctx->emulated && !knob_is_zero(FG_KNOB_JIT_TIERS);
+    t->on = !ctx->emulated && knob_is_one(FG_KNOB_JIT_TIERS);
     return FG_OK;
 }
 

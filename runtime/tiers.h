@@ -3,9 +3,11 @@
  * code that may spill) and runs at once; its full compile runs on a background thread, goes to the disk cache
  * (which holds only full compiles) and, once loaded, replaces the quick kernel in the memory cache. A replaced
  * module stays loaded until the context ends: a launch may still be running it, and callers copy CUfunction
- * handles out of the lock. Off under FLASHGEN_JIT_TIERS=0 or FG_OPTION_JIT_TIERS 0, under FLASHGEN_EMULATE_ARCH
- * (PTX, which the driver compiles anyway), and for the compiles a caller asks for ahead of time (fg_prepare;
- * bundles and the CLI's compile, bundle and tune compile without it), which compile full at once.
+ * handles out of the lock. On with FLASHGEN_JIT_TIERS=1 or FG_OPTION_JIT_TIERS 1 (off by default: NVRTC 13.0
+ * emits different code for every later compile of a process that has run a quick one; docs/caches-and-bundles.md);
+ * never under FLASHGEN_EMULATE_ARCH (PTX, which the driver compiles anyway), nor for the compiles a caller asks for
+ * ahead of time (fg_prepare; bundles and the CLI's compile, bundle and tune compile without it), which compile full
+ * at once.
  *
  * At most TIERS_MAX_WORKERS full compiles run at once; further tier-ups wait in a queue, oldest first, for a
  * worker (each worker takes queued jobs until none is left, then ends). One job per variant: a variant is
@@ -47,7 +49,7 @@ typedef struct tiers_state {
     int nretired, capretired;    /* used / allocated */
 } tiers_state;
 
-/* Sets up ctx->tiers for a new context, once ctx->emulated is known: on unless FLASHGEN_JIT_TIERS=0 or the
+/* Sets up ctx->tiers for a new context, once ctx->emulated is known: on with FLASHGEN_JIT_TIERS=1, unless the
  * context emulates an arch. FG_ERR_INTERNAL (a sentence in err) when the condition variable cannot be made. */
 fg_status tiers_init(fg_context *ctx, fg_error *err);
 /* fg_context_destroy's first step: waits for every pending tier-up's compile (NVRTC cannot be interrupted; the

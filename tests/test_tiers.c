@@ -196,7 +196,7 @@ static void close_fake(fg_context *ctx) {
 
 static void suite_init(void) {
     test_scratch_make(g_dir, sizeof g_dir, "fg-test-tiers");
-    unsetenv("FLASHGEN_JIT_TIERS");
+    setenv("FLASHGEN_JIT_TIERS", "1", 1); /* (tiers are off by default; these tests are about them on) */
     unsetenv("FLASHGEN_DUMP");
     fake_reset();
 }
@@ -368,7 +368,7 @@ Test(tiers, ahead_of_time_prefers_a_fresh_compile_while_the_process_can_make_one
 }
 
 /* FG_OPTION_JIT_TIERS 0, FLASHGEN_JIT_TIERS=0 and an emulating context compile full at once; the option refuses
- * anything but 0 and 1 with a sentence, and the knob's other values are named in one. */
+ * anything but 0 and 1 with a sentence, and the knob's other values are named in one; unset, tiers are off. */
 Test(tiers, tiers_off_compile_full_at_once) {
     fg_error err;
     kernels_origin from;
@@ -376,7 +376,7 @@ Test(tiers, tiers_off_compile_full_at_once) {
     for (int how = 0; how < 3; how++) {
         if (how == 1) setenv("FLASHGEN_JIT_TIERS", "0", 1);
         fg_context *ctx = open_fake();
-        unsetenv("FLASHGEN_JIT_TIERS");
+        setenv("FLASHGEN_JIT_TIERS", "1", 1);
         if (how == 0) {
             cr_assert_eq(fg_context_set_option(ctx, FG_OPTION_JIT_TIERS, 2), FG_ERR_INVALID_ARGUMENT);
             cr_assert(strstr(fg_last_error(ctx), "FG_OPTION_JIT_TIERS takes 0 or 1, not 2"), "%s", fg_last_error(ctx));
@@ -392,23 +392,23 @@ Test(tiers, tiers_off_compile_full_at_once) {
         expect_full(ctx, &s);
         close_fake(ctx);
     }
-    /* a value other than 0 or 1 is named in a sentence (a context logs it as a warning), and the default holds */
+    /* a value other than 0 or 1 is named in a sentence (a context logs it as a warning), and the default holds:
+     * off, as with the variable unset */
     setenv("FLASHGEN_JIT_TIERS", "off", 1);
     char msg[256];
     cr_assert_eq(knob_bad_switch(msg, sizeof msg), 1);
-    cr_assert(strstr(msg, "FLASHGEN_JIT_TIERS=off is not 0 or 1: it is ignored, and its default (1) holds"), "%s", msg);
-    fg_context *on = open_fake();
+    cr_assert(strstr(msg, "FLASHGEN_JIT_TIERS=off is not 0 or 1: it is ignored, and its default (0) holds"), "%s", msg);
+    fg_context *bad = open_fake();
+    cr_assert_eq(tiers_apply(bad), 0);
+    close_fake(bad);
     unsetenv("FLASHGEN_JIT_TIERS");
-    cr_assert_eq(tiers_apply(on), 1);
-    close_fake(on);
-    /* the option turns them back on */
-    setenv("FLASHGEN_JIT_TIERS", "0", 1);
     fg_context *ctx = open_fake();
-    unsetenv("FLASHGEN_JIT_TIERS");
     cr_assert_eq(tiers_apply(ctx), 0);
+    /* the option turns them on */
     cr_assert_eq(fg_context_set_option(ctx, FG_OPTION_JIT_TIERS, 1), FG_OK);
     cr_assert_eq(tiers_apply(ctx), 1);
     close_fake(ctx);
+    setenv("FLASHGEN_JIT_TIERS", "1", 1);
 }
 
 /* More variants than workers: the queue waits for a free one, and every variant ends on its full build. */
