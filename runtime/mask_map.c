@@ -94,23 +94,6 @@ fg_status rt_check_mask_map(const void *map, size_t size, int ready, size_t need
     return FG_OK;
 }
 
-fg_status fg_mask_map_size(const fg_mod *mod, int batch, int heads_q, int max_seqlen_q, int max_seqlen_k, size_t *bytes) {
-    fg_error err;
-    if (!bytes || batch < 0 || heads_q < 0 || max_seqlen_q < 0 || max_seqlen_k < 0) {
-        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_mask_map_size: %s", !bytes ? "bytes is NULL"
-                : "batch, heads_q, max_seqlen_q and max_seqlen_k must be >= 0");
-        return rt_set_error_without_context(&err);
-    }
-    *bytes = rt_mask_map_bytes(mod, batch, heads_q, max_seqlen_q, max_seqlen_k);
-    if (*bytes == SIZE_MAX) {
-        *bytes = 0;
-        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_mask_map_size: the block map of %d sequences x %d heads of %d x %d "
-                "does not fit in size_t", batch, heads_q, max_seqlen_q, max_seqlen_k);
-        return rt_set_error_without_context(&err);
-    }
-    return FG_OK;
-}
-
 fg_status rt_mask_map_fill(fg_context *ctx, const fg_mod *m, CUfunction fn_map, void *mem, int batch, int heads,
                            long long rows, long long keys, const int *cu_q, const int *cu_k, const int *used_k,
                            int total_q, int total_k, fg_mod_aux *aux, void *stream, fg_error *err) {

@@ -1,6 +1,7 @@
-/* mods.c: the public side of custom score and mask mods (flashgen.h: fg_mod_create and friends); a call's checks
- * of a mod and its aux arrays are serving_args.c's (rt_check_mod). A public fg_mod is the traced tree itself (generator/mod.h),
- * registered under its id when created so that the emitter can find it by the id a variant's name carries. */
+/* mods.c: the public side of custom score and mask mods (flashgen.h: fg_mod_create and friends, fg_mask_map_size);
+ * a call's checks of a mod and its aux arrays are serving_args.c's (rt_check_mod). A public fg_mod is the traced
+ * tree itself (generator/mod.h), registered under its id when created so that the emitter can find it by the id a
+ * variant's name carries. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,4 +57,21 @@ fg_status fg_mod_aux_info(const fg_mod *mod, int i, const char **name, fg_dtype 
 
 int fg_mod_aux_trainable(const fg_mod *mod, int i) {
     return !mod || i < 0 || i >= mod->n_aux ? -1 : mod->aux[i].trainable;
+}
+
+fg_status fg_mask_map_size(const fg_mod *mod, int batch, int heads_q, int max_seqlen_q, int max_seqlen_k, size_t *bytes) {
+    fg_error err;
+    if (!bytes || batch < 0 || heads_q < 0 || max_seqlen_q < 0 || max_seqlen_k < 0) {
+        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_mask_map_size: %s", !bytes ? "bytes is NULL"
+                : "batch, heads_q, max_seqlen_q and max_seqlen_k must be >= 0");
+        return rt_set_error_without_context(&err);
+    }
+    *bytes = rt_mask_map_bytes(mod, batch, heads_q, max_seqlen_q, max_seqlen_k);
+    if (*bytes == SIZE_MAX) {
+        *bytes = 0;
+        fg_fail(&err, FG_ERR_INVALID_ARGUMENT, "fg_mask_map_size: the block map of %d sequences x %d heads of %d x %d "
+                "does not fit in size_t", batch, heads_q, max_seqlen_q, max_seqlen_k);
+        return rt_set_error_without_context(&err);
+    }
+    return FG_OK;
 }
