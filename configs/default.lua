@@ -22,6 +22,8 @@
 --       head_dim_v 128, ...                      V's and O's head dim where it differs from head_dim (default
 --                                                head_dim's): kind "serve", "fwd" with varlen on sm_90a (both
 --                                                multiples of 64), and the mma.sync "bwd" (multiples of 8)
+--       kv        "e4m3", "e5m2"                 kind "serve": K and V in FP8 (an FP8 KV cache, dequantized in
+--                                                the kernel) beside fp16/bf16 Q and O (default: Q's dtype)
 --
 --   tile_policy { arch = ..., head_dim = ..., causal = ..., dtype = ...,
 --                 block_m = ..., block_n = ..., warps = ..., stages = ... }
@@ -120,6 +122,17 @@ variants {
     head_dim = {64, 128, 256},
     causal = {false, true},
     block_m = {16, 32, 64},
+}
+-- FP8 KV caches (e4m3 K and V beside fp16/bf16 queries, dequantized in the kernel) on the 16-row decode tile (one
+-- token of up to 16 query heads a KV head), where an FP8 cache halves the bytes a step reads. The other tiles and
+-- e5m2 compile at first use. 2 x 2 x 3 = 12 variants.
+variants {
+    kind = "serve",
+    arch = {"sm_80", "sm_90"},
+    dtype = {"fp16", "bf16"},
+    head_dim = {64, 128, 256},
+    block_m = 16,
+    kv = "e4m3",
 }
 -- Absorbed MLA (DeepSeek: Q and K 576 wide, V their first 512 columns, one KV head, v_in_k) and head_dim 512, on the
 -- serving kernel's wide tiles (V above 256 columns: Hopper's shared memory): decode tiles of 16 and 32 rows and the

@@ -36,7 +36,7 @@ typedef enum cfg_type {
 static const char *const cfg_variant_fields[] = {"kind",    "arch",    "dtype", "head_dim", "causal",
                                                  "block_m", "block_n", "warps", "stages",   "out",
                                                  "deterministic", "tma", "varlen", "window", "sinks",
-                                                 "softcap", "alibi", "head_dim_v", "v_in_k", "mod", NULL};
+                                                 "softcap", "alibi", "head_dim_v", "v_in_k", "mod", "kv", NULL};
 static const char *const cfg_policy_fields[] = {"arch",    "head_dim", "causal", "dtype", "block_m",
                                                 "block_n", "warps",    "stages", NULL};
 
@@ -214,16 +214,18 @@ static void cfg_reserve(lua_State *L, const char *fn, cfg_build *b, long long to
  * "fwd" and "bwd" with varlen; default false), head_dim_v (V's and O's head dim where it differs from head_dim: kind
  * "serve", "fwd" with varlen on sm_90a, "bwd" on the mma.sync family; default head_dim's), v_in_k (kind "serve": V a
  * prefix view of K, the absorbed-MLA cache; default false), mod (a custom mod's file, relative to the config's
- * directory: only numbered here, traced after the chunk; the mod_kind rule says which kinds take one; default none). */
+ * directory: only numbered here, traced after the chunk; the mod_kind rule says which kinds take one; default none),
+ * kv (kind "serve": K and V in FP8, "e4m3" or "e5m2", dequantized in the kernel; default Q's dtype). */
 static int cfg_variants(lua_State *L) {
     static const char fn[] = "variants";
     cfg_build *b = lua_touserdata(L, lua_upvalueindex(1));
-    enum { NF = 20, F_MODS = 13, F_DV = 17, F_V_IN_K = 18, F_MOD_FILE = 19 }; /* F_MODS..F_MODS + 3: the model variants */
+    enum { NF = 21, F_MODS = 13, F_DV = 17, F_V_IN_K = 18, F_MOD_FILE = 19, F_KV = 20 }; /* F_MODS..F_MODS + 3: the model
+                                                                                          variants */
     cfg_list f[NF]; /* in the order of cfg_variant_fields */
     static const cfg_type types[NF] = {CFG_KIND, CFG_ARCH, CFG_DTYPE, CFG_INT,  CFG_BOOL, CFG_INT,
                                        CFG_INT,  CFG_INT,  CFG_INT,   CFG_DTYPE, CFG_BOOL, CFG_BOOL,
                                        CFG_BOOL, CFG_BOOL, CFG_BOOL,  CFG_BOOL, CFG_BOOL, CFG_INT,
-                                       CFG_BOOL, CFG_MOD};
+                                       CFG_BOOL, CFG_MOD,  CFG_DTYPE};
     int tab = cfg_check_args(L, fn, cfg_variant_fields);
     for (int i = 0; i < NF; i++)
         cfg_read_field(L, tab, fn, cfg_variant_fields[i], types[i], 1, 0, CFG_LIST_MAX, &f[i]);
@@ -277,7 +279,13 @@ static int cfg_variants(lua_State *L) {
     for (int i = 0; i < f[0].n; i++) {
         if (f[F_V_IN_K].n > 0 && f[0].v[i] != FG_KIND_SERVE)
             lua_sandbox_raise(L, fn, "field 'v_in_k' is for kind = \"serve\" only");
+        if (f[F_KV].n > 0 && f[0].v[i] != FG_KIND_SERVE)
+            lua_sandbox_raise(L, fn, "field 'kv' is for kind = \"serve\" only");
     }
+    for (int i = 0; i < f[F_KV].n; i++)
+        if (!dtype_is_fp8((fg_dtype)f[F_KV].v[i]))
+            lua_sandbox_raise(L, fn, "field 'kv' must be \"e4m3\" or \"e5m2\" (K and V in FP8; absent: of dtype), got "
+                              "\"%s\"", dtype_name((fg_dtype)f[F_KV].v[i]));
     for (int i = 4; i < NF; i++)
         if (f[i].n == 0) { /* causal false; tiles unset (0), filled from the policy after the chunk; out: -1;
                               deterministic, tma and the rest false; head_dim_v 0 (head_dim's); mod 0 (none) */
@@ -338,6 +346,7 @@ static int cfg_variants(lua_State *L) {
         it->spec.softcap = mods && f[F_MODS + 2].v[idx[F_MODS + 2]];
         it->spec.alibi = mods && f[F_MODS + 3].v[idx[F_MODS + 3]];
         it->spec.v_in_k = f[F_V_IN_K].v[idx[F_V_IN_K]];
+        it->spec.kv_fp8 = f[F_KV].v[idx[F_KV]];
         it->mod = f[F_MOD_FILE].v[idx[F_MOD_FILE]]; /* its id is set once the file is traced (cfg_finish) */
         if (!dtype_is_fp8(it->spec.dtype)) /* 16-bit variants write O in their dtype */
             it->spec.out_dtype = it->spec.dtype;

@@ -115,15 +115,15 @@ static fg_status cfg_trace_mods(const char *chunkname, cfg_build *b, fg_error *e
 static int cfg_cmp(const void *pa, const void *pb) {
     const cfg_item *x = pa, *y = pb;
     const fg_spec *a = &x->spec, *b = &y->spec;
-    int ka[20] = {(int)a->kind, a->arch, a->arch_accel, (int)a->dtype, a->head_dim, a->block_m, a->block_n,
+    int ka[21] = {(int)a->kind, a->arch, a->arch_accel, (int)a->dtype, a->head_dim, a->block_m, a->block_n,
                   a->warps, a->stages, a->causal != 0, (int)spec_out_dtype(a), a->deterministic != 0, a->tma != 0,
                   a->varlen != 0, a->window != 0, a->sinks != 0, a->softcap != 0, a->alibi != 0, spec_head_dim_v(a),
-                  a->v_in_k != 0};
-    int kb[20] = {(int)b->kind, b->arch, b->arch_accel, (int)b->dtype, b->head_dim, b->block_m, b->block_n,
+                  a->v_in_k != 0, a->kv_fp8};
+    int kb[21] = {(int)b->kind, b->arch, b->arch_accel, (int)b->dtype, b->head_dim, b->block_m, b->block_n,
                   b->warps, b->stages, b->causal != 0, (int)spec_out_dtype(b), b->deterministic != 0, b->tma != 0,
                   b->varlen != 0, b->window != 0, b->sinks != 0, b->softcap != 0, b->alibi != 0, spec_head_dim_v(b),
-                  b->v_in_k != 0};
-    for (int i = 0; i < 20; i++)
+                  b->v_in_k != 0, b->kv_fp8};
+    for (int i = 0; i < 21; i++)
         if (ka[i] != kb[i])
             return ka[i] < kb[i] ? -1 : 1;
     const int mod = strcmp(a->mod, b->mod); /* "" where a variant has none */

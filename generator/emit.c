@@ -203,6 +203,8 @@ fg_status emit_source(const fg_spec *spec, char **src, size_t *len, fg_error *er
         sb_printf(&b, "#define FG_HEAD_DIM_V %d\n#define FG_HEAD_DIM_V_PADDED %d\n", spec_head_dim_v(spec),
                   spec_head_dim_v_padded(spec)); /* V's and O's */
         sb_printf(&b, "#define FG_V_IN_K %d\n", spec->v_in_k ? 1 : 0); /* V read from K's tiles */
+        /* K and V in FP8 (1 e4m3, 2 e5m2), dequantized into 16-bit tiles of Q's dtype */
+        sb_printf(&b, "#define FG_KV_FP8 %d\n", spec->kv_fp8 == FG_DTYPE_E4M3 ? 1 : spec->kv_fp8 == FG_DTYPE_E5M2 ? 2 : 0);
     }
     if (spec->kind != FG_KIND_MERGE) { /* the model variants (score_mods.cuh) */
         sb_printf(&b, "#define FG_SINKS %d\n", spec->sinks ? 1 : 0);    /* attention sinks */

@@ -67,13 +67,15 @@ int spec_format(const fg_spec *s, char *buf, size_t n) {
         snprintf(dv, sizeof dv, "head_dim_v=%d,", s->head_dim_v);
     char mod[32] = "";
     if (mods && s->mod[0]) snprintf(mod, sizeof mod, "mod=%.16s,", s->mod);
+    char kv[16] = "";
+    if (s->kind == FG_KIND_SERVE && s->kv_fp8) snprintf(kv, sizeof kv, "kv=%s,", dtype_name((fg_dtype)s->kv_fp8));
     /* keys in byte order: [alibi] arch block_m block_n causal [deterministic] dtype head_dim [head_dim_v] kind
-     * [mod] [out] [sinks] [softcap] [splits] stages [tma] [v_in_k] [varlen] warps [window] */
+     * [kv] [mod] [out] [sinks] [softcap] [splits] stages [tma] [v_in_k] [varlen] warps [window] */
     const char *v_in_k = s->kind == FG_KIND_SERVE && s->v_in_k ? "v_in_k=1," : "";
     int r = snprintf(buf, n,
-                     "%sarch=%s,block_m=%d,block_n=%d,causal=%d,%sdtype=%s,head_dim=%d,%skind=%s,%s%s%s%s%sstages=%d,%s%s%swarps=%d%s",
+                     "%sarch=%s,block_m=%d,block_n=%d,causal=%d,%sdtype=%s,head_dim=%d,%skind=%s,%s%s%s%s%s%sstages=%d,%s%s%swarps=%d%s",
                      mods && s->alibi ? "alibi=1," : "", arch, s->block_m, s->block_n, s->causal ? 1 : 0, det,
-                     dtype_name(s->dtype), s->head_dim, dv, spec_kind_name(s->kind), mod, out,
+                     dtype_name(s->dtype), s->head_dim, dv, spec_kind_name(s->kind), kv, mod, out,
                      mods && s->sinks ? "sinks=1," : "", mods && s->softcap ? "softcap=1," : "", splits, s->stages, tma,
                      v_in_k, varlen, s->warps, mods && s->window ? ",window=1" : "");
     return (r < 0 || (size_t)r >= n) ? -1 : r;
@@ -90,6 +92,8 @@ int spec_row_chunks(const fg_spec *s) {
     const int d = spec_head_dim_padded(s), dv = spec_head_dim_v_padded(s);
     return (d > dv ? d : dv) / 8;
 }
+
+fg_dtype spec_kv_dtype(const fg_spec *s) { return s->kv_fp8 ? (fg_dtype)s->kv_fp8 : s->dtype; }
 
 int spec_serve_wide(const fg_spec *s) { return s->kind == FG_KIND_SERVE && spec_head_dim_v_padded(s) > 256; }
 
@@ -110,11 +114,12 @@ static int parse_int(const char *v, int *out) {
 
 fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
     enum { K_KIND, K_ARCH, K_DTYPE, K_HEAD_DIM, K_BLOCK_M, K_BLOCK_N, K_WARPS, K_STAGES, K_CAUSAL, K_OUT, K_DET,
-           K_TMA, K_SPLITS, K_VARLEN, K_SINKS, K_WINDOW, K_SOFTCAP, K_ALIBI, K_HEAD_DIM_V, K_V_IN_K, K_MOD, K_COUNT };
+           K_TMA, K_SPLITS, K_VARLEN, K_SINKS, K_WINDOW, K_SOFTCAP, K_ALIBI, K_HEAD_DIM_V, K_V_IN_K, K_MOD, K_KV,
+           K_COUNT };
     static const char *const keys[K_COUNT] = {"kind",   "arch",   "dtype",  "head_dim", "block_m",       "block_n",
                                               "warps",  "stages", "causal", "out",      "deterministic", "tma",
                                               "splits", "varlen", "sinks",  "window", "softcap", "alibi", "head_dim_v",
-                                              "v_in_k", "mod"};
+                                              "v_in_k", "mod",    "kv"};
     int seen[K_COUNT] = {0};
     fg_spec s;
     memset(&s, 0, sizeof s);
@@ -141,7 +146,7 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                            "spec: unknown key '%s' (keys: kind, arch, dtype, head_dim, block_m, block_n, warps, "
                            "stages, causal, out, deterministic, tma, splits, varlen, sinks, window, softcap, alibi, "
-                           "head_dim_v, v_in_k, mod)", key);
+                           "head_dim_v, v_in_k, mod, kv)", key);
         if (seen[k]) return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: key '%s' appears twice", key);
         seen[k] = 1;
         fg_status st;
@@ -191,6 +196,14 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
             memcpy(s.mod, val, 17);
             break;
         }
+        case K_KV: {
+            fg_dtype kv;
+            if (dtype_parse(val, &kv, err) != FG_OK || !dtype_is_fp8(kv))
+                return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
+                               "spec: kv must be e4m3 or e5m2 (K and V in FP8; absent: of dtype), got '%s'", val);
+            s.kv_fp8 = (int)kv;
+            break;
+        }
         case K_HEAD_DIM: field = &s.head_dim; break;
         case K_BLOCK_M: field = &s.block_m; break;
         case K_BLOCK_N: field = &s.block_n; break;
@@ -227,6 +240,8 @@ fg_status spec_parse(const char *text, fg_spec *out, fg_error *err) {
     if (s.head_dim_v == s.head_dim) s.head_dim_v = 0; /* the same: one name */
     if (seen[K_V_IN_K] && s.kind != FG_KIND_SERVE)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: v_in_k is a key of kind=serve variants only");
+    if (seen[K_KV] && s.kind != FG_KIND_SERVE)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: kv is a key of kind=serve variants only");
     if (seen[K_SPLITS] && s.kind != FG_KIND_SERVE)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "spec: splits is a key of kind=serve variants only");
     if (dtype_is_fp8(s.dtype)) {
@@ -246,7 +261,8 @@ int spec_equal(const fg_spec *a, const fg_spec *b) {
     return a->kind == b->kind &&
            (a->kind != FG_KIND_BWD || (a->deterministic != 0) == (b->deterministic != 0)) &&
            ((a->kind != FG_KIND_BWD && a->kind != FG_KIND_SERVE) || (a->tma != 0) == (b->tma != 0)) &&
-           (a->kind != FG_KIND_SERVE || (a->splits == b->splits && (a->v_in_k != 0) == (b->v_in_k != 0))) &&
+           (a->kind != FG_KIND_SERVE ||
+            (a->splits == b->splits && (a->v_in_k != 0) == (b->v_in_k != 0) && a->kv_fp8 == b->kv_fp8)) &&
            spec_head_dim_v(a) == spec_head_dim_v(b) &&
            (a->kind == FG_KIND_MERGE ||
             ((a->sinks != 0) == (b->sinks != 0) && (a->window != 0) == (b->window != 0) &&
@@ -395,14 +411,17 @@ int spec_wgmma_o_direct(const fg_spec *spec) {
  * holds the same number of bytes. The epilogue stages O (16-bit) in the same memory from the Q tile on, so
  * FP8 needs at least block_m 16-bit rows: more than the tiles only when 2 * stages * block_n < block_m
  * (256 x 32 with 2 stages, say). */
-/* forward_serving.cuh: the Q tile and the K/V stages (K of head_dim, V of head_dim_v), 16-bit; at the end, over
- * the K/V stages, O in fp32 (rows of head_dim_v + 8 floats) and the row statistics. */
+/* forward_serving.cuh: the Q tile and the K/V stages (K of head_dim, V of head_dim_v), 16-bit (kv_fp8: FP8 stages, one
+ * byte an element, and one 16-bit K and V tile they are dequantized into); at the end, over the K/V stages, O in fp32
+ * (rows of head_dim_v + 8 floats) and the row statistics. */
 static size_t serve_smem_bytes(const fg_spec *s) {
     const size_t dp = (size_t)spec_head_dim_padded(s), dvp = (size_t)spec_head_dim_v_padded(s), bm = (size_t)s->block_m;
     const size_t bn = (size_t)s->block_n, wide = (size_t)spec_serve_wide(s);
     const size_t warps_n = s->block_m >= 16 && s->warps * 16 >= s->block_m ? (size_t)(s->warps * 16 / s->block_m) : 1;
     /* K (and V unless v_in_k) stages; a wide variant's P tile and per-warp row maxima after them */
-    const size_t kv = 2u * bn * (dp + (s->v_in_k ? 0u : dvp)) * (size_t)s->stages + wide * (bm * bn * 2u + warps_n * bm * 4u);
+    const size_t row = dp + (s->v_in_k ? 0u : dvp);
+    const size_t kv = (s->kv_fp8 ? 2u * bn * row + bn * row * (size_t)s->stages : 2u * bn * row * (size_t)s->stages) +
+                      wide * (bm * bn * 2u + warps_n * bm * 4u);
     /* O staged in fp32 (one copy a key warp, or one in all for a wide variant whose warps own its columns), then the
      * row states: each key warp's, and the sinks' */
     const size_t staged = (wide ? 1u : warps_n) * bm * (dvp + 8) * 4 + (warps_n + (s->sinks ? 1u : 0u)) * bm * 8u;

@@ -18,6 +18,8 @@
  * absorbed MLA cache) names v_in_k=1 between tma's place and warps. The sm_90a forward's variable-length
  * variants name varlen=1, between v_in_k's place and warps:
  *   arch=sm_90a,block_m=128,block_n=128,causal=1,dtype=bf16,head_dim=128,kind=fwd,stages=2,varlen=1,warps=12
+ * A serving variant whose K and V are FP8 (dequantized to Q's dtype in the kernel) names their dtype after kind:
+ *   arch=sm_90,block_m=16,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=serve,kv=e4m3,stages=4,warps=4
  * A variant with a custom score or mask mod (generator/mod.h) names its id after kind:
  *   arch=sm_90,block_m=64,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=serve,mod=3f2a9c0d11b7e845,stages=2,warps=4
  * The merge of attention states has only two:
@@ -82,6 +84,9 @@ typedef struct fg_spec {
     int v_in_k;         /* kind=serve: V is a prefix view of K (its first head_dim_v columns, K's rows and strides,
                            as in an absorbed-MLA cache), so the kernel loads K's rows only and reads V's fragments
                            from K's tiles. Named only when 1 ("v_in_k=1") */
+    int kv_fp8;         /* kind=serve: K and V in FP8, FG_DTYPE_E4M3 or FG_DTYPE_E5M2, staged by cp.async and dequantized
+                           exactly into 16-bit tiles of dtype (Q's and O's) in the kernel; 0: K and V of dtype.
+                           Named only when set ("kv=e4m3", between kind and mod) */
     char mod[17];       /* a custom mod's id (generator/mod.h, mod_id: 16 hex digits), "" for none: kind=serve and
                            kind=fwd with varlen=1 (the sm_90a forward), 16-bit; its code comes from the tree registered
                            under that id (mod_registry.h). Named only when set ("mod=ID", between kind and out) */
@@ -96,6 +101,8 @@ int spec_head_dim_v_padded(const fg_spec *spec);
 int spec_row_chunks(const fg_spec *spec);
 /* 1 for a serving variant whose V is wider than 256 (forward_serving.cuh FG_WIDE: its key warps split O's columns). */
 int spec_serve_wide(const fg_spec *spec);
+/* K's and V's dtype: kv_fp8's FP8 dtype where set, else dtype. */
+fg_dtype spec_kv_dtype(const fg_spec *spec);
 /* 1 when spec compiles in a model variant (window, sinks, softcap, alibi). */
 int spec_has_mods(const fg_spec *spec);
 

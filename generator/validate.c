@@ -207,6 +207,27 @@ RULE(serve_tma, is_serve(s) && s->tma && (s->arch < 90 || s->head_dim % 64 != 0 
      "kind=serve tma=1 (K and V loaded by TMA) takes arch sm_90 or newer, head_dim 64, 128, 192 or 256, V of the "
      "same head dim and V in tensors of its own (got sm_%d, head_dim %d, head_dim_v %d, v_in_k=%d)", s->arch,
      s->head_dim, spec_head_dim_v(s), s->v_in_k != 0)
+/* FP8 K and V with 16-bit Q (kind=serve kv=e4m3|e5m2): each key block's FP8 rows are copied by cp.async into
+ * staging and dequantized by the CTA into 16-bit K and V tiles that the 16-bit compute reads (forward_serving.cuh,
+ * serving_kv.cuh). The dequantization is integer and 16-bit FMA work every serving arch has (sm_80 and newer). */
+RULE(kv_fp8_kind, s->kv_fp8 && !is_serve(s), FG_ERR_UNSUPPORTED,
+     "kv=%s (FP8 K and V with 16-bit queries) is a variant of the serving kernel (kind=serve) only",
+     dtype_name((fg_dtype)s->kv_fp8))
+RULE(kv_fp8_dtype, s->kv_fp8 && !dtype_is_fp8((fg_dtype)s->kv_fp8), FG_ERR_INVALID_ARGUMENT,
+     "kv_fp8 %d is not an FP8 dtype: kv takes e4m3 or e5m2 (0: K and V of dtype)", s->kv_fp8)
+RULE(kv_fp8_tma, is_serve(s) && s->kv_fp8 && s->tma, FG_ERR_UNSUPPORTED,
+     "kind=serve kv=%s loads K and V by cp.async into FP8 staging; tma=1 (TMA boxes of 16-bit tiles) is not taken "
+     "with it", dtype_name((fg_dtype)s->kv_fp8))
+RULE(kv_fp8_v_in_k, is_serve(s) && s->kv_fp8 && s->v_in_k, FG_ERR_UNSUPPORTED,
+     "kind=serve kv=%s dequantizes V into a tile of its own; v_in_k=1 (V read from K's tiles) is not taken with it "
+     "(a call whose V is a prefix view of K runs with V loaded on its own)", dtype_name((fg_dtype)s->kv_fp8))
+RULE(kv_fp8_head_dim, is_serve(s) && s->kv_fp8 &&
+                          (s->head_dim % 32 != 0 || s->head_dim > 256 || spec_head_dim_v(s) % 32 != 0 ||
+                           spec_head_dim_v(s) > 256),
+     FG_ERR_UNSUPPORTED,
+     "kind=serve kv=%s takes head_dim and head_dim_v multiples of 32 up to 256 (got %d and %d): an FP8 row is "
+     "staged in pairs of 16-byte chunks (32 elements), and V above 256 columns (the wide tiles) is not dequantized",
+     dtype_name((fg_dtype)s->kv_fp8), s->head_dim, spec_head_dim_v(s))
 /* V's own head dim: the serving kernel and the mma.sync backward take any multiple of 8 up to 256 beside any
  * head_dim (their tiles and loaders have a width per operand; the backward pads both to 32 where either is above
  * 128, which keeps every pair's warp split whole: spec_bwd_dim_padded), the serving kernel also multiples of 64 up
@@ -307,7 +328,9 @@ static const rule rules[] = {
     R(wgmma_warps, FG_ERR_UNSUPPORTED), R(wgmma_registers, FG_ERR_UNSUPPORTED), R(bwd_tiles, FG_ERR_UNSUPPORTED),
     R(bwd_registers, FG_ERR_UNSUPPORTED), R(serve_dtype, FG_ERR_UNSUPPORTED), R(serve_tiles, FG_ERR_UNSUPPORTED),
     R(serve_splits, FG_ERR_UNSUPPORTED), R(serve_threads, FG_ERR_UNSUPPORTED), R(serve_tma, FG_ERR_UNSUPPORTED),
-    R(serve_wide, FG_ERR_UNSUPPORTED), R(v_in_k, FG_ERR_UNSUPPORTED), R(model_variants, FG_ERR_UNSUPPORTED),
+    R(serve_wide, FG_ERR_UNSUPPORTED), R(v_in_k, FG_ERR_UNSUPPORTED), R(kv_fp8_kind, FG_ERR_UNSUPPORTED),
+    R(kv_fp8_dtype, FG_ERR_INVALID_ARGUMENT), R(kv_fp8_tma, FG_ERR_UNSUPPORTED), R(kv_fp8_v_in_k, FG_ERR_UNSUPPORTED),
+    R(kv_fp8_head_dim, FG_ERR_UNSUPPORTED), R(model_variants, FG_ERR_UNSUPPORTED),
     R(mod_kind, FG_ERR_UNSUPPORTED), R(mod_known, FG_ERR_UNSUPPORTED), R(serve_registers, FG_ERR_UNSUPPORTED), R(fwd_varlen, FG_ERR_UNSUPPORTED), R(warps, FG_ERR_UNSUPPORTED),       R(block_m_mma, FG_ERR_UNSUPPORTED), R(block_n_mma, FG_ERR_UNSUPPORTED),
     R(fp8_block_n, FG_ERR_UNSUPPORTED), R(stages, FG_ERR_UNSUPPORTED),      R(registers, FG_ERR_UNSUPPORTED),
     R(smem, FG_ERR_UNSUPPORTED),

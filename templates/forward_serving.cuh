@@ -16,7 +16,12 @@
 // Keys. K and V go through FG_STAGES shared-memory buffers by cp.async; each row is found on its own:
 // packed or dense keys at k_start(b) + key, paged keys at page block_table[b][key / page_size], slot key %
 // page_size, so any page size and any page order work. Rows past the sequence's keys, and pages outside
-// [0, num_pages), are zero-filled without a read.
+// [0, num_pages), are zero-filled without a read. The loaders and the sequences' spans are serving_kv.cuh's.
+//
+// FP8 K and V (FG_KV_FP8, kv=e4m3|e5m2 variants, Q and O 16-bit): the stages hold the FP8 rows, and each block
+// first dequantizes its stage into one 16-bit K and V tile (serving_kv.cuh), exactly; the rest is the 16-bit
+// kernel's. K's descale joins the CTA's softmax scale (a CTA serves one sequence and KV head), V's multiplies O
+// at the end.
 //
 // TMA (FG_SERVE_TMA, tma=1 variants, sm_90+, head_dim a multiple of 64, keys not paged): one thread loads each
 // key block's K and V by tensor maps into the same swizzled tiles (128-byte rows, the 16-byte units XOR-ed
@@ -49,23 +54,12 @@
 #include "common/softmax.cuh"
 #include "common/tma.cuh"
 #include "common/score_mods.cuh"
+#include "serving_kv.cuh"
 
-#ifndef FG_SERVE_TMA
-#define FG_SERVE_TMA 0
-#endif
-// V's head dim (head_dim_v: O is that wide), head_dim's unless the variant names its own.
-#ifndef FG_HEAD_DIM_V
-#define FG_HEAD_DIM_V FG_HEAD_DIM
-#define FG_HEAD_DIM_V_PADDED FG_HEAD_DIM_PADDED
-#endif
-#ifndef FG_V_IN_K
-#define FG_V_IN_K 0
-#endif
 static_assert(!FG_SERVE_TMA || (FG_HEAD_DIM % 64 == 0 && FG_HEAD_DIM_V == FG_HEAD_DIM && !FG_V_IN_K),
               "TMA boxes of 64 columns, 128-byte swizzle; K and V of one width, in tensors of their own");
 static_assert(!FG_V_IN_K || FG_HEAD_DIM_V <= FG_HEAD_DIM, "V is a prefix of K's columns");
 
-constexpr int FG_THREADS = FG_WARPS * 32;
 constexpr int FG_WARPS_M = FG_BLOCK_M / 16;          // warps over the rows
 constexpr int FG_WARPS_N = FG_WARPS / FG_WARPS_M;    // warps over the keys of a block
 constexpr int FG_KW = FG_BLOCK_N / FG_WARPS_N;       // keys of a block per warp
@@ -73,7 +67,6 @@ constexpr int FG_NT = FG_KW / 8;                     // n8 tiles of a warp's S
 constexpr bool FG_WIDE = FG_HEAD_DIM_V_PADDED > 256;  // O's columns split over the key warps
 constexpr int FG_DW = FG_WIDE ? FG_HEAD_DIM_V_PADDED / FG_WARPS_N : FG_HEAD_DIM_V_PADDED; // O's columns a warp holds
 constexpr int FG_DT = FG_DW / 8;                      // n8 tiles of a warp's O
-constexpr int FG_V_CHUNKS = FG_HEAD_DIM_V_PADDED / 8; // 16-byte chunks of a V row
 constexpr int FG_VT_CHUNKS = FG_V_IN_K ? FG_CHUNKS : FG_V_CHUNKS; // chunks a row of the tile V is read from
 constexpr int FG_P_CHUNKS = FG_BLOCK_N / 8;           // FG_WIDE: chunks of a row of the shared P tile
 constexpr int FG_O_COPIES = FG_WIDE ? 1 : FG_WARPS_N; // staged O's at the end (summed: the key warps' parts)
@@ -85,123 +78,15 @@ constexpr bool FG_Q_IN_REGS = FG_HEAD_DIM_PADDED <= 128 && FG_WARPS_N >= 4;
 constexpr u32 FG_Q_BYTES = FG_BLOCK_M * FG_HEAD_DIM_PADDED * 2;
 constexpr u32 FG_K_BYTES = FG_BLOCK_N * FG_HEAD_DIM_PADDED * 2;   // a K stage
 constexpr u32 FG_V_BYTES = FG_V_IN_K ? 0u : FG_BLOCK_N * FG_HEAD_DIM_V_PADDED * 2; // a V stage
+// FP8 K and V (FG_KV_FP8): the stages hold FP8 rows (a byte an element), dequantized into one 16-bit K and V tile
+constexpr int FG_KV_TILES = FG_KV_FP8 ? 1 : FG_STAGES;                                // 16-bit K and V tiles
+constexpr u32 FG_K_LOAD_BYTES = FG_KV_FP8 ? FG_BLOCK_N * FG_HEAD_DIM_PADDED : FG_K_BYTES;   // a K stage as loaded
+constexpr u32 FG_V_LOAD_BYTES = FG_KV_FP8 ? FG_BLOCK_N * FG_HEAD_DIM_V_PADDED : FG_V_BYTES; // a V stage as loaded
 constexpr u32 FG_P_BYTES = FG_WIDE ? FG_BLOCK_M * FG_BLOCK_N * 2 : 0u;              // the P tile
 constexpr u32 FG_RED_BYTES = FG_WIDE ? FG_WARPS_N * FG_BLOCK_M * 4 : 0u;            // the key warps' row maxima
 constexpr int FG_O_ROW = FG_HEAD_DIM_V_PADDED + 8;   // floats between staged O rows (bank spread)
 static_assert(FG_WARPS_M * FG_WARPS_N == FG_WARPS && FG_KW % 16 == 0, "warps must tile rows x keys");
 static_assert(!FG_WIDE || (FG_DW % 64 == 0 && fg_sw<FG_VT_CHUNKS>::value == 8), "a wide warp's V columns: whole 64-column slabs");
-
-// The rows of sequence b: its first query token and length, its first key token (packed keys; 0 for
-// dense or paged ones) and the keys it uses, clamped to the tensors described.
-struct fg_seq {
-    int q0, sq, k0, sk;
-};
-
-__device__ __forceinline__ int fg_clampi(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : x); }
-
-__device__ __forceinline__ fg_seq fg_sequence(const fg_serve_params &p, int b) {
-    fg_seq s;
-    s.q0 = 0;
-    s.sq = p.seqlen_q;
-    if (p.cu_seqlens_q) {
-        s.q0 = fg_clampi(p.cu_seqlens_q[b], 0, p.total_q);
-        s.sq = min(fg_clampi(p.cu_seqlens_q[b + 1], s.q0, p.total_q) - s.q0, p.seqlen_q); // the grid's bound
-    }
-    s.k0 = 0;
-    int cap = p.seqlen_k;
-    if (p.block_table) {
-        cap = p.max_pages * p.page_size;
-    } else if (p.cu_seqlens_k) {
-        s.k0 = fg_clampi(p.cu_seqlens_k[b], 0, p.total_k);
-        cap = fg_clampi(p.cu_seqlens_k[b + 1], s.k0, p.total_k) - s.k0;
-    }
-    s.sk = p.seqused_k ? fg_clampi(p.seqused_k[b], 0, cap) : cap;
-    return s;
-}
-
-// One thread's share of loading the K and/or V tiles (WHICH: 1 K, 2 V, 3 both, when they are of one width) of
-// a key block, rows of CH chunks: a fixed chunk column, rows RPS apart. Each row is located on its own (paged
-// or not), once for K and V.
-template <int CH, int WHICH>
-struct fg_kv_loader_t {
-    static constexpr int RPS = fg_fixed_step<CH, FG_THREADS>::RPS;
-    static constexpr int LOADERS = fg_fixed_step<CH, FG_THREADS>::LOADERS;
-    static constexpr int ROWS_PER_THREAD = (FG_BLOCK_N + RPS - 1) / RPS;
-    static constexpr int DIM = WHICH == 2 ? FG_HEAD_DIM_V : FG_HEAD_DIM; // the columns the tensor has
-    const fg_in_t *k, *v; // this thread's column of the KV head (paged) or of the sequence's key 0
-    const int *table;     // the sequence's row of the block table, or 0
-    u32 dst;
-    int row;
-    bool active;          // a copying thread with its column inside the head dim
-
-    __device__ __forceinline__ void init(const fg_serve_params &p, int b, int kvh, const fg_seq &s, int tid) {
-        const int c = tid % CH;
-        row = tid / CH;
-        active = (LOADERS == FG_THREADS || tid < LOADERS) && (DIM == CH * 8 || c * 8 < DIM);
-        dst = fg_tile_offset<CH>(row, c, FG_BLOCK_N);
-        table = p.block_table ? p.block_table + (i64)b * p.block_table_stride : 0;
-        k = (const fg_in_t *)p.k + (i64)kvh * p.k_stride[2] + c * 8;
-        v = (const fg_in_t *)p.v + (i64)kvh * p.v_stride[2] + c * 8;
-        if (!table) { // the sequence's key 0 (packed keys have batch stride 0)
-            k += (i64)b * p.k_stride[0] + (i64)s.k0 * p.k_stride[1];
-            v += (i64)b * p.v_stride[0] + (i64)s.k0 * p.v_stride[1];
-        }
-    }
-
-    // Loads keys key0 .. key0 + FG_BLOCK_N - 1 (those below sk) into the K and V tiles at sk_tile, sv_tile.
-    __device__ __forceinline__ void load(const fg_serve_params &p, u32 sk_tile, u32 sv_tile, int key0, int sk) {
-        if (!active) return;
-        if (table) {
-            const int first = key0 + row;
-            int slot = first / p.page_size, off = first - slot * p.page_size;
-#pragma unroll
-            for (int i = 0; i < ROWS_PER_THREAD; i++) {
-                const int r = row + i * RPS;
-                if (FG_BLOCK_N % RPS == 0 || r < FG_BLOCK_N) {
-                    bool ok = key0 + r < sk;
-                    const int page = ok ? __ldg(table + slot) : 0;
-                    ok = ok && (unsigned)page < (unsigned)p.num_pages;
-                    const u32 o = fg_fixed_step_offset<CH, RPS>(dst, i);
-                    if (WHICH & 1) fg_cp_async16(sk_tile + o, k + (page * p.k_stride[0] + off * p.k_stride[1]), ok);
-                    if (WHICH & 2) fg_cp_async16(sv_tile + o, v + (page * p.v_stride[0] + off * p.v_stride[1]), ok);
-                }
-                off += RPS; // the next row of this thread, RPS keys on
-                while (off >= p.page_size) off -= p.page_size, slot++;
-            }
-        } else {
-            const fg_in_t *kp = k + (i64)(key0 + row) * p.k_stride[1];
-            const fg_in_t *vp = v + (i64)(key0 + row) * p.v_stride[1];
-#pragma unroll
-            for (int i = 0; i < ROWS_PER_THREAD; i++) {
-                const int r = row + i * RPS;
-                if (FG_BLOCK_N % RPS == 0 || r < FG_BLOCK_N) {
-                    const u32 o = fg_fixed_step_offset<CH, RPS>(dst, i);
-                    if (WHICH & 1) fg_cp_async16(sk_tile + o, kp, key0 + r < sk);
-                    if (WHICH & 2) fg_cp_async16(sv_tile + o, vp, key0 + r < sk);
-                }
-                if (WHICH & 1) kp += RPS * p.k_stride[1];
-                if (WHICH & 2) vp += RPS * p.v_stride[1];
-            }
-        }
-    }
-};
-
-// K and V of a key block: one loader for both when they are of one width, else one each; K's alone when V is
-// read from K's tiles.
-struct fg_kv_loader {
-    static constexpr bool SAME = !FG_V_IN_K && FG_V_CHUNKS == FG_CHUNKS && FG_HEAD_DIM_V == FG_HEAD_DIM;
-    static constexpr bool V_OWN = !FG_V_IN_K && !SAME; // V's rows by a loader of their own
-    fg_kv_loader_t<FG_CHUNKS, SAME ? 3 : 1> kl;
-    fg_kv_loader_t<FG_V_CHUNKS, 2> vl;
-    __device__ __forceinline__ void init(const fg_serve_params &p, int b, int kvh, const fg_seq &s, int tid) {
-        kl.init(p, b, kvh, s, tid);
-        if (V_OWN) vl.init(p, b, kvh, s, tid);
-    }
-    __device__ __forceinline__ void load(const fg_serve_params &p, u32 sk_tile, u32 sv_tile, int key0, int sk) {
-        kl.load(p, sk_tile, sv_tile, key0, sk);
-        if (V_OWN) vl.load(p, sk_tile, sv_tile, key0, sk);
-    }
-};
 
 #if FG_USER_MASK
 // A custom mask's verdict (fg_user_mask_block) on the packed rows r_lo..r_hi (tokens r / grp of sq, the heads of
@@ -240,6 +125,14 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int wm = warp % FG_WARPS_M, wn = warp / FG_WARPS_M;
     const int sq = seq.sq, sk = seq.sk;
+    // The softmax's scale: FP8 K's descale (FG_KV_FP8) multiplies every score of the CTA's KV head, so it joins the
+    // scale, and every use of the scale (softcap, ALiBi, custom mods, sinks, the LSE) sees the descaled scores.
+#if FG_KV_FP8
+    const float k_descale = fg_kv8_descale(p.k_descale, p.k_descale_stride, b, kvh);
+    const float sm_scale = p.softmax_scale * k_descale, sm_scale_log2 = p.scale_log2 * k_descale;
+#else
+    const float sm_scale = p.softmax_scale, sm_scale_log2 = p.scale_log2;
+#endif
 
     // The tile's key blocks: all, or up to its last row's diagonal (bottom-right aligned per sequence), and
     // with FG_WINDOW from its first row's left edge to its last row's right one (the host makes a side past
@@ -284,8 +177,12 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     const u32 s_q = FG_SERVE_TMA ? (fg_smem_addr(fg_smem) + 1023u) & ~1023u : fg_smem_addr(fg_smem);
     unsigned char *const smem = fg_smem + (s_q - fg_smem_addr(fg_smem)); // s_q, generic
     const u32 s_k = s_q + FG_Q_BYTES;
-    const u32 s_v = s_k + FG_STAGES * FG_K_BYTES;
-    const u32 s_p = s_v + FG_STAGES * FG_V_BYTES;   // FG_WIDE: the block's P, [BLOCK_M][BLOCK_N] swizzled
+    const u32 s_v = s_k + FG_KV_TILES * FG_K_BYTES;
+    // where a stage's loads land: the 16-bit tiles, or (FG_KV_FP8) the FP8 stages after them
+    const u32 s_k_load = FG_KV_FP8 ? s_v + FG_V_BYTES : s_k;
+    const u32 s_v_load = FG_KV_FP8 ? s_k_load + FG_STAGES * FG_K_LOAD_BYTES : s_v;
+    const u32 s_p = FG_KV_FP8 ? s_v_load + FG_STAGES * FG_V_LOAD_BYTES : s_v + FG_STAGES * FG_V_BYTES; // FG_WIDE: the
+                                                    // block's P, [BLOCK_M][BLOCK_N] swizzled
     const u32 s_red = s_p + FG_P_BYTES;             // FG_WIDE: the key warps' row maxima, [WARPS_N][BLOCK_M]
     const u32 s_bar = s_red + FG_RED_BYTES;         // TMA: a full mbarrier a stage
 
@@ -332,7 +229,8 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     kv.init(p, b, kvh, seq, tid);
 #pragma unroll
     for (int st = 0; st < FG_STAGES - 1; st++) {
-        if (j_begin + st < j_end) kv.load(p, s_k + st * FG_K_BYTES, s_v + st * FG_V_BYTES, (j_begin + st) * FG_BLOCK_N, sk);
+        if (j_begin + st < j_end)
+            kv.load(p, s_k_load + st * FG_K_LOAD_BYTES, s_v_load + st * FG_V_LOAD_BYTES, (j_begin + st) * FG_BLOCK_N, sk);
         fg_cp_async_commit();
     }
 #endif
@@ -360,13 +258,13 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int idx = min(m0 + wm * 16 + g + h * 8, rows - 1), tok = idx / grp;
-            mods[h] = fg_mods_make(p.softcap, p.alibi_slopes, kvh * grp + idx - tok * grp, p.softmax_scale);
+            mods[h] = fg_mods_make(p.softcap, p.alibi_slopes, kvh * grp + idx - tok * grp, sm_scale);
             dist0[h] = (float)(tok + sk - sq - key_w - 2 * t);
         }
     }
 
 #if FG_USER_SCORE
-    const float mod_inv_scale = 1.f / p.softmax_scale; // score_mod's logit back to raw score units
+    const float mod_inv_scale = 1.f / sm_scale; // score_mod's logit back to raw score units
 #endif
     u32 qf[FG_Q_IN_REGS ? FG_KK : 1][4];
     if constexpr (FG_SERVE_TMA && !FG_Q_IN_REGS) { // Q (the only cp.async group) in before the first block
@@ -404,10 +302,16 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
 #else
         fg_cp_async_wait<FG_STAGES - 2>();
         __syncthreads();
-        if (jn < j_end) kv.load(p, s_k + pst * FG_K_BYTES, s_v + pst * FG_V_BYTES, jn * FG_BLOCK_N, sk);
+        if (jn < j_end) kv.load(p, s_k_load + pst * FG_K_LOAD_BYTES, s_v_load + pst * FG_V_LOAD_BYTES, jn * FG_BLOCK_N, sk);
         fg_cp_async_commit();
 #endif
+#if FG_KV_FP8 // the stage's FP8 rows into the 16-bit tiles, which the block reads from
+        fg_kv8_dequant_block<FG_WARPS_M, FG_KW>(s_k, s_v, s_k_load + stage * FG_K_LOAD_BYTES,
+                                                s_v_load + stage * FG_V_LOAD_BYTES, tid);
+        const u32 sk_j = s_k, sv_j = s_v;
+#else
         const u32 sk_j = s_k + stage * FG_K_BYTES, sv_j = FG_V_IN_K ? sk_j : s_v + stage * FG_V_BYTES;
+#endif
         stage = stage == FG_STAGES - 1 ? 0 : stage + 1;
 
         float s[1][FG_NT][4];
@@ -460,7 +364,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
             for (int nt = 0; nt < FG_NT; nt++)
 #pragma unroll
                 for (int e = 0; e < 2; e++)
-                    s[0][nt][2 * h + e] = fg_user_score(s[0][nt][2 * h + e], p.softmax_scale, mod_inv_scale, b, head, qpos,
+                    s[0][nt][2 * h + e] = fg_user_score(s[0][nt][2 * h + e], sm_scale, mod_inv_scale, b, head, qpos,
                                                         key0 + 8 * nt + e, fqr, fk0, (float)(8 * nt + e), p.mod_aux);
 #endif
 #if FG_USER_MASK
@@ -521,7 +425,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
                 float peers = FG_NEG_INF;
 #pragma unroll
                 for (int w = 0; w < FG_WARPS_N; w++) peers = fmaxf(peers, red[w * FG_BLOCK_M + wm * 16 + g + 8 * h]);
-                corr[h] = fg_softmax_row<FG_NT, true, true>(s[0], h, row_max[0][h], row_sum[0][h], p.scale_log2, 0.f, 0.f, peers);
+                corr[h] = fg_softmax_row<FG_NT, true, true>(s[0], h, row_max[0][h], row_sum[0][h], sm_scale_log2, 0.f, 0.f, peers);
 #pragma unroll
                 for (int nt = 0; nt < FG_NT; nt++)
                     asm volatile("st.shared.b32 [%0], %1;" ::"r"(s_p + fg_tile_offset<FG_P_CHUNKS>(wm * 16 + g + 8 * h, (key_w + 8 * nt) / 8,
@@ -550,7 +454,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
             }
             return;
         }
-        fg_online_softmax<1, FG_NT, FG_DT>(s, row_max, row_sum, acc, p.scale_log2, 0.f);
+        fg_online_softmax<1, FG_NT, FG_DT>(s, row_max, row_sum, acc, sm_scale_log2, 0.f);
         u32 pf[FG_KW / 16][4];
 #pragma unroll
         for (int kk = 0; kk < FG_KW / 16; kk++) fg_pack_a(s[0][2 * kk], s[0][2 * kk + 1], pf[kk]);
@@ -576,7 +480,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     __syncthreads();
     float *stage_o = (float *)(smem + FG_Q_BYTES);                         // [O_COPIES][BLOCK_M][O_ROW]
     // FG_SINKS: one more state a row after the warps', the sink's (split 0 only, so that the merge counts it
-    // once): a key without a value whose score is sink / softmax_scale and whose weight is 1, so that the
+    // once): a key without a value whose score is sink / sm_scale (the scale) and whose weight is 1, so that the
     // merge below takes it into the row's max and sum like any warp's, and no O.
     constexpr int ST = FG_WARPS_N + FG_SINKS;                              // states a row
     float *st_max = stage_o + FG_O_COPIES * FG_BLOCK_M * FG_O_ROW;         // [ST][BLOCK_M]
@@ -593,7 +497,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
     if (FG_SINKS && tid < FG_BLOCK_M) {
         const int idx = m0 + tid, hq = kvh * grp + idx % grp;
         const bool sink = split == 0 && idx < rows;
-        st_max[FG_WARPS_N * FG_BLOCK_M + tid] = sink ? __ldg(p.sinks + hq) / p.softmax_scale : FG_NEG_INF;
+        st_max[FG_WARPS_N * FG_BLOCK_M + tid] = sink ? __ldg(p.sinks + hq) / sm_scale : FG_NEG_INF;
         st_sum[FG_WARPS_N * FG_BLOCK_M + tid] = sink ? 1.f : 0.f;
     }
     __syncthreads();
@@ -607,16 +511,22 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
 #pragma unroll
         for (int w = 0; w < ST; w++) {
             const float mw = st_max[w * FG_BLOCK_M + r];
-            L += mw == FG_NEG_INF ? 0.f : st_sum[w * FG_BLOCK_M + r] * fg_exp2((mw - M) * p.scale_log2);
+            L += mw == FG_NEG_INF ? 0.f : st_sum[w * FG_BLOCK_M + r] * fg_exp2((mw - M) * sm_scale_log2);
         }
     };
+    // V's descale (FG_KV_FP8) multiplies O: the final one and a split's partial alike (the LSE does not see it).
+#if FG_KV_FP8
+    const float v_descale = fg_kv8_descale(p.v_descale, p.v_descale_stride, b, kvh);
+#else
+    constexpr float v_descale = 1.f;
+#endif
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int r = wm * 16 + g + h * 8;
         float M, L;
         row_stats(r, M, L);
         const float mw = row_max[0][h];
-        const float f = (mw == FG_NEG_INF || !(L > 0.f)) ? 0.f : fg_exp2((mw - M) * p.scale_log2) / L;
+        const float f = (mw == FG_NEG_INF || !(L > 0.f)) ? 0.f : fg_exp2((mw - M) * sm_scale_log2) / L * v_descale;
         // (FG_WIDE: one O, the warp's columns of it; else one O a key warp, summed below)
         float *dst = stage_o + ((FG_WIDE ? 0 : wn) * FG_BLOCK_M + r) * FG_O_ROW + (FG_WIDE ? wn * FG_DW : 0) + 2 * t;
 #pragma unroll
@@ -634,7 +544,7 @@ fg_attention_fwd_kernel(const __grid_constant__ fg_serve_params p) {
         if (c == 0 && (p.lse || partial)) {
             float M, L;
             row_stats(r, M, L);
-            const float lse = fg_row_lse(L, M, p.softmax_scale, 0.f);
+            const float lse = fg_row_lse(L, M, sm_scale, 0.f);
             if (partial)
                 p.lse_part[(i64)split * p.part_tokens * p.heads_q + ((i64)b * (p.cu_seqlens_q ? 0 : p.seqlen_q) + seq.q0 + tok) * p.heads_q + h] = lse;
             else

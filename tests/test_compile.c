@@ -432,6 +432,30 @@ Test(compile, serving_sinks_and_window, .timeout = 900) {
     compile_all(specs, n, "serving sinks=1 and window=1, head_dim 64, 128 and 256");
 }
 
+/* The serving kernel's FP8 KV variants (kv=e4m3|e5m2: K and V staged in FP8 and dequantized into 16-bit tiles) at
+ * head_dim 64, 128 and 256 on the decode tiles (16 and 32 rows) and the prefill tile, both FP8 formats beside both
+ * 16-bit query dtypes, on sm_90 and on sm_80 and sm_89 (whose shared memory gives other stages and tiles), and with
+ * the model variants: they compile and spill nothing. (Paged or not is a run-time choice of the same kernel.) */
+Test(compile, serving_kv_fp8, .timeout = 900) {
+    fg_spec specs[64];
+    int n = 0;
+    static const int dims[] = {64, 128, 256}, rows[] = {16, 32, 64}, archs[] = {90, 80, 89};
+    for (int a = 0; a < 3; a++)
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < 3; j++)
+                for (int f = 0; f < (a == 0 ? 4 : 1); f++) /* sm_90: every pair of formats; the others one */
+                    specs[n++] = policy_tiles((fg_spec){.kind = FG_KIND_SERVE, .arch = archs[a],
+                                                        .dtype = (f + a + i) % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16,
+                                                        .head_dim = dims[i], .block_m = rows[j], .causal = (i + j) % 2,
+                                                        .kv_fp8 = (f / 2 + j) % 2 ? FG_DTYPE_E5M2 : FG_DTYPE_E4M3});
+    for (int i = 0; i < 3; i++) /* gpt-oss (sinks, a window), Gemma 2 (softcap), ALiBi */
+        specs[n++] = policy_tiles((fg_spec){.kind = FG_KIND_SERVE, .arch = 90, .dtype = FG_DTYPE_BF16,
+                                            .head_dim = dims[i], .block_m = rows[i], .causal = 1, .sinks = i == 0,
+                                            .window = i < 2, .softcap = i == 2, .alibi = i == 1,
+                                            .kv_fp8 = FG_DTYPE_E4M3});
+    compile_all(specs, n, "serving kv=e4m3|e5m2, head_dim 64, 128 and 256");
+}
+
 /* The sm_90a family's FP8 kernels (QGMMA, P exchanged in the quad, V^T by TMA) at every head dim they
  * take, e4m3 and e5m2, both masks, with the policy's tiles: they compile and spill nothing. */
 Test(compile, wgmma_fp8_every_head_dim, .timeout = 900) {
@@ -454,7 +478,7 @@ Test(compile, wgmma_fp8_every_head_dim, .timeout = 900) {
 
 /* One variant of each family (and the FP8 wgmma forward, whose prelude differs most). */
 static int family_specs(fg_spec *s) {
-    fg_spec f[5] = {
+    fg_spec f[6] = {
         {.kind = FG_KIND_FWD, .arch = 80, .dtype = FG_DTYPE_F16, .head_dim = 64, .block_m = 128, .block_n = 64,
          .warps = 4, .stages = 3},
         {.kind = FG_KIND_FWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 128, .block_m = 128,
@@ -463,24 +487,26 @@ static int family_specs(fg_spec *s) {
         {.kind = FG_KIND_BWD, .arch = 80, .dtype = FG_DTYPE_F16, .head_dim = 64, .block_m = 64, .block_n = 64,
          .warps = 4, .stages = 2},
         {.kind = FG_KIND_BWD, .arch = 90, .arch_accel = 1, .dtype = FG_DTYPE_BF16, .head_dim = 64},
+        /* the serving kernel with FP8 K and V (its FG_KV_FP8 code in serving_kv.cuh too) */
+        {.kind = FG_KIND_SERVE, .arch = 90, .dtype = FG_DTYPE_BF16, .head_dim = 128, .block_m = 16, .kv_fp8 = FG_DTYPE_E4M3},
     };
     fg_tile_policy p;
     fg_error e;
     cr_assert_eq(tile_policy_init_default(&p, &e), FG_OK);
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         s[i] = f[i];
         if (!s[i].out_dtype) s[i].out_dtype = s[i].dtype == FG_DTYPE_E4M3 ? FG_DTYPE_BF16 : s[i].dtype;
-        if (!s[i].block_m) cr_assert_eq(spec_fill_tiles(&s[i], &p, &e), FG_OK, "%s", e.msg);
+        if (!s[i].block_n) cr_assert_eq(spec_fill_tiles(&s[i], &p, &e), FG_OK, "%s", e.msg);
         cr_assert_eq(spec_validate(&s[i], &e), FG_OK, "family %d: %s", i, e.msg);
     }
     tile_policy_free(&p);
-    return 5;
+    return 6;
 }
 
 /* `flashgen gen` and FLASHGEN_DUMP show the flattened source: it must be the program NVRTC compiles from
  * the prelude and its headers, so the two give the same PTX byte for byte. */
 Test(compile, flattened_source_is_what_nvrtc_compiles, .timeout = 600) {
-    fg_spec s[5];
+    fg_spec s[6];
     const int n = family_specs(s);
     for (int i = 0; i < n; i++) {
         char *pre = NULL, *flat = NULL;
@@ -504,7 +530,7 @@ Test(compile, flattened_source_is_what_nvrtc_compiles, .timeout = 600) {
 /* Each template a family uses compiles on its own against that family's prelude (its one #include
  * replaced by the template's): every header includes what it uses. */
 Test(compile, every_template_compiles_alone, .timeout = 900) {
-    fg_spec s[5];
+    fg_spec s[6];
     const int n = family_specs(s);
     const char marker[] = "// ---- templates/";
     for (int i = 0; i < n; i++) {

@@ -554,11 +554,11 @@ Test(config, default_config_loads_and_validates) {
     cr_assert_geq(cfg.count, 20);
     /* 60 16-bit forward variants (sm_80, sm_90 and sm_90a), 32 FP8 ones (sm_89, sm_90a and sm_90), 12
      * backward ones (sm_80, sm_90 and sm_90 with TMA loads, head_dim 64) and their 12 varlen ones, 6 varlen ones at
-     * 192/128 (head_dim_v), 72 serving ones, 12 of the sm_90a forward's varlen ones, 2 merges, and 20 with model
-     * variants */
-    cr_assert_leq(cfg.count, 240, "the default bundle should stay small enough for CI: %d variants", cfg.count);
+     * 192/128 (head_dim_v), 72 serving ones, 12 of the sm_90a forward's varlen ones, 2 merges, 20 with model
+     * variants, and 12 serving ones of FP8 KV caches */
+    cr_assert_leq(cfg.count, 250, "the default bundle should stay small enough for CI: %d variants", cfg.count);
     int archs[6] = {0, 0, 0, 0, 0, 0}, bwd80 = 0, bwd90 = 0, bwd90_tma = 0, serve80 = 0, serve90 = 0, merges = 0,
-        varlen = 0, mods = 0, wide = 0;
+        varlen = 0, mods = 0, wide = 0, kv8 = 0;
     for (int i = 0; i < cfg.count; i++) {
         const fg_spec *s = &cfg.variants[i];
         char name[FG_SPEC_NAME_MAX];
@@ -569,6 +569,11 @@ Test(config, default_config_loads_and_validates) {
                                                    (s->kind == FG_KIND_BWD && s->varlen && !spec_is_wgmma_bwd(s))),
                       "%s", name);
             mods++;
+            continue;
+        }
+        if (s->kv_fp8) { /* FP8 KV caches: the serving kernel's decode tiles, 16-bit queries */
+            cr_assert(s->kind == FG_KIND_SERVE && s->block_m == 16 && !dtype_is_fp8(s->dtype) && !s->arch_accel, "%s", name);
+            kv8++;
             continue;
         }
         if (s->kind == FG_KIND_SERVE && (s->head_dim > 256 || spec_serve_wide(s))) { /* MLA, head_dim 512: Hopper's */
@@ -607,8 +612,9 @@ Test(config, default_config_loads_and_validates) {
             cr_assert(!spec_equal(&cfg.variants[i], &cfg.variants[j]), "%s listed twice", name);
     }
     cr_assert_eq(archs[0] + archs[1] + archs[2] + archs[3] + archs[4] + archs[5] + bwd80 + bwd90 + bwd90_tma + serve80 +
-                     serve90 + merges + varlen + mods + wide,
+                     serve90 + merges + varlen + mods + wide + kv8,
                  cfg.count);
+    cr_assert_eq(kv8, 12, "the FP8 KV cache variants: %d", kv8);
     cr_assert_eq(wide, 10, "the MLA and head_dim 512 serving variants: %d", wide);
     cr_assert_eq(mods, 20, "variants with model variants: %d", mods);
     cr_assert_eq(varlen, 12, "the sm_90a forward's varlen variants: %d", varlen);

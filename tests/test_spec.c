@@ -101,6 +101,28 @@ Test(spec, round_trip_every_field_combination) {
     cr_assert_eq(checked, 7 * 6 * 32 * 2);
 }
 
+/* kv names FP8 K and V: two variants that differ only there have two names, and equal only with the same kv. */
+Test(spec, kv_key_names_fp8_keys_and_values) {
+    fg_spec a, b;
+    fg_error e;
+    cr_assert_eq(spec_parse("kind=serve arch=sm_90 dtype=bf16 head_dim=128 block_m=16", &a, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(a.kv_fp8, 0);
+    cr_assert_eq(spec_kv_dtype(&a), FG_DTYPE_BF16);
+    cr_assert_eq(spec_parse("kind=serve arch=sm_90 dtype=bf16 head_dim=128 block_m=16 kv=e5m2", &b, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(b.kv_fp8, FG_DTYPE_E5M2);
+    cr_assert_eq(spec_kv_dtype(&b), FG_DTYPE_E5M2);
+    cr_assert(!spec_equal(&a, &b));
+    b.kv_fp8 = 0;
+    cr_assert(spec_equal(&a, &b));
+    /* FP8 stages take a byte an element, beside one 16-bit K and V tile: less than 16-bit stages from 3 on */
+    fg_spec s = a;
+    s.block_n = 64, s.warps = 4, s.stages = 4;
+    const size_t bf16 = spec_smem_bytes(&s);
+    s.kv_fp8 = FG_DTYPE_E4M3;
+    cr_assert_eq(spec_smem_bytes(&s), 16 * 128 * 2 + 64 * 256 * 2 + 4 * 64 * 256, "Q, the 16-bit K and V, 4 FP8 stages");
+    cr_assert_lt(spec_smem_bytes(&s), bf16);
+}
+
 Test(spec, parse_accepts_any_order_spaces_and_partial_tiles) {
     fg_spec s;
     fg_error e;
@@ -139,6 +161,12 @@ Test(spec, serve_and_merge_texts_round_trip) {
         "arch=sm_90,kind=merge",
         "arch=sm_120,kind=merge",
         "arch=sm_90a,block_m=128,block_n=128,causal=1,dtype=bf16,head_dim=128,kind=fwd,stages=2,varlen=1,warps=12",
+        /* FP8 K and V with 16-bit queries: kv between kind and mod */
+        "arch=sm_90,block_m=16,block_n=64,causal=0,dtype=bf16,head_dim=128,kind=serve,kv=e4m3,stages=4,warps=4",
+        "arch=sm_80,block_m=64,block_n=64,causal=1,dtype=fp16,head_dim=64,kind=serve,kv=e5m2,sinks=1,splits=2,stages=2,"
+        "warps=4,window=1",
+        "arch=sm_89,block_m=32,block_n=32,causal=1,dtype=bf16,head_dim=256,head_dim_v=128,kind=serve,kv=e5m2,stages=2,"
+        "warps=4",
     };
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
         fg_spec s;
@@ -183,6 +211,10 @@ Test(spec, parse_errors_name_the_key) {
         {"kind=serve,arch=sm_90,dtype=bf16,head_dim=128,window=2", "window"},
         {"kind=fwd,arch=sm_90,dtype=bf16,head_dim=128,v_in_k=1", "v_in_k"}, /* serve only */
         {"kind=fwd,arch=sm_90a,dtype=bf16,head_dim=128,varlen=2", "varlen"},
+        {"kind=fwd,arch=sm_90,dtype=bf16,head_dim=128,kv=e4m3", "kv is a key of kind=serve"}, /* serve only */
+        {"kind=serve,arch=sm_90,dtype=bf16,head_dim=128,kv=bf16", "kv must be e4m3 or e5m2"},
+        {"kind=serve,arch=sm_90,dtype=bf16,head_dim=128,kv=fp8", "got 'fp8'"},
+        {"kind=serve,arch=sm_90,dtype=bf16,head_dim=128,kv=e4m3,kv=e5m2", "twice"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fg_spec s;

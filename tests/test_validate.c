@@ -104,6 +104,13 @@ static void m_serve_threads(fg_spec *s) { *s = serve_base(); s->head_dim = 576, 
 static void m_serve_tma_wide(fg_spec *s) { *s = serve_base(); s->arch = 90, s->tma = 1, s->head_dim = 512, s->stages = 2; }
 static void m_head_dim_serve(fg_spec *s) { *s = serve_base(); s->head_dim = 584; }
 static void m_serve_tma_dim_v(fg_spec *s) { *s = serve_base(); s->tma = 1, s->arch = 90, s->head_dim = 192, s->head_dim_v = 128; }
+/* FP8 K and V (kv=e4m3|e5m2) with 16-bit Q, the serving kernel's. */
+static void m_kv_fp8_kind(fg_spec *s) { s->kv_fp8 = FG_DTYPE_E4M3; } /* base(): kind=fwd */
+static void m_kv_fp8_dtype(fg_spec *s) { *s = serve_base(); s->kv_fp8 = FG_DTYPE_BF16; }
+static void m_kv_fp8_tma(fg_spec *s) { *s = serve_base(); s->kv_fp8 = FG_DTYPE_E4M3, s->arch = 90, s->tma = 1; }
+static void m_kv_fp8_v_in_k(fg_spec *s) { *s = serve_base(); s->kv_fp8 = FG_DTYPE_E5M2, s->head_dim_v = 64, s->v_in_k = 1; }
+static void m_kv_fp8_head_dim(fg_spec *s) { *s = serve_base(); s->kv_fp8 = FG_DTYPE_E4M3, s->head_dim = 80; }
+static void m_kv_fp8_wide(fg_spec *s) { *s = serve_base(); s->kv_fp8 = FG_DTYPE_E5M2, s->arch = 90, s->head_dim_v = 512, s->stages = 2; }
 static void m_serve_registers(fg_spec *s) { *s = serve_base(); s->block_m = 64; s->block_n = 256; s->head_dim = 256; s->stages = 2; }
 
 static const broken rules[] = {
@@ -182,6 +189,12 @@ static const broken rules[] = {
     {"serve_threads", m_serve_threads, "use at least 3 warps"},
     {"head_dim_range", m_head_dim_serve, "from 8 to 576 (kind=serve)"},
     {"fwd_varlen", m_fwd_varlen_fp8, "in fp16 or bf16"},
+    {"kv_fp8_kind", m_kv_fp8_kind, "kv=e4m3 (FP8 K and V with 16-bit queries) is a variant of the serving kernel"},
+    {"kv_fp8_dtype", m_kv_fp8_dtype, "kv_fp8 1 is not an FP8 dtype"},
+    {"kv_fp8_tma", m_kv_fp8_tma, "tma=1 (TMA boxes of 16-bit tiles) is not taken"},
+    {"kv_fp8_v_in_k", m_kv_fp8_v_in_k, "kv=e5m2 dequantizes V into a tile of its own"},
+    {"kv_fp8_head_dim", m_kv_fp8_head_dim, "multiples of 32 up to 256 (got 80 and 80)"},
+    {"kv_fp8_head_dim", m_kv_fp8_wide, "(got 128 and 512)"},
 };
 
 /* Serving and merge specs: the decode and prefill tiles are valid, and the merge kernel has no tile rules. */
@@ -197,6 +210,10 @@ Test(validate, serve_and_merge_specs) {
             s.head_dim = d;
             if (spec_smem_bytes(&s) > arch_smem_limit(90)) continue;
             cr_assert_eq(spec_validate(&s, &e), FG_OK, "%d x %d head_dim %d: %s", s.block_m, s.block_n, d, e.msg);
+            s.kv_fp8 = d % 16 ? FG_DTYPE_E4M3 : FG_DTYPE_E5M2; /* FP8 K and V: head dims in 32s */
+            const fg_status st = spec_validate(&s, &e);
+            cr_assert_eq(st, d % 32 ? FG_ERR_UNSUPPORTED : FG_OK, "kv=%s %d x %d head_dim %d: %s",
+                         dtype_name((fg_dtype)s.kv_fp8), s.block_m, s.block_n, d, e.msg);
         }
     fg_spec m;
     memset(&m, 0, sizeof m);

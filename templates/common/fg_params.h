@@ -193,6 +193,11 @@ typedef struct fg_serve_params {
     const float *alibi_slopes;  /* alibi=1 variants: per query head a slope, logits biased by -slope * |d - j| */
     fg_mod_aux mod_aux;         /* mod=ID variants: the custom mod's aux arrays (generator/mod.h) */
     int causal_top_left;        /* window=1 causal variants: query i sees keys j <= i (top-left aligned), not j <= d */
+    /* kv=e4m3|e5m2 variants (FP8 K and V; ignored otherwise): descale factors, fp32 on the device, or 0 for 1: the factor
+     * of (sequence b, KV head h) at ptr[b * stride[0] + h * stride[1]] (strides 0: one for the tensor). K's
+     * multiplies the scores (the CTA folds it into its softmax scale), V's the CTA's O. */
+    const float *k_descale, *v_descale;
+    long long k_descale_stride[2], v_descale_stride[2];
 } fg_serve_params;
 
 /* The merge of attention states (merge.cuh): for each (token, head), O = sum_s w_s O_s / sum_s w_s and
