@@ -249,6 +249,11 @@ FG_API fg_status fg_bundle_load_memory(fg_context *ctx, const void *data, size_t
  * log) is [heads_q, total_q] for packed queries, [batch, heads_q, seqlen_q] for dense ones. causal is bottom-
  * right aligned per sequence (query i of sq sees keys j <= i + sk - sq). A query row that sees no key gets
  * O = 0 and LSE = -inf. heads_kv divides heads_q (GQA/MQA); fp16 or bf16; head_dim a multiple of 8 up to 256.
+ * FP8 KV caches: k and v may both be e4m3 (or both e5m2) with q and o fp16 or bf16, in any of the layouts above
+ * (V token-major like K; strides in elements, which are bytes), head_dim and V's a multiple of 32 up to 256. The
+ * kernel dequantizes K and V exactly into q's dtype and computes as for 16-bit K and V, with k_descale and
+ * v_descale (below): the scores are softmax_scale * k_descale * Q K^T (the LSE is theirs), O = P V * v_descale.
+ * K and V must be finite (an FP8 NaN code reads as a finite value).
  * Layout rules as for fg_fwd_args: last dim contiguous, pointers and strides of dims longer than 1 multiples
  * of 16 bytes, outputs overlapping nothing.
  *
@@ -324,6 +329,13 @@ typedef struct fg_varlen_args {
     void *mask_map;
     size_t mask_map_size;
     int mask_map_ready;
+    /* FP8 K and V only (data NULL otherwise, and data NULL means 1.0): fp32 device tensors, ndim 1 of shape [1] (one
+     * factor for the tensor) or ndim 2 of shape [batch, heads_kv] (a factor per sequence and KV head; any strides,
+     * 4-byte aligned), read on the device; outputs must not overlap them. Positive and finite (the kernel's running
+     * row maximum assumes a positive score scale). A struct from 0.4.0's header, which ends above, reads them as
+     * absent. */
+    fg_tensor k_descale; /* multiplies K: the dequantized K is k * k_descale */
+    fg_tensor v_descale; /* multiplies V */
 } fg_varlen_args;
 
 /* Zeroes *a and sets struct_size. */

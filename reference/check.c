@@ -45,8 +45,11 @@ fg_status ref_check_problem(const ref_problem *p, fg_error *err) {
         return st;
     if (p->q.dtype != FG_DTYPE_F16 && p->q.dtype != FG_DTYPE_BF16 && !ref_is_fp8(p->q.dtype))
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: q.dtype must be F16, BF16, E4M3 or E5M2");
-    if (p->k.dtype != p->q.dtype || p->v.dtype != p->q.dtype)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: k and v must have q's dtype");
+    /* k and v of q's dtype, or (an FP8 KV cache) both of one FP8 dtype beside a 16-bit q */
+    const int kv8 = !ref_is_fp8(p->q.dtype) && ref_is_fp8(p->k.dtype);
+    if (kv8 ? p->v.dtype != p->k.dtype : (p->k.dtype != p->q.dtype || p->v.dtype != p->q.dtype))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: k and v must have q's dtype, or (q 16-bit) one FP8 "
+                       "dtype");
     if (ref_is_fp8(p->q.dtype) && p->out_dtype != FG_DTYPE_F16 && p->out_dtype != FG_DTYPE_BF16)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: out_dtype must be F16 or BF16 for fp8 inputs");
     const fg_tensor *ds[3] = {&p->q_descale, &p->k_descale, &p->v_descale};
@@ -55,8 +58,9 @@ fg_status ref_check_problem(const ref_problem *p, fg_error *err) {
         const fg_tensor *t = ds[i];
         if (!t->data)
             continue;
-        if (!ref_is_fp8(p->q.dtype))
-            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: %s is for fp8 inputs only", dnames[i]);
+        if (!ref_is_fp8(p->q.dtype) && !(kv8 && i > 0))
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: %s is for fp8 inputs only (k's and v's: an FP8 "
+                           "KV cache's)", dnames[i]);
         int ok_shape = (t->ndim == 1 && t->shape[0] == 1) ||
                        (t->ndim == 2 && t->shape[0] == p->q.shape[0] && t->shape[1] == p->k.shape[2]);
         if (t->dtype != FG_DTYPE_F32 || !ok_shape)
@@ -125,10 +129,10 @@ fg_status ref_check_bwd_problem(const ref_bwd_problem *p, fg_error *err) {
     if (p->fwd.mod_score && !p->fwd.mod_score_grad)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "reference: a custom score mod needs mod_score_grad (its derivative) "
                        "in the backward");
-    if (ref_is_fp8(p->fwd.q.dtype))
+    if (ref_is_fp8(p->fwd.q.dtype) || ref_is_fp8(p->fwd.k.dtype))
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
-                       "reference: fwd.q.dtype is FP8; the backward reference takes F16 or BF16 inputs only "
-                       "(FP8 backward is not supported)");
+                       "reference: fwd.%s.dtype is FP8; the backward reference takes F16 or BF16 inputs only "
+                       "(FP8 backward is not supported)", ref_is_fp8(p->fwd.q.dtype) ? "q" : "k");
     /* O and dO: [batch, seqlen_q, heads_q, v's head_dim] */
     fg_tensor o_like = p->fwd.q;
     o_like.shape[3] = p->fwd.v.shape[3];

@@ -37,7 +37,8 @@ typedef struct scratch {
 
 typedef struct fwd_job {
     const ref_problem *p;    /* inputs */
-    fg_dtype dt;             /* input dtype */
+    fg_dtype dt;             /* input dtype (q's) */
+    fg_dtype kdt;            /* K's and V's (dt, or E4M3/E5M2 beside a 16-bit q: an FP8 KV cache) */
     fg_dtype odt;            /* output dtype (dt, or p->out_dtype for FP8) */
     int fp8;                 /* the inputs are E4M3 or E5M2 */
     int fp8_sum_rounded;     /* p->fp8_sum_rounded, for FP8 problems */
@@ -66,9 +67,9 @@ static void load_kv(const fwd_job *j, scratch *s, int64_t bi, int64_t kh) {
         return;
     for (int64_t t = 0; t < j->sk; t++) {
         for (int64_t x = 0; x < j->d; x++)
-            s->kf[t * j->d + x] = elem_float(j->dt, &j->p->k, bi, t, kh, x);
+            s->kf[t * j->d + x] = elem_float(j->kdt, &j->p->k, bi, t, kh, x);
         for (int64_t x = 0; x < j->dv; x++)
-            s->vf[x * j->sk + t] = elem_float(j->dt, &j->p->v, bi, t, kh, x);
+            s->vf[x * j->sk + t] = elem_float(j->kdt, &j->p->v, bi, t, kh, x);
     }
     s->kv_b = bi;
     s->kv_h = kh;
@@ -77,7 +78,8 @@ static void load_kv(const fwd_job *j, scratch *s, int64_t bi, int64_t kh) {
 /* Computes query row i of (batch bi, head h): s->o32 and s->olow receive both references' O, and the
  * LSE is returned (-inf, with O = 0, when the row sees no key). The KV head must already be loaded. FP8
  * rows work on the raw fp8 values and apply the descale factors as the kernel does: c = scale * qd * kd
- * on the scores, vd on P.V (reference.h). */
+ * on the scores, vd on P.V (reference.h); so do rows of an FP8 KV cache beside a 16-bit q (kd and vd), whose
+ * P is rounded to q's dtype as a 16-bit row's. */
 /* The model variants of a row (reference.h): the keys [lo, lo + n) it sees, from the mask and the window. */
 static int64_t visible_keys(const fwd_job *j, int64_t i, int64_t *lo) {
     const ref_problem *p = j->p;
@@ -288,6 +290,7 @@ static fg_status job_init(fwd_job *j, const ref_problem *p, int *nthreads, fg_er
         return fg_fail(err, FG_ERR_INTERNAL, "reference: pthread_once failed");
     j->p = p;
     j->dt = p->q.dtype;
+    j->kdt = p->k.dtype;
     j->fp8 = ref_is_fp8(j->dt);
     j->fp8_sum_rounded = j->fp8 && p->fp8_sum_rounded;
     j->odt = j->fp8 ? p->out_dtype : j->dt;

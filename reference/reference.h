@@ -13,6 +13,9 @@
  *              P_j = exp2((c * s_j - m) * log2(e) + 8) = 2^8 exp(c * s_j - m), in (0, 256];
  *              l = sum_j P_j (unrounded);  P_j rounded to e4m3 (saturating) for the P.V product;
  *              O = (sum_j e4m3(P_j) v_j) * v_descale / l, rounded to the output dtype (fp16 or bf16).
+ *          An FP8 KV cache (k and v e4m3 or e5m2 beside a 16-bit q, the serving kernel's kv=e4m3|e5m2): K and V
+ *          decoded exactly, the scores c * s_j with c = scale * k_descale, P rounded to q's dtype as for 16-bit
+ *          inputs, O = (sum_j P_j v_j) * v_descale / l rounded to q's dtype.
  * A kernel output passes when max|out - ref32| <= 2 * max|ref_lowp - ref32| + 1e-5 and nothing is NaN/Inf.
  *
  * Tensors are host arrays described by an fg_tensor exactly like the public API's device tensors
@@ -65,17 +68,18 @@ fg_status ref_fill_normal(const fg_tensor *t, uint64_t seed, fg_error *err);
  * O at 16k keys that way). mean must lie in (-16, 16). */
 fg_status ref_fill_normal_mean(const fg_tensor *t, uint64_t seed, float mean, fg_error *err);
 
-/* One forward problem on host tensors. q, k, v share one dtype (F16, BF16, E4M3 or E5M2); any strides
- * (an FP8 V in the kernel's key-major layout is just another strided view here). */
+/* One forward problem on host tensors. q, k, v share one dtype (F16, BF16, E4M3 or E5M2), or k and v one FP8 dtype
+ * beside a 16-bit q (an FP8 KV cache); any strides (an FP8 V in the kernel's key-major layout is just another
+ * strided view here). */
 typedef struct ref_problem {
     fg_tensor q;         /* [b, sq, hq, d] */
     fg_tensor k;         /* [b, sk, hkv, d], hkv divides hq; sk may be 0 */
     fg_tensor v;         /* [b, sk, hkv, dv]: dv may differ from q's and k's d (16-bit); O is [b, sq, hq, dv] */
     float softmax_scale; /* 0 means 1/sqrt(d) */
     int causal;          /* 1: bottom-right aligned causal mask */
-    /* FP8 only (absent, data NULL, for 16-bit problems): descale factors as host views with the public
-     * API's convention: F32, ndim 1 of shape [1] or ndim 2 of shape [b, hkv], any strides; data NULL
-     * means 1. Query head h takes the factors of KV head h / (hq / hkv). */
+    /* FP8 only (absent, data NULL, for 16-bit problems; an FP8 KV cache takes k's and v's): descale factors as
+     * host views with the public API's convention: F32, ndim 1 of shape [1] or ndim 2 of shape [b, hkv], any
+     * strides; data NULL means 1. Query head h takes the factors of KV head h / (hq / hkv). */
     fg_tensor q_descale;
     fg_tensor k_descale;
     fg_tensor v_descale;

@@ -130,8 +130,8 @@ static fg_status check_call(const fg_varlen_bwd_args *a, int need_data, bwd_varl
     fg_status st;
     for (int i = 0; i < 4; i++) {
         const char *fq = own_q[i] ? form_o : form_q, *fk = own_k[i] ? form_v : form_k;
-        if ((st = serving_check_view(qs[i], qn[i], 3, serving_packed_dims, fq, need_data, err)) != FG_OK ||
-            (st = serving_check_view(ks[i], kn[i], 3, serving_packed_dims, fk, need_data, err)) != FG_OK)
+        if ((st = serving_check_view(qs[i], qn[i], 3, serving_packed_dims, fq, 0, need_data, err)) != FG_OK ||
+            (st = serving_check_view(ks[i], kn[i], 3, serving_packed_dims, fk, 0, need_data, err)) != FG_OK)
             return st;
     }
     for (int i = 0; i < 4; i++)

@@ -181,8 +181,7 @@ static fg_status check_overlap(const fg_fwd_args *a, fg_error *err) {
 }
 
 /* One descale tensor (name: "q_descale", ...). With 16-bit inputs it must be absent (data NULL). With
- * FP8 inputs, absent means 1; given, it is fp32, [1] or [batch, heads_kv] with strides >= 0, within 2^48
- * bytes, and (need_data) 4-byte aligned. */
+ * FP8 inputs, absent means 1; given, rt_check_descale's rules. */
 static fg_status check_descale(const fg_tensor *t, const char *name, const fg_fwd_args *a, int need_data,
                                fg_error *err) {
     if (!t->data) return FG_OK;
@@ -190,6 +189,10 @@ static fg_status check_descale(const fg_tensor *t, const char *name, const fg_fw
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                        "%s.data is set but q is %s; descale factors are for fp8 (e4m3, e5m2) inputs only: leave "
                        "%s.data NULL", name, dtype_name(a->q.dtype), name);
+    return rt_check_descale(t, name, a->q.shape[0], a->k.shape[2], need_data, err);
+}
+
+fg_status rt_check_descale(const fg_tensor *t, const char *name, int64_t b, int64_t hkv, int need_data, fg_error *err) {
     if (t->dtype != FG_DTYPE_F32)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.dtype is %s; descale factors are fp32", name,
                        dtype_name(t->dtype));
@@ -197,7 +200,6 @@ static fg_status check_descale(const fg_tensor *t, const char *name, const fg_fw
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                        "%s.ndim is %d; a descale tensor is ndim 1 ([1], one factor per tensor) or ndim 2 "
                        "([batch, heads_kv])", name, t->ndim);
-    const int64_t b = a->q.shape[0], hkv = a->k.shape[2];
     if (t->ndim == 1 && t->shape[0] != 1)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT,
                        "%s.shape is [%lld]; a one-dimensional descale tensor has shape [1] (one factor per tensor)",

@@ -27,6 +27,12 @@ fg_status rt_check_bwd_args(const fg_bwd_args *a, int need_data, size_t need, fg
 fg_status rt_args_copy(const void *src, void *dst, size_t dst_size, size_t first_size, const char *type,
                        fg_error *err);
 
+/* A descale tensor given (data set) to a call of batch sequences and hkv KV heads, named `name`: fp32, ndim 1 of shape
+ * [1] (one factor for the tensor) or ndim 2 of shape [batch, heads_kv], strides >= 0, within 2^48 bytes, and with
+ * need_data a 4-byte aligned pointer. FG_ERR_INVALID_ARGUMENT with a sentence naming it and the rule. */
+fg_status rt_check_descale(const fg_tensor *t, const char *name, int64_t batch, int64_t hkv, int need_data,
+                           fg_error *err);
+
 /* The largest element offset of view t (the sum of (shape - 1) * stride), -1 on overflow, 0 when empty. */
 int64_t rt_view_last_offset(const fg_tensor *t);
 /* 1 when the bytes two views span intersect (empty views and NULL data touch nothing). */

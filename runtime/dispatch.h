@@ -280,6 +280,8 @@ typedef struct serving_call {
     int batch, hq, hkv, group, head_dim;
     int head_dim_v;                /* V's and O's (head_dim unless v is narrower or wider) */
     int v_in_k;                    /* v is a prefix view of k (same data and strides, head_dim_v <= head_dim) */
+    int kv_fp8;                    /* k and v FP8: FG_DTYPE_E4M3 or FG_DTYPE_E5M2 (an FP8 KV cache); 0: q's dtype */
+    int kv_descale[2];             /* k_descale, v_descale: 0 absent, 1 one for the tensor, 2 [batch, heads_kv] */
     int64_t total_q, total_k;      /* packed rows of q and of k/v (0 when not packed) */
     int seqlen_q;                  /* the grid's bound on a sequence's queries (dense: q's length) */
     int seqlen_k;                  /* a sequence's key capacity (dense: k's length; paged: max_pages x
@@ -293,13 +295,13 @@ typedef struct serving_call {
     int64_t part_tokens;           /* query tokens the split partials hold (total_q, or batch x seqlen_q) */
 } serving_call;
 
-/* The structure of a packed or dense Q/K/V/O view (ndim, sizes, strides, dtype fp16/bf16, the last dim
- * contiguous, with need_data a 16-byte aligned pointer and strides), each failure a sentence naming `name`,
- * the dim (from dims) and the rule; form: the layout expected, in words. serving_packed_dims: "tokens",
- * "heads", "head_dim". */
+/* The structure of a packed or dense Q/K/V/O view (ndim, sizes, strides, dtype fp16/bf16, with fp8_ok also e4m3 and
+ * e5m2, the last dim contiguous, with need_data a 16-byte aligned pointer and strides), each failure a sentence
+ * naming `name`, the dim (from dims) and the rule; form: the layout expected, in words. serving_packed_dims:
+ * "tokens", "heads", "head_dim". */
 extern const char *const serving_packed_dims[3];
 fg_status serving_check_view(const fg_tensor *t, const char *name, int ndim, const char *const *dims, const char *form,
-                             int need_data, fg_error *err);
+                             int fp8_ok, int need_data, fg_error *err);
 /* Copies the caller's arguments into *out after checking struct_size (a struct from a newer header may be
  * longer; one from an older or uninitialized caller is refused with a sentence). */
 fg_status serving_args_copy(const fg_varlen_args *a, fg_varlen_args *out, fg_error *err);

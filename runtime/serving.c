@@ -14,7 +14,7 @@
  * tensors' pointers and strides are multiples of 16 bytes (serving_check's rules). */
 static int serve_tma_applies(const fg_context *ctx, const serving_call *c) {
     return ctx->serve_tma && !c->paged && c->head_dim % 64 == 0 && c->head_dim <= 256 && c->head_dim_v == c->head_dim &&
-           !c->v_in_k;
+           !c->v_in_k && !c->kv_fp8; /* (FP8 K and V are staged by cp.async for their dequantization) */
 }
 
 /* The variant a call's model variants (sinks, window, softcap, ALiBi) and V's head dim decide, whatever chose
@@ -24,6 +24,7 @@ static void spec_take_call_variant(fg_spec *s, const serving_call *c) {
     memcpy(s->mod, c->mod_id, sizeof s->mod);
     s->head_dim_v = c->head_dim_v != c->head_dim ? c->head_dim_v : 0;
     s->v_in_k = c->v_in_k;
+    s->kv_fp8 = c->kv_fp8;
 }
 
 /* The kernel of a plan's spec: the split count is a launch choice, not the kernel's. */
@@ -94,7 +95,7 @@ static int split_rule(const fg_context *ctx, const serving_call *c, const fg_spe
         return 1;
     }
     if (s->block_m <= 32 && !c->paged) {
-        const int64_t in_flight = (int64_t)s->stages * s->block_n * 2 *
+        const int64_t in_flight = (int64_t)s->stages * s->block_n * dtype_size(spec_kv_dtype(s)) *
                                   (spec_head_dim_padded(s) + (s->v_in_k ? 0 : spec_head_dim_v_padded(s)));
         const int64_t want = ctx->mem_bandwidth > 0 ? (int64_t)(ctx->mem_bandwidth * 2.5e-6)
                                                     : (int64_t)(ctx->sm_count > 0 ? ctx->sm_count : 1) * 60 * 1024;
@@ -132,7 +133,8 @@ static void plan_workspace(const serving_call *c, serving_plan *plan) {
  * count of the fastest candidate measured at the same query-length bucket (keys and batch x heads: the nearest
  * bucket measured). 1 when it applies (plan's spec, m_blocks and num_splits set), else 0. */
 static int serving_tuned(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, serving_plan *plan) {
-    if (!ctx->tuned || c->head_dim_v != c->head_dim) return 0; /* buckets are measured with V of Q's head dim */
+    /* buckets are measured with K and V of Q's dtype and head dim */
+    if (!ctx->tuned || c->head_dim_v != c->head_dim || c->kv_fp8) return 0;
     fg_tune_class q;
     memset(&q, 0, sizeof q);
     q.kind = FG_KIND_SERVE, q.dtype = a->q.dtype, q.head_dim = c->head_dim, q.causal = a->causal, q.gqa = c->group;
@@ -232,6 +234,15 @@ static void serve_params(const fg_varlen_args *a, const serving_call *c, const s
     p->alibi_slopes = a->alibi_slopes;
     p->causal_top_left = c->var.causal_top_left;
     rt_mod_aux(a->mod, a->mod_aux, &p->mod_aux);
+    /* FP8 K and V's descales: [1] read with strides 0, [batch, heads_kv] with its own */
+    const fg_tensor *ds[2] = {&a->k_descale, &a->v_descale};
+    const float **dp[2] = {&p->k_descale, &p->v_descale};
+    long long *dst[2] = {p->k_descale_stride, p->v_descale_stride};
+    for (int i = 0; i < 2; i++) {
+        *dp[i] = ds[i]->data;
+        dst[i][0] = ds[i]->ndim == 2 ? ds[i]->stride[0] : 0;
+        dst[i][1] = ds[i]->ndim == 2 ? ds[i]->stride[1] : 0;
+    }
 }
 
 /* The merge of a split call's partials into O and LSE (merge.cuh), sequence by sequence. */
@@ -328,10 +339,10 @@ fg_status rt_varlen_with_spec(fg_context *ctx, const fg_spec *spec, const fg_var
     if (serving_empty(&c)) return FG_OK;
     if ((st = serving_plan_for(ctx, &a, &c, &plan, err)) != FG_OK) return st;
     if (spec->kind != FG_KIND_SERVE || spec->dtype != a.q.dtype || spec->head_dim != c.head_dim ||
-        spec_head_dim_v(spec) != c.head_dim_v ||
+        spec_head_dim_v(spec) != c.head_dim_v || spec->kv_fp8 != c.kv_fp8 ||
         (spec->causal != 0) != (a.causal != 0) || spec->arch != ctx->arch)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the variant does not match the call (kind=serve, dtype, head_dim, "
-                       "mask) or this device's arch sm_%d", ctx->arch);
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "the variant does not match the call (kind=serve, dtype, kv, "
+                       "head_dim, mask) or this device's arch sm_%d", ctx->arch);
     plan.spec = *spec;
     plan.spec.out_dtype = spec->dtype;
     spec_take_call_variant(&plan.spec, &c);
@@ -392,16 +403,24 @@ fg_status fg_explain_varlen(fg_context *ctx, const fg_varlen_args *args, char *b
     spec_format(&code, name, sizeof name);
     static const char *const origin[] = {"memory", "disk cache", "bundle", "JIT compile"};
     const kernels_origin from = kernels_origin_of(ctx, &code, 1);
+    char kv[224] = "";
+    if (c.kv_fp8) {
+        static const char *const how[3] = {"absent (1)", "one for the tensor", "one per (sequence, KV head)"};
+        snprintf(kv, sizeof kv, "keys and values: %s (an FP8 KV cache), dequantized exactly to %s in the kernel; "
+                 "k_descale %s, v_descale %s\n", dtype_name((fg_dtype)c.kv_fp8), dtype_name(a.q.dtype),
+                 how[c.kv_descale[0]], how[c.kv_descale[1]]);
+    }
     snprintf(buf, n,
              "variant %s\n"
              "queries: %s, %d sequences, up to %d tokens each; keys: %s, up to %d each\n"
+             "%s"
              "rows: the %d query heads of each KV head packed with the tokens (%lld rows a sequence), %d-row tiles: "
              "grid (%d row blocks x %d splits, %d KV heads, %d sequences)\n"
              "splits: %d (%s)\n"
              "workspace: %zu bytes\n"
              "code: %s\n",
              name, c.packed_q ? "packed" : "dense", c.batch, c.seqlen_q,
-             c.paged ? "paged" : c.packed_k ? "packed" : "dense", c.max_k, c.group, (long long)c.seqlen_q * c.group,
+             c.paged ? "paged" : c.packed_k ? "packed" : "dense", c.max_k, kv, c.group, (long long)c.seqlen_q * c.group,
              plan.spec.block_m, plan.m_blocks, plan.num_splits, c.hkv, c.batch, plan.num_splits, plan.split_why,
              plan.workspace, origin[from]);
     return FG_OK;

@@ -28,7 +28,7 @@ static int empty_view(const fg_tensor *t) {
 /* Structure of a Q/K/V/O view: ndim, sizes and strides in range, a pointer when needed, the last dim
  * contiguous, 16-byte aligned pointer and strides (dims of size 1 excepted), an extent within memory. */
 fg_status serving_check_view(const fg_tensor *t, const char *name, int ndim, const char *const *dims, const char *form,
-                            int need_data, fg_error *err) {
+                            int fp8_ok, int need_data, fg_error *err) {
     if (t->ndim != ndim)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.ndim is %d; here it must be %d (%s)", name, t->ndim, ndim, form);
     for (int i = 0; i < ndim; i++) {
@@ -39,8 +39,9 @@ fg_status serving_check_view(const fg_tensor *t, const char *name, int ndim, con
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.stride[%d] (%s) is %lld; strides must be >= 0", name, i,
                            dims[i], (long long)t->stride[i]);
     }
-    if (t->dtype != FG_DTYPE_F16 && t->dtype != FG_DTYPE_BF16 && t->dtype != FG_DTYPE_F32)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.dtype is %s; it must be fp16 or bf16", name, dtype_name(t->dtype));
+    if (t->dtype != FG_DTYPE_F16 && t->dtype != FG_DTYPE_BF16 && t->dtype != FG_DTYPE_F32 && !(fp8_ok && dtype_is_fp8(t->dtype)))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s.dtype is %s; it must be fp16 or bf16%s", name, dtype_name(t->dtype),
+                       fp8_ok ? " (or e4m3 or e5m2: an FP8 KV cache)" : "");
     const int64_t last = rt_view_last_offset(t);
     if (last < 0 || last >= SPAN_LIMIT / dtype_size(t->dtype)) /* (divided: the product may overflow) */
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s's strides with its shape span more than 2^48 bytes", name);
@@ -66,6 +67,26 @@ fg_status serving_args_copy(const fg_varlen_args *a, fg_varlen_args *out, fg_err
     return rt_args_copy(a, out, sizeof *out, VARLEN_ARGS_FIRST_SIZE, "fg_varlen_args", err);
 }
 
+static const char *const kv_descale_names[2] = {"k_descale", "v_descale"};
+
+/* The descale factors of FP8 K and V (fg_varlen_args' k_descale, v_descale): only with FP8 k and v, each given one
+ * rt_check_descale's rules for the call's batch and heads_kv. Without data (the queries that take no pointers), a
+ * descale of ndim > 0 counts as given. */
+static fg_status check_kv_descales(const fg_varlen_args *a, int need_data, serving_call *c, fg_error *err) {
+    const fg_tensor *ds[2] = {&a->k_descale, &a->v_descale};
+    for (int i = 0; i < 2; i++) {
+        if (!ds[i]->data && (need_data || ds[i]->ndim == 0)) continue;
+        if (!c->kv_fp8)
+            return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s is set but k and v are %s; descale factors are for FP8 k "
+                           "and v (e4m3, e5m2) only: leave %s.data NULL", kv_descale_names[i], dtype_name(a->k.dtype),
+                           kv_descale_names[i]);
+        fg_status st = rt_check_descale(ds[i], kv_descale_names[i], c->batch, c->hkv, need_data, err);
+        if (st != FG_OK) return st;
+        c->kv_descale[i] = ds[i]->ndim == 2 ? 2 : 1;
+    }
+    return FG_OK;
+}
+
 fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c, fg_error *err) {
     memset(c, 0, sizeof *c);
     fg_status st;
@@ -75,11 +96,15 @@ fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c,
     if (a->q.ndim == 3 && !packed_q)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "q is 3-d (packed tokens) but cu_seqlens_q is NULL; packed "
                        "queries need their sequences' offsets");
+    if (dtype_is_fp8(a->q.dtype))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "q.dtype is %s; serving calls take fp16 or bf16 queries: FP8 goes "
+                       "in K and V only (an FP8 KV cache, with q and o 16-bit)", dtype_name(a->q.dtype));
     if ((st = serving_check_view(&a->q, "q", packed_q ? 3 : 4, packed_q ? serving_packed_dims : dense_dims,
                          packed_q ? "[total_q, heads_q, head_dim] with cu_seqlens_q" : "[batch, seqlen_q, heads_q, head_dim]",
-                         need_data, err)) != FG_OK)
+                         0, need_data, err)) != FG_OK)
         return st;
-    if ((st = serving_check_view(&a->o, "o", a->q.ndim, packed_q ? serving_packed_dims : dense_dims, "like q", need_data, err)) != FG_OK)
+    if ((st = serving_check_view(&a->o, "o", a->q.ndim, packed_q ? serving_packed_dims : dense_dims, "like q", 0, need_data,
+                                 err)) != FG_OK)
         return st;
     const char *kform = paged ? "[num_pages, page_size, heads_kv, head_dim] with block_table"
                               : packed_k ? "[total_k, heads_kv, head_dim] with cu_seqlens_k"
@@ -88,15 +113,25 @@ fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c,
     if (paged && a->cu_seqlens_k)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "cu_seqlens_k and block_table are both set; paged keys take "
                        "their lengths from seqused_k");
-    if ((st = serving_check_view(&a->k, "k", packed_k ? 3 : 4, kdims, kform, need_data, err)) != FG_OK) return st;
-    if ((st = serving_check_view(&a->v, "v", packed_k ? 3 : 4, kdims, kform, need_data, err)) != FG_OK) return st;
+    if ((st = serving_check_view(&a->k, "k", packed_k ? 3 : 4, kdims, kform, 1, need_data, err)) != FG_OK) return st;
+    if ((st = serving_check_view(&a->v, "v", packed_k ? 3 : 4, kdims, kform, 1, need_data, err)) != FG_OK) return st;
     const int qn = a->q.ndim, kn = a->k.ndim;
     if (a->q.dtype != FG_DTYPE_F16 && a->q.dtype != FG_DTYPE_BF16)
         return fg_fail(err, FG_ERR_UNSUPPORTED, "q.dtype is %s; serving calls take fp16 or bf16",
                        dtype_name(a->q.dtype));
-    if (a->k.dtype != a->q.dtype || a->v.dtype != a->q.dtype || a->o.dtype != a->q.dtype)
-        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "q, k, v and o must share one dtype (q %s, k %s, v %s, o %s)",
-                       dtype_name(a->q.dtype), dtype_name(a->k.dtype), dtype_name(a->v.dtype), dtype_name(a->o.dtype));
+    /* K and V of q's dtype, or both of one FP8 dtype (an FP8 KV cache, dequantized in the kernel) */
+    const int kv_fp8 = dtype_is_fp8(a->k.dtype) || dtype_is_fp8(a->v.dtype);
+    if (kv_fp8 && a->k.dtype != a->v.dtype)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "k is %s and v is %s; an FP8 KV cache has K and V of one FP8 dtype "
+                       "(both e4m3 or both e5m2)", dtype_name(a->k.dtype), dtype_name(a->v.dtype));
+    if (kv_fp8 && a->o.dtype != a->q.dtype)
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "q is %s and o is %s; with FP8 k and v, q and o share one 16-bit "
+                       "dtype (the one K and V are dequantized to)", dtype_name(a->q.dtype), dtype_name(a->o.dtype));
+    if (!kv_fp8 && (a->k.dtype != a->q.dtype || a->v.dtype != a->q.dtype || a->o.dtype != a->q.dtype))
+        return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "q, k, v and o must share one dtype (q %s, k %s, v %s, o %s), or k "
+                       "and v one FP8 dtype (e4m3 or e5m2)", dtype_name(a->q.dtype), dtype_name(a->k.dtype),
+                       dtype_name(a->v.dtype), dtype_name(a->o.dtype));
+    c->kv_fp8 = kv_fp8 ? (int)a->k.dtype : 0;
     /* V may have a head dim of its own (head_dim_v); O has V's */
     for (int i = 0; i < qn - 1; i++)
         if (a->o.shape[i] != a->q.shape[i])
@@ -122,8 +157,13 @@ fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c,
         if (dims[i] < 8 || dims[i] > dim_max[i] || dims[i] % 8 != 0)
             return fg_fail(err, FG_ERR_UNSUPPORTED, "%s %d is not supported by serving calls: a multiple of 8 from 8 to "
                            "%d", i ? "v's head_dim" : "head_dim", dims[i], dim_max[i]);
-    /* V a prefix view of K (an absorbed-MLA cache: v = k[..., :head_dim_v]): its rows are K's, loaded once */
-    c->v_in_k = a->k.data && a->v.data == a->k.data && c->head_dim_v <= c->head_dim;
+    /* FP8 K and V: their rows are staged in pairs of 16-byte chunks, 32 elements (serving_kv.cuh) */
+    if (kv_fp8 && (c->head_dim % 32 != 0 || c->head_dim > 256 || c->head_dim_v % 32 != 0 || c->head_dim_v > 256))
+        return fg_fail(err, FG_ERR_UNSUPPORTED, "with FP8 k and v (%s), head_dim (%d) and v's head_dim (%d) must be "
+                       "multiples of 32 up to 256", dtype_name(a->k.dtype), c->head_dim, c->head_dim_v);
+    /* V a prefix view of K (an absorbed-MLA cache: v = k[..., :head_dim_v]): its rows are K's, loaded once (FP8: V's
+       rows are loaded on their own, a tile of their own to dequantize into) */
+    c->v_in_k = !kv_fp8 && a->k.data && a->v.data == a->k.data && c->head_dim_v <= c->head_dim;
     for (int i = 0; i < kn - 1 && c->v_in_k; i++) c->v_in_k = a->v.stride[i] == a->k.stride[i];
     if (c->hkv <= 0 || c->hq % c->hkv != 0)
         return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "heads_kv (%d) must be positive and divide heads_q (%d)", c->hkv, c->hq);
@@ -221,6 +261,7 @@ fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c,
                                 err)) != FG_OK)
         return st;
     if (a->mod) mod_id(a->mod, c->mod_id);
+    if ((st = check_kv_descales(a, need_data, c, err)) != FG_OK) return st;
     if (need_data) {
         const fg_tensor *in[3] = {&a->q, &a->k, &a->v};
         static const char *const names[3] = {"q", "k", "v"};
@@ -233,6 +274,11 @@ fg_status serving_check(const fg_varlen_args *a, int need_data, serving_call *c,
                 if (rt_views_overlap(&a->lse, in[i]) || rt_views_overlap(&a->lse, &a->o))
                     return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "lse overlaps %s in memory; outputs must not share "
                                    "memory with other tensors", rt_views_overlap(&a->lse, &a->o) ? "o" : names[i]);
+        const fg_tensor *ds[2] = {&a->k_descale, &a->v_descale};
+        for (int i = 0; i < 2; i++)
+            if (rt_views_overlap(&a->o, ds[i]) || (a->lse.data && rt_views_overlap(&a->lse, ds[i])))
+                return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "%s overlaps %s in memory; outputs must not share memory "
+                               "with the descale factors", rt_views_overlap(&a->o, ds[i]) ? "o" : "lse", kv_descale_names[i]);
         if ((uintptr_t)a->workspace % 256 != 0)
             return fg_fail(err, FG_ERR_INVALID_ARGUMENT, "workspace (%p) is not 256-byte aligned", a->workspace);
     }

@@ -64,14 +64,16 @@ static void prefill_views(const fg_varlen_args *a, const serving_call *c, fg_fwd
 
 /* Whether the call runs here, and if so its variant in *spec: on a context with the sm_90a forward and
  * FLASHGEN_PREFILL_SM90A not 0 (the default), V of Q's head dim or (both multiples of 64) its own, keys packed or
- * dense (not paged), no split asked for, the longest sequence at least PREFILL_MIN_Q queries, and tensors TMA
- * can read (select_call_wgmma on the views TMA maps). The call's model variants (window, top-left causal,
- * sinks, softcap, ALiBi) are compiled in. */
+ * dense (not paged) and of Q's dtype (an FP8 KV cache runs on the serving kernel), no split asked for, the longest
+ * sequence at least PREFILL_MIN_Q queries, and tensors TMA can read (select_call_wgmma on the views TMA maps). The
+ * call's model variants (window, top-left causal, sinks, softcap, ALiBi) are compiled in. */
 static int prefill_spec(fg_context *ctx, const fg_varlen_args *a, const serving_call *c, fg_spec *spec,
                         fg_fwd_args *g, fwd_varlen *vl, char *why, size_t nwhy) {
     const int own_v = c->head_dim_v != c->head_dim; /* V of its own head dim: both multiples of 64 here */
     if (own_v && (c->head_dim % 64 != 0 || c->head_dim_v % 64 != 0)) return 0;
-    if (!ctx->prefill_sm90a || c->paged || a->num_splits > 1 || a->split_size > 0 || c->seqlen_q < PREFILL_MIN_Q) return 0;
+    if (!ctx->prefill_sm90a || c->paged || c->kv_fp8 || a->num_splits > 1 || a->split_size > 0 ||
+        c->seqlen_q < PREFILL_MIN_Q)
+        return 0;
     fg_fwd_args maps;
     memset(&maps, 0, sizeof maps);
     prefill_views(a, c, g, vl, &maps.o);

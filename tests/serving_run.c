@@ -8,6 +8,10 @@
 
 float serve_sink(int h) { return -2.0f + 0.7f * (float)(h % 7); }
 float serve_slope(int h) { return 0.1f / (float)(1 << (h % 8)); }
+float serve_descale(int kv, int per_head, int b, int h) {
+    if (!per_head) return kv ? 1.6f : 0.7f;
+    return kv ? 0.25f + 0.3f * (float)((b + 2 * h) % 5) : 0.5f + 0.1f * (float)((3 * b + h) % 7);
+}
 
 CUdeviceptr upload_ints(gpu_env *env, const int32_t *v, size_t n) {
     CUdeviceptr d = 0;
@@ -82,7 +86,9 @@ void serve_setup(gpu_env *env, serve_run *r, const serve_case *c) {
     dbuf_init(env, &r->o, c->dt, qn, c->q_dense ? qs4 : qs3, st, GUARD, 0);
     fill(&r->q, seed + 1);
     upload(env, &r->q);
-    /* k and v */
+    /* k and v (FP8: rows of bytes, padded by 16 of them when strided) */
+    const fg_dtype kdt = c->kv_fp8 ? (fg_dtype)c->kv_fp8 : c->dt;
+    const int kpad = c->strided ? (c->kv_fp8 ? 2 : 1) : 0;
     int64_t ks[4];
     int kn = 4;
     const int cap = c->cap_k ? c->cap_k : maxk;
@@ -100,11 +106,11 @@ void serve_setup(gpu_env *env, serve_run *r, const serve_case *c) {
         r->num_pages = used + 3;  /* pages no sequence uses: NaN */
         ks[0] = r->num_pages, ks[1] = c->page_size, ks[2] = c->hkv, ks[3] = c->d;
     }
-    make_strides(kn, ks, c->strided, st);
-    dbuf_init(env, &r->k, c->dt, kn, ks, st, 0, 0);
+    make_strides(kn, ks, kpad, st);
+    dbuf_init(env, &r->k, kdt, kn, ks, st, 0, 0);
     ks[kn - 1] = dv;
-    make_strides(kn, ks, c->strided, st);
-    dbuf_init(env, &r->v, c->dt, kn, ks, st, 0, 0);
+    make_strides(kn, ks, kpad, st);
+    dbuf_init(env, &r->v, kdt, kn, ks, st, 0, 0);
     fill(&r->k, seed + 2);
     fill(&r->v, seed + 3);
     if (c->k_mode == SERVE_K_DENSE) /* slots past each sequence's keys: NaN */
@@ -177,6 +183,17 @@ void serve_setup(gpu_env *env, serve_run *r, const serve_case *c) {
         CK(env->cu->cuMemAlloc(dev, 256 * sizeof(float)));
         CK(env->cu->cuMemcpyHtoD(*dev, host, (size_t)c->hq * sizeof(float)));
     }
+    for (int i = 0; i < 2 && c->descale; i++) { /* FP8 K's and V's descales: [1], or [batch, hkv] head-major */
+        const int n = c->descale == 2 ? c->batch * c->hkv : 1;
+        r->descales[i] = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+        cr_assert(r->descales[i]);
+        for (int b = 0; b < c->batch; b++)
+            for (int h = 0; h < c->hkv; h++)
+                r->descales[i][c->descale == 2 ? h * c->batch + b : 0] = serve_descale(i, c->descale == 2, b, h);
+        if (c->batch == 0) r->descales[i][0] = serve_descale(i, 0, 0, 0);
+        CK(env->cu->cuMemAlloc(&r->d_descales[i], 256 + (size_t)n * sizeof(float)));
+        CK(env->cu->cuMemcpyHtoD(r->d_descales[i], r->descales[i], (size_t)n * sizeof(float)));
+    }
     for (int i = 0; i < fg_mod_aux_count(c->mod); i++) { /* the mod's aux arrays, as the mod declares them */
         fg_dtype dt;
         int rank;
@@ -216,6 +233,13 @@ void serve_setup(gpu_env *env, serve_run *r, const serve_case *c) {
         t->shape[0] = c->aux_shape[i][0], t->shape[1] = rank == 2 ? c->aux_shape[i][1] : 0;
         t->stride[0] = rank == 2 ? c->aux_shape[i][1] : 1, t->stride[1] = 1;
     }
+    fg_tensor *ds[2] = {&a->k_descale, &a->v_descale};
+    for (int i = 0; i < 2 && c->descale; i++) {
+        fg_tensor *t = ds[i];
+        t->data = (void *)(uintptr_t)r->d_descales[i], t->dtype = FG_DTYPE_F32;
+        if (c->descale == 2) t->ndim = 2, t->shape[0] = c->batch, t->shape[1] = c->hkv, t->stride[0] = 1, t->stride[1] = c->batch;
+        else t->ndim = 1, t->shape[0] = 1, t->stride[0] = 1;
+    }
     size_t ws = 0;
     cr_assert_eq(fg_attention_fwd_varlen_workspace_size(env->ctx, a, &ws), FG_OK, "%s", fg_last_error(env->ctx));
     if (c->num_splits > 1 || c->split_size > 0) { /* a forced split must plan a workspace */
@@ -244,6 +268,7 @@ void serve_launch(gpu_env *env, serve_run *r) {
         s.causal = r->c.causal;
         s.block_m = r->c.tiles[0], s.block_n = r->c.tiles[1], s.warps = r->c.tiles[2], s.stages = r->c.tiles[3];
         s.tma = r->c.tma;
+        s.kv_fp8 = r->c.kv_fp8;
         fg_error e;
         fg_error_clear(&e);
         st = rt_varlen_with_spec(env->ctx, &s, &r->args, env->stream, &e);
@@ -262,19 +287,19 @@ static fg_tensor gather_pages(const serve_run *r, const dbuf *kv, int b) {
     const serve_case *c = &r->c;
     const int64_t d = kv->view.shape[3]; /* K's or V's head dim */
     fg_tensor t = {0};
-    t.dtype = c->dt;
+    t.dtype = kv->view.dtype;
     t.ndim = 4;
     t.shape[0] = 1, t.shape[1] = r->lk[b], t.shape[2] = c->hkv, t.shape[3] = d;
     make_strides(4, t.shape, 0, t.stride);
-    t.data = malloc((size_t)r->lk[b] * c->hkv * d * 2 + 2);
+    t.data = malloc((size_t)r->lk[b] * c->hkv * d * kv->esize + 2);
     cr_assert(t.data);
     for (int j = 0; j < r->lk[b]; j++) {
         const int page = r->table[(size_t)b * r->max_pages + j / c->page_size];
         for (int h = 0; h < c->hkv; h++)
-            memcpy((char *)t.data + (size_t)(j * t.stride[1] + h * t.stride[2]) * 2,
+            memcpy((char *)t.data + (size_t)(j * t.stride[1] + h * t.stride[2]) * kv->esize,
                    kv->img + (size_t)(page * kv->view.stride[0] + (j % c->page_size) * kv->view.stride[1] +
                                       h * kv->view.stride[2]) * kv->esize,
-                   (size_t)d * 2);
+                   (size_t)d * kv->esize);
     }
     return t;
 }
@@ -335,8 +360,15 @@ void serve_verify(serve_run *r) {
             p.v = gather_pages(r, &r->v, b);
         } else {
             const int64_t kb = c->k_mode == SERVE_K_DENSE ? b : 0, k0 = c->k_mode == SERVE_K_DENSE ? 0 : r->cu_k[b];
-            p.k = serve_rows_of(&k4, kb, k0, r->lk[b], 2);
-            p.v = serve_rows_of(&v4, kb, k0, r->lk[b], 2);
+            p.k = serve_rows_of(&k4, kb, k0, r->lk[b], r->k.esize);
+            p.v = serve_rows_of(&v4, kb, k0, r->lk[b], r->v.esize);
+        }
+        /* FP8 K's and V's descales: sequence b's row of [batch, hkv] (head-major: stride 1 between sequences) */
+        const fg_tensor ds_view = {0, FG_DTYPE_F32, 2, {1, c->hkv}, {1, c->batch}};
+        fg_tensor *ds[2] = {&p.k_descale, &p.v_descale};
+        for (int i = 0; i < 2 && c->descale; i++) {
+            *ds[i] = c->descale == 2 ? ds_view : (fg_tensor){0, FG_DTYPE_F32, 1, {1}, {1}};
+            ds[i]->data = r->descales[i] + (c->descale == 2 ? b : 0);
         }
         p.causal = c->causal;
         if (c->sinks) p.sinks = (fg_tensor){(void *)r->sinks, FG_DTYPE_F32, 1, {c->hq, 0, 0, 0}, {1, 0, 0, 0}};
@@ -374,9 +406,11 @@ void serve_free(gpu_env *env, serve_run *r) {
     if (r->c.v_in_k) memset(&r->v, 0, sizeof r->v); /* K's, freed with it */
     dbuf *bufs[5] = {&r->q, &r->k, &r->v, &r->o, &r->lse};
     for (int i = 0; i < 5; i++) dbuf_free(env, bufs[i]);
-    CUdeviceptr d[7] = {r->d_cu_q, r->d_cu_k, r->d_used, r->d_table, r->ws, r->d_sinks, r->d_slopes};
-    for (int i = 0; i < 7; i++)
+    CUdeviceptr d[9] = {r->d_cu_q, r->d_cu_k, r->d_used, r->d_table, r->ws, r->d_sinks, r->d_slopes,
+                        r->d_descales[0], r->d_descales[1]};
+    for (int i = 0; i < 9; i++)
         if (d[i]) env->cu->cuMemFree(d[i]);
+    free(r->descales[0]), free(r->descales[1]);
     for (int i = 0; i < FG_MOD_AUX_MAX; i++)
         if (r->d_aux[i]) env->cu->cuMemFree(r->d_aux[i]);
     free(r->table);

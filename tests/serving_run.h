@@ -1,7 +1,8 @@
 /* serving_run.h: one serving call (fg_attention_fwd_varlen) set up, run and judged sequence by sequence
  * against the CPU reference (serving_run.c), for test_gpu_serving.
  *
- * Inputs are filled with N(0, 1); everything a correct kernel must not read holds NaN: the padding of
+ * Inputs are filled with N(0, 1) (FP8 K and V: rounded to e4m3 or e5m2); everything a correct kernel must not read
+ * holds NaN: the padding of
  * strided views, the slots of a dense cache past seqused_k, the pages no sequence uses and the slots past a
  * sequence's keys in its last page, the table entries past a sequence's pages (garbage indices). Outputs
  * are NaN-poisoned with guard bands, and the workspace starts full of NaN. Each sequence's rows of O and
@@ -18,6 +19,8 @@ enum { SERVE_K_PACKED = 0, SERVE_K_DENSE = 1, SERVE_K_PAGED = 2 };
 
 typedef struct serve_case {
     fg_dtype dt;       /* F16 or BF16 */
+    int kv_fp8;        /* FG_DTYPE_E4M3 or FG_DTYPE_E5M2: K and V in that FP8 dtype (an FP8 KV cache); 0: dt */
+    int descale;       /* FP8 K and V: 0 no descales, 1 one for the tensor each, 2 one per (sequence, KV head) */
     int batch;
     const int *lq;     /* queries of each sequence (batch entries) */
     const int *lk;     /* keys of each sequence */
@@ -58,6 +61,8 @@ typedef struct serve_run {
     CUdeviceptr d_aux[FG_MOD_AUX_MAX]; /* the mod's aux arrays */
     float sinks[256];         /* the sinks' values (c.sinks), [hq] */
     float slopes[256];        /* the ALiBi slopes (c.alibi), [hq] */
+    float *descales[2];       /* FP8 K's and V's descales (c.descale): [1], or [batch, hkv] stored head-major */
+    CUdeviceptr d_descales[2];
     size_t ws_size;
     fg_varlen_args args;
 } serve_run;
@@ -68,6 +73,9 @@ float serve_sink(int h);
 /* Query head h's ALiBi slope in the cases with ALiBi: 0.1 to 0.1 / 128, halving from head to head (repeating
  * every 8), so that some heads look far and others near. */
 float serve_slope(int h);
+/* FP8 K's (kv 0) or V's (kv 1) descale in the cases with descales: per tensor 0.7 and 1.6, per (sequence b, KV head
+ * h) spread over [0.5, 1.1] and [0.25, 1.45], so that a factor taken from the wrong sequence or head shows. */
+float serve_descale(int kv, int per_head, int b, int h);
 /* Builds the case's tensors, lengths and table (uploaded), and the arguments with a workspace of the size
  * fg_attention_fwd_varlen_workspace_size gives. */
 void serve_setup(gpu_env *env, serve_run *r, const serve_case *c);

@@ -1,7 +1,8 @@
 /* test_gpu_serving.c: the serving forward (fg_attention_fwd_varlen) on the GPU: packed variable-length
  * batches, dense caches with seqused_k, paged caches of several page sizes with shuffled tables, decode with
  * packed GQA and every split count, fixed split sizes (batch invariance), CUDA-graph replay, attention sinks, sliding windows, softcaps, ALiBi,
- * head dims above 256 (absorbed MLA's 576/512 with V inside K, 512), K and V by TMA, and the checking mode of device-resident inputs. Every element of every sequence is judged
+ * head dims above 256 (absorbed MLA's 576/512 with V inside K, 512), K and V by TMA, FP8 KV caches (e4m3 and e5m2 K and V
+ * with their descales), and the checking mode of device-resident inputs. Every element of every sequence is judged
  * against the CPU reference (serving_run.c); GPU tests skip with the reason where there is no device. */
 #include <stdlib.h>
 #include <string.h>
@@ -396,6 +397,117 @@ Test(decode, graph_replay_at_longer_context) {
     serve_verify(r);
     env.cu->cuGraphExecDestroy(exec);
     env.cu->cuGraphDestroy(graph);
+    serve_free(&env, r);
+    free(r);
+    gpu_close(&env);
+}
+
+/* ---- FP8 KV caches (kv=e4m3|e5m2: K and V in FP8 beside 16-bit queries, dequantized in the kernel) ----
+ * Every case alternates the formats (e4m3, e5m2), the queries' dtype (fp16, bf16) and the descales (none, one for
+ * each tensor, one per (sequence, KV head)); the reference decodes K and V and multiplies them by their descales. */
+
+static serve_case kv8(int i, int batch, const int *lq, const int *lk, int hq, int hkv, int d, int causal) {
+    serve_case c = sc(i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, batch, lq, lk, hq, hkv, d, causal);
+    c.kv_fp8 = i / 2 % 2 ? FG_DTYPE_E5M2 : FG_DTYPE_E4M3;
+    c.descale = (i + 2) % 3;
+    c.seed = 400 + (uint64_t)i;
+    return c;
+}
+
+/* decode steps of 1 and 4 query tokens (packed GQA: 4 query heads a KV head, 4 or 16 rows) over a dense cache */
+Test(kv_fp8, decode_query_lengths_1_and_4) {
+    static const int lk[] = {3000, 77, 1024, 4096};
+    for (int i = 0; i < 6; i++) {
+        const int n = i < 3 ? 1 : 4;
+        const int lq[4] = {n, n, n, n};
+        serve_case c = kv8(i, 4, lq, lk, 32, 8, 128, n > 1);
+        c.q_dense = 1, c.k_mode = SERVE_K_DENSE, c.cap_k = 4200;
+        serve_case_run(&c);
+    }
+}
+
+/* split keys (1 to 7 splits and the chosen count) with packed GQA groups of 4 and 7, head dims 64 to 256 */
+Test(kv_fp8, packed_gqa_and_splits) {
+    static const int splits[] = {0, 1, 2, 3, 7};
+    static const int dims[] = {64, 128, 256};
+    for (size_t i = 0; i < NELEM(splits); i++)
+        for (size_t j = 0; j < NELEM(dims); j++) {
+            serve_case c = kv8((int)(i * 3 + j), 5, decode_q, cache_k, 32, 8, dims[j], 0);
+            c.q_dense = 1, c.k_mode = SERVE_K_PAGED, c.page_size = 16, c.num_splits = splits[i];
+            serve_case_run(&c);
+        }
+    static const int lq[] = {3, 3}, lk[] = {900, 31};
+    for (int i = 0; i < 4; i++) {
+        serve_case c = kv8(i, 2, lq, lk, 14, 2, 128, 1);
+        c.q_dense = 1, c.k_mode = SERVE_K_PAGED, c.page_size = 4, c.num_splits = 3;
+        serve_case_run(&c);
+    }
+}
+
+/* pages of 1, 16 and 256 slots in shuffled order (the pages no sequence uses, and the slots past a sequence's keys,
+ * hold FP8 NaN codes) */
+Test(kv_fp8, paged_page_sizes) {
+    static const int sizes[] = {1, 16, 256};
+    for (size_t i = 0; i < NELEM(sizes); i++)
+        for (int f = 0; f < 2; f++) {
+            serve_case c = kv8((int)(2 * i + f), 5, decode_q, cache_k, 32, 8, 128, 0);
+            c.q_dense = 1, c.k_mode = SERVE_K_PAGED, c.page_size = sizes[i];
+            serve_case_run(&c);
+        }
+}
+
+/* packed prefill of mixed lengths (0 and 1 among them), causal or not, packed keys and paged ones, strided views */
+Test(kv_fp8, varlen_prefill_mixed_lengths) {
+    static const int dims[] = {64, 128, 256};
+    for (int i = 0; i < 6; i++) {
+        serve_case c = kv8(i, 8, mixed_q, mixed_k, 8, 2, dims[i % 3], i / 3);
+        c.strided = i == 4;
+        serve_case_run(&c);
+    }
+    for (int causal = 0; causal < 2; causal++) {
+        serve_case c = kv8(causal + 1, 6, uneven_q, uneven_k, 4, 4, 64, causal);
+        serve_case_run(&c);
+        static const int lq[] = {3, 40, 1, 0, 100}, lk[] = {10, 40, 500, 0, 130};
+        c = kv8(causal + 3, 5, lq, lk, 8, 2, 128, causal);
+        c.k_mode = SERVE_K_PAGED, c.page_size = 16;
+        serve_case_run(&c);
+    }
+}
+
+/* every tile kind (the decode tiles dequantize by warp, the others by the whole CTA), V of its own head dim, and
+ * the model variants, which see the descaled scores */
+Test(kv_fp8, tiles_head_dim_v_and_model_variants) {
+    static const int tiles[][4] = {{16, 64, 4, 2}, {32, 64, 4, 3}, {64, 64, 4, 2}, {128, 32, 8, 2}};
+    for (size_t i = 0; i < NELEM(tiles); i++) {
+        serve_case c = kv8((int)i, 6, uneven_q, uneven_k, 8, 2, 128, 1);
+        memcpy(c.tiles, tiles[i], sizeof c.tiles);
+        serve_case_run(&c);
+    }
+    serve_case c = kv8(1, 6, uneven_q, uneven_k, 8, 2, 192, 1);
+    c.dv = 128;
+    serve_case_run(&c);
+    c = kv8(2, 5, decode_q, cache_k, 32, 8, 64, 1); /* gpt-oss: sinks and a window, split */
+    c.q_dense = 1, c.k_mode = SERVE_K_DENSE, c.cap_k = 1100, c.num_splits = 3, c.sinks = 1, c.window = 1;
+    c.window_left = 100, c.window_right = -1;
+    serve_case_run(&c);
+    c = kv8(3, 6, uneven_q, uneven_k, 8, 2, 128, 1);
+    c.softcap = 2.0f, c.alibi = 1;
+    serve_case_run(&c);
+}
+
+/* explain names the cache's dtype and its descales */
+Test(kv_fp8, explain_names_the_cache) {
+    gpu_env env;
+    gpu_open(&env);
+    serve_case c = kv8(0, 5, decode_q, cache_k, 32, 8, 128, 0);
+    c.q_dense = 1, c.k_mode = SERVE_K_PAGED, c.page_size = 16, c.descale = 2;
+    serve_run *r = calloc(1, sizeof *r);
+    cr_assert(r);
+    serve_setup(&env, r, &c);
+    char text[2048];
+    cr_assert_eq(fg_explain_varlen(env.ctx, &r->args, text, sizeof text), FG_OK, "%s", fg_last_error(env.ctx));
+    cr_assert(strstr(text, "kv=e4m3") && strstr(text, "e4m3 (an FP8 KV cache)") &&
+                  strstr(text, "v_descale one per (sequence, KV head)"), "%s", text);
     serve_free(&env, r);
     free(r);
     gpu_close(&env);

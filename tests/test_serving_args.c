@@ -3,6 +3,7 @@
  * (serving_validate_lengths), and the plan's split count and workspace as functions of host arguments only.
  * Needs no GPU. */
 #include <criterion/criterion.h>
+#include <stddef.h>
 #include <string.h>
 #include "runtime/dispatch.h"
 #include "tests/host_views.h"
@@ -289,6 +290,77 @@ Test(serving_args, split_plan_depends_on_host_arguments_only) {
         cr_assert_eq(p.num_splits, bws[i].want, "%.3g B/s, %d x %d keys%s: %d splits (%s)", bws[i].bw, bws[i].batch,
                      bws[i].keys, bws[i].paged ? ", paged" : "", p.num_splits, p.split_why);
     }
+    tile_policy_free(&ctx.policy);
+}
+
+/* FP8 KV caches (k and v e4m3 or e5m2 beside 16-bit q and o): each rule's sentence, the descales' rules, a 0.4.0
+ * struct reading them as absent, and the plan: a kv=e4m3 variant (never TMA, never the sm_90a prefill) whose FP8
+ * stages hold half the bytes, so that the rule takes twice the splits for the same bytes in flight. */
+Test(serving_args, fp8_kv_cache_rules) {
+    fg_varlen_args a = paged();
+    a.k.dtype = a.v.dtype = FG_DTYPE_E4M3;
+    serving_call c;
+    fg_error e;
+    cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
+    cr_assert(c.kv_fp8 == FG_DTYPE_E4M3 && c.kv_descale[0] == 0 && c.kv_descale[1] == 0);
+    const float *one = (const float *)ADDR(0xb00000), *per = (const float *)ADDR(0xc00000);
+    a.k_descale = (fg_tensor){(void *)one, FG_DTYPE_F32, 1, {1}, {1}};
+    a.v_descale = (fg_tensor){(void *)per, FG_DTYPE_F32, 2, {4, 8}, {1, 4}}; /* [batch, heads_kv], any strides */
+    cr_assert_eq(serving_check(&a, 1, &c, &e), FG_OK, "%s", e.msg);
+    cr_assert(c.kv_descale[0] == 1 && c.kv_descale[1] == 2);
+    fg_varlen_args b = a;
+    b.k.dtype = FG_DTYPE_E5M2;
+    expect(&b, FG_ERR_INVALID_ARGUMENT, "k is e5m2 and v is e4m3; an FP8 KV cache has K and V of one FP8 dtype");
+    b = a, b.q.dtype = b.o.dtype = FG_DTYPE_E4M3;
+    expect(&b, FG_ERR_INVALID_ARGUMENT, "FP8 goes in K and V only");
+    b = a, b.o.dtype = FG_DTYPE_BF16;
+    expect(&b, FG_ERR_INVALID_ARGUMENT, "q and o share one 16-bit dtype");
+    b = a, b.q.shape[3] = b.o.shape[3] = b.k.shape[3] = b.v.shape[3] = 80;
+    expect(&b, FG_ERR_UNSUPPORTED, "head_dim (80) and v's head_dim (80) must be multiples of 32 up to 256");
+    b = a, b.k.dtype = b.v.dtype = FG_DTYPE_F16;
+    expect(&b, FG_ERR_INVALID_ARGUMENT, "k_descale is set but k and v are fp16; descale factors are for FP8 k and v");
+    b = a, b.k_descale.dtype = FG_DTYPE_BF16;
+    expect(&b, FG_ERR_INVALID_ARGUMENT, "k_descale.dtype is bf16; descale factors are fp32");
+    b = a, b.k_descale.shape[0] = 2;
+    expect(&b, FG_ERR_INVALID_ARGUMENT, "k_descale.shape is [2]; a one-dimensional descale tensor has shape [1]");
+    b = a, b.v_descale.shape[1] = 2;
+    expect(&b, FG_ERR_INVALID_ARGUMENT, "v_descale.shape is [4, 2]; a two-dimensional descale tensor has shape "
+                                        "[batch, heads_kv] = [4, 8]");
+    b = a, b.v_descale.ndim = 3;
+    expect(&b, FG_ERR_INVALID_ARGUMENT, "v_descale.ndim is 3");
+    b = a, b.k_descale.data = ADDR(0xb00002);
+    expect(&b, FG_ERR_INVALID_ARGUMENT, "k_descale.data (0xb00002) is not 4-byte aligned");
+    b = a, b.v_descale.data = ADDR(0x200000 + 64); /* inside o */
+    expect(&b, FG_ERR_INVALID_ARGUMENT, "o overlaps v_descale in memory");
+    /* without data (explain, the workspace query) a descale counts by its ndim */
+    b = a, b.k_descale.data = NULL, b.k.dtype = b.v.dtype = FG_DTYPE_F16, b.v_descale.data = NULL, b.v_descale.ndim = 0;
+    cr_assert_eq(serving_check(&b, 0, &c, &e), FG_ERR_INVALID_ARGUMENT, "a descale without data and 16-bit k, v");
+    /* a struct from 0.4.0's header ends before the descales: read as absent */
+    b = a, b.struct_size = offsetof(fg_varlen_args, k_descale);
+    fg_varlen_args copy;
+    cr_assert_eq(serving_args_copy(&b, &copy, &e), FG_OK, "%s", e.msg);
+    cr_assert(!copy.k_descale.data && !copy.v_descale.data && copy.k_descale.ndim == 0);
+    /* v a prefix view of k: loaded on its own (a tile of its own to dequantize into) */
+    b = a, b.v = b.k;
+    cr_assert_eq(serving_check(&b, 1, &c, &e), FG_OK, "%s", e.msg);
+    cr_assert(!c.v_in_k);
+    /* the plan: 1 x 128k dense decode on 132 SMs (60 KiB an SM in flight), FP8 stages of 32 KiB a tile */
+    fg_context ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.arch = 90, ctx.sm_count = 132, ctx.smem_optin = 232448, ctx.serve_tma = 1, ctx.wgmma = 1, ctx.prefill_sm90a = 1;
+    cr_assert_eq(tile_policy_init_default(&ctx.policy, &e), FG_OK, "%s", e.msg);
+    fg_varlen_args d = dense_decode(1, 131072);
+    d.k.dtype = d.v.dtype = FG_DTYPE_E4M3;
+    serving_plan p;
+    cr_assert_eq(serving_check(&d, 1, &c, &e), FG_OK, "%s", e.msg);
+    cr_assert_eq(serving_plan_for(&ctx, &d, &c, &p, &e), FG_OK, "%s", e.msg);
+    cr_assert(p.spec.kv_fp8 == FG_DTYPE_E4M3 && !p.spec.tma && p.spec.block_m == 16 && p.spec.stages == 4,
+              "kv %d tma %d block_m %d stages %d", p.spec.kv_fp8, p.spec.tma, p.spec.block_m, p.spec.stages);
+    cr_assert_eq(p.num_splits, 16, "twice bf16's 8 (%s)", p.split_why);
+    fg_spec s;
+    d = packed(), d.k.dtype = d.v.dtype = FG_DTYPE_E5M2, d.max_seqlen_q = 100;
+    cr_assert_eq(serving_check(&d, 0, &c, &e), FG_OK, "%s", e.msg);
+    cr_assert(!serving_prefill_variant(&ctx, &d, &c, &s), "an FP8 KV cache stays on the serving kernel");
     tile_policy_free(&ctx.policy);
 }
 
