@@ -147,6 +147,8 @@ class FgVarlenArgs(ctypes.Structure):
         ("mask_map", ctypes.c_void_p),      # a custom mask's block map kept across calls, or NULL
         ("mask_map_size", ctypes.c_size_t),
         ("mask_map_ready", ctypes.c_int),   # 1: an earlier call filled it
+        ("k_descale", FgTensor),            # FP8 k and v: fp32 [1] or [batch, heads_kv]; data NULL: 1
+        ("v_descale", FgTensor),
     ]
 
 

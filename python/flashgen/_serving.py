@@ -62,14 +62,57 @@ def _set_mods(a, q, sinks=None, window_size=None, softcap=0.0, alibi_slopes=None
             a.window, a.window_left, a.window_right = 1, left, right
 
 
+def _kv_descales(pkg, a, q, k, views, cu_seqlens_q, k_descale, v_descale, dl_stream):
+    """An FP8 KV cache's descales into a (k_descale, v_descale: a float32 tensor on k's device of shape [1] or
+    [batch, heads_kv], or a number, made a one-element tensor on the launch stream). Returns the named Views and the
+    tensors they view (alive until the launch is queued). ValueError with the rule for a descale beside 16-bit k and
+    v, of another dtype, device or shape."""
+    given = [(n, x) for n, x in (("k_descale", k_descale), ("v_descale", v_descale)) if x is not None]
+    if not given:
+        return []
+    vk = views[1]
+    if vk.dtype not in _tensors.FP8_DTYPES:
+        raise ValueError("%s is given but k is %s; descale factors are for an FP8 KV cache (k and v float8_e4m3fn or "
+                         "float8_e5m2)" % (given[0][0], getattr(k, "dtype", vk.dtype)))
+    torch = pkg._torch()
+    batch = cu_seqlens_q.shape[0] - 1 if cu_seqlens_q is not None else q.shape[0]
+    heads_kv = vk.shape[-2]
+    made = []
+    for name, x in given:
+        if isinstance(x, (int, float)) and not isinstance(x, bool):
+            with pkg._on_launch_stream(dl_stream or 0, q.device):
+                x = torch.full((1,), float(x), dtype=torch.float32, device=q.device)
+        if not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or x.device != q.device:
+            raise ValueError("%s must be a float32 tensor on %s (the queries' device), or a number; got %s" %
+                             (name, q.device, "%s on %s" % (x.dtype, x.device) if isinstance(x, torch.Tensor) else
+                              type(x).__name__))
+        if tuple(x.shape) not in ((1,), (batch, heads_kv)):
+            raise ValueError("%s has shape %s; a descale is [1] (one for the tensor) or [batch, heads_kv] = [%d, %d] "
+                             "(one per sequence and KV head)" % (name, list(x.shape), batch, heads_kv))
+        vx = _tensors.view(x, name, dl_stream)
+        setattr(a, name, vx.struct())
+        made.append(((name, vx), x))
+    return made
+
+
+def _fp8_cache(k, v):
+    """Whether k or v holds FP8 values (an FP8 KV cache; the library judges the pair)."""
+    return any("float8" in str(getattr(x, "dtype", "")) for x in (k, v))
+
+
 def _varlen_args(pkg, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
                  max_seqlen_k, causal, softmax_scale, num_splits, split_size, dl_stream, mods):
     """The FgVarlenArgs of a call, the Views of q, k, v and out (objects that must outlive it), and the named
-    Views of the mod's aux arrays (mods: _set_mods' keywords, and mod, a checked _mods.ModCall or None)."""
+    Views of the mod's aux arrays and an FP8 cache's descales (mods: _set_mods' keywords, mod, a checked
+    _mods.ModCall or None, and k_descale, v_descale); the views list holds the descales' tensors after q, k, v, out."""
     a = _capi.FgVarlenArgs()
     _capi.lib().fg_varlen_args_init(ctypes.byref(a))
     views = [_tensors.view(x, n, dl_stream) for x, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"))]
     a.q, a.k, a.v, a.o = (x.struct() for x in views)
+    mods = dict(mods)
+    descales = _kv_descales(pkg, a, q, k, views, cu_seqlens_q, mods.pop("k_descale", None),
+                            mods.pop("v_descale", None), dl_stream)
+    views += [x for _, x in descales]
     if lse is not None:
         a.lse = _tensors.view(lse, "lse", dl_stream).struct()
     a.cu_seqlens_q = _int_ptr(cu_seqlens_q, "cu_seqlens_q")
@@ -88,7 +131,6 @@ def _varlen_args(pkg, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, 
     a.causal = int(bool(causal))
     a.num_splits = int(num_splits)
     a.split_size = int(split_size)
-    mods = dict(mods)
     mods.pop("trained", None)  # (the autograd path's note of the aux arrays it differentiates)
     call, mm = mods.pop("mod", None), mods.pop("mask_map", None)
     aux = _mods.set_mod(a, call)
@@ -98,7 +140,7 @@ def _varlen_args(pkg, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, 
         _mods.set_mask_map(a, call, mm, cu_seqlens_q, cu_seqlens_k, q.shape[0] if dense_q else a.batch, q.shape[-2],
                            q.shape[1] if dense_q else max_seqlen_q, keys, q.device)
     _set_mods(a, q, **mods)
-    return a, views, aux
+    return a, views, aux + [named for named, _ in descales]
 
 
 def _run(pkg, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k, causal,
@@ -141,7 +183,8 @@ def _launch_with_workspace(pkg, torch, ctx, size_fn, launch_fn, a, q, handle):
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
                      softmax_scale=None, return_lse=False, out=None, lse=None, stream=None, seqused_k=None,
                      num_splits=0, split_size=0, deterministic=False, sinks=None, window_size=None, softcap=0.0,
-                     alibi_slopes=None, causal_top_left=False, mod=None, mod_aux=None, mask_map=None):
+                     alibi_slopes=None, causal_top_left=False, mod=None, mod_aux=None, mask_map=None, k_descale=None,
+                     v_descale=None):
     """Attention over a batch of sequences of different lengths, packed (FlashAttention's
     flash_attn_varlen_func): q [total_q, heads_q, head_dim], k and v [total_k, heads_kv, head_dim], sequence b's
     queries rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 (int32 CUDA tensors of batch + 1 offsets), its keys
@@ -169,13 +212,21 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     (ValueError naming the array). Under autograd a mod's backward runs too (score_mod's derivative in dS), and an
     aux array declared 'trainable' that requires grad gets its gradient (summed by atomics: not with deterministic);
     one that requires grad without the declaration raises ValueError. mask_map: a flashgen.MaskMap to keep a mask's
-    block map across calls (MaskMap says when it is refilled; the backward of a packed call reads its forward's)."""
+    block map across calls (MaskMap says when it is refilled; the backward of a packed call reads its forward's).
+    An FP8 KV cache: k and v both torch.float8_e4m3fn (or both float8_e5m2) beside float16/bfloat16 q, dequantized
+    exactly in the kernel (head dims multiples of 32 up to 256; forward only). k_descale, v_descale: their descale
+    factors (the dequantized K is k * k_descale), float32 tensors on q's device of shape [1] or [batch, heads_kv],
+    or numbers; None means 1. A descale beside 16-bit k and v, or of another dtype, device or shape, raises
+    ValueError; so does autograd with FP8 k and v."""
     pkg = _pkg()
     call = _mods.mod_call(mod, mod_aux, "attention_varlen")
     trained = _mods.grad_arrays(call)
     mods = dict(sinks=sinks, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
                 causal_top_left=causal_top_left, mask_map=mask_map)
     if pkg._needs_grad(q, k, v, sinks) or trained:
+        if _fp8_cache(k, v) or k_descale is not None or v_descale is not None:
+            raise ValueError("attention_varlen() with FP8 k and v (or descales) has no backward: an FP8 KV cache is "
+                             "for inference (call it with autograd off)")
         if out is not None or lse is not None or seqused_k is not None or num_splits or split_size:
             raise TypeError("attention_varlen() with autograd takes no out=, lse=, seqused_k, num_splits or "
                             "split_size")
@@ -187,7 +238,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                                         *[x for _, x in trained])
         return (o, l) if return_lse else o
     return _run(pkg, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, None, max_seqlen_q, max_seqlen_k, causal,
-                softmax_scale, return_lse, out, lse, stream, num_splits, split_size, dict(mods, mod=call))
+                softmax_scale, return_lse, out, lse, stream, num_splits, split_size,
+                dict(mods, mod=call, k_descale=k_descale, v_descale=v_descale))
 
 
 def attention_varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -294,7 +346,7 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
                            softmax_scale=None, return_lse=False, out=None, lse=None, stream=None, cu_seqlens_q=None,
                            max_seqlen_q=None, max_seqlen_k=None, num_splits=0, split_size=0, sinks=None,
                            window_size=None, softcap=0.0, alibi_slopes=None, causal_top_left=False, mod=None,
-                           mod_aux=None):
+                           mod_aux=None, k_descale=None, v_descale=None):
     """Attention of new queries over a KV cache (FlashAttention's flash_attn_with_kvcache), for decode
     and for prefill against a cache. q [batch, seqlen_q, heads_q, head_dim] (or packed [total_q, heads_q,
     head_dim] with cu_seqlens_q and max_seqlen_q); k_cache, v_cache [batch, capacity, heads_kv, head_dim], or
@@ -304,7 +356,9 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
     when the batch does not fill the GPU (num_splits 0: chosen; split_size: fixed boundaries). Returns out
     like q, and with return_lse the fp32 LSE ([batch, heads_q, seqlen_q], or [heads_q, total_q] packed). sinks,
     window_size, softcap, alibi_slopes, causal_top_left, mod and mod_aux: as attention_varlen takes them (a mod's q
-    is the query's position among the keys, bottom-right aligned: a decode's one query is at cache_seqlens - 1)."""
+    is the query's position among the keys, bottom-right aligned: a decode's one query is at cache_seqlens - 1).
+    An FP8 cache (k_cache and v_cache float8_e4m3fn or float8_e5m2, token-major as caches keep them) with
+    k_descale and v_descale: as attention_varlen takes them."""
     pkg = _pkg()
     call = _mods.mod_call(mod, mod_aux, "attention_with_kvcache")
     if block_table is not None and cache_seqlens is None:
@@ -314,15 +368,17 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
     return _run(pkg, q, k_cache, v_cache, cu_seqlens_q, None, cache_seqlens, block_table, max_seqlen_q, max_seqlen_k,
                 causal, softmax_scale, return_lse, out, lse, stream, num_splits, split_size,
                 dict(sinks=sinks, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
-                     causal_top_left=causal_top_left, mod=call))
+                     causal_top_left=causal_top_left, mod=call, k_descale=k_descale, v_descale=v_descale))
 
 
 def explain_varlen(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, block_table=None,
                    max_seqlen_q=None, max_seqlen_k=None, causal=False, num_splits=0, split_size=0, sinks=None,
-                   window_size=None, softcap=0.0, alibi_slopes=None, causal_top_left=False, mod=None, mod_aux=None):
+                   window_size=None, softcap=0.0, alibi_slopes=None, causal_top_left=False, mod=None, mod_aux=None,
+                   k_descale=None, v_descale=None):
     """Which kernel attention_varlen / attention_with_kvcache would run for these arguments and why (variant,
-    packing, splits, workspace, where its code comes from), as text; the model variants and a mod as those calls
-    take them (mod_aux may be left out: the plan does not depend on the arrays, so their declarations stand in)."""
+    packing, splits, workspace, where its code comes from), as text; the model variants, a mod and an FP8 cache's
+    descales as those calls take them (mod_aux may be left out: the plan does not depend on the arrays, so their
+    declarations stand in)."""
     pkg = _pkg()
     call = _mods.mod_call(mod, mod_aux, "explain_varlen", describe=True)
     torch = pkg._torch()
@@ -330,7 +386,8 @@ def explain_varlen(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None
     a, views, _ = _varlen_args(pkg, q, k, v, out, None, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
                                max_seqlen_q, max_seqlen_k, causal, None, num_splits, split_size, None,
                                dict(sinks=sinks, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
-                                    causal_top_left=causal_top_left, mod=call))
+                                    causal_top_left=causal_top_left, mod=call, k_descale=k_descale,
+                                    v_descale=v_descale))
     a.workspace = 256  # explain the plan of a call that gives a workspace
     ctx = pkg._context(pkg._device_for([("q", views[0])], False, pkg._default_device()))
     buf = ctypes.create_string_buffer(4096)

@@ -1,7 +1,8 @@
 """test_serving.py: the serving calls of the Python binding on the GPU (skipped with the reason without CUDA,
 PyTorch or the library): attention_varlen against a float64 per-sequence reference, its gradients through
 autograd (attention_varlen_backward) against the reference's (V of its own head dim too), sinks, sliding windows,
-softcaps and ALiBi, attention_with_kvcache with a dense cache and with a shuffled paged cache against the same,
+softcaps and ALiBi, attention_with_kvcache with a dense cache and with a shuffled paged cache against the same, an FP8
+KV cache with its descales,
 merge_states against a float64 merge, explain_varlen's text, the input check raising FlashgenError, and the examples of
 docs/serving.md and the README run as printed.
 
@@ -314,6 +315,52 @@ class ServingTest(unittest.TestCase):
         text = flashgen.explain_varlen(q, kp, vp, seqused_k=lens, block_table=table, causal=True)
         self.assertIn("kind=serve", text)
         self.assertIn("packed", text)
+
+    def test_fp8_kv_cache(self):
+        """FP8 K and V beside 16-bit queries (e4m3 with bf16 and per-(sequence, head) descales, e5m2 with fp16 and
+        per-tensor ones): paged decode with a shuffled table and packed prefill against the float64 reference on the
+        dequantized K and V; the binding's ValueErrors and the library's refusal of mixed FP8 dtypes."""
+        b, hq, hkv, d, ps = 4, 32, 8, 128, 16
+        lens = torch.tensor([300, 17, 1, 530], dtype=torch.int32, device="cuda")
+        for fp8, qdt, per_head in ((torch.float8_e4m3fn, torch.bfloat16, True), (torch.float8_e5m2, torch.float16, False)):
+            pages = (530 + ps - 1) // ps
+            kp = torch.randn(b * pages + 3, ps, hkv, d, device="cuda").to(fp8)
+            vp = torch.randn_like(kp, dtype=torch.float32).to(fp8)
+            table = torch.randperm(b * pages + 3, device="cuda")[: b * pages].to(torch.int32).reshape(b, pages)
+            shape = (b, hkv) if per_head else (1,)
+            kd = torch.rand(shape, device="cuda") + 0.5
+            vd = torch.rand(shape, device="cuda") + 0.5
+            q = torch.randn(b, 1, hq, d, device="cuda", dtype=qdt)
+            o = flashgen.attention_with_kvcache(q, kp, vp, cache_seqlens=lens, block_table=table, k_descale=kd,
+                                                v_descale=vd, num_splits=3)
+            self.assertEqual(o.dtype, qdt)
+            for s in range(b):
+                n = lens[s].item()
+                rows = table[s].long()
+                ks = kp[rows].reshape(-1, hkv, d)[:n].float() * (kd[s] if per_head else kd)[:, None]
+                vs = vp[rows].reshape(-1, hkv, d)[:n].float() * (vd[s] if per_head else vd)[:, None]
+                ro, _ = reference(q[s], ks, vs, False)
+                close(self, o[s], ro, "%s paged decode, sequence %d" % (fp8, s))
+            qp, kk, _, cu_q, cu_k = packed_batch([5, 0, 1, 64], [5, 9, 1, 200], 8, 2, 64, qdt)
+            kk8, vv8 = kk.to(fp8), torch.randn_like(kk).to(fp8)
+            o, lse = flashgen.attention_varlen(qp, kk8, vv8, cu_q, cu_k, 64, 200, causal=True, return_lse=True,
+                                               k_descale=0.5, v_descale=2.0)
+            for s in range(4):
+                a, e, c, f = cu_q[s].item(), cu_q[s + 1].item(), cu_k[s].item(), cu_k[s + 1].item()
+                ro, rl = reference(qp[a:e], kk8[c:f].float() * 0.5, vv8[c:f].float() * 2.0, True)
+                close(self, o[a:e], ro, "%s packed prefill, sequence %d" % (fp8, s))
+                close(self, lse[:, a:e], rl, "%s packed prefill LSE, sequence %d" % (fp8, s))
+        self.assertIn("an FP8 KV cache", flashgen.explain_varlen(q, kp, vp, seqused_k=lens, block_table=table))
+        bf = torch.randn(b, pages * ps, hkv, d, device="cuda", dtype=torch.bfloat16)
+        with self.assertRaises(ValueError):  # a descale beside a 16-bit cache
+            flashgen.attention_with_kvcache(q, bf, bf, cache_seqlens=lens, k_descale=1.0)
+        with self.assertRaises(ValueError):  # [heads_kv] is neither [1] nor [batch, heads_kv]
+            flashgen.attention_with_kvcache(q, kp, vp, cache_seqlens=lens, block_table=table,
+                                            k_descale=torch.ones(hkv, device="cuda"))
+        with self.assertRaises(flashgen.FlashgenError) as cm:  # the library's rule: one FP8 dtype
+            flashgen.attention_with_kvcache(q, kp, vp.view(torch.float8_e4m3fn) if vp.dtype != torch.float8_e4m3fn
+                                            else vp.view(torch.float8_e5m2), cache_seqlens=lens, block_table=table)
+        self.assertIn("one FP8 dtype", cm.exception.message)
 
     def test_merge_states(self):
         o = torch.randn(3, 10, 4, 64, device="cuda", dtype=torch.float32)
