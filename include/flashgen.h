@@ -21,7 +21,8 @@
  *
  * Tensors use FlashAttention's layout [batch, seqlen, heads, head_dim] with the last dim contiguous;
  * strides are in elements. GQA/MQA: K and V may have fewer heads than Q, dividing them. FP8 inputs
- * (e4m3, e5m2) take V key-major and descale factors: see fg_fwd_args.
+ * (e4m3, e5m2) take V key-major and descale factors: see fg_fwd_args. The serving call takes FP8 K and V
+ * (an FP8 KV cache, V token-major as caches keep it) beside 16-bit Q: see fg_varlen_args.
  */
 #ifndef FLASHGEN_H
 #define FLASHGEN_H
