@@ -44,7 +44,7 @@ version = _capi.VERSION_STRING
 __version__ = version
 
 __all__ = [
-    "attention", "explain", "explain_backward", "prepare", "wait_compiles", "bundle_load", "bundle_load_memory", "configure", "close",
+    "attention", "explain", "explain_backward", "prepare", "wait_compiles", "set_jit_tiers", "bundle_load", "bundle_load_memory", "configure", "close",
     "library_path", "FlashgenError", "LibraryNotFoundError", "TensorDesc", "version", "hadamard_rotate",
     "quantize_fp8", "key_major_v", "attention_backward", "register_ops", "attention_varlen", "attention_varlen_backward",
     "attention_with_kvcache", "explain_varlen", "merge_states", "set_check_inputs", "Mod", "MaskMap",
@@ -530,6 +530,15 @@ def wait_compiles(device=None):
         ctxs = list(_contexts.values()) if device is None else [c for c in [_contexts.get(device)] if c]
     for ctx in ctxs:
         _call(ctx, _capi.lib().fg_wait_compiles)
+
+
+def set_jit_tiers(on, device=None):
+    """FG_OPTION_JIT_TIERS on the context of `device` (default: PyTorch's current device, else 0): with `on`, a call's
+    JIT compile of a variant in no cache is a quick build, run at once, whose optimized build follows in the
+    background (wait_compiles waits for it); off (the default, unless FLASHGEN_JIT_TIERS=1), one full compile the
+    call waits for. docs/caches-and-bundles.md says why tiers are opt-in. Returns None; raises FlashgenError."""
+    ctx = _context(_default_device() if device is None else device)
+    _call(ctx, _capi.lib().fg_context_set_option, _capi.FG_OPTION_JIT_TIERS, int(bool(on)))
 
 
 def bundle_load(path, device=None):

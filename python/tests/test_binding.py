@@ -432,6 +432,10 @@ class FakeLib:
     def fg_wait_compiles(self, ctx):
         self.waited.append(ctx)
         return 0
+    options = []
+    def fg_context_set_option(self, ctx, option, value):
+        self.options.append((ctx, option, value))
+        return 0
 
 fake = FakeLib()
 _capi.lib = lambda: fake
@@ -504,6 +508,15 @@ class FakeTorchTest(unittest.TestCase):
             "assert fake.waited[2:] == [0xC0DF], fake.waited\n"
             "flashgen.wait_compiles(device=5)\n"
             "assert len(fake.waited) == 3 and 5 not in flashgen._contexts, 'no context is made to wait on'\n"
+            "print('fine')\n")
+        self.assertIn("fine", out)
+
+    def test_set_jit_tiers_sets_the_option(self):
+        out = self.run_fake(
+            "flashgen.set_jit_tiers(True, device=0)\n"
+            "flashgen.set_jit_tiers(0, device=1)\n"
+            "assert fake.options == [(0xC0DE, _capi.FG_OPTION_JIT_TIERS, 1), (0xC0DF, _capi.FG_OPTION_JIT_TIERS, 0)], "
+            "fake.options\n"
             "print('fine')\n")
         self.assertIn("fine", out)
 
