@@ -49,13 +49,14 @@ echo "flashgen run: rc=$run_rc"
 py_rc=0
 if python3 -c "import torch" 2>/dev/null; then
   python3 python/tests/test_binding.py >"$out/binding.log" 2>&1 || py_rc=1
-  echo "python/tests/test_binding.py: rc=$py_rc ($(grep -E '^Ran ' "$out/binding.log"))"
+  python3 python/tests/test_binding_gpu.py >>"$out/binding.log" 2>&1 || py_rc=1
+  echo "python/tests/test_binding*.py: rc=$py_rc ($(grep -E '^Ran ' "$out/binding.log" | tr '\n' ' '))"
   python3 python/tests/test_serving.py >>"$out/binding.log" 2>&1 || py_rc=1
   echo "python/tests/test_serving.py: rc=$py_rc"
   python3 python/tests/test_mods.py >>"$out/binding.log" 2>&1 || py_rc=1
   echo "python/tests/test_mods.py: rc=$py_rc"
 else
-  echo "python/tests/test_binding.py: skipped (no torch)"
+  echo "python/tests/test_binding*.py: skipped (no torch)"
 fi
 
 san_rc=0
