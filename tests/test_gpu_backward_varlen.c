@@ -329,6 +329,15 @@ Test(bwd_varlen, window_long_sequences) {
     }
 }
 
+/* Case c with the mod traced from text (c's aux arrays set for it): created, run as bwd_case_run does, destroyed. */
+static void bwd_mod_case_run(const char *text, serve_case c) {
+    fg_mod *m = NULL;
+    cr_assert_eq(fg_mod_create(text, strlen(text), "mod.lua", &m), FG_OK, "%s", fg_last_error(NULL));
+    c.mod = m;
+    bwd_case_run(&c, 0, 0);
+    fg_mod_destroy(m);
+}
+
 /* Custom mods' backward (score_mod's derivative from mod_grad in dS; mask_mod's hidden keys out of P): ALiBi and
  * a relative-position table as score mods, a softcap as one (tanh's derivative), a document mask, on both families
  * where the tensors allow the sm_90a kernel (d 64 and 128), over the mixed lengths. */
@@ -350,15 +359,12 @@ Test(bwd_varlen, custom_mods) {
         "mask_mod = function(b, h, q, kv) return fg.eq(fg.load(doc, b, q), fg.load(doc, b, kv)) end\n",
     };
     for (size_t i = 0; i < NELEM(texts); i++) {
-        fg_mod *m = NULL;
-        cr_assert_eq(fg_mod_create(texts[i], strlen(texts[i]), "mod.lua", &m), FG_OK, "%s", fg_last_error(NULL));
         serve_case c = bc(i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, 9, mixed, mixed, 8, 2, i % 2 ? 64 : 128, i != 1);
-        c.mod = m, c.seed = 980 + i;
+        c.seed = 980 + i;
         if (i == 0) c.aux[0] = slopes, c.aux_shape[0][0] = 8;
         if (i == 1) c.aux[0] = table, c.aux_shape[0][0] = 8, c.aux_shape[0][1] = 129;
         if (i == 3) c.aux[0] = doc, c.aux_shape[0][0] = 9, c.aux_shape[0][1] = 400;
-        bwd_case_run(&c, 0, 0);
-        fg_mod_destroy(m);
+        bwd_mod_case_run(texts[i], c);
     }
 }
 
@@ -383,18 +389,14 @@ Test(bwd_varlen, custom_mod_trainable_aux) {
         "mask_mod = function(b, h, q, kv) return fg.eq(fg.load(doc, b, q), fg.load(doc, b, kv)) end\n",
     };
     for (size_t i = 0; i < 2 * NELEM(texts); i++) {
-        fg_mod *m = NULL;
-        const char *text = texts[i % NELEM(texts)];
-        cr_assert_eq(fg_mod_create(text, strlen(text), "mod.lua", &m), FG_OK, "%s", fg_last_error(NULL));
         serve_case c = bc(i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, 9, mixed, mixed, 8, 2, i < 2 ? 128 : 64, i % 3 != 1);
-        c.mod = m, c.seed = 990 + i;
+        c.seed = 990 + i;
         c.aux[0] = table, c.aux_shape[0][0] = 8, c.aux_shape[0][1] = 129;
         if (i % 2) {
             c.aux[1] = doc, c.aux_shape[1][0] = 9, c.aux_shape[1][1] = 400;
             c.aux[2] = temp, c.aux_shape[2][0] = 8;
         }
-        bwd_case_run(&c, 0, 0);
-        fg_mod_destroy(m);
+        bwd_mod_case_run(texts[i % NELEM(texts)], c);
     }
 }
 
@@ -416,15 +418,11 @@ Test(bwd_varlen, custom_mask_holes_and_whole_blocks) {
     };
     static const int lq[] = {1100, 700, 900}, lk[] = {1100, 1000, 700};
     for (size_t i = 0; i < 2 * NELEM(texts); i++) {
-        fg_mod *m = NULL;
-        const char *text = texts[i % NELEM(texts)];
-        cr_assert_eq(fg_mod_create(text, strlen(text), "mod.lua", &m), FG_OK, "%s", fg_last_error(NULL));
         serve_case c = bc(i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, 3, lq, lk, 4, 2, i < 2 ? 128 : 64, i / 2 == i % 2);
-        c.mod = m, c.seed = 1010 + i;
+        c.seed = 1010 + i;
         if (i % 2 == 0) c.aux[0] = blocks, c.aux_shape[0][0] = 18, c.aux_shape[0][1] = 18;
         else c.aux[0] = doc, c.aux_shape[0][0] = 3, c.aux_shape[0][1] = 1100;
-        bwd_case_run(&c, 0, 0);
-        fg_mod_destroy(m);
+        bwd_mod_case_run(texts[i % NELEM(texts)], c);
     }
 }
 
