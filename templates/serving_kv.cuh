@@ -92,12 +92,15 @@ struct fg_kv_loader_t {
     const int *table;     // the sequence's row of the block table, or 0
     u32 dst;
     int row;
-    bool active;          // a copying thread with its column inside the head dim
+    bool active;          // a copying thread
+    bool col_ok;          // its column lies inside the head dim: a padding column's chunks are zero-filled, never
+                          // left as they were (the Q K^T product runs over the padding, and 0 times stale NaN is NaN)
 
     __device__ __forceinline__ void init(const fg_serve_params &p, int b, int kvh, const fg_seq &s, int tid) {
         const int c = tid % CH;
         row = tid / CH;
-        active = (LOADERS == FG_THREADS || tid < LOADERS) && (DIM == CH * EPC || c * EPC < DIM);
+        active = LOADERS == FG_THREADS || tid < LOADERS;
+        col_ok = DIM == CH * EPC || c * EPC < DIM;
         dst = fg_tile_offset<CH>(row, c, FG_BLOCK_N);
         table = p.block_table ? p.block_table + (i64)b * p.block_table_stride : 0;
         k = (const fg_kv_t *)p.k + (i64)kvh * p.k_stride[2] + c * EPC;
@@ -120,7 +123,7 @@ struct fg_kv_loader_t {
                 if (FG_BLOCK_N % RPS == 0 || r < FG_BLOCK_N) {
                     bool ok = key0 + r < sk;
                     const int page = ok ? __ldg(table + slot) : 0;
-                    ok = ok && (unsigned)page < (unsigned)p.num_pages;
+                    ok = ok && col_ok && (unsigned)page < (unsigned)p.num_pages;
                     const u32 o = fg_fixed_step_offset<CH, RPS>(dst, i);
                     if (WHICH & 1) fg_cp_async16(sk_tile + o, k + (page * p.k_stride[0] + off * p.k_stride[1]), ok);
                     if (WHICH & 2) fg_cp_async16(sv_tile + o, v + (page * p.v_stride[0] + off * p.v_stride[1]), ok);
@@ -136,8 +139,8 @@ struct fg_kv_loader_t {
                 const int r = row + i * RPS;
                 if (FG_BLOCK_N % RPS == 0 || r < FG_BLOCK_N) {
                     const u32 o = fg_fixed_step_offset<CH, RPS>(dst, i);
-                    if (WHICH & 1) fg_cp_async16(sk_tile + o, kp, key0 + r < sk);
-                    if (WHICH & 2) fg_cp_async16(sv_tile + o, vp, key0 + r < sk);
+                    if (WHICH & 1) fg_cp_async16(sk_tile + o, kp, col_ok && key0 + r < sk);
+                    if (WHICH & 2) fg_cp_async16(sv_tile + o, vp, col_ok && key0 + r < sk);
                 }
                 if (WHICH & 1) kp += RPS * p.k_stride[1];
                 if (WHICH & 2) vp += RPS * p.v_stride[1];

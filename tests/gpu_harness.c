@@ -100,6 +100,8 @@ void gpu_open(gpu_env *env) {
 /* Undoes gpu_open: stream, flashgen context, primary context, and a cache directory it made. Driver
  * failures are ignored here: the test has already passed or failed on its own checks. */
 void gpu_close(gpu_env *env) {
+    if (env->poison_mod)
+        env->cu->cuModuleUnload(env->poison_mod);
     if (env->stream)
         env->cu->cuStreamDestroy(env->stream);
     fg_context_destroy(env->ctx);
@@ -107,6 +109,37 @@ void gpu_close(gpu_env *env) {
     env->cu->cuCtxPopCurrent(&popped);
     env->cu->cuDevicePrimaryCtxRelease(env->dev);
     remove_tree(env->own_dir);
+}
+
+/* The shared-memory poisoner, in PTX (the driver compiles it; no NVRTC): 256 threads store 16 bytes of
+ * all-ones each, 4 KiB apart, over the dynamic shared memory's first `bytes` bytes. */
+static const char poison_ptx[] =
+    ".version 7.0\n.target sm_80\n.address_size 64\n"
+    ".extern .shared .align 16 .b8 fg_poison_smem[];\n"
+    ".visible .entry fg_test_poison_shared(.param .u32 fg_bytes)\n{\n"
+    "  .reg .pred %p<2>;\n  .reg .b32 %r<8>;\n"
+    "  ld.param.u32 %r1, [fg_bytes];\n  mov.u32 %r2, %tid.x;\n  shl.b32 %r2, %r2, 4;\n"
+    "  mov.u32 %r3, fg_poison_smem;\n  mov.b32 %r4, -1;\n"
+    "$L_loop:\n  setp.ge.u32 %p1, %r2, %r1;\n  @%p1 bra $L_done;\n  add.u32 %r5, %r3, %r2;\n"
+    "  st.shared.v4.b32 [%r5], {%r4, %r4, %r4, %r4};\n  add.u32 %r2, %r2, 4096;\n  bra.uni $L_loop;\n"
+    "$L_done:\n  ret;\n}\n";
+
+void gpu_poison_shared(gpu_env *env) {
+    const fg_cuda_api *cu = env->cu;
+    /* the device's own limits: a context under FLASHGEN_EMULATE_ARCH reports the emulated arch's */
+    int optin = 0, sms = 0;
+    CK(cu->cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, env->dev));
+    CK(cu->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, env->dev));
+    unsigned bytes = (unsigned)optin / 16 * 16;
+    if (!env->poison_fn) {
+        CK(cu->cuModuleLoadData(&env->poison_mod, poison_ptx));
+        CK(cu->cuModuleGetFunction(&env->poison_fn, env->poison_mod, "fg_test_poison_shared"));
+        CK(cu->cuFuncSetAttribute(env->poison_fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)bytes));
+    }
+    void *params[] = {&bytes};
+    /* one CTA fills an SM's shared memory; four waves of them reach every SM */
+    CK(cu->cuLaunchKernel(env->poison_fn, 4u * (unsigned)sms, 1, 1, 256, 1, 1, bytes, NULL, params, NULL));
+    CK(cu->cuCtxSynchronize());
 }
 
 /* 1 when the environment sets `name` to 0 (the runtime's switches for turning a family off). */

@@ -37,6 +37,8 @@ typedef struct gpu_env {
     CUcontext pctx;        /* its primary context, retained and current while the test runs */
     fg_context *ctx;       /* the flashgen context under test */
     CUstream stream;       /* a non-blocking stream for the launches */
+    CUmodule poison_mod;   /* gpu_poison_shared's kernel, loaded on its first use */
+    CUfunction poison_fn;
     char own_dir[64];      /* a cache directory this process made (no suite directory), or "" */
 } gpu_env;
 
@@ -56,6 +58,11 @@ typedef struct gpu_env {
 void gpu_open(gpu_env *env);
 /* Undoes gpu_open: stream, flashgen context, primary context, and a cache directory it made. */
 void gpu_close(gpu_env *env);
+/* Fills every SM's shared memory with all-ones bytes (NaN in fp16, bf16 and fp32) and waits: shared memory
+ * keeps its contents from kernel to kernel, so a kernel that reads a tile's bytes it never wrote (a padding
+ * column, a row past the end) sees NaN, which reaches its outputs, instead of whatever the last kernel left
+ * (often finite, so such a read passes unseen). The launch helpers call it before each call they judge. */
+void gpu_poison_shared(gpu_env *env);
 /* 1 when the environment sets `name` to 0 (the runtime's switches for turning a family off). */
 int env_is_zero(const char *name);
 /* FLASHGEN_EMULATE_ARCH's value when the run emulates an older arch, else NULL. */

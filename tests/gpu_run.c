@@ -169,7 +169,7 @@ void run_launch(gpu_env *env, fwd_run *r) {
     dbuf_poison(env, &r->o);
     if (!r->c.no_lse)
         dbuf_poison(env, &r->lse);
-    CK(env->cu->cuCtxSynchronize()); /* the poison went through the legacy stream */
+    gpu_poison_shared(env); /* and waits: the poison went through the legacy stream */
     char name[200];
     case_name(&r->c, name, sizeof name);
     if (r->c.tiles[0]) { /* an explicit variant, through the runtime's entry for the tuner */
@@ -366,7 +366,7 @@ void bwd_setup(gpu_env *env, bwd_run *r, const fwd_case *c, int deterministic) {
 void bwd_launch(gpu_env *env, bwd_run *r) {
     dbuf *gs[3] = {&r->dq, &r->dk, &r->dv};
     for (int i = 0; i < 3; i++) dbuf_poison(env, gs[i]);
-    CK(env->cu->cuCtxSynchronize());
+    gpu_poison_shared(env);
     char name[200];
     case_name(&r->f.c, name, sizeof name);
     fg_status st;

@@ -173,7 +173,10 @@ void serve_setup(gpu_env *env, serve_run *r, const serve_case *c) {
     /* lengths */
     if (!c->q_dense) r->d_cu_q = upload_ints(env, r->cu_q, (size_t)c->batch + 1);
     if (c->k_mode == SERVE_K_PACKED) r->d_cu_k = upload_ints(env, r->cu_k, (size_t)c->batch + 1);
-    else r->d_used = upload_ints(env, r->lk, (size_t)c->batch);
+    else if (!c->no_seqused) r->d_used = upload_ints(env, r->lk, (size_t)c->batch);
+    if (c->no_seqused)
+        for (int b = 0; b < c->batch; b++)
+            cr_assert(c->k_mode == SERVE_K_DENSE && r->lk[b] == cap, "no_seqused needs a dense cache of lk = cap_k");
     for (int w = 0; w < 2; w++) { /* the per-head arrays: sinks, ALiBi slopes */
         if (!(w ? c->alibi : c->sinks)) continue;
         cr_assert(c->hq <= 256, "per-head arrays for at most 256 heads here");
@@ -256,6 +259,7 @@ void serve_setup(gpu_env *env, serve_run *r, const serve_case *c) {
 void serve_launch(gpu_env *env, serve_run *r) {
     dbuf_poison(env, &r->o);
     if (!r->c.no_lse) dbuf_poison(env, &r->lse);
+    gpu_poison_shared(env); /* and waits: the poison went through the legacy stream */
     fg_status st;
     if (r->c.tiles[0]) {
         fg_spec s;

@@ -31,6 +31,7 @@ typedef struct serve_case {
     int q_dense;       /* 1: q is [batch, lq[0], hq, d] (every lq equal) instead of packed */
     int k_mode;        /* SERVE_K_PACKED, SERVE_K_DENSE (a cache of cap_k keys a sequence, seqused_k) or SERVE_K_PAGED */
     int cap_k;         /* dense caches: keys a sequence holds (>= every lk); 0: the longest lk */
+    int no_seqused;    /* dense caches whose every sequence fills them (lk = cap_k): no seqused_k, K's shape says */
     int page_size;     /* paged */
     int num_splits;    /* the call's num_splits (0: chosen) */
     int split_size;    /* the call's split_size */

@@ -66,6 +66,7 @@ static void bwd_fill(void) {
     bwd_cases[n++] = mk(FG_DTYPE_F16, 1, 130, 200, 8, 2, 136, 0);   /* GQA 4 */
     bwd_cases[n++] = mk(FG_DTYPE_BF16, 1, 199, 199, 2, 2, 200, 1);
     bwd_cases[n++] = mk(FG_DTYPE_F16, 1, 100, 300, 4, 2, 248, 0);   /* GQA 2 */
+    bwd_cases[n++] = mk(FG_DTYPE_F16, 1, 119, 202, 4, 2, 72, 0);    /* GQA 2, fewer queries than keys */
     s = mk(FG_DTYPE_BF16, 2, 130, 140, 2, 2, 72, 1);               /* MHA: dK, dV through the K, V tiles */
     s.strided = 1;
     bwd_cases[n++] = s;

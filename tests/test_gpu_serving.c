@@ -49,6 +49,23 @@ Test(varlen, mqa_and_head_dims) {
     }
 }
 
+/* Plain dense tensors (q [1, sq, hq, d], K and V [1, sk, hkv, d], no lengths at all): the call the backward's
+ * users make for O and the LSE. Query counts below, at and above the key count, odd head dims, GQA, V of its own
+ * head dim, both masks and dtypes. */
+Test(varlen, dense_tensors_without_lengths) {
+    static const int dims[][2] = {{72, 72}, {64, 64}, {128, 128}, {192, 128}, {96, 96}, {40, 40}, {88, 88}};
+    static const int lens[][2] = {{119, 202}, {90, 120}, {148, 243}, {200, 200}, {161, 90}};
+    for (size_t i = 0; i < NELEM(dims); i++)
+        for (size_t j = 0; j < NELEM(lens); j++)
+            for (int causal = 0; causal < 2; causal++) {
+                serve_case c = sc((i + j) % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, 1, &lens[j][0], &lens[j][1], 4, 2,
+                                  dims[i][0], causal);
+                c.dv = dims[i][1], c.q_dense = 1, c.k_mode = SERVE_K_DENSE, c.no_seqused = 1, c.num_splits = 1;
+                c.seed = 300 + 16 * i + 2 * j + (size_t)causal;
+                serve_case_run(&c);
+            }
+}
+
 Test(varlen, strided_views_and_no_lse) {
     serve_case c = sc(FG_DTYPE_BF16, 8, mixed_q, mixed_k, 6, 3, 128, 1);
     c.strided = 1;

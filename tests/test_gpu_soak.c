@@ -216,12 +216,25 @@ static int soak_backward(soak_worker *w, CUstream stream, long k, char *why, siz
         snprintf(why, n, "backward at %d/%d: a driver call failed after the launch", d, dv);
         goto done;
     }
+    ref_problem fp; /* the forward first: the backward's check takes its O and LSE as given */
+    memset(&fp, 0, sizeof fp);
+    fp.q = q.host, fp.k = kk.host, fp.v = v.host, fp.causal = causal;
+    ref_report fr;
+    fg_error e;
+    if (ref_check_fwd(&fp, &o.host, &lse.host, &fr, &e) != FG_OK) {
+        snprintf(why, n, "backward's forward reference: %.400s", e.msg);
+        goto done;
+    }
+    if (!fr.pass) {
+        char line[400];
+        snprintf(why, n, "backward's forward %d/%d causal %d: %s", d, dv, causal, ref_report_format(&fr, line, sizeof line));
+        goto done;
+    }
     ref_bwd_problem p;
     memset(&p, 0, sizeof p);
     p.fwd.q = q.host, p.fwd.k = kk.host, p.fwd.v = v.host, p.fwd.causal = causal;
     p.o = o.host, p.d_o = dout.host, p.lse = lse.host;
     ref_bwd_report r;
-    fg_error e;
     if (ref_check_bwd(&p, &dq.host, &dk.host, &dvv.host, &r, &e) != FG_OK) {
         snprintf(why, n, "backward reference: %.400s", e.msg);
         goto done;
