@@ -403,7 +403,8 @@ Test(bwd_varlen, custom_mod_trainable_aux) {
 /* Masks from aux arrays whose block map has holes inside a key block's span of query blocks and blocks it keeps
  * whole (the sm_90a kernel walks the query blocks the map does not hide and evaluates no mask on those it keeps): a
  * block-sparse pattern over 64 x 64 blocks (about half kept, the diagonal always) and documents of 300 tokens, over
- * sequences of 700 to 1100 tokens, d 64 and 128, causal and not. */
+ * sequences of 700 to 1100 tokens, d 64 and 128, causal and not. No sequence has more queries than keys: the masks
+ * index their arrays by q, which the bottom-right alignment makes negative there (a NaN score, by the contract). */
 Test(bwd_varlen, custom_mask_holes_and_whole_blocks) {
     static int32_t blocks[18][18], doc[3][1100];
     for (int i = 0; i < 18; i++)
@@ -416,7 +417,7 @@ Test(bwd_varlen, custom_mask_holes_and_whole_blocks) {
         "aux = { doc = fg.aux('i32', 2) }\n"
         "mask_mod = function(b, h, q, kv) return fg.eq(fg.load(doc, b, q), fg.load(doc, b, kv)) end\n",
     };
-    static const int lq[] = {1100, 700, 900}, lk[] = {1100, 1000, 700};
+    static const int lq[] = {1100, 700, 700}, lk[] = {1100, 1000, 900};
     for (size_t i = 0; i < 2 * NELEM(texts); i++) {
         serve_case c = bc(i % 2 ? FG_DTYPE_F16 : FG_DTYPE_BF16, 3, lq, lk, 4, 2, i < 2 ? 128 : 64, i / 2 == i % 2);
         c.seed = 1010 + i;
