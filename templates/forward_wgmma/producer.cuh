@@ -25,15 +25,15 @@ __device__ __forceinline__ void fg_vt_reorder_unit(u32 addr) {
 // Warps 1..3 reorder each V^T stage's keys (fg_vt_reorder_unit) once TMA has filled it, K/V step after
 // K/V step, until the producer ends them: after its last load it writes the number of steps to vt_stop
 // and completes that step's phase of bar_v with a plain arrival (after the consumers released the
-// stage's previous use, so the phase cannot run ahead of the reordering warps). The count, not a flag: a
-// warp still at an earlier step may read vt_stop after it is written.
+// stage's previous use, so the phase cannot run ahead of the reordering warps). It writes only once every
+// warp has arrived on bar_vr for the last real step, so no read of vt_stop meets the write; the next read
+// follows the arrival (mbarrier release and acquire).
 __device__ __forceinline__ void fg_vt_reorder_run(const fg_fwd_smem &sm, int tid, int lane) {
     for (int step = 0;; step++) {
         const int s = step % FG_STAGES;
         fg_mbar_wait(sm.bar_v(s), (u32)((step / FG_STAGES) & 1));
         int stop;
-        // (relaxed: at earlier steps this load may meet the producer's store unordered)
-        asm volatile("ld.relaxed.cta.shared.b32 %0, [%1];" : "=r"(stop) : "r"(sm.vt_stop()) : "memory");
+        asm volatile("ld.shared.b32 %0, [%1];" : "=r"(stop) : "r"(sm.vt_stop()) : "memory");
         if (stop == step) break;
         // head_dim rows of FG_VT_ROW_BYTES keys a chunk (FG_PV_SUM's ones rows after them need no reordering)
         constexpr u32 UPC = FG_HEAD_DIM * FG_VT_ROW_BYTES / 16; // 16-byte units of a chunk's V^T
@@ -170,7 +170,9 @@ __device__ __forceinline__ void fg_producer_run(const fg_fwd_params &p, const fg
     {
         const int s = kv % FG_STAGES, use = kv / FG_STAGES;
         if (use > 0) fg_mbar_wait(sm.bar_v_empty(s), (use - 1) & 1);
-        asm volatile("st.relaxed.cta.shared.b32 [%0], %1;" ::"r"(sm.vt_stop()), "r"(kv) : "memory");
+        // the reordering warps are past their reads of vt_stop at every real step (its stage is not used again)
+        if (kv > 0) fg_mbar_wait(sm.bar_vr((kv - 1) % FG_STAGES), (u32)(((kv - 1) / FG_STAGES) & 1));
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(sm.vt_stop()), "r"(kv) : "memory");
         fg_mbar_arrive(sm.bar_v(s)); // (release: the count is visible to the warps this wakes)
     }
 #endif
