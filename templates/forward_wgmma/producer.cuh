@@ -27,14 +27,15 @@ __device__ __forceinline__ void fg_vt_reorder_unit(u32 addr) {
 // and completes that step's phase of bar_v with a plain arrival (after the consumers released the
 // stage's previous use, so the phase cannot run ahead of the reordering warps). It writes only once every
 // warp has arrived on bar_vr for the last real step, so no read of vt_stop meets the write; the next read
-// follows the arrival (mbarrier release and acquire).
+// follows the arrival (mbarrier release and acquire). A warp's read is its lane 0's, the lane that arrives,
+// so that the order is the one thread's program order (and compute-sanitizer's racecheck sees it).
 __device__ __forceinline__ void fg_vt_reorder_run(const fg_fwd_smem &sm, int tid, int lane) {
     for (int step = 0;; step++) {
         const int s = step % FG_STAGES;
         fg_mbar_wait(sm.bar_v(s), (u32)((step / FG_STAGES) & 1));
-        int stop;
-        asm volatile("ld.shared.b32 %0, [%1];" : "=r"(stop) : "r"(sm.vt_stop()) : "memory");
-        if (stop == step) break;
+        int stop = 0; // read by lane 0, the lane that arrives on bar_vr after it, for the warp
+        if (lane == 0) asm volatile("ld.shared.b32 %0, [%1];" : "=r"(stop) : "r"(sm.vt_stop()) : "memory");
+        if (__shfl_sync(0xffffffffu, stop, 0) == step) break;
         // head_dim rows of FG_VT_ROW_BYTES keys a chunk (FG_PV_SUM's ones rows after them need no reordering)
         constexpr u32 UPC = FG_HEAD_DIM * FG_VT_ROW_BYTES / 16; // 16-byte units of a chunk's V^T
         const u32 sv = sm.s_v + s * FG_V_STAGE_BYTES;
