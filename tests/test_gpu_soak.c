@@ -77,6 +77,24 @@ static void buf_free(const fg_cuda_api *cu, soak_buf *b) {
  * workers' non-blocking streams do not wait for: without this a kernel can read an input mid-copy. */
 static int uploads_done(soak_worker *w) { return w->cu->cuStreamSynchronize(NULL) == CUDA_SUCCESS ? 0 : -1; }
 
+/* Judges O and the LSE of problem p against the CPU reference: 0 when they pass, else -1 with why saying what
+ * (`what`, the case) failed. */
+static int fwd_judged(const ref_problem *p, const soak_buf *o, const soak_buf *lse, const char *what, char *why,
+                      size_t n) {
+    ref_report r;
+    fg_error e;
+    if (ref_check_fwd(p, &o->host, &lse->host, &r, &e) != FG_OK) {
+        snprintf(why, n, "%s: reference: %.400s", what, e.msg);
+        return -1;
+    }
+    if (!r.pass) {
+        char line[400];
+        snprintf(why, n, "%s: %s", what, ref_report_format(&r, line, sizeof line));
+        return -1;
+    }
+    return 0;
+}
+
 /* One checked forward on the worker's stream: the case is chosen from the call count; a fifth of the calls of a
  * worker on a GPU with FP8 (w->fp8) in e4m3 (V key-major, as FP8 takes it; O in bf16). 0 when it passed. */
 static int soak_forward(soak_worker *w, CUstream stream, long k, char *why, size_t n) {
@@ -131,18 +149,10 @@ static int soak_forward(soak_worker *w, CUstream stream, long k, char *why, size
     memset(&p, 0, sizeof p);
     p.q = q.host, p.k = kk.host, p.v = v.host, p.causal = causal;
     p.out_dtype = odt, p.fp8_sum_rounded = spec_fp8_sum_rounded(&chosen);
-    ref_report r;
-    if (ref_check_fwd(&p, &o.host, &lse.host, &r, &e) != FG_OK) {
-        snprintf(why, n, "reference: %.400s", e.msg);
-        goto done;
-    }
-    if (!r.pass) {
-        char line[400];
-        snprintf(why, n, "%s head_dim %d causal %d sq %lld sk %lld: %s", fp8 ? "e4m3" : dtype_name(dt), d, causal,
-                 (long long)sq, (long long)sk,
-                 ref_report_format(&r, line, sizeof line));
-        goto done;
-    }
+    char what[128];
+    snprintf(what, sizeof what, "%s head_dim %d causal %d sq %lld sk %lld", fp8 ? "e4m3" : dtype_name(dt), d, causal,
+             (long long)sq, (long long)sk);
+    if (fwd_judged(&p, &o, &lse, what, why, n)) goto done;
     rc = 0;
 done:
     buf_free(w->cu, &q), buf_free(w->cu, &kk), buf_free(w->cu, &v), buf_free(w->cu, &o), buf_free(w->cu, &lse);
@@ -219,17 +229,10 @@ static int soak_backward(soak_worker *w, CUstream stream, long k, char *why, siz
     ref_problem fp; /* the forward first: the backward's check takes its O and LSE as given */
     memset(&fp, 0, sizeof fp);
     fp.q = q.host, fp.k = kk.host, fp.v = v.host, fp.causal = causal;
-    ref_report fr;
+    char what[128];
+    snprintf(what, sizeof what, "backward's forward %d/%d causal %d", d, dv, causal);
+    if (fwd_judged(&fp, &o, &lse, what, why, n)) goto done;
     fg_error e;
-    if (ref_check_fwd(&fp, &o.host, &lse.host, &fr, &e) != FG_OK) {
-        snprintf(why, n, "backward's forward reference: %.400s", e.msg);
-        goto done;
-    }
-    if (!fr.pass) {
-        char line[400];
-        snprintf(why, n, "backward's forward %d/%d causal %d: %s", d, dv, causal, ref_report_format(&fr, line, sizeof line));
-        goto done;
-    }
     ref_bwd_problem p;
     memset(&p, 0, sizeof p);
     p.fwd.q = q.host, p.fwd.k = kk.host, p.fwd.v = v.host, p.fwd.causal = causal;
