@@ -54,7 +54,7 @@ void merge_setup(gpu_env *env, merge_bufs *m, int S, int T, int H, int D, fg_dty
 void merge_run(gpu_env *env, merge_bufs *m) {
     dbuf_poison(env, &m->o);
     dbuf_poison(env, &m->l);
-    CK(env->cu->cuCtxSynchronize()); /* the poison went through the legacy stream; the merge runs on another */
+    gpu_poison_shared(env); /* and waits: the poison went through the legacy stream; the merge runs on another */
     cr_assert_eq(fg_merge_states(env->ctx, &m->a, env->stream), FG_OK, "%s", fg_last_error(env->ctx));
     CK(env->cu->cuStreamSynchronize(env->stream));
     dbuf_download(env, &m->o);

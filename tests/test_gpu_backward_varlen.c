@@ -106,6 +106,7 @@ static void vbwd_setup(gpu_env *env, serve_run *r, vbwd_run *b, int deterministi
 
 static void vbwd_launch(gpu_env *env, vbwd_run *b) {
     dbuf_poison(env, &b->dq), dbuf_poison(env, &b->dk), dbuf_poison(env, &b->dv);
+    gpu_poison_shared(env); /* and waits: the poison went through the legacy stream */
     cr_assert_eq(fg_attention_bwd_varlen(env->ctx, &b->a, env->stream), FG_OK, "fg_attention_bwd_varlen: %s",
                  fg_last_error(env->ctx));
     CK(env->cu->cuStreamSynchronize(env->stream));
@@ -517,6 +518,7 @@ Test(bwd_varlen, head_dim_v_dense_call) {
         CK(env.cu->cuMemsetD8(ws, 0xFF, a.workspace_size > 256 ? a.workspace_size : 256));
         a.workspace = (void *)(uintptr_t)ws;
         dbuf_poison(&env, &b->dq), dbuf_poison(&env, &b->dk), dbuf_poison(&env, &b->dv);
+        gpu_poison_shared(&env);
         cr_assert_eq(fg_attention_bwd(env.ctx, &a, env.stream), FG_OK, "fg_attention_bwd: %s", fg_last_error(env.ctx));
         CK(env.cu->cuStreamSynchronize(env.stream));
         dbuf_download(&env, &b->dq), dbuf_download(&env, &b->dk), dbuf_download(&env, &b->dv);
