@@ -126,19 +126,20 @@ static const char poison_ptx[] =
 
 void gpu_poison_shared(gpu_env *env) {
     const fg_cuda_api *cu = env->cu;
-    /* the device's own limits: a context under FLASHGEN_EMULATE_ARCH reports the emulated arch's */
-    int optin = 0, sms = 0;
-    CK(cu->cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, env->dev));
-    CK(cu->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, env->dev));
-    unsigned bytes = (unsigned)optin / 16 * 16;
     if (!env->poison_fn) {
+        /* the device's own limits: a context under FLASHGEN_EMULATE_ARCH reports the emulated arch's */
+        int optin = 0, sms = 0;
+        CK(cu->cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, env->dev));
+        CK(cu->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, env->dev));
+        env->poison_bytes = (unsigned)optin / 16 * 16;
+        env->poison_ctas = 4u * (unsigned)sms; /* one CTA fills an SM's shared memory; four waves reach every SM */
         CK(cu->cuModuleLoadData(&env->poison_mod, poison_ptx));
         CK(cu->cuModuleGetFunction(&env->poison_fn, env->poison_mod, "fg_test_poison_shared"));
-        CK(cu->cuFuncSetAttribute(env->poison_fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)bytes));
+        CK(cu->cuFuncSetAttribute(env->poison_fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)env->poison_bytes));
     }
+    unsigned bytes = env->poison_bytes;
     void *params[] = {&bytes};
-    /* one CTA fills an SM's shared memory; four waves of them reach every SM */
-    CK(cu->cuLaunchKernel(env->poison_fn, 4u * (unsigned)sms, 1, 1, 256, 1, 1, bytes, NULL, params, NULL));
+    CK(cu->cuLaunchKernel(env->poison_fn, env->poison_ctas, 1, 1, 256, 1, 1, bytes, NULL, params, NULL));
     CK(cu->cuCtxSynchronize());
 }
 

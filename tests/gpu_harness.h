@@ -39,6 +39,7 @@ typedef struct gpu_env {
     CUstream stream;       /* a non-blocking stream for the launches */
     CUmodule poison_mod;   /* gpu_poison_shared's kernel, loaded on its first use */
     CUfunction poison_fn;
+    unsigned poison_bytes, poison_ctas; /* its launch: the device's shared memory a block, four CTAs an SM */
     char own_dir[64];      /* a cache directory this process made (no suite directory), or "" */
 } gpu_env;
 

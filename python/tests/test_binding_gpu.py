@@ -33,17 +33,10 @@ def _torch_cuda():
     return torch, None
 
 
-def reference(torch, q, k, v, causal, scale=None):
-    """(ref32, ref_lowp, lse32) for q [b, sq, hq, d] and k/v [b, sk, hkv, d] (fp16/bf16 on the GPU), all
-    [b, sq, hq, d] / [b, hq, sq] float32. ref32: PyTorch SDPA (math backend) in fp32 on upcast inputs,
-    with the bottom-right causal mask and GQA by repeat_interleave; rows that see no key are 0.
-    ref_lowp: the kernel's precision (P = exp(s - rowmax) rounded to the dtype before P.V, the row sum
-    from the unrounded P, O rounded to the dtype), as reference/reference.h defines it."""
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    b, sq, hq, d = q.shape
-    sk, hkv = k.shape[1], k.shape[2]
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
+def _heads_and_mask(torch, q, k, v, causal):
+    """q, k, v as fp32 [b, h, s, d] with K and V repeated over their query heads (GQA), and the bottom-right causal
+    mask [sq, sk] (True where a key is seen), or None without one."""
+    sq, hq, sk, hkv = q.shape[1], q.shape[2], k.shape[1], k.shape[2]
     qf = q.float().transpose(1, 2)
     kf = k.float().repeat_interleave(hq // hkv, dim=2).transpose(1, 2)
     vf = v.float().repeat_interleave(hq // hkv, dim=2).transpose(1, 2)
@@ -52,6 +45,20 @@ def reference(torch, q, k, v, causal, scale=None):
         i = torch.arange(sq, device=q.device)[:, None]
         j = torch.arange(sk, device=q.device)[None, :]
         mask = j <= i + (sk - sq)
+    return qf, kf, vf, mask
+
+
+def reference(torch, q, k, v, causal, scale=None):
+    """(ref32, ref_lowp, lse32) for q [b, sq, hq, d] and k/v [b, sk, hkv, d] (fp16/bf16 on the GPU), all
+    [b, sq, hq, d] / [b, hq, sq] float32. ref32: PyTorch SDPA (math backend) in fp32 on upcast inputs,
+    with the bottom-right causal mask and GQA by repeat_interleave; rows that see no key are 0.
+    ref_lowp: the kernel's precision (P = exp(s - rowmax) rounded to the dtype before P.V, the row sum
+    from the unrounded P, O rounded to the dtype), as reference/reference.h defines it."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    d = q.shape[3]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    qf, kf, vf, mask = _heads_and_mask(torch, q, k, v, causal)
     with sdpa_kernel(SDPBackend.MATH):
         o32 = F.scaled_dot_product_attention(qf, kf, vf, attn_mask=mask, scale=scale)
     s = (qf @ kf.transpose(-1, -2)) * scale
@@ -313,9 +320,8 @@ def reference_fp8(torch, q8, k8, v8, qd, kd, vd, causal, out_dtype, scale=None):
     fp32 tensors; query head h takes KV head h / (hq / hkv)'s factor."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    b, sq, hq, d = q8.shape
-    sk, hkv = k8.shape[1], k8.shape[2]
-    g = hq // hkv
+    hq, d = q8.shape[2], q8.shape[3]
+    g = hq // k8.shape[2]
     scale = 1.0 / math.sqrt(d) if scale is None else scale
 
     def per_head(x):  # a descale as [b, hq, 1, 1]
@@ -327,14 +333,7 @@ def reference_fp8(torch, q8, k8, v8, qd, kd, vd, causal, out_dtype, scale=None):
         return x.repeat_interleave(g, dim=1)[:, :, None, None]
 
     cq, ck, cv = per_head(qd), per_head(kd), per_head(vd)
-    qf = q8.float().transpose(1, 2)
-    kf = k8.float().repeat_interleave(g, dim=2).transpose(1, 2)
-    vf = v8.float().repeat_interleave(g, dim=2).transpose(1, 2)
-    mask = None
-    if causal:
-        i = torch.arange(sq, device=q8.device)[:, None]
-        j = torch.arange(sk, device=q8.device)[None, :]
-        mask = j <= i + (sk - sq)
+    qf, kf, vf, mask = _heads_and_mask(torch, q8, k8, v8, causal)
     with sdpa_kernel(SDPBackend.MATH):
         o32 = F.scaled_dot_product_attention(qf * cq, kf * ck, vf * cv, attn_mask=mask, scale=scale)
     s = (qf @ kf.transpose(-1, -2)) * (scale * cq * ck)
